@@ -1,0 +1,40 @@
+// The process-wide compute thread pool used by the kernels.
+//
+// ParallelFor hands out task indices dynamically; each task must write only
+// its own outputs, so results do not depend on which thread ran what.
+// A call made while the pool is already busy (from a worker, or from a second
+// caller thread such as another device's executor thread) runs inline on the
+// calling thread: never a deadlock, never oversubscription.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace weft {
+
+class ThreadPool {
+ public:
+  // The shared pool. Its size is WEFT_NUM_THREADS if set, else the number of
+  // logical cores.
+  static ThreadPool& Global();
+
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return num_threads_; }
+
+  // Runs fn(task, thread) for task in [0, num_tasks); thread is in
+  // [0, num_threads()) and identifies per-thread scratch. Rethrows the first
+  // exception thrown by any task after all running tasks have stopped.
+  void ParallelFor(int64_t num_tasks, const std::function<void(int64_t task, int thread)>& fn);
+
+  struct State;  // implementation detail (thread_pool.cc)
+
+ private:
+  int num_threads_;
+  State* state_;
+};
+
+}  // namespace weft
