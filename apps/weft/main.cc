@@ -1,1 +1,32 @@
-int main() { return 0; }
+// weft: the command line. Subcommands are added here as capabilities land;
+// each lives in its own file (cmd_*.cc) and registers itself below.
+#include <fmt/core.h>
+
+#include <CLI/CLI.hpp>
+#include <exception>
+
+#include "commands.h"
+#include "weft/base/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "weft: SPMD training of transformers on a mesh of devices, with a flexible flash "
+      "attention."};
+  app.require_subcommand(1);
+  weft::cli::AddDemo(app);
+  weft::cli::AddBench(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    return weft::cli::RunSelected(app);
+  } catch (const weft::Error& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "internal error: {}\n", e.what());
+    return 1;
+  }
+}

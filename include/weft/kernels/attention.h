@@ -26,11 +26,18 @@ struct AttentionDims {
   int64_t value_dim = 0;  // Dv, at most 256
 };
 
+// How the backward pass divides work between threads. kFused runs one task
+// per (batch row, kv head) that produces dq, dk and dv together; kSplit runs
+// a dk/dv pass over kv blocks and a dq pass over query blocks, so both
+// parallelize even when B * Hkv is small. kAuto picks by the thread count.
+enum class BackwardSplit { kAuto, kFused, kSplit };
+
 struct AttentionOptions {
   std::optional<float> scale;             // default 1 / sqrt(D)
   const ScoreMod* score_mod = nullptr;    // default: identity
   const BlockMask* block_mask = nullptr;  // default: no mask
   bool enable_gqa = false;                // required when q_heads != kv_heads
+  BackwardSplit backward_split = BackwardSplit::kAuto;
 };
 
 inline constexpr int64_t kMaxHeadDim = 256;

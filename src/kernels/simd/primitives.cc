@@ -1,1 +1,216 @@
-// placeholder until the SIMD primitives land
+// The SIMD primitives, written once with GCC vector extensions and compiled
+// per instruction set; WEFT_ISA_NAME (portable, avx2, avx512) names the copy.
+#include "simd/primitives.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace weft::kernels::simd {
+
+#if defined(__AVX512F__)
+constexpr int L = 16;   // lanes
+constexpr int MR = 8;   // rows per register block (8 x 2 vectors = 16 accumulators)
+#elif defined(__AVX2__)
+constexpr int L = 8;
+constexpr int MR = 6;   // 6 x 2 vectors = 12 of the 16 ymm registers
+#else
+constexpr int L = 4;
+constexpr int MR = 4;
+#endif
+constexpr int NV = kPadN / L;  // vectors per kPadN columns
+
+typedef float vf __attribute__((vector_size(L * 4)));
+typedef int32_t vi __attribute__((vector_size(L * 4)));
+// Unaligned, alias-safe access.
+typedef float vfu __attribute__((vector_size(L * 4), aligned(4), may_alias));
+
+static inline vf Load(const float* p) { return *reinterpret_cast<const vfu*>(p); }
+static inline void Store(float* p, vf v) { *reinterpret_cast<vfu*>(p) = v; }
+static inline vf Splat(float x) { return vf{} + x; }
+
+// One register block: C[R x (W*L)] (+)= A[R x K] * B[K x (W*L)].
+template <int R, int W>
+static inline void MicroKernel(int64_t K, const float* __restrict A, int64_t lda,
+                               const float* __restrict B, int64_t ldb, float* __restrict C,
+                               int64_t ldc, bool accumulate) {
+  vf c[R][W];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int w = 0; w < W; ++w) c[r][w] = accumulate ? Load(C + r * ldc + w * L) : vf{};
+  for (int64_t k = 0; k < K; ++k) {
+    vf b[W];
+#pragma GCC unroll 4
+    for (int w = 0; w < W; ++w) b[w] = Load(B + k * ldb + w * L);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      vf a = Splat(A[r * lda + k]);
+#pragma GCC unroll 4
+      for (int w = 0; w < W; ++w) c[r][w] += a * b[w];
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int w = 0; w < W; ++w) Store(C + r * ldc + w * L, c[r][w]);
+}
+
+template <int W>
+static void RowsTail(int rows, int64_t K, const float* A, int64_t lda, const float* B,
+                     int64_t ldb, float* C, int64_t ldc, bool acc) {
+  switch (rows) {
+#define WEFT_CASE(n)                                          \
+  case n:                                                     \
+    if constexpr (n <= MR) MicroKernel<n, W>(K, A, lda, B, ldb, C, ldc, acc); \
+    break;
+    WEFT_CASE(1) WEFT_CASE(2) WEFT_CASE(3) WEFT_CASE(4) WEFT_CASE(5) WEFT_CASE(6)
+    WEFT_CASE(7) WEFT_CASE(8)
+#undef WEFT_CASE
+  }
+}
+
+static void Gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                 int64_t ldb, float* C, int64_t ldc, bool accumulate) {
+  constexpr int64_t kColumns = NV * L;  // == kPadN
+  for (int64_t n0 = 0; n0 < N; n0 += kColumns) {
+    const float* b = B + n0;
+    float* c = C + n0;
+    int64_t m0 = 0;
+    for (; m0 + MR <= M; m0 += MR)
+      MicroKernel<MR, NV>(K, A + m0 * lda, lda, b, ldb, c + m0 * ldc, ldc, accumulate);
+    if (m0 < M)
+      RowsTail<NV>(static_cast<int>(M - m0), K, A + m0 * lda, lda, b, ldb, c + m0 * ldc, ldc,
+                   accumulate);
+  }
+}
+
+// exp(x) for a vector: range reduction x = n ln2 + r, |r| <= ln2/2, a degree-6
+// polynomial for e^r (relative error ~1e-7), and 2^n built in the exponent bits.
+static inline vf VecExp(vf x) {
+  const vf hi = Splat(88.3762626647949f), lo = Splat(-87.3365447505531f);
+  vi underflow = x < lo;
+  x = x > hi ? hi : x;
+  x = x < lo ? lo : x;
+  const vf magic = Splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
+  vf t = x * Splat(1.44269504088896341f) + magic;
+  vi n = reinterpret_cast<vi>(t) - reinterpret_cast<vi>(magic);
+  vf fn = t - magic;
+  vf r = x - fn * Splat(0.693359375f);
+  r = r - fn * Splat(-2.12194440e-4f);
+  vf p = Splat(1.9875691500e-4f);
+  p = p * r + Splat(1.3981999507e-3f);
+  p = p * r + Splat(8.3334519073e-3f);
+  p = p * r + Splat(4.1665795894e-2f);
+  p = p * r + Splat(1.6666665459e-1f);
+  p = p * r + Splat(5.0000001201e-1f);
+  p = p * (r * r) + r + Splat(1.0f);
+  vi bits = (n + 127) << 23;
+  vf result = p * reinterpret_cast<vf>(bits);
+  return underflow ? vf{} : result;
+}
+
+static float HorizontalSum(vf v) {
+  float s = 0;
+  for (int i = 0; i < L; ++i) s += v[i];
+  return s;
+}
+
+static float RowMax(const float* x, int64_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+  int64_t i = 0;
+  if (n >= L) {
+    vf vm = Load(x);
+    for (i = L; i + L <= n; i += L) {
+      vf v = Load(x + i);
+      vm = v > vm ? v : vm;
+    }
+    for (int j = 0; j < L; ++j) m = vm[j] > m ? vm[j] : m;
+  }
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+static float ExpShiftSum(float* x, int64_t n, float shift) {
+  vf acc{};
+  vf s = Splat(shift);
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    vf e = VecExp(Load(x + i) - s);
+    Store(x + i, e);
+    acc += e;
+  }
+  float sum = HorizontalSum(acc);
+  if (i < n) {
+    float tail[L];
+    for (int j = 0; j < L; ++j) tail[j] = i + j < n ? x[i + j] - shift : -INFINITY;
+    vf e = VecExp(Load(tail));
+    for (int j = 0; i + j < n; ++j) {
+      x[i + j] = e[j];
+      sum += e[j];
+    }
+  }
+  return sum;
+}
+
+static void Scale(float* x, int64_t n, float s) {
+  int64_t i = 0;
+  for (; i + L <= n; i += L) Store(x + i, Load(x + i) * s);
+  for (; i < n; ++i) x[i] *= s;
+}
+
+static float Dot(const float* x, const float* y, int64_t n) {
+  vf acc{};
+  int64_t i = 0;
+  for (; i + L <= n; i += L) acc += Load(x + i) * Load(y + i);
+  float sum = HorizontalSum(acc);
+  for (; i < n; ++i) sum += x[i] * y[i];
+  return sum;
+}
+
+static void SoftmaxGrad(const float* p, const float* dp, float delta, float s, float* ds,
+                        int64_t n) {
+  int64_t i = 0;
+  for (; i + L <= n; i += L) Store(ds + i, Load(p + i) * (Load(dp + i) - delta) * s);
+  for (; i < n; ++i) ds[i] = p[i] * (dp[i] - delta) * s;
+}
+
+static int64_t FmaPeakLoop(int64_t iterations, float* sink) {
+  // Enough independent accumulators to cover FMA latency x ports.
+  constexpr int kAcc = L == 4 ? 8 : 12;
+  vf acc[kAcc];
+  for (int i = 0; i < kAcc; ++i) acc[i] = Splat(0.001f * i);
+  const vf a = Splat(0.999999f), b = Splat(1e-7f);
+  for (int64_t it = 0; it < iterations; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kAcc; ++i) acc[i] = acc[i] * a + b;
+    __asm__ volatile("" : "+x"(acc[0]));
+  }
+  vf total{};
+  for (int i = 0; i < kAcc; ++i) total += acc[i];
+  *sink = HorizontalSum(total);
+  return iterations * kAcc * L * 2;
+}
+
+#define WEFT_STR2(x) #x
+#define WEFT_STR(x) WEFT_STR2(x)
+#define WEFT_CAT2(a, b) a##b
+#define WEFT_CAT(a, b) WEFT_CAT2(a, b)
+
+// Exported as MakePrimitives_<isa>() for simd_dispatch.cc.
+Primitives WEFT_CAT(MakePrimitives_, WEFT_ISA_NAME)() {
+  Primitives p;
+  p.isa = WEFT_STR(WEFT_ISA_NAME);
+  p.lanes = L;
+  p.rows = MR;
+  p.gemm = &Gemm;
+  p.row_max = &RowMax;
+  p.exp_shift_sum = &ExpShiftSum;
+  p.scale = &Scale;
+  p.dot = &Dot;
+  p.softmax_grad = &SoftmaxGrad;
+  p.fma_peak_loop = &FmaPeakLoop;
+  return p;
+}
+
+}  // namespace weft::kernels::simd

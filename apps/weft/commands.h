@@ -1,0 +1,18 @@
+// Registration of weft's subcommands. Each Add* attaches a subcommand whose
+// callback is stored and run by RunSelected after parsing (so errors thrown
+// by a command are reported uniformly by main).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace weft::cli {
+
+void AddDemo(CLI::App& app);
+void AddBench(CLI::App& app);
+
+// Stores the action of the subcommand being parsed.
+void SetAction(std::function<int()> action);
+int RunSelected(CLI::App& app);
+
+}  // namespace weft::cli

@@ -1,0 +1,148 @@
+// `weft bench attention`: flex attention forward and backward throughput,
+// as GFLOP/s over unmasked (q, kv) pairs and percent of the measured peak.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <vector>
+
+#include "bench.h"
+#include "timer.h"
+#include "weft/base/error.h"
+#include "weft/base/thread_pool.h"
+#include "weft/kernels/attention.h"
+
+namespace weft::bench {
+
+namespace {
+
+using kernels::MaskModPtr;
+
+constexpr int64_t kWindow = 512;   // sliding window: q - 512 <= kv <= q
+constexpr int64_t kDocuments = 8;  // document mask: 8 equal documents
+
+MaskModPtr MakeMask(const std::string& name, int64_t S) {
+  if (name == "none") return nullptr;
+  if (name == "causal") return kernels::CausalMask();
+  if (name == "sliding_window") return kernels::SlidingWindowMask(kWindow, 0);
+  if (name == "document") {
+    kernels::IndexTensor seg{{1, S}, std::vector<int64_t>(S)};
+    for (int64_t i = 0; i < S; ++i) seg.values[i] = i * kDocuments / S;
+    return kernels::DocumentMask(seg, seg);
+  }
+  Fail("weft bench attention: unknown mask '{}'; use none, causal, sliding_window or document",
+       name);
+}
+
+// Unmasked (q, kv) pairs of one head, from each mask's definition.
+double Pairs(const std::string& name, int64_t S) {
+  double pairs = 0;
+  for (int64_t q = 0; q < S; ++q) {
+    if (name == "none") pairs += double(S);
+    if (name == "causal") pairs += double(q + 1);
+    if (name == "sliding_window") pairs += double(std::min(q, kWindow) + 1);
+    if (name == "document") {
+      int64_t doc = q * kDocuments / S;
+      // ids are floor(i * 8 / S): count the keys with the same id.
+      int64_t lo = (doc * S + kDocuments - 1) / kDocuments;
+      int64_t hi = ((doc + 1) * S + kDocuments - 1) / kDocuments;
+      pairs += double(hi - lo);
+    }
+  }
+  return pairs;
+}
+
+}  // namespace
+
+int RunAttention(const AttentionBenchOptions& opt) {
+  auto peaks = MeasurePeak(0.2);
+  const double peak = peaks[0].gflops_all_threads;
+  const int threads = ThreadPool::Global().num_threads();
+  nlohmann::json rows = nlohmann::json::array();
+  if (!opt.json) {
+    fmt::print("flex attention float32, B={} H={}, {} threads, isa {}, measured peak {:.1f} "
+               "GFLOP/s\n",
+               opt.batch, opt.heads, threads, peaks[0].isa, peak);
+    fmt::print("{:>6} {:>4} {:<15} {:>10} {:>9} {:>6} {:>10} {:>9} {:>6}\n", "S", "D", "mask",
+               "fwd ms", "GFLOP/s", "%peak", "fwd+bwd ms", "GFLOP/s", "%peak");
+  }
+  std::mt19937 rng(1234);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t S : opt.seq_lens)
+    for (int64_t D : opt.head_dims) {
+      kernels::AttentionDims d{opt.batch, opt.heads, opt.heads, S, S, D, D};
+      const size_t n = static_cast<size_t>(opt.batch * opt.heads * S * D);
+      std::vector<float> q(n), k(n), v(n), out(n), dout(n), dq(n), dk(n), dv(n);
+      std::vector<float> lse(static_cast<size_t>(opt.batch * opt.heads * S));
+      for (auto* x : {&q, &k, &v, &dout})
+        for (auto& e : *x) e = normal(rng);
+      for (const auto& mask_name : opt.masks) {
+        MaskModPtr mask = MakeMask(mask_name, S);
+        std::optional<kernels::BlockMask> bm;
+        kernels::AttentionOptions o;
+        if (mask) {
+          bm.emplace(kernels::BlockMask::Create(mask, 1, 1, S, S));
+          o.block_mask = &*bm;
+        }
+        const double pairs = Pairs(mask_name, S) * double(opt.batch * opt.heads);
+        const double fwd_flops = 4.0 * pairs * double(D);
+        const double bwd_flops = 2.5 * fwd_flops;
+        // Repeat short runs to reduce noise; long runs once.
+        const int reps = fwd_flops < 2e10 ? 5 : (fwd_flops < 2e11 ? 2 : 1);
+        auto forward = [&] {
+          kernels::FlexAttentionForward(d, q.data(), k.data(), v.data(), o, out.data(),
+                                        lse.data());
+        };
+        forward();  // warm up (and the output the backward needs)
+        double t_fwd = BestSeconds(reps, forward);
+        double t_bwd = 0;
+        if (opt.backward) {
+          t_bwd = BestSeconds(reps, [&] {
+            kernels::FlexAttentionBackward(d, q.data(), k.data(), v.data(), out.data(),
+                                           lse.data(), dout.data(), nullptr, o, dq.data(),
+                                           dk.data(), dv.data());
+          });
+        }
+        double gf_fwd = fwd_flops / t_fwd / 1e9;
+        double t_all = t_fwd + t_bwd;
+        double gf_all = opt.backward ? (fwd_flops + bwd_flops) / t_all / 1e9 : 0;
+        nlohmann::json row = {{"S", S},
+                              {"D", D},
+                              {"mask", mask_name},
+                              {"pairs", pairs},
+                              {"forward_ms", t_fwd * 1e3},
+                              {"forward_gflops", gf_fwd},
+                              {"forward_percent_of_peak", 100 * gf_fwd / peak}};
+        if (opt.backward) {
+          row["backward_ms"] = t_bwd * 1e3;
+          row["forward_backward_ms"] = t_all * 1e3;
+          row["forward_backward_gflops"] = gf_all;
+          row["forward_backward_percent_of_peak"] = 100 * gf_all / peak;
+        }
+        rows.push_back(row);
+        if (!opt.json) {
+          fmt::print("{:>6} {:>4} {:<15} {:>10.2f} {:>9.1f} {:>5.1f}% ", S, D, mask_name,
+                     t_fwd * 1e3, gf_fwd, 100 * gf_fwd / peak);
+          if (opt.backward)
+            fmt::print("{:>10.2f} {:>9.1f} {:>5.1f}%", t_all * 1e3, gf_all, 100 * gf_all / peak);
+          fmt::print("\n");
+          std::fflush(stdout);
+        }
+      }
+    }
+  if (opt.json) {
+    nlohmann::json j = {{"benchmark", "attention"},
+                        {"dtype", "float32"},
+                        {"isa", peaks[0].isa},
+                        {"threads", threads},
+                        {"peak_gflops", peak},
+                        {"batch", opt.batch},
+                        {"heads", opt.heads},
+                        {"results", rows}};
+    fmt::print("{}\n", j.dump(2));
+  }
+  return 0;
+}
+
+}  // namespace weft::bench

@@ -1,0 +1,226 @@
+// HloSharding: how an HLO value is laid out over devices, in XLA's general form
+// (a tile assignment plus replicated/manual subgroup dimensions), with XLA's
+// text syntax:
+//
+//   {replicated}  {manual}  {unknown}  {maximal device=3}
+//   {devices=[2,2]0,1,2,3}                          explicit tile assignment
+//   {devices=[4,2]<=[8]}  {devices=[4,2]<=[2,4]T(1,0)}   iota tile assignment
+//   {devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}
+//   {devices=[2,2,2]<=[8] last_tile_dims={manual, replicated}}
+//   {replicated shard_as 0}  {devices=[2]0,1 shard_like 1}   sharding groups
+//   {{replicated}, {devices=[2]0,1}}                  tuple
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "weft/base/error.h"
+
+namespace weft {
+
+// An N-d array of device ids: element [i0, ..., ik] is the device that holds
+// tile (i0, ..., ik). Stored explicitly; when it came from (or still is) an
+// iota it also remembers XLA's compact form
+//   reshape(transpose(iota(reshape_dims), transpose_perm), dims)
+// so that it prints as `<=[reshape_dims]T(perm)`. Equality compares devices
+// only, never the form.
+class TileAssignment {
+ public:
+  // A single tile on device 0.
+  TileAssignment() : dims_{1}, devices_{0} {}
+  // Explicit devices, row-major over `dims`. Devices must be distinct and >= 0.
+  TileAssignment(std::vector<int64_t> dims, std::vector<int64_t> devices);
+  // Devices 0..N-1 in row-major order.
+  static TileAssignment Iota(std::vector<int64_t> dims);
+  // XLA's `[dims]<=[reshape_dims]T(transpose_perm)`.
+  static TileAssignment Iota(std::vector<int64_t> dims, std::vector<int64_t> reshape_dims,
+                             std::vector<int64_t> transpose_perm);
+
+  const std::vector<int64_t>& dims() const { return dims_; }
+  int64_t num_dims() const { return static_cast<int64_t>(dims_.size()); }
+  int64_t dim(int64_t i) const { return dims_.at(i); }
+  int64_t num_elements() const { return static_cast<int64_t>(devices_.size()); }
+  // Row-major device ids.
+  const std::vector<int64_t>& devices() const { return devices_; }
+  int64_t operator()(std::span<const int64_t> index) const;
+  // The tile index (one entry per dim) holding `device`, or nullopt.
+  std::optional<std::vector<int64_t>> IndexOf(int64_t device) const;
+
+  bool is_iota() const { return iota_reshape_dims_.has_value(); }
+  // Canonical iota form (size-1 dims removed, in-order runs merged). Only when is_iota().
+  const std::vector<int64_t>& iota_reshape_dims() const { return *iota_reshape_dims_; }
+  const std::vector<int64_t>& iota_transpose_perm() const { return *iota_transpose_perm_; }
+
+  // Same devices in row-major order, new dims (same element count).
+  TileAssignment Reshape(std::vector<int64_t> dims) const;
+  // Output dim i is input dim perm[i]. Keeps the iota form when the result is one.
+  TileAssignment Transpose(std::span<const int64_t> perm) const;
+  // The explicit form (prints every device).
+  TileAssignment AsExplicit() const;
+  // The iota form if the devices happen to be one, else *this.
+  TileAssignment AsIotaIfPossible() const;
+
+  // "devices=[2,2]0,1,2,3" or "devices=[4,2]<=[2,4]T(1,0)".
+  std::string ToString() const;
+
+  bool operator==(const TileAssignment& other) const {
+    return dims_ == other.dims_ && devices_ == other.devices_;
+  }
+  size_t Hash() const;
+
+ private:
+  std::vector<int64_t> dims_;
+  std::vector<int64_t> devices_;
+  std::optional<std::vector<int64_t>> iota_reshape_dims_;
+  std::optional<std::vector<int64_t>> iota_transpose_perm_;
+};
+
+// The meaning of a trailing tile-assignment dimension that does not split data.
+enum class SubgroupType { kManual, kReplicated };
+std::string_view SubgroupTypeName(SubgroupType type);
+
+// A sharding group: every member of group `id` ends up with the same sharding
+// (shard_as), or takes the sharding of the group without constraining it
+// (shard_like).
+struct ShardGroup {
+  enum class Kind { kAs, kLike };
+  Kind kind = Kind::kAs;
+  int64_t id = 0;
+  static ShardGroup As(int64_t id) { return {Kind::kAs, id}; }
+  static ShardGroup Like(int64_t id) { return {Kind::kLike, id}; }
+  std::string ToString() const;  // "shard_as 3"
+  bool operator==(const ShardGroup&) const = default;
+};
+
+class HloSharding {
+ public:
+  // Every device holds the whole value.
+  static HloSharding Replicate();
+  // The value is already per-device (inside a manually partitioned region).
+  static HloSharding Manual();
+  // No sharding decided yet; used with a shard group.
+  static HloSharding Unknown();
+  // The whole value lives on one device.
+  static HloSharding AssignDevice(int64_t device);
+  // Every tile-assignment dim splits the data dim of the same index.
+  static HloSharding Tile(TileAssignment tiles);
+  // Like Tile, but the last tile-assignment dim replicates. Normalizes as XLA
+  // does: a trivial last dim is dropped, all-replicated becomes Replicate(),
+  // and devices within a replication group are sorted.
+  static HloSharding PartialTile(TileAssignment tiles);
+  // The last types.size() tile-assignment dims are subgroups of those types.
+  // Normalizes as XLA does: size-1 subgroups dropped, same types merged, manual
+  // before replicated, all-manual/all-replicated without data tiling become
+  // Manual()/Replicate(), a lone replicated subgroup becomes PartialTile.
+  static HloSharding Subgroup(TileAssignment tiles, std::vector<SubgroupType> types);
+  static HloSharding Tuple(std::vector<HloSharding> elements);
+
+  // Parses XLA's syntax (the whole string). Throws weft::Error naming the column.
+  static HloSharding Parse(std::string_view text);
+
+  HloSharding() : HloSharding(Replicate()) {}
+
+  // Kind queries. For tuples, IsReplicated/IsTileMaximal/IsManual/IsUnknown
+  // hold when they hold for every element.
+  bool IsTuple() const { return kind_ == Kind::kTuple; }
+  bool IsReplicated() const;
+  bool IsManual() const;
+  bool IsUnknown() const;
+  // Single-device placement ({maximal device=N}).
+  bool IsMaximal() const { return kind_ == Kind::kMaximal; }
+  // Replicated or maximal: no data dimension is split.
+  bool IsTileMaximal() const;
+  // Has a tile assignment ({devices=...}).
+  bool IsTiled() const { return kind_ == Kind::kTiled; }
+
+  // Tiled-only accessors.
+  const TileAssignment& tile_assignment() const { return tiles_; }
+  bool ReplicateOnLastTileDim() const { return replicate_on_last_tile_dim_; }
+  // Types of trailing subgroup dims from `last_tile_dims={...}` (empty otherwise).
+  const std::vector<SubgroupType>& subgroup_types() const { return subgroup_types_; }
+  // Number of tile-assignment dims that split data (the array rank it applies to).
+  int64_t TiledDataRank() const;
+  // Tile-assignment dim index of the replicated / manual subgroup, or -1.
+  int64_t SubgroupReplicationDim() const;
+  int64_t SubgroupManualDim() const;
+  // Some devices hold the same tile (a replicated subgroup exists).
+  bool HasPartialReplication() const { return SubgroupReplicationDim() >= 0; }
+  // Number of distinct data tiles (1 unless tiled).
+  int64_t NumTiles() const;
+  // Tiles along each data dim (empty unless tiled).
+  std::vector<int64_t> TilesPerDim() const;
+  // Number of devices the sharding spans (tile-assignment size; 1 if maximal).
+  int64_t NumDevices() const;
+
+  // Maximal-only: the device.
+  int64_t device() const;
+  const std::vector<HloSharding>& tuple_elements() const { return tuple_elements_; }
+
+  const std::optional<ShardGroup>& shard_group() const { return shard_group_; }
+  HloSharding WithShardGroup(std::optional<ShardGroup> group) const;
+
+  // Tile geometry for an array of `dims` (data rank must match). Tiles have
+  // ceil(dim / tiles) elements; the trailing tiles of an uneven dim are short
+  // or empty. Tile-maximal shardings have one whole-array tile.
+  // Per data dim, the shard index of `device` (throws if unused).
+  std::vector<int64_t> TileIndexForDevice(int64_t device) const;
+  // Full tile size (the padded per-device shape).
+  std::vector<int64_t> TileShape(std::span<const int64_t> dims) const;
+  // Actual extent held by `device`: [offset, limit) per dim.
+  std::vector<int64_t> TileOffsetForDevice(std::span<const int64_t> dims, int64_t device) const;
+  std::vector<int64_t> TileLimitForDevice(std::span<const int64_t> dims, int64_t device) const;
+  std::vector<int64_t> TileShapeForDevice(std::span<const int64_t> dims, int64_t device) const;
+  // Whether `device` holds part of the value.
+  bool UsesDevice(int64_t device) const;
+
+  // Checks this (non-tuple) sharding can apply to an array of `dims` on
+  // `num_devices` devices (if given). Throws weft::Error saying what is wrong.
+  void Validate(std::span<const int64_t> dims, std::optional<int64_t> num_devices = {}) const;
+
+  std::string ToString() const;
+  // Equality ignores nothing but metadata: kind, tiles, subgroups, shard group.
+  bool operator==(const HloSharding& other) const;
+  bool operator!=(const HloSharding& other) const { return !(*this == other); }
+  size_t Hash() const;
+
+ private:
+  enum class Kind { kReplicated, kManual, kUnknown, kMaximal, kTiled, kTuple };
+  explicit HloSharding(Kind kind) : kind_(kind) {}
+
+  Kind kind_ = Kind::kReplicated;
+  TileAssignment tiles_;  // kTiled
+  bool replicate_on_last_tile_dim_ = false;
+  std::vector<SubgroupType> subgroup_types_;
+  int64_t device_ = 0;  // kMaximal
+  std::vector<HloSharding> tuple_elements_;
+  std::optional<ShardGroup> shard_group_;
+};
+
+struct HloShardingHash {
+  size_t operator()(const HloSharding& s) const { return s.Hash(); }
+};
+
+// A syntax error inside a sharding, at `offset` bytes into the parsed text.
+// The HLO parser turns the offset into line:col.
+class ShardingSyntaxError : public Error {
+ public:
+  ShardingSyntaxError(size_t offset, const std::string& what)
+      : Error(what), offset_(offset) {}
+  size_t offset() const { return offset_; }
+
+ private:
+  size_t offset_;
+};
+
+// Parses one sharding starting at text[*pos] (leading whitespace and /*...*/
+// comments skipped) and advances *pos past its closing brace. Throws
+// ShardingSyntaxError (offset into `text`) on bad syntax, weft::Error on a
+// well-formed but invalid sharding (e.g. repeated device ids).
+HloSharding ParseHloShardingAt(std::string_view text, size_t* pos);
+
+}  // namespace weft

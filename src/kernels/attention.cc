@@ -1,0 +1,138 @@
+// Validation, operand packing and tile scoring shared by the attention
+// forward (attention_forward.cc) and backward (attention_backward.cc).
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "attention_internal.h"
+#include "weft/base/error.h"
+#include "weft/base/thread_pool.h"
+
+namespace weft::kernels {
+
+void ValidateAttention(const AttentionDims& d, const AttentionOptions& o) {
+  WEFT_CHECK(d.batch >= 1 && d.q_heads >= 1 && d.kv_heads >= 1,
+             "flex_attention: batch ({}), q heads ({}) and kv heads ({}) must be at least 1",
+             d.batch, d.q_heads, d.kv_heads);
+  WEFT_CHECK(d.q_len >= 1 && d.kv_len >= 1,
+             "flex_attention: q length ({}) and kv length ({}) must be at least 1", d.q_len,
+             d.kv_len);
+  WEFT_CHECK(d.head_dim >= 1 && d.head_dim <= kMaxHeadDim,
+             "flex_attention: head dim D = {} is out of range; D must be in [1, {}]", d.head_dim,
+             kMaxHeadDim);
+  WEFT_CHECK(d.value_dim >= 1 && d.value_dim <= kMaxHeadDim,
+             "flex_attention: value dim Dv = {} is out of range; Dv must be in [1, {}]",
+             d.value_dim, kMaxHeadDim);
+  WEFT_CHECK(d.q_heads % d.kv_heads == 0,
+             "flex_attention: q has {} heads and k/v have {}; the number of q heads must be a "
+             "multiple of the number of kv heads",
+             d.q_heads, d.kv_heads);
+  WEFT_CHECK(d.q_heads == d.kv_heads || o.enable_gqa,
+             "flex_attention: q has {} heads and k/v have {}; pass enable_gqa=True for grouped "
+             "query attention",
+             d.q_heads, d.kv_heads);
+  if (o.scale) {
+    WEFT_CHECK(std::isfinite(*o.scale), "flex_attention: scale must be finite, got {}", *o.scale);
+  }
+  if (o.block_mask != nullptr) {
+    const BlockMask& m = *o.block_mask;
+    WEFT_CHECK(m.q_len() == d.q_len && m.kv_len() == d.kv_len,
+               "flex_attention: block_mask was created for Q_LEN={} KV_LEN={} but q has length "
+               "{} and k {}; create the block mask with the attention's sizes",
+               m.q_len(), m.kv_len(), d.q_len, d.kv_len);
+    WEFT_CHECK(m.batch() == 1 || m.batch() == d.batch,
+               "flex_attention: block_mask has B={} but the attention has batch {}; use B=1 "
+               "(broadcast) or the batch size",
+               m.batch(), d.batch);
+    WEFT_CHECK(m.heads() == 1 || m.heads() == d.q_heads,
+               "flex_attention: block_mask has H={} but q has {} heads; use H=1 (broadcast) or "
+               "the number of q heads",
+               m.heads(), d.q_heads);
+  }
+  if (o.score_mod != nullptr) o.score_mod->Validate(d.batch, d.q_heads, d.q_len, d.kv_len);
+}
+
+namespace internal {
+
+Problem::Problem(const AttentionDims& dims, const AttentionOptions& options)
+    : d(dims), simd(simd::GetPrimitives()) {
+  ValidateAttention(dims, options);
+  scale = options.scale ? *options.scale : 1.0f / std::sqrt(static_cast<float>(d.head_dim));
+  score_mod = options.score_mod;
+  if (options.block_mask != nullptr) {
+    mask = options.block_mask;
+  } else {
+    dense.emplace(BlockMask::Dense(d.q_len, d.kv_len));
+    mask = &*dense;
+  }
+  group = d.q_heads / d.kv_heads;
+  bq = mask->q_block();
+  bk = mask->kv_block();
+  bkp = simd::PadN(bk);
+  dp = simd::PadN(d.head_dim);
+  dvp = simd::PadN(d.value_dim);
+  nqb = mask->num_q_blocks();
+  nkb = mask->num_kv_blocks();
+}
+
+int64_t Problem::QRows(int64_t qb) const { return std::min(bq, d.q_len - qb * bq); }
+int64_t Problem::KRows(int64_t kb) const { return std::min(bk, d.kv_len - kb * bk); }
+
+void Problem::PackKt(const float* k) {
+  kt.Resize(static_cast<size_t>(d.batch * d.kv_heads * nkb * d.head_dim * bkp));
+  ThreadPool::Global().ParallelFor(d.batch * d.kv_heads * nkb, [&](int64_t task, int) {
+    int64_t kb = task % nkb, bh = task / nkb;
+    int64_t rows = KRows(kb);
+    const float* src = k + (bh * d.kv_len + kb * bk) * d.head_dim;
+    float* dst = kt.data() + task * d.head_dim * bkp;
+    Transpose(src, rows, d.head_dim, d.head_dim, dst, bkp);
+    for (int64_t c = 0; c < d.head_dim; ++c)
+      std::fill(dst + c * bkp + rows, dst + (c + 1) * bkp, 0.0f);
+  });
+}
+
+void ScoreTile(const Problem& p, int64_t b, int64_t h, int64_t qb, int64_t kb, bool partial,
+               const float* q, float* s, float* grad, uint8_t* keep) {
+  const int64_t nq = p.QRows(qb), nk = p.KRows(kb);
+  const int64_t q0 = qb * p.bq, k0 = kb * p.bk;
+  p.simd.gemm(nq, p.bkp, p.d.head_dim, q, p.d.head_dim, p.KtPanel(b, h / p.group, kb), p.bkp, s,
+              p.bkp, false);
+  p.simd.scale(s, nq * p.bkp, p.scale);
+  if (p.score_mod != nullptr) {
+    p.score_mod->Apply(b, h, q0, nq, k0, nk, s, p.bkp, grad);
+  } else if (grad != nullptr) {
+    for (int64_t i = 0; i < nq; ++i) std::fill(grad + i * p.bkp, grad + i * p.bkp + nk, 1.0f);
+  }
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  if (partial) {
+    p.mask->mask_mod()->Evaluate(b, h, q0, nq, k0, nk, keep, p.bkp);
+    for (int64_t i = 0; i < nq; ++i) {
+      float* row = s + i * p.bkp;
+      const uint8_t* k = keep + i * p.bkp;
+      for (int64_t j = 0; j < nk; ++j) row[j] = k[j] ? row[j] : kNegInf;
+    }
+  }
+  if (nk < p.bkp) {
+    for (int64_t i = 0; i < nq; ++i) std::fill(s + i * p.bkp + nk, s + (i + 1) * p.bkp, kNegInf);
+  }
+}
+
+void CopyPadded(const float* x, int64_t rows, int64_t cols, int64_t ld_in, float* y,
+                int64_t ld_out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(y + r * ld_out, x + r * ld_in, static_cast<size_t>(cols) * sizeof(float));
+    std::fill(y + r * ld_out + cols, y + (r + 1) * ld_out, 0.0f);
+  }
+}
+
+void Transpose(const float* x, int64_t rows, int64_t cols, int64_t ld_in, float* y,
+               int64_t ld_out) {
+  constexpr int64_t kTile = 16;  // cache-friendly tiles
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile)
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile)
+      for (int64_t r = r0; r < std::min(rows, r0 + kTile); ++r)
+        for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c) y[c * ld_out + r] = x[r * ld_in + c];
+}
+
+}  // namespace internal
+}  // namespace weft::kernels

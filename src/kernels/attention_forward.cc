@@ -1,0 +1,107 @@
+// Flash attention forward: for each query block, stream over its kv blocks
+// with an online softmax, so no Sq x Skv buffer exists. One task per
+// (batch row, query head, query block); tasks write disjoint outputs, so the
+// result does not depend on scheduling.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "attention_internal.h"
+#include "weft/base/thread_pool.h"
+
+namespace weft::kernels {
+
+using internal::Problem;
+
+namespace {
+
+struct ForwardScratch {
+  AlignedBuffer<float> s, o, m, l;
+  AlignedBuffer<uint8_t> keep;
+  AlignedBuffer<float> v;  // one kv block of V, Dv padded
+};
+
+}  // namespace
+
+void FlexAttentionForward(const AttentionDims& dims, const float* q, const float* k,
+                          const float* v, const AttentionOptions& options, float* out,
+                          float* lse) {
+  Problem p(dims, options);
+  p.PackKt(k);
+  const AttentionDims& d = p.d;
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+  // V rows padded to dvp columns: [B, Hkv, Skv, dvp].
+  AlignedBuffer<float> vp(static_cast<size_t>(d.batch * d.kv_heads * d.kv_len * p.dvp));
+  ThreadPool& pool = ThreadPool::Global();
+  pool.ParallelFor(d.batch * d.kv_heads * p.nkb, [&](int64_t task, int) {
+    int64_t kb = task % p.nkb, bh = task / p.nkb;
+    int64_t row0 = bh * d.kv_len + kb * p.bk;
+    internal::CopyPadded(v + row0 * d.value_dim, p.KRows(kb), d.value_dim, d.value_dim,
+                         vp.data() + row0 * p.dvp, p.dvp);
+  });
+
+  std::vector<ForwardScratch> scratch(pool.num_threads());
+  const int64_t heads = d.batch * d.q_heads;
+  // Tasks by descending query block: under a causal mask the last blocks are
+  // the most work, so starting with them balances the threads.
+  pool.ParallelFor(heads * p.nqb, [&](int64_t task, int thread) {
+    const int64_t qb = p.nqb - 1 - task / heads;
+    const int64_t bh = task % heads, b = bh / d.q_heads, h = bh % d.q_heads;
+    const int64_t kvh = h / p.group;
+    const int64_t nq = p.QRows(qb);
+    ForwardScratch& w = scratch[thread];
+    w.s.Resize(p.bq * p.bkp);
+    w.o.Resize(p.bq * p.dvp);
+    w.m.Resize(p.bq);
+    w.l.Resize(p.bq);
+    w.keep.Resize(p.bq * p.bkp);
+    w.o.Zero();
+    for (int64_t i = 0; i < nq; ++i) {
+      w.m[i] = kNegInf;
+      w.l[i] = 0;
+    }
+    const float* qrows = p.QHead(q, b, h) + qb * p.bq * d.head_dim;
+    const float* vhead = vp.data() + (b * d.kv_heads + kvh) * d.kv_len * p.dvp;
+
+    internal::ForEachBlock(p.mask->KvBlocks(b, h, qb), [&](int32_t kb, bool partial) {
+      const int64_t nk = p.KRows(kb);
+      float* s = w.s.data();
+      internal::ScoreTile(p, b, h, qb, kb, partial, qrows, s, nullptr, w.keep.data());
+      // Online softmax: rescale what was accumulated when a row's max grows.
+      for (int64_t i = 0; i < nq; ++i) {
+        float* row = s + i * p.bkp;
+        float m_new = std::max(w.m[i], p.simd.row_max(row, nk));
+        if (m_new == kNegInf) {  // every key so far masked: the row stays empty
+          std::fill(row, row + p.bkp, 0.0f);
+          continue;
+        }
+        float alpha = std::exp(w.m[i] - m_new);  // 0 when the old max was -inf
+        float sum = p.simd.exp_shift_sum(row, p.bkp, m_new);
+        if (alpha != 1.0f) p.simd.scale(w.o.data() + i * p.dvp, p.dvp, alpha);
+        w.l[i] = w.l[i] * alpha + sum;
+        w.m[i] = m_new;
+      }
+      p.simd.gemm(nq, p.dvp, nk, s, p.bkp, vhead + kb * p.bk * p.dvp, p.dvp, w.o.data(), p.dvp,
+                  true);
+    });
+
+    float* out_rows = out + (bh * d.q_len + qb * p.bq) * d.value_dim;
+    float* lse_rows = lse + bh * d.q_len + qb * p.bq;
+    for (int64_t i = 0; i < nq; ++i) {
+      float* dst = out_rows + i * d.value_dim;
+      if (w.l[i] == 0.0f) {  // fully masked row: out 0, lse -inf
+        std::fill(dst, dst + d.value_dim, 0.0f);
+        lse_rows[i] = kNegInf;
+        continue;
+      }
+      float inv = 1.0f / w.l[i];
+      const float* src = w.o.data() + i * p.dvp;
+      for (int64_t c = 0; c < d.value_dim; ++c) dst[c] = src[c] * inv;
+      lse_rows[i] = w.m[i] + std::log(w.l[i]);
+    }
+  });
+}
+
+}  // namespace weft::kernels

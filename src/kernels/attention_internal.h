@@ -1,0 +1,80 @@
+// Shared machinery of the attention forward and backward kernels: one call's
+// sizes, its packed operands, and the scoring of one (q block, kv block) tile.
+// Internal to the kernels module.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "simd/primitives.h"
+#include "weft/base/aligned.h"
+#include "weft/kernels/attention.h"
+
+namespace weft::kernels::internal {
+
+// Operands are packed once per call so that every GEMM sees the layout its
+// micro-kernel wants: column counts padded to simd::kPadN with zeros.
+// Extra memory is O(S * D): never O(Sq * Skv).
+struct Problem {
+  Problem(const AttentionDims& dims, const AttentionOptions& options);
+
+  AttentionDims d;
+  float scale = 1;
+  const ScoreMod* score_mod = nullptr;
+  const BlockMask* mask = nullptr;   // never null: `dense` when no mask was given
+  std::optional<BlockMask> dense;
+  const simd::Primitives& simd;
+  int64_t group = 1;               // query heads per kv head
+  int64_t bq = 0, bk = 0;          // tile sizes (the block mask's block sizes)
+  int64_t bkp = 0;                 // bk padded to kPadN
+  int64_t dp = 0, dvp = 0;         // D and Dv padded to kPadN
+  int64_t nqb = 0, nkb = 0;        // number of query / kv blocks
+
+  // Number of queries / keys in block qb / kb (the last may be short).
+  int64_t QRows(int64_t qb) const;
+  int64_t KRows(int64_t kb) const;
+  const float* QHead(const float* q, int64_t b, int64_t h) const {
+    return q + (b * d.q_heads + h) * d.q_len * d.head_dim;
+  }
+
+  // K^T panels: [B, Hkv, nkb][D][bkp], so Q * panel gives a score tile.
+  AlignedBuffer<float> kt;
+  const float* KtPanel(int64_t b, int64_t kvh, int64_t kb) const {
+    return kt.data() + ((b * d.kv_heads + kvh) * nkb + kb) * d.head_dim * bkp;
+  }
+  void PackKt(const float* k);
+};
+
+// Writes the scores of queries of block qb (rows q[0..nq) with leading dim D)
+// against kv block kb into s (leading dim p.bkp, bkp columns): q.k * scale,
+// then the score mod, then -inf where the mask (if `partial`) or the end of
+// the keys excludes a pair. When grad is not null it receives
+// d(modified score)/d(raw score) (1 without a score mod). keep is scratch of
+// p.bq * p.bkp bytes.
+void ScoreTile(const Problem& p, int64_t b, int64_t h, int64_t qb, int64_t kb, bool partial,
+               const float* q, float* s, float* grad, uint8_t* keep);
+
+// Merges a block list's full and partial blocks into ascending order and
+// calls fn(block, partial) for each.
+template <typename Fn>
+void ForEachBlock(const BlockMask::BlockList& list, Fn&& fn) {
+  int32_t i = 0, j = 0;
+  while (i < list.num_full || j < list.num_partial) {
+    if (j >= list.num_partial || (i < list.num_full && list.full[i] < list.partial[j])) {
+      fn(list.full[i++], false);
+    } else {
+      fn(list.partial[j++], true);
+    }
+  }
+}
+
+// Copies rows x [rows x cols] (leading dim ld_in) into y with leading dim
+// ld_out >= cols, zero-filling columns [cols, ld_out).
+void CopyPadded(const float* x, int64_t rows, int64_t cols, int64_t ld_in, float* y,
+                int64_t ld_out);
+
+// y[c][r] = x[r][c] for a rows x cols tile; y has leading dim ld_out.
+void Transpose(const float* x, int64_t rows, int64_t cols, int64_t ld_in, float* y,
+               int64_t ld_out);
+
+}  // namespace weft::kernels::internal

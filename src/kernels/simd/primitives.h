@@ -1,0 +1,73 @@
+// SIMD primitives the attention kernels are built from, compiled once per
+// instruction set (primitives.cc with different -m flags) and chosen at run
+// time (simd_dispatch.cc). Internal to the kernels module.
+#pragma once
+
+#include <cstdint>
+
+namespace weft::kernels::simd {
+
+// Column counts passed to Gemm must be multiples of this (buffers are padded
+// with zeros up to it). 16 floats is one AVX-512 vector, two AVX2 vectors.
+inline constexpr int64_t kPadN = 16;
+
+inline int64_t PadN(int64_t n) { return (n + kPadN - 1) / kPadN * kPadN; }
+
+struct Primitives {
+  const char* isa = "";  // "avx512", "avx2" or "portable"
+  int lanes = 0;         // floats per vector register
+  int rows = 0;          // rows per register block of the GEMM micro-kernel
+
+  // C[M x N] = (accumulate ? C : 0) + A[M x K] * B[K x N], all row-major with
+  // leading dimensions lda, ldb, ldc. N must be a multiple of kPadN.
+  void (*gemm)(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+               int64_t ldb, float* C, int64_t ldc, bool accumulate) = nullptr;
+
+  // max(x[0..n)); -inf when n == 0.
+  float (*row_max)(const float* x, int64_t n) = nullptr;
+
+  // x[i] = exp(x[i] - shift) for i < n (exp(-inf) is exactly 0); returns the sum.
+  float (*exp_shift_sum)(float* x, int64_t n, float shift) = nullptr;
+
+  // x[i] *= s for i < n.
+  void (*scale)(float* x, int64_t n, float s) = nullptr;
+
+  // sum_i x[i] * y[i].
+  float (*dot)(const float* x, const float* y, int64_t n) = nullptr;
+
+  // ds[i] = p[i] * (dp[i] - delta) * s for i < n (the softmax backward).
+  void (*softmax_grad)(const float* p, const float* dp, float delta, float s, float* ds,
+                       int64_t n) = nullptr;
+
+  // Runs `iterations` rounds of independent multiply-adds that stay in
+  // registers (the machine's float32 FMA peak); returns the flops done.
+  // sink receives a value so the work cannot be optimized away.
+  int64_t (*fma_peak_loop)(int64_t iterations, float* sink) = nullptr;
+};
+
+// The primitives for this machine: the widest instruction set the CPU and OS
+// support, or the one WEFT_ISA names (avx512, avx2, portable). Chosen once.
+const Primitives& GetPrimitives();
+
+// While alive, kernels started from this thread use `isa` (tests and
+// benchmarks run every path this way). Nest-safe: restores the previous
+// choice. Throws weft::Error when this CPU lacks `isa`.
+class ScopedIsa {
+ public:
+  explicit ScopedIsa(const char* isa);
+  ~ScopedIsa();
+  ScopedIsa(const ScopedIsa&) = delete;
+  ScopedIsa& operator=(const ScopedIsa&) = delete;
+
+ private:
+  const Primitives* previous_;
+};
+
+// The primitives for one instruction set, or null when this CPU lacks it or
+// the name is unknown. For tests and benchmarks that run every path.
+const Primitives* PrimitivesFor(const char* isa);
+
+// Instruction sets this machine can run, widest first.
+const char* const* AvailableIsas(int* count);
+
+}  // namespace weft::kernels::simd
