@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
+#include <initializer_list>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -64,7 +66,8 @@ struct ModExpr::Impl {
 
 namespace {
 
-constexpr int32_t kMaxDepth = 256;
+constexpr int32_t kMaxDepth = 256;    // of the tree (evaluation recursion)
+constexpr int32_t kMaxNesting = 100;  // of parentheses and unary operators (parser recursion)
 const char* const kFunctions[] = {"min", "max", "abs", "tanh", "exp", "log", "sqrt", "sigmoid"};
 
 bool IsIdentStart(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
@@ -340,7 +343,9 @@ class Parser {
   }
 
   int32_t Unary() {
-    if (++nesting_ > kMaxDepth) Error(Peek().column, "expression nested more than {} levels", kMaxDepth);
+    if (++nesting_ > kMaxNesting) {
+      Error(Peek().column, "expression nested more than {} levels", kMaxNesting);
+    }
     int32_t result;
     const int32_t column = Peek().column;
     if (Accept("-") || Accept("+")) {
@@ -563,7 +568,7 @@ class Arena {
     }
     if (current_ == chunks_.size()) {
       const size_t size = std::max(bytes, chunks_.empty() ? first_ : chunks_.back().size * 2);
-      chunks_.push_back({std::make_unique<std::byte[]>(size), size});
+      chunks_.push_back({std::unique_ptr<std::byte[]>(new std::byte[size]), size});  // not zeroed
     }
     std::byte* p = chunks_[current_].data.get() + used_;
     used_ += bytes;
@@ -611,7 +616,7 @@ class Evaluator {
   Evaluator(const ModExpr::Impl& p, int64_t b, int64_t h, int64_t q0, int64_t nq, int64_t k0,
             int64_t nk, bool want_grad)
       : p_(p), b_(b), h_(h), q0_(q0), k0_(k0), nq_(nq), nk_(nk), want_grad_(want_grad),
-        arena_(static_cast<size_t>(nq * nk) * 8 * 4) {}
+        arena_(static_cast<size_t>(nq * nk) * 16) {}
 
   const float* score = nullptr;  // the raw scores, nq x nk contiguous
 
