@@ -254,15 +254,20 @@ py::tuple Backward(py::object q_obj, py::object k_obj, py::object v_obj, py::obj
   return py::make_tuple(dq, dk, dv);
 }
 
+// An integer argument: Python or numpy ints (anything with __index__), not bools.
+bool IsInteger(py::handle obj) {
+  return PyIndex_Check(obj.ptr()) && !py::isinstance<py::bool_>(obj) &&
+         !(py::isinstance<py::array>(obj) && py::reinterpret_borrow<py::array>(obj).ndim() > 0);
+}
+
 // BLOCK_SIZE: None, an int, or a (q_block, kv_block) pair.
 std::pair<int64_t, int64_t> BlockSizeArg(py::handle obj) {
   if (obj.is_none()) return {kernels::kDefaultBlockSize, kernels::kDefaultBlockSize};
   int64_t q_block = 0, kv_block = 0;
-  if (py::isinstance<py::int_>(obj) && !py::isinstance<py::bool_>(obj)) {
+  if (IsInteger(obj)) {
     q_block = kv_block = obj.cast<int64_t>();
   } else if ((py::isinstance<py::tuple>(obj) || py::isinstance<py::list>(obj)) &&
-             py::len(obj) == 2 && py::isinstance<py::int_>(obj[py::int_(0)]) &&
-             py::isinstance<py::int_>(obj[py::int_(1)])) {
+             py::len(obj) == 2 && IsInteger(obj[py::int_(0)]) && IsInteger(obj[py::int_(1)])) {
     q_block = obj[py::int_(0)].cast<int64_t>();
     kv_block = obj[py::int_(1)].cast<int64_t>();
   } else {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,6 +63,18 @@ std::map<std::string, ValueTensor> ValueTensors(const py::kwargs& kwargs) {
     tensors.emplace(name, ToValueTensor(value, "score_expr tensor '" + name + "'"));
   }
   return tensors;
+}
+
+// The one positional argument of mask_expr / score_expr. Taken from *args so
+// that a tensor may be passed by any keyword name, "text" included.
+std::string ExprText(const py::args& args, const char* function) {
+  if (args.size() != 1 || !py::isinstance<py::str>(args[0])) {
+    throw py::value_error(fmt::format(
+        "{}() takes the expression text as its one positional argument and the tensors as "
+        "keywords, e.g. weft.{}('seg[b, q_idx] == seg[b, kv_idx]', seg=ids)",
+        function, function));
+  }
+  return args[0].cast<std::string>();
 }
 
 PyMaskMod Wrap(kernels::MaskModPtr mod) { return PyMaskMod{std::move(mod)}; }
@@ -200,11 +213,10 @@ void RegisterMods(py::module_& m) {
       "The disjunction of one or more masks: attend where any mask allows.");
   m.def(
       "mask_expr",
-      [](const std::string& text, py::kwargs tensors) {
-        return Wrap(kernels::MaskExpr(text, IndexTensors(tensors)));
+      [](py::args args, py::kwargs tensors) {
+        return Wrap(kernels::MaskExpr(ExprText(args, "mask_expr"), IndexTensors(tensors)));
       },
-      py::arg("text"),
-      "A mask written as an expression over b, h, q_idx, kv_idx and named integer tensors "
+      "mask_expr(text, **tensors)\n\nA mask written as an expression over b, h, q_idx, kv_idx and named integer tensors "
       "passed as keywords, e.g. mask_expr('q_idx >= kv_idx && seg[b, q_idx] == seg[b, "
       "kv_idx]', seg=segment_ids).");
 
@@ -218,16 +230,28 @@ void RegisterMods(py::module_& m) {
       py::arg("slopes"), "score + slopes[h] * (kv_idx - q_idx); one slope per query head.");
   m.def(
       "relative_bias",
-      [](py::object table) { return Wrap(kernels::RelativeBias(ToValueVector(table, "table"))); },
-      py::arg("table"),
-      "score + table[q_idx - kv_idx + KV_LEN - 1]; the table has Q_LEN + KV_LEN - 1 entries.");
+      [](py::object table, std::optional<int64_t> kv_len) {
+        std::vector<float> values = ToValueVector(table, "table");
+        if (kv_len) return Wrap(kernels::RelativeBias(std::move(values), *kv_len));
+        if (values.size() % 2 == 0) {
+          throw py::value_error(fmt::format(
+              "relative_bias: a table of {} entries cannot serve Q_LEN == KV_LEN (that needs "
+              "2 * S - 1 entries); when Q_LEN != KV_LEN pass kv_len: "
+              "weft.relative_bias(table, kv_len=KV_LEN)",
+              values.size()));
+        }
+        return Wrap(kernels::RelativeBias(std::move(values)));
+      },
+      py::arg("table"), py::arg("kv_len") = py::none(),
+      "score + table[q_idx - kv_idx + KV_LEN - 1]; the table has Q_LEN + KV_LEN - 1 entries. "
+      "kv_len defaults to (len(table) + 1) / 2, i.e. Q_LEN == KV_LEN; pass it when they "
+      "differ.");
   m.def(
       "score_expr",
-      [](const std::string& text, py::kwargs tensors) {
-        return Wrap(kernels::ScoreExpr(text, ValueTensors(tensors)));
+      [](py::args args, py::kwargs tensors) {
+        return Wrap(kernels::ScoreExpr(ExprText(args, "score_expr"), ValueTensors(tensors)));
       },
-      py::arg("text"),
-      "A score mod written as an expression over score, b, h, q_idx, kv_idx and named float "
+      "score_expr(text, **tensors)\n\nA score mod written as an expression over score, b, h, q_idx, kv_idx and named float "
       "tensors passed as keywords, e.g. score_expr('score + bias[h, q_idx - kv_idx + 127]', "
       "bias=table).");
 }

@@ -190,7 +190,7 @@ def mask_cases():
         return mask, ref_and(ref_document(q_ids, kv_ids), ref_causal())
 
     def prefix_lm(B, Sq, Skv, rng):
-        lengths = rng.integers(1, Skv, size=B)
+        lengths = rng.integers(0, Skv + 1, size=B)
         return weft.prefix_lm_mask(lengths), ref_prefix_lm(lengths)
 
     def expr_with_tensor(B, Sq, Skv, rng):

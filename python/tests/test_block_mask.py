@@ -50,6 +50,10 @@ def test_shape_block_size_and_broadcast():
     square = weft.create_block_mask(weft.causal_mask(), 1, 1, 100, 100, BLOCK_SIZE=20)
     assert square.BLOCK_SIZE == (20, 20)
     assert square.to_dense().shape == (1, 1, 5, 5)
+    numpy_ints = weft.create_block_mask(weft.causal_mask(), np.int64(1), 1, 100, 100, BLOCK_SIZE=np.int64(20))
+    assert numpy_ints.BLOCK_SIZE == (20, 20)
+    numpy_pair = weft.create_block_mask(weft.causal_mask(), 1, 1, 100, 100, BLOCK_SIZE=[np.int32(16), 32])
+    assert numpy_pair.BLOCK_SIZE == (16, 32)
 
 
 def test_causal_kinds_by_hand():
@@ -105,6 +109,9 @@ def test_masks_print_and_round_trip_through_text():
         weft.chunked_causal_mask(8),
         weft.and_masks(weft.causal_mask(), weft.document_mask(q_ids, kv_ids)),
         weft.or_masks(weft.sliding_window_mask(1, 1), weft.causal_mask(-10)),
+        # Two masks with tensors of the same name: the combination renames them.
+        weft.and_masks(weft.document_mask(q_ids, kv_ids), weft.document_mask(q_ids % 2, kv_ids % 2)),
+        weft.prefix_lm_mask([4, 9]) | weft.prefix_lm_mask([30, 2]),
     ]
     for mask in masks:
         text = repr(mask)
@@ -129,7 +136,7 @@ def test_score_mods_print_and_round_trip_through_text():
     mods = [
         weft.softcap(3.0),
         weft.alibi([0.5, 0.25]),
-        weft.relative_bias(table),
+        weft.relative_bias(table, kv_len=Skv),
         weft.score_expr("score * 0.5 + bias[h]", bias=np.array([1.0, -1.0])),
     ]
     q = rng.standard_normal((1, H, Sq, 4)).astype(np.float32)
@@ -154,3 +161,10 @@ def test_integer_tensor_dtypes_are_accepted():
     assert dense[0, 0, 1, 2] and not dense[0, 0, 0, 1]
     dense = weft.create_mask(weft.prefix_lm_mask(np.array([2], dtype=np.int32)), 1, 1, 4, 4)
     np.testing.assert_array_equal(dense[0, 0], dense_mask(ref_causal(), 1, 1, 4, 4)[0, 0] | (np.arange(4) < 2))
+
+
+def test_expression_tensors_may_be_called_text():
+    # The expression text is positional-only, so any tensor name works.
+    mask = weft.mask_expr("text[q_idx] == text[kv_idx]", text=np.array([0, 0, 1]))
+    assert mask(0, 0, 0, 1) and not mask(0, 0, 1, 2)
+    weft.score_expr("score + text[h]", text=np.array([1.0]))

@@ -213,8 +213,8 @@ def test_mask_expr_syntax_error_reports_the_column():
 
 
 def test_mask_expr_type_and_name_errors():
-    with raises("column"):
-        weft.mask_expr("q_idx + kv_idx")  # not boolean
+    with raises("mask must be boolean"):
+        weft.mask_expr("q_idx + kv_idx")
     with raises("unknown|column"):
         weft.mask_expr("seg[b, q_idx] == 0")  # no tensor named seg
     with raises("column"):
@@ -234,8 +234,8 @@ def test_mask_expr_index_out_of_range():
 def test_score_expr_errors():
     with raises("column"):
         weft.score_expr("score * (2 + ")
-    with raises("column"):
-        weft.score_expr("score > 0")  # boolean, not a number
+    with raises("must be a number.*boolean"):
+        weft.score_expr("score > 0")
     with raises(r"score_expr tensor 'bias' has dtype <U1; pass real numbers"):
         weft.score_expr("score + bias[h]", bias=np.array(["a"]))
 
@@ -244,7 +244,11 @@ def test_score_mods_that_do_not_fit_the_attention(qkv):
     with raises("slopes"):
         weft.flex_attention(*qkv, score_mod=weft.alibi([0.5, 0.25]))  # 4 heads, 2 slopes
     with raises("table"):
-        weft.flex_attention(*qkv, score_mod=weft.relative_bias(np.zeros(12 + 20)))  # needs 31
+        weft.flex_attention(*qkv, score_mod=weft.relative_bias(np.zeros(12 + 20), kv_len=20))  # needs 31
+    with raises("kv_len"):
+        weft.flex_attention(*qkv, score_mod=weft.relative_bias(np.zeros(31), kv_len=19))
+    with raises(r"relative_bias: a table of 30 entries.*weft\.relative_bias\(table, kv_len=KV_LEN\)"):
+        weft.relative_bias(np.zeros(30))
     with raises(r"slopes must be a 1-D list or array"):
         weft.alibi(np.zeros((2, 2)))
 
@@ -273,3 +277,17 @@ def test_backward_shapes(qkv):
         weft.flex_attention_backward(q, k, v, out, lse, dout, dlse=lse[:1].copy())
     with raises(r"q has 4 heads but k/v have 2; pass enable_gqa=True"):
         weft.flex_attention_backward(q, k[:, :2].copy(), v[:, :2].copy(), out, lse, dout)
+
+
+def test_errors_raised_inside_the_kernels_become_value_errors():
+    q, k, v = random_qkv(302, B=1, Hq=2, Hkv=2, Sq=20, Skv=20, D=8)
+    score_mod = weft.score_expr("score + q_idx / (kv_idx - 7)")
+    with raises(r"division by zero.*kv_idx=7"):
+        weft.flex_attention(q, k, v, score_mod=score_mod)
+    out, lse = weft.flex_attention(q, k, v, return_lse=True)
+    with raises(r"division by zero"):
+        weft.flex_attention_backward(q, k, v, out, lse, np.ones_like(out), score_mod=score_mod)
+    with raises(r"index \[20\] is out of range for tensor 't'"):
+        weft.flex_attention(q, k, v, score_mod=weft.score_expr("score + t[q_idx + 1]", t=np.zeros(20)))
+    # The module still works afterwards.
+    np.testing.assert_array_equal(weft.flex_attention(q, k, v), out)

@@ -5,64 +5,17 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
-#include <initializer_list>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <vector>
 
+#include "mod_expr_program.h"
 #include "weft/base/error.h"
 
 namespace weft::kernels {
-namespace mod_expr_internal {
-
-enum class Type : uint8_t { kBool, kInt, kFloat };
-
-// Which tile axes a node's values vary along; the buffer holds
-// (kRow ? nq : 1) x (kCol ? nk : 1) values.
-constexpr uint8_t kRow = 1, kCol = 2, kFull = kRow | kCol;
-
-enum class Op : uint8_t {
-  kBoolLit, kIntLit, kFloatLit, kB, kH, kQ, kKv, kScore, kGather,
-  kToFloat, kNeg, kNot, kAbs, kTanh, kExp, kLog, kSqrt, kSigmoid,
-  kAdd, kSub, kMul, kDiv, kMod, kMin, kMax,
-  kEq, kNe, kLt, kLe, kGt, kGe, kAnd, kOr, kSelect,
-};
-
-struct Node {
-  Op op;
-  Type type;
-  uint8_t shape = 0;
-  bool uses_score = false;  // a float that depends on score: carries a derivative
-  bool may_fail = false;    // contains a tensor index or an integer division by a variable
-  int32_t depth = 1;
-  int32_t column = 0;
-  std::vector<int32_t> args;  // operands; for kGather the indices
-  int64_t int_value = 0;      // kBoolLit, kIntLit
-  float float_value = 0;      // kFloatLit
-  int32_t tensor = -1;        // kGather: index into Impl::tensors
-};
-
-struct TensorInfo {
-  std::string name;
-  std::vector<int64_t> shape, strides;
-  const int64_t* ints = nullptr;  // one of the two is set
-  const float* floats = nullptr;
-};
-
-}  // namespace mod_expr_internal
 
 using namespace mod_expr_internal;
-
-struct ModExpr::Impl {
-  Kind kind = Kind::kMask;
-  std::string text;
-  std::string what;  // "mask_expr" or "score_expr", the prefix of messages
-  std::map<std::string, IndexTensor> index_tensors;
-  std::map<std::string, ValueTensor> value_tensors;
-  std::vector<TensorInfo> tensors;  // points into the maps above
-  std::vector<Node> nodes;
-  int32_t root = -1;
-};
 
 namespace {
 
@@ -202,12 +155,18 @@ class Parser {
   }
 
  private:
+  // "what: problem at column N in 'text'; hint", where the message is
+  // "problem; hint" or just "problem".
   template <typename... Args>
   [[noreturn]] void Error(int32_t column, fmt::format_string<Args...> format, Args&&... args) {
+    std::string problem = fmt::format(format, std::forward<Args>(args)...), hint;
+    if (const size_t semi = problem.find("; "); semi != std::string::npos) {
+      hint = problem.substr(semi);
+      problem.resize(semi);
+    }
     const std::string where =
         column > static_cast<int32_t>(p_.text.size()) ? " (end of input)" : "";
-    Fail("{}: {} at column {}{} in '{}'", p_.what,
-         fmt::format(format, std::forward<Args>(args)...), column, where, p_.text);
+    Fail("{}: {} at column {}{} in '{}'{}", p_.what, problem, column, where, p_.text, hint);
   }
 
   const Token& Peek() const { return tokens_[pos_]; }
@@ -237,19 +196,15 @@ class Parser {
     return static_cast<int32_t>(p_.nodes.size() - 1);
   }
   int32_t Leaf(Op op, Type type, uint8_t shape, int32_t column) {
-    Node n{op, type};
+    Node n(op, type, column);
     n.shape = shape;
-    n.column = column;
     n.uses_score = op == Op::kScore;
     return Add(std::move(n));
   }
   Type TypeOf(int32_t n) const { return p_.nodes[n].type; }
   int32_t ToFloat(int32_t a) {
     if (TypeOf(a) == Type::kFloat) return a;
-    Node n{Op::kToFloat, Type::kFloat};
-    n.column = p_.nodes[a].column;
-    n.args = {a};
-    return Add(std::move(n));
+    return Add(Node(Op::kToFloat, Type::kFloat, p_.nodes[a].column, {a}));
   }
   void RequireNumber(int32_t a, const std::string& op, const char* side, int32_t column) {
     if (TypeOf(a) == Type::kBool) {
@@ -259,13 +214,15 @@ class Parser {
 
   // Binary operators and the two-argument functions; checks types, promotes.
   int32_t Binary(Op op, const std::string& name, int32_t a, int32_t b, int32_t column) {
-    Node n{op, Type::kBool};
-    n.column = column;
+    Node n(op, Type::kBool, column);
     const bool logical = op == Op::kAnd || op == Op::kOr;
     const bool equality = op == Op::kEq || op == Op::kNe;
     if (logical) {
-      if (TypeOf(a) != Type::kBool) Error(column, "'{}' needs booleans, but its left operand is {}", name, TypeName(TypeOf(a)));
-      if (TypeOf(b) != Type::kBool) Error(column, "'{}' needs booleans, but its right operand is {}", name, TypeName(TypeOf(b)));
+      if (TypeOf(a) != Type::kBool)
+        Error(column, "'{}' needs booleans, but its left operand is {}", name, TypeName(TypeOf(a)));
+      if (TypeOf(b) != Type::kBool)
+        Error(column, "'{}' needs booleans, but its right operand is {}", name,
+              TypeName(TypeOf(b)));
     } else if (equality && (TypeOf(a) == Type::kBool || TypeOf(b) == Type::kBool)) {
       if (TypeOf(a) != TypeOf(b)) {
         Error(column, "'{}' compares a boolean with a number", name);
@@ -301,17 +258,15 @@ class Parser {
     Expect(":", " in 'condition ? a : b'");
     int32_t b = Ternary();
     if ((TypeOf(a) == Type::kBool) != (TypeOf(b) == Type::kBool)) {
-      Error(column, "the branches of '?:' must both be boolean or both numbers, but they are {} and {}",
+      Error(column,
+            "the branches of '?:' must both be boolean or both numbers, but they are {} and {}",
             TypeName(TypeOf(a)), TypeName(TypeOf(b)));
     }
     if (TypeOf(a) != TypeOf(b)) {
       a = ToFloat(a);
       b = ToFloat(b);
     }
-    Node n{Op::kSelect, TypeOf(a)};
-    n.column = column;
-    n.args = {cond, a, b};
-    return Add(std::move(n));
+    return Add(Node(Op::kSelect, TypeOf(a), column, {cond, a, b}));
   }
 
   // One level of left-associative binary operators.
@@ -337,7 +292,9 @@ class Parser {
     return LeftAssoc({{"<", Op::kLt}, {"<=", Op::kLe}, {">", Op::kGt}, {">=", Op::kGe}},
                      &Parser::Additive);
   }
-  int32_t Additive() { return LeftAssoc({{"+", Op::kAdd}, {"-", Op::kSub}}, &Parser::Multiplicative); }
+  int32_t Additive() {
+    return LeftAssoc({{"+", Op::kAdd}, {"-", Op::kSub}}, &Parser::Multiplicative);
+  }
   int32_t Multiplicative() {
     return LeftAssoc({{"*", Op::kMul}, {"/", Op::kDiv}, {"%", Op::kMod}}, &Parser::Unary);
   }
@@ -353,19 +310,12 @@ class Parser {
       const int32_t a = Unary();
       RequireNumber(a, negate ? "-" : "+", "operand", column);
       result = a;
-      if (negate) {
-        Node n{Op::kNeg, TypeOf(a)};
-        n.column = column;
-        n.args = {a};
-        result = Add(std::move(n));
-      }
+      if (negate) result = Add(Node(Op::kNeg, TypeOf(a), column, {a}));
     } else if (Accept("!")) {
       const int32_t a = Unary();
-      if (TypeOf(a) != Type::kBool) Error(column, "'!' needs a boolean, but its operand is {}", TypeName(TypeOf(a)));
-      Node n{Op::kNot, Type::kBool};
-      n.column = column;
-      n.args = {a};
-      result = Add(std::move(n));
+      if (TypeOf(a) != Type::kBool)
+        Error(column, "'!' needs a boolean, but its operand is {}", TypeName(TypeOf(a)));
+      result = Add(Node(Op::kNot, Type::kBool, column, {a}));
     } else {
       result = Primary();
     }
@@ -398,14 +348,12 @@ class Parser {
     ++pos_;
     switch (t.kind) {
       case Tok::kInt: {
-        Node n{Op::kIntLit, Type::kInt};
-        n.column = t.column;
+        Node n(Op::kIntLit, Type::kInt, t.column);
         n.int_value = t.int_value;
         return Add(std::move(n));
       }
       case Tok::kFloat: {
-        Node n{Op::kFloatLit, Type::kFloat};
-        n.column = t.column;
+        Node n(Op::kFloatLit, Type::kFloat, t.column);
         n.float_value = t.float_value;
         return Add(std::move(n));
       }
@@ -429,10 +377,12 @@ class Parser {
     if (Accept("(")) return Call(t);
     if (Accept("[")) {
       if (tensor == p_.tensors.end()) {
-        if (IsReservedName(name)) Error(t.column, "'{}' is not a tensor and cannot be indexed", name);
+        if (IsReservedName(name))
+          Error(t.column, "'{}' is not a tensor and cannot be indexed", name);
         Error(t.column, "unknown tensor '{}'; known names: {}", name, KnownNames());
       }
-      const std::vector<int32_t> indices = Arguments("]", fmt::format(" after the indices of '{}'", name));
+      const std::vector<int32_t> indices =
+          Arguments("]", fmt::format(" after the indices of '{}'", name));
       const int64_t rank = static_cast<int64_t>(tensor->shape.size());
       if (static_cast<int64_t>(indices.size()) != rank) {
         Error(t.column, "tensor '{}' has shape {} and needs {} indices, but {} were given", name,
@@ -440,20 +390,18 @@ class Parser {
       }
       for (size_t k = 0; k < indices.size(); ++k) {
         if (TypeOf(indices[k]) != Type::kInt) {
-          Error(p_.nodes[indices[k]].column, "index {} of tensor '{}' must be an integer, but it is {}",
-                k, name, TypeName(TypeOf(indices[k])));
+          Error(p_.nodes[indices[k]].column,
+                "index {} of tensor '{}' must be an integer, but it is {}", k, name,
+                TypeName(TypeOf(indices[k])));
         }
       }
-      Node n{Op::kGather, tensor->floats ? Type::kFloat : Type::kInt};
-      n.column = t.column;
-      n.args = indices;
+      Node n(Op::kGather, tensor->floats ? Type::kFloat : Type::kInt, t.column, indices);
       n.tensor = static_cast<int32_t>(tensor - p_.tensors.begin());
       n.may_fail = true;
       return Add(std::move(n));
     }
     if (name == "true" || name == "false") {
-      Node n{Op::kBoolLit, Type::kBool};
-      n.column = t.column;
+      Node n(Op::kBoolLit, Type::kBool, t.column);
       n.int_value = name == "true";
       return Add(std::move(n));
     }
@@ -463,7 +411,8 @@ class Parser {
     if (name == "kv_idx") return Leaf(Op::kKv, Type::kInt, kCol, t.column);
     if (name == "score") {
       if (p_.kind == ModExpr::Kind::kScore) return Leaf(Op::kScore, Type::kFloat, kFull, t.column);
-      Error(t.column, "'score' is only defined in score expressions; known names: {}", KnownNames());
+      Error(t.column, "'score' is only defined in score expressions; known names: {}",
+            KnownNames());
     }
     if (tensor != p_.tensors.end()) {
       Error(t.column, "tensor '{}' must be indexed, e.g. {}[{}]", name, name,
@@ -482,14 +431,16 @@ class Parser {
     }
     std::vector<int32_t> args = Arguments(")", fmt::format(" after the arguments of '{}'", name));
     if (name == "min" || name == "max") {
-      if (args.size() < 2) Error(t.column, "'{}' needs at least 2 arguments, but {} were given", name, args.size());
+      if (args.size() < 2)
+        Error(t.column, "'{}' needs at least 2 arguments, but {} were given", name, args.size());
       int32_t result = args[0];
       for (size_t k = 1; k < args.size(); ++k) {
         result = Binary(name == "min" ? Op::kMin : Op::kMax, name, result, args[k], t.column);
       }
       return result;
     }
-    if (args.size() != 1) Error(t.column, "'{}' needs 1 argument, but {} were given", name, args.size());
+    if (args.size() != 1)
+      Error(t.column, "'{}' needs 1 argument, but {} were given", name, args.size());
     RequireNumber(args[0], name, "argument", t.column);
     Op op = Op::kAbs;
     if (name == "tanh") op = Op::kTanh;
@@ -498,10 +449,7 @@ class Parser {
     if (name == "sqrt") op = Op::kSqrt;
     if (name == "sigmoid") op = Op::kSigmoid;
     const int32_t a = op == Op::kAbs ? args[0] : ToFloat(args[0]);
-    Node n{op, TypeOf(a)};
-    n.column = t.column;
-    n.args = {a};
-    return Add(std::move(n));
+    return Add(Node(op, TypeOf(a), t.column, {a}));
   }
 
   ModExpr::Impl& p_;
@@ -544,429 +492,6 @@ void AddTensors(ModExpr::Impl& p, const std::map<std::string, ModTensor<T>>& ten
   }
 }
 
-// ---------------------------------------------------------------- evaluation
-
-// Bump allocator for one evaluation; chunks are never moved, so pointers
-// stay valid until released.
-class Arena {
- public:
-  explicit Arena(size_t first_chunk) : first_(std::max<size_t>(first_chunk, 4096)) {}
-  struct Mark {
-    size_t chunk, used;
-  };
-  Mark mark() const { return {current_, used_}; }
-  void Release(Mark m) {
-    current_ = m.chunk;
-    used_ = m.used;
-  }
-  template <typename T>
-  T* Alloc(int64_t count) {
-    const size_t bytes = (static_cast<size_t>(count) * sizeof(T) + 63) & ~size_t{63};
-    while (current_ < chunks_.size() && used_ + bytes > chunks_[current_].size) {
-      ++current_;
-      used_ = 0;
-    }
-    if (current_ == chunks_.size()) {
-      const size_t size = std::max(bytes, chunks_.empty() ? first_ : chunks_.back().size * 2);
-      chunks_.push_back({std::unique_ptr<std::byte[]>(new std::byte[size]), size});  // not zeroed
-    }
-    std::byte* p = chunks_[current_].data.get() + used_;
-    used_ += bytes;
-    return reinterpret_cast<T*>(p);
-  }
-
- private:
-  struct Chunk {
-    std::unique_ptr<std::byte[]> data;
-    size_t size;
-  };
-  size_t first_;
-  std::vector<Chunk> chunks_;
-  size_t current_ = 0, used_ = 0;
-};
-
-struct Val {
-  void* v = nullptr;
-  float* d = nullptr;  // d(value)/d(score); null means 0
-  uint8_t shape = 0;
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(v);
-  }
-};
-
-int64_t Wrap(uint64_t x) { return static_cast<int64_t>(x); }
-int64_t FloorDiv(int64_t a, int64_t b) {
-  if (b == -1) return Wrap(0 - static_cast<uint64_t>(a));
-  const int64_t q = a / b;
-  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-int64_t FloorMod(int64_t a, int64_t b) {
-  if (b == -1) return 0;
-  const int64_t r = a % b;
-  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
-float FloatMod(float a, float b) {
-  const float r = std::fmod(a, b);
-  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
-
-class Evaluator {
- public:
-  Evaluator(const ModExpr::Impl& p, int64_t b, int64_t h, int64_t q0, int64_t nq, int64_t k0,
-            int64_t nk, bool want_grad)
-      : p_(p), b_(b), h_(h), q0_(q0), k0_(k0), nq_(nq), nk_(nk), want_grad_(want_grad),
-        arena_(static_cast<size_t>(nq * nk) * 16) {}
-
-  const float* score = nullptr;  // the raw scores, nq x nk contiguous
-
-  int64_t Rows(uint8_t s) const { return s & kRow ? nq_ : 1; }
-  int64_t Cols(uint8_t s) const { return s & kCol ? nk_ : 1; }
-  int64_t Size(uint8_t s) const { return Rows(s) * Cols(s); }
-  // Offset of element (i, j) of the tile in a buffer of shape s.
-  int64_t At(uint8_t s, int64_t i, int64_t j) const {
-    return (s & kRow ? i * Cols(s) : 0) + (s & kCol ? j : 0);
-  }
-
-  Val Eval(int32_t index, const Val* active) {
-    const Node& n = p_.nodes[index];
-    Val out;
-    out.shape = n.shape;
-    const int64_t size = Size(n.shape);
-    if (n.type == Type::kBool) out.v = arena_.Alloc<uint8_t>(size);
-    if (n.type == Type::kInt) out.v = arena_.Alloc<int64_t>(size);
-    if (n.type == Type::kFloat) out.v = arena_.Alloc<float>(size);
-    if (want_grad_ && n.uses_score) out.d = arena_.Alloc<float>(size);
-    const Arena::Mark mark = arena_.mark();
-    Compute(n, active, out);
-    arena_.Release(mark);
-    return out;
-  }
-
-  Arena& arena() { return arena_; }
-
-  // out(i, j) = f(a(i, j), b(i, j)) with broadcasting; the inner loop is
-  // specialised so that it vectorizes.
-  template <typename R, typename A, typename B, typename F>
-  void Map2(const Val& out, const Val& a, const Val& b, F f) {
-    const int64_t rows = Rows(out.shape), cols = Cols(out.shape);
-    const int64_t ars = a.shape & kRow ? Cols(a.shape) : 0;
-    const int64_t brs = b.shape & kRow ? Cols(b.shape) : 0;
-    const bool ac = a.shape & kCol, bc = b.shape & kCol;
-    for (int64_t i = 0; i < rows; ++i) {
-      const A* pa = a.as<A>() + i * ars;
-      const B* pb = b.as<B>() + i * brs;
-      R* po = out.as<R>() + i * cols;
-      if (ac && bc) {
-        for (int64_t j = 0; j < cols; ++j) po[j] = f(pa[j], pb[j]);
-      } else if (ac) {
-        const B y = pb[0];
-        for (int64_t j = 0; j < cols; ++j) po[j] = f(pa[j], y);
-      } else if (bc) {
-        const A x = pa[0];
-        for (int64_t j = 0; j < cols; ++j) po[j] = f(x, pb[j]);
-      } else {
-        po[0] = f(pa[0], pb[0]);
-      }
-    }
-  }
-  template <typename R, typename A, typename F>
-  void Map1(const Val& out, const Val& a, F f) {
-    const int64_t size = Size(out.shape);
-    const A* pa = a.as<A>();
-    R* po = out.as<R>();
-    for (int64_t k = 0; k < size; ++k) po[k] = f(pa[k]);
-  }
-
-  // A full-tile copy of a float value (itself when already full).
-  const float* FullF(const Val& a) {
-    if (a.shape == kFull) return a.as<float>();
-    float* f = arena_.Alloc<float>(nq_ * nk_);
-    for (int64_t i = 0; i < nq_; ++i) {
-      for (int64_t j = 0; j < nk_; ++j) f[i * nk_ + j] = a.as<float>()[At(a.shape, i, j)];
-    }
-    return f;
-  }
-
-  // active && cond (or && !cond): the elements where a guarded operand is used.
-  Val Guard(const Val* active, const Val& cond, bool negate) {
-    Val g;
-    g.shape = cond.shape | (active ? active->shape : 0);
-    g.v = arena_.Alloc<uint8_t>(Size(g.shape));
-    const uint8_t flip = negate ? 1 : 0;
-    if (active) {
-      Map2<uint8_t, uint8_t, uint8_t>(g, *active, cond,
-                                      [=](uint8_t a, uint8_t c) -> uint8_t { return a & (c ^ flip); });
-    } else {
-      Map1<uint8_t, uint8_t>(g, cond, [=](uint8_t c) -> uint8_t { return c ^ flip; });
-    }
-    return g;
-  }
-
-  // Which elements of a buffer of shape s are used, given the active mask
-  // (an element is used when any active tile element maps to it).
-  const uint8_t* Needed(const Val* active, uint8_t s) {
-    if (active == nullptr) return nullptr;
-    uint8_t* need = arena_.Alloc<uint8_t>(Size(s));
-    std::fill_n(need, Size(s), uint8_t{0});
-    const uint8_t u = s | active->shape;
-    for (int64_t i = 0; i < Rows(u); ++i) {
-      for (int64_t j = 0; j < Cols(u); ++j) need[At(s, i, j)] |= active->as<uint8_t>()[At(active->shape, i, j)];
-    }
-    return need;
-  }
-
-  [[noreturn]] void FailAt(const Node& n, uint8_t s, int64_t i, int64_t j, const std::string& what) {
-    std::string at = fmt::format("b={}, h={}", b_, h_);
-    if (s & kRow) at += fmt::format(", q_idx={}", q0_ + i);
-    if (s & kCol) at += fmt::format(", kv_idx={}", k0_ + j);
-    Fail("{}: {} (at column {} in '{}', evaluated at {})", p_.what, what, n.column, p_.text, at);
-  }
-
-  void Gather(const Node& n, const Val* active, const Val& out) {
-    const TensorInfo& t = p_.tensors[n.tensor];
-    std::vector<Val> idx;
-    for (int32_t a : n.args) idx.push_back(Eval(a, active));
-    const uint8_t* need = Needed(active, n.shape);
-    const int64_t rank = static_cast<int64_t>(idx.size());
-    for (int64_t i = 0; i < Rows(n.shape); ++i) {
-      for (int64_t j = 0; j < Cols(n.shape); ++j) {
-        const int64_t o = At(n.shape, i, j);
-        int64_t offset = 0;
-        bool used = need == nullptr || need[o];
-        for (int64_t k = 0; k < rank && used; ++k) {
-          const int64_t x = idx[k].as<int64_t>()[At(idx[k].shape, i, j)];
-          if (x < 0 || x >= t.shape[k]) {
-            std::vector<int64_t> index;
-            for (const Val& v : idx) index.push_back(v.as<int64_t>()[At(v.shape, i, j)]);
-            FailAt(n, n.shape, i, j,
-                   fmt::format("index {} is out of range for tensor '{}' of shape {} (dimension {} "
-                               "is {}); clamp the index with min/max or guard it with a condition",
-                               ShapeText(index), t.name, ShapeText(t.shape), k, x));
-          }
-          offset += x * t.strides[k];
-        }
-        if (t.floats) {
-          out.as<float>()[o] = used ? t.floats[offset] : 0.0f;
-        } else {
-          out.as<int64_t>()[o] = used ? t.ints[offset] : 0;
-        }
-      }
-    }
-  }
-
-  // Integer division or modulo by a divisor that may be zero.
-  template <typename F>
-  void IntDivide(const Node& n, const Val* active, const Val& out, const Val& a, const Val& b, F f) {
-    const int64_t* pb = b.as<int64_t>();
-    if (std::find(pb, pb + Size(b.shape), 0) != pb + Size(b.shape)) {
-      const uint8_t* need = Needed(active, n.shape);
-      for (int64_t i = 0; i < Rows(n.shape); ++i) {
-        for (int64_t j = 0; j < Cols(n.shape); ++j) {
-          if (pb[At(b.shape, i, j)] == 0 && (need == nullptr || need[At(n.shape, i, j)])) {
-            FailAt(n, n.shape, i, j, "integer division by zero; guard the divisor, e.g. max(d, 1)");
-          }
-        }
-      }
-    }
-    Map2<int64_t, int64_t, int64_t>(out, a, b,
-                                    [=](int64_t x, int64_t y) { return y == 0 ? 0 : f(x, y); });
-  }
-
-  void Compute(const Node& n, const Val* active, const Val& out);
-
- private:
-  const ModExpr::Impl& p_;
-  int64_t b_, h_, q0_, k0_, nq_, nk_;
-  bool want_grad_;
-  Arena arena_;
-};
-
-template <typename T>
-void Fill(const Val& out, int64_t size, T value) {
-  std::fill_n(out.as<T>(), size, value);
-}
-
-void Evaluator::Compute(const Node& n, const Val* active, const Val& out) {
-  const int64_t size = Size(n.shape);
-  switch (n.op) {
-    case Op::kBoolLit: return Fill<uint8_t>(out, 1, static_cast<uint8_t>(n.int_value));
-    case Op::kIntLit: return Fill<int64_t>(out, 1, n.int_value);
-    case Op::kFloatLit: return Fill<float>(out, 1, n.float_value);
-    case Op::kB: return Fill<int64_t>(out, 1, b_);
-    case Op::kH: return Fill<int64_t>(out, 1, h_);
-    case Op::kQ:
-      for (int64_t i = 0; i < nq_; ++i) out.as<int64_t>()[i] = q0_ + i;
-      return;
-    case Op::kKv:
-      for (int64_t j = 0; j < nk_; ++j) out.as<int64_t>()[j] = k0_ + j;
-      return;
-    case Op::kScore:
-      std::copy_n(score, size, out.as<float>());
-      if (out.d) std::fill_n(out.d, size, 1.0f);
-      return;
-    case Op::kGather: return Gather(n, active, out);
-    default: break;
-  }
-
-  // Guarded operators: the right operand / branches see only the elements
-  // that the condition lets through.
-  if (n.op == Op::kAnd || n.op == Op::kOr) {
-    const Val a = Eval(n.args[0], active);
-    Val guard;
-    const bool guarded = p_.nodes[n.args[1]].may_fail;
-    if (guarded) guard = Guard(active, a, n.op == Op::kOr);
-    const Val b = Eval(n.args[1], guarded ? &guard : nullptr);
-    if (n.op == Op::kAnd) {
-      Map2<uint8_t, uint8_t, uint8_t>(out, a, b, [](uint8_t x, uint8_t y) -> uint8_t { return x & y; });
-    } else {
-      Map2<uint8_t, uint8_t, uint8_t>(out, a, b, [](uint8_t x, uint8_t y) -> uint8_t { return x | y; });
-    }
-    return;
-  }
-  if (n.op == Op::kSelect) {
-    const Val c = Eval(n.args[0], active);
-    Val guard_t, guard_f;
-    const bool gt = p_.nodes[n.args[1]].may_fail, gf = p_.nodes[n.args[2]].may_fail;
-    if (gt) guard_t = Guard(active, c, false);
-    if (gf) guard_f = Guard(active, c, true);
-    const Val t = Eval(n.args[1], gt ? &guard_t : nullptr);
-    const Val f = Eval(n.args[2], gf ? &guard_f : nullptr);
-    const size_t bytes = n.type == Type::kBool ? 1 : n.type == Type::kInt ? 8 : 4;
-    auto* po = static_cast<std::byte*>(out.v);
-    for (int64_t i = 0; i < Rows(n.shape); ++i) {
-      for (int64_t j = 0; j < Cols(n.shape); ++j) {
-        const bool take_t = c.as<uint8_t>()[At(c.shape, i, j)];
-        const Val& src = take_t ? t : f;
-        std::memcpy(po + At(n.shape, i, j) * bytes,
-                    static_cast<const std::byte*>(src.v) + At(src.shape, i, j) * bytes, bytes);
-        if (out.d) {
-          out.d[At(n.shape, i, j)] = src.d ? src.d[At(src.shape, i, j)] : 0.0f;
-        }
-      }
-    }
-    return;
-  }
-
-  std::vector<Val> args;
-  for (int32_t a : n.args) args.push_back(Eval(a, active));
-  const Val& a = args[0];
-  const Type at = p_.nodes[n.args[0]].type;
-
-  if (args.size() == 1) {
-    const float* da = a.d;
-    float* d = out.d;
-    switch (n.op) {
-      case Op::kToFloat:
-        return Map1<float, int64_t>(out, a, [](int64_t x) { return static_cast<float>(x); });
-      case Op::kNot: return Map1<uint8_t, uint8_t>(out, a, [](uint8_t x) -> uint8_t { return x ^ 1; });
-      case Op::kNeg:
-        if (at == Type::kInt) {
-          return Map1<int64_t, int64_t>(out, a, [](int64_t x) { return Wrap(0 - static_cast<uint64_t>(x)); });
-        }
-        Map1<float, float>(out, a, [](float x) { return -x; });
-        if (d) for (int64_t k = 0; k < size; ++k) d[k] = -da[k];
-        return;
-      case Op::kAbs:
-        if (at == Type::kInt) {
-          return Map1<int64_t, int64_t>(out, a, [](int64_t x) { return x < 0 ? Wrap(0 - static_cast<uint64_t>(x)) : x; });
-        }
-        Map1<float, float>(out, a, [](float x) { return std::fabs(x); });
-        if (d) for (int64_t k = 0; k < size; ++k) d[k] = a.as<float>()[k] < 0 ? -da[k] : da[k];
-        return;
-      default: break;
-    }
-    const float* x = a.as<float>();
-    const float* y = out.as<float>();
-    switch (n.op) {
-      case Op::kTanh:
-        Map1<float, float>(out, a, [](float v) { return std::tanh(v); });
-        if (d) for (int64_t k = 0; k < size; ++k) d[k] = (1.0f - y[k] * y[k]) * da[k];
-        return;
-      case Op::kExp:
-        Map1<float, float>(out, a, [](float v) { return std::exp(v); });
-        if (d) for (int64_t k = 0; k < size; ++k) d[k] = y[k] * da[k];
-        return;
-      case Op::kLog:
-        Map1<float, float>(out, a, [](float v) { return std::log(v); });
-        if (d) for (int64_t k = 0; k < size; ++k) d[k] = da[k] / x[k];
-        return;
-      case Op::kSqrt:
-        Map1<float, float>(out, a, [](float v) { return std::sqrt(v); });
-        if (d) for (int64_t k = 0; k < size; ++k) d[k] = 0.5f * da[k] / y[k];
-        return;
-      case Op::kSigmoid:
-        Map1<float, float>(out, a, [](float v) { return 1.0f / (1.0f + std::exp(-v)); });
-        if (d) for (int64_t k = 0; k < size; ++k) d[k] = y[k] * (1.0f - y[k]) * da[k];
-        return;
-      default: break;
-    }
-    Fail("{}: internal error: unary op {}", p_.what, static_cast<int>(n.op));
-  }
-
-  const Val& b = args[1];
-  auto compare = [&](auto tag) {
-    using T = decltype(tag);
-    switch (n.op) {
-      case Op::kEq: return Map2<uint8_t, T, T>(out, a, b, [](T x, T y) -> uint8_t { return x == y; });
-      case Op::kNe: return Map2<uint8_t, T, T>(out, a, b, [](T x, T y) -> uint8_t { return x != y; });
-      case Op::kLt: return Map2<uint8_t, T, T>(out, a, b, [](T x, T y) -> uint8_t { return x < y; });
-      case Op::kLe: return Map2<uint8_t, T, T>(out, a, b, [](T x, T y) -> uint8_t { return x <= y; });
-      case Op::kGt: return Map2<uint8_t, T, T>(out, a, b, [](T x, T y) -> uint8_t { return x > y; });
-      default: return Map2<uint8_t, T, T>(out, a, b, [](T x, T y) -> uint8_t { return x >= y; });
-    }
-  };
-  if (n.type == Type::kBool) {
-    if (at == Type::kBool) return compare(uint8_t{});
-    if (at == Type::kInt) return compare(int64_t{});
-    return compare(float{});
-  }
-  if (n.type == Type::kInt) {
-    using I = int64_t;
-    using U = uint64_t;
-    switch (n.op) {
-      case Op::kAdd: return Map2<I, I, I>(out, a, b, [](I x, I y) { return Wrap(U(x) + U(y)); });
-      case Op::kSub: return Map2<I, I, I>(out, a, b, [](I x, I y) { return Wrap(U(x) - U(y)); });
-      case Op::kMul: return Map2<I, I, I>(out, a, b, [](I x, I y) { return Wrap(U(x) * U(y)); });
-      case Op::kMin: return Map2<I, I, I>(out, a, b, [](I x, I y) { return y < x ? y : x; });
-      case Op::kMax: return Map2<I, I, I>(out, a, b, [](I x, I y) { return y > x ? y : x; });
-      case Op::kDiv: return IntDivide(n, active, out, a, b, FloorDiv);
-      default: return IntDivide(n, active, out, a, b, FloorMod);
-    }
-  }
-  switch (n.op) {
-    case Op::kAdd: Map2<float, float, float>(out, a, b, [](float x, float y) { return x + y; }); break;
-    case Op::kSub: Map2<float, float, float>(out, a, b, [](float x, float y) { return x - y; }); break;
-    case Op::kMul: Map2<float, float, float>(out, a, b, [](float x, float y) { return x * y; }); break;
-    case Op::kDiv: Map2<float, float, float>(out, a, b, [](float x, float y) { return x / y; }); break;
-    case Op::kMod: Map2<float, float, float>(out, a, b, FloatMod); break;
-    case Op::kMin: Map2<float, float, float>(out, a, b, [](float x, float y) { return y < x ? y : x; }); break;
-    default: Map2<float, float, float>(out, a, b, [](float x, float y) { return y > x ? y : x; }); break;
-  }
-  if (out.d == nullptr) return;
-  // Forward-mode derivative; a node that depends on score is a full tile.
-  float* d = out.d;
-  const float *da = a.d, *db = b.d;
-  const float *x = FullF(a), *y = FullF(b), *z = out.as<float>();
-  for (int64_t k = 0; k < size; ++k) {
-    const float ga = da ? da[k] : 0.0f, gb = db ? db[k] : 0.0f;
-    switch (n.op) {
-      case Op::kAdd: d[k] = ga + gb; break;
-      case Op::kSub: d[k] = ga - gb; break;
-      case Op::kMul: d[k] = ga * y[k] + x[k] * gb; break;
-      case Op::kDiv: d[k] = db ? (ga - z[k] * gb) / y[k] : ga / y[k]; break;
-      case Op::kMod: d[k] = db ? ga - std::floor(x[k] / y[k]) * gb : ga; break;
-      case Op::kMin: d[k] = y[k] < x[k] ? gb : ga; break;
-      default: d[k] = y[k] > x[k] ? gb : ga; break;
-    }
-  }
-}
-
-void CheckTile(const ModExpr::Impl& p, int64_t nq, int64_t nk, int64_t ld) {
-  WEFT_CHECK(nq >= 0 && nk >= 0 && ld >= nk,
-             "{}: bad tile nq={}, nk={}, ld={}; need nq, nk >= 0 and ld >= nk", p.what, nq, nk, ld);
-}
-
 }  // namespace
 
 ModExpr ModExpr::ParseMask(std::string text, std::map<std::string, IndexTensor> tensors) {
@@ -979,8 +504,9 @@ ModExpr ModExpr::ParseMask(std::string text, std::map<std::string, IndexTensor> 
   p->root = Parser(*p).Parse();
   const Type t = p->nodes[p->root].type;
   WEFT_CHECK(t == Type::kBool,
-             "mask_expr: a mask must be boolean (e.g. a comparison), but '{}' is {}", p->text,
-             TypeName(t));
+             "mask_expr: a mask must be boolean (e.g. a comparison), but the expression is {} "
+             "in '{}'",
+             TypeName(t), p->text);
   return ModExpr(std::move(p));
 }
 
@@ -994,15 +520,14 @@ ModExpr ModExpr::ParseScore(std::string text, std::map<std::string, ValueTensor>
   p->root = Parser(*p).Parse();
   const Node& root = p->nodes[p->root];
   WEFT_CHECK(root.type != Type::kBool,
-             "score_expr: a score mod must be a number, but '{}' is boolean; use "
-             "'condition ? score : value'",
+             "score_expr: a score mod must be a number, but the expression is boolean in '{}'; "
+             "write 'condition ? score : value'",
              p->text);
   if (root.type == Type::kInt) {
-    Node n{Op::kToFloat, Type::kFloat};
+    Node n(Op::kToFloat, Type::kFloat, 0, {p->root});
     n.shape = root.shape;
     n.depth = root.depth + 1;
     n.may_fail = root.may_fail;
-    n.args = {p->root};
     p->nodes.push_back(std::move(n));
     p->root = static_cast<int32_t>(p->nodes.size() - 1);
   }
@@ -1020,41 +545,16 @@ const std::map<std::string, ValueTensor>& ModExpr::value_tensors() const {
 
 void ModExpr::EvaluateMask(int64_t b, int64_t h, int64_t q0, int64_t nq, int64_t k0, int64_t nk,
                            uint8_t* keep, int64_t ld) const {
-  const Impl& p = *impl_;
-  WEFT_CHECK(p.kind == Kind::kMask, "{}: EvaluateMask on a score expression '{}'", p.what, p.text);
-  CheckTile(p, nq, nk, ld);
-  if (nq == 0 || nk == 0) return;
-  Evaluator e(p, b, h, q0, nq, k0, nk, false);
-  const Val v = e.Eval(p.root, nullptr);
-  for (int64_t i = 0; i < nq; ++i) {
-    uint8_t* row = keep + i * ld;
-    const uint8_t* src = v.as<uint8_t>() + e.At(v.shape, i, 0);
-    if (v.shape & kCol) {
-      std::memcpy(row, src, static_cast<size_t>(nk));
-    } else {
-      std::memset(row, src[0], static_cast<size_t>(nk));
-    }
-  }
+  WEFT_CHECK(impl_->kind == Kind::kMask, "{}: EvaluateMask on a score expression '{}'", impl_->what,
+             impl_->text);
+  EvaluateMaskTile(*impl_, b, h, q0, nq, k0, nk, keep, ld);
 }
 
 void ModExpr::ApplyScore(int64_t b, int64_t h, int64_t q0, int64_t nq, int64_t k0, int64_t nk,
                          float* scores, int64_t ld, float* grad) const {
-  const Impl& p = *impl_;
-  WEFT_CHECK(p.kind == Kind::kScore, "{}: ApplyScore on a mask expression '{}'", p.what, p.text);
-  CheckTile(p, nq, nk, ld);
-  if (nq == 0 || nk == 0) return;
-  Evaluator e(p, b, h, q0, nq, k0, nk, grad != nullptr);
-  float* raw = e.arena().Alloc<float>(nq * nk);
-  for (int64_t i = 0; i < nq; ++i) std::copy_n(scores + i * ld, nk, raw + i * nk);
-  e.score = raw;
-  const Val v = e.Eval(p.root, nullptr);
-  for (int64_t i = 0; i < nq; ++i) {
-    for (int64_t j = 0; j < nk; ++j) {
-      const int64_t at = e.At(v.shape, i, j);
-      scores[i * ld + j] = v.as<float>()[at];
-      if (grad) grad[i * ld + j] = v.d ? v.d[at] : 0.0f;
-    }
-  }
+  WEFT_CHECK(impl_->kind == Kind::kScore, "{}: ApplyScore on a mask expression '{}'", impl_->what,
+             impl_->text);
+  ApplyScoreTile(*impl_, b, h, q0, nq, k0, nk, scores, ld, grad);
 }
 
 std::string RenameIdentifiers(const std::string& text,

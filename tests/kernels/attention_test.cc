@@ -35,7 +35,7 @@ struct Outputs {
   std::vector<float> out, lse, dq, dk, dv;
 };
 
-Outputs Run(const Case& c, const std::vector<float>& q, const std::vector<float>& k,
+Outputs RunCase(const Case& c, const std::vector<float>& q, const std::vector<float>& k,
             const std::vector<float>& v, const std::vector<float>& dout,
             const std::vector<float>& dlse, BackwardSplit split) {
   const AttentionDims& d = c.d;
@@ -75,7 +75,7 @@ void Check(const Case& c, uint32_t seed, bool with_dlse = true) {
   double scale = 1.0 / std::sqrt(double(d.head_dim));
   auto ref = ReferenceAttention(d, q, k, v, scale, c.ref, dout, dlse);
 
-  Outputs fused = Run(c, q, k, v, dout, dlse, BackwardSplit::kFused);
+  Outputs fused = RunCase(c, q, k, v, dout, dlse, BackwardSplit::kFused);
   EXPECT_LE(RelativeError(fused.out, ref.out), 1e-5);
   EXPECT_LE(RelativeError(fused.lse, ref.lse), 1e-5);
   EXPECT_LE(RelativeError(fused.dq, ref.dq), 1e-4);
@@ -83,12 +83,12 @@ void Check(const Case& c, uint32_t seed, bool with_dlse = true) {
   EXPECT_LE(RelativeError(fused.dv, ref.dv), 1e-4);
 
   // The other work split, and a second run, give the same bits.
-  Outputs split = Run(c, q, k, v, dout, dlse, BackwardSplit::kSplit);
+  Outputs split = RunCase(c, q, k, v, dout, dlse, BackwardSplit::kSplit);
   EXPECT_EQ(split.out, fused.out);
   EXPECT_EQ(split.dq, fused.dq);
   EXPECT_EQ(split.dk, fused.dk);
   EXPECT_EQ(split.dv, fused.dv);
-  Outputs again = Run(c, q, k, v, dout, dlse, BackwardSplit::kAuto);
+  Outputs again = RunCase(c, q, k, v, dout, dlse, BackwardSplit::kAuto);
   EXPECT_EQ(again.out, fused.out);
   EXPECT_EQ(again.dq, fused.dq);
 }
@@ -192,7 +192,7 @@ TEST_P(AttentionIsa, OrMaskRelativeBiasAndExpressions) {
   c.ref.mask = [](int64_t, int64_t, int64_t q, int64_t k) {
     return (q - 3 <= k && k <= q + 3) || k % 7 == 0;
   };
-  c.score = RelativeBias(table);
+  c.score = RelativeBias(table, Skv);
   c.ref.score = [table](double s, int64_t, int64_t, int64_t q, int64_t k) {
     return s + double(table[q - k + Skv - 1]);
   };
@@ -229,7 +229,7 @@ TEST_P(AttentionIsa, FullyMaskedRowsGiveZerosNotNan) {
   auto v = RandomVector(d.batch * d.kv_heads * d.kv_len * d.value_dim, rng);
   auto dout = RandomVector(d.batch * d.q_heads * d.q_len * d.value_dim, rng);
   auto dlse = RandomVector(d.batch * d.q_heads * d.q_len, rng);
-  Outputs r = Run(c, q, k, v, dout, dlse, BackwardSplit::kAuto);
+  Outputs r = RunCase(c, q, k, v, dout, dlse, BackwardSplit::kAuto);
   for (int64_t h = 0; h < 2; ++h)
     for (int64_t i = 0; i < 5; ++i) {
       EXPECT_EQ(r.lse[h * 40 + i], -INFINITY);

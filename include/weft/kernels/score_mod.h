@@ -41,7 +41,11 @@ ScoreModPtr Softcap(float cap);
 // score + slopes[h] * (kv_idx - q_idx); one slope per query head.
 ScoreModPtr Alibi(std::vector<float> slopes);
 // score + table[q_idx - kv_idx + kv_len - 1]; table has q_len + kv_len - 1 entries.
+// Apply() does not see kv_len, so it is fixed when the mod is made: this form
+// assumes q_len == kv_len (an odd table of 2 * S - 1 entries); for
+// q_len != kv_len pass kv_len. Validate() checks both against the attention.
 ScoreModPtr RelativeBias(std::vector<float> table);
+ScoreModPtr RelativeBias(std::vector<float> table, int64_t kv_len);
 // An expression over score, b, h, q_idx, kv_idx and the named float tensors,
 // e.g. "score + bias[h, q_idx - kv_idx + 127]".
 ScoreModPtr ScoreExpr(const std::string& text, std::map<std::string, ValueTensor> tensors = {});

@@ -154,8 +154,6 @@ class HloSharding {
   int64_t NumTiles() const;
   // Tiles along each data dim (empty unless tiled).
   std::vector<int64_t> TilesPerDim() const;
-  // Number of devices the sharding spans (tile-assignment size; 1 if maximal).
-  int64_t NumDevices() const;
 
   // Maximal-only: the device.
   int64_t device() const;

@@ -27,7 +27,9 @@ typedef float vfu __attribute__((vector_size(L * 4), aligned(4), may_alias));
 
 static inline vf Load(const float* p) { return *reinterpret_cast<const vfu*>(p); }
 static inline void Store(float* p, vf v) { *reinterpret_cast<vfu*>(p) = v; }
-static inline vf Splat(float x) { return vf{} + x; }
+// x - (+0) is exactly x for every x, so this folds to a plain broadcast
+// (x + 0 would not: -0 + 0 is +0).
+static inline vf Splat(float x) { return x - vf{}; }
 
 // One register block: C[R x (W*L)] (+)= A[R x K] * B[K x (W*L)].
 template <int R, int W>
@@ -184,7 +186,6 @@ static int64_t FmaPeakLoop(int64_t iterations, float* sink) {
   for (int64_t it = 0; it < iterations; ++it) {
 #pragma GCC unroll 12
     for (int i = 0; i < kAcc; ++i) acc[i] = acc[i] * a + b;
-    __asm__ volatile("" : "+x"(acc[0]));
   }
   vf total{};
   for (int i = 0; i < kAcc; ++i) total += acc[i];

@@ -1,0 +1,66 @@
+// HloComputation: a named list of instructions in definition order (every
+// operand is defined before its users), with parameters and a root.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "weft/hlo/instruction.h"
+
+namespace weft {
+
+class HloModule;
+
+class HloComputation {
+ public:
+  explicit HloComputation(std::string name) : name_(std::move(name)) {}
+  HloComputation(const HloComputation&) = delete;
+  HloComputation& operator=(const HloComputation&) = delete;
+  ~HloComputation();
+
+  const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
+
+  // Appends an instruction (its operands must already be in this computation).
+  // Parameters are registered by their parameter_number.
+  HloInstruction* AddInstruction(std::unique_ptr<HloInstruction> instruction);
+  // Removes an instruction nothing uses (and that is not the root).
+  void RemoveInstruction(HloInstruction* instruction);
+
+  // In definition order.
+  std::vector<HloInstruction*> instructions() const;
+  int64_t instruction_count() const { return static_cast<int64_t>(instructions_.size()); }
+  // nullptr when absent.
+  HloInstruction* GetInstruction(std::string_view name) const;
+
+  // Defaults to the last instruction added.
+  HloInstruction* root_instruction() const;
+  void set_root_instruction(HloInstruction* root);
+
+  // Parameters by number (a slot is null until that parameter is added).
+  const std::vector<HloInstruction*>& parameter_instructions() const { return parameters_; }
+  HloInstruction* parameter_instruction(int64_t number) const { return parameters_.at(number); }
+  int64_t num_parameters() const { return static_cast<int64_t>(parameters_.size()); }
+
+  // Instructions reachable from the root, operands before users.
+  std::vector<HloInstruction*> MakeInstructionPostOrder() const;
+
+  HloModule* parent() const { return parent_; }
+  bool IsEntry() const;
+
+  // Canonical HLO text (see printer.h).
+  std::string ToString() const;
+
+ private:
+  friend class HloModule;
+  std::string name_;
+  std::vector<std::unique_ptr<HloInstruction>> instructions_;
+  std::vector<HloInstruction*> parameters_;
+  HloInstruction* root_ = nullptr;
+  HloModule* parent_ = nullptr;
+};
+
+}  // namespace weft

@@ -1,0 +1,176 @@
+// HloInstruction: one node of an HLO computation (opcode, result shape,
+// operands, op-specific attributes, optional sharding).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "weft/hlo/literal.h"
+#include "weft/hlo/opcode.h"
+#include "weft/hlo/shape.h"
+#include "weft/sharding/hlo_sharding.h"
+
+namespace weft {
+
+class HloComputation;
+
+enum class ComparisonDirection { kEq, kNe, kLt, kLe, kGt, kGe };
+std::string_view ComparisonDirectionString(ComparisonDirection direction);  // "LT"
+std::optional<ComparisonDirection> StringToComparisonDirection(std::string_view name);
+
+struct DotDimensionNumbers {
+  std::vector<int64_t> lhs_batch_dims, lhs_contracting_dims;
+  std::vector<int64_t> rhs_batch_dims, rhs_contracting_dims;
+  bool operator==(const DotDimensionNumbers&) const = default;
+};
+
+struct GatherDimensionNumbers {
+  std::vector<int64_t> offset_dims, collapsed_slice_dims, start_index_map;
+  std::vector<int64_t> operand_batching_dims, start_indices_batching_dims;
+  int64_t index_vector_dim = 0;
+  bool operator==(const GatherDimensionNumbers&) const = default;
+};
+
+struct ScatterDimensionNumbers {
+  std::vector<int64_t> update_window_dims, inserted_window_dims, scatter_dims_to_operand_dims;
+  std::vector<int64_t> input_batching_dims, scatter_indices_batching_dims;
+  int64_t index_vector_dim = 0;
+  bool operator==(const ScatterDimensionNumbers&) const = default;
+};
+
+struct SliceDim {
+  int64_t start = 0, limit = 0, stride = 1;
+  bool operator==(const SliceDim&) const = default;
+};
+
+struct PadDim {
+  int64_t low = 0, high = 0, interior = 0;
+  bool operator==(const PadDim&) const = default;
+};
+
+// Where an instruction was written in HLO text (line/col from 1; 0 = built in C++).
+struct SourceLocation {
+  int64_t line = 0, col = 0;
+  bool known() const { return line > 0; }
+};
+
+// Op-specific attributes. Which fields an opcode uses is documented per field;
+// the rest stay at their defaults.
+struct HloAttributes {
+  int64_t parameter_number = 0;           // parameter
+  Literal literal;                        // constant
+  int64_t iota_dimension = 0;             // iota
+  int64_t tuple_index = 0;                // get-tuple-element (index=)
+  // broadcast, transpose, reverse, reduce, concatenate, all-gather,
+  // reduce-scatter, all-to-all (dimensions=)
+  std::vector<int64_t> dimensions;
+  std::vector<SliceDim> slice;                // slice
+  std::vector<int64_t> dynamic_slice_sizes;   // dynamic-slice
+  std::vector<PadDim> padding;                // pad
+  ComparisonDirection comparison_direction = ComparisonDirection::kEq;  // compare
+  std::string comparison_type;                // compare (type=, optional)
+  DotDimensionNumbers dot;                    // dot
+  GatherDimensionNumbers gather;              // gather
+  std::vector<int64_t> gather_slice_sizes;    // gather (slice_sizes=)
+  ScatterDimensionNumbers scatter;            // scatter
+  bool indices_are_sorted = false;            // gather, scatter
+  bool unique_indices = false;                // scatter
+  // Collectives: device groups ({} = all), channel, global ids.
+  std::vector<std::vector<int64_t>> replica_groups;
+  std::optional<int64_t> channel_id;
+  bool use_global_device_ids = false;
+  bool constrain_layout = false;
+  std::vector<std::pair<int64_t, int64_t>> source_target_pairs;  // collective-permute
+  std::string custom_call_target;             // custom-call
+  bool custom_call_has_side_effect = false;   // custom-call
+  std::string custom_call_api_version;        // custom-call (api_version=, optional)
+  std::string backend_config;                 // any op (mostly custom-call)
+  // Attributes kept verbatim for round trips but not interpreted
+  // (metadata, frontend_attributes, operand_precision, ...): key, raw value.
+  std::vector<std::pair<std::string, std::string>> passthrough;
+
+  bool operator==(const HloAttributes&) const = default;
+};
+
+class HloInstruction {
+ public:
+  // Creates a detached instruction; a computation takes ownership with
+  // AddInstruction. `called` are the called computations in XLA's order:
+  // to_apply (reduce, scatter, call, all-reduce, reduce-scatter) or
+  // {condition, body} (while).
+  static std::unique_ptr<HloInstruction> Create(HloOpcode opcode, Shape shape,
+                                                std::vector<HloInstruction*> operands,
+                                                HloAttributes attrs = {},
+                                                std::vector<HloComputation*> called = {},
+                                                std::string name = "");
+  ~HloInstruction();
+  HloInstruction(const HloInstruction&) = delete;
+  HloInstruction& operator=(const HloInstruction&) = delete;
+
+  HloOpcode opcode() const { return opcode_; }
+  const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
+  const Shape& shape() const { return shape_; }
+  void set_shape(Shape shape) { shape_ = std::move(shape); }
+
+  const std::vector<HloInstruction*>& operands() const { return operands_; }
+  HloInstruction* operand(int64_t i) const { return operands_.at(i); }
+  int64_t operand_count() const { return static_cast<int64_t>(operands_.size()); }
+  // Instructions that use this one (each listed once, in first-use order).
+  const std::vector<HloInstruction*>& users() const { return users_; }
+  void ReplaceOperandWith(int64_t index, HloInstruction* new_operand);
+  // Makes every user of this instruction use `replacement` instead.
+  void ReplaceAllUsesWith(HloInstruction* replacement);
+
+  const std::vector<HloComputation*>& called_computations() const { return called_; }
+  // reduce, scatter, call, all-reduce, reduce-scatter.
+  HloComputation* to_apply() const;
+  HloComputation* while_condition() const;
+  HloComputation* while_body() const;
+  void set_called_computations(std::vector<HloComputation*> called) { called_ = std::move(called); }
+
+  const HloAttributes& attrs() const { return attrs_; }
+  HloAttributes& mutable_attrs() { return attrs_; }
+  // Shortcuts into attrs().
+  const std::vector<int64_t>& dimensions() const { return attrs_.dimensions; }
+  int64_t parameter_number() const { return attrs_.parameter_number; }
+  int64_t tuple_index() const { return attrs_.tuple_index; }
+  const Literal& literal() const { return attrs_.literal; }
+
+  const std::optional<HloSharding>& sharding() const { return sharding_; }
+  bool has_sharding() const { return sharding_.has_value(); }
+  void set_sharding(std::optional<HloSharding> sharding) { sharding_ = std::move(sharding); }
+
+  HloComputation* parent() const { return parent_; }
+  const SourceLocation& location() const { return location_; }
+  void set_location(SourceLocation location) { location_ = location; }
+
+  // "name (opcode)" plus "at line:col" when parsed from text: for messages.
+  std::string Describe() const;
+  // One line of HLO text in the canonical format (see printer.h).
+  std::string ToString() const;
+
+ private:
+  friend class HloComputation;
+  HloInstruction() = default;
+  void AddUser(HloInstruction* user);
+  void RemoveUser(HloInstruction* user);
+
+  HloOpcode opcode_ = HloOpcode::kParameter;
+  std::string name_;
+  Shape shape_;
+  std::vector<HloInstruction*> operands_;
+  std::vector<HloInstruction*> users_;
+  std::vector<HloComputation*> called_;
+  HloAttributes attrs_;
+  std::optional<HloSharding> sharding_;
+  HloComputation* parent_ = nullptr;
+  SourceLocation location_;
+};
+
+}  // namespace weft

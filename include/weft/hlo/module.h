@@ -1,0 +1,63 @@
+// HloModule: computations (callees and the entry), plus the SPMD config.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+#include "weft/hlo/computation.h"
+
+namespace weft {
+
+class HloModule {
+ public:
+  explicit HloModule(std::string name) : name_(std::move(name)) {}
+  HloModule(const HloModule&) = delete;
+  HloModule& operator=(const HloModule&) = delete;
+
+  const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
+
+  // Takes ownership. Computation and instruction names are made unique
+  // within the module (a clashing name gets a ".N" suffix).
+  HloComputation* AddComputation(std::unique_ptr<HloComputation> computation);
+  HloComputation* AddEntryComputation(std::unique_ptr<HloComputation> computation);
+  HloComputation* entry_computation() const { return entry_; }
+  void set_entry_computation(HloComputation* entry);
+
+  // In the order added.
+  std::vector<HloComputation*> computations() const;
+  // nullptr when absent.
+  HloComputation* GetComputation(std::string_view name) const;
+  // Callees before callers, otherwise in the order added; the entry last.
+  std::vector<HloComputation*> MakeComputationPostOrder() const;
+
+  // Number of SPMD partitions (devices per replica) and replicas; 1 = unset.
+  int64_t num_partitions() const { return num_partitions_; }
+  void set_num_partitions(int64_t n) { num_partitions_ = n; }
+  int64_t replica_count() const { return replica_count_; }
+  void set_replica_count(int64_t n) { replica_count_ = n; }
+
+  // A name not yet used by any instruction or computation: `prefix`, or
+  // `prefix.N`.
+  std::string UniqueName(std::string_view prefix);
+
+  // Canonical HLO text (see printer.h).
+  std::string ToString() const;
+
+ private:
+  void Uniquify(HloComputation* computation);
+
+  std::string name_;
+  std::vector<std::unique_ptr<HloComputation>> computations_;
+  HloComputation* entry_ = nullptr;
+  int64_t num_partitions_ = 1;
+  int64_t replica_count_ = 1;
+  std::unordered_set<std::string> names_;  // for UniqueName
+  int64_t next_suffix_ = 1;
+};
+
+}  // namespace weft

@@ -1,0 +1,94 @@
+// HloOpcode: the operations weft's HLO supports, with XLA's text names.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace weft {
+
+// X(enumerator, "text name")
+#define WEFT_HLO_OPCODES(X)                          \
+  X(kAbs, "abs")                                     \
+  X(kAdd, "add")                                     \
+  X(kAllGather, "all-gather")                        \
+  X(kAllReduce, "all-reduce")                        \
+  X(kAllToAll, "all-to-all")                         \
+  X(kAnd, "and")                                     \
+  X(kBroadcast, "broadcast")                         \
+  X(kCall, "call")                                   \
+  X(kCeil, "ceil")                                   \
+  X(kClamp, "clamp")                                 \
+  X(kCollectivePermute, "collective-permute")        \
+  X(kCompare, "compare")                             \
+  X(kConcatenate, "concatenate")                     \
+  X(kConstant, "constant")                           \
+  X(kConvert, "convert")                             \
+  X(kCopy, "copy")                                   \
+  X(kCosine, "cosine")                               \
+  X(kCustomCall, "custom-call")                      \
+  X(kDivide, "divide")                               \
+  X(kDot, "dot")                                     \
+  X(kDynamicSlice, "dynamic-slice")                  \
+  X(kDynamicUpdateSlice, "dynamic-update-slice")     \
+  X(kExp, "exponential")                             \
+  X(kExpm1, "exponential-minus-one")                 \
+  X(kFloor, "floor")                                 \
+  X(kGather, "gather")                               \
+  X(kGetTupleElement, "get-tuple-element")           \
+  X(kIota, "iota")                                   \
+  X(kLog, "log")                                     \
+  X(kLog1p, "log-plus-one")                          \
+  X(kLogistic, "logistic")                           \
+  X(kMaximum, "maximum")                             \
+  X(kMinimum, "minimum")                             \
+  X(kMultiply, "multiply")                           \
+  X(kNegate, "negate")                               \
+  X(kNot, "not")                                     \
+  X(kOr, "or")                                       \
+  X(kPad, "pad")                                     \
+  X(kParameter, "parameter")                         \
+  X(kPartitionId, "partition-id")                    \
+  X(kPower, "power")                                 \
+  X(kReduce, "reduce")                               \
+  X(kReduceScatter, "reduce-scatter")                \
+  X(kRemainder, "remainder")                         \
+  X(kReplicaId, "replica-id")                        \
+  X(kReshape, "reshape")                             \
+  X(kReverse, "reverse")                             \
+  X(kRsqrt, "rsqrt")                                 \
+  X(kScatter, "scatter")                             \
+  X(kSelect, "select")                               \
+  X(kSign, "sign")                                   \
+  X(kSine, "sine")                                   \
+  X(kSlice, "slice")                                 \
+  X(kSqrt, "sqrt")                                   \
+  X(kSubtract, "subtract")                           \
+  X(kTanh, "tanh")                                   \
+  X(kTranspose, "transpose")                         \
+  X(kTuple, "tuple")                                 \
+  X(kWhile, "while")                                 \
+  X(kXor, "xor")
+
+enum class HloOpcode {
+#define WEFT_DECLARE_OPCODE(enumerator, name) enumerator,
+  WEFT_HLO_OPCODES(WEFT_DECLARE_OPCODE)
+#undef WEFT_DECLARE_OPCODE
+};
+
+// XLA's text name ("get-tuple-element").
+std::string_view HloOpcodeString(HloOpcode opcode);
+// nullopt for names weft does not support.
+std::optional<HloOpcode> StringToHloOpcode(std::string_view name);
+// Every supported name, comma-separated, for error messages.
+std::string SupportedHloOpcodeNames();
+
+// Same-shape elementwise ops with one / two operands (compare is binary but
+// yields pred; select and clamp take three).
+bool IsElementwiseUnary(HloOpcode opcode);
+bool IsElementwiseBinary(HloOpcode opcode);
+bool IsElementwise(HloOpcode opcode);
+// Ops that talk to other devices.
+bool IsCollective(HloOpcode opcode);
+
+}  // namespace weft

@@ -1,0 +1,73 @@
+// Shape: an element type with dimensions (an array), or a tuple of shapes.
+// Layouts are always the default (row-major, printed {rank-1,...,0}).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace weft {
+
+enum class PrimitiveType { kInvalid, kPred, kS32, kS64, kU32, kF16, kBF16, kF32, kTuple };
+
+// "f32", "bf16", "pred", ...; "tuple" for kTuple.
+std::string_view PrimitiveTypeName(PrimitiveType type);
+// nullopt for names weft does not support.
+std::optional<PrimitiveType> PrimitiveTypeFromName(std::string_view name);
+// The element type names weft supports, for error messages.
+std::string_view SupportedPrimitiveTypeNames();
+bool IsFloatingPoint(PrimitiveType type);
+bool IsInteger(PrimitiveType type);  // s32, s64, u32
+bool IsSignedInteger(PrimitiveType type);
+int64_t ByteWidth(PrimitiveType type);
+
+class Shape {
+ public:
+  // An invalid shape (element type kInvalid); used as "not yet known".
+  Shape() = default;
+  Shape(PrimitiveType type, std::vector<int64_t> dims);
+  static Shape Scalar(PrimitiveType type) { return Shape(type, {}); }
+  static Shape Tuple(std::vector<Shape> elements);
+
+  bool IsValid() const { return type_ != PrimitiveType::kInvalid; }
+  bool IsArray() const { return IsValid() && type_ != PrimitiveType::kTuple; }
+  bool IsTuple() const { return type_ == PrimitiveType::kTuple; }
+  bool IsScalar() const { return IsArray() && dims_.empty(); }
+
+  PrimitiveType element_type() const { return type_; }
+  const std::vector<int64_t>& dimensions() const { return dims_; }
+  int64_t dimensions(int64_t i) const { return dims_.at(i); }
+  int64_t rank() const { return static_cast<int64_t>(dims_.size()); }
+  const std::vector<Shape>& tuple_shapes() const { return tuple_shapes_; }
+  const Shape& tuple_shapes(int64_t i) const { return tuple_shapes_.at(i); }
+
+  // Arrays only.
+  int64_t ElementsCount() const;
+  // Sum over leaves for tuples.
+  int64_t ByteSize() const;
+  // Number of array leaves (tuples flattened recursively).
+  int64_t LeafCount() const;
+  // Array leaves in order (a flat tuple's elements; the shape itself for arrays).
+  std::vector<Shape> Leaves() const;
+
+  Shape WithElementType(PrimitiveType type) const;
+  Shape WithDimensions(std::vector<int64_t> dims) const;
+
+  // "f32[4,8]", "(f32[4], s32[])"; with_layout adds "{1,0}" to arrays of rank >= 1.
+  std::string ToString(bool with_layout = false) const;
+
+  bool operator==(const Shape& other) const = default;
+
+ private:
+  PrimitiveType type_ = PrimitiveType::kInvalid;
+  std::vector<int64_t> dims_;
+  std::vector<Shape> tuple_shapes_;
+};
+
+// Rounds a value to what the element type can hold (f32/bf16/f16 precision,
+// integer wrap-around is not applied: integers are returned unchanged).
+double RoundToType(double value, PrimitiveType type);
+
+}  // namespace weft

@@ -1,0 +1,224 @@
+// Communicator: the collectives one device runs with the others, over XLA
+// replica groups. Two backends implement it with bit-identical results:
+// threads of one process (comm_threads.h) and MPI ranks (comm_mpi.h).
+//
+// Semantics (XLA's):
+//   replica groups  lists of global device ids, e.g. {{0,1},{2,3}}; they must
+//                   partition all devices; an empty list means one group of
+//                   all devices in id order. "Position" is the index of a
+//                   device within its group.
+//   AllReduce       out = in_0 op in_1 op ... op in_{n-1}, combined left to
+//                   right in group-member order (fixed, so every backend gives
+//                   the same bits). Sum, max or min; max/min propagate NaN.
+//   AllGather       out = the inputs of the group's members concatenated in
+//                   member order (n equal chunks along the leading dimension).
+//   ReduceScatter   the input is n equal chunks; member i receives the
+//                   reduction (as AllReduce) of chunk i over all members.
+//   AllToAll        the input is n equal chunks; chunk j of member i becomes
+//                   chunk i of member j's output.
+//   CollectivePermute  source -> target pairs (each device a source at most
+//                   once and a target at most once); a device that no pair
+//                   targets receives zeros.
+//
+// Every device must call the same collectives in the same order with the same
+// element type, op, groups and input size (SPMD). Buffers: `in` and `out` may
+// be the same pointer (in place) for AllReduce, AllToAll and
+// CollectivePermute, and must otherwise not overlap.
+//
+// Bytes sent (CollectiveStats::bytes_sent) follow the ring-algorithm model
+// of XLA's cost analysis and nccl-tests, computed per device from its INPUT
+// size B in bytes and its group size n, identically in both backends whatever
+// they move on the wire (see CollectiveBytesSent):
+//   AllReduce          2 * (n-1) * B / n   (integer division)
+//   AllGather          (n-1) * B           (B is this device's shard)
+//   ReduceScatter      (n-1) * B / n       (B is the whole input)
+//   AllToAll           (n-1) * B / n       (the device's own chunk stays)
+//   CollectivePermute  B if this device sends to another device, else 0
+//   Barrier, VerifySameHash   0 (control traffic is not counted)
+// A group of one sends nothing.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "weft/base/error.h"
+
+namespace weft::runtime {
+
+enum class DataType : uint8_t { kF32, kBF16, kI32, kI64, kU8 };
+int64_t DataTypeSize(DataType dtype);
+std::string_view DataTypeName(DataType dtype);  // "f32", "bf16", "s32", "s64", "u8"
+
+// The element type of a C++ type; bfloat16 values travel as uint16_t bits.
+template <typename T>
+constexpr DataType DataTypeOf() {
+  if constexpr (std::is_same_v<T, float>) return DataType::kF32;
+  else if constexpr (std::is_same_v<T, uint16_t>) return DataType::kBF16;
+  else if constexpr (std::is_same_v<T, int32_t>) return DataType::kI32;
+  else if constexpr (std::is_same_v<T, int64_t>) return DataType::kI64;
+  else {
+    static_assert(std::is_same_v<T, uint8_t>, "unsupported collective element type");
+    return DataType::kU8;
+  }
+}
+
+enum class ReduceOp : uint8_t { kSum, kMax, kMin };
+std::string_view ReduceOpName(ReduceOp op);  // "sum", "max", "min"
+
+using ReplicaGroups = std::vector<std::vector<int64_t>>;
+
+struct SourceTargetPair {
+  int64_t source = 0;
+  int64_t target = 0;
+};
+
+enum class CollectiveKind : uint8_t {
+  kAllReduce,
+  kAllGather,
+  kReduceScatter,
+  kAllToAll,
+  kCollectivePermute,
+  kBarrier,
+  kVerifyHash,
+};
+inline constexpr int kNumCollectiveKinds = 7;
+std::string_view CollectiveKindName(CollectiveKind kind);  // "AllReduce", ...
+
+// The counting rule above: bytes one device sends for a collective with group
+// size n and input size input_bytes. For CollectivePermute, n is 2 when the
+// device sends to another device and 1 otherwise.
+int64_t CollectiveBytesSent(CollectiveKind kind, int64_t n, int64_t input_bytes);
+
+// "{{0,1},{2,3}}".
+std::string ReplicaGroupsToString(const ReplicaGroups& groups);
+
+// The groups with an empty list expanded to {{0..num_devices-1}}. Throws
+// weft::Error unless they partition [0, num_devices).
+ReplicaGroups NormalizeReplicaGroups(const ReplicaGroups& groups, int64_t num_devices);
+
+struct CollectiveStats {
+  std::array<int64_t, kNumCollectiveKinds> calls{};
+  std::array<int64_t, kNumCollectiveKinds> bytes_sent{};
+
+  int64_t Calls(CollectiveKind kind) const { return calls[static_cast<int>(kind)]; }
+  int64_t BytesSent(CollectiveKind kind) const { return bytes_sent[static_cast<int>(kind)]; }
+  int64_t TotalBytesSent() const;
+};
+
+// One collective as a backend sees it, validated by Communicator.
+struct CollectiveCall {
+  CollectiveKind kind = CollectiveKind::kBarrier;
+  DataType dtype = DataType::kU8;
+  ReduceOp op = ReduceOp::kSum;
+  const std::byte* in = nullptr;
+  std::byte* out = nullptr;
+  int64_t in_bytes = 0;   // this device's input
+  int64_t out_bytes = 0;  // this device's output
+  ReplicaGroups groups;   // normalized (a partition of all devices)
+  int64_t group_index = 0;
+  int64_t position = 0;  // this device's index in groups[group_index]
+  std::vector<SourceTargetPair> pairs;  // CollectivePermute only
+  uint64_t fingerprint = 0;  // hash of kind, dtype, op, sizes, groups, pairs
+  int64_t sequence = 0;      // 1 for this communicator's first call, then 2, ...
+
+  const std::vector<int64_t>& members() const { return groups[group_index]; }
+  int64_t group_size() const { return static_cast<int64_t>(members().size()); }
+  // "AllReduce #3 (sum f32, 4096 bytes, groups {{0,1},{2,3}})".
+  std::string Describe() const;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int64_t device_id() const = 0;    // global device id
+  virtual int64_t num_devices() const = 0;  // devices taking part
+  virtual std::string_view backend() const = 0;  // "threads" or "mpi"
+
+  // Counts are in elements of `dtype`. For AllGather `count` is this
+  // device's shard and `out` holds count * n; for ReduceScatter `count` is the
+  // whole input (a multiple of n) and `out` holds count / n; for AllToAll
+  // `count` is the whole input (a multiple of n) and the output is as large.
+  void AllReduce(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
+                 const ReplicaGroups& groups = {});
+  void AllGather(const void* in, void* out, int64_t count, DataType dtype,
+                 const ReplicaGroups& groups = {});
+  void ReduceScatter(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
+                     const ReplicaGroups& groups = {});
+  void AllToAll(const void* in, void* out, int64_t count, DataType dtype,
+                const ReplicaGroups& groups = {});
+  void CollectivePermute(const void* in, void* out, int64_t count, DataType dtype,
+                         const std::vector<SourceTargetPair>& pairs);
+  // Waits until every device reaches its Barrier.
+  void Barrier();
+  // Exchanges a 64-bit hash (e.g. of the program) among all devices; throws
+  // weft::Error naming `what`, the hashes and the devices holding each when
+  // they differ. Every device throws, so none runs a mismatched program.
+  void VerifySameHash(uint64_t hash, const std::string& what);
+
+  // Typed conveniences over the calls above, returning the output.
+  template <typename T>
+  std::vector<T> AllReduce(const std::vector<T>& in, ReduceOp op,
+                           const ReplicaGroups& groups = {}) {
+    std::vector<T> out(in.size());
+    AllReduce(in.data(), out.data(), Count(in), DataTypeOf<T>(), op, groups);
+    return out;
+  }
+  template <typename T>
+  std::vector<T> AllGather(const std::vector<T>& in, const ReplicaGroups& groups = {}) {
+    std::vector<T> out(in.size() * GroupSize(groups));
+    AllGather(in.data(), out.data(), Count(in), DataTypeOf<T>(), groups);
+    return out;
+  }
+  template <typename T>
+  std::vector<T> ReduceScatter(const std::vector<T>& in, ReduceOp op,
+                               const ReplicaGroups& groups = {}) {
+    std::vector<T> out(in.size() / GroupSize(groups));
+    ReduceScatter(in.data(), out.data(), Count(in), DataTypeOf<T>(), op, groups);
+    return out;
+  }
+  template <typename T>
+  std::vector<T> AllToAll(const std::vector<T>& in, const ReplicaGroups& groups = {}) {
+    std::vector<T> out(in.size());
+    AllToAll(in.data(), out.data(), Count(in), DataTypeOf<T>(), groups);
+    return out;
+  }
+  template <typename T>
+  std::vector<T> CollectivePermute(const std::vector<T>& in,
+                                   const std::vector<SourceTargetPair>& pairs) {
+    std::vector<T> out(in.size());
+    CollectivePermute(in.data(), out.data(), Count(in), DataTypeOf<T>(), pairs);
+    return out;
+  }
+
+  // The size of the group holding this device (validates the groups).
+  int64_t GroupSize(const ReplicaGroups& groups) const;
+
+  // Counters of the calls this communicator completed.
+  const CollectiveStats& stats() const { return stats_; }
+  void ResetStats() { stats_ = {}; }
+
+ protected:
+  // Moves the data of one validated call. Backends throw weft::Error on
+  // failure. kVerifyHash is an all-gather of 8 bytes over all devices.
+  virtual void DoCollective(const CollectiveCall& call) = 0;
+
+ private:
+  template <typename T>
+  static int64_t Count(const std::vector<T>& v) {
+    return static_cast<int64_t>(v.size());
+  }
+  CollectiveCall Prepare(CollectiveKind kind, DataType dtype, ReduceOp op, const void* in,
+                         void* out, int64_t in_count, const ReplicaGroups& groups);
+  void Finish(CollectiveCall& call);
+
+  CollectiveStats stats_;
+  int64_t sequence_ = 0;
+};
+
+}  // namespace weft::runtime

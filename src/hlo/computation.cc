@@ -1,0 +1,109 @@
+#include "weft/hlo/computation.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "weft/base/error.h"
+#include "weft/hlo/module.h"
+#include "weft/hlo/printer.h"
+
+namespace weft {
+
+HloComputation::~HloComputation() {
+  // Users first, so operands never see dangling users.
+  while (!instructions_.empty()) instructions_.pop_back();
+}
+
+HloInstruction* HloComputation::AddInstruction(std::unique_ptr<HloInstruction> instruction) {
+  WEFT_CHECK(instruction != nullptr, "null instruction added to computation '{}'", name_);
+  WEFT_CHECK(instruction->parent_ == nullptr, "instruction {} already belongs to a computation",
+             instruction->Describe());
+  for (HloInstruction* operand : instruction->operands()) {
+    WEFT_CHECK(operand->parent_ == this,
+               "instruction {} uses {} from another computation; operands must be defined in "
+               "the same computation",
+               instruction->Describe(), operand->Describe());
+  }
+  HloInstruction* raw = instruction.get();
+  if (raw->opcode() == HloOpcode::kParameter) {
+    const int64_t number = raw->parameter_number();
+    WEFT_CHECK(number >= 0, "parameter {} has negative number {}", raw->Describe(), number);
+    if (number >= num_parameters()) parameters_.resize(number + 1, nullptr);
+    WEFT_CHECK(parameters_[number] == nullptr,
+               "computation '{}' has two parameters numbered {}: {} and {}", name_, number,
+               parameters_[number]->Describe(), raw->Describe());
+    parameters_[number] = raw;
+  }
+  raw->parent_ = this;
+  instructions_.push_back(std::move(instruction));
+  return raw;
+}
+
+void HloComputation::RemoveInstruction(HloInstruction* instruction) {
+  WEFT_CHECK(instruction->parent_ == this, "{} is not in computation '{}'",
+             instruction->Describe(), name_);
+  WEFT_CHECK(instruction->users().empty(), "cannot remove {}: it still has {} users",
+             instruction->Describe(), instruction->users().size());
+  WEFT_CHECK(instruction != root_, "cannot remove the root {} of '{}'", instruction->Describe(),
+             name_);
+  if (instruction->opcode() == HloOpcode::kParameter) {
+    parameters_[instruction->parameter_number()] = nullptr;
+  }
+  auto it = std::find_if(instructions_.begin(), instructions_.end(),
+                         [&](const auto& p) { return p.get() == instruction; });
+  instructions_.erase(it);
+}
+
+std::vector<HloInstruction*> HloComputation::instructions() const {
+  std::vector<HloInstruction*> out;
+  out.reserve(instructions_.size());
+  for (const auto& p : instructions_) out.push_back(p.get());
+  return out;
+}
+
+HloInstruction* HloComputation::GetInstruction(std::string_view name) const {
+  for (const auto& p : instructions_) {
+    if (p->name() == name) return p.get();
+  }
+  return nullptr;
+}
+
+HloInstruction* HloComputation::root_instruction() const {
+  if (root_ != nullptr) return root_;
+  return instructions_.empty() ? nullptr : instructions_.back().get();
+}
+
+void HloComputation::set_root_instruction(HloInstruction* root) {
+  WEFT_CHECK(root != nullptr && root->parent_ == this, "root of '{}' must be one of its own "
+             "instructions", name_);
+  root_ = root;
+}
+
+std::vector<HloInstruction*> HloComputation::MakeInstructionPostOrder() const {
+  std::vector<HloInstruction*> order;
+  HloInstruction* root = root_instruction();
+  if (root == nullptr) return order;
+  std::unordered_set<const HloInstruction*> visited;
+  // Iterative DFS: (instruction, next operand index).
+  std::vector<std::pair<HloInstruction*, int64_t>> stack = {{root, 0}};
+  visited.insert(root);
+  while (!stack.empty()) {
+    auto& [instr, next] = stack.back();
+    if (next < instr->operand_count()) {
+      HloInstruction* operand = instr->operand(next++);
+      if (visited.insert(operand).second) stack.push_back({operand, 0});
+    } else {
+      order.push_back(instr);
+      stack.pop_back();
+    }
+  }
+  return order;
+}
+
+bool HloComputation::IsEntry() const {
+  return parent_ != nullptr && parent_->entry_computation() == this;
+}
+
+std::string HloComputation::ToString() const { return PrintComputation(*this); }
+
+}  // namespace weft

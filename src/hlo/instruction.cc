@@ -1,0 +1,127 @@
+#include "weft/hlo/instruction.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+
+#include "weft/base/error.h"
+#include "weft/hlo/printer.h"
+
+namespace weft {
+namespace {
+
+constexpr std::array<std::pair<ComparisonDirection, std::string_view>, 6> kDirections = {{
+    {ComparisonDirection::kEq, "EQ"},
+    {ComparisonDirection::kNe, "NE"},
+    {ComparisonDirection::kLt, "LT"},
+    {ComparisonDirection::kLe, "LE"},
+    {ComparisonDirection::kGt, "GT"},
+    {ComparisonDirection::kGe, "GE"},
+}};
+
+}  // namespace
+
+std::string_view ComparisonDirectionString(ComparisonDirection direction) {
+  for (const auto& [d, name] : kDirections) {
+    if (d == direction) return name;
+  }
+  return "?";
+}
+
+std::optional<ComparisonDirection> StringToComparisonDirection(std::string_view name) {
+  for (const auto& [d, n] : kDirections) {
+    if (n == name) return d;
+  }
+  return std::nullopt;
+}
+
+std::unique_ptr<HloInstruction> HloInstruction::Create(HloOpcode opcode, Shape shape,
+                                                       std::vector<HloInstruction*> operands,
+                                                       HloAttributes attrs,
+                                                       std::vector<HloComputation*> called,
+                                                       std::string name) {
+  std::unique_ptr<HloInstruction> instr(new HloInstruction());
+  instr->opcode_ = opcode;
+  instr->shape_ = std::move(shape);
+  instr->attrs_ = std::move(attrs);
+  instr->called_ = std::move(called);
+  instr->name_ = std::move(name);
+  for (HloInstruction* operand : operands) {
+    WEFT_CHECK(operand != nullptr, "null operand for new {} instruction", HloOpcodeString(opcode));
+    operand->AddUser(instr.get());
+  }
+  instr->operands_ = std::move(operands);
+  return instr;
+}
+
+HloInstruction::~HloInstruction() {
+  // Detach from operands that outlive us (instructions die with their
+  // computation, in any order, so only unlink; never touch users).
+  for (HloInstruction* operand : operands_) {
+    if (operand != nullptr) operand->RemoveUser(this);
+  }
+  for (HloInstruction* user : users_) {
+    for (HloInstruction*& op : user->operands_) {
+      if (op == this) op = nullptr;
+    }
+  }
+}
+
+void HloInstruction::AddUser(HloInstruction* user) {
+  if (std::find(users_.begin(), users_.end(), user) == users_.end()) users_.push_back(user);
+}
+
+void HloInstruction::RemoveUser(HloInstruction* user) {
+  users_.erase(std::remove(users_.begin(), users_.end(), user), users_.end());
+}
+
+void HloInstruction::ReplaceOperandWith(int64_t index, HloInstruction* new_operand) {
+  WEFT_CHECK(index >= 0 && index < operand_count(), "{} has no operand {}", Describe(), index);
+  WEFT_CHECK(new_operand != nullptr, "null replacement operand for {}", Describe());
+  HloInstruction* old = operands_[index];
+  operands_[index] = new_operand;
+  new_operand->AddUser(this);
+  // Drop the old operand's use only if no other operand slot still uses it.
+  if (old != nullptr && std::count(operands_.begin(), operands_.end(), old) == 0) {
+    old->RemoveUser(this);
+  }
+}
+
+void HloInstruction::ReplaceAllUsesWith(HloInstruction* replacement) {
+  WEFT_CHECK(replacement != this, "cannot replace {} with itself", Describe());
+  std::vector<HloInstruction*> users = users_;
+  for (HloInstruction* user : users) {
+    for (int64_t i = 0; i < user->operand_count(); ++i) {
+      if (user->operands_[i] == this) user->ReplaceOperandWith(i, replacement);
+    }
+  }
+}
+
+HloComputation* HloInstruction::to_apply() const {
+  WEFT_CHECK(called_.size() == 1 && opcode_ != HloOpcode::kWhile,
+             "{} has no to_apply computation", Describe());
+  return called_[0];
+}
+
+HloComputation* HloInstruction::while_condition() const {
+  WEFT_CHECK(opcode_ == HloOpcode::kWhile && called_.size() == 2, "{} is not a while",
+             Describe());
+  return called_[0];
+}
+
+HloComputation* HloInstruction::while_body() const {
+  WEFT_CHECK(opcode_ == HloOpcode::kWhile && called_.size() == 2, "{} is not a while",
+             Describe());
+  return called_[1];
+}
+
+std::string HloInstruction::Describe() const {
+  std::string out = fmt::format("'{}' ({})", name_, HloOpcodeString(opcode_));
+  if (location_.known()) out += fmt::format(" at {}:{}", location_.line, location_.col);
+  return out;
+}
+
+std::string HloInstruction::ToString() const { return PrintInstruction(*this); }
+
+}  // namespace weft

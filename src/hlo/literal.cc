@@ -1,0 +1,114 @@
+#include "weft/hlo/literal.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+#include "weft/base/error.h"
+
+namespace weft {
+namespace {
+
+void CheckIntInRange(PrimitiveType type, int64_t v) {
+  int64_t lo = std::numeric_limits<int64_t>::min(), hi = std::numeric_limits<int64_t>::max();
+  switch (type) {
+    case PrimitiveType::kPred:
+      lo = 0, hi = 1;
+      break;
+    case PrimitiveType::kS32:
+      lo = std::numeric_limits<int32_t>::min(), hi = std::numeric_limits<int32_t>::max();
+      break;
+    case PrimitiveType::kU32:
+      lo = 0, hi = std::numeric_limits<uint32_t>::max();
+      break;
+    default:
+      break;
+  }
+  WEFT_CHECK(v >= lo && v <= hi, "constant {} does not fit in {}", v, PrimitiveTypeName(type));
+}
+
+}  // namespace
+
+Literal::Literal(Shape shape, const std::vector<double>& values) : shape_(std::move(shape)) {
+  WEFT_CHECK(shape_.IsArray(), "a constant must have an array shape, not {}", shape_.ToString());
+  WEFT_CHECK(static_cast<int64_t>(values.size()) == shape_.ElementsCount(),
+             "constant of shape {} needs {} values, got {}", shape_.ToString(),
+             shape_.ElementsCount(), values.size());
+  const PrimitiveType type = shape_.element_type();
+  for (double v : values) {
+    if (IsIntegral()) {
+      WEFT_CHECK(std::isfinite(v) && std::trunc(v) == v && std::fabs(v) < 9.3e18,
+                 "constant {} is not an integer; {} needs integers", v, PrimitiveTypeName(type));
+      ints_.push_back(static_cast<int64_t>(v));
+      CheckIntInRange(type, ints_.back());
+    } else {
+      floats_.push_back(RoundToType(v, type));
+    }
+  }
+}
+
+Literal Literal::FromInts(Shape shape, std::vector<int64_t> values) {
+  Literal lit;
+  lit.shape_ = std::move(shape);
+  WEFT_CHECK(lit.shape_.IsArray() && lit.IsIntegral(),
+             "FromInts needs an integer or pred shape, got {}", lit.shape_.ToString());
+  WEFT_CHECK(static_cast<int64_t>(values.size()) == lit.shape_.ElementsCount(),
+             "constant of shape {} needs {} values, got {}", lit.shape_.ToString(),
+             lit.shape_.ElementsCount(), values.size());
+  for (int64_t v : values) CheckIntInRange(lit.shape_.element_type(), v);
+  lit.ints_ = std::move(values);
+  return lit;
+}
+
+Literal Literal::Scalar(PrimitiveType type, double value) {
+  return Literal(Shape::Scalar(type), {value});
+}
+
+int64_t Literal::size() const {
+  return static_cast<int64_t>(IsIntegral() ? ints_.size() : floats_.size());
+}
+
+double Literal::Get(int64_t i) const {
+  return IsIntegral() ? static_cast<double>(ints_.at(i)) : floats_.at(i);
+}
+
+int64_t Literal::GetInt(int64_t i) const {
+  WEFT_CHECK(IsIntegral(), "GetInt on a {} constant", PrimitiveTypeName(shape_.element_type()));
+  return ints_.at(i);
+}
+
+std::string Literal::ToString() const {
+  auto element = [&](int64_t i) -> std::string {
+    const PrimitiveType type = shape_.element_type();
+    if (type == PrimitiveType::kPred) return ints_[i] ? "true" : "false";
+    if (IsIntegral()) return fmt::format("{}", ints_[i]);
+    // Shortest text that reads back to the same float.
+    return fmt::format("{}", static_cast<float>(floats_[i]));
+  };
+  if (shape_.rank() == 0) return element(0);
+  // Nested braces, one level per dim; XLA pads inner levels with spaces.
+  std::string out;
+  const int64_t rank = shape_.rank();
+  int64_t index = 0;
+  auto emit = [&](auto&& self, int64_t dim) -> void {
+    const bool innermost = dim == rank - 1;
+    const std::string_view pad = rank > 1 ? " " : "";
+    out += "{";
+    out += pad;
+    for (int64_t i = 0; i < shape_.dimensions(dim); ++i) {
+      if (i > 0) out += ", ";
+      if (innermost) {
+        out += element(index++);
+      } else {
+        self(self, dim + 1);
+      }
+    }
+    out += pad;
+    out += "}";
+  };
+  emit(emit, 0);
+  return out;
+}
+
+}  // namespace weft

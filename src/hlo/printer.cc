@@ -1,0 +1,270 @@
+#include "weft/hlo/printer.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "weft/base/error.h"
+
+namespace weft {
+namespace {
+
+std::string IntList(const std::vector<int64_t>& values) {
+  return fmt::format("{{{}}}", fmt::join(values, ","));
+}
+
+std::string Name(const std::string& name, const HloPrintOptions& options) {
+  return options.print_percent ? "%" + name : name;
+}
+
+// Quoted, with the escapes the parser understands.
+std::string Quote(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string DotToString(const DotDimensionNumbers& d, std::vector<std::string>* attrs) {
+  auto add = [&](const char* key, const std::vector<int64_t>& v) {
+    if (!v.empty()) attrs->push_back(fmt::format("{}={}", key, IntList(v)));
+  };
+  add("lhs_batch_dims", d.lhs_batch_dims);
+  add("lhs_contracting_dims", d.lhs_contracting_dims);
+  add("rhs_batch_dims", d.rhs_batch_dims);
+  add("rhs_contracting_dims", d.rhs_contracting_dims);
+  return "";
+}
+
+// XLA's attribute order: op-specific attributes, called computations,
+// sharding, then the verbatim extras and backend_config.
+std::vector<std::string> Attributes(const HloInstruction& instr, const HloPrintOptions& options) {
+  const HloAttributes& a = instr.attrs();
+  std::vector<std::string> out;
+  auto add = [&](std::string s) { out.push_back(std::move(s)); };
+  auto add_list = [&](const char* key, const std::vector<int64_t>& v) {
+    add(fmt::format("{}={}", key, IntList(v)));
+  };
+  auto add_list_if = [&](const char* key, const std::vector<int64_t>& v) {
+    if (!v.empty()) add_list(key, v);
+  };
+  auto comp = [&](int64_t i) { return Name(instr.called_computations().at(i)->name(), options); };
+  auto collective_prefix = [&] {
+    if (a.channel_id) add(fmt::format("channel_id={}", *a.channel_id));
+    add("replica_groups=" + ReplicaGroupsToString(a.replica_groups));
+    if (a.constrain_layout) add("constrain_layout=true");
+  };
+  switch (instr.opcode()) {
+    case HloOpcode::kIota:
+      add(fmt::format("iota_dimension={}", a.iota_dimension));
+      break;
+    case HloOpcode::kBroadcast:
+    case HloOpcode::kTranspose:
+    case HloOpcode::kReverse:
+    case HloOpcode::kConcatenate:
+      add_list("dimensions", a.dimensions);
+      break;
+    case HloOpcode::kSlice: {
+      std::vector<std::string> ranges;
+      for (const SliceDim& s : a.slice) {
+        ranges.push_back(s.stride == 1 ? fmt::format("[{}:{}]", s.start, s.limit)
+                                       : fmt::format("[{}:{}:{}]", s.start, s.limit, s.stride));
+      }
+      add(fmt::format("slice={{{}}}", fmt::join(ranges, ", ")));
+      break;
+    }
+    case HloOpcode::kDynamicSlice:
+      add_list("dynamic_slice_sizes", a.dynamic_slice_sizes);
+      break;
+    case HloOpcode::kPad:
+      add("padding=" + PaddingToString(a.padding));
+      break;
+    case HloOpcode::kCompare:
+      add(fmt::format("direction={}", ComparisonDirectionString(a.comparison_direction)));
+      if (!a.comparison_type.empty()) add("type=" + a.comparison_type);
+      break;
+    case HloOpcode::kReduce:
+      add_list("dimensions", a.dimensions);
+      add("to_apply=" + comp(0));
+      break;
+    case HloOpcode::kDot:
+      DotToString(a.dot, &out);
+      break;
+    case HloOpcode::kGather:
+      add_list("offset_dims", a.gather.offset_dims);
+      add_list("collapsed_slice_dims", a.gather.collapsed_slice_dims);
+      add_list("start_index_map", a.gather.start_index_map);
+      add_list_if("operand_batching_dims", a.gather.operand_batching_dims);
+      add_list_if("start_indices_batching_dims", a.gather.start_indices_batching_dims);
+      add(fmt::format("index_vector_dim={}", a.gather.index_vector_dim));
+      add_list("slice_sizes", a.gather_slice_sizes);
+      if (a.indices_are_sorted) add("indices_are_sorted=true");
+      break;
+    case HloOpcode::kScatter:
+      add_list("update_window_dims", a.scatter.update_window_dims);
+      add_list("inserted_window_dims", a.scatter.inserted_window_dims);
+      add_list("scatter_dims_to_operand_dims", a.scatter.scatter_dims_to_operand_dims);
+      add_list_if("input_batching_dims", a.scatter.input_batching_dims);
+      add_list_if("scatter_indices_batching_dims", a.scatter.scatter_indices_batching_dims);
+      add(fmt::format("index_vector_dim={}", a.scatter.index_vector_dim));
+      if (a.indices_are_sorted) add("indices_are_sorted=true");
+      if (a.unique_indices) add("unique_indices=true");
+      add("to_apply=" + comp(0));
+      break;
+    case HloOpcode::kGetTupleElement:
+      add(fmt::format("index={}", a.tuple_index));
+      break;
+    case HloOpcode::kWhile:
+      add("condition=" + comp(0));
+      add("body=" + comp(1));
+      break;
+    case HloOpcode::kCall:
+      add("to_apply=" + comp(0));
+      break;
+    case HloOpcode::kCustomCall:
+      add("custom_call_target=" + Quote(a.custom_call_target));
+      if (a.custom_call_has_side_effect) add("custom_call_has_side_effect=true");
+      if (!a.custom_call_api_version.empty()) add("api_version=" + a.custom_call_api_version);
+      break;
+    case HloOpcode::kAllReduce:
+      collective_prefix();
+      if (a.use_global_device_ids) add("use_global_device_ids=true");
+      add("to_apply=" + comp(0));
+      break;
+    case HloOpcode::kAllGather:
+    case HloOpcode::kAllToAll:
+      collective_prefix();
+      add_list("dimensions", a.dimensions);
+      if (a.use_global_device_ids) add("use_global_device_ids=true");
+      break;
+    case HloOpcode::kReduceScatter:
+      collective_prefix();
+      add_list("dimensions", a.dimensions);
+      if (a.use_global_device_ids) add("use_global_device_ids=true");
+      add("to_apply=" + comp(0));
+      break;
+    case HloOpcode::kCollectivePermute: {
+      if (a.channel_id) add(fmt::format("channel_id={}", *a.channel_id));
+      std::vector<std::string> pairs;
+      for (auto [s, t] : a.source_target_pairs) pairs.push_back(fmt::format("{{{},{}}}", s, t));
+      add(fmt::format("source_target_pairs={{{}}}", fmt::join(pairs, ",")));
+      break;
+    }
+    default:
+      break;
+  }
+  if (instr.sharding()) add("sharding=" + instr.sharding()->ToString());
+  for (const auto& [key, value] : a.passthrough) add(key + "=" + value);
+  if (!a.backend_config.empty()) {
+    // JSON objects print bare, as XLA prints structured backend configs.
+    const std::string& c = a.backend_config;
+    add("backend_config=" + (c.front() == '{' && c.back() == '}' ? c : Quote(c)));
+  }
+  return out;
+}
+
+std::string Signature(const HloComputation& c, const HloPrintOptions& options) {
+  std::vector<std::string> params;
+  for (const HloInstruction* p : c.parameter_instructions()) {
+    params.push_back(fmt::format("{}: {}", p->name(), p->shape().ToString(options.print_layout)));
+  }
+  const HloInstruction* root = c.root_instruction();
+  return fmt::format(" ({}) -> {}", fmt::join(params, ", "),
+                     root ? root->shape().ToString(options.print_layout) : "()");
+}
+
+}  // namespace
+
+std::string ReplicaGroupsToString(const std::vector<std::vector<int64_t>>& groups) {
+  std::vector<std::string> parts;
+  for (const auto& g : groups) parts.push_back(IntList(g));
+  return fmt::format("{{{}}}", fmt::join(parts, ","));
+}
+
+std::string PaddingToString(const std::vector<PadDim>& padding) {
+  bool interior = false;
+  for (const PadDim& p : padding) interior |= p.interior != 0;
+  std::vector<std::string> parts;
+  for (const PadDim& p : padding) {
+    parts.push_back(interior ? fmt::format("{}_{}_{}", p.low, p.high, p.interior)
+                             : fmt::format("{}_{}", p.low, p.high));
+  }
+  return fmt::format("{}", fmt::join(parts, "x"));
+}
+
+std::string PrintInstruction(const HloInstruction& instr, const HloPrintOptions& options) {
+  const bool is_root = instr.parent() != nullptr && instr.parent()->root_instruction() == &instr;
+  std::string operands;
+  switch (instr.opcode()) {
+    case HloOpcode::kParameter:
+      operands = fmt::format("{}", instr.parameter_number());
+      break;
+    case HloOpcode::kConstant:
+      operands = instr.literal().ToString();
+      break;
+    default: {
+      std::vector<std::string> parts;
+      for (const HloInstruction* op : instr.operands()) {
+        std::string name = Name(op->name(), options);
+        parts.push_back(options.print_operand_shapes
+                            ? op->shape().ToString(options.print_layout) + " " + name
+                            : name);
+      }
+      operands = fmt::format("{}", fmt::join(parts, ", "));
+    }
+  }
+  std::string line =
+      fmt::format("{}{} = {} {}({})", is_root ? "ROOT " : "", Name(instr.name(), options),
+                  instr.shape().ToString(options.print_layout), HloOpcodeString(instr.opcode()),
+                  operands);
+  for (const std::string& attr : Attributes(instr, options)) line += ", " + attr;
+  return line;
+}
+
+std::string PrintComputation(const HloComputation& c, const HloPrintOptions& options) {
+  std::string out = fmt::format("{}{}{} {{\n", c.IsEntry() ? "ENTRY " : "", Name(c.name(), options),
+                                options.print_program_shape ? Signature(c, options) : "");
+  for (const HloInstruction* instr : c.instructions()) {
+    out += "  " + PrintInstruction(*instr, options) + "\n";
+  }
+  return out + "}\n";
+}
+
+std::string PrintModule(const HloModule& module, const HloPrintOptions& options) {
+  std::string out = "HloModule " + module.name();
+  const HloComputation* entry = module.entry_computation();
+  if (options.print_program_shape && entry != nullptr) {
+    std::vector<std::string> params;
+    for (const HloInstruction* p : entry->parameter_instructions()) {
+      params.push_back(p->shape().ToString(options.print_layout));
+    }
+    out += fmt::format(", entry_computation_layout={{({})->{}}}", fmt::join(params, ", "),
+                       entry->root_instruction()->shape().ToString(options.print_layout));
+  }
+  if (module.replica_count() != 1) out += fmt::format(", replica_count={}", module.replica_count());
+  if (module.num_partitions() != 1) {
+    out += fmt::format(", num_partitions={}", module.num_partitions());
+  }
+  out += "\n";
+  for (const HloComputation* c : module.MakeComputationPostOrder()) {
+    out += "\n" + PrintComputation(*c, options);
+  }
+  return out;
+}
+
+}  // namespace weft

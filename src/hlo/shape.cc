@@ -1,0 +1,185 @@
+#include "weft/hlo/shape.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "weft/base/error.h"
+
+namespace weft {
+namespace {
+
+struct TypeInfo {
+  PrimitiveType type;
+  std::string_view name;
+  int64_t bytes;
+};
+
+constexpr std::array<TypeInfo, 7> kTypes = {{
+    {PrimitiveType::kPred, "pred", 1},
+    {PrimitiveType::kS32, "s32", 4},
+    {PrimitiveType::kS64, "s64", 8},
+    {PrimitiveType::kU32, "u32", 4},
+    {PrimitiveType::kF16, "f16", 2},
+    {PrimitiveType::kBF16, "bf16", 2},
+    {PrimitiveType::kF32, "f32", 4},
+}};
+
+}  // namespace
+
+std::string_view PrimitiveTypeName(PrimitiveType type) {
+  if (type == PrimitiveType::kTuple) return "tuple";
+  for (const TypeInfo& info : kTypes) {
+    if (info.type == type) return info.name;
+  }
+  return "invalid";
+}
+
+std::optional<PrimitiveType> PrimitiveTypeFromName(std::string_view name) {
+  for (const TypeInfo& info : kTypes) {
+    if (info.name == name) return info.type;
+  }
+  return std::nullopt;
+}
+
+std::string_view SupportedPrimitiveTypeNames() { return "pred, s32, s64, u32, f16, bf16, f32"; }
+
+bool IsFloatingPoint(PrimitiveType type) {
+  return type == PrimitiveType::kF32 || type == PrimitiveType::kBF16 ||
+         type == PrimitiveType::kF16;
+}
+
+bool IsInteger(PrimitiveType type) {
+  return type == PrimitiveType::kS32 || type == PrimitiveType::kS64 ||
+         type == PrimitiveType::kU32;
+}
+
+bool IsSignedInteger(PrimitiveType type) {
+  return type == PrimitiveType::kS32 || type == PrimitiveType::kS64;
+}
+
+int64_t ByteWidth(PrimitiveType type) {
+  for (const TypeInfo& info : kTypes) {
+    if (info.type == type) return info.bytes;
+  }
+  Fail("element type {} has no byte width", PrimitiveTypeName(type));
+}
+
+Shape::Shape(PrimitiveType type, std::vector<int64_t> dims) : type_(type), dims_(std::move(dims)) {
+  WEFT_CHECK(type != PrimitiveType::kTuple, "use Shape::Tuple for tuple shapes");
+  for (int64_t d : dims_) {
+    WEFT_CHECK(d >= 0, "shape {}[{}] has a negative dimension", PrimitiveTypeName(type),
+               fmt::join(dims_, ","));
+  }
+}
+
+Shape Shape::Tuple(std::vector<Shape> elements) {
+  Shape s;
+  s.type_ = PrimitiveType::kTuple;
+  s.tuple_shapes_ = std::move(elements);
+  return s;
+}
+
+int64_t Shape::ElementsCount() const {
+  WEFT_CHECK(IsArray(), "ElementsCount of non-array shape {}", ToString());
+  int64_t n = 1;
+  for (int64_t d : dims_) n *= d;
+  return n;
+}
+
+int64_t Shape::ByteSize() const {
+  if (IsTuple()) {
+    int64_t total = 0;
+    for (const Shape& s : tuple_shapes_) total += s.ByteSize();
+    return total;
+  }
+  return ElementsCount() * ByteWidth(type_);
+}
+
+int64_t Shape::LeafCount() const {
+  if (!IsTuple()) return 1;
+  int64_t n = 0;
+  for (const Shape& s : tuple_shapes_) n += s.LeafCount();
+  return n;
+}
+
+std::vector<Shape> Shape::Leaves() const {
+  if (!IsTuple()) return {*this};
+  std::vector<Shape> leaves;
+  for (const Shape& s : tuple_shapes_) {
+    std::vector<Shape> sub = s.Leaves();
+    leaves.insert(leaves.end(), sub.begin(), sub.end());
+  }
+  return leaves;
+}
+
+Shape Shape::WithElementType(PrimitiveType type) const {
+  WEFT_CHECK(IsArray(), "cannot change the element type of {}", ToString());
+  return Shape(type, dims_);
+}
+
+Shape Shape::WithDimensions(std::vector<int64_t> dims) const {
+  WEFT_CHECK(IsArray(), "cannot change the dimensions of {}", ToString());
+  return Shape(type_, std::move(dims));
+}
+
+std::string Shape::ToString(bool with_layout) const {
+  if (IsTuple()) {
+    std::vector<std::string> parts;
+    for (const Shape& s : tuple_shapes_) parts.push_back(s.ToString(with_layout));
+    return fmt::format("({})", fmt::join(parts, ", "));
+  }
+  std::string out = fmt::format("{}[{}]", PrimitiveTypeName(type_), fmt::join(dims_, ","));
+  if (with_layout && !dims_.empty()) {
+    std::vector<int64_t> minor_to_major;
+    for (int64_t i = rank() - 1; i >= 0; --i) minor_to_major.push_back(i);
+    out += fmt::format("{{{}}}", fmt::join(minor_to_major, ","));
+  }
+  return out;
+}
+
+namespace {
+
+// Round-to-nearest-even of a float to its upper 16 bits (bfloat16).
+float RoundToBf16(float f) {
+  if (std::isnan(f)) return f;
+  uint32_t bits = std::bit_cast<uint32_t>(f);
+  const uint32_t lsb = (bits >> 16) & 1u;
+  bits += 0x7fffu + lsb;
+  bits &= 0xffff0000u;
+  return std::bit_cast<float>(bits);
+}
+
+// Round-to-nearest-even to IEEE half precision (10 mantissa bits, exponent
+// range [-14, 15], subnormals down to 2^-24).
+float RoundToF16(double v) {
+  if (std::isnan(v) || std::isinf(v) || v == 0) return static_cast<float>(v);
+  const double a = std::fabs(v);
+  if (a >= 65520.0) return std::copysign(INFINITY, v);  // rounds past max 65504
+  int exp;
+  std::frexp(a, &exp);  // a = m * 2^exp, m in [0.5, 1)
+  const int e = std::max(exp - 1, -14);
+  const double quantum = std::ldexp(1.0, e - 10);
+  return static_cast<float>(std::copysign(std::nearbyint(a / quantum) * quantum, v));
+}
+
+}  // namespace
+
+double RoundToType(double value, PrimitiveType type) {
+  switch (type) {
+    case PrimitiveType::kF32:
+      return static_cast<float>(value);
+    case PrimitiveType::kBF16:
+      return RoundToBf16(static_cast<float>(value));
+    case PrimitiveType::kF16:
+      return RoundToF16(value);
+    default:
+      return value;
+  }
+}
+
+}  // namespace weft

@@ -1,0 +1,741 @@
+#include "weft/hlo/shape_inference.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <set>
+
+#include "weft/base/error.h"
+#include "weft/hlo/computation.h"
+
+namespace weft {
+namespace {
+
+using Dims = std::vector<int64_t>;
+
+std::string DimsString(std::span<const int64_t> dims) {
+  return fmt::format("{{{}}}", fmt::join(dims, ","));
+}
+
+void ExpectOperandCount(const HloInstruction& instr, int64_t n) {
+  WEFT_CHECK(instr.operand_count() == n, "{} takes {} operand{}, got {}",
+             HloOpcodeString(instr.opcode()), n, n == 1 ? "" : "s", instr.operand_count());
+}
+
+const Shape& ArrayOperand(const HloInstruction& instr, int64_t i) {
+  const Shape& s = instr.operand(i)->shape();
+  WEFT_CHECK(s.IsArray(), "operand {} of {} must be an array, got {}", i,
+             HloOpcodeString(instr.opcode()), s.ToString());
+  return s;
+}
+
+// `dims` are distinct and in [0, rank); `sorted` also requires increasing.
+void CheckDims(std::span<const int64_t> dims, int64_t rank, std::string_view what,
+               bool sorted = false) {
+  std::set<int64_t> seen;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    WEFT_CHECK(dims[i] >= 0 && dims[i] < rank, "{} {} has {} out of range for rank {}", what,
+               DimsString(dims), dims[i], rank);
+    WEFT_CHECK(seen.insert(dims[i]).second, "{} {} repeats dim {}", what, DimsString(dims),
+               dims[i]);
+    WEFT_CHECK(!sorted || i == 0 || dims[i] > dims[i - 1], "{} {} must be sorted", what,
+               DimsString(dims));
+  }
+}
+
+bool Contains(std::span<const int64_t> dims, int64_t d) {
+  return std::find(dims.begin(), dims.end(), d) != dims.end();
+}
+
+const Shape& Declared(const HloInstruction& instr, std::string_view what) {
+  WEFT_CHECK(instr.shape().IsValid(), "{} needs its result shape given ({})",
+             HloOpcodeString(instr.opcode()), what);
+  return instr.shape();
+}
+
+void CheckScalarInt(const Shape& s, std::string_view what) {
+  WEFT_CHECK(s.IsScalar() && IsInteger(s.element_type()), "{} must be an integer scalar, got {}",
+             what, s.ToString());
+}
+
+Shape InferElementwise(const HloInstruction& instr) {
+  const HloOpcode op = instr.opcode();
+  const std::string_view name = HloOpcodeString(op);
+  if (IsElementwiseUnary(op)) {
+    ExpectOperandCount(instr, 1);
+    const Shape& x = ArrayOperand(instr, 0);
+    const PrimitiveType t = x.element_type();
+    switch (op) {
+      case HloOpcode::kNot:
+        WEFT_CHECK(t == PrimitiveType::kPred || IsInteger(t), "not needs pred or integers, got {}",
+                   x.ToString());
+        break;
+      case HloOpcode::kAbs:
+      case HloOpcode::kNegate:
+      case HloOpcode::kSign:
+        WEFT_CHECK(t != PrimitiveType::kPred, "{} needs numbers, got {}", name, x.ToString());
+        break;
+      default:
+        WEFT_CHECK(IsFloatingPoint(t), "{} needs a floating-point operand, got {}", name,
+                   x.ToString());
+    }
+    return x;
+  }
+  ExpectOperandCount(instr, 2);
+  const Shape& a = ArrayOperand(instr, 0);
+  const Shape& b = ArrayOperand(instr, 1);
+  WEFT_CHECK(a == b, "{} operands must have the same shape, got {} and {}", name, a.ToString(),
+             b.ToString());
+  const PrimitiveType t = a.element_type();
+  switch (op) {
+    case HloOpcode::kCompare:
+      return a.WithElementType(PrimitiveType::kPred);
+    case HloOpcode::kAnd:
+    case HloOpcode::kOr:
+    case HloOpcode::kXor:
+      WEFT_CHECK(t == PrimitiveType::kPred || IsInteger(t), "{} needs pred or integers, got {}",
+                 name, a.ToString());
+      return a;
+    case HloOpcode::kPower:
+      WEFT_CHECK(t != PrimitiveType::kPred, "power needs numbers, got {}", a.ToString());
+      return a;
+    default:
+      WEFT_CHECK(t != PrimitiveType::kPred || op == HloOpcode::kMaximum ||
+                     op == HloOpcode::kMinimum,
+                 "{} needs numbers, got {}", name, a.ToString());
+      return a;
+  }
+}
+
+Shape InferSelectOrClamp(const HloInstruction& instr) {
+  ExpectOperandCount(instr, 3);
+  const Shape& a = ArrayOperand(instr, 0);
+  const Shape& b = ArrayOperand(instr, 1);
+  const Shape& c = ArrayOperand(instr, 2);
+  if (instr.opcode() == HloOpcode::kSelect) {
+    WEFT_CHECK(a.element_type() == PrimitiveType::kPred, "select predicate must be pred, got {}",
+               a.ToString());
+    WEFT_CHECK(b == c, "select branches must have the same shape, got {} and {}", b.ToString(),
+               c.ToString());
+    WEFT_CHECK(a.IsScalar() || a.dimensions() == b.dimensions(),
+               "select predicate {} must be a scalar or match the branches {}", a.ToString(),
+               b.ToString());
+    return b;
+  }
+  // clamp(min, x, max): bounds are scalars or shaped like x.
+  for (const Shape* bound : {&a, &c}) {
+    WEFT_CHECK(bound->element_type() == b.element_type() && (bound->IsScalar() || *bound == b),
+               "clamp bound {} must be a scalar or match the operand {}", bound->ToString(),
+               b.ToString());
+  }
+  return b;
+}
+
+void CheckScalarComputation(const HloComputation* c, std::span<const PrimitiveType> accumulators,
+                            std::string_view what) {
+  WEFT_CHECK(c != nullptr, "{} needs a to_apply computation", what);
+  const int64_t n = static_cast<int64_t>(accumulators.size());
+  WEFT_CHECK(c->num_parameters() == 2 * n,
+             "{} computation '{}' must take {} scalar parameters, takes {}", what, c->name(),
+             2 * n, c->num_parameters());
+  for (int64_t i = 0; i < 2 * n; ++i) {
+    const HloInstruction* p = c->parameter_instruction(i);
+    WEFT_CHECK(p != nullptr, "{} computation '{}' lacks parameter {}", what, c->name(), i);
+    WEFT_CHECK(p->shape() == Shape::Scalar(accumulators[i % n]),
+               "{} computation '{}' parameter {} must be {}[], got {}", what, c->name(), i,
+               PrimitiveTypeName(accumulators[i % n]), p->shape().ToString());
+  }
+  std::vector<Shape> expected;
+  for (PrimitiveType t : accumulators) expected.push_back(Shape::Scalar(t));
+  const Shape result = n == 1 ? expected[0] : Shape::Tuple(expected);
+  const HloInstruction* root = c->root_instruction();
+  WEFT_CHECK(root != nullptr && root->shape() == result,
+             "{} computation '{}' must return {}, returns {}", what, c->name(), result.ToString(),
+             root ? root->shape().ToString() : "nothing");
+}
+
+Shape InferReduce(const HloInstruction& instr) {
+  WEFT_CHECK(instr.operand_count() >= 2 && instr.operand_count() % 2 == 0,
+             "reduce takes N inputs then N init values, got {} operands", instr.operand_count());
+  const int64_t n = instr.operand_count() / 2;
+  const Shape& first = ArrayOperand(instr, 0);
+  const Dims& dims = instr.dimensions();
+  CheckDims(dims, first.rank(), "reduce dimensions");
+  std::vector<PrimitiveType> types;
+  std::vector<Shape> results;
+  Dims kept;
+  for (int64_t d = 0; d < first.rank(); ++d) {
+    if (!Contains(dims, d)) kept.push_back(first.dimensions(d));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const Shape& input = ArrayOperand(instr, i);
+    const Shape& init = ArrayOperand(instr, n + i);
+    WEFT_CHECK(input.dimensions() == first.dimensions(),
+               "reduce inputs must have the same dimensions, got {} and {}", first.ToString(),
+               input.ToString());
+    WEFT_CHECK(init.IsScalar() && init.element_type() == input.element_type(),
+               "reduce init value {} must be a scalar of the input type {}", init.ToString(),
+               PrimitiveTypeName(input.element_type()));
+    types.push_back(input.element_type());
+    results.push_back(Shape(input.element_type(), kept));
+  }
+  CheckScalarComputation(instr.called_computations().empty() ? nullptr : instr.to_apply(), types,
+                         "reduce");
+  return n == 1 ? results[0] : Shape::Tuple(results);
+}
+
+Shape InferDot(const HloInstruction& instr) {
+  ExpectOperandCount(instr, 2);
+  const Shape& lhs = ArrayOperand(instr, 0);
+  const Shape& rhs = ArrayOperand(instr, 1);
+  const DotDimensionNumbers& dn = instr.attrs().dot;
+  WEFT_CHECK(lhs.element_type() == rhs.element_type(),
+             "dot operands must have the same element type, got {} and {}", lhs.ToString(),
+             rhs.ToString());
+  WEFT_CHECK(dn.lhs_batch_dims.size() == dn.rhs_batch_dims.size(),
+             "dot has {} lhs batch dims but {} rhs batch dims", dn.lhs_batch_dims.size(),
+             dn.rhs_batch_dims.size());
+  WEFT_CHECK(dn.lhs_contracting_dims.size() == dn.rhs_contracting_dims.size(),
+             "dot has {} lhs contracting dims but {} rhs contracting dims",
+             dn.lhs_contracting_dims.size(), dn.rhs_contracting_dims.size());
+  auto check_side = [](const Shape& s, const Dims& batch, const Dims& contracting,
+                       std::string_view side) {
+    Dims all = batch;
+    all.insert(all.end(), contracting.begin(), contracting.end());
+    CheckDims(all, s.rank(), fmt::format("dot {} batch+contracting dims", side));
+  };
+  check_side(lhs, dn.lhs_batch_dims, dn.lhs_contracting_dims, "lhs");
+  check_side(rhs, dn.rhs_batch_dims, dn.rhs_contracting_dims, "rhs");
+  for (size_t i = 0; i < dn.lhs_batch_dims.size(); ++i) {
+    WEFT_CHECK(lhs.dimensions(dn.lhs_batch_dims[i]) == rhs.dimensions(dn.rhs_batch_dims[i]),
+               "dot batch dim sizes differ: lhs dim {} is {} but rhs dim {} is {} ({} x {})",
+               dn.lhs_batch_dims[i], lhs.dimensions(dn.lhs_batch_dims[i]), dn.rhs_batch_dims[i],
+               rhs.dimensions(dn.rhs_batch_dims[i]), lhs.ToString(), rhs.ToString());
+  }
+  for (size_t i = 0; i < dn.lhs_contracting_dims.size(); ++i) {
+    WEFT_CHECK(lhs.dimensions(dn.lhs_contracting_dims[i]) ==
+                   rhs.dimensions(dn.rhs_contracting_dims[i]),
+               "dot contracting dim sizes differ: lhs dim {} is {} but rhs dim {} is {} ({} x {})",
+               dn.lhs_contracting_dims[i], lhs.dimensions(dn.lhs_contracting_dims[i]),
+               dn.rhs_contracting_dims[i], rhs.dimensions(dn.rhs_contracting_dims[i]),
+               lhs.ToString(), rhs.ToString());
+  }
+  Dims out;
+  for (int64_t d : dn.lhs_batch_dims) out.push_back(lhs.dimensions(d));
+  for (int64_t d = 0; d < lhs.rank(); ++d) {
+    if (!Contains(dn.lhs_batch_dims, d) && !Contains(dn.lhs_contracting_dims, d)) {
+      out.push_back(lhs.dimensions(d));
+    }
+  }
+  for (int64_t d = 0; d < rhs.rank(); ++d) {
+    if (!Contains(dn.rhs_batch_dims, d) && !Contains(dn.rhs_contracting_dims, d)) {
+      out.push_back(rhs.dimensions(d));
+    }
+  }
+  // The result element type may differ (e.g. bf16 x bf16 -> f32).
+  PrimitiveType type = lhs.element_type();
+  if (instr.shape().IsArray()) type = instr.shape().element_type();
+  return Shape(type, out);
+}
+
+// Splits `indices` into its batch dims and the index vector size.
+std::pair<Dims, int64_t> IndexBatch(const Shape& indices, int64_t index_vector_dim,
+                                    std::string_view op) {
+  WEFT_CHECK(index_vector_dim >= 0 && index_vector_dim <= indices.rank(),
+             "{} index_vector_dim {} out of range for indices {}", op, index_vector_dim,
+             indices.ToString());
+  WEFT_CHECK(IsInteger(indices.element_type()), "{} indices must be integers, got {}", op,
+             indices.ToString());
+  Dims batch;
+  for (int64_t d = 0; d < indices.rank(); ++d) {
+    if (d != index_vector_dim) batch.push_back(indices.dimensions(d));
+  }
+  const int64_t vector_size =
+      index_vector_dim < indices.rank() ? indices.dimensions(index_vector_dim) : 1;
+  return {batch, vector_size};
+}
+
+Shape InferGather(const HloInstruction& instr) {
+  ExpectOperandCount(instr, 2);
+  const Shape& operand = ArrayOperand(instr, 0);
+  const Shape& indices = ArrayOperand(instr, 1);
+  const GatherDimensionNumbers& g = instr.attrs().gather;
+  const Dims& sizes = instr.attrs().gather_slice_sizes;
+  auto [batch, vector_size] = IndexBatch(indices, g.index_vector_dim, "gather");
+  WEFT_CHECK(static_cast<int64_t>(g.start_index_map.size()) == vector_size,
+             "gather start_index_map {} must have one entry per index vector element ({})",
+             DimsString(g.start_index_map), vector_size);
+  CheckDims(g.start_index_map, operand.rank(), "gather start_index_map");
+  CheckDims(g.collapsed_slice_dims, operand.rank(), "gather collapsed_slice_dims", true);
+  CheckDims(g.operand_batching_dims, operand.rank(), "gather operand_batching_dims", true);
+  WEFT_CHECK(g.operand_batching_dims.size() == g.start_indices_batching_dims.size(),
+             "gather operand_batching_dims and start_indices_batching_dims differ in length");
+  WEFT_CHECK(static_cast<int64_t>(sizes.size()) == operand.rank(),
+             "gather slice_sizes {} must have one entry per operand dim ({})", DimsString(sizes),
+             operand.rank());
+  for (int64_t d = 0; d < operand.rank(); ++d) {
+    WEFT_CHECK(sizes[d] >= 0 && sizes[d] <= operand.dimensions(d),
+               "gather slice_sizes[{}] = {} exceeds operand dim {}", d, sizes[d],
+               operand.dimensions(d));
+    if (Contains(g.collapsed_slice_dims, d) || Contains(g.operand_batching_dims, d)) {
+      WEFT_CHECK(sizes[d] <= 1, "gather collapses dim {} whose slice size is {}, not 1", d,
+                 sizes[d]);
+      WEFT_CHECK(!(Contains(g.collapsed_slice_dims, d) && Contains(g.operand_batching_dims, d)),
+                 "gather dim {} is both collapsed and batching", d);
+    }
+  }
+  Dims offsets;
+  for (int64_t d = 0; d < operand.rank(); ++d) {
+    if (!Contains(g.collapsed_slice_dims, d) && !Contains(g.operand_batching_dims, d)) {
+      offsets.push_back(sizes[d]);
+    }
+  }
+  WEFT_CHECK(offsets.size() == g.offset_dims.size(),
+             "gather offset_dims {} must have one entry per uncollapsed operand dim ({})",
+             DimsString(g.offset_dims), offsets.size());
+  const int64_t out_rank = static_cast<int64_t>(batch.size() + offsets.size());
+  CheckDims(g.offset_dims, out_rank, "gather offset_dims", true);
+  Dims out;
+  size_t next_offset = 0, next_batch = 0;
+  for (int64_t d = 0; d < out_rank; ++d) {
+    out.push_back(Contains(g.offset_dims, d) ? offsets[next_offset++] : batch[next_batch++]);
+  }
+  return Shape(operand.element_type(), out);
+}
+
+Shape InferScatter(const HloInstruction& instr) {
+  ExpectOperandCount(instr, 3);
+  const Shape& operand = ArrayOperand(instr, 0);
+  const Shape& indices = ArrayOperand(instr, 1);
+  const Shape& updates = ArrayOperand(instr, 2);
+  const ScatterDimensionNumbers& s = instr.attrs().scatter;
+  WEFT_CHECK(updates.element_type() == operand.element_type(),
+             "scatter updates {} must have the operand's element type {}", updates.ToString(),
+             PrimitiveTypeName(operand.element_type()));
+  auto [batch, vector_size] = IndexBatch(indices, s.index_vector_dim, "scatter");
+  WEFT_CHECK(static_cast<int64_t>(s.scatter_dims_to_operand_dims.size()) == vector_size,
+             "scatter_dims_to_operand_dims {} must have one entry per index vector element ({})",
+             DimsString(s.scatter_dims_to_operand_dims), vector_size);
+  CheckDims(s.scatter_dims_to_operand_dims, operand.rank(), "scatter_dims_to_operand_dims");
+  CheckDims(s.inserted_window_dims, operand.rank(), "scatter inserted_window_dims", true);
+  CheckDims(s.input_batching_dims, operand.rank(), "scatter input_batching_dims", true);
+  CheckDims(s.update_window_dims, updates.rank(), "scatter update_window_dims", true);
+  WEFT_CHECK(static_cast<int64_t>(s.update_window_dims.size() + s.inserted_window_dims.size() +
+                                  s.input_batching_dims.size()) == operand.rank(),
+             "scatter window dims ({} update + {} inserted + {} batching) must add up to the "
+             "operand rank {}",
+             s.update_window_dims.size(), s.inserted_window_dims.size(),
+             s.input_batching_dims.size(), operand.rank());
+  WEFT_CHECK(updates.rank() == static_cast<int64_t>(batch.size() + s.update_window_dims.size()),
+             "scatter updates {} must have rank {} ({} index batch dims + {} window dims)",
+             updates.ToString(), batch.size() + s.update_window_dims.size(), batch.size(),
+             s.update_window_dims.size());
+  size_t next_window = 0, next_batch = 0;
+  Dims window_operand_dims;
+  for (int64_t d = 0; d < operand.rank(); ++d) {
+    if (!Contains(s.inserted_window_dims, d) && !Contains(s.input_batching_dims, d)) {
+      window_operand_dims.push_back(d);
+    }
+  }
+  for (int64_t d = 0; d < updates.rank(); ++d) {
+    if (Contains(s.update_window_dims, d)) {
+      const int64_t od = window_operand_dims[next_window++];
+      WEFT_CHECK(updates.dimensions(d) <= operand.dimensions(od),
+                 "scatter update window dim {} ({}) exceeds operand dim {} ({})", d,
+                 updates.dimensions(d), od, operand.dimensions(od));
+    } else {
+      WEFT_CHECK(updates.dimensions(d) == batch[next_batch],
+                 "scatter updates dim {} is {} but the matching index batch dim is {}", d,
+                 updates.dimensions(d), batch[next_batch]);
+      ++next_batch;
+    }
+  }
+  const PrimitiveType t = operand.element_type();
+  CheckScalarComputation(instr.called_computations().empty() ? nullptr : instr.to_apply(),
+                         std::span(&t, 1), "scatter");
+  return operand;
+}
+
+Shape InferSlicing(const HloInstruction& instr) {
+  const HloAttributes& a = instr.attrs();
+  switch (instr.opcode()) {
+    case HloOpcode::kSlice: {
+      ExpectOperandCount(instr, 1);
+      const Shape& x = ArrayOperand(instr, 0);
+      WEFT_CHECK(static_cast<int64_t>(a.slice.size()) == x.rank(),
+                 "slice has {} ranges for an operand of rank {}", a.slice.size(), x.rank());
+      Dims out;
+      for (int64_t d = 0; d < x.rank(); ++d) {
+        const SliceDim& s = a.slice[d];
+        WEFT_CHECK(s.stride >= 1 && 0 <= s.start && s.start <= s.limit &&
+                       s.limit <= x.dimensions(d),
+                   "slice range [{}:{}:{}] invalid for dim {} of size {}", s.start, s.limit,
+                   s.stride, d, x.dimensions(d));
+        out.push_back((s.limit - s.start + s.stride - 1) / s.stride);
+      }
+      return x.WithDimensions(out);
+    }
+    case HloOpcode::kDynamicSlice: {
+      WEFT_CHECK(instr.operand_count() >= 1, "dynamic-slice needs an operand");
+      const Shape& x = ArrayOperand(instr, 0);
+      ExpectOperandCount(instr, 1 + x.rank());
+      for (int64_t i = 1; i < instr.operand_count(); ++i) {
+        CheckScalarInt(instr.operand(i)->shape(), fmt::format("dynamic-slice start index {}", i));
+      }
+      WEFT_CHECK(static_cast<int64_t>(a.dynamic_slice_sizes.size()) == x.rank(),
+                 "dynamic_slice_sizes {} must have one entry per operand dim ({})",
+                 DimsString(a.dynamic_slice_sizes), x.rank());
+      for (int64_t d = 0; d < x.rank(); ++d) {
+        WEFT_CHECK(a.dynamic_slice_sizes[d] >= 0 && a.dynamic_slice_sizes[d] <= x.dimensions(d),
+                   "dynamic_slice_sizes[{}] = {} exceeds operand dim {}", d,
+                   a.dynamic_slice_sizes[d], x.dimensions(d));
+      }
+      return x.WithDimensions(a.dynamic_slice_sizes);
+    }
+    case HloOpcode::kDynamicUpdateSlice: {
+      WEFT_CHECK(instr.operand_count() >= 2, "dynamic-update-slice needs an operand and update");
+      const Shape& x = ArrayOperand(instr, 0);
+      const Shape& u = ArrayOperand(instr, 1);
+      ExpectOperandCount(instr, 2 + x.rank());
+      WEFT_CHECK(u.element_type() == x.element_type() && u.rank() == x.rank(),
+                 "dynamic-update-slice update {} must match the operand's type and rank ({})",
+                 u.ToString(), x.ToString());
+      for (int64_t d = 0; d < x.rank(); ++d) {
+        WEFT_CHECK(u.dimensions(d) <= x.dimensions(d),
+                   "dynamic-update-slice update {} is larger than operand {} in dim {}",
+                   u.ToString(), x.ToString(), d);
+      }
+      for (int64_t i = 2; i < instr.operand_count(); ++i) {
+        CheckScalarInt(instr.operand(i)->shape(),
+                       fmt::format("dynamic-update-slice start index {}", i - 1));
+      }
+      return x;
+    }
+    default: {  // kPad
+      ExpectOperandCount(instr, 2);
+      const Shape& x = ArrayOperand(instr, 0);
+      const Shape& v = ArrayOperand(instr, 1);
+      WEFT_CHECK(v.IsScalar() && v.element_type() == x.element_type(),
+                 "pad value {} must be a scalar of the operand type", v.ToString());
+      WEFT_CHECK(static_cast<int64_t>(a.padding.size()) == x.rank(),
+                 "padding has {} entries for an operand of rank {}", a.padding.size(), x.rank());
+      Dims out;
+      for (int64_t d = 0; d < x.rank(); ++d) {
+        const PadDim& p = a.padding[d];
+        WEFT_CHECK(p.interior >= 0, "pad interior padding {} is negative", p.interior);
+        const int64_t n = x.dimensions(d);
+        const int64_t size = p.low + p.high + n + std::max<int64_t>(n - 1, 0) * p.interior;
+        WEFT_CHECK(size >= 0, "padding {}_{}_{} leaves dim {} with negative size", p.low, p.high,
+                   p.interior, d);
+        out.push_back(size);
+      }
+      return x.WithDimensions(out);
+    }
+  }
+}
+
+Shape InferLayoutOp(const HloInstruction& instr) {
+  const HloAttributes& a = instr.attrs();
+  switch (instr.opcode()) {
+    case HloOpcode::kBroadcast: {
+      ExpectOperandCount(instr, 1);
+      const Shape& x = ArrayOperand(instr, 0);
+      const Shape& out = Declared(instr, "the broadcast target shape");
+      WEFT_CHECK(out.IsArray() && out.element_type() == x.element_type(),
+                 "broadcast result {} must be an array of the operand type {}", out.ToString(),
+                 PrimitiveTypeName(x.element_type()));
+      WEFT_CHECK(static_cast<int64_t>(a.dimensions.size()) == x.rank(),
+                 "broadcast dimensions {} must map each of the operand's {} dims",
+                 DimsString(a.dimensions), x.rank());
+      CheckDims(a.dimensions, out.rank(), "broadcast dimensions", true);
+      for (int64_t i = 0; i < x.rank(); ++i) {
+        WEFT_CHECK(x.dimensions(i) == out.dimensions(a.dimensions[i]),
+                   "broadcast maps operand dim {} (size {}) to result dim {} (size {})", i,
+                   x.dimensions(i), a.dimensions[i], out.dimensions(a.dimensions[i]));
+      }
+      return out;
+    }
+    case HloOpcode::kReshape: {
+      ExpectOperandCount(instr, 1);
+      const Shape& x = ArrayOperand(instr, 0);
+      const Shape& out = Declared(instr, "the reshape target shape");
+      WEFT_CHECK(out.IsArray() && out.element_type() == x.element_type() &&
+                     out.ElementsCount() == x.ElementsCount(),
+                 "reshape from {} to {} must keep the element type and count", x.ToString(),
+                 out.ToString());
+      return out;
+    }
+    case HloOpcode::kTranspose: {
+      ExpectOperandCount(instr, 1);
+      const Shape& x = ArrayOperand(instr, 0);
+      WEFT_CHECK(static_cast<int64_t>(a.dimensions.size()) == x.rank(),
+                 "transpose dimensions {} must be a permutation of the operand's {} dims",
+                 DimsString(a.dimensions), x.rank());
+      CheckDims(a.dimensions, x.rank(), "transpose dimensions");
+      Dims out;
+      for (int64_t d : a.dimensions) out.push_back(x.dimensions(d));
+      return x.WithDimensions(out);
+    }
+    case HloOpcode::kReverse: {
+      ExpectOperandCount(instr, 1);
+      const Shape& x = ArrayOperand(instr, 0);
+      CheckDims(a.dimensions, x.rank(), "reverse dimensions");
+      return x;
+    }
+    case HloOpcode::kConvert: {
+      ExpectOperandCount(instr, 1);
+      const Shape& x = ArrayOperand(instr, 0);
+      const Shape& out = Declared(instr, "the target element type");
+      WEFT_CHECK(out.IsArray() && out.dimensions() == x.dimensions(),
+                 "convert from {} to {} must keep the dimensions", x.ToString(), out.ToString());
+      return out;
+    }
+    default: {  // kConcatenate
+      WEFT_CHECK(instr.operand_count() >= 1, "concatenate needs at least one operand");
+      const Shape& first = ArrayOperand(instr, 0);
+      WEFT_CHECK(a.dimensions.size() == 1, "concatenate takes one dimension, got {}",
+                 DimsString(a.dimensions));
+      const int64_t cd = a.dimensions[0];
+      WEFT_CHECK(cd >= 0 && cd < first.rank(), "concatenate dimension {} out of range for {}", cd,
+                 first.ToString());
+      Dims out = first.dimensions();
+      for (int64_t i = 1; i < instr.operand_count(); ++i) {
+        const Shape& s = ArrayOperand(instr, i);
+        bool ok = s.element_type() == first.element_type() && s.rank() == first.rank();
+        for (int64_t d = 0; ok && d < s.rank(); ++d) {
+          ok = d == cd || s.dimensions(d) == first.dimensions(d);
+        }
+        WEFT_CHECK(ok, "concatenate operands {} and {} differ outside dimension {}",
+                   first.ToString(), s.ToString(), cd);
+        out[cd] += s.dimensions(cd);
+      }
+      return first.WithDimensions(out);
+    }
+  }
+}
+
+Shape InferControlFlow(const HloInstruction& instr) {
+  switch (instr.opcode()) {
+    case HloOpcode::kTuple: {
+      std::vector<Shape> elements;
+      for (const HloInstruction* op : instr.operands()) elements.push_back(op->shape());
+      return Shape::Tuple(elements);
+    }
+    case HloOpcode::kGetTupleElement: {
+      ExpectOperandCount(instr, 1);
+      const Shape& t = instr.operand(0)->shape();
+      WEFT_CHECK(t.IsTuple(), "get-tuple-element needs a tuple operand, got {}", t.ToString());
+      WEFT_CHECK(instr.tuple_index() >= 0 &&
+                     instr.tuple_index() < static_cast<int64_t>(t.tuple_shapes().size()),
+                 "get-tuple-element index {} out of range for {}", instr.tuple_index(),
+                 t.ToString());
+      return t.tuple_shapes(instr.tuple_index());
+    }
+    case HloOpcode::kWhile: {
+      ExpectOperandCount(instr, 1);
+      const Shape& state = instr.operand(0)->shape();
+      WEFT_CHECK(instr.called_computations().size() == 2, "while needs condition and body");
+      const HloComputation* cond = instr.while_condition();
+      const HloComputation* body = instr.while_body();
+      for (const HloComputation* c : {cond, body}) {
+        WEFT_CHECK(c->num_parameters() == 1 && c->parameter_instruction(0) != nullptr &&
+                       c->parameter_instruction(0)->shape() == state,
+                   "while {} '{}' must take one parameter of the loop state {}",
+                   c == cond ? "condition" : "body", c->name(), state.ToString());
+      }
+      WEFT_CHECK(cond->root_instruction()->shape() == Shape::Scalar(PrimitiveType::kPred),
+                 "while condition '{}' must return pred[], returns {}", cond->name(),
+                 cond->root_instruction()->shape().ToString());
+      WEFT_CHECK(body->root_instruction()->shape() == state,
+                 "while body '{}' must return the loop state {}, returns {}", body->name(),
+                 state.ToString(), body->root_instruction()->shape().ToString());
+      return state;
+    }
+    default: {  // kCall
+      WEFT_CHECK(instr.called_computations().size() == 1, "call needs to_apply");
+      const HloComputation* c = instr.to_apply();
+      WEFT_CHECK(c->num_parameters() == instr.operand_count(),
+                 "call passes {} arguments to '{}' which takes {}", instr.operand_count(),
+                 c->name(), c->num_parameters());
+      for (int64_t i = 0; i < instr.operand_count(); ++i) {
+        const Shape& want = c->parameter_instruction(i)->shape();
+        WEFT_CHECK(instr.operand(i)->shape() == want, "call argument {} is {} but '{}' takes {}",
+                   i, instr.operand(i)->shape().ToString(), c->name(), want.ToString());
+      }
+      return c->root_instruction()->shape();
+    }
+  }
+}
+
+Shape InferCollective(const HloInstruction& instr) {
+  const HloAttributes& a = instr.attrs();
+  const int64_t group = ReplicaGroupSize(a.replica_groups);
+  const std::string_view name = HloOpcodeString(instr.opcode());
+  switch (instr.opcode()) {
+    case HloOpcode::kAllReduce: {
+      WEFT_CHECK(instr.operand_count() >= 1, "all-reduce needs an operand");
+      std::vector<Shape> shapes;
+      for (int64_t i = 0; i < instr.operand_count(); ++i) shapes.push_back(ArrayOperand(instr, i));
+      for (const Shape& s : shapes) {
+        const PrimitiveType t = s.element_type();
+        CheckScalarComputation(instr.called_computations().empty() ? nullptr : instr.to_apply(),
+                               std::span(&t, 1), "all-reduce");
+      }
+      return shapes.size() == 1 ? shapes[0] : Shape::Tuple(shapes);
+    }
+    case HloOpcode::kCollectivePermute: {
+      ExpectOperandCount(instr, 1);
+      std::set<int64_t> sources, targets;
+      for (auto [s, t] : a.source_target_pairs) {
+        WEFT_CHECK(s >= 0 && t >= 0, "collective-permute pair {{{},{}}} has a negative id", s, t);
+        WEFT_CHECK(sources.insert(s).second, "collective-permute sends from {} twice", s);
+        WEFT_CHECK(targets.insert(t).second, "collective-permute sends to {} twice", t);
+      }
+      return ArrayOperand(instr, 0);
+    }
+    default:
+      break;
+  }
+  // all-gather, reduce-scatter, all-to-all: one operand, one dimension.
+  ExpectOperandCount(instr, 1);
+  const Shape& x = ArrayOperand(instr, 0);
+  WEFT_CHECK(a.dimensions.size() == 1, "{} takes one dimension, got {}", name,
+             DimsString(a.dimensions));
+  const int64_t d = a.dimensions[0];
+  WEFT_CHECK(d >= 0 && d < x.rank(), "{} dimension {} out of range for {}", name, d, x.ToString());
+  if (instr.opcode() == HloOpcode::kAllToAll) {
+    WEFT_CHECK(group == 0 || x.dimensions(d) % group == 0,
+               "all-to-all splits dim {} of {} into {} parts, which does not divide it", d,
+               x.ToString(), group);
+    return x;
+  }
+  if (instr.opcode() == HloOpcode::kReduceScatter) {
+    const PrimitiveType t = x.element_type();
+    CheckScalarComputation(instr.called_computations().empty() ? nullptr : instr.to_apply(),
+                           std::span(&t, 1), "reduce-scatter");
+  }
+  Dims out = x.dimensions();
+  if (group > 0) {
+    if (instr.opcode() == HloOpcode::kAllGather) {
+      out[d] *= group;
+    } else {
+      WEFT_CHECK(out[d] % group == 0,
+                 "reduce-scatter splits dim {} of {} over {} devices, which does not divide it",
+                 d, x.ToString(), group);
+      out[d] /= group;
+    }
+    return x.WithDimensions(out);
+  }
+  // All devices: the group size is the declared/operand ratio.
+  const Shape& declared = Declared(instr, "no replica_groups to derive it from");
+  WEFT_CHECK(declared.IsArray() && declared.rank() == x.rank() &&
+                 declared.element_type() == x.element_type(),
+             "{} result {} must be an array like the operand {}", name, declared.ToString(),
+             x.ToString());
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    const int64_t big = instr.opcode() == HloOpcode::kAllGather ? declared.dimensions(i)
+                                                                 : x.dimensions(i);
+    const int64_t small = instr.opcode() == HloOpcode::kAllGather ? x.dimensions(i)
+                                                                   : declared.dimensions(i);
+    WEFT_CHECK(i == d ? (small > 0 && big % small == 0) : big == small,
+               "{} from {} to {} must only scale dim {}", name, x.ToString(),
+               declared.ToString(), d);
+  }
+  return declared;
+}
+
+}  // namespace
+
+int64_t ReplicaGroupSize(const std::vector<std::vector<int64_t>>& groups) {
+  if (groups.empty()) return 0;
+  std::set<int64_t> seen;
+  const size_t size = groups[0].size();
+  for (const auto& g : groups) {
+    WEFT_CHECK(g.size() == size && !g.empty(),
+               "replica groups must all have the same non-zero size; got sizes {} and {}", size,
+               g.size());
+    for (int64_t id : g) {
+      WEFT_CHECK(id >= 0, "replica group id {} is negative", id);
+      WEFT_CHECK(seen.insert(id).second, "device {} appears in two replica groups", id);
+    }
+  }
+  return static_cast<int64_t>(size);
+}
+
+Shape InferHloShape(const HloInstruction& instr) {
+  const HloOpcode op = instr.opcode();
+  if (IsElementwiseUnary(op) || IsElementwiseBinary(op)) return InferElementwise(instr);
+  switch (op) {
+    case HloOpcode::kSelect:
+    case HloOpcode::kClamp:
+      return InferSelectOrClamp(instr);
+    case HloOpcode::kParameter:
+      ExpectOperandCount(instr, 0);
+      return Declared(instr, "parameters have no operands");
+    case HloOpcode::kConstant: {
+      ExpectOperandCount(instr, 0);
+      const Shape& lit = instr.literal().shape();
+      WEFT_CHECK(lit.IsArray(), "constant has no value");
+      WEFT_CHECK(!instr.shape().IsValid() || instr.shape() == lit,
+                 "constant value has shape {} but the instruction says {}", lit.ToString(),
+                 instr.shape().ToString());
+      return lit;
+    }
+    case HloOpcode::kIota: {
+      ExpectOperandCount(instr, 0);
+      const Shape& out = Declared(instr, "the iota shape");
+      WEFT_CHECK(out.IsArray() && out.rank() >= 1, "iota shape {} must be an array of rank >= 1",
+                 out.ToString());
+      WEFT_CHECK(out.element_type() != PrimitiveType::kPred, "iota of pred is not allowed");
+      WEFT_CHECK(instr.attrs().iota_dimension >= 0 && instr.attrs().iota_dimension < out.rank(),
+                 "iota_dimension {} out of range for {}", instr.attrs().iota_dimension,
+                 out.ToString());
+      return out;
+    }
+    case HloOpcode::kCopy:
+      ExpectOperandCount(instr, 1);
+      return instr.operand(0)->shape();
+    case HloOpcode::kBroadcast:
+    case HloOpcode::kReshape:
+    case HloOpcode::kTranspose:
+    case HloOpcode::kReverse:
+    case HloOpcode::kConvert:
+    case HloOpcode::kConcatenate:
+      return InferLayoutOp(instr);
+    case HloOpcode::kSlice:
+    case HloOpcode::kDynamicSlice:
+    case HloOpcode::kDynamicUpdateSlice:
+    case HloOpcode::kPad:
+      return InferSlicing(instr);
+    case HloOpcode::kReduce:
+      return InferReduce(instr);
+    case HloOpcode::kDot:
+      return InferDot(instr);
+    case HloOpcode::kGather:
+      return InferGather(instr);
+    case HloOpcode::kScatter:
+      return InferScatter(instr);
+    case HloOpcode::kTuple:
+    case HloOpcode::kGetTupleElement:
+    case HloOpcode::kWhile:
+    case HloOpcode::kCall:
+      return InferControlFlow(instr);
+    case HloOpcode::kCustomCall:
+      return Declared(instr, "custom-call results are opaque");
+    case HloOpcode::kPartitionId:
+    case HloOpcode::kReplicaId:
+      ExpectOperandCount(instr, 0);
+      return Shape::Scalar(PrimitiveType::kU32);
+    case HloOpcode::kAllReduce:
+    case HloOpcode::kAllGather:
+    case HloOpcode::kReduceScatter:
+    case HloOpcode::kAllToAll:
+    case HloOpcode::kCollectivePermute:
+      return InferCollective(instr);
+    default:
+      Fail("no shape rule for {}", HloOpcodeString(op));
+  }
+}
+
+}  // namespace weft

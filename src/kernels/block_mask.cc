@@ -1,0 +1,227 @@
+#include "weft/kernels/block_mask.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "weft/base/error.h"
+#include "weft/base/thread_pool.h"
+
+namespace weft::kernels {
+
+// Builds the CSR lists of a BlockMask from one kind per block.
+class BlockMaskBuilder {
+ public:
+  static void CheckSizes(int64_t batch, int64_t heads, int64_t q_len, int64_t kv_len,
+                         int64_t q_block, int64_t kv_block) {
+    WEFT_CHECK(batch >= 1 && heads >= 1,
+               "block_mask: batch {} and heads {} must be at least 1 (1 broadcasts)", batch, heads);
+    WEFT_CHECK(q_len > 0 && kv_len > 0, "block_mask: q_len {} and kv_len {} must be positive",
+               q_len, kv_len);
+    WEFT_CHECK(q_block > 0 && kv_block > 0,
+               "block_mask: block sizes {}x{} must be positive (default {})", q_block, kv_block,
+               kDefaultBlockSize);
+    const int64_t nqb = (q_len + q_block - 1) / q_block, nkb = (kv_len + kv_block - 1) / kv_block;
+    constexpr int64_t kMaxBlocks = int64_t{1} << 34;
+    WEFT_CHECK(nqb <= std::numeric_limits<int32_t>::max() &&
+                   nkb <= std::numeric_limits<int32_t>::max() && batch * heads <= kMaxBlocks &&
+                   nqb * nkb <= kMaxBlocks / (batch * heads),
+               "block_mask: {} x {} x {} x {} blocks is too many; use larger blocks or broadcast "
+               "batch/heads with 1",
+               batch, heads, nqb, nkb);
+  }
+
+  // kinds[((b * heads + h) * nqb + qb) * nkb + kb]
+  static void Fill(BlockMask& m, const std::vector<BlockKind>& kinds) {
+    const int64_t nqb = m.num_q_blocks(), nkb = m.num_kv_blocks();
+    const int64_t slices = m.batch_ * m.heads_;
+    BlockMask::Csr& q = m.by_q_;
+    BlockMask::Csr& kv = m.by_kv_;
+    q.full_offsets.assign(slices * nqb + 1, 0);
+    q.partial_offsets.assign(slices * nqb + 1, 0);
+    kv.full_offsets.assign(slices * nkb + 1, 0);
+    kv.partial_offsets.assign(slices * nkb + 1, 0);
+    // Count per row and per column, then place: rows are visited in order,
+    // so every list comes out ascending.
+    for (int64_t s = 0; s < slices; ++s) {
+      for (int64_t qb = 0; qb < nqb; ++qb) {
+        const BlockKind* row = kinds.data() + (s * nqb + qb) * nkb;
+        for (int64_t kb = 0; kb < nkb; ++kb) {
+          if (row[kb] == BlockKind::kFull) {
+            ++q.full_offsets[s * nqb + qb + 1];
+            ++kv.full_offsets[s * nkb + kb + 1];
+          } else if (row[kb] == BlockKind::kPartial) {
+            ++q.partial_offsets[s * nqb + qb + 1];
+            ++kv.partial_offsets[s * nkb + kb + 1];
+          }
+        }
+      }
+    }
+    for (BlockMask::Csr* c : {&q, &kv}) {
+      for (size_t r = 1; r < c->full_offsets.size(); ++r) {
+        c->full_offsets[r] += c->full_offsets[r - 1];
+        c->partial_offsets[r] += c->partial_offsets[r - 1];
+      }
+      c->full.resize(c->full_offsets.back());
+      c->partial.resize(c->partial_offsets.back());
+    }
+    std::vector<int64_t> kv_full(kv.full_offsets.begin(), kv.full_offsets.end() - 1);
+    std::vector<int64_t> kv_partial(kv.partial_offsets.begin(), kv.partial_offsets.end() - 1);
+    for (int64_t s = 0; s < slices; ++s) {
+      for (int64_t qb = 0; qb < nqb; ++qb) {
+        const BlockKind* row = kinds.data() + (s * nqb + qb) * nkb;
+        int64_t full = q.full_offsets[s * nqb + qb], partial = q.partial_offsets[s * nqb + qb];
+        for (int64_t kb = 0; kb < nkb; ++kb) {
+          if (row[kb] == BlockKind::kFull) {
+            q.full[full++] = static_cast<int32_t>(kb);
+            kv.full[kv_full[s * nkb + kb]++] = static_cast<int32_t>(qb);
+          } else if (row[kb] == BlockKind::kPartial) {
+            q.partial[partial++] = static_cast<int32_t>(kb);
+            kv.partial[kv_partial[s * nkb + kb]++] = static_cast<int32_t>(qb);
+          }
+        }
+      }
+    }
+  }
+
+  static BlockMask Make(MaskModPtr mask_mod, int64_t batch, int64_t heads, int64_t q_len,
+                        int64_t kv_len, int64_t q_block, int64_t kv_block) {
+    BlockMask m;
+    m.mask_mod_ = std::move(mask_mod);
+    m.batch_ = batch;
+    m.heads_ = heads;
+    m.q_len_ = q_len;
+    m.kv_len_ = kv_len;
+    m.q_block_ = q_block;
+    m.kv_block_ = kv_block;
+    return m;
+  }
+
+  static BlockMask::BlockList List(const BlockMask::Csr& c, int64_t row) {
+    BlockMask::BlockList list;
+    list.full = c.full.data() + c.full_offsets[row];
+    list.num_full = static_cast<int32_t>(c.full_offsets[row + 1] - c.full_offsets[row]);
+    list.partial = c.partial.data() + c.partial_offsets[row];
+    list.num_partial = static_cast<int32_t>(c.partial_offsets[row + 1] - c.partial_offsets[row]);
+    return list;
+  }
+};
+
+BlockMask BlockMask::Create(MaskModPtr mask_mod, int64_t batch, int64_t heads, int64_t q_len,
+                            int64_t kv_len, int64_t q_block, int64_t kv_block) {
+  WEFT_CHECK(mask_mod != nullptr,
+             "block_mask: mask_mod is null; pass a mask (e.g. CausalMask()) or use "
+             "BlockMask::Dense for no mask");
+  BlockMaskBuilder::CheckSizes(batch, heads, q_len, kv_len, q_block, kv_block);
+  mask_mod->Validate(batch, heads, q_len, kv_len);
+  BlockMask m =
+      BlockMaskBuilder::Make(std::move(mask_mod), batch, heads, q_len, kv_len, q_block, kv_block);
+  const int64_t nqb = m.num_q_blocks(), nkb = m.num_kv_blocks();
+  std::vector<BlockKind> kinds(static_cast<size_t>(batch * heads * nqb * nkb));
+  const MaskMod& mask = *m.mask_mod_;
+  // One task per (b, h, query block); each writes only its own row of kinds.
+  ThreadPool::Global().ParallelFor(batch * heads * nqb, [&](int64_t task, int) {
+    const int64_t b = task / (heads * nqb), h = task / nqb % heads, qb = task % nqb;
+    const int64_t q0 = qb * q_block, q1 = std::min(q0 + q_block, q_len);
+    std::vector<uint8_t> tile;  // only for blocks that Classify cannot tell
+    BlockKind* row = kinds.data() + task * nkb;
+    for (int64_t kb = 0; kb < nkb; ++kb) {
+      const int64_t k0 = kb * kv_block, k1 = std::min(k0 + kv_block, kv_len);
+      if (std::optional<BlockKind> kind = mask.Classify(b, h, q0, q1, k0, k1)) {
+        row[kb] = *kind;
+        continue;
+      }
+      const int64_t n = (q1 - q0) * (k1 - k0);
+      tile.resize(static_cast<size_t>(n));
+      mask.Evaluate(b, h, q0, q1 - q0, k0, k1 - k0, tile.data(), k1 - k0);
+      int64_t kept = 0;
+      for (uint8_t keep : tile) kept += keep != 0;
+      row[kb] = kept == 0 ? BlockKind::kEmpty : kept == n ? BlockKind::kFull : BlockKind::kPartial;
+    }
+  });
+  BlockMaskBuilder::Fill(m, kinds);
+  return m;
+}
+
+BlockMask BlockMask::Dense(int64_t q_len, int64_t kv_len, int64_t q_block, int64_t kv_block) {
+  BlockMaskBuilder::CheckSizes(1, 1, q_len, kv_len, q_block, kv_block);
+  BlockMask m = BlockMaskBuilder::Make(nullptr, 1, 1, q_len, kv_len, q_block, kv_block);
+  BlockMaskBuilder::Fill(
+      m, std::vector<BlockKind>(m.num_q_blocks() * m.num_kv_blocks(), BlockKind::kFull));
+  return m;
+}
+
+namespace {
+
+// The CSR row of (b, h, block), broadcasting b and h when the mask has 1.
+int64_t RowIndex(int64_t batch, int64_t heads, int64_t b, int64_t h, int64_t block,
+                 int64_t num_blocks, const char* block_name) {
+  WEFT_CHECK(b >= 0 && (batch == 1 || b < batch),
+             "block_mask: batch row {} is out of range for a block mask of batch {}", b, batch);
+  WEFT_CHECK(h >= 0 && (heads == 1 || h < heads),
+             "block_mask: head {} is out of range for a block mask of {} heads", h, heads);
+  WEFT_CHECK(block >= 0 && block < num_blocks, "block_mask: {} {} is out of range; there are {}",
+             block_name, block, num_blocks);
+  return ((batch == 1 ? 0 : b) * heads + (heads == 1 ? 0 : h)) * num_blocks + block;
+}
+
+bool Contains(const int32_t* list, int32_t n, int64_t x) {
+  return std::binary_search(list, list + n, static_cast<int32_t>(x));
+}
+
+}  // namespace
+
+BlockMask::BlockList BlockMask::KvBlocks(int64_t b, int64_t h, int64_t qb) const {
+  const int64_t row = RowIndex(batch_, heads_, b, h, qb, num_q_blocks(), "query block");
+  return BlockMaskBuilder::List(by_q_, row);
+}
+
+BlockMask::BlockList BlockMask::QBlocks(int64_t b, int64_t h, int64_t kb) const {
+  const int64_t row = RowIndex(batch_, heads_, b, h, kb, num_kv_blocks(), "kv block");
+  return BlockMaskBuilder::List(by_kv_, row);
+}
+
+BlockKind BlockMask::Kind(int64_t b, int64_t h, int64_t qb, int64_t kb) const {
+  WEFT_CHECK(kb >= 0 && kb < num_kv_blocks(),
+             "block_mask: kv block {} is out of range; there are {}", kb, num_kv_blocks());
+  const BlockList list = KvBlocks(b, h, qb);
+  if (Contains(list.full, list.num_full, kb)) return BlockKind::kFull;
+  if (Contains(list.partial, list.num_partial, kb)) return BlockKind::kPartial;
+  return BlockKind::kEmpty;
+}
+
+int64_t BlockMask::num_full() const { return static_cast<int64_t>(by_q_.full.size()); }
+int64_t BlockMask::num_partial() const { return static_cast<int64_t>(by_q_.partial.size()); }
+int64_t BlockMask::num_empty() const {
+  return batch_ * heads_ * num_q_blocks() * num_kv_blocks() - num_full() - num_partial();
+}
+
+double BlockMask::Sparsity() const {
+  const int64_t total = batch_ * heads_ * num_q_blocks() * num_kv_blocks();
+  return total == 0 ? 0.0 : 100.0 * static_cast<double>(num_empty()) / static_cast<double>(total);
+}
+
+std::string BlockMask::ToString() const {
+  std::string mask = mask_mod_ ? mask_mod_->ToString() : "none (dense)";
+  if (mask.size() > 100) mask = mask.substr(0, 97) + "...";
+  std::string out = fmt::format(
+      "BlockMask(batch={}, heads={}, q_len={}, kv_len={}, block={}x{}, {}x{} blocks per head: "
+      "{} full, {} partial, {} empty, sparsity {:.2f}%)\n  mask: {}\n",
+      batch_, heads_, q_len_, kv_len_, q_block_, kv_block_, num_q_blocks(), num_kv_blocks(),
+      num_full(), num_partial(), num_empty(), Sparsity(), mask);
+  if (num_q_blocks() <= 32 && num_kv_blocks() <= 32) {
+    // Rows are query blocks, columns kv blocks, of (b=0, h=0).
+    for (int64_t qb = 0; qb < num_q_blocks(); ++qb) {
+      out += "  |";
+      for (int64_t kb = 0; kb < num_kv_blocks(); ++kb) {
+        const BlockKind kind = Kind(0, 0, qb, kb);
+        out += kind == BlockKind::kFull ? "█" : kind == BlockKind::kPartial ? "░" : " ";
+      }
+      out += "|\n";
+    }
+  }
+  return out;
+}
+
+}  // namespace weft::kernels

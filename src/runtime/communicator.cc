@@ -1,0 +1,353 @@
+// Communicator: validation, bookkeeping and the byte-counting rule shared by
+// both backends; the backends only move data (DoCollective).
+#include "weft/runtime/communicator.h"
+
+#include <fmt/format.h>
+
+#include <map>
+
+namespace weft::runtime {
+
+namespace {
+
+// FNV-1a, to fingerprint a call for cross-device consistency checks.
+struct Fnv {
+  uint64_t h = 1469598103934665603ull;
+  void Add(uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  }
+};
+
+bool Overlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
+  auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return a_bytes > 0 && b_bytes > 0 && pa < pb + static_cast<uintptr_t>(b_bytes) &&
+         pb < pa + static_cast<uintptr_t>(a_bytes);
+}
+
+bool AllowsInPlace(CollectiveKind kind) {
+  return kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kAllToAll ||
+         kind == CollectiveKind::kCollectivePermute;
+}
+
+}  // namespace
+
+int64_t DataTypeSize(DataType dtype) {
+  switch (dtype) {
+    case DataType::kF32:
+    case DataType::kI32:
+      return 4;
+    case DataType::kBF16:
+      return 2;
+    case DataType::kI64:
+      return 8;
+    case DataType::kU8:
+      return 1;
+  }
+  Fail("unknown DataType {}", static_cast<int>(dtype));
+}
+
+std::string_view DataTypeName(DataType dtype) {
+  switch (dtype) {
+    case DataType::kF32:
+      return "f32";
+    case DataType::kBF16:
+      return "bf16";
+    case DataType::kI32:
+      return "s32";
+    case DataType::kI64:
+      return "s64";
+    case DataType::kU8:
+      return "u8";
+  }
+  return "?";
+}
+
+std::string_view ReduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kMin:
+      return "min";
+  }
+  return "?";
+}
+
+std::string_view CollectiveKindName(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllReduce:
+      return "AllReduce";
+    case CollectiveKind::kAllGather:
+      return "AllGather";
+    case CollectiveKind::kReduceScatter:
+      return "ReduceScatter";
+    case CollectiveKind::kAllToAll:
+      return "AllToAll";
+    case CollectiveKind::kCollectivePermute:
+      return "CollectivePermute";
+    case CollectiveKind::kBarrier:
+      return "Barrier";
+    case CollectiveKind::kVerifyHash:
+      return "VerifySameHash";
+  }
+  return "?";
+}
+
+int64_t CollectiveBytesSent(CollectiveKind kind, int64_t n, int64_t input_bytes) {
+  if (n <= 1) return 0;
+  switch (kind) {
+    case CollectiveKind::kAllReduce:
+      return 2 * (n - 1) * input_bytes / n;
+    case CollectiveKind::kAllGather:
+      return (n - 1) * input_bytes;
+    case CollectiveKind::kReduceScatter:
+    case CollectiveKind::kAllToAll:
+      return (n - 1) * input_bytes / n;
+    case CollectiveKind::kCollectivePermute:
+      return input_bytes;
+    case CollectiveKind::kBarrier:
+    case CollectiveKind::kVerifyHash:
+      return 0;
+  }
+  return 0;
+}
+
+std::string ReplicaGroupsToString(const ReplicaGroups& groups) {
+  std::string out = "{";
+  for (size_t g = 0; g < groups.size(); ++g)
+    out += fmt::format("{}{{{}}}", g ? "," : "", fmt::join(groups[g], ","));
+  return out + "}";
+}
+
+ReplicaGroups NormalizeReplicaGroups(const ReplicaGroups& groups, int64_t num_devices) {
+  if (groups.empty()) {
+    ReplicaGroups all(1);
+    for (int64_t d = 0; d < num_devices; ++d) all[0].push_back(d);
+    return all;
+  }
+  std::vector<bool> seen(num_devices, false);
+  for (const auto& group : groups) {
+    WEFT_CHECK(!group.empty(), "replica groups {} contain an empty group; remove it",
+               ReplicaGroupsToString(groups));
+    for (int64_t d : group) {
+      WEFT_CHECK(d >= 0 && d < num_devices,
+                 "replica groups {} name device {}, but there are {} devices (ids 0..{})",
+                 ReplicaGroupsToString(groups), d, num_devices, num_devices - 1);
+      WEFT_CHECK(!seen[d],
+                 "replica groups {} name device {} twice; each device must be in exactly one "
+                 "group",
+                 ReplicaGroupsToString(groups), d);
+      seen[d] = true;
+    }
+  }
+  for (int64_t d = 0; d < num_devices; ++d) {
+    WEFT_CHECK(seen[d],
+               "replica groups {} leave out device {}; the groups must cover all {} devices (or "
+               "be empty for one group of all)",
+               ReplicaGroupsToString(groups), d, num_devices);
+  }
+  return groups;
+}
+
+int64_t CollectiveStats::TotalBytesSent() const {
+  int64_t total = 0;
+  for (int64_t b : bytes_sent) total += b;
+  return total;
+}
+
+std::string CollectiveCall::Describe() const {
+  const bool reduces = kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter;
+  std::string text =
+      fmt::format("{} #{} ({}{}, {} bytes in", CollectiveKindName(kind), sequence,
+                  reduces ? fmt::format("{} ", ReduceOpName(op)) : "", DataTypeName(dtype),
+                  in_bytes);
+  if (kind == CollectiveKind::kCollectivePermute) {
+    text += ", pairs {";
+    for (size_t i = 0; i < pairs.size(); ++i)
+      text += fmt::format("{}{{{},{}}}", i ? "," : "", pairs[i].source, pairs[i].target);
+    text += "}";
+  } else if (kind != CollectiveKind::kBarrier && kind != CollectiveKind::kVerifyHash) {
+    std::string g = ReplicaGroupsToString(groups);
+    if (g.size() > 120) g = g.substr(0, 117) + "...";
+    text += ", groups " + g;
+  }
+  return text + ")";
+}
+
+int64_t Communicator::GroupSize(const ReplicaGroups& groups) const {
+  if (groups.empty()) return num_devices();
+  for (const auto& group : NormalizeReplicaGroups(groups, num_devices())) {
+    for (int64_t d : group)
+      if (d == device_id()) return static_cast<int64_t>(group.size());
+  }
+  return 0;  // unreachable: normalized groups cover every device
+}
+
+CollectiveCall Communicator::Prepare(CollectiveKind kind, DataType dtype, ReduceOp op,
+                                     const void* in, void* out, int64_t in_count,
+                                     const ReplicaGroups& groups) {
+  CollectiveCall call;
+  call.kind = kind;
+  call.dtype = dtype;
+  call.op = op;
+  call.in = static_cast<const std::byte*>(in);
+  call.out = static_cast<std::byte*>(out);
+  call.sequence = sequence_ + 1;
+  const std::string_view name = CollectiveKindName(kind);
+  WEFT_CHECK(in_count >= 0, "{}: element count {} is negative", name, in_count);
+  call.in_bytes = in_count * DataTypeSize(dtype);
+  call.groups = NormalizeReplicaGroups(groups, num_devices());
+  for (size_t g = 0; g < call.groups.size(); ++g) {
+    for (size_t i = 0; i < call.groups[g].size(); ++i) {
+      if (call.groups[g][i] != device_id()) continue;
+      call.group_index = static_cast<int64_t>(g);
+      call.position = static_cast<int64_t>(i);
+    }
+  }
+  const int64_t n = call.group_size();
+  switch (kind) {
+    case CollectiveKind::kAllGather:
+    case CollectiveKind::kVerifyHash:
+      call.out_bytes = call.in_bytes * n;
+      break;
+    case CollectiveKind::kReduceScatter:
+    case CollectiveKind::kAllToAll:
+      WEFT_CHECK(in_count % n == 0,
+                 "{}: the input has {} elements, which does not split into {} equal chunks (the "
+                 "group size); pad or reshape it to a multiple of {}",
+                 name, in_count, n, n);
+      call.out_bytes = kind == CollectiveKind::kAllToAll ? call.in_bytes : call.in_bytes / n;
+      break;
+    default:
+      call.out_bytes = call.in_bytes;
+  }
+  WEFT_CHECK(call.in_bytes == 0 || in != nullptr, "{}: the input buffer is null", name);
+  WEFT_CHECK(call.out_bytes == 0 || out != nullptr, "{}: the output buffer is null", name);
+  if (!(AllowsInPlace(kind) && in == out)) {
+    WEFT_CHECK(!Overlap(in, call.in_bytes, out, call.out_bytes),
+               "{}: the input and output buffers overlap; use separate buffers{}", name,
+               AllowsInPlace(kind) ? " or the same pointer for in place" : "");
+  }
+  return call;
+}
+
+void Communicator::Finish(CollectiveCall& call) {
+  Fnv fnv;
+  fnv.Add(static_cast<uint64_t>(call.kind));
+  fnv.Add(static_cast<uint64_t>(call.dtype));
+  fnv.Add(static_cast<uint64_t>(call.op));
+  fnv.Add(static_cast<uint64_t>(call.in_bytes));
+  for (const auto& group : call.groups) {
+    fnv.Add(~0ull);  // separator: {{0,1},{2}} differs from {{0},{1,2}}
+    for (int64_t d : group) fnv.Add(static_cast<uint64_t>(d));
+  }
+  for (const auto& p : call.pairs) {
+    fnv.Add(static_cast<uint64_t>(p.source));
+    fnv.Add(static_cast<uint64_t>(p.target));
+  }
+  call.fingerprint = fnv.h;
+  ++sequence_;
+  DoCollective(call);
+
+  int64_t n = call.group_size();
+  if (call.kind == CollectiveKind::kCollectivePermute) {
+    n = 1;
+    for (const auto& p : call.pairs)
+      if (p.source == device_id() && p.target != device_id()) n = 2;
+  }
+  const int k = static_cast<int>(call.kind);
+  stats_.calls[k] += 1;
+  stats_.bytes_sent[k] += CollectiveBytesSent(call.kind, n, call.in_bytes);
+}
+
+void Communicator::AllReduce(const void* in, void* out, int64_t count, DataType dtype,
+                             ReduceOp op, const ReplicaGroups& groups) {
+  CollectiveCall call = Prepare(CollectiveKind::kAllReduce, dtype, op, in, out, count, groups);
+  Finish(call);
+}
+
+void Communicator::AllGather(const void* in, void* out, int64_t count, DataType dtype,
+                             const ReplicaGroups& groups) {
+  CollectiveCall call =
+      Prepare(CollectiveKind::kAllGather, dtype, ReduceOp::kSum, in, out, count, groups);
+  Finish(call);
+}
+
+void Communicator::ReduceScatter(const void* in, void* out, int64_t count, DataType dtype,
+                                 ReduceOp op, const ReplicaGroups& groups) {
+  CollectiveCall call =
+      Prepare(CollectiveKind::kReduceScatter, dtype, op, in, out, count, groups);
+  Finish(call);
+}
+
+void Communicator::AllToAll(const void* in, void* out, int64_t count, DataType dtype,
+                            const ReplicaGroups& groups) {
+  CollectiveCall call =
+      Prepare(CollectiveKind::kAllToAll, dtype, ReduceOp::kSum, in, out, count, groups);
+  Finish(call);
+}
+
+void Communicator::CollectivePermute(const void* in, void* out, int64_t count, DataType dtype,
+                                     const std::vector<SourceTargetPair>& pairs) {
+  CollectiveCall call =
+      Prepare(CollectiveKind::kCollectivePermute, dtype, ReduceOp::kSum, in, out, count, {});
+  const int64_t n = num_devices();
+  std::vector<bool> is_source(n, false), is_target(n, false);
+  for (const auto& p : pairs) {
+    WEFT_CHECK(p.source >= 0 && p.source < n && p.target >= 0 && p.target < n,
+               "CollectivePermute: pair {{{},{}}} names a device outside 0..{}", p.source,
+               p.target, n - 1);
+    WEFT_CHECK(!is_source[p.source],
+               "CollectivePermute: device {} is the source of two pairs; each device may send "
+               "at most once",
+               p.source);
+    WEFT_CHECK(!is_target[p.target],
+               "CollectivePermute: device {} is the target of two pairs; each device may receive "
+               "at most once",
+               p.target);
+    is_source[p.source] = is_target[p.target] = true;
+  }
+  call.pairs = pairs;
+  Finish(call);
+}
+
+void Communicator::Barrier() {
+  CollectiveCall call =
+      Prepare(CollectiveKind::kBarrier, DataType::kU8, ReduceOp::kSum, nullptr, nullptr, 0, {});
+  Finish(call);
+}
+
+void Communicator::VerifySameHash(uint64_t hash, const std::string& what) {
+  std::vector<uint64_t> hashes(num_devices());
+  CollectiveCall call = Prepare(CollectiveKind::kVerifyHash, DataType::kU8, ReduceOp::kSum,
+                                &hash, hashes.data(), sizeof(hash), {});
+  Finish(call);
+  bool same = true;
+  for (uint64_t h : hashes) same = same && h == hashes[0];
+  if (same) return;
+  // Devices grouped by hash, in order of the first device holding each.
+  std::map<uint64_t, std::vector<int64_t>> holders;
+  std::vector<uint64_t> order;
+  for (size_t d = 0; d < hashes.size(); ++d) {
+    auto& list = holders[hashes[d]];
+    if (list.empty()) order.push_back(hashes[d]);
+    list.push_back(static_cast<int64_t>(d));
+  }
+  const char* unit = backend() == "mpi" ? "rank" : "device";
+  std::string detail;
+  for (uint64_t h : order) {
+    const auto& list = holders[h];
+    detail += fmt::format("{}{}{} {} {} {:#018x}", detail.empty() ? "" : "; ", unit,
+                          list.size() > 1 ? "s" : "", fmt::join(list, ","),
+                          list.size() > 1 ? "have" : "has", h);
+  }
+  Fail("{} differs between {}s ({}); every {} must run the same program: start them all with "
+       "the same inputs and build",
+       what, unit, detail, unit);
+}
+
+}  // namespace weft::runtime

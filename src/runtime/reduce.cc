@@ -1,0 +1,113 @@
+#include "reduce.h"
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+namespace weft::runtime {
+
+namespace {
+
+// Elements per block: the accumulator stays in L1, and reading a block of
+// every input before writing it makes `out` == an input safe.
+constexpr int64_t kBlock = 1024;
+
+template <typename T, typename Acc, typename Load, typename Store, typename Combine>
+void ReduceTyped(const std::byte* const* inputs, int64_t n, std::byte* out, int64_t count,
+                 Load load, Store store, Combine combine) {
+  Acc acc[kBlock];
+  T tmp[kBlock];
+  for (int64_t start = 0; start < count; start += kBlock) {
+    const int64_t len = std::min(kBlock, count - start);
+    const size_t offset = static_cast<size_t>(start) * sizeof(T);
+    const size_t bytes = static_cast<size_t>(len) * sizeof(T);
+    std::memcpy(tmp, inputs[0] + offset, bytes);
+    for (int64_t i = 0; i < len; ++i) acc[i] = load(tmp[i]);
+    for (int64_t m = 1; m < n; ++m) {
+      std::memcpy(tmp, inputs[m] + offset, bytes);
+      for (int64_t i = 0; i < len; ++i) acc[i] = combine(acc[i], load(tmp[i]));
+    }
+    for (int64_t i = 0; i < len; ++i) tmp[i] = store(acc[i]);
+    std::memcpy(out + offset, tmp, bytes);
+  }
+}
+
+// Max and min that return NaN when either side is NaN.
+template <typename V>
+V MaxOf(V a, V b) {
+  return (a > b || a != a) ? a : b;
+}
+template <typename V>
+V MinOf(V a, V b) {
+  return (a < b || a != a) ? a : b;
+}
+
+template <typename T, typename Acc, typename Load, typename Store>
+void ReduceWithOp(ReduceOp op, const std::byte* const* inputs, int64_t n, std::byte* out,
+                  int64_t count, Load load, Store store) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return ReduceTyped<T, Acc>(inputs, n, out, count, load, store,
+                                 [](Acc a, Acc b) { return static_cast<Acc>(a + b); });
+    case ReduceOp::kMax:
+      return ReduceTyped<T, Acc>(inputs, n, out, count, load, store, MaxOf<Acc>);
+    case ReduceOp::kMin:
+      return ReduceTyped<T, Acc>(inputs, n, out, count, load, store, MinOf<Acc>);
+  }
+}
+
+// Integers: sums wrap (computed unsigned, which is defined), max/min signed.
+template <typename T>
+void ReduceInteger(ReduceOp op, const std::byte* const* inputs, int64_t n, std::byte* out,
+                   int64_t count) {
+  using U = std::make_unsigned_t<T>;
+  if (op == ReduceOp::kSum) {
+    ReduceWithOp<T, U>(
+        op, inputs, n, out, count, [](T v) { return static_cast<U>(v); },
+        [](U v) { return static_cast<T>(v); });
+  } else {
+    auto same = [](T v) { return v; };
+    ReduceWithOp<T, T>(op, inputs, n, out, count, same, same);
+  }
+}
+
+}  // namespace
+
+float Bf16ToFloat(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &wide, sizeof(value));
+  return value;
+}
+
+uint16_t FloatToBf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+void ReduceBuffers(DataType dtype, ReduceOp op, const std::byte* const* inputs, int64_t n,
+                   std::byte* out, int64_t count) {
+  if (count <= 0) return;
+  WEFT_CHECK(n >= 1, "ReduceBuffers needs at least one input");
+  switch (dtype) {
+    case DataType::kF32: {
+      auto same = [](float v) { return v; };
+      return ReduceWithOp<float, float>(op, inputs, n, out, count, same, same);
+    }
+    case DataType::kBF16:
+      return ReduceWithOp<uint16_t, float>(op, inputs, n, out, count, Bf16ToFloat, FloatToBf16);
+    case DataType::kI32:
+      return ReduceInteger<int32_t>(op, inputs, n, out, count);
+    case DataType::kI64:
+      return ReduceInteger<int64_t>(op, inputs, n, out, count);
+    case DataType::kU8: {
+      auto same = [](uint8_t v) { return v; };
+      return ReduceWithOp<uint8_t, uint8_t>(op, inputs, n, out, count, same, same);
+    }
+  }
+}
+
+}  // namespace weft::runtime

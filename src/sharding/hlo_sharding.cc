@@ -1,0 +1,964 @@
+#include "weft/sharding/hlo_sharding.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <functional>
+#include <numeric>
+#include <utility>
+
+namespace weft {
+namespace {
+
+int64_t Product(std::span<const int64_t> values) {
+  int64_t product = 1;
+  for (int64_t v : values) product *= v;
+  return product;
+}
+
+size_t HashCombine(size_t seed, size_t value) {
+  return seed ^ (value + 0x9e3779b97f4a7c15ULL + (seed << 6) + (seed >> 2));
+}
+
+bool IsPermutation(std::span<const int64_t> perm, size_t n) {
+  if (perm.size() != n) return false;
+  std::vector<bool> seen(n, false);
+  for (int64_t p : perm) {
+    if (p < 0 || p >= static_cast<int64_t>(n) || seen[p]) return false;
+    seen[p] = true;
+  }
+  return true;
+}
+
+// Row-major strides of `dims`.
+std::vector<int64_t> Strides(std::span<const int64_t> dims) {
+  std::vector<int64_t> strides(dims.size(), 1);
+  for (int64_t i = static_cast<int64_t>(dims.size()) - 2; i >= 0; --i) {
+    strides[i] = strides[i + 1] * dims[i + 1];
+  }
+  return strides;
+}
+
+// Flat contents of reshape(transpose(iota(reshape_dims), perm), *).
+std::vector<int64_t> IotaDevices(std::span<const int64_t> reshape_dims,
+                                 std::span<const int64_t> perm) {
+  const std::vector<int64_t> value_strides = Strides(reshape_dims);
+  const size_t rank = reshape_dims.size();
+  std::vector<int64_t> transposed(rank), stride(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    transposed[i] = reshape_dims[perm[i]];
+    stride[i] = value_strides[perm[i]];
+  }
+  std::vector<int64_t> out(Product(reshape_dims));
+  std::vector<int64_t> index(rank, 0);
+  int64_t value = 0;
+  for (int64_t& o : out) {
+    o = value;
+    // Odometer increment over the transposed shape, tracking the value.
+    for (int64_t d = static_cast<int64_t>(rank) - 1; d >= 0; --d) {
+      if (++index[d] < transposed[d]) {
+        value += stride[d];
+        break;
+      }
+      value -= stride[d] * (transposed[d] - 1);
+      index[d] = 0;
+    }
+  }
+  return out;
+}
+
+struct IotaForm {
+  std::vector<int64_t> reshape_dims;
+  std::vector<int64_t> perm;
+};
+
+// Finds the canonical iota form of a flat device list, if it has one. The
+// list is read as a mixed-radix number (minor digit first): each maximal run
+// where value grows by a constant step is one digit. Maximal runs are exactly
+// XLA's canonical form (no size-1 dims, no mergeable neighbours).
+std::optional<IotaForm> DetectIota(const std::vector<int64_t>& v) {
+  const int64_t n = static_cast<int64_t>(v.size());
+  if (n == 0 || v[0] != 0) return std::nullopt;
+  struct Digit {
+    int64_t size, stride;
+  };
+  std::vector<Digit> digits;  // minor to major
+  int64_t block = 1;
+  while (block < n) {
+    const int64_t step = v[block];
+    if (step <= 0) return std::nullopt;
+    int64_t r = 1;
+    while (block * r < n && v[block * r] == r * step) ++r;
+    if (n % (block * r) != 0) return std::nullopt;
+    digits.push_back({r, step});
+    block *= r;
+  }
+  // Verify every element.
+  std::vector<int64_t> counter(digits.size(), 0);
+  int64_t value = 0;
+  for (int64_t p = 0; p < n; ++p) {
+    if (v[p] != value) return std::nullopt;
+    for (size_t k = 0; k < digits.size(); ++k) {
+      if (++counter[k] < digits[k].size) {
+        value += digits[k].stride;
+        break;
+      }
+      value -= digits[k].stride * (digits[k].size - 1);
+      counter[k] = 0;
+    }
+  }
+  // The strides must form a mixed radix of the values 0..n-1.
+  std::vector<size_t> by_stride(digits.size());
+  std::iota(by_stride.begin(), by_stride.end(), 0);
+  std::sort(by_stride.begin(), by_stride.end(),
+            [&](size_t a, size_t b) { return digits[a].stride > digits[b].stride; });
+  int64_t expected = 1;
+  for (auto it = by_stride.rbegin(); it != by_stride.rend(); ++it) {
+    if (digits[*it].stride != expected) return std::nullopt;
+    expected *= digits[*it].size;
+  }
+  IotaForm form;
+  if (digits.empty()) return IotaForm{{1}, {0}};
+  std::vector<int64_t> reshape_index(digits.size());
+  for (size_t i = 0; i < by_stride.size(); ++i) {
+    form.reshape_dims.push_back(digits[by_stride[i]].size);
+    reshape_index[by_stride[i]] = static_cast<int64_t>(i);
+  }
+  for (int64_t k = static_cast<int64_t>(digits.size()) - 1; k >= 0; --k) {
+    form.perm.push_back(reshape_index[k]);
+  }
+  return form;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// TileAssignment
+
+TileAssignment::TileAssignment(std::vector<int64_t> dims, std::vector<int64_t> devices)
+    : dims_(std::move(dims)), devices_(std::move(devices)) {
+  for (int64_t d : dims_) {
+    WEFT_CHECK(d >= 1, "tile assignment dims [{}] must all be >= 1", fmt::join(dims_, ","));
+  }
+  WEFT_CHECK(Product(dims_) == num_elements(),
+             "tile assignment dims [{}] hold {} devices but {} were listed; list one device "
+             "per tile",
+             fmt::join(dims_, ","), Product(dims_), devices_.size());
+  std::vector<int64_t> sorted = devices_;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    WEFT_CHECK(sorted[i] >= 0, "tile assignment device id {} is negative", sorted[i]);
+    WEFT_CHECK(i == 0 || sorted[i] != sorted[i - 1],
+               "tile assignment lists device {} twice; each device holds one tile", sorted[i]);
+  }
+}
+
+TileAssignment TileAssignment::Iota(std::vector<int64_t> dims) {
+  const int64_t n = Product(dims);
+  return Iota(std::move(dims), {n}, {0});
+}
+
+TileAssignment TileAssignment::Iota(std::vector<int64_t> dims, std::vector<int64_t> reshape_dims,
+                                    std::vector<int64_t> transpose_perm) {
+  WEFT_CHECK(IsPermutation(transpose_perm, reshape_dims.size()),
+             "iota transpose T({}) is not a permutation of the {} reshape dims",
+             fmt::join(transpose_perm, ","), reshape_dims.size());
+  for (int64_t d : reshape_dims) {
+    WEFT_CHECK(d >= 1, "iota reshape dims [{}] must all be >= 1", fmt::join(reshape_dims, ","));
+  }
+  WEFT_CHECK(Product(dims) == Product(reshape_dims),
+             "iota tile assignment [{}]<=[{}]: the two shapes hold different device counts",
+             fmt::join(dims, ","), fmt::join(reshape_dims, ","));
+  TileAssignment t(std::move(dims), IotaDevices(reshape_dims, transpose_perm));
+  return t.AsIotaIfPossible();
+}
+
+int64_t TileAssignment::operator()(std::span<const int64_t> index) const {
+  WEFT_CHECK(index.size() == dims_.size(), "tile index has {} entries, tile assignment rank {}",
+             index.size(), dims_.size());
+  int64_t flat = 0;
+  for (size_t i = 0; i < dims_.size(); ++i) {
+    WEFT_CHECK(index[i] >= 0 && index[i] < dims_[i], "tile index {} out of range for dim {} ({})",
+               index[i], i, dims_[i]);
+    flat = flat * dims_[i] + index[i];
+  }
+  return devices_[flat];
+}
+
+std::optional<std::vector<int64_t>> TileAssignment::IndexOf(int64_t device) const {
+  auto it = std::find(devices_.begin(), devices_.end(), device);
+  if (it == devices_.end()) return std::nullopt;
+  int64_t flat = it - devices_.begin();
+  std::vector<int64_t> index(dims_.size());
+  for (int64_t i = num_dims() - 1; i >= 0; --i) {
+    index[i] = flat % dims_[i];
+    flat /= dims_[i];
+  }
+  return index;
+}
+
+TileAssignment TileAssignment::Reshape(std::vector<int64_t> dims) const {
+  WEFT_CHECK(Product(dims) == num_elements(), "cannot reshape tile assignment [{}] to [{}]",
+             fmt::join(dims_, ","), fmt::join(dims, ","));
+  TileAssignment t = *this;
+  t.dims_ = std::move(dims);
+  return t;
+}
+
+TileAssignment TileAssignment::Transpose(std::span<const int64_t> perm) const {
+  WEFT_CHECK(IsPermutation(perm, dims_.size()),
+             "transpose [{}] is not a permutation of the {} tile dims", fmt::join(perm, ","),
+             dims_.size());
+  std::vector<int64_t> new_dims(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) new_dims[i] = dims_[perm[i]];
+  const std::vector<int64_t> old_strides = Strides(dims_);
+  std::vector<int64_t> stride(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) stride[i] = old_strides[perm[i]];
+  std::vector<int64_t> devices(devices_.size());
+  std::vector<int64_t> index(perm.size(), 0);
+  int64_t src = 0;
+  for (int64_t& d : devices) {
+    d = devices_[src];
+    for (int64_t k = static_cast<int64_t>(perm.size()) - 1; k >= 0; --k) {
+      if (++index[k] < new_dims[k]) {
+        src += stride[k];
+        break;
+      }
+      src -= stride[k] * (new_dims[k] - 1);
+      index[k] = 0;
+    }
+  }
+  TileAssignment t;
+  t.dims_ = std::move(new_dims);
+  t.devices_ = std::move(devices);
+  return is_iota() ? t.AsIotaIfPossible() : t;
+}
+
+TileAssignment TileAssignment::AsExplicit() const {
+  TileAssignment t = *this;
+  t.iota_reshape_dims_.reset();
+  t.iota_transpose_perm_.reset();
+  return t;
+}
+
+TileAssignment TileAssignment::AsIotaIfPossible() const {
+  if (is_iota()) return *this;
+  std::optional<IotaForm> form = DetectIota(devices_);
+  if (!form) return *this;
+  TileAssignment t = *this;
+  t.iota_reshape_dims_ = std::move(form->reshape_dims);
+  t.iota_transpose_perm_ = std::move(form->perm);
+  return t;
+}
+
+std::string TileAssignment::ToString() const {
+  std::string out = fmt::format("devices=[{}]", fmt::join(dims_, ","));
+  if (is_iota()) {
+    out += fmt::format("<=[{}]", fmt::join(*iota_reshape_dims_, ","));
+    if (iota_reshape_dims_->size() > 1) {
+      out += fmt::format("T({})", fmt::join(*iota_transpose_perm_, ","));
+    }
+  } else {
+    out += fmt::format("{}", fmt::join(devices_, ","));
+  }
+  return out;
+}
+
+size_t TileAssignment::Hash() const {
+  size_t h = 0;
+  for (int64_t d : dims_) h = HashCombine(h, std::hash<int64_t>()(d));
+  for (int64_t d : devices_) h = HashCombine(h, std::hash<int64_t>()(d));
+  return h;
+}
+
+// ---------------------------------------------------------------------------
+// Small types
+
+std::string_view SubgroupTypeName(SubgroupType type) {
+  return type == SubgroupType::kManual ? "manual" : "replicated";
+}
+
+std::string ShardGroup::ToString() const {
+  return fmt::format("{} {}", kind == Kind::kAs ? "shard_as" : "shard_like", id);
+}
+
+// ---------------------------------------------------------------------------
+// HloSharding construction
+
+HloSharding HloSharding::Replicate() { return HloSharding(Kind::kReplicated); }
+HloSharding HloSharding::Manual() { return HloSharding(Kind::kManual); }
+HloSharding HloSharding::Unknown() { return HloSharding(Kind::kUnknown); }
+
+HloSharding HloSharding::AssignDevice(int64_t device) {
+  WEFT_CHECK(device >= 0, "maximal sharding device {} is negative", device);
+  HloSharding s(Kind::kMaximal);
+  s.device_ = device;
+  return s;
+}
+
+HloSharding HloSharding::Tile(TileAssignment tiles) {
+  HloSharding s(Kind::kTiled);
+  s.tiles_ = std::move(tiles);
+  return s;
+}
+
+namespace {
+// Sorts each run of `group` consecutive devices (a replication group), so that
+// shardings equal up to replica order compare equal, as in XLA.
+TileAssignment SortMinorGroups(const TileAssignment& tiles, int64_t group) {
+  std::vector<int64_t> devices = tiles.devices();
+  bool changed = false;
+  for (size_t i = 0; i < devices.size(); i += group) {
+    auto begin = devices.begin() + i, end = begin + group;
+    if (!std::is_sorted(begin, end)) {
+      std::sort(begin, end);
+      changed = true;
+    }
+  }
+  if (!changed) return tiles;
+  TileAssignment sorted(tiles.dims(), std::move(devices));
+  return tiles.is_iota() ? sorted.AsIotaIfPossible() : sorted;
+}
+}  // namespace
+
+HloSharding HloSharding::PartialTile(TileAssignment tiles) {
+  const int64_t last = tiles.dims().back();
+  if (tiles.num_dims() == 1 || last == tiles.num_elements()) return Replicate();
+  if (last == 1) {
+    std::vector<int64_t> dims(tiles.dims().begin(), tiles.dims().end() - 1);
+    return Tile(tiles.Reshape(std::move(dims)));
+  }
+  HloSharding s(Kind::kTiled);
+  s.tiles_ = SortMinorGroups(tiles, last);
+  s.replicate_on_last_tile_dim_ = true;
+  return s;
+}
+
+HloSharding HloSharding::Subgroup(TileAssignment tiles, std::vector<SubgroupType> types) {
+  WEFT_CHECK(static_cast<int64_t>(types.size()) <= tiles.num_dims(),
+             "{} subgroup types for a tile assignment of rank {}", types.size(), tiles.num_dims());
+  if (types.empty()) return Tile(std::move(tiles));
+  const int64_t data_rank = tiles.num_dims() - static_cast<int64_t>(types.size());
+  // Order: data dims, manual dims, replicated dims, then size-1 subgroups (dropped).
+  std::vector<int64_t> perm(data_rank);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::vector<int64_t> new_dims(tiles.dims().begin(), tiles.dims().begin() + data_rank);
+  std::vector<SubgroupType> new_types;
+  std::vector<int64_t> trivial;
+  for (SubgroupType type : {SubgroupType::kManual, SubgroupType::kReplicated}) {
+    int64_t size = 1;
+    for (size_t i = 0; i < types.size(); ++i) {
+      const int64_t dim = data_rank + static_cast<int64_t>(i);
+      if (types[i] != type) continue;
+      if (tiles.dim(dim) == 1) {
+        trivial.push_back(dim);
+        continue;
+      }
+      perm.push_back(dim);
+      size *= tiles.dim(dim);
+    }
+    if (size > 1) {
+      new_dims.push_back(size);
+      new_types.push_back(type);
+    }
+  }
+  perm.insert(perm.end(), trivial.begin(), trivial.end());
+  TileAssignment normalized = tiles.Transpose(perm).Reshape(new_dims);
+  const int64_t data_tiles = Product(std::span(new_dims).first(data_rank));
+  if (new_types.empty()) return Tile(std::move(normalized));
+  if (data_tiles == 1 && new_types.size() == 1) {
+    return new_types[0] == SubgroupType::kManual ? Manual() : Replicate();
+  }
+  if (new_types.size() == 1 && new_types[0] == SubgroupType::kReplicated) {
+    return PartialTile(std::move(normalized));
+  }
+  HloSharding s(Kind::kTiled);
+  s.tiles_ = new_types.back() == SubgroupType::kReplicated
+                 ? SortMinorGroups(normalized, new_dims.back())
+                 : std::move(normalized);
+  s.subgroup_types_ = std::move(new_types);
+  return s;
+}
+
+HloSharding HloSharding::Tuple(std::vector<HloSharding> elements) {
+  for (const HloSharding& e : elements) {
+    WEFT_CHECK(!e.IsTuple(),
+               "tuple shardings are flat (one leaf sharding per array in the tuple shape); "
+               "got a nested tuple {}",
+               e.ToString());
+  }
+  HloSharding s(Kind::kTuple);
+  s.tuple_elements_ = std::move(elements);
+  return s;
+}
+
+HloSharding HloSharding::WithShardGroup(std::optional<ShardGroup> group) const {
+  WEFT_CHECK(!IsTuple() || !group.has_value(),
+             "a shard group goes on a leaf sharding, not on tuple sharding {}", ToString());
+  HloSharding s = *this;
+  s.shard_group_ = group;
+  return s;
+}
+
+// ---------------------------------------------------------------------------
+// Queries
+
+namespace {
+template <typename Pred>
+bool AllLeaves(const std::vector<HloSharding>& elements, Pred pred) {
+  return std::all_of(elements.begin(), elements.end(), pred);
+}
+}  // namespace
+
+bool HloSharding::IsReplicated() const {
+  if (IsTuple()) return AllLeaves(tuple_elements_, [](auto& e) { return e.IsReplicated(); });
+  return kind_ == Kind::kReplicated;
+}
+
+bool HloSharding::IsManual() const {
+  if (IsTuple()) return AllLeaves(tuple_elements_, [](auto& e) { return e.IsManual(); });
+  return kind_ == Kind::kManual;
+}
+
+bool HloSharding::IsUnknown() const {
+  if (IsTuple()) return AllLeaves(tuple_elements_, [](auto& e) { return e.IsUnknown(); });
+  return kind_ == Kind::kUnknown;
+}
+
+bool HloSharding::IsTileMaximal() const {
+  if (IsTuple()) return AllLeaves(tuple_elements_, [](auto& e) { return e.IsTileMaximal(); });
+  return kind_ == Kind::kReplicated || kind_ == Kind::kMaximal;
+}
+
+int64_t HloSharding::TiledDataRank() const {
+  if (!IsTiled()) return 0;
+  return tiles_.num_dims() - (replicate_on_last_tile_dim_ ? 1 : 0) -
+         static_cast<int64_t>(subgroup_types_.size());
+}
+
+int64_t HloSharding::SubgroupReplicationDim() const {
+  if (!IsTiled()) return -1;
+  if (replicate_on_last_tile_dim_) return tiles_.num_dims() - 1;
+  for (size_t i = 0; i < subgroup_types_.size(); ++i) {
+    if (subgroup_types_[i] == SubgroupType::kReplicated) return TiledDataRank() + i;
+  }
+  return -1;
+}
+
+int64_t HloSharding::SubgroupManualDim() const {
+  if (!IsTiled()) return -1;
+  for (size_t i = 0; i < subgroup_types_.size(); ++i) {
+    if (subgroup_types_[i] == SubgroupType::kManual) return TiledDataRank() + i;
+  }
+  return -1;
+}
+
+int64_t HloSharding::NumTiles() const {
+  if (!IsTiled()) return 1;
+  return Product(std::span(tiles_.dims()).first(TiledDataRank()));
+}
+
+std::vector<int64_t> HloSharding::TilesPerDim() const {
+  if (!IsTiled()) return {};
+  return std::vector<int64_t>(tiles_.dims().begin(), tiles_.dims().begin() + TiledDataRank());
+}
+
+int64_t HloSharding::device() const {
+  WEFT_CHECK(IsMaximal(), "sharding {} is not a single-device placement", ToString());
+  return device_;
+}
+
+// ---------------------------------------------------------------------------
+// Tile geometry
+
+namespace {
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+}  // namespace
+
+std::vector<int64_t> HloSharding::TileIndexForDevice(int64_t device) const {
+  WEFT_CHECK(IsTiled() || IsTileMaximal(), "sharding {} has no tiles", ToString());
+  if (!IsTiled()) return {};
+  std::optional<std::vector<int64_t>> index = tiles_.IndexOf(device);
+  WEFT_CHECK(index.has_value(), "device {} is not in sharding {}", device, ToString());
+  index->resize(TiledDataRank());
+  return *index;
+}
+
+std::vector<int64_t> HloSharding::TileShape(std::span<const int64_t> dims) const {
+  WEFT_CHECK(IsTiled() || IsTileMaximal(), "sharding {} has no tiles", ToString());
+  if (!IsTiled()) return {dims.begin(), dims.end()};
+  WEFT_CHECK(static_cast<int64_t>(dims.size()) == TiledDataRank(),
+             "sharding {} splits {} dims but the array has rank {}", ToString(), TiledDataRank(),
+             dims.size());
+  std::vector<int64_t> shape(dims.size());
+  for (size_t i = 0; i < dims.size(); ++i) shape[i] = CeilDiv(dims[i], tiles_.dim(i));
+  return shape;
+}
+
+std::vector<int64_t> HloSharding::TileOffsetForDevice(std::span<const int64_t> dims,
+                                                      int64_t device) const {
+  std::vector<int64_t> tile = TileShape(dims);
+  if (!IsTiled()) return std::vector<int64_t>(dims.size(), 0);
+  std::vector<int64_t> index = TileIndexForDevice(device);
+  for (size_t i = 0; i < dims.size(); ++i) index[i] = std::min(index[i] * tile[i], dims[i]);
+  return index;
+}
+
+std::vector<int64_t> HloSharding::TileLimitForDevice(std::span<const int64_t> dims,
+                                                     int64_t device) const {
+  std::vector<int64_t> tile = TileShape(dims);
+  if (!IsTiled()) return {dims.begin(), dims.end()};
+  std::vector<int64_t> index = TileIndexForDevice(device);
+  for (size_t i = 0; i < dims.size(); ++i) index[i] = std::min((index[i] + 1) * tile[i], dims[i]);
+  return index;
+}
+
+std::vector<int64_t> HloSharding::TileShapeForDevice(std::span<const int64_t> dims,
+                                                     int64_t device) const {
+  std::vector<int64_t> offset = TileOffsetForDevice(dims, device);
+  std::vector<int64_t> limit = TileLimitForDevice(dims, device);
+  for (size_t i = 0; i < limit.size(); ++i) limit[i] -= offset[i];
+  return limit;
+}
+
+bool HloSharding::UsesDevice(int64_t device) const {
+  switch (kind_) {
+    case Kind::kTuple:
+      return std::any_of(tuple_elements_.begin(), tuple_elements_.end(),
+                         [&](const HloSharding& e) { return e.UsesDevice(device); });
+    case Kind::kMaximal:
+      return device == device_;
+    case Kind::kTiled:
+      return tiles_.IndexOf(device).has_value();
+    default:
+      return true;
+  }
+}
+
+void HloSharding::Validate(std::span<const int64_t> dims,
+                           std::optional<int64_t> num_devices) const {
+  WEFT_CHECK(!IsTuple(), "tuple sharding {} applied to an array; give one sharding per leaf",
+             ToString());
+  if (IsMaximal()) {
+    WEFT_CHECK(!num_devices || device_ < *num_devices,
+               "sharding {} names device {} but only {} devices exist", ToString(), device_,
+               *num_devices);
+    return;
+  }
+  if (!IsTiled()) return;
+  WEFT_CHECK(static_cast<int64_t>(dims.size()) == TiledDataRank(),
+             "sharding {} splits {} dims but the array has rank {}; give one tile count per "
+             "array dim",
+             ToString(), TiledDataRank(), dims.size());
+  WEFT_CHECK(tiles_.num_elements() > 1,
+             "sharding {} uses a single device; write {{replicated}} or {{maximal device=N}}",
+             ToString());
+  if (num_devices) {
+    WEFT_CHECK(tiles_.num_elements() == *num_devices,
+               "sharding {} spans {} devices but the program runs on {}", ToString(),
+               tiles_.num_elements(), *num_devices);
+    for (int64_t d : tiles_.devices()) {
+      WEFT_CHECK(d < *num_devices, "sharding {} names device {} but only {} devices exist",
+                 ToString(), d, *num_devices);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Printing, equality
+
+std::string HloSharding::ToString() const {
+  if (IsTuple()) {
+    std::string out = "{";
+    for (size_t i = 0; i < tuple_elements_.size(); ++i) {
+      // XLA marks every fifth element's index to help readers count.
+      if (i > 0) out += (i % 5 == 0) ? fmt::format(", /*index={}*/", i) : ", ";
+      out += tuple_elements_[i].ToString();
+    }
+    return out + "}";
+  }
+  std::string body;
+  switch (kind_) {
+    case Kind::kReplicated:
+      body = "replicated";
+      break;
+    case Kind::kManual:
+      body = "manual";
+      break;
+    case Kind::kUnknown:
+      body = "unknown";
+      break;
+    case Kind::kMaximal:
+      body = fmt::format("maximal device={}", device_);
+      break;
+    case Kind::kTiled:
+      body = tiles_.ToString();
+      if (replicate_on_last_tile_dim_) body += " last_tile_dim_replicate";
+      if (!subgroup_types_.empty()) {
+        std::vector<std::string_view> names;
+        for (SubgroupType t : subgroup_types_) names.push_back(SubgroupTypeName(t));
+        body += fmt::format(" last_tile_dims={{{}}}", fmt::join(names, ", "));
+      }
+      break;
+    case Kind::kTuple:
+      break;
+  }
+  if (shard_group_) body += " " + shard_group_->ToString();
+  return "{" + body + "}";
+}
+
+bool HloSharding::operator==(const HloSharding& other) const {
+  if (kind_ != other.kind_ || shard_group_ != other.shard_group_) return false;
+  switch (kind_) {
+    case Kind::kMaximal:
+      return device_ == other.device_;
+    case Kind::kTiled:
+      return tiles_ == other.tiles_ &&
+             replicate_on_last_tile_dim_ == other.replicate_on_last_tile_dim_ &&
+             subgroup_types_ == other.subgroup_types_;
+    case Kind::kTuple:
+      return tuple_elements_ == other.tuple_elements_;
+    default:
+      return true;
+  }
+}
+
+size_t HloSharding::Hash() const {
+  size_t h = std::hash<int>()(static_cast<int>(kind_));
+  if (shard_group_) {
+    h = HashCombine(h, std::hash<int64_t>()(shard_group_->id * 2 +
+                                            (shard_group_->kind == ShardGroup::Kind::kAs)));
+  }
+  switch (kind_) {
+    case Kind::kMaximal:
+      return HashCombine(h, std::hash<int64_t>()(device_));
+    case Kind::kTiled:
+      h = HashCombine(h, tiles_.Hash());
+      h = HashCombine(h, replicate_on_last_tile_dim_);
+      for (SubgroupType t : subgroup_types_) h = HashCombine(h, static_cast<size_t>(t) + 7);
+      return h;
+    case Kind::kTuple:
+      for (const HloSharding& e : tuple_elements_) h = HashCombine(h, e.Hash());
+      return h;
+    default:
+      return h;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Parsing
+
+namespace {
+
+class ShardingParser {
+ public:
+  ShardingParser(std::string_view text, size_t pos) : text_(text), pos_(pos) {}
+  size_t pos() const { return pos_; }
+
+  HloSharding ParseSharding() {
+    SkipSpace();
+    Expect('{', "'{' to start a sharding");
+    SkipSpace();
+    if (Peek() == '{' || Peek() == '}') return ParseTupleRest();
+    return ParseLeafRest();
+  }
+
+  void SkipSpace() {
+    while (pos_ < text_.size()) {
+      char c = text_[pos_];
+      if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+        ++pos_;
+      } else if (text_.substr(pos_, 2) == "/*") {
+        size_t end = text_.find("*/", pos_ + 2);
+        if (end == std::string_view::npos) Fail("'*/' to close the comment");
+        pos_ = end + 2;
+      } else {
+        break;
+      }
+    }
+  }
+
+  [[noreturn]] void Fail(std::string_view expected) const { FailAt(pos_, expected); }
+  [[noreturn]] void FailAt(size_t at, std::string_view expected) const {
+    std::string found = at < text_.size() ? fmt::format("'{}'", Excerpt(at)) : "end of input";
+    throw ShardingSyntaxError(at, fmt::format("expected {}, found {}", expected, found));
+  }
+
+ private:
+  char Peek() const { return pos_ < text_.size() ? text_[pos_] : '\0'; }
+
+  std::string Excerpt(size_t at) const {
+    size_t end = at;
+    while (end < text_.size() && end - at < 16 && text_[end] != '\n') ++end;
+    return std::string(text_.substr(at, std::max<size_t>(end - at, 1)));
+  }
+
+  void Expect(char c, std::string_view what) {
+    if (Peek() != c) Fail(what);
+    ++pos_;
+  }
+
+  bool ConsumeWord(std::string_view word) {
+    if (text_.substr(pos_, word.size()) != word) return false;
+    size_t end = pos_ + word.size();
+    if (end < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[end])) ||
+                               text_[end] == '_')) {
+      return false;
+    }
+    pos_ = end;
+    return true;
+  }
+
+  int64_t ParseInt(std::string_view what) {
+    size_t start = pos_;
+    if (Peek() == '-') ++pos_;
+    while (std::isdigit(static_cast<unsigned char>(Peek()))) ++pos_;
+    if (pos_ == start || (pos_ == start + 1 && text_[start] == '-')) {
+      pos_ = start;
+      Fail(what);
+    }
+    int64_t value = 0;
+    auto [ptr, ec] = std::from_chars(text_.data() + start, text_.data() + pos_, value);
+    if (ec != std::errc()) FailAt(start, "an integer that fits in 64 bits");
+    return value;
+  }
+
+  // `open` int (',' int)* `close`, e.g. [2,1,2] or (1,0).
+  std::vector<int64_t> ParseIntList(char open, char close, std::string_view what) {
+    Expect(open, fmt::format("'{}' to start {}", open, what));
+    std::vector<int64_t> values;
+    SkipSpace();
+    if (Peek() != close) {
+      while (true) {
+        SkipSpace();
+        values.push_back(ParseInt(fmt::format("an integer in {}", what)));
+        SkipSpace();
+        if (Peek() != ',') break;
+        ++pos_;
+      }
+    }
+    Expect(close, fmt::format("',' or '{}' in {}", close, what));
+    return values;
+  }
+
+  HloSharding ParseTupleRest() {
+    std::vector<HloSharding> elements;
+    if (Peek() != '}') {
+      while (true) {
+        elements.push_back(ParseSharding());
+        SkipSpace();
+        if (Peek() != ',') break;
+        ++pos_;
+        SkipSpace();
+      }
+    }
+    Expect('}', "',' or '}' in tuple sharding");
+    return HloSharding::Tuple(std::move(elements));
+  }
+
+  void SkipBalancedBraces() {
+    size_t start = pos_;
+    Expect('{', "'{'");
+    int depth = 1;
+    bool in_string = false;
+    while (pos_ < text_.size() && depth > 0) {
+      char c = text_[pos_++];
+      if (in_string) {
+        if (c == '\\') ++pos_;
+        else if (c == '"') in_string = false;
+      } else if (c == '"') {
+        in_string = true;
+      } else if (c == '{') {
+        ++depth;
+      } else if (c == '}') {
+        --depth;
+      }
+    }
+    if (depth > 0) FailAt(start, "a matching '}'");
+  }
+
+  HloSharding ParseLeafRest() {
+    enum class LeafKind { kNone, kReplicated, kManual, kUnknown, kMaximal, kTiled };
+    LeafKind kind = LeafKind::kNone;
+    std::optional<int64_t> device;
+    std::optional<TileAssignment> tiles;
+    bool last_tile_dim_replicate = false;
+    std::optional<std::vector<SubgroupType>> last_tile_dims;
+    std::optional<ShardGroup> group;
+    size_t tiles_at = pos_;
+    auto set_kind = [&](LeafKind k, size_t at) {
+      if (kind != LeafKind::kNone) {
+        FailAt(at, "a single sharding kind (replicated, manual, unknown, maximal, devices=)");
+      }
+      kind = k;
+    };
+    while (true) {
+      SkipSpace();
+      const size_t at = pos_;
+      if (Peek() == '}') {
+        ++pos_;
+        break;
+      }
+      if (ConsumeWord("replicated")) {
+        set_kind(LeafKind::kReplicated, at);
+      } else if (ConsumeWord("manual")) {
+        set_kind(LeafKind::kManual, at);
+      } else if (ConsumeWord("unknown")) {
+        set_kind(LeafKind::kUnknown, at);
+      } else if (ConsumeWord("maximal")) {
+        set_kind(LeafKind::kMaximal, at);
+      } else if (ConsumeWord("device")) {
+        Expect('=', "'=' after device");
+        device = ParseInt("a device id after device=");
+      } else if (ConsumeWord("devices")) {
+        set_kind(LeafKind::kTiled, at);
+        tiles_at = at;
+        Expect('=', "'=' after devices");
+        tiles = ParseTiles();
+      } else if (ConsumeWord("last_tile_dim_replicate")) {
+        last_tile_dim_replicate = true;
+      } else if (ConsumeWord("last_tile_dims")) {
+        Expect('=', "'=' after last_tile_dims");
+        last_tile_dims = ParseSubgroupTypes();
+      } else if (ConsumeWord("shard_as") || ConsumeWord("shard_like")) {
+        const bool as = text_.substr(at, 8) == "shard_as";
+        SkipSpace();
+        int64_t id = ParseInt("a shard group id");
+        group = as ? ShardGroup::As(id) : ShardGroup::Like(id);
+      } else if (ConsumeWord("metadata")) {
+        // Op metadata inside a sharding is informational only; dropped.
+        Expect('=', "'=' after metadata");
+        SkipBalancedBraces();
+      } else {
+        Fail(
+            "a sharding attribute (replicated, manual, unknown, maximal, device=, devices=, "
+            "last_tile_dim_replicate, last_tile_dims=, shard_as, shard_like) or '}'");
+      }
+    }
+    if (kind == LeafKind::kNone) {
+      FailAt(tiles_at, "a sharding kind (replicated, manual, unknown, maximal, devices=)");
+    }
+    if (kind == LeafKind::kMaximal && !device) {
+      FailAt(tiles_at, "device=N in a maximal sharding");
+    }
+    if (kind != LeafKind::kMaximal && device) {
+      FailAt(tiles_at, "'maximal' with device=N (device= alone is not a sharding)");
+    }
+    if (kind != LeafKind::kTiled && (last_tile_dim_replicate || last_tile_dims)) {
+      FailAt(tiles_at, "devices=[...] before last_tile_dim_replicate/last_tile_dims");
+    }
+    if (last_tile_dim_replicate && last_tile_dims) {
+      FailAt(tiles_at, "either last_tile_dim_replicate or last_tile_dims, not both");
+    }
+    HloSharding s;
+    try {
+      switch (kind) {
+        case LeafKind::kReplicated:
+          s = HloSharding::Replicate();
+          break;
+        case LeafKind::kManual:
+          s = HloSharding::Manual();
+          break;
+        case LeafKind::kUnknown:
+          s = HloSharding::Unknown();
+          break;
+        case LeafKind::kMaximal:
+          s = HloSharding::AssignDevice(*device);
+          break;
+        default:
+          if (last_tile_dim_replicate) {
+            s = HloSharding::PartialTile(std::move(*tiles));
+          } else if (last_tile_dims) {
+            s = HloSharding::Subgroup(std::move(*tiles), std::move(*last_tile_dims));
+          } else {
+            s = HloSharding::Tile(std::move(*tiles));
+          }
+      }
+    } catch (const ShardingSyntaxError&) {
+      throw;
+    } catch (const Error& e) {
+      throw ShardingSyntaxError(tiles_at, e.what());
+    }
+    return s.WithShardGroup(group);
+  }
+
+  TileAssignment ParseTiles() {
+    const size_t start = pos_;
+    std::vector<int64_t> dims = ParseIntList('[', ']', "the tile assignment dims");
+    if (dims.empty()) FailAt(start, "at least one tile assignment dim");
+    try {
+      if (text_.substr(pos_, 2) == "<=") {
+        pos_ += 2;
+        std::vector<int64_t> reshape = ParseIntList('[', ']', "the iota reshape dims");
+        std::vector<int64_t> perm(reshape.size());
+        std::iota(perm.begin(), perm.end(), 0);
+        if (Peek() == 'T') {
+          ++pos_;
+          perm = ParseIntList('(', ')', "the iota transpose");
+        }
+        return TileAssignment::Iota(std::move(dims), std::move(reshape), std::move(perm));
+      }
+      std::vector<int64_t> devices;
+      while (true) {
+        devices.push_back(ParseInt("a device id in the tile assignment"));
+        if (Peek() != ',') break;
+        ++pos_;
+      }
+      return TileAssignment(std::move(dims), std::move(devices));
+    } catch (const ShardingSyntaxError&) {
+      throw;
+    } catch (const Error& e) {
+      throw ShardingSyntaxError(start, e.what());
+    }
+  }
+
+  std::vector<SubgroupType> ParseSubgroupTypes() {
+    Expect('{', "'{' to start last_tile_dims");
+    std::vector<SubgroupType> types;
+    while (true) {
+      SkipSpace();
+      if (ConsumeWord("manual")) {
+        types.push_back(SubgroupType::kManual);
+      } else if (ConsumeWord("replicated")) {
+        types.push_back(SubgroupType::kReplicated);
+      } else {
+        Fail("'manual' or 'replicated' in last_tile_dims");
+      }
+      SkipSpace();
+      if (Peek() != ',') break;
+      ++pos_;
+    }
+    Expect('}', "',' or '}' in last_tile_dims");
+    return types;
+  }
+
+  std::string_view text_;
+  size_t pos_;
+};
+
+}  // namespace
+
+HloSharding ParseHloShardingAt(std::string_view text, size_t* pos) {
+  ShardingParser parser(text, *pos);
+  HloSharding s = parser.ParseSharding();
+  *pos = parser.pos();
+  return s;
+}
+
+HloSharding HloSharding::Parse(std::string_view text) {
+  try {
+    ShardingParser parser(text, 0);
+    HloSharding s = parser.ParseSharding();
+    parser.SkipSpace();
+    if (parser.pos() != text.size()) parser.Fail("end of sharding after '}'");
+    return s;
+  } catch (const ShardingSyntaxError& e) {
+    throw ShardingSyntaxError(
+        e.offset(), fmt::format("sharding '{}' column {}: {}", text, e.offset() + 1, e.what()));
+  }
+}
+
+}  // namespace weft

@@ -1,0 +1,168 @@
+// The MPI backend, run by CTest under `mpirun -np N`. Every rank runs the
+// same program of collectives on seeded data through MPI, then runs it again
+// for all N devices on a LocalCluster of N threads inside the rank, and
+// checks that its MPI results and byte counters equal the threads backend's
+// bit for bit. Only non-fatal EXPECTs: every rank must make the same calls.
+#include "weft/runtime/comm_mpi.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "weft/base/env.h"
+#include "weft/runtime/comm_threads.h"
+#include "weft/runtime/topology.h"
+
+namespace weft::runtime {
+namespace {
+
+Communicator* g_comm = nullptr;  // this rank's MPI communicator (set in main)
+
+using Bytes = std::vector<std::byte>;
+
+template <typename T>
+Bytes ToBytes(const std::vector<T>& v) {
+  Bytes b(v.size() * sizeof(T));
+  if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+// Device d's input for step `step`: the same on every rank.
+template <typename T>
+std::vector<T> Data(int64_t d, int step, size_t count) {
+  std::mt19937 rng(static_cast<uint32_t>(1000 * step + d + 1));
+  std::vector<T> v(count);
+  if constexpr (std::is_same_v<T, float>) {
+    std::normal_distribution<float> dist(0.0f, 100.0f);
+    for (auto& x : v) x = dist(rng);
+  } else if constexpr (std::is_same_v<T, uint16_t>) {  // bf16 bits of normal values
+    std::normal_distribution<float> dist;
+    for (auto& x : v) {
+      float f = dist(rng);
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      x = static_cast<uint16_t>(bits >> 16);
+    }
+  } else {
+    std::uniform_int_distribution<T> dist;
+    for (auto& x : v) x = dist(rng);
+  }
+  return v;
+}
+
+std::vector<ReplicaGroups> GroupSets(int64_t n) {
+  std::vector<ReplicaGroups> sets = {{}};
+  ReplicaGroups reversed(1);
+  for (int64_t d = n - 1; d >= 0; --d) reversed[0].push_back(d);
+  sets.push_back(reversed);
+  if (n % 2 == 0 && n > 2) {
+    ReplicaGroups halves(2), strided(2);
+    for (int64_t d = 0; d < n; ++d) {
+      halves[d / (n / 2)].push_back(d);
+      strided[d % 2].push_back(d);
+    }
+    sets.push_back(halves);
+    sets.push_back(strided);
+  }
+  return sets;
+}
+
+// One step's output per collective, in order; the same calls on every device.
+std::vector<Bytes> Program(int64_t d, int64_t n, Communicator& c) {
+  std::vector<Bytes> out;
+  int step = 0;
+  for (const ReplicaGroups& groups : GroupSets(n)) {
+    const int64_t size = groups.empty() ? n : static_cast<int64_t>(groups[0].size());
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {
+      out.push_back(ToBytes(c.AllReduce(Data<float>(d, ++step, 1003), op, groups)));
+      out.push_back(ToBytes(c.AllReduce(Data<int32_t>(d, ++step, 77), op, groups)));
+      out.push_back(ToBytes(c.AllReduce(Data<uint16_t>(d, ++step, 300), op, groups)));
+      out.push_back(ToBytes(c.ReduceScatter(Data<float>(d, ++step, 41 * size), op, groups)));
+    }
+    out.push_back(ToBytes(c.AllReduce(Data<int64_t>(d, ++step, 5), ReduceOp::kSum, groups)));
+    out.push_back(ToBytes(c.ReduceScatter(Data<uint16_t>(d, ++step, 8 * size), ReduceOp::kSum,
+                                          groups)));
+    std::vector<float> in_place = Data<float>(d, ++step, 2 * size + 1);
+    c.AllReduce(in_place.data(), in_place.data(), in_place.size(), DataType::kF32, ReduceOp::kSum,
+                groups);
+    out.push_back(ToBytes(in_place));
+    out.push_back(ToBytes(c.AllGather(Data<float>(d, ++step, 33), groups)));
+    out.push_back(ToBytes(c.AllGather(Data<uint8_t>(d, ++step, 3), groups)));
+    out.push_back(ToBytes(c.AllToAll(Data<int32_t>(d, ++step, 13 * size), groups)));
+    std::vector<uint16_t> a2a = Data<uint16_t>(d, ++step, 5 * size);
+    c.AllToAll(a2a.data(), a2a.data(), a2a.size(), DataType::kBF16, groups);
+    out.push_back(ToBytes(a2a));
+  }
+  std::vector<SourceTargetPair> ring, partial = {{n - 1, 0}}, self = {{0, 0}};
+  for (int64_t i = 0; i < n; ++i) ring.push_back({i, (i + 1) % n});
+  for (const auto& pairs : {ring, partial, self}) {
+    out.push_back(ToBytes(c.CollectivePermute(Data<float>(d, ++step, 19), pairs)));
+    std::vector<int64_t> buffer = Data<int64_t>(d, ++step, 7);
+    c.CollectivePermute(buffer.data(), buffer.data(), buffer.size(), DataType::kI64, pairs);
+    out.push_back(ToBytes(buffer));
+  }
+  c.Barrier();
+  c.VerifySameHash(0x5eed, "program hash");
+  return out;
+}
+
+TEST(MpiCommunicator, SameBitsAndBytesAsTheThreadsBackend) {
+  Communicator& comm = *g_comm;
+  const int64_t n = comm.num_devices(), rank = comm.device_id();
+  comm.ResetStats();
+  const std::vector<Bytes> mpi = Program(rank, n, comm);
+  const CollectiveStats mpi_stats = comm.stats();
+
+  LocalCluster cluster(n);
+  std::vector<Bytes> threads;
+  cluster.Run([&](int64_t d, Communicator& c) {
+    auto out = Program(d, n, c);
+    if (d == rank) threads = std::move(out);
+  });
+  ASSERT_EQ(mpi.size(), threads.size());
+  for (size_t i = 0; i < mpi.size(); ++i)
+    EXPECT_EQ(mpi[i], threads[i]) << "rank " << rank << ": step " << i << " differs";
+  const CollectiveStats& thread_stats = cluster.communicator(rank).stats();
+  EXPECT_EQ(mpi_stats.calls, thread_stats.calls);
+  EXPECT_EQ(mpi_stats.bytes_sent, thread_stats.bytes_sent);
+  EXPECT_GT(mpi_stats.TotalBytesSent(), 0);
+}
+
+TEST(MpiCommunicator, SumsAreExactOnIntegers) {
+  Communicator& comm = *g_comm;
+  const int64_t n = comm.num_devices();
+  auto sum = comm.AllReduce(std::vector<int32_t>{static_cast<int32_t>(comm.device_id()), 1},
+                            ReduceOp::kSum);
+  EXPECT_EQ(sum, (std::vector<int32_t>{static_cast<int32_t>(n * (n - 1) / 2),
+                                       static_cast<int32_t>(n)}));
+}
+
+TEST(MpiTopology, OneDevicePerRankDiscoveredOnce) {
+  Communicator& comm = *g_comm;
+  const Topology& t = Topology::Global();
+  Topology::Global();
+  EXPECT_EQ(Topology::DiscoveryCount(), 1);
+  EXPECT_EQ(t.backend(), Backend::kMpi);
+  EXPECT_EQ(t.num_devices(), comm.num_devices());
+  EXPECT_EQ(t.num_processes(), comm.num_devices());
+  EXPECT_EQ(t.device(comm.device_id()).process, comm.device_id());
+  const int64_t slice_size = GetEnvInt("WEFT_SLICE_SIZE", 0, 0, 1 << 16);
+  // Without WEFT_SLICE_SIZE all ranks share this host: one slice.
+  EXPECT_EQ(t.num_slices(), slice_size > 0 ? comm.num_devices() / slice_size : 1);
+  if (comm.device_id() == 0) fmt::print("{}", t.ToString());
+}
+
+}  // namespace
+}  // namespace weft::runtime
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  return weft::runtime::RunMpiMain([](weft::runtime::Communicator& comm) {
+    weft::runtime::g_comm = &comm;
+    const int32_t failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
+    // Every rank learns whether any failed, so all exit with the same status.
+    const auto any = comm.AllReduce(std::vector<int32_t>{failed}, weft::runtime::ReduceOp::kMax);
+    WEFT_CHECK(any[0] == 0, "MPI tests failed on at least one rank; see the output above");
+  });
+}

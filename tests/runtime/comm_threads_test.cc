@@ -1,0 +1,455 @@
+// The in-process backend: every collective against a brute-force reference
+// on random data, over many device counts and replica groups; byte counters;
+// and failures that must release every device instead of hanging.
+#include "weft/runtime/comm_threads.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+
+#include "weft/base/error.h"
+
+namespace weft::runtime {
+namespace {
+
+// --- References -------------------------------------------------------------
+
+// bfloat16 conversion written independently of the library's.
+float Bf16(uint16_t bits) {
+  uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &wide, 4);
+  return f;
+}
+uint16_t ToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  const uint32_t lower = bits & 0xffff, upper = bits >> 16;
+  const bool round_up = lower > 0x8000 || (lower == 0x8000 && (upper & 1));
+  return static_cast<uint16_t>(upper + (round_up ? 1 : 0));
+}
+
+template <typename T>
+T Combine(ReduceOp op, T a, T b) {
+  if (op == ReduceOp::kMax) return a > b ? a : b;
+  if (op == ReduceOp::kMin) return a < b ? a : b;
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+  } else {
+    return a + b;
+  }
+}
+
+// Element k reduced over `inputs` in order: what every backend must produce.
+template <typename T>
+T ReduceRef(ReduceOp op, const std::vector<const std::vector<T>*>& inputs, size_t k) {
+  if constexpr (std::is_same_v<T, uint16_t>) {  // bf16: float accumulation, one rounding
+    float acc = Bf16((*inputs[0])[k]);
+    for (size_t m = 1; m < inputs.size(); ++m) acc = Combine(op, acc, Bf16((*inputs[m])[k]));
+    return ToBf16(acc);
+  } else {
+    T acc = (*inputs[0])[k];
+    for (size_t m = 1; m < inputs.size(); ++m) acc = Combine(op, acc, (*inputs[m])[k]);
+    return acc;
+  }
+}
+
+template <typename T>
+std::vector<T> Random(std::mt19937& rng, size_t n) {
+  std::vector<T> v(n);
+  if constexpr (std::is_same_v<T, float>) {
+    std::normal_distribution<float> dist;
+    for (auto& x : v) x = dist(rng);
+  } else if constexpr (std::is_same_v<T, uint16_t>) {
+    std::normal_distribution<float> dist;
+    for (auto& x : v) x = ToBf16(dist(rng));
+  } else {
+    std::uniform_int_distribution<T> dist;  // full range: sums wrap
+    for (auto& x : v) x = dist(rng);
+  }
+  return v;
+}
+
+template <typename T>
+bool SameBits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+struct GroupCase {
+  int64_t n;
+  ReplicaGroups groups;
+};
+
+std::string CaseName(const ::testing::TestParamInfo<GroupCase>& info) {
+  std::string name = fmt::format(
+      "n{}_{}", info.param.n,
+      info.param.groups.empty() ? "all" : ReplicaGroupsToString(info.param.groups));
+  for (char& c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return name;
+}
+
+class Collectives : public ::testing::TestWithParam<GroupCase> {
+ protected:
+  int64_t n() const { return GetParam().n; }
+  const ReplicaGroups& groups() const { return GetParam().groups; }
+
+  // Members of d's group, in group order, and d's position there.
+  std::pair<std::vector<int64_t>, int64_t> GroupOf(int64_t d) const {
+    for (const auto& g : NormalizeReplicaGroups(groups(), n())) {
+      for (size_t i = 0; i < g.size(); ++i)
+        if (g[i] == d) return {g, static_cast<int64_t>(i)};
+    }
+    return {{}, -1};
+  }
+
+  template <typename T>
+  std::vector<std::vector<T>> Inputs(size_t count) {
+    std::vector<std::vector<T>> in(n());
+    for (auto& v : in) v = Random<T>(rng_, count);
+    return in;
+  }
+
+  // Runs fn on every device (byte counters reset) and returns each output.
+  template <typename T>
+  std::vector<std::vector<T>> RunAll(
+      const std::function<std::vector<T>(int64_t, Communicator&)>& fn) {
+    std::vector<std::vector<T>> out(n());
+    for (int64_t d = 0; d < n(); ++d) cluster_->communicator(d).ResetStats();
+    cluster_->Run([&](int64_t d, Communicator& comm) { out[d] = fn(d, comm); });
+    return out;
+  }
+
+  int64_t GroupSize() const { return static_cast<int64_t>(GroupOf(0).first.size()); }
+
+  template <typename T>
+  void CheckAllReduce(ReduceOp op) {
+    const size_t count = 1003;  // not a multiple of the group: uneven chunks
+    auto in = Inputs<T>(count);
+    auto out = RunAll<T>([&](int64_t d, Communicator& c) { return c.AllReduce(in[d], op, groups()); });
+    for (int64_t d = 0; d < n(); ++d) {
+      std::vector<const std::vector<T>*> members;
+      for (int64_t m : GroupOf(d).first) members.push_back(&in[m]);
+      std::vector<T> ref(count);
+      for (size_t k = 0; k < count; ++k) ref[k] = ReduceRef(op, members, k);
+      ASSERT_TRUE(SameBits(out[d], ref)) << "device " << d << " op " << ReduceOpName(op);
+      const int64_t bytes = count * sizeof(T);
+      EXPECT_EQ(cluster_->communicator(d).stats().BytesSent(CollectiveKind::kAllReduce),
+                CollectiveBytesSent(CollectiveKind::kAllReduce, members.size(), bytes));
+    }
+  }
+
+  template <typename T>
+  void CheckReduceScatter(ReduceOp op) {
+    const int64_t shard = 37;
+    auto in = Inputs<T>(shard * GroupSize());
+    auto out = RunAll<T>(
+        [&](int64_t d, Communicator& c) { return c.ReduceScatter(in[d], op, groups()); });
+    for (int64_t d = 0; d < n(); ++d) {
+      auto [group, p] = GroupOf(d);
+      std::vector<const std::vector<T>*> members;
+      for (int64_t m : group) members.push_back(&in[m]);
+      std::vector<T> ref(shard);
+      for (int64_t k = 0; k < shard; ++k) ref[k] = ReduceRef(op, members, p * shard + k);
+      ASSERT_TRUE(SameBits(out[d], ref)) << "device " << d;
+    }
+  }
+
+  template <typename T>
+  void CheckAllGather() {
+    auto in = Inputs<T>(29);
+    auto out = RunAll<T>([&](int64_t d, Communicator& c) { return c.AllGather(in[d], groups()); });
+    for (int64_t d = 0; d < n(); ++d) {
+      std::vector<T> ref;
+      for (int64_t m : GroupOf(d).first) ref.insert(ref.end(), in[m].begin(), in[m].end());
+      ASSERT_TRUE(SameBits(out[d], ref)) << "device " << d;
+      EXPECT_EQ(cluster_->communicator(d).stats().BytesSent(CollectiveKind::kAllGather),
+                (GroupSize() - 1) * 29 * static_cast<int64_t>(sizeof(T)));
+    }
+  }
+
+  template <typename T>
+  void CheckAllToAll(bool in_place) {
+    const int64_t chunk = 11, size = GroupSize();
+    auto in = Inputs<T>(chunk * size);
+    auto out = RunAll<T>([&](int64_t d, Communicator& c) {
+      if (!in_place) return c.AllToAll(in[d], groups());
+      std::vector<T> buffer = in[d];
+      c.AllToAll(buffer.data(), buffer.data(), buffer.size(), DataTypeOf<T>(), groups());
+      return buffer;
+    });
+    for (int64_t d = 0; d < n(); ++d) {
+      auto [group, p] = GroupOf(d);
+      std::vector<T> ref;
+      for (int64_t m : group)  // chunk p of member i lands at position i
+        ref.insert(ref.end(), in[m].begin() + p * chunk, in[m].begin() + (p + 1) * chunk);
+      ASSERT_TRUE(SameBits(out[d], ref)) << "device " << d;
+    }
+  }
+
+  template <typename T>
+  void CheckPermute(const std::vector<SourceTargetPair>& pairs, bool in_place) {
+    auto in = Inputs<T>(17);
+    auto out = RunAll<T>([&](int64_t d, Communicator& c) {
+      if (!in_place) return c.CollectivePermute(in[d], pairs);
+      std::vector<T> buffer = in[d];
+      c.CollectivePermute(buffer.data(), buffer.data(), buffer.size(), DataTypeOf<T>(), pairs);
+      return buffer;
+    });
+    for (int64_t d = 0; d < n(); ++d) {
+      std::vector<T> ref(17, T(0));
+      int64_t sent = 0;
+      for (const auto& pair : pairs) {
+        if (pair.target == d) ref = in[pair.source];
+        if (pair.source == d && pair.target != d) sent = 17 * sizeof(T);
+      }
+      ASSERT_TRUE(SameBits(out[d], ref)) << "device " << d;
+      EXPECT_EQ(cluster_->communicator(d).stats().BytesSent(CollectiveKind::kCollectivePermute),
+                sent);
+    }
+  }
+
+  void SetUp() override { cluster_ = std::make_unique<LocalCluster>(n()); }
+
+  std::mt19937 rng_{12345};
+  std::unique_ptr<LocalCluster> cluster_;
+};
+
+TEST_P(Collectives, AllReduceEveryTypeAndOp) {
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {
+    CheckAllReduce<float>(op);
+    CheckAllReduce<int32_t>(op);
+    CheckAllReduce<int64_t>(op);
+    CheckAllReduce<uint16_t>(op);
+  }
+}
+
+TEST_P(Collectives, AllReduceSumIsCloseToFloat64) {
+  auto in = Inputs<float>(500);
+  auto out = RunAll<float>(
+      [&](int64_t d, Communicator& c) { return c.AllReduce(in[d], ReduceOp::kSum, groups()); });
+  for (int64_t d = 0; d < n(); ++d) {
+    for (size_t k = 0; k < 500; ++k) {
+      double ref = 0, mag = 0;
+      for (int64_t m : GroupOf(d).first) ref += in[m][k], mag += std::fabs(in[m][k]);
+      ASSERT_NEAR(out[d][k], ref, 1e-6 * mag) << "device " << d << " element " << k;
+    }
+  }
+}
+
+TEST_P(Collectives, AllReduceInPlace) {
+  auto in = Inputs<float>(1003);
+  auto expected = RunAll<float>(
+      [&](int64_t d, Communicator& c) { return c.AllReduce(in[d], ReduceOp::kSum, groups()); });
+  auto out = RunAll<float>([&](int64_t d, Communicator& c) {
+    std::vector<float> buffer = in[d];
+    c.AllReduce(buffer.data(), buffer.data(), buffer.size(), DataType::kF32, ReduceOp::kSum,
+                groups());
+    return buffer;
+  });
+  for (int64_t d = 0; d < n(); ++d) EXPECT_TRUE(SameBits(out[d], expected[d])) << d;
+}
+
+TEST_P(Collectives, ReduceScatterEveryTypeAndOp) {
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {
+    CheckReduceScatter<float>(op);
+    CheckReduceScatter<int32_t>(op);
+    CheckReduceScatter<uint16_t>(op);
+  }
+}
+
+TEST_P(Collectives, AllGatherConcatenatesInGroupOrder) {
+  CheckAllGather<float>();
+  CheckAllGather<uint16_t>();
+  CheckAllGather<int64_t>();
+}
+
+TEST_P(Collectives, AllToAllTransposesChunks) {
+  CheckAllToAll<float>(false);
+  CheckAllToAll<float>(true);
+  CheckAllToAll<int32_t>(false);
+  CheckAllToAll<uint8_t>(true);
+}
+
+TEST_P(Collectives, CollectivePermute) {
+  std::vector<SourceTargetPair> ring, partial, self = {{0, 0}};
+  for (int64_t d = 0; d < n(); ++d) ring.push_back({d, (d + 1) % n()});
+  partial.push_back({n() - 1, 0});  // everyone else receives zeros
+  for (bool in_place : {false, true}) {
+    CheckPermute<float>(ring, in_place);
+    CheckPermute<float>(partial, in_place);
+    CheckPermute<int32_t>(self, in_place);
+    CheckPermute<uint16_t>({}, in_place);
+  }
+}
+
+TEST_P(Collectives, BarrierAndHashCountNoBytes) {
+  cluster_->Run([](int64_t d, Communicator& c) {
+    c.Barrier();
+    c.VerifySameHash(0xfeed, "program");
+  });
+  for (int64_t d = 0; d < n(); ++d) {
+    EXPECT_EQ(cluster_->communicator(d).stats().Calls(CollectiveKind::kBarrier), 1);
+    EXPECT_EQ(cluster_->communicator(d).stats().Calls(CollectiveKind::kVerifyHash), 1);
+    EXPECT_EQ(cluster_->communicator(d).stats().TotalBytesSent(), 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Groups, Collectives,
+    ::testing::Values(GroupCase{1, {}}, GroupCase{2, {}}, GroupCase{3, {}}, GroupCase{4, {}},
+                      GroupCase{4, {{0, 1}, {2, 3}}}, GroupCase{4, {{0, 2}, {1, 3}}},
+                      GroupCase{4, {{3, 1}, {2, 0}}}, GroupCase{5, {}},
+                      GroupCase{6, {{0, 2, 4}, {1, 3, 5}}}, GroupCase{7, {}}, GroupCase{8, {}},
+                      GroupCase{8, {{0, 1, 2, 3}, {4, 5, 6, 7}}},
+                      GroupCase{8, {{0, 4}, {1, 5}, {2, 6}, {3, 7}}},
+                      GroupCase{8, {{7, 6, 5, 4, 3, 2, 1, 0}}}),
+    CaseName);
+
+// --- Failures ------------------------------------------------------------------
+
+std::string RunError(LocalCluster& cluster, const LocalCluster::DeviceFn& fn) {
+  try {
+    cluster.Run(fn);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(LocalCluster, ADeviceThatThrowsReleasesTheOthers) {
+  LocalCluster cluster(4);
+  const auto start = std::chrono::steady_clock::now();
+  const std::string e = RunError(cluster, [](int64_t d, Communicator& c) {
+    std::vector<float> x(64, 1.0f);
+    for (int step = 0; step < 5; ++step) {
+      if (d == 2 && step == 3) throw Error("shard file is truncated");
+      x = c.AllReduce(x, ReduceOp::kSum);
+      c.AllGather(x);
+    }
+  });
+  EXPECT_EQ(e, "device 2: shard file is truncated");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+TEST(LocalCluster, OtherExceptionTypesAreReportedWithTheDevice) {
+  LocalCluster cluster(3);
+  EXPECT_EQ(RunError(cluster, [](int64_t d, Communicator& c) {
+              if (d == 0) throw std::out_of_range("index 9");
+              c.Barrier();
+            }),
+            "device 0: index 9");
+  EXPECT_EQ(RunError(cluster, [](int64_t d, Communicator& c) {
+              if (d == 1) throw 42;
+              c.Barrier();
+            }),
+            "device 1: unknown exception");
+}
+
+TEST(LocalCluster, CatchingStdExceptionDoesNotSwallowTheRelease) {
+  LocalCluster cluster(2);
+  const std::string e = RunError(cluster, [](int64_t d, Communicator& c) {
+    if (d == 0) throw Error("bad input");
+    for (int i = 0; i < 3; ++i) {
+      try {
+        c.Barrier();
+      } catch (const std::exception&) {
+      }
+    }
+  });
+  EXPECT_EQ(e, "device 0: bad input");
+}
+
+TEST(LocalCluster, ADeviceReturningEarlyIsAnErrorNotAHang) {
+  LocalCluster cluster(4);
+  const std::string e = RunError(cluster, [](int64_t d, Communicator& c) {
+    c.Barrier();
+    if (d == 1) return;
+    c.AllReduce(std::vector<float>(8, 1.0f), ReduceOp::kSum);
+  });
+  EXPECT_NE(e.find("device 1 returned from its program while device"), std::string::npos) << e;
+  EXPECT_NE(e.find("AllReduce #2"), std::string::npos) << e;
+}
+
+TEST(LocalCluster, DifferentCollectivesOrShapesAreErrors) {
+  LocalCluster cluster(4);
+  std::string e = RunError(cluster, [](int64_t d, Communicator& c) {
+    if (d == 3) {
+      c.AllGather(std::vector<float>(8));
+    } else {
+      c.AllReduce(std::vector<float>(8), ReduceOp::kSum);
+    }
+  });
+  EXPECT_NE(e.find("devices run different collectives"), std::string::npos) << e;
+  EXPECT_NE(e.find("device 3 runs AllGather #1"), std::string::npos) << e;
+  e = RunError(cluster, [](int64_t d, Communicator& c) {
+    c.AllReduce(std::vector<float>(d == 1 ? 9 : 8), ReduceOp::kSum);
+  });
+  EXPECT_NE(e.find("36 bytes in"), std::string::npos) << e;
+  e = RunError(cluster, [](int64_t d, Communicator& c) {
+    c.AllReduce(std::vector<float>(8), ReduceOp::kSum,
+                d == 0 ? ReplicaGroups{{0, 1}, {2, 3}} : ReplicaGroups{{0, 2}, {1, 3}});
+  });
+  EXPECT_NE(e.find("groups {{0,1},{2,3}}"), std::string::npos) << e;
+}
+
+TEST(LocalCluster, InvalidGroupsFailOnEveryDevice) {
+  LocalCluster cluster(4);
+  const std::string e = RunError(cluster, [](int64_t, Communicator& c) {
+    c.AllReduce(std::vector<float>(8), ReduceOp::kSum, {{0, 1}, {1, 2, 3}});
+  });
+  EXPECT_NE(e.find("name device 1 twice"), std::string::npos) << e;
+}
+
+TEST(LocalCluster, VerifySameHashNamesTheDifferingDevice) {
+  LocalCluster cluster(4);
+  cluster.Run([](int64_t, Communicator& c) { c.VerifySameHash(0xabc, "program"); });
+  const std::string e = RunError(cluster, [](int64_t d, Communicator& c) {
+    c.VerifySameHash(d == 1 ? 0x2 : 0x1, "program hash");
+    c.AllReduce(std::vector<float>(4), ReduceOp::kSum);  // never reached
+  });
+  EXPECT_NE(e.find("program hash differs between devices (devices 0,2,3 have "
+                   "0x0000000000000001; device 1 has 0x0000000000000002)"),
+            std::string::npos)
+      << e;
+}
+
+TEST(LocalCluster, RunsAgainAfterAFailure) {
+  LocalCluster cluster(3);
+  EXPECT_NE(RunError(cluster, [](int64_t d, Communicator& c) {
+              if (d == 0) throw Error("first run fails");
+              c.Barrier();
+            }),
+            "");
+  std::vector<std::vector<int32_t>> out(3);
+  cluster.Run([&](int64_t d, Communicator& c) {
+    out[d] = c.AllReduce(std::vector<int32_t>{static_cast<int32_t>(d)}, ReduceOp::kSum);
+  });
+  for (const auto& v : out) EXPECT_EQ(v, std::vector<int32_t>{3});
+}
+
+TEST(LocalCluster, ManyCollectivesBackToBack) {
+  // Exercises posts being reused call after call by fast and slow devices.
+  LocalCluster cluster(5);
+  std::vector<int64_t> sums(5);
+  cluster.Run([&](int64_t d, Communicator& c) {
+    int64_t sum = 0;
+    for (int i = 0; i < 2000; ++i) {
+      auto v = c.AllReduce(std::vector<int64_t>{d + i}, ReduceOp::kSum, {{0, 1, 2, 3, 4}});
+      sum += v[0];
+      if (i % 7 == 0) c.Barrier();
+    }
+    sums[d] = sum;
+  });
+  for (int64_t s : sums) EXPECT_EQ(s, 2000 * 10 + 5 * (1999 * 2000 / 2));
+}
+
+}  // namespace
+}  // namespace weft::runtime

@@ -1,0 +1,105 @@
+#include "reduce.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+namespace weft::runtime {
+namespace {
+
+template <typename T>
+std::vector<const std::byte*> Pointers(const std::vector<std::vector<T>>& inputs) {
+  std::vector<const std::byte*> p;
+  for (const auto& v : inputs) p.push_back(reinterpret_cast<const std::byte*>(v.data()));
+  return p;
+}
+
+template <typename T>
+std::vector<T> Reduce(DataType dtype, ReduceOp op, const std::vector<std::vector<T>>& inputs) {
+  std::vector<T> out(inputs[0].size());
+  auto p = Pointers(inputs);
+  ReduceBuffers(dtype, op, p.data(), static_cast<int64_t>(p.size()),
+                reinterpret_cast<std::byte*>(out.data()), static_cast<int64_t>(out.size()));
+  return out;
+}
+
+TEST(Reduce, FloatSumsGoLeftToRightAcrossBlocks) {
+  // (1e8 + 1) - 1e8 is 0 in float32; any other order gives 1.
+  std::vector<std::vector<float>> inputs(3, std::vector<float>(2500));
+  for (int i = 0; i < 2500; ++i) {
+    inputs[0][i] = 1e8f;
+    inputs[1][i] = 1.0f;
+    inputs[2][i] = -1e8f;
+  }
+  for (float v : Reduce(DataType::kF32, ReduceOp::kSum, inputs)) ASSERT_EQ(v, 0.0f);
+  std::swap(inputs[1], inputs[2]);
+  for (float v : Reduce(DataType::kF32, ReduceOp::kSum, inputs)) ASSERT_EQ(v, 1.0f);
+}
+
+TEST(Reduce, RandomFloatSumMatchesFloat64) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist;
+  std::vector<std::vector<float>> inputs(5, std::vector<float>(3000));
+  for (auto& v : inputs)
+    for (auto& x : v) x = dist(rng);
+  const auto out = Reduce(DataType::kF32, ReduceOp::kSum, inputs);
+  for (size_t i = 0; i < out.size(); ++i) {
+    double ref = 0, mag = 0;
+    for (const auto& v : inputs) ref += v[i], mag += std::fabs(v[i]);
+    ASSERT_NEAR(out[i], ref, 1e-6 * mag + 1e-7) << i;
+  }
+}
+
+TEST(Reduce, MaxAndMinPropagateNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<std::vector<float>> inputs = {{1, nan, 3, -2}, {2, 5, nan, -7}};
+  auto mx = Reduce(DataType::kF32, ReduceOp::kMax, inputs);
+  auto mn = Reduce(DataType::kF32, ReduceOp::kMin, inputs);
+  EXPECT_EQ(mx[0], 2);
+  EXPECT_TRUE(std::isnan(mx[1]));
+  EXPECT_TRUE(std::isnan(mx[2]));
+  EXPECT_EQ(mx[3], -2);
+  EXPECT_EQ(mn[0], 1);
+  EXPECT_TRUE(std::isnan(mn[1]));
+  EXPECT_TRUE(std::isnan(mn[2]));
+  EXPECT_EQ(mn[3], -7);
+}
+
+TEST(Reduce, IntegersWrapAndCompareSigned) {
+  std::vector<std::vector<int32_t>> i32 = {{INT32_MAX, -5}, {1, 3}};
+  EXPECT_EQ(Reduce(DataType::kI32, ReduceOp::kSum, i32), (std::vector<int32_t>{INT32_MIN, -2}));
+  EXPECT_EQ(Reduce(DataType::kI32, ReduceOp::kMax, i32), (std::vector<int32_t>{INT32_MAX, 3}));
+  std::vector<std::vector<int64_t>> i64 = {{-1, 5}, {-3, 6}};
+  EXPECT_EQ(Reduce(DataType::kI64, ReduceOp::kMin, i64), (std::vector<int64_t>{-3, 5}));
+  EXPECT_EQ(Reduce(DataType::kI64, ReduceOp::kSum, i64), (std::vector<int64_t>{-4, 11}));
+  std::vector<std::vector<uint8_t>> u8 = {{250, 1}, {10, 2}};
+  EXPECT_EQ(Reduce(DataType::kU8, ReduceOp::kSum, u8), (std::vector<uint8_t>{4, 3}));
+}
+
+TEST(Reduce, Bfloat16AccumulatesInFloatAndRoundsOnce) {
+  EXPECT_EQ(FloatToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(Bf16ToFloat(0x3f80), 1.0f);
+  // 1 + 2^-8 is halfway between bf16 neighbours 1 and 1 + 2^-7: ties to even.
+  EXPECT_EQ(FloatToBf16(1.0f + 1.0f / 256), 0x3f80);
+  EXPECT_EQ(FloatToBf16(1.0f + 3.0f / 256), 0x3f82);
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(FloatToBf16(std::numeric_limits<float>::quiet_NaN()))));
+  // Eight adds of 2^-8 to 1: per-step bf16 rounding would stay at 1;
+  // accumulating in float32 gives 1 + 2^-5 exactly.
+  std::vector<std::vector<uint16_t>> inputs(9, std::vector<uint16_t>{FloatToBf16(1.0f / 256)});
+  inputs[0][0] = FloatToBf16(1.0f);
+  EXPECT_EQ(Bf16ToFloat(Reduce(DataType::kBF16, ReduceOp::kSum, inputs)[0]), 1.0f + 1.0f / 32);
+}
+
+TEST(Reduce, OutputMayBeOneOfTheInputs) {
+  std::vector<std::vector<float>> inputs = {std::vector<float>(3000, 1.5f),
+                                            std::vector<float>(3000, 2.0f)};
+  auto p = Pointers(inputs);
+  ReduceBuffers(DataType::kF32, ReduceOp::kSum, p.data(), 2,
+                reinterpret_cast<std::byte*>(inputs[1].data()), 3000);
+  for (float v : inputs[1]) ASSERT_EQ(v, 3.5f);
+}
+
+}  // namespace
+}  // namespace weft::runtime

@@ -1,0 +1,368 @@
+#include "weft/sharding/hlo_sharding.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <set>
+#include <unordered_set>
+
+namespace weft {
+namespace {
+
+// Every form XLA prints, in XLA's canonical spelling: parse then print must
+// give the same text back.
+TEST(HloShardingTest, CanonicalFormsRoundTrip) {
+  const char* kForms[] = {
+      "{replicated}",
+      "{manual}",
+      "{unknown}",
+      "{maximal device=3}",
+      "{devices=[2]0,1}",
+      "{devices=[2,2]3,1,2,0}",
+      "{devices=[4,2]<=[8]}",
+      "{devices=[4,2]<=[2,4]T(1,0)}",
+      "{devices=[2,2,2]<=[4,2]T(1,0)}",
+      "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}",
+      "{devices=[2,1,2]<=[4] last_tile_dim_replicate}",
+      "{devices=[2,1,4]<=[2,2,2]T(1,0,2) last_tile_dim_replicate}",
+      "{devices=[2,2]<=[4] last_tile_dims={manual}}",
+      "{devices=[2,2,2]<=[8] last_tile_dims={manual, replicated}}",
+      "{devices=[2,2,2]0,1,4,5,2,3,6,7 last_tile_dims={manual, replicated}}",
+      "{unknown shard_as 0}",
+      "{unknown shard_like 7}",
+      "{replicated shard_as 1}",
+      "{manual shard_like 2}",
+      "{maximal device=0 shard_as 3}",
+      "{devices=[2,1]0,1 shard_like 1}",
+      "{devices=[4,1,2]<=[8] last_tile_dim_replicate shard_as 5}",
+      "{}",
+      "{{replicated}, {devices=[2]0,1}}",
+      "{{replicated}, {manual}, {maximal device=1}, {unknown shard_as 2}, {devices=[2]1,0}, "
+      "/*index=5*/{replicated}, {devices=[2,2]<=[4] last_tile_dims={manual}}}",
+  };
+  for (const char* text : kForms) {
+    SCOPED_TRACE(text);
+    HloSharding s = HloSharding::Parse(text);
+    EXPECT_EQ(s.ToString(), text);
+    EXPECT_EQ(HloSharding::Parse(s.ToString()), s);
+  }
+}
+
+TEST(HloShardingTest, ParseNormalizesLikeXla) {
+  struct Case {
+    const char* in;
+    const char* out;
+  };
+  const Case kCases[] = {
+      // Identity transposes and size-1 dims vanish from the iota form.
+      {"{devices=[4,2]<=[2,4]}", "{devices=[4,2]<=[8]}"},
+      {"{devices=[4,2]<=[1,2,4]T(0,1,2)}", "{devices=[4,2]<=[8]}"},
+      {"{devices=[2,2,2]<=[2,2,2]T(1,2,0)}", "{devices=[2,2,2]<=[2,4]T(1,0)}"},
+      {"{devices=[2,2,2]<=[2,2,2]T(2,0,1)}", "{devices=[2,2,2]<=[4,2]T(1,0)}"},
+      // Sorting replication groups keeps the iota form when there is one.
+      {"{devices=[2,1,4]<=[2,4]T(1,0) last_tile_dim_replicate}",
+       "{devices=[2,1,4]<=[2,2,2]T(1,0,2) last_tile_dim_replicate}"},
+      // Replica order inside a replication group is irrelevant: sorted.
+      {"{devices=[2,2]1,0,3,2 last_tile_dim_replicate}",
+       "{devices=[2,2]0,1,2,3 last_tile_dim_replicate}"},
+      // Degenerate partial replication.
+      {"{devices=[1,4]0,1,2,3 last_tile_dim_replicate}", "{replicated}"},
+      {"{devices=[4,1]<=[4] last_tile_dim_replicate}", "{devices=[4]<=[4]}"},
+      {"{devices=[2,2]<=[4] last_tile_dims={replicated}}",
+       "{devices=[2,2]<=[4] last_tile_dim_replicate}"},
+      {"{devices=[1,4]<=[4] last_tile_dims={manual}}", "{manual}"},
+      {"{devices=[2,1,2]<=[4] last_tile_dims={manual, replicated}}",
+       "{devices=[2,2]<=[4] last_tile_dim_replicate}"},
+      // Subgroups are reordered manual-first; same-type subgroups merge.
+      {"{devices=[2,2,2]<=[8] last_tile_dims={replicated, manual}}",
+       "{devices=[2,2,2]<=[2,2,2]T(0,2,1) last_tile_dims={manual, replicated}}"},
+      {"{devices=[2,2,2]<=[8] last_tile_dims={manual, manual}}",
+       "{devices=[2,4]<=[8] last_tile_dims={manual}}"},
+      // Whitespace, comments and sharding metadata are tolerated.
+      {"{ devices=[2]0,1  metadata={op_name=\"a{b}\"} }", "{devices=[2]0,1}"},
+      {"{ {replicated} , /*index=1*/ {manual} }", "{{replicated}, {manual}}"},
+  };
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.in);
+    EXPECT_EQ(HloSharding::Parse(c.in).ToString(), c.out);
+  }
+}
+
+// Brute-force reshape(transpose(iota(reshape), perm), dims), written
+// independently of the library (index arithmetic on the transposed array).
+std::vector<int64_t> NaiveIota(const std::vector<int64_t>& reshape,
+                               const std::vector<int64_t>& perm) {
+  const size_t rank = reshape.size();
+  int64_t n = 1;
+  for (int64_t r : reshape) n *= r;
+  std::vector<int64_t> out;
+  std::vector<int64_t> tdims(rank);
+  for (size_t i = 0; i < rank; ++i) tdims[i] = reshape[perm[i]];
+  for (int64_t flat = 0; flat < n; ++flat) {
+    // Unravel `flat` over the transposed dims, then ravel over the original.
+    std::vector<int64_t> tindex(rank);
+    int64_t rest = flat;
+    for (int64_t i = rank - 1; i >= 0; --i) {
+      tindex[i] = rest % tdims[i];
+      rest /= tdims[i];
+    }
+    std::vector<int64_t> index(rank);
+    for (size_t i = 0; i < rank; ++i) index[perm[i]] = tindex[i];
+    int64_t value = 0;
+    for (size_t i = 0; i < rank; ++i) value = value * reshape[i] + index[i];
+    out.push_back(value);
+  }
+  return out;
+}
+
+TEST(TileAssignmentTest, IotaMatchesExplicitDeviceLists) {
+  EXPECT_EQ(TileAssignment::Iota({4, 2}, {2, 4}, {1, 0}).devices(),
+            (std::vector<int64_t>{0, 4, 1, 5, 2, 6, 3, 7}));
+  EXPECT_EQ(HloSharding::Parse("{devices=[4,2]<=[2,4]T(1,0)}"),
+            HloSharding::Parse("{devices=[4,2]0,4,1,5,2,6,3,7}"));
+  EXPECT_EQ(HloSharding::Parse("{devices=[2,2,2]<=[2,2,2]T(2,0,1)}"),
+            HloSharding::Parse("{devices=[2,2,2]0,2,4,6,1,3,5,7}"));
+
+  std::mt19937 rng(1234);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int rank = 1 + rng() % 4;
+    std::vector<int64_t> reshape(rank), perm(rank);
+    for (int i = 0; i < rank; ++i) reshape[i] = 1 + rng() % 4;
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    const int64_t n = std::accumulate(reshape.begin(), reshape.end(), int64_t{1},
+                                      std::multiplies<>());
+    TileAssignment iota = TileAssignment::Iota({n}, reshape, perm);
+    const std::vector<int64_t> expected = NaiveIota(reshape, perm);
+    ASSERT_EQ(iota.devices(), expected);
+    ASSERT_TRUE(iota.is_iota());
+    // The explicit list is recognised as an iota, and the compact form it
+    // prints parses back to the same devices.
+    TileAssignment detected = TileAssignment({n}, expected).AsIotaIfPossible();
+    ASSERT_TRUE(detected.is_iota());
+    ASSERT_EQ(detected, iota);
+    HloSharding s = HloSharding::Parse(fmt::format("{{{}}}", detected.ToString()));
+    ASSERT_EQ(s.tile_assignment().devices(), expected) << detected.ToString();
+  }
+}
+
+TEST(TileAssignmentTest, NonIotaListsStayExplicit) {
+  EXPECT_FALSE(TileAssignment({4}, {0, 2, 3, 1}).AsIotaIfPossible().is_iota());
+  EXPECT_FALSE(TileAssignment({4}, {1, 0, 2, 3}).AsIotaIfPossible().is_iota());
+  EXPECT_FALSE(TileAssignment({2}, {4, 5}).AsIotaIfPossible().is_iota());
+  // A transpose of an iota that no iota form describes falls back to a list.
+  TileAssignment odd = TileAssignment::Iota({2, 3}, {2, 3}, {1, 0});
+  TileAssignment t = odd.Transpose(std::vector<int64_t>{1, 0});
+  EXPECT_EQ(t.devices(), (std::vector<int64_t>{0, 4, 3, 2, 1, 5}));
+  EXPECT_FALSE(t.is_iota());
+}
+
+TEST(TileAssignmentTest, TransposeAndReshapeKeepDevices) {
+  TileAssignment t({2, 3}, {5, 4, 3, 2, 1, 0});
+  TileAssignment tt = t.Transpose(std::vector<int64_t>{1, 0});
+  EXPECT_EQ(tt.dims(), (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(tt.devices(), (std::vector<int64_t>{5, 2, 4, 1, 3, 0}));
+  for (int64_t i = 0; i < 2; ++i) {
+    for (int64_t j = 0; j < 3; ++j) {
+      std::vector<int64_t> a{i, j}, b{j, i};
+      EXPECT_EQ(t(a), tt(b));
+    }
+  }
+  EXPECT_EQ(t.Reshape({6}).devices(), t.devices());
+  EXPECT_EQ(*t.IndexOf(1), (std::vector<int64_t>{1, 1}));
+  EXPECT_FALSE(t.IndexOf(9).has_value());
+}
+
+TEST(TileAssignmentTest, RejectsBadDeviceLists) {
+  EXPECT_THROW(TileAssignment({2, 2}, {0, 1, 2}), Error);
+  EXPECT_THROW(TileAssignment({2}, {0, 0}), Error);
+  EXPECT_THROW(TileAssignment({2}, {0, -1}), Error);
+  EXPECT_THROW(TileAssignment::Iota({4}, {2, 2}, {0, 0}), Error);
+  EXPECT_THROW(TileAssignment::Iota({4}, {2, 3}, {0, 1}), Error);
+}
+
+TEST(HloShardingTest, KindQueries) {
+  HloSharding tiled = HloSharding::Parse("{devices=[2,1,2]<=[4] last_tile_dim_replicate}");
+  EXPECT_TRUE(tiled.IsTiled());
+  EXPECT_FALSE(tiled.IsTileMaximal());
+  EXPECT_FALSE(tiled.IsReplicated());
+  EXPECT_TRUE(tiled.ReplicateOnLastTileDim());
+  EXPECT_TRUE(tiled.HasPartialReplication());
+  EXPECT_EQ(tiled.TiledDataRank(), 2);
+  EXPECT_EQ(tiled.NumTiles(), 2);
+  EXPECT_EQ(tiled.TilesPerDim(), (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(tiled.SubgroupReplicationDim(), 2);
+  EXPECT_EQ(tiled.SubgroupManualDim(), -1);
+
+  HloSharding mixed =
+      HloSharding::Parse("{devices=[2,2,2]<=[8] last_tile_dims={manual, replicated}}");
+  EXPECT_EQ(mixed.TiledDataRank(), 1);
+  EXPECT_EQ(mixed.SubgroupManualDim(), 1);
+  EXPECT_EQ(mixed.SubgroupReplicationDim(), 2);
+  EXPECT_FALSE(mixed.ReplicateOnLastTileDim());
+
+  EXPECT_TRUE(HloSharding::Replicate().IsTileMaximal());
+  EXPECT_TRUE(HloSharding::AssignDevice(2).IsTileMaximal());
+  EXPECT_TRUE(HloSharding::AssignDevice(2).IsMaximal());
+  EXPECT_EQ(HloSharding::AssignDevice(2).device(), 2);
+  EXPECT_FALSE(HloSharding::Manual().IsTileMaximal());
+  EXPECT_TRUE(HloSharding::Manual().IsManual());
+  EXPECT_TRUE(HloSharding::Unknown().IsUnknown());
+
+  HloSharding tuple = HloSharding::Parse("{{replicated}, {replicated}}");
+  EXPECT_TRUE(tuple.IsTuple());
+  EXPECT_TRUE(tuple.IsReplicated());
+  EXPECT_FALSE(HloSharding::Parse("{{replicated}, {maximal device=0}}").IsReplicated());
+  EXPECT_TRUE(HloSharding::Parse("{{replicated}, {maximal device=0}}").IsTileMaximal());
+  EXPECT_THROW(HloSharding::Tuple({tuple}), Error);
+}
+
+TEST(HloShardingTest, EqualityAndHash) {
+  // Same devices in iota and explicit form: equal, same hash.
+  HloSharding a = HloSharding::Parse("{devices=[2,2]<=[2,2]T(1,0)}");
+  HloSharding b = HloSharding::Parse("{devices=[2,2]0,2,1,3}");
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a.Hash(), b.Hash());
+  EXPECT_NE(a, HloSharding::Parse("{devices=[2,2]0,1,2,3}"));
+  EXPECT_NE(a, a.WithShardGroup(ShardGroup::As(0)));
+  EXPECT_NE(a.WithShardGroup(ShardGroup::As(0)), a.WithShardGroup(ShardGroup::Like(0)));
+  EXPECT_NE(HloSharding::Parse("{devices=[2,2]<=[4]}"),
+            HloSharding::Parse("{devices=[2,2]<=[4] last_tile_dim_replicate}"));
+  EXPECT_NE(HloSharding::Parse("{devices=[2,2]<=[4] last_tile_dims={manual}}"),
+            HloSharding::Parse("{devices=[2,2]<=[4] last_tile_dim_replicate}"));
+  EXPECT_NE(HloSharding::AssignDevice(0), HloSharding::AssignDevice(1));
+  EXPECT_NE(HloSharding::Replicate(), HloSharding::Manual());
+
+  std::unordered_set<HloSharding, HloShardingHash> set;
+  set.insert(a);
+  set.insert(b);
+  set.insert(HloSharding::Replicate());
+  set.insert(HloSharding::Parse("{replicated}"));
+  EXPECT_EQ(set.size(), 2u);
+}
+
+// Brute force: count, for every element of an array of `dims`, how many
+// devices hold it according to the tile geometry.
+TEST(HloShardingTest, TileGeometryCoversEveryElementOnce) {
+  struct Case {
+    const char* sharding;
+    std::vector<int64_t> dims;
+    int64_t copies;  // devices holding each element
+  };
+  const Case kCases[] = {
+      {"{devices=[2,2]<=[4]}", {6, 8}, 1},
+      {"{devices=[3,2]<=[6]}", {7, 5}, 1},  // uneven both ways
+      {"{devices=[4]3,1,0,2}", {10}, 1},
+      {"{devices=[2,1,4]<=[2,4]T(1,0) last_tile_dim_replicate}", {4, 3}, 4},
+      {"{devices=[2,2,2]<=[8] last_tile_dims={manual, replicated}}", {5}, 2 * 2},
+  };
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.sharding);
+    HloSharding s = HloSharding::Parse(c.sharding);
+    s.Validate(c.dims, s.tile_assignment().num_elements());
+    std::vector<int64_t> count(c.dims[0] * (c.dims.size() > 1 ? c.dims[1] : 1), 0);
+    for (int64_t device : s.tile_assignment().devices()) {
+      std::vector<int64_t> lo = s.TileOffsetForDevice(c.dims, device);
+      std::vector<int64_t> hi = s.TileLimitForDevice(c.dims, device);
+      std::vector<int64_t> shape = s.TileShapeForDevice(c.dims, device);
+      std::vector<int64_t> full = s.TileShape(c.dims);
+      for (size_t d = 0; d < c.dims.size(); ++d) {
+        ASSERT_LE(lo[d], hi[d]);
+        ASSERT_EQ(shape[d], hi[d] - lo[d]);
+        ASSERT_LE(shape[d], full[d]);
+      }
+      if (c.dims.size() == 1) {
+        for (int64_t i = lo[0]; i < hi[0]; ++i) ++count[i];
+      } else {
+        for (int64_t i = lo[0]; i < hi[0]; ++i) {
+          for (int64_t j = lo[1]; j < hi[1]; ++j) ++count[i * c.dims[1] + j];
+        }
+      }
+    }
+    for (int64_t n : count) ASSERT_EQ(n, c.copies);
+  }
+}
+
+TEST(HloShardingTest, TileIndexForDevice) {
+  HloSharding s = HloSharding::Parse("{devices=[2,3]5,4,3,2,1,0}");
+  EXPECT_EQ(s.TileIndexForDevice(5), (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(s.TileIndexForDevice(3), (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(s.TileIndexForDevice(1), (std::vector<int64_t>{1, 1}));
+  EXPECT_THROW(s.TileIndexForDevice(6), Error);
+  // Replica index is not part of the tile index.
+  HloSharding p = HloSharding::Parse("{devices=[2,1,2]<=[4] last_tile_dim_replicate}");
+  EXPECT_EQ(p.TileIndexForDevice(3), (std::vector<int64_t>{1, 0}));
+  std::vector<int64_t> dims{8, 3};
+  EXPECT_EQ(p.TileOffsetForDevice(dims, 3), (std::vector<int64_t>{4, 0}));
+  EXPECT_EQ(HloSharding::Replicate().TileShape(dims), dims);
+  EXPECT_EQ(HloSharding::AssignDevice(1).TileOffsetForDevice(dims, 0),
+            (std::vector<int64_t>{0, 0}));
+  EXPECT_THROW(HloSharding::Manual().TileShape(dims), Error);
+  EXPECT_TRUE(s.UsesDevice(0));
+  EXPECT_FALSE(s.UsesDevice(7));
+  EXPECT_FALSE(HloSharding::AssignDevice(1).UsesDevice(0));
+}
+
+TEST(HloShardingTest, ValidateExplainsMismatches) {
+  HloSharding s = HloSharding::Parse("{devices=[2,2]<=[4]}");
+  std::vector<int64_t> rank1{8}, rank2{8, 8};
+  EXPECT_NO_THROW(s.Validate(rank2, 4));
+  try {
+    s.Validate(rank1);
+    FAIL() << "rank mismatch accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(s.Validate(rank2, 8), Error);
+  EXPECT_THROW(HloSharding::AssignDevice(9).Validate(rank1, 8), Error);
+  EXPECT_THROW(HloSharding::Tile(TileAssignment({1}, {0})).Validate(rank1), Error);
+  EXPECT_NO_THROW(HloSharding::Replicate().Validate(rank1, 8));
+}
+
+TEST(HloShardingTest, ParseErrorsNameTheColumnAndTheExpectation) {
+  struct Case {
+    const char* text;
+    size_t offset;
+    const char* expected;
+  };
+  const Case kCases[] = {
+      {"replicated", 0, "expected '{'"},
+      {"{replicated", 11, "end of input"},
+      {"{bogus}", 1, "a sharding attribute"},
+      {"{maximal}", 1, "device=N"},
+      {"{devices=[2]0,1 replicated}", 16, "a single sharding kind"},
+      {"{devices=[2,2]0,1,2}", 9, "hold 4 devices but 3 were listed"},
+      {"{devices=[2]0,0}", 9, "device 0 twice"},
+      {"{devices=[2,x]0,1}", 12, "an integer"},
+      {"{devices=[4]<=[2,2]T(0,0)}", 9, "not a permutation"},
+      {"{devices=[2]0,1 last_tile_dims={bogus}}", 32, "'manual' or 'replicated'"},
+      {"{replicated} x", 13, "end of sharding"},
+      {"{{replicated} {manual}}", 14, "',' or '}'"},
+  };
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.text);
+    try {
+      HloSharding::Parse(c.text);
+      FAIL() << "accepted";
+    } catch (const ShardingSyntaxError& e) {
+      EXPECT_EQ(e.offset(), c.offset) << e.what();
+      EXPECT_NE(std::string(e.what()).find(c.expected), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(fmt::format("column {}", c.offset + 1)),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST(HloShardingTest, ParseAtAdvancesPastTheSharding) {
+  std::string text = "x = f32[4] p(), sharding={devices=[2]0,1}, metadata={}";
+  size_t pos = text.find("sharding=") + 9;
+  HloSharding s = ParseHloShardingAt(text, &pos);
+  EXPECT_EQ(s.ToString(), "{devices=[2]0,1}");
+  EXPECT_EQ(text.substr(pos, 2), ", ");
+}
+
+}  // namespace
+}  // namespace weft
