@@ -10,8 +10,8 @@
 
 namespace weft {
 
-std::string HloModule::UniqueName(std::string_view prefix) {
-  auto taken = [&](const std::string& n) { return names_.count(n) > 0; };
+std::string HloModule::Unique(std::string_view prefix, std::unordered_set<std::string>& names) {
+  auto taken = [&](const std::string& n) { return names.count(n) > 0; };
   std::string name(prefix.empty() ? "v" : prefix);
   if (taken(name)) {
     // Strip an existing numeric suffix so "add.3" clashes become "add.N".
@@ -25,12 +25,12 @@ std::string HloModule::UniqueName(std::string_view prefix) {
       name = fmt::format("{}.{}", base, next_suffix_++);
     } while (taken(name));
   }
-  names_.insert(name);
+  names.insert(name);
   return name;
 }
 
 void HloModule::Uniquify(HloComputation* computation) {
-  computation->set_name(UniqueName(computation->name()));
+  computation->set_name(Unique(computation->name(), computation_names_));
   for (HloInstruction* instr : computation->instructions()) {
     instr->set_name(UniqueName(instr->name().empty() ? std::string(HloOpcodeString(
                                                            instr->opcode()))

@@ -392,7 +392,9 @@ class CombinedMaskMod final : public MaskMod {
         }
       }
       if (!text.empty()) text += is_and_ ? " && " : " || ";
-      text += "(" + RenameIdentifiers(m->ToString(), renames) + ")";
+      text += '(';
+      text += RenameIdentifiers(m->ToString(), renames);
+      text += ')';
     }
     return {text, tensors};
   }

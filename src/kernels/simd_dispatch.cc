@@ -9,16 +9,45 @@
 
 namespace weft::kernels::simd {
 
-Primitives MakePrimitives_portable();
-Primitives MakePrimitives_avx2();
-Primitives MakePrimitives_avx512();
+// The per-ISA copies of simd/primitives.cc.
+#define WEFT_DECLARE_ISA(ns)                                                                   \
+  namespace ns {                                                                               \
+  extern const int kLanes;                                                                     \
+  extern const int kRows;                                                                      \
+  void Gemm(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*,   \
+            int64_t, bool);                                                                    \
+  float RowMax(const float*, int64_t);                                                         \
+  float ExpShiftSum(float*, int64_t, float);                                                   \
+  void Scale(float*, int64_t, float);                                                          \
+  float Dot(const float*, const float*, int64_t);                                              \
+  void SoftmaxGrad(const float*, const float*, float, float, float*, int64_t);                 \
+  int64_t FmaPeakLoop(int64_t, float*);                                                        \
+  }                                                                                            \
+  static Primitives Make_##ns() {                                                              \
+    Primitives p;                                                                              \
+    p.isa = #ns;                                                                               \
+    p.lanes = ns::kLanes;                                                                      \
+    p.rows = ns::kRows;                                                                        \
+    p.gemm = &ns::Gemm;                                                                        \
+    p.row_max = &ns::RowMax;                                                                   \
+    p.exp_shift_sum = &ns::ExpShiftSum;                                                        \
+    p.scale = &ns::Scale;                                                                      \
+    p.dot = &ns::Dot;                                                                          \
+    p.softmax_grad = &ns::SoftmaxGrad;                                                         \
+    p.fma_peak_loop = &ns::FmaPeakLoop;                                                        \
+    return p;                                                                                  \
+  }
+WEFT_DECLARE_ISA(portable)
+WEFT_DECLARE_ISA(avx2)
+WEFT_DECLARE_ISA(avx512)
+#undef WEFT_DECLARE_ISA
 
 namespace {
 
 struct Table {
-  Primitives portable = MakePrimitives_portable();
-  Primitives avx2 = MakePrimitives_avx2();
-  Primitives avx512 = MakePrimitives_avx512();
+  Primitives portable = Make_portable();
+  Primitives avx2 = Make_avx2();
+  Primitives avx512 = Make_avx512();
   const char* available[3] = {};
   int num_available = 0;
   Table() {

@@ -181,9 +181,9 @@ void MpiCommunicator::DoCollective(const CollectiveCall& call) {
     case CollectiveKind::kVerifyHash: {
       const int bytes = MessageBytes(call.in_bytes, call);
       MessageBytes(call.out_bytes, call);
-      CheckMpi(MPI_Allgather(call.in, bytes, MPI_BYTE, call.out, bytes, MPI_BYTE,
-                             impl_->CommFor(call)),
-               "MPI_Allgather");
+      CheckMpi(
+          MPI_Allgather(call.in, bytes, MPI_BYTE, call.out, bytes, MPI_BYTE, impl_->CommFor(call)),
+          "MPI_Allgather");
       return;
     }
     case CollectiveKind::kReduceScatter:

@@ -64,6 +64,8 @@ class ThreadCommunicator final : public Communicator {
   int64_t device_id() const override { return device_; }
   int64_t num_devices() const override { return shared_.n; }
   std::string_view backend() const override { return "threads"; }
+  // Each Run is a new program: calls are numbered from 1 again.
+  void StartRun() { RestartSequence(); }
 
  protected:
   void DoCollective(const CollectiveCall& call) override {
@@ -124,7 +126,8 @@ class ThreadCommunicator final : public Communicator {
         std::byte* mine = out + begin * esize;
         ReduceBuffers(call.dtype, call.op, inputs.data(), n, mine, end - begin);
         for (int64_t m = 0; m < n; ++m) {
-          if (m != p) std::memcpy(Post(members[m]).out + begin * esize, mine, (end - begin) * esize);
+          if (m != p)
+            std::memcpy(Post(members[m]).out + begin * esize, mine, (end - begin) * esize);
         }
         return;
       }
@@ -178,9 +181,10 @@ void LocalCluster::Shared::Arrive(int64_t device, const CollectiveCall& call) {
   std::unique_lock<std::mutex> lock(mu);
   if (aborted) throw ClusterAborted{};
   auto never_arrives = [&] {
-    Fail("device {} returned from its program while device {} waits in {}; every device must "
-         "run the same collectives in the same order",
-         finished.front(), device, call.Describe());
+    Fail(
+        "device {} returned from its program while device {} waits in {}; every device must "
+        "run the same collectives in the same order",
+        finished.front(), device, call.Describe());
   };
   if (!finished.empty()) never_arrives();
   const uint64_t my_generation = generation;
@@ -216,6 +220,7 @@ void LocalCluster::Shared::Reset() {
   finished.clear();
   first_error.clear();
   for (auto& post : posts) post = nullptr;
+  for (auto& comm : comms) comm->StartRun();
 }
 
 LocalCluster::LocalCluster(int64_t num_devices) {
@@ -258,8 +263,8 @@ void LocalCluster::Run(const DeviceFn& fn) {
   try {
     for (int64_t d = 0; d < s.n; ++d) threads.emplace_back(device_main, d);
   } catch (const std::exception& e) {
-    s.RecordError(fmt::format("LocalCluster: could not start device thread {}: {}",
-                              threads.size(), e.what()));
+    s.RecordError(fmt::format("LocalCluster: could not start device thread {}: {}", threads.size(),
+                              e.what()));
   }
   for (auto& t : threads) t.join();
   if (s.aborted) throw Error(s.first_error);

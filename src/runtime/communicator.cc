@@ -161,10 +161,9 @@ int64_t CollectiveStats::TotalBytesSent() const {
 
 std::string CollectiveCall::Describe() const {
   const bool reduces = kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter;
-  std::string text =
-      fmt::format("{} #{} ({}{}, {} bytes in", CollectiveKindName(kind), sequence,
-                  reduces ? fmt::format("{} ", ReduceOpName(op)) : "", DataTypeName(dtype),
-                  in_bytes);
+  std::string text = fmt::format("{} #{} ({}{}, {} bytes in", CollectiveKindName(kind), sequence,
+                                 reduces ? fmt::format("{} ", ReduceOpName(op)) : "",
+                                 DataTypeName(dtype), in_bytes);
   if (kind == CollectiveKind::kCollectivePermute) {
     text += ", pairs {";
     for (size_t i = 0; i < pairs.size(); ++i)
@@ -264,8 +263,8 @@ void Communicator::Finish(CollectiveCall& call) {
   stats_.bytes_sent[k] += CollectiveBytesSent(call.kind, n, call.in_bytes);
 }
 
-void Communicator::AllReduce(const void* in, void* out, int64_t count, DataType dtype,
-                             ReduceOp op, const ReplicaGroups& groups) {
+void Communicator::AllReduce(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
+                             const ReplicaGroups& groups) {
   CollectiveCall call = Prepare(CollectiveKind::kAllReduce, dtype, op, in, out, count, groups);
   Finish(call);
 }
@@ -279,8 +278,7 @@ void Communicator::AllGather(const void* in, void* out, int64_t count, DataType 
 
 void Communicator::ReduceScatter(const void* in, void* out, int64_t count, DataType dtype,
                                  ReduceOp op, const ReplicaGroups& groups) {
-  CollectiveCall call =
-      Prepare(CollectiveKind::kReduceScatter, dtype, op, in, out, count, groups);
+  CollectiveCall call = Prepare(CollectiveKind::kReduceScatter, dtype, op, in, out, count, groups);
   Finish(call);
 }
 
@@ -299,8 +297,8 @@ void Communicator::CollectivePermute(const void* in, void* out, int64_t count, D
   std::vector<bool> is_source(n, false), is_target(n, false);
   for (const auto& p : pairs) {
     WEFT_CHECK(p.source >= 0 && p.source < n && p.target >= 0 && p.target < n,
-               "CollectivePermute: pair {{{},{}}} names a device outside 0..{}", p.source,
-               p.target, n - 1);
+               "CollectivePermute: pair {{{},{}}} names a device outside 0..{}", p.source, p.target,
+               n - 1);
     WEFT_CHECK(!is_source[p.source],
                "CollectivePermute: device {} is the source of two pairs; each device may send "
                "at most once",
@@ -323,8 +321,8 @@ void Communicator::Barrier() {
 
 void Communicator::VerifySameHash(uint64_t hash, const std::string& what) {
   std::vector<uint64_t> hashes(num_devices());
-  CollectiveCall call = Prepare(CollectiveKind::kVerifyHash, DataType::kU8, ReduceOp::kSum,
-                                &hash, hashes.data(), sizeof(hash), {});
+  CollectiveCall call = Prepare(CollectiveKind::kVerifyHash, DataType::kU8, ReduceOp::kSum, &hash,
+                                hashes.data(), sizeof(hash), {});
   Finish(call);
   bool same = true;
   for (uint64_t h : hashes) same = same && h == hashes[0];
@@ -345,9 +343,10 @@ void Communicator::VerifySameHash(uint64_t hash, const std::string& what) {
                           list.size() > 1 ? "s" : "", fmt::join(list, ","),
                           list.size() > 1 ? "have" : "has", h);
   }
-  Fail("{} differs between {}s ({}); every {} must run the same program: start them all with "
-       "the same inputs and build",
-       what, unit, detail, unit);
+  Fail(
+      "{} differs between {}s ({}); every {} must run the same program: start them all with "
+      "the same inputs and build",
+      what, unit, detail, unit);
 }
 
 }  // namespace weft::runtime

@@ -86,8 +86,8 @@ void RuntimeConfig::Set(ConfigKey key, int64_t value) {
 
 std::string RuntimeConfig::ToString() const {
   auto show = [](int64_t v) { return v == 0 ? std::string("unset") : std::to_string(v); };
-  return fmt::format("num_devices={} num_slices={} slice_size={}", num_devices,
-                     show(num_slices), show(slice_size));
+  return fmt::format("num_devices={} num_slices={} slice_size={}", num_devices, show(num_slices),
+                     show(slice_size));
 }
 
 RuntimeConfig CurrentConfig() {
@@ -105,9 +105,8 @@ RuntimeConfig CurrentConfig() {
   for (int i = 0; i < kNumConfigKeys; ++i) {
     if (overridden[i]) continue;
     const KeyInfo& info = kKeys[i];
-    config.Set(static_cast<ConfigKey>(i),
-               GetEnvInt(std::string(info.env_var), info.default_value, info.min_value,
-                         info.max_value));
+    config.Set(static_cast<ConfigKey>(i), GetEnvInt(std::string(info.env_var), info.default_value,
+                                                    info.min_value, info.max_value));
   }
   return config;
 }

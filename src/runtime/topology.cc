@@ -57,8 +57,8 @@ Topology DiscoverMpi(const RuntimeConfig& config) {
   int length = 0;
   CheckMpi(MPI_Get_processor_name(name, &length), "MPI_Get_processor_name");
   std::vector<char> all(static_cast<size_t>(size) * MPI_MAX_PROCESSOR_NAME);
-  CheckMpi(MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(),
-                         MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD),
+  CheckMpi(MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME,
+                         MPI_CHAR, MPI_COMM_WORLD),
            "MPI_Allgather(processor names)");
   std::vector<std::string> hosts(size);
   for (int r = 0; r < size; ++r) {
@@ -79,7 +79,8 @@ void FinalizeMpiAtExit() {
 Topology Topology::FromConfig(const RuntimeConfig& config) {
   const int64_t n = config.num_devices;
   WEFT_CHECK(n >= 1, "WEFT_NUM_DEVICES={} must be at least 1", n);
-  int64_t per_slice = SliceSizeFromConfig(config, n, fmt::format("{} devices (WEFT_NUM_DEVICES={})", n, n));
+  int64_t per_slice =
+      SliceSizeFromConfig(config, n, fmt::format("{} devices (WEFT_NUM_DEVICES={})", n, n));
   if (per_slice == 0) per_slice = n;
   Topology topology;
   topology.backend_ = Backend::kThreads;
@@ -120,10 +121,12 @@ Topology Topology::FromProcesses(const std::vector<std::string>& host_of_rank,
     if (ranks_in_slice[s] == ranks_in_slice[0]) continue;
     std::string hosts;
     for (const auto& [host, slice] : slice_of_host)
-      hosts += fmt::format("{}{}: {} ranks", hosts.empty() ? "" : ", ", host, ranks_in_slice[slice]);
-    Fail("hosts run different numbers of MPI ranks ({}), but slices must be equal; launch the "
-         "same number of ranks on every host or set WEFT_SLICE_SIZE",
-         hosts);
+      hosts +=
+          fmt::format("{}{}: {} ranks", hosts.empty() ? "" : ", ", host, ranks_in_slice[slice]);
+    Fail(
+        "hosts run different numbers of MPI ranks ({}), but slices must be equal; launch the "
+        "same number of ranks on every host or set WEFT_SLICE_SIZE",
+        hosts);
   }
   return topology;
 }
@@ -168,8 +171,10 @@ bool Topology::InsideMpi() {
 }
 
 const Device& Topology::device(int64_t id) const {
-  WEFT_CHECK(id >= 0 && id < num_devices(), "device id {} is out of range; this topology has {} "
-             "devices (ids 0..{})", id, num_devices(), num_devices() - 1);
+  WEFT_CHECK(id >= 0 && id < num_devices(),
+             "device id {} is out of range; this topology has {} "
+             "devices (ids 0..{})",
+             id, num_devices(), num_devices() - 1);
   return devices_[id];
 }
 
@@ -188,7 +193,8 @@ std::string Topology::ToString() const {
       num_devices(), backend_ == Backend::kMpi ? "mpi" : "threads", num_processes_,
       num_processes_ == 1 ? "" : "es", num_slices_, num_slices_ == 1 ? "" : "s",
       devices_per_slice(), DiscoveryCount());
-  out += fmt::format("{:>7} {:>8} {:>6} {:>6}  {}\n", "device", "process", "slice", "local", "host");
+  out +=
+      fmt::format("{:>7} {:>8} {:>6} {:>6}  {}\n", "device", "process", "slice", "local", "host");
   for (const Device& d : devices_)
     out += fmt::format("{:>7} {:>8} {:>6} {:>6}  {}\n", d.id, d.process, d.slice, d.local_index,
                        d.host);

@@ -64,6 +64,7 @@ Outputs RunCase(const Case& c, const std::vector<float>& q, const std::vector<fl
 }
 
 void Check(const Case& c, uint32_t seed, bool with_dlse = true) {
+  SCOPED_TRACE("case with seed " + std::to_string(seed));
   const AttentionDims& d = c.d;
   std::mt19937 rng(seed);
   auto q = RandomVector(d.batch * d.q_heads * d.q_len * d.head_dim, rng);

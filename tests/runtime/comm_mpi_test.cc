@@ -81,8 +81,8 @@ std::vector<Bytes> Program(int64_t d, int64_t n, Communicator& c) {
       out.push_back(ToBytes(c.ReduceScatter(Data<float>(d, ++step, 41 * size), op, groups)));
     }
     out.push_back(ToBytes(c.AllReduce(Data<int64_t>(d, ++step, 5), ReduceOp::kSum, groups)));
-    out.push_back(ToBytes(c.ReduceScatter(Data<uint16_t>(d, ++step, 8 * size), ReduceOp::kSum,
-                                          groups)));
+    out.push_back(
+        ToBytes(c.ReduceScatter(Data<uint16_t>(d, ++step, 8 * size), ReduceOp::kSum, groups)));
     std::vector<float> in_place = Data<float>(d, ++step, 2 * size + 1);
     c.AllReduce(in_place.data(), in_place.data(), in_place.size(), DataType::kF32, ReduceOp::kSum,
                 groups);
@@ -134,8 +134,8 @@ TEST(MpiCommunicator, SumsAreExactOnIntegers) {
   const int64_t n = comm.num_devices();
   auto sum = comm.AllReduce(std::vector<int32_t>{static_cast<int32_t>(comm.device_id()), 1},
                             ReduceOp::kSum);
-  EXPECT_EQ(sum, (std::vector<int32_t>{static_cast<int32_t>(n * (n - 1) / 2),
-                                       static_cast<int32_t>(n)}));
+  EXPECT_EQ(sum,
+            (std::vector<int32_t>{static_cast<int32_t>(n * (n - 1) / 2), static_cast<int32_t>(n)}));
 }
 
 TEST(MpiTopology, OneDevicePerRankDiscoveredOnce) {

@@ -88,9 +88,9 @@ struct GroupCase {
 };
 
 std::string CaseName(const ::testing::TestParamInfo<GroupCase>& info) {
-  std::string name = fmt::format(
-      "n{}_{}", info.param.n,
-      info.param.groups.empty() ? "all" : ReplicaGroupsToString(info.param.groups));
+  std::string name =
+      fmt::format("n{}_{}", info.param.n,
+                  info.param.groups.empty() ? "all" : ReplicaGroupsToString(info.param.groups));
   for (char& c : name)
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
   return name;
@@ -133,7 +133,8 @@ class Collectives : public ::testing::TestWithParam<GroupCase> {
   void CheckAllReduce(ReduceOp op) {
     const size_t count = 1003;  // not a multiple of the group: uneven chunks
     auto in = Inputs<T>(count);
-    auto out = RunAll<T>([&](int64_t d, Communicator& c) { return c.AllReduce(in[d], op, groups()); });
+    auto out =
+        RunAll<T>([&](int64_t d, Communicator& c) { return c.AllReduce(in[d], op, groups()); });
     for (int64_t d = 0; d < n(); ++d) {
       std::vector<const std::vector<T>*> members;
       for (int64_t m : GroupOf(d).first) members.push_back(&in[m]);
@@ -150,8 +151,8 @@ class Collectives : public ::testing::TestWithParam<GroupCase> {
   void CheckReduceScatter(ReduceOp op) {
     const int64_t shard = 37;
     auto in = Inputs<T>(shard * GroupSize());
-    auto out = RunAll<T>(
-        [&](int64_t d, Communicator& c) { return c.ReduceScatter(in[d], op, groups()); });
+    auto out =
+        RunAll<T>([&](int64_t d, Communicator& c) { return c.ReduceScatter(in[d], op, groups()); });
     for (int64_t d = 0; d < n(); ++d) {
       auto [group, p] = GroupOf(d);
       std::vector<const std::vector<T>*> members;
@@ -302,16 +303,17 @@ TEST_P(Collectives, BarrierAndHashCountNoBytes) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Groups, Collectives,
-    ::testing::Values(GroupCase{1, {}}, GroupCase{2, {}}, GroupCase{3, {}}, GroupCase{4, {}},
-                      GroupCase{4, {{0, 1}, {2, 3}}}, GroupCase{4, {{0, 2}, {1, 3}}},
-                      GroupCase{4, {{3, 1}, {2, 0}}}, GroupCase{5, {}},
-                      GroupCase{6, {{0, 2, 4}, {1, 3, 5}}}, GroupCase{7, {}}, GroupCase{8, {}},
-                      GroupCase{8, {{0, 1, 2, 3}, {4, 5, 6, 7}}},
-                      GroupCase{8, {{0, 4}, {1, 5}, {2, 6}, {3, 7}}},
-                      GroupCase{8, {{7, 6, 5, 4, 3, 2, 1, 0}}}),
-    CaseName);
+INSTANTIATE_TEST_SUITE_P(Groups, Collectives,
+                         ::testing::Values(GroupCase{1, {}}, GroupCase{2, {}}, GroupCase{3, {}},
+                                           GroupCase{4, {}}, GroupCase{4, {{0, 1}, {2, 3}}},
+                                           GroupCase{4, {{0, 2}, {1, 3}}},
+                                           GroupCase{4, {{3, 1}, {2, 0}}}, GroupCase{5, {}},
+                                           GroupCase{6, {{0, 2, 4}, {1, 3, 5}}}, GroupCase{7, {}},
+                                           GroupCase{8, {}},
+                                           GroupCase{8, {{0, 1, 2, 3}, {4, 5, 6, 7}}},
+                                           GroupCase{8, {{0, 4}, {1, 5}, {2, 6}, {3, 7}}},
+                                           GroupCase{8, {{7, 6, 5, 4, 3, 2, 1, 0}}}),
+                         CaseName);
 
 // --- Failures ------------------------------------------------------------------
 
@@ -341,15 +343,17 @@ TEST(LocalCluster, ADeviceThatThrowsReleasesTheOthers) {
 
 TEST(LocalCluster, OtherExceptionTypesAreReportedWithTheDevice) {
   LocalCluster cluster(3);
-  EXPECT_EQ(RunError(cluster, [](int64_t d, Communicator& c) {
-              if (d == 0) throw std::out_of_range("index 9");
-              c.Barrier();
-            }),
+  EXPECT_EQ(RunError(cluster,
+                     [](int64_t d, Communicator& c) {
+                       if (d == 0) throw std::out_of_range("index 9");
+                       c.Barrier();
+                     }),
             "device 0: index 9");
-  EXPECT_EQ(RunError(cluster, [](int64_t d, Communicator& c) {
-              if (d == 1) throw 42;
-              c.Barrier();
-            }),
+  EXPECT_EQ(RunError(cluster,
+                     [](int64_t d, Communicator& c) {
+                       if (d == 1) throw 42;
+                       c.Barrier();
+                     }),
             "device 1: unknown exception");
 }
 
@@ -423,10 +427,11 @@ TEST(LocalCluster, VerifySameHashNamesTheDifferingDevice) {
 
 TEST(LocalCluster, RunsAgainAfterAFailure) {
   LocalCluster cluster(3);
-  EXPECT_NE(RunError(cluster, [](int64_t d, Communicator& c) {
-              if (d == 0) throw Error("first run fails");
-              c.Barrier();
-            }),
+  EXPECT_NE(RunError(cluster,
+                     [](int64_t d, Communicator& c) {
+                       if (d == 0) throw Error("first run fails");
+                       c.Barrier();
+                     }),
             "");
   std::vector<std::vector<int32_t>> out(3);
   cluster.Run([&](int64_t d, Communicator& c) {

@@ -59,13 +59,21 @@ TEST(Communicator, ReplicaGroupsAreValidatedAsAPartition) {
   EXPECT_EQ(NormalizeReplicaGroups({}, 3), (ReplicaGroups{{0, 1, 2}}));
   EXPECT_EQ(NormalizeReplicaGroups({{2, 0}, {1, 3}}, 4), (ReplicaGroups{{2, 0}, {1, 3}}));
   EXPECT_EQ(ReplicaGroupsToString({{0, 1}, {2, 3}}), "{{0,1},{2,3}}");
-  EXPECT_NE(ErrorOf([] { NormalizeReplicaGroups({{0, 1}, {1, 2}}, 3); }).find("device 1 twice"),
+  EXPECT_NE(ErrorOf([] {
+              NormalizeReplicaGroups({{0, 1}, {1, 2}}, 3);
+            }).find("device 1 twice"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([] { NormalizeReplicaGroups({{0, 1}}, 3); }).find("leave out device 2"),
+  EXPECT_NE(ErrorOf([] {
+              NormalizeReplicaGroups({{0, 1}}, 3);
+            }).find("leave out device 2"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([] { NormalizeReplicaGroups({{0, 4}}, 4); }).find("name device 4"),
+  EXPECT_NE(ErrorOf([] {
+              NormalizeReplicaGroups({{0, 4}}, 4);
+            }).find("name device 4"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([] { NormalizeReplicaGroups({{0, 1}, {}}, 2); }).find("empty group"),
+  EXPECT_NE(ErrorOf([] {
+              NormalizeReplicaGroups({{0, 1}, {}}, 2);
+            }).find("empty group"),
             std::string::npos);
 }
 
@@ -120,18 +128,19 @@ TEST(Communicator, BadArgumentsAreClearErrors) {
               comm.ReduceScatter(a.data(), b.data(), 10, DataType::kF32, ReduceOp::kSum, {});
             }).find("10 elements, which does not split into 4"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([&] { comm.AllGather(a.data(), a.data() + 2, 2, DataType::kF32, {}); })
-                .find("overlap"),
+  EXPECT_NE(ErrorOf([&] {
+              comm.AllGather(a.data(), a.data() + 1, 2, DataType::kF32, {});
+            }).find("overlap"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([&] { comm.AllGather(a.data(), a.data(), 2, DataType::kF32, {}); })
-                .find("overlap"),
-            std::string::npos);
-  EXPECT_EQ(ErrorOf([&] {
-              comm.AllReduce(a.data(), a.data(), 12, DataType::kF32, ReduceOp::kSum, {});
-            }),
-            "");  // in place is fine
-  EXPECT_NE(ErrorOf([&] { comm.AllReduce(nullptr, a.data(), 4, DataType::kF32, ReduceOp::kSum); })
-                .find("input buffer is null"),
+  EXPECT_NE(
+      ErrorOf([&] { comm.AllGather(a.data(), a.data(), 2, DataType::kF32, {}); }).find("overlap"),
+      std::string::npos);
+  EXPECT_EQ(
+      ErrorOf([&] { comm.AllReduce(a.data(), a.data(), 12, DataType::kF32, ReduceOp::kSum, {}); }),
+      "");  // in place is fine
+  EXPECT_NE(ErrorOf([&] {
+              comm.AllReduce(nullptr, a.data(), 4, DataType::kF32, ReduceOp::kSum);
+            }).find("input buffer is null"),
             std::string::npos);
   EXPECT_NE(ErrorOf([&] {
               comm.CollectivePermute(a.data(), b.data(), 4, DataType::kF32, {{0, 1}, {0, 2}});

@@ -126,7 +126,8 @@ TEST(Topology, GlobalDiscoversExactlyOnceAndNothingElseDiscovers) {
   const Topology built = Topology::FromConfig(Config(8, 2));
   HybridDeviceOrder(built, {2, 2}, {2, 1});
   LocalCluster cluster(3);
-  cluster.Run([](int64_t, Communicator& comm) { comm.AllReduce(std::vector<float>{1.f}, ReduceOp::kSum); });
+  cluster.Run(
+      [](int64_t, Communicator& comm) { comm.AllReduce(std::vector<float>{1.f}, ReduceOp::kSum); });
   CurrentConfig();
   EXPECT_EQ(Topology::DiscoveryCount(), 0);
 

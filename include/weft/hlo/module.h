@@ -41,22 +41,24 @@ class HloModule {
   int64_t replica_count() const { return replica_count_; }
   void set_replica_count(int64_t n) { replica_count_ = n; }
 
-  // A name not yet used by any instruction or computation: `prefix`, or
-  // `prefix.N`.
-  std::string UniqueName(std::string_view prefix);
+  // An instruction name not used yet in the module: `prefix`, or `prefix.N`.
+  // (Computation names are a separate namespace, as in XLA.)
+  std::string UniqueName(std::string_view prefix) { return Unique(prefix, names_); }
 
   // Canonical HLO text (see printer.h).
   std::string ToString() const;
 
  private:
   void Uniquify(HloComputation* computation);
+  std::string Unique(std::string_view prefix, std::unordered_set<std::string>& taken);
 
   std::string name_;
   std::vector<std::unique_ptr<HloComputation>> computations_;
   HloComputation* entry_ = nullptr;
   int64_t num_partitions_ = 1;
   int64_t replica_count_ = 1;
-  std::unordered_set<std::string> names_;  // for UniqueName
+  std::unordered_set<std::string> names_;              // instruction names
+  std::unordered_set<std::string> computation_names_;  // computation names
   int64_t next_suffix_ = 1;
 };
 

@@ -73,7 +73,8 @@ MaskModPtr OrMasks(std::vector<MaskModPtr> masks);
 // An expression over b, h, q_idx, kv_idx and the named integer tensors,
 // e.g. "q_idx >= kv_idx && seg[b, q_idx] == seg[b, kv_idx]".
 MaskModPtr MaskExpr(const std::string& text, std::map<std::string, IndexTensor> tensors = {});
-// A C++ callable (not serializable: ToString() says so).
+// A C++ callable (not serializable: ToString() says so). It is called from
+// several threads at once (BlockMask::Create, the attention kernels).
 MaskModPtr LambdaMask(std::function<bool(int64_t b, int64_t h, int64_t q_idx, int64_t kv_idx)> fn,
                       std::string description = "lambda");
 

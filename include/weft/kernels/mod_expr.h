@@ -50,6 +50,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "weft/kernels/mod_tensor.h"
 

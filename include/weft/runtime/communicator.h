@@ -21,7 +21,8 @@
 //                   targets receives zeros.
 //
 // Every device must call the same collectives in the same order with the same
-// element type, op, groups and input size (SPMD). Buffers: `in` and `out` may
+// element type, op, groups and input size (SPMD); a communicator is used by
+// one thread at a time. Buffers: `in` and `out` may
 // be the same pointer (in place) for AllReduce, AllToAll and
 // CollectivePermute, and must otherwise not overlap.
 //
@@ -57,11 +58,15 @@ std::string_view DataTypeName(DataType dtype);  // "f32", "bf16", "s32", "s64", 
 // The element type of a C++ type; bfloat16 values travel as uint16_t bits.
 template <typename T>
 constexpr DataType DataTypeOf() {
-  if constexpr (std::is_same_v<T, float>) return DataType::kF32;
-  else if constexpr (std::is_same_v<T, uint16_t>) return DataType::kBF16;
-  else if constexpr (std::is_same_v<T, int32_t>) return DataType::kI32;
-  else if constexpr (std::is_same_v<T, int64_t>) return DataType::kI64;
-  else {
+  if constexpr (std::is_same_v<T, float>) {
+    return DataType::kF32;
+  } else if constexpr (std::is_same_v<T, uint16_t>) {
+    return DataType::kBF16;
+  } else if constexpr (std::is_same_v<T, int32_t>) {
+    return DataType::kI32;
+  } else if constexpr (std::is_same_v<T, int64_t>) {
+    return DataType::kI64;
+  } else {
     static_assert(std::is_same_v<T, uint8_t>, "unsupported collective element type");
     return DataType::kU8;
   }
@@ -121,10 +126,10 @@ struct CollectiveCall {
   int64_t out_bytes = 0;  // this device's output
   ReplicaGroups groups;   // normalized (a partition of all devices)
   int64_t group_index = 0;
-  int64_t position = 0;  // this device's index in groups[group_index]
+  int64_t position = 0;                 // this device's index in groups[group_index]
   std::vector<SourceTargetPair> pairs;  // CollectivePermute only
-  uint64_t fingerprint = 0;  // hash of kind, dtype, op, sizes, groups, pairs
-  int64_t sequence = 0;      // 1 for this communicator's first call, then 2, ...
+  uint64_t fingerprint = 0;             // hash of kind, dtype, op, sizes, groups, pairs
+  int64_t sequence = 0;                 // 1 for this communicator's first call, then 2, ...
 
   const std::vector<int64_t>& members() const { return groups[group_index]; }
   int64_t group_size() const { return static_cast<int64_t>(members().size()); }
@@ -136,8 +141,8 @@ class Communicator {
  public:
   virtual ~Communicator() = default;
 
-  virtual int64_t device_id() const = 0;    // global device id
-  virtual int64_t num_devices() const = 0;  // devices taking part
+  virtual int64_t device_id() const = 0;         // global device id
+  virtual int64_t num_devices() const = 0;       // devices taking part
   virtual std::string_view backend() const = 0;  // "threads" or "mpi"
 
   // Counts are in elements of `dtype`. For AllGather `count` is this
@@ -207,6 +212,8 @@ class Communicator {
   // Moves the data of one validated call. Backends throw weft::Error on
   // failure. kVerifyHash is an all-gather of 8 bytes over all devices.
   virtual void DoCollective(const CollectiveCall& call) = 0;
+  // Numbers the next call 1 again (a backend starting a new program).
+  void RestartSequence() { sequence_ = 0; }
 
  private:
   template <typename T>

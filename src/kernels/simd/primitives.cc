@@ -1,12 +1,12 @@
 // The SIMD primitives, written once with GCC vector extensions and compiled
 // per instruction set; WEFT_ISA_NAME (portable, avx2, avx512) names the copy.
-#include "simd/primitives.h"
+#include "simd/primitives.h"  // kPadN, and the signatures in simd_dispatch.cc
 
 #include <cmath>
 #include <cstring>
 #include <limits>
 
-namespace weft::kernels::simd {
+namespace weft::kernels::simd::WEFT_ISA_NAME {
 
 #if defined(__AVX512F__)
 constexpr int L = 16;   // lanes
@@ -32,6 +32,8 @@ static inline void Store(float* p, vf v) { *reinterpret_cast<vfu*>(p) = v; }
 static inline vf Splat(float x) { return x - vf{}; }
 
 // One register block: C[R x (W*L)] (+)= A[R x K] * B[K x (W*L)].
+// A is row-major with leading dim lda. (Packing A into [K][MR] panels was
+// measured: no gain, the broadcasts already hit L1.)
 template <int R, int W>
 static inline void MicroKernel(int64_t K, const float* __restrict A, int64_t lda,
                                const float* __restrict B, int64_t ldb, float* __restrict C,
@@ -72,7 +74,7 @@ static void RowsTail(int rows, int64_t K, const float* A, int64_t lda, const flo
   }
 }
 
-static void Gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+void Gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                  int64_t ldb, float* C, int64_t ldc, bool accumulate) {
   constexpr int64_t kColumns = NV * L;  // == kPadN
   for (int64_t n0 = 0; n0 < N; n0 += kColumns) {
@@ -118,7 +120,7 @@ static float HorizontalSum(vf v) {
   return s;
 }
 
-static float RowMax(const float* x, int64_t n) {
+float RowMax(const float* x, int64_t n) {
   float m = -std::numeric_limits<float>::infinity();
   int64_t i = 0;
   if (n >= L) {
@@ -133,7 +135,7 @@ static float RowMax(const float* x, int64_t n) {
   return m;
 }
 
-static float ExpShiftSum(float* x, int64_t n, float shift) {
+float ExpShiftSum(float* x, int64_t n, float shift) {
   vf acc{};
   vf s = Splat(shift);
   int64_t i = 0;
@@ -155,13 +157,13 @@ static float ExpShiftSum(float* x, int64_t n, float shift) {
   return sum;
 }
 
-static void Scale(float* x, int64_t n, float s) {
+void Scale(float* x, int64_t n, float s) {
   int64_t i = 0;
   for (; i + L <= n; i += L) Store(x + i, Load(x + i) * s);
   for (; i < n; ++i) x[i] *= s;
 }
 
-static float Dot(const float* x, const float* y, int64_t n) {
+float Dot(const float* x, const float* y, int64_t n) {
   vf acc{};
   int64_t i = 0;
   for (; i + L <= n; i += L) acc += Load(x + i) * Load(y + i);
@@ -170,14 +172,14 @@ static float Dot(const float* x, const float* y, int64_t n) {
   return sum;
 }
 
-static void SoftmaxGrad(const float* p, const float* dp, float delta, float s, float* ds,
+void SoftmaxGrad(const float* p, const float* dp, float delta, float s, float* ds,
                         int64_t n) {
   int64_t i = 0;
   for (; i + L <= n; i += L) Store(ds + i, Load(p + i) * (Load(dp + i) - delta) * s);
   for (; i < n; ++i) ds[i] = p[i] * (dp[i] - delta) * s;
 }
 
-static int64_t FmaPeakLoop(int64_t iterations, float* sink) {
+int64_t FmaPeakLoop(int64_t iterations, float* sink) {
   // Enough independent accumulators to cover FMA latency x ports.
   constexpr int kAcc = L == 4 ? 8 : 12;
   vf acc[kAcc];
@@ -193,25 +195,10 @@ static int64_t FmaPeakLoop(int64_t iterations, float* sink) {
   return iterations * kAcc * L * 2;
 }
 
-#define WEFT_STR2(x) #x
-#define WEFT_STR(x) WEFT_STR2(x)
-#define WEFT_CAT2(a, b) a##b
-#define WEFT_CAT(a, b) WEFT_CAT2(a, b)
+// What simd_dispatch.cc needs to describe this copy. The Primitives table is
+// built there, in baseline code: filling it here could use instructions of
+// this copy's ISA before the CPU was checked.
+extern const int kLanes = L;
+extern const int kRows = MR;
 
-// Exported as MakePrimitives_<isa>() for simd_dispatch.cc.
-Primitives WEFT_CAT(MakePrimitives_, WEFT_ISA_NAME)() {
-  Primitives p;
-  p.isa = WEFT_STR(WEFT_ISA_NAME);
-  p.lanes = L;
-  p.rows = MR;
-  p.gemm = &Gemm;
-  p.row_max = &RowMax;
-  p.exp_shift_sum = &ExpShiftSum;
-  p.scale = &Scale;
-  p.dot = &Dot;
-  p.softmax_grad = &SoftmaxGrad;
-  p.fma_peak_loop = &FmaPeakLoop;
-  return p;
-}
-
-}  // namespace weft::kernels::simd
+}  // namespace weft::kernels::simd::WEFT_ISA_NAME

@@ -1,0 +1,617 @@
+#include "weft/hlo/parser.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <unordered_map>
+
+#include "text_cursor.h"
+#include "weft/base/error.h"
+#include "weft/hlo/verifier.h"
+#include "weft/sharding/hlo_sharding.h"
+
+namespace weft {
+namespace {
+
+using hlo_text::TextCursor;
+using Op = HloOpcode;
+
+// Which opcodes accept each attribute (empty list: every opcode).
+const std::map<std::string_view, std::vector<Op>>& AttributeOpcodes() {
+  static const auto* table = new std::map<std::string_view, std::vector<Op>>{
+      {"dimensions",
+       {Op::kBroadcast, Op::kTranspose, Op::kReverse, Op::kReduce, Op::kConcatenate,
+        Op::kAllGather, Op::kReduceScatter, Op::kAllToAll}},
+      {"iota_dimension", {Op::kIota}},
+      {"index", {Op::kGetTupleElement}},
+      {"slice", {Op::kSlice}},
+      {"dynamic_slice_sizes", {Op::kDynamicSlice}},
+      {"padding", {Op::kPad}},
+      {"direction", {Op::kCompare}},
+      {"type", {Op::kCompare}},
+      {"to_apply", {Op::kReduce, Op::kScatter, Op::kCall, Op::kAllReduce, Op::kReduceScatter}},
+      {"condition", {Op::kWhile}},
+      {"body", {Op::kWhile}},
+      {"lhs_batch_dims", {Op::kDot}},
+      {"lhs_contracting_dims", {Op::kDot}},
+      {"rhs_batch_dims", {Op::kDot}},
+      {"rhs_contracting_dims", {Op::kDot}},
+      {"operand_precision", {Op::kDot}},
+      {"algorithm", {Op::kDot}},
+      {"offset_dims", {Op::kGather}},
+      {"collapsed_slice_dims", {Op::kGather}},
+      {"start_index_map", {Op::kGather}},
+      {"operand_batching_dims", {Op::kGather}},
+      {"start_indices_batching_dims", {Op::kGather}},
+      {"slice_sizes", {Op::kGather}},
+      {"index_vector_dim", {Op::kGather, Op::kScatter}},
+      {"indices_are_sorted", {Op::kGather, Op::kScatter}},
+      {"update_window_dims", {Op::kScatter}},
+      {"inserted_window_dims", {Op::kScatter}},
+      {"scatter_dims_to_operand_dims", {Op::kScatter}},
+      {"input_batching_dims", {Op::kScatter}},
+      {"scatter_indices_batching_dims", {Op::kScatter}},
+      {"unique_indices", {Op::kScatter}},
+      {"custom_call_target", {Op::kCustomCall}},
+      {"custom_call_has_side_effect", {Op::kCustomCall}},
+      {"api_version", {Op::kCustomCall}},
+      {"replica_groups", {Op::kAllReduce, Op::kAllGather, Op::kReduceScatter, Op::kAllToAll}},
+      {"channel_id",
+       {Op::kAllReduce, Op::kAllGather, Op::kReduceScatter, Op::kAllToAll,
+        Op::kCollectivePermute}},
+      {"use_global_device_ids", {Op::kAllReduce, Op::kAllGather, Op::kReduceScatter}},
+      {"constrain_layout", {Op::kAllReduce, Op::kAllGather, Op::kAllToAll}},
+      {"source_target_pairs", {Op::kCollectivePermute}},
+      {"sharding", {}},
+      {"backend_config", {}},
+      {"metadata", {}},
+      {"frontend_attributes", {}},
+      {"statistics", {}},
+  };
+  return *table;
+}
+
+std::vector<std::string_view> RequiredAttributes(Op op) {
+  switch (op) {
+    case Op::kBroadcast:
+    case Op::kTranspose:
+    case Op::kReverse:
+    case Op::kConcatenate:
+    case Op::kAllGather:
+    case Op::kAllToAll:
+      return {"dimensions"};
+    case Op::kReduce:
+    case Op::kReduceScatter:
+      return {"dimensions", "to_apply"};
+    case Op::kIota:
+      return {"iota_dimension"};
+    case Op::kGetTupleElement:
+      return {"index"};
+    case Op::kSlice:
+      return {"slice"};
+    case Op::kDynamicSlice:
+      return {"dynamic_slice_sizes"};
+    case Op::kPad:
+      return {"padding"};
+    case Op::kCompare:
+      return {"direction"};
+    case Op::kCall:
+    case Op::kAllReduce:
+      return {"to_apply"};
+    case Op::kWhile:
+      return {"condition", "body"};
+    case Op::kGather:
+      return {"offset_dims", "collapsed_slice_dims", "start_index_map", "index_vector_dim",
+              "slice_sizes"};
+    case Op::kScatter:
+      return {"update_window_dims", "inserted_window_dims", "scatter_dims_to_operand_dims",
+              "index_vector_dim", "to_apply"};
+    case Op::kCustomCall:
+      return {"custom_call_target"};
+    case Op::kCollectivePermute:
+      return {"source_target_pairs"};
+    default:
+      return {};
+  }
+}
+
+class HloTextParser {
+ public:
+  HloTextParser(std::string_view text, const HloParseOptions& options)
+      : cur_(text, options.source_name) {}
+
+  std::unique_ptr<HloModule> ParseModule() {
+    if (!cur_.TryKeyword("HloModule")) cur_.Expected("'HloModule <name>' at the start");
+    module_ = std::make_unique<HloModule>(cur_.ParseName("a module name"));
+    while (cur_.TryConsume(",")) ParseModuleAttribute();
+    HloComputation* entry = nullptr;
+    HloComputation* last = nullptr;
+    while (!cur_.AtEnd()) {
+      const size_t at = cur_.pos();
+      const bool is_entry = cur_.TryKeyword("ENTRY");
+      if (is_entry && entry != nullptr) cur_.FailAt(at, "a module has only one ENTRY computation");
+      last = ParseComputation();
+      if (is_entry) entry = last;
+    }
+    if (last == nullptr) cur_.Expected("a computation");
+    // As in XLA, without an ENTRY marker the last computation is the entry.
+    module_->set_entry_computation(entry != nullptr ? entry : last);
+    ResolveCalls();
+    return std::move(module_);
+  }
+
+ private:
+  struct PendingCall {
+    HloInstruction* instr;
+    std::vector<std::pair<std::string, size_t>> names;  // in called-computation order
+  };
+
+  void ParseModuleAttribute() {
+    const size_t at = cur_.pos();
+    const std::string key = cur_.ParseWord("a module attribute");
+    cur_.Expect("=", fmt::format("'=' after {}", key));
+    if (key == "num_partitions" || key == "replica_count") {
+      const int64_t n = cur_.ParseInt(key);
+      if (n < 1) cur_.FailAt(at, fmt::format("{} must be >= 1", key));
+      key == "num_partitions" ? module_->set_num_partitions(n) : module_->set_replica_count(n);
+    } else if (key == "entry_computation_layout") {
+      // Derived from the entry computation; parsed only to reject layouts.
+      cur_.Expect("{", "'{' to start entry_computation_layout");
+      cur_.Expect("(", "'(' before the parameter shapes");
+      if (!cur_.TryConsume(")")) {
+        do {
+          cur_.ParseShape();
+        } while (cur_.TryConsume(","));
+        cur_.Expect(")", "',' or ')' after the parameter shapes");
+      }
+      cur_.Expect("->", "'->' before the result shape");
+      cur_.ParseShape();
+      cur_.Expect("}", "'}' to end entry_computation_layout");
+    } else {
+      cur_.ParseRawValue(key);  // other XLA module options do not affect weft
+    }
+  }
+
+  HloComputation* ParseComputation() {
+    const size_t at = cur_.pos();
+    std::string name = cur_.ParseName("a computation name");
+    if (module_->GetComputation(name) != nullptr) {
+      cur_.FailAt(at, fmt::format("computation '{}' is defined twice", name));
+    }
+    auto computation = std::make_unique<HloComputation>(name);
+    std::vector<std::pair<std::string, Shape>> signature;
+    size_t signature_at = 0;
+    std::optional<Shape> result;
+    if (cur_.Peek() == '(') {
+      signature_at = cur_.pos();
+      cur_.Expect("(", "'('");
+      if (!cur_.TryConsume(")")) {
+        do {
+          std::string param = cur_.ParseName("a parameter name");
+          cur_.Expect(":", "':' after the parameter name");
+          signature.push_back({param, cur_.ParseShape()});
+        } while (cur_.TryConsume(","));
+        cur_.Expect(")", "',' or ')' in the computation signature");
+      }
+      cur_.Expect("->", "'->' before the computation's result shape");
+      result = cur_.ParseShape();
+    }
+    cur_.Expect("{", fmt::format("'{{' to start computation '{}'", name));
+    std::unordered_map<std::string, HloInstruction*> scope;
+    HloInstruction* root = nullptr;
+    while (!cur_.TryConsume("}")) {
+      if (cur_.AtEnd()) cur_.Expected(fmt::format("'}}' to end computation '{}'", name));
+      const size_t root_at = cur_.pos();
+      const bool is_root = cur_.TryKeyword("ROOT");
+      HloInstruction* instr = ParseInstruction(computation.get(), scope);
+      if (is_root) {
+        if (root != nullptr) cur_.FailAt(root_at, fmt::format("'{}' has two ROOTs", name));
+        root = instr;
+      }
+    }
+    if (computation->instruction_count() == 0) {
+      cur_.FailAt(at, fmt::format("computation '{}' has no instructions", name));
+    }
+    if (root != nullptr) computation->set_root_instruction(root);
+    if (signature_at != 0) CheckSignature(*computation, signature, *result, signature_at);
+    return module_->AddComputation(std::move(computation));
+  }
+
+  void CheckSignature(const HloComputation& c,
+                      const std::vector<std::pair<std::string, Shape>>& signature,
+                      const Shape& result, size_t at) {
+    if (static_cast<int64_t>(signature.size()) != c.num_parameters()) {
+      cur_.FailAt(at, fmt::format("signature of '{}' lists {} parameters but the body has {}",
+                                  c.name(), signature.size(), c.num_parameters()));
+    }
+    for (size_t i = 0; i < signature.size(); ++i) {
+      const HloInstruction* p = c.parameter_instruction(i);
+      if (p == nullptr || p->shape() != signature[i].second) {
+        cur_.FailAt(at, fmt::format("signature of '{}' gives parameter {} shape {} but the "
+                                    "body declares {}",
+                                    c.name(), i, signature[i].second.ToString(),
+                                    p ? p->shape().ToString() : "nothing"));
+      }
+    }
+    if (c.root_instruction()->shape() != result) {
+      cur_.FailAt(at, fmt::format("signature of '{}' returns {} but its root is {}", c.name(),
+                                  result.ToString(), c.root_instruction()->shape().ToString()));
+    }
+  }
+
+  HloInstruction* ParseInstruction(HloComputation* computation,
+                                   std::unordered_map<std::string, HloInstruction*>& scope) {
+    const size_t at = cur_.pos();
+    std::string name = cur_.ParseName("an instruction name (or '}')");
+    if (auto it = names_.find(name); it != names_.end()) {
+      cur_.FailAt(at, fmt::format("instruction name '{}' is already used at {}", name,
+                                  cur_.Where(it->second)));
+    }
+    names_[name] = at;
+    cur_.Expect("=", fmt::format("'=' after instruction name '{}'", name));
+    Shape shape = cur_.ParseShape();
+    const size_t opcode_at = cur_.pos();
+    const std::string opcode_name = cur_.ParseWord("an opcode");
+    std::optional<Op> opcode = StringToHloOpcode(opcode_name);
+    if (!opcode) {
+      cur_.FailAt(opcode_at, fmt::format("unsupported opcode '{}'; weft supports {}", opcode_name,
+                                         SupportedHloOpcodeNames()));
+    }
+    cur_.Expect("(", fmt::format("'(' after {}", opcode_name));
+    HloAttributes attrs;
+    std::vector<HloInstruction*> operands;
+    if (*opcode == Op::kParameter) {
+      const size_t num_at = cur_.pos();
+      attrs.parameter_number = cur_.ParseInt("a parameter number");
+      if (attrs.parameter_number < 0 ||
+          (attrs.parameter_number < computation->num_parameters() &&
+           computation->parameter_instruction(attrs.parameter_number) != nullptr)) {
+        cur_.FailAt(num_at, fmt::format("parameter number {} is negative or already used",
+                                        attrs.parameter_number));
+      }
+      cur_.Expect(")", "')' after the parameter number");
+    } else if (*opcode == Op::kConstant) {
+      if (!shape.IsArray()) cur_.FailAt(at, "a constant must have an array shape");
+      attrs.literal = ParseLiteral(shape);
+      cur_.Expect(")", "')' after the constant value");
+    } else if (!cur_.TryConsume(")")) {
+      do {
+        if (cur_.AtShape()) cur_.ParseShape();  // XLA prints operand shapes; redundant
+        const size_t op_at = cur_.pos();
+        std::string operand = cur_.ParseName("an operand name");
+        auto it = scope.find(operand);
+        if (it == scope.end()) {
+          cur_.FailAt(op_at, fmt::format("operand '{}' is not defined before this use in "
+                                         "computation '{}'",
+                                         operand, computation->name()));
+        }
+        operands.push_back(it->second);
+      } while (cur_.TryConsume(","));
+      cur_.Expect(")", "',' or ')' in the operand list");
+    }
+    PendingCall pending;
+    std::optional<HloSharding> sharding;
+    std::map<std::string, size_t> seen;
+    while (cur_.TryConsume(",")) {
+      ParseAttribute(*opcode, attrs, pending, sharding, seen);
+    }
+    for (std::string_view key : RequiredAttributes(*opcode)) {
+      if (!seen.count(std::string(key))) {
+        cur_.FailAt(at, fmt::format("{} '{}' is missing attribute {}=", opcode_name, name, key));
+      }
+    }
+    auto instr = HloInstruction::Create(*opcode, std::move(shape), std::move(operands),
+                                        std::move(attrs), {}, name);
+    instr->set_sharding(std::move(sharding));
+    instr->set_location(cur_.LocationOf(at));
+    HloInstruction* raw = computation->AddInstruction(std::move(instr));
+    scope[name] = raw;
+    if (!pending.names.empty()) {
+      pending.instr = raw;
+      calls_.push_back(std::move(pending));
+    }
+    return raw;
+  }
+
+  void ParseAttribute(Op op, HloAttributes& a, PendingCall& pending,
+                      std::optional<HloSharding>& sharding, std::map<std::string, size_t>& seen) {
+    const size_t at = cur_.pos();
+    const std::string key = cur_.ParseWord("an attribute name");
+    const auto& table = AttributeOpcodes();
+    auto rule = table.find(key);
+    if (rule == table.end()) {
+      cur_.FailAt(at, fmt::format("unknown attribute '{}' on {}", key, HloOpcodeString(op)));
+    }
+    if (!rule->second.empty() &&
+        std::find(rule->second.begin(), rule->second.end(), op) == rule->second.end()) {
+      cur_.FailAt(at, fmt::format("attribute '{}' does not apply to {}", key, HloOpcodeString(op)));
+    }
+    if (!seen.emplace(key, at).second) {
+      cur_.FailAt(at, fmt::format("attribute '{}' given twice", key));
+    }
+    cur_.Expect("=", fmt::format("'=' after {}", key));
+    auto list = [&](std::vector<int64_t>& field) { field = cur_.ParseIntList(key); };
+    auto flag = [&](bool& field) { field = cur_.ParseBool(fmt::format("true or false for {}", key)); };
+    if (key == "dimensions") {
+      list(a.dimensions);
+    } else if (key == "iota_dimension") {
+      a.iota_dimension = cur_.ParseInt(key);
+    } else if (key == "index") {
+      a.tuple_index = cur_.ParseInt(key);
+    } else if (key == "index_vector_dim") {
+      (op == Op::kGather ? a.gather.index_vector_dim : a.scatter.index_vector_dim) =
+          cur_.ParseInt(key);
+    } else if (key == "channel_id") {
+      a.channel_id = cur_.ParseInt(key);
+    } else if (key == "slice") {
+      ParseSlice(a.slice);
+    } else if (key == "dynamic_slice_sizes") {
+      list(a.dynamic_slice_sizes);
+    } else if (key == "padding") {
+      ParsePadding(a.padding);
+    } else if (key == "direction") {
+      const size_t dir_at = cur_.pos();
+      std::optional<ComparisonDirection> d = StringToComparisonDirection(cur_.ParseWord(key));
+      if (!d) cur_.FailAt(dir_at, "direction must be one of EQ, NE, LT, LE, GT, GE");
+      a.comparison_direction = *d;
+    } else if (key == "type") {
+      a.comparison_type = cur_.ParseWord("a comparison type");
+    } else if (key == "to_apply" || key == "condition") {
+      pending.names.insert(pending.names.begin(), {cur_.ParseName("a computation name"), at});
+    } else if (key == "body") {
+      pending.names.push_back({cur_.ParseName("a computation name"), at});
+    } else if (key == "lhs_batch_dims") {
+      list(a.dot.lhs_batch_dims);
+    } else if (key == "lhs_contracting_dims") {
+      list(a.dot.lhs_contracting_dims);
+    } else if (key == "rhs_batch_dims") {
+      list(a.dot.rhs_batch_dims);
+    } else if (key == "rhs_contracting_dims") {
+      list(a.dot.rhs_contracting_dims);
+    } else if (key == "offset_dims") {
+      list(a.gather.offset_dims);
+    } else if (key == "collapsed_slice_dims") {
+      list(a.gather.collapsed_slice_dims);
+    } else if (key == "start_index_map") {
+      list(a.gather.start_index_map);
+    } else if (key == "operand_batching_dims") {
+      list(a.gather.operand_batching_dims);
+    } else if (key == "start_indices_batching_dims") {
+      list(a.gather.start_indices_batching_dims);
+    } else if (key == "slice_sizes") {
+      list(a.gather_slice_sizes);
+    } else if (key == "update_window_dims") {
+      list(a.scatter.update_window_dims);
+    } else if (key == "inserted_window_dims") {
+      list(a.scatter.inserted_window_dims);
+    } else if (key == "scatter_dims_to_operand_dims") {
+      list(a.scatter.scatter_dims_to_operand_dims);
+    } else if (key == "input_batching_dims") {
+      list(a.scatter.input_batching_dims);
+    } else if (key == "scatter_indices_batching_dims") {
+      list(a.scatter.scatter_indices_batching_dims);
+    } else if (key == "indices_are_sorted") {
+      flag(a.indices_are_sorted);
+    } else if (key == "unique_indices") {
+      flag(a.unique_indices);
+    } else if (key == "use_global_device_ids") {
+      flag(a.use_global_device_ids);
+    } else if (key == "constrain_layout") {
+      flag(a.constrain_layout);
+    } else if (key == "custom_call_has_side_effect") {
+      flag(a.custom_call_has_side_effect);
+    } else if (key == "custom_call_target") {
+      a.custom_call_target = cur_.ParseQuoted("a quoted custom_call_target");
+    } else if (key == "api_version") {
+      a.custom_call_api_version = cur_.ParseWord("an api_version");
+    } else if (key == "backend_config") {
+      a.backend_config = cur_.Peek() == '"' ? cur_.ParseQuoted(key) : cur_.ParseRawValue(key);
+    } else if (key == "replica_groups") {
+      a.replica_groups = ParseReplicaGroups();
+    } else if (key == "source_target_pairs") {
+      a.source_target_pairs = ParsePairs();
+    } else if (key == "sharding") {
+      sharding = ParseSharding();
+    } else {
+      a.passthrough.push_back({key, cur_.ParseRawValue(key)});
+    }
+  }
+
+  HloSharding ParseSharding() {
+    cur_.Skip();
+    size_t pos = cur_.pos();
+    try {
+      HloSharding s = ParseHloShardingAt(cur_.text(), &pos);
+      cur_.set_pos(pos);
+      return s;
+    } catch (const ShardingSyntaxError& e) {
+      cur_.FailAt(e.offset(), fmt::format("bad sharding: {}", e.what()));
+    }
+  }
+
+  // {[0:4], [2:8:2]}
+  void ParseSlice(std::vector<SliceDim>& slice) {
+    cur_.Expect("{", "'{' to start the slice ranges");
+    if (cur_.TryConsume("}")) return;
+    do {
+      cur_.Expect("[", "'[' to start a slice range [start:limit(:stride)]");
+      SliceDim s;
+      s.start = cur_.ParseInt("a slice start");
+      cur_.Expect(":", "':' after the slice start");
+      s.limit = cur_.ParseInt("a slice limit");
+      if (cur_.TryConsume(":")) s.stride = cur_.ParseInt("a slice stride");
+      cur_.Expect("]", "']' to end the slice range");
+      slice.push_back(s);
+    } while (cur_.TryConsume(","));
+    cur_.Expect("}", "',' or '}' in the slice ranges");
+  }
+
+  // low_high[_interior] per dim, joined by 'x': 0_0x1_2_0.
+  void ParsePadding(std::vector<PadDim>& padding) {
+    auto next_is = [&](char c) {
+      return cur_.pos() < cur_.text().size() && cur_.text()[cur_.pos()] == c;
+    };
+    while (true) {
+      PadDim p;
+      p.low = cur_.ParseInt("the low padding (low_high[_interior])");
+      cur_.Expect("_", "'_' between low and high padding");
+      p.high = cur_.ParseInt("the high padding");
+      if (next_is('_')) {
+        cur_.set_pos(cur_.pos() + 1);
+        p.interior = cur_.ParseInt("the interior padding");
+      }
+      padding.push_back(p);
+      if (!next_is('x')) return;
+      cur_.set_pos(cur_.pos() + 1);  // 'x' starts the next dim
+    }
+  }
+
+  // {{0,1},{2,3}}, {}, or the iota form [groups,size]<=[dims]T(perm).
+  std::vector<std::vector<int64_t>> ParseReplicaGroups() {
+    std::vector<std::vector<int64_t>> groups;
+    if (cur_.Peek() == '[') {
+      // Same syntax as an iota tile assignment: reuse the sharding parser.
+      const size_t at = cur_.pos();
+      const size_t end = IotaEnd(at);
+      const std::string prefix = "{devices=";
+      const std::string text =
+          fmt::format("{}{}}}", prefix, cur_.text().substr(at, end - at));
+      size_t pos = 0;
+      try {
+        const TileAssignment t = ParseHloShardingAt(text, &pos).tile_assignment();
+        if (t.num_dims() != 2) cur_.FailAt(at, "iota replica groups need [groups,size] dims");
+        for (int64_t g = 0; g < t.dim(0); ++g) {
+          groups.emplace_back(t.devices().begin() + g * t.dim(1),
+                              t.devices().begin() + (g + 1) * t.dim(1));
+        }
+      } catch (const ShardingSyntaxError& e) {
+        const size_t offset = e.offset() > prefix.size() ? e.offset() - prefix.size() : 0;
+        cur_.FailAt(at + offset, fmt::format("bad iota replica groups: {}", e.what()));
+      }
+      cur_.set_pos(end);
+      return groups;
+    }
+    cur_.Expect("{", "'{' to start replica_groups");
+    if (cur_.TryConsume("}")) return groups;
+    do {
+      groups.push_back(cur_.ParseIntList("a replica group"));
+    } while (cur_.TryConsume(","));
+    cur_.Expect("}", "',' or '}' in replica_groups");
+    return groups;
+  }
+
+  // End offset of "[..]<=[..]" plus an optional "T(..)".
+  size_t IotaEnd(size_t at) {
+    std::string_view t = cur_.text();
+    size_t p = t.find(']', at);
+    if (p == std::string_view::npos || t.substr(p + 1, 2) != "<=") {
+      cur_.FailAt(at, "expected iota replica groups like [2,4]<=[8]");
+    }
+    p = t.find(']', p + 1);
+    if (p == std::string_view::npos) cur_.FailAt(at, "unterminated iota replica groups");
+    ++p;
+    if (t.substr(p, 2) == "T(") {
+      p = t.find(')', p);
+      if (p == std::string_view::npos) cur_.FailAt(at, "unterminated iota transpose");
+      ++p;
+    }
+    return p;
+  }
+
+  std::vector<std::pair<int64_t, int64_t>> ParsePairs() {
+    std::vector<std::pair<int64_t, int64_t>> pairs;
+    cur_.Expect("{", "'{' to start source_target_pairs");
+    if (cur_.TryConsume("}")) return pairs;
+    do {
+      const size_t at = cur_.pos();
+      std::vector<int64_t> pair = cur_.ParseIntList("a {source,target} pair");
+      if (pair.size() != 2) cur_.FailAt(at, "expected a {source,target} pair of two ids");
+      pairs.push_back({pair[0], pair[1]});
+    } while (cur_.TryConsume(","));
+    cur_.Expect("}", "',' or '}' in source_target_pairs");
+    return pairs;
+  }
+
+  Literal ParseLiteral(const Shape& shape) {
+    const size_t at = cur_.pos();
+    std::vector<double> values;
+    const bool is_pred = shape.element_type() == PrimitiveType::kPred;
+    auto element = [&] {
+      if (is_pred && (cur_.Peek() == 't' || cur_.Peek() == 'f')) {
+        values.push_back(cur_.ParseBool("true or false") ? 1 : 0);
+      } else {
+        values.push_back(cur_.ParseNumber(fmt::format("a {} value", PrimitiveTypeName(
+                                                                         shape.element_type()))));
+      }
+    };
+    auto level = [&](auto&& self, int64_t dim) -> void {
+      const size_t level_at = cur_.pos();
+      cur_.Expect("{", fmt::format("'{{' for dimension {} of {}", dim, shape.ToString()));
+      int64_t count = 0;
+      if (!cur_.TryConsume("}")) {
+        do {
+          dim + 1 == shape.rank() ? element() : self(self, dim + 1);
+          ++count;
+        } while (cur_.TryConsume(","));
+        cur_.Expect("}", "',' or '}' in the constant");
+      }
+      if (count != shape.dimensions(dim)) {
+        cur_.FailAt(level_at, fmt::format("constant has {} entries along dimension {} but {} "
+                                          "says {}",
+                                          count, dim, shape.ToString(), shape.dimensions(dim)));
+      }
+    };
+    shape.rank() == 0 ? element() : level(level, 0);
+    try {
+      return Literal(shape, values);
+    } catch (const Error& e) {
+      cur_.FailAt(at, e.what());
+    }
+  }
+
+  void ResolveCalls() {
+    for (PendingCall& call : calls_) {
+      std::vector<HloComputation*> called;
+      for (const auto& [name, at] : call.names) {
+        HloComputation* c = module_->GetComputation(name);
+        if (c == nullptr) cur_.FailAt(at, fmt::format("unknown computation '{}'", name));
+        called.push_back(c);
+      }
+      call.instr->set_called_computations(std::move(called));
+    }
+  }
+
+  TextCursor cur_;
+  std::unique_ptr<HloModule> module_;
+  std::unordered_map<std::string, size_t> names_;  // instruction name -> offset
+  std::vector<PendingCall> calls_;
+};
+
+}  // namespace
+
+std::unique_ptr<HloModule> ParseHloModule(std::string_view text, const HloParseOptions& options) {
+  std::unique_ptr<HloModule> module = HloTextParser(text, options).ParseModule();
+  if (options.verify) {
+    try {
+      VerifyHloModule(*module);
+    } catch (const Error& e) {
+      if (options.source_name.empty()) throw;
+      // Located messages start "line:col: ..."; others get a plain prefix.
+      const bool located = std::isdigit(static_cast<unsigned char>(e.what()[0]));
+      throw Error(fmt::format("{}:{}{}", options.source_name, located ? "" : " ", e.what()));
+    }
+  }
+  return module;
+}
+
+Shape ParseShape(std::string_view text) {
+  hlo_text::TextCursor cur(text, "");
+  Shape s = cur.ParseShape();
+  if (!cur.AtEnd()) cur.Expected("end of shape");
+  return s;
+}
+
+}  // namespace weft
