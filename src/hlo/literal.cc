@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "weft/base/error.h"
@@ -83,8 +84,16 @@ std::string Literal::ToString() const {
     const PrimitiveType type = shape_.element_type();
     if (type == PrimitiveType::kPred) return ints_[i] ? "true" : "false";
     if (IsIntegral()) return fmt::format("{}", ints_[i]);
-    // Shortest text that reads back to the same float.
-    return fmt::format("{}", static_cast<float>(floats_[i]));
+    // Shortest text that reads back to the same value of this type.
+    const double v = floats_[i];
+    if (!std::isfinite(v) || type == PrimitiveType::kF32) {
+      return fmt::format("{}", static_cast<float>(v));
+    }
+    for (int digits = 1; digits < 9; ++digits) {
+      std::string text = fmt::format("{:.{}g}", v, digits);
+      if (RoundToType(std::strtod(text.c_str(), nullptr), type) == v) return text;
+    }
+    return fmt::format("{}", static_cast<float>(v));
   };
   if (shape_.rank() == 0) return element(0);
   // Nested braces, one level per dim; XLA pads inner levels with spaces.

@@ -130,7 +130,7 @@ class HloTextParser {
     HloComputation* entry = nullptr;
     HloComputation* last = nullptr;
     while (!cur_.AtEnd()) {
-      const size_t at = cur_.pos();
+      const size_t at = cur_.Mark();
       const bool is_entry = cur_.TryKeyword("ENTRY");
       if (is_entry && entry != nullptr) cur_.FailAt(at, "a module has only one ENTRY computation");
       last = ParseComputation();
@@ -150,7 +150,7 @@ class HloTextParser {
   };
 
   void ParseModuleAttribute() {
-    const size_t at = cur_.pos();
+    const size_t at = cur_.Mark();
     const std::string key = cur_.ParseWord("a module attribute");
     cur_.Expect("=", fmt::format("'=' after {}", key));
     if (key == "num_partitions" || key == "replica_count") {
@@ -176,7 +176,7 @@ class HloTextParser {
   }
 
   HloComputation* ParseComputation() {
-    const size_t at = cur_.pos();
+    const size_t at = cur_.Mark();
     std::string name = cur_.ParseName("a computation name");
     if (module_->GetComputation(name) != nullptr) {
       cur_.FailAt(at, fmt::format("computation '{}' is defined twice", name));
@@ -186,7 +186,7 @@ class HloTextParser {
     size_t signature_at = 0;
     std::optional<Shape> result;
     if (cur_.Peek() == '(') {
-      signature_at = cur_.pos();
+      signature_at = cur_.Mark();
       cur_.Expect("(", "'('");
       if (!cur_.TryConsume(")")) {
         do {
@@ -204,9 +204,9 @@ class HloTextParser {
     HloInstruction* root = nullptr;
     while (!cur_.TryConsume("}")) {
       if (cur_.AtEnd()) cur_.Expected(fmt::format("'}}' to end computation '{}'", name));
-      const size_t root_at = cur_.pos();
+      const size_t root_at = cur_.Mark();
       const bool is_root = cur_.TryKeyword("ROOT");
-      HloInstruction* instr = ParseInstruction(computation.get(), scope);
+      HloInstruction* instr = ParseInstruction(computation.get(), scope, root_at);
       if (is_root) {
         if (root != nullptr) cur_.FailAt(root_at, fmt::format("'{}' has two ROOTs", name));
         root = instr;
@@ -242,9 +242,12 @@ class HloTextParser {
     }
   }
 
+  // `statement_at`: where the line starts (at ROOT if present); the
+  // instruction's location for later messages.
   HloInstruction* ParseInstruction(HloComputation* computation,
-                                   std::unordered_map<std::string, HloInstruction*>& scope) {
-    const size_t at = cur_.pos();
+                                   std::unordered_map<std::string, HloInstruction*>& scope,
+                                   size_t statement_at) {
+    const size_t at = cur_.Mark();
     std::string name = cur_.ParseName("an instruction name (or '}')");
     if (auto it = names_.find(name); it != names_.end()) {
       cur_.FailAt(at, fmt::format("instruction name '{}' is already used at {}", name,
@@ -253,7 +256,7 @@ class HloTextParser {
     names_[name] = at;
     cur_.Expect("=", fmt::format("'=' after instruction name '{}'", name));
     Shape shape = cur_.ParseShape();
-    const size_t opcode_at = cur_.pos();
+    const size_t opcode_at = cur_.Mark();
     const std::string opcode_name = cur_.ParseWord("an opcode");
     std::optional<Op> opcode = StringToHloOpcode(opcode_name);
     if (!opcode) {
@@ -264,7 +267,7 @@ class HloTextParser {
     HloAttributes attrs;
     std::vector<HloInstruction*> operands;
     if (*opcode == Op::kParameter) {
-      const size_t num_at = cur_.pos();
+      const size_t num_at = cur_.Mark();
       attrs.parameter_number = cur_.ParseInt("a parameter number");
       if (attrs.parameter_number < 0 ||
           (attrs.parameter_number < computation->num_parameters() &&
@@ -280,7 +283,7 @@ class HloTextParser {
     } else if (!cur_.TryConsume(")")) {
       do {
         if (cur_.AtShape()) cur_.ParseShape();  // XLA prints operand shapes; redundant
-        const size_t op_at = cur_.pos();
+        const size_t op_at = cur_.Mark();
         std::string operand = cur_.ParseName("an operand name");
         auto it = scope.find(operand);
         if (it == scope.end()) {
@@ -306,7 +309,7 @@ class HloTextParser {
     auto instr = HloInstruction::Create(*opcode, std::move(shape), std::move(operands),
                                         std::move(attrs), {}, name);
     instr->set_sharding(std::move(sharding));
-    instr->set_location(cur_.LocationOf(at));
+    instr->set_location(cur_.LocationOf(statement_at));
     HloInstruction* raw = computation->AddInstruction(std::move(instr));
     scope[name] = raw;
     if (!pending.names.empty()) {
@@ -318,7 +321,7 @@ class HloTextParser {
 
   void ParseAttribute(Op op, HloAttributes& a, PendingCall& pending,
                       std::optional<HloSharding>& sharding, std::map<std::string, size_t>& seen) {
-    const size_t at = cur_.pos();
+    const size_t at = cur_.Mark();
     const std::string key = cur_.ParseWord("an attribute name");
     const auto& table = AttributeOpcodes();
     auto rule = table.find(key);
@@ -353,7 +356,7 @@ class HloTextParser {
     } else if (key == "padding") {
       ParsePadding(a.padding);
     } else if (key == "direction") {
-      const size_t dir_at = cur_.pos();
+      const size_t dir_at = cur_.Mark();
       std::optional<ComparisonDirection> d = StringToComparisonDirection(cur_.ParseWord(key));
       if (!d) cur_.FailAt(dir_at, "direction must be one of EQ, NE, LT, LE, GT, GE");
       a.comparison_direction = *d;
@@ -422,7 +425,7 @@ class HloTextParser {
 
   HloSharding ParseSharding() {
     cur_.Skip();
-    size_t pos = cur_.pos();
+    size_t pos = cur_.Mark();
     try {
       HloSharding s = ParseHloShardingAt(cur_.text(), &pos);
       cur_.set_pos(pos);
@@ -474,7 +477,7 @@ class HloTextParser {
     std::vector<std::vector<int64_t>> groups;
     if (cur_.Peek() == '[') {
       // Same syntax as an iota tile assignment: reuse the sharding parser.
-      const size_t at = cur_.pos();
+      const size_t at = cur_.Mark();
       const size_t end = IotaEnd(at);
       const std::string prefix = "{devices=";
       const std::string text =
@@ -526,7 +529,7 @@ class HloTextParser {
     cur_.Expect("{", "'{' to start source_target_pairs");
     if (cur_.TryConsume("}")) return pairs;
     do {
-      const size_t at = cur_.pos();
+      const size_t at = cur_.Mark();
       std::vector<int64_t> pair = cur_.ParseIntList("a {source,target} pair");
       if (pair.size() != 2) cur_.FailAt(at, "expected a {source,target} pair of two ids");
       pairs.push_back({pair[0], pair[1]});
@@ -536,7 +539,7 @@ class HloTextParser {
   }
 
   Literal ParseLiteral(const Shape& shape) {
-    const size_t at = cur_.pos();
+    const size_t at = cur_.Mark();
     std::vector<double> values;
     const bool is_pred = shape.element_type() == PrimitiveType::kPred;
     auto element = [&] {
@@ -548,7 +551,7 @@ class HloTextParser {
       }
     };
     auto level = [&](auto&& self, int64_t dim) -> void {
-      const size_t level_at = cur_.pos();
+      const size_t level_at = cur_.Mark();
       cur_.Expect("{", fmt::format("'{{' for dimension {} of {}", dim, shape.ToString()));
       int64_t count = 0;
       if (!cur_.TryConsume("}")) {

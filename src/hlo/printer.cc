@@ -13,7 +13,7 @@ std::string IntList(const std::vector<int64_t>& values) {
 }
 
 std::string Name(const std::string& name, const HloPrintOptions& options) {
-  return options.print_percent ? "%" + name : name;
+  return options.print_percent ? fmt::format("%{}", name) : name;
 }
 
 // Quoted, with the escapes the parser understands.
@@ -40,7 +40,7 @@ std::string Quote(std::string_view s) {
   return out + "\"";
 }
 
-std::string DotToString(const DotDimensionNumbers& d, std::vector<std::string>* attrs) {
+void AddDotAttributes(const DotDimensionNumbers& d, std::vector<std::string>* attrs) {
   auto add = [&](const char* key, const std::vector<int64_t>& v) {
     if (!v.empty()) attrs->push_back(fmt::format("{}={}", key, IntList(v)));
   };
@@ -48,7 +48,6 @@ std::string DotToString(const DotDimensionNumbers& d, std::vector<std::string>* 
   add("lhs_contracting_dims", d.lhs_contracting_dims);
   add("rhs_batch_dims", d.rhs_batch_dims);
   add("rhs_contracting_dims", d.rhs_contracting_dims);
-  return "";
 }
 
 // XLA's attribute order: op-specific attributes, called computations,
@@ -103,7 +102,7 @@ std::vector<std::string> Attributes(const HloInstruction& instr, const HloPrintO
       add("to_apply=" + comp(0));
       break;
     case HloOpcode::kDot:
-      DotToString(a.dot, &out);
+      AddDotAttributes(a.dot, &out);
       break;
     case HloOpcode::kGather:
       add_list("offset_dims", a.gather.offset_dims);
@@ -262,7 +261,8 @@ std::string PrintModule(const HloModule& module, const HloPrintOptions& options)
   }
   out += "\n";
   for (const HloComputation* c : module.MakeComputationPostOrder()) {
-    out += "\n" + PrintComputation(*c, options);
+    out += '\n';
+    out += PrintComputation(*c, options);
   }
   return out;
 }

@@ -21,6 +21,11 @@ class TextCursor {
 
   std::string_view text() const { return text_; }
   size_t pos() const { return pos_; }
+  // Skips whitespace/comments and returns where the next token starts.
+  size_t Mark() {
+    Skip();
+    return pos_;
+  }
   void set_pos(size_t pos) { pos_ = pos; }
   SourceLocation LocationOf(size_t offset) const;
   // "line:col" (with the source name when there is one).

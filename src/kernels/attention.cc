@@ -78,6 +78,16 @@ Problem::Problem(const AttentionDims& dims, const AttentionOptions& options)
 int64_t Problem::QRows(int64_t qb) const { return std::min(bq, d.q_len - qb * bq); }
 int64_t Problem::KRows(int64_t kb) const { return std::min(bk, d.kv_len - kb * bk); }
 
+void Problem::ScaleQ(const float* q) {
+  const int64_t rows = d.batch * d.q_heads * d.q_len;
+  q_scaled.Resize(static_cast<size_t>(rows * d.head_dim));
+  const int64_t chunk = 256;
+  ThreadPool::Global().ParallelFor((rows + chunk - 1) / chunk, [&](int64_t task, int) {
+    const int64_t r0 = task * chunk, r1 = std::min(rows, r0 + chunk);
+    for (int64_t i = r0 * d.head_dim; i < r1 * d.head_dim; ++i) q_scaled[i] = q[i] * scale;
+  });
+}
+
 void Problem::PackKt(const float* k) {
   kt.Resize(static_cast<size_t>(d.batch * d.kv_heads * nkb * d.head_dim * bkp));
   ThreadPool::Global().ParallelFor(d.batch * d.kv_heads * nkb, [&](int64_t task, int) {
@@ -92,12 +102,11 @@ void Problem::PackKt(const float* k) {
 }
 
 void ScoreTile(const Problem& p, int64_t b, int64_t h, int64_t qb, int64_t kb, bool partial,
-               const float* q, float* s, float* grad, uint8_t* keep) {
+               float* s, float* grad, uint8_t* keep) {
   const int64_t nq = p.QRows(qb), nk = p.KRows(kb);
   const int64_t q0 = qb * p.bq, k0 = kb * p.bk;
-  p.simd.gemm(nq, p.bkp, p.d.head_dim, q, p.d.head_dim, p.KtPanel(b, h / p.group, kb), p.bkp, s,
-              p.bkp, false);
-  p.simd.scale(s, nq * p.bkp, p.scale);
+  p.simd.gemm(nq, p.bkp, p.d.head_dim, p.QScaledRows(b, h, qb), p.d.head_dim,
+              p.KtPanel(b, h / p.group, kb), p.bkp, s, p.bkp, false);
   if (p.score_mod != nullptr) {
     p.score_mod->Apply(b, h, q0, nq, k0, nk, s, p.bkp, grad);
   } else if (grad != nullptr) {

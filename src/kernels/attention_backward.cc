@@ -67,7 +67,7 @@ void TileBackward(const Problem& p, const BackwardOperands& x, BackwardScratch& 
 
   float* P = w.p.data();
   float* G = p.score_mod != nullptr ? w.g.data() : nullptr;
-  internal::ScoreTile(p, b, h, qb, kb, partial, x.q + row0 * d.head_dim, P, G, w.keep.data());
+  internal::ScoreTile(p, b, h, qb, kb, partial, P, G, w.keep.data());
   for (int64_t i = 0; i < nq; ++i) {
     float* row = P + i * p.bkp;
     float l = x.lse[row0 + i];
@@ -126,6 +126,7 @@ void FlexAttentionBackward(const AttentionDims& dims, const float* q, const floa
   Problem p(dims, options);
   const AttentionDims& d = p.d;
   ThreadPool& pool = ThreadPool::Global();
+  p.ScaleQ(q);
   p.PackKt(k);
 
   // Packed operands (O(S * D) memory) and Delta.

@@ -28,6 +28,7 @@ void FlexAttentionForward(const AttentionDims& dims, const float* q, const float
                           const float* v, const AttentionOptions& options, float* out,
                           float* lse) {
   Problem p(dims, options);
+  p.ScaleQ(q);
   p.PackKt(k);
   const AttentionDims& d = p.d;
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -62,13 +63,12 @@ void FlexAttentionForward(const AttentionDims& dims, const float* q, const float
       w.m[i] = kNegInf;
       w.l[i] = 0;
     }
-    const float* qrows = p.QHead(q, b, h) + qb * p.bq * d.head_dim;
     const float* vhead = vp.data() + (b * d.kv_heads + kvh) * d.kv_len * p.dvp;
 
     internal::ForEachBlock(p.mask->KvBlocks(b, h, qb), [&](int32_t kb, bool partial) {
       const int64_t nk = p.KRows(kb);
       float* s = w.s.data();
-      internal::ScoreTile(p, b, h, qb, kb, partial, qrows, s, nullptr, w.keep.data());
+      internal::ScoreTile(p, b, h, qb, kb, partial, s, nullptr, w.keep.data());
       // Online softmax: rescale what was accumulated when a row's max grows.
       for (int64_t i = 0; i < nq; ++i) {
         float* row = s + i * p.bkp;

@@ -37,6 +37,14 @@ struct Problem {
     return q + (b * d.q_heads + h) * d.q_len * d.head_dim;
   }
 
+  // q * scale, [B, Hq, Sq, D]: scores come out of one GEMM already scaled
+  // (no extra pass over each tile), identically in forward and backward.
+  AlignedBuffer<float> q_scaled;
+  void ScaleQ(const float* q);
+  const float* QScaledRows(int64_t b, int64_t h, int64_t qb) const {
+    return q_scaled.data() + ((b * d.q_heads + h) * d.q_len + qb * bq) * d.head_dim;
+  }
+
   // K^T panels: [B, Hkv, nkb][D][bkp], so Q * panel gives a score tile.
   AlignedBuffer<float> kt;
   const float* KtPanel(int64_t b, int64_t kvh, int64_t kb) const {
@@ -45,14 +53,14 @@ struct Problem {
   void PackKt(const float* k);
 };
 
-// Writes the scores of queries of block qb (rows q[0..nq) with leading dim D)
-// against kv block kb into s (leading dim p.bkp, bkp columns): q.k * scale,
+// Writes the scores of queries of block qb against kv block kb into s
+// (leading dim p.bkp, bkp columns): q.k * scale (from p.q_scaled),
 // then the score mod, then -inf where the mask (if `partial`) or the end of
 // the keys excludes a pair. When grad is not null it receives
 // d(modified score)/d(raw score) (1 without a score mod). keep is scratch of
 // p.bq * p.bkp bytes.
 void ScoreTile(const Problem& p, int64_t b, int64_t h, int64_t qb, int64_t kb, bool partial,
-               const float* q, float* s, float* grad, uint8_t* keep);
+               float* s, float* grad, uint8_t* keep);
 
 // Merges a block list's full and partial blocks into ascending order and
 // calls fn(block, partial) for each.

@@ -43,7 +43,10 @@
 // inputs allow (one value for the tile, one per query row, one per key
 // column, or one per element), so `seg[b, q_idx]` costs nq lookups, not
 // nq * nk. Score expressions can also give d(result)/d(score), by forward
-// mode: each node that depends on score carries its derivative.
+// mode: each node that depends on score carries its derivative (at a kink of
+// min, max, abs, `?:` or `%`, that of the side taken). A ModExpr is immutable
+// and can be evaluated from many threads at once; scratch is per call.
+// Nesting is limited (100 levels of parentheses, a tree 256 deep).
 #pragma once
 
 #include <cstdint>

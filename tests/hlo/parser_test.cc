@@ -1,0 +1,442 @@
+#include "weft/hlo/parser.h"
+
+#include <gtest/gtest.h>
+
+#include "weft/hlo/printer.h"
+
+namespace weft {
+namespace {
+
+// A scan over stacked layer weights: while + dynamic-slice of layer i.
+constexpr const char* kScanModule = R"(HloModule scan_mlp, num_partitions=4
+
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT sum = f32[] add(x, y)
+}
+
+cond {
+  c_state = (s32[], f32[8,16], f32[4,16,16]) parameter(0)
+  c_i = s32[] get-tuple-element(c_state), index=0
+  c_n = s32[] constant(4)
+  ROOT c_lt = pred[] compare(c_i, c_n), direction=LT
+}
+
+body {
+  b_state = (s32[], f32[8,16], f32[4,16,16]) parameter(0)
+  b_i = s32[] get-tuple-element(b_state), index=0
+  b_h = f32[8,16] get-tuple-element(b_state), index=1
+  b_ws = f32[4,16,16] get-tuple-element(b_state), index=2
+  b_zero = s32[] constant(0)
+  w_slice = f32[1,16,16] dynamic-slice(b_ws, b_i, b_zero, b_zero), dynamic_slice_sizes={1,16,16}
+  w = f32[16,16] reshape(w_slice)
+  mm = f32[8,16] dot(b_h, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  act = f32[8,16] tanh(mm)
+  b_one = s32[] constant(1)
+  b_next = s32[] add(b_i, b_one)
+  ROOT b_out = (s32[], f32[8,16], f32[4,16,16]) tuple(b_next, act, b_ws)
+}
+
+ENTRY main {
+  x = f32[8,16] parameter(0), sharding={devices=[4,1]<=[4]}
+  weights = f32[4,16,16] parameter(1), sharding={devices=[1,4,1]<=[4]}
+  start = s32[] constant(0)
+  init = (s32[], f32[8,16], f32[4,16,16]) tuple(start, x, weights), sharding={{replicated}, {devices=[4,1]<=[4]}, {devices=[1,4,1]<=[4]}}
+  loop = (s32[], f32[8,16], f32[4,16,16]) while(init), condition=cond, body=body
+  h = f32[8,16] get-tuple-element(loop), index=1
+  zero = f32[] constant(0)
+  ROOT total = f32[8] reduce(h, zero), dimensions={1}, to_apply=add
+}
+)";
+
+// Attention-shaped dots with batch dims, a custom-call with backend_config,
+// collectives with replica groups, embeddings via gather/scatter.
+constexpr const char* kOpsModule = R"(HloModule ops, replica_count=2, num_partitions=4
+
+sum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  q = bf16[2,4,128,64] parameter(0)
+  k = bf16[2,4,128,64] parameter(1)
+  scores = f32[2,4,128,128] dot(q, k), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={3}
+  attn = bf16[2,4,128,64] custom-call(q, k), custom_call_target="weft.flash_attention", backend_config="mask=causal;block=128"
+  cfg = bf16[2,4,128,64] custom-call(attn), custom_call_target="weft.identity", custom_call_has_side_effect=true, backend_config={"scale": 0.125, "causal": true}
+  x = f32[8,16] parameter(2), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
+  ar = f32[8,16] all-reduce(x), channel_id=1, replica_groups={{0,1},{2,3}}, use_global_device_ids=true, to_apply=sum
+  ag = f32[16,16] all-gather(x), channel_id=2, replica_groups={{0,1},{2,3}}, dimensions={0}, use_global_device_ids=true
+  rs = f32[4,16] reduce-scatter(x), channel_id=3, replica_groups={{0,1},{2,3}}, dimensions={0}, use_global_device_ids=true, to_apply=sum
+  a2a = f32[8,16] all-to-all(x), channel_id=4, replica_groups={{0,1},{2,3}}, dimensions={1}
+  cp = f32[8,16] collective-permute(x), channel_id=5, source_target_pairs={{0,1},{1,2},{2,3},{3,0}}
+  all = f32[8,16] all-reduce(x), replica_groups={}, to_apply=sum
+  pid = u32[] partition-id()
+  emb = f32[1000,64] parameter(3), sharding={devices=[4,1]<=[4]}
+  ids = s32[8,32] parameter(4)
+  rows = f32[8,32,64] gather(emb, ids), offset_dims={2}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=2, slice_sizes={1,64}
+  grad = f32[8,32,64] parameter(5)
+  zero = f32[] constant(0)
+  zeros = f32[1000,64] broadcast(zero), dimensions={}
+  demb = f32[1000,64] scatter(zeros, ids, grad), update_window_dims={2}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=2, to_apply=sum
+  ROOT out = (f32[2,4,128,128], bf16[2,4,128,64], f32[8,16], f32[16,16], f32[4,16], f32[8,16], f32[8,16], f32[8,16], u32[], f32[8,32,64], f32[1000,64]) tuple(scores, cfg, ar, ag, rs, a2a, cp, all, pid, rows, demb)
+}
+)";
+
+// Every remaining op, with attribute syntax XLA uses.
+constexpr const char* kElementwiseModule = R"(HloModule misc
+
+max {
+  m0 = f32[] parameter(0)
+  m1 = f32[] parameter(1)
+  ROOT m = f32[] maximum(m0, m1)
+}
+
+callee {
+  c0 = f32[4,6] parameter(0)
+  ROOT c1 = f32[4,6] negate(c0)
+}
+
+ENTRY main {
+  p = f32[4,6] parameter(0)
+  i = s32[4,6] iota(), iota_dimension=1
+  f = f32[4,6] convert(i)
+  c = f32[4,6] copy(p)
+  t = f32[6,4] transpose(c), dimensions={1,0}
+  s = f32[2,3] slice(p), slice={[0:4:2], [1:6:2]}
+  r = f32[3,2] reshape(s)
+  cat = f32[4,12] concatenate(p, f), dimensions={1}
+  zero = f32[] constant(0)
+  pd = f32[7,8] pad(p, zero), padding=1_2x0_2
+  pdi = f32[7,11] pad(p, zero), padding=0_0_1x0_0_1
+  e = f32[4,6] exponential(p)
+  l = f32[4,6] log(e)
+  th = f32[4,6] tanh(l)
+  rs = f32[4,6] rsqrt(th)
+  sq = f32[4,6] sqrt(rs)
+  ng = f32[4,6] negate(sq)
+  ab = f32[4,6] abs(ng)
+  sub = f32[4,6] subtract(ab, p)
+  mul = f32[4,6] multiply(sub, p)
+  div = f32[4,6] divide(mul, p)
+  mx = f32[4,6] maximum(div, p)
+  mn = f32[4,6] minimum(mx, p)
+  pw = f32[4,6] power(mn, p)
+  lt = pred[4,6] compare(pw, p), direction=LT
+  ge = pred[4,6] compare(pw, p), direction=GE, type=TOTALORDER
+  both = pred[4,6] and(lt, ge)
+  either = pred[4,6] or(lt, ge)
+  neither = pred[4,6] not(either)
+  sel = f32[4,6] select(neither, pw, p)
+  called = f32[4,6] call(sel), to_apply=callee
+  rv = f32[4,6] reverse(called), dimensions={0}
+  ninf = f32[] constant(-inf)
+  rmax = f32[6] reduce(rv, ninf), dimensions={0}, to_apply=max
+  vec = s32[3] constant({1, -2, 3})
+  mat = f32[2,2] constant({ { 1.5, -0.25 }, { 1e-06, 3 } })
+  flags = pred[2] constant({true, false})
+  half = bf16[] constant(0.1)
+  i0 = s32[] constant(0)
+  dus = f32[4,6] dynamic-update-slice(p, s, i0, i0), metadata={op_name="jit(f)/update" source_file="f.py" source_line=3}
+  ROOT out = (f32[6,4], f32[3,2], f32[4,12], f32[7,8], f32[7,11], pred[4,6], f32[6], s32[3], f32[2,2], pred[2], bf16[], f32[4,6]) tuple(t, r, cat, pd, pdi, both, rmax, vec, mat, flags, half, dus)
+}
+)";
+
+TEST(ParserTest, RealisticModulesRoundTrip) {
+  for (const char* text : {kScanModule, kOpsModule}) {
+    std::unique_ptr<HloModule> module = ParseHloModule(text);
+    EXPECT_EQ(PrintModule(*module), text);
+  }
+}
+
+TEST(ParserTest, EveryOpRoundTrips) {
+  std::unique_ptr<HloModule> module = ParseHloModule(kElementwiseModule);
+  EXPECT_EQ(PrintModule(*module), kElementwiseModule);
+  HloComputation* entry = module->entry_computation();
+  EXPECT_EQ(entry->GetInstruction("s")->attrs().slice[1].stride, 2);
+  EXPECT_EQ(entry->GetInstruction("pdi")->attrs().padding[1].interior, 1);
+  EXPECT_EQ(entry->GetInstruction("ge")->attrs().comparison_type, "TOTALORDER");
+  EXPECT_EQ(entry->GetInstruction("mat")->literal().Get(2), static_cast<float>(1e-06));
+  EXPECT_EQ(entry->GetInstruction("half")->literal().Get(0), 0.10009765625);  // bf16(0.1)
+  EXPECT_EQ(entry->GetInstruction("dus")->attrs().passthrough[0].first, "metadata");
+}
+
+TEST(ParserTest, ScanModuleStructure) {
+  std::unique_ptr<HloModule> module = ParseHloModule(kScanModule);
+  EXPECT_EQ(module->name(), "scan_mlp");
+  EXPECT_EQ(module->num_partitions(), 4);
+  HloComputation* entry = module->entry_computation();
+  ASSERT_NE(entry, nullptr);
+  EXPECT_EQ(entry->name(), "main");
+  EXPECT_EQ(entry->root_instruction()->name(), "total");
+
+  HloInstruction* loop = entry->GetInstruction("loop");
+  ASSERT_NE(loop, nullptr);
+  EXPECT_EQ(loop->opcode(), HloOpcode::kWhile);
+  EXPECT_EQ(loop->while_condition()->name(), "cond");
+  EXPECT_EQ(loop->while_body()->name(), "body");
+  EXPECT_EQ(loop->shape().ToString(), "(s32[], f32[8,16], f32[4,16,16])");
+
+  HloInstruction* x = entry->GetInstruction("x");
+  ASSERT_TRUE(x->sharding().has_value());
+  EXPECT_EQ(x->sharding()->ToString(), "{devices=[4,1]<=[4]}");
+  EXPECT_EQ(x->location().line, 31);
+  EXPECT_EQ(x->location().col, 3);
+  EXPECT_EQ(entry->GetInstruction("init")->sharding()->tuple_elements().size(), 3u);
+
+  HloComputation* body = module->GetComputation("body");
+  HloInstruction* slice = body->GetInstruction("w_slice");
+  EXPECT_EQ(slice->opcode(), HloOpcode::kDynamicSlice);
+  EXPECT_EQ(slice->operand_count(), 4);
+  EXPECT_EQ(slice->operand(1)->name(), "b_i");
+  EXPECT_EQ(slice->attrs().dynamic_slice_sizes, (std::vector<int64_t>{1, 16, 16}));
+  HloInstruction* mm = body->GetInstruction("mm");
+  EXPECT_EQ(mm->attrs().dot.lhs_contracting_dims, (std::vector<int64_t>{1}));
+  EXPECT_TRUE(mm->attrs().dot.lhs_batch_dims.empty());
+
+  HloInstruction* total = entry->GetInstruction("total");
+  EXPECT_EQ(total->to_apply()->name(), "add");
+  EXPECT_EQ(total->dimensions(), (std::vector<int64_t>{1}));
+  // Callees print before callers; the entry last.
+  std::vector<HloComputation*> order = module->MakeComputationPostOrder();
+  EXPECT_EQ(order.back(), entry);
+}
+
+TEST(ParserTest, OpsModuleAttributes) {
+  std::unique_ptr<HloModule> module = ParseHloModule(kOpsModule);
+  HloComputation* entry = module->entry_computation();
+  EXPECT_EQ(module->replica_count(), 2);
+  HloInstruction* scores = entry->GetInstruction("scores");
+  EXPECT_EQ(scores->attrs().dot.lhs_batch_dims, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(scores->attrs().dot.rhs_contracting_dims, (std::vector<int64_t>{3}));
+  HloInstruction* attn = entry->GetInstruction("attn");
+  EXPECT_EQ(attn->attrs().custom_call_target, "weft.flash_attention");
+  EXPECT_EQ(attn->attrs().backend_config, "mask=causal;block=128");
+  EXPECT_EQ(entry->GetInstruction("cfg")->attrs().backend_config,
+            "{\"scale\": 0.125, \"causal\": true}");
+  HloInstruction* ar = entry->GetInstruction("ar");
+  EXPECT_EQ(ar->attrs().replica_groups, (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}}));
+  EXPECT_EQ(ar->attrs().channel_id, 1);
+  EXPECT_TRUE(ar->attrs().use_global_device_ids);
+  EXPECT_EQ(ar->to_apply()->name(), "sum");
+  EXPECT_FALSE(entry->GetInstruction("all")->attrs().channel_id.has_value());
+  HloInstruction* cp = entry->GetInstruction("cp");
+  EXPECT_EQ(cp->attrs().source_target_pairs.size(), 4u);
+  EXPECT_EQ(cp->attrs().source_target_pairs[3], (std::pair<int64_t, int64_t>{3, 0}));
+  HloInstruction* rows = entry->GetInstruction("rows");
+  EXPECT_EQ(rows->attrs().gather.offset_dims, (std::vector<int64_t>{2}));
+  EXPECT_EQ(rows->attrs().gather.index_vector_dim, 2);
+  EXPECT_EQ(rows->attrs().gather_slice_sizes, (std::vector<int64_t>{1, 64}));
+  HloInstruction* demb = entry->GetInstruction("demb");
+  EXPECT_EQ(demb->attrs().scatter.inserted_window_dims, (std::vector<int64_t>{0}));
+  EXPECT_EQ(demb->to_apply()->name(), "sum");
+}
+
+TEST(ParserTest, AcceptsXlaDefaultPrinting) {
+  // What XLA's HloModule::ToString() prints: %names, operand shapes,
+  // layouts, signatures, metadata, iota replica groups, comments.
+  const char* xla = R"(HloModule jit_step, entry_computation_layout={(f32[8,16]{1,0}, f32[]{:T(128)})->f32[8,16]{1,0}}, is_scheduled=true, num_partitions=2
+
+%region_0.4 (Arg_0.5: f32[], Arg_1.6: f32[]) -> f32[] {
+  %Arg_0.5 = f32[] parameter(0)
+  %Arg_1.6 = f32[] parameter(1)
+  ROOT %add.7 = f32[] add(f32[] %Arg_0.5, f32[] %Arg_1.6), metadata={op_name="jit(step)/add"}
+}
+
+ENTRY %main.10 (Arg_0.1: f32[8,16], Arg_1.2: f32[]) -> f32[8,16] {
+  %Arg_0.1 = f32[8,16]{1,0} parameter(0), sharding={devices=[2,1]<=[2]}
+  %Arg_1.2 = f32[] parameter(1), sharding={replicated}
+  /* a comment */
+  %all-reduce.8 = f32[8,16]{1,0} all-reduce(f32[8,16]{1,0} %Arg_0.1), channel_id=1, replica_groups=[1,2]<=[2], use_global_device_ids=true, to_apply=%region_0.4
+  ROOT %multiply.9 = f32[8,16]{1,0} multiply(f32[8,16]{1,0} %all-reduce.8, f32[8,16]{1,0} %all-reduce.8)  // trailing
+}
+)";
+  // The entry layout has a tiled scalar layout; drop it to accept the rest.
+  std::string text = xla;
+  text.replace(text.find("{:T(128)}"), 9, "");
+  std::unique_ptr<HloModule> module = ParseHloModule(text);
+  EXPECT_EQ(PrintModule(*module), R"(HloModule jit_step, num_partitions=2
+
+region_0.4 {
+  Arg_0.5 = f32[] parameter(0)
+  Arg_1.6 = f32[] parameter(1)
+  ROOT add.7 = f32[] add(Arg_0.5, Arg_1.6), metadata={op_name="jit(step)/add"}
+}
+
+ENTRY main.10 {
+  Arg_0.1 = f32[8,16] parameter(0), sharding={devices=[2,1]<=[2]}
+  Arg_1.2 = f32[] parameter(1), sharding={replicated}
+  all-reduce.8 = f32[8,16] all-reduce(Arg_0.1), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=region_0.4
+  ROOT multiply.9 = f32[8,16] multiply(all-reduce.8, all-reduce.8)
+}
+)");
+  // XLA-style printing parses back to the same text.
+  const std::string xla_style = PrintModule(*module, HloPrintOptions::XlaStyle());
+  EXPECT_NE(xla_style.find("ENTRY %main.10 (Arg_0.1: f32[8,16]{1,0}, Arg_1.2: f32[]) -> "
+                           "f32[8,16]{1,0} {"),
+            std::string::npos)
+      << xla_style;
+  EXPECT_EQ(PrintModule(*ParseHloModule(xla_style), HloPrintOptions::XlaStyle()), xla_style);
+
+  // And the tiled layout itself is refused, pointing at it.
+  try {
+    ParseHloModule(xla);
+    FAIL() << "tiled layout accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("1:83: layout {:T(128)} of f32[] is not the default {}"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(ParserTest, EntryDefaultsToLastComputationAndNamesAreScopedPerComputation) {
+  // No ENTRY marker: the last computation is the entry. The same name in two
+  // computations is fine in text; the module renames the later one.
+  std::unique_ptr<HloModule> module = ParseHloModule(R"(HloModule m
+f {
+  p = f32[2] parameter(0)
+  ROOT r = f32[2] negate(p)
+}
+g {
+  p = f32[2] parameter(0)
+  ROOT r = f32[2] call(p), to_apply=f
+}
+)");
+  EXPECT_EQ(module->entry_computation()->name(), "g");
+  EXPECT_EQ(module->entry_computation()->instructions()[0]->name(), "p.1");
+  EXPECT_EQ(PrintModule(*ParseHloModule(PrintModule(*module))), PrintModule(*module));
+}
+
+struct BadText {
+  const char* name;
+  const char* text;
+  const char* message;  // expected substring, starting with line:col
+};
+
+class ParseErrorTest : public testing::TestWithParam<BadText> {};
+
+TEST_P(ParseErrorTest, NamesLineColAndExpectation) {
+  const BadText& c = GetParam();
+  try {
+    ParseHloModule(c.text);
+    FAIL() << "accepted:\n" << c.text;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(c.message), std::string::npos)
+        << "message: " << e.what() << "\nwanted: " << c.message;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Parser, ParseErrorTest,
+    testing::Values(
+        BadText{"NoHeader", "ENTRY main {\n}", "1:1: expected 'HloModule <name>' at the start"},
+        BadText{"MissingEquals", "HloModule m\nENTRY main {\n  x f32[] parameter(0)\n}",
+                "3:5: expected '=' after instruction name 'x', found 'f32'"},
+        BadText{"UnknownOpcode",
+                "HloModule m\nENTRY main {\n  x = f32[] parameter(0)\n  y = f32[] fusion(x)\n}",
+                "4:13: unsupported opcode 'fusion'"},
+        BadText{"UnknownType", "HloModule m\nENTRY main {\n  x = f64[] parameter(0)\n}",
+                "3:7: unsupported element type 'f64'; weft supports pred, s32"},
+        BadText{"UndefinedOperand",
+                "HloModule m\nENTRY main {\n  x = f32[] parameter(0)\n  y = f32[] add(x, z)\n}",
+                "4:20: operand 'z' is not defined before this use"},
+        BadText{"OperandListSyntax",
+                "HloModule m\nENTRY main {\n  x = f32[] parameter(0)\n  y = f32[] add(x x)\n}",
+                "4:19: expected ',' or ')' in the operand list, found 'x'"},
+        BadText{"NonDefaultLayout",
+                "HloModule m\nENTRY main {\n  x = f32[4,8]{0,1} parameter(0)\n}",
+                "3:15: layout {0,1} of f32[4,8] is not the default {1,0}"},
+        BadText{"DynamicDim", "HloModule m\nENTRY main {\n  x = f32[<=4] parameter(0)\n}",
+                "3:11: dynamic dimensions are not supported"},
+        BadText{"BadSharding",
+                "HloModule m\nENTRY main {\n  x = f32[4] parameter(0), sharding={devices=[2]0,0}\n}",
+                "3:46: bad sharding: tile assignment lists device 0 twice"},
+        BadText{"MissingAttribute",
+                "HloModule m\nENTRY main {\n  x = f32[4] parameter(0)\n"
+                "  y = f32[4,4] broadcast(x)\n}",
+                "4:3: broadcast 'y' is missing attribute dimensions="},
+        BadText{"WrongAttribute",
+                "HloModule m\nENTRY main {\n  x = f32[4] parameter(0)\n"
+                "  y = f32[4] negate(x), dimensions={0}\n}",
+                "4:25: attribute 'dimensions' does not apply to negate"},
+        BadText{"UnknownAttribute",
+                "HloModule m\nENTRY main {\n  x = f32[4] parameter(0)\n"
+                "  y = f32[4] negate(x), colour=red\n}",
+                "4:25: unknown attribute 'colour' on negate"},
+        BadText{"DuplicateName",
+                "HloModule m\nENTRY main {\n  x = f32[4] parameter(0)\n  x = f32[4] negate(x)\n}",
+                "4:3: instruction name 'x' is already used at 3:3"},
+        BadText{"UnknownComputation",
+                "HloModule m\nENTRY main {\n  x = f32[4] parameter(0)\n"
+                "  y = f32[4] call(x), to_apply=nowhere\n}",
+                "4:23: unknown computation 'nowhere'"},
+        BadText{"ConstantCount", "HloModule m\nENTRY main {\n  c = s32[3] constant({1, 2})\n}",
+                "3:23: constant has 2 entries along dimension 0 but s32[3] says 3"},
+        BadText{"BadDirection",
+                "HloModule m\nENTRY main {\n  x = f32[] parameter(0)\n"
+                "  y = pred[] compare(x, x), direction=LESS\n}",
+                "4:39: direction must be one of EQ, NE, LT, LE, GT, GE"},
+        BadText{"Unterminated", "HloModule m\nENTRY main {\n  x = f32[] parameter(0)\n",
+                "4:1: expected '}' to end computation 'main'"},
+        // Shape errors come from the verifier, at the instruction.
+        BadText{"ShapeMismatch",
+                "HloModule m\nENTRY main {\n  a = f32[4,8] parameter(0)\n"
+                "  b = f32[8,16] parameter(1)\n"
+                "  ROOT d = f32[4,8] dot(a, b), lhs_contracting_dims={1}, "
+                "rhs_contracting_dims={0}\n}",
+                "5:3: 'd' (dot): result f32[4,8] does not match f32[4,16] inferred from the "
+                "operands (f32[4,8], f32[8,16])"},
+        BadText{"OperandShapes",
+                "HloModule m\nENTRY main {\n  a = f32[4] parameter(0)\n"
+                "  b = f32[5] parameter(1)\n  ROOT c = f32[4] add(a, b)\n}",
+                "5:3: 'c' (add): add operands must have the same shape, got f32[4] and f32[5]"},
+        BadText{"SignatureMismatch",
+                "HloModule m\nENTRY main (p: f32[2]) -> f32[2] {\n  p = f32[3] parameter(0)\n"
+                "  ROOT n = f32[3] negate(p)\n}",
+                "2:12: signature of 'main' gives parameter 0 shape f32[2] but the body declares "
+                "f32[3]"}),
+    [](const testing::TestParamInfo<BadText>& info) { return info.param.name; });
+
+TEST(ParserTest, SourceNamePrefixesLocations) {
+  HloParseOptions options;
+  options.source_name = "model.hlo";
+  try {
+    ParseHloModule("HloModule m\nENTRY main {\n  x = f32[] parameter(0)\n  y = f32[] add(x, q)\n}",
+                   options);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("model.hlo:4:20: ", 0), 0u) << e.what();
+  }
+  try {
+    ParseHloModule("HloModule m\nENTRY main {\n  x = f32[] parameter(0)\n  y = s32[] negate(x)\n}",
+                   options);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("model.hlo:4:3: 'y' (negate)", 0), 0u) << e.what();
+  }
+}
+
+TEST(ParserTest, VerifyCanBeTurnedOff) {
+  HloParseOptions options;
+  options.verify = false;
+  std::unique_ptr<HloModule> module = ParseHloModule(
+      "HloModule m\nENTRY main {\n  x = f32[4] parameter(0)\n  ROOT y = f32[5] negate(x)\n}",
+      options);
+  EXPECT_EQ(module->entry_computation()->root_instruction()->shape().ToString(), "f32[5]");
+}
+
+TEST(ParseShapeTest, ShapesAndLayouts) {
+  EXPECT_EQ(ParseShape("f32[4,8]").ToString(), "f32[4,8]");
+  EXPECT_EQ(ParseShape("f32[4,8]{1,0}").ToString(), "f32[4,8]");
+  EXPECT_EQ(ParseShape("pred[]").ToString(), "pred[]");
+  EXPECT_EQ(ParseShape("(f32[4]{0}, (s32[], u32[2]))").ToString(), "(f32[4], (s32[], u32[2]))");
+  EXPECT_EQ(ParseShape("()").ToString(), "()");
+  EXPECT_THROW(ParseShape("f32[4,8]{0,1}"), Error);
+  EXPECT_THROW(ParseShape("f32[4] x"), Error);
+  EXPECT_THROW(ParseShape("f32[4,8]{1,0:T(8,128)}"), Error);
+}
+
+}  // namespace
+}  // namespace weft
