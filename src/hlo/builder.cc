@@ -16,7 +16,8 @@ HloInstruction* HloComputationBuilder::AddInstruction(HloOpcode opcode,
                                                       std::vector<HloComputation*> called,
                                                       std::string name) {
   WEFT_CHECK(computation_ != nullptr, "builder already built its computation");
-  if (name.empty()) name = fmt::format("{}.{}", HloOpcodeString(opcode), next_id_++);
+  // Plain opcode names; the module makes them unique ("add", "add.1", ...).
+  if (name.empty()) name = std::string(HloOpcodeString(opcode));
   auto instr = HloInstruction::Create(opcode, std::move(shape), std::move(operands),
                                       std::move(attrs), std::move(called), std::move(name));
   try {

@@ -21,8 +21,9 @@ std::string HloModule::Unique(std::string_view prefix, std::unordered_set<std::s
         std::all_of(base.begin() + dot + 1, base.end(), ::isdigit)) {
       base.resize(dot);
     }
+    int64_t& next = next_suffix_[base];
     do {
-      name = fmt::format("{}.{}", base, next_suffix_++);
+      name = fmt::format("{}.{}", base, ++next);
     } while (taken(name));
   }
   names.insert(name);

@@ -200,7 +200,10 @@ class HloTextParser {
       result = cur_.ParseShape();
     }
     cur_.Expect("{", fmt::format("'{{' to start computation '{}'", name));
+    // Instruction names are scoped per computation, as in XLA's parser; the
+    // module renames clashes across computations when adding them.
     std::unordered_map<std::string, HloInstruction*> scope;
+    names_.clear();
     HloInstruction* root = nullptr;
     while (!cur_.TryConsume("}")) {
       if (cur_.AtEnd()) cur_.Expected(fmt::format("'}}' to end computation '{}'", name));
@@ -589,7 +592,7 @@ class HloTextParser {
 
   TextCursor cur_;
   std::unique_ptr<HloModule> module_;
-  std::unordered_map<std::string, size_t> names_;  // instruction name -> offset
+  std::unordered_map<std::string, size_t> names_;  // name -> offset, current computation
   std::vector<PendingCall> calls_;
 };
 

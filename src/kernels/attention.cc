@@ -92,21 +92,45 @@ void Problem::PackKt(const float* k) {
   kt.Resize(static_cast<size_t>(d.batch * d.kv_heads * nkb * d.head_dim * bkp));
   ThreadPool::Global().ParallelFor(d.batch * d.kv_heads * nkb, [&](int64_t task, int) {
     int64_t kb = task % nkb, bh = task / nkb;
-    int64_t rows = KRows(kb);
     const float* src = k + (bh * d.kv_len + kb * bk) * d.head_dim;
-    float* dst = kt.data() + task * d.head_dim * bkp;
-    Transpose(src, rows, d.head_dim, d.head_dim, dst, bkp);
-    for (int64_t c = 0; c < d.head_dim; ++c)
-      std::fill(dst + c * bkp + rows, dst + (c + 1) * bkp, 0.0f);
+    KtPanel(*this, bh / d.kv_heads, bh % d.kv_heads, kb)
+        .SetTransposed(src, KRows(kb), d.head_dim, d.head_dim, bkp);
   });
+}
+
+void Chunked::SetRows(int64_t r0, const float* x, int64_t n, int64_t cols, int64_t ld,
+                      int64_t padded_cols) const {
+  constexpr int64_t C = simd::kPadN;
+  for (int64_t c0 = 0; c0 < padded_cols; c0 += C) {
+    float* chunk = data + c0 * rows + r0 * C;
+    const int64_t width = std::max<int64_t>(0, std::min(C, cols - c0));
+    for (int64_t r = 0; r < n; ++r) {
+      if (width > 0) std::memcpy(chunk + r * C, x + r * ld + c0, width * sizeof(float));
+      std::fill(chunk + r * C + width, chunk + (r + 1) * C, 0.0f);
+    }
+  }
+}
+
+void Chunked::SetTransposed(const float* x, int64_t n, int64_t cols, int64_t ld,
+                            int64_t padded_cols) const {
+  constexpr int64_t C = simd::kPadN;
+  for (int64_t c0 = 0; c0 < padded_cols; c0 += C) {
+    float* chunk = data + c0 * rows;  // [cols][C]: row r holds x[c0 .. c0 + C][r]
+    const int64_t width = std::max<int64_t>(0, std::min(C, n - c0));
+    for (int64_t r = 0; r < cols; ++r) {
+      for (int64_t j = 0; j < width; ++j) chunk[r * C + j] = x[(c0 + j) * ld + r];
+      for (int64_t j = width; j < C; ++j) chunk[r * C + j] = 0.0f;
+    }
+  }
 }
 
 void ScoreTile(const Problem& p, int64_t b, int64_t h, int64_t qb, int64_t kb, bool partial,
                float* s, float* grad, uint8_t* keep) {
   const int64_t nq = p.QRows(qb), nk = p.KRows(kb);
   const int64_t q0 = qb * p.bq, k0 = kb * p.bk;
-  p.simd.gemm(nq, p.bkp, p.d.head_dim, p.QScaledRows(b, h, qb), p.d.head_dim,
-              p.KtPanel(b, h / p.group, kb), p.bkp, s, p.bkp, false);
+  BOperand kt = KtPanel(p, b, h / p.group, kb).Rows(0);
+  p.simd.gemm(nq, p.bkp, p.d.head_dim, p.QScaledRows(b, h, qb), p.d.head_dim, kt.data, kt.ldb,
+              kt.chunk_stride, s, p.bkp, false);
   if (p.score_mod != nullptr) {
     p.score_mod->Apply(b, h, q0, nq, k0, nk, s, p.bkp, grad);
   } else if (grad != nullptr) {
@@ -123,14 +147,6 @@ void ScoreTile(const Problem& p, int64_t b, int64_t h, int64_t qb, int64_t kb, b
   }
   if (nk < p.bkp) {
     for (int64_t i = 0; i < nq; ++i) std::fill(s + i * p.bkp + nk, s + (i + 1) * p.bkp, kNegInf);
-  }
-}
-
-void CopyPadded(const float* x, int64_t rows, int64_t cols, int64_t ld_in, float* y,
-                int64_t ld_out) {
-  for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(y + r * ld_out, x + r * ld_in, static_cast<size_t>(cols) * sizeof(float));
-    std::fill(y + r * ld_out + cols, y + (r + 1) * ld_out, 0.0f);
   }
 }
 

@@ -23,15 +23,15 @@ using internal::Problem;
 
 namespace {
 
+// The backward's GEMM B operands, packed once per call (O(S * D) memory).
 struct BackwardOperands {
-  const float* q;         // [B, Hq, Sq, D] as given
   const float* lse;
-  const float* dout;      // [B, Hq, Sq, Dv] as given
-  const float* delta;     // [B, Hq, Sq]
-  const float* q_rows;    // [B, Hq, Sq, dp]
-  const float* do_rows;   // [B, Hq, Sq, dvp]
-  const float* k_rows;    // [B, Hkv, Skv, dp]
-  const float* vt;        // [B, Hkv, nkb, Dv, bkp]
+  const float* dout;   // [B, Hq, Sq, Dv] as given
+  const float* delta;  // [B, Hq, Sq]
+  float* q_rows;       // per (b, q head): chunked [Sq x dp]
+  float* do_rows;      // per (b, q head): chunked [Sq x dvp]
+  float* k_rows;       // per (b, kv head): chunked [Skv x dp]
+  float* vt;           // per (b, kv head, kv block): chunked [Dv x bkp]
 };
 
 struct BackwardScratch {
@@ -62,7 +62,6 @@ void TileBackward(const Problem& p, const BackwardOperands& x, BackwardScratch& 
   const int64_t nq = p.QRows(qb), nk = p.KRows(kb);
   const int64_t kvh = h / p.group;
   const int64_t row0 = (b * d.q_heads + h) * d.q_len + qb * p.bq;  // first query row
-  const int64_t krow0 = (b * d.kv_heads + kvh) * d.kv_len + kb * p.bk;
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
   float* P = w.p.data();
@@ -77,15 +76,19 @@ void TileBackward(const Problem& p, const BackwardOperands& x, BackwardScratch& 
       p.simd.exp_shift_sum(row, p.bkp, l);
     }
   }
+  const int64_t bh = b * d.q_heads + h, bkvh = b * d.kv_heads + kvh;
   if (dv != nullptr) {
     internal::Transpose(P, nq, nk, p.bkp, w.pt.data(), p.bq);
-    p.simd.gemm(nk, p.dvp, nq, w.pt.data(), p.bq, x.do_rows + row0 * p.dvp, p.dvp, dv, p.dvp,
+    internal::BOperand dO =
+        internal::Chunked{x.do_rows + bh * d.q_len * p.dvp, d.q_len}.Rows(qb * p.bq);
+    p.simd.gemm(nk, p.dvp, nq, w.pt.data(), p.bq, dO.data, dO.ldb, dO.chunk_stride, dv, p.dvp,
                 true);
   }
   float* dP = w.dp.data();
-  const float* vt = x.vt + ((b * d.kv_heads + kvh) * p.nkb + kb) * d.value_dim * p.bkp;
-  p.simd.gemm(nq, p.bkp, d.value_dim, x.dout + row0 * d.value_dim, d.value_dim, vt, p.bkp, dP,
-              p.bkp, false);
+  internal::BOperand vt =
+      internal::Chunked{x.vt + (bkvh * p.nkb + kb) * d.value_dim * p.bkp, d.value_dim}.Rows(0);
+  p.simd.gemm(nq, p.bkp, d.value_dim, x.dout + row0 * d.value_dim, d.value_dim, vt.data, vt.ldb,
+              vt.chunk_stride, dP, p.bkp, false);
   // dS overwrites dP.
   for (int64_t i = 0; i < nq; ++i) {
     p.simd.softmax_grad(P + i * p.bkp, dP + i * p.bkp, x.delta[row0 + i], p.scale,
@@ -98,10 +101,15 @@ void TileBackward(const Problem& p, const BackwardOperands& x, BackwardScratch& 
   }
   if (dk != nullptr) {
     internal::Transpose(dP, nq, nk, p.bkp, w.dst.data(), p.bq);
-    p.simd.gemm(nk, p.dp, nq, w.dst.data(), p.bq, x.q_rows + row0 * p.dp, p.dp, dk, p.dp, true);
+    internal::BOperand qr =
+        internal::Chunked{x.q_rows + bh * d.q_len * p.dp, d.q_len}.Rows(qb * p.bq);
+    p.simd.gemm(nk, p.dp, nq, w.dst.data(), p.bq, qr.data, qr.ldb, qr.chunk_stride, dk, p.dp,
+                true);
   }
   if (dq != nullptr) {
-    p.simd.gemm(nq, p.dp, nk, dP, p.bkp, x.k_rows + krow0 * p.dp, p.dp, dq, p.dp, true);
+    internal::BOperand kr =
+        internal::Chunked{x.k_rows + bkvh * d.kv_len * p.dp, d.kv_len}.Rows(kb * p.bk);
+    p.simd.gemm(nq, p.dp, nk, dP, p.bkp, kr.data, kr.ldb, kr.chunk_stride, dq, p.dp, true);
   }
 }
 
@@ -137,30 +145,27 @@ void FlexAttentionBackward(const AttentionDims& dims, const float* q, const floa
       vt(d.batch * d.kv_heads * p.nkb * d.value_dim * p.bkp);
   const int64_t q_heads = d.batch * d.q_heads;
   pool.ParallelFor(q_heads * p.nqb, [&](int64_t task, int) {
-    int64_t row0 = (task / p.nqb) * d.q_len + (task % p.nqb) * p.bq;
-    int64_t rows = p.QRows(task % p.nqb);
-    internal::CopyPadded(q + row0 * d.head_dim, rows, d.head_dim, d.head_dim,
-                         q_rows.data() + row0 * p.dp, p.dp);
-    internal::CopyPadded(dout + row0 * d.value_dim, rows, d.value_dim, d.value_dim,
-                         do_rows.data() + row0 * p.dvp, p.dvp);
+    const int64_t bh = task / p.nqb, qb = task % p.nqb;
+    const int64_t row0 = bh * d.q_len + qb * p.bq, rows = p.QRows(qb);
+    internal::Chunked{q_rows.data() + bh * d.q_len * p.dp, d.q_len}.SetRows(
+        qb * p.bq, q + row0 * d.head_dim, rows, d.head_dim, d.head_dim, p.dp);
+    internal::Chunked{do_rows.data() + bh * d.q_len * p.dvp, d.q_len}.SetRows(
+        qb * p.bq, dout + row0 * d.value_dim, rows, d.value_dim, d.value_dim, p.dvp);
     for (int64_t r = row0; r < row0 + rows; ++r) {
       float dot = p.simd.dot(dout + r * d.value_dim, out + r * d.value_dim, d.value_dim);
       delta[r] = dot - (dlse != nullptr ? dlse[r] : 0.0f);
     }
   });
   pool.ParallelFor(d.batch * d.kv_heads * p.nkb, [&](int64_t task, int) {
-    int64_t kb = task % p.nkb;
-    int64_t row0 = (task / p.nkb) * d.kv_len + kb * p.bk;
-    int64_t rows = p.KRows(kb);
-    internal::CopyPadded(k + row0 * d.head_dim, rows, d.head_dim, d.head_dim,
-                         k_rows.data() + row0 * p.dp, p.dp);
-    float* panel = vt.data() + task * d.value_dim * p.bkp;
-    internal::Transpose(v + row0 * d.value_dim, rows, d.value_dim, d.value_dim, panel, p.bkp);
-    for (int64_t c = 0; c < d.value_dim; ++c)
-      std::fill(panel + c * p.bkp + rows, panel + (c + 1) * p.bkp, 0.0f);
+    const int64_t bkvh = task / p.nkb, kb = task % p.nkb;
+    const int64_t row0 = bkvh * d.kv_len + kb * p.bk, rows = p.KRows(kb);
+    internal::Chunked{k_rows.data() + bkvh * d.kv_len * p.dp, d.kv_len}.SetRows(
+        kb * p.bk, k + row0 * d.head_dim, rows, d.head_dim, d.head_dim, p.dp);
+    internal::Chunked{vt.data() + task * d.value_dim * p.bkp, d.value_dim}.SetTransposed(
+        v + row0 * d.value_dim, rows, d.value_dim, d.value_dim, p.bkp);
   });
-  BackwardOperands x{q, lse, dout, delta.data(), q_rows.data(), do_rows.data(), k_rows.data(),
-                     vt.data()};
+  BackwardOperands x{lse,         dout,          delta.data(), q_rows.data(),
+                     do_rows.data(), k_rows.data(), vt.data()};
 
   std::vector<BackwardScratch> scratch(pool.num_threads());
   auto store_kv_block = [&](BackwardScratch& w, int64_t b, int64_t kvh, int64_t kb) {

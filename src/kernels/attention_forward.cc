@@ -33,14 +33,16 @@ void FlexAttentionForward(const AttentionDims& dims, const float* q, const float
   const AttentionDims& d = p.d;
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-  // V rows padded to dvp columns: [B, Hkv, Skv, dvp].
+  // V per (b, kv head) as a chunked [Skv x dvp] matrix.
   AlignedBuffer<float> vp(static_cast<size_t>(d.batch * d.kv_heads * d.kv_len * p.dvp));
+  auto v_head = [&](int64_t bkvh) {
+    return internal::Chunked{vp.data() + bkvh * d.kv_len * p.dvp, d.kv_len};
+  };
   ThreadPool& pool = ThreadPool::Global();
   pool.ParallelFor(d.batch * d.kv_heads * p.nkb, [&](int64_t task, int) {
     int64_t kb = task % p.nkb, bh = task / p.nkb;
-    int64_t row0 = bh * d.kv_len + kb * p.bk;
-    internal::CopyPadded(v + row0 * d.value_dim, p.KRows(kb), d.value_dim, d.value_dim,
-                         vp.data() + row0 * p.dvp, p.dvp);
+    v_head(bh).SetRows(kb * p.bk, v + (bh * d.kv_len + kb * p.bk) * d.value_dim, p.KRows(kb),
+                       d.value_dim, d.value_dim, p.dvp);
   });
 
   std::vector<ForwardScratch> scratch(pool.num_threads());
@@ -63,7 +65,7 @@ void FlexAttentionForward(const AttentionDims& dims, const float* q, const float
       w.m[i] = kNegInf;
       w.l[i] = 0;
     }
-    const float* vhead = vp.data() + (b * d.kv_heads + kvh) * d.kv_len * p.dvp;
+    const internal::Chunked vhead = v_head(b * d.kv_heads + kvh);
 
     internal::ForEachBlock(p.mask->KvBlocks(b, h, qb), [&](int32_t kb, bool partial) {
       const int64_t nk = p.KRows(kb);
@@ -83,7 +85,8 @@ void FlexAttentionForward(const AttentionDims& dims, const float* q, const float
         w.l[i] = w.l[i] * alpha + sum;
         w.m[i] = m_new;
       }
-      p.simd.gemm(nq, p.dvp, nk, s, p.bkp, vhead + kb * p.bk * p.dvp, p.dvp, w.o.data(), p.dvp,
+      internal::BOperand vb = vhead.Rows(kb * p.bk);
+      p.simd.gemm(nq, p.dvp, nk, s, p.bkp, vb.data, vb.ldb, vb.chunk_stride, w.o.data(), p.dvp,
                   true);
     });
 

@@ -45,13 +45,46 @@ struct Problem {
     return q_scaled.data() + ((b * d.q_heads + h) * d.q_len + qb * bq) * d.head_dim;
   }
 
-  // K^T panels: [B, Hkv, nkb][D][bkp], so Q * panel gives a score tile.
+  // K^T panels, one per (b, kv head, kv block): chunked [D x bkp] matrices
+  // (see Chunked below), so Q * panel gives a score tile.
   AlignedBuffer<float> kt;
-  const float* KtPanel(int64_t b, int64_t kvh, int64_t kb) const {
-    return kt.data() + ((b * d.kv_heads + kvh) * nkb + kb) * d.head_dim * bkp;
-  }
   void PackKt(const float* k);
 };
+
+// A GEMM B operand (simd::Primitives::gemm): element (k, n) at
+// data[(n / kPadN) * chunk_stride + k * ldb + n % kPadN].
+struct BOperand {
+  const float* data;
+  int64_t ldb;
+  int64_t chunk_stride;
+};
+
+// A "chunked" matrix [rows x PadN(cols)]: chunk c (columns c*kPadN ..) is a
+// contiguous [rows][kPadN] block, so the GEMM streams each chunk through
+// consecutive cache lines (a row-major B with a 256-byte or 512-byte row
+// stride maps a chunk onto a few cache sets only).
+struct Chunked {
+  float* data;
+  int64_t rows;
+  // Rows r0.. as a GEMM B operand.
+  BOperand Rows(int64_t r0) const {
+    return BOperand{data + r0 * simd::kPadN, simd::kPadN, rows * simd::kPadN};
+  }
+  // Writes x [n x cols] (leading dim ld) into rows r0 .. r0 + n, zero-filling
+  // the padded columns up to padded_cols.
+  void SetRows(int64_t r0, const float* x, int64_t n, int64_t cols, int64_t ld,
+               int64_t padded_cols) const;
+  // Writes x^T into columns 0 .. n of rows 0 .. cols (x is [n x cols] with
+  // leading dim ld), zero-filling columns n .. padded_cols.
+  void SetTransposed(const float* x, int64_t n, int64_t cols, int64_t ld,
+                     int64_t padded_cols) const;
+};
+
+inline Chunked KtPanel(const Problem& p, int64_t b, int64_t kvh, int64_t kb) {
+  float* base = const_cast<float*>(p.kt.data());
+  return Chunked{base + ((b * p.d.kv_heads + kvh) * p.nkb + kb) * p.d.head_dim * p.bkp,
+                 p.d.head_dim};
+}
 
 // Writes the scores of queries of block qb against kv block kb into s
 // (leading dim p.bkp, bkp columns): q.k * scale (from p.q_scaled),
@@ -75,11 +108,6 @@ void ForEachBlock(const BlockMask::BlockList& list, Fn&& fn) {
     }
   }
 }
-
-// Copies rows x [rows x cols] (leading dim ld_in) into y with leading dim
-// ld_out >= cols, zero-filling columns [cols, ld_out).
-void CopyPadded(const float* x, int64_t rows, int64_t cols, int64_t ld_in, float* y,
-                int64_t ld_out);
 
 // y[c][r] = x[r][c] for a rows x cols tile; y has leading dim ld_out.
 void Transpose(const float* x, int64_t rows, int64_t cols, int64_t ld_in, float* y,

@@ -14,8 +14,8 @@ namespace weft::kernels::simd {
   namespace ns {                                                                               \
   extern const int kLanes;                                                                     \
   extern const int kRows;                                                                      \
-  void Gemm(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*,   \
-            int64_t, bool);                                                                    \
+  void Gemm(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, int64_t,  \
+            float*, int64_t, bool);                                                            \
   float RowMax(const float*, int64_t);                                                         \
   float ExpShiftSum(float*, int64_t, float);                                                   \
   void Scale(float*, int64_t, float);                                                          \

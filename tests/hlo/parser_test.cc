@@ -11,9 +11,9 @@ namespace {
 constexpr const char* kScanModule = R"(HloModule scan_mlp, num_partitions=4
 
 add {
-  x = f32[] parameter(0)
-  y = f32[] parameter(1)
-  ROOT sum = f32[] add(x, y)
+  lhs = f32[] parameter(0)
+  rhs = f32[] parameter(1)
+  ROOT sum = f32[] add(lhs, rhs)
 }
 
 cond {
@@ -182,7 +182,7 @@ TEST(ParserTest, ScanModuleStructure) {
   HloInstruction* x = entry->GetInstruction("x");
   ASSERT_TRUE(x->sharding().has_value());
   EXPECT_EQ(x->sharding()->ToString(), "{devices=[4,1]<=[4]}");
-  EXPECT_EQ(x->location().line, 31);
+  EXPECT_EQ(x->location().line, 32);
   EXPECT_EQ(x->location().col, 3);
   EXPECT_EQ(entry->GetInstruction("init")->sharding()->tuple_elements().size(), 3u);
 
@@ -285,7 +285,7 @@ ENTRY main.10 {
     ParseHloModule(xla);
     FAIL() << "tiled layout accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("1:83: layout {:T(128)} of f32[] is not the default {}"),
+    EXPECT_NE(std::string(e.what()).find("1:69: layout {:T(128)} of f32[] is not the default {}"),
               std::string::npos)
         << e.what();
   }

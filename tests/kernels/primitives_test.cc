@@ -51,7 +51,7 @@ TEST_P(PrimitivesTest, GemmMatchesReferenceForAllRowTailsAndStrides) {
               ref[i * N + j] = s;
             }
           auto C_before = C;
-          P().gemm(M, N, K, A.data(), lda, B.data(), ldb, C.data(), ldc, accumulate);
+          P().gemm(M, N, K, A.data(), lda, B.data(), ldb, kPadN, C.data(), ldc, accumulate);
           for (int64_t i = 0; i < M; ++i) {
             for (int64_t j = 0; j < N; ++j)
               ASSERT_NEAR(C[i * ldc + j], ref[i * N + j], 1e-5 * (K + 1) * 4)
@@ -63,6 +63,19 @@ TEST_P(PrimitivesTest, GemmMatchesReferenceForAllRowTailsAndStrides) {
       }
     }
   }
+}
+
+TEST_P(PrimitivesTest, GemmReadsChunkedB) {
+  const int64_t M = 9, N = 48, K = 33;
+  auto A = Random(M * K), B = Random(K * N);
+  // Chunked layout: [N / kPadN][K][kPadN].
+  std::vector<float> chunked(K * N);
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t n = 0; n < N; ++n) chunked[(n / kPadN) * K * kPadN + k * kPadN + n % kPadN] = B[k * N + n];
+  std::vector<float> C1(M * N), C2(M * N);
+  P().gemm(M, N, K, A.data(), K, B.data(), N, kPadN, C1.data(), N, false);
+  P().gemm(M, N, K, A.data(), K, chunked.data(), kPadN, K * kPadN, C2.data(), N, false);
+  EXPECT_EQ(C1, C2);
 }
 
 TEST_P(PrimitivesTest, ExpShiftSumIsAccurateAndMapsMinusInfinityToZero) {

@@ -33,7 +33,8 @@ class HloComputationBuilder {
 
   // Generic: adds `opcode` with the given operands and attributes. `shape` is
   // needed only where operands do not determine it (see InferHloShape);
-  // otherwise pass Shape() and it is inferred. `name` defaults to the opcode.
+  // otherwise pass Shape() and it is inferred. `name` defaults to the opcode;
+  // HloModule::AddComputation makes names unique ("add", "add.1", ...).
   HloInstruction* AddInstruction(HloOpcode opcode, std::vector<HloInstruction*> operands,
                                  HloAttributes attrs = {}, Shape shape = Shape(),
                                  std::vector<HloComputation*> called = {},
@@ -119,7 +120,6 @@ class HloComputationBuilder {
  private:
   std::unique_ptr<HloComputation> computation_;
   HloInstruction* last_ = nullptr;
-  int64_t next_id_ = 0;
 };
 
 // A scalar reduction computation `name(x, y) = op(x, y)` (add, maximum, ...),

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -41,7 +42,8 @@ class HloModule {
   int64_t replica_count() const { return replica_count_; }
   void set_replica_count(int64_t n) { replica_count_ = n; }
 
-  // An instruction name not used yet in the module: `prefix`, or `prefix.N`.
+  // An instruction name not used yet in the module: `prefix`, or `base.N`
+  // with the smallest free N (base = prefix without a ".N" suffix).
   // (Computation names are a separate namespace, as in XLA.)
   std::string UniqueName(std::string_view prefix) { return Unique(prefix, names_); }
 
@@ -59,7 +61,7 @@ class HloModule {
   int64_t replica_count_ = 1;
   std::unordered_set<std::string> names_;              // instruction names
   std::unordered_set<std::string> computation_names_;  // computation names
-  int64_t next_suffix_ = 1;
+  std::unordered_map<std::string, int64_t> next_suffix_;  // per base name
 };
 
 }  // namespace weft

@@ -75,10 +75,10 @@ static void RowsTail(int rows, int64_t K, const float* A, int64_t lda, const flo
 }
 
 void Gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-                 int64_t ldb, float* C, int64_t ldc, bool accumulate) {
+          int64_t ldb, int64_t b_chunk_stride, float* C, int64_t ldc, bool accumulate) {
   constexpr int64_t kColumns = NV * L;  // == kPadN
   for (int64_t n0 = 0; n0 < N; n0 += kColumns) {
-    const float* b = B + n0;
+    const float* b = B + (n0 / kColumns) * b_chunk_stride;
     float* c = C + n0;
     int64_t m0 = 0;
     for (; m0 + MR <= M; m0 += MR)

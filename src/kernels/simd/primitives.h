@@ -18,10 +18,15 @@ struct Primitives {
   int lanes = 0;         // floats per vector register
   int rows = 0;          // rows per register block of the GEMM micro-kernel
 
-  // C[M x N] = (accumulate ? C : 0) + A[M x K] * B[K x N], all row-major with
-  // leading dimensions lda, ldb, ldc. N must be a multiple of kPadN.
+  // C[M x N] = (accumulate ? C : 0) + A[M x K] * B[K x N]. A and C are
+  // row-major (leading dims lda, ldc). B is read in chunks of kPadN columns:
+  // element (k, n) is at B[(n / kPadN) * b_chunk_stride + k * ldb + n % kPadN],
+  // so a row-major B has b_chunk_stride = kPadN, and a "chunked" B (each
+  // chunk [K][kPadN] contiguous, as the kernels pack it) has ldb = kPadN.
+  // N must be a multiple of kPadN.
   void (*gemm)(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-               int64_t ldb, float* C, int64_t ldc, bool accumulate) = nullptr;
+               int64_t ldb, int64_t b_chunk_stride, float* C, int64_t ldc,
+               bool accumulate) = nullptr;
 
   // max(x[0..n)); -inf when n == 0.
   float (*row_max)(const float* x, int64_t n) = nullptr;
