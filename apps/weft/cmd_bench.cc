@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "bench.h"
+#include "bench_collectives.h"
 #include "commands.h"
 
 namespace weft::cli {
@@ -30,6 +31,29 @@ void AddBench(CLI::App& app) {
   attn->add_option("--batch", opt->batch, "Batch")->capture_default_str();
   auto forward_only = std::make_shared<bool>(false);
   attn->add_flag("--forward-only", *forward_only, "Skip the backward pass");
+  auto* coll = bench->add_subcommand(
+      "collectives",
+      "All-reduce, all-gather and reduce-scatter bandwidth over message sizes (nccl-tests "
+      "algbw/busbw), in-process threads or MPI ranks (--mpi, under mpirun)");
+  struct CollectiveOptions {
+    bool json = false, mpi = false;
+    int devices = 4;
+    int64_t min_bytes = 4 << 10, max_bytes = 64 << 20;
+  };
+  auto copt = std::make_shared<CollectiveOptions>();
+  coll->add_flag("--json", copt->json, "Print JSON instead of a table");
+  coll->add_flag("--mpi", copt->mpi, "One device per MPI rank (run under mpirun)");
+  coll->add_option("--devices", copt->devices, "In-process devices")->capture_default_str();
+  coll->add_option("--min-bytes", copt->min_bytes, "Smallest message")->capture_default_str();
+  coll->add_option("--max-bytes", copt->max_bytes, "Largest message")->capture_default_str();
+  coll->callback([copt] {
+    SetAction([copt] {
+      return copt->mpi ? bench::RunCollectivesMpi(copt->json, copt->min_bytes, copt->max_bytes)
+                       : bench::RunCollectives(copt->json, copt->devices, copt->min_bytes,
+                                               copt->max_bytes);
+    });
+  });
+
   attn->callback([opt, forward_only] {
     opt->backward = !*forward_only;
     SetAction([opt] { return bench::RunAttention(*opt); });

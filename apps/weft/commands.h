@@ -10,6 +10,7 @@ namespace weft::cli {
 
 void AddDemo(CLI::App& app);
 void AddBench(CLI::App& app);
+void AddTopology(CLI::App& app);
 
 // Stores the action of the subcommand being parsed.
 void SetAction(std::function<int()> action);

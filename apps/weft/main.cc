@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   weft::cli::AddDemo(app);
   weft::cli::AddBench(app);
+  weft::cli::AddTopology(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

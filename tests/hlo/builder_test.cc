@@ -69,10 +69,10 @@ TEST(BuilderTest, ScanModuleHasInferredShapesAndVerifies) {
   EXPECT_NO_THROW(VerifyHloModule(*module));
   HloComputation* body = module->GetComputation("body");
   ASSERT_NE(body, nullptr);
-  HloInstruction* slice = body->GetInstruction("dynamic-slice.5");
+  HloInstruction* slice = body->GetInstruction("dynamic-slice");
   ASSERT_NE(slice, nullptr) << PrintModule(*module);
   EXPECT_EQ(slice->shape().ToString(), "f32[1,16,16]");
-  EXPECT_EQ(body->GetInstruction("dot.7")->shape().ToString(), "f32[8,16]");
+  EXPECT_EQ(body->GetInstruction("dot")->shape().ToString(), "f32[8,16]");
   EXPECT_EQ(body->root_instruction()->shape().ToString(), "(s32[], f32[8,16], f32[4,16,16])");
   HloInstruction* root = module->entry_computation()->root_instruction();
   EXPECT_EQ(root->opcode(), HloOpcode::kReduce);
@@ -85,12 +85,12 @@ TEST(BuilderTest, PrintsTextThatParsesBackIdentically) {
   const std::string text = PrintModule(*module);
   EXPECT_EQ(PrintModule(*ParseHloModule(text)), text);
   // Spot-check the syntax the builder produced.
-  EXPECT_NE(text.find("dynamic-slice.5 = f32[1,16,16] dynamic-slice(get-tuple-element.3, "
-                      "get-tuple-element.1, constant.4, constant.4), "
+  EXPECT_NE(text.find("dynamic-slice = f32[1,16,16] dynamic-slice(get-tuple-element.3, "
+                      "get-tuple-element.1, constant.1, constant.1), "
                       "dynamic_slice_sizes={1,16,16}"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("while.3 = (s32[], f32[8,16], f32[4,16,16]) while(tuple.2), "
+  EXPECT_NE(text.find("while = (s32[], f32[8,16], f32[4,16,16]) while(tuple.1), "
                       "condition=cond, body=body"),
             std::string::npos)
       << text;

@@ -1,0 +1,239 @@
+#include "weft/hlo/shape_inference.h"
+
+#include <gtest/gtest.h>
+
+#include "weft/hlo/builder.h"
+#include "weft/hlo/computation.h"
+#include "weft/hlo/parser.h"
+
+namespace weft {
+namespace {
+
+// Parameters of the given shapes, and a way to infer an instruction over them.
+class Infer {
+ public:
+  explicit Infer(std::vector<std::string> shapes) : comp_("c") {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      HloAttributes a;
+      a.parameter_number = static_cast<int64_t>(i);
+      params_.push_back(comp_.AddInstruction(HloInstruction::Create(
+          HloOpcode::kParameter, ParseShape(shapes[i]), {}, a, {}, fmt::format("p{}", i))));
+    }
+  }
+  // Shape string, or "error: <message>".
+  std::string operator()(HloOpcode op, std::vector<int> operands, HloAttributes attrs = {},
+                         std::string declared = "", std::vector<HloComputation*> called = {}) {
+    std::vector<HloInstruction*> ops;
+    for (int i : operands) ops.push_back(params_.at(i));
+    auto instr = HloInstruction::Create(op, declared.empty() ? Shape() : ParseShape(declared), ops,
+                                        std::move(attrs), std::move(called), "x");
+    try {
+      return InferHloShape(*instr).ToString();
+    } catch (const Error& e) {
+      return fmt::format("error: {}", e.what());
+    }
+  }
+
+ private:
+  HloComputation comp_;
+  std::vector<HloInstruction*> params_;
+};
+
+bool Contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+TEST(ShapeInferenceTest, Elementwise) {
+  Infer infer({"f32[4,8]", "f32[4,8]", "s32[4,8]", "pred[4,8]", "f32[8]", "pred[]"});
+  EXPECT_EQ(infer(HloOpcode::kAdd, {0, 1}), "f32[4,8]");
+  EXPECT_EQ(infer(HloOpcode::kTanh, {0}), "f32[4,8]");
+  EXPECT_EQ(infer(HloOpcode::kNegate, {2}), "s32[4,8]");
+  EXPECT_EQ(infer(HloOpcode::kAnd, {3, 3}), "pred[4,8]");
+  EXPECT_EQ(infer(HloOpcode::kNot, {2}), "s32[4,8]");
+  HloAttributes cmp;
+  cmp.comparison_direction = ComparisonDirection::kGt;
+  EXPECT_EQ(infer(HloOpcode::kCompare, {0, 1}, cmp), "pred[4,8]");
+  EXPECT_EQ(infer(HloOpcode::kSelect, {3, 0, 1}), "f32[4,8]");
+  EXPECT_EQ(infer(HloOpcode::kSelect, {5, 0, 1}), "f32[4,8]");  // scalar predicate
+  EXPECT_TRUE(Contains(infer(HloOpcode::kAdd, {0, 4}), "same shape, got f32[4,8] and f32[8]"));
+  EXPECT_TRUE(Contains(infer(HloOpcode::kAdd, {0, 2}), "same shape"));
+  EXPECT_TRUE(Contains(infer(HloOpcode::kExp, {2}), "floating-point"));
+  EXPECT_TRUE(Contains(infer(HloOpcode::kAnd, {0, 1}), "pred or integers"));
+  EXPECT_TRUE(Contains(infer(HloOpcode::kMultiply, {3, 3}), "needs numbers"));
+  EXPECT_TRUE(Contains(infer(HloOpcode::kSelect, {0, 0, 1}), "predicate must be pred"));
+  EXPECT_TRUE(Contains(infer(HloOpcode::kAdd, {0}), "takes 2 operands, got 1"));
+  EXPECT_EQ(infer(HloOpcode::kConvert, {0}, {}, "bf16[4,8]"), "bf16[4,8]");
+  EXPECT_TRUE(Contains(infer(HloOpcode::kConvert, {0}, {}, "bf16[4]"), "keep the dimensions"));
+}
+
+TEST(ShapeInferenceTest, ShapeChanges) {
+  Infer infer({"f32[4,8]", "f32[]", "f32[4,3]", "s32[]", "f32[2,2]"});
+  HloAttributes dims;
+  dims.dimensions = {1, 0};
+  EXPECT_EQ(infer(HloOpcode::kTranspose, {0}, dims), "f32[8,4]");
+  dims.dimensions = {0, 2};
+  EXPECT_EQ(infer(HloOpcode::kBroadcast, {0}, dims, "f32[4,5,8]"), "f32[4,5,8]");
+  EXPECT_TRUE(Contains(infer(HloOpcode::kBroadcast, {0}, dims, "f32[4,5,9]"),
+                       "maps operand dim 1 (size 8) to result dim 2 (size 9)"));
+  dims.dimensions = {2, 0};
+  EXPECT_TRUE(Contains(infer(HloOpcode::kBroadcast, {0}, dims, "f32[8,5,4]"), "must be sorted"));
+  EXPECT_EQ(infer(HloOpcode::kReshape, {0}, {}, "f32[32]"), "f32[32]");
+  EXPECT_TRUE(Contains(infer(HloOpcode::kReshape, {0}, {}, "f32[31]"), "element type and count"));
+  HloAttributes cat;
+  cat.dimensions = {1};
+  EXPECT_EQ(infer(HloOpcode::kConcatenate, {0, 2}, cat), "f32[4,11]");
+  cat.dimensions = {0};
+  EXPECT_TRUE(Contains(infer(HloOpcode::kConcatenate, {0, 2}, cat), "differ outside dimension 0"));
+  HloAttributes sl;
+  sl.slice = {{1, 4, 1}, {0, 8, 3}};
+  EXPECT_EQ(infer(HloOpcode::kSlice, {0}, sl), "f32[3,3]");
+  sl.slice = {{1, 5, 1}, {0, 8, 1}};
+  EXPECT_TRUE(Contains(infer(HloOpcode::kSlice, {0}, sl), "invalid for dim 0 of size 4"));
+  HloAttributes ds;
+  ds.dynamic_slice_sizes = {2, 8};
+  EXPECT_EQ(infer(HloOpcode::kDynamicSlice, {0, 3, 3}, ds), "f32[2,8]");
+  EXPECT_TRUE(Contains(infer(HloOpcode::kDynamicSlice, {0, 3}, ds), "takes 3 operands"));
+  EXPECT_TRUE(Contains(infer(HloOpcode::kDynamicSlice, {0, 3, 1}, ds), "integer scalar"));
+  EXPECT_EQ(infer(HloOpcode::kDynamicUpdateSlice, {0, 4, 3, 3}), "f32[4,8]");
+  EXPECT_TRUE(Contains(infer(HloOpcode::kDynamicUpdateSlice, {4, 0, 3, 3}), "larger than"));
+  HloAttributes pad;
+  pad.padding = {{1, 2, 0}, {-1, 0, 2}};
+  EXPECT_EQ(infer(HloOpcode::kPad, {0, 1}, pad), "f32[7,21]");
+  HloAttributes iota;
+  iota.iota_dimension = 1;
+  EXPECT_EQ(infer(HloOpcode::kIota, {}, iota, "s32[3,5]"), "s32[3,5]");
+  iota.iota_dimension = 2;
+  EXPECT_TRUE(Contains(infer(HloOpcode::kIota, {}, iota, "s32[3,5]"), "out of range"));
+}
+
+TEST(ShapeInferenceTest, ReduceDotGatherScatter) {
+  HloModule module("m");
+  HloComputation* add =
+      module.AddComputation(MakeScalarReduction("add", HloOpcode::kAdd, PrimitiveType::kF32));
+  Infer infer({"f32[4,8,16]", "f32[]", "bf16[2,3,5,7]", "bf16[2,3,7,11]", "f32[100,64]",
+               "s32[6,2]", "f32[6,64]", "s32[6]", "f32[6,64,2]"});
+  HloAttributes r;
+  r.dimensions = {0, 2};
+  EXPECT_EQ(infer(HloOpcode::kReduce, {0, 1}, r, "", {add}), "f32[8]");
+  EXPECT_TRUE(Contains(infer(HloOpcode::kReduce, {0, 1}, r), "needs a to_apply"));
+  r.dimensions = {0, 0};
+  EXPECT_TRUE(Contains(infer(HloOpcode::kReduce, {0, 1}, r, "", {add}), "repeats dim 0"));
+
+  HloAttributes dot;
+  dot.dot.lhs_batch_dims = {0, 1};
+  dot.dot.rhs_batch_dims = {0, 1};
+  dot.dot.lhs_contracting_dims = {3};
+  dot.dot.rhs_contracting_dims = {2};
+  EXPECT_EQ(infer(HloOpcode::kDot, {2, 3}, dot), "bf16[2,3,5,11]");
+  EXPECT_EQ(infer(HloOpcode::kDot, {2, 3}, dot, "f32[2,3,5,11]"), "f32[2,3,5,11]");
+  dot.dot.rhs_contracting_dims = {3};
+  EXPECT_TRUE(Contains(infer(HloOpcode::kDot, {2, 3}, dot),
+                       "contracting dim sizes differ: lhs dim 3 is 7 but rhs dim 3 is 11"));
+
+  // Embedding lookup: rows of a [100,64] table by [6] ids (implicit index dim).
+  HloAttributes g;
+  g.gather.offset_dims = {1};
+  g.gather.collapsed_slice_dims = {0};
+  g.gather.start_index_map = {0};
+  g.gather.index_vector_dim = 1;
+  g.gather_slice_sizes = {1, 64};
+  EXPECT_EQ(infer(HloOpcode::kGather, {4, 7}, g), "f32[6,64]");
+  // Explicit index vectors of 2 coordinates: a [1,8] window per index.
+  HloAttributes g2;
+  g2.gather.offset_dims = {1};
+  g2.gather.collapsed_slice_dims = {0};
+  g2.gather.start_index_map = {0, 1};
+  g2.gather.index_vector_dim = 1;
+  g2.gather_slice_sizes = {1, 8};
+  EXPECT_EQ(infer(HloOpcode::kGather, {4, 5}, g2), "f32[6,8]");
+  g2.gather_slice_sizes = {2, 8};
+  EXPECT_TRUE(Contains(infer(HloOpcode::kGather, {4, 5}, g2), "collapses dim 0"));
+  // Batching dims: operand [6,64,2] gathered along dim 1 per batch row.
+  HloAttributes g3;
+  g3.gather.offset_dims = {};
+  g3.gather.collapsed_slice_dims = {1};
+  g3.gather.operand_batching_dims = {0};
+  g3.gather.start_indices_batching_dims = {0};
+  g3.gather.start_index_map = {1};
+  g3.gather.index_vector_dim = 1;
+  g3.gather_slice_sizes = {1, 1, 2};
+  EXPECT_TRUE(Contains(infer(HloOpcode::kGather, {8, 7}, g3), "offset_dims {} must have one"));
+  g3.gather.offset_dims = {1};
+  EXPECT_EQ(infer(HloOpcode::kGather, {8, 7}, g3), "f32[6,2]");
+
+  HloAttributes s;
+  s.scatter.update_window_dims = {1};
+  s.scatter.inserted_window_dims = {0};
+  s.scatter.scatter_dims_to_operand_dims = {0};
+  s.scatter.index_vector_dim = 1;
+  EXPECT_EQ(infer(HloOpcode::kScatter, {4, 7, 6}, s, "", {add}), "f32[100,64]");
+  EXPECT_TRUE(Contains(infer(HloOpcode::kScatter, {4, 7, 4}, s, "", {add}),
+                       "updates dim 0 is 100 but the matching index batch dim is 6"));
+  s.scatter.inserted_window_dims = {};
+  EXPECT_TRUE(Contains(infer(HloOpcode::kScatter, {4, 7, 6}, s, "", {add}), "must add up"));
+}
+
+TEST(ShapeInferenceTest, ControlFlowAndCollectives) {
+  std::unique_ptr<HloModule> module = ParseHloModule(R"(HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+bad_cond {
+  st = (s32[], f32[4]) parameter(0)
+  ROOT i = s32[] get-tuple-element(st), index=0
+}
+body {
+  st2 = (s32[], f32[4]) parameter(0)
+  ROOT same = (s32[], f32[4]) copy(st2)
+}
+ENTRY main {
+  x = f32[4] parameter(0)
+  ROOT r = f32[4] negate(x)
+}
+)");
+  HloComputation* add = module->GetComputation("add");
+  HloComputation* bad_cond = module->GetComputation("bad_cond");
+  HloComputation* body = module->GetComputation("body");
+  Infer infer({"(s32[], f32[4])", "f32[8,4]", "f32[]"});
+  EXPECT_TRUE(Contains(infer(HloOpcode::kWhile, {0}, {}, "", {bad_cond, body}),
+                       "condition 'bad_cond' must return pred[], returns s32[]"));
+  EXPECT_TRUE(Contains(infer(HloOpcode::kWhile, {1}, {}, "", {body, body}),
+                       "must take one parameter of the loop state f32[8,4]"));
+  HloAttributes gte;
+  gte.tuple_index = 1;
+  EXPECT_EQ(infer(HloOpcode::kGetTupleElement, {0}, gte), "f32[4]");
+  gte.tuple_index = 2;
+  EXPECT_TRUE(Contains(infer(HloOpcode::kGetTupleElement, {0}, gte), "out of range"));
+  EXPECT_EQ(infer(HloOpcode::kTuple, {1, 2}), "(f32[8,4], f32[])");
+  EXPECT_TRUE(Contains(infer(HloOpcode::kCall, {1}, {}, "", {add}), "passes 1 arguments"));
+
+  HloAttributes ag;
+  ag.dimensions = {0};
+  ag.replica_groups = {{0, 1, 2}, {3, 4, 5}};
+  EXPECT_EQ(infer(HloOpcode::kAllGather, {1}, ag), "f32[24,4]");
+  EXPECT_TRUE(Contains(infer(HloOpcode::kReduceScatter, {1}, ag, "", {add}),
+                       "over 3 devices, which does not divide it"));
+  ag.replica_groups = {};
+  EXPECT_EQ(infer(HloOpcode::kAllGather, {1}, ag, "f32[32,4]"), "f32[32,4]");
+  EXPECT_TRUE(Contains(infer(HloOpcode::kAllGather, {1}, ag, "f32[32,5]"), "only scale dim 0"));
+  ag.replica_groups = {{0, 1}, {1, 2}};
+  EXPECT_TRUE(Contains(infer(HloOpcode::kAllGather, {1}, ag), "device 1 appears in two"));
+  HloAttributes ar;
+  EXPECT_EQ(infer(HloOpcode::kAllReduce, {1}, ar, "", {add}), "f32[8,4]");
+  HloAttributes cp;
+  cp.source_target_pairs = {{0, 1}, {0, 2}};
+  EXPECT_TRUE(Contains(infer(HloOpcode::kCollectivePermute, {1}, cp), "sends from 0 twice"));
+  EXPECT_EQ(infer(HloOpcode::kPartitionId, {}), "u32[]");
+}
+
+TEST(ReplicaGroupSizeTest, SizesAndErrors) {
+  EXPECT_EQ(ReplicaGroupSize({}), 0);
+  EXPECT_EQ(ReplicaGroupSize({{0, 1}, {2, 3}}), 2);
+  EXPECT_THROW(ReplicaGroupSize({{0, 1}, {2}}), Error);
+  EXPECT_THROW(ReplicaGroupSize({{0, -1}}), Error);
+}
+
+}  // namespace
+}  // namespace weft
