@@ -273,8 +273,7 @@ HloInstruction* HloComputationBuilder::AllGather(HloInstruction* x, int64_t dime
 HloInstruction* HloComputationBuilder::ReduceScatter(
     HloInstruction* x, int64_t dimension, std::vector<std::vector<int64_t>> replica_groups,
     HloComputation* to_apply, std::optional<int64_t> channel_id) {
-  WEFT_CHECK(!replica_groups.empty(),
-             "ReduceScatter needs replica_groups to know the group size");
+  WEFT_CHECK(!replica_groups.empty(), "ReduceScatter needs replica_groups to know the group size");
   return AddInstruction(HloOpcode::kReduceScatter, {x},
                         CollectiveAttrs(std::move(replica_groups), channel_id, {dimension}),
                         Shape(), {to_apply});

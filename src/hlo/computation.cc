@@ -25,6 +25,11 @@ HloInstruction* HloComputation::AddInstruction(std::unique_ptr<HloInstruction> i
                instruction->Describe(), operand->Describe());
   }
   HloInstruction* raw = instruction.get();
+  // Once in a module, new instructions get module-unique names right away.
+  if (parent_ != nullptr) {
+    raw->set_name(parent_->UniqueName(
+        raw->name().empty() ? std::string(HloOpcodeString(raw->opcode())) : raw->name()));
+  }
   if (raw->opcode() == HloOpcode::kParameter) {
     const int64_t number = raw->parameter_number();
     WEFT_CHECK(number >= 0, "parameter {} has negative number {}", raw->Describe(), number);
@@ -40,8 +45,8 @@ HloInstruction* HloComputation::AddInstruction(std::unique_ptr<HloInstruction> i
 }
 
 void HloComputation::RemoveInstruction(HloInstruction* instruction) {
-  WEFT_CHECK(instruction->parent_ == this, "{} is not in computation '{}'",
-             instruction->Describe(), name_);
+  WEFT_CHECK(instruction->parent_ == this, "{} is not in computation '{}'", instruction->Describe(),
+             name_);
   WEFT_CHECK(instruction->users().empty(), "cannot remove {}: it still has {} users",
              instruction->Describe(), instruction->users().size());
   WEFT_CHECK(instruction != root_, "cannot remove the root {} of '{}'", instruction->Describe(),
@@ -74,8 +79,10 @@ HloInstruction* HloComputation::root_instruction() const {
 }
 
 void HloComputation::set_root_instruction(HloInstruction* root) {
-  WEFT_CHECK(root != nullptr && root->parent_ == this, "root of '{}' must be one of its own "
-             "instructions", name_);
+  WEFT_CHECK(root != nullptr && root->parent_ == this,
+             "root of '{}' must be one of its own "
+             "instructions",
+             name_);
   root_ = root;
 }
 

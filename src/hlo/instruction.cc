@@ -99,20 +99,18 @@ void HloInstruction::ReplaceAllUsesWith(HloInstruction* replacement) {
 }
 
 HloComputation* HloInstruction::to_apply() const {
-  WEFT_CHECK(called_.size() == 1 && opcode_ != HloOpcode::kWhile,
-             "{} has no to_apply computation", Describe());
+  WEFT_CHECK(called_.size() == 1 && opcode_ != HloOpcode::kWhile, "{} has no to_apply computation",
+             Describe());
   return called_[0];
 }
 
 HloComputation* HloInstruction::while_condition() const {
-  WEFT_CHECK(opcode_ == HloOpcode::kWhile && called_.size() == 2, "{} is not a while",
-             Describe());
+  WEFT_CHECK(opcode_ == HloOpcode::kWhile && called_.size() == 2, "{} is not a while", Describe());
   return called_[0];
 }
 
 HloComputation* HloInstruction::while_body() const {
-  WEFT_CHECK(opcode_ == HloOpcode::kWhile && called_.size() == 2, "{} is not a while",
-             Describe());
+  WEFT_CHECK(opcode_ == HloOpcode::kWhile && called_.size() == 2, "{} is not a while", Describe());
   return called_[1];
 }
 

@@ -10,10 +10,10 @@
 
 namespace weft {
 
-std::string HloModule::Unique(std::string_view prefix, std::unordered_set<std::string>& names) {
-  auto taken = [&](const std::string& n) { return names.count(n) > 0; };
+std::string HloModule::NameSpace::Unique(std::string_view prefix) {
+  auto is_taken = [&](const std::string& n) { return taken.count(n) > 0; };
   std::string name(prefix.empty() ? "v" : prefix);
-  if (taken(name)) {
+  if (is_taken(name)) {
     // Strip an existing numeric suffix so "add.3" clashes become "add.N".
     std::string base = name;
     size_t dot = base.rfind('.');
@@ -21,20 +21,19 @@ std::string HloModule::Unique(std::string_view prefix, std::unordered_set<std::s
         std::all_of(base.begin() + dot + 1, base.end(), ::isdigit)) {
       base.resize(dot);
     }
-    int64_t& next = next_suffix_[base];
+    int64_t& next = next_suffix[base];
     do {
       name = fmt::format("{}.{}", base, ++next);
-    } while (taken(name));
+    } while (is_taken(name));
   }
-  names.insert(name);
+  taken.insert(name);
   return name;
 }
 
 void HloModule::Uniquify(HloComputation* computation) {
-  computation->set_name(Unique(computation->name(), computation_names_));
+  computation->set_name(computation_names_.Unique(computation->name()));
   for (HloInstruction* instr : computation->instructions()) {
-    instr->set_name(UniqueName(instr->name().empty() ? std::string(HloOpcodeString(
-                                                           instr->opcode()))
+    instr->set_name(UniqueName(instr->name().empty() ? std::string(HloOpcodeString(instr->opcode()))
                                                      : instr->name()));
   }
 }

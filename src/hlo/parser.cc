@@ -23,8 +23,8 @@ using Op = HloOpcode;
 const std::map<std::string_view, std::vector<Op>>& AttributeOpcodes() {
   static const auto* table = new std::map<std::string_view, std::vector<Op>>{
       {"dimensions",
-       {Op::kBroadcast, Op::kTranspose, Op::kReverse, Op::kReduce, Op::kConcatenate,
-        Op::kAllGather, Op::kReduceScatter, Op::kAllToAll}},
+       {Op::kBroadcast, Op::kTranspose, Op::kReverse, Op::kReduce, Op::kConcatenate, Op::kAllGather,
+        Op::kReduceScatter, Op::kAllToAll}},
       {"iota_dimension", {Op::kIota}},
       {"index", {Op::kGetTupleElement}},
       {"slice", {Op::kSlice}},
@@ -60,8 +60,7 @@ const std::map<std::string_view, std::vector<Op>>& AttributeOpcodes() {
       {"api_version", {Op::kCustomCall}},
       {"replica_groups", {Op::kAllReduce, Op::kAllGather, Op::kReduceScatter, Op::kAllToAll}},
       {"channel_id",
-       {Op::kAllReduce, Op::kAllGather, Op::kReduceScatter, Op::kAllToAll,
-        Op::kCollectivePermute}},
+       {Op::kAllReduce, Op::kAllGather, Op::kReduceScatter, Op::kAllToAll, Op::kCollectivePermute}},
       {"use_global_device_ids", {Op::kAllReduce, Op::kAllGather, Op::kReduceScatter}},
       {"constrain_layout", {Op::kAllReduce, Op::kAllGather, Op::kAllToAll}},
       {"source_target_pairs", {Op::kCollectivePermute}},
@@ -340,7 +339,9 @@ class HloTextParser {
     }
     cur_.Expect("=", fmt::format("'=' after {}", key));
     auto list = [&](std::vector<int64_t>& field) { field = cur_.ParseIntList(key); };
-    auto flag = [&](bool& field) { field = cur_.ParseBool(fmt::format("true or false for {}", key)); };
+    auto flag = [&](bool& field) {
+      field = cur_.ParseBool(fmt::format("true or false for {}", key));
+    };
     if (key == "dimensions") {
       list(a.dimensions);
     } else if (key == "iota_dimension") {
@@ -483,8 +484,7 @@ class HloTextParser {
       const size_t at = cur_.Mark();
       const size_t end = IotaEnd(at);
       const std::string prefix = "{devices=";
-      const std::string text =
-          fmt::format("{}{}}}", prefix, cur_.text().substr(at, end - at));
+      const std::string text = fmt::format("{}{}}}", prefix, cur_.text().substr(at, end - at));
       size_t pos = 0;
       try {
         const TileAssignment t = ParseHloShardingAt(text, &pos).tile_assignment();
@@ -549,8 +549,8 @@ class HloTextParser {
       if (is_pred && (cur_.Peek() == 't' || cur_.Peek() == 'f')) {
         values.push_back(cur_.ParseBool("true or false") ? 1 : 0);
       } else {
-        values.push_back(cur_.ParseNumber(fmt::format("a {} value", PrimitiveTypeName(
-                                                                         shape.element_type()))));
+        values.push_back(
+            cur_.ParseNumber(fmt::format("a {} value", PrimitiveTypeName(shape.element_type()))));
       }
     };
     auto level = [&](auto&& self, int64_t dim) -> void {

@@ -227,10 +227,9 @@ std::string PrintInstruction(const HloInstruction& instr, const HloPrintOptions&
       operands = fmt::format("{}", fmt::join(parts, ", "));
     }
   }
-  std::string line =
-      fmt::format("{}{} = {} {}({})", is_root ? "ROOT " : "", Name(instr.name(), options),
-                  instr.shape().ToString(options.print_layout), HloOpcodeString(instr.opcode()),
-                  operands);
+  std::string line = fmt::format(
+      "{}{} = {} {}({})", is_root ? "ROOT " : "", Name(instr.name(), options),
+      instr.shape().ToString(options.print_layout), HloOpcodeString(instr.opcode()), operands);
   for (const std::string& attr : Attributes(instr, options)) line += ", " + attr;
   return line;
 }

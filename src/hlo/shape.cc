@@ -49,13 +49,11 @@ std::optional<PrimitiveType> PrimitiveTypeFromName(std::string_view name) {
 std::string_view SupportedPrimitiveTypeNames() { return "pred, s32, s64, u32, f16, bf16, f32"; }
 
 bool IsFloatingPoint(PrimitiveType type) {
-  return type == PrimitiveType::kF32 || type == PrimitiveType::kBF16 ||
-         type == PrimitiveType::kF16;
+  return type == PrimitiveType::kF32 || type == PrimitiveType::kBF16 || type == PrimitiveType::kF16;
 }
 
 bool IsInteger(PrimitiveType type) {
-  return type == PrimitiveType::kS32 || type == PrimitiveType::kS64 ||
-         type == PrimitiveType::kU32;
+  return type == PrimitiveType::kS32 || type == PrimitiveType::kS64 || type == PrimitiveType::kU32;
 }
 
 bool IsSignedInteger(PrimitiveType type) {

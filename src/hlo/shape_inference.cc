@@ -101,9 +101,9 @@ Shape InferElementwise(const HloInstruction& instr) {
       WEFT_CHECK(t != PrimitiveType::kPred, "power needs numbers, got {}", a.ToString());
       return a;
     default:
-      WEFT_CHECK(t != PrimitiveType::kPred || op == HloOpcode::kMaximum ||
-                     op == HloOpcode::kMinimum,
-                 "{} needs numbers, got {}", name, a.ToString());
+      WEFT_CHECK(
+          t != PrimitiveType::kPred || op == HloOpcode::kMaximum || op == HloOpcode::kMinimum,
+          "{} needs numbers, got {}", name, a.ToString());
       return a;
   }
 }
@@ -137,8 +137,8 @@ void CheckScalarComputation(const HloComputation* c, std::span<const PrimitiveTy
   WEFT_CHECK(c != nullptr, "{} needs a to_apply computation", what);
   const int64_t n = static_cast<int64_t>(accumulators.size());
   WEFT_CHECK(c->num_parameters() == 2 * n,
-             "{} computation '{}' must take {} scalar parameters, takes {}", what, c->name(),
-             2 * n, c->num_parameters());
+             "{} computation '{}' must take {} scalar parameters, takes {}", what, c->name(), 2 * n,
+             c->num_parameters());
   for (int64_t i = 0; i < 2 * n; ++i) {
     const HloInstruction* p = c->parameter_instruction(i);
     WEFT_CHECK(p != nullptr, "{} computation '{}' lacks parameter {}", what, c->name(), i);
@@ -214,12 +214,12 @@ Shape InferDot(const HloInstruction& instr) {
                rhs.dimensions(dn.rhs_batch_dims[i]), lhs.ToString(), rhs.ToString());
   }
   for (size_t i = 0; i < dn.lhs_contracting_dims.size(); ++i) {
-    WEFT_CHECK(lhs.dimensions(dn.lhs_contracting_dims[i]) ==
-                   rhs.dimensions(dn.rhs_contracting_dims[i]),
-               "dot contracting dim sizes differ: lhs dim {} is {} but rhs dim {} is {} ({} x {})",
-               dn.lhs_contracting_dims[i], lhs.dimensions(dn.lhs_contracting_dims[i]),
-               dn.rhs_contracting_dims[i], rhs.dimensions(dn.rhs_contracting_dims[i]),
-               lhs.ToString(), rhs.ToString());
+    WEFT_CHECK(
+        lhs.dimensions(dn.lhs_contracting_dims[i]) == rhs.dimensions(dn.rhs_contracting_dims[i]),
+        "dot contracting dim sizes differ: lhs dim {} is {} but rhs dim {} is {} ({} x {})",
+        dn.lhs_contracting_dims[i], lhs.dimensions(dn.lhs_contracting_dims[i]),
+        dn.rhs_contracting_dims[i], rhs.dimensions(dn.rhs_contracting_dims[i]), lhs.ToString(),
+        rhs.ToString());
   }
   Dims out;
   for (int64_t d : dn.lhs_batch_dims) out.push_back(lhs.dimensions(d));
@@ -368,10 +368,10 @@ Shape InferSlicing(const HloInstruction& instr) {
       Dims out;
       for (int64_t d = 0; d < x.rank(); ++d) {
         const SliceDim& s = a.slice[d];
-        WEFT_CHECK(s.stride >= 1 && 0 <= s.start && s.start <= s.limit &&
-                       s.limit <= x.dimensions(d),
-                   "slice range [{}:{}:{}] invalid for dim {} of size {}", s.start, s.limit,
-                   s.stride, d, x.dimensions(d));
+        WEFT_CHECK(
+            s.stride >= 1 && 0 <= s.start && s.start <= s.limit && s.limit <= x.dimensions(d),
+            "slice range [{}:{}:{}] invalid for dim {} of size {}", s.start, s.limit, s.stride, d,
+            x.dimensions(d));
         out.push_back((s.limit - s.start + s.stride - 1) / s.stride);
       }
       return x.WithDimensions(out);
@@ -560,8 +560,8 @@ Shape InferControlFlow(const HloInstruction& instr) {
                  c->name(), c->num_parameters());
       for (int64_t i = 0; i < instr.operand_count(); ++i) {
         const Shape& want = c->parameter_instruction(i)->shape();
-        WEFT_CHECK(instr.operand(i)->shape() == want, "call argument {} is {} but '{}' takes {}",
-                   i, instr.operand(i)->shape().ToString(), c->name(), want.ToString());
+        WEFT_CHECK(instr.operand(i)->shape() == want, "call argument {} is {} but '{}' takes {}", i,
+                   instr.operand(i)->shape().ToString(), c->name(), want.ToString());
       }
       return c->root_instruction()->shape();
     }
@@ -621,8 +621,8 @@ Shape InferCollective(const HloInstruction& instr) {
       out[d] *= group;
     } else {
       WEFT_CHECK(out[d] % group == 0,
-                 "reduce-scatter splits dim {} of {} over {} devices, which does not divide it",
-                 d, x.ToString(), group);
+                 "reduce-scatter splits dim {} of {} over {} devices, which does not divide it", d,
+                 x.ToString(), group);
       out[d] /= group;
     }
     return x.WithDimensions(out);
@@ -634,13 +634,13 @@ Shape InferCollective(const HloInstruction& instr) {
              "{} result {} must be an array like the operand {}", name, declared.ToString(),
              x.ToString());
   for (int64_t i = 0; i < x.rank(); ++i) {
-    const int64_t big = instr.opcode() == HloOpcode::kAllGather ? declared.dimensions(i)
-                                                                 : x.dimensions(i);
-    const int64_t small = instr.opcode() == HloOpcode::kAllGather ? x.dimensions(i)
-                                                                   : declared.dimensions(i);
+    const int64_t big =
+        instr.opcode() == HloOpcode::kAllGather ? declared.dimensions(i) : x.dimensions(i);
+    const int64_t small =
+        instr.opcode() == HloOpcode::kAllGather ? x.dimensions(i) : declared.dimensions(i);
     WEFT_CHECK(i == d ? (small > 0 && big % small == 0) : big == small,
-               "{} from {} to {} must only scale dim {}", name, x.ToString(),
-               declared.ToString(), d);
+               "{} from {} to {} must only scale dim {}", name, x.ToString(), declared.ToString(),
+               d);
   }
   return declared;
 }

@@ -35,8 +35,8 @@ class Verifier {
     const SourceLocation& loc = instr.location();
     std::string where = loc.known() ? fmt::format("{}:{}: ", loc.line, loc.col)
                                     : fmt::format("computation '{}': ", instr.parent()->name());
-    problems_.push_back(fmt::format("{}'{}' ({}): {}", where, instr.name(),
-                                    HloOpcodeString(instr.opcode()), what));
+    problems_.push_back(
+        fmt::format("{}'{}' ({}): {}", where, instr.name(), HloOpcodeString(instr.opcode()), what));
   }
 
   void VerifyComputation(const HloComputation& c) {

@@ -22,8 +22,7 @@ void CheckAxes(const std::vector<std::string>& names, const std::vector<int64_t>
   WEFT_CHECK(!names.empty(), "a mesh needs at least one axis");
   for (size_t i = 0; i < names.size(); ++i) {
     WEFT_CHECK(!names[i].empty(), "mesh axis {} has an empty name", i);
-    WEFT_CHECK(sizes[i] >= 1, "mesh axis '{}' has size {}; sizes must be >= 1", names[i],
-               sizes[i]);
+    WEFT_CHECK(sizes[i] >= 1, "mesh axis '{}' has size {}; sizes must be >= 1", names[i], sizes[i]);
     for (size_t j = 0; j < i; ++j) {
       WEFT_CHECK(names[i] != names[j], "mesh axis name '{}' appears twice", names[i]);
     }
@@ -102,8 +101,8 @@ std::string Mesh::ToString() const {
   }
   std::string out = fmt::format("Mesh({}", fmt::join(axes, ", "));
   if (is_hybrid()) {
-    out += fmt::format(", ici=[{}], dcn=[{}]", fmt::join(ici_shape_, ","),
-                       fmt::join(dcn_shape_, ","));
+    out +=
+        fmt::format(", ici=[{}], dcn=[{}]", fmt::join(ici_shape_, ","), fmt::join(dcn_shape_, ","));
   } else if (devices_ != TileAssignment::Iota(axis_sizes())) {
     out += fmt::format(", device_ids=[{}]", fmt::join(devices_.devices(), ","));
   }

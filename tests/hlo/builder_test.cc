@@ -20,8 +20,8 @@ constexpr PrimitiveType S32 = PrimitiveType::kS32;
 std::unique_ptr<HloModule> BuildScan() {
   auto module = std::make_unique<HloModule>("scan");
   HloComputation* add = module->AddComputation(MakeScalarReduction("add", HloOpcode::kAdd, F32));
-  const Shape state = Shape::Tuple({Shape::Scalar(S32), Shape(F32, {8, 16}),
-                                    Shape(F32, {4, 16, 16})});
+  const Shape state =
+      Shape::Tuple({Shape::Scalar(S32), Shape(F32, {8, 16}), Shape(F32, {4, 16, 16})});
 
   HloComputationBuilder cond("cond");
   {
@@ -137,8 +137,7 @@ TEST(BuilderTest, EveryOpKind) {
   EXPECT_EQ(b.AllToAll(p, 0, {{0, 1}})->shape().ToString(), "f32[4,6]");
   EXPECT_EQ(b.CollectivePermute(p, {{0, 1}, {1, 0}})->shape().ToString(), "f32[4,6]");
   EXPECT_EQ(b.PartitionId()->shape().ToString(), "u32[]");
-  EXPECT_EQ(b.CustomCall({p}, Shape(F32, {4}), "weft.rowsum", "{}")->shape().ToString(),
-            "f32[4]");
+  EXPECT_EQ(b.CustomCall({p}, Shape(F32, {4}), "weft.rowsum", "{}")->shape().ToString(), "f32[4]");
 
   HloInstruction* table = b.Parameter(1, Shape(F32, {100, 8}));
   HloInstruction* ids = b.Parameter(2, Shape(S32, {5}));

@@ -237,7 +237,8 @@ TEST(ParserTest, OpsModuleAttributes) {
 TEST(ParserTest, AcceptsXlaDefaultPrinting) {
   // What XLA's HloModule::ToString() prints: %names, operand shapes,
   // layouts, signatures, metadata, iota replica groups, comments.
-  const char* xla = R"(HloModule jit_step, entry_computation_layout={(f32[8,16]{1,0}, f32[]{:T(128)})->f32[8,16]{1,0}}, is_scheduled=true, num_partitions=2
+  const char* xla =
+      R"(HloModule jit_step, entry_computation_layout={(f32[8,16]{1,0}, f32[]{:T(128)})->f32[8,16]{1,0}}, is_scheduled=true, num_partitions=2
 
 %region_0.4 (Arg_0.5: f32[], Arg_1.6: f32[]) -> f32[] {
   %Arg_0.5 = f32[] parameter(0)
@@ -350,9 +351,10 @@ INSTANTIATE_TEST_SUITE_P(
                 "3:15: layout {0,1} of f32[4,8] is not the default {1,0}"},
         BadText{"DynamicDim", "HloModule m\nENTRY main {\n  x = f32[<=4] parameter(0)\n}",
                 "3:11: dynamic dimensions are not supported"},
-        BadText{"BadSharding",
-                "HloModule m\nENTRY main {\n  x = f32[4] parameter(0), sharding={devices=[2]0,0}\n}",
-                "3:46: bad sharding: tile assignment lists device 0 twice"},
+        BadText{
+            "BadSharding",
+            "HloModule m\nENTRY main {\n  x = f32[4] parameter(0), sharding={devices=[2]0,0}\n}",
+            "3:46: bad sharding: tile assignment lists device 0 twice"},
         BadText{"MissingAttribute",
                 "HloModule m\nENTRY main {\n  x = f32[4] parameter(0)\n"
                 "  y = f32[4,4] broadcast(x)\n}",

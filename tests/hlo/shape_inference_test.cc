@@ -110,8 +110,8 @@ TEST(ShapeInferenceTest, ReduceDotGatherScatter) {
   HloModule module("m");
   HloComputation* add =
       module.AddComputation(MakeScalarReduction("add", HloOpcode::kAdd, PrimitiveType::kF32));
-  Infer infer({"f32[4,8,16]", "f32[]", "bf16[2,3,5,7]", "bf16[2,3,7,11]", "f32[100,64]",
-               "s32[6,2]", "f32[6,64]", "s32[6]", "f32[6,64,2]"});
+  Infer infer({"f32[4,8,16]", "f32[]", "bf16[2,3,5,7]", "bf16[2,3,7,11]", "f32[100,64]", "s32[6,2]",
+               "f32[6,64]", "s32[6]", "f32[6,64,2]"});
   HloAttributes r;
   r.dimensions = {0, 2};
   EXPECT_EQ(infer(HloOpcode::kReduce, {0, 1}, r, "", {add}), "f32[8]");

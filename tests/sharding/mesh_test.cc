@@ -102,8 +102,7 @@ TEST(MeshTest, HybridMeshIsSliceMajor) {
     }
     Mesh m = Mesh::Hybrid(names, ici, dcn);
     ASSERT_EQ(m.devices().devices(), NaiveHybrid(ici, dcn));
-    const int64_t n_ici =
-        std::accumulate(ici.begin(), ici.end(), int64_t{1}, std::multiplies<>());
+    const int64_t n_ici = std::accumulate(ici.begin(), ici.end(), int64_t{1}, std::multiplies<>());
     for (int64_t d = 0; d < m.num_devices(); ++d) {
       // The slice of a device is its DCN coordinate, row-major.
       Dims index = m.IndexOf(d);

@@ -130,8 +130,8 @@ Dims RandomDims(std::mt19937& rng, int max_rank, int max_dim) {
 TEST(TransposeShardingTest, MovesTilesWithTheirData) {
   EXPECT_EQ(TransposeSharding(HloSharding::Parse("{devices=[2,4]<=[8]}"), Dims{1, 0}).ToString(),
             "{devices=[4,2]<=[2,4]T(1,0)}");
-  EXPECT_EQ(TransposeSharding(HloSharding::Parse("{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}"),
-                              Dims{1, 0})
+  EXPECT_EQ(TransposeSharding(
+                HloSharding::Parse("{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}"), Dims{1, 0})
                 .ToString(),
             "{devices=[1,2,2]0,1,2,3 last_tile_dim_replicate}");
   EXPECT_EQ(TransposeSharding(HloSharding::Replicate(), Dims{1, 0}), HloSharding::Replicate());
@@ -279,27 +279,27 @@ TEST(ReshapeShardingTest, RandomAgainstBruteForce) {
 }
 
 TEST(PartiallyReplicateTest, ReplicatesExactlyTheGivenDims) {
-  EXPECT_EQ(PartiallyReplicateTiledShardingOnDims(HloSharding::Parse("{devices=[2,4]<=[8]}"),
-                                                  Dims{1})
-                .ToString(),
-            "{devices=[2,1,4]<=[8] last_tile_dim_replicate}");
-  EXPECT_EQ(PartiallyReplicateTiledShardingOnDims(HloSharding::Parse("{devices=[2,4]<=[8]}"),
-                                                  Dims{0})
-                .ToString(),
-            "{devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}");
-  EXPECT_EQ(PartiallyReplicateTiledShardingOnDims(HloSharding::Parse("{devices=[2,4]<=[8]}"),
-                                                  Dims{0, 1}),
-            HloSharding::Replicate());
+  EXPECT_EQ(
+      PartiallyReplicateTiledShardingOnDims(HloSharding::Parse("{devices=[2,4]<=[8]}"), Dims{1})
+          .ToString(),
+      "{devices=[2,1,4]<=[8] last_tile_dim_replicate}");
+  EXPECT_EQ(
+      PartiallyReplicateTiledShardingOnDims(HloSharding::Parse("{devices=[2,4]<=[8]}"), Dims{0})
+          .ToString(),
+      "{devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}");
+  EXPECT_EQ(
+      PartiallyReplicateTiledShardingOnDims(HloSharding::Parse("{devices=[2,4]<=[8]}"), Dims{0, 1}),
+      HloSharding::Replicate());
   EXPECT_EQ(PartiallyReplicateTiledShardingOnAllDimsExcept(
                 HloSharding::Parse("{devices=[2,2,2]<=[8] last_tile_dim_replicate}"), Dims{1})
                 .ToString(),
             "{devices=[1,2,4]<=[2,2,2]T(1,0,2) last_tile_dim_replicate}");
   // The manual subgroup stays manual.
-  EXPECT_EQ(PartiallyReplicateTiledShardingOnDims(
-                HloSharding::Parse("{devices=[2,2,2]<=[8] last_tile_dims={manual, replicated}}"),
-                Dims{0})
-                .ToString(),
-            "{devices=[1,2,4]<=[2,2,2]T(1,0,2) last_tile_dims={manual, replicated}}");
+  EXPECT_EQ(
+      PartiallyReplicateTiledShardingOnDims(
+          HloSharding::Parse("{devices=[2,2,2]<=[8] last_tile_dims={manual, replicated}}"), Dims{0})
+          .ToString(),
+      "{devices=[1,2,4]<=[2,2,2]T(1,0,2) last_tile_dims={manual, replicated}}");
 
   std::mt19937 rng(3);
   for (int trial = 0; trial < 300; ++trial) {

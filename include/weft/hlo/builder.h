@@ -37,8 +37,7 @@ class HloComputationBuilder {
   // HloModule::AddComputation makes names unique ("add", "add.1", ...).
   HloInstruction* AddInstruction(HloOpcode opcode, std::vector<HloInstruction*> operands,
                                  HloAttributes attrs = {}, Shape shape = Shape(),
-                                 std::vector<HloComputation*> called = {},
-                                 std::string name = "");
+                                 std::vector<HloComputation*> called = {}, std::string name = "");
 
   HloInstruction* Parameter(int64_t number, Shape shape, std::string name = "");
   HloInstruction* Constant(Literal literal);
@@ -63,8 +62,8 @@ class HloComputationBuilder {
                             std::vector<int64_t> dimensions);
   HloInstruction* Reshape(HloInstruction* x, std::vector<int64_t> result_dims);
   HloInstruction* Transpose(HloInstruction* x, std::vector<int64_t> permutation);
-  HloInstruction* Slice(HloInstruction* x, std::vector<int64_t> starts,
-                        std::vector<int64_t> limits, std::vector<int64_t> strides = {});
+  HloInstruction* Slice(HloInstruction* x, std::vector<int64_t> starts, std::vector<int64_t> limits,
+                        std::vector<int64_t> strides = {});
   HloInstruction* DynamicSlice(HloInstruction* x, std::vector<HloInstruction*> start_indices,
                                std::vector<int64_t> sizes);
   HloInstruction* DynamicUpdateSlice(HloInstruction* x, HloInstruction* update,
@@ -81,9 +80,8 @@ class HloComputationBuilder {
   HloInstruction* Gather(HloInstruction* operand, HloInstruction* indices,
                          GatherDimensionNumbers dnums, std::vector<int64_t> slice_sizes,
                          bool indices_are_sorted = false);
-  HloInstruction* Scatter(HloInstruction* operand, HloInstruction* indices,
-                          HloInstruction* updates, ScatterDimensionNumbers dnums,
-                          HloComputation* to_apply);
+  HloInstruction* Scatter(HloInstruction* operand, HloInstruction* indices, HloInstruction* updates,
+                          ScatterDimensionNumbers dnums, HloComputation* to_apply);
 
   HloInstruction* Tuple(std::vector<HloInstruction*> elements);
   HloInstruction* GetTupleElement(HloInstruction* tuple, int64_t index);

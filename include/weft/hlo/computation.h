@@ -25,7 +25,8 @@ class HloComputation {
   void set_name(std::string name) { name_ = std::move(name); }
 
   // Appends an instruction (its operands must already be in this computation).
-  // Parameters are registered by their parameter_number.
+  // Parameters are registered by their parameter_number. In a module, the
+  // name is made module-unique.
   HloInstruction* AddInstruction(std::unique_ptr<HloInstruction> instruction);
   // Removes an instruction nothing uses (and that is not the root).
   void RemoveInstruction(HloInstruction* instruction);

@@ -62,34 +62,34 @@ struct SourceLocation {
 // Op-specific attributes. Which fields an opcode uses is documented per field;
 // the rest stay at their defaults.
 struct HloAttributes {
-  int64_t parameter_number = 0;           // parameter
-  Literal literal;                        // constant
-  int64_t iota_dimension = 0;             // iota
-  int64_t tuple_index = 0;                // get-tuple-element (index=)
+  int64_t parameter_number = 0;  // parameter
+  Literal literal;               // constant
+  int64_t iota_dimension = 0;    // iota
+  int64_t tuple_index = 0;       // get-tuple-element (index=)
   // broadcast, transpose, reverse, reduce, concatenate, all-gather,
   // reduce-scatter, all-to-all (dimensions=)
   std::vector<int64_t> dimensions;
-  std::vector<SliceDim> slice;                // slice
-  std::vector<int64_t> dynamic_slice_sizes;   // dynamic-slice
-  std::vector<PadDim> padding;                // pad
+  std::vector<SliceDim> slice;                                          // slice
+  std::vector<int64_t> dynamic_slice_sizes;                             // dynamic-slice
+  std::vector<PadDim> padding;                                          // pad
   ComparisonDirection comparison_direction = ComparisonDirection::kEq;  // compare
-  std::string comparison_type;                // compare (type=, optional)
-  DotDimensionNumbers dot;                    // dot
-  GatherDimensionNumbers gather;              // gather
-  std::vector<int64_t> gather_slice_sizes;    // gather (slice_sizes=)
-  ScatterDimensionNumbers scatter;            // scatter
-  bool indices_are_sorted = false;            // gather, scatter
-  bool unique_indices = false;                // scatter
+  std::string comparison_type;                                          // compare (type=, optional)
+  DotDimensionNumbers dot;                                              // dot
+  GatherDimensionNumbers gather;                                        // gather
+  std::vector<int64_t> gather_slice_sizes;                              // gather (slice_sizes=)
+  ScatterDimensionNumbers scatter;                                      // scatter
+  bool indices_are_sorted = false;                                      // gather, scatter
+  bool unique_indices = false;                                          // scatter
   // Collectives: device groups ({} = all), channel, global ids.
   std::vector<std::vector<int64_t>> replica_groups;
   std::optional<int64_t> channel_id;
   bool use_global_device_ids = false;
   bool constrain_layout = false;
   std::vector<std::pair<int64_t, int64_t>> source_target_pairs;  // collective-permute
-  std::string custom_call_target;             // custom-call
-  bool custom_call_has_side_effect = false;   // custom-call
-  std::string custom_call_api_version;        // custom-call (api_version=, optional)
-  std::string backend_config;                 // any op (mostly custom-call)
+  std::string custom_call_target;                                // custom-call
+  bool custom_call_has_side_effect = false;                      // custom-call
+  std::string custom_call_api_version;  // custom-call (api_version=, optional)
+  std::string backend_config;           // any op (mostly custom-call)
   // Attributes kept verbatim for round trips but not interpreted
   // (metadata, frontend_attributes, operand_precision, ...): key, raw value.
   std::vector<std::pair<std::string, std::string>> passthrough;

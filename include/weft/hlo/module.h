@@ -45,23 +45,26 @@ class HloModule {
   // An instruction name not used yet in the module: `prefix`, or `base.N`
   // with the smallest free N (base = prefix without a ".N" suffix).
   // (Computation names are a separate namespace, as in XLA.)
-  std::string UniqueName(std::string_view prefix) { return Unique(prefix, names_); }
+  std::string UniqueName(std::string_view prefix) { return instruction_names_.Unique(prefix); }
 
   // Canonical HLO text (see printer.h).
   std::string ToString() const;
 
  private:
+  struct NameSpace {
+    std::unordered_set<std::string> taken;
+    std::unordered_map<std::string, int64_t> next_suffix;  // per base name
+    std::string Unique(std::string_view prefix);
+  };
   void Uniquify(HloComputation* computation);
-  std::string Unique(std::string_view prefix, std::unordered_set<std::string>& taken);
 
   std::string name_;
   std::vector<std::unique_ptr<HloComputation>> computations_;
   HloComputation* entry_ = nullptr;
   int64_t num_partitions_ = 1;
   int64_t replica_count_ = 1;
-  std::unordered_set<std::string> names_;              // instruction names
-  std::unordered_set<std::string> computation_names_;  // computation names
-  std::unordered_map<std::string, int64_t> next_suffix_;  // per base name
+  NameSpace instruction_names_;
+  NameSpace computation_names_;
 };
 
 }  // namespace weft

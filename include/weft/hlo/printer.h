@@ -26,7 +26,7 @@
 namespace weft {
 
 struct HloPrintOptions {
-  bool print_percent = false;        // "%name"
+  bool print_percent = false;         // "%name"
   bool print_operand_shapes = false;  // "add(f32[4] x, f32[4] y)"
   bool print_layout = false;          // "f32[4,8]{1,0}"
   bool print_program_shape = false;   // "main (p: f32[4]) -> f32[4] {" and entry layout

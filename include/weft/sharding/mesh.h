@@ -68,8 +68,8 @@ class Mesh {
 // one mesh axis, or over several axes (major to minor).
 class AxisSpec {
  public:
-  AxisSpec() = default;                     // None
-  AxisSpec(std::nullopt_t) {}               // None
+  AxisSpec() = default;        // None
+  AxisSpec(std::nullopt_t) {}  // None
   AxisSpec(const char* axis) : axes_{axis} {}
   AxisSpec(std::string axis) : axes_{std::move(axis)} {}
   AxisSpec(std::initializer_list<std::string> axes) : axes_(axes) {}

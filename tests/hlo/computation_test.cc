@@ -1,0 +1,40 @@
+#include "weft/hlo/computation.h"
+
+#include <gtest/gtest.h>
+
+#include "weft/hlo/builder.h"
+
+namespace weft {
+namespace {
+
+TEST(ComputationTest, ParametersRootAndPostOrder) {
+  HloComputationBuilder b("f");
+  HloInstruction* y = b.Parameter(1, Shape::Scalar(PrimitiveType::kF32), "y");
+  HloInstruction* x = b.Parameter(0, Shape::Scalar(PrimitiveType::kF32), "x");
+  HloInstruction* dead = b.Unary(HloOpcode::kNegate, y);
+  HloInstruction* sum = b.Add(x, y);
+  std::unique_ptr<HloComputation> c = b.Build();
+  EXPECT_EQ(c->num_parameters(), 2);
+  EXPECT_EQ(c->parameter_instruction(0), x);
+  EXPECT_EQ(c->root_instruction(), sum);
+  EXPECT_EQ(c->GetInstruction("y"), y);
+  EXPECT_EQ(c->GetInstruction("nope"), nullptr);
+  // Post order reaches only what the root uses, operands first.
+  EXPECT_EQ(c->MakeInstructionPostOrder(), (std::vector<HloInstruction*>{x, y, sum}));
+  c->RemoveInstruction(dead);
+  EXPECT_EQ(c->instruction_count(), 3);
+  EXPECT_THROW(c->RemoveInstruction(x), Error);    // still used
+  EXPECT_THROW(c->RemoveInstruction(sum), Error);  // root
+}
+
+TEST(ComputationTest, RejectsForeignOperandsAndDuplicateParameters) {
+  HloComputationBuilder a("a");
+  HloInstruction* pa = a.Parameter(0, Shape::Scalar(PrimitiveType::kF32));
+  HloComputationBuilder b("b");
+  EXPECT_THROW(b.Unary(HloOpcode::kNegate, pa), Error);
+  b.Parameter(0, Shape::Scalar(PrimitiveType::kF32));
+  EXPECT_THROW(b.Parameter(0, Shape::Scalar(PrimitiveType::kF32)), Error);
+}
+
+}  // namespace
+}  // namespace weft

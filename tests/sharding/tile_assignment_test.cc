@@ -1,0 +1,119 @@
+#include "weft/sharding/tile_assignment.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "weft/base/error.h"
+#include "weft/sharding/hlo_sharding.h"
+
+namespace weft {
+namespace {
+
+// Brute-force reshape(transpose(iota(reshape), perm), dims), written
+// independently of the library (index arithmetic on the transposed array).
+std::vector<int64_t> NaiveIota(const std::vector<int64_t>& reshape,
+                               const std::vector<int64_t>& perm) {
+  const size_t rank = reshape.size();
+  int64_t n = 1;
+  for (int64_t r : reshape) n *= r;
+  std::vector<int64_t> out;
+  std::vector<int64_t> tdims(rank);
+  for (size_t i = 0; i < rank; ++i) tdims[i] = reshape[perm[i]];
+  for (int64_t flat = 0; flat < n; ++flat) {
+    // Unravel `flat` over the transposed dims, then ravel over the original.
+    std::vector<int64_t> tindex(rank);
+    int64_t rest = flat;
+    for (int64_t i = rank - 1; i >= 0; --i) {
+      tindex[i] = rest % tdims[i];
+      rest /= tdims[i];
+    }
+    std::vector<int64_t> index(rank);
+    for (size_t i = 0; i < rank; ++i) index[perm[i]] = tindex[i];
+    int64_t value = 0;
+    for (size_t i = 0; i < rank; ++i) value = value * reshape[i] + index[i];
+    out.push_back(value);
+  }
+  return out;
+}
+
+TEST(TileAssignmentTest, IotaMatchesExplicitDeviceLists) {
+  EXPECT_EQ(TileAssignment::Iota({4, 2}, {2, 4}, {1, 0}).devices(),
+            (std::vector<int64_t>{0, 4, 1, 5, 2, 6, 3, 7}));
+  EXPECT_EQ(HloSharding::Parse("{devices=[4,2]<=[2,4]T(1,0)}"),
+            HloSharding::Parse("{devices=[4,2]0,4,1,5,2,6,3,7}"));
+  EXPECT_EQ(HloSharding::Parse("{devices=[2,2,2]<=[2,2,2]T(2,0,1)}"),
+            HloSharding::Parse("{devices=[2,2,2]0,2,4,6,1,3,5,7}"));
+
+  std::mt19937 rng(1234);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int rank = 1 + rng() % 4;
+    std::vector<int64_t> reshape(rank), perm(rank);
+    for (int i = 0; i < rank; ++i) reshape[i] = 1 + rng() % 4;
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    const int64_t n =
+        std::accumulate(reshape.begin(), reshape.end(), int64_t{1}, std::multiplies<>());
+    TileAssignment iota = TileAssignment::Iota({n}, reshape, perm);
+    const std::vector<int64_t> expected = NaiveIota(reshape, perm);
+    ASSERT_EQ(iota.devices(), expected);
+    ASSERT_TRUE(iota.is_iota());
+    // The explicit list is recognised as an iota, and the compact form it
+    // prints parses back to the same devices.
+    TileAssignment detected = TileAssignment({n}, expected).AsIotaIfPossible();
+    ASSERT_TRUE(detected.is_iota());
+    ASSERT_EQ(detected, iota);
+    HloSharding s = HloSharding::Parse(fmt::format("{{{}}}", detected.ToString()));
+    ASSERT_EQ(s.tile_assignment().devices(), expected) << detected.ToString();
+  }
+}
+
+TEST(TileAssignmentTest, NonIotaListsStayExplicit) {
+  EXPECT_FALSE(TileAssignment({4}, {0, 2, 3, 1}).AsIotaIfPossible().is_iota());
+  EXPECT_FALSE(TileAssignment({4}, {1, 0, 2, 3}).AsIotaIfPossible().is_iota());
+  EXPECT_FALSE(TileAssignment({2}, {4, 5}).AsIotaIfPossible().is_iota());
+  // A transpose of an iota that no iota form describes falls back to a list.
+  TileAssignment odd = TileAssignment::Iota({2, 3}, {2, 3}, {1, 0});
+  TileAssignment t = odd.Transpose(std::vector<int64_t>{1, 0});
+  EXPECT_EQ(t.devices(), (std::vector<int64_t>{0, 4, 3, 2, 1, 5}));
+  EXPECT_FALSE(t.is_iota());
+}
+
+TEST(TileAssignmentTest, TransposeAndReshapeKeepDevices) {
+  TileAssignment t({2, 3}, {5, 4, 3, 2, 1, 0});
+  TileAssignment tt = t.Transpose(std::vector<int64_t>{1, 0});
+  EXPECT_EQ(tt.dims(), (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(tt.devices(), (std::vector<int64_t>{5, 2, 4, 1, 3, 0}));
+  for (int64_t i = 0; i < 2; ++i) {
+    for (int64_t j = 0; j < 3; ++j) {
+      std::vector<int64_t> a{i, j}, b{j, i};
+      EXPECT_EQ(t(a), tt(b));
+    }
+  }
+  EXPECT_EQ(t.Reshape({6}).devices(), t.devices());
+  EXPECT_EQ(*t.IndexOf(1), (std::vector<int64_t>{1, 1}));
+  EXPECT_FALSE(t.IndexOf(9).has_value());
+}
+
+TEST(TileAssignmentTest, RejectsBadDeviceLists) {
+  EXPECT_THROW(TileAssignment({2, 2}, {0, 1, 2}), Error);
+  EXPECT_THROW(TileAssignment({2}, {0, 0}), Error);
+  EXPECT_THROW(TileAssignment({2}, {0, -1}), Error);
+  EXPECT_THROW(TileAssignment::Iota({4}, {2, 2}, {0, 0}), Error);
+  EXPECT_THROW(TileAssignment::Iota({4}, {2, 3}, {0, 1}), Error);
+}
+
+TEST(TileAssignmentTest, PrintsBothForms) {
+  EXPECT_EQ(TileAssignment({2, 2}, {3, 1, 2, 0}).ToString(), "devices=[2,2]3,1,2,0");
+  EXPECT_EQ(TileAssignment::Iota({4, 2}).ToString(), "devices=[4,2]<=[8]");
+  EXPECT_EQ(TileAssignment::Iota({4, 2}, {2, 4}, {1, 0}).ToString(), "devices=[4,2]<=[2,4]T(1,0)");
+  EXPECT_EQ(TileAssignment::Iota({4, 2}, {2, 4}, {1, 0}).AsExplicit().ToString(),
+            "devices=[4,2]0,4,1,5,2,6,3,7");
+  EXPECT_EQ(TileAssignment::Iota({1}).ToString(), "devices=[1]<=[1]");
+}
+
+}  // namespace
+}  // namespace weft
