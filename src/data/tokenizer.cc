@@ -193,6 +193,9 @@ Tokenizer Tokenizer::FromSerializedModel(std::string model, std::string_view wha
              what, processor->pad_id(), processor->unk_id(), processor->bos_id(),
              processor->eos_id());
   Tokenizer tokenizer;
+  tokenizer.newline_id_ = processor->PieceToId("\n");
+  WEFT_CHECK(tokenizer.newline_id_ != kUnkId,
+             "{} has no newline piece; weft tokenizers have one (train it with weft)", what);
   tokenizer.processor_ = std::move(processor);
   tokenizer.model_ = std::make_shared<const std::string>(std::move(model));
   return tokenizer;
@@ -204,11 +207,27 @@ Tokenizer Tokenizer::Load(const std::filesystem::path& path) {
   return tokenizer;
 }
 
+// Lines are encoded one by one and joined by the newline piece, so every line
+// starts with SentencePiece's dummy-prefix space, as the training lines did
+// ("▁And" after a newline, not "And"); Decode removes that space again.
 std::vector<int32_t> Tokenizer::Encode(std::string_view text) const {
+  std::vector<int32_t> out;
   std::vector<int> ids;
-  auto status = processor_->Encode(text, &ids);
-  if (!status.ok()) Fail("cannot tokenize text: {}", status.ToString());
-  return std::vector<int32_t>(ids.begin(), ids.end());
+  size_t start = 0;
+  while (true) {
+    size_t end = text.find('\n', start);
+    std::string_view line =
+        text.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start);
+    if (!line.empty()) {
+      auto status = processor_->Encode(line, &ids);
+      if (!status.ok()) Fail("cannot tokenize text: {}", status.ToString());
+      out.insert(out.end(), ids.begin(), ids.end());
+    }
+    if (end == std::string_view::npos) break;
+    out.push_back(newline_id_);
+    start = end + 1;
+  }
+  return out;
 }
 
 std::string Tokenizer::Decode(std::span<const int32_t> ids) const {
@@ -218,9 +237,16 @@ std::string Tokenizer::Decode(std::span<const int32_t> ids) const {
                "cannot decode token id {} at index {}: the vocabulary has ids 0..{}", ids[i], i,
                size - 1);
   }
-  std::string text;
-  auto status = processor_->Decode(std::vector<int>(ids.begin(), ids.end()), &text);
+  std::string decoded;
+  auto status = processor_->Decode(std::vector<int>(ids.begin(), ids.end()), &decoded);
   if (!status.ok()) Fail("cannot decode tokens: {}", status.ToString());
+  std::string text;
+  text.reserve(decoded.size());
+  for (size_t i = 0; i < decoded.size(); ++i) {
+    text += decoded[i];
+    // The dummy-prefix space of the next line (see Encode).
+    if (decoded[i] == '\n' && i + 1 < decoded.size() && decoded[i + 1] == ' ') ++i;
+  }
   return text;
 }
 

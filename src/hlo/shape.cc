@@ -172,6 +172,7 @@ double RoundToType(double value, PrimitiveType type) {
     case PrimitiveType::kF32:
       return static_cast<float>(value);
     case PrimitiveType::kBF16:
+      // Via f32: can double-round in rare ties, harmless for constants.
       return RoundToBf16(static_cast<float>(value));
     case PrimitiveType::kF16:
       return RoundToF16(value);

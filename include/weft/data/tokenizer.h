@@ -5,8 +5,10 @@
 //  - ids: pad 0, unk 1, bos 2, eos 3; then 256 byte pieces (byte fallback),
 //    a piece for "\n", and the learned pieces.
 //  - no normalization (identity rules, whitespace kept), byte fallback and a
-//    newline piece, so Decode(Encode(text)) == text for any UTF-8 text
-//    (SentencePiece drops one leading space: see Encode).
+//    newline piece, so Decode(Encode(text)) == text for any UTF-8 text.
+//  - each line is encoded as SentencePiece encodes a sentence (with its
+//    dummy-prefix "▁"), lines joined by the newline piece: a word at a line
+//    start gets the same pieces as elsewhere.
 //  - trained on the corpus's lines (documents split at '\n'), at most
 //    max_training_sentences of them, sampled with a fixed seed.
 #pragma once
@@ -56,8 +58,7 @@ class Tokenizer {
   static Tokenizer FromSerializedModel(std::string model, std::string_view what);
   static Tokenizer Load(const std::filesystem::path& path);
 
-  // Text to ids, without BOS/EOS. A single leading space is not kept
-  // (SentencePiece's dummy prefix); everything else round-trips.
+  // Text to ids, without BOS/EOS.
   std::vector<int32_t> Encode(std::string_view text) const;
   std::string Decode(std::span<const int32_t> ids) const;
 
@@ -78,6 +79,7 @@ class Tokenizer {
   std::shared_ptr<const std::string> model_;
   std::filesystem::path cache_path_;
   bool loaded_from_cache_ = false;
+  int32_t newline_id_ = 0;
 };
 
 }  // namespace weft
