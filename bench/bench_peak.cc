@@ -2,6 +2,8 @@
 #include <fmt/core.h>
 
 #include <nlohmann/json.hpp>
+#include <atomic>
+#include <thread>
 #include <vector>
 
 #include "bench.h"
@@ -33,14 +35,23 @@ double Measure(const kernels::simd::Primitives& p, int threads, double seconds) 
   for (int rep = 0; rep < 3; ++rep) {
     std::vector<float> sinks(threads);
     std::vector<int64_t> flops(threads);
-    double t0 = NowSeconds();
-    if (threads == 1) {
-      flops[0] = p.fma_peak_loop(iters, &sinks[0]);
-    } else {
-      ThreadPool::Global().ParallelFor(threads, [&](int64_t t, int) {
+    // One dedicated thread per measured thread, released together (a pool's
+    // dynamic scheduling could let one thread run several loops in a row).
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    std::vector<std::thread> workers;
+    for (int t = 1; t < threads; ++t) {
+      workers.emplace_back([&, t] {
+        ready++;
+        while (!go.load()) std::this_thread::yield();
         flops[t] = p.fma_peak_loop(iters, &sinks[t]);
       });
     }
+    while (ready.load() < threads - 1) std::this_thread::yield();
+    double t0 = NowSeconds();
+    go = true;
+    flops[0] = p.fma_peak_loop(iters, &sinks[0]);
+    for (auto& w : workers) w.join();
     double dt = NowSeconds() - t0;
     double total = 0;
     for (auto f : flops) total += double(f);

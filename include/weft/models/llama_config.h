@@ -1,0 +1,122 @@
+// A training run's configuration, read from TOML: the Llama model, the
+// training hyper-parameters, the data, the device mesh and the sharding rules.
+//
+//   [model]     vocab_size dim n_layers n_heads n_kv_heads ffn_dim rope_theta
+//               norm_eps seq_len tie_embeddings
+//   [train]     steps batch_size lr min_lr warmup_steps weight_decay grad_clip
+//               seed remat checkpoint_every beta1 beta2 eps no_weight_decay
+//   [data]      source ("kjv" | "files" | "inline") kjv_unit files
+//               split_on_blank_lines documents max_documents tokenizer_corpus
+//   [mesh]      axis = size, in file order (major to minor), e.g. fsdp = 2
+//   [sharding]  "name pattern" = [per-dim entry, …]: an entry is a mesh axis
+//               name, a list of axis names (split over several, major first),
+//               or [] / "none" (not split). Patterns as in name_pattern.h; the
+//               first rule in file order that matches a parameter wins.
+//
+// Every error names the file and line:col. Unknown keys are errors (with a
+// suggestion), so a typo never silently falls back to a default.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "weft/sharding/mesh.h"
+
+namespace weft {
+
+struct LlamaConfig {
+  int64_t vocab_size = 0;
+  int64_t dim = 0;
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;  // defaults to n_heads
+  int64_t ffn_dim = 0;
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+  int64_t seq_len = 0;
+  bool tie_embeddings = false;
+
+  int64_t head_dim() const { return dim / n_heads; }
+  // Weights of the model as the builder lays it out: embeddings, per layer
+  // wq wk wv wo (GQA-sized k/v), w1 w2 w3, two norms; final norm; output
+  // projection unless tied.
+  int64_t NumParameters() const;
+};
+
+enum class Remat { kNone, kFull };
+
+struct TrainConfig {
+  int64_t steps = 1000;
+  int64_t batch_size = 8;
+  double lr = 3e-4;
+  double min_lr = 3e-5;
+  int64_t warmup_steps = 100;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;  // global norm; 0 disables clipping
+  uint64_t seed = 0;
+  Remat remat = Remat::kNone;
+  int64_t checkpoint_every = 0;  // steps; 0: only at the end
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  // Parameters matching any of these patterns get no weight decay.
+  std::vector<std::string> no_weight_decay = {"*norm*"};
+};
+
+struct DataConfig {
+  std::string source = "kjv";      // "kjv" | "files" | "inline"
+  std::string kjv_unit = "book";   // "book" | "chapter" | "verse"
+  // source = "files": paths, made absolute relative to the config file's
+  // directory.
+  std::vector<std::filesystem::path> files;
+  bool split_on_blank_lines = false;
+  std::vector<std::string> documents;  // source = "inline": the documents
+  int64_t max_documents = 0;           // use only the first N (0: all)
+  // What the tokenizer is trained on: "data" (the documents above) or "kjv"
+  // (the whole Bible, useful when the data is too small to train a vocab).
+  std::string tokenizer_corpus = "data";
+};
+
+struct MeshConfig {
+  std::vector<std::string> axis_names;  // major to minor
+  std::vector<int64_t> axis_sizes;
+
+  int64_t num_devices() const;
+  // A single-device mesh with no axes when the config has no [mesh].
+  Mesh ToMesh() const;
+};
+
+struct ShardingRule {
+  std::string pattern;
+  PartitionSpec spec;
+  std::string location;  // "file:line:col" of the rule, for later errors
+};
+
+struct RunConfig {
+  std::string source;  // the file (or name) it was read from
+  LlamaConfig model;
+  TrainConfig train;
+  DataConfig data;
+  MeshConfig mesh;
+  std::vector<ShardingRule> sharding;  // in file order
+
+  // The first rule matching `parameter`; nullopt when none does.
+  const ShardingRule* RuleFor(std::string_view parameter) const;
+  // Every setting as "section.key = value" lines, in a fixed order.
+  std::string CanonicalText() const;
+  // 16 hex digits over CanonicalText(): equal for configs that differ only in
+  // comments, layout or spelling of defaults.
+  std::string Hash() const;
+};
+
+RunConfig LoadRunConfig(const std::filesystem::path& path);
+// `source_name` names the text in errors; relative data files are resolved
+// against `base_dir`.
+RunConfig ParseRunConfig(std::string_view toml_text, std::string_view source_name,
+                         const std::filesystem::path& base_dir = ".");
+
+}  // namespace weft

@@ -1,0 +1,157 @@
+// Executor: runs a per-device HLO program (an HloModule's entry computation)
+// on one device, with weft's kernels, oneDNN GEMM for dot, and a
+// Communicator for the collectives.
+//
+//   auto module = ParseHloModule(text);
+//   Executor exec(*module);
+//   std::vector<HostTensor> out = exec.Run({x, w});            // one device
+//   RunOnDevices(*module, inputs_per_device, cluster);         // N threads
+//
+// Inputs and outputs are the entry's parameters and root flattened into
+// array leaves (a tuple parameter takes as many inputs as it has leaves; a
+// tuple root gives one output per leaf), in order.
+//
+// Scheduling and memory: each computation runs in a fixed topological order
+// (post-order from the root; parameters and their get-tuple-elements first),
+// so every device makes the same collective calls in the same order. A value
+// is freed right after its last use; an op whose operand dies with it writes
+// its result into that operand's buffer when nothing else references it
+// (elementwise ops, dynamic-update-slice — a scan's stacked carry is updated
+// in place). Reshape, copy, bitcast-like slices, tuples and
+// get-tuple-element share bytes instead of copying. stats().peak_bytes is
+// the largest sum of the bytes of distinct buffers held at once during the
+// last Run: parameters (until their last use), constants (while used),
+// intermediates and outputs.
+//
+// Devices and ids: with the module's num_partitions P and replica_count R
+// both > 1, device d is partition d % P of replica d / P, and replica groups
+// follow XLA's modes (no channel_id: replica ids; channel_id: partition ids;
+// use_global_device_ids: device ids). When P or R is 1 (the SPMD case), the
+// ids in replica_groups are device ids and partition-id = replica-id =
+// the device id (when both are 1) or the id along the dimension that is > 1.
+// An empty replica_groups means all devices.
+//
+// Errors (weft::Error): inputs of the wrong count or shape name the
+// parameter; unsupported opcode/type combinations name the instruction
+// ("'d' (dot) at 7:3: dot of pred is not supported"), at construction when
+// they can be seen statically, otherwise when run.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "weft/hlo/module.h"
+#include "weft/runtime/comm_threads.h"
+#include "weft/runtime/communicator.h"
+#include "weft/runtime/executor_tensor.h"
+
+namespace weft::runtime {
+
+// ---------------------------------------------------------------------------
+// Attention custom calls. Emit them as
+//
+//   fa = (f32[B,Hq,Sq,Dv], f32[B,Hq,Sq]) custom-call(q, k, v, seg),
+//        custom_call_target="weft.flex_attention",
+//        backend_config={"mask": "q_idx >= kv_idx && seg[b, q_idx] == seg[b, kv_idx]",
+//                        "mask_tensors": ["seg"], "scale": 0.125}
+//
+// kFlexAttentionTarget ("weft.flex_attention"), the forward:
+//   operands  q [B,Hq,Sq,D], k [B,Hkv,Skv,D], v [B,Hkv,Skv,Dv], then one
+//             operand per name in "mask_tensors" (integer arrays: s32/s64/u32/
+//             pred), then one per name in "score_tensors" (f32/bf16 arrays).
+//   result    (out [B,Hq,Sq,Dv], lse [B,Hq,Sq]) — lse is the natural-log
+//             logsumexp the backward needs — or the array out alone.
+// kFlexAttentionBackwardTarget ("weft.flex_attention_backward"):
+//   operands  q, k, v, out, lse, dout [B,Hq,Sq,Dv], then dlse [B,Hq,Sq] when
+//             "has_dlse" is true, then the mask tensors and score tensors as
+//             in the forward.
+//   result    (dq, dk, dv), shaped like q, k, v (dk, dv summed over GQA groups).
+// q/k/v/out/dout/dlse and the results may be f32 or bf16 (the kernels compute
+// in f32; bf16 is converted on the way in and rounded on the way out); lse is
+// f32 or bf16 likewise.
+// backend_config is a JSON object; every key is optional:
+//   "mask"          mask expression text (kernels/mod_expr.h), "" = no mask
+//   "score_mod"     score expression text, "" = identity
+//   "mask_tensors"  names the mask expression uses, in operand order
+//   "score_tensors" names the score expression uses, in operand order
+//   "scale"         number; default 1/sqrt(D)
+//   "enable_gqa"    bool; default: true when Hq != Hkv
+//   "q_block", "kv_block"  BlockMask block sizes (default 64)
+// The same config serves the forward and its backward, so autodiff can copy
+// it (and add "has_dlse").
+inline constexpr std::string_view kFlexAttentionTarget = "weft.flex_attention";
+inline constexpr std::string_view kFlexAttentionBackwardTarget = "weft.flex_attention_backward";
+
+// ---------------------------------------------------------------------------
+
+struct ExecutorOptions {
+  // Large elementwise ops and reductions split over ThreadPool::Global().
+  // (When several devices run as threads, the pool serves one at a time and
+  // the others run their loops inline, by the pool's design.)
+  bool use_thread_pool = true;
+  // Threads oneDNN's GEMM uses on this device's thread; 0 = all cores
+  // divided by the number of devices of this process.
+  int gemm_threads = 0;
+};
+
+struct ExecutorStats {
+  int64_t peak_bytes = 0;    // see the file comment
+  int64_t instructions = 0;  // executed (loop bodies count every iteration)
+  double seconds = 0;        // wall time of the last Run
+  // What the communicator counted during the last Run.
+  CollectiveStats collectives;
+  int64_t collective_bytes() const { return collectives.TotalBytesSent(); }
+};
+
+class Executor {
+ public:
+  // Prepares the schedules of every computation and checks what it can
+  // statically. The module must outlive the executor.
+  explicit Executor(const HloModule& module, ExecutorOptions options = {});
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // One device alone (device 0 of 1): collectives see groups of one.
+  // Passing inputs by rvalue lets the executor free them after their last
+  // use (and reuse their buffers); copies are left untouched.
+  std::vector<HostTensor> Run(std::vector<HostTensor> inputs);
+  // As the device comm.device_id() of comm.num_devices().
+  std::vector<HostTensor> Run(std::vector<HostTensor> inputs, Communicator& comm);
+
+  // Of the last Run.
+  const ExecutorStats& stats() const { return stats_; }
+  const HloModule& module() const { return module_; }
+  // What Run expects: the entry parameters' array leaves in order.
+  std::vector<Shape> InputShapes() const;
+  // Entry parameter name per input (a tuple parameter's leaves as "p{1}").
+  std::vector<std::string> InputNames() const;
+
+  struct Impl;  // implementation detail (executor.cc)
+
+ private:
+  const HloModule& module_;
+  ExecutorStats stats_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Runs the same per-device program on every device of `cluster` (one thread
+// each, one Executor each); inputs_per_device[d] are device d's inputs.
+// Returns each device's outputs; `stats`, when given, receives each device's
+// ExecutorStats. A failure on any device is rethrown ("device D: ...").
+std::vector<std::vector<HostTensor>> RunOnDevices(
+    const HloModule& module, const std::vector<std::vector<HostTensor>>& inputs_per_device,
+    LocalCluster& cluster, std::vector<ExecutorStats>* stats = nullptr,
+    const ExecutorOptions& options = {});
+
+// Runs the program on this MPI rank (device = rank) with `comm` (an
+// MpiCommunicator, made once per process). First checks that every rank
+// runs the same program (Communicator::VerifySameHash of the module text).
+// Wrap the call in RunMpiMain so a failure on one rank ends the job.
+std::vector<HostTensor> RunOnMpiRank(const HloModule& module, std::vector<HostTensor> inputs,
+                                     Communicator& comm, ExecutorStats* stats = nullptr,
+                                     const ExecutorOptions& options = {});
+
+}  // namespace weft::runtime

@@ -1,0 +1,191 @@
+// Internal to the executor: the interface between its scheduler
+// (executor.cc) and the evaluators of each kind of op (eval_*.cc). Not for
+// users of the executor; include executor.h instead.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <typeindex>
+#include <unordered_map>
+#include <vector>
+
+#include "weft/hlo/computation.h"
+#include "weft/runtime/communicator.h"
+#include "weft/runtime/executor.h"
+
+namespace weft::runtime::exec {
+
+// A value: its array leaves in order (one for an array, the flattened
+// leaves for a tuple).
+using Value = std::vector<HostTensor>;
+
+// Which device this is, in the terms of the module (see executor.h).
+struct DeviceIds {
+  int64_t device = 0;
+  int64_t num_devices = 1;
+  int64_t partition = 0;
+  int64_t replica = 0;
+  int64_t num_partitions = 1;
+  int64_t num_replicas = 1;
+};
+
+class EvalContext {
+ public:
+  EvalContext(Communicator& comm, DeviceIds ids, const ExecutorOptions& options,
+              std::shared_ptr<MemoryTracker> tracker,
+              std::function<Value(const HloComputation&, std::vector<Value>)> call)
+      : comm_(comm),
+        ids_(ids),
+        options_(options),
+        tracker_(std::move(tracker)),
+        call_(std::move(call)) {}
+
+  Communicator& comm() const { return comm_; }
+  const DeviceIds& ids() const { return ids_; }
+  const ExecutorOptions& options() const { return options_; }
+  const std::shared_ptr<MemoryTracker>& tracker() const { return tracker_; }
+
+  // An uninitialized buffer counted in the run's peak bytes.
+  HostTensor Allocate(const Shape& shape) const {
+    return HostTensor::Uninitialized(shape, tracker_);
+  }
+  // Runs a called computation (while, call, interpreted reducers).
+  Value Call(const HloComputation& computation, std::vector<Value> args) const {
+    return call_(computation, std::move(args));
+  }
+
+ private:
+  Communicator& comm_;
+  DeviceIds ids_;
+  const ExecutorOptions& options_;
+  std::shared_ptr<MemoryTracker> tracker_;
+  std::function<Value(const HloComputation&, std::vector<Value>)> call_;
+};
+
+// Per-instruction state kept across runs by one executor (e.g. a block mask
+// that depends on nothing but the shapes). Evaluators own what they store.
+class InstructionCache {
+ public:
+  template <typename T>
+  T* Find(const HloInstruction& instr) const {
+    auto it = entries_.find(&instr);
+    return it == entries_.end() ? nullptr : static_cast<T*>(it->second.get());
+  }
+  template <typename T>
+  T& Put(const HloInstruction& instr, std::shared_ptr<T> value) {
+    T& ref = *value;
+    entries_[&instr] = std::move(value);
+    return ref;
+  }
+
+ private:
+  std::unordered_map<const HloInstruction*, std::shared_ptr<void>> entries_;
+};
+
+// The operands of one instruction as the evaluator sees them.
+class EvalArgs {
+ public:
+  struct Operand {
+    Value* value = nullptr;
+    bool dying = false;  // this instruction is the operand's last use
+  };
+  EvalArgs(std::span<const Operand> operands, EvalContext& ctx, InstructionCache& cache)
+      : operands_(operands), ctx_(ctx), cache_(cache) {}
+
+  int64_t size() const { return static_cast<int64_t>(operands_.size()); }
+  const Value& value(int64_t i) const { return *operands_[i].value; }
+  const HostTensor& array(int64_t i) const { return (*operands_[i].value)[0]; }
+  EvalContext& ctx() const { return ctx_; }
+  InstructionCache& cache() const { return cache_; }
+
+  // A buffer for a result of `shape`: the first candidate operand whose
+  // buffer can be taken over (this instruction is its last use, nobody else
+  // holds it, the byte sizes match), otherwise a new one. The caller must
+  // read element k of a candidate before writing element k of the result.
+  HostTensor ReuseOrAllocate(const Shape& shape, std::initializer_list<int64_t> candidates) const;
+  // Operand i's buffer if it can be taken over as above, else an empty tensor.
+  HostTensor TryReuse(int64_t i, const Shape& shape) const;
+
+ private:
+  std::span<const Operand> operands_;
+  EvalContext& ctx_;
+  InstructionCache& cache_;
+};
+
+using EvalFn = Value (*)(const HloInstruction& instr, EvalArgs& args);
+
+// Each evaluator: Check* throws weft::Error for what it cannot run (called
+// once when the executor is built); Eval* runs the instruction. The
+// scheduler adds the instruction's name to errors.
+void CheckElementwise(const HloInstruction& instr);
+Value EvalElementwise(const HloInstruction& instr, EvalArgs& args);  // incl. convert
+void CheckShapeOp(const HloInstruction& instr);
+Value EvalShapeOp(const HloInstruction& instr, EvalArgs& args);
+void CheckDot(const HloInstruction& instr);
+Value EvalDot(const HloInstruction& instr, EvalArgs& args);
+void CheckReduce(const HloInstruction& instr);
+Value EvalReduce(const HloInstruction& instr, EvalArgs& args);
+void CheckGatherScatter(const HloInstruction& instr);
+Value EvalGather(const HloInstruction& instr, EvalArgs& args);
+Value EvalScatter(const HloInstruction& instr, EvalArgs& args);
+void CheckCollective(const HloInstruction& instr);
+Value EvalCollective(const HloInstruction& instr, EvalArgs& args);
+Value EvalPartitionOrReplicaId(const HloInstruction& instr, EvalArgs& args);
+void CheckCustomCall(const HloInstruction& instr);
+Value EvalCustomCall(const HloInstruction& instr, EvalArgs& args);
+
+// A collective-capable stand-in for one device alone (groups of one).
+std::unique_ptr<Communicator> MakeSelfCommunicator();
+
+// ---------------------------------------------------------------------------
+// Reducers (reduce, scatter, all-reduce, reduce-scatter to_apply).
+
+enum class ReducerKind { kAdd, kMultiply, kMaximum, kMinimum, kAnd, kOr, kXor, kReplace, kOther };
+// What a two-parameter scalar computation does: add(p0, p1) etc. (either
+// operand order); kReplace for a root that is parameter 1.
+ReducerKind ClassifyReducer(const HloComputation& computation);
+
+// Interprets a scalar computation (parameters, constants, elementwise ops,
+// compare, select, convert, tuple root) on doubles, rounding every result
+// to its element type: the fallback for reducers weft has no fast path for.
+class ScalarFunction {
+ public:
+  explicit ScalarFunction(const HloComputation& computation);
+  ~ScalarFunction();
+  ScalarFunction(ScalarFunction&&) noexcept;
+  // args.size() == the computation's parameter count; returns its root's
+  // leaves.
+  void Call(std::span<const double> args, std::span<double> results) const;
+  int64_t num_results() const;
+
+  struct Program;
+
+ private:
+  std::unique_ptr<Program> program_;
+};
+
+// ---------------------------------------------------------------------------
+// Helpers shared by the evaluators.
+
+// Row-major strides in elements.
+std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims);
+// out = in transposed: out dims[i] = in_dims[perm[i]], elements of elem_bytes.
+void TransposeBytes(const void* in, const std::vector<int64_t>& in_dims,
+                    const std::vector<int64_t>& perm, int64_t elem_bytes, void* out);
+// Reads element `index` of a buffer of `type` as a double / int64.
+double LoadAsDouble(PrimitiveType type, const void* data, int64_t index);
+int64_t LoadAsInt(PrimitiveType type, const void* data, int64_t index);
+// Writes `value` (rounded / wrapped to `type`) as element `index`.
+void StoreDouble(PrimitiveType type, void* data, int64_t index, double value);
+// Converts n elements between element types (XLA convert semantics: float to
+// integer truncates toward zero, saturates, NaN gives 0; to pred is != 0).
+void ConvertElements(PrimitiveType from, const void* in, PrimitiveType to, void* out, int64_t n);
+// Runs fn(begin, end) over [0, n) in chunks of at least min_chunk, on the
+// thread pool when allowed and worthwhile.
+void ParallelRanges(int64_t n, int64_t min_chunk, bool use_pool,
+                    const std::function<void(int64_t, int64_t)>& fn);
+
+}  // namespace weft::runtime::exec

@@ -1,0 +1,146 @@
+// Building blocks of the SPMD partitioner: a builder that emits the
+// per-device program, partitioned values (a local piece plus the sharding it
+// follows), device-dependent constants read through partition-id, replica
+// groups from tile assignments, and masks for the padding of uneven tiles.
+//
+// Conventions (as GSPMD): a value of global shape [D0, ...] sharded with
+// tiles t_i per dim is held by every device as a local array of the full tile
+// shape ceil(D_i / t_i); device with tile index k_i holds global elements
+// [k_i * c_i, k_i * c_i + c_i) of dim i. Positions past D_i are padding with
+// unspecified contents: an op that combines elements along a padded dim masks
+// them first (MaskPadding), everything else ignores them.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <utility>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "weft/hlo/builder.h"
+#include "weft/hlo/module.h"
+#include "weft/sharding/hlo_sharding.h"
+
+namespace weft::spmd {
+
+// A partitioned array: `hlo` is the local piece (shape = LocalShape) of a value
+// of global shape `base` laid out by `sharding` (never a tuple; maximal is
+// treated as replicated).
+struct PartitionedValue {
+  HloInstruction* hlo = nullptr;
+  Shape base;
+  HloSharding sharding;
+};
+
+// The padded per-device shape of `base` under `sharding`.
+Shape LocalShape(const Shape& base, const HloSharding& sharding);
+
+// Maximal and missing shardings become replicated; shard groups are dropped.
+HloSharding NormalizeSharding(const HloSharding& sharding);
+
+// Tiles per data dim (all 1 for tile-maximal shardings).
+std::vector<int64_t> TilesPerDim(const HloSharding& sharding, int64_t rank);
+
+// State shared by every computation of one partitioned module.
+struct PartitionContext {
+  HloModule* module = nullptr;  // the output module
+  int64_t num_partitions = 1;
+  int64_t next_channel_id = 1;
+  std::map<std::pair<HloOpcode, PrimitiveType>, HloComputation*> reducers;
+  // Input computations copied unpartitioned (reducers, called scalar code).
+  std::map<const HloComputation*, HloComputation*> clones;
+};
+
+// Emits the instructions of one per-device computation. Every instruction is
+// named "<current instruction>.<opcode>" unless a name is given, so the
+// output reads as a lowering of the input.
+class SpmdBuilder {
+ public:
+  SpmdBuilder(std::string name, PartitionContext* context);
+
+  PartitionContext* context() const { return context_; }
+  HloModule* module() const { return context_->module; }
+  int64_t num_partitions() const { return context_->num_partitions; }
+  void set_name_prefix(std::string prefix) { prefix_ = std::move(prefix); }
+
+  // Generic add with shape inference (shape needed only where operands do not
+  // determine it, see InferHloShape).
+  HloInstruction* Add(HloOpcode opcode, std::vector<HloInstruction*> operands,
+                      HloAttributes attrs = {}, Shape shape = Shape(),
+                      std::vector<HloComputation*> called = {}, std::string name = "");
+
+  HloInstruction* Parameter(int64_t number, Shape shape, std::string name);
+  HloInstruction* ScalarConstant(PrimitiveType type, double value);
+  HloInstruction* S32Constant(int64_t value) { return ScalarConstant(PrimitiveType::kS32, value); }
+  HloInstruction* Broadcast(HloInstruction* x, std::vector<int64_t> dims,
+                            std::vector<int64_t> mapping);
+  // A scalar broadcast to `shape`'s dims (element type kept from x).
+  HloInstruction* BroadcastScalar(HloInstruction* scalar, const std::vector<int64_t>& dims);
+  HloInstruction* Reshape(HloInstruction* x, std::vector<int64_t> dims);
+  HloInstruction* Transpose(HloInstruction* x, std::vector<int64_t> perm);
+  HloInstruction* Slice(HloInstruction* x, std::vector<int64_t> starts, std::vector<int64_t> limits);
+  // Pads the high end of each dim with `value` (no-op if all zero).
+  HloInstruction* PadHigh(HloInstruction* x, std::vector<int64_t> high, double value = 0);
+  HloInstruction* DynamicSlice(HloInstruction* x, std::vector<HloInstruction*> starts,
+                               std::vector<int64_t> sizes);
+  HloInstruction* Convert(HloInstruction* x, PrimitiveType type);
+  HloInstruction* Binary(HloOpcode opcode, HloInstruction* a, HloInstruction* b);
+  HloInstruction* Compare(HloInstruction* a, HloInstruction* b, ComparisonDirection direction);
+  HloInstruction* Select(HloInstruction* pred, HloInstruction* on_true, HloInstruction* on_false);
+  HloInstruction* Iota(Shape shape, int64_t dimension);
+
+  // partition-id as s32 (one per computation).
+  HloInstruction* PartitionIdS32();
+  // An s32 scalar equal to values[partition-id]: a constant when all agree,
+  // else a constant table read with dynamic-slice at partition-id.
+  HloInstruction* DeviceValue(const std::vector<int64_t>& values);
+
+  // Collectives (a fresh channel id each).
+  HloInstruction* AllGather(HloInstruction* x, int64_t dim, std::vector<std::vector<int64_t>> groups);
+  HloInstruction* AllReduce(HloInstruction* x, HloComputation* reducer,
+                            std::vector<std::vector<int64_t>> groups);
+  HloInstruction* ReduceScatter(HloInstruction* x, int64_t dim, HloComputation* reducer,
+                                std::vector<std::vector<int64_t>> groups);
+  HloInstruction* AllToAll(HloInstruction* x, int64_t dim, std::vector<std::vector<int64_t>> groups);
+  HloInstruction* CollectivePermute(HloInstruction* x,
+                                    std::vector<std::pair<int64_t, int64_t>> pairs);
+
+  // A scalar reducer computation (add, maximum, ...) of `type`, added to the
+  // module once and reused.
+  HloComputation* ScalarReducer(HloOpcode opcode, PrimitiveType type);
+
+  // Hands the computation over (root = `root`).
+  std::unique_ptr<HloComputation> Build(HloInstruction* root);
+
+ private:
+  PartitionContext* context_;
+  std::string prefix_;
+  HloComputationBuilder builder_;
+  HloInstruction* partition_id_ = nullptr;
+};
+
+// Devices that share every tile-assignment index except along `dims` (tile
+// assignment dims, which may include the replication dim), each group ordered
+// row-major over `dims`: the groups a collective over those dims runs in.
+std::vector<std::vector<int64_t>> GroupsAlongTileDims(const TileAssignment& tiles,
+                                                      const std::vector<int64_t>& dims);
+
+// Replaces the padding of the given dims (positions at or past the global
+// size) with `value`, so reductions over those dims see their identity.
+// Dims that are not padded under v.sharding are left alone.
+HloInstruction* MaskPadding(SpmdBuilder& b, const PartitionedValue& v,
+                            const std::vector<int64_t>& dims, HloInstruction* value);
+
+// The sharding of an array of rank `dst_rank` whose dim j follows dim
+// dst_to_src[j] of `src` (-1: not split). Dims of `src` that no dst dim maps
+// to must be unsplit (partially replicate them first).
+HloSharding MapShardingDims(const HloSharding& src, const std::vector<int64_t>& dst_to_src,
+                            int64_t dst_rank);
+
+// Bytes moved by the collectives of a computation (per device): the cost
+// model used to choose between strategies.
+int64_t CommunicationBytes(const HloComputation& computation);
+
+}  // namespace weft::spmd

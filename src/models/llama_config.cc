@@ -1,0 +1,509 @@
+#include "weft/models/llama_config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <iterator>
+#include <set>
+
+#include <fmt/ranges.h>
+
+#include <toml++/toml.h>
+
+#include "weft/base/error.h"
+#include "weft/models/name_pattern.h"
+
+namespace weft {
+namespace {
+
+std::string Where(const std::string& source, const toml::source_region& region) {
+  if (region.begin.line == 0) return source;
+  return fmt::format("{}:{}:{}", source, region.begin.line, region.begin.column);
+}
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// Source-order (key, node) pairs of a table: toml++ keeps keys sorted, but
+// mesh axes and sharding rules are ordered as written.
+std::vector<std::pair<const toml::key*, const toml::node*>> InFileOrder(const toml::table& table) {
+  std::vector<std::pair<const toml::key*, const toml::node*>> entries;
+  for (const auto& [key, node] : table) entries.emplace_back(&key, &node);
+  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
+    const auto& x = a.first->source().begin;
+    const auto& y = b.first->source().begin;
+    return x.line != y.line ? x.line < y.line : x.column < y.column;
+  });
+  return entries;
+}
+
+// Reads typed values from one [section], remembering which keys it asked
+// for, so Finish() can reject the rest as unknown.
+class SectionReader {
+ public:
+  SectionReader(const toml::table* table, std::string section, const std::string& source)
+      : table_(table), section_(std::move(section)), source_(source) {}
+
+  bool present() const { return table_ != nullptr; }
+  std::string where() const {
+    return table_ ? Where(source_, table_->source()) : source_;
+  }
+  std::string WhereKey(std::string_view key) const {
+    const toml::node* node = Find(key);
+    return node ? Where(source_, node->source()) : where();
+  }
+
+  const toml::node* Find(std::string_view key) const {
+    return table_ ? table_->get(key) : nullptr;
+  }
+
+  const toml::node* Take(std::string_view key) {
+    known_.emplace(key);
+    return Find(key);
+  }
+
+  const toml::node& Require(std::string_view key) {
+    const toml::node* node = Take(key);
+    if (node == nullptr) {
+      Fail("{}: [{}] is missing the required key '{}'", where(), section_, key);
+    }
+    return *node;
+  }
+
+  void Int(std::string_view key, int64_t& out, bool required, int64_t min_value) {
+    const toml::node* node = required ? &Require(key) : Take(key);
+    if (node == nullptr) return;
+    if (!node->is_integer()) TypeError(key, *node, "an integer");
+    out = **node->as_integer();
+    if (out < min_value) {
+      Fail("{}: {}.{} = {} must be at least {}", Where(source_, node->source()), section_, key,
+           out, min_value);
+    }
+  }
+
+  void Float(std::string_view key, double& out, bool required = false) {
+    const toml::node* node = required ? &Require(key) : Take(key);
+    if (node == nullptr) return;
+    if (node->is_integer()) {
+      out = static_cast<double>(**node->as_integer());
+    } else if (node->is_floating_point()) {
+      out = **node->as_floating_point();
+    } else {
+      TypeError(key, *node, "a number");
+    }
+  }
+
+  void Bool(std::string_view key, bool& out) {
+    const toml::node* node = Take(key);
+    if (node == nullptr) return;
+    if (!node->is_boolean()) TypeError(key, *node, "true or false");
+    out = **node->as_boolean();
+  }
+
+  void String(std::string_view key, std::string& out, std::initializer_list<std::string_view> allowed) {
+    const toml::node* node = Take(key);
+    if (node == nullptr) return;
+    if (!node->is_string()) TypeError(key, *node, "a string");
+    out = **node->as_string();
+    if (allowed.size() > 0 &&
+        std::find(allowed.begin(), allowed.end(), out) == allowed.end()) {
+      Fail("{}: {}.{} = \"{}\" is not one of: \"{}\"", Where(source_, node->source()), section_,
+           key, out, fmt::join(allowed, "\", \""));
+    }
+  }
+
+  void StringList(std::string_view key, std::vector<std::string>& out) {
+    const toml::node* node = Take(key);
+    if (node == nullptr) return;
+    const toml::array* array = node->as_array();
+    if (array == nullptr) TypeError(key, *node, "a list of strings");
+    out.clear();
+    for (const toml::node& item : *array) {
+      if (!item.is_string()) {
+        Fail("{}: {}.{} must be a list of strings; this entry is not a string",
+             Where(source_, item.source()), section_, key);
+      }
+      out.push_back(**item.as_string());
+    }
+  }
+
+  // Declares the section's keys and rejects any other: unknown keys are typos
+  // until proven otherwise, and are reported before missing or bad values.
+  void Expect(std::initializer_list<std::string_view> keys) {
+    for (std::string_view key : keys) known_.emplace(key);
+    Finish();
+  }
+
+  void Finish() const {
+    if (table_ == nullptr) return;
+    for (const auto& [key, node] : InFileOrder(*table_)) {
+      std::string_view name = key->str();
+      if (known_.count(std::string(name))) continue;
+      std::string hint;
+      size_t best = 3;
+      for (const auto& candidate : known_) {
+        size_t distance = EditDistance(name, candidate);
+        if (distance < best) best = distance, hint = fmt::format("; did you mean '{}'?", candidate);
+      }
+      Fail("{}: unknown key '{}' in [{}]{} (known keys: {})", Where(source_, key->source()),
+           name, section_, hint, fmt::join(known_, ", "));
+    }
+  }
+
+  [[noreturn]] void TypeError(std::string_view key, const toml::node& node,
+                              std::string_view expected) const {
+    Fail("{}: {}.{} must be {}, not a {}", Where(source_, node.source()), section_, key, expected,
+         TypeName(node.type()));
+  }
+
+  static std::string_view TypeName(toml::node_type type) {
+    switch (type) {
+      case toml::node_type::table: return "table";
+      case toml::node_type::array: return "list";
+      case toml::node_type::string: return "string";
+      case toml::node_type::integer: return "integer";
+      case toml::node_type::floating_point: return "float";
+      case toml::node_type::boolean: return "boolean";
+      default: return "date/time";
+    }
+  }
+
+ private:
+  const toml::table* table_;
+  std::string section_;
+  const std::string& source_;
+  std::set<std::string> known_;
+};
+
+void ReadModel(SectionReader& in, LlamaConfig& model) {
+  if (!in.present()) Fail("{}: the [model] section is missing; it defines the network", in.where());
+  in.Expect({"vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "rope_theta",
+             "norm_eps", "seq_len", "tie_embeddings"});
+  in.Int("vocab_size", model.vocab_size, true, 1);
+  in.Int("dim", model.dim, true, 1);
+  in.Int("n_layers", model.n_layers, true, 1);
+  in.Int("n_heads", model.n_heads, true, 1);
+  model.n_kv_heads = model.n_heads;
+  in.Int("n_kv_heads", model.n_kv_heads, false, 1);
+  in.Int("ffn_dim", model.ffn_dim, true, 1);
+  in.Float("rope_theta", model.rope_theta);
+  in.Float("norm_eps", model.norm_eps);
+  in.Int("seq_len", model.seq_len, true, 1);
+  in.Bool("tie_embeddings", model.tie_embeddings);
+  if (model.n_heads % model.n_kv_heads != 0) {
+    Fail("{}: n_heads = {} is not a multiple of n_kv_heads = {} (each KV head serves a whole "
+         "group of query heads)",
+         in.WhereKey("n_kv_heads"), model.n_heads, model.n_kv_heads);
+  }
+  if (model.dim % model.n_heads != 0) {
+    Fail("{}: dim = {} is not divisible by n_heads = {}", in.WhereKey("n_heads"), model.dim,
+         model.n_heads);
+  }
+  if (model.head_dim() % 2 != 0) {
+    Fail("{}: the head dimension dim / n_heads = {} must be even for rotary embeddings",
+         in.WhereKey("dim"), model.head_dim());
+  }
+  if (!(model.rope_theta > 0)) {
+    Fail("{}: rope_theta must be positive, got {}", in.WhereKey("rope_theta"), model.rope_theta);
+  }
+  if (!(model.norm_eps > 0 && model.norm_eps < 1)) {
+    Fail("{}: norm_eps must be in (0, 1), got {}", in.WhereKey("norm_eps"), model.norm_eps);
+  }
+}
+
+void ReadTrain(SectionReader& in, TrainConfig& train) {
+  in.Expect({"steps", "batch_size", "lr", "min_lr", "warmup_steps", "weight_decay", "grad_clip",
+             "seed", "remat", "checkpoint_every", "beta1", "beta2", "eps", "no_weight_decay"});
+  in.Int("steps", train.steps, false, 1);
+  in.Int("batch_size", train.batch_size, false, 1);
+  in.Float("lr", train.lr);
+  in.Float("min_lr", train.min_lr);
+  in.Int("warmup_steps", train.warmup_steps, false, 0);
+  in.Float("weight_decay", train.weight_decay);
+  in.Float("grad_clip", train.grad_clip);
+  int64_t seed = 0;
+  in.Int("seed", seed, false, 0);
+  train.seed = static_cast<uint64_t>(seed);
+  std::string remat = "none";
+  in.String("remat", remat, {"none", "full"});
+  train.remat = remat == "full" ? Remat::kFull : Remat::kNone;
+  in.Int("checkpoint_every", train.checkpoint_every, false, 0);
+  in.Float("beta1", train.beta1);
+  in.Float("beta2", train.beta2);
+  in.Float("eps", train.eps);
+  in.StringList("no_weight_decay", train.no_weight_decay);
+  if (!(train.lr > 0)) Fail("{}: lr must be positive, got {}", in.WhereKey("lr"), train.lr);
+  if (!(train.min_lr >= 0 && train.min_lr <= train.lr)) {
+    Fail("{}: min_lr = {} must be in [0, lr = {}]", in.WhereKey("min_lr"), train.min_lr, train.lr);
+  }
+  if (train.warmup_steps > train.steps) {
+    Fail("{}: warmup_steps = {} exceeds steps = {}", in.WhereKey("warmup_steps"),
+         train.warmup_steps, train.steps);
+  }
+  if (!(train.weight_decay >= 0)) {
+    Fail("{}: weight_decay must not be negative", in.WhereKey("weight_decay"));
+  }
+  if (!(train.grad_clip >= 0)) {
+    Fail("{}: grad_clip must not be negative (0 disables clipping)", in.WhereKey("grad_clip"));
+  }
+  for (auto [key, beta] : {std::pair{"beta1", train.beta1}, std::pair{"beta2", train.beta2}}) {
+    if (!(beta >= 0 && beta < 1)) {
+      Fail("{}: {} must be in [0, 1), got {}", in.WhereKey(key), key, beta);
+    }
+  }
+  if (!(train.eps > 0)) Fail("{}: eps must be positive, got {}", in.WhereKey("eps"), train.eps);
+}
+
+void ReadData(SectionReader& in, DataConfig& data, const std::filesystem::path& base_dir) {
+  in.Expect({"source", "kjv_unit", "files", "split_on_blank_lines", "documents", "max_documents",
+             "tokenizer_corpus"});
+  in.String("source", data.source, {"kjv", "files", "inline"});
+  in.String("kjv_unit", data.kjv_unit, {"book", "chapter", "verse"});
+  std::vector<std::string> files;
+  in.StringList("files", files);
+  for (const auto& file : files) {
+    std::filesystem::path path(file);
+    data.files.push_back(path.is_absolute() ? path : (base_dir / path).lexically_normal());
+  }
+  in.Bool("split_on_blank_lines", data.split_on_blank_lines);
+  in.StringList("documents", data.documents);
+  in.Int("max_documents", data.max_documents, false, 0);
+  in.String("tokenizer_corpus", data.tokenizer_corpus, {"data", "kjv"});
+  if (data.source == "files" && data.files.empty()) {
+    Fail("{}: source = \"files\" needs files = [\"path\", …]", in.WhereKey("source"));
+  }
+  if (data.source == "inline" && data.documents.empty()) {
+    Fail("{}: source = \"inline\" needs documents = [\"text\", …]", in.WhereKey("source"));
+  }
+  if (data.source != "files" && !data.files.empty()) {
+    Fail("{}: files is only read with source = \"files\"", in.WhereKey("files"));
+  }
+  if (data.source != "inline" && !data.documents.empty()) {
+    Fail("{}: documents is only read with source = \"inline\"", in.WhereKey("documents"));
+  }
+}
+
+bool IsAxisName(std::string_view name) {
+  if (name.empty() || !(std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_')) {
+    return false;
+  }
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+bool MeansNotSplit(std::string_view text) { return text == "none" || text == "null"; }
+
+void ReadMesh(const toml::table* table, const std::string& source, MeshConfig& mesh) {
+  if (table == nullptr) return;
+  for (const auto& [key, node] : InFileOrder(*table)) {
+    std::string name(key->str());
+    std::string where = Where(source, key->source());
+    if (!IsAxisName(name) || MeansNotSplit(name)) {
+      Fail("{}: '{}' is not a valid mesh axis name; use letters, digits and '_' (not "
+           "\"none\"/\"null\")",
+           where, name);
+    }
+    if (!node->is_integer() || **node->as_integer() < 1) {
+      Fail("{}: mesh axis '{}' needs a positive integer size, e.g. {} = 2",
+           Where(source, node->source()), name, name);
+    }
+    mesh.axis_names.push_back(name);
+    mesh.axis_sizes.push_back(**node->as_integer());
+  }
+}
+
+void ReadSharding(const toml::table* table, const std::string& source, const MeshConfig& mesh,
+                  std::vector<ShardingRule>& rules) {
+  if (table == nullptr) return;
+  for (const auto& [key, node] : InFileOrder(*table)) {
+    ShardingRule rule;
+    rule.pattern = std::string(key->str());
+    rule.location = Where(source, key->source());
+    const toml::array* dims = node->as_array();
+    if (dims == nullptr) {
+      Fail("{}: sharding rule '{}' must be a list with one entry per array dim, e.g. "
+           "[\"fsdp\", \"tensor\"]",
+           Where(source, node->source()), rule.pattern);
+    }
+    std::set<std::string> used;
+    std::vector<AxisSpec> spec;
+    auto axis = [&](const toml::node& item) -> std::string {
+      std::string name = **item.as_string();
+      std::string where = Where(source, item.source());
+      if (std::find(mesh.axis_names.begin(), mesh.axis_names.end(), name) ==
+          mesh.axis_names.end()) {
+        Fail("{}: sharding rule '{}' names mesh axis '{}', which [mesh] does not define (axes: "
+             "{})",
+             where, rule.pattern, name,
+             mesh.axis_names.empty() ? "none" : fmt::format("{}", fmt::join(mesh.axis_names, ", ")));
+      }
+      if (!used.insert(name).second) {
+        Fail("{}: sharding rule '{}' uses mesh axis '{}' twice", where, rule.pattern, name);
+      }
+      return name;
+    };
+    for (const toml::node& item : *dims) {
+      const std::string bad_entry = fmt::format(
+          "{}: sharding rule '{}': each entry is an axis name, a list of axis names, or [] / "
+          "\"none\" for a dim that is not split",
+          Where(source, item.source()), rule.pattern);
+      if (item.is_string()) {
+        if (MeansNotSplit(**item.as_string())) {
+          spec.emplace_back();
+        } else {
+          spec.emplace_back(axis(item));
+        }
+      } else if (const toml::array* axes = item.as_array()) {
+        std::vector<std::string> names;
+        for (const toml::node& sub : *axes) {
+          if (!sub.is_string() || MeansNotSplit(**sub.as_string())) throw Error(bad_entry);
+          names.push_back(axis(sub));
+        }
+        spec.emplace_back(std::move(names));
+      } else {
+        throw Error(bad_entry);
+      }
+    }
+    rule.spec = PartitionSpec(std::move(spec));
+    rules.push_back(std::move(rule));
+  }
+}
+
+const toml::table* Section(const toml::table& root, std::string_view name,
+                           const std::string& source) {
+  const toml::node* node = root.get(name);
+  if (node == nullptr) return nullptr;
+  if (!node->is_table()) {
+    Fail("{}: '{}' must be a table ([{}])", Where(source, node->source()), name, name);
+  }
+  return node->as_table();
+}
+
+}  // namespace
+
+int64_t LlamaConfig::NumParameters() const {
+  const int64_t kv_dim = n_kv_heads * head_dim();
+  const int64_t per_layer = dim * dim * 2 + dim * kv_dim * 2 + dim * ffn_dim * 3 + dim * 2;
+  return vocab_size * dim * (tie_embeddings ? 1 : 2) + n_layers * per_layer + dim;
+}
+
+int64_t MeshConfig::num_devices() const {
+  int64_t devices = 1;
+  for (int64_t size : axis_sizes) devices *= size;
+  return devices;
+}
+
+Mesh MeshConfig::ToMesh() const { return Mesh(axis_names, axis_sizes); }
+
+const ShardingRule* RunConfig::RuleFor(std::string_view parameter) const {
+  for (const auto& rule : sharding) {
+    if (MatchesNamePattern(rule.pattern, parameter)) return &rule;
+  }
+  return nullptr;
+}
+
+std::string RunConfig::CanonicalText() const {
+  std::string out;
+  auto line = [&](std::string_view key, const auto& value) {
+    out += fmt::format("{} = {}\n", key, value);
+  };
+  line("model.vocab_size", model.vocab_size);
+  line("model.dim", model.dim);
+  line("model.n_layers", model.n_layers);
+  line("model.n_heads", model.n_heads);
+  line("model.n_kv_heads", model.n_kv_heads);
+  line("model.ffn_dim", model.ffn_dim);
+  line("model.rope_theta", model.rope_theta);
+  line("model.norm_eps", model.norm_eps);
+  line("model.seq_len", model.seq_len);
+  line("model.tie_embeddings", model.tie_embeddings);
+  line("train.steps", train.steps);
+  line("train.batch_size", train.batch_size);
+  line("train.lr", train.lr);
+  line("train.min_lr", train.min_lr);
+  line("train.warmup_steps", train.warmup_steps);
+  line("train.weight_decay", train.weight_decay);
+  line("train.grad_clip", train.grad_clip);
+  line("train.seed", train.seed);
+  line("train.remat", train.remat == Remat::kFull ? "full" : "none");
+  line("train.checkpoint_every", train.checkpoint_every);
+  line("train.beta1", train.beta1);
+  line("train.beta2", train.beta2);
+  line("train.eps", train.eps);
+  line("train.no_weight_decay", fmt::format("[{}]", fmt::join(train.no_weight_decay, ", ")));
+  line("data.source", data.source);
+  line("data.kjv_unit", data.kjv_unit);
+  for (const auto& file : data.files) line("data.files[]", file.string());
+  line("data.split_on_blank_lines", data.split_on_blank_lines);
+  for (const auto& document : data.documents) line("data.documents[].size", document.size());
+  line("data.max_documents", data.max_documents);
+  line("data.tokenizer_corpus", data.tokenizer_corpus);
+  for (size_t i = 0; i < mesh.axis_names.size(); ++i) {
+    line("mesh." + mesh.axis_names[i], mesh.axis_sizes[i]);
+  }
+  for (const auto& rule : sharding) line("sharding." + rule.pattern, rule.spec.ToString());
+  return out;
+}
+
+std::string RunConfig::Hash() const {
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  auto add = [&](std::string_view bytes) {
+    for (unsigned char c : bytes) hash = (hash ^ c) * 0x100000001b3ULL;
+  };
+  add(CanonicalText());
+  for (const auto& document : data.documents) add(document);  // texts, not just sizes
+  return fmt::format("{:016x}", hash);
+}
+
+RunConfig ParseRunConfig(std::string_view toml_text, std::string_view source_name,
+                         const std::filesystem::path& base_dir) {
+  RunConfig config;
+  config.source = std::string(source_name);
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, source_name);
+  } catch (const toml::parse_error& error) {
+    Fail("{}: {}", Where(config.source, error.source()), error.description());
+  }
+  for (const auto& [key, node] : InFileOrder(root)) {
+    static const std::set<std::string_view> kSections = {"model", "train", "data", "mesh",
+                                                         "sharding"};
+    if (!kSections.count(key->str())) {
+      Fail("{}: unknown section '{}' (sections: model, train, data, mesh, sharding)",
+           Where(config.source, node->source()), key->str());
+    }
+  }
+  SectionReader model(Section(root, "model", config.source), "model", config.source);
+  ReadModel(model, config.model);
+  SectionReader train(Section(root, "train", config.source), "train", config.source);
+  ReadTrain(train, config.train);
+  SectionReader data(Section(root, "data", config.source), "data", config.source);
+  ReadData(data, config.data, base_dir);
+  ReadMesh(Section(root, "mesh", config.source), config.source, config.mesh);
+  ReadSharding(Section(root, "sharding", config.source), config.source, config.mesh,
+               config.sharding);
+  return config;
+}
+
+RunConfig LoadRunConfig(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) Fail("cannot open config {}; check the path", path.string());
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::filesystem::path base = path.parent_path();
+  return ParseRunConfig(text, path.string(), base.empty() ? std::filesystem::path(".") : base);
+}
+
+}  // namespace weft

@@ -1,0 +1,523 @@
+// The executor's scheduler: a fixed topological order per computation, slot
+// liveness (each value freed after its last use), control flow (tuple,
+// get-tuple-element, while, call) and dispatch to the evaluators.
+#include "weft/runtime/executor.h"
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "weft/base/cpu.h"
+#include "weft/base/error.h"
+#include "weft/base/thread_pool.h"
+#include "weft/runtime/executor_eval.h"
+
+namespace weft::runtime {
+
+using exec::EvalArgs;
+using exec::EvalContext;
+using exec::EvalFn;
+using exec::Value;
+
+namespace {
+
+// One instruction of a computation's schedule.
+struct Step {
+  const HloInstruction* instr = nullptr;
+  HloOpcode opcode = HloOpcode::kParameter;
+  EvalFn eval = nullptr;  // null: handled by the scheduler itself
+  int32_t out = 0;        // result slot
+  std::vector<int32_t> operands;
+  // Per operand: index into the step's dying values, or -1 when the operand
+  // lives on. Repeated operands share one dying value.
+  std::vector<int32_t> dying_index;
+  std::vector<int32_t> dying_slots;  // distinct slots that die here
+  bool result_unused = false;        // free the result right away
+  int64_t leaf_begin = 0, leaf_count = 0;  // get-tuple-element
+};
+
+struct ComputationPlan {
+  const HloComputation* computation = nullptr;
+  std::vector<Step> steps;
+  int32_t num_slots = 0;
+  int32_t root_slot = 0;
+  size_t max_operands = 0, max_dying = 0;
+};
+
+// Instructions reachable from the root, operands first; parameters and the
+// get-tuple-elements that read them are hoisted to the front, so a carried
+// tuple (a while body's parameter) dies early and its leaves can be updated
+// in place.
+std::vector<HloInstruction*> Schedule(const HloComputation& computation) {
+  std::vector<HloInstruction*> post = computation.MakeInstructionPostOrder();
+  std::unordered_set<const HloInstruction*> early;
+  for (HloInstruction* instr : post) {
+    const bool reads_param =
+        instr->opcode() == HloOpcode::kGetTupleElement && early.count(instr->operand(0)) > 0;
+    if (instr->opcode() == HloOpcode::kParameter || reads_param) early.insert(instr);
+  }
+  std::vector<HloInstruction*> order;
+  order.reserve(post.size());
+  for (HloInstruction* instr : post) {
+    if (early.count(instr)) order.push_back(instr);
+  }
+  for (HloInstruction* instr : post) {
+    if (!early.count(instr)) order.push_back(instr);
+  }
+  return order;
+}
+
+// The evaluator of an opcode the scheduler does not handle itself, after
+// its static checks.
+EvalFn SelectEval(const HloInstruction& instr) {
+  const HloOpcode op = instr.opcode();
+  if (op == HloOpcode::kCopy) return nullptr;
+  if (IsElementwise(op)) {
+    exec::CheckElementwise(instr);
+    return &exec::EvalElementwise;
+  }
+  switch (op) {
+    case HloOpcode::kParameter:
+    case HloOpcode::kConstant:
+    case HloOpcode::kTuple:
+    case HloOpcode::kGetTupleElement:
+    case HloOpcode::kWhile:
+    case HloOpcode::kCall:
+      return nullptr;
+    case HloOpcode::kBroadcast:
+    case HloOpcode::kReshape:
+    case HloOpcode::kTranspose:
+    case HloOpcode::kSlice:
+    case HloOpcode::kDynamicSlice:
+    case HloOpcode::kDynamicUpdateSlice:
+    case HloOpcode::kConcatenate:
+    case HloOpcode::kPad:
+    case HloOpcode::kIota:
+    case HloOpcode::kReverse:
+      exec::CheckShapeOp(instr);
+      return &exec::EvalShapeOp;
+    case HloOpcode::kDot:
+      exec::CheckDot(instr);
+      return &exec::EvalDot;
+    case HloOpcode::kReduce:
+      exec::CheckReduce(instr);
+      return &exec::EvalReduce;
+    case HloOpcode::kGather:
+      exec::CheckGatherScatter(instr);
+      return &exec::EvalGather;
+    case HloOpcode::kScatter:
+      exec::CheckGatherScatter(instr);
+      return &exec::EvalScatter;
+    case HloOpcode::kAllReduce:
+    case HloOpcode::kAllGather:
+    case HloOpcode::kReduceScatter:
+    case HloOpcode::kAllToAll:
+    case HloOpcode::kCollectivePermute:
+      exec::CheckCollective(instr);
+      return &exec::EvalCollective;
+    case HloOpcode::kPartitionId:
+    case HloOpcode::kReplicaId:
+      return &exec::EvalPartitionOrReplicaId;
+    case HloOpcode::kCustomCall:
+      exec::CheckCustomCall(instr);
+      return &exec::EvalCustomCall;
+    default:
+      Fail("the executor does not support opcode {}", HloOpcodeString(op));
+  }
+}
+
+ComputationPlan MakePlan(const HloComputation& computation) {
+  ComputationPlan plan;
+  plan.computation = &computation;
+  const std::vector<HloInstruction*> order = Schedule(computation);
+  std::unordered_map<const HloInstruction*, int32_t> slot;
+  for (size_t i = 0; i < order.size(); ++i) slot[order[i]] = static_cast<int32_t>(i);
+  plan.num_slots = static_cast<int32_t>(order.size());
+  plan.root_slot = slot.at(computation.root_instruction());
+
+  // The last step that reads each slot.
+  std::vector<int32_t> last_use(order.size(), -1);
+  for (size_t i = 0; i < order.size(); ++i) {
+    for (const HloInstruction* operand : order[i]->operands()) {
+      last_use[slot.at(operand)] = static_cast<int32_t>(i);
+    }
+  }
+  for (size_t i = 0; i < order.size(); ++i) {
+    const HloInstruction* instr = order[i];
+    Step step;
+    step.instr = instr;
+    step.opcode = instr->opcode();
+    step.out = static_cast<int32_t>(i);
+    try {
+      step.eval = SelectEval(*instr);
+    } catch (const Error& e) {
+      Fail("{}: {}", instr->Describe(), e.what());
+    }
+    for (const HloInstruction* operand : instr->operands()) {
+      const int32_t s = slot.at(operand);
+      step.operands.push_back(s);
+      int32_t index = -1;
+      if (last_use[s] == static_cast<int32_t>(i) && s != plan.root_slot) {
+        auto it = std::find(step.dying_slots.begin(), step.dying_slots.end(), s);
+        index = static_cast<int32_t>(it - step.dying_slots.begin());
+        if (it == step.dying_slots.end()) step.dying_slots.push_back(s);
+      }
+      step.dying_index.push_back(index);
+    }
+    step.result_unused = last_use[i] < 0 && step.out != plan.root_slot;
+    if (step.opcode == HloOpcode::kGetTupleElement) {
+      const Shape& tuple = instr->operand(0)->shape();
+      for (int64_t k = 0; k < instr->tuple_index(); ++k) {
+        step.leaf_begin += tuple.tuple_shapes(k).LeafCount();
+      }
+      step.leaf_count = tuple.tuple_shapes(instr->tuple_index()).LeafCount();
+    }
+    plan.max_operands = std::max(plan.max_operands, step.operands.size());
+    plan.max_dying = std::max(plan.max_dying, step.dying_slots.size());
+    plan.steps.push_back(std::move(step));
+  }
+  return plan;
+}
+
+// omp_set_num_threads of the OpenMP runtime oneDNN uses, if it is loaded.
+void SetGemmThreads(int threads) {
+  using Fn = void (*)(int);
+  static Fn fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+  if (fn != nullptr && threads > 0) fn(threads);
+}
+
+int DefaultGemmThreads(const Communicator& comm) {
+  int64_t local_devices = 1;
+  if (comm.backend() == "threads") {
+    local_devices = comm.num_devices();
+  } else if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) {
+    local_devices = std::max(1, std::atoi(local));
+  }
+  return static_cast<int>(std::max<int64_t>(1, GetCpuInfo().logical_cores / local_devices));
+}
+
+exec::DeviceIds MakeDeviceIds(const HloModule& module, const Communicator& comm) {
+  exec::DeviceIds ids;
+  ids.device = comm.device_id();
+  ids.num_devices = comm.num_devices();
+  const int64_t p = module.num_partitions(), r = module.replica_count();
+  if (p == 1 && r == 1) {
+    ids.partition = ids.replica = ids.device;
+    ids.num_partitions = ids.num_devices;
+    return ids;
+  }
+  WEFT_CHECK(p * r == ids.num_devices,
+             "module '{}' has num_partitions={} and replica_count={} ({} devices) but runs on {} "
+             "devices",
+             module.name(), p, r, p * r, ids.num_devices);
+  ids.num_partitions = p;
+  ids.num_replicas = r;
+  ids.partition = ids.device % p;
+  ids.replica = ids.device / p;
+  return ids;
+}
+
+}  // namespace
+
+HostTensor EvalArgs::TryReuse(int64_t i, const Shape& shape) const {
+  const Operand& op = operands_[i];
+  if (op.dying && op.value->size() == 1) {
+    const HostTensor& t = (*op.value)[0];
+    // A view into a larger buffer is not taken: its bytes are not all ours.
+    if (t.IsExclusivelyOwned() && t.byte_size() == shape.ByteSize() &&
+        t.storage()->bytes() == t.byte_size() && t.storage()->tracked()) {
+      return t.Reshaped(shape);
+    }
+  }
+  return HostTensor();
+}
+
+HostTensor EvalArgs::ReuseOrAllocate(const Shape& shape,
+                                     std::initializer_list<int64_t> candidates) const {
+  for (int64_t i : candidates) {
+    HostTensor t = TryReuse(i, shape);
+    if (t.valid()) return t;
+  }
+  return ctx_.Allocate(shape);
+}
+
+void exec::ParallelRanges(int64_t n, int64_t min_chunk, bool use_pool,
+                    const std::function<void(int64_t, int64_t)>& fn) {
+  ThreadPool& pool = ThreadPool::Global();
+  const int64_t max_tasks = (n + min_chunk - 1) / std::max<int64_t>(1, min_chunk);
+  const int64_t tasks = std::min<int64_t>(max_tasks, 4 * pool.num_threads());
+  if (!use_pool || tasks <= 1 || pool.num_threads() <= 1) {
+    if (n > 0) fn(0, n);
+    return;
+  }
+  const int64_t chunk = (n + tasks - 1) / tasks;
+  pool.ParallelFor(tasks, [&](int64_t task, int) {
+    const int64_t begin = task * chunk, end = std::min(n, begin + chunk);
+    if (begin < end) fn(begin, end);
+  });
+}
+
+struct Executor::Impl {
+  const HloModule& module;
+  ExecutorOptions options;
+  std::unordered_map<const HloComputation*, ComputationPlan> plans;
+  std::unordered_map<const HloInstruction*, HostTensor> constants;
+  exec::InstructionCache cache;
+  std::vector<Shape> input_shapes;
+  std::vector<std::string> input_names;
+  std::vector<int64_t> param_leaf_counts;
+  int64_t instructions = 0;
+
+  Impl(const HloModule& m, ExecutorOptions o) : module(m), options(o) {}
+
+  const ComputationPlan& Plan(const HloComputation& computation) const {
+    auto it = plans.find(&computation);
+    WEFT_CHECK(it != plans.end(), "computation '{}' is not part of module '{}'",
+               computation.name(), module.name());
+    return it->second;
+  }
+
+  Value RunComputation(const HloComputation& computation, std::vector<Value> args,
+                       EvalContext& ctx);
+  Value RunStep(const Step& step, std::vector<Value>& slots, std::vector<Value>& args,
+                std::span<EvalArgs::Operand> ops, EvalContext& ctx);
+};
+
+Value Executor::Impl::RunComputation(const HloComputation& computation, std::vector<Value> args,
+                                     EvalContext& ctx) {
+  const ComputationPlan& plan = Plan(computation);
+  WEFT_CHECK(static_cast<int64_t>(args.size()) == computation.num_parameters(),
+             "computation '{}' takes {} arguments, got {}", computation.name(),
+             computation.num_parameters(), args.size());
+  std::vector<Value> slots(plan.num_slots);
+  std::vector<Value> dying(plan.max_dying);
+  std::vector<EvalArgs::Operand> ops(plan.max_operands);
+  for (const Step& step : plan.steps) {
+    // Values that die here move out of their slots first, so the step may
+    // take over their buffers.
+    for (size_t k = 0; k < step.dying_slots.size(); ++k) {
+      dying[k] = std::move(slots[step.dying_slots[k]]);
+      slots[step.dying_slots[k]].clear();
+    }
+    for (size_t k = 0; k < step.operands.size(); ++k) {
+      const int32_t d = step.dying_index[k];
+      ops[k] = d >= 0 ? EvalArgs::Operand{&dying[d], true}
+                      : EvalArgs::Operand{&slots[step.operands[k]], false};
+    }
+    try {
+      slots[step.out] =
+          RunStep(step, slots, args, std::span(ops.data(), step.operands.size()), ctx);
+    } catch (const Error& e) {
+      Fail("{}: {}", step.instr->Describe(), e.what());
+    }
+    ++instructions;
+    for (size_t k = 0; k < step.dying_slots.size(); ++k) dying[k].clear();
+    if (step.result_unused) slots[step.out].clear();
+  }
+  return std::move(slots[plan.root_slot]);
+}
+
+Value Executor::Impl::RunStep(const Step& step, std::vector<Value>& slots,
+                              std::vector<Value>& args, std::span<EvalArgs::Operand> ops,
+                              EvalContext& ctx) {
+  // Moves a dying operand's value, copies (shares) a live one.
+  auto take = [&](size_t k) -> Value {
+    return ops[k].dying ? std::move(*ops[k].value) : *ops[k].value;
+  };
+  if (step.eval != nullptr) {
+    EvalArgs eval_args(ops, ctx, cache);
+    return step.eval(*step.instr, eval_args);
+  }
+  const HloInstruction& instr = *step.instr;
+  switch (step.opcode) {
+    case HloOpcode::kParameter:
+      return std::move(args.at(instr.parameter_number()));
+    case HloOpcode::kConstant:
+      return Value{constants.at(&instr).Borrowed(ctx.tracker())};
+    case HloOpcode::kCopy:  // values are immutable, so a copy can share bytes
+      return take(0);
+    case HloOpcode::kTuple: {
+      Value out;
+      for (size_t k = 0; k < ops.size(); ++k) {
+        Value v = take(k);
+        for (HostTensor& t : v) out.push_back(std::move(t));
+      }
+      return out;
+    }
+    case HloOpcode::kGetTupleElement: {
+      const Value& tuple = *ops[0].value;
+      return Value(tuple.begin() + step.leaf_begin,
+                   tuple.begin() + step.leaf_begin + step.leaf_count);
+    }
+    case HloOpcode::kCall: {
+      std::vector<Value> call_args;
+      for (size_t k = 0; k < ops.size(); ++k) call_args.push_back(take(k));
+      return RunComputation(*instr.to_apply(), std::move(call_args), ctx);
+    }
+    case HloOpcode::kWhile: {
+      Value state = take(0);
+      for (;;) {
+        std::vector<Value> cond_args{state};
+        Value pred = RunComputation(*instr.while_condition(), std::move(cond_args), ctx);
+        if (pred.at(0).data<uint8_t>()[0] == 0) break;
+        std::vector<Value> body_args;
+        body_args.push_back(std::move(state));
+        state = RunComputation(*instr.while_body(), std::move(body_args), ctx);
+      }
+      return state;
+    }
+    default:
+      Fail("no evaluator for opcode {}", HloOpcodeString(step.opcode));
+  }
+}
+
+Executor::Executor(const HloModule& module, ExecutorOptions options)
+    : module_(module), impl_(std::make_unique<Impl>(module, options)) {
+  const HloComputation* entry = module.entry_computation();
+  WEFT_CHECK(entry != nullptr, "module '{}' has no entry computation", module.name());
+  for (const HloComputation* computation : module.MakeComputationPostOrder()) {
+    impl_->plans.emplace(computation, MakePlan(*computation));
+    for (const HloInstruction* instr : computation->instructions()) {
+      if (instr->opcode() != HloOpcode::kConstant) continue;
+      const Literal& literal = instr->literal();
+      std::vector<double> values(static_cast<size_t>(literal.size()));
+      for (int64_t i = 0; i < literal.size(); ++i) values[i] = literal.Get(i);
+      HostTensor t = HostTensor::Uninitialized(instr->shape());
+      if (IsFloatingPoint(instr->shape().element_type())) {
+        t = HostTensor::FromDoubles(instr->shape(), values);
+      } else {  // exact 64-bit integers
+        for (int64_t i = 0; i < literal.size(); ++i) {
+          const int64_t v = literal.GetInt(i);
+          switch (instr->shape().element_type()) {
+            case PrimitiveType::kS64:
+              t.mutable_data<int64_t>()[i] = v;
+              break;
+            case PrimitiveType::kS32:
+              t.mutable_data<int32_t>()[i] = static_cast<int32_t>(v);
+              break;
+            case PrimitiveType::kU32:
+              t.mutable_data<uint32_t>()[i] = static_cast<uint32_t>(v);
+              break;
+            default:
+              t.mutable_data<uint8_t>()[i] = v != 0;
+          }
+        }
+      }
+      impl_->constants.emplace(instr, std::move(t));
+    }
+  }
+  for (int64_t p = 0; p < entry->num_parameters(); ++p) {
+    const HloInstruction* param = entry->parameter_instruction(p);
+    WEFT_CHECK(param != nullptr, "entry computation of '{}' has no parameter {}", module.name(),
+               p);
+    const std::vector<Shape> leaves = param->shape().Leaves();
+    for (size_t k = 0; k < leaves.size(); ++k) {
+      impl_->input_shapes.push_back(leaves[k]);
+      impl_->input_names.push_back(leaves.size() == 1 && !param->shape().IsTuple()
+                                       ? param->name()
+                                       : fmt::format("{}{{{}}}", param->name(), k));
+    }
+    impl_->param_leaf_counts.push_back(static_cast<int64_t>(leaves.size()));
+  }
+}
+
+Executor::~Executor() = default;
+
+std::vector<Shape> Executor::InputShapes() const { return impl_->input_shapes; }
+std::vector<std::string> Executor::InputNames() const { return impl_->input_names; }
+
+std::vector<HostTensor> Executor::Run(std::vector<HostTensor> inputs) {
+  std::unique_ptr<Communicator> self = exec::MakeSelfCommunicator();
+  return Run(std::move(inputs), *self);
+}
+
+std::vector<HostTensor> Executor::Run(std::vector<HostTensor> inputs, Communicator& comm) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<Shape>& shapes = impl_->input_shapes;
+  WEFT_CHECK(inputs.size() == shapes.size(),
+             "module '{}' takes {} inputs (its entry parameters' array leaves), got {}",
+             module_.name(), shapes.size(), inputs.size());
+  auto tracker = std::make_shared<MemoryTracker>();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    HostTensor& t = inputs[i];
+    WEFT_CHECK(t.valid(), "input {} for parameter '{}' is an empty tensor", i,
+               impl_->input_names[i]);
+    WEFT_CHECK(t.shape() == shapes[i], "input {} for parameter '{}' is {}, expected {}", i,
+               impl_->input_names[i], t.shape().ToString(), shapes[i].ToString());
+    // Inputs the caller gave away become the program's own buffers; shared
+    // ones are only read.
+    if (t.IsExclusivelyOwned()) {
+      t.storage()->Track(tracker);
+    } else {
+      t = t.Borrowed(tracker);
+    }
+  }
+  std::vector<Value> args;
+  size_t next = 0;
+  for (int64_t count : impl_->param_leaf_counts) {
+    Value v;
+    for (int64_t k = 0; k < count; ++k) v.push_back(std::move(inputs[next++]));
+    args.push_back(std::move(v));
+  }
+  inputs.clear();
+
+  SetGemmThreads(impl_->options.gemm_threads > 0 ? impl_->options.gemm_threads
+                                                 : DefaultGemmThreads(comm));
+  const CollectiveStats before = comm.stats();
+  impl_->instructions = 0;
+  // The context's callback (called computations) runs with the context itself.
+  EvalContext real_ctx(
+      comm, MakeDeviceIds(module_, comm), impl_->options, tracker,
+      [this, &real_ctx](const HloComputation& c, std::vector<Value> a) -> Value {
+        return impl_->RunComputation(c, std::move(a), real_ctx);
+      });
+  Value root = impl_->RunComputation(*module_.entry_computation(), std::move(args), real_ctx);
+
+  stats_.peak_bytes = tracker->peak_bytes();
+  stats_.instructions = impl_->instructions;
+  for (int k = 0; k < kNumCollectiveKinds; ++k) {
+    stats_.collectives.calls[k] = comm.stats().calls[k] - before.calls[k];
+    stats_.collectives.bytes_sent[k] = comm.stats().bytes_sent[k] - before.bytes_sent[k];
+  }
+  stats_.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return std::vector<HostTensor>(std::make_move_iterator(root.begin()),
+                                 std::make_move_iterator(root.end()));
+}
+
+std::vector<std::vector<HostTensor>> RunOnDevices(
+    const HloModule& module, const std::vector<std::vector<HostTensor>>& inputs_per_device,
+    LocalCluster& cluster, std::vector<ExecutorStats>* stats, const ExecutorOptions& options) {
+  const int64_t n = cluster.num_devices();
+  WEFT_CHECK(static_cast<int64_t>(inputs_per_device.size()) == n,
+             "RunOnDevices got inputs for {} devices but the cluster has {}",
+             inputs_per_device.size(), n);
+  std::vector<std::vector<HostTensor>> outputs(n);
+  std::vector<ExecutorStats> device_stats(n);
+  cluster.Run([&](int64_t device, Communicator& comm) {
+    Executor executor(module, options);
+    outputs[device] = executor.Run(inputs_per_device[device], comm);
+    device_stats[device] = executor.stats();
+  });
+  if (stats != nullptr) *stats = std::move(device_stats);
+  return outputs;
+}
+
+std::vector<HostTensor> RunOnMpiRank(const HloModule& module, std::vector<HostTensor> inputs,
+                                     Communicator& comm, ExecutorStats* stats,
+                                     const ExecutorOptions& options) {
+  Executor executor(module, options);
+  comm.VerifySameHash(std::hash<std::string>{}(module.ToString()),
+                      fmt::format("program hash of module '{}'", module.name()));
+  std::vector<HostTensor> outputs = executor.Run(std::move(inputs), comm);
+  if (stats != nullptr) *stats = executor.stats();
+  return outputs;
+}
+
+}  // namespace weft::runtime

@@ -1,0 +1,190 @@
+#include "weft/runtime/executor_tensor.h"
+
+#include <fmt/format.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "weft/base/error.h"
+#include "weft/runtime/executor_eval.h"
+
+namespace weft::runtime {
+
+void MemoryTracker::Allocated(int64_t bytes) {
+  const int64_t live = live_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  int64_t peak = peak_.load(std::memory_order_relaxed);
+  while (live > peak && !peak_.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
+  }
+}
+
+namespace {
+
+constexpr int64_t kStaggerThreshold = 16 << 10;
+constexpr int64_t kPage = 4096;
+// Steps of 25 cache lines visit all 64 line offsets of a page before repeating.
+constexpr int64_t kStaggerStep = 25 * 64;
+std::atomic<int64_t> g_stagger_counter{0};
+
+}  // namespace
+
+std::shared_ptr<TensorStorage> TensorStorage::Allocate(int64_t bytes,
+                                                       std::shared_ptr<MemoryTracker> tracker) {
+  WEFT_CHECK(bytes >= 0, "cannot allocate {} bytes", bytes);
+  std::shared_ptr<TensorStorage> s(new TensorStorage());
+  int64_t offset = 0;
+  int64_t alloc_bytes = (bytes + 63) / 64 * 64;
+  if (bytes >= kStaggerThreshold) {
+    offset = (g_stagger_counter.fetch_add(1, std::memory_order_relaxed) * kStaggerStep) % kPage;
+    alloc_bytes += kPage;
+  }
+  if (alloc_bytes == 0) alloc_bytes = 64;
+  s->allocation_ = std::aligned_alloc(64, static_cast<size_t>(alloc_bytes));
+  if (s->allocation_ == nullptr) {
+    Fail("out of memory allocating a {}-byte tensor buffer", bytes);
+  }
+  s->data_ = static_cast<std::byte*>(s->allocation_) + offset;
+  s->bytes_ = bytes;
+  if (tracker != nullptr) s->Track(std::move(tracker));
+  return s;
+}
+
+std::shared_ptr<TensorStorage> TensorStorage::Borrow(std::shared_ptr<TensorStorage> owner,
+                                                     std::shared_ptr<MemoryTracker> tracker) {
+  std::shared_ptr<TensorStorage> s(new TensorStorage());
+  s->data_ = owner->data_;
+  s->bytes_ = owner->bytes_;
+  s->writable_ = false;
+  s->owner_ = std::move(owner);
+  if (tracker != nullptr) s->Track(std::move(tracker));
+  return s;
+}
+
+void TensorStorage::Track(std::shared_ptr<MemoryTracker> tracker) {
+  if (tracker_ != nullptr) tracker_->Freed(bytes_);
+  tracker_ = std::move(tracker);
+  tracker_->Allocated(bytes_);
+}
+
+TensorStorage::~TensorStorage() {
+  if (tracker_ != nullptr) tracker_->Freed(bytes_);
+  std::free(allocation_);
+}
+
+HostTensor::HostTensor(Shape shape) {
+  *this = Uninitialized(std::move(shape));
+  std::memset(mutable_raw_data(), 0, static_cast<size_t>(byte_size()));
+}
+
+HostTensor HostTensor::Uninitialized(Shape shape, std::shared_ptr<MemoryTracker> tracker) {
+  WEFT_CHECK(shape.IsArray(), "a HostTensor must have an array shape, not {}", shape.ToString());
+  const int64_t bytes = shape.ByteSize();
+  return HostTensor(std::move(shape), TensorStorage::Allocate(bytes, std::move(tracker)), 0);
+}
+
+HostTensor HostTensor::FromDoubles(Shape shape, std::span<const double> values) {
+  HostTensor t = Uninitialized(std::move(shape));
+  WEFT_CHECK(static_cast<int64_t>(values.size()) == t.element_count(),
+             "{} needs {} values, got {}", t.shape().ToString(), t.element_count(), values.size());
+  for (int64_t i = 0; i < t.element_count(); ++i) {
+    exec::StoreDouble(t.element_type(), t.mutable_raw_data(), i, values[i]);
+  }
+  return t;
+}
+
+HostTensor HostTensor::Scalar(PrimitiveType type, double value) {
+  return FromDoubles(Shape::Scalar(type), std::span<const double>(&value, 1));
+}
+
+void HostTensor::CheckType(bool ok, size_t size) const {
+  if (ok) return;
+  if (size == 0) {
+    Fail("values do not match the tensor's {} elements", element_count());
+  }
+  Fail("tensor of {} accessed as a {}-byte type that is not its element type",
+       shape_.ToString(), size);
+}
+
+std::vector<double> HostTensor::ToDoubles() const {
+  std::vector<double> out(static_cast<size_t>(element_count()));
+  for (int64_t i = 0; i < element_count(); ++i) out[i] = GetDouble(i);
+  return out;
+}
+
+double HostTensor::GetDouble(int64_t index) const {
+  WEFT_CHECK(index >= 0 && index < element_count(), "index {} out of range for {}", index,
+             shape_.ToString());
+  return exec::LoadAsDouble(element_type(), raw_data(), index);
+}
+
+HostTensor HostTensor::Clone() const {
+  HostTensor t = Uninitialized(shape_);
+  std::memcpy(t.mutable_raw_data(), raw_data(), static_cast<size_t>(byte_size()));
+  return t;
+}
+
+HostTensor HostTensor::Reshaped(Shape shape) const {
+  WEFT_CHECK(shape.IsArray() && shape.ByteSize() == byte_size(),
+             "cannot view {} as {}: the byte sizes differ", shape_.ToString(), shape.ToString());
+  return HostTensor(std::move(shape), storage_, offset_);
+}
+
+HostTensor HostTensor::View(Shape shape, int64_t byte_offset) const {
+  WEFT_CHECK(shape.IsArray() && byte_offset >= 0 && byte_offset + shape.ByteSize() <= byte_size(),
+             "a view of {} at byte {} does not fit in {}", shape.ToString(), byte_offset,
+             shape_.ToString());
+  return HostTensor(std::move(shape), storage_, offset_ + byte_offset);
+}
+
+std::string HostTensor::ToString(int64_t max_elements) const {
+  if (!valid()) return "<empty>";
+  std::string out = shape_.ToString() + "{";
+  const int64_t n = element_count();
+  for (int64_t i = 0; i < n && i < max_elements; ++i) {
+    if (i > 0) out += ", ";
+    out += fmt::format("{}", GetDouble(i));
+  }
+  if (n > max_elements) out += ", ...";
+  return out + "}";
+}
+
+float Bf16ToFloat(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
+
+uint16_t FloatToBf16(float value) {
+  uint32_t bits = std::bit_cast<uint32_t>(value);
+  if (std::isnan(value)) return static_cast<uint16_t>((bits >> 16) | 0x40);  // quiet NaN
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float F16ToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  const uint32_t exp = (h >> 10) & 0x1f;
+  const uint32_t man = h & 0x3ff;
+  if (exp == 0) {  // zero or subnormal: man * 2^-24
+    const float v = std::ldexp(static_cast<float>(man), -24);
+    return sign ? -v : v;
+  }
+  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (man << 13));
+  return std::bit_cast<float>(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+uint16_t FloatToF16(float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
+  if (std::isnan(value)) return sign | 0x7e00;
+  const float a = std::fabs(value);
+  if (a >= 65520.0f) return sign | 0x7c00;  // rounds past the largest half
+  if (a < 6.103515625e-05f) {               // subnormal: multiples of 2^-24
+    return sign | static_cast<uint16_t>(std::nearbyint(std::ldexp(a, 24)));
+  }
+  // Normal: round the 23-bit mantissa to 10 bits, nearest even.
+  uint32_t abits = std::bit_cast<uint32_t>(a);
+  abits += 0xfffu + ((abits >> 13) & 1u);
+  const uint32_t exp = (abits >> 23) - 112;
+  return sign | static_cast<uint16_t>((exp << 10) | ((abits >> 13) & 0x3ff));
+}
+
+}  // namespace weft::runtime

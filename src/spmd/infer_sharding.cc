@@ -1,0 +1,536 @@
+// Forward (from operands) and backward (from users) inference for one
+// instruction at one aggressiveness level, as XLA's InferShardingFromOperands
+// and GetShardingFromUser; every array op goes through its factor rule.
+#include <algorithm>
+#include <climits>
+
+#include "propagator.h"
+#include "weft/sharding/sharding_util.h"
+#include "weft/spmd/improve_sharding.h"
+
+namespace weft::spmd_internal {
+namespace {
+
+bool IsElementwiseOp(const HloInstruction& i) {
+  return IsElementwise(i.opcode()) || i.opcode() == HloOpcode::kCompare;
+}
+
+bool HasSpatialSharding(const HloInstruction* i) {
+  return i->has_sharding() && IsSpatiallyPartitioned(*i->sharding());
+}
+
+// XLA's CanPropagateThroughAtAggressiveLevel.
+bool CanPropagateAtLevel(const HloInstruction& i, int level) {
+  switch (i.opcode()) {
+    case HloOpcode::kCall:
+    case HloOpcode::kConcatenate:
+    case HloOpcode::kCopy:
+    case HloOpcode::kDynamicSlice:
+    case HloOpcode::kDynamicUpdateSlice:
+    case HloOpcode::kGetTupleElement:
+    case HloOpcode::kReshape:
+    case HloOpcode::kTuple:
+    case HloOpcode::kTranspose:
+    case HloOpcode::kWhile:
+      return true;
+    case HloOpcode::kBroadcast:
+      return level >= 2;
+    default:
+      if (IsElementwiseOp(i) || IsCustomCall(i, "Sharding")) return true;
+      return level >= 1;
+  }
+}
+
+bool SameDims(const Shape& a, const Shape& b) {
+  if (a.IsTuple() != b.IsTuple()) return false;
+  if (!a.IsTuple()) return a.dimensions() == b.dimensions();
+  if (a.tuple_shapes().size() != b.tuple_shapes().size()) return false;
+  for (size_t i = 0; i < a.tuple_shapes().size(); ++i) {
+    if (!SameDims(a.tuple_shapes(i), b.tuple_shapes(i))) return false;
+  }
+  return true;
+}
+
+int64_t OperandIndex(const HloInstruction& user, const HloInstruction* operand) {
+  for (int64_t k = 0; k < user.operand_count(); ++k) {
+    if (user.operand(k) == operand) return k;
+  }
+  return -1;
+}
+
+HloSharding ManualFor(const Shape& shape) {
+  if (!shape.IsTuple()) return HloSharding::Manual();
+  return HloSharding::Tuple(std::vector<HloSharding>(shape.LeafCount(), HloSharding::Manual()));
+}
+
+}  // namespace
+
+std::optional<HloSharding> Propagator::LookaheadUserSharding(HloInstruction* instr) {
+  if (instr->users().size() != 1) return std::nullopt;
+  std::vector<HloInstruction*> chain = {instr, instr->users()[0]};
+  while (!chain.back()->has_sharding()) {
+    if (chain.back()->users().size() != 1) return std::nullopt;
+    chain.push_back(chain.back()->users()[0]);
+  }
+  std::optional<HloSharding> sharding = chain.back()->sharding();
+  for (size_t i = chain.size() - 1; i >= 1; --i) {
+    sharding = ShardingFromUser(*chain[i - 1], *chain[i], *sharding, INT_MAX);
+    if (!sharding) return std::nullopt;
+  }
+  return sharding;
+}
+
+std::optional<HloSharding> Propagator::ShardingFromUser(const HloInstruction& instr,
+                                                        const HloInstruction& user,
+                                                        const HloSharding& user_sharding,
+                                                        int level) {
+  if (!CanPropagateAtLevel(user, level) || !IsSpatiallyPartitioned(user_sharding)) {
+    return std::nullopt;
+  }
+  const bool may_combine = level > 0;
+  const int64_t k = OperandIndex(user, &instr);
+  if (k < 0) return std::nullopt;
+  auto project = [&](int64_t leaf = 0) {
+    return Project(&user, TensorRef::Result(leaf), LeafSharding(user_sharding, leaf),
+                   TensorRef::Operand(k));
+  };
+  switch (user.opcode()) {
+    case HloOpcode::kBroadcast:
+    case HloOpcode::kReshape:
+    case HloOpcode::kTranspose:
+    case HloOpcode::kSlice:
+    case HloOpcode::kReverse:
+    case HloOpcode::kGather:
+      return project();
+    case HloOpcode::kPad:
+      return k == 0 ? project() : std::nullopt;
+    case HloOpcode::kConcatenate:
+      if (level == 0) return std::nullopt;
+      return user_sharding.IsReplicated() ? std::optional(user_sharding) : project();
+    case HloOpcode::kDynamicSlice:
+    case HloOpcode::kDynamicUpdateSlice: {
+      if (level == 0) return std::nullopt;
+      if (user_sharding.IsReplicated()) return user_sharding;
+      const bool update = user.opcode() == HloOpcode::kDynamicUpdateSlice;
+      if (update && k == 0) return user_sharding;
+      if (k != (update ? 1 : 0)) return std::nullopt;
+      return project();
+    }
+    case HloOpcode::kTuple: {
+      const int64_t offset = LeafOffset(user.shape(), k);
+      const int64_t count = instr.shape().LeafCount();
+      if (instr.shape().IsTuple()) {
+        std::vector<HloSharding> leaves;
+        for (int64_t j = 0; j < count; ++j) leaves.push_back(LeafSharding(user_sharding, offset + j));
+        return HloSharding::Tuple(std::move(leaves));
+      }
+      HloSharding best = LeafSharding(user_sharding, offset);
+      for (int64_t j = k + 1; j < user.operand_count(); ++j) {
+        if (user.operand(j) != &instr) continue;
+        HloSharding alt = LeafSharding(user_sharding, LeafOffset(user.shape(), j));
+        if (sharding_util::IsShardingMoreSpecific(alt, best)) best = alt;
+      }
+      return best;
+    }
+    case HloOpcode::kGetTupleElement: {
+      const int64_t offset = LeafOffset(instr.shape(), user.tuple_index());
+      std::optional<HloSharding> base = instr.sharding();
+      if (!base || !base->IsTuple()) {
+        base = HloSharding::Tuple(
+            std::vector<HloSharding>(instr.shape().LeafCount(), HloSharding::Replicate()));
+      }
+      std::vector<HloSharding> leaves = base->tuple_elements();
+      if (user.shape().IsTuple()) {
+        if (!user_sharding.IsTuple()) return std::nullopt;
+        for (size_t j = 0; j < user_sharding.tuple_elements().size(); ++j) {
+          leaves.at(offset + j) = user_sharding.tuple_elements()[j];
+        }
+      } else {
+        leaves.at(offset) = user_sharding;
+      }
+      return HloSharding::Tuple(std::move(leaves));
+    }
+    case HloOpcode::kDot: {
+      // From the result, then refined by the other operand's contracting and
+      // batch dims (XLA's InferDotOperandSharding with consider_other_operand).
+      std::optional<HloSharding> sharding = project();
+      if (!sharding) return std::nullopt;
+      const HloInstruction* other = user.operand(1 - k);
+      if (HasSpatialSharding(other)) {
+        std::optional<HloSharding> from_other =
+            Project(&user, TensorRef::Operand(1 - k), *other->sharding(), TensorRef::Operand(k));
+        if (from_other && !from_other->IsTuple() &&
+            MergeSharding(*sharding, &*from_other, may_combine)) {
+          sharding = std::move(from_other);
+        }
+      }
+      return sharding;
+    }
+    case HloOpcode::kReduce: {
+      if (!instr.shape().IsArray() || instr.shape().rank() == 0) return std::nullopt;
+      const int64_t num_inputs = user.operand_count() / 2;
+      if (k >= num_inputs) return std::nullopt;
+      std::optional<HloSharding> sharding = Project(
+          &user, TensorRef::Result(user.shape().IsTuple() ? k : 0),
+          LeafSharding(user_sharding, user.shape().IsTuple() ? k : 0), TensorRef::Operand(k));
+      if (!sharding) return std::nullopt;
+      for (int64_t j = 0; j < num_inputs; ++j) {
+        const HloInstruction* other = user.operand(j);
+        if (other == &instr || !other->has_sharding() || other->sharding()->IsTuple()) continue;
+        if (auto merged = sharding_util::MergeShardingIfCompatible(*other->sharding(), *sharding,
+                                                                   sharding->NumTiles() + 1)) {
+          sharding = std::move(merged);
+        }
+      }
+      return sharding;
+    }
+    case HloOpcode::kScatter:
+      return k == 0 ? std::optional(user_sharding) : std::nullopt;
+    case HloOpcode::kCustomCall: {
+      if (IsCustomCall(user, "Sharding")) {
+        return SameDims(instr.shape(), user.shape()) ? std::optional(user_sharding) : std::nullopt;
+      }
+      if (const OpShardingRule* rule = Rule(&user)) {
+        std::optional<HloSharding> best;
+        for (int64_t leaf = 0; leaf < static_cast<int64_t>(rule->results.size()); ++leaf) {
+          auto s = project(leaf);
+          if (s && (!best || sharding_util::IsShardingMoreSpecific(*s, *best))) best = std::move(s);
+        }
+        return best;
+      }
+      return SameDims(instr.shape(), user.shape()) ? std::optional(user_sharding) : std::nullopt;
+    }
+    default:
+      if (SameDims(instr.shape(), user.shape())) return user_sharding;
+      return std::nullopt;
+  }
+}
+
+bool Propagator::InferFromOperands(HloInstruction* instr, int level) {
+  if (!CanPropagateAtLevel(*instr, level)) return false;
+  if (instr->has_sharding() && instr->sharding()->IsManual()) return false;
+  const HloOpcode op = instr->opcode();
+  // Manual regions spread: an op with a manual operand is manual.
+  if ((!instr->has_sharding() || instr->sharding()->IsTileMaximal()) &&
+      (instr->shape().IsArray() || op == HloOpcode::kReduce ||
+       (op == HloOpcode::kCustomCall && instr->shape().IsTuple()))) {
+    for (const HloInstruction* operand : instr->operands()) {
+      if (!operand->has_sharding() || !operand->sharding()->IsManual()) continue;
+      if (IsCustomCall(*instr, "SPMDShardToFullShape")) return false;
+      if (level == 0 && (op == HloOpcode::kConcatenate || op == HloOpcode::kDynamicSlice)) {
+        return false;
+      }
+      SetSharding(instr, ManualFor(instr->shape()), {DecisionKind::kManual, operand, "manual"});
+      return true;
+    }
+  }
+  const bool may_combine = level > 0;
+  const bool aggressive = NonRootUsers(instr) == 1;
+  if (!SupportsSpatialPartitioning(instr, allow_output_any_, false)) {
+    if (instr->shape().IsTuple() || instr->operand_count() == 0 ||
+        instr == instr->parent()->root_instruction()) {
+      return false;
+    }
+    for (const HloInstruction* operand : instr->operands()) {
+      if (operand->has_sharding() && operand->sharding()->IsTileMaximal() &&
+          !operand->sharding()->IsMaximal()) {
+        return Improve(instr, *operand->sharding(), may_combine, false,
+                       {DecisionKind::kForward, operand, "replicated operand"});
+      }
+    }
+    return false;
+  }
+  auto from = [&](int64_t k, int64_t leaf = 0) -> std::optional<HloSharding> {
+    const HloInstruction* operand = instr->operand(k);
+    if (!HasSpatialSharding(operand)) return std::nullopt;
+    return Project(instr, TensorRef::Operand(k), *operand->sharding(), TensorRef::Result(leaf));
+  };
+  auto why = [&](const HloInstruction* source) {
+    const OpShardingRule* rule = Rule(instr);
+    return DecisionSource{DecisionKind::kForward, source,
+                          rule ? std::string_view(rule->name) : HloOpcodeString(op)};
+  };
+  switch (op) {
+    case HloOpcode::kGetTupleElement: {
+      const HloInstruction* operand = instr->operand(0);
+      if (!HasSpatialSharding(operand)) return false;
+      const int64_t offset = LeafOffset(operand->shape(), instr->tuple_index());
+      HloSharding s = LeafSharding(*operand->sharding(), offset);
+      if (instr->shape().IsTuple()) {
+        std::vector<HloSharding> leaves;
+        for (int64_t j = 0; j < instr->shape().LeafCount(); ++j) {
+          leaves.push_back(LeafSharding(*operand->sharding(), offset + j));
+        }
+        s = HloSharding::Tuple(std::move(leaves));
+      }
+      if (s.IsManual()) {
+        SetSharding(instr, s, {DecisionKind::kManual, operand, "get-tuple-element"});
+        return true;
+      }
+      return Improve(instr, s, may_combine, aggressive, {DecisionKind::kForward, operand, "get-tuple-element"});
+    }
+    case HloOpcode::kTuple: {
+      if (std::none_of(instr->operands().begin(), instr->operands().end(), HasSpatialSharding)) {
+        return false;
+      }
+      std::vector<HloSharding> leaves;
+      if (instr->has_sharding() && instr->sharding()->IsTuple()) {
+        leaves = instr->sharding()->tuple_elements();
+      } else {
+        leaves.assign(instr->shape().LeafCount(), HloSharding::Replicate());
+      }
+      const HloInstruction* source = nullptr;
+      int64_t offset = 0;
+      for (const HloInstruction* operand : instr->operands()) {
+        const int64_t count = operand->shape().LeafCount();
+        if (operand->has_sharding()) {
+          for (int64_t j = 0; j < count; ++j) {
+            HloSharding s = LeafSharding(*operand->sharding(), j);
+            if (!instr->has_sharding() ||
+                sharding_util::IsShardingMoreSpecific(s, leaves[offset + j])) {
+              if (leaves[offset + j] != s) source = operand;
+              leaves[offset + j] = std::move(s);
+            }
+          }
+        }
+        offset += count;
+      }
+      HloSharding s = HloSharding::Tuple(std::move(leaves));
+      if (instr->has_sharding() && s == *instr->sharding()) return false;
+      SetSharding(instr, s, {DecisionKind::kForward, source, "tuple"});
+      return true;
+    }
+    case HloOpcode::kWhile: {
+      const HloInstruction* operand = instr->operand(0);
+      if (!operand->has_sharding()) return false;
+      HloSharding s = *operand->sharding();
+      if (instr->has_sharding()) MergeSharding(*instr->sharding(), &s, may_combine);
+      return Improve(instr, s, may_combine, false, {DecisionKind::kForward, operand, "while"});
+    }
+    case HloOpcode::kParameter: {
+      auto it = computation_map_.find(instr->parent());
+      if (it == computation_map_.end() || it->second->opcode() != HloOpcode::kCall) return false;
+      const HloInstruction* arg = it->second->operand(instr->parameter_number());
+      if (!arg->has_sharding()) return false;
+      return Improve(instr, *arg->sharding(), may_combine, false, {DecisionKind::kForward, arg, "call"});
+    }
+    case HloOpcode::kDot: {
+      auto improved = [&](int64_t k) -> std::optional<HloSharding> {
+        const HloInstruction* operand = instr->operand(k);
+        if (!HasSpatialSharding(operand)) return std::nullopt;
+        std::optional<HloSharding> s = operand->sharding()->IsTileMaximal()
+                                           ? operand->sharding()
+                                           : from(k);
+        if (!s) return std::nullopt;
+        return ReturnImprovedSharding(*s, instr->has_sharding() ? &*instr->sharding() : nullptr,
+                                      instr->shape().dimensions(), may_combine, false);
+      };
+      std::optional<HloSharding> s0 = improved(0), s1 = improved(1);
+      if (!s0 && !s1) return false;
+      if (!s1 || !s0) {
+        const int64_t k = s0 ? 0 : 1;
+        SetSharding(instr, s0 ? *s0 : *s1, why(instr->operand(k)));
+        return true;
+      }
+      // Both operands propose: prefer the one the (single) user agrees with,
+      // else the larger operand; then refine with the other.
+      int64_t first = 0;
+      bool decided = false;
+      if (auto ahead = LookaheadUserSharding(instr)) {
+        const auto dims = instr->shape().dimensions();
+        const bool sub0 = IsSubTilingOrEqualSharding(dims, *ahead, *s0);
+        const bool sub1 = IsSubTilingOrEqualSharding(dims, *ahead, *s1);
+        if (sub0 != sub1) {
+          first = sub0 ? 0 : 1;
+          decided = true;
+        }
+      }
+      if (!decided && instr->operand(0)->shape().ByteSize() < instr->operand(1)->shape().ByteSize()) {
+        first = 1;
+      }
+      HloSharding primary = first == 0 ? *s0 : *s1;
+      HloSharding secondary = first == 0 ? *s1 : *s0;
+      auto refined = ReturnImprovedSharding(secondary, &primary, instr->shape().dimensions(),
+                                            may_combine, false);
+      SetSharding(instr, refined ? *refined : primary, why(instr->operand(first)));
+      return true;
+    }
+    case HloOpcode::kBroadcast: {
+      if (level < 3) return false;
+      const HloInstruction* operand = instr->operand(0);
+      if (!HasSpatialSharding(operand) || operand->sharding()->IsReplicated()) return false;
+      auto s = from(0);
+      return s && Improve(instr, *s, may_combine, aggressive, why(operand));
+    }
+    case HloOpcode::kConcatenate: {
+      const HloInstruction* best = nullptr;
+      for (const HloInstruction* operand : instr->operands()) {
+        if (operand->has_sharding() &&
+            (!best || sharding_util::IsShardingMoreSpecific(*operand->sharding(), *best->sharding()))) {
+          best = operand;
+        }
+      }
+      if (!best || !HasSpatialSharding(best)) return false;
+      if (level == 0) {
+        // Only the repeated-layer pattern param/gte -> reshape -> concat,
+        // split off the concat dim, passes at level 0.
+        for (const HloInstruction* operand : instr->operands()) {
+          const bool ok = HasSpatialSharding(operand) && operand->sharding()->NumTiles() > 1 &&
+                          operand->opcode() == HloOpcode::kReshape &&
+                          (operand->operand(0)->opcode() == HloOpcode::kParameter ||
+                           operand->operand(0)->opcode() == HloOpcode::kGetTupleElement);
+          if (!ok) return false;
+          if (operand->sharding()->tile_assignment().dim(instr->dimensions()[0]) > 1) return false;
+        }
+      }
+      auto s = from(OperandIndex(*instr, best));
+      return s && Improve(instr, *s, may_combine, aggressive, why(best));
+    }
+    case HloOpcode::kReduce: {
+      bool changed = false;
+      const int64_t num_inputs = instr->operand_count() / 2;
+      for (int64_t k = 0; k < num_inputs; ++k) {
+        auto s = from(k);
+        if (!s) continue;
+        if (instr->shape().IsTuple()) {
+          s = HloSharding::Tuple(std::vector<HloSharding>(instr->shape().LeafCount(), *s));
+        }
+        changed |= Improve(instr, *s, may_combine, aggressive, why(instr->operand(k)));
+      }
+      return changed;
+    }
+    case HloOpcode::kDynamicSlice: {
+      auto s = from(0);
+      return s && Improve(instr, *s, may_combine, aggressive, why(instr->operand(0)));
+    }
+    case HloOpcode::kDynamicUpdateSlice: {
+      bool changed = false;
+      if (auto s = from(1)) changed |= Improve(instr, *s, may_combine, aggressive, why(instr->operand(1)));
+      if (auto s = from(0)) changed |= Improve(instr, *s, may_combine, false, why(instr->operand(0)));
+      return changed;
+    }
+    case HloOpcode::kCustomCall: {
+      if (IsCustomCall(*instr, "Sharding")) {
+        auto s = from(0);
+        return s && Improve(instr, *s, may_combine, aggressive, why(instr->operand(0)));
+      }
+      const OpShardingRule* rule = Rule(instr);
+      if (!rule) return false;
+      bool changed = false;
+      for (int64_t leaf = 0; leaf < static_cast<int64_t>(rule->results.size()); ++leaf) {
+        for (int64_t k = 0; k < instr->operand_count(); ++k) {
+          if (auto s = from(k, leaf)) {
+            changed |= ImproveLeaf(instr, leaf, *s, may_combine, aggressive, why(instr->operand(k)));
+          }
+        }
+      }
+      return changed;
+    }
+    case HloOpcode::kGather:
+    case HloOpcode::kScatter: {
+      bool changed = false;
+      for (int64_t k = op == HloOpcode::kGather ? 1 : 0; k >= 0 && k < instr->operand_count();
+           k += op == HloOpcode::kGather ? -1 : 3) {
+        if (auto s = from(k)) changed |= Improve(instr, *s, may_combine, false, why(instr->operand(k)));
+      }
+      return changed;
+    }
+    default:
+      break;
+  }
+  if (!Rule(instr) || !instr->shape().IsArray()) return false;
+  if (IsElementwiseOp(*instr) && may_combine) {
+    bool changed = false;
+    for (int64_t k = 0; k < instr->operand_count(); ++k) {
+      if (auto s = from(k)) {
+        changed |= Improve(instr, *s, may_combine, instr->operand_count() == 1 && aggressive,
+                           why(instr->operand(k)));
+      }
+    }
+    return changed;
+  }
+  // One representative operand: the first for pad/slice/reverse, else the
+  // most specific.
+  int64_t best = -1;
+  const bool first_only = op == HloOpcode::kPad || op == HloOpcode::kSlice || op == HloOpcode::kReverse;
+  for (int64_t k = 0; k < (first_only ? 1 : instr->operand_count()); ++k) {
+    const HloInstruction* operand = instr->operand(k);
+    if (operand->has_sharding() &&
+        (best < 0 || sharding_util::IsShardingMoreSpecific(*operand->sharding(),
+                                                           *instr->operand(best)->sharding()))) {
+      best = k;
+    }
+  }
+  if (best < 0) return false;
+  auto s = from(best);
+  return s && Improve(instr, *s, may_combine, aggressive, why(instr->operand(best)));
+}
+
+bool Propagator::InferFromUsers(HloInstruction* instr, int level) {
+  if (level < 2 && instr->opcode() == HloOpcode::kBroadcast) return false;
+  if (instr->has_sharding() && instr->sharding()->IsManual()) return false;
+  if (!instr->has_sharding() || instr->sharding()->IsTileMaximal()) {
+    for (const HloInstruction* user : instr->users()) {
+      if (!user->has_sharding() || IsCustomCall(*user, "SPMDFullToShardShape")) continue;
+      if (instr->shape().IsArray() && user->sharding()->IsManual()) {
+        SetSharding(instr, HloSharding::Manual(), {DecisionKind::kManual, user, "manual"});
+        return true;
+      }
+      auto s = ShardingFromUser(*instr, *user, *user->sharding(), level);
+      if (s && s->IsManual()) {
+        SetSharding(instr, *s, {DecisionKind::kManual, user, "manual"});
+        return true;
+      }
+    }
+  }
+  if (!SupportsSpatialPartitioning(instr, false, allow_params_any_)) return false;
+  const bool may_combine = level > 0;
+  bool improved = false;
+  for (const HloInstruction* user : instr->users()) {
+    if (!user->has_sharding()) continue;
+    auto s = ShardingFromUser(*instr, *user, *user->sharding(), level);
+    if (!s) continue;
+    const OpShardingRule* rule = Rule(user);
+    improved |= Improve(instr, std::move(*s), may_combine, false,
+                        {DecisionKind::kBackward, user,
+                         rule ? std::string_view(rule->name) : HloOpcodeString(user->opcode())});
+  }
+  return improved;
+}
+
+namespace {
+// Merges `proposal` into the annotation's sharding along its unspecified dims.
+std::optional<HloSharding> RefineAlong(const HloSharding& proposal,
+                                       const std::vector<int64_t>& unspecified,
+                                       const HloSharding& current) {
+  if (!proposal.IsTiled()) return std::nullopt;
+  HloSharding partial =
+      sharding_util::PartiallyReplicateTiledShardingOnAllDimsExcept(proposal, unspecified);
+  return sharding_util::MergeShardingIfCompatible(partial, current, current.NumTiles() + 1);
+}
+}  // namespace
+
+bool Propagator::RefineUnspecifiedFromOperand(HloInstruction* instr) {
+  const HloInstruction* operand = instr->operand(0);
+  if (!HasSpatialSharding(operand) || !instr->has_sharding()) return false;
+  auto merged = RefineAlong(*operand->sharding(), *UnspecifiedDims(instr), *instr->sharding());
+  if (!merged) return false;
+  SetSharding(instr, *merged, {DecisionKind::kUnspecifiedDims, operand, "Sharding"});
+  return true;
+}
+
+bool Propagator::RefineUnspecifiedFromUsers(HloInstruction* instr, int level) {
+  bool changed = false;
+  for (const HloInstruction* user : instr->users()) {
+    if (!user->has_sharding() || !user->sharding()->IsTiled() || !instr->has_sharding()) continue;
+    auto s = ShardingFromUser(*instr, *user, *user->sharding(), level);
+    if (!s || s->IsTileMaximal()) continue;
+    auto merged = RefineAlong(*s, *UnspecifiedDims(instr), *instr->sharding());
+    if (!merged) continue;
+    SetSharding(instr, *merged, {DecisionKind::kUnspecifiedDims, user, "Sharding"});
+    changed = true;
+  }
+  return changed;
+}
+
+}  // namespace weft::spmd_internal

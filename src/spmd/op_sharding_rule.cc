@@ -1,0 +1,460 @@
+#include "weft/spmd/op_sharding_rule.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <mutex>
+#include <numeric>
+#include <unordered_map>
+
+#include "weft/base/error.h"
+
+namespace weft {
+namespace {
+
+using TensorFactors = OpShardingRule::TensorFactors;
+
+std::mutex& RegistryMutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::unordered_map<std::string, OpShardingRuleBuilder>& Registry() {
+  static auto* registry = new std::unordered_map<std::string, OpShardingRuleBuilder>();
+  return *registry;
+}
+
+// One fresh pass-through factor per dim of `dims`.
+TensorFactors FreshFactors(OpShardingRule& rule, const std::vector<int64_t>& dims,
+                           FactorKind kind = FactorKind::kPassThrough) {
+  TensorFactors t;
+  for (int64_t d : dims) t.push_back({rule.AddFactor(d, kind)});
+  return t;
+}
+
+// The result leaves of `instr` (one for an array).
+std::vector<Shape> ResultLeaves(const HloInstruction& instr) { return instr.shape().Leaves(); }
+
+OpShardingRule BroadcastRule(const HloInstruction& instr) {
+  OpShardingRule rule;
+  rule.name = "broadcast";
+  rule.results.push_back(FreshFactors(rule, instr.shape().dimensions()));
+  TensorFactors op;
+  for (int64_t d : instr.dimensions()) op.push_back(rule.results[0][d]);
+  rule.operands.push_back(std::move(op));
+  return rule;
+}
+
+OpShardingRule ReduceRule(const HloInstruction& instr) {
+  OpShardingRule rule;
+  rule.name = "reduce";
+  const int64_t num_inputs = instr.operand_count() / 2;
+  const Shape& in = instr.operand(0)->shape();
+  TensorFactors input, result;
+  for (int64_t d = 0; d < in.rank(); ++d) {
+    const bool reduced = std::find(instr.dimensions().begin(), instr.dimensions().end(), d) !=
+                         instr.dimensions().end();
+    const int64_t f = rule.AddFactor(
+        in.dimensions(d), reduced ? FactorKind::kReduction : FactorKind::kPassThrough);
+    input.push_back({f});
+    if (!reduced) result.push_back({f});
+  }
+  for (int64_t i = 0; i < num_inputs; ++i) rule.operands.push_back(input);
+  for (int64_t i = 0; i < num_inputs; ++i) rule.operands.push_back({});  // init values
+  for (size_t i = 0; i < ResultLeaves(instr).size(); ++i) rule.results.push_back(result);
+  return rule;
+}
+
+OpShardingRule TransposeRule(const HloInstruction& instr) {
+  OpShardingRule rule;
+  rule.name = "transpose";
+  rule.operands.push_back(FreshFactors(rule, instr.operand(0)->shape().dimensions()));
+  TensorFactors result;
+  for (int64_t d : instr.dimensions()) result.push_back(rule.operands[0][d]);
+  rule.results.push_back(std::move(result));
+  return rule;
+}
+
+OpShardingRule DotRule(const HloInstruction& instr) {
+  OpShardingRule rule;
+  rule.name = "dot";
+  const DotDimensionNumbers& dn = instr.attrs().dot;
+  const Shape& lhs = instr.operand(0)->shape();
+  const Shape& rhs = instr.operand(1)->shape();
+  TensorFactors l(lhs.rank()), r(rhs.rank()), out;
+  for (size_t i = 0; i < dn.lhs_batch_dims.size(); ++i) {
+    const int64_t f = rule.AddFactor(lhs.dimensions(dn.lhs_batch_dims[i]));
+    l[dn.lhs_batch_dims[i]] = {f};
+    r[dn.rhs_batch_dims[i]] = {f};
+    out.push_back({f});
+  }
+  for (size_t i = 0; i < dn.lhs_contracting_dims.size(); ++i) {
+    const int64_t f =
+        rule.AddFactor(lhs.dimensions(dn.lhs_contracting_dims[i]), FactorKind::kReduction);
+    l[dn.lhs_contracting_dims[i]] = {f};
+    r[dn.rhs_contracting_dims[i]] = {f};
+  }
+  for (int64_t d = 0; d < lhs.rank(); ++d) {
+    if (!l[d].empty()) continue;
+    l[d] = {rule.AddFactor(lhs.dimensions(d))};
+    out.push_back(l[d]);
+  }
+  for (int64_t d = 0; d < rhs.rank(); ++d) {
+    if (!r[d].empty()) continue;
+    r[d] = {rule.AddFactor(rhs.dimensions(d))};
+    out.push_back(r[d]);
+  }
+  rule.operands = {std::move(l), std::move(r)};
+  rule.results = {std::move(out)};
+  return rule;
+}
+
+// dynamic-slice / dynamic-update-slice: dims cut by the slice need replication.
+OpShardingRule DynamicSliceRule(const HloInstruction& instr) {
+  OpShardingRule rule;
+  const bool update = instr.opcode() == HloOpcode::kDynamicUpdateSlice;
+  rule.name = update ? "dynamic-update-slice" : "dynamic-slice";
+  const Shape& full = instr.operand(0)->shape();
+  const Shape& part = update ? instr.operand(1)->shape() : instr.shape();
+  TensorFactors full_f, part_f;
+  for (int64_t d = 0; d < full.rank(); ++d) {
+    if (full.dimensions(d) == part.dimensions(d)) {
+      const int64_t f = rule.AddFactor(full.dimensions(d));
+      full_f.push_back({f});
+      part_f.push_back({f});
+    } else if (update) {
+      // operand 0 and the result are the same buffer; only the update is cut.
+      full_f.push_back({rule.AddFactor(full.dimensions(d))});
+      part_f.push_back({rule.AddFactor(part.dimensions(d), FactorKind::kNeedReplication)});
+    } else {
+      const int64_t f = rule.AddFactor(full.dimensions(d), FactorKind::kNeedReplication);
+      full_f.push_back({f});
+      part_f.push_back({f});
+    }
+  }
+  const int64_t first_index = update ? 2 : 1;
+  rule.operands.push_back(full_f);
+  if (update) rule.operands.push_back(part_f);
+  for (int64_t i = first_index; i < instr.operand_count(); ++i) rule.operands.push_back({});
+  rule.results.push_back(update ? full_f : part_f);
+  return rule;
+}
+
+// Ops whose dims correspond one to one but may move elements along some dims
+// (concatenate, pad, slice, reverse): those dims are permutation factors.
+OpShardingRule SameRankRule(const HloInstruction& instr, std::string name,
+                            const std::vector<bool>& moved, int64_t num_array_operands) {
+  OpShardingRule rule;
+  rule.name = std::move(name);
+  TensorFactors t;
+  for (int64_t d = 0; d < instr.shape().rank(); ++d) {
+    t.push_back({rule.AddFactor(instr.shape().dimensions(d),
+                                moved[d] ? FactorKind::kPermutation : FactorKind::kPassThrough)});
+  }
+  for (int64_t i = 0; i < instr.operand_count(); ++i) {
+    rule.operands.push_back(i < num_array_operands ? t : TensorFactors{});
+  }
+  rule.results.push_back(t);
+  return rule;
+}
+
+OpShardingRule GatherRule(const HloInstruction& instr) {
+  OpShardingRule rule;
+  rule.name = "gather";
+  const GatherDimensionNumbers& dn = instr.attrs().gather;
+  const Shape& operand = instr.operand(0)->shape();
+  const Shape& indices = instr.operand(1)->shape();
+  const std::vector<int64_t>& slice_sizes = instr.attrs().gather_slice_sizes;
+  TensorFactors op_f(operand.rank()), idx_f(indices.rank()), out_f(instr.shape().rank());
+  auto contains = [](const std::vector<int64_t>& v, int64_t x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  };
+  // Output batch dims (not offset dims) follow the index dims in order.
+  std::vector<int64_t> batch_out;
+  for (int64_t d = 0; d < instr.shape().rank(); ++d) {
+    if (!contains(dn.offset_dims, d)) batch_out.push_back(d);
+  }
+  size_t next_batch = 0;
+  for (int64_t d = 0; d < indices.rank(); ++d) {
+    if (d == dn.index_vector_dim) {
+      idx_f[d] = {rule.AddFactor(indices.dimensions(d), FactorKind::kNeedReplication)};
+      continue;
+    }
+    const int64_t f = rule.AddFactor(indices.dimensions(d));
+    idx_f[d] = {f};
+    if (next_batch < batch_out.size()) out_f[batch_out[next_batch++]] = {f};
+  }
+  // Operand dims kept whole by the slice pass through to the offset dims.
+  size_t next_offset = 0;
+  for (int64_t d = 0; d < operand.rank(); ++d) {
+    if (contains(dn.collapsed_slice_dims, d) || contains(dn.operand_batching_dims, d)) {
+      op_f[d] = {rule.AddFactor(operand.dimensions(d), FactorKind::kNeedReplication)};
+      continue;
+    }
+    const int64_t out_dim = next_offset < dn.offset_dims.size() ? dn.offset_dims[next_offset] : -1;
+    ++next_offset;
+    const bool whole = d < static_cast<int64_t>(slice_sizes.size()) &&
+                       slice_sizes[d] == operand.dimensions(d) && !contains(dn.start_index_map, d);
+    if (whole && out_dim >= 0) {
+      const int64_t f = rule.AddFactor(operand.dimensions(d));
+      op_f[d] = {f};
+      out_f[out_dim] = {f};
+    } else {
+      op_f[d] = {rule.AddFactor(operand.dimensions(d), FactorKind::kNeedReplication)};
+      if (out_dim >= 0) out_f[out_dim] = {rule.AddFactor(instr.shape().dimensions(out_dim))};
+    }
+  }
+  for (int64_t d = 0; d < instr.shape().rank(); ++d) {
+    if (out_f[d].empty()) out_f[d] = {rule.AddFactor(instr.shape().dimensions(d))};
+  }
+  rule.operands = {std::move(op_f), std::move(idx_f)};
+  rule.results = {std::move(out_f)};
+  return rule;
+}
+
+OpShardingRule ScatterRule(const HloInstruction& instr) {
+  // Operand and result correspond one to one; indices and updates are not
+  // tied (their sharding comes from annotations or from their own producers).
+  OpShardingRule rule;
+  rule.name = "scatter";
+  const TensorFactors t = FreshFactors(rule, instr.operand(0)->shape().dimensions());
+  rule.operands.push_back(t);
+  rule.operands.push_back(FreshFactors(rule, instr.operand(1)->shape().dimensions()));
+  rule.operands.push_back(FreshFactors(rule, instr.operand(2)->shape().dimensions()));
+  rule.results.push_back(t);
+  return rule;
+}
+
+// all-gather, reduce-scatter, all-to-all: the collective's dims change size.
+OpShardingRule CollectiveRule(const HloInstruction& instr) {
+  OpShardingRule rule;
+  rule.name = std::string(HloOpcodeString(instr.opcode()));
+  const Shape& in = instr.operand(0)->shape();
+  TensorFactors op_f, out_f;
+  for (int64_t d = 0; d < in.rank(); ++d) {
+    const bool changed = std::find(instr.dimensions().begin(), instr.dimensions().end(), d) !=
+                             instr.dimensions().end() ||
+                         in.dimensions(d) != instr.shape().dimensions(d);
+    if (changed) {
+      op_f.push_back({rule.AddFactor(in.dimensions(d), FactorKind::kNeedReplication)});
+      out_f.push_back({rule.AddFactor(instr.shape().dimensions(d), FactorKind::kNeedReplication)});
+    } else {
+      const int64_t f = rule.AddFactor(in.dimensions(d));
+      op_f.push_back({f});
+      out_f.push_back({f});
+    }
+  }
+  rule.operands.push_back(std::move(op_f));
+  rule.results.push_back(std::move(out_f));
+  return rule;
+}
+
+}  // namespace
+
+std::string_view FactorKindName(FactorKind kind) {
+  switch (kind) {
+    case FactorKind::kPassThrough:
+      return "pass-through";
+    case FactorKind::kReduction:
+      return "reduction";
+    case FactorKind::kNeedReplication:
+      return "need-replication";
+    case FactorKind::kPermutation:
+      return "permutation";
+  }
+  return "?";
+}
+
+int64_t OpShardingRule::AddFactor(int64_t size, FactorKind kind) {
+  factor_sizes.push_back(size);
+  factor_kinds.push_back(kind);
+  return num_factors() - 1;
+}
+
+std::string OpShardingRule::ToString() const {
+  auto tensor_text = [](const TensorFactors& t) {
+    std::vector<std::string> dims;
+    for (const auto& dim : t) {
+      std::vector<std::string> fs;
+      for (int64_t f : dim) fs.push_back(fmt::format("f{}", f));
+      dims.push_back(fmt::format("{}", fmt::join(fs, "*")));
+    }
+    return fmt::format("[{}]", fmt::join(dims, ", "));
+  };
+  std::vector<std::string> ops, res, kinds;
+  for (const auto& t : operands) ops.push_back(tensor_text(t));
+  for (const auto& t : results) res.push_back(tensor_text(t));
+  for (int64_t f = 0; f < num_factors(); ++f) {
+    if (factor_kinds[f] != FactorKind::kPassThrough) {
+      kinds.push_back(fmt::format("f{}: {}", f, FactorKindName(factor_kinds[f])));
+    }
+  }
+  std::string text = fmt::format("{}: ({}) -> ({})", name, fmt::join(ops, ", "), fmt::join(res, ", "));
+  if (!kinds.empty()) text += fmt::format(" {{{}}}", fmt::join(kinds, ", "));
+  return text;
+}
+
+OpShardingRule ElementwiseRule(std::string name, const Shape& result,
+                               const std::vector<HloInstruction*>& operands) {
+  OpShardingRule rule;
+  rule.name = std::move(name);
+  const Shape leaf = result.IsTuple() ? result.tuple_shapes(0) : result;
+  const TensorFactors t = FreshFactors(rule, leaf.dimensions());
+  for (const HloInstruction* op : operands) {
+    rule.operands.push_back(op->shape().IsArray() && op->shape().rank() == leaf.rank()
+                                ? t
+                                : TensorFactors{});
+  }
+  for (int64_t i = 0; i < std::max<int64_t>(1, result.LeafCount()); ++i) rule.results.push_back(t);
+  return rule;
+}
+
+OpShardingRule ReshapeRule(const std::vector<int64_t>& from, const std::vector<int64_t>& to) {
+  OpShardingRule rule;
+  rule.name = "reshape";
+  TensorFactors src(from.size()), dst(to.size());
+  size_t i = 0, j = 0;
+  int64_t rs = 0, rt = 0;  // what is left of from[i] / to[j]; 0 = not started
+  auto skip_ones = [&] {
+    while (i < from.size() && rs == 0 && from[i] == 1) src[i++] = {rule.AddFactor(1)};
+    while (j < to.size() && rt == 0 && to[j] == 1) dst[j++] = {rule.AddFactor(1)};
+  };
+  for (;;) {
+    skip_ones();
+    if (i == from.size() || j == to.size()) break;
+    if (rs == 0) rs = from[i];
+    if (rt == 0) rt = to[j];
+    const int64_t g = std::min(rs, rt);
+    if (std::max(rs, rt) % g == 0) {
+      const int64_t f = rule.AddFactor(g);
+      src[i].push_back(f);
+      dst[j].push_back(f);
+      rs /= g;
+      rt /= g;
+      if (rs == 1) rs = 0, ++i;
+      if (rt == 1) rt = 0, ++j;
+      continue;
+    }
+    // No common refinement: consume dims on both sides until the element
+    // counts line up again; each gets a factor of its own.
+    int64_t ps = rs, pt = rt;
+    src[i].push_back(rule.AddFactor(rs));
+    dst[j].push_back(rule.AddFactor(rt));
+    ++i, ++j;
+    rs = rt = 0;
+    while (ps != pt) {
+      if (ps < pt && i < from.size()) {
+        ps *= from[i];
+        src[i].push_back(rule.AddFactor(from[i]));
+        ++i;
+      } else if (j < to.size()) {
+        pt *= to[j];
+        dst[j].push_back(rule.AddFactor(to[j]));
+        ++j;
+      } else {
+        break;
+      }
+    }
+  }
+  for (; i < from.size(); ++i) src[i].push_back(rule.AddFactor(rs ? rs : from[i])), rs = 0;
+  for (; j < to.size(); ++j) dst[j].push_back(rule.AddFactor(rt ? rt : to[j])), rt = 0;
+  rule.operands = {std::move(src)};
+  rule.results = {std::move(dst)};
+  return rule;
+}
+
+void RegisterCustomCallRule(std::string target, OpShardingRuleBuilder builder) {
+  std::lock_guard<std::mutex> lock(RegistryMutex());
+  Registry()[std::move(target)] = std::move(builder);
+}
+
+bool HasCustomCallRule(std::string_view target) {
+  std::lock_guard<std::mutex> lock(RegistryMutex());
+  return Registry().count(std::string(target)) > 0;
+}
+
+void RegisterAttentionShardingRules();  // attention_sharding_rule.cc
+
+std::optional<OpShardingRule> GetOpShardingRule(const HloInstruction& instr) {
+  const HloOpcode op = instr.opcode();
+  const std::string opname(HloOpcodeString(op));
+  if (IsElementwise(op) || op == HloOpcode::kCompare || op == HloOpcode::kAllReduce ||
+      op == HloOpcode::kCollectivePermute) {
+    return ElementwiseRule(opname, instr.shape(), instr.operands());
+  }
+  switch (op) {
+    case HloOpcode::kBroadcast:
+      return BroadcastRule(instr);
+    case HloOpcode::kReduce:
+      return ReduceRule(instr);
+    case HloOpcode::kTranspose:
+      return TransposeRule(instr);
+    case HloOpcode::kReshape:
+      return ReshapeRule(instr.operand(0)->shape().dimensions(), instr.shape().dimensions());
+    case HloOpcode::kDot:
+      return DotRule(instr);
+    case HloOpcode::kDynamicSlice:
+    case HloOpcode::kDynamicUpdateSlice:
+      return DynamicSliceRule(instr);
+    case HloOpcode::kConcatenate: {
+      std::vector<bool> moved(instr.shape().rank(), false);
+      moved.at(instr.dimensions().at(0)) = true;
+      return SameRankRule(instr, opname, moved, instr.operand_count());
+    }
+    case HloOpcode::kPad: {
+      std::vector<bool> moved;
+      for (const PadDim& p : instr.attrs().padding) {
+        moved.push_back(p.low != 0 || p.high != 0 || p.interior != 0);
+      }
+      return SameRankRule(instr, opname, moved, 1);
+    }
+    case HloOpcode::kSlice: {
+      std::vector<bool> moved;
+      const Shape& in = instr.operand(0)->shape();
+      for (size_t d = 0; d < instr.attrs().slice.size(); ++d) {
+        moved.push_back(instr.shape().dimensions(d) != in.dimensions(d));
+      }
+      return SameRankRule(instr, opname, moved, 1);
+    }
+    case HloOpcode::kReverse: {
+      std::vector<bool> moved(instr.shape().rank(), false);
+      for (int64_t d : instr.dimensions()) moved.at(d) = true;
+      return SameRankRule(instr, opname, moved, 1);
+    }
+    case HloOpcode::kGather:
+      return GatherRule(instr);
+    case HloOpcode::kScatter:
+      if (instr.operand_count() != 3) return std::nullopt;
+      return ScatterRule(instr);
+    case HloOpcode::kAllGather:
+    case HloOpcode::kReduceScatter:
+    case HloOpcode::kAllToAll:
+      if (!instr.shape().IsArray()) return std::nullopt;
+      return CollectiveRule(instr);
+    case HloOpcode::kIota:
+    case HloOpcode::kConstant: {
+      if (!instr.shape().IsArray()) return std::nullopt;
+      OpShardingRule rule;
+      rule.name = opname;
+      rule.results.push_back(FreshFactors(rule, instr.shape().dimensions()));
+      return rule;
+    }
+    case HloOpcode::kCustomCall: {
+      const std::string& target = instr.attrs().custom_call_target;
+      if (target == "Sharding") return ElementwiseRule("Sharding", instr.shape(), instr.operands());
+      static std::once_flag once;
+      std::call_once(once, RegisterAttentionShardingRules);
+      OpShardingRuleBuilder builder;
+      {
+        std::lock_guard<std::mutex> lock(RegistryMutex());
+        auto it = Registry().find(target);
+        if (it == Registry().end()) return std::nullopt;
+        builder = it->second;
+      }
+      return builder(instr);
+    }
+    default:
+      return std::nullopt;
+  }
+}
+
+}  // namespace weft

@@ -1,0 +1,55 @@
+#include "weft/spmd/partition_command.h"
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <unistd.h>
+
+#include "weft/base/error.h"
+#include "weft/hlo/parser.h"
+#include "weft/hlo/printer.h"
+#include "weft/spmd/spmd_partitioner.h"
+
+namespace weft {
+
+int RunPartitionCommand(const PartitionCommandOptions& options) {
+  std::ifstream in(options.input, std::ios::binary);
+  WEFT_CHECK(in.good(), "cannot read '{}'; give the path of an HLO text module", options.input);
+  std::stringstream text;
+  text << in.rdbuf();
+  HloParseOptions parse_options;
+  parse_options.source_name = options.input;
+  std::unique_ptr<HloModule> module = ParseHloModule(text.str(), parse_options);
+
+  WEFT_CHECK(options.num_partitions >= 0, "--num-partitions must be positive, got {}",
+             options.num_partitions);
+  PartitionOptions partition;
+  partition.num_partitions = options.num_partitions;
+  std::unique_ptr<HloModule> partitioned = PartitionModule(*module, partition);
+  const std::string printed = PrintModule(
+      *partitioned, options.xla_style ? HloPrintOptions::XlaStyle() : HloPrintOptions::Canonical());
+
+  if (options.output.empty()) {
+    (options.out ? *options.out : std::cout) << printed;
+    return 0;
+  }
+  const std::string temp = options.output + ".tmp-" + std::to_string(::getpid());
+  {
+    std::ofstream file(temp, std::ios::binary | std::ios::trunc);
+    WEFT_CHECK(file.good(), "cannot write '{}'; check the directory exists and is writable", temp);
+    file << printed;
+    file.close();
+    if (!file.good()) {
+      std::remove(temp.c_str());
+      Fail("writing '{}' failed (disk full?)", temp);
+    }
+  }
+  if (std::rename(temp.c_str(), options.output.c_str()) != 0) {
+    std::remove(temp.c_str());
+    Fail("cannot rename '{}' to '{}'", temp, options.output);
+  }
+  return 0;
+}
+
+}  // namespace weft

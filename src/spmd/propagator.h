@@ -1,0 +1,110 @@
+// Internal: the state of one PropagateShardings run, shared by
+// sharding_propagation.cc (driver, while/call agreement, options),
+// infer_sharding.cc (forward/backward inference per op) and shard_groups.cc.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "weft/spmd/op_sharding_rule.h"
+#include "weft/spmd/sharding_propagation.h"
+
+namespace weft::spmd_internal {
+
+struct ShardGroupInfo {
+  int64_t id = 0;
+  bool shard_as = true;
+  std::vector<HloInstruction*> members;  // program order
+};
+
+struct DecisionSource {
+  DecisionKind kind;
+  const HloInstruction* source = nullptr;
+  std::string_view rule;
+};
+
+class Propagator {
+ public:
+  Propagator(HloModule& module, const PropagationOptions& options, PropagationResult* result);
+  void Run();
+
+  // --- infer_sharding.cc ---
+  bool InferFromOperands(HloInstruction* instr, int level);
+  bool InferFromUsers(HloInstruction* instr, int level);
+  // The sharding `user` (with `user_sharding`) asks of its operand `instr`.
+  std::optional<HloSharding> ShardingFromUser(const HloInstruction& instr,
+                                              const HloInstruction& user,
+                                              const HloSharding& user_sharding, int level);
+  bool RefineUnspecifiedFromOperand(HloInstruction* instr);
+  bool RefineUnspecifiedFromUsers(HloInstruction* instr, int level);
+
+  // --- shard_groups.cc ---
+  void CollectShardGroups();
+  void CheckExplicitGroupConflicts() const;
+  bool InferFromShardGroup(HloInstruction* instr, int level);
+  bool RefineUnspecifiedFromGroup(HloInstruction* instr);
+  void AlignShardAsGroups();
+
+  // --- helpers (sharding_propagation.cc) ---
+  int32_t Index(const HloInstruction* instr) const { return index_.at(instr); }
+  const OpShardingRule* Rule(const HloInstruction* instr);
+  // Moves `sharding` of tensor `from` of `instr` to tensor `to` through its rule.
+  std::optional<HloSharding> Project(const HloInstruction* instr, TensorRef from,
+                                     const HloSharding& sharding, TensorRef to);
+  std::span<const int64_t> Dims(const HloInstruction* instr, TensorRef ref) const;
+  // XLA's MaybeImproveInstructionSharding, recording the decision.
+  bool Improve(HloInstruction* instr, HloSharding proposed, bool may_combine, bool aggressive,
+               const DecisionSource& why);
+  // Same for one leaf of a tuple-shaped instruction.
+  bool ImproveLeaf(HloInstruction* instr, int64_t leaf, HloSharding proposed, bool may_combine,
+                   bool aggressive, const DecisionSource& why);
+  void SetSharding(HloInstruction* instr, std::optional<HloSharding> sharding,
+                   const DecisionSource& why);
+  bool IsProvided(const HloInstruction* instr) const { return provided_[Index(instr)]; }
+  bool SupportsSpatialPartitioning(const HloInstruction* instr, bool allow_output,
+                                   bool allow_params) const;
+  int64_t NonRootUsers(const HloInstruction* instr) const;
+  bool InComputationMap(const HloComputation* c) const { return computation_map_.count(c) > 0; }
+  const std::vector<int64_t>* UnspecifiedDims(const HloInstruction* instr) const;
+  std::optional<HloSharding> LookaheadUserSharding(HloInstruction* instr);
+
+  HloModule& module_;
+  const PropagationOptions& options_;
+  PropagationResult* result_;
+  int64_t round_ = 0;
+  int level_ = 0;
+  bool allow_output_any_ = false, allow_params_any_ = false;
+
+  std::vector<HloComputation*> computations_;
+  std::vector<std::vector<HloInstruction*>> post_orders_;
+  std::unordered_map<const HloInstruction*, int32_t> index_;
+  std::vector<HloInstruction*> instrs_;
+  std::vector<char> provided_;
+  std::vector<char> rule_built_;
+  std::vector<std::unique_ptr<OpShardingRule>> rules_;
+  std::unordered_map<const HloInstruction*, std::vector<int64_t>> unspecified_dims_;
+  // Computation -> the while / call that runs it.
+  std::unordered_map<const HloComputation*, HloInstruction*> computation_map_;
+
+  std::vector<ShardGroupInfo> groups_;
+  std::vector<int32_t> group_of_;  // per instruction: index into groups_, or -1
+};
+
+// "unspecified_dims=[0,2]" in a custom call's backend_config or frontend
+// attributes; nullopt if absent. Throws weft::Error if malformed.
+std::optional<std::vector<int64_t>> ParseUnspecifiedDims(const HloInstruction& instr);
+
+bool IsCustomCall(const HloInstruction& instr, std::string_view target);
+// Leaves of tuple element `index` start at this leaf.
+int64_t LeafOffset(const Shape& tuple, int64_t index);
+// Leaf `leaf` of `sharding` on `shape` (a non-tuple sharding applies to all).
+HloSharding LeafSharding(const HloSharding& sharding, int64_t leaf);
+// A tuple sharding with `leaf` replaced.
+HloSharding WithLeaf(const std::optional<HloSharding>& sharding, const Shape& shape, int64_t leaf,
+                     const HloSharding& value);
+
+}  // namespace weft::spmd_internal

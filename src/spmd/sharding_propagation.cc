@@ -1,0 +1,552 @@
+#include "weft/spmd/sharding_propagation.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <functional>
+
+#include "propagator.h"
+#include "weft/base/error.h"
+#include "weft/spmd/factor_projection.h"
+#include "weft/spmd/improve_sharding.h"
+
+namespace weft {
+
+std::string_view DecisionKindName(DecisionKind kind) {
+  switch (kind) {
+    case DecisionKind::kAnnotation: return "annotation";
+    case DecisionKind::kForward: return "forward";
+    case DecisionKind::kBackward: return "backward";
+    case DecisionKind::kShardGroup: return "shard group";
+    case DecisionKind::kGroupAlignment: return "shard_as alignment";
+    case DecisionKind::kUnspecifiedDims: return "unspecified dims";
+    case DecisionKind::kWhileAgreement: return "while agreement";
+    case DecisionKind::kManual: return "manual";
+    case DecisionKind::kOutputOrParameter: return "output/parameter option";
+    case DecisionKind::kDefault: return "default";
+  }
+  return "?";
+}
+
+namespace spmd_internal {
+
+bool IsCustomCall(const HloInstruction& instr, std::string_view target) {
+  return instr.opcode() == HloOpcode::kCustomCall && instr.attrs().custom_call_target == target;
+}
+
+int64_t LeafOffset(const Shape& tuple, int64_t index) {
+  int64_t offset = 0;
+  for (int64_t i = 0; i < index; ++i) offset += tuple.tuple_shapes(i).LeafCount();
+  return offset;
+}
+
+HloSharding LeafSharding(const HloSharding& sharding, int64_t leaf) {
+  if (!sharding.IsTuple()) return sharding;
+  return sharding.tuple_elements().at(leaf);
+}
+
+HloSharding WithLeaf(const std::optional<HloSharding>& sharding, const Shape& shape, int64_t leaf,
+                     const HloSharding& value) {
+  std::vector<HloSharding> leaves;
+  if (sharding && sharding->IsTuple()) {
+    leaves = sharding->tuple_elements();
+  } else {
+    leaves.assign(shape.LeafCount(), sharding ? *sharding : HloSharding::Replicate());
+  }
+  leaves.at(leaf) = value;
+  return HloSharding::Tuple(std::move(leaves));
+}
+
+std::optional<std::vector<int64_t>> ParseUnspecifiedDims(const HloInstruction& instr) {
+  auto parse = [&](const std::string& text) -> std::optional<std::vector<int64_t>> {
+    const size_t at = text.find("unspecified_dims");
+    if (at == std::string::npos) return std::nullopt;
+    const size_t open = text.find('[', at), close = text.find(']', at);
+    WEFT_CHECK(open != std::string::npos && close != std::string::npos && open < close,
+               "{}: unspecified_dims must look like unspecified_dims=[0,1], got '{}'",
+               instr.Describe(), text);
+    std::vector<int64_t> dims;
+    std::string number;
+    for (size_t i = open + 1; i <= close; ++i) {
+      const char c = text[i];
+      if (std::isdigit(static_cast<unsigned char>(c))) {
+        number += c;
+      } else if (c == ',' || c == ']' || c == ' ') {
+        if (!number.empty()) dims.push_back(std::stoll(number));
+        number.clear();
+      } else if (c != '"' && c != '\\') {
+        Fail("{}: bad character '{}' in unspecified_dims '{}'; write unspecified_dims=[0,1]",
+             instr.Describe(), c, text);
+      }
+    }
+    const int64_t rank = instr.shape().IsArray() ? instr.shape().rank() : 0;
+    for (int64_t d : dims) {
+      WEFT_CHECK(d >= 0 && d < rank, "{}: unspecified dim {} is out of range for {}",
+                 instr.Describe(), d, instr.shape().ToString());
+    }
+    std::sort(dims.begin(), dims.end());
+    return dims;
+  };
+  if (auto dims = parse(instr.attrs().backend_config)) return dims;
+  for (const auto& [key, value] : instr.attrs().passthrough) {
+    if (key == "frontend_attributes") {
+      if (auto dims = parse(value)) return dims;
+    }
+  }
+  return std::nullopt;
+}
+
+Propagator::Propagator(HloModule& module, const PropagationOptions& options,
+                       PropagationResult* result)
+    : module_(module), options_(options), result_(result) {}
+
+const OpShardingRule* Propagator::Rule(const HloInstruction* instr) {
+  const int32_t i = Index(instr);
+  if (!rule_built_[i]) {
+    rule_built_[i] = 1;
+    if (auto rule = GetOpShardingRule(*instr)) {
+      rules_[i] = std::make_unique<OpShardingRule>(std::move(*rule));
+    }
+  }
+  return rules_[i].get();
+}
+
+std::span<const int64_t> Propagator::Dims(const HloInstruction* instr, TensorRef ref) const {
+  const Shape& shape = ref.is_result ? instr->shape() : instr->operand(ref.index)->shape();
+  if (shape.IsTuple()) {
+    const Shape& leaf = shape.tuple_shapes(ref.is_result ? ref.index : 0);
+    return leaf.dimensions();
+  }
+  return shape.dimensions();
+}
+
+std::optional<HloSharding> Propagator::Project(const HloInstruction* instr, TensorRef from,
+                                               const HloSharding& sharding, TensorRef to) {
+  const OpShardingRule* rule = Rule(instr);
+  if (rule == nullptr) return std::nullopt;
+  const auto& tensors_from = from.is_result ? rule->results : rule->operands;
+  const auto& tensors_to = to.is_result ? rule->results : rule->operands;
+  if (from.index >= static_cast<int64_t>(tensors_from.size()) ||
+      to.index >= static_cast<int64_t>(tensors_to.size())) {
+    return std::nullopt;
+  }
+  auto projected = ProjectSharding(*rule, from, Dims(instr, from), sharding, to, Dims(instr, to));
+  if (projected && instr->opcode() == HloOpcode::kReverse && projected->IsTiled()) {
+    return ReverseSharding(*projected, instr->dimensions());
+  }
+  return projected;
+}
+
+void Propagator::SetSharding(HloInstruction* instr, std::optional<HloSharding> sharding,
+                             const DecisionSource& why) {
+  if (options_.record_decisions) {
+    ShardingDecision d;
+    d.round = round_;
+    d.level = level_;
+    d.kind = why.kind;
+    d.source = why.source;
+    d.rule = std::string(why.rule);
+    d.before = instr->sharding();
+    d.after = sharding;
+    result_->decisions[instr].push_back(std::move(d));
+  }
+  instr->set_sharding(std::move(sharding));
+  result_->changed = true;
+}
+
+bool Propagator::Improve(HloInstruction* instr, HloSharding proposed, bool may_combine,
+                         bool aggressive, const DecisionSource& why) {
+  const HloSharding* current = instr->has_sharding() ? &*instr->sharding() : nullptr;
+  std::span<const int64_t> dims;
+  if (instr->shape().IsArray()) dims = instr->shape().dimensions();
+  auto improved = ReturnImprovedSharding(std::move(proposed), current, dims, may_combine, aggressive);
+  if (!improved) return false;
+  SetSharding(instr, std::move(*improved), why);
+  return true;
+}
+
+bool Propagator::ImproveLeaf(HloInstruction* instr, int64_t leaf, HloSharding proposed,
+                             bool may_combine, bool aggressive, const DecisionSource& why) {
+  if (!instr->shape().IsTuple()) return Improve(instr, std::move(proposed), may_combine, aggressive, why);
+  std::optional<HloSharding> current;
+  if (instr->has_sharding()) current = LeafSharding(*instr->sharding(), leaf);
+  const Shape& leaf_shape = instr->shape().tuple_shapes(leaf);
+  auto improved = ReturnImprovedSharding(std::move(proposed), current ? &*current : nullptr,
+                                         leaf_shape.dimensions(), may_combine, aggressive);
+  if (!improved) return false;
+  SetSharding(instr, WithLeaf(instr->sharding(), instr->shape(), leaf, *improved), why);
+  return true;
+}
+
+int64_t Propagator::NonRootUsers(const HloInstruction* instr) const {
+  int64_t n = 0;
+  for (const HloInstruction* u : instr->users()) n += u != u->parent()->root_instruction();
+  return n;
+}
+
+const std::vector<int64_t>* Propagator::UnspecifiedDims(const HloInstruction* instr) const {
+  auto it = unspecified_dims_.find(instr);
+  return it == unspecified_dims_.end() ? nullptr : &it->second;
+}
+
+bool Propagator::SupportsSpatialPartitioning(const HloInstruction* instr, bool allow_output,
+                                             bool allow_params) const {
+  const HloComputation* parent = instr->parent();
+  const bool is_entry_root = parent == module_.entry_computation() &&
+                             parent->root_instruction() == instr;
+  if (parent->root_instruction() == instr && !InComputationMap(parent) &&
+      !(is_entry_root && allow_output)) {
+    return false;
+  }
+  const HloOpcode op = instr->opcode();
+  if (IsElementwise(op) || op == HloOpcode::kCompare) return true;
+  switch (op) {
+    case HloOpcode::kBroadcast:
+    case HloOpcode::kConcatenate:
+    case HloOpcode::kConstant:
+    case HloOpcode::kDot:
+    case HloOpcode::kDynamicSlice:
+    case HloOpcode::kDynamicUpdateSlice:
+    case HloOpcode::kGather:
+    case HloOpcode::kGetTupleElement:
+    case HloOpcode::kIota:
+    case HloOpcode::kPad:
+    case HloOpcode::kReshape:
+    case HloOpcode::kScatter:
+    case HloOpcode::kSlice:
+    case HloOpcode::kTranspose:
+    case HloOpcode::kTuple:
+    case HloOpcode::kWhile:
+    case HloOpcode::kReduce:
+    case HloOpcode::kReverse:
+    case HloOpcode::kCall:
+      return true;
+    case HloOpcode::kAllReduce:
+    case HloOpcode::kReduceScatter:
+      return !instr->attrs().channel_id.has_value();
+    case HloOpcode::kParameter:
+      return allow_params || InComputationMap(parent);
+    case HloOpcode::kCustomCall:
+      return IsCustomCall(*instr, "Sharding") || HasCustomCallRule(instr->attrs().custom_call_target) ||
+             const_cast<Propagator*>(this)->Rule(instr) != nullptr;
+    default:
+      return false;
+  }
+}
+
+namespace {
+
+// The instructions that must share one sharding with `instr` (XLA's
+// GetRelatedInstructions), or empty.
+std::vector<HloInstruction*> Related(
+    HloInstruction* instr,
+    const std::unordered_map<const HloComputation*, HloInstruction*>& computation_map) {
+  if (instr->opcode() == HloOpcode::kWhile) {
+    return {instr, instr->while_body()->root_instruction(),
+            instr->while_body()->parameter_instruction(0),
+            instr->while_condition()->parameter_instruction(0)};
+  }
+  if (instr->opcode() == HloOpcode::kCall) return {instr, instr->to_apply()->root_instruction()};
+  if (instr->opcode() == HloOpcode::kParameter) {
+    auto it = computation_map.find(instr->parent());
+    if (it != computation_map.end() && it->second->opcode() == HloOpcode::kCall) {
+      return {instr, it->second->operand(instr->parameter_number())};
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+}  // namespace spmd_internal
+
+using spmd_internal::Propagator;
+
+namespace spmd_internal {
+
+void Propagator::Run() {
+  HloComputation* entry = module_.entry_computation();
+  WEFT_CHECK(entry != nullptr, "module {} has no entry computation", module_.name());
+  const auto& out_flags = options_.allow_spmd_sharding_propagation_to_output;
+  const auto& param_flags = options_.allow_spmd_sharding_propagation_to_parameters;
+  allow_output_any_ = std::any_of(out_flags.begin(), out_flags.end(), [](bool b) { return b; });
+  allow_params_any_ = std::any_of(param_flags.begin(), param_flags.end(), [](bool b) { return b; });
+  HloInstruction* root = entry->root_instruction();
+  const int64_t num_outputs = root->shape().IsTuple() ? root->shape().tuple_shapes().size() : 1;
+  WEFT_CHECK(out_flags.size() <= 1 || static_cast<int64_t>(out_flags.size()) == num_outputs,
+             "--allow-output has {} values but the entry computation has {} outputs; give one "
+             "value for all or one per output",
+             out_flags.size(), num_outputs);
+  WEFT_CHECK(param_flags.size() <= 1 ||
+                 static_cast<int64_t>(param_flags.size()) == entry->num_parameters(),
+             "--allow-params has {} values but the entry computation has {} parameters; give one "
+             "value for all or one per parameter",
+             param_flags.size(), entry->num_parameters());
+
+  // Index every instruction (callees first, each in post order).
+  for (HloComputation* c : module_.MakeComputationPostOrder()) {
+    computations_.push_back(c);
+    post_orders_.push_back(c->MakeInstructionPostOrder());
+    for (HloInstruction* p : c->parameter_instructions()) {
+      if (p && std::find(post_orders_.back().begin(), post_orders_.back().end(), p) ==
+                   post_orders_.back().end()) {
+        post_orders_.back().insert(post_orders_.back().begin(), p);
+      }
+    }
+    for (HloInstruction* i : post_orders_.back()) {
+      index_.emplace(i, static_cast<int32_t>(instrs_.size()));
+      instrs_.push_back(i);
+    }
+  }
+  const size_t n = instrs_.size();
+  provided_.assign(n, 0);
+  rule_built_.assign(n, 0);
+  rules_.resize(n);
+  group_of_.assign(n, -1);
+
+  for (HloInstruction* i : instrs_) {
+    if (i->has_sharding() && options_.record_decisions) {
+      result_->decisions[i].push_back(
+          {0, 0, DecisionKind::kAnnotation, nullptr, "", std::nullopt, i->sharding()});
+    }
+  }
+  CollectShardGroups();
+
+  // Sharding custom calls: unspecified dims, and the operand takes the
+  // annotation when it has none (as XLA's ProcessShardingInstruction).
+  for (HloInstruction* i : instrs_) {
+    if (!IsCustomCall(*i, "Sharding") || !i->has_sharding()) continue;
+    if (auto dims = ParseUnspecifiedDims(*i); dims && !dims->empty()) {
+      unspecified_dims_[i] = std::move(*dims);
+    } else if (!i->operand(0)->has_sharding() && !i->sharding()->IsUnknown()) {
+      SetSharding(i->operand(0), i->sharding(), {DecisionKind::kAnnotation, i, "Sharding"});
+    }
+  }
+
+  for (HloComputation* c : computations_) {
+    for (HloInstruction* i : c->instructions()) {
+      if (i->opcode() != HloOpcode::kWhile && i->opcode() != HloOpcode::kCall) continue;
+      std::vector<HloInstruction*> related = Related(i, computation_map_);
+      HloInstruction* sharded = nullptr;
+      for (HloInstruction* r : related) {
+        if (r->has_sharding()) {
+          sharded = r;
+          break;
+        }
+      }
+      if (sharded) {
+        for (HloInstruction* r : related) {
+          if (r != sharded && r->sharding() != sharded->sharding()) {
+            SetSharding(r, sharded->sharding(), {DecisionKind::kWhileAgreement, sharded, "while"});
+          }
+        }
+      }
+      for (HloComputation* callee : i->called_computations()) computation_map_[callee] = i;
+    }
+  }
+
+  // What the user fixed.
+  for (HloInstruction* i : instrs_) {
+    provided_[Index(i)] = i->has_sharding() && i != root && i->opcode() != HloOpcode::kParameter &&
+                          !i->sharding()->IsUnknown();
+  }
+  std::optional<HloSharding> saved_root = root->sharding();
+  std::vector<std::optional<HloSharding>> saved_params;
+  for (HloInstruction* p : entry->parameter_instructions()) saved_params.push_back(p->sharding());
+  if (!allow_output_any_ && (!root->has_sharding() || !root->sharding()->IsUnknown()) &&
+      root->opcode() != HloOpcode::kWhile) {
+    provided_[Index(root)] = 1;
+  }
+  if (!allow_params_any_) {
+    for (HloInstruction* p : entry->parameter_instructions()) {
+      if (p->has_sharding() && !p->sharding()->IsUnknown()) provided_[Index(p)] = 1;
+    }
+  }
+  CheckExplicitGroupConflicts();
+  for (HloInstruction* i : instrs_) {
+    if (i->has_sharding() && i->sharding()->IsUnknown()) i->set_sharding(HloSharding::Replicate());
+  }
+
+  // Fixed points at increasing aggressiveness, then align shard_as groups
+  // and settle once more at the highest level.
+  auto run_to_fix_point = [&](int level) {
+    level_ = level;
+    std::vector<char> done_group(n, 0), done_fwd(n, 0), done_bwd(n, 0);
+    auto clear_cache = [&](HloInstruction* hlo, HloInstruction* for_users) {
+      for (HloInstruction* op : hlo->operands()) done_bwd[Index(op)] = 0;
+      for (HloInstruction* user : for_users->users()) {
+        done_fwd[Index(user)] = 0;
+        for (HloComputation* c : user->called_computations()) {
+          for (HloInstruction* p : c->parameter_instructions()) {
+            if (p) done_fwd[Index(p)] = 0;
+          }
+        }
+      }
+      if (group_of_[Index(hlo)] >= 0) {
+        for (HloInstruction* m : groups_[group_of_[Index(hlo)]].members) {
+          if (m != hlo) done_group[Index(m)] = 0;
+        }
+      }
+    };
+    // While / call agreement after `instr` changed.
+    std::function<void(HloInstruction*)> agree = [&](HloInstruction* instr) {
+      std::vector<HloInstruction*> related;
+      const HloOpcode op = instr->opcode();
+      if (op == HloOpcode::kWhile || op == HloOpcode::kCall) {
+        related = Related(instr, computation_map_);
+      } else if (op == HloOpcode::kParameter || instr->parent()->root_instruction() == instr) {
+        auto it = computation_map_.find(instr->parent());
+        if (it != computation_map_.end()) {
+          related = Related(it->second, computation_map_);
+          if (op == HloOpcode::kParameter && it->second->opcode() == HloOpcode::kCall) {
+            auto more = Related(instr, computation_map_);
+            related.insert(related.end(), more.begin(), more.end());
+          }
+        }
+      }
+      if (std::find(related.begin(), related.end(), instr) == related.end()) return;
+      for (HloInstruction* r : related) {
+        if (r == instr || IsProvided(r) || r->sharding() == instr->sharding()) continue;
+        SetSharding(r, instr->sharding(), {DecisionKind::kWhileAgreement, instr, "while"});
+        clear_cache(r, r);
+        agree(r);
+      }
+    };
+    const bool may_merge = level > 0;
+    bool changed_last = true;
+    while (changed_last) {
+      changed_last = false;
+      ++round_;
+      for (size_t c = 0; c < computations_.size(); ++c) {
+        const std::vector<HloInstruction*>& order = post_orders_[c];
+        for (HloInstruction* i : order) {
+          const int32_t k = Index(i);
+          if (group_of_[k] < 0 || done_group[k]) continue;
+          if (IsProvided(i)) {
+            if (may_merge && UnspecifiedDims(i) && RefineUnspecifiedFromGroup(i)) {
+              clear_cache(i, i);
+              done_group[k] = 1;
+              changed_last = true;
+            }
+            continue;
+          }
+          done_group[k] = 1;
+          if (InferFromShardGroup(i, level)) {
+            agree(i);
+            clear_cache(i, i);
+            changed_last = true;
+          }
+        }
+        for (HloInstruction* i : order) {
+          const int32_t k = Index(i);
+          if (done_fwd[k]) continue;
+          if (IsProvided(i)) {
+            if (may_merge && UnspecifiedDims(i) && RefineUnspecifiedFromOperand(i)) {
+              clear_cache(i, i);
+              done_fwd[k] = 1;
+              changed_last = true;
+            }
+            continue;
+          }
+          done_fwd[k] = 1;
+          if (InferFromOperands(i, level)) {
+            agree(i);
+            clear_cache(i, i);
+            changed_last = true;
+          }
+        }
+        for (auto it = order.rbegin(); it != order.rend(); ++it) {
+          HloInstruction* i = *it;
+          const int32_t k = Index(i);
+          if ((IsCustomCall(*i, "SPMDFullToShardShape") || IsCustomCall(*i, "SPMDShardToFullShape")) &&
+              !done_bwd[k]) {
+            done_bwd[Index(i->operand(0))] = 0;
+          }
+          if (done_bwd[k]) continue;
+          if (IsProvided(i)) {
+            if (may_merge && UnspecifiedDims(i) && RefineUnspecifiedFromUsers(i, level)) {
+              clear_cache(i, i);
+              done_bwd[k] = 1;
+              changed_last = true;
+            }
+            continue;
+          }
+          done_bwd[k] = 1;
+          if (InferFromUsers(i, level)) {
+            agree(i);
+            clear_cache(i, i);
+            changed_last = true;
+          }
+        }
+      }
+    }
+  };
+  for (int level = 0; level < 4; ++level) run_to_fix_point(level);
+  AlignShardAsGroups();
+  run_to_fix_point(3);
+  result_->rounds = round_;
+
+  // Outputs and parameters the options do not let propagation decide.
+  auto evenly = [](const Shape& shape, const HloSharding& s) {
+    if (!s.IsTiled()) return true;
+    for (int64_t d = 0; d < shape.rank() && d < s.TiledDataRank(); ++d) {
+      if (shape.dimensions(d) % s.tile_assignment().dim(d) != 0) return false;
+    }
+    return true;
+  };
+  const DecisionSource option_why{DecisionKind::kOutputOrParameter, nullptr, "options"};
+  if (allow_output_any_ && root->has_sharding()) {
+    HloSharding s = *root->sharding();
+    for (int64_t e = 0; e < num_outputs; ++e) {
+      const bool allowed = out_flags.size() == 1 ? out_flags[0] : static_cast<bool>(out_flags[e]);
+      const Shape& shape = root->shape().IsTuple() ? root->shape().tuple_shapes(e) : root->shape();
+      HloSharding leaf = LeafSharding(s, e);
+      if (!allowed) {
+        leaf = saved_root && !saved_root->IsUnknown() ? LeafSharding(*saved_root, e)
+                                                      : HloSharding::Replicate();
+      } else if (shape.IsArray() && !evenly(shape, leaf)) {
+        leaf = HloSharding::Replicate();
+      }
+      s = root->shape().IsTuple() ? WithLeaf(s, root->shape(), e, leaf) : leaf;
+    }
+    if (s != *root->sharding()) SetSharding(root, s, option_why);
+  } else if (!allow_output_any_ && root->opcode() == HloOpcode::kWhile &&
+             root->sharding() != saved_root) {
+    SetSharding(root, saved_root, option_why);
+  }
+  if (allow_params_any_) {
+    for (int64_t p = 0; p < entry->num_parameters(); ++p) {
+      HloInstruction* param = entry->parameter_instruction(p);
+      const bool allowed = param_flags.size() == 1 ? param_flags[0] : static_cast<bool>(param_flags[p]);
+      std::optional<HloSharding> want = param->sharding();
+      if (!allowed) {
+        want = saved_params[p] && !saved_params[p]->IsUnknown() ? saved_params[p] : std::nullopt;
+      } else if (want && param->shape().IsArray() && !evenly(param->shape(), *want)) {
+        want = HloSharding::Replicate();
+      }
+      if (want != param->sharding()) SetSharding(param, want, option_why);
+    }
+  }
+  if (options_.replicate_unsharded) {
+    for (HloInstruction* i : instrs_) {
+      if (i->has_sharding()) continue;
+      HloSharding s = HloSharding::Replicate();
+      if (i->shape().IsTuple()) {
+        s = HloSharding::Tuple(std::vector<HloSharding>(i->shape().LeafCount(), s));
+      }
+      SetSharding(i, s, {DecisionKind::kDefault, nullptr, "replicate_unsharded"});
+    }
+  }
+}
+
+}  // namespace spmd_internal
+
+PropagationResult PropagateShardings(HloModule& module, const PropagationOptions& options) {
+  PropagationResult result;
+  Propagator propagator(module, options, &result);
+  propagator.Run();
+  return result;
+}
+
+}  // namespace weft

@@ -1,0 +1,386 @@
+// The partitioner's driver: walks each computation, dispatches per opcode, and
+// reshards every result to its instruction's sharding. Simple ops (parameter,
+// constant, iota, tuple, get-tuple-element, while, elementwise) live here; the
+// others in spmd_partitioner_<kind>.cc.
+#include "weft/spmd/spmd_partitioner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "weft/base/error.h"
+#include "spmd_partitioner_handlers.h"
+
+namespace weft::spmd {
+
+HloSharding ShardingOf(const HloInstruction& instr) {
+  const Shape& shape = instr.shape();
+  if (shape.IsTuple()) {
+    for (const Shape& e : shape.tuple_shapes()) {
+      WEFT_CHECK(!e.IsTuple(), "{}: nested tuple {} is not supported by the partitioner; flatten it",
+                 instr.Describe(), shape.ToString());
+    }
+    if (!instr.has_sharding() || !instr.sharding()->IsTuple()) {
+      const HloSharding leaf =
+          instr.has_sharding() ? NormalizeSharding(*instr.sharding()) : HloSharding::Replicate();
+      WEFT_CHECK(leaf.IsReplicated(), "{}: tiled sharding {} on tuple shape; give one per element",
+                 instr.Describe(), leaf.ToString());
+      return HloSharding::Tuple(std::vector<HloSharding>(shape.tuple_shapes().size(), leaf));
+    }
+  }
+  if (!instr.has_sharding()) return HloSharding::Replicate();
+  try {
+    return NormalizeSharding(*instr.sharding());
+  } catch (const Error& e) {
+    Fail("{}: {}", instr.Describe(), e.what());
+  }
+}
+
+Shape LocalShapeOf(const Shape& base, const HloSharding& sharding) {
+  if (!base.IsTuple()) return LocalShape(base, sharding);
+  std::vector<Shape> elements;
+  for (size_t i = 0; i < base.tuple_shapes().size(); ++i) {
+    elements.push_back(LocalShape(base.tuple_shapes(i), sharding.tuple_elements().at(i)));
+  }
+  return Shape::Tuple(std::move(elements));
+}
+
+PartitionedValue ReshardAny(SpmdBuilder& b, const PartitionedValue& v, const HloSharding& target) {
+  if (!v.base.IsTuple()) return Reshard(b, v, target);
+  if (v.sharding == target) return v;
+  std::vector<HloInstruction*> elements;
+  std::vector<HloSharding> shardings;
+  bool changed = false;
+  for (int64_t i = 0; i < static_cast<int64_t>(v.base.tuple_shapes().size()); ++i) {
+    HloInstruction* element = nullptr;
+    if (v.hlo->opcode() == HloOpcode::kTuple) {
+      element = v.hlo->operand(i);
+    } else {
+      HloAttributes a;
+      a.tuple_index = i;
+      element = b.Add(HloOpcode::kGetTupleElement, {v.hlo}, std::move(a));
+    }
+    PartitionedValue e{element, v.base.tuple_shapes(i), v.sharding.tuple_elements().at(i)};
+    PartitionedValue r = Reshard(b, e, target.tuple_elements().at(i));
+    changed = changed || r.hlo != e.hlo;
+    elements.push_back(r.hlo);
+    shardings.push_back(r.sharding);
+  }
+  if (!changed) return PartitionedValue{v.hlo, v.base, target};
+  return PartitionedValue{b.Add(HloOpcode::kTuple, std::move(elements)), v.base,
+                          HloSharding::Tuple(std::move(shardings))};
+}
+
+// ---------------------------------------------------------------------------
+
+ComputationPartitioner::ComputationPartitioner(PartitionContext* context,
+                                               const HloComputation& source, std::string name,
+                                               std::vector<HloSharding> param_shardings,
+                                               std::optional<HloSharding> root_sharding,
+                                               bool is_entry)
+    : context_(context),
+      source_(source),
+      b_(std::move(name), context),
+      param_shardings_(std::move(param_shardings)),
+      root_sharding_(std::move(root_sharding)),
+      is_entry_(is_entry) {}
+
+const PartitionedValue& ComputationPartitioner::Get(const HloInstruction* operand) const {
+  auto it = values_.find(operand);
+  WEFT_CHECK(it != values_.end(), "internal: {} used before it was partitioned",
+             operand->Describe());
+  return it->second;
+}
+
+PartitionedValue ComputationPartitioner::GetAs(const HloInstruction* operand,
+                                               const HloSharding& sharding) {
+  return ReshardAny(b_, Get(operand), NormalizeSharding(sharding));
+}
+
+HloComputation* ComputationPartitioner::CloneCalled(const HloComputation* computation) {
+  auto it = context_->clones.find(computation);
+  if (it != context_->clones.end()) return it->second;
+  auto clone = std::make_unique<HloComputation>(computation->name());
+  std::unordered_map<const HloInstruction*, HloInstruction*> map;
+  for (const HloInstruction* instr : computation->instructions()) {
+    std::vector<HloInstruction*> operands;
+    for (const HloInstruction* op : instr->operands()) operands.push_back(map.at(op));
+    std::vector<HloComputation*> called;
+    for (const HloComputation* c : instr->called_computations()) called.push_back(CloneCalled(c));
+    auto copy = HloInstruction::Create(instr->opcode(), instr->shape(), std::move(operands),
+                                       instr->attrs(), std::move(called), instr->name());
+    map[instr] = clone->AddInstruction(std::move(copy));
+  }
+  clone->set_root_instruction(map.at(computation->root_instruction()));
+  HloComputation* added = context_->module->AddComputation(std::move(clone));
+  context_->clones[computation] = added;
+  return added;
+}
+
+HloInstruction* EmitLike(ComputationPartitioner& p, const HloInstruction& instr,
+                         std::vector<HloInstruction*> operands, Shape shape) {
+  std::vector<HloComputation*> called;
+  for (const HloComputation* c : instr.called_computations()) called.push_back(p.CloneCalled(c));
+  return p.b().Add(instr.opcode(), std::move(operands), instr.attrs(), std::move(shape),
+                   std::move(called));
+}
+
+namespace {
+
+HloSharding ReplicatedLike(const Shape& shape) {
+  if (!shape.IsTuple()) return HloSharding::Replicate();
+  return HloSharding::Tuple(
+      std::vector<HloSharding>(shape.tuple_shapes().size(), HloSharding::Replicate()));
+}
+
+PartitionedValue HandleIota(ComputationPartitioner& p, const HloInstruction& instr,
+                            const HloSharding& sharding) {
+  SpmdBuilder& b = p.b();
+  const Shape local = LocalShape(instr.shape(), sharding);
+  const int64_t dim = instr.attrs().iota_dimension;
+  HloInstruction* iota = b.Iota(local, dim);
+  const std::vector<int64_t> tiles = TilesPerDim(sharding, instr.shape().rank());
+  if (tiles[dim] > 1) {
+    std::vector<int64_t> offsets(b.num_partitions());
+    for (int64_t d = 0; d < b.num_partitions(); ++d) {
+      offsets[d] = sharding.TileIndexForDevice(d)[dim] * local.dimensions(dim);
+    }
+    HloInstruction* offset = b.Convert(b.DeviceValue(offsets), local.element_type());
+    iota = b.Binary(HloOpcode::kAdd, iota, b.BroadcastScalar(offset, local.dimensions()));
+  }
+  return PartitionedValue{iota, instr.shape(), sharding};
+}
+
+PartitionedValue HandleWhile(ComputationPartitioner& p, const HloInstruction& instr,
+                             const HloSharding& sharding) {
+  PartitionContext* context = p.context();
+  PartitionedValue init = p.GetAs(instr.operand(0), sharding);
+  HloComputation* condition =
+      context->module->AddComputation(ComputationPartitioner(
+          context, *instr.while_condition(), instr.while_condition()->name(), {sharding},
+          HloSharding::Replicate(), false)
+                                          .Run());
+  HloComputation* body = context->module->AddComputation(
+      ComputationPartitioner(context, *instr.while_body(), instr.while_body()->name(), {sharding},
+                             sharding, false)
+          .Run());
+  HloInstruction* loop = p.b().Add(HloOpcode::kWhile, {init.hlo}, {}, init.hlo->shape(),
+                                   {condition, body});
+  return PartitionedValue{loop, instr.shape(), sharding};
+}
+
+}  // namespace
+
+PartitionedValue HandleElementwise(ComputationPartitioner& p, const HloInstruction& instr,
+                                   const HloSharding& sharding) {
+  std::vector<HloInstruction*> operands;
+  for (const HloInstruction* op : instr.operands()) {
+    // Scalar operands of select/clamp stay whole.
+    const bool scalar = op->shape().rank() == 0 && instr.shape().rank() > 0;
+    operands.push_back(p.GetAs(op, scalar ? HloSharding::Replicate() : sharding).hlo);
+  }
+  return PartitionedValue{
+      EmitLike(p, instr, std::move(operands), LocalShape(instr.shape(), sharding)),
+      instr.shape(), sharding};
+}
+
+PartitionedValue HandleReplicated(ComputationPartitioner& p, const HloInstruction& instr) {
+  std::vector<HloInstruction*> operands;
+  for (const HloInstruction* op : instr.operands()) {
+    operands.push_back(p.GetAs(op, ReplicatedLike(op->shape())).hlo);
+  }
+  return PartitionedValue{EmitLike(p, instr, std::move(operands), instr.shape()), instr.shape(),
+                          ReplicatedLike(instr.shape())};
+}
+
+PartitionedValue ComputationPartitioner::Partition(const HloInstruction& instr,
+                                                   const HloSharding& sharding) {
+  switch (instr.opcode()) {
+    case HloOpcode::kParameter: {
+      const int64_t number = instr.parameter_number();
+      const HloSharding given = is_entry_ ? sharding : param_shardings_.at(number);
+      HloInstruction* param =
+          b_.Parameter(number, LocalShapeOf(instr.shape(), given), instr.name());
+      if (is_entry_ && instr.has_sharding()) param->set_sharding(*instr.sharding());
+      return PartitionedValue{param, instr.shape(), given};
+    }
+    case HloOpcode::kConstant:
+      return PartitionedValue{EmitLike(*this, instr, {}, instr.shape()), instr.shape(),
+                              HloSharding::Replicate()};
+    case HloOpcode::kIota:
+      return HandleIota(*this, instr, sharding);
+    case HloOpcode::kTuple: {
+      std::vector<HloInstruction*> elements;
+      std::vector<HloSharding> shardings;
+      for (const HloInstruction* op : instr.operands()) {
+        const PartitionedValue& v = Get(op);
+        WEFT_CHECK(!v.base.IsTuple(), "{}: nested tuples are not supported; flatten them",
+                   instr.Describe());
+        elements.push_back(v.hlo);
+        shardings.push_back(v.sharding);
+      }
+      return PartitionedValue{b_.Add(HloOpcode::kTuple, std::move(elements)), instr.shape(),
+                              HloSharding::Tuple(std::move(shardings))};
+    }
+    case HloOpcode::kGetTupleElement: {
+      const PartitionedValue& t = Get(instr.operand(0));
+      const int64_t i = instr.tuple_index();
+      if (t.hlo->opcode() == HloOpcode::kTuple) {
+        return PartitionedValue{t.hlo->operand(i), instr.shape(), t.sharding.tuple_elements()[i]};
+      }
+      HloAttributes a;
+      a.tuple_index = i;
+      return PartitionedValue{b_.Add(HloOpcode::kGetTupleElement, {t.hlo}, std::move(a)),
+                              instr.shape(), t.sharding.tuple_elements().at(i)};
+    }
+    case HloOpcode::kWhile:
+      return HandleWhile(*this, instr, sharding);
+    case HloOpcode::kBroadcast:
+      return HandleBroadcast(*this, instr, sharding);
+    case HloOpcode::kReshape:
+      return HandleReshape(*this, instr, sharding);
+    case HloOpcode::kTranspose:
+      return HandleTranspose(*this, instr, sharding);
+    case HloOpcode::kSlice:
+    case HloOpcode::kPad:
+    case HloOpcode::kConcatenate:
+    case HloOpcode::kReverse:
+      return HandleSliceLike(*this, instr, sharding);
+    case HloOpcode::kDynamicSlice:
+      return HandleDynamicSlice(*this, instr, sharding);
+    case HloOpcode::kDynamicUpdateSlice:
+      return HandleDynamicUpdateSlice(*this, instr, sharding);
+    case HloOpcode::kReduce:
+      return HandleReduce(*this, instr, sharding);
+    case HloOpcode::kDot:
+      return HandleDot(*this, instr, sharding);
+    case HloOpcode::kGather:
+      return HandleGather(*this, instr, sharding);
+    case HloOpcode::kCustomCall:
+      if (instr.attrs().custom_call_target == "weft.flex_attention" ||
+          instr.attrs().custom_call_target == "weft.flex_attention_backward") {
+        return HandleAttention(*this, instr, sharding);
+      }
+      return HandleReplicated(*this, instr);
+    case HloOpcode::kPartitionId:
+    case HloOpcode::kReplicaId:
+    case HloOpcode::kAllGather:
+    case HloOpcode::kAllReduce:
+    case HloOpcode::kAllToAll:
+    case HloOpcode::kCollectivePermute:
+    case HloOpcode::kReduceScatter:
+      Fail("{}: the module is already partitioned (it contains {}); partition the unsharded "
+           "module instead",
+           instr.Describe(), HloOpcodeString(instr.opcode()));
+    default:
+      if (IsElementwise(instr.opcode())) return HandleElementwise(*this, instr, sharding);
+      return HandleReplicated(*this, instr);
+  }
+}
+
+std::unique_ptr<HloComputation> ComputationPartitioner::Run() {
+  // Every parameter, even an unused one, keeps its slot.
+  std::vector<const HloInstruction*> order;
+  for (const HloInstruction* param : source_.parameter_instructions()) order.push_back(param);
+  for (const HloInstruction* instr : source_.MakeInstructionPostOrder()) {
+    if (instr->opcode() != HloOpcode::kParameter) order.push_back(instr);
+  }
+  for (const HloInstruction* instr : order) {
+    b_.set_name_prefix(instr->name());
+    const HloSharding sharding = ShardingOf(*instr);
+    PartitionedValue v;
+    try {
+      v = ReshardAny(b_, Partition(*instr, sharding), sharding);
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      if (what.find(instr->name()) != std::string::npos) throw;
+      Fail("partitioning {}: {}", instr->Describe(), what);
+    }
+    // The value that stands for `instr` keeps its name (helpers are "name.op").
+    const bool is_operand = std::any_of(
+        instr->operands().begin(), instr->operands().end(),
+        [&](const HloInstruction* op) { return values_.at(op).hlo == v.hlo; });
+    if (!is_operand && v.hlo->opcode() != HloOpcode::kParameter) v.hlo->set_name(instr->name());
+    values_[instr] = v;
+  }
+  PartitionedValue root = values_.at(source_.root_instruction());
+  if (root_sharding_) root = ReshardAny(b_, root, *root_sharding_);
+  if (is_entry_ && source_.root_instruction()->has_sharding() &&
+      root.hlo->opcode() != HloOpcode::kParameter) {
+    root.hlo->set_sharding(*source_.root_instruction()->sharding());
+  }
+  return b_.Build(root.hlo);
+}
+
+namespace {
+
+int64_t DevicesInShardings(const HloModule& module) {
+  int64_t devices = 1;
+  auto visit = [&](const HloSharding& s, auto& self) -> void {
+    if (s.IsTuple()) {
+      for (const HloSharding& e : s.tuple_elements()) self(e, self);
+    } else if (s.IsTiled()) {
+      devices = std::max(devices, s.tile_assignment().num_elements());
+    } else if (s.IsMaximal()) {
+      devices = std::max(devices, s.device() + 1);
+    }
+  };
+  for (const HloComputation* c : module.computations()) {
+    for (const HloInstruction* instr : c->instructions()) {
+      if (instr->has_sharding()) visit(*instr->sharding(), visit);
+    }
+  }
+  return devices;
+}
+
+void CheckShardings(const HloModule& module, int64_t num_partitions) {
+  for (const HloComputation* c : module.computations()) {
+    for (const HloInstruction* instr : c->instructions()) {
+      if (!instr->has_sharding()) continue;
+      auto check = [&](const HloSharding& s) {
+        WEFT_CHECK(!s.IsTiled() || s.tile_assignment().num_elements() == num_partitions,
+                   "{}: sharding {} uses {} devices but the module is partitioned over {}; "
+                   "shard every value over all devices (replicate over the rest)",
+                   instr->Describe(), s.ToString(), s.tile_assignment().num_elements(),
+                   num_partitions);
+      };
+      if (instr->sharding()->IsTuple()) {
+        for (const HloSharding& e : instr->sharding()->tuple_elements()) check(e);
+      } else {
+        check(*instr->sharding());
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace weft::spmd
+
+namespace weft {
+
+std::unique_ptr<HloModule> PartitionModule(const HloModule& module,
+                                           const PartitionOptions& options) {
+  using namespace spmd;
+  const HloComputation* entry = module.entry_computation();
+  WEFT_CHECK(entry != nullptr, "module '{}' has no entry computation", module.name());
+  int64_t n = options.num_partitions;
+  if (n <= 0) n = module.num_partitions() > 1 ? module.num_partitions() : DevicesInShardings(module);
+  CheckShardings(module, n);
+
+  auto result = std::make_unique<HloModule>(module.name());
+  result->set_num_partitions(n);
+  result->set_replica_count(module.replica_count());
+  PartitionContext context;
+  context.module = result.get();
+  context.num_partitions = n;
+  std::vector<HloSharding> params;
+  for (const HloInstruction* param : entry->parameter_instructions()) {
+    params.push_back(ShardingOf(*param));
+  }
+  ComputationPartitioner partitioner(&context, *entry, entry->name(), std::move(params),
+                                     std::nullopt, true);
+  result->AddEntryComputation(partitioner.Run());
+  return result;
+}
+
+}  // namespace weft

@@ -1,0 +1,215 @@
+// Dot: chooses, by estimated communication, among
+//   - output-driven: reshard both operands so the local dot yields the result
+//     sharding directly (batch dims split alike, each operand split on its
+//     non-contracting dims as the result is, contracting dims whole);
+//   - operand-driven (lhs or rhs): keep one operand as it is split, reshard
+//     the other to match on batch and contracting dims; the local dot gives
+//     partial sums over the split contracting dims, reduced with all-reduce,
+//     or reduce-scatter when the result is split on a dim they can scatter to.
+#include <algorithm>
+
+#include "weft/base/error.h"
+#include "weft/sharding/sharding_util.h"
+#include "spmd_partitioner_handlers.h"
+
+namespace weft::spmd {
+namespace {
+
+HloSharding Unsplit(const HloSharding& sharding, const std::vector<int64_t>& dims) {
+  return NormalizeSharding(sharding_util::PartiallyReplicateTiledShardingOnDims(sharding, dims));
+}
+
+// Dim bookkeeping of one dot (XLA's result order: batch, lhs free, rhs free).
+struct DotDims {
+  int64_t out_rank = 0;
+  // Per operand (0 = lhs, 1 = rhs): operand dim -> result dim (-1: contracting),
+  // operand dim -> other operand's dim (-1: free), and the groups.
+  std::vector<int64_t> to_out[2], to_other[2], contracting[2], free[2];
+
+  explicit DotDims(const HloInstruction& dot) {
+    const DotDimensionNumbers& dn = dot.attrs().dot;
+    const std::vector<int64_t>* batch[2] = {&dn.lhs_batch_dims, &dn.rhs_batch_dims};
+    const std::vector<int64_t>* contract[2] = {&dn.lhs_contracting_dims, &dn.rhs_contracting_dims};
+    int64_t next_out = static_cast<int64_t>(dn.lhs_batch_dims.size());
+    for (int s = 0; s < 2; ++s) {
+      const int64_t rank = dot.operand(s)->shape().rank();
+      to_out[s].assign(rank, -1);
+      to_other[s].assign(rank, -1);
+      contracting[s] = *contract[s];
+      for (size_t i = 0; i < batch[s]->size(); ++i) {
+        to_out[s][(*batch[s])[i]] = static_cast<int64_t>(i);
+        to_other[s][(*batch[s])[i]] = (*batch[1 - s])[i];
+      }
+      for (size_t i = 0; i < contract[s]->size(); ++i) {
+        to_other[s][(*contract[s])[i]] = (*contract[1 - s])[i];
+      }
+      for (int64_t d = 0; d < rank; ++d) {
+        const bool is_batch = std::find(batch[s]->begin(), batch[s]->end(), d) != batch[s]->end();
+        const bool is_contract =
+            std::find(contract[s]->begin(), contract[s]->end(), d) != contract[s]->end();
+        if (!is_batch && !is_contract) {
+          free[s].push_back(d);
+          to_out[s][d] = next_out++;
+        }
+      }
+    }
+    out_rank = next_out;
+  }
+
+  // Result dims coming from operand s's free dims.
+  std::vector<int64_t> OutFree(int s) const {
+    std::vector<int64_t> dims;
+    for (int64_t d : free[s]) dims.push_back(to_out[s][d]);
+    return dims;
+  }
+  // For each result dim: the dim of operand s it comes from (-1: the other's free dims).
+  std::vector<int64_t> OutToOperand(int s) const {
+    std::vector<int64_t> map(out_rank, -1);
+    for (size_t d = 0; d < to_out[s].size(); ++d) {
+      if (to_out[s][d] >= 0) map[to_out[s][d]] = static_cast<int64_t>(d);
+    }
+    return map;
+  }
+};
+
+HloInstruction* LocalDot(ComputationPartitioner& p, const HloInstruction& instr,
+                         HloInstruction* lhs, HloInstruction* rhs) {
+  const DotDimensionNumbers& dn = instr.attrs().dot;
+  std::vector<int64_t> dims;
+  for (int64_t d : dn.lhs_batch_dims) dims.push_back(lhs->shape().dimensions(d));
+  const DotDims dd(instr);
+  for (int64_t d : dd.free[0]) dims.push_back(lhs->shape().dimensions(d));
+  for (int64_t d : dd.free[1]) dims.push_back(rhs->shape().dimensions(d));
+  return EmitLike(p, instr, {lhs, rhs}, instr.shape().WithDimensions(dims));
+}
+
+struct DrivenPlan {
+  int driver = 0;
+  HloSharding other_target;
+  HloSharding partial;                // result sharding before the reduction
+  std::vector<int64_t> split_contracting;  // driver dims
+  int64_t scatter_dim = -1;           // reduce-scatter along this result dim, or -1
+  int64_t cost = 0;
+};
+
+// Whether reduce-scattering `partial` along result dim e over `groups` yields
+// `target`: each group member gets chunk (its position) of dim e.
+bool ScatterGives(const HloSharding& partial, const HloSharding& target, int64_t e,
+                  const std::vector<std::vector<int64_t>>& groups, int64_t rank) {
+  if (!target.IsTiled()) return false;
+  const int64_t g = static_cast<int64_t>(groups[0].size());
+  std::vector<int64_t> expect = TilesPerDim(partial, rank);
+  if (expect[e] != 1) return false;
+  expect[e] = g;
+  if (target.TilesPerDim() != expect) return false;
+  for (const std::vector<int64_t>& group : groups) {
+    for (int64_t k = 0; k < g; ++k) {
+      std::vector<int64_t> index = partial.IsTiled() ? partial.TileIndexForDevice(group[k])
+                                                     : std::vector<int64_t>(rank, 0);
+      index[e] = k;
+      if (target.TileIndexForDevice(group[k]) != index) return false;
+    }
+  }
+  return true;
+}
+
+DrivenPlan PlanDriven(ComputationPartitioner& p, const HloInstruction& instr, const DotDims& dd,
+                      int driver, const HloSharding& sharding) {
+  const int other = 1 - driver;
+  const HloInstruction* driver_op = instr.operand(driver);
+  const HloInstruction* other_op = instr.operand(other);
+  const HloSharding& ds = p.Get(driver_op).sharding;
+  DrivenPlan plan;
+  plan.driver = driver;
+  // The other operand: batch/contracting dims as the driver's, free dims whole.
+  const std::vector<int64_t> other_to_driver = dd.to_other[other];
+  plan.other_target = NormalizeSharding(
+      MapShardingDims(Unsplit(ds, dd.free[driver]), other_to_driver, other_op->shape().rank()));
+  const std::vector<int64_t> tiles = TilesPerDim(ds, driver_op->shape().rank());
+  for (int64_t d : dd.contracting[driver]) {
+    if (tiles[d] > 1) plan.split_contracting.push_back(d);
+  }
+  plan.partial = NormalizeSharding(MapShardingDims(Unsplit(ds, plan.split_contracting),
+                                                   dd.OutToOperand(driver), dd.out_rank));
+  const int64_t partial_bytes = LocalShape(instr.shape(), plan.partial).ByteSize();
+  plan.cost = ReshardCost(p.context(), other_op->shape(), p.Get(other_op).sharding,
+                          plan.other_target);
+  if (plan.split_contracting.empty()) {
+    plan.cost += ReshardCost(p.context(), instr.shape(), plan.partial, sharding);
+    return plan;
+  }
+  const auto groups = GroupsAlongTileDims(ds.tile_assignment(), plan.split_contracting);
+  for (int64_t e = 0; e < dd.out_rank; ++e) {
+    if (ScatterGives(plan.partial, sharding, e, groups, dd.out_rank)) {
+      plan.scatter_dim = e;
+      plan.cost += partial_bytes;
+      return plan;
+    }
+  }
+  plan.cost += 2 * partial_bytes + ReshardCost(p.context(), instr.shape(), plan.partial, sharding);
+  return plan;
+}
+
+PartitionedValue EmitDriven(ComputationPartitioner& p, const HloInstruction& instr,
+                            const DrivenPlan& plan, const HloSharding& sharding) {
+  SpmdBuilder& b = p.b();
+  const int driver = plan.driver, other = 1 - driver;
+  PartitionedValue ops[2];
+  ops[driver] = p.Get(instr.operand(driver));
+  ops[other] = p.GetAs(instr.operand(other), plan.other_target);
+  HloInstruction* locals[2] = {ops[0].hlo, ops[1].hlo};
+  if (!plan.split_contracting.empty()) {
+    // Padding along split contracting dims must add nothing: zero it on both.
+    const DotDims dd(instr);
+    for (int s = 0; s < 2; ++s) {
+      std::vector<int64_t> dims;
+      for (int64_t d : plan.split_contracting) {
+        dims.push_back(s == driver ? d : dd.to_other[driver][d]);
+      }
+      HloInstruction* zero = b.ScalarConstant(instr.operand(s)->shape().element_type(), 0);
+      locals[s] = MaskPadding(b, ops[s], dims, zero);
+    }
+  }
+  HloInstruction* result = LocalDot(p, instr, locals[0], locals[1]);
+  if (plan.split_contracting.empty()) return PartitionedValue{result, instr.shape(), plan.partial};
+  const HloSharding& ds = ops[driver].sharding;
+  const auto groups = GroupsAlongTileDims(ds.tile_assignment(), plan.split_contracting);
+  HloComputation* add = b.ScalarReducer(HloOpcode::kAdd, instr.shape().element_type());
+  if (plan.scatter_dim >= 0) {
+    const int64_t e = plan.scatter_dim;
+    const int64_t g = static_cast<int64_t>(groups[0].size());
+    const int64_t size = result->shape().dimensions(e);
+    std::vector<int64_t> high(result->shape().rank(), 0);
+    high[e] = (size + g - 1) / g * g - size;
+    result = b.PadHigh(result, high);
+    return PartitionedValue{b.ReduceScatter(result, e, add, groups), instr.shape(), sharding};
+  }
+  return PartitionedValue{b.AllReduce(result, add, groups), instr.shape(), plan.partial};
+}
+
+}  // namespace
+
+PartitionedValue HandleDot(ComputationPartitioner& p, const HloInstruction& instr,
+                           const HloSharding& sharding) {
+  const DotDims dd(instr);
+  // Output-driven targets.
+  HloSharding targets[2];
+  int64_t output_cost = 0;
+  for (int s = 0; s < 2; ++s) {
+    const HloInstruction* op = instr.operand(s);
+    targets[s] = NormalizeSharding(
+        MapShardingDims(Unsplit(sharding, dd.OutFree(1 - s)), dd.to_out[s], op->shape().rank()));
+    output_cost += ReshardCost(p.context(), op->shape(), p.Get(op).sharding, targets[s]);
+  }
+  std::optional<DrivenPlan> best;
+  for (int driver = 0; driver < 2; ++driver) {
+    DrivenPlan plan = PlanDriven(p, instr, dd, driver, sharding);
+    if (!best || plan.cost < best->cost) best = plan;
+  }
+  if (best->cost < output_cost) return EmitDriven(p, instr, *best, sharding);
+  PartitionedValue lhs = p.GetAs(instr.operand(0), targets[0]);
+  PartitionedValue rhs = p.GetAs(instr.operand(1), targets[1]);
+  return PartitionedValue{LocalDot(p, instr, lhs.hlo, rhs.hlo), instr.shape(), sharding};
+}
+
+}  // namespace weft::spmd

@@ -1,0 +1,84 @@
+// Internal to the partitioner: one computation's partitioning state and the
+// per-op handlers (spmd_partitioner_*.cc). A handler emits the local op and
+// returns its value in whatever sharding is natural; the driver reshards it
+// to the instruction's sharding afterwards.
+#pragma once
+
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "weft/spmd/reshard.h"
+
+namespace weft::spmd {
+
+class ComputationPartitioner {
+ public:
+  // `param_shardings` per parameter (tuple shardings for tuple parameters);
+  // the root is resharded to `root_sharding` (nullopt: its own sharding).
+  ComputationPartitioner(PartitionContext* context, const HloComputation& source,
+                         std::string name, std::vector<HloSharding> param_shardings,
+                         std::optional<HloSharding> root_sharding, bool is_entry);
+
+  // Partitions every instruction and returns the per-device computation.
+  std::unique_ptr<HloComputation> Run();
+
+  SpmdBuilder& b() { return b_; }
+  PartitionContext* context() const { return context_; }
+  const PartitionedValue& Get(const HloInstruction* operand) const;
+  // An operand resharded (arrays and flat tuples).
+  PartitionedValue GetAs(const HloInstruction* operand, const HloSharding& sharding);
+  // A copy of a scalar computation (reducers), once per module.
+  HloComputation* CloneCalled(const HloComputation* computation);
+
+ private:
+  PartitionedValue Partition(const HloInstruction& instr, const HloSharding& sharding);
+
+  PartitionContext* context_;
+  const HloComputation& source_;
+  SpmdBuilder b_;
+  std::vector<HloSharding> param_shardings_;
+  std::optional<HloSharding> root_sharding_;
+  bool is_entry_;
+  std::unordered_map<const HloInstruction*, PartitionedValue> values_;
+};
+
+// The sharding of `instr` (replicated when it has none), normalized.
+HloSharding ShardingOf(const HloInstruction& instr);
+// Local shape of a value that may be a flat tuple.
+Shape LocalShapeOf(const Shape& base, const HloSharding& sharding);
+// Reshards arrays and flat tuples (element by element).
+PartitionedValue ReshardAny(SpmdBuilder& b, const PartitionedValue& v, const HloSharding& target);
+
+// Handlers: `sharding` is the instruction's (normalized) sharding.
+PartitionedValue HandleElementwise(ComputationPartitioner& p, const HloInstruction& instr,
+                                   const HloSharding& sharding);
+PartitionedValue HandleBroadcast(ComputationPartitioner& p, const HloInstruction& instr,
+                                 const HloSharding& sharding);
+PartitionedValue HandleReshape(ComputationPartitioner& p, const HloInstruction& instr,
+                               const HloSharding& sharding);
+PartitionedValue HandleTranspose(ComputationPartitioner& p, const HloInstruction& instr,
+                                 const HloSharding& sharding);
+PartitionedValue HandleSliceLike(ComputationPartitioner& p, const HloInstruction& instr,
+                                 const HloSharding& sharding);
+PartitionedValue HandleDynamicSlice(ComputationPartitioner& p, const HloInstruction& instr,
+                                    const HloSharding& sharding);
+PartitionedValue HandleDynamicUpdateSlice(ComputationPartitioner& p, const HloInstruction& instr,
+                                          const HloSharding& sharding);
+PartitionedValue HandleReduce(ComputationPartitioner& p, const HloInstruction& instr,
+                              const HloSharding& sharding);
+PartitionedValue HandleDot(ComputationPartitioner& p, const HloInstruction& instr,
+                           const HloSharding& sharding);
+PartitionedValue HandleGather(ComputationPartitioner& p, const HloInstruction& instr,
+                              const HloSharding& sharding);
+PartitionedValue HandleAttention(ComputationPartitioner& p, const HloInstruction& instr,
+                                 const HloSharding& sharding);
+// Any op: operands replicated, the op on whole arrays, result replicated.
+PartitionedValue HandleReplicated(ComputationPartitioner& p, const HloInstruction& instr);
+
+// Emits `instr` again with new operands and result shape (same attributes,
+// called computations cloned).
+HloInstruction* EmitLike(ComputationPartitioner& p, const HloInstruction& instr,
+                         std::vector<HloInstruction*> operands, Shape shape);
+
+}  // namespace weft::spmd

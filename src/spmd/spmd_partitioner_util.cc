@@ -1,0 +1,354 @@
+#include "weft/spmd/spmd_partitioner_util.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+
+#include "weft/base/error.h"
+
+namespace weft::spmd {
+
+Shape LocalShape(const Shape& base, const HloSharding& sharding) {
+  WEFT_CHECK(base.IsArray(), "LocalShape needs an array, got {}", base.ToString());
+  if (!sharding.IsTiled()) return base;
+  return base.WithDimensions(sharding.TileShape(base.dimensions()));
+}
+
+HloSharding NormalizeSharding(const HloSharding& sharding) {
+  if (sharding.IsTuple()) {
+    std::vector<HloSharding> elements;
+    for (const HloSharding& e : sharding.tuple_elements()) elements.push_back(NormalizeSharding(e));
+    return HloSharding::Tuple(std::move(elements));
+  }
+  WEFT_CHECK(!sharding.IsManual() && sharding.SubgroupManualDim() < 0,
+             "manual sharding {} is not supported by the partitioner; partition that region "
+             "by hand before partitioning the rest",
+             sharding.ToString());
+  WEFT_CHECK(!sharding.IsUnknown(),
+             "sharding {} is still unknown; run sharding propagation before partitioning",
+             sharding.ToString());
+  if (sharding.IsTileMaximal()) return HloSharding::Replicate();
+  return sharding.WithShardGroup(std::nullopt);
+}
+
+std::vector<int64_t> TilesPerDim(const HloSharding& sharding, int64_t rank) {
+  if (!sharding.IsTiled()) return std::vector<int64_t>(rank, 1);
+  return sharding.TilesPerDim();
+}
+
+// ---------------------------------------------------------------------------
+// SpmdBuilder
+
+SpmdBuilder::SpmdBuilder(std::string name, PartitionContext* context)
+    : context_(context), builder_(std::move(name)) {}
+
+HloInstruction* SpmdBuilder::Add(HloOpcode opcode, std::vector<HloInstruction*> operands,
+                                 HloAttributes attrs, Shape shape,
+                                 std::vector<HloComputation*> called, std::string name) {
+  if (name.empty()) {
+    name = prefix_.empty() ? std::string(HloOpcodeString(opcode))
+                           : fmt::format("{}.{}", prefix_, HloOpcodeString(opcode));
+  }
+  return builder_.AddInstruction(opcode, std::move(operands), std::move(attrs), std::move(shape),
+                                 std::move(called), std::move(name));
+}
+
+HloInstruction* SpmdBuilder::Parameter(int64_t number, Shape shape, std::string name) {
+  HloAttributes a;
+  a.parameter_number = number;
+  return Add(HloOpcode::kParameter, {}, std::move(a), std::move(shape), {}, std::move(name));
+}
+
+HloInstruction* SpmdBuilder::ScalarConstant(PrimitiveType type, double value) {
+  HloAttributes a;
+  a.literal = Literal::Scalar(type, value);
+  return Add(HloOpcode::kConstant, {}, std::move(a), Shape::Scalar(type));
+}
+
+HloInstruction* SpmdBuilder::Broadcast(HloInstruction* x, std::vector<int64_t> dims,
+                                       std::vector<int64_t> mapping) {
+  HloAttributes a;
+  a.dimensions = std::move(mapping);
+  return Add(HloOpcode::kBroadcast, {x}, std::move(a), x->shape().WithDimensions(std::move(dims)));
+}
+
+HloInstruction* SpmdBuilder::BroadcastScalar(HloInstruction* scalar,
+                                             const std::vector<int64_t>& dims) {
+  if (dims.empty()) return scalar;
+  return Broadcast(scalar, dims, {});
+}
+
+HloInstruction* SpmdBuilder::Reshape(HloInstruction* x, std::vector<int64_t> dims) {
+  if (x->shape().dimensions() == dims) return x;
+  return Add(HloOpcode::kReshape, {x}, {}, x->shape().WithDimensions(std::move(dims)));
+}
+
+HloInstruction* SpmdBuilder::Transpose(HloInstruction* x, std::vector<int64_t> perm) {
+  std::vector<int64_t> identity(perm.size());
+  std::iota(identity.begin(), identity.end(), 0);
+  if (perm == identity) return x;
+  HloAttributes a;
+  a.dimensions = std::move(perm);
+  return Add(HloOpcode::kTranspose, {x}, std::move(a));
+}
+
+HloInstruction* SpmdBuilder::Slice(HloInstruction* x, std::vector<int64_t> starts,
+                                   std::vector<int64_t> limits) {
+  bool whole = true;
+  HloAttributes a;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    a.slice.push_back({starts[i], limits[i], 1});
+    whole = whole && starts[i] == 0 && limits[i] == x->shape().dimensions(i);
+  }
+  if (whole) return x;
+  return Add(HloOpcode::kSlice, {x}, std::move(a));
+}
+
+HloInstruction* SpmdBuilder::PadHigh(HloInstruction* x, std::vector<int64_t> high, double value) {
+  if (std::all_of(high.begin(), high.end(), [](int64_t h) { return h == 0; })) return x;
+  HloAttributes a;
+  for (int64_t h : high) a.padding.push_back({0, h, 0});
+  HloInstruction* pad_value = ScalarConstant(x->shape().element_type(), value);
+  return Add(HloOpcode::kPad, {x, pad_value}, std::move(a));
+}
+
+HloInstruction* SpmdBuilder::DynamicSlice(HloInstruction* x, std::vector<HloInstruction*> starts,
+                                          std::vector<int64_t> sizes) {
+  HloAttributes a;
+  a.dynamic_slice_sizes = std::move(sizes);
+  std::vector<HloInstruction*> operands = {x};
+  operands.insert(operands.end(), starts.begin(), starts.end());
+  return Add(HloOpcode::kDynamicSlice, std::move(operands), std::move(a));
+}
+
+HloInstruction* SpmdBuilder::Convert(HloInstruction* x, PrimitiveType type) {
+  if (x->shape().element_type() == type) return x;
+  return Add(HloOpcode::kConvert, {x}, {}, x->shape().WithElementType(type));
+}
+
+HloInstruction* SpmdBuilder::Binary(HloOpcode opcode, HloInstruction* a, HloInstruction* b) {
+  return Add(opcode, {a, b});
+}
+
+HloInstruction* SpmdBuilder::Compare(HloInstruction* a, HloInstruction* b,
+                                     ComparisonDirection direction) {
+  HloAttributes attrs;
+  attrs.comparison_direction = direction;
+  return Add(HloOpcode::kCompare, {a, b}, std::move(attrs));
+}
+
+HloInstruction* SpmdBuilder::Select(HloInstruction* pred, HloInstruction* on_true,
+                                    HloInstruction* on_false) {
+  return Add(HloOpcode::kSelect, {pred, on_true, on_false});
+}
+
+HloInstruction* SpmdBuilder::Iota(Shape shape, int64_t dimension) {
+  HloAttributes a;
+  a.iota_dimension = dimension;
+  return Add(HloOpcode::kIota, {}, std::move(a), std::move(shape));
+}
+
+HloInstruction* SpmdBuilder::PartitionIdS32() {
+  if (partition_id_ == nullptr) {
+    HloInstruction* pid = Add(HloOpcode::kPartitionId, {}, {}, Shape::Scalar(PrimitiveType::kU32),
+                              {}, "partition-id");
+    partition_id_ = Convert(pid, PrimitiveType::kS32);
+  }
+  return partition_id_;
+}
+
+HloInstruction* SpmdBuilder::DeviceValue(const std::vector<int64_t>& values) {
+  WEFT_CHECK(static_cast<int64_t>(values.size()) == num_partitions(),
+             "internal: device table has {} entries for {} partitions", values.size(),
+             num_partitions());
+  if (std::all_of(values.begin(), values.end(), [&](int64_t v) { return v == values[0]; })) {
+    return S32Constant(values[0]);
+  }
+  HloAttributes a;
+  Shape table_shape(PrimitiveType::kS32, {num_partitions()});
+  a.literal = Literal::FromInts(table_shape, values);
+  HloInstruction* table = Add(HloOpcode::kConstant, {}, std::move(a), table_shape);
+  HloInstruction* entry = DynamicSlice(table, {PartitionIdS32()}, {1});
+  return Reshape(entry, {});
+}
+
+namespace {
+HloAttributes CollectiveAttrs(PartitionContext* context, std::vector<std::vector<int64_t>> groups) {
+  HloAttributes a;
+  a.replica_groups = std::move(groups);
+  a.channel_id = context->next_channel_id++;
+  a.use_global_device_ids = true;
+  return a;
+}
+}  // namespace
+
+HloInstruction* SpmdBuilder::AllGather(HloInstruction* x, int64_t dim,
+                                       std::vector<std::vector<int64_t>> groups) {
+  HloAttributes a = CollectiveAttrs(context_, std::move(groups));
+  a.dimensions = {dim};
+  return Add(HloOpcode::kAllGather, {x}, std::move(a));
+}
+
+HloInstruction* SpmdBuilder::AllReduce(HloInstruction* x, HloComputation* reducer,
+                                       std::vector<std::vector<int64_t>> groups) {
+  return Add(HloOpcode::kAllReduce, {x}, CollectiveAttrs(context_, std::move(groups)), Shape(),
+             {reducer});
+}
+
+HloInstruction* SpmdBuilder::ReduceScatter(HloInstruction* x, int64_t dim, HloComputation* reducer,
+                                           std::vector<std::vector<int64_t>> groups) {
+  HloAttributes a = CollectiveAttrs(context_, std::move(groups));
+  a.dimensions = {dim};
+  return Add(HloOpcode::kReduceScatter, {x}, std::move(a), Shape(), {reducer});
+}
+
+HloInstruction* SpmdBuilder::AllToAll(HloInstruction* x, int64_t dim,
+                                      std::vector<std::vector<int64_t>> groups) {
+  HloAttributes a = CollectiveAttrs(context_, std::move(groups));
+  a.dimensions = {dim};
+  return Add(HloOpcode::kAllToAll, {x}, std::move(a));
+}
+
+HloInstruction* SpmdBuilder::CollectivePermute(HloInstruction* x,
+                                               std::vector<std::pair<int64_t, int64_t>> pairs) {
+  HloAttributes a;
+  a.source_target_pairs = std::move(pairs);
+  a.channel_id = context_->next_channel_id++;
+  return Add(HloOpcode::kCollectivePermute, {x}, std::move(a));
+}
+
+HloComputation* SpmdBuilder::ScalarReducer(HloOpcode opcode, PrimitiveType type) {
+  auto key = std::make_pair(opcode, type);
+  auto it = context_->reducers.find(key);
+  if (it != context_->reducers.end()) return it->second;
+  std::string name = fmt::format("{}.{}", HloOpcodeString(opcode), PrimitiveTypeName(type));
+  HloComputation* reducer = module()->AddComputation(MakeScalarReduction(name, opcode, type));
+  context_->reducers[key] = reducer;
+  return reducer;
+}
+
+std::unique_ptr<HloComputation> SpmdBuilder::Build(HloInstruction* root) {
+  return builder_.Build(root);
+}
+
+// ---------------------------------------------------------------------------
+
+std::vector<std::vector<int64_t>> GroupsAlongTileDims(const TileAssignment& tiles,
+                                                      const std::vector<int64_t>& dims) {
+  const int64_t rank = tiles.num_dims();
+  std::vector<bool> in_group(rank, false);
+  for (int64_t d : dims) in_group.at(d) = true;
+  // key: the row-major index over the other dims; rank within: over `dims`.
+  std::map<int64_t, std::vector<std::pair<int64_t, int64_t>>> groups;
+  std::vector<int64_t> index(rank, 0);
+  for (int64_t flat = 0; flat < tiles.num_elements(); ++flat) {
+    int64_t rem = flat;
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      index[d] = rem % tiles.dim(d);
+      rem /= tiles.dim(d);
+    }
+    int64_t key = 0, position = 0;
+    for (int64_t d = 0; d < rank; ++d) {
+      if (in_group[d]) {
+        position = position * tiles.dim(d) + index[d];
+      } else {
+        key = key * tiles.dim(d) + index[d];
+      }
+    }
+    groups[key].push_back({position, tiles.devices()[flat]});
+  }
+  std::vector<std::vector<int64_t>> result;
+  for (auto& [key, members] : groups) {
+    std::sort(members.begin(), members.end());
+    std::vector<int64_t> group;
+    for (auto& [position, device] : members) group.push_back(device);
+    result.push_back(std::move(group));
+  }
+  return result;
+}
+
+HloInstruction* MaskPadding(SpmdBuilder& b, const PartitionedValue& v,
+                            const std::vector<int64_t>& dims, HloInstruction* value) {
+  if (!v.sharding.IsTiled()) return v.hlo;
+  const std::vector<int64_t> tiles = v.sharding.TilesPerDim();
+  const Shape local = v.hlo->shape();
+  HloInstruction* mask = nullptr;
+  for (int64_t d : dims) {
+    const int64_t size = v.base.dimensions(d);
+    const int64_t tile = local.dimensions(d);
+    if (tile * tiles[d] == size) continue;  // not padded
+    std::vector<int64_t> offsets(b.num_partitions());
+    for (int64_t device = 0; device < b.num_partitions(); ++device) {
+      offsets[device] = v.sharding.TileIndexForDevice(device)[d] * tile;
+    }
+    Shape index_shape(PrimitiveType::kS32, local.dimensions());
+    HloInstruction* index = b.Binary(HloOpcode::kAdd, b.Iota(index_shape, d),
+                                     b.BroadcastScalar(b.DeviceValue(offsets), local.dimensions()));
+    HloInstruction* in_range = b.Compare(
+        index, b.BroadcastScalar(b.S32Constant(size), local.dimensions()), ComparisonDirection::kLt);
+    mask = mask == nullptr ? in_range : b.Binary(HloOpcode::kAnd, mask, in_range);
+  }
+  if (mask == nullptr) return v.hlo;
+  return b.Select(mask, v.hlo, b.BroadcastScalar(value, local.dimensions()));
+}
+
+HloSharding MapShardingDims(const HloSharding& src, const std::vector<int64_t>& dst_to_src,
+                            int64_t dst_rank) {
+  if (!src.IsTiled()) return src;
+  WEFT_CHECK(static_cast<int64_t>(dst_to_src.size()) == dst_rank,
+             "internal: dim map has {} entries for rank {}", dst_to_src.size(), dst_rank);
+  const int64_t src_rank = src.TiledDataRank();
+  const TileAssignment& tiles = src.tile_assignment();
+  std::vector<int64_t> perm;
+  std::vector<bool> mapped(src_rank, false);
+  std::vector<int64_t> dst_tiles;
+  for (int64_t j = 0; j < dst_rank; ++j) {
+    const int64_t s = dst_to_src[j];
+    if (s < 0) {
+      dst_tiles.push_back(1);
+      continue;
+    }
+    perm.push_back(s);
+    mapped.at(s) = true;
+    dst_tiles.push_back(tiles.dim(s));
+  }
+  for (int64_t s = 0; s < src_rank; ++s) {
+    if (mapped[s]) continue;
+    WEFT_CHECK(tiles.dim(s) == 1, "internal: dim {} of {} is split but not mapped", s,
+               src.ToString());
+    perm.push_back(s);
+  }
+  for (int64_t s = src_rank; s < tiles.num_dims(); ++s) {
+    perm.push_back(s);
+    dst_tiles.push_back(tiles.dim(s));
+  }
+  TileAssignment result = tiles.Transpose(perm).Reshape(dst_tiles);
+  if (src.ReplicateOnLastTileDim()) return HloSharding::PartialTile(std::move(result));
+  return HloSharding::Subgroup(std::move(result), src.subgroup_types());
+}
+
+int64_t CommunicationBytes(const HloComputation& computation) {
+  int64_t bytes = 0;
+  for (const HloInstruction* instr : computation.instructions()) {
+    switch (instr->opcode()) {
+      case HloOpcode::kAllGather:
+      case HloOpcode::kAllToAll:
+      case HloOpcode::kCollectivePermute:
+        bytes += instr->shape().ByteSize();
+        break;
+      case HloOpcode::kReduceScatter:
+        bytes += instr->operand(0)->shape().ByteSize();
+        break;
+      case HloOpcode::kAllReduce:
+        bytes += 2 * instr->shape().ByteSize();
+        break;
+      default:
+        break;
+    }
+  }
+  return bytes;
+}
+
+}  // namespace weft::spmd

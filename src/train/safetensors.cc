@@ -1,0 +1,305 @@
+#include "weft/train/safetensors.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <limits>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "weft/base/error.h"
+#include "weft/data/atomic_file.h"
+
+namespace weft {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "safetensors is little-endian; this code copies bytes as they are in memory");
+
+using Json = nlohmann::json;
+
+// The reference implementation refuses larger headers too.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+constexpr std::string_view kMetadataKey = "__metadata__";
+
+template <typename T>
+HostTensor Make(TensorDType dtype, std::vector<int64_t> shape, std::span<const T> values) {
+  HostTensor tensor;
+  tensor.dtype = dtype;
+  tensor.shape = std::move(shape);
+  WEFT_CHECK(tensor.num_elements() == static_cast<int64_t>(values.size()),
+             "a {} tensor of shape [{}] needs {} values, got {}", TensorDTypeName(dtype),
+             fmt::join(tensor.shape, ", "), tensor.num_elements(), values.size());
+  tensor.bytes.resize(values.size_bytes());
+  if (!values.empty()) std::memcpy(tensor.bytes.data(), values.data(), values.size_bytes());
+  return tensor;
+}
+
+template <typename T>
+std::vector<T> Copy(const HostTensor& tensor, TensorDType expected) {
+  WEFT_CHECK(tensor.dtype == expected, "the tensor is {}, not {}", TensorDTypeName(tensor.dtype),
+             TensorDTypeName(expected));
+  std::vector<T> out(tensor.bytes.size() / sizeof(T));
+  if (!out.empty()) std::memcpy(out.data(), tensor.bytes.data(), out.size() * sizeof(T));
+  return out;
+}
+
+std::optional<TensorDType> DTypeFromName(std::string_view name) {
+  for (TensorDType dtype :
+       {TensorDType::kF32, TensorDType::kBF16, TensorDType::kI32, TensorDType::kI64}) {
+    if (TensorDTypeName(dtype) == name) return dtype;
+  }
+  return std::nullopt;
+}
+
+// Product of dims times the element size; nullopt on overflow or a negative dim.
+std::optional<uint64_t> ByteSize(std::span<const int64_t> shape, int64_t element_size) {
+  uint64_t total = static_cast<uint64_t>(element_size);
+  for (int64_t dim : shape) {
+    if (dim < 0) return std::nullopt;
+    if (dim != 0 && total > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(dim)) {
+      return std::nullopt;
+    }
+    total *= static_cast<uint64_t>(dim);
+  }
+  return total;
+}
+
+// The JSON header, padded with spaces so that the data section is 8-byte aligned.
+std::string Header(const TensorMap& tensors, const Metadata& metadata, std::string_view what) {
+  Json header = Json::object();
+  uint64_t offset = 0;
+  for (const auto& [name, tensor] : tensors) {
+    WEFT_CHECK(!name.empty() && name != kMetadataKey,
+               "{}: '{}' cannot name a tensor (empty or reserved)", what, name);
+    auto size = ByteSize(tensor.shape, TensorDTypeSize(tensor.dtype));
+    WEFT_CHECK(size && *size == tensor.bytes.size(),
+               "{}: tensor '{}' has {} bytes but its shape [{}] of {} needs {}", what, name,
+               tensor.bytes.size(), fmt::join(tensor.shape, ", "), TensorDTypeName(tensor.dtype),
+               size ? *size : 0);
+    header[name] = {{"dtype", TensorDTypeName(tensor.dtype)},
+                    {"shape", tensor.shape},
+                    {"data_offsets", {offset, offset + *size}}};
+    offset += *size;
+  }
+  if (!metadata.empty()) header[std::string(kMetadataKey)] = metadata;
+  std::string text = header.dump();
+  text.resize((text.size() + 8 + 7) / 8 * 8 - 8, ' ');
+  return text;
+}
+
+std::string LengthPrefix(uint64_t length) {
+  std::string prefix(8, '\0');
+  std::memcpy(prefix.data(), &length, 8);
+  return prefix;
+}
+
+[[noreturn]] void Invalid(std::string_view what, const std::string& problem) {
+  Fail("{} is not a valid safetensors file: {}", what, problem);
+}
+
+struct Entry {
+  std::string name;
+  uint64_t begin = 0, end = 0;
+};
+
+}  // namespace
+
+std::string_view TensorDTypeName(TensorDType dtype) {
+  switch (dtype) {
+    case TensorDType::kF32: return "F32";
+    case TensorDType::kBF16: return "BF16";
+    case TensorDType::kI32: return "I32";
+    case TensorDType::kI64: return "I64";
+  }
+  return "?";
+}
+
+int64_t TensorDTypeSize(TensorDType dtype) {
+  switch (dtype) {
+    case TensorDType::kF32: return 4;
+    case TensorDType::kBF16: return 2;
+    case TensorDType::kI32: return 4;
+    case TensorDType::kI64: return 8;
+  }
+  return 0;
+}
+
+HostTensor HostTensor::F32(std::vector<int64_t> shape, std::span<const float> values) {
+  return Make(TensorDType::kF32, std::move(shape), values);
+}
+HostTensor HostTensor::BF16(std::vector<int64_t> shape, std::span<const uint16_t> bits) {
+  return Make(TensorDType::kBF16, std::move(shape), bits);
+}
+HostTensor HostTensor::I32(std::vector<int64_t> shape, std::span<const int32_t> values) {
+  return Make(TensorDType::kI32, std::move(shape), values);
+}
+HostTensor HostTensor::I64(std::vector<int64_t> shape, std::span<const int64_t> values) {
+  return Make(TensorDType::kI64, std::move(shape), values);
+}
+
+int64_t HostTensor::num_elements() const {
+  int64_t n = 1;
+  for (int64_t dim : shape) n *= dim;
+  return n;
+}
+
+std::vector<float> HostTensor::ToF32() const {
+  if (dtype != TensorDType::kBF16) return Copy<float>(*this, TensorDType::kF32);
+  std::vector<uint16_t> bits = BF16Bits();
+  std::vector<float> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) {
+    out[i] = std::bit_cast<float>(static_cast<uint32_t>(bits[i]) << 16);
+  }
+  return out;
+}
+std::vector<uint16_t> HostTensor::BF16Bits() const {
+  return Copy<uint16_t>(*this, TensorDType::kBF16);
+}
+std::vector<int32_t> HostTensor::ToI32() const { return Copy<int32_t>(*this, TensorDType::kI32); }
+std::vector<int64_t> HostTensor::ToI64() const { return Copy<int64_t>(*this, TensorDType::kI64); }
+
+std::string SerializeSafetensors(const TensorMap& tensors, const Metadata& metadata,
+                                 std::string_view what) {
+  std::string header = Header(tensors, metadata, what);
+  std::string out = LengthPrefix(header.size()) + header;
+  for (const auto& [name, tensor] : tensors) {
+    out.append(reinterpret_cast<const char*>(tensor.bytes.data()), tensor.bytes.size());
+  }
+  return out;
+}
+
+void WriteSafetensors(const std::filesystem::path& path, const TensorMap& tensors,
+                      const Metadata& metadata) {
+  std::string header = Header(tensors, metadata, path.string());
+  AtomicOutputFile file(path);
+  file.Write(LengthPrefix(header.size()));
+  file.Write(header);
+  for (const auto& [name, tensor] : tensors) file.Write(tensor.bytes.data(), tensor.bytes.size());
+  file.Commit();
+}
+
+SafetensorsFile ReadSafetensors(const std::filesystem::path& path) {
+  return ParseSafetensors(ReadFileToString(path), path.string());
+}
+
+SafetensorsFile ParseSafetensors(std::string_view bytes, std::string_view what) {
+  auto fail = [&](const std::string& problem) { Invalid(what, problem); };
+  if (bytes.size() < 8) {
+    fail(fmt::format("truncated: {} bytes, less than the 8-byte header length", bytes.size()));
+  }
+  uint64_t header_length = 0;
+  std::memcpy(&header_length, bytes.data(), 8);
+  if (header_length > kMaxHeaderBytes) {
+    fail(fmt::format("the header length {} is implausible (over {} bytes)", header_length,
+                     kMaxHeaderBytes));
+  }
+  if (header_length > bytes.size() - 8) {
+    fail(fmt::format("truncated: the header length is {} bytes but only {} follow",
+                     header_length, bytes.size() - 8));
+  }
+  std::string_view header_text = bytes.substr(8, header_length);
+  if (header_text.empty() || header_text[0] != '{') fail("the header does not start with '{'");
+
+  // Duplicate names are invalid; nlohmann would keep the last one silently.
+  std::set<std::string> seen;
+  std::string duplicate;
+  Json header;
+  try {
+    header = Json::parse(header_text, [&](int depth, Json::parse_event_t event, Json& parsed) {
+      if (event == Json::parse_event_t::key && depth == 1 && duplicate.empty() &&
+          !seen.insert(parsed.get<std::string>()).second) {
+        duplicate = parsed.get<std::string>();
+      }
+      return true;
+    });
+  } catch (const Json::exception& error) {
+    fail(fmt::format("bad JSON header: {}", error.what()));
+  }
+  if (!duplicate.empty()) fail(fmt::format("the header names '{}' twice", duplicate));
+  if (!header.is_object()) fail("the header is not a JSON object");
+
+  const uint64_t data_size = bytes.size() - 8 - header_length;
+  const char* data = bytes.data() + 8 + header_length;
+  SafetensorsFile file;
+  std::vector<Entry> entries;
+  for (const auto& [name, info] : header.items()) {
+    if (name == kMetadataKey) {
+      if (!info.is_object()) fail("__metadata__ is not a JSON object");
+      for (const auto& [key, value] : info.items()) {
+        if (!value.is_string()) fail(fmt::format("__metadata__ '{}' is not a string", key));
+        file.metadata[key] = value.get<std::string>();
+      }
+      continue;
+    }
+    auto bad = [&](std::string_view problem) {
+      Invalid(what, fmt::format("tensor '{}': {}", name, problem));
+    };
+    if (!info.is_object()) bad("its entry is not a JSON object");
+    for (const auto& [field, unused] : info.items()) {
+      if (field != "dtype" && field != "shape" && field != "data_offsets") {
+        bad(fmt::format("unexpected field '{}'", field));
+      }
+    }
+    if (!info.contains("dtype") || !info["dtype"].is_string()) bad("no dtype string");
+    std::string dtype_name = info["dtype"].get<std::string>();
+    auto dtype = DTypeFromName(dtype_name);
+    if (!dtype) {
+      bad(fmt::format("unknown dtype '{}' (weft reads F32, BF16, I32, I64)", dtype_name));
+    }
+    if (!info.contains("shape") || !info["shape"].is_array()) bad("no shape list");
+    HostTensor tensor;
+    tensor.dtype = *dtype;
+    for (const Json& dim : info["shape"]) {
+      if (!dim.is_number_unsigned()) bad("the shape has an entry that is not a non-negative integer");
+      uint64_t value = dim.get<uint64_t>();
+      if (value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) bad("a dim is too large");
+      tensor.shape.push_back(static_cast<int64_t>(value));
+    }
+    const Json* offsets = info.contains("data_offsets") ? &info["data_offsets"] : nullptr;
+    if (offsets == nullptr || !offsets->is_array() || offsets->size() != 2 ||
+        !(*offsets)[0].is_number_unsigned() || !(*offsets)[1].is_number_unsigned()) {
+      bad("data_offsets is not a pair of non-negative integers");
+    }
+    Entry entry{name, (*offsets)[0].get<uint64_t>(), (*offsets)[1].get<uint64_t>()};
+    if (entry.begin > entry.end) bad(fmt::format("data_offsets [{}, {}] are reversed", entry.begin, entry.end));
+    if (entry.end > data_size) {
+      bad(fmt::format("data_offsets end at {} but the data section has {} bytes (truncated?)",
+                      entry.end, data_size));
+    }
+    auto size = ByteSize(tensor.shape, TensorDTypeSize(*dtype));
+    if (!size || *size != entry.end - entry.begin) {
+      bad(fmt::format("shape [{}] of {} needs {} bytes but data_offsets span {}",
+                      fmt::join(tensor.shape, ", "), dtype_name, size ? *size : 0,
+                      entry.end - entry.begin));
+    }
+    tensor.bytes.resize(entry.end - entry.begin);
+    if (!tensor.bytes.empty()) std::memcpy(tensor.bytes.data(), data + entry.begin, tensor.bytes.size());
+    file.tensors.emplace(name, std::move(tensor));
+    entries.push_back(std::move(entry));
+  }
+  // The data section must be covered exactly: no overlaps, no holes.
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t covered = 0;
+  const Entry* previous = nullptr;
+  for (const Entry& entry : entries) {
+    if (entry.begin < covered) {
+      fail(fmt::format("tensors '{}' and '{}' overlap (bytes {}..{} and {}..{})", previous->name,
+                       entry.name, previous->begin, previous->end, entry.begin, entry.end));
+    }
+    if (entry.begin > covered) {
+      fail(fmt::format("data bytes {}..{} belong to no tensor", covered, entry.begin));
+    }
+    covered = entry.end;
+    if (entry.end > entry.begin) previous = &entry;
+  }
+  if (covered != data_size) {
+    fail(fmt::format("data bytes {}..{} belong to no tensor", covered, data_size));
+  }
+  return file;
+}
+
+}  // namespace weft

@@ -1,0 +1,205 @@
+#include "weft/models/llama_config.h"
+
+#include <gtest/gtest.h>
+
+#include "weft/base/error.h"
+
+namespace weft {
+namespace {
+
+const std::string kConfigs = std::string(WEFT_SOURCE_DIR) + "/configs/";
+
+constexpr const char* kMinimal = R"([model]
+vocab_size = 300
+dim = 64
+n_layers = 2
+n_heads = 4
+ffn_dim = 96
+seq_len = 32
+)";
+
+// The message of the weft::Error that parsing `text` throws ("" if none).
+std::string ErrorOf(const std::string& text) {
+  try {
+    ParseRunConfig(text, "cfg.toml");
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+// Expects an error that starts with the location and mentions `fragment`.
+void ExpectError(const std::string& text, const std::string& location,
+                 const std::string& fragment) {
+  std::string message = ErrorOf(text);
+  EXPECT_EQ(message.rfind(location + ":", 0), 0u) << message;
+  EXPECT_NE(message.find(fragment), std::string::npos) << message;
+}
+
+TEST(LlamaConfig, TinyConfig) {
+  RunConfig config = LoadRunConfig(kConfigs + "tiny.toml");
+  EXPECT_EQ(config.model.vocab_size, 1024);
+  EXPECT_EQ(config.model.dim, 128);
+  EXPECT_EQ(config.model.n_layers, 4);
+  EXPECT_EQ(config.model.n_kv_heads, 2);
+  EXPECT_EQ(config.model.head_dim(), 32);
+  EXPECT_TRUE(config.model.tie_embeddings);
+  EXPECT_EQ(config.train.batch_size, 8);
+  EXPECT_DOUBLE_EQ(config.train.lr, 3e-3);
+  EXPECT_EQ(config.train.remat, Remat::kNone);
+  EXPECT_EQ(config.data.source, "kjv");
+  EXPECT_EQ(config.mesh.axis_names, (std::vector<std::string>{"fsdp", "tensor"}));
+  EXPECT_EQ(config.mesh.num_devices(), 4);
+  EXPECT_EQ(config.mesh.ToMesh().num_devices(), 4);
+  // 1024*128 tied embeddings + 4 layers of (2*128*128 + 2*128*64 + 3*128*384 + 2*128) + 128.
+  EXPECT_EQ(config.model.NumParameters(), 1024 * 128 + 4 * 196864 + 128);
+
+  const ShardingRule* wo = config.RuleFor("layers.3.attention.wo");
+  ASSERT_NE(wo, nullptr);
+  EXPECT_EQ(wo->spec, (PartitionSpec{"tensor", "fsdp"}));
+  EXPECT_EQ(wo->location, kConfigs + "tiny.toml:47:1");
+  const ShardingRule* norm = config.RuleFor("layers.0.ffn_norm");
+  ASSERT_NE(norm, nullptr);
+  EXPECT_EQ(norm->spec.size(), 0);
+  EXPECT_EQ(config.RuleFor("rotary_cache"), nullptr);
+}
+
+TEST(LlamaConfig, MemorizeConfig) {
+  RunConfig config = LoadRunConfig(kConfigs + "memorize.toml");
+  EXPECT_EQ(config.data.source, "inline");
+  ASSERT_EQ(config.data.documents.size(), 3u);
+  EXPECT_EQ(config.data.documents[1].rfind("The LORD is my shepherd", 0), 0u);
+  EXPECT_EQ(config.data.tokenizer_corpus, "kjv");
+  EXPECT_EQ(config.train.batch_size % config.mesh.num_devices(), 0);
+  // The catch-all rule comes last in the file, so it does not shadow "*norm*".
+  EXPECT_EQ(config.RuleFor("norm")->spec.size(), 0);
+  EXPECT_EQ(config.RuleFor("layers.1.attention.wq")->spec, (PartitionSpec{"fsdp"}));
+}
+
+TEST(LlamaConfig, Llama405bConfig) {
+  RunConfig config = LoadRunConfig(kConfigs + "llama3.1-405b.toml");
+  EXPECT_EQ(config.model.n_layers, 126);
+  EXPECT_EQ(config.model.dim, 16384);
+  EXPECT_EQ(config.model.ffn_dim, 53248);
+  EXPECT_EQ(config.model.n_heads, 128);
+  EXPECT_EQ(config.model.n_kv_heads, 8);
+  EXPECT_EQ(config.model.vocab_size, 128256);
+  EXPECT_DOUBLE_EQ(config.model.rope_theta, 500000.0);
+  EXPECT_DOUBLE_EQ(config.model.norm_eps, 1e-5);
+  EXPECT_EQ(config.model.seq_len, 8192);
+  EXPECT_EQ(config.train.remat, Remat::kFull);
+  // The published size: 405B parameters.
+  EXPECT_NEAR(static_cast<double>(config.model.NumParameters()), 405.85e9, 0.1e9);
+  EXPECT_EQ(config.mesh.num_devices(), 8192);
+}
+
+TEST(LlamaConfig, DefaultsAndHash) {
+  RunConfig config = ParseRunConfig(kMinimal, "cfg.toml");
+  EXPECT_EQ(config.model.n_kv_heads, 4);
+  EXPECT_DOUBLE_EQ(config.model.rope_theta, 10000.0);
+  EXPECT_FALSE(config.model.tie_embeddings);
+  EXPECT_EQ(config.train.no_weight_decay, (std::vector<std::string>{"*norm*"}));
+  EXPECT_TRUE(config.mesh.axis_names.empty());
+  EXPECT_EQ(config.mesh.num_devices(), 1);
+
+  std::string hash = config.Hash();
+  EXPECT_EQ(hash.size(), 16u);
+  // Comments, layout and spelled-out defaults do not change the hash …
+  std::string same = std::string("# a comment\n") + kMinimal + "rope_theta = 10000\n\n[train]\n";
+  EXPECT_EQ(ParseRunConfig(same, "other.toml").Hash(), hash);
+  // … a setting does.
+  EXPECT_NE(ParseRunConfig(std::string(kMinimal) + "norm_eps = 1e-6\n", "x").Hash(), hash);
+  EXPECT_NE(ParseRunConfig(std::string(kMinimal) + "[train]\nseed = 1\n", "x").Hash(), hash);
+}
+
+TEST(LlamaConfig, MeshAxesAndRulesKeepFileOrder) {
+  RunConfig config = ParseRunConfig(std::string(kMinimal) + R"(
+[mesh]
+tensor = 2
+fsdp = 4
+[sharding]
+"z*" = ["tensor", []]
+"*" = [["fsdp", "tensor"], "none"]
+"zeta" = ["fsdp"]
+)",
+                                    "cfg.toml");
+  EXPECT_EQ(config.mesh.axis_names, (std::vector<std::string>{"tensor", "fsdp"}));
+  EXPECT_EQ(config.mesh.axis_sizes, (std::vector<int64_t>{2, 4}));
+  ASSERT_EQ(config.sharding.size(), 3u);
+  EXPECT_EQ(config.RuleFor("zeta")->spec, (PartitionSpec{"tensor", std::nullopt}));
+  EXPECT_EQ(config.RuleFor("alpha")->spec,
+            (PartitionSpec{AxisSpec{"fsdp", "tensor"}, std::nullopt}));
+}
+
+TEST(LlamaConfig, DataFilesResolveAgainstTheConfigDirectory) {
+  RunConfig config = ParseRunConfig(std::string(kMinimal) + R"(
+[data]
+source = "files"
+files = ["notes/a.txt", "/abs/b.txt"]
+split_on_blank_lines = true
+)",
+                                    "cfg.toml", "/work/runs");
+  ASSERT_EQ(config.data.files.size(), 2u);
+  EXPECT_EQ(config.data.files[0], std::filesystem::path("/work/runs/notes/a.txt"));
+  EXPECT_EQ(config.data.files[1], std::filesystem::path("/abs/b.txt"));
+  EXPECT_TRUE(config.data.split_on_blank_lines);
+}
+
+TEST(LlamaConfig, ErrorsNameFileLineAndColumn) {
+  std::string base = kMinimal;
+  // Typo protection, with a suggestion.
+  ExpectError("[model]\nvocab_size = 300\nn_layer = 2\n", "cfg.toml:3:1",
+              "unknown key 'n_layer' in [model]; did you mean 'n_layers'?");
+  ExpectError(base + "[train]\nlearning_rate = 1e-3\n", "cfg.toml:9:1",
+              "unknown key 'learning_rate'");
+  ExpectError(base + "[optimizer]\n", "cfg.toml:8:1", "unknown section 'optimizer'");
+  // Types.
+  ExpectError("[model]\nvocab_size = 300\ndim = \"64\"\n", "cfg.toml:3:7",
+              "model.dim must be an integer, not a string");
+  ExpectError(base + "[train]\nlr = \"fast\"\n", "cfg.toml:9:6", "train.lr must be a number");
+  ExpectError(base + "tie_embeddings = 1\n", "cfg.toml:8:18", "true or false");
+  // Shapes that cannot work.
+  ExpectError(base + "n_kv_heads = 3\n", "cfg.toml:8:14",
+              "n_heads = 4 is not a multiple of n_kv_heads = 3");
+  ExpectError("[model]\nvocab_size = 300\ndim = 66\nn_layers = 2\nn_heads = 4\nffn_dim = 9\n"
+              "seq_len = 8\n",
+              "cfg.toml:5:11", "dim = 66 is not divisible by n_heads = 4");
+  ExpectError("[model]\nvocab_size = 300\ndim = 12\nn_layers = 2\nn_heads = 4\nffn_dim = 9\n"
+              "seq_len = 8\n",
+              "cfg.toml:3:7", "must be even");
+  ExpectError("[model]\nvocab_size = 300\ndim = 64\nn_layers = 0\n", "cfg.toml:4:12",
+              "model.n_layers = 0 must be at least 1");
+  ExpectError("[model]\nvocab_size = 300\n", "cfg.toml:1:1", "missing the required key 'dim'");
+  ExpectError(base + "[train]\nlr = 1e-3\nmin_lr = 1e-2\n", "cfg.toml:10:10", "min_lr");
+  ExpectError(base + "[train]\nsteps = 10\nwarmup_steps = 20\n", "cfg.toml:10:16",
+              "exceeds steps");
+  ExpectError(base + "[train]\nremat = \"partial\"\n", "cfg.toml:9:9", "\"none\", \"full\"");
+  // Mesh and sharding.
+  ExpectError(base + "[mesh]\nfsdp = 0\n", "cfg.toml:9:8", "positive integer size");
+  ExpectError(base + "[mesh]\nfsdp = 2\n[sharding]\n\"wq\" = [\"fsdp\", \"tensr\"]\n",
+              "cfg.toml:11:17", "mesh axis 'tensr', which [mesh] does not define (axes: fsdp)");
+  ExpectError(base + "[mesh]\nfsdp = 2\n[sharding]\n\"wq\" = [\"fsdp\", [\"fsdp\"]]\n",
+              "cfg.toml:11:18", "uses mesh axis 'fsdp' twice");
+  ExpectError(base + "[mesh]\nfsdp = 2\n[sharding]\n\"wq\" = \"fsdp\"\n", "cfg.toml:11:8",
+              "must be a list");
+  ExpectError(base + "[mesh]\nfsdp = 2\n[sharding]\n\"wq\" = [3]\n", "cfg.toml:11:9",
+              "each entry is an axis name");
+  // Data.
+  ExpectError(base + "[data]\nsource = \"files\"\n", "cfg.toml:9:10", "needs files");
+  ExpectError(base + "[data]\nsource = \"web\"\n", "cfg.toml:9:10", "\"kjv\", \"files\"");
+  // TOML syntax.
+  ExpectError(base + "[train\n", "cfg.toml:8", "");
+  EXPECT_NE(ErrorOf("[model]\nvocab_size = = 3\n").find("cfg.toml:2:"), std::string::npos);
+}
+
+TEST(LlamaConfig, MissingFileIsAClearError) {
+  try {
+    LoadRunConfig("/no/such/config.toml");
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("/no/such/config.toml"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace weft

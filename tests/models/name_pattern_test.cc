@@ -1,0 +1,56 @@
+#include "weft/models/name_pattern.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+namespace weft {
+namespace {
+
+// An obviously correct (exponential) reference: recursive glob.
+bool ReferenceMatch(std::string_view pattern, std::string_view name) {
+  if (pattern.empty()) return name.empty();
+  if (pattern[0] == '*') {
+    for (size_t skip = 0; skip <= name.size(); ++skip) {
+      if (ReferenceMatch(pattern.substr(1), name.substr(skip))) return true;
+    }
+    return false;
+  }
+  return !name.empty() && (pattern[0] == '?' || pattern[0] == name[0]) &&
+         ReferenceMatch(pattern.substr(1), name.substr(1));
+}
+
+TEST(MatchesNamePattern, ConfigExamples) {
+  EXPECT_TRUE(MatchesNamePattern("layers.*.attention.wq", "layers.0.attention.wq"));
+  EXPECT_TRUE(MatchesNamePattern("layers.*.attention.wq", "layers.125.attention.wq"));
+  EXPECT_FALSE(MatchesNamePattern("layers.*.attention.wq", "layers.0.attention.wqkv"));
+  EXPECT_FALSE(MatchesNamePattern("layers.*.attention.wq", "xlayers.0.attention.wq"));
+  EXPECT_TRUE(MatchesNamePattern("*norm*", "layers.3.attention_norm"));
+  EXPECT_TRUE(MatchesNamePattern("*norm*", "norm"));
+  EXPECT_FALSE(MatchesNamePattern("*norm*", "layers.3.attention.wo"));
+  EXPECT_TRUE(MatchesNamePattern("tok_embeddings", "tok_embeddings"));
+  EXPECT_TRUE(MatchesNamePattern("layers.?.ffn.w1", "layers.7.ffn.w1"));
+  EXPECT_FALSE(MatchesNamePattern("layers.?.ffn.w1", "layers.17.ffn.w1"));
+  EXPECT_TRUE(MatchesNamePattern("*", ""));
+  EXPECT_FALSE(MatchesNamePattern("", "x"));
+}
+
+TEST(MatchesNamePattern, AgreesWithARecursiveReference) {
+  std::mt19937_64 rng(3);
+  const char pattern_chars[] = {'a', 'b', '.', '*', '?'};
+  const char name_chars[] = {'a', 'b', '.'};
+  int matches = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    std::string pattern, name;
+    for (int i = rng() % 7; i > 0; --i) pattern += pattern_chars[rng() % 5];
+    for (int i = rng() % 9; i > 0; --i) name += name_chars[rng() % 3];
+    bool expected = ReferenceMatch(pattern, name);
+    matches += expected;
+    ASSERT_EQ(MatchesNamePattern(pattern, name), expected) << pattern << " vs " << name;
+  }
+  EXPECT_GT(matches, 1000);  // both outcomes are exercised
+}
+
+}  // namespace
+}  // namespace weft

@@ -1,0 +1,186 @@
+#include "weft/train/safetensors.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <bit>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "weft/base/error.h"
+
+namespace weft {
+namespace {
+
+namespace fs = std::filesystem;
+
+TensorMap RandomTensors(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal;
+  auto floats = [&](size_t n) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = normal(rng);
+    return v;
+  };
+  std::vector<uint16_t> bf16(15);
+  for (auto& bits : bf16) bits = static_cast<uint16_t>(std::bit_cast<uint32_t>(normal(rng)) >> 16);
+  std::vector<int32_t> i32(7);
+  for (auto& x : i32) x = static_cast<int32_t>(rng());
+  std::vector<int64_t> i64(3);
+  for (auto& x : i64) x = static_cast<int64_t>(rng());
+  TensorMap tensors;
+  tensors["layers.0.attention.wq"] = HostTensor::F32({6, 5}, floats(30));
+  tensors["norm"] = HostTensor::F32({7}, floats(7));
+  tensors["bf16"] = HostTensor::BF16({3, 5}, bf16);
+  tensors["tokens"] = HostTensor::I32({7}, i32);
+  tensors["step"] = HostTensor::I64({3}, i64);
+  tensors["scalar"] = HostTensor::F32({}, floats(1));
+  tensors["empty"] = HostTensor::F32({0, 4}, {});
+  return tensors;
+}
+
+// A file assembled by hand from the format description: length prefix,
+// JSON header, data.
+std::string HandMade(const std::string& header, const std::string& data) {
+  uint64_t n = header.size();
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xFF);
+  return out + header + data;
+}
+
+std::string FloatBytes(std::initializer_list<float> values) {
+  std::string out;
+  for (float v : values) out.append(reinterpret_cast<const char*>(&v), 4);
+  return out;
+}
+
+std::string ErrorOf(std::string_view bytes) {
+  try {
+    ParseSafetensors(bytes, "model.safetensors");
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+void ExpectInvalid(std::string_view bytes, const std::string& fragment) {
+  std::string message = ErrorOf(bytes);
+  EXPECT_EQ(message.rfind("model.safetensors is not a valid safetensors file: ", 0), 0u)
+      << message;
+  EXPECT_NE(message.find(fragment), std::string::npos) << message;
+}
+
+TEST(Safetensors, RoundTripsEveryDtype) {
+  TensorMap tensors = RandomTensors(1);
+  Metadata metadata = {{"format", "pt"}, {"step", "42"}, {"note", "ünïcode"}};
+  std::string bytes = SerializeSafetensors(tensors, metadata);
+  SafetensorsFile file = ParseSafetensors(bytes, "memory");
+  EXPECT_EQ(file.tensors, tensors);
+  EXPECT_EQ(file.metadata, metadata);
+  // The header starts with '{' and the data section is 8-byte aligned.
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  EXPECT_EQ(bytes[8], '{');
+  EXPECT_EQ((8 + n) % 8, 0u);
+}
+
+TEST(Safetensors, WritesAndReadsFiles) {
+  std::string pattern = (fs::temp_directory_path() / "weft_st_XXXXXX").string();
+  ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+  fs::path dir = pattern;
+  TensorMap tensors = RandomTensors(2);
+  WriteSafetensors(dir / "x.safetensors", tensors, {{"k", "v"}});
+  SafetensorsFile file = ReadSafetensors(dir / "x.safetensors");
+  EXPECT_EQ(file.tensors, tensors);
+  EXPECT_EQ(file.metadata.at("k"), "v");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);
+  try {
+    ReadSafetensors(dir / "missing.safetensors");
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("missing.safetensors"), std::string::npos);
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Safetensors, ReadsFilesWrittenByOthers) {
+  // Unsorted names, offsets out of name order, no padding, spaces in the JSON.
+  std::string header =
+      R"({ "b": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
+      R"( "a": {"shape": [2], "data_offsets": [4, 12], "dtype": "F32"},)"
+      R"( "__metadata__": {"format": "pt"} })";
+  SafetensorsFile file = ParseSafetensors(HandMade(header, FloatBytes({7.0f, 1.5f, -2.0f})), "x");
+  EXPECT_EQ(file.tensors.at("a").ToF32(), (std::vector<float>{1.5f, -2.0f}));
+  EXPECT_EQ(file.tensors.at("b").ToF32(), (std::vector<float>{7.0f}));
+  EXPECT_EQ(file.metadata.at("format"), "pt");
+}
+
+TEST(Safetensors, Bf16WidensExactly) {
+  std::vector<uint16_t> bits = {0x3F80, 0xC000, 0x3E20, 0x7F80};  // 1, -2, 0.15625, inf
+  HostTensor tensor = HostTensor::BF16({4}, bits);
+  std::vector<float> values = tensor.ToF32();
+  EXPECT_EQ(values[0], 1.0f);
+  EXPECT_EQ(values[1], -2.0f);
+  EXPECT_EQ(values[2], 0.15625f);
+  EXPECT_TRUE(std::isinf(values[3]));
+  EXPECT_THROW(tensor.ToI32(), Error);
+  EXPECT_THROW(HostTensor::F32({2, 2}, std::vector<float>(3)), Error);
+}
+
+TEST(Safetensors, RejectsBrokenFilesNamingTheProblem) {
+  const std::string data = FloatBytes({1, 2, 3, 4});
+  const std::string good = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                           R"("b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})";
+  ASSERT_EQ(ErrorOf(HandMade(good, data)), "");
+
+  ExpectInvalid("abc", "truncated: 3 bytes");
+  ExpectInvalid(HandMade(good, data).substr(0, 40), "truncated: the header length is");
+  ExpectInvalid(HandMade(good, data).substr(0, HandMade(good, data).size() - 4),
+                "data_offsets end at 16 but the data section has 12 bytes");
+  std::string huge(8, '\xff');
+  ExpectInvalid(huge + "{}", "implausible");
+  ExpectInvalid(HandMade(R"({"a": {"dtype": "F32",)", data), "bad JSON header");
+  ExpectInvalid(HandMade(R"([1, 2])", ""), "does not start with '{'");
+  ExpectInvalid(HandMade(R"({"a":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})", data.substr(0, 4)),
+                "tensor 'a': unknown dtype 'F16'");
+  ExpectInvalid(HandMade(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                         R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                         data.substr(0, 12)),
+                "tensors 'a' and 'b' overlap");
+  ExpectInvalid(HandMade(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                         R"("b":{"dtype":"F32","shape":[1],"data_offsets":[12,16]}})",
+                         data),
+                "data bytes 8..12 belong to no tensor");
+  ExpectInvalid(HandMade(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", data),
+                "data bytes 8..16 belong to no tensor");
+  ExpectInvalid(HandMade(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", data.substr(0, 8)),
+                "shape [3] of F32 needs 12 bytes but data_offsets span 8");
+  ExpectInvalid(HandMade(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", data.substr(0, 8)),
+                "not a non-negative integer");
+  ExpectInvalid(HandMade(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", data.substr(0, 8)),
+                "reversed");
+  ExpectInvalid(HandMade(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}})", data.substr(0, 8)),
+                "unexpected field 'x'");
+  ExpectInvalid(HandMade(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                         R"("a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+                         data),
+                "names 'a' twice");
+  ExpectInvalid(HandMade(R"({"__metadata__":{"step":3}})", ""), "__metadata__ 'step' is not a string");
+  ExpectInvalid(HandMade(R"({"a":{"shape":[2],"data_offsets":[0,8]}})", data.substr(0, 8)),
+                "no dtype");
+}
+
+TEST(Safetensors, WriterRejectsBadTensors) {
+  TensorMap tensors;
+  HostTensor bad = HostTensor::F32({2}, std::vector<float>{1, 2});
+  bad.shape = {3};
+  tensors["x"] = bad;
+  EXPECT_THROW(SerializeSafetensors(tensors, {}), Error);
+  TensorMap reserved;
+  reserved["__metadata__"] = HostTensor::F32({1}, std::vector<float>{1});
+  EXPECT_THROW(SerializeSafetensors(reserved, {}), Error);
+}
+
+}  // namespace
+}  // namespace weft
