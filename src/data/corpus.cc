@@ -44,9 +44,10 @@ void CheckUtf8(std::string_view text, std::string_view what) {
     static constexpr uint32_t kMinCode[5] = {0, 0, 0x80, 0x800, 0x10000};
     ok = ok && code >= kMinCode[length] && !(code >= 0xD800 && code <= 0xDFFF) && code <= 0x10FFFF;
     if (!ok) {
-      Fail("{} is not valid UTF-8: malformed byte 0x{:02x} at byte offset {}; convert it to UTF-8 "
-           "(e.g. iconv -t UTF-8)",
-           what, lead, i);
+      Fail(
+          "{} is not valid UTF-8: malformed byte 0x{:02x} at byte offset {}; convert it to UTF-8 "
+          "(e.g. iconv -t UTF-8)",
+          what, lead, i);
     }
     i += length;
   }

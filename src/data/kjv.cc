@@ -24,6 +24,7 @@ constexpr int kVerseCount = 31102;
 
 // The `bible` program's abbreviation (as it prints references) and the full
 // name of each book, in canonical order.
+// clang-format off
 constexpr std::array<std::pair<std::string_view, std::string_view>, 66> kBooks = {{
     {"Ge", "Genesis"},          {"Exo", "Exodus"},          {"Lev", "Leviticus"},
     {"Num", "Numbers"},         {"Deu", "Deuteronomy"},     {"Josh", "Joshua"},
@@ -48,11 +49,13 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 66> kBooks =
     {"2Pet", "2 Peter"},        {"1Jn", "1 John"},          {"2Jn", "2 John"},
     {"3Jn", "3 John"},          {"Jude", "Jude"},           {"Rev", "Revelation"},
 }};
+// clang-format on
 
 [[noreturn]] void FailMissing(std::string_view what) {
-  Fail("the King James Bible corpus needs Debian's bible-kjv package ({} not found); install "
-       "bible-kjv (scripts/setup does)",
-       what);
+  Fail(
+      "the King James Bible corpus needs Debian's bible-kjv package ({} not found); install "
+      "bible-kjv (scripts/setup does)",
+      what);
 }
 
 // Runs `bible` without a shell and returns its standard output.
@@ -157,10 +160,11 @@ std::vector<Document> LoadKjvBible(KjvUnit unit) {
     bool new_book = !started || verse.book != kBooks[book_index].first;
     if (new_book && started) ++book_index;
     if (book_index >= kBooks.size() || verse.book != kBooks[book_index].first) {
-      Fail("unexpected book '{}' from {} (expected '{}'); the bible-kjv package may be a different "
-           "version",
-           verse.book, kBibleProgram,
-           book_index < kBooks.size() ? kBooks[book_index].first : "end of text");
+      Fail(
+          "unexpected book '{}' from {} (expected '{}'); the bible-kjv package may be a different "
+          "version",
+          verse.book, kBibleProgram,
+          book_index < kBooks.size() ? kBooks[book_index].first : "end of text");
     }
     started = true;
     bool new_chapter = new_book || verse.chapter != last_chapter;
@@ -168,12 +172,16 @@ std::vector<Document> LoadKjvBible(KjvUnit unit) {
     std::string_view name = kBooks[book_index].second;
     switch (unit) {
       case KjvUnit::kBook:
-        if (new_book) documents.push_back({std::string(name), ""});
-        else documents.back().text += new_chapter ? "\n\n" : "\n";
+        if (new_book)
+          documents.push_back({std::string(name), ""});
+        else
+          documents.back().text += new_chapter ? "\n\n" : "\n";
         break;
       case KjvUnit::kChapter:
-        if (new_chapter) documents.push_back({fmt::format("{} {}", name, verse.chapter), ""});
-        else documents.back().text += "\n";
+        if (new_chapter)
+          documents.push_back({fmt::format("{} {}", name, verse.chapter), ""});
+        else
+          documents.back().text += "\n";
         break;
       case KjvUnit::kVerse:
         documents.push_back({fmt::format("{} {}:{}", name, verse.chapter, verse.verse), ""});

@@ -65,8 +65,8 @@ Batch ShardRows(const Batch& batch, int64_t shard_index, int64_t num_shards) {
 std::span<const int32_t> TokenizedCorpus::document(int64_t d) const {
   WEFT_CHECK(d >= 0 && d < num_documents(), "document {} is out of range 0..{}", d,
              num_documents() - 1);
-  return std::span<const int32_t>(tokens).subspan(
-      static_cast<size_t>(offsets[d]), static_cast<size_t>(offsets[d + 1] - offsets[d]));
+  return std::span<const int32_t>(tokens).subspan(static_cast<size_t>(offsets[d]),
+                                                  static_cast<size_t>(offsets[d + 1] - offsets[d]));
 }
 
 void TokenizedCorpus::Add(std::span<const int32_t> ids, int32_t bos_id, int32_t eos_id) {
@@ -76,11 +76,11 @@ void TokenizedCorpus::Add(std::span<const int32_t> ids, int32_t bos_id, int32_t 
   offsets.push_back(static_cast<int64_t>(tokens.size()));
 }
 
-TokenizedCorpus TokenizeDocuments(std::span<const Document> documents,
-                                  const Tokenizer& tokenizer) {
+TokenizedCorpus TokenizeDocuments(std::span<const Document> documents, const Tokenizer& tokenizer) {
   std::vector<std::vector<int32_t>> ids(documents.size());
-  ThreadPool::Global().ParallelFor(static_cast<int64_t>(documents.size()),
-                                   [&](int64_t d, int) { ids[d] = tokenizer.Encode(documents[d].text); });
+  ThreadPool::Global().ParallelFor(static_cast<int64_t>(documents.size()), [&](int64_t d, int) {
+    ids[d] = tokenizer.Encode(documents[d].text);
+  });
   TokenizedCorpus corpus;
   for (const auto& document_ids : ids) {
     corpus.Add(document_ids, tokenizer.bos_id(), tokenizer.eos_id());
@@ -94,7 +94,7 @@ uint64_t EpochSeed(uint64_t seed, int64_t epoch, int which) {
 
 PackedEpoch::PackedEpoch(const TokenizedCorpus& corpus, int64_t seq_len, uint64_t seed,
                          int64_t epoch, int32_t pad_id)
-    : corpus_(corpus), seq_len_(seq_len), pad_id_(pad_id) {
+    : corpus_(&corpus), seq_len_(seq_len), pad_id_(pad_id) {
   WEFT_CHECK(seq_len > 0, "seq_len must be positive, got {}", seq_len);
   WEFT_CHECK(corpus.num_tokens() > 0, "cannot pack an empty corpus; give documents with text");
   document_order_ = ShuffledIndices(corpus.num_documents(), EpochSeed(seed, epoch, 0));
@@ -143,11 +143,11 @@ void PackedEpoch::FillStreamRow(int64_t r, Batch& batch, int64_t b) const {
       ++segment;
       segment_start = t;
     }
-    const int64_t document_base = corpus_.offsets[document_order_[k]];
+    const int64_t document_base = corpus_->offsets[document_order_[k]];
     const int64_t within = t - stream_starts_[k];
-    batch.tokens[out] = corpus_.tokens[document_base + within];
+    batch.tokens[out] = corpus_->tokens[document_base + within];
     const bool has_next = t + 1 < stream_starts_[k + 1];
-    batch.targets[out] = has_next ? corpus_.tokens[document_base + within + 1] : pad_id_;
+    batch.targets[out] = has_next ? corpus_->tokens[document_base + within + 1] : pad_id_;
     batch.loss_mask[out] = has_next ? 1.0f : 0.0f;
     batch.segment_ids[out] = segment;
     batch.positions[out] = static_cast<int32_t>(t - segment_start);

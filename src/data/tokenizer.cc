@@ -48,7 +48,8 @@ std::vector<std::string> TrainingSentences(std::span<const Document> corpus, int
       std::string_view line = text.substr(start, end - start);
       while (!line.empty()) {
         size_t take = std::min(line.size(), kMaxSentenceBytes);
-        while (take < line.size() && take > 0 && (static_cast<unsigned char>(line[take]) & 0xC0) == 0x80) {
+        while (take < line.size() && take > 0 &&
+               (static_cast<unsigned char>(line[take]) & 0xC0) == 0x80) {
           --take;
         }
         lines.emplace_back(line.substr(0, take));
@@ -141,9 +142,10 @@ Tokenizer Tokenizer::Train(std::span<const Document> corpus, const TokenizerOpti
   std::string model;
   auto status = sentencepiece::SentencePieceTrainer::Train(args, &iterator, &model);
   if (!status.ok()) {
-    Fail("training the tokenizer (BPE, vocab_size {}) on {} lines failed: {}; a small corpus "
-         "needs a smaller vocab_size",
-         options.vocab_size, sentences.size(), status.ToString());
+    Fail(
+        "training the tokenizer (BPE, vocab_size {}) on {} lines failed: {}; a small corpus "
+        "needs a smaller vocab_size",
+        options.vocab_size, sentences.size(), status.ToString());
   }
   return FromSerializedModel(std::move(model), "the freshly trained tokenizer");
 }
@@ -170,9 +172,10 @@ Tokenizer Tokenizer::TrainOrLoad(std::span<const Document> corpus,
   Tokenizer tokenizer = Train(corpus, options);
   std::filesystem::create_directories(dir, error);
   if (error) {
-    Fail("cannot create the tokenizer cache directory {}: {}; set WEFT_CACHE_DIR to a writable "
-         "directory",
-         dir.string(), error.message());
+    Fail(
+        "cannot create the tokenizer cache directory {}: {}; set WEFT_CACHE_DIR to a writable "
+        "directory",
+        dir.string(), error.message());
   }
   WriteFileAtomically(path, tokenizer.serialized_model());
   tokenizer.cache_path_ = path;

@@ -74,7 +74,8 @@ void FlexAttentionForward(const AttentionDims& dims, const float* q, const float
       // Online softmax: rescale what was accumulated when a row's max grows.
       for (int64_t i = 0; i < nq; ++i) {
         float* row = s + i * p.bkp;
-        float m_new = std::max(w.m[i], p.simd.row_max(row, nk));
+        const float row_max = p.simd.row_max(row, nk);
+        float m_new = std::isnan(row_max) ? row_max : std::max(w.m[i], row_max);
         if (m_new == kNegInf) {  // every key so far masked: the row stays empty
           std::fill(row, row + p.bkp, 0.0f);
           continue;

@@ -109,7 +109,7 @@ class RelativeBiasScoreMod final : public ScoreMod {
                n, q_len, kv_len, q_len + kv_len - 1);
     WEFT_CHECK(kv_len == kv_len_,
                "relative_bias: the mod was made for kv_len {} but the attention has kv_len {}; "
-               "pass kv_len: RelativeBias(table, kv_len)",
+               "pass kv_len (Python: relative_bias(table, kv_len=...); C++: RelativeBias(table, kv_len))",
                kv_len_, kv_len);
   }
   std::string ToString() const override {
@@ -150,7 +150,8 @@ ScoreModPtr RelativeBias(std::vector<float> table) {
   const int64_t n = static_cast<int64_t>(table.size());
   WEFT_CHECK(n % 2 == 1,
              "relative_bias: a table of {} entries cannot serve q_len == kv_len (it needs "
-             "2 * S - 1 entries); for q_len != kv_len pass kv_len: RelativeBias(table, kv_len)",
+             "2 * S - 1 entries); for q_len != kv_len pass kv_len (Python: relative_bias(table, kv_len=...); C++: "
+             "RelativeBias(table, kv_len))",
              n);
   return std::make_shared<RelativeBiasScoreMod>(std::move(table), (n + 1) / 2);
 }

@@ -1,14 +1,13 @@
 #include "weft/models/llama_config.h"
 
+#include <fmt/ranges.h>
+#include <toml++/toml.h>
+
 #include <algorithm>
 #include <cctype>
 #include <fstream>
 #include <iterator>
 #include <set>
-
-#include <fmt/ranges.h>
-
-#include <toml++/toml.h>
 
 #include "weft/base/error.h"
 #include "weft/models/name_pattern.h"
@@ -57,17 +56,13 @@ class SectionReader {
       : table_(table), section_(std::move(section)), source_(source) {}
 
   bool present() const { return table_ != nullptr; }
-  std::string where() const {
-    return table_ ? Where(source_, table_->source()) : source_;
-  }
+  std::string where() const { return table_ ? Where(source_, table_->source()) : source_; }
   std::string WhereKey(std::string_view key) const {
     const toml::node* node = Find(key);
     return node ? Where(source_, node->source()) : where();
   }
 
-  const toml::node* Find(std::string_view key) const {
-    return table_ ? table_->get(key) : nullptr;
-  }
+  const toml::node* Find(std::string_view key) const { return table_ ? table_->get(key) : nullptr; }
 
   const toml::node* Take(std::string_view key) {
     known_.emplace(key);
@@ -88,8 +83,8 @@ class SectionReader {
     if (!node->is_integer()) TypeError(key, *node, "an integer");
     out = **node->as_integer();
     if (out < min_value) {
-      Fail("{}: {}.{} = {} must be at least {}", Where(source_, node->source()), section_, key,
-           out, min_value);
+      Fail("{}: {}.{} = {} must be at least {}", Where(source_, node->source()), section_, key, out,
+           min_value);
     }
   }
 
@@ -112,13 +107,13 @@ class SectionReader {
     out = **node->as_boolean();
   }
 
-  void String(std::string_view key, std::string& out, std::initializer_list<std::string_view> allowed) {
+  void String(std::string_view key, std::string& out,
+              std::initializer_list<std::string_view> allowed) {
     const toml::node* node = Take(key);
     if (node == nullptr) return;
     if (!node->is_string()) TypeError(key, *node, "a string");
     out = **node->as_string();
-    if (allowed.size() > 0 &&
-        std::find(allowed.begin(), allowed.end(), out) == allowed.end()) {
+    if (allowed.size() > 0 && std::find(allowed.begin(), allowed.end(), out) == allowed.end()) {
       Fail("{}: {}.{} = \"{}\" is not one of: \"{}\"", Where(source_, node->source()), section_,
            key, out, fmt::join(allowed, "\", \""));
     }
@@ -157,8 +152,8 @@ class SectionReader {
         size_t distance = EditDistance(name, candidate);
         if (distance < best) best = distance, hint = fmt::format("; did you mean '{}'?", candidate);
       }
-      Fail("{}: unknown key '{}' in [{}]{} (known keys: {})", Where(source_, key->source()),
-           name, section_, hint, fmt::join(known_, ", "));
+      Fail("{}: unknown key '{}' in [{}]{} (known keys: {})", Where(source_, key->source()), name,
+           section_, hint, fmt::join(known_, ", "));
     }
   }
 
@@ -170,13 +165,20 @@ class SectionReader {
 
   static std::string_view TypeName(toml::node_type type) {
     switch (type) {
-      case toml::node_type::table: return "table";
-      case toml::node_type::array: return "list";
-      case toml::node_type::string: return "string";
-      case toml::node_type::integer: return "integer";
-      case toml::node_type::floating_point: return "float";
-      case toml::node_type::boolean: return "boolean";
-      default: return "date/time";
+      case toml::node_type::table:
+        return "table";
+      case toml::node_type::array:
+        return "list";
+      case toml::node_type::string:
+        return "string";
+      case toml::node_type::integer:
+        return "integer";
+      case toml::node_type::floating_point:
+        return "float";
+      case toml::node_type::boolean:
+        return "boolean";
+      default:
+        return "date/time";
     }
   }
 
@@ -203,9 +205,10 @@ void ReadModel(SectionReader& in, LlamaConfig& model) {
   in.Int("seq_len", model.seq_len, true, 1);
   in.Bool("tie_embeddings", model.tie_embeddings);
   if (model.n_heads % model.n_kv_heads != 0) {
-    Fail("{}: n_heads = {} is not a multiple of n_kv_heads = {} (each KV head serves a whole "
-         "group of query heads)",
-         in.WhereKey("n_kv_heads"), model.n_heads, model.n_kv_heads);
+    Fail(
+        "{}: n_heads = {} is not a multiple of n_kv_heads = {} (each KV head serves a whole "
+        "group of query heads)",
+        in.WhereKey("n_kv_heads"), model.n_heads, model.n_kv_heads);
   }
   if (model.dim % model.n_heads != 0) {
     Fail("{}: dim = {} is not divisible by n_heads = {}", in.WhereKey("n_heads"), model.dim,
@@ -312,9 +315,10 @@ void ReadMesh(const toml::table* table, const std::string& source, MeshConfig& m
     std::string name(key->str());
     std::string where = Where(source, key->source());
     if (!IsAxisName(name) || MeansNotSplit(name)) {
-      Fail("{}: '{}' is not a valid mesh axis name; use letters, digits and '_' (not "
-           "\"none\"/\"null\")",
-           where, name);
+      Fail(
+          "{}: '{}' is not a valid mesh axis name; use letters, digits and '_' (not "
+          "\"none\"/\"null\")",
+          where, name);
     }
     if (!node->is_integer() || **node->as_integer() < 1) {
       Fail("{}: mesh axis '{}' needs a positive integer size, e.g. {} = 2",
@@ -334,9 +338,10 @@ void ReadSharding(const toml::table* table, const std::string& source, const Mes
     rule.location = Where(source, key->source());
     const toml::array* dims = node->as_array();
     if (dims == nullptr) {
-      Fail("{}: sharding rule '{}' must be a list with one entry per array dim, e.g. "
-           "[\"fsdp\", \"tensor\"]",
-           Where(source, node->source()), rule.pattern);
+      Fail(
+          "{}: sharding rule '{}' must be a list with one entry per array dim, e.g. "
+          "[\"fsdp\", \"tensor\"]",
+          Where(source, node->source()), rule.pattern);
     }
     std::set<std::string> used;
     std::vector<AxisSpec> spec;
@@ -345,10 +350,11 @@ void ReadSharding(const toml::table* table, const std::string& source, const Mes
       std::string where = Where(source, item.source());
       if (std::find(mesh.axis_names.begin(), mesh.axis_names.end(), name) ==
           mesh.axis_names.end()) {
-        Fail("{}: sharding rule '{}' names mesh axis '{}', which [mesh] does not define (axes: "
-             "{})",
-             where, rule.pattern, name,
-             mesh.axis_names.empty() ? "none" : fmt::format("{}", fmt::join(mesh.axis_names, ", ")));
+        Fail(
+            "{}: sharding rule '{}' names mesh axis '{}', which [mesh] does not define (axes: "
+            "{})",
+            where, rule.pattern, name,
+            mesh.axis_names.empty() ? "none" : fmt::format("{}", fmt::join(mesh.axis_names, ", ")));
       }
       if (!used.insert(name).second) {
         Fail("{}: sharding rule '{}' uses mesh axis '{}' twice", where, rule.pattern, name);

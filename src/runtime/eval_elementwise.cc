@@ -20,17 +20,17 @@ bool IsHalf(PrimitiveType t) { return t == PrimitiveType::kBF16 || t == Primitiv
 
 void HalfToFloat(PrimitiveType t, const uint16_t* in, float* out, int64_t n) {
   if (t == PrimitiveType::kBF16) {
-    for (int64_t i = 0; i < n; ++i) out[i] = Bf16ToFloat(in[i]);
+    for (int64_t i = 0; i < n; ++i) out[i] = Bf16BitsToFloat(in[i]);
   } else {
-    for (int64_t i = 0; i < n; ++i) out[i] = F16ToFloat(in[i]);
+    for (int64_t i = 0; i < n; ++i) out[i] = F16BitsToFloat(in[i]);
   }
 }
 
 void FloatToHalf(PrimitiveType t, const float* in, uint16_t* out, int64_t n) {
   if (t == PrimitiveType::kBF16) {
-    for (int64_t i = 0; i < n; ++i) out[i] = FloatToBf16(in[i]);
+    for (int64_t i = 0; i < n; ++i) out[i] = FloatToBf16Bits(in[i]);
   } else {
-    for (int64_t i = 0; i < n; ++i) out[i] = FloatToF16(in[i]);
+    for (int64_t i = 0; i < n; ++i) out[i] = FloatToF16Bits(in[i]);
   }
 }
 
@@ -49,7 +49,7 @@ void FloatBlocks(PrimitiveType t, int num_in, const void* const* in, const bool*
     return;
   }
   float scratch[3][kBlock];
-  float scalar_value[3];
+  float scalar_value[3] = {0, 0, 0};
   float result[kBlock];
   for (int k = 0; k < num_in; ++k) {
     if (scalar[k]) HalfToFloat(t, static_cast<const uint16_t*>(in[k]), &scalar_value[k], 1);
@@ -487,9 +487,9 @@ double LoadAsDouble(PrimitiveType type, const void* data, int64_t i) {
     case PrimitiveType::kF32:
       return static_cast<const float*>(data)[i];
     case PrimitiveType::kBF16:
-      return Bf16ToFloat(static_cast<const uint16_t*>(data)[i]);
+      return Bf16BitsToFloat(static_cast<const uint16_t*>(data)[i]);
     case PrimitiveType::kF16:
-      return F16ToFloat(static_cast<const uint16_t*>(data)[i]);
+      return F16BitsToFloat(static_cast<const uint16_t*>(data)[i]);
     default:
       return static_cast<double>(LoadAsInt(type, data, i));
   }
@@ -516,10 +516,10 @@ void StoreDouble(PrimitiveType type, void* data, int64_t i, double v) {
       static_cast<float*>(data)[i] = static_cast<float>(v);
       return;
     case PrimitiveType::kBF16:
-      static_cast<uint16_t*>(data)[i] = FloatToBf16(static_cast<float>(v));
+      static_cast<uint16_t*>(data)[i] = FloatToBf16Bits(static_cast<float>(v));
       return;
     case PrimitiveType::kF16:
-      static_cast<uint16_t*>(data)[i] = FloatToF16(static_cast<float>(v));
+      static_cast<uint16_t*>(data)[i] = FloatToF16Bits(static_cast<float>(v));
       return;
     case PrimitiveType::kPred:
       static_cast<uint8_t*>(data)[i] = v != 0;
@@ -565,7 +565,7 @@ void ConvertElements(PrimitiveType from, const void* in, PrimitiveType to, void*
         case PrimitiveType::kBF16:
         case PrimitiveType::kF16: {
           const float v = float_source ? f[i] : static_cast<float>(ints[i]);
-          static_cast<uint16_t*>(out)[k] = to == PrimitiveType::kBF16 ? FloatToBf16(v) : FloatToF16(v);
+          static_cast<uint16_t*>(out)[k] = to == PrimitiveType::kBF16 ? FloatToBf16Bits(v) : FloatToF16Bits(v);
           break;
         }
         case PrimitiveType::kPred:

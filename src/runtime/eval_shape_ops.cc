@@ -12,9 +12,7 @@
 namespace weft::runtime::exec {
 namespace {
 
-struct Dim {
-  int64_t size, src, dst;  // extent and strides in elements (src may be 0 or negative)
-};
+using Dim = CopyDim;
 
 // Drops size-1 dims and merges neighbours that are contiguous on both sides.
 std::vector<Dim> Canonicalize(const std::vector<Dim>& dims) {
@@ -94,26 +92,6 @@ void StridedCopyT(const T* src, T* dst, const std::vector<Dim>& dims) {
       }
     }
   } while (advance(s, d));
-}
-
-// Copies the elements of `dims` (sizes with per-dim strides) from src to dst.
-void StridedCopy(const void* src, void* dst, std::vector<Dim> dims, int64_t elem_bytes) {
-  for (const Dim& d : dims) {
-    if (d.size == 0) return;
-  }
-  dims = Canonicalize(dims);
-  switch (elem_bytes) {
-    case 1:
-      return StridedCopyT(static_cast<const uint8_t*>(src), static_cast<uint8_t*>(dst), dims);
-    case 2:
-      return StridedCopyT(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), dims);
-    case 4:
-      return StridedCopyT(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), dims);
-    case 8:
-      return StridedCopyT(static_cast<const uint64_t*>(src), static_cast<uint64_t*>(dst), dims);
-    default:
-      Fail("no strided copy for {}-byte elements", elem_bytes);
-  }
 }
 
 const std::byte* Bytes(const HostTensor& t) { return static_cast<const std::byte*>(t.raw_data()); }
@@ -327,6 +305,25 @@ std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims) {
     strides[i] = strides[i + 1] * dims[i + 1];
   }
   return strides;
+}
+
+void StridedCopy(const void* src, void* dst, std::vector<CopyDim> dims, int64_t elem_bytes) {
+  for (const Dim& d : dims) {
+    if (d.size == 0) return;
+  }
+  dims = Canonicalize(dims);
+  switch (elem_bytes) {
+    case 1:
+      return StridedCopyT(static_cast<const uint8_t*>(src), static_cast<uint8_t*>(dst), dims);
+    case 2:
+      return StridedCopyT(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), dims);
+    case 4:
+      return StridedCopyT(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), dims);
+    case 8:
+      return StridedCopyT(static_cast<const uint64_t*>(src), static_cast<uint64_t*>(dst), dims);
+    default:
+      Fail("no strided copy for {}-byte elements", elem_bytes);
+  }
 }
 
 void TransposeBytes(const void* in, const std::vector<int64_t>& in_dims,

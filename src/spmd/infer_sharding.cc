@@ -196,6 +196,15 @@ std::optional<HloSharding> Propagator::ShardingFromUser(const HloInstruction& in
           auto s = project(leaf);
           if (s && (!best || sharding_util::IsShardingMoreSpecific(*s, *best))) best = std::move(s);
         }
+        // Operands tie each other too (k <-> kv segment ids): refine with the
+        // other operands, as a dot consults its other operand.
+        for (int64_t j = 0; j < user.operand_count(); ++j) {
+          const HloInstruction* other = user.operand(j);
+          if (j == k || other == &instr || !HasSpatialSharding(other)) continue;
+          auto from_other = Project(&user, TensorRef::Operand(j), *other->sharding(), TensorRef::Operand(k));
+          if (!from_other || from_other->IsTuple()) continue;
+          if (!best || MergeSharding(*best, &*from_other, may_combine)) best = std::move(from_other);
+        }
         return best;
       }
       return SameDims(instr.shape(), user.shape()) ? std::optional(user_sharding) : std::nullopt;

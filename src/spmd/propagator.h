@@ -86,6 +86,14 @@ class Propagator {
   std::vector<char> provided_;
   std::vector<char> rule_built_;
   std::vector<std::unique_ptr<OpShardingRule>> rules_;
+  // Last projections per instruction: the same sharding is proposed through
+  // the same op in every sweep, so remember input -> output.
+  struct CachedProjection {
+    TensorRef from, to;
+    HloSharding input;
+    std::optional<HloSharding> output;
+  };
+  std::vector<std::vector<CachedProjection>> projection_cache_;
   std::unordered_map<const HloInstruction*, std::vector<int64_t>> unspecified_dims_;
   // Computation -> the while / call that runs it.
   std::unordered_map<const HloComputation*, HloInstruction*> computation_map_;

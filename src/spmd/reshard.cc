@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <optional>
 
 #include "weft/base/error.h"
@@ -158,8 +159,11 @@ std::optional<PartitionedValue> TryAllToAll(SpmdBuilder& b, const PartitionedVal
   limits[a] = size_a;
   x = b.Slice(x, std::vector<int64_t>(rank, 0), limits);
 
-  // Same devices in the same order, tiling moved to dim b.
-  TileAssignment moved = v.sharding.tile_assignment().Reshape(target.tile_assignment().dims());
+  // Same devices, tile dims a and b swapped (a device's chunk index moves).
+  std::vector<int64_t> swap(v.sharding.tile_assignment().num_dims());
+  std::iota(swap.begin(), swap.end(), 0);
+  std::swap(swap[a], swap[dim_b]);
+  TileAssignment moved = v.sharding.tile_assignment().Transpose(swap);
   HloSharding after = v.sharding.ReplicateOnLastTileDim()
                           ? HloSharding::PartialTile(std::move(moved))
                           : HloSharding::Tile(std::move(moved));

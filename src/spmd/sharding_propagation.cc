@@ -131,10 +131,16 @@ std::optional<HloSharding> Propagator::Project(const HloInstruction* instr, Tens
       to.index >= static_cast<int64_t>(tensors_to.size())) {
     return std::nullopt;
   }
+  std::vector<CachedProjection>& cache = projection_cache_[Index(instr)];
+  for (const CachedProjection& c : cache) {
+    if (c.from == from && c.to == to && c.input == sharding) return c.output;
+  }
   auto projected = ProjectSharding(*rule, from, Dims(instr, from), sharding, to, Dims(instr, to));
   if (projected && instr->opcode() == HloOpcode::kReverse && projected->IsTiled()) {
-    return ReverseSharding(*projected, instr->dimensions());
+    projected = ReverseSharding(*projected, instr->dimensions());
   }
+  if (cache.size() >= 8) cache.erase(cache.begin());
+  cache.push_back({from, to, sharding, projected});
   return projected;
 }
 
@@ -303,6 +309,7 @@ void Propagator::Run() {
   provided_.assign(n, 0);
   rule_built_.assign(n, 0);
   rules_.resize(n);
+  projection_cache_.resize(n);
   group_of_.assign(n, -1);
 
   for (HloInstruction* i : instrs_) {

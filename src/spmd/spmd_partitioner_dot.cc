@@ -92,27 +92,6 @@ struct DrivenPlan {
   int64_t cost = 0;
 };
 
-// Whether reduce-scattering `partial` along result dim e over `groups` yields
-// `target`: each group member gets chunk (its position) of dim e.
-bool ScatterGives(const HloSharding& partial, const HloSharding& target, int64_t e,
-                  const std::vector<std::vector<int64_t>>& groups, int64_t rank) {
-  if (!target.IsTiled()) return false;
-  const int64_t g = static_cast<int64_t>(groups[0].size());
-  std::vector<int64_t> expect = TilesPerDim(partial, rank);
-  if (expect[e] != 1) return false;
-  expect[e] = g;
-  if (target.TilesPerDim() != expect) return false;
-  for (const std::vector<int64_t>& group : groups) {
-    for (int64_t k = 0; k < g; ++k) {
-      std::vector<int64_t> index = partial.IsTiled() ? partial.TileIndexForDevice(group[k])
-                                                     : std::vector<int64_t>(rank, 0);
-      index[e] = k;
-      if (target.TileIndexForDevice(group[k]) != index) return false;
-    }
-  }
-  return true;
-}
-
 DrivenPlan PlanDriven(ComputationPartitioner& p, const HloInstruction& instr, const DotDims& dd,
                       int driver, const HloSharding& sharding) {
   const int other = 1 - driver;
@@ -188,6 +167,27 @@ PartitionedValue EmitDriven(ComputationPartitioner& p, const HloInstruction& ins
 }
 
 }  // namespace
+
+// Whether reduce-scattering `partial` along result dim e over `groups` yields
+// `target`: each group member gets chunk (its position) of dim e.
+bool ScatterGives(const HloSharding& partial, const HloSharding& target, int64_t e,
+                  const std::vector<std::vector<int64_t>>& groups, int64_t rank) {
+  if (!target.IsTiled()) return false;
+  const int64_t g = static_cast<int64_t>(groups[0].size());
+  std::vector<int64_t> expect = TilesPerDim(partial, rank);
+  if (expect[e] != 1) return false;
+  expect[e] = g;
+  if (target.TilesPerDim() != expect) return false;
+  for (const std::vector<int64_t>& group : groups) {
+    for (int64_t k = 0; k < g; ++k) {
+      std::vector<int64_t> index = partial.IsTiled() ? partial.TileIndexForDevice(group[k])
+                                                     : std::vector<int64_t>(rank, 0);
+      index[e] = k;
+      if (target.TileIndexForDevice(group[k]) != index) return false;
+    }
+  }
+  return true;
+}
 
 PartitionedValue HandleDot(ComputationPartitioner& p, const HloInstruction& instr,
                            const HloSharding& sharding) {

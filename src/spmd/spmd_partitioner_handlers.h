@@ -76,6 +76,11 @@ PartitionedValue HandleAttention(ComputationPartitioner& p, const HloInstruction
 // Any op: operands replicated, the op on whole arrays, result replicated.
 PartitionedValue HandleReplicated(ComputationPartitioner& p, const HloInstruction& instr);
 
+// Whether reduce-scattering a value laid out by `partial` along dim e over
+// `groups` yields `target` (group member k gets chunk k of dim e).
+bool ScatterGives(const HloSharding& partial, const HloSharding& target, int64_t e,
+                  const std::vector<std::vector<int64_t>>& groups, int64_t rank);
+
 // Emits `instr` again with new operands and result shape (same attributes,
 // called computations cloned).
 HloInstruction* EmitLike(ComputationPartitioner& p, const HloInstruction& instr,

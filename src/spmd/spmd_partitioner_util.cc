@@ -207,6 +207,7 @@ HloInstruction* SpmdBuilder::ReduceScatter(HloInstruction* x, int64_t dim, HloCo
 HloInstruction* SpmdBuilder::AllToAll(HloInstruction* x, int64_t dim,
                                       std::vector<std::vector<int64_t>> groups) {
   HloAttributes a = CollectiveAttrs(context_, std::move(groups));
+  a.use_global_device_ids = false;  // all-to-all has no such mode; channel ids name partitions
   a.dimensions = {dim};
   return Add(HloOpcode::kAllToAll, {x}, std::move(a));
 }

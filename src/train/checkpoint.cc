@@ -1,7 +1,7 @@
 #include "weft/train/checkpoint.h"
 
-#include <stdio.h>  // renameat2
 #include <fcntl.h>
+#include <stdio.h>  // renameat2
 
 #include <cerrno>
 #include <nlohmann/json.hpp>
@@ -68,7 +68,8 @@ std::string StateJson(const Checkpoint& checkpoint, uint64_t model_bytes,
       {"rng_state", state.rng_state},
       {"data_position", state.data_position},
       {"config_hash", state.config_hash},
-      {"files", {{kModelFile, {{"bytes", model_bytes}}}, {kOptimizerFile, {{"bytes", optimizer_bytes}}}}},
+      {"files",
+       {{kModelFile, {{"bytes", model_bytes}}}, {kOptimizerFile, {{"bytes", optimizer_bytes}}}}},
       {"extra", state.extra},
   };
   return json.dump(2) + "\n";
@@ -79,21 +80,16 @@ TrainState ParseState(const std::string& text, const fs::path& path, const fs::p
     Fail("{} is damaged: {}; resume from another checkpoint or start afresh", path.string(),
          problem);
   };
-  Json json;
-  try {
-    json = Json::parse(text);
-  } catch (const Json::exception& error) {
-    bad(fmt::format("bad JSON ({})", error.what()));
-  }
-  if (!json.is_object() || json.value("format", "") != kFormat) {
-    bad("it is not a weft checkpoint state (no \"format\": \"weft-checkpoint\")");
-  }
-  if (json.value("version", 0) != kVersion) {
-    bad(fmt::format("version {} is not {}, the one this weft reads", json.value("version", 0),
-                    kVersion));
-  }
   TrainState state;
   try {
+    Json json = Json::parse(text);
+    if (!json.is_object() || !json.contains("format") || json["format"] != kFormat) {
+      bad("it is not a weft checkpoint state (no \"format\": \"weft-checkpoint\")");
+    }
+    if (json.at("version") != kVersion) {
+      bad(fmt::format("version {} is not {}, the one this weft reads", json.at("version").dump(),
+                      kVersion));
+    }
     state.step = json.at("step").get<int64_t>();
     state.rng_state = json.at("rng_state").get<std::string>();
     state.data_position = json.at("data_position").get<int64_t>();
@@ -109,6 +105,8 @@ TrainState ParseState(const std::string& text, const fs::path& path, const fs::p
                         (dir / file).string(), actual, expected));
       }
     }
+  } catch (const Json::parse_error& error) {
+    bad(fmt::format("bad JSON ({})", error.what()));
   } catch (const Json::exception& error) {
     bad(fmt::format("a field is missing or has the wrong type ({})", error.what()));
   }
@@ -151,7 +149,8 @@ void SaveCheckpoint(const fs::path& target, const Checkpoint& checkpoint,
   if (error) {
     Fail("cannot create {} for checkpoint {}: {}", parent.string(), dir.string(), error.message());
   }
-  if (fs::exists(dir, error) && !fs::exists(dir / kStateFile, error)) {
+  if (fs::exists(dir, error) && !fs::exists(dir / kStateFile, error) &&
+      !fs::is_empty(dir, error)) {
     Fail("{} exists and is not a checkpoint; refusing to replace it (choose another directory)",
          dir.string());
   }
@@ -220,9 +219,10 @@ Checkpoint LoadCheckpoint(const fs::path& target, std::optional<std::string_view
   }
   Checkpoint checkpoint = LoadFrom(*found);
   if (expected_hash && checkpoint.state.config_hash != *expected_hash) {
-    Fail("checkpoint {} was written under config hash {}, but this run's config hashes to {}; "
-         "resume with the config it was trained with, or use a new checkpoint directory",
-         dir.string(), checkpoint.state.config_hash, *expected_hash);
+    Fail(
+        "checkpoint {} was written under config hash {}, but this run's config hashes to {}; "
+        "resume with the config it was trained with, or use a new checkpoint directory",
+        dir.string(), checkpoint.state.config_hash, *expected_hash);
   }
   return checkpoint;
 }

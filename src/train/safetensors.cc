@@ -1,10 +1,11 @@
 #include "weft/train/safetensors.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <bit>
 #include <cstring>
 #include <limits>
-#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -84,7 +85,12 @@ std::string Header(const TensorMap& tensors, const Metadata& metadata, std::stri
     offset += *size;
   }
   if (!metadata.empty()) header[std::string(kMetadataKey)] = metadata;
-  std::string text = header.dump();
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const Json::exception&) {
+    Fail("{}: tensor names and metadata must be valid UTF-8", what);
+  }
   text.resize((text.size() + 8 + 7) / 8 * 8 - 8, ' ');
   return text;
 }
@@ -108,20 +114,28 @@ struct Entry {
 
 std::string_view TensorDTypeName(TensorDType dtype) {
   switch (dtype) {
-    case TensorDType::kF32: return "F32";
-    case TensorDType::kBF16: return "BF16";
-    case TensorDType::kI32: return "I32";
-    case TensorDType::kI64: return "I64";
+    case TensorDType::kF32:
+      return "F32";
+    case TensorDType::kBF16:
+      return "BF16";
+    case TensorDType::kI32:
+      return "I32";
+    case TensorDType::kI64:
+      return "I64";
   }
   return "?";
 }
 
 int64_t TensorDTypeSize(TensorDType dtype) {
   switch (dtype) {
-    case TensorDType::kF32: return 4;
-    case TensorDType::kBF16: return 2;
-    case TensorDType::kI32: return 4;
-    case TensorDType::kI64: return 8;
+    case TensorDType::kF32:
+      return 4;
+    case TensorDType::kBF16:
+      return 2;
+    case TensorDType::kI32:
+      return 4;
+    case TensorDType::kI64:
+      return 8;
   }
   return 0;
 }
@@ -196,8 +210,8 @@ SafetensorsFile ParseSafetensors(std::string_view bytes, std::string_view what) 
                      kMaxHeaderBytes));
   }
   if (header_length > bytes.size() - 8) {
-    fail(fmt::format("truncated: the header length is {} bytes but only {} follow",
-                     header_length, bytes.size() - 8));
+    fail(fmt::format("truncated: the header length is {} bytes but only {} follow", header_length,
+                     bytes.size() - 8));
   }
   std::string_view header_text = bytes.substr(8, header_length);
   if (header_text.empty() || header_text[0] != '{') fail("the header does not start with '{'");
@@ -252,9 +266,11 @@ SafetensorsFile ParseSafetensors(std::string_view bytes, std::string_view what) 
     HostTensor tensor;
     tensor.dtype = *dtype;
     for (const Json& dim : info["shape"]) {
-      if (!dim.is_number_unsigned()) bad("the shape has an entry that is not a non-negative integer");
+      if (!dim.is_number_unsigned())
+        bad("the shape has an entry that is not a non-negative integer");
       uint64_t value = dim.get<uint64_t>();
-      if (value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) bad("a dim is too large");
+      if (value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        bad("a dim is too large");
       tensor.shape.push_back(static_cast<int64_t>(value));
     }
     const Json* offsets = info.contains("data_offsets") ? &info["data_offsets"] : nullptr;
@@ -263,7 +279,8 @@ SafetensorsFile ParseSafetensors(std::string_view bytes, std::string_view what) 
       bad("data_offsets is not a pair of non-negative integers");
     }
     Entry entry{name, (*offsets)[0].get<uint64_t>(), (*offsets)[1].get<uint64_t>()};
-    if (entry.begin > entry.end) bad(fmt::format("data_offsets [{}, {}] are reversed", entry.begin, entry.end));
+    if (entry.begin > entry.end)
+      bad(fmt::format("data_offsets [{}, {}] are reversed", entry.begin, entry.end));
     if (entry.end > data_size) {
       bad(fmt::format("data_offsets end at {} but the data section has {} bytes (truncated?)",
                       entry.end, data_size));
@@ -275,7 +292,8 @@ SafetensorsFile ParseSafetensors(std::string_view bytes, std::string_view what) 
                       entry.end - entry.begin));
     }
     tensor.bytes.resize(entry.end - entry.begin);
-    if (!tensor.bytes.empty()) std::memcpy(tensor.bytes.data(), data + entry.begin, tensor.bytes.size());
+    if (!tensor.bytes.empty())
+      std::memcpy(tensor.bytes.data(), data + entry.begin, tensor.bytes.size());
     file.tensors.emplace(name, std::move(tensor));
     entries.push_back(std::move(entry));
   }

@@ -18,11 +18,20 @@ std::string Escape(std::string_view text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -110,8 +119,8 @@ std::string RenderSvgPlot(std::span<const PlotSeries> series, const PlotOptions&
              options.height);
   std::vector<double> xs, ys;
   for (const auto& s : series) {
-    WEFT_CHECK(s.x.size() == s.y.size(), "plot series '{}' has {} x values but {} y values",
-               s.name, s.x.size(), s.y.size());
+    WEFT_CHECK(s.x.size() == s.y.size(), "plot series '{}' has {} x values but {} y values", s.name,
+               s.x.size(), s.y.size());
     xs.insert(xs.end(), s.x.begin(), s.x.end());
     ys.insert(ys.end(), s.y.begin(), s.y.end());
   }
@@ -145,8 +154,9 @@ std::string RenderSvgPlot(std::span<const PlotSeries> series, const PlotOptions&
       kLeft, kTop, w - kLeft - kRight, h - kTop - kBottom);
   // Title and labels.
   if (!options.title.empty()) {
-    svg += fmt::format("<text x=\"{:.2f}\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">{}</text>\n",
-                       w / 2, Escape(options.title));
+    svg += fmt::format(
+        "<text x=\"{:.2f}\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">{}</text>\n", w / 2,
+        Escape(options.title));
   }
   if (!options.x_label.empty()) {
     svg += fmt::format("<text x=\"{:.2f}\" y=\"{:.2f}\" text-anchor=\"middle\">{}</text>\n",
@@ -162,8 +172,7 @@ std::string RenderSvgPlot(std::span<const PlotSeries> series, const PlotOptions&
   // Series: one polyline per run of usable points.
   for (size_t i = 0; i < series.size(); ++i) {
     const PlotSeries& s = series[i];
-    std::string color =
-        s.color.empty() ? kPalette[i % std::size(kPalette)] : Escape(s.color);
+    std::string color = s.color.empty() ? kPalette[i % std::size(kPalette)] : Escape(s.color);
     std::string points;
     auto flush = [&] {
       if (!points.empty()) {

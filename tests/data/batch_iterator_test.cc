@@ -91,6 +91,16 @@ TEST(BatchIterator, StopsAfterNumSteps) {
   EXPECT_THROW(iterator.Next(), Error);
 }
 
+TEST(BatchIterator, IsAssignable) {
+  auto corpus = RandomCorpus(5);
+  BatchIterator iterator(corpus, {.batch_size = 2, .seq_len = 16, .seed = 1});
+  iterator.Next();
+  BatchIterator restarted(corpus, {.batch_size = 2, .seq_len = 16, .seed = 1});
+  Batch first = restarted.Next();
+  iterator = BatchIterator(corpus, {.batch_size = 2, .seq_len = 16, .seed = 1});
+  EXPECT_EQ(iterator.Next().tokens, first.tokens);
+}
+
 TEST(BatchIterator, DifferentSeedsGiveDifferentBatches) {
   auto corpus = RandomCorpus(4);
   BatchIterator a(corpus, {.batch_size = 2, .seq_len = 16, .seed = 1});

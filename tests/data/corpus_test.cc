@@ -39,10 +39,18 @@ std::string RandomUtf8(std::mt19937_64& rng, int num_chars) {
   for (int i = 0; i < num_chars; ++i) {
     uint32_t code = 0;
     switch (rng() % 4) {
-      case 0: code = 0x20 + rng() % 0x5F; break;
-      case 1: code = 0x80 + rng() % (0x800 - 0x80); break;
-      case 2: code = 0x800 + rng() % (0xD800 - 0x800); break;
-      default: code = 0x10000 + rng() % (0x110000 - 0x10000); break;
+      case 0:
+        code = 0x20 + rng() % 0x5F;
+        break;
+      case 1:
+        code = 0x80 + rng() % (0x800 - 0x80);
+        break;
+      case 2:
+        code = 0x800 + rng() % (0xD800 - 0x800);
+        break;
+      default:
+        code = 0x10000 + rng() % (0x110000 - 0x10000);
+        break;
     }
     text += EncodeUtf8(code);
   }
@@ -75,15 +83,15 @@ TEST(CheckUtf8, RejectsMalformedSequencesAtTheirOffset) {
     size_t offset;
   };
   const Case cases[] = {
-      {"ab\x80", 2},                  // lone continuation byte
-      {"abc\xC3", 3},                 // truncated 2-byte sequence
-      {"a\xE2\x82", 1},               // truncated 3-byte sequence
-      {"xy\xC0\x80", 2},              // overlong NUL
-      {"\xE0\x80\xAF", 0},            // overlong '/'
-      {"ok\xED\xA0\x80", 2},          // UTF-16 surrogate
-      {"\xF4\x90\x80\x80", 0},        // above U+10FFFF
+      {"ab\x80", 2},                      // lone continuation byte
+      {"abc\xC3", 3},                     // truncated 2-byte sequence
+      {"a\xE2\x82", 1},                   // truncated 3-byte sequence
+      {"xy\xC0\x80", 2},                  // overlong NUL
+      {"\xE0\x80\xAF", 0},                // overlong '/'
+      {"ok\xED\xA0\x80", 2},              // UTF-16 surrogate
+      {"\xF4\x90\x80\x80", 0},            // above U+10FFFF
       {"hello \xF8\x88\x80\x80\x80", 6},  // 5-byte form
-      {"\xC3\xA9\xC3(", 2},           // continuation missing
+      {"\xC3\xA9\xC3(", 2},               // continuation missing
   };
   for (const auto& c : cases) {
     std::string message = ErrorOf([&] { CheckUtf8(c.bytes, "notes.txt"); });

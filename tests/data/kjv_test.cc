@@ -35,7 +35,8 @@ TEST(LoadKjvBible, BooksInCanonicalOrder) {
   size_t total = 0;
   for (const auto& book : books) {
     EXPECT_FALSE(book.text.empty()) << book.name;
-    EXPECT_EQ(book.text.find("1:1"), std::string::npos) << "verse numbers leaked into " << book.name;
+    EXPECT_EQ(book.text.find("1:1"), std::string::npos)
+        << "verse numbers leaked into " << book.name;
     total += book.text.size();
   }
   EXPECT_GT(total, 4000000u);

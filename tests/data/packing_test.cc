@@ -67,9 +67,8 @@ void ExpectRowMatchesRules(const Batch& batch, int64_t b, const Stream& stream, 
     EXPECT_EQ(batch.tokens[at], stream.tokens[t]);
     EXPECT_EQ(batch.segment_ids[at], segment);
     EXPECT_EQ(batch.positions[at], position);
-    bool same_document =
-        t + 1 < n && stream.document[t + 1] == stream.document[t] &&
-        stream.tokens[t + 1] != Tokenizer::kBosId;
+    bool same_document = t + 1 < n && stream.document[t + 1] == stream.document[t] &&
+                         stream.tokens[t + 1] != Tokenizer::kBosId;
     EXPECT_EQ(batch.loss_mask[at], same_document ? 1.0f : 0.0f);
     EXPECT_EQ(batch.targets[at], same_document ? stream.tokens[t + 1] : Tokenizer::kPadId);
   }

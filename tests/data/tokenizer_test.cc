@@ -19,9 +19,9 @@ constexpr int kVocab = 400;
 // A small corpus of random sentences over a fixed word list: enough for BPE
 // to learn merges, small enough to train in well under a second.
 std::vector<Document> TinyCorpus(uint64_t seed, int num_documents = 12) {
-  static const char* kWords[] = {"the",   "lord",  "said", "unto", "him",  "and",   "light",
-                                 "was",   "good",  "earth", "heaven", "water", "day", "night",
-                                 "über",  "naïve", "city", "king", "spake", "thee"};
+  static const char* kWords[] = {"the",  "lord",  "said",  "unto",   "him",   "and", "light",
+                                 "was",  "good",  "earth", "heaven", "water", "day", "night",
+                                 "über", "naïve", "city",  "king",   "spake", "thee"};
   std::mt19937_64 rng(seed);
   std::vector<Document> documents;
   for (int d = 0; d < num_documents; ++d) {
@@ -105,8 +105,8 @@ TEST_F(TokenizerTest, TrainingIsDeterministic) {
 TEST_F(TokenizerTest, DecodeInvertsEncodeOnArbitraryText) {
   Tokenizer tokenizer = Tokenizer::TrainOrLoad(TinyCorpus(5), options_);
   std::mt19937_64 rng(99);
-  const std::string alphabet[] = {"a", "e", "t", "h", " ", "  ", "\n", "\n\n", "\t", "é",
-                                  "漢", "🙂", "the ", "lord", ".", "\r\n", "ü"};
+  const std::string alphabet[] = {"a", "e",  "t",    "h",    " ",    "  ", "\n",   "\n\n", "\t",
+                                  "é", "漢", "🙂", "the ", "lord", ".",  "\r\n", "ü"};
   for (int trial = 0; trial < 300; ++trial) {
     std::string text;
     int length = static_cast<int>(rng() % 40);

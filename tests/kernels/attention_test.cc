@@ -347,3 +347,26 @@ TEST(Attention, LongSequenceMemoryGrowsWithSNotSSquared) {
 
 }  // namespace
 }  // namespace weft::kernels
+
+namespace weft::kernels {
+namespace {
+
+// A score mod that yields NaN on a whole row gives NaN, not a silent
+// "fully masked" zero row.
+TEST(Attention, NanScoresPropagate) {
+  AttentionDims d{1, 1, 1, 8, 8, 8, 8};
+  std::mt19937 rng(21);
+  auto q = testing::RandomVector(64, rng), k = testing::RandomVector(64, rng),
+       v = testing::RandomVector(64, rng);
+  auto mod = ScoreExpr("q_idx == 1 ? sqrt(-1.0) : score");
+  AttentionOptions o;
+  o.score_mod = mod.get();
+  std::vector<float> out(64), lse(8);
+  FlexAttentionForward(d, q.data(), k.data(), v.data(), o, out.data(), lse.data());
+  EXPECT_TRUE(std::isnan(lse[1]));
+  EXPECT_TRUE(std::isnan(out[8]));
+  EXPECT_TRUE(std::isfinite(lse[0]) && std::isfinite(lse[2]));
+}
+
+}  // namespace
+}  // namespace weft::kernels

@@ -123,6 +123,14 @@ TEST_P(PrimitivesTest, RowMaxDotScaleSoftmaxGrad) {
       EXPECT_NEAR(ds[i], double(x[i]) * (double(y[i]) - 0.3) * 0.5, 1e-6);
   }
   EXPECT_EQ(P().row_max(nullptr, 0), -INFINITY);
+  // NaN propagates, wherever it is (vector body or tail).
+  for (int64_t n : {3, 16, 21}) {
+    for (int64_t at : {int64_t{0}, n - 1}) {
+      std::vector<float> x(n, -INFINITY);
+      x[at] = NAN;
+      EXPECT_TRUE(std::isnan(P().row_max(x.data(), n))) << n << " " << at;
+    }
+  }
 }
 
 TEST(Primitives, ScopedIsaIsNestSafeAndRejectsUnknownNames) {

@@ -161,18 +161,19 @@ TEST(LlamaConfig, ErrorsNameFileLineAndColumn) {
   // Shapes that cannot work.
   ExpectError(base + "n_kv_heads = 3\n", "cfg.toml:8:14",
               "n_heads = 4 is not a multiple of n_kv_heads = 3");
-  ExpectError("[model]\nvocab_size = 300\ndim = 66\nn_layers = 2\nn_heads = 4\nffn_dim = 9\n"
-              "seq_len = 8\n",
-              "cfg.toml:5:11", "dim = 66 is not divisible by n_heads = 4");
-  ExpectError("[model]\nvocab_size = 300\ndim = 12\nn_layers = 2\nn_heads = 4\nffn_dim = 9\n"
-              "seq_len = 8\n",
-              "cfg.toml:3:7", "must be even");
+  ExpectError(
+      "[model]\nvocab_size = 300\ndim = 66\nn_layers = 2\nn_heads = 4\nffn_dim = 9\n"
+      "seq_len = 8\n",
+      "cfg.toml:5:11", "dim = 66 is not divisible by n_heads = 4");
+  ExpectError(
+      "[model]\nvocab_size = 300\ndim = 12\nn_layers = 2\nn_heads = 4\nffn_dim = 9\n"
+      "seq_len = 8\n",
+      "cfg.toml:3:7", "must be even");
   ExpectError("[model]\nvocab_size = 300\ndim = 64\nn_layers = 0\n", "cfg.toml:4:12",
               "model.n_layers = 0 must be at least 1");
   ExpectError("[model]\nvocab_size = 300\n", "cfg.toml:1:1", "missing the required key 'dim'");
   ExpectError(base + "[train]\nlr = 1e-3\nmin_lr = 1e-2\n", "cfg.toml:10:10", "min_lr");
-  ExpectError(base + "[train]\nsteps = 10\nwarmup_steps = 20\n", "cfg.toml:10:16",
-              "exceeds steps");
+  ExpectError(base + "[train]\nsteps = 10\nwarmup_steps = 20\n", "cfg.toml:10:16", "exceeds steps");
   ExpectError(base + "[train]\nremat = \"partial\"\n", "cfg.toml:9:9", "\"none\", \"full\"");
   // Mesh and sharding.
   ExpectError(base + "[mesh]\nfsdp = 0\n", "cfg.toml:9:8", "positive integer size");

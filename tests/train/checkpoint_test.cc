@@ -27,8 +27,10 @@ Checkpoint RandomCheckpoint(uint64_t seed, int64_t step) {
   checkpoint.model["layers.0.attention.wq"] = HostTensor::F32({8, 8}, floats(64));
   checkpoint.model["norm"] = HostTensor::F32({8}, floats(8));
   for (const auto& [name, tensor] : checkpoint.model) {
-    checkpoint.optimizer[name + ".m"] = HostTensor::F32(tensor.shape, floats(tensor.num_elements()));
-    checkpoint.optimizer[name + ".v"] = HostTensor::F32(tensor.shape, floats(tensor.num_elements()));
+    checkpoint.optimizer[name + ".m"] =
+        HostTensor::F32(tensor.shape, floats(tensor.num_elements()));
+    checkpoint.optimizer[name + ".v"] =
+        HostTensor::F32(tensor.shape, floats(tensor.num_elements()));
   }
   std::mt19937_64 trainer_rng(seed * 7 + 1);
   trainer_rng.discard(static_cast<unsigned long long>(step));
@@ -94,7 +96,8 @@ TEST_F(CheckpointTest, ReplacesThePreviousCheckpoint) {
   for (bool exchange : {true, false}) {
     SaveCheckpoint(dir_, RandomCheckpoint(2, 10), {.after_stage = {}, .exchange = exchange});
     Checkpoint newer = RandomCheckpoint(3, 20);
-    SaveCheckpoint(dir_ / "", newer, {.after_stage = {}, .exchange = exchange});  // trailing slash is the same dir
+    SaveCheckpoint(dir_ / "", newer,
+                   {.after_stage = {}, .exchange = exchange});  // trailing slash is the same dir
     ExpectSame(LoadCheckpoint(dir_), newer);
     EXPECT_EQ(Siblings(), std::vector<std::string>{"checkpoint"});
   }
@@ -154,7 +157,18 @@ TEST_F(CheckpointTest, DamageIsAClearError) {
   EXPECT_NE(message.find("no checkpoint at"), std::string::npos) << message;
   EXPECT_FALSE(CheckpointExists(root_ / "nowhere"));
 
+  WriteFileAtomically(dir_ / "state.json", R"({"format": "weft-checkpoint", "version": "one"})");
+  message = ErrorOf([&] { LoadCheckpoint(dir_); });
+  EXPECT_NE(message.find("state.json is damaged: version \"one\""), std::string::npos) << message;
+
   EXPECT_THROW(RngStateFromString("12 34", "state.json"), Error);
+}
+
+TEST_F(CheckpointTest, AnEmptyDirectoryMayBecomeTheCheckpoint) {
+  fs::create_directories(dir_);
+  Checkpoint checkpoint = RandomCheckpoint(10, 3);
+  SaveCheckpoint(dir_, checkpoint);
+  ExpectSame(LoadCheckpoint(dir_), checkpoint);
 }
 
 TEST_F(CheckpointTest, ConfigHashMismatchAndForeignDirectories) {

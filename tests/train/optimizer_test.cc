@@ -51,8 +51,8 @@ TEST(AdamWUpdate, MatchesAFloat64ReferenceOverManySteps) {
   for (bool decay : {true, false}) {
     AdamWHyperParams hyper{.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
     std::vector<float> param = RandomVector(rng, n, 0.5), m(n, 0.0f), v(n, 0.0f);
-    ReferenceAdamW reference{{param.begin(), param.end()}, std::vector<double>(n, 0.0),
-                             std::vector<double>(n, 0.0)};
+    ReferenceAdamW reference{
+        {param.begin(), param.end()}, std::vector<double>(n, 0.0), std::vector<double>(n, 0.0)};
     LrSchedule schedule{.warmup_steps = 3, .total_steps = 12, .peak_lr = 1e-2, .min_lr = 1e-3};
     for (int64_t step = 0; step < 12; ++step) {
       std::vector<float> grad = RandomVector(rng, n, 0.01 + 0.1 * step);
@@ -152,8 +152,8 @@ TEST(LrSchedule, WarmupThenCosine) {
     }
     EXPECT_NEAR(s.LearningRate(step), expected, 1e-15) << step;
   }
-  EXPECT_DOUBLE_EQ(s.LearningRate(9), 1e-3);   // warmup ends at the peak
-  EXPECT_DOUBLE_EQ(s.LearningRate(10), 1e-3);  // and decay starts there
+  EXPECT_DOUBLE_EQ(s.LearningRate(9), 1e-3);       // warmup ends at the peak
+  EXPECT_DOUBLE_EQ(s.LearningRate(10), 1e-3);      // and decay starts there
   EXPECT_NEAR(s.LearningRate(60), 5.5e-4, 1e-15);  // halfway: the mean
   for (int64_t step = 10; step < 120; ++step) {
     EXPECT_LE(s.LearningRate(step + 1), s.LearningRate(step)) << step;

@@ -44,9 +44,15 @@ nlohmann::json Describe(const weft::SafetensorsFile& file) {
     nlohmann::json values;
     switch (tensor.dtype) {
       case weft::TensorDType::kF32:
-      case weft::TensorDType::kBF16: values = tensor.ToF32(); break;
-      case weft::TensorDType::kI32: values = tensor.ToI32(); break;
-      case weft::TensorDType::kI64: values = tensor.ToI64(); break;
+      case weft::TensorDType::kBF16:
+        values = tensor.ToF32();
+        break;
+      case weft::TensorDType::kI32:
+        values = tensor.ToI32();
+        break;
+      case weft::TensorDType::kI64:
+        values = tensor.ToI64();
+        break;
     }
     out["tensors"][name] = {{"dtype", weft::TensorDTypeName(tensor.dtype)},
                             {"shape", tensor.shape},

@@ -66,8 +66,7 @@ std::string ErrorOf(std::string_view bytes) {
 
 void ExpectInvalid(std::string_view bytes, const std::string& fragment) {
   std::string message = ErrorOf(bytes);
-  EXPECT_EQ(message.rfind("model.safetensors is not a valid safetensors file: ", 0), 0u)
-      << message;
+  EXPECT_EQ(message.rfind("model.safetensors is not a valid safetensors file: ", 0), 0u) << message;
   EXPECT_NE(message.find(fragment), std::string::npos) << message;
 }
 
@@ -106,10 +105,9 @@ TEST(Safetensors, WritesAndReadsFiles) {
 
 TEST(Safetensors, ReadsFilesWrittenByOthers) {
   // Unsorted names, offsets out of name order, no padding, spaces in the JSON.
-  std::string header =
-      R"({ "b": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
-      R"( "a": {"shape": [2], "data_offsets": [4, 12], "dtype": "F32"},)"
-      R"( "__metadata__": {"format": "pt"} })";
+  std::string header = R"({ "b": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
+                       R"( "a": {"shape": [2], "data_offsets": [4, 12], "dtype": "F32"},)"
+                       R"( "__metadata__": {"format": "pt"} })";
   SafetensorsFile file = ParseSafetensors(HandMade(header, FloatBytes({7.0f, 1.5f, -2.0f})), "x");
   EXPECT_EQ(file.tensors.at("a").ToF32(), (std::vector<float>{1.5f, -2.0f}));
   EXPECT_EQ(file.tensors.at("b").ToF32(), (std::vector<float>{7.0f}));
@@ -142,8 +140,9 @@ TEST(Safetensors, RejectsBrokenFilesNamingTheProblem) {
   ExpectInvalid(huge + "{}", "implausible");
   ExpectInvalid(HandMade(R"({"a": {"dtype": "F32",)", data), "bad JSON header");
   ExpectInvalid(HandMade(R"([1, 2])", ""), "does not start with '{'");
-  ExpectInvalid(HandMade(R"({"a":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})", data.substr(0, 4)),
-                "tensor 'a': unknown dtype 'F16'");
+  ExpectInvalid(
+      HandMade(R"({"a":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})", data.substr(0, 4)),
+      "tensor 'a': unknown dtype 'F16'");
   ExpectInvalid(HandMade(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                          R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
                          data.substr(0, 12)),
@@ -154,19 +153,24 @@ TEST(Safetensors, RejectsBrokenFilesNamingTheProblem) {
                 "data bytes 8..12 belong to no tensor");
   ExpectInvalid(HandMade(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", data),
                 "data bytes 8..16 belong to no tensor");
-  ExpectInvalid(HandMade(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", data.substr(0, 8)),
-                "shape [3] of F32 needs 12 bytes but data_offsets span 8");
-  ExpectInvalid(HandMade(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", data.substr(0, 8)),
-                "not a non-negative integer");
-  ExpectInvalid(HandMade(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", data.substr(0, 8)),
-                "reversed");
-  ExpectInvalid(HandMade(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}})", data.substr(0, 8)),
+  ExpectInvalid(
+      HandMade(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", data.substr(0, 8)),
+      "shape [3] of F32 needs 12 bytes but data_offsets span 8");
+  ExpectInvalid(
+      HandMade(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", data.substr(0, 8)),
+      "not a non-negative integer");
+  ExpectInvalid(
+      HandMade(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", data.substr(0, 8)),
+      "reversed");
+  ExpectInvalid(HandMade(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}})",
+                         data.substr(0, 8)),
                 "unexpected field 'x'");
   ExpectInvalid(HandMade(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                          R"("a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
                          data),
                 "names 'a' twice");
-  ExpectInvalid(HandMade(R"({"__metadata__":{"step":3}})", ""), "__metadata__ 'step' is not a string");
+  ExpectInvalid(HandMade(R"({"__metadata__":{"step":3}})", ""),
+                "__metadata__ 'step' is not a string");
   ExpectInvalid(HandMade(R"({"a":{"shape":[2],"data_offsets":[0,8]}})", data.substr(0, 8)),
                 "no dtype");
 }
@@ -180,6 +184,9 @@ TEST(Safetensors, WriterRejectsBadTensors) {
   TensorMap reserved;
   reserved["__metadata__"] = HostTensor::F32({1}, std::vector<float>{1});
   EXPECT_THROW(SerializeSafetensors(reserved, {}), Error);
+  TensorMap latin1;
+  latin1["caf\xE9"] = HostTensor::F32({1}, std::vector<float>{1});
+  EXPECT_THROW(SerializeSafetensors(latin1, {}), Error);
 }
 
 }  // namespace

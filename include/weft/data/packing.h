@@ -81,7 +81,7 @@ class PackedEpoch {
   void FillStreamRow(int64_t r, Batch& batch, int64_t b) const;
 
  private:
-  const TokenizedCorpus& corpus_;
+  const TokenizedCorpus* corpus_;  // a pointer keeps PackedEpoch assignable
   int64_t seq_len_;
   int32_t pad_id_;
   std::vector<int64_t> document_order_;

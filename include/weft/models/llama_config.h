@@ -68,8 +68,8 @@ struct TrainConfig {
 };
 
 struct DataConfig {
-  std::string source = "kjv";      // "kjv" | "files" | "inline"
-  std::string kjv_unit = "book";   // "book" | "chapter" | "verse"
+  std::string source = "kjv";     // "kjv" | "files" | "inline"
+  std::string kjv_unit = "book";  // "book" | "chapter" | "verse"
   // source = "files": paths, made absolute relative to the config file's
   // directory.
   std::vector<std::filesystem::path> files;

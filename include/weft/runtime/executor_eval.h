@@ -172,6 +172,14 @@ class ScalarFunction {
 
 // Row-major strides in elements.
 std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims);
+// One dim of a strided copy: extent and source / destination strides in
+// elements (a source stride may be 0 to repeat, or negative to reverse).
+struct CopyDim {
+  int64_t size, src, dst;
+};
+// Copies the elements `dims` describe from src to dst (merging contiguous
+// dims, memcpy for contiguous runs, tiles for transposes).
+void StridedCopy(const void* src, void* dst, std::vector<CopyDim> dims, int64_t elem_bytes);
 // out = in transposed: out dims[i] = in_dims[perm[i]], elements of elem_bytes.
 void TransposeBytes(const void* in, const std::vector<int64_t>& in_dims,
                     const std::vector<int64_t>& perm, int64_t elem_bytes, void* out);

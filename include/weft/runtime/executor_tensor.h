@@ -168,10 +168,10 @@ class HostTensor {
 };
 
 // bfloat16 and IEEE half conversions (round to nearest even; NaN stays NaN).
-float Bf16ToFloat(uint16_t bits);
-uint16_t FloatToBf16(float value);
-float F16ToFloat(uint16_t bits);
-uint16_t FloatToF16(float value);
+float Bf16BitsToFloat(uint16_t bits);
+uint16_t FloatToBf16Bits(float value);
+float F16BitsToFloat(uint16_t bits);
+uint16_t FloatToF16Bits(float value);
 
 template <typename T>
 HostTensor HostTensor::FromVector(PrimitiveType type, std::vector<int64_t> dims,

@@ -27,8 +27,8 @@ struct AdamWHyperParams {
 
 struct AdamWStep {
   double lr = 0;
-  int64_t step = 1;          // 1-based: the number of updates including this one
-  double grad_scale = 1.0;   // from ClipScale (and loss scaling, if any)
+  int64_t step = 1;                // 1-based: the number of updates including this one
+  double grad_scale = 1.0;         // from ClipScale (and loss scaling, if any)
   bool apply_weight_decay = true;  // false for parameters WeightDecayApplies rejects
 };
 

@@ -120,19 +120,29 @@ static float HorizontalSum(vf v) {
   return s;
 }
 
+// NaN anywhere gives NaN (a broken score mod must not look like a masked row).
 float RowMax(const float* x, int64_t n) {
   float m = -std::numeric_limits<float>::infinity();
+  bool nan = false;
   int64_t i = 0;
   if (n >= L) {
     vf vm = Load(x);
+    vi any_nan = vm != vm;
     for (i = L; i + L <= n; i += L) {
       vf v = Load(x + i);
       vm = v > vm ? v : vm;
+      any_nan |= v != v;
     }
-    for (int j = 0; j < L; ++j) m = vm[j] > m ? vm[j] : m;
+    for (int j = 0; j < L; ++j) {
+      m = vm[j] > m ? vm[j] : m;
+      nan |= any_nan[j] != 0;
+    }
   }
-  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
-  return m;
+  for (; i < n; ++i) {
+    m = x[i] > m ? x[i] : m;
+    nan |= x[i] != x[i];
+  }
+  return nan ? std::numeric_limits<float>::quiet_NaN() : m;
 }
 
 float ExpShiftSum(float* x, int64_t n, float shift) {

@@ -1,0 +1,280 @@
+// Collectives through the Communicator: all-reduce, all-gather,
+// reduce-scatter, all-to-all, collective-permute, plus partition-id and
+// replica-id.
+//
+// The Communicator works on chunks along the leading dimension. An HLO
+// collective along dimension d views its array as [outer, n * c, inner]
+// (n = group size); when outer > 1 the chunks are interleaved in memory, so
+// the input is packed to [n, outer, c * inner] first and/or the output
+// unpacked afterwards — one strided copy each.
+#include <cstring>
+
+#include "weft/base/error.h"
+#include "weft/runtime/executor_eval.h"
+
+namespace weft::runtime::exec {
+namespace {
+
+// One device alone: every group has one member.
+class SelfCommunicator final : public Communicator {
+ public:
+  int64_t device_id() const override { return 0; }
+  int64_t num_devices() const override { return 1; }
+  std::string_view backend() const override { return "self"; }
+
+ protected:
+  void DoCollective(const CollectiveCall& call) override {
+    if (call.kind == CollectiveKind::kBarrier) return;
+    if (call.kind == CollectiveKind::kCollectivePermute) {
+      bool self_pair = false;
+      for (const SourceTargetPair& p : call.pairs) self_pair |= p.source == 0 && p.target == 0;
+      if (!self_pair) {
+        std::memset(call.out, 0, static_cast<size_t>(call.out_bytes));
+        return;
+      }
+    }
+    if (call.out != call.in) std::memmove(call.out, call.in, static_cast<size_t>(call.out_bytes));
+  }
+};
+
+DataType CommType(PrimitiveType t, bool reduces) {
+  switch (t) {
+    case PrimitiveType::kF32:
+      return DataType::kF32;
+    case PrimitiveType::kBF16:
+      return DataType::kBF16;
+    case PrimitiveType::kF16:
+      WEFT_CHECK(!reduces, "reductions of f16 are not supported; convert to f32 or bf16");
+      return DataType::kBF16;  // moved as 2-byte words
+    case PrimitiveType::kS32:
+    case PrimitiveType::kU32:
+      return DataType::kI32;
+    case PrimitiveType::kS64:
+      return DataType::kI64;
+    case PrimitiveType::kPred:
+      return DataType::kU8;
+    default:
+      Fail("collectives of {} are not supported", PrimitiveTypeName(t));
+  }
+}
+
+ReduceOp CommReduceOp(const HloInstruction& instr, PrimitiveType t) {
+  const ReducerKind kind = ClassifyReducer(*instr.to_apply());
+  const bool pred = t == PrimitiveType::kPred;
+  // Unsigned max/min would compare as signed on the wire.
+  const bool ordered = t != PrimitiveType::kU32;
+  switch (kind) {
+    case ReducerKind::kAdd:
+      if (!pred) return ReduceOp::kSum;
+      break;
+    case ReducerKind::kMaximum:
+      if (ordered) return ReduceOp::kMax;
+      break;
+    case ReducerKind::kMinimum:
+      if (ordered) return ReduceOp::kMin;
+      break;
+    case ReducerKind::kOr:  // pred values are 0/1 bytes
+      if (pred) return ReduceOp::kMax;
+      break;
+    case ReducerKind::kAnd:
+      if (pred) return ReduceOp::kMin;
+      break;
+    default:
+      break;
+  }
+  Fail("{} with to_apply '{}' on {} is not supported: the reducer must be add, maximum or "
+       "minimum (and/or on pred)",
+       HloOpcodeString(instr.opcode()), instr.to_apply()->name(), PrimitiveTypeName(t));
+}
+
+// The instruction's replica groups as communicator device ids (executor.h).
+ReplicaGroups DeviceGroups(const HloInstruction& instr, const DeviceIds& ids) {
+  const HloAttributes& a = instr.attrs();
+  const bool xla_modes = ids.num_partitions > 1 && ids.num_replicas > 1;
+  if (!xla_modes || a.use_global_device_ids) return a.replica_groups;
+  const int64_t p_count = ids.num_partitions, r_count = ids.num_replicas;
+  const bool cross_partition = a.channel_id.has_value();
+  ReplicaGroups groups = a.replica_groups;
+  if (groups.empty()) {
+    groups.emplace_back();
+    for (int64_t i = 0; i < (cross_partition ? p_count : r_count); ++i) groups[0].push_back(i);
+  }
+  ReplicaGroups out;
+  for (int64_t fixed = 0; fixed < (cross_partition ? r_count : p_count); ++fixed) {
+    for (const auto& g : groups) {
+      std::vector<int64_t> devices;
+      for (int64_t id : g) {
+        devices.push_back(cross_partition ? fixed * p_count + id : id * p_count + fixed);
+      }
+      out.push_back(std::move(devices));
+    }
+  }
+  return out;
+}
+
+std::vector<SourceTargetPair> DevicePairs(const HloInstruction& instr, const DeviceIds& ids) {
+  const HloAttributes& a = instr.attrs();
+  std::vector<SourceTargetPair> pairs;
+  const bool xla_modes = ids.num_partitions > 1 && ids.num_replicas > 1;
+  if (!xla_modes) {
+    for (auto [s, t] : a.source_target_pairs) pairs.push_back({s, t});
+    return pairs;
+  }
+  const int64_t p_count = ids.num_partitions;
+  const bool cross_partition = a.channel_id.has_value();
+  for (int64_t fixed = 0; fixed < (cross_partition ? ids.num_replicas : p_count); ++fixed) {
+    for (auto [s, t] : a.source_target_pairs) {
+      if (cross_partition) {
+        pairs.push_back({fixed * p_count + s, fixed * p_count + t});
+      } else {
+        pairs.push_back({s * p_count + fixed, t * p_count + fixed});
+      }
+    }
+  }
+  return pairs;
+}
+
+// [outer, n, rest] <-> [n, outer, rest] in bytes.
+void SwapLeading(const void* in, void* out, int64_t outer, int64_t n, int64_t rest_bytes,
+                 bool to_chunk_major) {
+  std::vector<CopyDim> dims;
+  if (to_chunk_major) {  // in [outer, n, rest] -> out [n, outer, rest]
+    dims = {{n, rest_bytes, outer * rest_bytes}, {outer, n * rest_bytes, rest_bytes},
+            {rest_bytes, 1, 1}};
+  } else {  // in [n, outer, rest] -> out [outer, n, rest]
+    dims = {{outer, rest_bytes, n * rest_bytes}, {n, outer * rest_bytes, rest_bytes},
+            {rest_bytes, 1, 1}};
+  }
+  StridedCopy(in, out, std::move(dims), 1);
+}
+
+int64_t Outer(const Shape& s, int64_t d) {
+  int64_t outer = 1;
+  for (int64_t i = 0; i < d; ++i) outer *= s.dimensions(i);
+  return outer;
+}
+
+Value AllReduce(const HloInstruction& instr, EvalArgs& args, const ReplicaGroups& groups) {
+  Value out;
+  for (int64_t i = 0; i < args.size(); ++i) {
+    const HostTensor& x = args.array(i);
+    const PrimitiveType t = x.element_type();
+    HostTensor result = args.ReuseOrAllocate(x.shape(), {i});  // in place when x dies
+    args.ctx().comm().AllReduce(x.raw_data(), result.mutable_raw_data(), x.element_count(),
+                                CommType(t, true), CommReduceOp(instr, t), groups);
+    out.push_back(std::move(result));
+  }
+  return out;
+}
+
+Value AllGather(const HloInstruction& instr, EvalArgs& args, const ReplicaGroups& groups) {
+  const HostTensor& x = args.array(0);
+  Communicator& comm = args.ctx().comm();
+  const int64_t n = comm.GroupSize(groups);
+  const int64_t d = instr.dimensions()[0];
+  HostTensor out = args.ctx().Allocate(instr.shape());
+  const DataType dtype = CommType(x.element_type(), false);
+  const int64_t outer = Outer(x.shape(), d);
+  if (outer == 1) {
+    comm.AllGather(x.raw_data(), out.mutable_raw_data(), x.element_count(), dtype, groups);
+  } else {
+    HostTensor gathered = args.ctx().Allocate(instr.shape());  // [n, outer, rest]
+    comm.AllGather(x.raw_data(), gathered.mutable_raw_data(), x.element_count(), dtype, groups);
+    SwapLeading(gathered.raw_data(), out.mutable_raw_data(), outer, n, x.byte_size() / outer,
+                false);
+  }
+  return Value{std::move(out)};
+}
+
+Value ReduceScatter(const HloInstruction& instr, EvalArgs& args, const ReplicaGroups& groups) {
+  const HostTensor& x = args.array(0);
+  Communicator& comm = args.ctx().comm();
+  const int64_t n = comm.GroupSize(groups);
+  const int64_t d = instr.dimensions()[0];
+  HostTensor out = args.ctx().Allocate(instr.shape());
+  const PrimitiveType t = x.element_type();
+  const int64_t outer = Outer(x.shape(), d);
+  const void* in = x.raw_data();
+  HostTensor packed;
+  if (outer > 1) {  // chunk i must be contiguous: [outer, n, rest] -> [n, outer, rest]
+    packed = args.ctx().Allocate(x.shape());
+    SwapLeading(x.raw_data(), packed.mutable_raw_data(), outer, n, x.byte_size() / outer / n,
+                true);
+    in = packed.raw_data();
+  }
+  comm.ReduceScatter(in, out.mutable_raw_data(), x.element_count(), CommType(t, true),
+                     CommReduceOp(instr, t), groups);
+  return Value{std::move(out)};
+}
+
+Value AllToAll(const HloInstruction& instr, EvalArgs& args, const ReplicaGroups& groups) {
+  const HostTensor& x = args.array(0);
+  Communicator& comm = args.ctx().comm();
+  const int64_t n = comm.GroupSize(groups);
+  const int64_t d = instr.dimensions()[0];
+  const DataType dtype = CommType(x.element_type(), false);
+  const int64_t outer = Outer(x.shape(), d);
+  HostTensor out = args.ctx().Allocate(instr.shape());
+  if (outer == 1) {
+    comm.AllToAll(x.raw_data(), out.mutable_raw_data(), x.element_count(), dtype, groups);
+    return Value{std::move(out)};
+  }
+  const int64_t rest = x.byte_size() / outer / n;
+  HostTensor packed = args.ctx().Allocate(x.shape());
+  SwapLeading(x.raw_data(), packed.mutable_raw_data(), outer, n, rest, true);
+  comm.AllToAll(packed.raw_data(), packed.mutable_raw_data(), x.element_count(), dtype, groups);
+  SwapLeading(packed.raw_data(), out.mutable_raw_data(), outer, n, rest, false);
+  return Value{std::move(out)};
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> MakeSelfCommunicator() {
+  return std::make_unique<SelfCommunicator>();
+}
+
+void CheckCollective(const HloInstruction& instr) {
+  for (const HloInstruction* operand : instr.operands()) {
+    const Shape& s = operand->shape();
+    WEFT_CHECK(s.IsArray(), "{} of a tuple operand is not supported",
+               HloOpcodeString(instr.opcode()));
+    const bool reduces =
+        instr.opcode() == HloOpcode::kAllReduce || instr.opcode() == HloOpcode::kReduceScatter;
+    CommType(s.element_type(), reduces);
+    if (reduces) CommReduceOp(instr, s.element_type());
+  }
+}
+
+Value EvalCollective(const HloInstruction& instr, EvalArgs& args) {
+  const ReplicaGroups groups = DeviceGroups(instr, args.ctx().ids());
+  switch (instr.opcode()) {
+    case HloOpcode::kAllReduce:
+      return AllReduce(instr, args, groups);
+    case HloOpcode::kAllGather:
+      return AllGather(instr, args, groups);
+    case HloOpcode::kReduceScatter:
+      return ReduceScatter(instr, args, groups);
+    case HloOpcode::kAllToAll:
+      return AllToAll(instr, args, groups);
+    case HloOpcode::kCollectivePermute: {
+      const HostTensor& x = args.array(0);
+      HostTensor out = args.ReuseOrAllocate(x.shape(), {0});
+      args.ctx().comm().CollectivePermute(x.raw_data(), out.mutable_raw_data(), x.element_count(),
+                                          CommType(x.element_type(), false),
+                                          DevicePairs(instr, args.ctx().ids()));
+      return Value{std::move(out)};
+    }
+    default:
+      Fail("{} is not a collective", HloOpcodeString(instr.opcode()));
+  }
+}
+
+Value EvalPartitionOrReplicaId(const HloInstruction& instr, EvalArgs& args) {
+  const DeviceIds& ids = args.ctx().ids();
+  const int64_t id = instr.opcode() == HloOpcode::kPartitionId ? ids.partition : ids.replica;
+  HostTensor out = args.ctx().Allocate(instr.shape());
+  StoreDouble(instr.shape().element_type(), out.mutable_raw_data(), 0, static_cast<double>(id));
+  return Value{std::move(out)};
+}
+
+}  // namespace weft::runtime::exec

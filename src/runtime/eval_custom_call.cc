@@ -1,0 +1,334 @@
+// custom-call: weft's attention targets (the convention is documented in
+// executor.h). The backend_config JSON is parsed once per instruction; the
+// block mask is built once per instruction when it depends on no tensor
+// operand (it then depends only on the shapes), else on every call.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+
+#include "weft/base/error.h"
+#include "weft/kernels/attention.h"
+#include "weft/kernels/mod_expr.h"
+#include "weft/runtime/executor_eval.h"
+
+namespace weft::runtime::exec {
+namespace {
+
+using kernels::AttentionDims;
+using kernels::AttentionOptions;
+using kernels::BlockMask;
+
+struct AttentionConfig {
+  std::string mask, score_mod;
+  std::vector<std::string> mask_tensors, score_tensors;
+  std::optional<float> scale;
+  std::optional<bool> enable_gqa;
+  bool has_dlse = false;
+  int64_t q_block = kernels::kDefaultBlockSize, kv_block = kernels::kDefaultBlockSize;
+  bool backward = false;
+  // Operand positions.
+  int64_t first_tensor = 3;
+  // Built once when the mask uses no tensors.
+  std::optional<BlockMask> static_mask;
+};
+
+AttentionConfig ParseConfig(const HloInstruction& instr) {
+  AttentionConfig c;
+  c.backward = instr.attrs().custom_call_target == kFlexAttentionBackwardTarget;
+  const std::string& text = instr.attrs().backend_config;
+  nlohmann::json j = nlohmann::json::object();
+  if (!text.empty()) {
+    try {
+      j = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+      Fail("backend_config is not valid JSON ({}): {}", e.what(), text);
+    }
+  }
+  WEFT_CHECK(j.is_object(), "backend_config must be a JSON object, got {}", text);
+  static const std::set<std::string> known = {"mask",  "score_mod",  "mask_tensors", "score_tensors",
+                                              "scale", "enable_gqa", "has_dlse",     "q_block",
+                                              "kv_block"};
+  try {
+    for (const auto& [key, value] : j.items()) {
+      WEFT_CHECK(known.count(key), "backend_config has unknown key '{}'; known keys: mask, "
+                 "score_mod, mask_tensors, score_tensors, scale, enable_gqa, has_dlse, q_block, "
+                 "kv_block", key);
+    }
+    c.mask = j.value("mask", "");
+    c.score_mod = j.value("score_mod", "");
+    c.mask_tensors = j.value("mask_tensors", std::vector<std::string>{});
+    c.score_tensors = j.value("score_tensors", std::vector<std::string>{});
+    if (j.contains("scale")) c.scale = j["scale"].get<float>();
+    if (j.contains("enable_gqa")) c.enable_gqa = j["enable_gqa"].get<bool>();
+    c.has_dlse = j.value("has_dlse", false);
+    c.q_block = j.value("q_block", kernels::kDefaultBlockSize);
+    c.kv_block = j.value("kv_block", kernels::kDefaultBlockSize);
+  } catch (const nlohmann::json::exception& e) {
+    Fail("backend_config has a value of the wrong type ({})", e.what());
+  }
+  WEFT_CHECK(c.mask_tensors.empty() || !c.mask.empty(), "mask_tensors given without a mask");
+  WEFT_CHECK(c.score_tensors.empty() || !c.score_mod.empty(),
+             "score_tensors given without a score_mod");
+  c.first_tensor = c.backward ? (c.has_dlse ? 7 : 6) : 3;
+  const int64_t expected = c.first_tensor + static_cast<int64_t>(c.mask_tensors.size()) +
+                           static_cast<int64_t>(c.score_tensors.size());
+  WEFT_CHECK(instr.operand_count() == expected,
+             "{} takes {} operands ({}{} mask tensors, {} score tensors), got {}",
+             instr.attrs().custom_call_target, expected,
+             c.backward ? (c.has_dlse ? "q, k, v, out, lse, dout, dlse, "
+                                      : "q, k, v, out, lse, dout, ")
+                        : "q, k, v, ",
+             c.mask_tensors.size(), c.score_tensors.size(), instr.operand_count());
+  return c;
+}
+
+// The dims of the attention from the operand shapes, checked.
+AttentionDims DimsOf(const HloInstruction& instr) {
+  const Shape& q = instr.operand(0)->shape();
+  const Shape& k = instr.operand(1)->shape();
+  const Shape& v = instr.operand(2)->shape();
+  WEFT_CHECK(q.IsArray() && k.IsArray() && v.IsArray() && q.rank() == 4 && k.rank() == 4 &&
+                 v.rank() == 4,
+             "q, k, v must be [B, H, S, D] arrays, got {}, {}, {}", q.ToString(), k.ToString(),
+             v.ToString());
+  AttentionDims d;
+  d.batch = q.dimensions(0);
+  d.q_heads = q.dimensions(1);
+  d.q_len = q.dimensions(2);
+  d.head_dim = q.dimensions(3);
+  d.kv_heads = k.dimensions(1);
+  d.kv_len = k.dimensions(2);
+  d.value_dim = v.dimensions(3);
+  WEFT_CHECK(k.dimensions(0) == d.batch && v.dimensions(0) == d.batch &&
+                 k.dimensions(3) == d.head_dim && v.dimensions(1) == d.kv_heads &&
+                 v.dimensions(2) == d.kv_len,
+             "q {}, k {}, v {} do not fit [B,Hq,Sq,D], [B,Hkv,Skv,D], [B,Hkv,Skv,Dv]",
+             q.ToString(), k.ToString(), v.ToString());
+  return d;
+}
+
+bool UsesIdentifier(const std::string& text, const std::string& name) {
+  return kernels::RenameIdentifiers(text, {{name, name + "_"}}) != text;
+}
+
+kernels::IndexTensor ToIndexTensor(const HostTensor& t) {
+  kernels::IndexTensor out;
+  out.shape = t.dimensions();
+  out.values.resize(static_cast<size_t>(t.element_count()));
+  for (int64_t i = 0; i < t.element_count(); ++i) {
+    out.values[i] = LoadAsInt(t.element_type(), t.raw_data(), i);
+  }
+  return out;
+}
+
+kernels::ValueTensor ToValueTensor(const HostTensor& t) {
+  kernels::ValueTensor out;
+  out.shape = t.dimensions();
+  out.values.resize(static_cast<size_t>(t.element_count()));
+  for (int64_t i = 0; i < t.element_count(); ++i) {
+    out.values[i] = static_cast<float>(LoadAsDouble(t.element_type(), t.raw_data(), i));
+  }
+  return out;
+}
+
+// Tensors of zeros shaped like the operands, to check expressions statically.
+template <typename Tensor>
+std::map<std::string, Tensor> Placeholders(const HloInstruction& instr,
+                                           const std::vector<std::string>& names, int64_t first) {
+  std::map<std::string, Tensor> out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    Tensor t;
+    t.shape = instr.operand(first + static_cast<int64_t>(i))->shape().dimensions();
+    t.values.resize(static_cast<size_t>(t.numel()));
+    out[names[i]] = std::move(t);
+  }
+  return out;
+}
+
+kernels::MaskModPtr MakeMask(const AttentionConfig& c, const EvalArgs* args,
+                             const HloInstruction& instr) {
+  if (c.mask.empty()) return nullptr;
+  std::map<std::string, kernels::IndexTensor> tensors;
+  if (args == nullptr) {
+    tensors = Placeholders<kernels::IndexTensor>(instr, c.mask_tensors, c.first_tensor);
+  } else {
+    for (size_t i = 0; i < c.mask_tensors.size(); ++i) {
+      tensors[c.mask_tensors[i]] = ToIndexTensor(args->array(c.first_tensor + i));
+    }
+  }
+  return kernels::MaskExpr(c.mask, std::move(tensors));
+}
+
+kernels::ScoreModPtr MakeScoreMod(const AttentionConfig& c, const EvalArgs* args,
+                                  const HloInstruction& instr) {
+  if (c.score_mod.empty()) return nullptr;
+  const int64_t first = c.first_tensor + static_cast<int64_t>(c.mask_tensors.size());
+  std::map<std::string, kernels::ValueTensor> tensors;
+  if (args == nullptr) {
+    tensors = Placeholders<kernels::ValueTensor>(instr, c.score_tensors, first);
+  } else {
+    for (size_t i = 0; i < c.score_tensors.size(); ++i) {
+      tensors[c.score_tensors[i]] = ToValueTensor(args->array(first + i));
+    }
+  }
+  return kernels::ScoreExpr(c.score_mod, std::move(tensors));
+}
+
+BlockMask MakeBlockMask(const AttentionConfig& c, const AttentionDims& d,
+                        kernels::MaskModPtr mask) {
+  if (mask == nullptr) return BlockMask::Dense(d.q_len, d.kv_len, c.q_block, c.kv_block);
+  // A mask that ignores b or h is classified once for all batch rows / heads.
+  const int64_t batch = UsesIdentifier(c.mask, "b") ? d.batch : 1;
+  const int64_t heads = UsesIdentifier(c.mask, "h") ? d.q_heads : 1;
+  return BlockMask::Create(std::move(mask), batch, heads, d.q_len, d.kv_len, c.q_block,
+                           c.kv_block);
+}
+
+// An f32 copy of a bf16/f16 tensor (or the tensor itself).
+HostTensor AsF32(const HostTensor& t, EvalArgs& args) {
+  if (t.element_type() == PrimitiveType::kF32) return t;
+  HostTensor out = args.ctx().Allocate(t.shape().WithElementType(PrimitiveType::kF32));
+  ConvertElements(t.element_type(), t.raw_data(), PrimitiveType::kF32, out.mutable_raw_data(),
+                  t.element_count());
+  return out;
+}
+
+// A result buffer of `shape`: f32 scratch when the result is not f32.
+struct Result {
+  HostTensor out, f32;
+  Result(const Shape& shape, EvalArgs& args) : out(args.ctx().Allocate(shape)) {
+    f32 = shape.element_type() == PrimitiveType::kF32
+              ? out
+              : args.ctx().Allocate(shape.WithElementType(PrimitiveType::kF32));
+  }
+  float* data() { return f32.mutable_data<float>(); }
+  HostTensor Finish() {
+    if (f32.storage() != out.storage()) {
+      ConvertElements(PrimitiveType::kF32, f32.raw_data(), out.element_type(),
+                      out.mutable_raw_data(), out.element_count());
+    }
+    return out;
+  }
+};
+
+void CheckFloat(const Shape& s, std::string_view what) {
+  WEFT_CHECK(s.IsArray() && IsFloatingPoint(s.element_type()), "{} must be a float array, got {}",
+             what, s.ToString());
+}
+
+}  // namespace
+
+void CheckCustomCall(const HloInstruction& instr) {
+  const std::string& target = instr.attrs().custom_call_target;
+  WEFT_CHECK(target == kFlexAttentionTarget || target == kFlexAttentionBackwardTarget,
+             "custom_call_target \"{}\" is not supported; the executor runs \"{}\" and \"{}\"",
+             target, kFlexAttentionTarget, kFlexAttentionBackwardTarget);
+  AttentionConfig c = ParseConfig(instr);
+  const AttentionDims d = DimsOf(instr);
+  for (int64_t i = 0; i < 3; ++i) CheckFloat(instr.operand(i)->shape(), "q, k and v");
+  const Shape& shape = instr.shape();
+  const Shape out_shape(PrimitiveType::kF32, {d.batch, d.q_heads, d.q_len, d.value_dim});
+  const Shape lse_shape(PrimitiveType::kF32, {d.batch, d.q_heads, d.q_len});
+  auto same_dims = [](const Shape& s, const Shape& want) {
+    return s.IsArray() && IsFloatingPoint(s.element_type()) && s.dimensions() == want.dimensions();
+  };
+  if (!c.backward) {
+    const bool ok = same_dims(shape, out_shape) ||
+                    (shape.IsTuple() && shape.tuple_shapes().size() == 2 &&
+                     same_dims(shape.tuple_shapes(0), out_shape) &&
+                     same_dims(shape.tuple_shapes(1), lse_shape));
+    WEFT_CHECK(ok, "{} must return (out {}, lse {}) or out alone (any float type), not {}",
+               target, out_shape.ToString(), lse_shape.ToString(), shape.ToString());
+  } else {
+    WEFT_CHECK(same_dims(instr.operand(3)->shape(), out_shape) &&
+                   same_dims(instr.operand(4)->shape(), lse_shape) &&
+                   same_dims(instr.operand(5)->shape(), out_shape) &&
+                   (!c.has_dlse || same_dims(instr.operand(6)->shape(), lse_shape)),
+               "{} takes out {}, lse {}, dout {}{}; got {}, {}, {}", target, out_shape.ToString(),
+               lse_shape.ToString(), out_shape.ToString(),
+               c.has_dlse ? fmt::format(", dlse {}", lse_shape.ToString()) : "",
+               instr.operand(3)->shape().ToString(), instr.operand(4)->shape().ToString(),
+               instr.operand(5)->shape().ToString());
+    const bool ok = shape.IsTuple() && shape.tuple_shapes().size() == 3 &&
+                    same_dims(shape.tuple_shapes(0), instr.operand(0)->shape()) &&
+                    same_dims(shape.tuple_shapes(1), instr.operand(1)->shape()) &&
+                    same_dims(shape.tuple_shapes(2), instr.operand(2)->shape());
+    WEFT_CHECK(ok, "{} must return (dq, dk, dv) shaped like q, k, v, not {}", target,
+               shape.ToString());
+  }
+  for (size_t i = 0; i < c.mask_tensors.size(); ++i) {
+    const Shape& s = instr.operand(c.first_tensor + static_cast<int64_t>(i))->shape();
+    WEFT_CHECK(s.IsArray() && !IsFloatingPoint(s.element_type()),
+               "mask tensor '{}' must be an integer array, got {}", c.mask_tensors[i],
+               s.ToString());
+  }
+  // Parse the expressions against placeholder tensors: bad text fails here.
+  kernels::MaskModPtr mask = MakeMask(c, nullptr, instr);
+  kernels::ScoreModPtr score = MakeScoreMod(c, nullptr, instr);
+  if (mask != nullptr) mask->Validate(d.batch, d.q_heads, d.q_len, d.kv_len);
+  if (score != nullptr) score->Validate(d.batch, d.q_heads, d.q_len, d.kv_len);
+  AttentionOptions options;
+  options.enable_gqa = c.enable_gqa.value_or(d.q_heads != d.kv_heads);
+  kernels::ValidateAttention(d, options);
+}
+
+Value EvalCustomCall(const HloInstruction& instr, EvalArgs& args) {
+  AttentionConfig* config = args.cache().Find<AttentionConfig>(instr);
+  if (config == nullptr) {
+    config = &args.cache().Put(instr, std::make_shared<AttentionConfig>(ParseConfig(instr)));
+  }
+  const AttentionConfig& c = *config;
+  const AttentionDims d = DimsOf(instr);
+
+  const BlockMask* block_mask = nullptr;
+  std::optional<BlockMask> dynamic_mask;
+  if (c.mask_tensors.empty()) {
+    if (!config->static_mask.has_value()) {
+      config->static_mask.emplace(MakeBlockMask(c, d, MakeMask(c, nullptr, instr)));
+    }
+    block_mask = &*config->static_mask;
+  } else {
+    dynamic_mask.emplace(MakeBlockMask(c, d, MakeMask(c, &args, instr)));
+    block_mask = &*dynamic_mask;
+  }
+  kernels::ScoreModPtr score = MakeScoreMod(c, &args, instr);
+  AttentionOptions options;
+  options.scale = c.scale;
+  options.score_mod = score.get();
+  options.block_mask = block_mask;
+  options.enable_gqa = c.enable_gqa.value_or(d.q_heads != d.kv_heads);
+
+  const HostTensor q = AsF32(args.array(0), args);
+  const HostTensor k = AsF32(args.array(1), args);
+  const HostTensor v = AsF32(args.array(2), args);
+  const Shape& shape = instr.shape();
+  if (!c.backward) {
+    Result out(shape.IsTuple() ? shape.tuple_shapes(0) : shape, args);
+    const Shape lse_shape = shape.IsTuple()
+                                ? shape.tuple_shapes(1)
+                                : Shape(PrimitiveType::kF32, {d.batch, d.q_heads, d.q_len});
+    Result lse(lse_shape, args);
+    kernels::FlexAttentionForward(d, q.data<float>(), k.data<float>(), v.data<float>(), options,
+                                  out.data(), lse.data());
+    if (!shape.IsTuple()) return Value{out.Finish()};
+    return Value{out.Finish(), lse.Finish()};
+  }
+  const HostTensor out = AsF32(args.array(3), args);
+  const HostTensor lse = AsF32(args.array(4), args);
+  const HostTensor dout = AsF32(args.array(5), args);
+  HostTensor dlse;
+  if (c.has_dlse) dlse = AsF32(args.array(6), args);
+  Result dq(shape.tuple_shapes(0), args), dk(shape.tuple_shapes(1), args),
+      dv(shape.tuple_shapes(2), args);
+  kernels::FlexAttentionBackward(d, q.data<float>(), k.data<float>(), v.data<float>(),
+                                 out.data<float>(), lse.data<float>(), dout.data<float>(),
+                                 c.has_dlse ? dlse.data<float>() : nullptr, options, dq.data(),
+                                 dk.data(), dv.data());
+  return Value{dq.Finish(), dk.Finish(), dv.Finish()};
+}
+
+}  // namespace weft::runtime::exec

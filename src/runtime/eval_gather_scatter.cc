@@ -1,0 +1,312 @@
+// gather and scatter with XLA's general dimension numbers (batching dims
+// included). Both walk the index positions ("batch" positions: every index
+// of start_indices but its index_vector_dim), compute the window's start in
+// the operand, and copy (gather) or combine (scatter) one window with a
+// strided copy/loop. An embedding lookup is one contiguous row per token;
+// its gradient is a scatter-add of those rows.
+//
+// Out-of-range starts follow XLA: gather clamps the window into the operand;
+// scatter skips a window that does not fit entirely.
+#include <algorithm>
+#include <cstring>
+#include <optional>
+
+#include "weft/base/error.h"
+#include "weft/runtime/executor_eval.h"
+
+namespace weft::runtime::exec {
+namespace {
+
+bool Contains(const std::vector<int64_t>& v, int64_t x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// The index positions of start_indices (all dims but index_vector_dim) and
+// how to read the index vector at each.
+class IndexWalker {
+ public:
+  IndexWalker(const HostTensor& indices, int64_t index_vector_dim)
+      : indices_(indices), ivd_(index_vector_dim) {
+    const std::vector<int64_t>& dims = indices.dimensions();
+    const std::vector<int64_t> strides = RowMajorStrides(dims);
+    for (int64_t d = 0; d < indices.rank(); ++d) {
+      if (d == ivd_) {
+        vector_stride_ = strides[d];
+      } else {
+        batch_dims_.push_back(d);
+        sizes_.push_back(dims[d]);
+        strides_.push_back(strides[d]);
+      }
+    }
+    count_ = 1;
+    for (int64_t s : sizes_) count_ *= s;
+  }
+
+  int64_t count() const { return count_; }
+  // The position's multi-index over the batch dims of start_indices.
+  const std::vector<int64_t>& sizes() const { return sizes_; }
+  // Index dim of start_indices for batch position dim k.
+  int64_t batch_dim(int64_t k) const { return batch_dims_[k]; }
+  // Component k of the index vector at a position (by its element offset).
+  int64_t Component(int64_t offset, int64_t k) const {
+    return LoadAsInt(indices_.element_type(), indices_.raw_data(), offset + k * vector_stride_);
+  }
+  // Element offset of the index vector at the multi-index `pos`.
+  int64_t Offset(const std::vector<int64_t>& pos) const {
+    int64_t o = 0;
+    for (size_t k = 0; k < pos.size(); ++k) o += pos[k] * strides_[k];
+    return o;
+  }
+
+ private:
+  const HostTensor& indices_;
+  int64_t ivd_;
+  int64_t vector_stride_ = 0;
+  std::vector<int64_t> batch_dims_, sizes_, strides_;
+  int64_t count_ = 1;
+};
+
+bool Next(std::vector<int64_t>& pos, const std::vector<int64_t>& sizes) {
+  for (int64_t k = static_cast<int64_t>(pos.size()) - 1; k >= 0; --k) {
+    if (++pos[k] < sizes[k]) return true;
+    pos[k] = 0;
+  }
+  return false;
+}
+
+// Calls fn(dst_offset, src_offset, n, dst_stride, src_stride) for every
+// innermost run of the canonical `dims`.
+template <typename Fn>
+void ForEachRun(const std::vector<CopyDim>& dims, Fn&& fn) {
+  std::vector<CopyDim> canon;
+  for (const CopyDim& d : dims) {
+    if (d.size == 0) return;
+    if (d.size == 1) continue;
+    if (!canon.empty() && canon.back().src == d.src * d.size && canon.back().dst == d.dst * d.size) {
+      canon.back() = {canon.back().size * d.size, d.src, d.dst};
+    } else {
+      canon.push_back(d);
+    }
+  }
+  if (canon.empty()) return fn(0, 0, 1, 1, 1);
+  const CopyDim inner = canon.back();
+  canon.pop_back();
+  std::vector<int64_t> index(canon.size(), 0);
+  int64_t s = 0, d = 0;
+  for (;;) {
+    fn(d, s, inner.size, inner.dst, inner.src);
+    int64_t k = static_cast<int64_t>(canon.size()) - 1;
+    for (; k >= 0; --k) {
+      if (++index[k] < canon[k].size) {
+        s += canon[k].src, d += canon[k].dst;
+        break;
+      }
+      s -= canon[k].src * (canon[k].size - 1), d -= canon[k].dst * (canon[k].size - 1);
+      index[k] = 0;
+    }
+    if (k < 0) return;
+  }
+}
+
+}  // namespace
+
+void CheckGatherScatter(const HloInstruction& instr) {
+  if (instr.opcode() == HloOpcode::kScatter) {
+    WEFT_CHECK(instr.operand_count() == 3, "scatter of {} operands is not supported (only one)",
+               (instr.operand_count() - 1) / 2);
+    if (ClassifyReducer(*instr.to_apply()) == ReducerKind::kOther) {
+      ScalarFunction check(*instr.to_apply());
+    }
+  }
+  const PrimitiveType t = instr.operand(1)->shape().element_type();
+  WEFT_CHECK(IsInteger(t), "{} indices must be integers, got {}", HloOpcodeString(instr.opcode()),
+             PrimitiveTypeName(t));
+}
+
+Value EvalGather(const HloInstruction& instr, EvalArgs& args) {
+  const HostTensor& operand = args.array(0);
+  const HostTensor& indices = args.array(1);
+  const GatherDimensionNumbers& dn = instr.attrs().gather;
+  const std::vector<int64_t>& slice = instr.attrs().gather_slice_sizes;
+  const Shape& shape = instr.shape();
+  HostTensor out = args.ctx().Allocate(shape);
+  const std::vector<int64_t> in_strides = RowMajorStrides(operand.dimensions());
+  const std::vector<int64_t> out_strides = RowMajorStrides(shape.dimensions());
+  const int64_t elem = ByteWidth(operand.element_type());
+
+  // Window: operand dims that are neither collapsed nor batching, matched
+  // in order with offset_dims of the output.
+  std::vector<CopyDim> window;
+  size_t next_offset = 0;
+  for (int64_t d = 0; d < operand.rank(); ++d) {
+    if (Contains(dn.collapsed_slice_dims, d) || Contains(dn.operand_batching_dims, d)) continue;
+    window.push_back({slice[d], in_strides[d], out_strides[dn.offset_dims.at(next_offset++)]});
+  }
+  // Output dims of the index positions, in order.
+  std::vector<int64_t> batch_out_dims;
+  for (int64_t d = 0; d < shape.rank(); ++d) {
+    if (!Contains(dn.offset_dims, d)) batch_out_dims.push_back(d);
+  }
+  const int64_t ivd = dn.index_vector_dim;
+  IndexWalker walker(indices, ivd);
+  std::vector<int64_t> pos(walker.sizes().size(), 0);
+  const std::byte* src = static_cast<const std::byte*>(operand.raw_data());
+  std::byte* dst = static_cast<std::byte*>(out.mutable_raw_data());
+  for (int64_t p = 0; p < walker.count(); ++p, Next(pos, walker.sizes())) {
+    const int64_t at = walker.Offset(pos);
+    int64_t in_offset = 0, out_offset = 0;
+    for (size_t k = 0; k < pos.size(); ++k) out_offset += pos[k] * out_strides[batch_out_dims[k]];
+    std::vector<int64_t> start(operand.rank(), 0);
+    for (size_t k = 0; k < dn.start_index_map.size(); ++k) {
+      start[dn.start_index_map[k]] = walker.Component(at, static_cast<int64_t>(k));
+    }
+    for (size_t k = 0; k < dn.operand_batching_dims.size(); ++k) {
+      // The batch position along the matching start_indices dim.
+      const int64_t idx_dim = dn.start_indices_batching_dims[k];
+      for (size_t j = 0; j < pos.size(); ++j) {
+        if (walker.batch_dim(static_cast<int64_t>(j)) == idx_dim) {
+          start[dn.operand_batching_dims[k]] = pos[j];
+        }
+      }
+    }
+    for (int64_t d = 0; d < operand.rank(); ++d) {
+      start[d] = std::clamp<int64_t>(start[d], 0, operand.dimensions()[d] - slice[d]);
+      in_offset += start[d] * in_strides[d];
+    }
+    StridedCopy(src + in_offset * elem, dst + out_offset * elem, window, elem);
+  }
+  return Value{std::move(out)};
+}
+
+namespace {
+
+// dst[i * ds] = combine(dst[i * ds], src[i * ss]) for a run.
+template <typename T, typename Op>
+void CombineRun(T* dst, const T* src, int64_t n, int64_t ds, int64_t ss, Op op) {
+  for (int64_t i = 0; i < n; ++i) dst[i * ds] = op(dst[i * ds], src[i * ss]);
+}
+
+}  // namespace
+
+Value EvalScatter(const HloInstruction& instr, EvalArgs& args) {
+  const HostTensor& operand = args.array(0);
+  const HostTensor& indices = args.array(1);
+  const HostTensor& updates = args.array(2);
+  const ScatterDimensionNumbers& dn = instr.attrs().scatter;
+  HostTensor out = args.TryReuse(0, instr.shape());
+  if (!out.valid()) {
+    out = args.ctx().Allocate(instr.shape());
+    std::memcpy(out.mutable_raw_data(), operand.raw_data(), static_cast<size_t>(out.byte_size()));
+  }
+  const PrimitiveType t = operand.element_type();
+  const int64_t elem = ByteWidth(t);
+  const std::vector<int64_t> op_strides = RowMajorStrides(operand.dimensions());
+  const std::vector<int64_t> up_strides = RowMajorStrides(updates.dimensions());
+
+  // Window: operand dims not inserted and not batching, matched in order
+  // with update_window_dims; src = updates, dst = operand.
+  std::vector<CopyDim> window;
+  std::vector<int64_t> window_size(operand.rank(), 1);
+  size_t next = 0;
+  for (int64_t d = 0; d < operand.rank(); ++d) {
+    if (Contains(dn.inserted_window_dims, d) || Contains(dn.input_batching_dims, d)) continue;
+    const int64_t ud = dn.update_window_dims.at(next++);
+    window_size[d] = updates.dimensions()[ud];
+    window.push_back({window_size[d], up_strides[ud], op_strides[d]});
+  }
+  std::vector<int64_t> scatter_update_dims;
+  for (int64_t d = 0; d < updates.rank(); ++d) {
+    if (!Contains(dn.update_window_dims, d)) scatter_update_dims.push_back(d);
+  }
+  const ReducerKind kind = ClassifyReducer(*instr.to_apply());
+  std::optional<ScalarFunction> fn;
+  if (kind == ReducerKind::kOther || (IsFloatingPoint(t) && t != PrimitiveType::kF32 &&
+                                      kind != ReducerKind::kReplace)) {
+    fn.emplace(*instr.to_apply());
+  }
+  IndexWalker walker(indices, dn.index_vector_dim);
+  std::vector<int64_t> pos(walker.sizes().size(), 0);
+  std::byte* dst = static_cast<std::byte*>(out.mutable_raw_data());
+  const std::byte* src = static_cast<const std::byte*>(updates.raw_data());
+  for (int64_t p = 0; p < walker.count(); ++p, Next(pos, walker.sizes())) {
+    const int64_t at = walker.Offset(pos);
+    int64_t up_offset = 0;
+    for (size_t k = 0; k < pos.size(); ++k) up_offset += pos[k] * up_strides[scatter_update_dims[k]];
+    std::vector<int64_t> start(operand.rank(), 0);
+    for (size_t k = 0; k < dn.scatter_dims_to_operand_dims.size(); ++k) {
+      start[dn.scatter_dims_to_operand_dims[k]] = walker.Component(at, static_cast<int64_t>(k));
+    }
+    for (size_t k = 0; k < dn.input_batching_dims.size(); ++k) {
+      for (size_t j = 0; j < pos.size(); ++j) {
+        if (walker.batch_dim(static_cast<int64_t>(j)) == dn.scatter_indices_batching_dims[k]) {
+          start[dn.input_batching_dims[k]] = pos[j];
+        }
+      }
+    }
+    bool fits = true;
+    int64_t op_offset = 0;
+    for (int64_t d = 0; d < operand.rank(); ++d) {
+      fits = fits && start[d] >= 0 && start[d] + window_size[d] <= operand.dimensions()[d];
+      op_offset += start[d] * op_strides[d];
+    }
+    if (!fits) continue;
+    if (kind == ReducerKind::kReplace) {
+      std::vector<CopyDim> w = window;
+      StridedCopy(src + up_offset * elem, dst + op_offset * elem, std::move(w), elem);
+      continue;
+    }
+    ForEachRun(window, [&](int64_t d_off, int64_t s_off, int64_t n, int64_t ds, int64_t ss) {
+      const int64_t o = op_offset + d_off, u = up_offset + s_off;
+      if (fn.has_value()) {
+        double call_args[2], result[1];
+        for (int64_t i = 0; i < n; ++i) {
+          call_args[0] = LoadAsDouble(t, dst, o + i * ds);
+          call_args[1] = LoadAsDouble(t, src, u + i * ss);
+          fn->Call(call_args, result);
+          StoreDouble(t, dst, o + i * ds, result[0]);
+        }
+        return;
+      }
+      auto run = [&](auto* tag) {
+        using T = std::remove_pointer_t<decltype(tag)>;
+        T* dp = reinterpret_cast<T*>(dst) + o;
+        const T* sp = reinterpret_cast<const T*>(src) + u;
+        switch (kind) {
+          case ReducerKind::kAdd:
+            return CombineRun(dp, sp, n, ds, ss, [](T a, T b) -> T { return a + b; });
+          case ReducerKind::kMultiply:
+            return CombineRun(dp, sp, n, ds, ss, [](T a, T b) -> T { return a * b; });
+          case ReducerKind::kMaximum:
+            return CombineRun(dp, sp, n, ds, ss, [](T a, T b) -> T { return a > b ? a : b; });
+          case ReducerKind::kMinimum:
+            return CombineRun(dp, sp, n, ds, ss, [](T a, T b) -> T { return a < b ? a : b; });
+          default:
+            Fail("scatter combiner is not supported for {}", PrimitiveTypeName(t));
+        }
+      };
+      switch (t) {
+        case PrimitiveType::kF32:
+          return run(static_cast<float*>(nullptr));
+        case PrimitiveType::kS32:
+          return run(static_cast<int32_t*>(nullptr));
+        case PrimitiveType::kS64:
+          return run(static_cast<int64_t*>(nullptr));
+        case PrimitiveType::kU32:
+          return run(static_cast<uint32_t*>(nullptr));
+        default: {  // pred and the rest: through the interpreter
+          ScalarFunction f(*instr.to_apply());
+          double call_args[2], result[1];
+          for (int64_t i = 0; i < n; ++i) {
+            call_args[0] = LoadAsDouble(t, dst, o + i * ds);
+            call_args[1] = LoadAsDouble(t, src, u + i * ss);
+            f.Call(call_args, result);
+            StoreDouble(t, dst, o + i * ds, result[0]);
+          }
+        }
+      }
+    });
+  }
+  return Value{std::move(out)};
+}
+
+}  // namespace weft::runtime::exec

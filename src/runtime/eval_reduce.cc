@@ -1,0 +1,543 @@
+// reduce: a fast path for the reducers models use (add, multiply, max, min,
+// and, or, xor over one input), and an interpreter of the to_apply
+// computation for the rest (variadic reduces such as argmax). Also the
+// reducer classification and the scalar interpreter scatter and the
+// collectives share.
+//
+// The fast path merges neighbouring dims that are all reduced or all kept,
+// then walks the input in memory order one innermost row at a time: a
+// reduced innermost dim folds a contiguous row into one output element; a
+// kept one combines the row elementwise into an output row. Floats (bf16 and
+// f16 too) accumulate in f32, integers in their own type with wrap-around.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "weft/base/error.h"
+#include "weft/runtime/executor_eval.h"
+
+namespace weft::runtime::exec {
+
+// ---------------------------------------------------------------------------
+// Scalar interpreter.
+
+struct ScalarFunction::Program {
+  struct Op {
+    HloOpcode opcode;
+    PrimitiveType type;
+    std::vector<int> operands;
+    double constant = 0;
+    int64_t parameter = 0;
+    ComparisonDirection direction = ComparisonDirection::kEq;
+  };
+  std::vector<Op> ops;
+  std::vector<int> results;  // op indices of the root's leaves
+  int64_t num_params = 0;
+};
+
+namespace {
+
+double Wrap(double v, PrimitiveType t) {
+  switch (t) {
+    case PrimitiveType::kS32:
+      return static_cast<int32_t>(static_cast<int64_t>(v));
+    case PrimitiveType::kU32:
+      return static_cast<uint32_t>(static_cast<int64_t>(v));
+    case PrimitiveType::kPred:
+      return v != 0;
+    case PrimitiveType::kS64:
+      return static_cast<double>(static_cast<int64_t>(v));
+    default:
+      return RoundToType(v, t);
+  }
+}
+
+double ApplyScalar(const ScalarFunction::Program::Op& op, const double* x) {
+  const bool is_float = IsFloatingPoint(op.type);
+  auto as_int = [](double v) { return static_cast<int64_t>(v); };
+  switch (op.opcode) {
+    case HloOpcode::kAdd:
+      return x[0] + x[1];
+    case HloOpcode::kSubtract:
+      return x[0] - x[1];
+    case HloOpcode::kMultiply:
+      return x[0] * x[1];
+    case HloOpcode::kDivide:
+      if (is_float) return x[0] / x[1];
+      return x[1] == 0 ? -1.0 : std::trunc(x[0] / x[1]);
+    case HloOpcode::kRemainder:
+      if (is_float) return std::fmod(x[0], x[1]);
+      return x[1] == 0 ? x[0] : static_cast<double>(as_int(x[0]) % as_int(x[1]));
+    case HloOpcode::kMaximum:
+      return std::isnan(x[0]) || x[0] > x[1] ? x[0] : x[1];
+    case HloOpcode::kMinimum:
+      return std::isnan(x[0]) || x[0] < x[1] ? x[0] : x[1];
+    case HloOpcode::kPower:
+      return std::pow(x[0], x[1]);
+    case HloOpcode::kAnd:
+      return static_cast<double>(as_int(x[0]) & as_int(x[1]));
+    case HloOpcode::kOr:
+      return static_cast<double>(as_int(x[0]) | as_int(x[1]));
+    case HloOpcode::kXor:
+      return static_cast<double>(as_int(x[0]) ^ as_int(x[1]));
+    case HloOpcode::kNot:
+      return op.type == PrimitiveType::kPred ? (x[0] == 0) : static_cast<double>(~as_int(x[0]));
+    case HloOpcode::kNegate:
+      return -x[0];
+    case HloOpcode::kAbs:
+      return std::fabs(x[0]);
+    case HloOpcode::kSign:
+      return x[0] > 0 ? 1.0 : (x[0] < 0 ? -1.0 : x[0]);
+    case HloOpcode::kExp:
+      return std::exp(x[0]);
+    case HloOpcode::kExpm1:
+      return std::expm1(x[0]);
+    case HloOpcode::kLog:
+      return std::log(x[0]);
+    case HloOpcode::kLog1p:
+      return std::log1p(x[0]);
+    case HloOpcode::kLogistic:
+      return 1.0 / (1.0 + std::exp(-x[0]));
+    case HloOpcode::kTanh:
+      return std::tanh(x[0]);
+    case HloOpcode::kSqrt:
+      return std::sqrt(x[0]);
+    case HloOpcode::kRsqrt:
+      return 1.0 / std::sqrt(x[0]);
+    case HloOpcode::kSine:
+      return std::sin(x[0]);
+    case HloOpcode::kCosine:
+      return std::cos(x[0]);
+    case HloOpcode::kFloor:
+      return std::floor(x[0]);
+    case HloOpcode::kCeil:
+      return std::ceil(x[0]);
+    case HloOpcode::kSelect:
+      return x[0] != 0 ? x[1] : x[2];
+    case HloOpcode::kClamp:
+      return std::min(std::max(x[1], x[0]), x[2]);
+    case HloOpcode::kConvert:
+    case HloOpcode::kCopy:
+      if (IsInteger(op.type) && std::isnan(x[0])) return 0;
+      return IsInteger(op.type) ? std::trunc(x[0]) : x[0];
+    case HloOpcode::kCompare:
+      switch (op.direction) {
+        case ComparisonDirection::kEq:
+          return x[0] == x[1];
+        case ComparisonDirection::kNe:
+          return x[0] != x[1];
+        case ComparisonDirection::kLt:
+          return x[0] < x[1];
+        case ComparisonDirection::kLe:
+          return x[0] <= x[1];
+        case ComparisonDirection::kGt:
+          return x[0] > x[1];
+        case ComparisonDirection::kGe:
+          return x[0] >= x[1];
+      }
+      return 0;
+    default:
+      Fail("{} cannot be interpreted on scalars", HloOpcodeString(op.opcode));
+  }
+}
+
+}  // namespace
+
+ScalarFunction::ScalarFunction(const HloComputation& computation)
+    : program_(std::make_unique<Program>()) {
+  program_->num_params = computation.num_parameters();
+  std::unordered_map<const HloInstruction*, int> index;
+  for (const HloInstruction* instr : computation.MakeInstructionPostOrder()) {
+    const HloOpcode op = instr->opcode();
+    if (op == HloOpcode::kTuple) {
+      WEFT_CHECK(instr == computation.root_instruction(),
+                 "computation '{}': only its root may be a tuple", computation.name());
+      for (const HloInstruction* operand : instr->operands()) {
+        program_->results.push_back(index.at(operand));
+      }
+      continue;
+    }
+    WEFT_CHECK(instr->shape().IsScalar(),
+               "computation '{}' is interpreted per element, so '{}' must be a scalar, not {}",
+               computation.name(), instr->name(), instr->shape().ToString());
+    WEFT_CHECK(op == HloOpcode::kParameter || op == HloOpcode::kConstant || IsElementwise(op),
+               "computation '{}' is interpreted per element and cannot contain {} ('{}')",
+               computation.name(), HloOpcodeString(op), instr->name());
+    Program::Op o{op, instr->shape().element_type(), {}};
+    for (const HloInstruction* operand : instr->operands()) o.operands.push_back(index.at(operand));
+    if (op == HloOpcode::kConstant) o.constant = instr->literal().Get(0);
+    if (op == HloOpcode::kParameter) o.parameter = instr->parameter_number();
+    o.direction = instr->attrs().comparison_direction;
+    index[instr] = static_cast<int>(program_->ops.size());
+    program_->ops.push_back(std::move(o));
+  }
+  if (program_->results.empty()) program_->results.push_back(index.at(computation.root_instruction()));
+}
+
+ScalarFunction::~ScalarFunction() = default;
+ScalarFunction::ScalarFunction(ScalarFunction&&) noexcept = default;
+
+int64_t ScalarFunction::num_results() const {
+  return static_cast<int64_t>(program_->results.size());
+}
+
+void ScalarFunction::Call(std::span<const double> args, std::span<double> results) const {
+  const size_t n = program_->ops.size();
+  double stack_values[32];
+  std::vector<double> heap_values(n > 32 ? n : 0);
+  double* values = n > 32 ? heap_values.data() : stack_values;
+  for (size_t i = 0; i < n; ++i) {
+    const Program::Op& op = program_->ops[i];
+    if (op.opcode == HloOpcode::kParameter) {
+      values[i] = args[op.parameter];
+    } else if (op.opcode == HloOpcode::kConstant) {
+      values[i] = op.constant;
+    } else {
+      double x[3] = {0, 0, 0};
+      for (size_t k = 0; k < op.operands.size() && k < 3; ++k) x[k] = values[op.operands[k]];
+      values[i] = Wrap(ApplyScalar(op, x), op.type);
+    }
+  }
+  for (size_t r = 0; r < program_->results.size(); ++r) results[r] = values[program_->results[r]];
+}
+
+ReducerKind ClassifyReducer(const HloComputation& computation) {
+  if (computation.num_parameters() != 2) return ReducerKind::kOther;
+  const HloInstruction* p0 = computation.parameter_instruction(0);
+  const HloInstruction* p1 = computation.parameter_instruction(1);
+  const HloInstruction* root = computation.root_instruction();
+  if (root == p1) return ReducerKind::kReplace;
+  if (root->operand_count() != 2) return ReducerKind::kOther;
+  const bool params = (root->operand(0) == p0 && root->operand(1) == p1) ||
+                      (root->operand(0) == p1 && root->operand(1) == p0);
+  if (!params) return ReducerKind::kOther;
+  switch (root->opcode()) {
+    case HloOpcode::kAdd:
+      return ReducerKind::kAdd;
+    case HloOpcode::kMultiply:
+      return ReducerKind::kMultiply;
+    case HloOpcode::kMaximum:
+      return ReducerKind::kMaximum;
+    case HloOpcode::kMinimum:
+      return ReducerKind::kMinimum;
+    case HloOpcode::kAnd:
+      return ReducerKind::kAnd;
+    case HloOpcode::kOr:
+      return ReducerKind::kOr;
+    case HloOpcode::kXor:
+      return ReducerKind::kXor;
+    default:
+      return ReducerKind::kOther;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// reduce.
+
+namespace {
+
+struct Seg {
+  int64_t size;
+  bool reduced;
+  int64_t out_stride;  // kept segments: stride in the output
+};
+
+// Merged segments of the input's dims (size-1 dims dropped).
+std::vector<Seg> Segments(const std::vector<int64_t>& dims, const std::vector<int64_t>& reduce) {
+  std::vector<Seg> segs;
+  for (size_t d = 0; d < dims.size(); ++d) {
+    if (dims[d] == 1) continue;
+    const bool r = std::find(reduce.begin(), reduce.end(), static_cast<int64_t>(d)) != reduce.end();
+    if (!segs.empty() && segs.back().reduced == r) {
+      segs.back().size *= dims[d];
+    } else {
+      segs.push_back({dims[d], r, 0});
+    }
+  }
+  int64_t stride = 1;
+  for (auto it = segs.rbegin(); it != segs.rend(); ++it) {
+    if (!it->reduced) {
+      it->out_stride = stride;
+      stride *= it->size;
+    }
+  }
+  return segs;
+}
+
+// Adds a contiguous f32 row with eight partial sums (more accurate, and
+// vectorizable).
+float SumRow(const float* x, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) acc[j] += x[i + j];
+  }
+  float tail = 0;
+  for (; i < n; ++i) tail += x[i];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
+}
+
+// out (pre-filled with the init value) = op over the reduced segments of x.
+// fold(acc, row, n) folds a contiguous row into acc.
+template <typename T, typename Op, typename Fold>
+void ReduceFast(const T* x, T* out, const std::vector<Seg>& segs, Op op, Fold fold,
+                bool use_pool) {
+  if (segs.empty()) {  // a single element
+    out[0] = op(out[0], x[0]);
+    return;
+  }
+  const int64_t rank = static_cast<int64_t>(segs.size());
+  const Seg inner = segs.back();
+  const int64_t outer_rank = rank - 1;
+  // Splitting the first segment over threads is safe when it is kept (the
+  // tasks write disjoint outputs).
+  const bool split = outer_rank >= 1 && !segs[0].reduced;
+  int64_t first_stride = 1;  // input elements per index of the first segment
+  for (int64_t k = 1; k < rank; ++k) first_stride *= segs[k].size;
+  auto run = [&](int64_t first_begin, int64_t first_end) {
+    std::vector<int64_t> index(rank, 0);
+    int64_t in = 0, o = 0;
+    if (outer_rank >= 1) {
+      index[0] = first_begin;
+      in = first_begin * first_stride;
+      if (!segs[0].reduced) o = first_begin * segs[0].out_stride;
+    }
+    for (;;) {
+      if (inner.reduced) {
+        out[o] = fold(out[o], x + in, inner.size);
+      } else {
+        T* orow = out + o;
+        const T* row = x + in;
+        for (int64_t i = 0; i < inner.size; ++i) orow[i] = op(orow[i], row[i]);
+      }
+      in += inner.size;
+      // Odometer over the outer segments.
+      int64_t k = outer_rank - 1;
+      for (; k >= 0; --k) {
+        const int64_t limit = k == 0 ? first_end : segs[k].size;
+        if (++index[k] < limit) {
+          if (!segs[k].reduced) o += segs[k].out_stride;
+          break;
+        }
+        if (k == 0) return;
+        if (!segs[k].reduced) o -= segs[k].out_stride * (segs[k].size - 1);
+        index[k] = 0;
+      }
+      if (k < 0) return;
+    }
+  };
+  if (split) {
+    ParallelRanges(segs[0].size, std::max<int64_t>(1, (1 << 16) / first_stride), use_pool, run);
+  } else {
+    run(0, outer_rank >= 1 ? segs[0].size : 1);
+  }
+}
+
+template <typename T>
+struct Ops {
+  static T Add(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
+      using U = std::make_unsigned_t<T>;
+      return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+    } else {
+      return a + b;
+    }
+  }
+  static T Mul(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
+      using U = std::make_unsigned_t<T>;
+      return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+    } else {
+      return a * b;
+    }
+  }
+  // XLA's max/min propagate NaN.
+  static T Max(T a, T b) {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (a != a) return a;
+      if (b != b) return b;
+    }
+    return a > b ? a : b;
+  }
+  static T Min(T a, T b) {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (a != a) return a;
+      if (b != b) return b;
+    }
+    return a < b ? a : b;
+  }
+};
+
+template <typename T, typename Op>
+void ReduceWith(const T* x, T* out, const std::vector<Seg>& segs, Op op, bool use_pool) {
+  auto fold = [op](T acc, const T* row, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) acc = op(acc, row[i]);
+    return acc;
+  };
+  ReduceFast(x, out, segs, op, fold, use_pool);
+}
+
+template <typename T>
+void ReduceTyped(ReducerKind kind, const T* x, T* out, const std::vector<Seg>& segs,
+                 bool use_pool) {
+  using O = Ops<T>;
+  switch (kind) {
+    case ReducerKind::kAdd:
+      if constexpr (std::is_same_v<T, float>) {
+        auto fold = [](float acc, const float* row, int64_t n) { return acc + SumRow(row, n); };
+        return ReduceFast(x, out, segs, O::Add, fold, use_pool);
+      } else {
+        return ReduceWith(x, out, segs, O::Add, use_pool);
+      }
+    case ReducerKind::kMultiply:
+      return ReduceWith(x, out, segs, O::Mul, use_pool);
+    case ReducerKind::kMaximum:
+      return ReduceWith(x, out, segs, O::Max, use_pool);
+    case ReducerKind::kMinimum:
+      return ReduceWith(x, out, segs, O::Min, use_pool);
+    case ReducerKind::kAnd:
+      if constexpr (std::is_integral_v<T>) {
+        return ReduceWith(x, out, segs, [](T a, T b) -> T { return a & b; }, use_pool);
+      }
+      break;
+    case ReducerKind::kOr:
+      if constexpr (std::is_integral_v<T>) {
+        return ReduceWith(x, out, segs, [](T a, T b) -> T { return a | b; }, use_pool);
+      }
+      break;
+    case ReducerKind::kXor:
+      if constexpr (std::is_integral_v<T>) {
+        return ReduceWith(x, out, segs, [](T a, T b) -> T { return a ^ b; }, use_pool);
+      }
+      break;
+    default:
+      break;
+  }
+  Fail("no fast reduction for this reducer and type");
+}
+
+template <typename T>
+void FillInit(T* out, int64_t n, T init) {
+  std::fill(out, out + n, init);
+}
+
+// Any reducer, any number of inputs: the to_apply computation per element.
+Value ReduceInterpreted(const HloInstruction& instr, EvalArgs& args) {
+  const int64_t n = args.size() / 2;
+  const HostTensor& first = args.array(0);
+  const std::vector<int64_t>& dims = first.dimensions();
+  const std::vector<int64_t>& reduce = instr.dimensions();
+  const std::vector<Shape> out_shapes = instr.shape().Leaves();
+  const int64_t out_count = out_shapes[0].ElementsCount();
+  std::vector<double> acc(static_cast<size_t>(out_count * n));
+  for (int64_t i = 0; i < n; ++i) {
+    const HostTensor& init = args.array(n + i);
+    const double v = LoadAsDouble(init.element_type(), init.raw_data(), 0);
+    std::fill(acc.begin() + i * out_count, acc.begin() + (i + 1) * out_count, v);
+  }
+  ScalarFunction fn(*instr.to_apply());
+  // Output strides per input dim (0 for reduced dims).
+  std::vector<int64_t> out_stride(dims.size(), 0);
+  int64_t stride = 1;
+  for (int64_t d = static_cast<int64_t>(dims.size()) - 1; d >= 0; --d) {
+    if (std::find(reduce.begin(), reduce.end(), d) == reduce.end()) {
+      out_stride[d] = stride;
+      stride *= dims[d];
+    }
+  }
+  std::vector<int64_t> index(dims.size(), 0);
+  std::vector<double> call_args(2 * n), results(n);
+  int64_t o = 0;
+  for (int64_t e = 0; e < first.element_count(); ++e) {
+    for (int64_t i = 0; i < n; ++i) {
+      call_args[i] = acc[i * out_count + o];
+      const HostTensor& x = args.array(i);
+      call_args[n + i] = LoadAsDouble(x.element_type(), x.raw_data(), e);
+    }
+    fn.Call(call_args, results);
+    for (int64_t i = 0; i < n; ++i) acc[i * out_count + o] = results[i];
+    for (int64_t d = static_cast<int64_t>(dims.size()) - 1; d >= 0; --d) {
+      if (++index[d] < dims[d]) {
+        o += out_stride[d];
+        break;
+      }
+      o -= out_stride[d] * (dims[d] - 1);
+      index[d] = 0;
+    }
+  }
+  Value out;
+  for (int64_t i = 0; i < n; ++i) {
+    HostTensor t = args.ctx().Allocate(out_shapes[i]);
+    for (int64_t k = 0; k < out_count; ++k) {
+      StoreDouble(t.element_type(), t.mutable_raw_data(), k, acc[i * out_count + k]);
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace
+
+void CheckReduce(const HloInstruction& instr) {
+  if (instr.operand_count() == 2 && ClassifyReducer(*instr.to_apply()) != ReducerKind::kOther) {
+    return;
+  }
+  ScalarFunction check(*instr.to_apply());  // throws when it cannot be interpreted
+}
+
+Value EvalReduce(const HloInstruction& instr, EvalArgs& args) {
+  const ReducerKind kind =
+      args.size() == 2 ? ClassifyReducer(*instr.to_apply()) : ReducerKind::kOther;
+  const HostTensor& x = args.array(0);
+  const PrimitiveType t = x.element_type();
+  const bool bitwise =
+      kind == ReducerKind::kAnd || kind == ReducerKind::kOr || kind == ReducerKind::kXor;
+  if (kind == ReducerKind::kOther || kind == ReducerKind::kReplace ||
+      (bitwise && IsFloatingPoint(t))) {
+    return ReduceInterpreted(instr, args);
+  }
+  const std::vector<Seg> segs = Segments(x.dimensions(), instr.dimensions());
+  const bool pool = args.ctx().options().use_thread_pool;
+  const HostTensor& init = args.array(1);
+  HostTensor out = args.ctx().Allocate(instr.shape());
+  const int64_t n = out.element_count();
+  switch (t) {
+    case PrimitiveType::kF32:
+      FillInit(out.mutable_data<float>(), n, init.data<float>()[0]);
+      ReduceTyped(kind, x.data<float>(), out.mutable_data<float>(), segs, pool);
+      break;
+    case PrimitiveType::kBF16:
+    case PrimitiveType::kF16: {
+      // Accumulate in f32, round once at the end.
+      HostTensor xf = args.ctx().Allocate(x.shape().WithElementType(PrimitiveType::kF32));
+      ConvertElements(t, x.raw_data(), PrimitiveType::kF32, xf.mutable_raw_data(),
+                      x.element_count());
+      std::vector<float> acc(static_cast<size_t>(n),
+                             static_cast<float>(LoadAsDouble(t, init.raw_data(), 0)));
+      ReduceTyped(kind, xf.data<float>(), acc.data(), segs, pool);
+      ConvertElements(PrimitiveType::kF32, acc.data(), t, out.mutable_raw_data(), n);
+      break;
+    }
+    case PrimitiveType::kS32:
+      FillInit(out.mutable_data<int32_t>(), n, init.data<int32_t>()[0]);
+      ReduceTyped(kind, x.data<int32_t>(), out.mutable_data<int32_t>(), segs, pool);
+      break;
+    case PrimitiveType::kS64:
+      FillInit(out.mutable_data<int64_t>(), n, init.data<int64_t>()[0]);
+      ReduceTyped(kind, x.data<int64_t>(), out.mutable_data<int64_t>(), segs, pool);
+      break;
+    case PrimitiveType::kU32:
+      FillInit(out.mutable_data<uint32_t>(), n, init.data<uint32_t>()[0]);
+      ReduceTyped(kind, x.data<uint32_t>(), out.mutable_data<uint32_t>(), segs, pool);
+      break;
+    case PrimitiveType::kPred:
+      FillInit(out.mutable_data<uint8_t>(), n, init.data<uint8_t>()[0]);
+      ReduceTyped(kind, x.data<uint8_t>(), out.mutable_data<uint8_t>(), segs, pool);
+      break;
+    default:
+      Fail("reduce of {} is not supported", PrimitiveTypeName(t));
+  }
+  return Value{std::move(out)};
+}
+
+}  // namespace weft::runtime::exec

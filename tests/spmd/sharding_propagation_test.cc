@@ -1,0 +1,394 @@
+// Per-op propagation behaviour, text modules in and per-instruction shardings
+// out. Expected values follow XLA's documented ShardingPropagation semantics.
+#include "weft/spmd/sharding_propagation.h"
+
+#include <gtest/gtest.h>
+
+#include "weft/hlo/parser.h"
+
+namespace weft {
+namespace {
+
+struct Propagated {
+  std::unique_ptr<HloModule> module;
+  PropagationResult result;
+  const HloInstruction* Get(std::string_view name) const {
+    for (const HloComputation* c : module->computations()) {
+      if (const HloInstruction* i = c->GetInstruction(name)) return i;
+    }
+    ADD_FAILURE() << "no instruction " << name;
+    return nullptr;
+  }
+  std::string ShardingOf(std::string_view name) const {
+    const HloInstruction* i = Get(name);
+    return i && i->has_sharding() ? i->sharding()->ToString() : "(none)";
+  }
+};
+
+Propagated Propagate(const std::string& text, PropagationOptions options = {}) {
+  Propagated p;
+  p.module = ParseHloModule(text);
+  p.result = PropagateShardings(*p.module, options);
+  return p;
+}
+
+// Expects instruction `name` to have sharding `expected` (compared as shardings).
+#define EXPECT_SHARDING(p, name, expected)                                         \
+  do {                                                                             \
+    const HloInstruction* _i = (p).Get(name);                                      \
+    ASSERT_NE(_i, nullptr);                                                        \
+    ASSERT_TRUE(_i->has_sharding()) << name << " has no sharding";                 \
+    EXPECT_EQ(*_i->sharding(), HloSharding::Parse(expected))                       \
+        << name << ": " << _i->sharding()->ToString() << " vs " << (expected);     \
+  } while (0)
+
+std::string Module(const std::string& body) {
+  return "HloModule m, num_partitions=4\n\nsum {\n  sa = f32[] parameter(0)\n  sb = f32[] "
+         "parameter(1)\n  ROOT ss = f32[] add(sa, sb)\n}\n\nENTRY main {\n" +
+         body + "}\n";
+}
+
+TEST(ShardingPropagationTest, ElementwiseForwardAndBackward) {
+  auto p = Propagate(Module(R"(
+  p0 = f32[8,16] parameter(0), sharding={devices=[2,2]<=[4]}
+  p1 = f32[8,16] parameter(1)
+  a = f32[8,16] add(p0, p1)
+  n = f32[8,16] negate(a)
+  p2 = f32[8,16] parameter(2)
+  e = f32[8,16] exponential(p2)
+  c = f32[8,16] copy(e), sharding={devices=[4,1]<=[4]}
+  ROOT t = (f32[8,16], f32[8,16]) tuple(n, c)
+)"));
+  EXPECT_SHARDING(p, "a", "{devices=[2,2]<=[4]}");
+  EXPECT_SHARDING(p, "n", "{devices=[2,2]<=[4]}");
+  EXPECT_SHARDING(p, "e", "{devices=[4,1]<=[4]}");
+  EXPECT_EQ(p.ShardingOf("p1"), "(none)");  // parameters are not propagated to by default
+  EXPECT_EQ(p.ShardingOf("t"), "(none)");   // nor the output
+}
+
+TEST(ShardingPropagationTest, BroadcastForward) {
+  auto p = Propagate(Module(R"(
+  p = f32[8] parameter(0), sharding={devices=[4]<=[4]}
+  b = f32[16,8] broadcast(p), dimensions={1}
+  ROOT r = f32[16,8] negate(b)
+)"));
+  EXPECT_SHARDING(p, "b", "{devices=[1,4]<=[4]}");
+}
+
+TEST(ShardingPropagationTest, BroadcastBackwardReplicatesTheNewDims) {
+  auto p = Propagate(Module(R"(
+  p = f32[8] parameter(0)
+  x = f32[8] exponential(p)
+  b = f32[8,16] broadcast(x), dimensions={0}
+  c = f32[8,16] copy(b), sharding={devices=[2,2]<=[4]}
+  ROOT r = f32[8,16] negate(c)
+)"));
+  EXPECT_SHARDING(p, "b", "{devices=[2,2]<=[4]}");
+  EXPECT_SHARDING(p, "x", "{devices=[2,2]<=[4] last_tile_dim_replicate}");
+}
+
+TEST(ShardingPropagationTest, ReduceReplicatesReducedDimsAndBackward) {
+  auto p = Propagate(Module(R"(
+  p = f32[8,16] parameter(0), sharding={devices=[2,2]<=[4]}
+  zero = f32[] constant(0)
+  r = f32[8] reduce(p, zero), dimensions={1}, to_apply=sum
+  q = f32[8,16] parameter(1)
+  x = f32[8,16] exponential(q)
+  r2 = f32[8] reduce(x, zero), dimensions={1}, to_apply=sum, sharding={devices=[4]<=[4]}
+  ROOT t = (f32[8], f32[8]) tuple(r, r2)
+)"));
+  EXPECT_SHARDING(p, "r", "{devices=[2,2]<=[4] last_tile_dim_replicate}");
+  EXPECT_SHARDING(p, "x", "{devices=[4,1]<=[4]}");
+}
+
+TEST(ShardingPropagationTest, ReshapeSplitMergeAndUnrepresentable) {
+  auto p = Propagate(Module(R"(
+  p0 = f32[16] parameter(0), sharding={devices=[4]<=[4]}
+  split = f32[4,4] reshape(p0)
+  p1 = f32[4,8] parameter(1), sharding={devices=[4,1]<=[4]}
+  merge = f32[32] reshape(p1)
+  p2 = f32[4,8] parameter(2), sharding={devices=[2,2]<=[4]}
+  partial = f32[32] reshape(p2)
+  p3 = f32[6,4] parameter(3), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
+  odd = f32[4,6] reshape(p3)
+  ROOT t = (f32[4,4], f32[32], f32[32], f32[4,6]) tuple(split, merge, partial, odd)
+)"));
+  EXPECT_SHARDING(p, "split", "{devices=[4,1]<=[4]}");
+  EXPECT_SHARDING(p, "merge", "{devices=[4]<=[4]}");
+  // dim 0 is split only 2 of 4 ways, so dim 1's split would be strided: dropped.
+  EXPECT_SHARDING(p, "partial", "{devices=[2,2]<=[4] last_tile_dim_replicate}");
+  EXPECT_SHARDING(p, "odd", "{replicated}");
+}
+
+TEST(ShardingPropagationTest, ReshapeBackward) {
+  auto p = Propagate(Module(R"(
+  p = f32[4,8] parameter(0)
+  x = f32[4,8] exponential(p)
+  r = f32[32] reshape(x), sharding={devices=[4]<=[4]}
+  ROOT n = f32[32] negate(r)
+)"));
+  EXPECT_SHARDING(p, "x", "{devices=[4,1]<=[4]}");
+}
+
+TEST(ShardingPropagationTest, Transpose) {
+  auto p = Propagate(Module(R"(
+  p = f32[8,16,4] parameter(0), sharding={devices=[2,1,2]<=[4]}
+  t = f32[4,8,16] transpose(p), dimensions={2,0,1}
+  ROOT n = f32[4,8,16] negate(t)
+)"));
+  EXPECT_SHARDING(p, "t", "{devices=[2,2,1]0,2,1,3}");
+}
+
+TEST(ShardingPropagationTest, DotForwardDropsContractingSplit) {
+  auto p = Propagate(Module(R"(
+  lhs = f32[8,16] parameter(0), sharding={devices=[2,2]<=[4]}
+  rhs = f32[16,32] parameter(1)
+  d = f32[8,32] dot(lhs, rhs), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  bl = f32[2,8,16] parameter(2), sharding={devices=[2,1,1,2]<=[4] last_tile_dim_replicate}
+  br = f32[2,16,4] parameter(3)
+  bd = f32[2,8,4] dot(bl, br), lhs_batch_dims={0}, rhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_contracting_dims={1}
+  ROOT t = (f32[8,32], f32[2,8,4]) tuple(d, bd)
+)"));
+  EXPECT_SHARDING(p, "d", "{devices=[2,1,2]<=[4] last_tile_dim_replicate}");
+  EXPECT_SHARDING(p, "bd", "{devices=[2,1,1,2]<=[4] last_tile_dim_replicate}");
+}
+
+TEST(ShardingPropagationTest, DotOperandLookahead) {
+  // Only lhs is sharded (on the contracting dim); the dot result carries no
+  // split, but rhs still gets the matching contracting split through the dot.
+  auto p = Propagate(Module(R"(
+  lhs = f32[8,16] parameter(0), sharding={devices=[1,4]<=[4]}
+  p1 = f32[16,32] parameter(1)
+  rhs = f32[16,32] exponential(p1)
+  d = f32[8,32] dot(lhs, rhs), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT n = f32[8,32] negate(d)
+)"));
+  EXPECT_SHARDING(p, "rhs", "{devices=[4,1]<=[4]}");
+}
+
+TEST(ShardingPropagationTest, DotBothOperandsMergeNonContracting) {
+  auto p = Propagate(Module(R"(
+  lhs = f32[8,16] parameter(0), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
+  rhs = f32[16,32] parameter(1), sharding={devices=[1,2,2]<=[2,2]T(1,0) last_tile_dim_replicate}
+  d = f32[8,32] dot(lhs, rhs), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT n = f32[8,32] negate(d)
+)"));
+  EXPECT_SHARDING(p, "d", "{devices=[2,2]<=[4]}");
+}
+
+TEST(ShardingPropagationTest, DynamicSliceAndUpdateSlice) {
+  auto p = Propagate(Module(R"(
+  p = f32[8,16] parameter(0), sharding={devices=[2,2]<=[4]}
+  i = s32[] parameter(1)
+  j = s32[] constant(0)
+  ds = f32[1,16] dynamic-slice(p, i, j), dynamic_slice_sizes={1,16}
+  q = f32[1,16] parameter(2)
+  u = f32[1,16] exponential(q)
+  dus = f32[8,16] dynamic-update-slice(p, u, i, j)
+  ROOT t = (f32[1,16], f32[8,16]) tuple(ds, dus)
+)"));
+  EXPECT_SHARDING(p, "ds", "{devices=[1,2,2]0,2,1,3 last_tile_dim_replicate}");
+  EXPECT_SHARDING(p, "dus", "{devices=[2,2]<=[4]}");
+  EXPECT_SHARDING(p, "u", "{devices=[1,2,2]0,2,1,3 last_tile_dim_replicate}");
+}
+
+TEST(ShardingPropagationTest, ConcatenatePassesShardingBothWays) {
+  auto p = Propagate(Module(R"(
+  p0 = f32[4,8] parameter(0), sharding={devices=[1,4]<=[4]}
+  a = f32[4,8] exponential(p0)
+  p1 = f32[4,8] parameter(1)
+  b = f32[4,8] exponential(p1)
+  c = f32[8,8] concatenate(a, b), dimensions={0}
+  ROOT n = f32[8,8] negate(c)
+)"));
+  EXPECT_SHARDING(p, "c", "{devices=[1,4]<=[4]}");
+  EXPECT_SHARDING(p, "b", "{devices=[1,4]<=[4]}");
+}
+
+TEST(ShardingPropagationTest, PadAndSliceKeepOperandSharding) {
+  auto p = Propagate(Module(R"(
+  p = f32[8,16] parameter(0), sharding={devices=[4,1]<=[4]}
+  zero = f32[] constant(0)
+  pad = f32[10,16] pad(p, zero), padding=1_1x0_0
+  s = f32[4,16] slice(p), slice={[0:4], [0:16]}
+  ROOT t = (f32[10,16], f32[4,16]) tuple(pad, s)
+)"));
+  EXPECT_SHARDING(p, "pad", "{devices=[4,1]<=[4]}");
+  EXPECT_SHARDING(p, "s", "{devices=[4,1]<=[4]}");
+}
+
+TEST(ShardingPropagationTest, WhileBodyConditionAndLoopAgree) {
+  auto p = Propagate(R"(HloModule m, num_partitions=4
+
+cond {
+  c_state = (s32[], f32[8,16]) parameter(0)
+  c_i = s32[] get-tuple-element(c_state), index=0
+  c_n = s32[] constant(4)
+  ROOT c_lt = pred[] compare(c_i, c_n), direction=LT
+}
+
+body {
+  b_state = (s32[], f32[8,16]) parameter(0)
+  b_i = s32[] get-tuple-element(b_state), index=0
+  b_x = f32[8,16] get-tuple-element(b_state), index=1
+  b_y = f32[8,16] tanh(b_x)
+  b_one = s32[] constant(1)
+  b_next = s32[] add(b_i, b_one)
+  ROOT b_out = (s32[], f32[8,16]) tuple(b_next, b_y)
+}
+
+ENTRY main {
+  x = f32[8,16] parameter(0), sharding={devices=[4,1]<=[4]}
+  start = s32[] constant(0)
+  init = (s32[], f32[8,16]) tuple(start, x)
+  loop = (s32[], f32[8,16]) while(init), condition=cond, body=body
+  h = f32[8,16] get-tuple-element(loop), index=1
+  ROOT r = f32[8,16] negate(h)
+}
+)");
+  const std::string want = "{{replicated}, {devices=[4,1]<=[4]}}";
+  for (const char* name : {"loop", "b_state", "b_out", "c_state"}) EXPECT_SHARDING(p, name, want);
+  EXPECT_SHARDING(p, "b_y", "{devices=[4,1]<=[4]}");
+  EXPECT_SHARDING(p, "h", "{devices=[4,1]<=[4]}");
+}
+
+TEST(ShardingPropagationTest, TupleAndGetTupleElement) {
+  auto p = Propagate(Module(R"(
+  a = f32[8] parameter(0), sharding={devices=[4]<=[4]}
+  q = f32[8] parameter(1)
+  b = f32[8] exponential(q)
+  t = (f32[8], f32[8]) tuple(a, b)
+  g0 = f32[8] get-tuple-element(t), index=0
+  g1 = f32[8] get-tuple-element(t), index=1
+  c = f32[8] copy(g1), sharding={devices=[2,2]<=[4] last_tile_dim_replicate}
+  ROOT r = (f32[8], f32[8]) tuple(g0, c)
+)"));
+  EXPECT_SHARDING(p, "g0", "{devices=[4]<=[4]}");
+  EXPECT_SHARDING(p, "t", "{{devices=[4]<=[4]}, {devices=[2,2]<=[4] last_tile_dim_replicate}}");
+  EXPECT_SHARDING(p, "b", "{devices=[2,2]<=[4] last_tile_dim_replicate}");
+}
+
+TEST(ShardingPropagationTest, ShardingCustomCallRefinesUnspecifiedDims) {
+  auto p = Propagate(Module(R"(
+  p = f32[8,16] parameter(0), sharding={devices=[1,2,2]<=[2,2]T(1,0) last_tile_dim_replicate}
+  x = f32[8,16] exponential(p)
+  s = f32[8,16] custom-call(x), custom_call_target="Sharding", sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}, backend_config="unspecified_dims=[1]"
+  ROOT n = f32[8,16] negate(s)
+)"));
+  EXPECT_SHARDING(p, "s", "{devices=[2,2]<=[4]}");
+}
+
+TEST(ShardingPropagationTest, ShardingCustomCallAnnotatesItsOperand) {
+  auto p = Propagate(Module(R"(
+  p = f32[8,16] parameter(0)
+  x = f32[8,16] exponential(p)
+  s = f32[8,16] custom-call(x), custom_call_target="Sharding", sharding={devices=[4,1]<=[4]}
+  ROOT n = f32[8,16] negate(s)
+)"));
+  EXPECT_SHARDING(p, "x", "{devices=[4,1]<=[4]}");
+}
+
+TEST(ShardingPropagationTest, ManualRegionBetweenConversions) {
+  auto p = Propagate(Module(R"(
+  p = f32[8,16] parameter(0), sharding={devices=[4,1]<=[4]}
+  a = f32[8,16] custom-call(p), custom_call_target="Sharding", sharding={devices=[4,1]<=[4]}
+  m = f32[2,16] custom-call(a), custom_call_target="SPMDFullToShardShape", sharding={manual}
+  e = f32[2,16] exponential(m)
+  s = f32[2,16] custom-call(e), custom_call_target="Sharding", sharding={manual}
+  f = f32[8,16] custom-call(s), custom_call_target="SPMDShardToFullShape", sharding={devices=[4,1]<=[4]}
+  n = f32[8,16] negate(f)
+  ROOT t = (f32[8,16]) tuple(n)
+)"));
+  EXPECT_SHARDING(p, "e", "{manual}");
+  EXPECT_SHARDING(p, "n", "{devices=[4,1]<=[4]}");
+}
+
+TEST(ShardingPropagationTest, PartialShardingsMergeInto2DTiling) {
+  auto p = Propagate(Module(R"(
+  p0 = f32[8,16] parameter(0), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
+  p1 = f32[8,16] parameter(1), sharding={devices=[1,2,2]<=[2,2]T(1,0) last_tile_dim_replicate}
+  a = f32[8,16] exponential(p0)
+  b = f32[8,16] exponential(p1)
+  x = f32[8,16] add(a, b)
+  ROOT n = f32[8,16] negate(x)
+)"));
+  EXPECT_SHARDING(p, "x", "{devices=[2,2]<=[4]}");
+}
+
+TEST(ShardingPropagationTest, PassThroughOpsWinOverDotsByAggressiveness) {
+  // At level 0 `e` reaches `x` and, backward, the dot `d`; the dot's own
+  // operands only speak at level 1, and then cannot override.
+  auto p = Propagate(Module(R"(
+  p0 = f32[8,16] parameter(0), sharding={devices=[4,1]<=[4]}
+  e = f32[8,16] exponential(p0)
+  l = f32[8,8] parameter(1)
+  r = f32[8,16] parameter(2), sharding={devices=[1,4]<=[4]}
+  d = f32[8,16] dot(l, r), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  x = f32[8,16] add(e, d)
+  ROOT n = f32[8,16] negate(x)
+)"));
+  EXPECT_SHARDING(p, "x", "{devices=[4,1]<=[4]}");
+  EXPECT_SHARDING(p, "d", "{devices=[4,1]<=[4]}");
+  const auto& decisions = p.result.decisions.at(p.Get("d"));
+  ASSERT_FALSE(decisions.empty());
+  EXPECT_EQ(decisions.front().level, 0);
+  EXPECT_EQ(decisions.front().kind, DecisionKind::kBackward);
+}
+
+TEST(ShardingPropagationTest, UserShardingsAreNeverOverwritten) {
+  auto p = Propagate(Module(R"(
+  p = f32[8,16] parameter(0), sharding={devices=[4,1]<=[4]}
+  x = f32[8,16] exponential(p), sharding={devices=[1,4]<=[4]}
+  ROOT n = f32[8,16] negate(x)
+)"));
+  EXPECT_SHARDING(p, "x", "{devices=[1,4]<=[4]}");
+}
+
+constexpr const char* kTwoOutputs = R"(
+  p0 = f32[8,16] parameter(0), sharding={devices=[4,1]<=[4]}
+  p1 = f32[8,16] parameter(1)
+  a = f32[8,16] exponential(p0)
+  b = f32[8,16] exponential(p1)
+  c = f32[8,16] copy(b), sharding={devices=[1,4]<=[4]}
+  ROOT t = (f32[8,16], f32[8,16]) tuple(a, c)
+)";
+
+TEST(ShardingPropagationTest, AllowOutputPerElement) {
+  PropagationOptions all;
+  all.allow_spmd_sharding_propagation_to_output = {true};
+  auto p = Propagate(Module(kTwoOutputs), all);
+  EXPECT_SHARDING(p, "t", "{{devices=[4,1]<=[4]}, {devices=[1,4]<=[4]}}");
+
+  PropagationOptions first_only;
+  first_only.allow_spmd_sharding_propagation_to_output = {true, false};
+  auto q = Propagate(Module(kTwoOutputs), first_only);
+  EXPECT_SHARDING(q, "t", "{{devices=[4,1]<=[4]}, {replicated}}");
+
+  auto none = Propagate(Module(kTwoOutputs));
+  EXPECT_EQ(none.ShardingOf("t"), "(none)");
+}
+
+TEST(ShardingPropagationTest, AllowParametersPerParameter) {
+  PropagationOptions second_only;
+  second_only.allow_spmd_sharding_propagation_to_parameters = {false, true};
+  auto p = Propagate(Module(kTwoOutputs), second_only);
+  EXPECT_SHARDING(p, "p1", "{devices=[1,4]<=[4]}");
+  EXPECT_SHARDING(p, "p0", "{devices=[4,1]<=[4]}");  // the user's, kept
+
+  PropagationOptions wrong;
+  wrong.allow_spmd_sharding_propagation_to_parameters = {true, true, true};
+  EXPECT_THROW(Propagate(Module(kTwoOutputs), wrong), Error);
+}
+
+TEST(ShardingPropagationTest, ReplicateUnshardedFillsEverything) {
+  PropagationOptions options;
+  options.replicate_unsharded = true;
+  auto p = Propagate(Module(kTwoOutputs), options);
+  for (const HloInstruction* i : p.module->entry_computation()->instructions()) {
+    EXPECT_TRUE(i->has_sharding()) << i->name();
+  }
+  EXPECT_SHARDING(p, "p1", "{replicated}");
+}
+
+}  // namespace
+}  // namespace weft

@@ -1,0 +1,102 @@
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include "partitioner_random.h"
+#include "partitioner_test_util.h"
+
+namespace weft::spmd_test {
+namespace {
+
+std::unique_ptr<HloModule> Dot(const std::string& lhs, const std::string& rhs,
+                               const std::string& out, const std::string& dnums, const std::string& ls,
+                               const std::string& rs, const std::string& os, int64_t n) {
+  return ExpectShardedEqualsUnsharded(fmt::format(R"(
+HloModule dot
+ENTRY main {{
+  a = {} parameter(0), sharding={}
+  b = {} parameter(1), sharding={}
+  ROOT d = {} dot(a, b), {}, sharding={}
+}}
+)",
+                                                  lhs, ls, rhs, rs, out, dnums, os),
+                                      n);
+}
+
+const char* kMatmul = "lhs_contracting_dims={1}, rhs_contracting_dims={0}";
+const char* kBatched = "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}";
+
+TEST(SpmdDotTest, BatchDimsShardedAlikeRunLocally) {
+  auto m = Dot("f32[4,8,6]", "f32[4,6,5]", "f32[4,8,5]", kBatched, "{devices=[4,1,1]<=[4]}",
+               "{devices=[4,1,1]<=[4]}", "{devices=[4,1,1]<=[4]}", 4);
+  EXPECT_EQ(CountCollectives(*m), 0);
+  EXPECT_EQ(FindNamed(*m, "d")->shape(), ParseShape("f32[1,8,5]"));
+}
+
+TEST(SpmdDotTest, ContractingDimShardedOnBothAllReduces) {
+  auto m = Dot("f32[8,12]", "f32[12,6]", "f32[8,6]", kMatmul, "{devices=[1,4]<=[4]}",
+               "{devices=[4,1]<=[4]}", "{replicated}", 4);
+  auto reduces = FindAll(*m, HloOpcode::kAllReduce);
+  ASSERT_EQ(reduces.size(), 1u);
+  EXPECT_EQ(reduces[0]->attrs().replica_groups, (std::vector<std::vector<int64_t>>{{0, 1, 2, 3}}));
+  EXPECT_EQ(reduces[0]->to_apply()->root_instruction()->opcode(), HloOpcode::kAdd);
+  EXPECT_EQ(CountCollectives(*m), 1);
+}
+
+TEST(SpmdDotTest, PartialSumsReduceScatterWhenTheResultIsSharded) {
+  auto m = Dot("f32[8,12]", "f32[12,6]", "f32[8,6]", kMatmul, "{devices=[1,4]<=[4]}",
+               "{devices=[4,1]<=[4]}", "{devices=[4,1]<=[4]}", 4);
+  auto scatters = FindAll(*m, HloOpcode::kReduceScatter);
+  ASSERT_EQ(scatters.size(), 1u);
+  EXPECT_EQ(scatters[0]->dimensions(), std::vector<int64_t>{0});
+  EXPECT_EQ(CountCollectives(*m), 1);
+  EXPECT_EQ(m->entry_computation()->root_instruction()->shape(), ParseShape("f32[2,6]"));
+}
+
+TEST(SpmdDotTest, ReduceScatterOverAnUnevenResultDim) {
+  Dot("f32[7,12]", "f32[12,6]", "f32[7,6]", kMatmul, "{devices=[1,4]<=[4]}",
+      "{devices=[4,1]<=[4]}", "{devices=[4,1]<=[4]}", 4);
+}
+
+TEST(SpmdDotTest, NonContractingShardingFlowsToTheResult) {
+  auto m = Dot("f32[8,12]", "f32[12,6]", "f32[8,6]", kMatmul, "{devices=[4,1]<=[4]}",
+               "{replicated}", "{devices=[4,1]<=[4]}", 4);
+  EXPECT_EQ(CountCollectives(*m), 0);
+  m = Dot("f32[8,12]", "f32[12,6]", "f32[8,6]", kMatmul, "{devices=[2,1,2]<=[4] last_tile_dim_replicate}",
+          "{devices=[1,2,2]<=[2,2]T(1,0) last_tile_dim_replicate}", "{devices=[2,2]<=[4]}", 4);
+  EXPECT_EQ(CountCollectives(*m), 0);
+}
+
+TEST(SpmdDotTest, MismatchedOperandsAreReshardedFirst) {
+  Dot("f32[8,12]", "f32[12,6]", "f32[8,6]", kMatmul, "{devices=[4,1]<=[4]}",
+      "{devices=[1,4]<=[4]}", "{devices=[2,2]<=[4]}", 4);
+  Dot("f32[8,12]", "f32[12,6]", "f32[8,6]", kMatmul, "{devices=[1,4]<=[4]}",
+      "{devices=[1,4]<=[4]}", "{devices=[1,4]<=[4]}", 4);
+  Dot("f32[2,8,12]", "f32[2,12,6]", "f32[2,8,6]", kBatched, "{devices=[2,1,2]<=[4]}",
+      "{devices=[1,1,4]<=[4]}", "{devices=[2,2,1]<=[4]}", 4);
+}
+
+TEST(SpmdDotTest, UnevenContractingDimIsMasked) {
+  auto m = Dot("f32[5,7]", "f32[7,3]", "f32[5,3]", kMatmul, "{devices=[1,4]<=[4]}",
+               "{devices=[4,1]<=[4]}", "{replicated}", 4);
+  EXPECT_EQ(FindAll(*m, HloOpcode::kSelect).size(), 2u);
+}
+
+TEST(SpmdDotTest, RandomShardingsOnOneToEightDevices) {
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int64_t n = std::uniform_int_distribution<int64_t>(1, 8)(rng);
+    auto dim = [&] { return std::uniform_int_distribution<int64_t>(1, 7)(rng); };
+    const int64_t b = dim(), m = dim(), k = dim(), c = dim();
+    const std::string ls = RandomSharding(n, 3, rng).ToString();
+    const std::string rs = RandomSharding(n, 3, rng).ToString();
+    const std::string os = RandomSharding(n, 3, rng).ToString();
+    SCOPED_TRACE(fmt::format("n={} b={} m={} k={} c={} {} {} {}", n, b, m, k, c, ls, rs, os));
+    Dot(fmt::format("f32[{},{},{}]", b, m, k), fmt::format("f32[{},{},{}]", b, k, c),
+        fmt::format("f32[{},{},{}]", b, m, c), kBatched, ls, rs, os, n);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+}  // namespace
+}  // namespace weft::spmd_test

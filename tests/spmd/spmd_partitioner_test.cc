@@ -1,0 +1,249 @@
+#include "weft/spmd/spmd_partitioner.h"
+
+#include <gtest/gtest.h>
+
+#include "partitioner_test_util.h"
+
+namespace weft::spmd_test {
+namespace {
+
+const char* kAdd = R"(
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+)";
+
+std::string WithAdd(const std::string& body) { return std::string("HloModule m\n") + kAdd + body; }
+
+TEST(SpmdPartitionerTest, ElementwiseReshardsOperandsToTheResult) {
+  auto m = ExpectShardedEqualsUnsharded(WithAdd(R"(
+ENTRY main {
+  a = f32[8,6] parameter(0), sharding={devices=[4,1]<=[4]}
+  b = f32[8,6] parameter(1), sharding={replicated}
+  m = f32[8,6] multiply(a, b), sharding={devices=[4,1]<=[4]}
+  e = f32[8,6] exponential(m), sharding={devices=[4,1]<=[4]}
+  c = pred[8,6] compare(e, b), direction=LT, sharding={devices=[4,1]<=[4]}
+  ROOT s = f32[8,6] select(c, e, m), sharding={devices=[4,1]<=[4]}
+}
+)"), 4);
+  EXPECT_EQ(CountCollectives(*m), 0);
+  EXPECT_EQ(FindNamed(*m, "m")->shape(), ParseShape("f32[2,6]"));
+  EXPECT_EQ(m->num_partitions(), 4);
+}
+
+TEST(SpmdPartitionerTest, EntryKeepsParameterAndRootShardings) {
+  auto m = ExpectShardedEqualsUnsharded(WithAdd(R"(
+ENTRY main {
+  a = f32[8] parameter(0), sharding={devices=[2]0,1}
+  ROOT n = f32[8] negate(a), sharding={replicated}
+}
+)"), 2);
+  EXPECT_EQ(FindNamed(*m, "a")->sharding()->ToString(), "{devices=[2]0,1}");
+  EXPECT_TRUE(m->entry_computation()->root_instruction()->sharding()->IsReplicated());
+  EXPECT_EQ(FindAll(*m, HloOpcode::kAllGather).size(), 1u);
+}
+
+TEST(SpmdPartitionerTest, BroadcastTransposeReshapeStayLocal) {
+  auto m = ExpectShardedEqualsUnsharded(WithAdd(R"(
+ENTRY main {
+  a = f32[8,6] parameter(0), sharding={devices=[2,2]<=[4]}
+  b = f32[3,8,6] broadcast(a), dimensions={1,2}, sharding={devices=[1,2,2]<=[4]}
+  t = f32[6,3,8] transpose(b), dimensions={2,0,1}, sharding={devices=[2,1,2]<=[2,2]T(1,0)}
+  ROOT r = f32[6,24] reshape(t), sharding={devices=[2,1,2]<=[2,2]T(1,0) last_tile_dim_replicate}
+}
+)"), 4);
+  EXPECT_EQ(FindNamed(*m, "b")->shape(), ParseShape("f32[3,4,3]"));
+  EXPECT_EQ(FindNamed(*m, "t")->shape(), ParseShape("f32[3,3,4]"));
+}
+
+TEST(SpmdPartitionerTest, ReshapeSplittingAShardedDim) {
+  auto m = ExpectShardedEqualsUnsharded(WithAdd(R"(
+ENTRY main {
+  a = f32[16,3] parameter(0), sharding={devices=[4,1]<=[4]}
+  ROOT r = f32[4,4,3] reshape(a), sharding={devices=[4,1,1]<=[4]}
+}
+)"), 4);
+  EXPECT_EQ(CountCollectives(*m), 0);
+  EXPECT_EQ(FindNamed(*m, "r")->shape(), ParseShape("f32[1,4,3]"));
+  // Incompatible: the minor dim is split but the reshape merges it.
+  ExpectShardedEqualsUnsharded(WithAdd(R"(
+ENTRY main {
+  a = f32[4,6] parameter(0), sharding={devices=[1,2]<=[2]}
+  ROOT r = f32[24] reshape(a), sharding={devices=[2]<=[2]}
+}
+)"), 2);
+}
+
+TEST(SpmdPartitionerTest, ReduceOverAShardedDimAllReduces) {
+  auto m = ExpectShardedEqualsUnsharded(WithAdd(R"(
+ENTRY main {
+  a = f32[8,6] parameter(0), sharding={devices=[2,2]<=[4]}
+  z = f32[] constant(0)
+  ROOT r = f32[6] reduce(a, z), dimensions={0}, to_apply=add, sharding={devices=[2,2]<=[4] last_tile_dim_replicate}
+}
+)"), 4);
+  auto reduces = FindAll(*m, HloOpcode::kAllReduce);
+  ASSERT_EQ(reduces.size(), 1u);
+  EXPECT_EQ(reduces[0]->attrs().replica_groups, (std::vector<std::vector<int64_t>>{{0, 2}, {1, 3}}));
+}
+
+TEST(SpmdPartitionerTest, UnevenReduceMasksPaddingWithTheInit) {
+  // max over 7 rows split 4 ways: padded rows must not win (init -inf).
+  auto m = ExpectShardedEqualsUnsharded(R"(
+HloModule m
+max {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] maximum(x, y)
+}
+ENTRY main {
+  a = f32[7,5] parameter(0), sharding={devices=[4,1]<=[4]}
+  z = f32[] constant(-inf)
+  ROOT r = f32[5] reduce(a, z), dimensions={0}, to_apply=max, sharding={replicated}
+}
+)", 4);
+  EXPECT_EQ(FindAll(*m, HloOpcode::kSelect).size(), 1u);
+  ASSERT_EQ(FindAll(*m, HloOpcode::kAllReduce).size(), 1u);
+  EXPECT_EQ(FindAll(*m, HloOpcode::kAllReduce)[0]->to_apply()->root_instruction()->opcode(),
+            HloOpcode::kMaximum);
+}
+
+TEST(SpmdPartitionerTest, SlicePadConcatenateReverseOnShardedDims) {
+  ExpectShardedEqualsUnsharded(WithAdd(R"(
+ENTRY main {
+  a = f32[8,6] parameter(0), sharding={devices=[2,2]<=[4]}
+  s = f32[5,6] slice(a), slice={[1:6], [0:6]}, sharding={devices=[2,2]<=[4]}
+  z = f32[] constant(0.5)
+  p = f32[7,9] pad(s, z), padding=1_1x2_1, sharding={devices=[2,2]<=[4]}
+  c = f32[21,9] concatenate(p, p, p), dimensions={0}, sharding={devices=[4,1]<=[4]}
+  ROOT r = f32[21,9] reverse(c), dimensions={0}, sharding={devices=[1,4]<=[4]}
+}
+)"), 4);
+}
+
+TEST(SpmdPartitionerTest, SliceOfAnUnshardedDimStaysLocal) {
+  auto m = ExpectShardedEqualsUnsharded(WithAdd(R"(
+ENTRY main {
+  a = f32[8,6] parameter(0), sharding={devices=[4,1]<=[4]}
+  ROOT s = f32[8,3] slice(a), slice={[0:8], [1:6:2]}, sharding={devices=[4,1]<=[4]}
+}
+)"), 4);
+  EXPECT_EQ(CountCollectives(*m), 0);
+}
+
+TEST(SpmdPartitionerTest, IotaAndConstantTakeTheDevicesPiece) {
+  auto m = ExpectShardedEqualsUnsharded(WithAdd(R"(
+ENTRY main {
+  i = f32[7,3] iota(), iota_dimension=0, sharding={devices=[4,1]<=[4]}
+  c = f32[7,3] constant({{1,2,3},{4,5,6},{7,8,9},{10,11,12},{13,14,15},{16,17,18},{19,20,21}}), sharding={devices=[4,1]<=[4]}
+  ROOT a = f32[7,3] add(i, c), sharding={devices=[4,1]<=[4]}
+}
+)"), 4);
+  EXPECT_EQ(CountCollectives(*m), 0);
+  EXPECT_EQ(FindNamed(*m, "i")->shape(), ParseShape("f32[2,3]"));
+}
+
+TEST(SpmdPartitionerTest, DynamicSliceOfAStackedBufferKeepsOtherDimsSharded) {
+  // The scan case: layer i of weights [L, H, E] split on H and E.
+  auto m = ExpectShardedEqualsUnsharded(WithAdd(R"(
+ENTRY main {
+  w = f32[3,8,6] parameter(0), sharding={devices=[1,2,2]<=[4]}
+  i = s32[] constant(2)
+  z = s32[] constant(0)
+  ROOT l = f32[1,8,6] dynamic-slice(w, i, z, z), dynamic_slice_sizes={1,8,6}, sharding={devices=[1,2,2]<=[4]}
+}
+)"), 4);
+  EXPECT_EQ(CountCollectives(*m), 0);
+  EXPECT_EQ(FindNamed(*m, "l")->shape(), ParseShape("f32[1,4,3]"));
+}
+
+TEST(SpmdPartitionerTest, DynamicSliceOnAShardedDimGathersIt) {
+  ExpectShardedEqualsUnsharded(WithAdd(R"(
+ENTRY main {
+  w = f32[8,6] parameter(0), sharding={devices=[4,1]<=[4]}
+  i = s32[] constant(3)
+  z = s32[] constant(0)
+  ROOT l = f32[2,6] dynamic-slice(w, i, z), dynamic_slice_sizes={2,6}, sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
+}
+)"), 4);
+}
+
+TEST(SpmdPartitionerTest, DynamicUpdateSliceIntoAStackedBuffer) {
+  auto m = ExpectShardedEqualsUnsharded(WithAdd(R"(
+ENTRY main {
+  w = f32[3,8,6] parameter(0), sharding={devices=[1,2,2]<=[4]}
+  u = f32[1,8,6] parameter(1), sharding={devices=[1,2,2]<=[4]}
+  i = s32[] constant(1)
+  z = s32[] constant(0)
+  ROOT l = f32[3,8,6] dynamic-update-slice(w, u, i, z, z), sharding={devices=[1,2,2]<=[4]}
+}
+)"), 4);
+  EXPECT_EQ(CountCollectives(*m), 0);
+}
+
+TEST(SpmdPartitionerTest, WhileLoopIsPartitionedInsideItsBody) {
+  // A scan: carry (i, x, stacked weights); x = x * w[i] each step.
+  const std::string text = WithAdd(R"(
+cond {
+  c = (s32[], f32[8,6], f32[3,8,6]) parameter(0), sharding={{replicated}, {devices=[4,1]<=[4]}, {devices=[1,4,1]<=[4]}}
+  i = s32[] get-tuple-element(c), index=0, sharding={replicated}
+  n = s32[] constant(3), sharding={replicated}
+  ROOT lt = pred[] compare(i, n), direction=LT, sharding={replicated}
+}
+body {
+  c = (s32[], f32[8,6], f32[3,8,6]) parameter(0), sharding={{replicated}, {devices=[4,1]<=[4]}, {devices=[1,4,1]<=[4]}}
+  i = s32[] get-tuple-element(c), index=0, sharding={replicated}
+  x = f32[8,6] get-tuple-element(c), index=1, sharding={devices=[4,1]<=[4]}
+  w = f32[3,8,6] get-tuple-element(c), index=2, sharding={devices=[1,4,1]<=[4]}
+  z = s32[] constant(0), sharding={replicated}
+  l = f32[1,8,6] dynamic-slice(w, i, z, z), dynamic_slice_sizes={1,8,6}, sharding={devices=[1,4,1]<=[4]}
+  r = f32[8,6] reshape(l), sharding={devices=[4,1]<=[4]}
+  y = f32[8,6] multiply(x, r), sharding={devices=[4,1]<=[4]}
+  one = s32[] constant(1), sharding={replicated}
+  j = s32[] add(i, one), sharding={replicated}
+  ROOT t = (s32[], f32[8,6], f32[3,8,6]) tuple(j, y, w), sharding={{replicated}, {devices=[4,1]<=[4]}, {devices=[1,4,1]<=[4]}}
+}
+ENTRY main {
+  x = f32[8,6] parameter(0), sharding={devices=[4,1]<=[4]}
+  w = f32[3,8,6] parameter(1), sharding={devices=[1,4,1]<=[4]}
+  z = s32[] constant(0), sharding={replicated}
+  t = (s32[], f32[8,6], f32[3,8,6]) tuple(z, x, w), sharding={{replicated}, {devices=[4,1]<=[4]}, {devices=[1,4,1]<=[4]}}
+  loop = (s32[], f32[8,6], f32[3,8,6]) while(t), condition=cond, body=body, sharding={{replicated}, {devices=[4,1]<=[4]}, {devices=[1,4,1]<=[4]}}
+  ROOT out = f32[8,6] get-tuple-element(loop), index=1, sharding={devices=[4,1]<=[4]}
+}
+)");
+  auto m = ExpectShardedEqualsUnsharded(text, 4);
+  EXPECT_EQ(CountCollectives(*m), 0);
+  EXPECT_EQ(FindNamed(*m, "loop")->shape(), ParseShape("(s32[], f32[2,6], f32[3,2,6])"));
+}
+
+TEST(SpmdPartitionerTest, ErrorsNameTheInstruction) {
+  auto module = ParseHloModule(R"(
+HloModule m
+ENTRY main {
+  a = f32[8] parameter(0), sharding={devices=[2]0,1}
+  ROOT n = f32[8] negate(a), sharding={devices=[4]<=[4]}
+}
+)");
+  try {
+    PartitionModule(*module);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'a'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(SpmdPartitionerTest, AlreadyPartitionedModulesAreRejected) {
+  auto module = ParseHloModule(WithAdd(R"(
+ENTRY main {
+  a = f32[8] parameter(0)
+  ROOT r = f32[8] all-reduce(a), to_apply=add
+}
+)"));
+  EXPECT_THROW(PartitionModule(*module), Error);
+}
+
+}  // namespace
+}  // namespace weft::spmd_test
