@@ -43,10 +43,11 @@ std::vector<ExecutorOverheadResult> MeasureExecutorOverhead(const std::vector<in
     const double seconds = BestSeconds(5, [&] { executor.Run({p}); });
 
     // The same chain as a C++ loop over two buffers.
-    std::vector<float> a(p.data<float>(), p.data<float>() + n), b(n);
+    const float* pp = p.data<float>();
+    std::vector<float> a(pp, pp + n), b(n);
     const double direct = BestSeconds(5, [&] {
       for (int64_t i = 0; i < chain_length; ++i) {
-        for (int64_t k = 0; k < n; ++k) b[k] = a[k] + p.data<float>()[k];
+        for (int64_t k = 0; k < n; ++k) b[k] = a[k] + pp[k];
         std::swap(a, b);
         asm volatile("" : : "r"(a.data()) : "memory");
       }

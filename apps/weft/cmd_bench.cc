@@ -3,6 +3,7 @@
 
 #include "bench.h"
 #include "bench_collectives.h"
+#include "bench_propagate.h"
 #include "commands.h"
 
 namespace weft::cli {
@@ -52,6 +53,15 @@ void AddBench(CLI::App& app) {
                        : bench::RunCollectives(copt->json, copt->devices, copt->min_bytes,
                                                copt->max_bytes);
     });
+  });
+
+  auto* prop = bench->add_subcommand(
+      "propagate",
+      "Sharding propagation of a 126-layer unrolled Llama-style training graph, one thread");
+  auto prop_json = std::make_shared<bool>(false);
+  prop->add_flag("--json", *prop_json, "Print JSON instead of a table");
+  prop->callback([prop_json] {
+    SetAction([prop_json] { return bench::RunPropagateBench(*prop_json); });
   });
 
   attn->callback([opt, forward_only] {

@@ -11,6 +11,7 @@ namespace weft::cli {
 void AddDemo(CLI::App& app);
 void AddBench(CLI::App& app);
 void AddTopology(CLI::App& app);
+void AddCompile(CLI::App& app);
 
 // Stores the action of the subcommand being parsed.
 void SetAction(std::function<int()> action);

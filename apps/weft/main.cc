@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   weft::cli::AddDemo(app);
   weft::cli::AddBench(app);
   weft::cli::AddTopology(app);
+  weft::cli::AddCompile(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

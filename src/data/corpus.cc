@@ -3,7 +3,7 @@
 #include <cstdint>
 
 #include "weft/base/error.h"
-#include "weft/data/atomic_file.h"
+#include "weft/base/atomic_file.h"
 
 namespace weft {
 namespace {

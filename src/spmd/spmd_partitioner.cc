@@ -297,10 +297,9 @@ std::unique_ptr<HloComputation> ComputationPartitioner::Run() {
       Fail("partitioning {}: {}", instr->Describe(), what);
     }
     // The value that stands for `instr` keeps its name (helpers are "name.op").
-    const bool is_operand = std::any_of(
-        instr->operands().begin(), instr->operands().end(),
-        [&](const HloInstruction* op) { return values_.at(op).hlo == v.hlo; });
-    if (!is_operand && v.hlo->opcode() != HloOpcode::kParameter) v.hlo->set_name(instr->name());
+    if (v.hlo->opcode() != HloOpcode::kParameter && named_.insert(v.hlo).second) {
+      v.hlo->set_name(instr->name());
+    }
     values_[instr] = v;
   }
   PartitionedValue root = values_.at(source_.root_instruction());

@@ -1,10 +1,8 @@
-// Gather: the embedding lookup (a table [V, E] indexed by token ids) is
-// partitioned as Megatron does when the table is split along the vocabulary:
-// each device looks up the ids that fall in its slice (others masked to
-// zero) and an all-reduce sums the pieces. Other gathers run on whole arrays.
-#include <algorithm>
-
-#include "weft/base/error.h"
+// Gather: for now every gather runs on whole arrays (operands replicated,
+// the result sliced to its sharding) -- correct for any gather, but an
+// embedding table split along the vocabulary is gathered whole. The
+// Megatron-style lookup (each device looks up the ids in its vocab slice,
+// masks the rest to zero, then all-reduce) belongs here.
 #include "spmd_partitioner_handlers.h"
 
 namespace weft::spmd {

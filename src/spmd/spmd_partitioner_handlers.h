@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "weft/spmd/reshard.h"
@@ -41,6 +42,8 @@ class ComputationPartitioner {
   std::optional<HloSharding> root_sharding_;
   bool is_entry_;
   std::unordered_map<const HloInstruction*, PartitionedValue> values_;
+  // Output instructions that already stand for an input instruction.
+  std::unordered_set<const HloInstruction*> named_;
 };
 
 // The sharding of `instr` (replicated when it has none), normalized.

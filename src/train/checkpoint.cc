@@ -9,7 +9,7 @@
 #include <system_error>
 
 #include "weft/base/error.h"
-#include "weft/data/atomic_file.h"
+#include "weft/base/atomic_file.h"
 
 namespace weft {
 namespace {

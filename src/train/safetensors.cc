@@ -10,7 +10,7 @@
 #include <set>
 
 #include "weft/base/error.h"
-#include "weft/data/atomic_file.h"
+#include "weft/base/atomic_file.h"
 
 namespace weft {
 namespace {

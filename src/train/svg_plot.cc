@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "weft/base/error.h"
-#include "weft/data/atomic_file.h"
+#include "weft/base/atomic_file.h"
 
 namespace weft {
 namespace {

@@ -7,7 +7,7 @@
 #include <random>
 
 #include "weft/base/error.h"
-#include "weft/data/atomic_file.h"
+#include "weft/base/atomic_file.h"
 
 namespace weft {
 namespace {

@@ -120,7 +120,7 @@ ENTRY main {{
 
 TEST(SpmdPropertyTest, RandomChainsMatchUnsharded) {
   std::mt19937_64 rng(2024);
-  for (int trial = 0; trial < 150; ++trial) {
+  for (int trial = 0; trial < 300; ++trial) {
     const int64_t n = std::uniform_int_distribution<int64_t>(1, 8)(rng);
     const std::string text = RandomChain(n, rng);
     SCOPED_TRACE(fmt::format("trial {} on {} devices:\n{}", trial, n, text));

@@ -115,8 +115,9 @@ class Executor {
   Executor& operator=(const Executor&) = delete;
 
   // One device alone (device 0 of 1): collectives see groups of one.
-  // Passing inputs by rvalue lets the executor free them after their last
-  // use (and reuse their buffers); copies are left untouched.
+  // Inputs nobody else references (a vector of moved tensors; note that
+  // Run({std::move(t)}) copies, as initializer lists do) are freed after
+  // their last use and their buffers reused; shared ones are only read.
   std::vector<HostTensor> Run(std::vector<HostTensor> inputs);
   // As the device comm.device_id() of comm.num_devices().
   std::vector<HostTensor> Run(std::vector<HostTensor> inputs, Communicator& comm);

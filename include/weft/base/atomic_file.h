@@ -1,9 +1,8 @@
 // Durable file output: nothing is half-written. AtomicOutputFile writes to a
 // temporary sibling and renames it over the destination only on Commit(), so
 // readers see either the old file or the complete new one.
-//
-// (Used by the tokenizer cache, checkpoints and plots; it has no data-specific
-// logic and would sit in base if base grew file helpers.)
+// Every module that writes user-visible files (caches, checkpoints, plots,
+// `-o OUT` of the CLI) goes through it.
 #pragma once
 
 #include <cstddef>

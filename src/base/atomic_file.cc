@@ -1,4 +1,4 @@
-#include "weft/data/atomic_file.h"
+#include "weft/base/atomic_file.h"
 
 #include <fcntl.h>
 #include <unistd.h>

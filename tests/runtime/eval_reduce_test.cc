@@ -1,0 +1,258 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "executor_test_util.h"
+
+namespace weft::runtime {
+namespace {
+
+using testing::ExpectEqual;
+using testing::ExpectNear;
+using testing::Random;
+using testing::RunNamed;
+using testing::Unravel;
+
+// Reduces x over `dims` in float64, visiting elements in row-major order.
+std::vector<double> ReferenceReduce(const HostTensor& x, const std::vector<int64_t>& dims,
+                                    double init,
+                                    const std::function<double(double, double)>& op) {
+  std::vector<int64_t> kept;
+  for (int64_t d = 0; d < x.rank(); ++d) {
+    if (std::find(dims.begin(), dims.end(), d) == dims.end()) kept.push_back(x.dimensions()[d]);
+  }
+  int64_t n = 1;
+  for (int64_t d : kept) n *= d;
+  std::vector<double> out(n, init);
+  for (int64_t e = 0; e < x.element_count(); ++e) {
+    const std::vector<int64_t> idx = Unravel(e, x.dimensions());
+    int64_t o = 0;
+    for (int64_t d = 0; d < x.rank(); ++d) {
+      if (std::find(dims.begin(), dims.end(), d) == dims.end()) o = o * x.dimensions()[d] + idx[d];
+    }
+    out[o] = op(out[o], x.GetDouble(e));
+  }
+  return out;
+}
+
+constexpr const char* kReducers = R"(
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+max {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] maximum(b, a)
+}
+min {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] minimum(a, b)
+}
+mul {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] multiply(a, b)
+}
+)";
+
+TEST(EvalReduceTest, SumMaxMinProductOverSeveralDims) {
+  const std::string text = std::string("HloModule m\n") + kReducers + R"(
+ENTRY e {
+  x = f32[4,5,6,3] parameter(0)
+  zero = f32[] constant(0)
+  one = f32[] constant(1)
+  ninf = f32[] constant(-inf)
+  inf = f32[] constant(inf)
+  s02 = f32[5,3] reduce(x, zero), dimensions={0,2}, to_apply=add
+  s3 = f32[4,5,6] reduce(x, zero), dimensions={3}, to_apply=add
+  s0 = f32[5,6,3] reduce(x, zero), dimensions={0}, to_apply=add
+  s13 = f32[4,6] reduce(x, zero), dimensions={1,3}, to_apply=add
+  all = f32[] reduce(x, zero), dimensions={0,1,2,3}, to_apply=add
+  mx = f32[4,3] reduce(x, ninf), dimensions={1,2}, to_apply=max
+  mn = f32[6] reduce(x, inf), dimensions={0,1,3}, to_apply=min
+  ROOT pr = f32[4,5] reduce(x, one), dimensions={2,3}, to_apply=mul
+})";
+  std::mt19937 rng(1);
+  HostTensor x = Random("f32[4,5,6,3]", rng, 0.5, 1.5);
+  auto out = RunNamed(text, {x}, {"s02", "s3", "s0", "s13", "all", "mx", "mn", "pr"});
+  auto add = [](double a, double b) { return a + b; };
+  ExpectNear(out["s02"], ReferenceReduce(x, {0, 2}, 0, add), 1e-6, 0, "s02");
+  ExpectNear(out["s3"], ReferenceReduce(x, {3}, 0, add), 1e-6, 0, "s3");
+  ExpectNear(out["s0"], ReferenceReduce(x, {0}, 0, add), 1e-6, 0, "s0");
+  ExpectNear(out["s13"], ReferenceReduce(x, {1, 3}, 0, add), 1e-6, 0, "s13");
+  ExpectNear(out["all"], ReferenceReduce(x, {0, 1, 2, 3}, 0, add), 1e-6, 0, "all");
+  ExpectEqual(out["mx"], ReferenceReduce(x, {1, 2}, -INFINITY, [](double a, double b) { return std::max(a, b); }));
+  ExpectEqual(out["mn"], ReferenceReduce(x, {0, 1, 3}, INFINITY, [](double a, double b) { return std::min(a, b); }));
+  ExpectNear(out["pr"], ReferenceReduce(x, {2, 3}, 1, [](double a, double b) { return a * b; }), 1e-5, 0, "pr");
+}
+
+TEST(EvalReduceTest, LargeReductionsSplitOverThreads) {
+  const std::string text = std::string("HloModule m\n") + kReducers + R"(
+ENTRY e {
+  x = f32[300,1000] parameter(0)
+  zero = f32[] constant(0)
+  rows = f32[300] reduce(x, zero), dimensions={1}, to_apply=add
+  ROOT cols = f32[1000] reduce(x, zero), dimensions={0}, to_apply=add
+})";
+  std::mt19937 rng(2);
+  HostTensor x = Random("f32[300,1000]", rng);
+  auto out = RunNamed(text, {x}, {"rows", "cols"});
+  auto add = [](double a, double b) { return a + b; };
+  ExpectNear(out["rows"], ReferenceReduce(x, {1}, 0, add), 1e-5, 1e-4, "rows");
+  ExpectNear(out["cols"], ReferenceReduce(x, {0}, 0, add), 1e-5, 1e-4, "cols");
+}
+
+TEST(EvalReduceTest, Bf16AccumulatesInF32AndIntegersWrap) {
+  const char* text = R"(HloModule m
+addb {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT s = bf16[] add(a, b)
+}
+addi {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  ROOT s = s32[] add(a, b)
+}
+maxi {
+  a = s64[] parameter(0)
+  b = s64[] parameter(1)
+  ROOT s = s64[] maximum(a, b)
+}
+ENTRY e {
+  x = bf16[8,256] parameter(0)
+  zb = bf16[] constant(0)
+  sb = bf16[8] reduce(x, zb), dimensions={1}, to_apply=addb
+  i = s32[3,4] parameter(1)
+  zi = s32[] constant(5)
+  si = s32[4] reduce(i, zi), dimensions={0}, to_apply=addi
+  l = s64[3,4] parameter(2)
+  lo = s64[] constant(-9223372036854775808)
+  ROOT ml = s64[3] reduce(l, lo), dimensions={1}, to_apply=maxi
+})";
+  std::mt19937 rng(3);
+  HostTensor x = Random("bf16[8,256]", rng);
+  HostTensor i = Random("s32[3,4]", rng, -1000000, 1000000);
+  HostTensor l = Random("s64[3,4]", rng, -1e15, 1e15);
+  auto out = RunNamed(text, {x, i, l}, {"sb", "si", "ml"});
+  std::vector<double> sb = ReferenceReduce(x, {1}, 0, [](double a, double b) { return a + b; });
+  for (double& v : sb) v = RoundToType(v, PrimitiveType::kBF16);
+  ExpectNear(out["sb"], sb, 8e-3, 1e-3, "bf16 sum");  // one rounding at the end
+  ExpectEqual(out["si"], ReferenceReduce(i, {0}, 5, [](double a, double b) { return a + b; }));
+  ExpectEqual(out["ml"], ReferenceReduce(l, {1}, -9223372036854775808.0,
+                                         [](double a, double b) { return std::max(a, b); }));
+}
+
+TEST(EvalReduceTest, PredAndOr) {
+  const char* text = R"(HloModule m
+and {
+  a = pred[] parameter(0)
+  b = pred[] parameter(1)
+  ROOT r = pred[] and(a, b)
+}
+or {
+  a = pred[] parameter(0)
+  b = pred[] parameter(1)
+  ROOT r = pred[] or(a, b)
+}
+ENTRY e {
+  x = pred[6,5] parameter(0)
+  t = pred[] constant(true)
+  f = pred[] constant(false)
+  all = pred[6] reduce(x, t), dimensions={1}, to_apply=and
+  ROOT any = pred[5] reduce(x, f), dimensions={0}, to_apply=or
+})";
+  std::mt19937 rng(4);
+  HostTensor x = Random("pred[6,5]", rng);
+  auto out = RunNamed(text, {x}, {"all", "any"});
+  ExpectEqual(out["all"], ReferenceReduce(x, {1}, 1, [](double a, double b) { return double(a && b); }));
+  ExpectEqual(out["any"], ReferenceReduce(x, {0}, 0, [](double a, double b) { return double(a || b); }));
+}
+
+TEST(EvalReduceTest, VariadicArgmaxIsInterpreted) {
+  const char* text = R"(HloModule m
+argmax {
+  v0 = f32[] parameter(0)
+  i0 = s32[] parameter(1)
+  v1 = f32[] parameter(2)
+  i1 = s32[] parameter(3)
+  gt = pred[] compare(v0, v1), direction=GT
+  eq = pred[] compare(v0, v1), direction=EQ
+  lt_i = pred[] compare(i0, i1), direction=LT
+  tie = pred[] and(eq, lt_i)
+  keep = pred[] or(gt, tie)
+  v = f32[] select(keep, v0, v1)
+  i = s32[] select(keep, i0, i1)
+  ROOT r = (f32[], s32[]) tuple(v, i)
+}
+ENTRY e {
+  x = f32[7,9] parameter(0)
+  idx = s32[7,9] iota(), iota_dimension=1
+  ninf = f32[] constant(-inf)
+  zero = s32[] constant(0)
+  r = (f32[7], s32[7]) reduce(x, idx, ninf, zero), dimensions={1}, to_apply=argmax
+  val = f32[7] get-tuple-element(r), index=0
+  ROOT arg = s32[7] get-tuple-element(r), index=1
+})";
+  std::mt19937 rng(5);
+  HostTensor x = Random("f32[7,9]", rng);
+  auto out = RunNamed(text, {x}, {"val", "arg"});
+  std::vector<double> v, i;
+  for (int64_t r = 0; r < 7; ++r) {
+    int64_t best = 0;
+    for (int64_t c = 1; c < 9; ++c) {
+      if (x.GetDouble(r * 9 + c) > x.GetDouble(r * 9 + best)) best = c;
+    }
+    v.push_back(x.GetDouble(r * 9 + best));
+    i.push_back(static_cast<double>(best));
+  }
+  ExpectEqual(out["val"], v);
+  ExpectEqual(out["arg"], i);
+}
+
+TEST(EvalReduceTest, UnrecognizedReducerIsInterpretedInOrder) {
+  const char* text = R"(HloModule m
+sumsq {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  bb = f32[] multiply(b, b)
+  ROOT s = f32[] add(a, bb)
+}
+ENTRY e {
+  x = f32[4,6] parameter(0)
+  zero = f32[] constant(0)
+  ROOT total = f32[4] reduce(x, zero), dimensions={1}, to_apply=sumsq
+})";
+  std::mt19937 rng(6);
+  HostTensor x = Random("f32[4,6]", rng);
+  auto out = RunNamed(text, {x}, {"total"});
+  ExpectNear(out["total"], ReferenceReduce(x, {1}, 0, [](double a, double b) { return a + b * b; }),
+             1e-6, 0);
+}
+
+TEST(EvalReduceTest, ReducerThatCannotBeInterpretedIsAnError) {
+  const char* text = R"(HloModule m
+weird {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  bb = f32[1] broadcast(b), dimensions={}
+  r = f32[] reshape(bb)
+  ROOT s = f32[] add(a, r)
+}
+ENTRY e {
+  x = f32[4,6] parameter(0)
+  zero = f32[] constant(0)
+  ROOT total = f32[4] reduce(x, zero), dimensions={1}, to_apply=weird
+})";
+  auto module = testing::Parse(text);
+  testing::ExpectErrorContaining([&] { Executor executor(*module); },
+                                 {"'total' (reduce)", "is interpreted per element"});
+}
+
+}  // namespace
+}  // namespace weft::runtime

@@ -1,0 +1,257 @@
+#include "weft/runtime/executor.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "executor_test_util.h"
+#include "weft/runtime/comm_threads.h"
+
+namespace weft::runtime {
+namespace {
+
+using testing::ExpectEqual;
+using testing::ExpectErrorContaining;
+using testing::ExpectNear;
+using testing::Random;
+
+// A stack of 8 layers h <- tanh(h W[i]) as a while loop over stacked
+// weights, collecting every layer's output with dynamic-update-slice (what
+// the builder's scan lowers to).
+constexpr const char* kScan = R"(HloModule scan
+
+cond {
+  s = (s32[], f32[32,32], f32[8,32,32], f32[8,32,32]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(8)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+body {
+  s = (s32[], f32[32,32], f32[8,32,32], f32[8,32,32]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  h = f32[32,32] get-tuple-element(s), index=1
+  w = f32[8,32,32] get-tuple-element(s), index=2
+  acc = f32[8,32,32] get-tuple-element(s), index=3
+  zero = s32[] constant(0)
+  wi = f32[1,32,32] dynamic-slice(w, i, zero, zero), dynamic_slice_sizes={1,32,32}
+  w2 = f32[32,32] reshape(wi)
+  hw = f32[32,32] dot(h, w2), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  h2 = f32[32,32] tanh(hw)
+  h3 = f32[1,32,32] reshape(h2)
+  acc2 = f32[8,32,32] dynamic-update-slice(acc, h3, i, zero, zero)
+  one = s32[] constant(1)
+  i2 = s32[] add(i, one)
+  ROOT t = (s32[], f32[32,32], f32[8,32,32], f32[8,32,32]) tuple(i2, h2, w, acc2)
+}
+
+ENTRY main {
+  x = f32[32,32] parameter(0)
+  weights = f32[8,32,32] parameter(1)
+  zero = s32[] constant(0)
+  fz = f32[] constant(0)
+  acc = f32[8,32,32] broadcast(fz), dimensions={}
+  init = (s32[], f32[32,32], f32[8,32,32], f32[8,32,32]) tuple(zero, x, weights, acc)
+  loop = (s32[], f32[32,32], f32[8,32,32], f32[8,32,32]) while(init), condition=cond, body=body
+  ROOT out = f32[8,32,32] get-tuple-element(loop), index=3
+})";
+
+TEST(ExecutorTest, ScanOverStackedWeightsUpdatesTheCarryInPlace) {
+  auto module = testing::Parse(kScan);
+  std::mt19937 rng(1);
+  HostTensor x = Random("f32[32,32]", rng);
+  HostTensor w = Random("f32[8,32,32]", rng, -0.3, 0.3);
+  ExecutorStats stats;
+  std::vector<HostTensor> out = testing::Run(*module, {x, w}, &stats);
+  ASSERT_EQ(out.size(), 1u);
+
+  std::vector<double> h = x.ToDoubles(), want;
+  for (int64_t l = 0; l < 8; ++l) {
+    std::vector<double> next(32 * 32, 0.0);
+    for (int64_t r = 0; r < 32; ++r) {
+      for (int64_t c = 0; c < 32; ++c) {
+        double acc = 0;
+        for (int64_t k = 0; k < 32; ++k) acc += h[r * 32 + k] * w.GetDouble((l * 32 + k) * 32 + c);
+        next[r * 32 + c] = std::tanh(acc);
+      }
+    }
+    h = next;
+    want.insert(want.end(), h.begin(), h.end());
+  }
+  ExpectNear(out[0], want, 1e-5, 1e-5, "scan");
+
+  // The [8,32,32] carry is updated in place: at no point do two copies of
+  // it live next to the weights.
+  const int64_t stack = 8 * 32 * 32 * 4, layer = 32 * 32 * 4;
+  EXPECT_GE(stats.peak_bytes, 2 * stack + layer);
+  EXPECT_LT(stats.peak_bytes, 2 * stack + 5 * layer);
+  // 8 entry instructions + 8 bodies of 15 + 9 conditions of 4.
+  EXPECT_EQ(stats.instructions, 8 + 8 * 15 + 9 * 4);
+}
+
+TEST(ExecutorTest, PeakBytesOfAChainMatchTheHandCount) {
+  const char* text = R"(HloModule chain
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  p = f32[256] parameter(0)
+  b = f32[4,256] broadcast(p), dimensions={1}
+  x = f32[4,256] exponential(b)
+  zero = f32[] constant(0)
+  ROOT r = f32[4] reduce(x, zero), dimensions={1}, to_apply=add
+})";
+  auto module = testing::Parse(text);
+  std::mt19937 rng(2);
+  HostTensor p = Random("f32[256]", rng);
+  Executor executor(*module);
+  // p (1024 B, shared with the caller: read-only) + b (4096 B) while
+  // broadcasting; exp then reuses b's buffer (b dies there); p is gone;
+  // the reduce holds x, zero (4 B) and r (16 B).
+  executor.Run({p});
+  EXPECT_EQ(executor.stats().peak_bytes, 1024 + 4096);
+
+  // Same program, but b is read again after exp: both 4 KiB buffers live.
+  const char* text2 = R"(HloModule chain2
+ENTRY e {
+  p = f32[256] parameter(0)
+  b = f32[4,256] broadcast(p), dimensions={1}
+  x = f32[4,256] exponential(b)
+  ROOT y = f32[4,256] add(x, b)
+})";
+  auto module2 = testing::Parse(text2);
+  Executor executor2(*module2);
+  executor2.Run({p});
+  EXPECT_EQ(executor2.stats().peak_bytes, 4096 + 4096);
+
+  // An input given away (moved, nobody else holds it) is reused in place.
+  const char* text3 = R"(HloModule chain3
+ENTRY e {
+  p = f32[256] parameter(0)
+  n = f32[256] negate(p)
+  ROOT t = f32[256] tanh(n)
+})";
+  auto module3 = testing::Parse(text3);
+  Executor executor3(*module3);
+  executor3.Run({p});
+  EXPECT_EQ(executor3.stats().peak_bytes, 2048);  // p is the caller's: one new buffer
+  HostTensor mine = p.Clone();
+  const double first = mine.GetDouble(0);
+  // (Not Run({std::move(mine)}): an initializer list holds a copy.)
+  std::vector<HostTensor> given;
+  given.push_back(std::move(mine));
+  std::vector<HostTensor> out = executor3.Run(std::move(given));
+  EXPECT_EQ(executor3.stats().peak_bytes, 1024);
+  EXPECT_NEAR(out[0].GetDouble(0), std::tanh(-first), 1e-6);
+  EXPECT_NEAR(p.GetDouble(0), first, 0);  // the shared input is untouched
+}
+
+TEST(ExecutorTest, CallTuplesAndTupleParameters) {
+  const char* text = R"(HloModule m
+f {
+  a = f32[3] parameter(0)
+  b = f32[3] parameter(1)
+  m = f32[3] multiply(a, b)
+  ROOT t = (f32[3], f32[3]) tuple(m, a)
+}
+ENTRY e {
+  pair = (f32[3], s32[2]) parameter(0)
+  y = f32[3] parameter(1)
+  x = f32[3] get-tuple-element(pair), index=0
+  c = (f32[3], f32[3]) call(x, y), to_apply=f
+  m = f32[3] get-tuple-element(c), index=0
+  i = s32[2] get-tuple-element(pair), index=1
+  inner = (s32[2], f32[3]) tuple(i, x)
+  ROOT out = (f32[3], (s32[2], f32[3])) tuple(m, inner)
+})";
+  HloParseOptions options;
+  auto module = ParseHloModule(text, options);
+  Executor executor(*module);
+  ASSERT_EQ(executor.InputShapes().size(), 3u);
+  EXPECT_EQ(executor.InputNames()[0], "pair{0}");
+  EXPECT_EQ(executor.InputNames()[2], "y");
+  std::mt19937 rng(3);
+  HostTensor x = Random("f32[3]", rng), y = Random("f32[3]", rng);
+  HostTensor i = Random("s32[2]", rng, -5, 5);
+  std::vector<HostTensor> out = executor.Run({x, i, y});
+  ASSERT_EQ(out.size(), 3u);
+  std::vector<double> m;
+  for (int64_t k = 0; k < 3; ++k) m.push_back(static_cast<float>(x.GetDouble(k) * y.GetDouble(k)));
+  ExpectEqual(out[0], m);
+  ExpectEqual(out[1], i.ToDoubles());
+  ExpectEqual(out[2], x.ToDoubles());
+}
+
+TEST(ExecutorTest, InputErrorsNameTheParameter) {
+  auto module = testing::Parse(kScan);
+  Executor executor(*module);
+  std::mt19937 rng(4);
+  HostTensor x = Random("f32[32,32]", rng);
+  ExpectErrorContaining([&] { executor.Run({x}); }, {"takes 2 inputs", "got 1"});
+  ExpectErrorContaining([&] { executor.Run({x, Random("f32[8,32,31]", rng)}); },
+                        {"input 1 for parameter 'weights'", "f32[8,32,31]", "expected f32[8,32,32]"});
+  ExpectErrorContaining([&] { executor.Run({x, HostTensor()}); }, {"input 1", "empty"});
+}
+
+TEST(ExecutorTest, RunTimeErrorsNameTheInstruction) {
+  const char* text = R"(HloModule m
+sum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[4] parameter(0)
+  ROOT ar = f32[4] all-reduce(x), replica_groups={{0,1}}, to_apply=sum
+})";
+  auto module = testing::Parse(text);
+  std::mt19937 rng(5);
+  HostTensor x = Random("f32[4]", rng);
+  // One device cannot be grouped with device 1.
+  ExpectErrorContaining([&] { testing::Run(*module, {x}); },
+                        {"'ar' (all-reduce) at 9:3", "name device 1"});
+}
+
+TEST(ExecutorTest, RunOnDevicesGivesEveryDeviceItsResultAndStats) {
+  const char* text = R"(HloModule m, num_partitions=4
+sum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[16,8] parameter(0)
+  w = f32[8,4] parameter(1)
+  local = f32[16,4] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT total = f32[16,4] all-reduce(local), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=sum
+})";
+  auto module = testing::Parse(text);
+  std::mt19937 rng(6);
+  std::vector<std::vector<HostTensor>> inputs;
+  for (int d = 0; d < 4; ++d) inputs.push_back({Random("f32[16,8]", rng), Random("f32[8,4]", rng)});
+  LocalCluster cluster(4);
+  std::vector<ExecutorStats> stats;
+  auto outputs = RunOnDevices(*module, inputs, cluster, &stats);
+  std::vector<double> want(64, 0.0);
+  for (int d = 0; d < 4; ++d) {
+    for (int64_t r = 0; r < 16; ++r) {
+      for (int64_t c = 0; c < 4; ++c) {
+        for (int64_t k = 0; k < 8; ++k) {
+          want[r * 4 + c] += inputs[d][0].GetDouble(r * 8 + k) * inputs[d][1].GetDouble(k * 4 + c);
+        }
+      }
+    }
+  }
+  for (int d = 0; d < 4; ++d) {
+    ExpectNear(outputs[d][0], want, 1e-5, 1e-5, "device " + std::to_string(d));
+    // Bit-identical on every device.
+    EXPECT_EQ(outputs[d][0].ToDoubles(), outputs[0][0].ToDoubles());
+    EXPECT_EQ(stats[d].collective_bytes(), 2 * 3 * 256 / 4);
+    EXPECT_EQ(stats[d].instructions, 4);
+  }
+}
+
+}  // namespace
+}  // namespace weft::runtime
