@@ -501,6 +501,12 @@ Value EvalReduce(const HloInstruction& instr, EvalArgs& args) {
   const HostTensor& init = args.array(1);
   HostTensor out = args.ctx().Allocate(instr.shape());
   const int64_t n = out.element_count();
+  if (x.element_count() == 0) {  // nothing to fold in: every output is the init value
+    for (int64_t i = 0; i < n; ++i) {
+      StoreDouble(t, out.mutable_raw_data(), i, LoadAsDouble(t, init.raw_data(), 0));
+    }
+    return Value{std::move(out)};
+  }
   switch (t) {
     case PrimitiveType::kF32:
       FillInit(out.mutable_data<float>(), n, init.data<float>()[0]);

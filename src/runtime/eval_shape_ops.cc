@@ -161,7 +161,11 @@ std::vector<int64_t> DynamicStarts(EvalArgs& args, int64_t first,
 Value EvalBroadcast(const HloInstruction& instr, EvalArgs& args) {
   const HostTensor& x = args.array(0);
   const Shape& shape = instr.shape();
-  if (x.element_count() == shape.ElementsCount()) return Value{x.Reshaped(shape)};
+  // Same element count and dims in order: only unit dims are added.
+  const std::vector<int64_t>& dims = instr.dimensions();
+  if (x.element_count() == shape.ElementsCount() && std::is_sorted(dims.begin(), dims.end())) {
+    return Value{x.Reshaped(shape)};
+  }
   HostTensor out = args.ctx().Allocate(shape);
   std::vector<int64_t> src(shape.rank(), 0);
   const std::vector<int64_t> x_strides = RowMajorStrides(x.dimensions());
