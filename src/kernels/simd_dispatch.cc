@@ -22,6 +22,8 @@ namespace weft::kernels::simd {
   float Dot(const float*, const float*, int64_t);                                              \
   void SoftmaxGrad(const float*, const float*, float, float, float*, int64_t);                 \
   int64_t FmaPeakLoop(int64_t, float*);                                                        \
+  void Bf16ToF32(const uint16_t*, float*, int64_t);                                            \
+  void F32ToBf16(const float*, uint16_t*, int64_t);                                            \
   }                                                                                            \
   static Primitives Make_##ns() {                                                              \
     Primitives p;                                                                              \
@@ -35,6 +37,8 @@ namespace weft::kernels::simd {
     p.dot = &ns::Dot;                                                                          \
     p.softmax_grad = &ns::SoftmaxGrad;                                                         \
     p.fma_peak_loop = &ns::FmaPeakLoop;                                                        \
+    p.bf16_to_f32 = &ns::Bf16ToF32;                                                            \
+    p.f32_to_bf16 = &ns::F32ToBf16;                                                            \
     return p;                                                                                  \
   }
 WEFT_DECLARE_ISA(portable)
@@ -83,9 +87,36 @@ const char* const* AvailableIsas(int* count) {
 
 namespace {
 thread_local const Primitives* t_forced = nullptr;
+
+// The bfloat16 matrix paths (issue 7) have no kernels in weft yet; naming one
+// is an error that says why, instead of silently running another path.
+void CheckNotMatrixIsa(const std::string& isa, const char* origin) {
+  const CpuInfo& cpu = GetCpuInfo();
+  if (isa == "amx") {
+    if (!(cpu.amx_tile && cpu.amx_bf16)) {
+      Fail("{}={}: this CPU ({}) lacks AMX-BF16 (no amx_tile/amx_bf16 in /proc/cpuinfo); use "
+           "avx512, avx2 or portable",
+           origin, isa, cpu.model_name);
+    }
+    Fail("{}={}: weft has no AMX kernels yet (the bf16 path runs on the float32 "
+         "micro-kernels); use avx512",
+         origin, isa);
+  }
+  if (isa == "avx512bf16") {
+    if (!cpu.avx512_bf16) {
+      Fail("{}={}: this CPU ({}) lacks AVX512-BF16 (no avx512_bf16 in /proc/cpuinfo); use "
+           "avx512, avx2 or portable",
+           origin, isa, cpu.model_name);
+    }
+    Fail("{}={}: weft has no AVX512-BF16 kernels yet (the bf16 path runs on the float32 "
+         "micro-kernels); use avx512",
+         origin, isa);
+  }
 }
+}  // namespace
 
 ScopedIsa::ScopedIsa(const char* isa) : previous_(t_forced) {
+  CheckNotMatrixIsa(isa, "instruction set");
   const Primitives* p = PrimitivesFor(isa);
   if (p == nullptr) Fail("instruction set '{}' is not available on this CPU", isa);
   t_forced = p;
@@ -98,6 +129,7 @@ const Primitives& GetPrimitives() {
   static const Primitives* chosen = [] {
     auto forced = GetEnv("WEFT_ISA");
     if (forced) {
+      CheckNotMatrixIsa(*forced, "WEFT_ISA");
       const Primitives* p = PrimitivesFor(forced->c_str());
       if (p == nullptr) {
         int n = 0;

@@ -51,6 +51,8 @@ struct Attention {
       const Value& qs = Named(a, first);
       const Value& ks = Named(c, first);
       const int64_t sq = qs.shape.dimensions(1), skv = ks.shape.dimensions(1);
+      // Padded query rows of the last device lie past the tensor: masked.
+      if (qi >= sq || ki >= skv) return false;
       if (qs.data[b * sq + qi] != ks.data[b * skv + ki]) return false;
     }
     return true;

@@ -189,6 +189,45 @@ void SoftmaxGrad(const float* p, const float* dp, float delta, float s, float* d
   for (; i < n; ++i) ds[i] = p[i] * (dp[i] - delta) * s;
 }
 
+typedef uint32_t vu __attribute__((vector_size(L * 4)));
+typedef uint16_t vh __attribute__((vector_size(L * 2)));
+typedef uint16_t vhu __attribute__((vector_size(L * 2), aligned(2), may_alias));
+
+static inline uint16_t Bf16Bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+// Integer shifts only, so every ISA copy (AVX2 has no bf16 instructions)
+// converts a vector at a time.
+void Bf16ToF32(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    vh h = *reinterpret_cast<const vhu*>(src + i);
+    vu u = __builtin_convertvector(h, vu) << 16;
+    Store(dst + i, reinterpret_cast<vf>(u));
+  }
+  for (; i < n; ++i) {
+    uint32_t u = static_cast<uint32_t>(src[i]) << 16;
+    std::memcpy(dst + i, &u, sizeof u);
+  }
+}
+
+void F32ToBf16(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    vu u = reinterpret_cast<vu>(Load(src + i));
+    vu nan = reinterpret_cast<vu>((u & 0x7fffffffu) > 0x7f800000u);  // all ones where NaN
+    vu rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    vu quiet = (u >> 16) | 0x0040u;
+    vu r = (nan & quiet) | (~nan & rounded);
+    *reinterpret_cast<vhu*>(dst + i) = __builtin_convertvector(r, vh);
+  }
+  for (; i < n; ++i) dst[i] = Bf16Bits(src[i]);
+}
+
 int64_t FmaPeakLoop(int64_t iterations, float* sink) {
   // Enough independent accumulators to cover FMA latency x ports.
   constexpr int kAcc = L == 4 ? 8 : 12;

@@ -44,6 +44,13 @@ struct Primitives {
   void (*softmax_grad)(const float* p, const float* dp, float delta, float s, float* ds,
                        int64_t n) = nullptr;
 
+  // dst[i] = float(src[i]) for bfloat16 bits src (exact).
+  void (*bf16_to_f32)(const uint16_t* src, float* dst, int64_t n) = nullptr;
+
+  // dst[i] = bfloat16 bits of src[i], round to nearest even, NaN kept NaN
+  // (the same bits as weft::bf16's scalar conversion).
+  void (*f32_to_bf16)(const float* src, uint16_t* dst, int64_t n) = nullptr;
+
   // Runs `iterations` rounds of independent multiply-adds that stay in
   // registers (the machine's float32 FMA peak); returns the flops done.
   // sink receives a value so the work cannot be optimized away.
@@ -52,6 +59,9 @@ struct Primitives {
 
 // The primitives for this machine: the widest instruction set the CPU and OS
 // support, or the one WEFT_ISA names (avx512, avx2, portable). Chosen once.
+// WEFT_ISA=amx|avx512bf16 names the bfloat16 matrix paths of issue 7; weft
+// has no kernels for them yet, so they are an error that says whether this
+// CPU has the extension at all.
 const Primitives& GetPrimitives();
 
 // While alive, kernels started from this thread use `isa` (tests and
