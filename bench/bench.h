@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "weft/kernels/mask_mod.h"
+
 namespace weft::bench {
 
 struct PeakResult {
@@ -27,7 +29,26 @@ struct AttentionBenchOptions {
   int64_t batch = 1, heads = 8;
   bool backward = true;
   bool json = false;
+  std::string dtype = "f32";  // "f32" or "bf16" (bf16 also times f32 for the ratio)
 };
 int RunAttention(const AttentionBenchOptions& options);
+
+// The AMX bf16 peak in GFLOP/s, or 0 when this CPU has no AMX (or weft cannot
+// measure it yet: AMX needs the tile permission and tile kernels, issue 7).
+double MeasureAmxBf16Peak();
+
+// `weft tune attention`: times the candidate configurations that fit and
+// stores the winner in the tune cache.
+struct TuneOptions {
+  int64_t batch = 1, heads = 8, seq = 4096, head_dim = 128;
+  std::string dtype = "f32";
+  std::string mask = "causal";
+  bool explain = false;
+  bool json = false;
+};
+int RunTuneAttention(const TuneOptions& options);
+
+// Shared by bench and tune: the named benchmark mask (null for "none").
+kernels::MaskModPtr MakeBenchMask(const std::string& name, int64_t seq);
 
 }  // namespace weft::bench

@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <vector>
@@ -22,7 +23,9 @@ using kernels::MaskModPtr;
 constexpr int64_t kWindow = 512;   // sliding window: q - 512 <= kv <= q
 constexpr int64_t kDocuments = 8;  // document mask: 8 equal documents
 
-MaskModPtr MakeMask(const std::string& name, int64_t S) {
+}  // namespace
+
+MaskModPtr MakeBenchMask(const std::string& name, int64_t S) {
   if (name == "none") return nullptr;
   if (name == "causal") return kernels::CausalMask();
   if (name == "sliding_window") return kernels::SlidingWindowMask(kWindow, 0);
@@ -34,6 +37,8 @@ MaskModPtr MakeMask(const std::string& name, int64_t S) {
   Fail("weft bench attention: unknown mask '{}'; use none, causal, sliding_window or document",
        name);
 }
+
+namespace {
 
 // Unmasked (q, kv) pairs of one head, from each mask's definition.
 double Pairs(const std::string& name, int64_t S) {
@@ -56,16 +61,25 @@ double Pairs(const std::string& name, int64_t S) {
 }  // namespace
 
 int RunAttention(const AttentionBenchOptions& opt) {
+  const bool use_bf16 = opt.dtype == "bf16";
+  WEFT_CHECK(use_bf16 || opt.dtype == "f32", "weft bench attention: --dtype {} is not supported; use "
+             "f32 or bf16", opt.dtype);
   auto peaks = MeasurePeak(0.2);
-  const double peak = peaks[0].gflops_all_threads;
+  // bf16 is stated against the AMX bf16 peak where there is one; without AMX
+  // the bf16 kernels run on the float32 FMA units, so that is their peak.
+  const double amx_peak = use_bf16 ? MeasureAmxBf16Peak() : 0;
+  const double peak = amx_peak > 0 ? amx_peak : peaks[0].gflops_all_threads;
+  const std::string peak_name = amx_peak > 0 ? "AMX bf16" : "float32 FMA";
   const int threads = ThreadPool::Global().num_threads();
   nlohmann::json rows = nlohmann::json::array();
   if (!opt.json) {
-    fmt::print("flex attention float32, B={} H={}, {} threads, isa {}, measured peak {:.1f} "
-               "GFLOP/s\n",
-               opt.batch, opt.heads, threads, peaks[0].isa, peak);
-    fmt::print("{:>6} {:>4} {:<15} {:>10} {:>9} {:>6} {:>10} {:>9} {:>6}\n", "S", "D", "mask",
-               "fwd ms", "GFLOP/s", "%peak", "fwd+bwd ms", "GFLOP/s", "%peak");
+    fmt::print("flex attention {}, B={} H={}, {} threads, isa {}, measured {} peak {:.1f} "
+               "GFLOP/s{}\n",
+               use_bf16 ? "bfloat16" : "float32", opt.batch, opt.heads, threads, peaks[0].isa,
+               peak_name, peak, use_bf16 && amx_peak == 0 ? " (no AMX on this CPU)" : "");
+    fmt::print("{:>6} {:>4} {:<15} {:>10} {:>9} {:>6} {:>10} {:>9} {:>6}{}\n", "S", "D", "mask",
+               "fwd ms", "GFLOP/s", "%peak", "fwd+bwd ms", "GFLOP/s", "%peak",
+               use_bf16 ? "  fwd x f32  all x f32" : "");
   }
   std::mt19937 rng(1234);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -77,8 +91,17 @@ int RunAttention(const AttentionBenchOptions& opt) {
       std::vector<float> lse(static_cast<size_t>(opt.batch * opt.heads * S));
       for (auto* x : {&q, &k, &v, &dout})
         for (auto& e : *x) e = normal(rng);
+      std::vector<weft::bf16> qh(n), kh(n), vh(n), outh(n), douth(n), dqh(n), dkh(n), dvh(n);
+      if (use_bf16) {
+        for (size_t i = 0; i < n; ++i) {
+          qh[i] = weft::bf16(q[i]);
+          kh[i] = weft::bf16(k[i]);
+          vh[i] = weft::bf16(v[i]);
+          douth[i] = weft::bf16(dout[i]);
+        }
+      }
       for (const auto& mask_name : opt.masks) {
-        MaskModPtr mask = MakeMask(mask_name, S);
+        MaskModPtr mask = MakeBenchMask(mask_name, S);
         std::optional<kernels::BlockMask> bm;
         kernels::AttentionOptions o;
         if (mask) {
@@ -94,15 +117,34 @@ int RunAttention(const AttentionBenchOptions& opt) {
           kernels::FlexAttentionForward(d, q.data(), k.data(), v.data(), o, out.data(),
                                         lse.data());
         };
-        forward();  // warm up (and the output the backward needs)
-        double t_fwd = BestSeconds(reps, forward);
+        auto backward = [&] {
+          kernels::FlexAttentionBackward(d, q.data(), k.data(), v.data(), out.data(), lse.data(),
+                                         dout.data(), nullptr, o, dq.data(), dk.data(),
+                                         dv.data());
+        };
+        auto forward_bf16 = [&] {
+          kernels::FlexAttentionForwardBf16(d, qh.data(), kh.data(), vh.data(), o, outh.data(),
+                                            lse.data());
+        };
+        auto backward_bf16 = [&] {
+          kernels::FlexAttentionBackwardBf16(d, qh.data(), kh.data(), vh.data(), outh.data(),
+                                             lse.data(), douth.data(), nullptr, o, dqh.data(),
+                                             dkh.data(), dvh.data());
+        };
+        // The float32 run is the reference for bf16's speedup, in the same process.
+        double f32_fwd = 0, f32_all = 0;
+        if (use_bf16) {
+          forward();
+          f32_fwd = BestSeconds(reps, forward);
+          f32_all = f32_fwd + (opt.backward ? BestSeconds(reps, backward) : 0);
+        }
+        if (use_bf16) forward_bf16(); else forward();  // warm up (and the backward's output)
+        double t_fwd = BestSeconds(reps, use_bf16 ? std::function<void()>(forward_bf16)
+                                              : std::function<void()>(forward));
         double t_bwd = 0;
         if (opt.backward) {
-          t_bwd = BestSeconds(reps, [&] {
-            kernels::FlexAttentionBackward(d, q.data(), k.data(), v.data(), out.data(),
-                                           lse.data(), dout.data(), nullptr, o, dq.data(),
-                                           dk.data(), dv.data());
-          });
+          t_bwd = BestSeconds(reps, use_bf16 ? std::function<void()>(backward_bf16)
+                                         : std::function<void()>(backward));
         }
         double gf_fwd = fwd_flops / t_fwd / 1e9;
         double t_all = t_fwd + t_bwd;
@@ -120,12 +162,21 @@ int RunAttention(const AttentionBenchOptions& opt) {
           row["forward_backward_gflops"] = gf_all;
           row["forward_backward_percent_of_peak"] = 100 * gf_all / peak;
         }
+        if (use_bf16) {
+          row["f32_forward_ms"] = f32_fwd * 1e3;
+          row["forward_speedup_vs_f32"] = f32_fwd / t_fwd;
+          if (opt.backward) row["forward_backward_speedup_vs_f32"] = f32_all / t_all;
+        }
         rows.push_back(row);
         if (!opt.json) {
           fmt::print("{:>6} {:>4} {:<15} {:>10.2f} {:>9.1f} {:>5.1f}% ", S, D, mask_name,
                      t_fwd * 1e3, gf_fwd, 100 * gf_fwd / peak);
           if (opt.backward)
             fmt::print("{:>10.2f} {:>9.1f} {:>5.1f}%", t_all * 1e3, gf_all, 100 * gf_all / peak);
+          if (use_bf16) {
+            fmt::print("  {:>8.2f}x", f32_fwd / t_fwd);
+            if (opt.backward) fmt::print("  {:>8.2f}x", f32_all / t_all);
+          }
           fmt::print("\n");
           std::fflush(stdout);
         }
@@ -133,7 +184,8 @@ int RunAttention(const AttentionBenchOptions& opt) {
     }
   if (opt.json) {
     nlohmann::json j = {{"benchmark", "attention"},
-                        {"dtype", "float32"},
+                        {"dtype", use_bf16 ? "bfloat16" : "float32"},
+                        {"peak", peak_name},
                         {"isa", peaks[0].isa},
                         {"threads", threads},
                         {"peak_gflops", peak},

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "py_common.h"
+#include "weft/base/bfloat16.h"
 #include "weft/kernels/attention.h"
 
 namespace weft::python {
@@ -190,24 +191,104 @@ AttentionOptions MakeOptions(const AttentionDims& dims, py::handle score_mod,
   return options;
 }
 
+bool IsInteger(py::handle obj);
+
+// precision="f32" or "bf16": true for bf16.
+bool Bf16Precision(const std::string& precision) {
+  if (precision == "bf16" || precision == "bfloat16") return true;
+  if (precision == "f32" || precision == "float32") return false;
+  throw py::value_error(fmt::format(
+      "precision must be \"f32\" or \"bf16\", got \"{}\"", precision));
+}
+
+// kernel_options (FlexAttention's name) -> a forced AttentionConfig.
+std::optional<kernels::AttentionConfig> KernelOptionsArg(py::handle obj) {
+  if (obj.is_none()) return std::nullopt;
+  if (!py::isinstance<py::dict>(obj)) {
+    throw py::value_error(fmt::format(
+        "kernel_options must be a dict such as {{\"BLOCK_M\": 64, \"BLOCK_N\": 64}}, got {}",
+        TypeName(obj)));
+  }
+  kernels::AttentionConfig config;
+  for (auto item : py::reinterpret_borrow<py::dict>(obj)) {
+    const std::string key = py::str(item.first).cast<std::string>();
+    py::handle value = item.second;
+    int64_t* tile = key == "BLOCK_M"       ? &config.forward.block_m
+                    : key == "BLOCK_N"     ? &config.forward.block_n
+                    : key == "BLOCK_M_BWD" ? &config.backward.block_m
+                    : key == "BLOCK_N_BWD" ? &config.backward.block_n
+                                           : nullptr;
+    if (tile != nullptr) {
+      if (!IsInteger(value) || value.cast<int64_t>() <= 0) {
+        throw py::value_error(fmt::format("kernel_options[\"{}\"] must be a positive int, got {}",
+                                          key, py::repr(value).cast<std::string>()));
+      }
+      *tile = value.cast<int64_t>();
+    } else if (key == "BACKWARD_SPLIT") {
+      const std::string v = py::str(value).cast<std::string>();
+      if (v == "fused") {
+        config.split = kernels::BackwardSplit::kFused;
+      } else if (v == "split") {
+        config.split = kernels::BackwardSplit::kSplit;
+      } else if (v != "auto") {
+        throw py::value_error(fmt::format(
+            "kernel_options[\"BACKWARD_SPLIT\"] must be \"fused\", \"split\" or \"auto\", got "
+            "\"{}\"",
+            v));
+      }
+    } else if (key == "ISA") {
+      config.isa = py::str(value).cast<std::string>();
+    } else {
+      throw py::value_error(fmt::format(
+          "kernel_options has an unknown key \"{}\"; known keys: BLOCK_M, BLOCK_N, "
+          "BLOCK_M_BWD, BLOCK_N_BWD, BACKWARD_SPLIT, ISA",
+          key));
+    }
+  }
+  return config;
+}
+
+// x rounded to bfloat16 (the bf16 path's storage), as a vector.
+std::vector<bf16> ToBf16(const FloatArray& x) {
+  const float* data = x.data();
+  std::vector<bf16> y(static_cast<size_t>(x.array.size()));
+  for (size_t i = 0; i < y.size(); ++i) y[i] = bf16(data[i]);
+  return y;
+}
+
+void FromBf16(const std::vector<bf16>& x, float* out) {
+  for (size_t i = 0; i < x.size(); ++i) out[i] = static_cast<float>(x[i]);
+}
+
 py::array_t<float> NewArray(std::vector<int64_t> shape) {
   return py::array_t<float>(std::vector<py::ssize_t>(shape.begin(), shape.end()));
 }
 
 py::object Forward(py::object q_obj, py::object k_obj, py::object v_obj, py::object score_mod,
                    py::object block_mask, std::optional<double> scale, bool enable_gqa,
-                   bool return_lse) {
+                   bool return_lse, const std::string& precision, py::object kernel_options) {
+  const bool use_bf16 = Bf16Precision(precision);
   const FloatArray q = CheckFloatArray(q_obj, "q", 4, "[B, Hq, Sq, D]");
   const FloatArray k = CheckFloatArray(k_obj, "k", 4, "[B, Hkv, Skv, D]");
   const FloatArray v = CheckFloatArray(v_obj, "v", 4, "[B, Hkv, Skv, Dv]");
   const AttentionDims dims = CheckQkv(q, k, v, enable_gqa);
-  const AttentionOptions options = MakeOptions(dims, score_mod, block_mask, scale, enable_gqa);
+  AttentionOptions options = MakeOptions(dims, score_mod, block_mask, scale, enable_gqa);
+  options.config = KernelOptionsArg(kernel_options);
 
   py::array_t<float> out = NewArray({dims.batch, dims.q_heads, dims.q_len, dims.value_dim});
   py::array_t<float> lse = NewArray({dims.batch, dims.q_heads, dims.q_len});
   float* out_data = out.mutable_data();
   float* lse_data = lse.mutable_data();
-  {
+  if (use_bf16) {
+    std::vector<bf16> qh = ToBf16(q), kh = ToBf16(k), vh = ToBf16(v);
+    std::vector<bf16> outh(static_cast<size_t>(out.size()));
+    {
+      py::gil_scoped_release release;
+      kernels::FlexAttentionForwardBf16(dims, qh.data(), kh.data(), vh.data(), options,
+                                        outh.data(), lse_data);
+    }
+    FromBf16(outh, out_data);
+  } else {
     py::gil_scoped_release release;
     kernels::FlexAttentionForward(dims, q.data(), k.data(), v.data(), options, out_data,
                                   lse_data);
@@ -219,7 +300,9 @@ py::object Forward(py::object q_obj, py::object k_obj, py::object v_obj, py::obj
 py::tuple Backward(py::object q_obj, py::object k_obj, py::object v_obj, py::object out_obj,
                    py::object lse_obj, py::object dout_obj, py::object score_mod,
                    py::object block_mask, std::optional<double> scale, bool enable_gqa,
-                   py::object dlse_obj) {
+                   py::object dlse_obj, const std::string& precision,
+                   py::object kernel_options) {
+  const bool use_bf16 = Bf16Precision(precision);
   const FloatArray q = CheckFloatArray(q_obj, "q", 4, "[B, Hq, Sq, D]");
   const FloatArray k = CheckFloatArray(k_obj, "k", 4, "[B, Hkv, Skv, D]");
   const FloatArray v = CheckFloatArray(v_obj, "v", 4, "[B, Hkv, Skv, Dv]");
@@ -237,7 +320,8 @@ py::tuple Backward(py::object q_obj, py::object k_obj, py::object v_obj, py::obj
     dlse = CheckFloatArray(dlse_obj, "dlse", 3, "[B, Hq, Sq]");
     ExpectShape(*dlse, "dlse", lse_shape, "[B, Hq, Sq]");
   }
-  const AttentionOptions options = MakeOptions(dims, score_mod, block_mask, scale, enable_gqa);
+  AttentionOptions options = MakeOptions(dims, score_mod, block_mask, scale, enable_gqa);
+  options.config = KernelOptionsArg(kernel_options);
 
   py::array_t<float> dq = NewArray(q.shape);
   py::array_t<float> dk = NewArray(k.shape);
@@ -246,7 +330,20 @@ py::tuple Backward(py::object q_obj, py::object k_obj, py::object v_obj, py::obj
   float* dk_data = dk.mutable_data();
   float* dv_data = dv.mutable_data();
   const float* dlse_data = dlse ? dlse->data() : nullptr;
-  {
+  if (use_bf16) {
+    std::vector<bf16> qh = ToBf16(q), kh = ToBf16(k), vh = ToBf16(v), outh = ToBf16(out),
+                      douth = ToBf16(dout);
+    std::vector<bf16> dqh(qh.size()), dkh(kh.size()), dvh(vh.size());
+    {
+      py::gil_scoped_release release;
+      kernels::FlexAttentionBackwardBf16(dims, qh.data(), kh.data(), vh.data(), outh.data(),
+                                         lse.data(), douth.data(), dlse_data, options,
+                                         dqh.data(), dkh.data(), dvh.data());
+    }
+    FromBf16(dqh, dq_data);
+    FromBf16(dkh, dk_data);
+    FromBf16(dvh, dv_data);
+  } else {
     py::gil_scoped_release release;
     kernels::FlexAttentionBackward(dims, q.data(), k.data(), v.data(), out.data(), lse.data(),
                                    dout.data(), dlse_data, options, dq_data, dk_data, dv_data);
@@ -400,19 +497,28 @@ void RegisterAttention(py::module_& m) {
   m.def("flex_attention", &Forward, py::arg("q"), py::arg("k"), py::arg("v"),
         py::arg("score_mod") = py::none(), py::arg("block_mask") = py::none(),
         py::arg("scale") = py::none(), py::arg("enable_gqa") = false,
-        py::arg("return_lse") = false,
+        py::arg("return_lse") = false, py::arg("precision") = "f32",
+        py::arg("kernel_options") = py::none(),
         "softmax(score_mod(q @ k^T * scale) masked by block_mask) @ v.\n\n"
         "q [B, Hq, Sq, D], k [B, Hkv, Skv, D], v [B, Hkv, Skv, Dv]: float32, C-contiguous.\n"
         "scale defaults to 1/sqrt(D). enable_gqa allows Hq a multiple of Hkv. Returns out\n"
         "[B, Hq, Sq, Dv], or (out, lse) with lse [B, Hq, Sq] (natural log) when return_lse.\n"
-        "A query row with every key masked gives out 0 and lse -inf.");
+        "A query row with every key masked gives out 0 and lse -inf.\n"
+        "precision=\"bf16\" rounds q, k, v to bfloat16 and runs the bf16 kernels (float32\n"
+        "accumulation); out holds bf16 values (as float32), lse stays float32.\n"
+        "kernel_options forces a configuration: BLOCK_M, BLOCK_N (forward tiles), BLOCK_M_BWD,\n"
+        "BLOCK_N_BWD (backward tiles), BACKWARD_SPLIT (fused/split/auto), ISA. Tiles must\n"
+        "divide the block mask's blocks and fit the cache limit; else ValueError names the\n"
+        "working set, the limit and the largest configuration that fits.");
   m.def("flex_attention_backward", &Backward, py::arg("q"), py::arg("k"), py::arg("v"),
         py::arg("out"), py::arg("lse"), py::arg("dout"), py::arg("score_mod") = py::none(),
         py::arg("block_mask") = py::none(), py::arg("scale") = py::none(),
         py::arg("enable_gqa") = false, py::arg("dlse") = py::none(),
+        py::arg("precision") = "f32", py::arg("kernel_options") = py::none(),
         "Gradients (dq, dk, dv) of flex_attention given out and lse from the forward and the\n"
         "gradients dout [B, Hq, Sq, Dv] and optionally dlse [B, Hq, Sq] (gradient through\n"
-        "the LSE). dk and dv are summed over each GQA group. Same options as the forward.");
+        "the LSE). dk and dv are summed over each GQA group. Same options as the forward\n"
+        "(precision=\"bf16\" also rounds out and dout to bfloat16).");
 }
 
 }  // namespace weft::python

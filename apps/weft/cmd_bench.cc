@@ -3,6 +3,7 @@
 
 #include "bench.h"
 #include "bench_collectives.h"
+#include "bench_executor.h"
 #include "bench_propagate.h"
 #include "commands.h"
 
@@ -13,7 +14,7 @@ void AddBench(CLI::App& app) {
       "bench", "Benchmarks; performance is reported as a ratio to this machine's measured peak");
   bench->require_subcommand(1);
 
-  auto* peak = bench->add_subcommand("peak", "Measure this machine's float32 FMA peak");
+  auto* peak = bench->add_subcommand("peak", "Measure this machine's float32 FMA peak (and the AMX bf16 peak where present)");
   auto peak_json = std::make_shared<bool>(false);
   peak->add_flag("--json", *peak_json, "Print JSON instead of a table");
   peak->callback([peak_json] { SetAction([peak_json] { return bench::RunPeak(*peak_json); }); });
@@ -30,6 +31,9 @@ void AddBench(CLI::App& app) {
       ->capture_default_str();
   attn->add_option("--heads", opt->heads, "Heads")->capture_default_str();
   attn->add_option("--batch", opt->batch, "Batch")->capture_default_str();
+  attn->add_option("--dtype", opt->dtype,
+                   "f32 or bf16 (bf16 also times f32 in the same run and reports the speedup)")
+      ->capture_default_str();
   auto forward_only = std::make_shared<bool>(false);
   attn->add_flag("--forward-only", *forward_only, "Skip the backward pass");
   auto* coll = bench->add_subcommand(
@@ -62,6 +66,14 @@ void AddBench(CLI::App& app) {
   prop->add_flag("--json", *prop_json, "Print JSON instead of a table");
   prop->callback([prop_json] {
     SetAction([prop_json] { return bench::RunPropagateBench(*prop_json); });
+  });
+
+  auto* exec = bench->add_subcommand(
+      "executor", "Executor overhead per instruction (a chain of tiny adds), microseconds");
+  auto exec_json = std::make_shared<bool>(false);
+  exec->add_flag("--json", *exec_json, "Print JSON instead of a table");
+  exec->callback([exec_json] {
+    SetAction([exec_json] { return bench::RunExecutorOverhead(*exec_json); });
   });
 
   attn->callback([opt, forward_only] {

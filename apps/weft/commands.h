@@ -12,6 +12,7 @@ void AddDemo(CLI::App& app);
 void AddBench(CLI::App& app);
 void AddTopology(CLI::App& app);
 void AddCompile(CLI::App& app);
+void AddTune(CLI::App& app);
 
 // Stores the action of the subcommand being parsed.
 void SetAction(std::function<int()> action);

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   weft::cli::AddBench(app);
   weft::cli::AddTopology(app);
   weft::cli::AddCompile(app);
+  weft::cli::AddTune(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

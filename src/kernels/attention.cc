@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <type_traits>
 
 #include "attention_internal.h"
 #include "weft/base/error.h"
@@ -54,75 +56,127 @@ void ValidateAttention(const AttentionDims& d, const AttentionOptions& o) {
 
 namespace internal {
 
-Problem::Problem(const AttentionDims& dims, const AttentionOptions& options)
-    : d(dims), simd(simd::GetPrimitives()) {
+namespace {
+
+// The instruction set a call runs: the forced configuration's, else the
+// thread's default (WEFT_ISA, ScopedIsa, or the widest available).
+const simd::Primitives& SelectPrimitives(const AttentionOptions& options) {
+  if (options.config && !options.config->isa.empty()) {
+    const std::string& isa = options.config->isa;
+    if (isa == "amx" || isa == "avx512bf16") simd::ScopedIsa check(isa.c_str());  // explains
+    const simd::Primitives* p = simd::PrimitivesFor(isa.c_str());
+    if (p == nullptr) {
+      int n = 0;
+      const char* const* names = simd::AvailableIsas(&n);
+      std::string list;
+      for (int i = 0; i < n; ++i) list += (i ? ", " : "") + std::string(names[i]);
+      Fail("flex_attention: forced isa '{}' is not available on this CPU; use one of: {}", isa,
+           list);
+    }
+    return *p;
+  }
+  return simd::GetPrimitives();
+}
+
+}  // namespace
+
+Problem::Problem(const AttentionDims& dims, const AttentionOptions& options,
+                 AttentionDtype dtype, bool backward)
+    : d(dims), simd(SelectPrimitives(options)) {
   ValidateAttention(dims, options);
   scale = options.scale ? *options.scale : 1.0f / std::sqrt(static_cast<float>(d.head_dim));
   score_mod = options.score_mod;
+  ConfigProblem cp = ConfigProblem::From(dims, options, dtype);
+  cp.isa = simd.isa;
+  chosen = ChooseTiles(cp, options, backward);
+  bq = chosen.tiles.block_m;
+  bk = chosen.tiles.block_n;
   if (options.block_mask != nullptr) {
     mask = options.block_mask;
   } else {
-    dense.emplace(BlockMask::Dense(d.q_len, d.kv_len));
+    dense.emplace(BlockMask::Dense(d.q_len, d.kv_len, bq, bk));
     mask = &*dense;
   }
+  rq = mask->q_block() / bq;
+  rk = mask->kv_block() / bk;
   group = d.q_heads / d.kv_heads;
-  bq = mask->q_block();
-  bk = mask->kv_block();
   bkp = simd::PadN(bk);
   dp = simd::PadN(d.head_dim);
   dvp = simd::PadN(d.value_dim);
-  nqb = mask->num_q_blocks();
-  nkb = mask->num_kv_blocks();
+  nqb = (d.q_len + bq - 1) / bq;
+  nkb = (d.kv_len + bk - 1) / bk;
 }
 
 int64_t Problem::QRows(int64_t qb) const { return std::min(bq, d.q_len - qb * bq); }
 int64_t Problem::KRows(int64_t kb) const { return std::min(bk, d.kv_len - kb * bk); }
 
-void Problem::ScaleQ(const float* q) {
+template <typename T>
+void Problem::ScaleQ(const T* q) {
   const int64_t rows = d.batch * d.q_heads * d.q_len;
   q_scaled.Resize(static_cast<size_t>(rows * d.head_dim));
   const int64_t chunk = 256;
   ThreadPool::Global().ParallelFor((rows + chunk - 1) / chunk, [&](int64_t task, int) {
     const int64_t r0 = task * chunk, r1 = std::min(rows, r0 + chunk);
-    for (int64_t i = r0 * d.head_dim; i < r1 * d.head_dim; ++i) q_scaled[i] = q[i] * scale;
+    if constexpr (std::is_same_v<T, float>) {
+      for (int64_t i = r0 * d.head_dim; i < r1 * d.head_dim; ++i) q_scaled[i] = q[i] * scale;
+    } else {
+      float* dst = q_scaled.data() + r0 * d.head_dim;
+      ToFloats(simd, q + r0 * d.head_dim, dst, (r1 - r0) * d.head_dim);
+      for (int64_t i = 0; i < (r1 - r0) * d.head_dim; ++i) dst[i] *= scale;
+    }
   });
 }
 
-void Problem::PackKt(const float* k) {
+template <typename T>
+void Problem::PackKt(const T* k) {
   kt.Resize(static_cast<size_t>(d.batch * d.kv_heads * nkb * d.head_dim * bkp));
   ThreadPool::Global().ParallelFor(d.batch * d.kv_heads * nkb, [&](int64_t task, int) {
     int64_t kb = task % nkb, bh = task / nkb;
-    const float* src = k + (bh * d.kv_len + kb * bk) * d.head_dim;
+    const T* src = k + (bh * d.kv_len + kb * bk) * d.head_dim;
     KtPanel(*this, bh / d.kv_heads, bh % d.kv_heads, kb)
         .SetTransposed(src, KRows(kb), d.head_dim, d.head_dim, bkp);
   });
 }
 
-void Chunked::SetRows(int64_t r0, const float* x, int64_t n, int64_t cols, int64_t ld,
-                      int64_t padded_cols) const {
+template void Problem::ScaleQ(const float*);
+template void Problem::ScaleQ(const bf16*);
+template void Problem::PackKt(const float*);
+template void Problem::PackKt(const bf16*);
+
+template <typename T>
+void Chunked::SetRows(const simd::Primitives& s, int64_t r0, const T* x, int64_t n,
+                      int64_t cols, int64_t ld, int64_t padded_cols) const {
   constexpr int64_t C = simd::kPadN;
   for (int64_t c0 = 0; c0 < padded_cols; c0 += C) {
     float* chunk = data + c0 * rows + r0 * C;
     const int64_t width = std::max<int64_t>(0, std::min(C, cols - c0));
     for (int64_t r = 0; r < n; ++r) {
-      if (width > 0) std::memcpy(chunk + r * C, x + r * ld + c0, width * sizeof(float));
+      if (width > 0) ToFloats(s, x + r * ld + c0, chunk + r * C, width);
       std::fill(chunk + r * C + width, chunk + (r + 1) * C, 0.0f);
     }
   }
 }
 
-void Chunked::SetTransposed(const float* x, int64_t n, int64_t cols, int64_t ld,
+template <typename T>
+void Chunked::SetTransposed(const T* x, int64_t n, int64_t cols, int64_t ld,
                             int64_t padded_cols) const {
   constexpr int64_t C = simd::kPadN;
   for (int64_t c0 = 0; c0 < padded_cols; c0 += C) {
     float* chunk = data + c0 * rows;  // [cols][C]: row r holds x[c0 .. c0 + C][r]
     const int64_t width = std::max<int64_t>(0, std::min(C, n - c0));
     for (int64_t r = 0; r < cols; ++r) {
-      for (int64_t j = 0; j < width; ++j) chunk[r * C + j] = x[(c0 + j) * ld + r];
+      for (int64_t j = 0; j < width; ++j) chunk[r * C + j] = ToFloat(x[(c0 + j) * ld + r]);
       for (int64_t j = width; j < C; ++j) chunk[r * C + j] = 0.0f;
     }
   }
 }
+
+template void Chunked::SetRows(const simd::Primitives&, int64_t, const float*, int64_t,
+                               int64_t, int64_t, int64_t) const;
+template void Chunked::SetRows(const simd::Primitives&, int64_t, const bf16*, int64_t, int64_t,
+                               int64_t, int64_t) const;
+template void Chunked::SetTransposed(const float*, int64_t, int64_t, int64_t, int64_t) const;
+template void Chunked::SetTransposed(const bf16*, int64_t, int64_t, int64_t, int64_t) const;
 
 void ScoreTile(const Problem& p, int64_t b, int64_t h, int64_t qb, int64_t kb, bool partial,
                float* s, float* grad, uint8_t* keep) {

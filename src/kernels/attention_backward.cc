@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "attention_internal.h"
@@ -114,9 +115,10 @@ void TileBackward(const Problem& p, const BackwardOperands& x, BackwardScratch& 
 }
 
 // Writes an accumulator [rows, ld_in] to an unpadded output [rows, cols].
-void StoreRows(const float* acc, int64_t rows, int64_t cols, int64_t ld_in, float* out) {
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(out + r * cols, acc + r * ld_in, static_cast<size_t>(cols) * sizeof(float));
+template <typename T>
+void StoreRows(const simd::Primitives& s, const float* acc, int64_t rows, int64_t cols,
+               int64_t ld_in, T* out) {
+  for (int64_t r = 0; r < rows; ++r) internal::FromFloats(s, acc + r * ld_in, out + r * cols, cols);
 }
 
 bool UseFused(const Problem& p, BackwardSplit split, int threads) {
@@ -125,13 +127,12 @@ bool UseFused(const Problem& p, BackwardSplit split, int threads) {
   return units % threads == 0 || units >= 4 * threads;
 }
 
-}  // namespace
-
-void FlexAttentionBackward(const AttentionDims& dims, const float* q, const float* k,
-                           const float* v, const float* out, const float* lse,
-                           const float* dout, const float* dlse, const AttentionOptions& options,
-                           float* dq, float* dk, float* dv) {
-  Problem p(dims, options);
+// T is the storage type of q, k, v, out, dout and the gradients.
+template <typename T>
+void Backward(const AttentionDims& dims, const T* q, const T* k, const T* v, const T* out,
+              const float* lse, const T* dout_in, const float* dlse,
+              const AttentionOptions& options, AttentionDtype dtype, T* dq, T* dk, T* dv) {
+  Problem p(dims, options, dtype, /*backward=*/true);
   const AttentionDims& d = p.d;
   ThreadPool& pool = ThreadPool::Global();
   p.ScaleQ(q);
@@ -143,16 +144,37 @@ void FlexAttentionBackward(const AttentionDims& dims, const float* q, const floa
   AlignedBuffer<float> q_rows(q_rows_total * p.dp), do_rows(q_rows_total * p.dvp),
       delta(q_rows_total), k_rows(k_rows_total * p.dp),
       vt(d.batch * d.kv_heads * p.nkb * d.value_dim * p.bkp);
+  // dO is also a row-major GEMM A operand: bf16 needs a float32 copy.
+  AlignedBuffer<float> dout_f;
+  const float* dout = nullptr;
+  if constexpr (std::is_same_v<T, float>) {
+    dout = dout_in;
+  } else {
+    dout_f.Resize(q_rows_total * d.value_dim);
+    dout = dout_f.data();
+  }
   const int64_t q_heads = d.batch * d.q_heads;
   pool.ParallelFor(q_heads * p.nqb, [&](int64_t task, int) {
     const int64_t bh = task / p.nqb, qb = task % p.nqb;
     const int64_t row0 = bh * d.q_len + qb * p.bq, rows = p.QRows(qb);
+    if constexpr (!std::is_same_v<T, float>) {
+      internal::ToFloats(p.simd, dout_in + row0 * d.value_dim, dout_f.data() + row0 * d.value_dim,
+                         rows * d.value_dim);
+    }
     internal::Chunked{q_rows.data() + bh * d.q_len * p.dp, d.q_len}.SetRows(
-        qb * p.bq, q + row0 * d.head_dim, rows, d.head_dim, d.head_dim, p.dp);
+        p.simd, qb * p.bq, q + row0 * d.head_dim, rows, d.head_dim, d.head_dim, p.dp);
     internal::Chunked{do_rows.data() + bh * d.q_len * p.dvp, d.q_len}.SetRows(
-        qb * p.bq, dout + row0 * d.value_dim, rows, d.value_dim, d.value_dim, p.dvp);
+        p.simd, qb * p.bq, dout + row0 * d.value_dim, rows, d.value_dim, d.value_dim, p.dvp);
+    float out_row[kMaxHeadDim];
     for (int64_t r = row0; r < row0 + rows; ++r) {
-      float dot = p.simd.dot(dout + r * d.value_dim, out + r * d.value_dim, d.value_dim);
+      const float* o = nullptr;
+      if constexpr (std::is_same_v<T, float>) {
+        o = out + r * d.value_dim;
+      } else {
+        internal::ToFloats(p.simd, out + r * d.value_dim, out_row, d.value_dim);
+        o = out_row;
+      }
+      float dot = p.simd.dot(dout + r * d.value_dim, o, d.value_dim);
       delta[r] = dot - (dlse != nullptr ? dlse[r] : 0.0f);
     }
   });
@@ -160,7 +182,7 @@ void FlexAttentionBackward(const AttentionDims& dims, const float* q, const floa
     const int64_t bkvh = task / p.nkb, kb = task % p.nkb;
     const int64_t row0 = bkvh * d.kv_len + kb * p.bk, rows = p.KRows(kb);
     internal::Chunked{k_rows.data() + bkvh * d.kv_len * p.dp, d.kv_len}.SetRows(
-        kb * p.bk, k + row0 * d.head_dim, rows, d.head_dim, d.head_dim, p.dp);
+        p.simd, kb * p.bk, k + row0 * d.head_dim, rows, d.head_dim, d.head_dim, p.dp);
     internal::Chunked{vt.data() + task * d.value_dim * p.bkp, d.value_dim}.SetTransposed(
         v + row0 * d.value_dim, rows, d.value_dim, d.value_dim, p.bkp);
   });
@@ -170,11 +192,17 @@ void FlexAttentionBackward(const AttentionDims& dims, const float* q, const floa
   std::vector<BackwardScratch> scratch(pool.num_threads());
   auto store_kv_block = [&](BackwardScratch& w, int64_t b, int64_t kvh, int64_t kb) {
     int64_t row0 = (b * d.kv_heads + kvh) * d.kv_len + kb * p.bk;
-    StoreRows(w.dk.data(), p.KRows(kb), d.head_dim, p.dp, dk + row0 * d.head_dim);
-    StoreRows(w.dv.data(), p.KRows(kb), d.value_dim, p.dvp, dv + row0 * d.value_dim);
+    StoreRows(p.simd, w.dk.data(), p.KRows(kb), d.head_dim, p.dp, dk + row0 * d.head_dim);
+    StoreRows(p.simd, w.dv.data(), p.KRows(kb), d.value_dim, p.dvp, dv + row0 * d.value_dim);
   };
 
-  if (UseFused(p, options.backward_split, pool.num_threads())) {
+  // A forced configuration's split wins, then the option, then the tune cache's.
+  BackwardSplit split = options.backward_split;
+  if (options.config && options.config->split != BackwardSplit::kAuto) {
+    split = options.config->split;
+  }
+  if (split == BackwardSplit::kAuto) split = p.chosen.split;
+  if (UseFused(p, split, pool.num_threads())) {
     // One task per (b, kv head): kv blocks outer, the group's query heads and
     // their query blocks inner; dq of the whole group accumulates in scratch.
     pool.ParallelFor(d.batch * d.kv_heads, [&](int64_t task, int thread) {
@@ -188,7 +216,7 @@ void FlexAttentionBackward(const AttentionDims& dims, const float* q, const floa
         w.dv.Zero();
         for (int64_t g = 0; g < p.group; ++g) {
           const int64_t h = kvh * p.group + g;
-          internal::ForEachBlock(p.mask->QBlocks(b, h, kb), [&](int32_t qb, bool partial) {
+          internal::ForEachQTile(p, b, h, kb, [&](int64_t qb, bool partial) {
             float* dq_rows = w.dq.data() + (g * d.q_len + qb * p.bq) * p.dp;
             TileBackward(p, x, w, b, h, qb, kb, partial, dq_rows, w.dk.data(), w.dv.data());
           });
@@ -197,7 +225,7 @@ void FlexAttentionBackward(const AttentionDims& dims, const float* q, const floa
       }
       for (int64_t g = 0; g < p.group; ++g) {
         const int64_t h = kvh * p.group + g;
-        StoreRows(w.dq.data() + g * d.q_len * p.dp, d.q_len, d.head_dim, p.dp,
+        StoreRows(p.simd, w.dq.data() + g * d.q_len * p.dp, d.q_len, d.head_dim, p.dp,
                   dq + (b * d.q_heads + h) * d.q_len * d.head_dim);
       }
     });
@@ -214,7 +242,7 @@ void FlexAttentionBackward(const AttentionDims& dims, const float* q, const floa
     w.dv.Zero();
     for (int64_t g = 0; g < p.group; ++g) {
       const int64_t h = kvh * p.group + g;
-      internal::ForEachBlock(p.mask->QBlocks(b, h, kb), [&](int32_t qb, bool partial) {
+      internal::ForEachQTile(p, b, h, kb, [&](int64_t qb, bool partial) {
         TileBackward(p, x, w, b, h, qb, kb, partial, nullptr, w.dk.data(), w.dv.data());
       });
     }
@@ -227,12 +255,28 @@ void FlexAttentionBackward(const AttentionDims& dims, const float* q, const floa
     w.Reserve(p);
     w.dq.Resize(p.bq * p.dp);
     w.dq.Zero();
-    internal::ForEachBlock(p.mask->KvBlocks(b, h, qb), [&](int32_t kb, bool partial) {
+    internal::ForEachKvTile(p, b, h, qb, [&](int64_t kb, bool partial) {
       TileBackward(p, x, w, b, h, qb, kb, partial, w.dq.data(), nullptr, nullptr);
     });
-    StoreRows(w.dq.data(), p.QRows(qb), d.head_dim, p.dp,
+    StoreRows(p.simd, w.dq.data(), p.QRows(qb), d.head_dim, p.dp,
               dq + (bh * d.q_len + qb * p.bq) * d.head_dim);
   });
+}
+
+}  // namespace
+
+void FlexAttentionBackward(const AttentionDims& dims, const float* q, const float* k,
+                           const float* v, const float* out, const float* lse,
+                           const float* dout, const float* dlse, const AttentionOptions& options,
+                           float* dq, float* dk, float* dv) {
+  Backward(dims, q, k, v, out, lse, dout, dlse, options, AttentionDtype::kFloat32, dq, dk, dv);
+}
+
+void FlexAttentionBackwardBf16(const AttentionDims& dims, const bf16* q, const bf16* k,
+                               const bf16* v, const bf16* out, const float* lse,
+                               const bf16* dout, const float* dlse,
+                               const AttentionOptions& options, bf16* dq, bf16* dk, bf16* dv) {
+  Backward(dims, q, k, v, out, lse, dout, dlse, options, AttentionDtype::kBfloat16, dq, dk, dv);
 }
 
 }  // namespace weft::kernels

@@ -22,12 +22,11 @@ struct ForwardScratch {
   AlignedBuffer<float> v;  // one kv block of V, Dv padded
 };
 
-}  // namespace
-
-void FlexAttentionForward(const AttentionDims& dims, const float* q, const float* k,
-                          const float* v, const AttentionOptions& options, float* out,
-                          float* lse) {
-  Problem p(dims, options);
+// T is the storage type of q, k, v and out (float or bf16); compute is float32.
+template <typename T>
+void Forward(const AttentionDims& dims, const T* q, const T* k, const T* v,
+             const AttentionOptions& options, AttentionDtype dtype, T* out, float* lse) {
+  Problem p(dims, options, dtype, /*backward=*/false);
   p.ScaleQ(q);
   p.PackKt(k);
   const AttentionDims& d = p.d;
@@ -41,7 +40,7 @@ void FlexAttentionForward(const AttentionDims& dims, const float* q, const float
   ThreadPool& pool = ThreadPool::Global();
   pool.ParallelFor(d.batch * d.kv_heads * p.nkb, [&](int64_t task, int) {
     int64_t kb = task % p.nkb, bh = task / p.nkb;
-    v_head(bh).SetRows(kb * p.bk, v + (bh * d.kv_len + kb * p.bk) * d.value_dim, p.KRows(kb),
+    v_head(bh).SetRows(p.simd, kb * p.bk, v + (bh * d.kv_len + kb * p.bk) * d.value_dim, p.KRows(kb),
                        d.value_dim, d.value_dim, p.dvp);
   });
 
@@ -67,7 +66,7 @@ void FlexAttentionForward(const AttentionDims& dims, const float* q, const float
     }
     const internal::Chunked vhead = v_head(b * d.kv_heads + kvh);
 
-    internal::ForEachBlock(p.mask->KvBlocks(b, h, qb), [&](int32_t kb, bool partial) {
+    internal::ForEachKvTile(p, b, h, qb, [&](int64_t kb, bool partial) {
       const int64_t nk = p.KRows(kb);
       float* s = w.s.data();
       internal::ScoreTile(p, b, h, qb, kb, partial, s, nullptr, w.keep.data());
@@ -91,21 +90,36 @@ void FlexAttentionForward(const AttentionDims& dims, const float* q, const float
                   true);
     });
 
-    float* out_rows = out + (bh * d.q_len + qb * p.bq) * d.value_dim;
+    T* out_rows = out + (bh * d.q_len + qb * p.bq) * d.value_dim;
     float* lse_rows = lse + bh * d.q_len + qb * p.bq;
     for (int64_t i = 0; i < nq; ++i) {
-      float* dst = out_rows + i * d.value_dim;
+      T* dst = out_rows + i * d.value_dim;
+      float* row = w.o.data() + i * p.dvp;  // normalized in place, then stored
       if (w.l[i] == 0.0f) {  // fully masked row: out 0, lse -inf
-        std::fill(dst, dst + d.value_dim, 0.0f);
+        std::fill(row, row + d.value_dim, 0.0f);
         lse_rows[i] = kNegInf;
-        continue;
+      } else {
+        float inv = 1.0f / w.l[i];
+        for (int64_t c = 0; c < d.value_dim; ++c) row[c] *= inv;
+        lse_rows[i] = w.m[i] + std::log(w.l[i]);
       }
-      float inv = 1.0f / w.l[i];
-      const float* src = w.o.data() + i * p.dvp;
-      for (int64_t c = 0; c < d.value_dim; ++c) dst[c] = src[c] * inv;
-      lse_rows[i] = w.m[i] + std::log(w.l[i]);
+      internal::FromFloats(p.simd, row, dst, d.value_dim);
     }
   });
+}
+
+}  // namespace
+
+void FlexAttentionForward(const AttentionDims& dims, const float* q, const float* k,
+                          const float* v, const AttentionOptions& options, float* out,
+                          float* lse) {
+  Forward(dims, q, k, v, options, AttentionDtype::kFloat32, out, lse);
+}
+
+void FlexAttentionForwardBf16(const AttentionDims& dims, const bf16* q, const bf16* k,
+                              const bf16* v, const AttentionOptions& options, bf16* out,
+                              float* lse) {
+  Forward(dims, q, k, v, options, AttentionDtype::kBfloat16, out, lse);
 }
 
 }  // namespace weft::kernels

@@ -3,20 +3,27 @@
 // Internal to the kernels module.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 
 #include "simd/primitives.h"
 #include "weft/base/aligned.h"
+#include "weft/base/bfloat16.h"
 #include "weft/kernels/attention.h"
+#include "weft/kernels/attention_config.h"
 
 namespace weft::kernels::internal {
 
 // Operands are packed once per call so that every GEMM sees the layout its
 // micro-kernel wants: column counts padded to simd::kPadN with zeros.
 // Extra memory is O(S * D): never O(Sq * Skv).
+// The forward (backward = false) or backward of one call: validates, then
+// chooses the kernel tiles (attention_config.h) and the instruction set.
 struct Problem {
-  Problem(const AttentionDims& dims, const AttentionOptions& options);
+  Problem(const AttentionDims& dims, const AttentionOptions& options, AttentionDtype dtype,
+          bool backward);
 
   AttentionDims d;
   float scale = 1;
@@ -24,13 +31,15 @@ struct Problem {
   const BlockMask* mask = nullptr;   // never null: `dense` when no mask was given
   std::optional<BlockMask> dense;
   const simd::Primitives& simd;
+  ChosenTiles chosen;              // the tiles and where they came from
   int64_t group = 1;               // query heads per kv head
-  int64_t bq = 0, bk = 0;          // tile sizes (the block mask's block sizes)
+  int64_t bq = 0, bk = 0;          // kernel tile sizes (divide the mask's blocks)
+  int64_t rq = 1, rk = 1;          // tiles per mask block (rows, columns)
   int64_t bkp = 0;                 // bk padded to kPadN
   int64_t dp = 0, dvp = 0;         // D and Dv padded to kPadN
-  int64_t nqb = 0, nkb = 0;        // number of query / kv blocks
+  int64_t nqb = 0, nkb = 0;        // number of query / kv tiles
 
-  // Number of queries / keys in block qb / kb (the last may be short).
+  // Number of queries / keys in tile qb / kb (the last may be short).
   int64_t QRows(int64_t qb) const;
   int64_t KRows(int64_t kb) const;
   const float* QHead(const float* q, int64_t b, int64_t h) const {
@@ -40,7 +49,8 @@ struct Problem {
   // q * scale, [B, Hq, Sq, D]: scores come out of one GEMM already scaled
   // (no extra pass over each tile), identically in forward and backward.
   AlignedBuffer<float> q_scaled;
-  void ScaleQ(const float* q);
+  template <typename T>
+  void ScaleQ(const T* q);
   const float* QScaledRows(int64_t b, int64_t h, int64_t qb) const {
     return q_scaled.data() + ((b * d.q_heads + h) * d.q_len + qb * bq) * d.head_dim;
   }
@@ -48,8 +58,23 @@ struct Problem {
   // K^T panels, one per (b, kv head, kv block): chunked [D x bkp] matrices
   // (see Chunked below), so Q * panel gives a score tile.
   AlignedBuffer<float> kt;
-  void PackKt(const float* k);
+  template <typename T>
+  void PackKt(const T* k);
 };
+
+// dst[0..n) = src as float32 (a copy, or the bfloat16 conversion).
+inline void ToFloats(const simd::Primitives&, const float* src, float* dst, int64_t n) {
+  std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
+inline void ToFloats(const simd::Primitives& s, const bf16* src, float* dst, int64_t n) {
+  s.bf16_to_f32(reinterpret_cast<const uint16_t*>(src), dst, n);
+}
+inline void FromFloats(const simd::Primitives&, const float* src, float* dst, int64_t n) {
+  std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
+inline void FromFloats(const simd::Primitives& s, const float* src, bf16* dst, int64_t n) {
+  s.f32_to_bf16(src, reinterpret_cast<uint16_t*>(dst), n);
+}
 
 // A GEMM B operand (simd::Primitives::gemm): element (k, n) at
 // data[(n / kPadN) * chunk_stride + k * ldb + n % kPadN].
@@ -71,13 +96,14 @@ struct Chunked {
     return BOperand{data + r0 * simd::kPadN, simd::kPadN, rows * simd::kPadN};
   }
   // Writes x [n x cols] (leading dim ld) into rows r0 .. r0 + n, zero-filling
-  // the padded columns up to padded_cols.
-  void SetRows(int64_t r0, const float* x, int64_t n, int64_t cols, int64_t ld,
-               int64_t padded_cols) const;
+  // the padded columns up to padded_cols. T is float or bf16 (converted).
+  template <typename T>
+  void SetRows(const simd::Primitives& s, int64_t r0, const T* x, int64_t n, int64_t cols,
+               int64_t ld, int64_t padded_cols) const;
   // Writes x^T into columns 0 .. n of rows 0 .. cols (x is [n x cols] with
   // leading dim ld), zero-filling columns n .. padded_cols.
-  void SetTransposed(const float* x, int64_t n, int64_t cols, int64_t ld,
-                     int64_t padded_cols) const;
+  template <typename T>
+  void SetTransposed(const T* x, int64_t n, int64_t cols, int64_t ld, int64_t padded_cols) const;
 };
 
 inline Chunked KtPanel(const Problem& p, int64_t b, int64_t kvh, int64_t kb) {
@@ -86,7 +112,7 @@ inline Chunked KtPanel(const Problem& p, int64_t b, int64_t kvh, int64_t kb) {
                  p.d.head_dim};
 }
 
-// Writes the scores of queries of block qb against kv block kb into s
+// Writes the scores of queries of tile qb against kv tile kb into s
 // (leading dim p.bkp, bkp columns): q.k * scale (from p.q_scaled),
 // then the score mod, then -inf where the mask (if `partial`) or the end of
 // the keys excludes a pair. When grad is not null it receives
@@ -107,6 +133,25 @@ void ForEachBlock(const BlockMask::BlockList& list, Fn&& fn) {
       fn(list.partial[j++], true);
     }
   }
+}
+
+// Calls fn(kv tile, partial) for the kv tiles of query tile qt, ascending:
+// each mask block's tiles (those that start before the end of the keys).
+template <typename Fn>
+void ForEachKvTile(const Problem& p, int64_t b, int64_t h, int64_t qt, Fn&& fn) {
+  ForEachBlock(p.mask->KvBlocks(b, h, qt / p.rq), [&](int32_t kb, bool partial) {
+    const int64_t t0 = int64_t{kb} * p.rk, t1 = std::min(t0 + p.rk, p.nkb);
+    for (int64_t t = t0; t < t1; ++t) fn(t, partial);
+  });
+}
+
+// Calls fn(query tile, partial) for the query tiles of kv tile kt, ascending.
+template <typename Fn>
+void ForEachQTile(const Problem& p, int64_t b, int64_t h, int64_t kt, Fn&& fn) {
+  ForEachBlock(p.mask->QBlocks(b, h, kt / p.rk), [&](int32_t qb, bool partial) {
+    const int64_t t0 = int64_t{qb} * p.rq, t1 = std::min(t0 + p.rq, p.nqb);
+    for (int64_t t = t0; t < t1; ++t) fn(t, partial);
+  });
 }
 
 // y[c][r] = x[r][c] for a rows x cols tile; y has leading dim ld_out.

@@ -22,7 +22,7 @@ using kernels::AttentionDims;
 using kernels::AttentionOptions;
 using kernels::BlockMask;
 
-struct AttentionConfig {
+struct AttentionCallConfig {
   std::string mask, score_mod;
   std::vector<std::string> mask_tensors, score_tensors;
   std::optional<float> scale;
@@ -36,8 +36,8 @@ struct AttentionConfig {
   std::optional<BlockMask> static_mask;
 };
 
-AttentionConfig ParseConfig(const HloInstruction& instr) {
-  AttentionConfig c;
+AttentionCallConfig ParseConfig(const HloInstruction& instr) {
+  AttentionCallConfig c;
   c.backward = instr.attrs().custom_call_target == kFlexAttentionBackwardTarget;
   const std::string& text = instr.attrs().backend_config;
   nlohmann::json j = nlohmann::json::object();
@@ -149,7 +149,7 @@ std::map<std::string, Tensor> Placeholders(const HloInstruction& instr,
   return out;
 }
 
-kernels::MaskModPtr MakeMask(const AttentionConfig& c, const EvalArgs* args,
+kernels::MaskModPtr MakeMask(const AttentionCallConfig& c, const EvalArgs* args,
                              const HloInstruction& instr) {
   if (c.mask.empty()) return nullptr;
   std::map<std::string, kernels::IndexTensor> tensors;
@@ -163,7 +163,7 @@ kernels::MaskModPtr MakeMask(const AttentionConfig& c, const EvalArgs* args,
   return kernels::MaskExpr(c.mask, std::move(tensors));
 }
 
-kernels::ScoreModPtr MakeScoreMod(const AttentionConfig& c, const EvalArgs* args,
+kernels::ScoreModPtr MakeScoreMod(const AttentionCallConfig& c, const EvalArgs* args,
                                   const HloInstruction& instr) {
   if (c.score_mod.empty()) return nullptr;
   const int64_t first = c.first_tensor + static_cast<int64_t>(c.mask_tensors.size());
@@ -178,7 +178,7 @@ kernels::ScoreModPtr MakeScoreMod(const AttentionConfig& c, const EvalArgs* args
   return kernels::ScoreExpr(c.score_mod, std::move(tensors));
 }
 
-BlockMask MakeBlockMask(const AttentionConfig& c, const AttentionDims& d,
+BlockMask MakeBlockMask(const AttentionCallConfig& c, const AttentionDims& d,
                         kernels::MaskModPtr mask) {
   if (mask == nullptr) return BlockMask::Dense(d.q_len, d.kv_len, c.q_block, c.kv_block);
   // A mask that ignores b or h is classified once for all batch rows / heads.
@@ -227,7 +227,7 @@ void CheckCustomCall(const HloInstruction& instr) {
   WEFT_CHECK(target == kFlexAttentionTarget || target == kFlexAttentionBackwardTarget,
              "custom_call_target \"{}\" is not supported; the executor runs \"{}\" and \"{}\"",
              target, kFlexAttentionTarget, kFlexAttentionBackwardTarget);
-  AttentionConfig c = ParseConfig(instr);
+  AttentionCallConfig c = ParseConfig(instr);
   const AttentionDims d = DimsOf(instr);
   for (int64_t i = 0; i < 3; ++i) CheckFloat(instr.operand(i)->shape(), "q, k and v");
   const Shape& shape = instr.shape();
@@ -277,11 +277,11 @@ void CheckCustomCall(const HloInstruction& instr) {
 }
 
 Value EvalCustomCall(const HloInstruction& instr, EvalArgs& args) {
-  AttentionConfig* config = args.cache().Find<AttentionConfig>(instr);
+  AttentionCallConfig* config = args.cache().Find<AttentionCallConfig>(instr);
   if (config == nullptr) {
-    config = &args.cache().Put(instr, std::make_shared<AttentionConfig>(ParseConfig(instr)));
+    config = &args.cache().Put(instr, std::make_shared<AttentionCallConfig>(ParseConfig(instr)));
   }
-  const AttentionConfig& c = *config;
+  const AttentionCallConfig& c = *config;
   const AttentionDims d = DimsOf(instr);
 
   const BlockMask* block_mask = nullptr;

@@ -17,7 +17,7 @@
 // is freed right after its last use; an op whose operand dies with it writes
 // its result into that operand's buffer when nothing else references it
 // (elementwise ops, dynamic-update-slice — a scan's stacked carry is updated
-// in place). Reshape, copy, bitcast-like slices, tuples and
+// in place —, scatter, all-reduce, collective-permute). Reshape, copy, bitcast-like slices, tuples and
 // get-tuple-element share bytes instead of copying. stats().peak_bytes is
 // the largest sum of the bytes of distinct buffers held at once during the
 // last Run: parameters (until their last use), constants (while used),

@@ -1,0 +1,67 @@
+// The Llama forward pass as an HLO module: a scalar mean cross-entropy loss
+// from a batch and the model's weights, ready for autodiff (autodiff/grad.h)
+// and sharding propagation.
+//
+// Entry parameters, in order:
+//   0 tokens s32[B,S]   1 targets s32[B,S]   2 loss_mask f32[B,S]
+//   3 segment_ids s32[B,S]   4 positions s32[B,S]   (data/packing.h Batch)
+//   5.. the weights (LlamaForward::weights), layer weights stacked over layers:
+//     tok_embeddings [V, D]
+//     layers.attention_norm [L, D]
+//     layers.attention.wq [L, D, Hq*Dh]   wk, wv [L, D, Hkv*Dh]   wo [L, Hq*Dh, D]
+//     layers.ffn_norm [L, D]
+//     layers.feed_forward.w1, w3 [L, D, F]   w2 [L, F, D]
+//     norm [D]
+//     output [D, V]   (absent with tie_embeddings: the head is tok_embeddings^T)
+// A stacked weight `layers.X` [L, ...] holds Meta's `layers.N.X` for every N
+// (weights stored [in, out]). Its sharding comes from the config rule that
+// matches the per-layer name `layers.0.X` (every layer shares one layout),
+// with the layer dim unsplit, so configs keep Meta's names.
+//
+// The layers run in a Scan (models/scan.h). Each layer: RMSNorm, q/k/v
+// projections, RoPE (Meta's interleaved pairs) at the per-document positions,
+// GQA flex attention ("weft.flex_attention", causal and same-document mask
+// from the segment ids), output projection, residual; RMSNorm, SwiGLU MLP,
+// residual. Then RMSNorm, the output head and the mean cross-entropy over
+// the tokens whose loss_mask is set (log-softmax with max subtraction).
+// With a mesh, the data inputs and the residual stream are split on the batch
+// dim over the mesh's batch axes ("dcn", "data", "fsdp", those present).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "weft/hlo/module.h"
+#include "weft/models/llama_config.h"
+
+namespace weft {
+
+struct LlamaBuildOptions {
+  int64_t batch_size = 1;
+  int64_t seq_len = 0;  // 0: the config's seq_len
+  // Sharding rules and mesh; null: no sharding annotations.
+  const RunConfig* run = nullptr;
+};
+
+struct LlamaWeight {
+  std::string name;  // "tok_embeddings", "layers.attention.wq", ...
+  Shape shape;
+  int64_t parameter_number = 0;
+};
+
+struct LlamaForward {
+  std::unique_ptr<HloModule> module;
+  std::vector<LlamaWeight> weights;  // in parameter order
+  static constexpr int64_t kNumDataInputs = 5;
+  // The weights' parameter numbers (what autodiff differentiates).
+  std::vector<int64_t> WeightParameters() const;
+};
+
+// Throws weft::Error for an inconsistent config (dim not divisible by
+// n_heads, n_heads not a multiple of n_kv_heads, odd head dim) or a sharding
+// rule that does not fit its weight.
+LlamaForward BuildLlamaForward(const LlamaConfig& config, const LlamaBuildOptions& options);
+
+}  // namespace weft

@@ -1,0 +1,279 @@
+#include "weft/models/llama.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "weft/base/error.h"
+#include "weft/hlo/builder.h"
+#include "weft/models/scan.h"
+#include "weft/sharding/mesh.h"
+
+namespace weft {
+
+std::vector<int64_t> LlamaForward::WeightParameters() const {
+  std::vector<int64_t> out;
+  for (const LlamaWeight& w : weights) out.push_back(w.parameter_number);
+  return out;
+}
+
+namespace {
+
+constexpr PrimitiveType kF32 = PrimitiveType::kF32;
+constexpr PrimitiveType kS32 = PrimitiveType::kS32;
+
+// The ops the model is made of, over one builder.
+class Ops {
+ public:
+  Ops(HloComputationBuilder& b, HloComputation* add, HloComputation* max)
+      : b_(b), add_(add), max_(max) {}
+  HloComputationBuilder& b() { return b_; }
+
+  HloInstruction* Sum(HloInstruction* x, std::vector<int64_t> dims) {
+    return b_.Reduce(x, b_.ConstantScalar(kF32, 0), std::move(dims), add_);
+  }
+  HloInstruction* Max(HloInstruction* x, std::vector<int64_t> dims) {
+    return b_.Reduce(x, b_.ConstantScalar(kF32, -INFINITY), std::move(dims), max_);
+  }
+  HloInstruction* Splat(double v, const std::vector<int64_t>& dims) {
+    return b_.Broadcast(b_.ConstantScalar(kF32, v), dims, {});
+  }
+  // x [..., K] . w [K, N] -> [..., N]
+  HloInstruction* Linear(HloInstruction* x, HloInstruction* w) {
+    DotDimensionNumbers d;
+    d.lhs_contracting_dims = {x->shape().rank() - 1};
+    d.rhs_contracting_dims = {0};
+    return b_.Dot(x, w, d);
+  }
+  // x [B,S,D] * rsqrt(mean(x^2) + eps) * w [D]
+  HloInstruction* RmsNorm(HloInstruction* x, HloInstruction* w, double eps) {
+    const std::vector<int64_t>& dims = x->shape().dimensions();
+    const int64_t d = dims.back();
+    HloInstruction* ms = b_.Divide(Sum(b_.Multiply(x, x), {2}), Splat(d, {dims[0], dims[1]}));
+    HloInstruction* r = b_.Unary(HloOpcode::kRsqrt, b_.Add(ms, Splat(eps, {dims[0], dims[1]})));
+    HloInstruction* y = b_.Multiply(x, b_.Broadcast(r, dims, {0, 1}));
+    return b_.Multiply(y, b_.Broadcast(w, dims, {2}));
+  }
+  // [B,S,H*Dh] -> [B,H,S,Dh]
+  HloInstruction* SplitHeads(HloInstruction* x, int64_t heads) {
+    const auto& d = x->shape().dimensions();
+    HloInstruction* r = b_.Reshape(x, {d[0], d[1], heads, d[2] / heads});
+    return b_.Transpose(r, {0, 2, 1, 3});
+  }
+  // [B,H,S,Dh] -> [B,S,H*Dh]
+  HloInstruction* MergeHeads(HloInstruction* x) {
+    const auto& d = x->shape().dimensions();
+    HloInstruction* t = b_.Transpose(x, {0, 2, 1, 3});
+    return b_.Reshape(t, {d[0], d[2], d[1] * d[3]});
+  }
+  // Meta's RoPE: pairs (x[2j], x[2j+1]) rotate by angle pos * theta^(-2j/Dh);
+  // cos/sin are [B,S,Dh/2].
+  HloInstruction* Rope(HloInstruction* x, HloInstruction* cos, HloInstruction* sin) {
+    const std::vector<int64_t> d = x->shape().dimensions();  // B,H,S,Dh
+    const int64_t half = d[3] / 2;
+    HloInstruction* pairs = b_.Reshape(x, {d[0], d[1], d[2], half, 2});
+    auto part = [&](int64_t k) {
+      HloInstruction* s =
+          b_.Slice(pairs, {0, 0, 0, 0, k}, {d[0], d[1], d[2], half, k + 1});
+      return b_.Reshape(s, {d[0], d[1], d[2], half});
+    };
+    HloInstruction* even = part(0);
+    HloInstruction* odd = part(1);
+    const std::vector<int64_t> hd = {d[0], d[1], d[2], half};
+    HloInstruction* c = b_.Broadcast(cos, hd, {0, 2, 3});
+    HloInstruction* s = b_.Broadcast(sin, hd, {0, 2, 3});
+    HloInstruction* new_even = b_.Subtract(b_.Multiply(even, c), b_.Multiply(odd, s));
+    HloInstruction* new_odd = b_.Add(b_.Multiply(even, s), b_.Multiply(odd, c));
+    const std::vector<int64_t> one = {d[0], d[1], d[2], half, 1};
+    HloInstruction* joined =
+        b_.Concatenate({b_.Reshape(new_even, one), b_.Reshape(new_odd, one)}, 4);
+    return b_.Reshape(joined, d);
+  }
+
+ private:
+  HloComputationBuilder& b_;
+  HloComputation* add_;
+  HloComputation* max_;
+};
+
+struct Shardings {
+  std::optional<Mesh> mesh;
+  const RunConfig* run = nullptr;
+  std::vector<std::string> batch_axes;
+
+  // The weight's sharding from the rule of its per-layer name (see llama.h).
+  std::optional<HloSharding> ForWeight(const std::string& name, const Shape& shape) const {
+    if (!run) return std::nullopt;
+    const bool stacked = name.rfind("layers.", 0) == 0;
+    const std::string rule_name = stacked ? "layers.0." + name.substr(7) : name;
+    const ShardingRule* rule = run->RuleFor(rule_name);
+    if (!rule) return std::nullopt;
+    std::vector<AxisSpec> dims;
+    if (stacked) dims.push_back(AxisSpec());
+    dims.insert(dims.end(), rule->spec.dims().begin(), rule->spec.dims().end());
+    try {
+      return ToHloSharding(*mesh, PartitionSpec(dims), shape.rank());
+    } catch (const Error& e) {
+      Fail("{}: sharding rule \"{}\" = {} does not fit weight {} {}: {}", rule->location,
+           rule->pattern, rule->spec.ToString(), name, shape.ToString(), e.what());
+    }
+  }
+  // Split on dim 0 over the batch axes (when they divide it).
+  std::optional<HloSharding> BatchSplit(const Shape& shape) const {
+    if (!mesh || batch_axes.empty()) return std::nullopt;
+    int64_t n = 1;
+    for (const std::string& a : batch_axes) n *= mesh->axis_size(a);
+    if (n == 1 || shape.dimensions(0) % n != 0) return std::nullopt;
+    return ToHloSharding(*mesh, PartitionSpec({AxisSpec(batch_axes)}), shape.rank());
+  }
+};
+
+}  // namespace
+
+LlamaForward BuildLlamaForward(const LlamaConfig& c, const LlamaBuildOptions& options) {
+  WEFT_CHECK(c.n_heads >= 1 && c.dim % c.n_heads == 0,
+             "Llama: dim {} must be a multiple of n_heads {}", c.dim, c.n_heads);
+  const int64_t kv_heads = c.n_kv_heads > 0 ? c.n_kv_heads : c.n_heads;
+  WEFT_CHECK(c.n_heads % kv_heads == 0, "Llama: n_heads {} must be a multiple of n_kv_heads {}",
+             c.n_heads, kv_heads);
+  const int64_t hd = c.head_dim();
+  WEFT_CHECK(hd % 2 == 0, "Llama: head dim {} (dim / n_heads) must be even for RoPE", hd);
+  const int64_t B = options.batch_size;
+  const int64_t S = options.seq_len > 0 ? options.seq_len : c.seq_len;
+  WEFT_CHECK(B >= 1 && S >= 1, "Llama: batch_size {} and seq_len {} must be at least 1", B, S);
+  const int64_t D = c.dim, L = c.n_layers, V = c.vocab_size, F = c.ffn_dim;
+
+  Shardings sh;
+  if (options.run) {
+    sh.run = options.run;
+    sh.mesh = options.run->mesh.ToMesh();
+    for (const std::string& a : sh.mesh->axis_names()) {
+      if (a == "dcn" || a == "data" || a == "fsdp") sh.batch_axes.push_back(a);
+    }
+  }
+
+  LlamaForward out;
+  out.module = std::make_unique<HloModule>("llama");
+  if (sh.mesh) out.module->set_num_partitions(sh.mesh->num_devices());
+  HloModule& m = *out.module;
+  HloComputation* add = m.AddComputation(MakeScalarReduction("add_f32", HloOpcode::kAdd, kF32));
+  HloComputation* max = m.AddComputation(MakeScalarReduction("max_f32", HloOpcode::kMaximum, kF32));
+  HloComputationBuilder b("llama_loss");
+  Ops ops(b, add, max);
+
+  auto data = [&](int64_t n, const char* name, PrimitiveType t) {
+    HloInstruction* p = b.Parameter(n, Shape(t, {B, S}), name);
+    p->set_sharding(sh.BatchSplit(p->shape()));
+    return p;
+  };
+  HloInstruction* tokens = data(0, "tokens", kS32);
+  HloInstruction* targets = data(1, "targets", kS32);
+  HloInstruction* loss_mask = data(2, "loss_mask", kF32);
+  HloInstruction* segments = data(3, "segment_ids", kS32);
+  HloInstruction* positions = data(4, "positions", kS32);
+
+  auto weight = [&](const std::string& name, std::vector<int64_t> dims) {
+    const int64_t n = LlamaForward::kNumDataInputs + static_cast<int64_t>(out.weights.size());
+    Shape shape(kF32, std::move(dims));
+    HloInstruction* p = b.Parameter(n, shape, name);
+    p->set_sharding(sh.ForWeight(name, shape));
+    out.weights.push_back({name, shape, n});
+    return p;
+  };
+  HloInstruction* emb = weight("tok_embeddings", {V, D});
+  std::vector<HloInstruction*> layer_weights = {
+      weight("layers.attention_norm", {L, D}),
+      weight("layers.attention.wq", {L, D, c.n_heads * hd}),
+      weight("layers.attention.wk", {L, D, kv_heads * hd}),
+      weight("layers.attention.wv", {L, D, kv_heads * hd}),
+      weight("layers.attention.wo", {L, c.n_heads * hd, D}),
+      weight("layers.ffn_norm", {L, D}),
+      weight("layers.feed_forward.w1", {L, D, F}),
+      weight("layers.feed_forward.w2", {L, F, D}),
+      weight("layers.feed_forward.w3", {L, D, F})};
+  HloInstruction* final_norm = weight("norm", {D});
+  HloInstruction* head = c.tie_embeddings ? nullptr : weight("output", {D, V});
+
+  // Embedding lookup: rows of tok_embeddings.
+  GatherDimensionNumbers g;
+  g.offset_dims = {2};
+  g.collapsed_slice_dims = {0};
+  g.start_index_map = {0};
+  g.index_vector_dim = 2;
+  HloInstruction* x = b.Gather(emb, tokens, g, {1, D});
+  x->set_sharding(sh.BatchSplit(x->shape()));
+
+  // RoPE angles at each token's position within its document.
+  std::vector<double> inv_freq(hd / 2);
+  for (int64_t j = 0; j < hd / 2; ++j) {
+    inv_freq[j] = std::pow(c.rope_theta, -2.0 * static_cast<double>(j) / static_cast<double>(hd));
+  }
+  HloInstruction* freq = b.Constant(Literal(Shape(kF32, {hd / 2}), inv_freq));
+  HloInstruction* angles = b.Multiply(b.Broadcast(b.Convert(positions, kF32), {B, S, hd / 2}, {0, 1}),
+                                      b.Broadcast(freq, {B, S, hd / 2}, {2}));
+  HloInstruction* cos = b.Unary(HloOpcode::kCosine, angles);
+  HloInstruction* sin = b.Unary(HloOpcode::kSine, angles);
+
+  nlohmann::json attn_config = {
+      {"mask", "q_idx >= kv_idx && seg[b, q_idx] == seg[b, kv_idx]"},
+      {"mask_tensors", {"seg"}},
+      {"scale", 1.0 / std::sqrt(static_cast<double>(hd))}};
+  const std::string attn_config_text = attn_config.dump();
+  const double eps = c.norm_eps;
+  const int64_t hq = c.n_heads;
+
+  ScanBody layer = [&](HloComputationBuilder& lb, const ScanStep& step) {
+    Ops o(lb, add, max);
+    HloInstruction* x = step.carry[0];
+    const auto& w = step.xs;  // attention_norm wq wk wv wo ffn_norm w1 w2 w3
+    HloInstruction* cos = step.consts[0];
+    HloInstruction* sin = step.consts[1];
+    HloInstruction* seg = step.consts[2];
+    HloInstruction* h = o.RmsNorm(x, w[0], eps);
+    HloInstruction* q = o.Rope(o.SplitHeads(o.Linear(h, w[1]), hq), cos, sin);
+    HloInstruction* k = o.Rope(o.SplitHeads(o.Linear(h, w[2]), kv_heads), cos, sin);
+    HloInstruction* v = o.SplitHeads(o.Linear(h, w[3]), kv_heads);
+    const Shape attn_shape = Shape::Tuple({Shape(kF32, {B, hq, S, hd}), Shape(kF32, {B, hq, S})});
+    HloInstruction* attn =
+        lb.CustomCall({q, k, v, seg}, attn_shape, "weft.flex_attention", attn_config_text);
+    HloInstruction* a = o.Linear(o.MergeHeads(lb.GetTupleElement(attn, 0)), w[4]);
+    HloInstruction* x1 = lb.Add(x, a);
+    HloInstruction* h2 = o.RmsNorm(x1, w[5], eps);
+    HloInstruction* gate = o.Linear(h2, w[6]);
+    HloInstruction* up = o.Linear(h2, w[8]);
+    HloInstruction* silu = lb.Multiply(gate, lb.Unary(HloOpcode::kLogistic, gate));
+    HloInstruction* x2 = lb.Add(x1, o.Linear(lb.Multiply(silu, up), w[7]));
+    x2->set_sharding(sh.BatchSplit(x2->shape()));
+    return ScanStepResult{{x2}, {}};
+  };
+  ScanOutputs layers = Scan(m, b, "layers", layer, {x}, layer_weights, {cos, sin, segments});
+
+  HloInstruction* h = ops.RmsNorm(layers.carry[0], final_norm, eps);
+  HloInstruction* logits = nullptr;
+  if (head) {
+    logits = ops.Linear(h, head);
+  } else {
+    DotDimensionNumbers d;
+    d.lhs_contracting_dims = {2};
+    d.rhs_contracting_dims = {1};
+    logits = b.Dot(h, emb, d);
+  }
+  // Mean cross-entropy over the loss_mask tokens.
+  const std::vector<int64_t> bsv = {B, S, V};
+  HloInstruction* row_max = ops.Max(logits, {2});
+  HloInstruction* shifted = b.Subtract(logits, b.Broadcast(row_max, bsv, {0, 1}));
+  HloInstruction* lse =
+      b.Add(b.Unary(HloOpcode::kLog, ops.Sum(b.Unary(HloOpcode::kExp, shifted), {2})), row_max);
+  HloInstruction* is_target = b.Compare(b.Iota(Shape(kS32, bsv), 2),
+                                        b.Broadcast(targets, bsv, {0, 1}), ComparisonDirection::kEq);
+  HloInstruction* target_logit =
+      ops.Sum(b.Select(is_target, logits, ops.Splat(0, bsv)), {2});
+  HloInstruction* nll = b.Multiply(b.Subtract(lse, target_logit), loss_mask);
+  HloInstruction* count = b.Maximum(ops.Sum(loss_mask, {0, 1}), b.ConstantScalar(kF32, 1));
+  b.Divide(ops.Sum(nll, {0, 1}), count);
+  m.AddEntryComputation(b.Build());
+  return out;
+}
+
+}  // namespace weft
