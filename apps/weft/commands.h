@@ -13,6 +13,7 @@ void AddBench(CLI::App& app);
 void AddTopology(CLI::App& app);
 void AddCompile(CLI::App& app);
 void AddTune(CLI::App& app);
+void AddRun(CLI::App& app);
 
 // Stores the action of the subcommand being parsed.
 void SetAction(std::function<int()> action);

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   weft::cli::AddTopology(app);
   weft::cli::AddCompile(app);
   weft::cli::AddTune(app);
+  weft::cli::AddRun(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -124,9 +124,15 @@ std::unique_ptr<HloModule> BuildTrainingStep(const HloModule& forward, const Gra
   for (int64_t p : wrt) {
     const HloInstruction* param = entry->parameter_instruction(p);
     HloInstruction* g = pass.Cotangent(param);
-    results.push_back(g ? g : pass.Zeros(param->shape()));
+    if (!g) g = pass.Zeros(param->shape());
+    // Two parameters can share one cotangent (add(a, b)); each result gets
+    // its own instruction so every output is a distinct value.
+    if (std::find(results.begin(), results.end(), g) != results.end()) g = b.Copy(g);
+    results.push_back(g);
   }
-  out->AddEntryComputation(b.Build(b.Tuple(results)));
+  std::unique_ptr<HloComputation> step = b.Build(b.Tuple(results));
+  RemoveDeadInstructions(*step);
+  out->AddEntryComputation(std::move(step));
   return out;
 }
 

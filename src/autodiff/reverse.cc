@@ -17,6 +17,18 @@ const Shape& ElementShape(const Shape& shape, int64_t index) {
   return shape.IsTuple() ? shape.tuple_shapes(index) : shape;
 }
 
+void RemoveDeadInstructions(HloComputation& computation) {
+  const std::vector<HloInstruction*> live = computation.MakeInstructionPostOrder();
+  const std::unordered_set<const HloInstruction*> keep(live.begin(), live.end());
+  const std::vector<HloInstruction*> all = computation.instructions();
+  // Users come after their operands: removing from the back frees operands.
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    if (!keep.count(*it) && (*it)->opcode() != HloOpcode::kParameter) {
+      computation.RemoveInstruction(*it);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------
 // ModuleEmitter
 

@@ -140,6 +140,10 @@ class ReversePass : public VjpContext {
   std::unordered_map<const HloInstruction*, std::vector<HloInstruction*>> ct_;
 };
 
+// Removes the instructions the root does not need (parameters stay), so
+// later passes never meet a dead user.
+void RemoveDeadInstructions(HloComputation& computation);
+
 // Elements of a value: 1 for arrays, the tuple size for tuples.
 int64_t ElementCount(const Shape& shape);
 const Shape& ElementShape(const Shape& shape, int64_t index);

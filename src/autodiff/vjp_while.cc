@@ -218,7 +218,9 @@ class BackwardBodyBuilder {
       }
       out.push_back(updated);
     }
-    return b_.Build(b_.Tuple(out));
+    std::unique_ptr<HloComputation> built = b_.Build(b_.Tuple(out));
+    RemoveDeadInstructions(*built);
+    return built;
   }
 
  private:
@@ -347,7 +349,9 @@ HloComputation* AugmentBody(ModuleEmitter& emitter, const BodyInfo& info, const 
     HloInstruction* v = index < 0 ? map.at(x) : b.GetTupleElement(map.at(x), index);
     out.push_back(WriteStep(b, b.GetTupleElement(param, n + r), i, v));
   }
-  return emitter.out().AddComputation(b.Build(b.Tuple(out)));
+  std::unique_ptr<HloComputation> built = b.Build(b.Tuple(out));
+  RemoveDeadInstructions(*built);
+  return emitter.out().AddComputation(std::move(built));
 }
 
 HloComputation* BackwardCondition(ModuleEmitter& emitter, const std::string& name,

@@ -4,6 +4,7 @@
 // operand (it then depends only on the shapes), else on every call.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -32,8 +33,15 @@ struct AttentionCallConfig {
   bool backward = false;
   // Operand positions.
   int64_t first_tensor = 3;
-  // Built once when the mask uses no tensors.
+  // Query-sequence sharding (spmd_partitioner.h): the operand holding this
+  // device's first global query position, or -1; and the global query
+  // length, past which the rows are padding (-1: no padding).
+  int64_t q_offset_operand = -1;
+  int64_t global_q_len = -1;
+  // Built once when the mask uses no tensors (for the query offset it was
+  // built at).
   std::optional<BlockMask> static_mask;
+  int64_t static_mask_offset = 0;
 };
 
 AttentionCallConfig ParseConfig(const HloInstruction& instr) {
@@ -49,14 +57,14 @@ AttentionCallConfig ParseConfig(const HloInstruction& instr) {
     }
   }
   WEFT_CHECK(j.is_object(), "backend_config must be a JSON object, got {}", text);
-  static const std::set<std::string> known = {"mask",  "score_mod",  "mask_tensors", "score_tensors",
-                                              "scale", "enable_gqa", "has_dlse",     "q_block",
-                                              "kv_block"};
+  static const std::set<std::string> known = {
+      "mask",     "score_mod", "mask_tensors", "score_tensors",    "scale",       "enable_gqa",
+      "has_dlse", "q_block",   "kv_block",     "q_offset_operand", "global_q_len"};
   try {
     for (const auto& [key, value] : j.items()) {
       WEFT_CHECK(known.count(key), "backend_config has unknown key '{}'; known keys: mask, "
                  "score_mod, mask_tensors, score_tensors, scale, enable_gqa, has_dlse, q_block, "
-                 "kv_block", key);
+                 "kv_block, q_offset_operand, global_q_len", key);
     }
     c.mask = j.value("mask", "");
     c.score_mod = j.value("score_mod", "");
@@ -67,6 +75,8 @@ AttentionCallConfig ParseConfig(const HloInstruction& instr) {
     c.has_dlse = j.value("has_dlse", false);
     c.q_block = j.value("q_block", kernels::kDefaultBlockSize);
     c.kv_block = j.value("kv_block", kernels::kDefaultBlockSize);
+    c.q_offset_operand = j.value("q_offset_operand", int64_t{-1});
+    c.global_q_len = j.value("global_q_len", int64_t{-1});
   } catch (const nlohmann::json::exception& e) {
     Fail("backend_config has a value of the wrong type ({})", e.what());
   }
@@ -74,15 +84,23 @@ AttentionCallConfig ParseConfig(const HloInstruction& instr) {
   WEFT_CHECK(c.score_tensors.empty() || !c.score_mod.empty(),
              "score_tensors given without a score_mod");
   c.first_tensor = c.backward ? (c.has_dlse ? 7 : 6) : 3;
-  const int64_t expected = c.first_tensor + static_cast<int64_t>(c.mask_tensors.size()) +
-                           static_cast<int64_t>(c.score_tensors.size());
+  const int64_t tensors_end = c.first_tensor + static_cast<int64_t>(c.mask_tensors.size()) +
+                              static_cast<int64_t>(c.score_tensors.size());
+  // The query offset, when present, is the last operand.
+  WEFT_CHECK(c.q_offset_operand == -1 || c.q_offset_operand == tensors_end,
+             "\"q_offset_operand\" must be {} (the operand after the named tensors), got {}",
+             tensors_end, c.q_offset_operand);
+  WEFT_CHECK(c.global_q_len == -1 || c.q_offset_operand >= 0,
+             "\"global_q_len\" is given without a \"q_offset_operand\"");
+  const int64_t expected = tensors_end + (c.q_offset_operand >= 0 ? 1 : 0);
   WEFT_CHECK(instr.operand_count() == expected,
-             "{} takes {} operands ({}{} mask tensors, {} score tensors), got {}",
+             "{} takes {} operands ({}{} mask tensors, {} score tensors{}), got {}",
              instr.attrs().custom_call_target, expected,
              c.backward ? (c.has_dlse ? "q, k, v, out, lse, dout, dlse, "
                                       : "q, k, v, out, lse, dout, ")
                         : "q, k, v, ",
-             c.mask_tensors.size(), c.score_tensors.size(), instr.operand_count());
+             c.mask_tensors.size(), c.score_tensors.size(),
+             c.q_offset_operand >= 0 ? ", the query offset" : "", instr.operand_count());
   return c;
 }
 
@@ -178,6 +196,102 @@ kernels::ScoreModPtr MakeScoreMod(const AttentionCallConfig& c, const EvalArgs* 
   return kernels::ScoreExpr(c.score_mod, std::move(tensors));
 }
 
+// Query-sequence sharding: this device's query rows at their global
+// positions. Local row i is global row offset + i; rows at or past the
+// global length are the padding of an uneven last tile and attend to nothing
+// (so they never read a mask tensor out of range, and their gradients are 0).
+class GlobalRowsMask final : public kernels::MaskMod {
+ public:
+  GlobalRowsMask(kernels::MaskModPtr inner, int64_t offset, int64_t global_len)
+      : inner_(std::move(inner)), offset_(offset), global_len_(global_len) {}
+
+  void Evaluate(int64_t b, int64_t h, int64_t q0, int64_t nq, int64_t k0, int64_t nk,
+                uint8_t* keep, int64_t ld) const override {
+    const int64_t valid = ValidRows(q0, nq);
+    if (inner_ != nullptr) {
+      if (valid > 0) inner_->Evaluate(b, h, q0 + offset_, valid, k0, nk, keep, ld);
+    } else {
+      for (int64_t i = 0; i < valid; ++i) std::fill_n(keep + i * ld, nk, uint8_t{1});
+    }
+    for (int64_t i = valid; i < nq; ++i) std::fill_n(keep + i * ld, nk, uint8_t{0});
+  }
+  std::optional<kernels::BlockKind> Classify(int64_t b, int64_t h, int64_t q0, int64_t q1,
+                                             int64_t k0, int64_t k1) const override {
+    const int64_t valid = ValidRows(q0, q1 - q0);
+    if (valid == 0) return kernels::BlockKind::kEmpty;
+    std::optional<kernels::BlockKind> kind = kernels::BlockKind::kFull;
+    if (inner_ != nullptr) kind = inner_->Classify(b, h, q0 + offset_, q0 + offset_ + valid, k0, k1);
+    // Some rows are padding: the block is at most partial.
+    if (valid < q1 - q0 && kind == kernels::BlockKind::kFull) return kernels::BlockKind::kPartial;
+    return kind;
+  }
+  void Validate(int64_t batch, int64_t heads, int64_t q_len, int64_t kv_len) const override {
+    if (inner_ != nullptr) inner_->Validate(batch, heads, global_len_, kv_len);
+  }
+  std::string ToString() const override {
+    return fmt::format("{} (query rows from {}, of {})", inner_ ? inner_->ToString() : "true",
+                       offset_, global_len_);
+  }
+  std::map<std::string, kernels::IndexTensor> Tensors() const override {
+    return inner_ ? inner_->Tensors() : std::map<std::string, kernels::IndexTensor>{};
+  }
+
+ private:
+  int64_t ValidRows(int64_t q0, int64_t nq) const {
+    return std::clamp<int64_t>(global_len_ - (q0 + offset_), 0, nq);
+  }
+  kernels::MaskModPtr inner_;
+  int64_t offset_, global_len_;
+};
+
+// The score mod at global query positions; padding rows keep their raw score
+// (they are masked).
+class GlobalRowsScoreMod final : public kernels::ScoreMod {
+ public:
+  GlobalRowsScoreMod(kernels::ScoreModPtr inner, int64_t offset, int64_t global_len)
+      : inner_(std::move(inner)), offset_(offset), global_len_(global_len) {}
+
+  void Apply(int64_t b, int64_t h, int64_t q0, int64_t nq, int64_t k0, int64_t nk, float* scores,
+             int64_t ld, float* grad) const override {
+    const int64_t valid = std::clamp<int64_t>(global_len_ - (q0 + offset_), 0, nq);
+    if (valid > 0) inner_->Apply(b, h, q0 + offset_, valid, k0, nk, scores, ld, grad);
+    if (grad == nullptr) return;
+    for (int64_t i = valid; i < nq; ++i) std::fill_n(grad + i * ld, nk, 1.0f);
+  }
+  void Validate(int64_t batch, int64_t heads, int64_t q_len, int64_t kv_len) const override {
+    inner_->Validate(batch, heads, global_len_, kv_len);
+  }
+  std::string ToString() const override { return inner_->ToString(); }
+  std::map<std::string, kernels::ValueTensor> Tensors() const override {
+    return inner_->Tensors();
+  }
+
+ private:
+  kernels::ScoreModPtr inner_;
+  int64_t offset_, global_len_;
+};
+
+// The global query length: given by the partitioner, else the rows end here.
+int64_t GlobalQueryLength(const AttentionCallConfig& c, const AttentionDims& d, int64_t offset) {
+  return c.global_q_len >= 0 ? c.global_q_len : offset + d.q_len;
+}
+
+// `mask` (may be null) seen from this device's query rows; `mask` itself when
+// the rows are the global ones.
+kernels::MaskModPtr AtGlobalRows(kernels::MaskModPtr mask, const AttentionCallConfig& c,
+                                 const AttentionDims& d, int64_t offset) {
+  const int64_t global_len = GlobalQueryLength(c, d, offset);
+  if (c.q_offset_operand < 0 || (offset == 0 && global_len >= d.q_len)) return mask;
+  return std::make_shared<GlobalRowsMask>(std::move(mask), offset, global_len);
+}
+
+kernels::ScoreModPtr AtGlobalRows(kernels::ScoreModPtr score, const AttentionCallConfig& c,
+                                  const AttentionDims& d, int64_t offset) {
+  if (score == nullptr || c.q_offset_operand < 0 || offset == 0) return score;
+  return std::make_shared<GlobalRowsScoreMod>(std::move(score), offset,
+                                              GlobalQueryLength(c, d, offset));
+}
+
 BlockMask MakeBlockMask(const AttentionCallConfig& c, const AttentionDims& d,
                         kernels::MaskModPtr mask) {
   if (mask == nullptr) return BlockMask::Dense(d.q_len, d.kv_len, c.q_block, c.kv_block);
@@ -269,8 +383,16 @@ void CheckCustomCall(const HloInstruction& instr) {
   // Parse the expressions against placeholder tensors: bad text fails here.
   kernels::MaskModPtr mask = MakeMask(c, nullptr, instr);
   kernels::ScoreModPtr score = MakeScoreMod(c, nullptr, instr);
-  if (mask != nullptr) mask->Validate(d.batch, d.q_heads, d.q_len, d.kv_len);
-  if (score != nullptr) score->Validate(d.batch, d.q_heads, d.q_len, d.kv_len);
+  int64_t q_len = d.q_len;
+  if (c.q_offset_operand >= 0) {
+    const Shape& s = instr.operand(c.q_offset_operand)->shape();
+    WEFT_CHECK(s.IsScalar() && IsInteger(s.element_type()),
+               "the query offset (operand {}) must be an integer scalar, got {}",
+               c.q_offset_operand, s.ToString());
+    if (c.global_q_len >= 0) q_len = c.global_q_len;
+  }
+  if (mask != nullptr) mask->Validate(d.batch, d.q_heads, q_len, d.kv_len);
+  if (score != nullptr) score->Validate(d.batch, d.q_heads, q_len, d.kv_len);
   AttentionOptions options;
   options.enable_gqa = c.enable_gqa.value_or(d.q_heads != d.kv_heads);
   kernels::ValidateAttention(d, options);
@@ -284,18 +406,28 @@ Value EvalCustomCall(const HloInstruction& instr, EvalArgs& args) {
   const AttentionCallConfig& c = *config;
   const AttentionDims d = DimsOf(instr);
 
+  int64_t q_offset = 0;
+  if (c.q_offset_operand >= 0) {
+    const HostTensor& t = args.array(c.q_offset_operand);
+    q_offset = LoadAsInt(t.element_type(), t.raw_data(), 0);
+  }
+
   const BlockMask* block_mask = nullptr;
   std::optional<BlockMask> dynamic_mask;
   if (c.mask_tensors.empty()) {
-    if (!config->static_mask.has_value()) {
-      config->static_mask.emplace(MakeBlockMask(c, d, MakeMask(c, nullptr, instr)));
+    if (!config->static_mask.has_value() || config->static_mask_offset != q_offset) {
+      config->static_mask.reset();
+      config->static_mask.emplace(
+          MakeBlockMask(c, d, AtGlobalRows(MakeMask(c, nullptr, instr), c, d, q_offset)));
+      config->static_mask_offset = q_offset;
     }
     block_mask = &*config->static_mask;
   } else {
-    dynamic_mask.emplace(MakeBlockMask(c, d, MakeMask(c, &args, instr)));
+    dynamic_mask.emplace(
+        MakeBlockMask(c, d, AtGlobalRows(MakeMask(c, &args, instr), c, d, q_offset)));
     block_mask = &*dynamic_mask;
   }
-  kernels::ScoreModPtr score = MakeScoreMod(c, &args, instr);
+  kernels::ScoreModPtr score = AtGlobalRows(MakeScoreMod(c, &args, instr), c, d, q_offset);
   AttentionOptions options;
   options.scale = c.scale;
   options.score_mod = score.get();

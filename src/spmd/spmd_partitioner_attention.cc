@@ -4,7 +4,8 @@
 // q local and gathers k, v and the named mask/score tensors along their
 // sequence; the device's first global query position goes in as one extra
 // s32[] operand, named in the backend_config as "q_offset_operand": <index>,
-// so masks and score mods on q_idx see global positions. In the backward,
+// so masks and score mods on q_idx see global positions, with "global_q_len"
+// (the rows of an uneven last tile past it are padding). In the backward,
 // dk/dv are partial sums over the query split: reduce-scattered back to the
 // result's kv sharding, or all-reduced when that is not a scatter of them.
 #include <nlohmann/json.hpp>
@@ -88,6 +89,8 @@ PartitionedValue HandleAttention(ComputationPartitioner& p, const HloInstruction
       offsets[d] = q_target.TileIndexForDevice(d)[2] * local_sq;
     }
     config["q_offset_operand"] = static_cast<int64_t>(operands.size());
+    // Local rows at or past it are padding (the executor masks them).
+    config["global_q_len"] = q.dimensions(2);
     operands.push_back(b.DeviceValue(offsets));
     attrs.backend_config = config.dump();
   }

@@ -168,7 +168,7 @@ TEST(ScoreModTest, RelativeBiasChecksTheLengths) {
   EXPECT_EQ(error([&] { square->Validate(1, 1, 5, 5); }), "");
   EXPECT_EQ(error([&] { square->Validate(1, 1, 6, 4); }),
             "relative_bias: the mod was made for kv_len 5 but the attention has kv_len 4; pass "
-            "kv_len: RelativeBias(table, kv_len)");
+            "kv_len (Python: relative_bias(table, kv_len=...); C++: RelativeBias(table, kv_len))");
   EXPECT_EQ(error([&] { square->Validate(1, 1, 5, 6); }),
             "relative_bias: the table has 9 entries but the attention (q_len 5, kv_len 6) needs "
             "q_len + kv_len - 1 = 10");

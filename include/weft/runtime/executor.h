@@ -79,6 +79,12 @@ namespace weft::runtime {
 //   "scale"         number; default 1/sqrt(D)
 //   "enable_gqa"    bool; default: true when Hq != Hkv
 //   "q_block", "kv_block"  BlockMask block sizes (default 64)
+//   "q_offset_operand"  set by the SPMD partitioner when the query sequence
+//                   is sharded: the index of one extra s32[] operand after
+//                   the named tensors, the first global query position of
+//                   this device's rows; masks and score mods see global q_idx
+//   "global_q_len"  with it: the global query length; local rows past it are
+//                   padding and are masked (output 0, lse -inf, gradients 0)
 // The same config serves the forward and its backward, so autodiff can copy
 // it (and add "has_dlse").
 inline constexpr std::string_view kFlexAttentionTarget = "weft.flex_attention";

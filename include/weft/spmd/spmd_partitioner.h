@@ -16,7 +16,8 @@
 // sharding gathers k, v (and kv-sized named tensors) along the sequence and
 // appends one extra s32[] operand, the device's global query offset, and sets
 // "q_offset_operand": <index> in the JSON backend_config, so masks evaluated
-// on q_idx see global positions. The backward reduce-scatters dk/dv back to
+// on q_idx see global positions, and "global_q_len": Sq, so the padding rows
+// of an uneven last tile can be masked. The backward reduce-scatters dk/dv back to
 // the kv sharding.
 #pragma once
 

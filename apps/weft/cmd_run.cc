@@ -1,0 +1,28 @@
+// `weft run`: runs an HLO module end to end (propagate, partition, execute)
+// on this process's devices, or on one device per rank under mpirun.
+#include <memory>
+
+#include "commands.h"
+#include "weft/runtime/run_command.h"
+
+namespace weft::cli {
+
+void AddRun(CLI::App& app) {
+  auto* run = app.add_subcommand(
+      "run",
+      "Run an HLO module on the devices (threads, or one per rank under mpirun) with seeded "
+      "random inputs; print per-device peak memory and collective bytes");
+  auto opt = std::make_shared<runtime::RunCommandOptions>();
+  run->add_option("file", opt->input, "HLO text module (shardings are completed if incomplete)")
+      ->required();
+  run->add_option("--seed", opt->seed, "Seed of the random inputs (default 0)");
+  run->add_flag("--check", opt->check,
+                "Also run the unsharded module on one device and print the maximum relative "
+                "error per output; exit 3 if one exceeds 1e-5 (f32)");
+  run->add_option("--num-devices", opt->num_devices,
+                  "Devices (default: the ranks under mpirun, else what the shardings are "
+                  "written for, else WEFT_NUM_DEVICES)");
+  run->callback([opt] { SetAction([opt] { return runtime::RunRunCommand(*opt); }); });
+}
+
+}  // namespace weft::cli

@@ -1,0 +1,560 @@
+#include "weft/runtime/run_command.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "weft/base/error.h"
+#include "weft/hlo/parser.h"
+#include "weft/runtime/comm_mpi.h"
+#include "weft/runtime/topology.h"
+#include "weft/spmd/sharding_propagation.h"
+#include "weft/spmd/spmd_partitioner.h"
+
+namespace weft::runtime {
+namespace {
+
+// ---------------------------------------------------------------------------
+// Shardings and leaves.
+
+bool IsScalarComputation(const HloComputation& c) {
+  for (const HloInstruction* p : c.parameter_instructions()) {
+    if (!p->shape().IsScalar()) return false;
+  }
+  return !c.parameter_instructions().empty();
+}
+
+bool EveryInstructionSharded(const HloModule& module) {
+  for (const HloComputation* c : module.computations()) {
+    if (c != module.entry_computation() && IsScalarComputation(*c)) continue;
+    for (const HloInstruction* instr : c->instructions()) {
+      if (!instr->has_sharding()) return false;
+    }
+  }
+  return true;
+}
+
+void CountDevices(const HloSharding& s, int64_t& count) {
+  if (s.IsTuple()) {
+    for (const HloSharding& e : s.tuple_elements()) CountDevices(e, count);
+  } else if (s.IsTiled()) {
+    count = std::max(count, s.tile_assignment().num_elements());
+  } else if (s.IsMaximal()) {
+    count = std::max(count, s.device() + 1);
+  }
+}
+
+// The sharding of each array leaf of a value of `shape`.
+std::vector<HloSharding> LeafShardings(const Shape& shape, const std::optional<HloSharding>& s,
+                                       const std::string& what) {
+  const int64_t leaves = shape.LeafCount();
+  const HloSharding sharding = s.value_or(HloSharding::Replicate());
+  std::vector<HloSharding> out;
+  if (sharding.IsTuple()) {
+    WEFT_CHECK(static_cast<int64_t>(sharding.tuple_elements().size()) == leaves,
+               "{} has {} array leaves but its sharding {} has {} elements", what, leaves,
+               sharding.ToString(), sharding.tuple_elements().size());
+    out = sharding.tuple_elements();
+  } else {
+    out.assign(leaves, sharding);
+  }
+  for (const HloSharding& leaf : out) {
+    WEFT_CHECK(!leaf.IsManual() && !leaf.IsUnknown(),
+               "{} has sharding {}; weft run splits inputs and joins outputs only for "
+               "replicated, maximal and tiled shardings",
+               what, leaf.ToString());
+  }
+  return out;
+}
+
+std::vector<std::string> LeafNames(const HloInstruction& instr) {
+  const int64_t leaves = instr.shape().LeafCount();
+  if (!instr.shape().IsTuple()) return {instr.name()};
+  std::vector<std::string> out;
+  for (int64_t i = 0; i < leaves; ++i) out.push_back(fmt::format("{}{{{}}}", instr.name(), i));
+  return out;
+}
+
+void AppendLeaves(const Shape& shape, std::vector<Shape>& out) {
+  for (Shape& leaf : shape.Leaves()) out.push_back(std::move(leaf));
+}
+
+// ---------------------------------------------------------------------------
+// Copying a box of elements between row-major arrays.
+
+struct Box {
+  std::vector<int64_t> start, extent;
+};
+
+void CopyBox(const std::byte* src, const std::vector<int64_t>& src_dims,
+             const std::vector<int64_t>& src_start, std::byte* dst,
+             const std::vector<int64_t>& dst_dims, const std::vector<int64_t>& dst_start,
+             const std::vector<int64_t>& extent, int64_t elem) {
+  const size_t rank = extent.size();
+  for (int64_t e : extent) {
+    if (e == 0) return;
+  }
+  if (rank == 0) {
+    std::memcpy(dst, src, elem);
+    return;
+  }
+  std::vector<int64_t> src_stride(rank, 1), dst_stride(rank, 1);
+  for (size_t i = rank - 1; i > 0; --i) {
+    src_stride[i - 1] = src_stride[i] * src_dims[i];
+    dst_stride[i - 1] = dst_stride[i] * dst_dims[i];
+  }
+  const int64_t run = extent[rank - 1] * elem;
+  std::vector<int64_t> idx(rank, 0);  // odometer over all dims but the last
+  while (true) {
+    int64_t s = 0, d = 0;
+    for (size_t i = 0; i < rank; ++i) {
+      s += (src_start[i] + idx[i]) * src_stride[i];
+      d += (dst_start[i] + idx[i]) * dst_stride[i];
+    }
+    std::memcpy(dst + d * elem, src + s * elem, run);
+    int64_t i = static_cast<int64_t>(rank) - 2;
+    while (i >= 0 && ++idx[i] == extent[i]) idx[i--] = 0;
+    if (i < 0) return;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The report.
+
+std::string HumanBytes(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  if (b < 1024.0 * 1024) return fmt::format("{:.1f} KiB", b / 1024);
+  if (b < 1024.0 * 1024 * 1024) return fmt::format("{:.1f} MiB", b / (1024.0 * 1024));
+  return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
+}
+
+// What one device reports; travels between ranks as int64 values.
+struct DeviceReport {
+  int64_t peak_bytes = 0, collective_bytes = 0, collective_calls = 0, instructions = 0;
+  int64_t nanoseconds = 0;
+  static constexpr int kFields = 5;
+
+  static DeviceReport From(const ExecutorStats& s) {
+    DeviceReport r;
+    r.peak_bytes = s.peak_bytes;
+    r.collective_bytes = s.collective_bytes();
+    for (CollectiveKind kind :
+         {CollectiveKind::kAllReduce, CollectiveKind::kAllGather, CollectiveKind::kReduceScatter,
+          CollectiveKind::kAllToAll, CollectiveKind::kCollectivePermute}) {
+      r.collective_calls += s.collectives.Calls(kind);
+    }
+    r.instructions = s.instructions;
+    r.nanoseconds = static_cast<int64_t>(s.seconds * 1e9);
+    return r;
+  }
+  std::vector<int64_t> Pack() const {
+    return {peak_bytes, collective_bytes, collective_calls, instructions, nanoseconds};
+  }
+  static DeviceReport Unpack(const int64_t* v) {
+    return DeviceReport{v[0], v[1], v[2], v[3], v[4]};
+  }
+};
+
+void PrintRun(std::ostream& out, const RunCommandOptions& options, const ShardedProgram& p,
+              std::string_view backend, const std::vector<DeviceReport>& devices,
+              std::span<const HostTensor> outputs) {
+  out << fmt::format("weft run {}: {} device{} ({}), seed {}; shardings {}\n", options.input,
+                     p.num_devices, p.num_devices == 1 ? "" : "s", backend, options.seed,
+                     p.propagated ? "completed by propagation" : "as written");
+  auto print_leaves = [&](const char* title, const std::vector<std::string>& names,
+                          const std::vector<Shape>& shapes, const std::vector<Shape>& locals,
+                          const std::vector<HloSharding>& shardings) {
+    out << title << "\n";
+    for (size_t i = 0; i < names.size(); ++i) {
+      out << fmt::format("  {:<16} {:<20} local {:<20} {}\n", names[i], shapes[i].ToString(),
+                         locals[i].ToString(), shardings[i].ToString());
+    }
+  };
+  print_leaves("inputs", p.input_names, p.input_shapes, p.local_input_shapes, p.input_shardings);
+  print_leaves("outputs", p.output_names, p.output_shapes, p.local_output_shapes,
+               p.output_shardings);
+  out << fmt::format("{:>6}  {:>12}  {:>16}  {:>11}  {:>12}  {:>10}\n", "device", "peak memory",
+                     "collective bytes", "collectives", "instructions", "time");
+  DeviceReport total;
+  for (size_t d = 0; d < devices.size(); ++d) {
+    const DeviceReport& r = devices[d];
+    out << fmt::format("{:>6}  {:>12}  {:>16}  {:>11}  {:>12}  {:>7.2f} ms\n", d,
+                       HumanBytes(r.peak_bytes), HumanBytes(r.collective_bytes),
+                       r.collective_calls, r.instructions, r.nanoseconds * 1e-6);
+    total.peak_bytes = std::max(total.peak_bytes, r.peak_bytes);
+    total.collective_bytes += r.collective_bytes;
+  }
+  out << fmt::format("max peak memory {} ({} bytes); collective bytes sent, all devices: {} "
+                     "({} bytes)\n",
+                     HumanBytes(total.peak_bytes), total.peak_bytes,
+                     HumanBytes(total.collective_bytes), total.collective_bytes);
+  out << fmt::format("output digest: {:016x}\n", OutputDigest(outputs));
+}
+
+// Compares against the unsharded module on one device; returns the exit code.
+int CheckAgainstUnsharded(std::ostream& out, const HloModule& module, const ShardedProgram& p,
+                          std::span<const HostTensor> inputs, std::span<const HostTensor> outputs) {
+  Executor reference(module);
+  const std::vector<HostTensor> expected =
+      reference.Run(std::vector<HostTensor>(inputs.begin(), inputs.end()));
+  WEFT_CHECK(expected.size() == outputs.size(),
+             "internal: the unsharded module gave {} outputs, the sharded one {}",
+             expected.size(), outputs.size());
+  out << "check against the unsharded module on one device:\n";
+  out << fmt::format("  {:<16} {:>16} {:>10}\n", "output", "max rel error", "tolerance");
+  bool ok = true;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const double error = MaxRelativeError(outputs[i], expected[i]);
+    const double tolerance = CheckTolerance(expected[i].element_type());
+    const bool good = error <= tolerance;
+    ok = ok && good;
+    out << fmt::format("  {:<16} {:>16.3e} {:>10.0e}  {}\n", p.output_names[i], error, tolerance,
+                       good ? "ok" : "FAILED");
+  }
+  out << (ok ? "check passed\n" : "check FAILED: the sharded result differs from the unsharded one\n");
+  return ok ? 0 : kCheckFailedExitCode;
+}
+
+std::unique_ptr<HloModule> ReadModule(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  WEFT_CHECK(in.good(), "cannot read '{}'; give the path of an HLO text module", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  HloParseOptions parse;
+  parse.source_name = path;
+  return ParseHloModule(text.str(), parse);
+}
+
+uint64_t Fnv1a(uint64_t hash, const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) hash = (hash ^ p[i]) * 0x100000001b3ULL;
+  return hash;
+}
+
+// ---------------------------------------------------------------------------
+// The two backends.
+
+int RunOnThreads(const RunCommandOptions& options, std::ostream& out) {
+  std::unique_ptr<HloModule> module = ReadModule(options.input);
+  int64_t n = options.num_devices;
+  if (n == 0) {
+    n = ShardingDeviceCount(*module);
+    if (n == 1) n = Topology::Global().num_devices();
+  }
+  const ShardedProgram program = CompileForDevices(*module, n);
+  const std::vector<HostTensor> inputs = RandomInputs(program.input_shapes, options.seed);
+  LocalCluster cluster(n);
+  std::vector<ExecutorStats> stats;
+  const std::vector<HostTensor> outputs = RunSharded(program, inputs, cluster, &stats);
+  std::vector<DeviceReport> reports;
+  for (const ExecutorStats& s : stats) reports.push_back(DeviceReport::From(s));
+  PrintRun(out, options, program, "threads", reports, outputs);
+  if (!options.check) return 0;
+  return CheckAgainstUnsharded(out, *module, program, inputs, outputs);
+}
+
+// One rank's part; every rank runs it.
+int RunOnRank(const RunCommandOptions& options, Communicator& comm, std::ostream& out) {
+  const int64_t n = comm.num_devices();
+  const int64_t rank = comm.device_id();
+  WEFT_CHECK(options.num_devices == 0 || options.num_devices == n,
+             "--num-devices {} does not match the {} ranks mpirun started; drop it or run "
+             "mpirun -np {}",
+             options.num_devices, n, options.num_devices);
+  std::unique_ptr<HloModule> module = ReadModule(options.input);
+  const ShardedProgram program = CompileForDevices(*module, n);
+  // Before any compute: the same program and the same inputs everywhere.
+  comm.VerifySameHash(std::hash<std::string>{}(program.program->ToString()),
+                      fmt::format("program hash of module '{}'", program.program->name()));
+  comm.VerifySameHash(Fnv1a(0xcbf29ce484222325ULL, &options.seed, sizeof(options.seed)) ^
+                          static_cast<uint64_t>(options.check),
+                      "weft run's --seed / --check");
+
+  const std::vector<HostTensor> inputs = RandomInputs(program.input_shapes, options.seed);
+  std::vector<HostTensor> mine;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    mine.push_back(ShardTensor(inputs[i], program.input_shardings[i], rank,
+                               program.local_input_shapes[i]));
+  }
+  ExecutorStats stats;
+  const std::vector<HostTensor> local = RunOnMpiRank(*program.program, std::move(mine), comm, &stats);
+
+  // Gather the pieces and the reports (every rank takes part; rank 0 uses them).
+  std::vector<HostTensor> outputs;
+  for (size_t i = 0; i < local.size(); ++i) {
+    const HostTensor& piece = local[i];
+    const int64_t bytes = piece.byte_size();
+    std::vector<std::byte> all(static_cast<size_t>(bytes * n));
+    comm.AllGather(piece.raw_data(), all.data(), bytes, DataType::kU8);
+    std::vector<HostTensor> pieces;
+    for (int64_t d = 0; d < n; ++d) {
+      HostTensor t = HostTensor::Uninitialized(piece.shape());
+      std::memcpy(t.mutable_raw_data(), all.data() + d * bytes, static_cast<size_t>(bytes));
+      pieces.push_back(std::move(t));
+    }
+    outputs.push_back(JoinTensor(pieces, program.output_shardings[i], program.output_shapes[i]));
+  }
+  const std::vector<int64_t> packed = comm.AllGather(DeviceReport::From(stats).Pack());
+  int code = 0;
+  if (rank == 0) {
+    std::vector<DeviceReport> reports;
+    for (int64_t d = 0; d < n; ++d) {
+      reports.push_back(DeviceReport::Unpack(packed.data() + d * DeviceReport::kFields));
+    }
+    PrintRun(out, options, program, "mpi", reports, outputs);
+    if (options.check) code = CheckAgainstUnsharded(out, *module, program, inputs, outputs);
+    out.flush();
+  }
+  // Every rank exits with rank 0's verdict.
+  const std::vector<int64_t> verdict = comm.AllReduce(std::vector<int64_t>{code}, ReduceOp::kMax);
+  return static_cast<int>(verdict[0]);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+int64_t ShardingDeviceCount(const HloModule& module) {
+  int64_t count = 1;
+  for (const HloComputation* c : module.computations()) {
+    for (const HloInstruction* instr : c->instructions()) {
+      if (instr->has_sharding()) CountDevices(*instr->sharding(), count);
+    }
+  }
+  return module.num_partitions() > 1 ? module.num_partitions() : count;
+}
+
+ShardedProgram CompileForDevices(HloModule& module, int64_t num_devices) {
+  WEFT_CHECK(num_devices >= 1, "the number of devices must be at least 1, got {}", num_devices);
+  const int64_t written_for = ShardingDeviceCount(module);
+  WEFT_CHECK(written_for == 1 || written_for == num_devices,
+             "module '{}' is sharded for {} devices but would run on {}; run it on {} devices "
+             "(--num-devices {} or mpirun -np {})",
+             module.name(), written_for, num_devices, written_for, written_for, written_for);
+  ShardedProgram p;
+  p.num_devices = num_devices;
+  if (!EveryInstructionSharded(module)) {
+    PropagationOptions propagation;
+    propagation.allow_spmd_sharding_propagation_to_output = {true};
+    propagation.allow_spmd_sharding_propagation_to_parameters = {true};
+    propagation.replicate_unsharded = true;
+    propagation.record_decisions = false;
+    PropagateShardings(module, propagation);
+    p.propagated = true;
+  }
+  PartitionOptions partition;
+  partition.num_partitions = num_devices;
+  p.program = PartitionModule(module, partition);
+
+  const HloComputation* global = module.entry_computation();
+  const HloComputation* local = p.program->entry_computation();
+  WEFT_CHECK(global->parameter_instructions().size() == local->parameter_instructions().size(),
+             "internal: the partitioned program has {} parameters, the module {}",
+             local->parameter_instructions().size(), global->parameter_instructions().size());
+  for (size_t i = 0; i < global->parameter_instructions().size(); ++i) {
+    const HloInstruction* param = global->parameter_instructions()[i];
+    const HloInstruction* local_param = local->parameter_instructions()[i];
+    for (std::string& name : LeafNames(*param)) p.input_names.push_back(std::move(name));
+    AppendLeaves(param->shape(), p.input_shapes);
+    AppendLeaves(local_param->shape(), p.local_input_shapes);
+    for (HloSharding& s : LeafShardings(param->shape(), local_param->sharding(),
+                                        fmt::format("parameter '{}'", param->name()))) {
+      p.input_shardings.push_back(std::move(s));
+    }
+  }
+  const HloInstruction* root = global->root_instruction();
+  p.output_names = LeafNames(*root);
+  AppendLeaves(root->shape(), p.output_shapes);
+  AppendLeaves(local->root_instruction()->shape(), p.local_output_shapes);
+  p.output_shardings = LeafShardings(root->shape(), local->root_instruction()->sharding(),
+                                     fmt::format("the root '{}'", root->name()));
+  for (size_t i = 0; i < p.input_shapes.size(); ++i) {
+    p.input_shardings[i].Validate(p.input_shapes[i].dimensions(), num_devices);
+  }
+  for (size_t i = 0; i < p.output_shapes.size(); ++i) {
+    p.output_shardings[i].Validate(p.output_shapes[i].dimensions(), num_devices);
+  }
+  return p;
+}
+
+std::vector<HostTensor> RandomInputs(std::span<const Shape> shapes, uint64_t seed) {
+  std::vector<HostTensor> out;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    // One stream per leaf, independent of the other leaves' sizes.
+    std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
+                      static_cast<uint32_t>(i), 0x77656674u};
+    std::mt19937_64 rng(seq);
+    const Shape& shape = shapes[i];
+    WEFT_CHECK(shape.IsArray(), "internal: input {} is not an array", i);
+    std::vector<double> values(static_cast<size_t>(shape.ElementsCount()));
+    const PrimitiveType type = shape.element_type();
+    if (IsFloatingPoint(type)) {
+      std::normal_distribution<double> normal(0.0, 1.0);
+      for (double& v : values) v = normal(rng);
+    } else if (type == PrimitiveType::kPred) {
+      std::bernoulli_distribution coin(0.5);
+      for (double& v : values) v = coin(rng) ? 1 : 0;
+    } else {
+      std::uniform_int_distribution<int> small(0, 3);
+      for (double& v : values) v = small(rng);
+    }
+    out.push_back(HostTensor::FromDoubles(shape, values));
+  }
+  return out;
+}
+
+HostTensor ShardTensor(const HostTensor& global, const HloSharding& sharding, int64_t device,
+                       const Shape& local_shape, double pad) {
+  if (!sharding.IsTiled()) {
+    WEFT_CHECK(local_shape == global.shape(),
+               "internal: an unsplit input of shape {} has local shape {}",
+               global.shape().ToString(), local_shape.ToString());
+    return global;
+  }
+  const std::vector<int64_t>& dims = global.dimensions();
+  const std::vector<int64_t> tile = sharding.TileShape(dims);
+  WEFT_CHECK(local_shape.dimensions() == tile && local_shape.element_type() == global.element_type(),
+             "internal: input {} under {} should be {} per device, the program takes {}",
+             global.shape().ToString(), sharding.ToString(), fmt::join(tile, ","),
+             local_shape.ToString());
+  const std::vector<int64_t> offset = sharding.TileOffsetForDevice(dims, device);
+  const std::vector<int64_t> extent = sharding.TileShapeForDevice(dims, device);
+  HostTensor local;
+  if (extent == tile) {
+    local = HostTensor::Uninitialized(local_shape);
+  } else {
+    const double fill = IsFloatingPoint(global.element_type()) ? pad : 0;
+    local = HostTensor::FromDoubles(
+        local_shape, std::vector<double>(static_cast<size_t>(local_shape.ElementsCount()), fill));
+  }
+  CopyBox(static_cast<const std::byte*>(global.raw_data()), dims, offset,
+          static_cast<std::byte*>(local.mutable_raw_data()), tile,
+          std::vector<int64_t>(tile.size(), 0), extent, ByteWidth(global.element_type()));
+  return local;
+}
+
+std::vector<std::vector<HostTensor>> ShardInputs(const ShardedProgram& program,
+                                                 std::span<const HostTensor> inputs,
+                                                 double pad) {
+  WEFT_CHECK(inputs.size() == program.input_shapes.size(),
+             "the program takes {} inputs, got {}", program.input_shapes.size(), inputs.size());
+  std::vector<std::vector<HostTensor>> out(program.num_devices);
+  for (int64_t d = 0; d < program.num_devices; ++d) {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      WEFT_CHECK(inputs[i].shape() == program.input_shapes[i], "input {} ('{}') must be {}, got {}",
+                 i, program.input_names[i], program.input_shapes[i].ToString(),
+                 inputs[i].shape().ToString());
+      out[d].push_back(ShardTensor(inputs[i], program.input_shardings[i], d,
+                                   program.local_input_shapes[i], pad));
+    }
+  }
+  return out;
+}
+
+HostTensor JoinTensor(std::span<const HostTensor> pieces, const HloSharding& sharding,
+                      const Shape& global_shape) {
+  const int64_t n = static_cast<int64_t>(pieces.size());
+  if (!sharding.IsTiled()) {
+    const int64_t source = sharding.IsMaximal() ? sharding.device() : 0;
+    WEFT_CHECK(source < n && pieces[source].shape() == global_shape,
+               "internal: output {} under {} has no whole copy on device {}",
+               global_shape.ToString(), sharding.ToString(), source);
+    return pieces[source];
+  }
+  const std::vector<int64_t>& dims = global_shape.dimensions();
+  const std::vector<int64_t> tile = sharding.TileShape(dims);
+  HostTensor global(global_shape);
+  std::set<std::vector<int64_t>> joined;
+  for (int64_t d = 0; d < n; ++d) {
+    if (!sharding.UsesDevice(d) || !joined.insert(sharding.TileIndexForDevice(d)).second) continue;
+    WEFT_CHECK(pieces[d].dimensions() == tile,
+               "internal: device {}'s output piece is {}, the tile of {} under {} is [{}]", d,
+               pieces[d].shape().ToString(), global_shape.ToString(), sharding.ToString(),
+               fmt::join(tile, ","));
+    CopyBox(static_cast<const std::byte*>(pieces[d].raw_data()), tile,
+            std::vector<int64_t>(tile.size(), 0),
+            static_cast<std::byte*>(global.mutable_raw_data()), dims,
+            sharding.TileOffsetForDevice(dims, d), sharding.TileShapeForDevice(dims, d),
+            ByteWidth(global_shape.element_type()));
+  }
+  return global;
+}
+
+std::vector<HostTensor> RunSharded(const ShardedProgram& program,
+                                   std::span<const HostTensor> inputs, LocalCluster& cluster,
+                                   std::vector<ExecutorStats>* stats,
+                                   const ExecutorOptions& options, double pad) {
+  WEFT_CHECK(cluster.num_devices() == program.num_devices,
+             "the program is partitioned for {} devices but the cluster has {}",
+             program.num_devices, cluster.num_devices());
+  const std::vector<std::vector<HostTensor>> locals =
+      RunOnDevices(*program.program, ShardInputs(program, inputs, pad), cluster, stats, options);
+  std::vector<HostTensor> outputs;
+  for (size_t i = 0; i < program.output_shapes.size(); ++i) {
+    std::vector<HostTensor> pieces;
+    for (const std::vector<HostTensor>& device : locals) pieces.push_back(device.at(i));
+    outputs.push_back(JoinTensor(pieces, program.output_shardings[i], program.output_shapes[i]));
+  }
+  return outputs;
+}
+
+double MaxRelativeError(const HostTensor& actual, const HostTensor& expected) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  if (actual.shape() != expected.shape()) return kInf;
+  const std::vector<double> a = actual.ToDoubles();
+  const std::vector<double> b = expected.ToDoubles();
+  double max_diff = 0, max_expected = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) {
+      const bool same = (std::isnan(a[i]) && std::isnan(b[i])) || a[i] == b[i];
+      if (!same) return kInf;
+      continue;
+    }
+    max_diff = std::max(max_diff, std::abs(a[i] - b[i]));
+    max_expected = std::max(max_expected, std::abs(b[i]));
+  }
+  if (max_diff == 0) return 0;
+  return max_expected == 0 ? kInf : max_diff / max_expected;
+}
+
+double CheckTolerance(PrimitiveType type) {
+  switch (type) {
+    case PrimitiveType::kF32:
+      return 1e-5;
+    case PrimitiveType::kBF16:
+    case PrimitiveType::kF16:
+      return 1e-2;
+    default:
+      return 0;
+  }
+}
+
+uint64_t OutputDigest(std::span<const HostTensor> outputs) {
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  for (const HostTensor& t : outputs) {
+    hash = Fnv1a(hash, t.raw_data(), static_cast<size_t>(t.byte_size()));
+  }
+  return hash;
+}
+
+int RunRunCommand(const RunCommandOptions& options) {
+  std::ostream& out = options.out != nullptr ? *options.out : std::cout;
+  WEFT_CHECK(options.num_devices >= 0, "--num-devices must be positive, got {}",
+             options.num_devices);
+  if (!Topology::InsideMpi()) return RunOnThreads(options, out);
+  int code = 0;
+  const int aborted = RunMpiMain([&](Communicator& comm) { code = RunOnRank(options, comm, out); });
+  return aborted != 0 ? aborted : code;
+}
+
+}  // namespace weft::runtime
