@@ -6,7 +6,7 @@ JOBS ?= $(shell nproc)
 export OMPI_ALLOW_RUN_AS_ROOT ?= 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM ?= 1
 
-.PHONY: all setup build run test test-unit test-python test-asan bench clean
+.PHONY: all setup build run test test-unit test-python test-asan test-fuzz bench clean
 
 all: build
 
@@ -27,6 +27,7 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
 	PYTHONPATH=$(BUILD)/python $(PY) -m pytest -q python/tests
 	$(MAKE) test-asan
+	$(MAKE) -j $(JOBS) test-fuzz
 
 $(ASAN_BUILD)/build.ninja:
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWEFT_SANITIZE=ON \
@@ -38,8 +39,30 @@ test-asan: setup $(ASAN_BUILD)/build.ninja
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  ctest --output-on-failure -j $(JOBS) --timeout 1200 -L unit
 
+# libFuzzer on the HLO text parser (clang; AddressSanitizer + UBSan), for a
+# bounded time. A crash, a sanitizer report or a print/parse round trip
+# that is not a fixed point fails the run; new inputs it finds stay in
+# build-fuzz/corpus (the checked-in seeds are in fuzz/corpus/hlo).
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_FLAGS = -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -Iinclude
+FUZZ_SRCS := fuzz/hlo_parser_fuzz.cc $(wildcard src/hlo/*.cc src/sharding/*.cc)
+FUZZ_OBJS := $(patsubst %.cc,$(FUZZ_BUILD)/%.o,$(FUZZ_SRCS))
+
+$(FUZZ_BUILD)/%.o: %.cc
+	@mkdir -p $(dir $@)
+	clang++ $(FUZZ_FLAGS) -c $< -o $@
+
+$(FUZZ_BUILD)/hlo_parser_fuzz: $(FUZZ_OBJS)
+	clang++ $(FUZZ_FLAGS) $^ -lfmt -o $@
+
+test-fuzz: setup $(FUZZ_BUILD)/hlo_parser_fuzz
+	@mkdir -p $(FUZZ_BUILD)/corpus
+	$(FUZZ_BUILD)/hlo_parser_fuzz -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 \
+	  -print_final_stats=1 $(FUZZ_BUILD)/corpus fuzz/corpus/hlo
+
 bench: build
 	$(BUILD)/apps/weft/weft bench attention
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

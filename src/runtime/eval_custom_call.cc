@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -220,7 +221,9 @@ class GlobalRowsMask final : public kernels::MaskMod {
     const int64_t valid = ValidRows(q0, q1 - q0);
     if (valid == 0) return kernels::BlockKind::kEmpty;
     std::optional<kernels::BlockKind> kind = kernels::BlockKind::kFull;
-    if (inner_ != nullptr) kind = inner_->Classify(b, h, q0 + offset_, q0 + offset_ + valid, k0, k1);
+    if (inner_ != nullptr) {
+      kind = inner_->Classify(b, h, q0 + offset_, q0 + offset_ + valid, k0, k1);
+    }
     // Some rows are padding: the block is at most partial.
     if (valid < q1 - q0 && kind == kernels::BlockKind::kFull) return kernels::BlockKind::kPartial;
     return kind;
@@ -309,6 +312,22 @@ HostTensor AsF32(const HostTensor& t, EvalArgs& args) {
   ConvertElements(t.element_type(), t.raw_data(), PrimitiveType::kF32, out.mutable_raw_data(),
                   t.element_count());
   return out;
+}
+
+// A copy of f32 tensor t ([B, H, S, ...], query rows on dim 2) whose rows
+// from `valid` on hold `value`.
+HostTensor WithPaddingRows(const HostTensor& t, int64_t valid, float value, EvalArgs& args) {
+  HostTensor copy = args.ctx().Allocate(t.shape());
+  float* dst = copy.mutable_data<float>();
+  std::copy_n(t.data<float>(), t.element_count(), dst);
+  const std::vector<int64_t>& dims = t.dimensions();
+  const int64_t rows = dims[2];
+  int64_t inner = 1;
+  for (size_t i = 3; i < dims.size(); ++i) inner *= dims[i];
+  for (int64_t outer = 0; outer < dims[0] * dims[1]; ++outer) {
+    std::fill(dst + (outer * rows + valid) * inner, dst + (outer + 1) * rows * inner, value);
+  }
+  return copy;
 }
 
 // A result buffer of `shape`: f32 scratch when the result is not f32.
@@ -434,7 +453,7 @@ Value EvalCustomCall(const HloInstruction& instr, EvalArgs& args) {
   options.block_mask = block_mask;
   options.enable_gqa = c.enable_gqa.value_or(d.q_heads != d.kv_heads);
 
-  const HostTensor q = AsF32(args.array(0), args);
+  HostTensor q = AsF32(args.array(0), args);
   const HostTensor k = AsF32(args.array(1), args);
   const HostTensor v = AsF32(args.array(2), args);
   const Shape& shape = instr.shape();
@@ -449,11 +468,25 @@ Value EvalCustomCall(const HloInstruction& instr, EvalArgs& args) {
     if (!shape.IsTuple()) return Value{out.Finish()};
     return Value{out.Finish(), lse.Finish()};
   }
-  const HostTensor out = AsF32(args.array(3), args);
-  const HostTensor lse = AsF32(args.array(4), args);
-  const HostTensor dout = AsF32(args.array(5), args);
+  HostTensor out = AsF32(args.array(3), args);
+  HostTensor lse = AsF32(args.array(4), args);
+  HostTensor dout = AsF32(args.array(5), args);
   HostTensor dlse;
   if (c.has_dlse) dlse = AsF32(args.array(6), args);
+  // Padding rows are masked, but the backward's GEMMs still multiply their
+  // zero probabilities with whatever the rows hold: make them clean zeros
+  // (lse -inf, as for any fully masked row), so garbage never reaches dk, dv.
+  const int64_t valid_rows = c.q_offset_operand < 0
+                                 ? d.q_len
+                                 : std::clamp<int64_t>(GlobalQueryLength(c, d, q_offset) - q_offset,
+                                                       0, d.q_len);
+  if (valid_rows < d.q_len) {
+    q = WithPaddingRows(q, valid_rows, 0.0f, args);
+    out = WithPaddingRows(out, valid_rows, 0.0f, args);
+    lse = WithPaddingRows(lse, valid_rows, -std::numeric_limits<float>::infinity(), args);
+    dout = WithPaddingRows(dout, valid_rows, 0.0f, args);
+    if (c.has_dlse) dlse = WithPaddingRows(dlse, valid_rows, 0.0f, args);
+  }
   Result dq(shape.tuple_shapes(0), args), dk(shape.tuple_shapes(1), args),
       dv(shape.tuple_shapes(2), args);
   kernels::FlexAttentionBackward(d, q.data<float>(), k.data<float>(), v.data<float>(),

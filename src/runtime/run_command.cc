@@ -189,15 +189,16 @@ void PrintRun(std::ostream& out, const RunCommandOptions& options, const Sharded
   for (size_t d = 0; d < devices.size(); ++d) {
     const DeviceReport& r = devices[d];
     out << fmt::format("{:>6}  {:>12}  {:>16}  {:>11}  {:>12}  {:>7.2f} ms\n", d,
-                       HumanBytes(r.peak_bytes), HumanBytes(r.collective_bytes),
-                       r.collective_calls, r.instructions, r.nanoseconds * 1e-6);
+                       HumanBytes(r.peak_bytes), HumanBytes(r.collective_bytes), r.collective_calls,
+                       r.instructions, r.nanoseconds * 1e-6);
     total.peak_bytes = std::max(total.peak_bytes, r.peak_bytes);
     total.collective_bytes += r.collective_bytes;
   }
-  out << fmt::format("max peak memory {} ({} bytes); collective bytes sent, all devices: {} "
-                     "({} bytes)\n",
-                     HumanBytes(total.peak_bytes), total.peak_bytes,
-                     HumanBytes(total.collective_bytes), total.collective_bytes);
+  out << fmt::format(
+      "max peak memory {} ({} bytes); collective bytes sent, all devices: {} "
+      "({} bytes)\n",
+      HumanBytes(total.peak_bytes), total.peak_bytes, HumanBytes(total.collective_bytes),
+      total.collective_bytes);
   out << fmt::format("output digest: {:016x}\n", OutputDigest(outputs));
 }
 
@@ -208,8 +209,8 @@ int CheckAgainstUnsharded(std::ostream& out, const HloModule& module, const Shar
   const std::vector<HostTensor> expected =
       reference.Run(std::vector<HostTensor>(inputs.begin(), inputs.end()));
   WEFT_CHECK(expected.size() == outputs.size(),
-             "internal: the unsharded module gave {} outputs, the sharded one {}",
-             expected.size(), outputs.size());
+             "internal: the unsharded module gave {} outputs, the sharded one {}", expected.size(),
+             outputs.size());
   out << "check against the unsharded module on one device:\n";
   out << fmt::format("  {:<16} {:>16} {:>10}\n", "output", "max rel error", "tolerance");
   bool ok = true;
@@ -221,7 +222,8 @@ int CheckAgainstUnsharded(std::ostream& out, const HloModule& module, const Shar
     out << fmt::format("  {:<16} {:>16.3e} {:>10.0e}  {}\n", p.output_names[i], error, tolerance,
                        good ? "ok" : "FAILED");
   }
-  out << (ok ? "check passed\n" : "check FAILED: the sharded result differs from the unsharded one\n");
+  out << (ok ? "check passed\n"
+             : "check FAILED: the sharded result differs from the unsharded one\n");
   return ok ? 0 : kCheckFailedExitCode;
 }
 
@@ -283,11 +285,12 @@ int RunOnRank(const RunCommandOptions& options, Communicator& comm, std::ostream
   const std::vector<HostTensor> inputs = RandomInputs(program.input_shapes, options.seed);
   std::vector<HostTensor> mine;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    mine.push_back(ShardTensor(inputs[i], program.input_shardings[i], rank,
-                               program.local_input_shapes[i]));
+    mine.push_back(
+        ShardTensor(inputs[i], program.input_shardings[i], rank, program.local_input_shapes[i]));
   }
   ExecutorStats stats;
-  const std::vector<HostTensor> local = RunOnMpiRank(*program.program, std::move(mine), comm, &stats);
+  const std::vector<HostTensor> local =
+      RunOnMpiRank(*program.program, std::move(mine), comm, &stats);
 
   // Gather the pieces and the reports (every rank takes part; rank 0 uses them).
   std::vector<HostTensor> outputs;
@@ -344,9 +347,19 @@ ShardedProgram CompileForDevices(HloModule& module, int64_t num_devices) {
   ShardedProgram p;
   p.num_devices = num_devices;
   if (!EveryInstructionSharded(module)) {
+    // Parameters and outputs the user annotated keep their shardings (XLA's
+    // "allow propagation" flags let it replace them); the others may get one.
     PropagationOptions propagation;
-    propagation.allow_spmd_sharding_propagation_to_output = {true};
-    propagation.allow_spmd_sharding_propagation_to_parameters = {true};
+    const HloComputation* entry = module.entry_computation();
+    propagation.allow_spmd_sharding_propagation_to_output = {
+        !entry->root_instruction()->has_sharding()};
+    propagation.allow_spmd_sharding_propagation_to_parameters.clear();
+    for (const HloInstruction* param : entry->parameter_instructions()) {
+      propagation.allow_spmd_sharding_propagation_to_parameters.push_back(!param->has_sharding());
+    }
+    if (entry->parameter_instructions().empty()) {
+      propagation.allow_spmd_sharding_propagation_to_parameters = {false};
+    }
     propagation.replicate_unsharded = true;
     propagation.record_decisions = false;
     PropagateShardings(module, propagation);
@@ -423,10 +436,10 @@ HostTensor ShardTensor(const HostTensor& global, const HloSharding& sharding, in
   }
   const std::vector<int64_t>& dims = global.dimensions();
   const std::vector<int64_t> tile = sharding.TileShape(dims);
-  WEFT_CHECK(local_shape.dimensions() == tile && local_shape.element_type() == global.element_type(),
-             "internal: input {} under {} should be {} per device, the program takes {}",
-             global.shape().ToString(), sharding.ToString(), fmt::join(tile, ","),
-             local_shape.ToString());
+  WEFT_CHECK(
+      local_shape.dimensions() == tile && local_shape.element_type() == global.element_type(),
+      "internal: input {} under {} should be {} per device, the program takes {}",
+      global.shape().ToString(), sharding.ToString(), fmt::join(tile, ","), local_shape.ToString());
   const std::vector<int64_t> offset = sharding.TileOffsetForDevice(dims, device);
   const std::vector<int64_t> extent = sharding.TileShapeForDevice(dims, device);
   HostTensor local;
@@ -444,10 +457,9 @@ HostTensor ShardTensor(const HostTensor& global, const HloSharding& sharding, in
 }
 
 std::vector<std::vector<HostTensor>> ShardInputs(const ShardedProgram& program,
-                                                 std::span<const HostTensor> inputs,
-                                                 double pad) {
-  WEFT_CHECK(inputs.size() == program.input_shapes.size(),
-             "the program takes {} inputs, got {}", program.input_shapes.size(), inputs.size());
+                                                 std::span<const HostTensor> inputs, double pad) {
+  WEFT_CHECK(inputs.size() == program.input_shapes.size(), "the program takes {} inputs, got {}",
+             program.input_shapes.size(), inputs.size());
   std::vector<std::vector<HostTensor>> out(program.num_devices);
   for (int64_t d = 0; d < program.num_devices; ++d) {
     for (size_t i = 0; i < inputs.size(); ++i) {

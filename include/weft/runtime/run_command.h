@@ -37,9 +37,9 @@
 namespace weft::runtime {
 
 struct RunCommandOptions {
-  std::string input;        // FILE.hlo
-  uint64_t seed = 0;        // --seed
-  bool check = false;       // --check
+  std::string input;   // FILE.hlo
+  uint64_t seed = 0;   // --seed
+  bool check = false;  // --check
   // --num-devices; 0: the rank count under MPI, else the device count the
   // module's shardings are written for, else the topology's (WEFT_NUM_DEVICES).
   int64_t num_devices = 0;
@@ -66,7 +66,7 @@ struct ShardedProgram {
   int64_t num_devices = 1;
   bool propagated = false;  // shardings were completed by propagation
   std::vector<std::string> input_names, output_names;
-  std::vector<Shape> input_shapes, output_shapes;  // global
+  std::vector<Shape> input_shapes, output_shapes;              // global
   std::vector<Shape> local_input_shapes, local_output_shapes;  // per device (padded tiles)
   std::vector<HloSharding> input_shardings, output_shardings;
 };

@@ -1,0 +1,444 @@
+// `weft run`'s pipeline through the real executor: propagate -> partition ->
+// split inputs -> RunOnDevices -> join, against the Executor on the unsharded
+// module. Inputs are padded with NaN, so padding that reaches a result shows.
+#include "weft/runtime/run_command.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "partitioner_random.h"
+#include "weft/base/error.h"
+#include "weft/hlo/opcode.h"
+#include "weft/hlo/parser.h"
+#include "weft/runtime/config.h"
+#include "weft/runtime/hybrid_mesh.h"
+#include "weft/runtime/topology.h"
+
+namespace weft::runtime {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Max relative error per output of the sharded run (n devices) against the
+// unsharded module, on seeded inputs.
+std::vector<double> ShardedVsUnsharded(const std::string& text, int64_t n, uint64_t seed,
+                                       ShardedProgram* compiled = nullptr) {
+  std::unique_ptr<HloModule> module = ParseHloModule(text);
+  ShardedProgram program = CompileForDevices(*module, n);
+  const std::vector<HostTensor> inputs = RandomInputs(program.input_shapes, seed);
+  LocalCluster cluster(n);
+  const std::vector<HostTensor> sharded = RunSharded(program, inputs, cluster, nullptr, {}, kNaN);
+  Executor reference(*module);
+  const std::vector<HostTensor> expected =
+      reference.Run(std::vector<HostTensor>(inputs.begin(), inputs.end()));
+  EXPECT_EQ(sharded.size(), expected.size());
+  std::vector<double> errors;
+  for (size_t i = 0; i < std::min(sharded.size(), expected.size()); ++i) {
+    errors.push_back(MaxRelativeError(sharded[i], expected[i]));
+  }
+  if (compiled != nullptr) *compiled = std::move(program);
+  return errors;
+}
+
+void ExpectClose(const std::vector<double>& errors, double tolerance, const std::string& what) {
+  for (size_t i = 0; i < errors.size(); ++i) {
+    EXPECT_LE(errors[i], tolerance) << what << ": output " << i;
+  }
+}
+
+std::string Dims(const std::vector<int64_t>& d) { return fmt::format("{}", fmt::join(d, ",")); }
+
+// A random chain of elementwise, dot, reduce, reshape, transpose, broadcast
+// and slice ops; each instruction is annotated with a random sharding with
+// probability 1/2 (propagation completes the rest).
+std::string RandomChain(int64_t n, std::mt19937_64& rng) {
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  auto sharding = [&](int64_t rank) -> std::string {
+    if (pick(0, 1) == 0) return "";
+    return ", sharding=" + spmd_test::RandomSharding(n, rank, rng).ToString();
+  };
+  std::string body;
+  int64_t params = 0, next = 0;
+  std::vector<int64_t> dims;
+  for (int64_t r = pick(1, 3); r > 0; --r) dims.push_back(pick(1, 7));
+  body += fmt::format("  v0 = f32[{}] parameter({}){}\n", Dims(dims), params++,
+                      sharding(static_cast<int64_t>(dims.size())));
+  std::string cur = "v0";
+  for (int step = 0, steps = static_cast<int>(pick(3, 6)); step < steps; ++step) {
+    const std::string name = fmt::format("v{}", ++next);
+    const int64_t rank = static_cast<int64_t>(dims.size());
+    switch (pick(0, 6)) {
+      case 0: {  // elementwise with a fresh parameter
+        const std::string p = fmt::format("p{}", params);
+        body += fmt::format("  {} = f32[{}] parameter({}){}\n", p, Dims(dims), params++,
+                            sharding(rank));
+        body += fmt::format("  {} = f32[{}] multiply({}, {}){}\n", name, Dims(dims), cur, p,
+                            sharding(rank));
+        break;
+      }
+      case 1: {  // dot contracting the last dim with a fresh [K, N] parameter
+        const int64_t k = dims.back();
+        const std::string p = fmt::format("p{}", params);
+        dims.back() = pick(1, 6);
+        body += fmt::format("  {} = f32[{},{}] parameter({}){}\n", p, k, dims.back(), params++,
+                            sharding(2));
+        body += fmt::format(
+            "  {} = f32[{}] dot({}, {}), lhs_contracting_dims={{{}}}, "
+            "rhs_contracting_dims={{0}}{}\n",
+            name, Dims(dims), cur, p, rank - 1, sharding(rank));
+        break;
+      }
+      case 2: {  // reduce one dim
+        if (rank == 1) continue;
+        const int64_t d = pick(0, rank - 1);
+        dims.erase(dims.begin() + d);
+        body += fmt::format("  {} = f32[{}] reduce({}, zero), dimensions={{{}}}, to_apply=add{}\n",
+                            name, Dims(dims), cur, d, sharding(rank - 1));
+        break;
+      }
+      case 3: {  // reshape: merge the first two dims, or split an even first dim
+        if (rank >= 2 && pick(0, 1) == 0) {
+          dims[0] *= dims[1];
+          dims.erase(dims.begin() + 1);
+        } else if (rank < 3 && dims[0] % 2 == 0) {
+          dims[0] /= 2;
+          dims.insert(dims.begin(), 2);
+        } else {
+          continue;
+        }
+        body += fmt::format("  {} = f32[{}] reshape({}){}\n", name, Dims(dims), cur,
+                            sharding(static_cast<int64_t>(dims.size())));
+        break;
+      }
+      case 4: {  // transpose
+        std::vector<int64_t> perm(rank), out;
+        std::iota(perm.begin(), perm.end(), 0);
+        std::shuffle(perm.begin(), perm.end(), rng);
+        for (int64_t d : perm) out.push_back(dims[d]);
+        dims = out;
+        body += fmt::format("  {} = f32[{}] transpose({}), dimensions={{{}}}{}\n", name, Dims(dims),
+                            cur, Dims(perm), sharding(rank));
+        break;
+      }
+      case 5: {  // broadcast a new leading dim
+        if (rank == 3) continue;
+        std::vector<int64_t> map(rank);
+        std::iota(map.begin(), map.end(), 1);
+        dims.insert(dims.begin(), pick(1, 3));
+        body += fmt::format("  {} = f32[{}] broadcast({}), dimensions={{{}}}{}\n", name, Dims(dims),
+                            cur, Dims(map), sharding(rank + 1));
+        break;
+      }
+      default: {  // slice one dim
+        const int64_t d = pick(0, rank - 1);
+        const int64_t start = pick(0, dims[d] - 1), limit = pick(start + 1, dims[d]);
+        std::string slice;
+        for (int64_t i = 0; i < rank; ++i) {
+          slice +=
+              fmt::format("{}[{}:{}]", i ? ", " : "", i == d ? start : 0, i == d ? limit : dims[i]);
+        }
+        dims[d] = limit - start;
+        body += fmt::format("  {} = f32[{}] slice({}), slice={{{}}}{}\n", name, Dims(dims), cur,
+                            slice, sharding(rank));
+        break;
+      }
+    }
+    cur = name;
+  }
+  body += fmt::format("  ROOT out = f32[{}] negate({}){}\n", Dims(dims), cur,
+                      sharding(static_cast<int64_t>(dims.size())));
+  return fmt::format(
+      "HloModule chain\n\nadd {{\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n"
+      "  ROOT s = f32[] add(x, y)\n}}\n\nENTRY main {{\n  zero = f32[] constant(0)\n{}}}\n",
+      body);
+}
+
+TEST(RunCommandTest, RandomChainsShardedEqualUnshardedThroughTheExecutor) {
+  std::mt19937_64 rng(4242);
+  for (int trial = 0; trial < 120; ++trial) {
+    const int64_t n = std::uniform_int_distribution<int64_t>(1, 8)(rng);
+    const std::string text = RandomChain(n, rng);
+    SCOPED_TRACE(fmt::format("trial {} on {} devices:\n{}", trial, n, text));
+    try {
+      // Sums split over devices add in another order: a few ulps.
+      ExpectClose(ShardedVsUnsharded(text, n, trial), 1e-5, "chain");
+    } catch (const Error& e) {
+      ADD_FAILURE() << e.what();
+    }
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Attention.
+
+std::string AttentionModule(const std::string& dims, const std::string& qkv, const std::string& out,
+                            const std::string& lse, const std::string& config) {
+  // dims: B, Hq, Hkv, S, D.
+  int64_t b, hq, hkv, s, d;
+  std::sscanf(dims.c_str(), "%ld,%ld,%ld,%ld,%ld", &b, &hq, &hkv, &s, &d);
+  return fmt::format(R"(HloModule attention
+ENTRY main {{
+  q = f32[{0},{1},{3},{4}] parameter(0), sharding={5}
+  k = f32[{0},{2},{3},{4}] parameter(1), sharding={5}
+  v = f32[{0},{2},{3},{4}] parameter(2), sharding={5}
+  seg = s32[{0},{3}] parameter(3)
+  ROOT fa = (f32[{0},{1},{3},{4}], f32[{0},{1},{3}]) custom-call(q, k, v, seg), custom_call_target="weft.flex_attention", backend_config={8}, sharding={{{6}, {7}}}
+}}
+)",
+                     b, hq, hkv, s, d, qkv, out, lse, config);
+}
+
+const char* kPackedCausal =
+    R"({"mask": "q_idx >= kv_idx && seg[b, q_idx] == seg[b, kv_idx]", "mask_tensors": ["seg"]})";
+
+TEST(RunCommandTest, AttentionShardedOverBatchAndHeadsMatchesUnsharded) {
+  ShardedProgram program;
+  ExpectClose(ShardedVsUnsharded(AttentionModule("2,4,2,40,8", "{devices=[2,2,1,1]<=[4]}",
+                                                 "{devices=[2,2,1,1]<=[4]}",
+                                                 "{devices=[2,2,1]<=[4]}", kPackedCausal),
+                                 4, 7, &program),
+              1e-6, "batch x heads");
+  // Runs locally: no collective in the program.
+  for (const HloInstruction* instr : program.program->entry_computation()->instructions()) {
+    EXPECT_FALSE(IsCollective(instr->opcode())) << instr->name();
+  }
+}
+
+TEST(RunCommandTest, AttentionShardedOverQuerySequenceSeesGlobalPositions) {
+  // S = 10 over 4 devices: tiles of 3, the last holds 1 row and 2 padding
+  // rows (NaN inputs), which must be masked. Segment ids follow the sequence.
+  for (const std::string& config :
+       {std::string(kPackedCausal),
+        std::string(
+            R"j({"mask": "q_idx >= kv_idx && seg[b, q_idx] >= 0", "mask_tensors": ["seg"],
+                 "score_mod": "score - 0.25 * (q_idx - kv_idx)"})j"),
+        std::string(
+            R"({"mask": "kv_idx < q_idx + 2 && seg[b, q_idx] != 3", "mask_tensors": ["seg"]})")}) {
+    SCOPED_TRACE(config);
+    ShardedProgram program;
+    ExpectClose(ShardedVsUnsharded(
+                    AttentionModule("2,2,1,10,8", "{devices=[1,1,4,1]<=[4]}",
+                                    "{devices=[1,1,4,1]<=[4]}", "{devices=[1,1,4]<=[4]}", config),
+                    4, 11, &program),
+                1e-6, "query sequence");
+    const HloInstruction* fa = program.program->entry_computation()->root_instruction();
+    while (fa->opcode() != HloOpcode::kCustomCall) fa = fa->operand(0);
+    EXPECT_NE(fa->attrs().backend_config.find("\"q_offset_operand\""), std::string::npos);
+    EXPECT_NE(fa->attrs().backend_config.find("\"global_q_len\":10"), std::string::npos);
+  }
+}
+
+TEST(RunCommandTest, AttentionShardedOverBatchAndQuerySequenceOnEightDevices) {
+  ExpectClose(ShardedVsUnsharded(AttentionModule("2,4,2,70,16", "{devices=[2,2,2,1]<=[8]}",
+                                                 "{devices=[2,2,2,1]<=[8]}",
+                                                 "{devices=[2,2,2]<=[8]}", kPackedCausal),
+                                 8, 3),
+              1e-6, "batch x heads x sequence");
+}
+
+TEST(RunCommandTest, AttentionBackwardShardedOverQuerySequenceMatchesUnsharded) {
+  // Sq = 9 over 2 devices (one padding row): dk and dv are reduce-scattered.
+  const std::string text = fmt::format(R"(HloModule attention_backward
+ENTRY main {{
+  q = f32[2,2,9,4] parameter(0), sharding={{devices=[1,1,2,1]<=[2]}}
+  k = f32[2,2,9,4] parameter(1), sharding={{devices=[1,1,2,1]<=[2]}}
+  v = f32[2,2,9,4] parameter(2), sharding={{devices=[1,1,2,1]<=[2]}}
+  seg = s32[2,9] parameter(3)
+  dout = f32[2,2,9,4] parameter(4), sharding={{devices=[1,1,2,1]<=[2]}}
+  fa = (f32[2,2,9,4], f32[2,2,9]) custom-call(q, k, v, seg), custom_call_target="weft.flex_attention", backend_config={0}
+  out = f32[2,2,9,4] get-tuple-element(fa), index=0
+  lse = f32[2,2,9] get-tuple-element(fa), index=1
+  ROOT grads = (f32[2,2,9,4], f32[2,2,9,4], f32[2,2,9,4]) custom-call(q, k, v, out, lse, dout, seg), custom_call_target="weft.flex_attention_backward", backend_config={0}, sharding={{{{devices=[1,1,2,1]<=[2]}}, {{devices=[1,1,2,1]<=[2]}}, {{devices=[1,1,2,1]<=[2]}}}}
+}}
+)",
+                                       kPackedCausal);
+  ExpectClose(ShardedVsUnsharded(text, 2, 5), 1e-5, "backward");
+}
+
+// ---------------------------------------------------------------------------
+// The steps.
+
+TEST(RunCommandTest, ShardAndJoinRoundTripUnevenPartialTiles) {
+  const HloSharding sharding =
+      HloSharding::Parse("{devices=[2,3,2]<=[12] last_tile_dim_replicate}");
+  const Shape shape(PrimitiveType::kF32, {5, 7});
+  const HostTensor global = RandomInputs(std::vector<Shape>{shape}, 1)[0];
+  const Shape local(PrimitiveType::kF32, sharding.TileShape(shape.dimensions()));
+  EXPECT_EQ(local.dimensions(), (std::vector<int64_t>{3, 3}));
+  std::vector<HostTensor> pieces;
+  for (int64_t d = 0; d < 12; ++d) pieces.push_back(ShardTensor(global, sharding, d, local, kNaN));
+  // Device 11 holds rows 3..4 and column 6: the rest of its tile is padding.
+  const std::vector<double> last = pieces[11].ToDoubles();
+  EXPECT_EQ(last[0], global.GetDouble(3 * 7 + 6));
+  EXPECT_TRUE(std::isnan(last[1]));
+  EXPECT_TRUE(std::isnan(last[6]));
+  const HostTensor joined = JoinTensor(pieces, sharding, shape);
+  EXPECT_EQ(joined.ToDoubles(), global.ToDoubles());
+  // Replicated values are shared, not copied.
+  EXPECT_EQ(ShardTensor(global, HloSharding::Replicate(), 3, shape).raw_data(), global.raw_data());
+}
+
+TEST(RunCommandTest, RandomInputsAreSeededPerParameter) {
+  const std::vector<Shape> shapes = {Shape(PrimitiveType::kF32, {1000}),
+                                     Shape(PrimitiveType::kS32, {64}),
+                                     Shape(PrimitiveType::kF32, {1000})};
+  const std::vector<HostTensor> a = RandomInputs(shapes, 9);
+  const std::vector<HostTensor> b = RandomInputs(shapes, 9);
+  const std::vector<HostTensor> c = RandomInputs(shapes, 10);
+  EXPECT_EQ(OutputDigest(a), OutputDigest(b));
+  EXPECT_NE(OutputDigest(a), OutputDigest(c));
+  // A distinct stream per parameter, and one that does not depend on the others.
+  EXPECT_NE(a[0].ToDoubles(), a[2].ToDoubles());
+  EXPECT_EQ(RandomInputs(std::vector<Shape>{shapes[0]}, 9)[0].ToDoubles(), a[0].ToDoubles());
+  // Normal(0, 1): mean near 0, variance near 1; integers in [0, 4).
+  double sum = 0, squares = 0;
+  for (double x : a[0].ToDoubles()) sum += x, squares += x * x;
+  EXPECT_NEAR(sum / 1000, 0, 0.15);
+  EXPECT_NEAR(squares / 1000, 1, 0.2);
+  for (double x : a[1].ToDoubles()) EXPECT_TRUE(x >= 0 && x < 4) << x;
+}
+
+TEST(RunCommandTest, MaxRelativeErrorIsRelativeToTheLargestExpectedValue) {
+  const auto f32 = [](std::vector<float> v) {
+    return HostTensor::FromVector<float>(PrimitiveType::kF32, {static_cast<int64_t>(v.size())}, v);
+  };
+  EXPECT_DOUBLE_EQ(MaxRelativeError(f32({1, 2, 4}), f32({1, 2, 4})), 0);
+  EXPECT_NEAR(MaxRelativeError(f32({1.5f, 2, 4}), f32({1, 2, 4})), 0.125, 1e-12);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_DOUBLE_EQ(MaxRelativeError(f32({nan, 2}), f32({nan, 2})), 0);
+  EXPECT_TRUE(std::isinf(MaxRelativeError(f32({nan, 2}), f32({1, 2}))));
+  EXPECT_TRUE(std::isinf(MaxRelativeError(f32({1, 0}), f32({0, 0}))));
+  EXPECT_TRUE(std::isinf(MaxRelativeError(f32({1, 2}), f32({1, 2, 3}))));
+  EXPECT_EQ(CheckTolerance(PrimitiveType::kF32), 1e-5);
+  EXPECT_EQ(CheckTolerance(PrimitiveType::kS32), 0);
+}
+
+// ---------------------------------------------------------------------------
+// The command.
+
+std::string Example(const std::string& name) {
+  return std::string(WEFT_SOURCE_DIR) + "/examples/" + name;
+}
+
+TEST(RunCommandTest, RunsTheExamplesAndPrintsMemoryCollectivesAndTheCheck) {
+  for (const char* name : {"mlp_2d.hlo", "attention_packed.hlo"}) {
+    std::ostringstream out;
+    RunCommandOptions options;
+    options.input = Example(name);
+    options.check = true;
+    options.seed = 3;
+    options.out = &out;
+    EXPECT_EQ(RunRunCommand(options), 0) << out.str();
+    const std::string text = out.str();
+    EXPECT_NE(text.find("4 devices (threads), seed 3"), std::string::npos) << text;
+    EXPECT_NE(text.find("peak memory"), std::string::npos) << text;
+    EXPECT_NE(text.find("collective bytes"), std::string::npos) << text;
+    EXPECT_NE(text.find("output digest: "), std::string::npos) << text;
+    EXPECT_NE(text.find("check passed"), std::string::npos) << text;
+  }
+}
+
+TEST(RunCommandTest, CheckExitsThreeWhenTheShardedResultDiffers) {
+  const std::string path = std::string(WEFT_SOURCE_DIR) + "/tests/runtime/data/cancelling_sum.hlo";
+  std::ostringstream out;
+  RunCommandOptions options;
+  options.input = path;
+  options.check = true;
+  options.out = &out;
+  EXPECT_EQ(RunRunCommand(options), kCheckFailedExitCode) << out.str();
+  EXPECT_NE(out.str().find("FAILED"), std::string::npos) << out.str();
+}
+
+TEST(RunCommandTest, ErrorsNameTheInputAndTheFix) {
+  RunCommandOptions options;
+  options.input = "/nonexistent/model.hlo";
+  try {
+    RunRunCommand(options);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot read '/nonexistent/model.hlo'"), std::string::npos)
+        << e.what();
+  }
+  options.input = Example("mlp_2d.hlo");
+  options.num_devices = 2;
+  try {
+    RunRunCommand(options);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is sharded for 4 devices but would run on 2"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("--num-devices 4"), std::string::npos) << e.what();
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Topology discovery: no other test of this program calls Topology::Global().
+
+TEST(RunCommandDiscoveryTest, ThreadsCompilingAndRunningAttentionOnTwoSlicesDiscoverOnce) {
+  ASSERT_EQ(Topology::DiscoveryCount(), 0);
+  const std::string before = CurrentConfig().ToString();
+  {
+    ScopedConfigOverride devices(ConfigKey::kNumDevices, 4);
+    ScopedConfigOverride slices(ConfigKey::kNumSlices, 2);
+    {
+      ScopedConfigOverride nested(ConfigKey::kNumSlices, 4);
+      ScopedConfigOverride nested_again(ConfigKey::kNumSlices, 1);
+      EXPECT_EQ(CurrentConfig().num_slices, 1);
+    }
+    EXPECT_EQ(CurrentConfig().num_slices, 2);
+    EXPECT_EQ(Topology::DiscoveryCount(), 0) << "reading the configuration discovers nothing";
+
+    constexpr int kThreads = 4;
+    std::vector<std::string> failures(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([t, &failures] {
+        try {
+          const Topology& topology = Topology::Global();
+          // Batch over the slices (dcn), heads within a slice (ici).
+          const std::vector<int64_t> order = HybridDeviceOrder(topology, {1, 2}, {2, 1});
+          const std::string qkv = fmt::format("{{devices=[2,2,1,1]{}}}", fmt::join(order, ","));
+          const std::string lse = fmt::format("{{devices=[2,2,1]{}}}", fmt::join(order, ","));
+          std::unique_ptr<HloModule> module =
+              ParseHloModule(AttentionModule("2,4,2,24,8", qkv, qkv, lse, kPackedCausal));
+          const ShardedProgram program = CompileForDevices(*module, topology.num_devices());
+          const std::vector<HostTensor> inputs = RandomInputs(program.input_shapes, t);
+          LocalCluster cluster(topology);
+          const std::vector<HostTensor> got = RunSharded(program, inputs, cluster);
+          Executor reference(*module);
+          const std::vector<HostTensor> want =
+              reference.Run(std::vector<HostTensor>(inputs.begin(), inputs.end()));
+          for (size_t i = 0; i < want.size(); ++i) {
+            if (MaxRelativeError(got[i], want[i]) > 1e-6) failures[t] += "output differs; ";
+          }
+        } catch (const std::exception& e) {
+          failures[t] = e.what();
+        }
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    for (int t = 0; t < kThreads; ++t) EXPECT_EQ(failures[t], "") << "thread " << t;
+    EXPECT_EQ(Topology::DiscoveryCount(), 1);
+    EXPECT_EQ(Topology::Global().num_slices(), 2);
+    EXPECT_EQ(Topology::Global().num_devices(), 4);
+  }
+  EXPECT_EQ(CurrentConfig().ToString(), before);
+  EXPECT_EQ(Topology::DiscoveryCount(), 1);
+}
+
+}  // namespace
+}  // namespace weft::runtime
