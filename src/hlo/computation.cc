@@ -33,6 +33,13 @@ HloInstruction* HloComputation::AddInstruction(std::unique_ptr<HloInstruction> i
   if (raw->opcode() == HloOpcode::kParameter) {
     const int64_t number = raw->parameter_number();
     WEFT_CHECK(number >= 0, "parameter {} has negative number {}", raw->Describe(), number);
+    // Parameter numbers index a dense table: bound them before it grows (a
+    // typo like parameter(5124095576030431) must be an error, not a crash).
+    constexpr int64_t kMaxParameters = 1 << 20;
+    WEFT_CHECK(number < kMaxParameters,
+               "parameter {} has number {}; parameter numbers must be below {} and are "
+               "normally 0, 1, 2, ... in order",
+               raw->Describe(), number, kMaxParameters);
     if (number >= num_parameters()) parameters_.resize(number + 1, nullptr);
     WEFT_CHECK(parameters_[number] == nullptr,
                "computation '{}' has two parameters numbered {}: {} and {}", name_, number,

@@ -34,6 +34,10 @@ TEST(ComputationTest, RejectsForeignOperandsAndDuplicateParameters) {
   EXPECT_THROW(b.Unary(HloOpcode::kNegate, pa), Error);
   b.Parameter(0, Shape::Scalar(PrimitiveType::kF32));
   EXPECT_THROW(b.Parameter(0, Shape::Scalar(PrimitiveType::kF32)), Error);
+  // Found by the fuzzer: a huge parameter number must be an error, not an
+  // attempt to allocate a table that large.
+  EXPECT_THROW(b.Parameter(int64_t{5124095576030431}, Shape::Scalar(PrimitiveType::kF32)),
+               Error);
 }
 
 }  // namespace
