@@ -6,6 +6,7 @@
 #include <sstream>
 #include <unistd.h>
 
+#include "weft/base/atomic_file.h"
 #include "weft/base/error.h"
 #include "weft/hlo/parser.h"
 #include "weft/hlo/printer.h"
@@ -34,21 +35,7 @@ int RunPartitionCommand(const PartitionCommandOptions& options) {
     (options.out ? *options.out : std::cout) << printed;
     return 0;
   }
-  const std::string temp = options.output + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream file(temp, std::ios::binary | std::ios::trunc);
-    WEFT_CHECK(file.good(), "cannot write '{}'; check the directory exists and is writable", temp);
-    file << printed;
-    file.close();
-    if (!file.good()) {
-      std::remove(temp.c_str());
-      Fail("writing '{}' failed (disk full?)", temp);
-    }
-  }
-  if (std::rename(temp.c_str(), options.output.c_str()) != 0) {
-    std::remove(temp.c_str());
-    Fail("cannot rename '{}' to '{}'", temp, options.output);
-  }
+  WriteFileAtomically(options.output, printed);
   return 0;
 }
 

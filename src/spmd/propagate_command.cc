@@ -5,6 +5,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "weft/base/atomic_file.h"
 #include "weft/base/error.h"
 #include "weft/hlo/parser.h"
 #include "weft/hlo/printer.h"
@@ -69,18 +70,7 @@ int RunPropagateCommand(const PropagateCommandOptions& options) {
     if (options.explain.empty()) out << printed;
     return 0;
   }
-  const std::string temp = options.output + ".tmp";
-  {
-    std::ofstream file(temp, std::ios::binary | std::ios::trunc);
-    WEFT_CHECK(file.good(), "cannot write '{}'; check the directory exists and is writable", temp);
-    file << printed;
-    file.close();
-    WEFT_CHECK(file.good(), "writing '{}' failed (disk full?)", temp);
-  }
-  if (std::rename(temp.c_str(), options.output.c_str()) != 0) {
-    std::remove(temp.c_str());
-    Fail("cannot rename '{}' to '{}'", temp, options.output);
-  }
+  WriteFileAtomically(options.output, printed);
   return 0;
 }
 
