@@ -4,7 +4,6 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
-#include <unistd.h>
 
 #include "weft/base/atomic_file.h"
 #include "weft/base/error.h"
