@@ -14,6 +14,7 @@ void AddTopology(CLI::App& app);
 void AddCompile(CLI::App& app);
 void AddTune(CLI::App& app);
 void AddRun(CLI::App& app);
+void AddTrain(CLI::App& app);
 
 // Stores the action of the subcommand being parsed.
 void SetAction(std::function<int()> action);

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   weft::cli::AddCompile(app);
   weft::cli::AddTune(app);
   weft::cli::AddRun(app);
+  weft::cli::AddTrain(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,52 @@
+// The compiled training step: one function that `weft train` and `weft plan`
+// share, so the planner analyses exactly the program the trainer runs.
+//
+//   config -> BuildLlamaForward (sharding rules from the config, activations
+//   constrained) -> BuildTrainingStep (loss and every weight's gradient,
+//   scan backward tied with shard_as) -> the root's shardings fixed
+//   (loss replicated, each gradient sharded like its weight) ->
+//   sharding propagation -> SPMD partitioning for the mesh's device count.
+//
+// Everything a shape or a mesh can get wrong is checked here, before any
+// compute: the mesh against the device count, the batch against the batch
+// axes, every sharded weight dim against its axes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+#include "weft/autodiff/grad.h"
+#include "weft/models/llama.h"
+#include "weft/models/llama_config.h"
+#include "weft/runtime/run_command.h"
+
+namespace weft {
+
+struct StepProgramOptions {
+  int64_t batch_size = 0;            // global rows per step; 0: train.batch_size
+  int64_t seq_len = 0;               // 0: model.seq_len
+  std::optional<ScanRemat> remat;    // unset: the config's train.remat
+  bool shard_as = true;              // false: --no-shard-as
+  // When > 0, the mesh must have exactly this many devices.
+  int64_t expected_devices = 0;
+};
+
+struct StepProgram {
+  int64_t batch_size = 0, seq_len = 0, num_devices = 1;
+  LlamaForward forward;               // the forward module and its weights
+  std::unique_ptr<HloModule> step;    // global step module, every instruction sharded
+  runtime::ShardedProgram compiled;   // the per-device program and its leaves
+  // Leaves: inputs are the 5 data inputs then the weights (forward.weights
+  // order); outputs are the loss then one gradient per weight.
+  static constexpr int64_t kNumDataInputs = LlamaForward::kNumDataInputs;
+};
+
+// Throws weft::Error naming the config file and what to change.
+StepProgram BuildStepProgram(const RunConfig& config, const StepProgramOptions& options = {});
+
+// "fsdp=2,tensor=2" (major to minor) -> MeshConfig; throws naming the flag.
+MeshConfig ParseMeshFlag(std::string_view text);
+
+}  // namespace weft

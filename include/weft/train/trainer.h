@@ -1,0 +1,81 @@
+// `weft train`: the training loop over the compiled step (train/program.h).
+//
+// The loop is written once, per device (SPMD): every device (a thread of a
+// LocalCluster, or an MPI rank) holds its shards of the float32 weights and
+// of the AdamW moments, draws the same global batch from the seeded iterator,
+// keeps its own rows, runs the per-device step program, and updates its
+// shards. Global-norm clipping sums each device's Σg² over the tiles it owns
+// (the lowest device holding a replicated tile counts it), exchanged with an
+// all-gather and added in device order, so every device, and both backends,
+// get the same bits.
+//
+// Output directory (--out, default runs/<config name>):
+//   metrics.jsonl   one JSON object per step: step, loss, grad_norm, lr,
+//                   tokens, tokens_per_s, step_s, skipped
+//   loss.svg        the loss curve, written at the end
+//   checkpoint/     train/checkpoint.h; every train.checkpoint_every steps
+//                   and at the end: model.safetensors (stacked weights by
+//                   name), optimizer.safetensors ("<name>.m", "<name>.v"),
+//                   state.json (step, data position, config hash, and the
+//                   model's settings as "model.*" extras for `weft sample`)
+//   tokenizer.model the SentencePiece model the run used
+// Resume (--resume DIR) restores weights, moments, step and data position:
+// the losses after a resume equal the uninterrupted run's bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "weft/models/llama_config.h"
+#include "weft/runtime/communicator.h"
+
+namespace weft {
+
+struct StepMetrics {
+  int64_t step = 0;  // 1-based: the update this step made
+  double loss = 0;
+  double grad_norm = 0;  // before clipping
+  double lr = 0;
+  int64_t tokens = 0;  // tokens in the batch (B x S)
+  double tokens_per_second = 0;
+  double step_seconds = 0;
+  bool skipped = false;  // non-finite gradients: no update
+};
+
+struct TrainOptions {
+  std::optional<MeshConfig> mesh;   // --mesh (replaces the config's [mesh])
+  int64_t steps = 0;                // --steps: total steps of the schedule (0: train.steps)
+  // Stop after this many steps of this invocation (0: run to the end); the
+  // schedule still spans `steps`. For interrupted-run tests.
+  int64_t stop_after = 0;
+  std::filesystem::path resume;     // --resume DIR (an out dir or its checkpoint/)
+  std::filesystem::path out;        // --out DIR; empty: runs/<config stem>
+  bool shard_as = true;             // --no-shard-as
+  bool progress = true;             // progress bar on stderr (only on a terminal)
+  std::ostream* log = nullptr;      // summary lines; stdout when null
+  std::filesystem::path cache_dir;  // tokenizer cache (empty: the default)
+  // Called on device 0 after every step.
+  std::function<void(const StepMetrics&)> on_step;
+};
+
+struct TrainResult {
+  std::vector<StepMetrics> steps;  // this invocation's steps (on device 0)
+  std::filesystem::path out;
+  int64_t num_devices = 0;
+};
+
+// On in-process devices (threads), one per mesh device.
+TrainResult Train(const RunConfig& config, const TrainOptions& options);
+// On this MPI rank (device = rank); every rank calls it with the same config.
+TrainResult TrainOnMpiRank(const RunConfig& config, const TrainOptions& options,
+                           runtime::Communicator& comm);
+
+// Where Train writes by default: runs/<config file stem>.
+std::filesystem::path DefaultOutDir(const RunConfig& config);
+
+}  // namespace weft

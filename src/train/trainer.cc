@@ -1,0 +1,497 @@
+#include "weft/train/trainer.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "weft/base/atomic_file.h"
+#include "weft/base/error.h"
+#include "weft/runtime/comm_threads.h"
+#include "weft/runtime/executor.h"
+#include "weft/train/checkpoint.h"
+#include "weft/train/dataset.h"
+#include "weft/train/optimizer.h"
+#include "weft/train/program.h"
+#include "weft/train/svg_plot.h"
+
+namespace weft {
+namespace {
+
+using runtime::Communicator;
+using runtime::DataType;
+using Tensor = runtime::HostTensor;
+
+using Clock = std::chrono::steady_clock;
+
+// Llama-style initialisation: N(0, 0.02) for embeddings and projections,
+// the residual-stream outputs (wo, w2) scaled by 1/sqrt(2 L), norms at 1.
+// One stream per weight, so a weight's values do not depend on the others.
+Tensor InitWeight(const LlamaWeight& w, int64_t index, const LlamaConfig& model, uint64_t seed) {
+  std::vector<double> values(static_cast<size_t>(w.shape.ElementsCount()));
+  if (w.name.find("norm") != std::string::npos) {
+    std::fill(values.begin(), values.end(), 1.0);
+  } else {
+    std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
+                      static_cast<uint32_t>(index), 0x696e6974u};
+    std::mt19937_64 rng(seq);
+    double std = 0.02;
+    if (w.name.ends_with(".wo") || w.name.ends_with(".w2")) {
+      std /= std::sqrt(2.0 * static_cast<double>(model.n_layers));
+    }
+    std::normal_distribution<double> normal(0.0, std);
+    for (double& v : values) v = normal(rng);
+  }
+  return Tensor::FromDoubles(w.shape, values);
+}
+
+weft::HostTensor ToSafetensor(const Tensor& t) {
+  return weft::HostTensor::F32(t.dimensions(),
+                               std::span<const float>(t.data<float>(), t.element_count()));
+}
+
+Tensor FromSafetensor(const weft::HostTensor& t, const Shape& shape, const std::string& what) {
+  WEFT_CHECK(t.dtype == TensorDType::kF32 && t.shape == shape.dimensions(),
+             "{}: expected F32 {} but the checkpoint holds {} {}; resume with the config the "
+             "checkpoint was written with",
+             what, shape.ToString(), TensorDTypeName(t.dtype), fmt::join(t.shape, ","));
+  std::vector<float> values = t.ToF32();
+  Tensor out = Tensor::Uninitialized(shape);
+  std::memcpy(out.mutable_raw_data(), values.data(), values.size() * sizeof(float));
+  return out;
+}
+
+std::map<std::string, std::string> ModelExtras(const LlamaConfig& m) {
+  return {{"model.vocab_size", std::to_string(m.vocab_size)},
+          {"model.dim", std::to_string(m.dim)},
+          {"model.n_layers", std::to_string(m.n_layers)},
+          {"model.n_heads", std::to_string(m.n_heads)},
+          {"model.n_kv_heads", std::to_string(m.n_kv_heads)},
+          {"model.ffn_dim", std::to_string(m.ffn_dim)},
+          {"model.rope_theta", fmt::format("{}", m.rope_theta)},
+          {"model.norm_eps", fmt::format("{}", m.norm_eps)},
+          {"model.seq_len", std::to_string(m.seq_len)},
+          {"model.tie_embeddings", m.tie_embeddings ? "true" : "false"}};
+}
+
+// What every device of a run shares (read-only while the devices run).
+struct Run {
+  RunConfig config;  // with the --mesh / --steps overrides applied
+  TrainOptions options;
+  StepProgram program;
+  std::optional<Dataset> dataset;  // always set by Prepare
+  std::optional<Checkpoint> resume;
+  std::filesystem::path out;
+  LrSchedule schedule;
+  AdamWHyperParams hyper;
+  std::vector<bool> decay;        // per weight
+  runtime::ExecutorOptions exec;  // the same GEMM threads on both backends
+};
+
+void PrepareOutDir(const Run& run, int64_t start_step) {
+  std::filesystem::create_directories(run.out);
+  WriteFileAtomically(run.out / "tokenizer.model", run.dataset->tokenizer.serialized_model());
+  // Keep the metrics of the steps the checkpoint covers; drop later ones (a
+  // killed run's steps that the resumed run will redo).
+  const std::filesystem::path metrics = run.out / "metrics.jsonl";
+  std::string kept;
+  if (start_step > 0 && std::filesystem::exists(metrics)) {
+    std::ifstream in(metrics);
+    std::string line;
+    while (std::getline(in, line)) {
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_discarded() && j.contains("step") && j["step"].get<int64_t>() <= start_step) {
+        kept += line + "\n";
+      }
+    }
+  }
+  WriteFileAtomically(metrics, kept);
+}
+
+std::string FormatDuration(double seconds) {
+  const int64_t s = static_cast<int64_t>(std::max(0.0, seconds) + 0.5);
+  return s >= 3600 ? fmt::format("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+                   : fmt::format("{}:{:02}", s / 60, s % 60);
+}
+
+// Device 0's reporting: progress bar, metrics file, log lines.
+class Reporter {
+ public:
+  Reporter(const Run& run, int64_t start_step, int64_t end_step)
+      : run_(run), start_(start_step), end_(end_step),
+        log_(run.options.log ? *run.options.log : std::cout),
+        bar_(run.options.progress && isatty(STDERR_FILENO)),
+        metrics_(run.out / "metrics.jsonl", std::ios::app) {
+    WEFT_CHECK(metrics_.good(), "cannot append to {}", (run.out / "metrics.jsonl").string());
+    t0_ = Clock::now();
+  }
+
+  void Step(const StepMetrics& m) {
+    nlohmann::json j = {{"step", m.step},         {"loss", m.loss},
+                        {"grad_norm", m.grad_norm}, {"lr", m.lr},
+                        {"tokens", m.tokens},       {"tokens_per_s", m.tokens_per_second},
+                        {"step_s", m.step_seconds}, {"skipped", m.skipped}};
+    metrics_ << j.dump() << "\n";
+    metrics_.flush();
+    const double elapsed = std::chrono::duration<double>(Clock::now() - t0_).count();
+    const int64_t done = m.step - start_;
+    const double eta = done > 0 ? elapsed / done * (end_ - m.step) : 0;
+    tokens_ += m.tokens;
+    const double tps = elapsed > 0 ? tokens_ / elapsed : 0;
+    if (m.skipped) {
+      log_ << fmt::format("step {}: non-finite gradient norm; update skipped\n", m.step);
+    }
+    if (bar_) {
+      const int width = 24;
+      const int filled = static_cast<int>(width * (m.step - start_) / std::max<int64_t>(1, end_ - start_));
+      std::cerr << fmt::format("\r[{}{}] step {}/{}  loss {:.4f}  {:.0f} tok/s  ETA {}   ",
+                               std::string(filled, '#'), std::string(width - filled, '.'), m.step,
+                               end_, m.loss, tps, FormatDuration(eta))
+                << std::flush;
+      if (m.step == end_) std::cerr << "\n";
+    } else {
+      const int64_t every = std::max<int64_t>(1, (end_ - start_) / 20);
+      if (m.step == start_ + 1 || m.step % every == 0 || m.step == end_) {
+        log_ << fmt::format("step {:>5}/{}  loss {:.4f}  grad norm {:.3f}  lr {:.2e}  {:.0f} tok/s  "
+                            "ETA {}\n",
+                            m.step, end_, m.loss, m.grad_norm, m.lr, tps, FormatDuration(eta));
+        log_.flush();
+      }
+    }
+  }
+
+ private:
+  const Run& run_;
+  int64_t start_, end_;
+  std::ostream& log_;
+  bool bar_;
+  std::ofstream metrics_;
+  Clock::time_point t0_;
+  double tokens_ = 0;
+};
+
+// All devices' sum of `local` (added in device order, the same bits everywhere).
+double SumOverDevices(double local, Communicator& comm) {
+  int64_t bits = 0;
+  std::memcpy(&bits, &local, sizeof(bits));
+  const std::vector<int64_t> all = comm.AllGather(std::vector<int64_t>{bits});
+  double total = 0;
+  for (int64_t b : all) {
+    double v = 0;
+    std::memcpy(&v, &b, sizeof(v));
+    total += v;
+  }
+  return total;
+}
+
+// The global tensor from every device's piece (a collective: every device
+// calls it; all receive the whole tensor).
+Tensor Gather(const Tensor& piece, const HloSharding& sharding, const Shape& global,
+              Communicator& comm) {
+  const int64_t n = comm.num_devices();
+  const int64_t bytes = piece.byte_size();
+  std::vector<std::byte> all(static_cast<size_t>(bytes * n));
+  comm.AllGather(piece.raw_data(), all.data(), bytes, DataType::kU8);
+  std::vector<Tensor> pieces;
+  for (int64_t d = 0; d < n; ++d) {
+    Tensor t = Tensor::Uninitialized(piece.shape());
+    std::memcpy(t.mutable_raw_data(), all.data() + d * bytes, static_cast<size_t>(bytes));
+    pieces.push_back(std::move(t));
+  }
+  return runtime::JoinTensor(pieces, sharding, global);
+}
+
+// One device's part of the run.
+class DeviceTrainer {
+ public:
+  DeviceTrainer(const Run& run, Communicator& comm)
+      : run_(run), comm_(comm), device_(comm.device_id()),
+        exec_(*run.program.compiled.program, run.exec) {
+    const auto& c = run.program.compiled;
+    const auto& weights = run.program.forward.weights;
+    for (size_t k = 0; k < weights.size(); ++k) {
+      const size_t leaf = StepProgram::kNumDataInputs + k;
+      const HloSharding& s = c.input_shardings[leaf];
+      Tensor global = run.resume ? FromSafetensor(run.resume->model.at(weights[k].name),
+                                                  weights[k].shape, weights[k].name)
+                                 : InitWeight(weights[k], static_cast<int64_t>(k),
+                                              run.config.model, run.config.train.seed);
+      params_.push_back(runtime::ShardTensor(global, s, device_, c.local_input_shapes[leaf]));
+      for (const char* suffix : {".m", ".v"}) {
+        const std::string name = weights[k].name + suffix;
+        Tensor g = run.resume ? FromSafetensor(run.resume->optimizer.at(name), weights[k].shape, name)
+                              : Tensor(weights[k].shape);
+        (suffix[1] == 'm' ? m_ : v_)
+            .push_back(runtime::ShardTensor(g, s, device_, c.local_input_shapes[leaf]));
+      }
+      // Counted in the norm by the lowest device holding this tile.
+      const auto offset = s.TileOffsetForDevice(weights[k].shape.dimensions(), device_);
+      bool owner = true;
+      for (int64_t d = 0; d < device_ && owner; ++d) {
+        owner = s.TileOffsetForDevice(weights[k].shape.dimensions(), d) != offset;
+      }
+      owner_.push_back(owner);
+    }
+  }
+
+  // Trains steps [start, end); device 0 reports.
+  void Loop(int64_t start, int64_t end, BatchIterator& it, Reporter* reporter,
+            std::vector<StepMetrics>* metrics) {
+    for (int64_t step = start; step < end; ++step) {
+      const auto t0 = Clock::now();
+      const StepMetrics m = Step(step, it.Next());
+      if (reporter) {
+        StepMetrics mm = m;
+        mm.step_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+        mm.tokens_per_second = mm.step_seconds > 0 ? mm.tokens / mm.step_seconds : 0;
+        reporter->Step(mm);
+        metrics->push_back(mm);
+        if (run_.options.on_step) run_.options.on_step(mm);
+      }
+      const int64_t every = run_.config.train.checkpoint_every;
+      if ((every > 0 && (step + 1) % every == 0) || step + 1 == end) {
+        SaveCheckpointCollective(step + 1, it.position());
+      }
+    }
+  }
+
+ private:
+  StepMetrics Step(int64_t step, const Batch& batch) {
+    const auto& c = run_.program.compiled;
+    const int64_t B = batch.batch_size, S = batch.seq_len;
+    const std::vector<Tensor> data = {
+        Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, batch.tokens),
+        Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, batch.targets),
+        Tensor::FromVector<float>(PrimitiveType::kF32, {B, S}, batch.loss_mask),
+        Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, batch.segment_ids),
+        Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, batch.positions)};
+    std::vector<Tensor> inputs;
+    for (size_t i = 0; i < data.size(); ++i) {
+      inputs.push_back(
+          runtime::ShardTensor(data[i], c.input_shardings[i], device_, c.local_input_shapes[i]));
+    }
+    for (const Tensor& p : params_) inputs.push_back(p);  // shared: the executor only reads
+    std::vector<Tensor> out = exec_.Run(std::move(inputs), comm_);
+
+    StepMetrics m;
+    m.step = step + 1;
+    m.loss = out[0].GetDouble(0);
+    m.tokens = B * S;
+    double sq = 0;
+    for (size_t k = 0; k < params_.size(); ++k) {
+      if (owner_[k]) {
+        sq += SumOfSquares(std::span<const float>(out[k + 1].data<float>(),
+                                                  out[k + 1].element_count()));
+      }
+    }
+    const double total = SumOverDevices(sq, comm_);
+    m.grad_norm = std::sqrt(total);
+    m.lr = run_.schedule.LearningRate(step);
+    if (!std::isfinite(total)) {
+      m.skipped = true;
+      return m;
+    }
+    const double scale = ClipScale(total, run_.config.train.grad_clip);
+    for (size_t k = 0; k < params_.size(); ++k) {
+      const int64_t n = params_[k].element_count();
+      AdamWUpdate(std::span<float>(params_[k].mutable_data<float>(), n),
+                  std::span<const float>(out[k + 1].data<float>(), n),
+                  std::span<float>(m_[k].mutable_data<float>(), n),
+                  std::span<float>(v_[k].mutable_data<float>(), n), run_.hyper,
+                  {.lr = m.lr, .step = step + 1, .grad_scale = scale,
+                   .apply_weight_decay = run_.decay[k]});
+    }
+    return m;
+  }
+
+  void SaveCheckpointCollective(int64_t steps_done, int64_t data_position) {
+    const auto& c = run_.program.compiled;
+    const auto& weights = run_.program.forward.weights;
+    Checkpoint ck;
+    for (size_t k = 0; k < weights.size(); ++k) {
+      const HloSharding& s = c.input_shardings[StepProgram::kNumDataInputs + k];
+      const Tensor p = Gather(params_[k], s, weights[k].shape, comm_);
+      const Tensor m = Gather(m_[k], s, weights[k].shape, comm_);
+      const Tensor v = Gather(v_[k], s, weights[k].shape, comm_);
+      if (device_ != 0) continue;
+      ck.model[weights[k].name] = ToSafetensor(p);
+      ck.optimizer[weights[k].name + ".m"] = ToSafetensor(m);
+      ck.optimizer[weights[k].name + ".v"] = ToSafetensor(v);
+    }
+    if (device_ == 0) {
+      ck.state.step = steps_done;
+      ck.state.data_position = data_position;
+      ck.state.config_hash = run_.config.Hash();
+      ck.state.extra = ModelExtras(run_.config.model);
+      ck.state.extra["total_steps"] = std::to_string(run_.schedule.total_steps);
+      SaveCheckpoint(run_.out / "checkpoint", ck);
+    }
+    comm_.Barrier();  // nobody races ahead of a checkpoint that failed
+  }
+
+  const Run& run_;
+  Communicator& comm_;
+  int64_t device_;
+  runtime::Executor exec_;
+  std::vector<Tensor> params_, m_, v_;
+  std::vector<bool> owner_;
+};
+
+std::filesystem::path ResolveResume(const std::filesystem::path& dir) {
+  if (CheckpointExists(dir / "checkpoint")) return dir / "checkpoint";
+  return dir;
+}
+
+// Everything before the devices start; the same on every process.
+std::unique_ptr<Run> Prepare(const RunConfig& config, const TrainOptions& options,
+                             int64_t available_devices) {
+  auto run = std::make_unique<Run>();
+  run->config = config;
+  run->options = options;
+  if (options.mesh) run->config.mesh = *options.mesh;
+  WEFT_CHECK(options.steps >= 0, "--steps must be positive, got {}", options.steps);
+  if (options.steps > 0) run->config.train.steps = options.steps;
+  const RunConfig& c = run->config;
+  WEFT_CHECK(c.train.steps >= 1, "{}: train.steps must be at least 1", c.source);
+
+  if (!options.resume.empty()) {
+    const std::filesystem::path dir = ResolveResume(options.resume);
+    run->resume = LoadCheckpoint(dir);
+    const auto& extra = run->resume->state.extra;
+    for (const auto& [key, value] : ModelExtras(c.model)) {
+      const auto it = extra.find(key);
+      WEFT_CHECK(it != extra.end() && it->second == value,
+                 "--resume {}: the checkpoint was written for {} = {}, the config {} says {}; "
+                 "resume with the config the checkpoint was written with",
+                 dir.string(), key, it == extra.end() ? "(missing)" : it->second, c.source, value);
+    }
+    WEFT_CHECK(run->resume->state.step < c.train.steps,
+               "--resume {}: the checkpoint is at step {}, the run has {} steps; give a larger "
+               "--steps to train further",
+               dir.string(), run->resume->state.step, c.train.steps);
+  }
+
+  // The program first: mesh and shape errors come before any data work.
+  StepProgramOptions po;
+  po.shard_as = options.shard_as;
+  po.expected_devices = available_devices;
+  run->program = BuildStepProgram(c, po);
+
+  run->dataset.emplace(LoadDataset(c, options.cache_dir));
+  run->out = options.out.empty() ? DefaultOutDir(c) : options.out;
+  run->schedule = {.warmup_steps = c.train.warmup_steps,
+                   .total_steps = c.train.steps,
+                   .peak_lr = c.train.lr,
+                   .min_lr = c.train.min_lr};
+  run->hyper = {.beta1 = c.train.beta1,
+                .beta2 = c.train.beta2,
+                .eps = c.train.eps,
+                .weight_decay = c.train.weight_decay};
+  for (const LlamaWeight& w : run->program.forward.weights) {
+    run->decay.push_back(WeightDecayApplies(w.name, c.train.no_weight_decay));
+  }
+  const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  run->exec.gemm_threads = static_cast<int>(std::max<int64_t>(1, cores / run->program.num_devices));
+  return run;
+}
+
+int64_t StartStep(const Run& run) { return run.resume ? run.resume->state.step : 0; }
+
+int64_t EndStep(const Run& run) {
+  const int64_t start = StartStep(run);
+  int64_t end = run.config.train.steps;
+  if (run.options.stop_after > 0) end = std::min(end, start + run.options.stop_after);
+  return end;
+}
+
+// The device body, shared by both backends.
+void RunDevice(const Run& run, Communicator& comm, TrainResult* result) {
+  const int64_t start = StartStep(run), end = EndStep(run);
+  DeviceTrainer trainer(run, comm);
+  BatchIterator it = MakeBatchIterator(*run.dataset, run.config);
+  if (run.resume) it.Seek(run.resume->state.data_position);
+  std::optional<Reporter> reporter;
+  if (comm.device_id() == 0) reporter.emplace(run, start, end);
+  trainer.Loop(start, end, it, reporter ? &*reporter : nullptr, &result->steps);
+}
+
+void Finish(const Run& run, const TrainResult& result, const std::string& backend) {
+  std::ostream& log = run.options.log ? *run.options.log : std::cout;
+  // The curve from the whole metrics file (steps before a resume included).
+  PlotSeries loss{.name = "loss"};
+  std::ifstream in(run.out / "metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded()) continue;
+    loss.x.push_back(j["step"].get<double>());
+    loss.y.push_back(j["loss"].get<double>());
+  }
+  WriteSvgPlot(run.out / "loss.svg", std::span<const PlotSeries>(&loss, 1),
+               {.title = fmt::format("{}: training loss", run.config.source),
+                .x_label = "step",
+                .y_label = "loss (mean cross-entropy, nats)"});
+  if (result.steps.empty()) return;
+  double tokens = 0, seconds = 0;
+  for (const StepMetrics& m : result.steps) {
+    tokens += m.tokens;
+    seconds += m.step_seconds;
+  }
+  log << fmt::format(
+      "trained steps {}..{} on {} devices ({}, {}): loss {:.4f} -> {:.4f}, {:.0f} tokens/s\n"
+      "wrote {}/checkpoint, metrics.jsonl, loss.svg\n",
+      result.steps.front().step, result.steps.back().step, run.program.num_devices, backend,
+      run.config.mesh.ToMesh().ToString(), result.steps.front().loss, result.steps.back().loss,
+      seconds > 0 ? tokens / seconds : 0, run.out.string());
+}
+
+}  // namespace
+
+std::filesystem::path DefaultOutDir(const RunConfig& config) {
+  std::string stem = std::filesystem::path(config.source).stem().string();
+  if (stem.empty()) stem = "run";
+  return std::filesystem::path("runs") / stem;
+}
+
+TrainResult Train(const RunConfig& config, const TrainOptions& options) {
+  const int64_t devices =
+      (options.mesh ? *options.mesh : config.mesh).num_devices();
+  std::unique_ptr<Run> run = Prepare(config, options, devices);
+  PrepareOutDir(*run, StartStep(*run));
+  TrainResult result;
+  result.out = run->out;
+  result.num_devices = run->program.num_devices;
+  runtime::LocalCluster cluster(run->program.num_devices);
+  cluster.Run([&](int64_t device, Communicator& comm) {
+    TrainResult scratch;
+    RunDevice(*run, comm, device == 0 ? &result : &scratch);
+  });
+  Finish(*run, result, "threads");
+  return result;
+}
+
+TrainResult TrainOnMpiRank(const RunConfig& config, const TrainOptions& options,
+                           Communicator& comm) {
+  std::unique_ptr<Run> run = Prepare(config, options, comm.num_devices());
+  comm.VerifySameHash(std::hash<std::string>{}(run->program.compiled.program->ToString()),
+                      "the training step program (give every rank the same config and flags)");
+  if (comm.device_id() == 0) PrepareOutDir(*run, StartStep(*run));
+  comm.Barrier();
+  TrainResult result;
+  result.out = run->out;
+  result.num_devices = run->program.num_devices;
+  RunDevice(*run, comm, &result);
+  if (comm.device_id() == 0) Finish(*run, result, "mpi");
+  return result;
+}
+
+}  // namespace weft
