@@ -86,7 +86,9 @@ StepProgram BuildStepProgram(const RunConfig& config, const StepProgramOptions& 
   if (options.expected_devices > 0 && p.num_devices != options.expected_devices) {
     Fail("{}: the mesh {} has {} devices but {} are available; give --mesh with sizes whose "
          "product is {} (e.g. --mesh fsdp={})",
-         config.source, config.mesh.ToMesh().ToString(), p.num_devices,
+         config.source,
+         config.mesh.axis_names.empty() ? std::string("(none)") : config.mesh.ToMesh().ToString(),
+         p.num_devices,
          options.expected_devices, options.expected_devices, options.expected_devices);
   }
   const int64_t batch_ways = BatchAxesProduct(config.mesh);
@@ -99,7 +101,15 @@ StepProgram BuildStepProgram(const RunConfig& config, const StepProgramOptions& 
   LlamaBuildOptions build;
   build.batch_size = p.batch_size;
   build.seq_len = p.seq_len;
-  build.run = &config;
+  // No [mesh]: one device, no sharding annotations.
+  if (config.mesh.axis_names.empty()) {
+    WEFT_CHECK(config.sharding.empty(),
+               "{}: [sharding] rules need a [mesh] to name axes of; add a [mesh] section or "
+               "give --mesh",
+               config.source);
+  } else {
+    build.run = &config;
+  }
   p.forward = BuildLlamaForward(config.model, build);
 
   const HloComputation* fwd_entry = p.forward.module->entry_computation();

@@ -83,6 +83,10 @@ std::map<std::string, std::string> ModelExtras(const LlamaConfig& m) {
           {"model.tie_embeddings", m.tie_embeddings ? "true" : "false"}};
 }
 
+std::string MeshText(const MeshConfig& mesh) {
+  return mesh.axis_names.empty() ? std::string("no mesh") : mesh.ToMesh().ToString();
+}
+
 // What every device of a run shares (read-only while the devices run).
 struct Run {
   RunConfig config;  // with the --mesh / --steps overrides applied
@@ -450,7 +454,7 @@ void Finish(const Run& run, const TrainResult& result, const std::string& backen
       "trained steps {}..{} on {} devices ({}, {}): loss {:.4f} -> {:.4f}, {:.0f} tokens/s\n"
       "wrote {}/checkpoint, metrics.jsonl, loss.svg\n",
       result.steps.front().step, result.steps.back().step, run.program.num_devices, backend,
-      run.config.mesh.ToMesh().ToString(), result.steps.front().loss, result.steps.back().loss,
+      MeshText(run.config.mesh), result.steps.front().loss, result.steps.back().loss,
       seconds > 0 ? tokens / seconds : 0, run.out.string());
 }
 

@@ -1,0 +1,38 @@
+# cmake -DWEFT=<weft> -DMPIRUN=<;-list ending in the -np flag> -DCONFIG=<toml>
+#       -DOUT=<scratch dir> -P compare_train_backends.cmake
+# Trains CONFIG for 6 steps on 4 threads and on 4 MPI ranks: every step's
+# loss and gradient norm must be the same number (the same bits: the JSON
+# numbers round-trip doubles).
+set(results)
+foreach(backend threads mpi)
+  set(out ${OUT}/${backend})
+  file(REMOVE_RECURSE ${out})
+  set(args train ${CONFIG} --steps 6 --out ${out} --no-progress)
+  if(backend STREQUAL "threads")
+    set(command ${WEFT} ${args})
+  else()
+    set(command ${MPIRUN} 4 ${WEFT} ${args} --backend mpi)
+  endif()
+  execute_process(COMMAND ${command} RESULT_VARIABLE result OUTPUT_VARIABLE stdout
+                  ERROR_VARIABLE stderr TIMEOUT 150)
+  message("--- ${backend}: exit ${result}\n${stdout}${stderr}")
+  if(NOT result STREQUAL "0")
+    message(FATAL_ERROR "weft train on ${backend} failed (exit ${result})")
+  endif()
+  file(STRINGS ${out}/metrics.jsonl lines)
+  list(LENGTH lines n)
+  if(NOT n EQUAL 6)
+    message(FATAL_ERROR "${backend}: expected 6 metrics lines, found ${n}")
+  endif()
+  set(summary)
+  foreach(line ${lines})
+    string(REGEX MATCH "\"grad_norm\":[^,]+" g "${line}")
+    string(REGEX MATCH "\"loss\":[^,]+" l "${line}")
+    list(APPEND summary "${l} ${g}")
+  endforeach()
+  set(${backend}_summary "${summary}")
+endforeach()
+if(NOT threads_summary STREQUAL mpi_summary)
+  message(FATAL_ERROR "losses differ:\nthreads ${threads_summary}\nmpi     ${mpi_summary}")
+endif()
+message("identical losses on both backends: ${threads_summary}")
