@@ -19,9 +19,10 @@ $(BUILD)/build.ninja:
 build: setup $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The main job. Until training lands it is the attention demo and benchmark.
+# The main job: a small Llama learns the King James Bible (configs/tiny.toml),
+# fsdp=2 x tensor=2 on 4 in-process devices; writes runs/tiny/.
 run: build
-	$(BUILD)/apps/weft/weft demo
+	$(BUILD)/apps/weft/weft train
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
