@@ -3,6 +3,7 @@
 // describes (train/trainer.h). Without CONFIG: configs/tiny.toml.
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "commands.h"
 #include "weft/base/error.h"
@@ -18,6 +19,7 @@ struct TrainFlags {
   std::string mesh;
   std::string backend = "threads";
   std::string resume, out;
+  std::vector<std::string> data;
   int64_t steps = 0;
   int64_t stop_after = 0;
   bool no_shard_as = false;
@@ -30,6 +32,7 @@ int RunTrain(const TrainFlags& f) {
   if (!f.mesh.empty()) o.mesh = ParseMeshFlag(f.mesh);
   o.steps = f.steps;
   o.stop_after = f.stop_after;
+  for (const std::string& file : f.data) o.data_files.emplace_back(file);
   o.resume = f.resume;
   o.out = f.out;
   o.shard_as = !f.no_shard_as;
@@ -60,6 +63,8 @@ void AddTrain(CLI::App& app) {
   cmd->add_option("--steps", f->steps, "Total steps of the run (default: train.steps)");
   cmd->add_option("--backend", f->backend, "threads (default) or mpi (under mpirun, one "
                                            "device per rank)");
+  cmd->add_option("--data", f->data, "UTF-8 text files to train on, one document each "
+                                     "(replaces the config's [data] source)");
   cmd->add_option("--resume", f->resume, "Resume from a run directory or its checkpoint/");
   cmd->add_option("--out", f->out, "Output directory (default runs/<config name>)");
   cmd->add_option("--stop-after", f->stop_after,

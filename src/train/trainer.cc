@@ -364,6 +364,10 @@ std::unique_ptr<Run> Prepare(const RunConfig& config, const TrainOptions& option
   if (options.mesh) run->config.mesh = *options.mesh;
   WEFT_CHECK(options.steps >= 0, "--steps must be positive, got {}", options.steps);
   if (options.steps > 0) run->config.train.steps = options.steps;
+  if (!options.data_files.empty()) {
+    run->config.data.source = "files";
+    run->config.data.files = options.data_files;
+  }
   const RunConfig& c = run->config;
   WEFT_CHECK(c.train.steps >= 1, "{}: train.steps must be at least 1", c.source);
 

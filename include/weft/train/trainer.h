@@ -53,6 +53,9 @@ struct TrainOptions {
   // Stop after this many steps of this invocation (0: run to the end); the
   // schedule still spans `steps`. For interrupted-run tests.
   int64_t stop_after = 0;
+  // --data FILE...: train on these UTF-8 text files (one document each)
+  // instead of the config's [data] source.
+  std::vector<std::filesystem::path> data_files;
   std::filesystem::path resume;     // --resume DIR (an out dir or its checkpoint/)
   std::filesystem::path out;        // --out DIR; empty: runs/<config stem>
   bool shard_as = true;             // --no-shard-as
