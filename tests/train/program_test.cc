@@ -1,0 +1,99 @@
+// The compiled training step: leaves and their shardings, the checks made
+// before any compute, and the --mesh flag.
+#include "weft/train/program.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "weft/base/error.h"
+
+namespace weft {
+namespace {
+
+const std::filesystem::path kSource = WEFT_SOURCE_DIR;
+
+RunConfig Micro() { return LoadRunConfig(kSource / "tests/train/data/micro.toml"); }
+
+std::string ErrorOf(const RunConfig& config, const StepProgramOptions& o = {}) {
+  try {
+    BuildStepProgram(config, o);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(ProgramTest, GradientsLeaveTheStepShardedLikeTheirWeights) {
+  const StepProgram p = BuildStepProgram(Micro());
+  EXPECT_EQ(p.num_devices, 4);
+  EXPECT_EQ(p.batch_size, 4);
+  EXPECT_EQ(p.seq_len, 64);
+  const auto& c = p.compiled;
+  const size_t nw = p.forward.weights.size();
+  ASSERT_EQ(c.input_shapes.size(), StepProgram::kNumDataInputs + nw);
+  ASSERT_EQ(c.output_shapes.size(), 1 + nw);
+  EXPECT_EQ(c.output_shapes[0].rank(), 0);  // the loss
+  EXPECT_TRUE(c.output_shardings[0].IsReplicated());
+  int64_t split = 0;
+  for (size_t k = 0; k < nw; ++k) {
+    const size_t in = StepProgram::kNumDataInputs + k;
+    EXPECT_EQ(c.output_shapes[1 + k], c.input_shapes[in]) << p.forward.weights[k].name;
+    EXPECT_EQ(c.output_shardings[1 + k], c.input_shardings[in]) << p.forward.weights[k].name;
+    EXPECT_EQ(c.local_output_shapes[1 + k], c.local_input_shapes[in]);
+    if (c.local_input_shapes[in] != c.input_shapes[in]) ++split;
+  }
+  // Every matrix is split (2D), only the norms are replicated.
+  EXPECT_EQ(split, static_cast<int64_t>(nw) - 3);
+  // The batch rows are split over fsdp: 2 of 4 rows per device.
+  EXPECT_EQ(c.local_input_shapes[0].dimensions(0), 2);
+}
+
+TEST(ProgramTest, NoMeshGivesOneDevice) {
+  RunConfig c = Micro();
+  c.mesh = {};
+  c.sharding.clear();
+  const StepProgram p = BuildStepProgram(c);
+  EXPECT_EQ(p.num_devices, 1);
+  EXPECT_EQ(p.compiled.local_input_shapes, p.compiled.input_shapes);
+  c.sharding = Micro().sharding;
+  EXPECT_NE(ErrorOf(c).find("[sharding] rules need a [mesh]"), std::string::npos) << ErrorOf(c);
+}
+
+TEST(ProgramTest, MismatchesAreReportedBeforeCompute) {
+  const RunConfig c = Micro();
+  StepProgramOptions o;
+  o.expected_devices = 8;
+  const std::string devices = ErrorOf(c, o);
+  EXPECT_NE(devices.find("has 4 devices but 8 are available"), std::string::npos) << devices;
+  EXPECT_NE(devices.find("micro.toml"), std::string::npos) << devices;
+
+  o = {};
+  o.batch_size = 6;  // fsdp = 2 divides it: fine
+  EXPECT_EQ(ErrorOf(c, o), "(no error)");
+  o.batch_size = 5;
+  EXPECT_NE(ErrorOf(c, o).find("batch_size 5 is not divisible by the 2 devices"),
+            std::string::npos)
+      << ErrorOf(c, o);
+
+  RunConfig odd = Micro();
+  odd.model.ffn_dim = 66;
+  odd.mesh = ParseMeshFlag("fsdp=1,tensor=4");
+  const std::string split = ErrorOf(odd);
+  EXPECT_NE(split.find("layers.feed_forward.w1"), std::string::npos) << split;
+  EXPECT_NE(split.find("66 is not divisible by 4"), std::string::npos) << split;
+  EXPECT_NE(split.find("micro.toml:"), std::string::npos) << "names the rule's line: " << split;
+}
+
+TEST(ProgramTest, ParsesTheMeshFlag) {
+  const MeshConfig m = ParseMeshFlag("dcn=2,fsdp=64,tensor=4");
+  EXPECT_EQ(m.axis_names, (std::vector<std::string>{"dcn", "fsdp", "tensor"}));
+  EXPECT_EQ(m.axis_sizes, (std::vector<int64_t>{2, 64, 4}));
+  EXPECT_EQ(m.num_devices(), 512);
+  for (const char* bad : {"", "fsdp", "fsdp=", "fsdp=0", "fsdp=x", "fsdp=2,fsdp=2", "=2"}) {
+    EXPECT_THROW(ParseMeshFlag(bad), Error) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace weft
