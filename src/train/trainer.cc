@@ -259,6 +259,8 @@ class DeviceTrainer {
         mm.tokens_per_second = mm.step_seconds > 0 ? mm.tokens / mm.step_seconds : 0;
         reporter->Step(mm);
         metrics->push_back(mm);
+        peak_bytes_ = std::max(peak_bytes_, exec_.stats().peak_bytes);
+        collective_bytes_ = exec_.stats().collective_bytes();
         if (run_.options.on_step) run_.options.on_step(mm);
       }
       const int64_t every = run_.config.train.checkpoint_every;
@@ -342,9 +344,16 @@ class DeviceTrainer {
     comm_.Barrier();  // nobody races ahead of a checkpoint that failed
   }
 
+
+ public:
+  int64_t peak_bytes() const { return peak_bytes_; }
+  int64_t collective_bytes() const { return collective_bytes_; }
+
+ private:
   const Run& run_;
   Communicator& comm_;
   int64_t device_;
+  int64_t peak_bytes_ = 0, collective_bytes_ = 0;
   runtime::Executor exec_;
   std::vector<Tensor> params_, m_, v_;
   std::vector<bool> owner_;
@@ -430,6 +439,8 @@ void RunDevice(const Run& run, Communicator& comm, TrainResult* result) {
   std::optional<Reporter> reporter;
   if (comm.device_id() == 0) reporter.emplace(run, start, end);
   trainer.Loop(start, end, it, reporter ? &*reporter : nullptr, &result->steps);
+  result->peak_bytes = trainer.peak_bytes();
+  result->collective_bytes_per_step = trainer.collective_bytes();
 }
 
 void Finish(const Run& run, const TrainResult& result, const std::string& backend) {
@@ -456,10 +467,12 @@ void Finish(const Run& run, const TrainResult& result, const std::string& backen
   }
   log << fmt::format(
       "trained steps {}..{} on {} devices ({}, {}): loss {:.4f} -> {:.4f}, {:.0f} tokens/s\n"
+      "device 0: step program peak {:.1f} MiB, {:.1f} MiB sent per step\n"
       "wrote {}/checkpoint, metrics.jsonl, loss.svg\n",
       result.steps.front().step, result.steps.back().step, run.program.num_devices, backend,
       MeshText(run.config.mesh), result.steps.front().loss, result.steps.back().loss,
-      seconds > 0 ? tokens / seconds : 0, run.out.string());
+      seconds > 0 ? tokens / seconds : 0, result.peak_bytes / 1048576.0,
+      result.collective_bytes_per_step / 1048576.0, run.out.string());
 }
 
 }  // namespace

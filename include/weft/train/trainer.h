@@ -70,6 +70,11 @@ struct TrainResult {
   std::vector<StepMetrics> steps;  // this invocation's steps (on device 0)
   std::filesystem::path out;
   int64_t num_devices = 0;
+  // Device 0's executor: the largest peak over the steps (the step program's
+  // buffers; weights, moments and inputs held by the trainer are not in it
+  // unless the program holds them) and the bytes it sent in the last step.
+  int64_t peak_bytes = 0;
+  int64_t collective_bytes_per_step = 0;
 };
 
 // On in-process devices (threads), one per mesh device.
