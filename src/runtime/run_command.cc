@@ -295,17 +295,8 @@ int RunOnRank(const RunCommandOptions& options, Communicator& comm, std::ostream
   // Gather the pieces and the reports (every rank takes part; rank 0 uses them).
   std::vector<HostTensor> outputs;
   for (size_t i = 0; i < local.size(); ++i) {
-    const HostTensor& piece = local[i];
-    const int64_t bytes = piece.byte_size();
-    std::vector<std::byte> all(static_cast<size_t>(bytes * n));
-    comm.AllGather(piece.raw_data(), all.data(), bytes, DataType::kU8);
-    std::vector<HostTensor> pieces;
-    for (int64_t d = 0; d < n; ++d) {
-      HostTensor t = HostTensor::Uninitialized(piece.shape());
-      std::memcpy(t.mutable_raw_data(), all.data() + d * bytes, static_cast<size_t>(bytes));
-      pieces.push_back(std::move(t));
-    }
-    outputs.push_back(JoinTensor(pieces, program.output_shardings[i], program.output_shapes[i]));
+    outputs.push_back(
+        GatherTensor(local[i], program.output_shardings[i], program.output_shapes[i], comm));
   }
   const std::vector<int64_t> packed = comm.AllGather(DeviceReport::From(stats).Pack());
   int code = 0;
@@ -398,6 +389,21 @@ ShardedProgram CompileForDevices(HloModule& module, int64_t num_devices) {
     p.output_shardings[i].Validate(p.output_shapes[i].dimensions(), num_devices);
   }
   return p;
+}
+
+HostTensor GatherTensor(const HostTensor& piece, const HloSharding& sharding,
+                        const Shape& global_shape, Communicator& comm) {
+  const int64_t n = comm.num_devices();
+  const int64_t bytes = piece.byte_size();
+  std::vector<std::byte> all(static_cast<size_t>(bytes * n));
+  comm.AllGather(piece.raw_data(), all.data(), bytes, DataType::kU8);
+  std::vector<HostTensor> pieces;
+  for (int64_t d = 0; d < n; ++d) {
+    HostTensor t = HostTensor::Uninitialized(piece.shape());
+    std::memcpy(t.mutable_raw_data(), all.data() + d * bytes, static_cast<size_t>(bytes));
+    pieces.push_back(std::move(t));
+  }
+  return JoinTensor(pieces, sharding, global_shape);
 }
 
 std::vector<HostTensor> RandomInputs(std::span<const Shape> shapes, uint64_t seed) {

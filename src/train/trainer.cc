@@ -197,23 +197,6 @@ double SumOverDevices(double local, Communicator& comm) {
   return total;
 }
 
-// The global tensor from every device's piece (a collective: every device
-// calls it; all receive the whole tensor).
-Tensor Gather(const Tensor& piece, const HloSharding& sharding, const Shape& global,
-              Communicator& comm) {
-  const int64_t n = comm.num_devices();
-  const int64_t bytes = piece.byte_size();
-  std::vector<std::byte> all(static_cast<size_t>(bytes * n));
-  comm.AllGather(piece.raw_data(), all.data(), bytes, DataType::kU8);
-  std::vector<Tensor> pieces;
-  for (int64_t d = 0; d < n; ++d) {
-    Tensor t = Tensor::Uninitialized(piece.shape());
-    std::memcpy(t.mutable_raw_data(), all.data() + d * bytes, static_cast<size_t>(bytes));
-    pieces.push_back(std::move(t));
-  }
-  return runtime::JoinTensor(pieces, sharding, global);
-}
-
 // One device's part of the run.
 class DeviceTrainer {
  public:
@@ -325,9 +308,9 @@ class DeviceTrainer {
     Checkpoint ck;
     for (size_t k = 0; k < weights.size(); ++k) {
       const HloSharding& s = c.input_shardings[StepProgram::kNumDataInputs + k];
-      const Tensor p = Gather(params_[k], s, weights[k].shape, comm_);
-      const Tensor m = Gather(m_[k], s, weights[k].shape, comm_);
-      const Tensor v = Gather(v_[k], s, weights[k].shape, comm_);
+      const Tensor p = runtime::GatherTensor(params_[k], s, weights[k].shape, comm_);
+      const Tensor m = runtime::GatherTensor(m_[k], s, weights[k].shape, comm_);
+      const Tensor v = runtime::GatherTensor(v_[k], s, weights[k].shape, comm_);
       if (device_ != 0) continue;
       ck.model[weights[k].name] = ToSafetensor(p);
       ck.optimizer[weights[k].name + ".m"] = ToSafetensor(m);

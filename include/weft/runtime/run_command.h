@@ -101,6 +101,11 @@ std::vector<std::vector<HostTensor>> ShardInputs(const ShardedProgram& program,
 HostTensor JoinTensor(std::span<const HostTensor> pieces, const HloSharding& sharding,
                       const Shape& global_shape);
 
+// The whole tensor from every device's piece: an all-gather over `comm` (a
+// collective: every device calls it, every device receives the tensor).
+HostTensor GatherTensor(const HostTensor& piece, const HloSharding& sharding,
+                        const Shape& global_shape, Communicator& comm);
+
 // Runs the program on `cluster` (its device count must match) and returns the
 // joined outputs; `stats` receives each device's ExecutorStats. Inputs are
 // padded with `pad` (tests pass NaN: padding must never reach a result).
