@@ -159,7 +159,8 @@ LlamaForward BuildLlamaForward(const LlamaConfig& c, const LlamaBuildOptions& op
   HloModule& m = *out.module;
   HloComputation* add = m.AddComputation(MakeScalarReduction("add_f32", HloOpcode::kAdd, kF32));
   HloComputation* max = m.AddComputation(MakeScalarReduction("max_f32", HloOpcode::kMaximum, kF32));
-  HloComputationBuilder b("llama_loss");
+  const bool want_logits = options.output == LlamaOutput::kLogits;
+  HloComputationBuilder b(want_logits ? "llama_logits" : "llama_loss");
   Ops ops(b, add, max);
 
   auto data = [&](int64_t n, const char* name, PrimitiveType t) {
@@ -258,6 +259,11 @@ LlamaForward BuildLlamaForward(const LlamaConfig& c, const LlamaBuildOptions& op
     d.lhs_contracting_dims = {2};
     d.rhs_contracting_dims = {1};
     logits = b.Dot(h, emb, d);
+  }
+  if (want_logits) {
+    logits->set_sharding(sh.BatchSplit(logits->shape()));
+    m.AddEntryComputation(b.Build(logits));
+    return out;
   }
   // Mean cross-entropy over the loss_mask tokens.
   const std::vector<int64_t> bsv = {B, S, V};

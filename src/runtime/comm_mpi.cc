@@ -11,6 +11,7 @@
 
 #include "mpi_util.h"
 #include "reduce.h"
+#include "weft/base/error.h"
 #include "weft/runtime/topology.h"
 
 namespace weft::runtime {
@@ -203,12 +204,16 @@ int RunMpiMain(const std::function<void(Communicator& comm)>& fn) {
   // Outside the try: a failing rank aborts without first freeing
   // communicators, which could wait for ranks that are stuck elsewhere.
   std::unique_ptr<MpiCommunicator> comm;
+  int code = 1;  // an internal failure; bad input (weft::Error) is 2, as in the CLI
   try {
     Topology::InitMpi();
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     comm = std::make_unique<MpiCommunicator>();
     fn(*comm);
     return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+    code = 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
   } catch (...) {
@@ -217,8 +222,8 @@ int RunMpiMain(const std::function<void(Communicator& comm)>& fn) {
   std::fflush(stderr);
   int initialized = 0;
   MPI_Initialized(&initialized);
-  if (initialized) MPI_Abort(MPI_COMM_WORLD, 1);
-  std::_Exit(1);
+  if (initialized) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
 }
 
 }  // namespace weft::runtime

@@ -184,6 +184,81 @@ ENTRY e {
   ExpectEqual(out[2], x.ToDoubles());
 }
 
+// A root tuple may name one value several times (autodiff's gradients of
+// two weights that share a cotangent): every output gets the value.
+TEST(ExecutorTest, AValueNamedTwiceInTheRootIsReturnedTwice) {
+  std::mt19937 rng(7);
+  HostTensor x = Random("f32[2]", rng), y = Random("f32[2]", rng);
+  std::vector<double> sum;
+  for (int64_t k = 0; k < 2; ++k) sum.push_back(static_cast<float>(x.GetDouble(k) + y.GetDouble(k)));
+
+  // An intermediate that dies at the root, named twice (and once more nested).
+  auto module = testing::Parse(R"(HloModule m
+ENTRY e {
+  x = f32[2] parameter(0)
+  y = f32[2] parameter(1)
+  a = f32[2] add(x, y)
+  ROOT t = (f32[2], f32[2], f32[2]) tuple(a, a, a)
+})");
+  std::vector<HostTensor> out = testing::Run(*module, {x, y});
+  ASSERT_EQ(out.size(), 3u);
+  for (const HostTensor& t : out) {
+    ASSERT_TRUE(t.valid());
+    ExpectEqual(t, sum);
+  }
+
+  // A parameter that is itself the output, twice, beside another output;
+  // the input given away (moved) or shared with the caller.
+  auto params = testing::Parse(R"(HloModule m
+ENTRY e {
+  x = f32[2] parameter(0)
+  y = f32[2] parameter(1)
+  n = f32[2] negate(y)
+  ROOT t = (f32[2], f32[2], f32[2]) tuple(x, n, x)
+})");
+  Executor executor(*params);
+  for (bool given : {false, true}) {
+    std::vector<HostTensor> inputs;
+    inputs.push_back(given ? x.Clone() : x);
+    inputs.push_back(y);
+    out = executor.Run(std::move(inputs));
+    ASSERT_EQ(out.size(), 3u);
+    ASSERT_TRUE(out[0].valid() && out[2].valid()) << (given ? "given" : "shared");
+    ExpectEqual(out[0], x.ToDoubles());
+    ExpectEqual(out[2], x.ToDoubles());
+    ExpectEqual(out[1], {-y.GetDouble(0), -y.GetDouble(1)});
+  }
+
+  // The same through a call with a repeated argument, whose root repeats a
+  // parameter too.
+  auto call = testing::Parse(R"(HloModule m
+f {
+  a = f32[2] parameter(0)
+  b = f32[2] parameter(1)
+  m = f32[2] multiply(a, b)
+  ROOT t = (f32[2], f32[2], f32[2]) tuple(a, m, a)
+}
+ENTRY e {
+  x = f32[2] parameter(0)
+  y = f32[2] parameter(1)
+  s = f32[2] add(x, y)
+  c = (f32[2], f32[2], f32[2]) call(s, s), to_apply=f
+  g0 = f32[2] get-tuple-element(c), index=0
+  g1 = f32[2] get-tuple-element(c), index=1
+  g2 = f32[2] get-tuple-element(c), index=2
+  ROOT t = (f32[2], f32[2], f32[2], f32[2]) tuple(g0, g1, g2, g0)
+})");
+  out = testing::Run(*call, {x, y});
+  ASSERT_EQ(out.size(), 4u);
+  for (const HostTensor& t : out) ASSERT_TRUE(t.valid());
+  std::vector<double> square;
+  for (double v : sum) square.push_back(static_cast<float>(v * v));
+  ExpectEqual(out[0], sum);
+  ExpectEqual(out[1], square);
+  ExpectEqual(out[2], sum);
+  ExpectEqual(out[3], sum);
+}
+
 TEST(ExecutorTest, InputErrorsNameTheParameter) {
   auto module = testing::Parse(kScan);
   Executor executor(*module);

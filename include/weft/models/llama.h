@@ -24,6 +24,9 @@
 // from the segment ids), output projection, residual; RMSNorm, SwiGLU MLP,
 // residual. Then RMSNorm, the output head and the mean cross-entropy over
 // the tokens whose loss_mask is set (log-softmax with max subtraction).
+// With LlamaOutput::kLogits the root is the logits f32[B,S,V] instead (after
+// the final norm and the head; the same parameters, targets and loss_mask
+// unused): what sampling (train/sample.h) runs.
 // With a mesh, the data inputs and the residual stream are split on the batch
 // dim over the mesh's batch axes ("dcn", "data", "fsdp", those present).
 #pragma once
@@ -38,11 +41,17 @@
 
 namespace weft {
 
+enum class LlamaOutput {
+  kLoss,    // scalar mean cross-entropy (training)
+  kLogits,  // f32[B,S,V] (inference)
+};
+
 struct LlamaBuildOptions {
   int64_t batch_size = 1;
   int64_t seq_len = 0;  // 0: the config's seq_len
   // Sharding rules and mesh; null: no sharding annotations.
   const RunConfig* run = nullptr;
+  LlamaOutput output = LlamaOutput::kLoss;
 };
 
 struct LlamaWeight {

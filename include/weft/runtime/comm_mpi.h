@@ -39,7 +39,8 @@ class MpiCommunicator final : public Communicator {
 
 // The body of an MPI program's main: runs fn with this rank's communicator.
 // If fn throws on any rank, that rank prints "rank R: <cause>" to stderr and
-// calls MPI_Abort, so mpirun ends every rank with a non-zero exit code instead
+// calls MPI_Abort, so mpirun ends every rank with a non-zero exit code (2 for
+// bad input, a weft::Error, as the CLI exits; 1 otherwise) instead
 // of leaving the others waiting in a collective. Returns 0 after success (MPI
 // is finalized at exit).
 int RunMpiMain(const std::function<void(Communicator& comm)>& fn);

@@ -1,0 +1,104 @@
+// `weft sample`: text from a `weft train` checkpoint.
+//
+// The sampler rebuilds the Llama from the checkpoint's "model.*" extras
+// (state.json), builds its logits module (models/llama.h, LlamaOutput::kLogits)
+// for one row of model.seq_len tokens and runs it with the executor on one
+// device. Each new token takes one forward over the window (no KV cache):
+// the row holds the context as one document (segment ids all 0, positions
+// 0..S-1), padded with the pad id after the last real token (the causal mask
+// makes the padding irrelevant), and the logits at the last real position
+// give the next token.
+//
+// The prompt is framed as training frames documents (data/packing.h): BOS
+// first. Generation stops at EOS or after max_tokens tokens. When the context
+// outgrows the window it slides: the row keeps the last S tokens at positions
+// 0..S-1, which is how training sees a document that continues from the
+// previous row (no BOS, positions from 0 at the row start).
+//
+// Sampling: temperature 0 is greedy (argmax, the lowest id on ties);
+// otherwise softmax(logits / T) over the top_k largest logits (all when 0),
+// drawn with a std::mt19937_64 seeded by `seed` (our own [0, 1) conversion,
+// so draws match across standard libraries).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "weft/data/tokenizer.h"
+#include "weft/models/llama_config.h"
+#include "weft/train/safetensors.h"
+
+namespace weft {
+
+struct SampleOptions {
+  std::string prompt;
+  int64_t max_tokens = 64;   // new tokens at most
+  double temperature = 0.8;  // 0: greedy
+  int64_t top_k = 0;         // 0: the whole vocabulary
+  uint64_t seed = 0;
+  // Called with each new piece of the text (the prompt first, then the
+  // continuation as tokens arrive), cut at whole UTF-8 characters; the
+  // pieces concatenate to SampleResult::text.
+  std::function<void(std::string_view)> on_text;
+};
+
+enum class StopReason { kEos, kMaxTokens };
+
+struct SampleResult {
+  std::vector<int32_t> prompt_ids;  // BOS + the encoded prompt
+  std::vector<int32_t> ids;         // the generated tokens (without EOS)
+  std::string text;                 // the prompt and its continuation, decoded
+  std::string continuation;         // the part of `text` after the prompt
+  StopReason stop = StopReason::kMaxTokens;
+};
+
+// The model the "model.*" extras of a checkpoint's state.json describe
+// (what `weft train` writes); `what` names the checkpoint in errors.
+LlamaConfig LlamaConfigFromExtras(const Metadata& extra, std::string_view what);
+
+// One draw from `logits` (see the file comment). Throws weft::Error for a
+// negative or non-finite temperature or a negative top_k.
+int32_t SampleToken(std::span<const float> logits, double temperature, int64_t top_k,
+                    std::mt19937_64& rng);
+
+class Sampler {
+ public:
+  // `dir`: a run directory (with checkpoint/ and tokenizer.model) or the
+  // checkpoint directory itself (tokenizer.model then beside it or in its
+  // parent). Errors name the directory and what to do.
+  static Sampler Load(const std::filesystem::path& dir);
+  // From weights in memory (by name, as in models/llama.h); for tests.
+  Sampler(const LlamaConfig& config, const TensorMap& weights, Tokenizer tokenizer,
+          std::string what = "weights");
+  Sampler(Sampler&&) noexcept;
+  Sampler& operator=(Sampler&&) noexcept;
+  ~Sampler();
+
+  // The logits [vocab] of the token after `context` (its last seq_len ids).
+  std::vector<float> NextTokenLogits(std::span<const int32_t> context);
+  // Throws weft::Error for an empty prompt, a bad temperature or top_k, or a
+  // negative max_tokens.
+  SampleResult Generate(const SampleOptions& options);
+
+  const LlamaConfig& config() const;
+  const Tokenizer& tokenizer() const;
+  // The checkpoint's step (0 when built from weights in memory).
+  int64_t step() const;
+  // Where the checkpoint and the tokenizer came from (empty from memory).
+  const std::filesystem::path& checkpoint_dir() const;
+  const std::filesystem::path& tokenizer_path() const;
+
+ private:
+  struct Impl;
+  explicit Sampler(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace weft
