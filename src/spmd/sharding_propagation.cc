@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <functional>
+#include <unordered_set>
 
 #include "propagator.h"
 #include "weft/base/error.h"
@@ -299,6 +300,14 @@ void Propagator::Run() {
                    post_orders_.back().end()) {
         post_orders_.back().insert(post_orders_.back().begin(), p);
       }
+    }
+    // Dead code (unreachable from the root) still users of live values: it
+    // gets shardings too, after everything it may read (instructions are
+    // kept in definition order, operands first).
+    std::unordered_set<const HloInstruction*> reached(post_orders_.back().begin(),
+                                                      post_orders_.back().end());
+    for (HloInstruction* i : c->instructions()) {
+      if (!reached.count(i)) post_orders_.back().push_back(i);
     }
     for (HloInstruction* i : post_orders_.back()) {
       index_.emplace(i, static_cast<int32_t>(instrs_.size()));

@@ -66,6 +66,21 @@ TEST(ShardingPropagationTest, ElementwiseForwardAndBackward) {
   EXPECT_EQ(p.ShardingOf("t"), "(none)");   // nor the output
 }
 
+// Dead code that reads live values (an unused multiply of a live add) is
+// propagated through like live code instead of breaking the engine.
+TEST(ShardingPropagationTest, DeadInstructionsUsingLiveOnesGetShardings) {
+  auto p = Propagate(Module(R"(
+  p0 = f32[8,16] parameter(0), sharding={devices=[4,1]<=[4]}
+  a = f32[8,16] add(p0, p0)
+  dead = f32[8,16] multiply(a, a)
+  dead2 = f32[16,8] transpose(dead), dimensions={1,0}
+  ROOT n = f32[8,16] negate(a)
+)"));
+  EXPECT_SHARDING(p, "a", "{devices=[4,1]<=[4]}");
+  EXPECT_SHARDING(p, "dead", "{devices=[4,1]<=[4]}");
+  EXPECT_SHARDING(p, "dead2", "{devices=[1,4]<=[4]}");
+}
+
 TEST(ShardingPropagationTest, BroadcastForward) {
   auto p = Propagate(Module(R"(
   p = f32[8] parameter(0), sharding={devices=[4]<=[4]}

@@ -1,0 +1,155 @@
+#include "weft/plan/chips.h"
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "weft/base/error.h"
+
+namespace weft::plan {
+namespace {
+
+std::string Where(std::string_view file, const toml::source_region& region) {
+  if (region.begin.line == 0) return std::string(file);
+  return fmt::format("{}:{}:{}", file, region.begin.line, region.begin.column);
+}
+
+const std::set<std::string>& KnownKeys() {
+  static const std::set<std::string> keys = {
+      "description",      "hbm_gb",           "hbm_gib",          "peak_tflops_bf16",
+      "peak_tflops_f32",  "ici_gbytes_per_s", "dcn_gbytes_per_s", "host_gbytes_per_s",
+      "max_slice_chips",  "default_precision", "source"};
+  return keys;
+}
+
+double Number(const toml::table& t, std::string_view key, std::string_view file,
+              std::string_view chip, bool required) {
+  const toml::node* node = t.get(key);
+  if (node == nullptr) {
+    if (!required) return -1;
+    Fail("{}: chip '{}' is missing the required key '{}'", Where(file, t.source()), chip, key);
+  }
+  double v = 0;
+  if (auto i = node->value<int64_t>(); node->is_integer() && i) {
+    v = static_cast<double>(*i);
+  } else if (auto d = node->value<double>(); node->is_floating_point() && d) {
+    v = *d;
+  } else {
+    Fail("{}: '{}' of chip '{}' must be a number", Where(file, node->source()), key, chip);
+  }
+  WEFT_CHECK(v > 0, "{}: '{}' of chip '{}' must be positive, got {}",
+             Where(file, node->source()), key, chip, v);
+  return v;
+}
+
+std::string String(const toml::table& t, std::string_view key, std::string_view file,
+                   std::string_view chip, bool required) {
+  const toml::node* node = t.get(key);
+  if (node == nullptr) {
+    WEFT_CHECK(!required, "{}: chip '{}' is missing the required key '{}'",
+               Where(file, t.source()), chip, key);
+    return "";
+  }
+  const auto s = node->value<std::string>();
+  WEFT_CHECK(node->is_string() && s, "{}: '{}' of chip '{}' must be a string",
+             Where(file, node->source()), key, chip);
+  return *s;
+}
+
+}  // namespace
+
+const Chip& ChipTable::Find(std::string_view name) const {
+  for (const Chip& c : chips) {
+    if (c.name == name) return c;
+  }
+  std::string known;
+  for (const Chip& c : chips) known += (known.empty() ? "" : ", ") + c.name;
+  Fail("unknown chip '{}': {} defines {}; give --chip with one of them or add a [chips.{}] "
+       "table to that file",
+       name, file, known.empty() ? std::string("no chips") : known, name);
+}
+
+ChipTable ParseChipTable(std::string_view toml_text, std::string_view source_name) {
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, source_name);
+  } catch (const toml::parse_error& e) {
+    Fail("{}: {}", Where(source_name, e.source()), e.description());
+  }
+  ChipTable table;
+  table.file = std::string(source_name);
+  for (const auto& [key, node] : root) {
+    WEFT_CHECK(key.str() == "chips", "{}: unknown top-level key '{}'; chips go in [chips.NAME]",
+               Where(source_name, key.source()), key.str());
+  }
+  const toml::table* chips = root["chips"].as_table();
+  WEFT_CHECK(chips != nullptr && !chips->empty(), "{}: no [chips.NAME] tables", source_name);
+  std::vector<std::pair<const toml::key*, const toml::node*>> entries;
+  for (const auto& [key, node] : *chips) entries.emplace_back(&key, &node);
+  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
+    const auto& x = a.first->source().begin;
+    const auto& y = b.first->source().begin;
+    return x.line != y.line ? x.line < y.line : x.column < y.column;
+  });
+  for (const auto& [key, node] : entries) {
+    const std::string name(key->str());
+    const toml::table* t = node->as_table();
+    WEFT_CHECK(t != nullptr, "{}: chips.{} must be a table", Where(source_name, key->source()),
+               name);
+    for (const auto& [k, v] : *t) {
+      WEFT_CHECK(KnownKeys().count(std::string(k.str())) > 0,
+                 "{}: unknown key '{}' in chip '{}' (known: description, hbm_gb or hbm_gib, "
+                 "peak_tflops_bf16, peak_tflops_f32, ici_gbytes_per_s, dcn_gbytes_per_s, "
+                 "host_gbytes_per_s, max_slice_chips, default_precision, source)",
+                 Where(source_name, k.source()), k.str(), name);
+    }
+    Chip c;
+    c.name = name;
+    c.description = String(*t, "description", source_name, name, false);
+    const double gb = Number(*t, "hbm_gb", source_name, name, false);
+    const double gib = Number(*t, "hbm_gib", source_name, name, false);
+    WEFT_CHECK((gb > 0) != (gib > 0), "{}: chip '{}' needs exactly one of hbm_gb and hbm_gib",
+               Where(source_name, t->source()), name);
+    c.hbm_bytes = gb > 0 ? gb * 1e9 : gib * 1073741824.0;
+    c.peak_flops_bf16 = Number(*t, "peak_tflops_bf16", source_name, name, true) * 1e12;
+    c.peak_flops_f32 = Number(*t, "peak_tflops_f32", source_name, name, true) * 1e12;
+    c.ici_bytes_per_s = Number(*t, "ici_gbytes_per_s", source_name, name, true) * 1e9;
+    c.dcn_bytes_per_s = Number(*t, "dcn_gbytes_per_s", source_name, name, true) * 1e9;
+    c.host_bytes_per_s = Number(*t, "host_gbytes_per_s", source_name, name, true) * 1e9;
+    c.max_slice_chips =
+        static_cast<int64_t>(Number(*t, "max_slice_chips", source_name, name, true));
+    const std::string precision = String(*t, "default_precision", source_name, name, false);
+    if (!precision.empty()) {
+      WEFT_CHECK(precision == "bf16" || precision == "f32",
+                 "{}: default_precision of chip '{}' must be \"bf16\" or \"f32\", got \"{}\"",
+                 Where(source_name, t->source()), name, precision);
+      c.default_precision = precision;
+    }
+    c.source = String(*t, "source", source_name, name, true);
+    table.chips.push_back(std::move(c));
+  }
+  return table;
+}
+
+ChipTable LoadChipTable(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  WEFT_CHECK(in.good(), "cannot read the chips file {}; give --chips FILE (configs/chips.toml "
+                        "in the source tree)",
+             path.string());
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseChipTable(text.str(), path.string());
+}
+
+std::filesystem::path FindChipTable(const std::filesystem::path& config_file) {
+  namespace fs = std::filesystem;
+  const fs::path beside = config_file.parent_path() / "chips.toml";
+  if (!config_file.empty() && fs::exists(beside)) return beside;
+  if (fs::exists("configs/chips.toml")) return "configs/chips.toml";
+  return fs::path(WEFT_SOURCE_DIR) / "configs" / "chips.toml";
+}
+
+}  // namespace weft::plan
