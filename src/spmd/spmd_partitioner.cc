@@ -256,6 +256,8 @@ PartitionedValue ComputationPartitioner::Partition(const HloInstruction& instr,
       return HandleDot(*this, instr, sharding);
     case HloOpcode::kGather:
       return HandleGather(*this, instr, sharding);
+    case HloOpcode::kScatter:
+      return HandleScatter(*this, instr, sharding);
     case HloOpcode::kCustomCall:
       if (instr.attrs().custom_call_target == "weft.flex_attention" ||
           instr.attrs().custom_call_target == "weft.flex_attention_backward") {

@@ -4,7 +4,10 @@
 // to the instruction's sharding afterwards.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <optional>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -74,6 +77,8 @@ PartitionedValue HandleDot(ComputationPartitioner& p, const HloInstruction& inst
                            const HloSharding& sharding);
 PartitionedValue HandleGather(ComputationPartitioner& p, const HloInstruction& instr,
                               const HloSharding& sharding);
+PartitionedValue HandleScatter(ComputationPartitioner& p, const HloInstruction& instr,
+                               const HloSharding& sharding);
 PartitionedValue HandleAttention(ComputationPartitioner& p, const HloInstruction& instr,
                                  const HloSharding& sharding);
 // Any op: operands replicated, the op on whole arrays, result replicated.
@@ -83,6 +88,48 @@ PartitionedValue HandleReplicated(ComputationPartitioner& p, const HloInstructio
 // `groups` yields `target` (group member k gets chunk k of dim e).
 bool ScatterGives(const HloSharding& partial, const HloSharding& target, int64_t e,
                   const std::vector<std::vector<int64_t>>& groups, int64_t rank);
+
+// Shared by the gather and scatter handlers (spmd_partitioner_gather.cc).
+
+// ReshardCost, memoized (plan searches price the same moves many times).
+class ReshardCostCache {
+ public:
+  explicit ReshardCostCache(PartitionContext* context) : context_(context) {}
+  int64_t operator()(const Shape& base, const HloSharding& from, const HloSharding& to);
+
+ private:
+  PartitionContext* context_;
+  std::map<std::string, int64_t> cache_;
+};
+
+// Summing partial results over groups of devices that each hold every
+// partial once: one all-reduce (`groups`), or a reduce-scatter along
+// `scatter_dim` (`scatter_groups`) followed, when the groups are larger than
+// the scatter, by an all-reduce over `groups` (the devices holding the same
+// chunk). The cheaper by estimated bytes (a reshard to the wanted sharding
+// after an all-reduce included).
+struct PartialSum {
+  std::vector<std::vector<int64_t>> groups;
+  int64_t scatter_dim = -1;
+  std::vector<std::vector<int64_t>> scatter_groups;
+  HloSharding result;  // the sharding of the sum
+  int64_t cost = 0;
+};
+PartialSum PlanPartialSum(ReshardCostCache& cost, const Shape& base, const HloSharding& partial,
+                          const HloSharding& wanted,
+                          const std::vector<std::vector<int64_t>>& groups);
+HloInstruction* EmitPartialSum(SpmdBuilder& b, HloInstruction* partial, const PartialSum& sum);
+
+// Index vectors (`indices`, the vector along `ivd`; ivd == rank: one
+// component) into the device's tile of `operand`: component k indexes operand
+// dim index_map[k] and, where that dim is split, loses the tile's offset.
+// `clamp` first clamps such components into [0, size - 1] (a gather's
+// one-wide slice). `in_tile` (optional) receives a pred over the index
+// positions (indices dims but ivd): every shifted component within the tile.
+HloInstruction* ShiftIndicesIntoTile(SpmdBuilder& b, HloInstruction* indices, int64_t ivd,
+                                     const std::vector<int64_t>& index_map,
+                                     const PartitionedValue& operand, bool clamp,
+                                     HloInstruction** in_tile);
 
 // Emits `instr` again with new operands and result shape (same attributes,
 // called computations cloned).

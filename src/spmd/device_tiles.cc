@@ -1,0 +1,115 @@
+#include "device_tiles.h"
+
+#include <algorithm>
+#include <map>
+
+#include "weft/base/error.h"
+
+namespace weft::spmd {
+
+DeviceTiles DeviceTiles::Of(const HloSharding& sharding, int64_t rank, int64_t num_devices) {
+  DeviceTiles t;
+  t.counts.assign(rank, 1);
+  t.index.assign(num_devices, std::vector<int64_t>(rank, 0));
+  if (!sharding.IsTiled()) return t;
+  t.counts = sharding.TilesPerDim();
+  WEFT_CHECK(static_cast<int64_t>(t.counts.size()) == rank, "internal: sharding {} for rank {}",
+             sharding.ToString(), rank);
+  for (int64_t d = 0; d < num_devices; ++d) t.index[d] = sharding.TileIndexForDevice(d);
+  return t;
+}
+
+DeviceTiles DeviceTiles::Map(const DeviceTiles& src, const std::vector<int64_t>& from) {
+  DeviceTiles t;
+  const int64_t rank = static_cast<int64_t>(from.size());
+  t.counts.assign(rank, 1);
+  t.index.assign(src.num_devices(), std::vector<int64_t>(rank, 0));
+  for (int64_t d = 0; d < rank; ++d) {
+    if (from[d] < 0) continue;
+    t.counts[d] = src.counts.at(from[d]);
+    for (int64_t dev = 0; dev < src.num_devices(); ++dev) t.index[dev][d] = src.index[dev][from[d]];
+  }
+  return t;
+}
+
+int64_t DeviceTiles::NumTiles() const {
+  int64_t n = 1;
+  for (int64_t c : counts) n *= c;
+  return n;
+}
+
+int64_t DeviceTiles::Flat(int64_t device) const {
+  int64_t flat = 0;
+  for (int64_t d = 0; d < rank(); ++d) flat = flat * counts[d] + index[device][d];
+  return flat;
+}
+
+void DeviceTiles::Coarsen(int64_t d, int64_t m) {
+  WEFT_CHECK(m >= 1 && counts.at(d) % m == 0, "internal: {} tiles do not coarsen to {}",
+             counts.at(d), m);
+  const int64_t step = counts[d] / m;
+  counts[d] = m;
+  for (std::vector<int64_t>& i : index) i[d] /= step;
+}
+
+std::optional<HloSharding> DeviceTiles::ToSharding() const {
+  const int64_t tiles = NumTiles();
+  if (tiles == 1) return HloSharding::Replicate();
+  std::vector<std::vector<int64_t>> holders(tiles);
+  for (int64_t dev = 0; dev < num_devices(); ++dev) holders[Flat(dev)].push_back(dev);
+  const size_t k = holders[0].size();
+  std::vector<int64_t> devices;
+  for (const std::vector<int64_t>& h : holders) {
+    if (h.size() != k || k == 0) return std::nullopt;
+    devices.insert(devices.end(), h.begin(), h.end());  // ascending already
+  }
+  std::vector<int64_t> dims = counts;
+  if (k == 1) return HloSharding::Tile(TileAssignment(std::move(dims), std::move(devices)));
+  dims.push_back(static_cast<int64_t>(k));
+  return HloSharding::PartialTile(TileAssignment(std::move(dims), std::move(devices)));
+}
+
+std::optional<std::vector<std::vector<int64_t>>> GroupsOverKey(const DeviceTiles& result,
+                                                               const DeviceTiles& key) {
+  const int64_t keys = key.NumTiles();
+  // result tile -> key tile -> devices (ascending).
+  std::map<int64_t, std::vector<std::vector<int64_t>>> by_tile;
+  for (int64_t dev = 0; dev < result.num_devices(); ++dev) {
+    auto& slots = by_tile[result.Flat(dev)];
+    slots.resize(keys);
+    slots[key.Flat(dev)].push_back(dev);
+  }
+  std::vector<std::vector<int64_t>> groups;
+  for (auto& [tile, slots] : by_tile) {
+    const size_t copies = slots[0].size();
+    for (const std::vector<int64_t>& s : slots) {
+      if (s.size() != copies || copies == 0) return std::nullopt;
+    }
+    for (size_t c = 0; c < copies; ++c) {
+      std::vector<int64_t> group;
+      for (const std::vector<int64_t>& s : slots) group.push_back(s[c]);
+      groups.push_back(std::move(group));
+    }
+  }
+  std::sort(groups.begin(), groups.end());
+  return groups;
+}
+
+std::vector<DeviceTiles> Coarsenings(const DeviceTiles& base, const std::vector<int64_t>& dims) {
+  std::vector<DeviceTiles> out = {base};
+  for (int64_t d : dims) {
+    const int64_t n = base.counts.at(d);
+    std::vector<DeviceTiles> next;
+    for (const DeviceTiles& t : out) {
+      for (int64_t m = n; m >= 1; --m) {  // finest first
+        if (n % m != 0) continue;
+        next.push_back(t);
+        next.back().Coarsen(d, m);
+      }
+    }
+    out = std::move(next);
+  }
+  return out;
+}
+
+}  // namespace weft::spmd

@@ -1,0 +1,55 @@
+// Internal to the partitioner: each device's tile index of an array, held as
+// an explicit table. The gather and scatter handlers combine the tilings of
+// arrays that do not share a tile assignment (an operand split over
+// ("tensor", "fsdp"), indices split over ("data", "fsdp")): a table per array
+// says what each device holds, the result's tiling is read off the operands'
+// tables, and a candidate is valid when the table is a sharding (every tile
+// held by the same number of devices).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "weft/sharding/hlo_sharding.h"
+
+namespace weft::spmd {
+
+struct DeviceTiles {
+  std::vector<int64_t> counts;              // tiles per dim
+  std::vector<std::vector<int64_t>> index;  // [device][dim]
+
+  // The tiles of `sharding` (replicated: one tile) for an array of `rank`.
+  static DeviceTiles Of(const HloSharding& sharding, int64_t rank, int64_t num_devices);
+  // Dim d follows dim from[d] of `src` (-1: one tile).
+  static DeviceTiles Map(const DeviceTiles& src, const std::vector<int64_t>& from);
+
+  int64_t rank() const { return static_cast<int64_t>(counts.size()); }
+  int64_t num_devices() const { return static_cast<int64_t>(index.size()); }
+  int64_t NumTiles() const;
+  // Row-major tile number of `device`.
+  int64_t Flat(int64_t device) const;
+  // Dim d in m tiles (m divides counts[d]): tile i becomes i / (counts[d] / m),
+  // so each device's new tile contains its old one (an all-gather away).
+  void Coarsen(int64_t d, int64_t m);
+  // Dim d whole.
+  void Unsplit(int64_t d) { Coarsen(d, 1); }
+
+  // The sharding, or nullopt when the tiles are not held by equally many devices.
+  std::optional<HloSharding> ToSharding() const;
+
+  bool operator==(const DeviceTiles&) const = default;
+};
+
+// Replica groups that combine partial results: the devices holding the same
+// tile of `result`, split into groups holding every tile of `key` once each
+// (members ordered by key tile, row-major). nullopt when some result tile's
+// holders do not hold every key tile equally often.
+std::optional<std::vector<std::vector<int64_t>>> GroupsOverKey(const DeviceTiles& result,
+                                                               const DeviceTiles& key);
+
+// Every coarsening of `base` along `dims` (each dim in any divisor of its
+// tile count), the finest (base itself) first.
+std::vector<DeviceTiles> Coarsenings(const DeviceTiles& base, const std::vector<int64_t>& dims);
+
+}  // namespace weft::spmd

@@ -1,0 +1,494 @@
+// The sharded embedding lookup (gather) and its gradient (scatter-add):
+// partitioned programs run through the real executor on 2, 4 and 8 device
+// threads (inputs padded with NaN, so padding that reaches a result shows)
+// against a float64 reference computed here, with every vocabulary tile hit,
+// repeated ids, uneven vocabulary and hidden sizes, and out-of-range ids.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include "partitioner_random.h"
+#include "weft/hlo/parser.h"
+#include "weft/hlo/printer.h"
+#include "weft/runtime/run_command.h"
+
+namespace weft {
+namespace {
+
+using runtime::HostTensor;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Meshes written as XLA shardings. 4 devices = (fsdp=2, tensor=2), device
+// f*2+t; 8 devices = (data=2, fsdp=2, tensor=2), device d*4+f*2+t.
+constexpr const char* kTableTensorFsdp4 = "{devices=[2,2]<=[2,2]T(1,0)}";
+constexpr const char* kBatchFsdp4 = "{devices=[2,1,2]<=[4] last_tile_dim_replicate}";
+constexpr const char* kRowsBatchFsdp4 = "{devices=[2,1,1,2]<=[4] last_tile_dim_replicate}";
+constexpr const char* kTableTensorFsdp8 =
+    "{devices=[2,2,2]<=[2,2,2]T(2,1,0) last_tile_dim_replicate}";
+constexpr const char* kBatchDataFsdp8 = "{devices=[4,1,2]<=[8] last_tile_dim_replicate}";
+constexpr const char* kRowsBatchDataFsdp8 = "{devices=[4,1,1,2]<=[8] last_tile_dim_replicate}";
+
+constexpr const char* kAdd = R"(add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+)";
+
+std::string Sharding(const std::string& s) { return s.empty() ? "" : ", sharding=" + s; }
+
+HostTensor RandomTable(int64_t rows, int64_t cols, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> u(0.1, 1.0);
+  std::bernoulli_distribution sign(0.5);
+  std::vector<double> v(rows * cols);
+  for (double& x : v) x = sign(rng) ? u(rng) : -u(rng);
+  return HostTensor::FromDoubles(Shape(PrimitiveType::kF32, {rows, cols}), v);
+}
+
+HostTensor RandomFloats(const std::vector<int64_t>& dims, std::mt19937_64& rng) {
+  int64_t count = 1;
+  for (int64_t d : dims) count *= d;
+  HostTensor flat = RandomTable(count, 1, rng);
+  return HostTensor::FromDoubles(Shape(PrimitiveType::kF32, dims), flat.ToDoubles());
+}
+
+// Token ids [B, S]: every id of [0, vocab) once (so every vocabulary tile is
+// hit) while there is room, the rest random (repeats), shuffled; `extra` are
+// written over the first positions (out-of-range ids).
+HostTensor TokenIds(int64_t batch, int64_t seq, int64_t vocab, std::mt19937_64& rng,
+                    const std::vector<int64_t>& extra = {}) {
+  std::vector<double> ids;
+  for (int64_t i = 0; i < batch * seq; ++i) {
+    ids.push_back(static_cast<double>(i < vocab ? i : static_cast<int64_t>(rng() % vocab)));
+  }
+  std::shuffle(ids.begin(), ids.end(), rng);
+  for (size_t i = 0; i < extra.size(); ++i) ids[i] = static_cast<double>(extra[i]);
+  return HostTensor::FromDoubles(Shape(PrimitiveType::kS32, {batch, seq}), ids);
+}
+
+std::string LookupModule(int64_t vocab, int64_t hidden, int64_t batch, int64_t seq,
+                         const std::string& table, const std::string& ids,
+                         const std::string& rows) {
+  return fmt::format(R"(HloModule lookup
+ENTRY e {{
+  table = f32[{0},{1}] parameter(0){4}
+  ids = s32[{2},{3}] parameter(1){5}
+  ROOT rows = f32[{2},{3},{1}] gather(table, ids), offset_dims={{2}}, collapsed_slice_dims={{0}}, start_index_map={{0}}, index_vector_dim=2, slice_sizes={{1,{1}}}{6}
+}}
+)",
+                     vocab, hidden, batch, seq, Sharding(table), Sharding(ids), Sharding(rows));
+}
+
+// The gradient of the lookup: cotangent rows scatter-added into `init`
+// (zeros, or a parameter when `init_param`).
+std::string GradModule(int64_t vocab, int64_t hidden, int64_t batch, int64_t seq,
+                       const std::string& ids, const std::string& grad, const std::string& table,
+                       bool init_param = false) {
+  const std::string init =
+      init_param
+          ? fmt::format("  init = f32[{},{}] parameter(2){}\n", vocab, hidden, Sharding(table))
+          : fmt::format(
+                "  zero = f32[] constant(0), sharding={{replicated}}\n"
+                "  init = f32[{},{}] broadcast(zero), dimensions={{}}{}\n",
+                vocab, hidden, Sharding(table));
+  return fmt::format(R"(HloModule grad
+{0}
+ENTRY e {{
+  ids = s32[{3},{4}] parameter(0){5}
+  grad = f32[{3},{4},{2}] parameter(1){6}
+{7}  ROOT dtable = f32[{1},{2}] scatter(init, ids, grad), update_window_dims={{2}}, inserted_window_dims={{0}}, scatter_dims_to_operand_dims={{0}}, index_vector_dim=2, to_apply=add{8}
+}}
+)",
+                     kAdd, vocab, hidden, batch, seq, Sharding(ids), Sharding(grad), init,
+                     Sharding(table));
+}
+
+// float64 references (XLA semantics: gather clamps, scatter skips out-of-range ids).
+std::vector<double> LookupReference(const HostTensor& table, const HostTensor& ids) {
+  const int64_t vocab = table.dimensions()[0], hidden = table.dimensions()[1];
+  const std::vector<double> t = table.ToDoubles(), i = ids.ToDoubles();
+  std::vector<double> out;
+  for (double id : i) {
+    const int64_t row = std::clamp<int64_t>(static_cast<int64_t>(id), 0, vocab - 1);
+    for (int64_t h = 0; h < hidden; ++h) out.push_back(t[row * hidden + h]);
+  }
+  return out;
+}
+
+std::vector<double> GradReference(const HostTensor& ids, const HostTensor& grad, int64_t vocab,
+                                  std::vector<double> init) {
+  const int64_t hidden = grad.dimensions().back();
+  const std::vector<double> i = ids.ToDoubles(), g = grad.ToDoubles();
+  for (size_t p = 0; p < i.size(); ++p) {
+    const int64_t row = static_cast<int64_t>(i[p]);
+    if (row < 0 || row >= vocab) continue;
+    for (int64_t h = 0; h < hidden; ++h) init[row * hidden + h] += g[p * hidden + h];
+  }
+  return init;
+}
+
+// Partitions `text` for n devices, runs it on n threads (NaN padding) and the
+// unsharded module on one, and checks both against `expected`.
+runtime::ShardedProgram ExpectRuns(const std::string& text, int64_t n,
+                                   const std::vector<HostTensor>& inputs,
+                                   const std::vector<double>& expected) {
+  std::unique_ptr<HloModule> module = ParseHloModule(text);
+  runtime::ShardedProgram program = runtime::CompileForDevices(*module, n);
+  runtime::LocalCluster cluster(n);
+  const std::vector<HostTensor> sharded =
+      runtime::RunSharded(program, inputs, cluster, nullptr, {}, kNaN);
+  runtime::Executor reference(*module);
+  const std::vector<HostTensor> whole =
+      reference.Run(std::vector<HostTensor>(inputs.begin(), inputs.end()));
+  const std::vector<double> got = sharded.at(0).ToDoubles(), want = whole.at(0).ToDoubles();
+  EXPECT_EQ(got.size(), expected.size());
+  EXPECT_EQ(want.size(), expected.size());
+  int failures = 0;
+  for (size_t i = 0; i < std::min(got.size(), expected.size()) && failures < 5; ++i) {
+    const double tol = 1e-5 * (1 + std::abs(expected[i]));
+    if (!(std::abs(got[i] - expected[i]) <= tol) || !(std::abs(want[i] - expected[i]) <= tol)) {
+      ADD_FAILURE() << "element " << i << ": expected " << expected[i] << ", sharded " << got[i]
+                    << ", unsharded " << want[i];
+      ++failures;
+    }
+  }
+  if (::testing::Test::HasFailure()) ADD_FAILURE() << PrintModule(*program.program);
+  return program;
+}
+
+std::vector<const HloInstruction*> FindAll(const HloModule& m, HloOpcode opcode) {
+  std::vector<const HloInstruction*> found;
+  for (const HloComputation* c : m.computations()) {
+    for (const HloInstruction* i : c->instructions()) {
+      if (i->opcode() == opcode) found.push_back(i);
+    }
+  }
+  return found;
+}
+
+int64_t LargestArray(const HloModule& m) {
+  int64_t largest = 0;
+  for (const HloComputation* c : m.computations()) {
+    for (const HloInstruction* i : c->instructions()) {
+      if (i->shape().IsArray()) largest = std::max(largest, i->shape().ElementsCount());
+    }
+  }
+  return largest;
+}
+
+// The longest dim of any array in the program: below the vocabulary size
+// when no device ever holds the whole table (or its gradient).
+int64_t LongestDim(const HloModule& m) {
+  int64_t longest = 0;
+  for (const HloComputation* c : m.computations()) {
+    for (const HloInstruction* i : c->instructions()) {
+      if (!i->shape().IsArray()) continue;
+      for (int64_t d : i->shape().dimensions()) longest = std::max(longest, d);
+    }
+  }
+  return longest;
+}
+
+struct Layout {
+  int64_t n;
+  std::string table, ids, rows;
+};
+
+// ---------------------------------------------------------------------------
+// Lookup
+
+TEST(SpmdGatherTest, LookupMatchesOnVocabSplitsWithUnevenTiles) {
+  const std::vector<Layout> layouts = {
+      {2, "{devices=[2,1]<=[2]}", "{replicated}", "{replicated}"},
+      {4, "{devices=[4,1]<=[4]}", "{replicated}", "{devices=[4,1,1]<=[4]}"},
+      {4, "{devices=[4,1]<=[4]}", "{devices=[4,1]<=[4]}", "{devices=[4,1,1]<=[4]}"},
+      {4, kTableTensorFsdp4, kBatchFsdp4, kRowsBatchFsdp4},
+      {4, kTableTensorFsdp4, kBatchFsdp4, "{devices=[1,1,2,2]<=[4] last_tile_dim_replicate}"},
+      {8, kTableTensorFsdp8, kBatchDataFsdp8, kRowsBatchDataFsdp8},
+      {8, "{devices=[8,1]<=[8]}", kBatchDataFsdp8, "{replicated}"},
+  };
+  std::mt19937_64 rng(7);
+  for (const Layout& l : layouts) {
+    for (auto [vocab, hidden] : {std::pair<int64_t, int64_t>{37, 5}, {40, 8}}) {
+      SCOPED_TRACE(fmt::format("n={} table={} ids={} rows={} V={} D={}", l.n, l.table, l.ids,
+                               l.rows, vocab, hidden));
+      const HostTensor table = RandomTable(vocab, hidden, rng);
+      const HostTensor ids = TokenIds(7, 9, vocab, rng);
+      auto program = ExpectRuns(LookupModule(vocab, hidden, 7, 9, l.table, l.ids, l.rows), l.n,
+                                {table, ids}, LookupReference(table, ids));
+      // Looked-up rows are summed over the vocabulary split (all-reduce, or
+      // reduce-scatter when the rows are wanted split); the table is never whole.
+      EXPECT_EQ(FindAll(*program.program, HloOpcode::kAllReduce).size() +
+                    FindAll(*program.program, HloOpcode::kReduceScatter).size(),
+                1u);
+      EXPECT_LT(LongestDim(*program.program), vocab);
+    }
+  }
+}
+
+TEST(SpmdGatherTest, OutOfRangeIdsClampAsTheWholeGatherDoes) {
+  std::mt19937_64 rng(3);
+  const int64_t vocab = 37, hidden = 4;
+  const HostTensor table = RandomTable(vocab, hidden, rng);
+  const HostTensor ids = TokenIds(4, 12, vocab, rng, {-5, -1, 37, 38, 40, 1000});
+  ExpectRuns(
+      LookupModule(vocab, hidden, 4, 12, "{devices=[4,1]<=[4]}", "{replicated}", "{replicated}"), 4,
+      {table, ids}, LookupReference(table, ids));
+  ExpectRuns(LookupModule(vocab, hidden, 4, 12, kTableTensorFsdp4, kBatchFsdp4, kRowsBatchFsdp4), 4,
+             {table, ids}, LookupReference(table, ids));
+}
+
+TEST(SpmdGatherTest, TheCollectiveIsAnAllReduceOfTheRowsOverTheVocabGroup) {
+  std::mt19937_64 rng(5);
+  const int64_t vocab = 64, hidden = 16, batch = 2, seq = 8;
+  const HostTensor table = RandomTable(vocab, hidden, rng);
+  const HostTensor ids = TokenIds(batch, seq, vocab, rng);
+  // Vocabulary split over 2, ids and rows replicated: one all-reduce of the
+  // [B, S, D] rows between the two vocabulary halves, nothing else moves.
+  auto program = ExpectRuns(LookupModule(vocab, hidden, batch, seq, "{devices=[2,1]<=[2]}",
+                                         "{replicated}", "{replicated}"),
+                            2, {table, ids}, LookupReference(table, ids));
+  const HloModule& m = *program.program;
+  auto reduces = FindAll(m, HloOpcode::kAllReduce);
+  ASSERT_EQ(reduces.size(), 1u) << PrintModule(m);
+  EXPECT_EQ(reduces[0]->shape(), ParseShape("f32[2,8,16]"));
+  EXPECT_EQ(reduces[0]->attrs().replica_groups, (std::vector<std::vector<int64_t>>{{0, 1}}));
+  EXPECT_TRUE(FindAll(m, HloOpcode::kAllGather).empty()) << PrintModule(m);
+  EXPECT_EQ(FindAll(m, HloOpcode::kGather)[0]->operand(0)->shape(), ParseShape("f32[32,16]"));
+
+  // The micro model's layout: the table stays [V/tensor, D/fsdp] on every
+  // device; what is summed over tensor is rows, never the table.
+  const HostTensor more_ids = TokenIds(batch * 2, seq, vocab, rng);
+  program = ExpectRuns(
+      LookupModule(vocab, hidden, batch * 2, seq, kTableTensorFsdp4, kBatchFsdp4, kRowsBatchFsdp4),
+      4, {table, more_ids}, LookupReference(table, more_ids));
+  const HloModule& micro = *program.program;
+  EXPECT_EQ(FindAll(micro, HloOpcode::kGather)[0]->operand(0)->shape(), ParseShape("f32[32,8]"));
+  for (const HloInstruction* r : FindAll(micro, HloOpcode::kAllReduce)) {
+    EXPECT_EQ(r->shape().rank(), 3) << PrintModule(micro);
+  }
+  EXPECT_LT(LargestArray(micro), vocab * hidden / 2) << PrintModule(micro);
+}
+
+TEST(SpmdGatherTest, ExplicitIndexVectorDimAndTwoIndexedDims) {
+  std::mt19937_64 rng(11);
+  {  // ids [B, S, 1], index_vector_dim=2
+    const int64_t vocab = 37, hidden = 6;
+    const HostTensor table = RandomTable(vocab, hidden, rng);
+    const HostTensor ids2 = TokenIds(4, 10, vocab, rng);
+    const HostTensor ids =
+        HostTensor::FromDoubles(Shape(PrimitiveType::kS32, {4, 10, 1}), ids2.ToDoubles());
+    const std::string text = fmt::format(R"(HloModule lookup
+ENTRY e {{
+  table = f32[37,6] parameter(0), sharding={{devices=[4,1]<=[4]}}
+  ids = s32[4,10,1] parameter(1), sharding={{devices=[2,1,1,2]<=[4] last_tile_dim_replicate}}
+  ROOT rows = f32[4,10,6] gather(table, ids), offset_dims={{2}}, collapsed_slice_dims={{0}}, start_index_map={{0}}, index_vector_dim=2, slice_sizes={{1,6}}, sharding={{devices=[2,1,1,2]<=[4] last_tile_dim_replicate}}
+}}
+)");
+    ExpectRuns(text, 4, {table, ids}, LookupReference(table, ids2));
+  }
+  {  // x[i, j, :] for index pairs (i, j), both indexed dims split (5 unevenly)
+    const HostTensor x = RandomFloats({6, 5, 3}, rng);
+    std::vector<double> pairs;
+    for (int64_t i = 0; i < 6; ++i) {
+      for (int64_t j = 0; j < 5; ++j)
+        pairs.insert(pairs.end(), {double(i), double((j * 3 + i) % 5)});
+    }
+    pairs.insert(pairs.end(), {7, -2, 2, 9});  // clamped
+    const HostTensor idx = HostTensor::FromDoubles(Shape(PrimitiveType::kS32, {32, 2}), pairs);
+    std::vector<double> expected;
+    const std::vector<double> xv = x.ToDoubles();
+    for (size_t k = 0; k < pairs.size(); k += 2) {
+      const int64_t i = std::clamp<int64_t>(static_cast<int64_t>(pairs[k]), 0, 5);
+      const int64_t j = std::clamp<int64_t>(static_cast<int64_t>(pairs[k + 1]), 0, 4);
+      for (int64_t h = 0; h < 3; ++h) expected.push_back(xv[(i * 5 + j) * 3 + h]);
+    }
+    for (const char* idx_sharding :
+         {"{replicated}", "{devices=[2,1,2]<=[4] last_tile_dim_replicate}"}) {
+      const std::string text = fmt::format(R"(HloModule pairs
+ENTRY e {{
+  x = f32[6,5,3] parameter(0), sharding={{devices=[2,2,1]<=[4]}}
+  idx = s32[32,2] parameter(1), sharding={}
+  ROOT y = f32[32,3] gather(x, idx), offset_dims={{1}}, collapsed_slice_dims={{0,1}}, start_index_map={{0,1}}, index_vector_dim=1, slice_sizes={{1,1,3}}, sharding={{devices=[4,1]<=[4]}}
+}}
+)",
+                                           idx_sharding);
+      auto program = ExpectRuns(text, 4, {x, idx}, expected);
+      EXPECT_EQ(FindAll(*program.program, HloOpcode::kGather)[0]->operand(0)->shape(),
+                ParseShape("f32[3,3,3]"));
+    }
+  }
+}
+
+TEST(SpmdGatherTest, OtherGathersStillRunOnWholeArrays) {
+  std::mt19937_64 rng(13);
+  const int64_t vocab = 37, hidden = 6;
+  const HostTensor table = RandomTable(vocab, hidden, rng);
+  const HostTensor ids = TokenIds(4, 10, vocab, rng);
+  // Only the hidden dim split: the replicated path.
+  ExpectRuns(LookupModule(vocab, hidden, 4, 10, "{devices=[1,2]<=[2]}", "{replicated}",
+                          "{devices=[2,1,1]<=[2]}"),
+             2, {table, ids}, LookupReference(table, ids));
+  // Two-row windows (not a one-wide slice) along a split dim.
+  const std::string text = R"(HloModule windows
+ENTRY e {
+  table = f32[37,6] parameter(0), sharding={devices=[2,1]<=[2]}
+  ids = s32[4,10] parameter(1), sharding={replicated}
+  ROOT rows = f32[4,10,2,6] gather(table, ids), offset_dims={2,3}, collapsed_slice_dims={}, start_index_map={0}, index_vector_dim=2, slice_sizes={2,6}, sharding={replicated}
+}
+)";
+  std::vector<double> expected;
+  const std::vector<double> t = table.ToDoubles(), i = ids.ToDoubles();
+  for (double id : i) {
+    const int64_t row = std::clamp<int64_t>(static_cast<int64_t>(id), 0, vocab - 2);
+    for (int64_t r = 0; r < 2; ++r) {
+      for (int64_t h = 0; h < hidden; ++h) expected.push_back(t[(row + r) * hidden + h]);
+    }
+  }
+  auto program = ExpectRuns(text, 2, {table, ids}, expected);
+  EXPECT_TRUE(FindAll(*program.program, HloOpcode::kAllReduce).empty());
+}
+
+// ---------------------------------------------------------------------------
+// Gradient (scatter-add)
+
+TEST(SpmdScatterTest, GradientMatchesOnVocabSplitsWithUnevenTiles) {
+  struct GradLayout {
+    int64_t n;
+    std::string ids, grad, table;
+  };
+  const std::vector<GradLayout> layouts = {
+      {2, "{replicated}", "{replicated}", "{devices=[2,1]<=[2]}"},
+      {4, "{devices=[4,1]<=[4]}", "{devices=[4,1,1]<=[4]}", "{devices=[4,1]<=[4]}"},
+      {4, kBatchFsdp4, kRowsBatchFsdp4, kTableTensorFsdp4},
+      {4, kBatchFsdp4, kRowsBatchFsdp4, "{devices=[2,1,2]<=[2,2]T(1,0) last_tile_dim_replicate}"},
+      {8, kBatchDataFsdp8, kRowsBatchDataFsdp8, kTableTensorFsdp8},
+      {8, kBatchDataFsdp8, "{devices=[4,1,2]<=[8]}", "{devices=[8,1]<=[8]}"},
+  };
+  std::mt19937_64 rng(17);
+  for (const GradLayout& l : layouts) {
+    for (auto [vocab, hidden] : {std::pair<int64_t, int64_t>{37, 5}, {40, 8}}) {
+      for (bool init_param : {false, true}) {
+        SCOPED_TRACE(fmt::format("n={} ids={} grad={} table={} V={} D={} init_param={}", l.n, l.ids,
+                                 l.grad, l.table, vocab, hidden, init_param));
+        // 7 rows: the batch splits unevenly (padded ids must scatter nowhere).
+        const HostTensor ids = TokenIds(7, 9, vocab, rng);
+        const HostTensor grad = RandomFloats({7, 9, hidden}, rng);
+        std::vector<HostTensor> inputs = {ids, grad};
+        std::vector<double> init(vocab * hidden, 0.0);
+        if (init_param) {
+          inputs.push_back(RandomTable(vocab, hidden, rng));
+          init = inputs.back().ToDoubles();
+        }
+        auto program =
+            ExpectRuns(GradModule(vocab, hidden, 7, 9, l.ids, l.grad, l.table, init_param), l.n,
+                       inputs, GradReference(ids, grad, vocab, init));
+        EXPECT_LT(LongestDim(*program.program), vocab) << PrintModule(*program.program);
+      }
+    }
+  }
+}
+
+TEST(SpmdScatterTest, OutOfRangeIdsAreSkippedAsTheWholeScatterDoes) {
+  std::mt19937_64 rng(19);
+  const int64_t vocab = 37, hidden = 4;
+  const HostTensor ids = TokenIds(4, 12, vocab, rng, {-5, -1, 37, 38, 40, 1000, 39});
+  const HostTensor grad = RandomFloats({4, 12, hidden}, rng);
+  const std::vector<double> expected =
+      GradReference(ids, grad, vocab, std::vector<double>(vocab * hidden));
+  ExpectRuns(
+      GradModule(vocab, hidden, 4, 12, "{replicated}", "{replicated}", "{devices=[4,1]<=[4]}"), 4,
+      {ids, grad}, expected);
+  ExpectRuns(GradModule(vocab, hidden, 4, 12, kBatchFsdp4, kRowsBatchFsdp4, kTableTensorFsdp4), 4,
+             {ids, grad}, expected);
+}
+
+TEST(SpmdScatterTest, UpdatesSplitAlongTheBatchSumOverIt) {
+  std::mt19937_64 rng(23);
+  const int64_t vocab = 40, hidden = 8;
+  const HostTensor ids = TokenIds(8, 10, vocab, rng);
+  const HostTensor grad = RandomFloats({8, 10, hidden}, rng);
+  // Vocabulary split over 2 devices, the batch over the other 2: each device
+  // scatters its rows into its vocabulary half, the halves are summed over
+  // the batch pair; the [V, D] table never exists on a device.
+  auto program = ExpectRuns(
+      GradModule(vocab, hidden, 8, 10, "{devices=[2,1,2]<=[4] last_tile_dim_replicate}",
+                 "{devices=[2,1,1,2]<=[4] last_tile_dim_replicate}",
+                 "{devices=[2,1,2]<=[2,2]T(1,0) last_tile_dim_replicate}"),
+      4, {ids, grad}, GradReference(ids, grad, vocab, std::vector<double>(vocab * hidden)));
+  const HloModule& m = *program.program;
+  auto reduces = FindAll(m, HloOpcode::kAllReduce);
+  ASSERT_EQ(reduces.size(), 1u) << PrintModule(m);
+  EXPECT_EQ(reduces[0]->shape(), ParseShape("f32[20,8]"));
+  EXPECT_EQ(reduces[0]->attrs().replica_groups,
+            (std::vector<std::vector<int64_t>>{{0, 2}, {1, 3}}));
+  EXPECT_TRUE(FindAll(m, HloOpcode::kAllGather).empty()) << PrintModule(m);
+}
+
+TEST(SpmdScatterTest, FsdpGradientReduceScattersOverFsdpThenAllReducesOverData) {
+  std::mt19937_64 rng(31);
+  const int64_t vocab = 40, hidden = 16, batch = 16, seq = 8;
+  for (bool init_param : {false, true}) {
+    SCOPED_TRACE(init_param ? "init parameter" : "init zeros");
+    const HostTensor ids = TokenIds(batch, seq, vocab, rng);
+    const HostTensor grad = RandomFloats({batch, seq, hidden}, rng);
+    std::vector<HostTensor> inputs = {ids, grad};
+    std::vector<double> init(vocab * hidden, 0.0);
+    if (init_param) {
+      inputs.push_back(RandomTable(vocab, hidden, rng));
+      init = inputs.back().ToDoubles();
+    }
+    // (data=2, fsdp=2, tensor=2): each device scatters its batch rows into
+    // its vocabulary half [V/2, D], reduce-scatters D over fsdp and sums the
+    // [V/2, D/2] tiles over data, as FSDP reduces any weight's gradient.
+    auto program = ExpectRuns(GradModule(vocab, hidden, batch, seq, kBatchDataFsdp8,
+                                         kRowsBatchDataFsdp8, kTableTensorFsdp8, init_param),
+                              8, inputs, GradReference(ids, grad, vocab, init));
+    const HloModule& m = *program.program;
+    auto scatters = FindAll(m, HloOpcode::kReduceScatter);
+    auto reduces = FindAll(m, HloOpcode::kAllReduce);
+    ASSERT_EQ(scatters.size(), 1u) << PrintModule(m);
+    ASSERT_EQ(reduces.size(), 1u) << PrintModule(m);
+    EXPECT_EQ(scatters[0]->operand(0)->shape(), ParseShape("f32[20,16]"));
+    EXPECT_EQ(scatters[0]->attrs().replica_groups,
+              (std::vector<std::vector<int64_t>>{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+    EXPECT_EQ(reduces[0]->shape(), ParseShape("f32[20,8]"));
+    EXPECT_EQ(reduces[0]->attrs().replica_groups,
+              (std::vector<std::vector<int64_t>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Random shardings of table, ids and result.
+
+TEST(SpmdGatherTest, RandomShardingsMatch) {
+  std::mt19937_64 rng(29);
+  for (int64_t n : {2, 4, 8}) {
+    for (int trial = 0; trial < 12; ++trial) {
+      const int64_t vocab = 37, hidden = 6, batch = 5, seq = 6;
+      const std::string table = spmd_test::RandomSharding(n, 2, rng).ToString();
+      const std::string ids = spmd_test::RandomSharding(n, 2, rng).ToString();
+      const std::string rows = spmd_test::RandomSharding(n, 3, rng).ToString();
+      const std::string grad = spmd_test::RandomSharding(n, 3, rng).ToString();
+      const std::string dtable = spmd_test::RandomSharding(n, 2, rng).ToString();
+      SCOPED_TRACE(fmt::format("n={} table={} ids={} rows={} grad={} dtable={}", n, table, ids,
+                               rows, grad, dtable));
+      const HostTensor t = RandomTable(vocab, hidden, rng);
+      const HostTensor i = TokenIds(batch, seq, vocab, rng);
+      const HostTensor g = RandomFloats({batch, seq, hidden}, rng);
+      ExpectRuns(LookupModule(vocab, hidden, batch, seq, table, ids, rows), n, {t, i},
+                 LookupReference(t, i));
+      ExpectRuns(GradModule(vocab, hidden, batch, seq, ids, grad, dtable, true), n, {i, g, t},
+                 GradReference(i, g, vocab, t.ToDoubles()));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace weft
