@@ -5,7 +5,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <map>
 
 #include "scan_plan.h"
@@ -125,9 +124,9 @@ std::unique_ptr<HloModule> BuildTrainingStep(const HloModule& forward, const Gra
     const HloInstruction* param = entry->parameter_instruction(p);
     HloInstruction* g = pass.Cotangent(param);
     if (!g) g = pass.Zeros(param->shape());
-    // Two parameters can share one cotangent (add(a, b)); each result gets
-    // its own instruction so every output is a distinct value.
-    if (std::find(results.begin(), results.end(), g) != results.end()) g = b.Copy(g);
+    // Two parameters can share one cotangent (add(a, b)): the root tuple then
+    // names it twice, which the executor and the partitioner (which reshards
+    // each tuple element to its own sharding) handle.
     results.push_back(g);
   }
   std::unique_ptr<HloComputation> step = b.Build(b.Tuple(results));

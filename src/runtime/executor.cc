@@ -326,9 +326,15 @@ Value Executor::Impl::RunComputation(const HloComputation& computation, std::vec
 Value Executor::Impl::RunStep(const Step& step, std::vector<Value>& slots,
                               std::vector<Value>& args, std::span<EvalArgs::Operand> ops,
                               EvalContext& ctx) {
-  // Moves a dying operand's value, copies (shares) a live one.
+  // Moves a dying operand's value, copies (shares) a live one. An operand
+  // repeated in the list (tuple(a, a)) shares one dying value: only its last
+  // occurrence moves it, the earlier ones share its bytes.
   auto take = [&](size_t k) -> Value {
-    return ops[k].dying ? std::move(*ops[k].value) : *ops[k].value;
+    if (!ops[k].dying) return *ops[k].value;
+    for (size_t j = k + 1; j < ops.size(); ++j) {
+      if (ops[j].value == ops[k].value) return *ops[k].value;
+    }
+    return std::move(*ops[k].value);
   };
   if (step.eval != nullptr) {
     EvalArgs eval_args(ops, ctx, cache);

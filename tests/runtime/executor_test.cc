@@ -190,7 +190,9 @@ TEST(ExecutorTest, AValueNamedTwiceInTheRootIsReturnedTwice) {
   std::mt19937 rng(7);
   HostTensor x = Random("f32[2]", rng), y = Random("f32[2]", rng);
   std::vector<double> sum;
-  for (int64_t k = 0; k < 2; ++k) sum.push_back(static_cast<float>(x.GetDouble(k) + y.GetDouble(k)));
+  for (int64_t k = 0; k < 2; ++k) {
+    sum.push_back(static_cast<float>(x.GetDouble(k) + y.GetDouble(k)));
+  }
 
   // An intermediate that dies at the root, named twice (and once more nested).
   auto module = testing::Parse(R"(HloModule m
