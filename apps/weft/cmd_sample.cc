@@ -62,8 +62,9 @@ void AddSample(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "sample", "Continue a prompt with a trained model (a `weft train` output directory)");
   auto f = std::make_shared<SampleFlags>();
-  cmd->add_option("dir", f->dir, "Run directory (with checkpoint/ and tokenizer.model) or its "
-                                 "checkpoint/")
+  cmd->add_option("dir", f->dir,
+                  "Run directory (with checkpoint/ and tokenizer.model) or its "
+                  "checkpoint/")
       ->required();
   cmd->add_option("--prompt", f->prompt, "Text to continue")->required();
   cmd->add_option("--tokens", f->tokens, "New tokens at most (default 64)");

@@ -7,6 +7,7 @@
 
 #include "weft/base/error.h"
 #include "weft/sharding/hlo_sharding.h"
+#include "weft/spmd/sharding_propagation.h"
 
 namespace weft {
 namespace {
@@ -130,9 +131,22 @@ StepProgram BuildStepProgram(const RunConfig& config, const StepProgramOptions& 
   p.step = BuildTrainingStep(*p.forward.module, grad);
   // The trainer keeps optimizer state on the weights' shards: every gradient
   // leaves the step sharded like its weight (the partitioner reshards it if
-  // propagation chose otherwise inside).
-  p.step->entry_computation()->root_instruction()->set_sharding(
-      HloSharding::Tuple(std::move(root_shardings)));
+  // propagation chose otherwise inside). Without shard_as the outputs are
+  // fixed only after propagation: pinned before, they would flow back into
+  // the scan and do shard_as's job, hiding what --no-shard-as costs.
+  HloInstruction* root = p.step->entry_computation()->root_instruction();
+  if (!options.shard_as) {
+    PropagationOptions propagation;
+    propagation.allow_spmd_sharding_propagation_to_output = {true};
+    propagation.allow_spmd_sharding_propagation_to_parameters.clear();
+    for (const HloInstruction* param : p.step->entry_computation()->parameter_instructions()) {
+      propagation.allow_spmd_sharding_propagation_to_parameters.push_back(!param->has_sharding());
+    }
+    propagation.replicate_unsharded = true;
+    propagation.record_decisions = false;
+    PropagateShardings(*p.step, propagation);
+  }
+  root->set_sharding(HloSharding::Tuple(std::move(root_shardings)));
   p.compiled = runtime::CompileForDevices(*p.step, p.num_devices);
   return p;
 }

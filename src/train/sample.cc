@@ -56,6 +56,10 @@ struct RunFiles {
 
 RunFiles LocateRun(const fs::path& dir) {
   std::error_code error;
+  WEFT_CHECK(fs::exists(dir, error),
+             "{} does not exist; give a `weft train` output directory (--out) or its "
+             "checkpoint/",
+             dir.string());
   WEFT_CHECK(fs::is_directory(dir, error),
              "{} is not a directory; give a `weft train` output directory (--out) or its "
              "checkpoint/",
@@ -71,9 +75,10 @@ RunFiles LocateRun(const fs::path& dir) {
     if (!normal.has_filename()) normal = normal.parent_path();  // "run/checkpoint/"
     tokenizer_candidates = {dir / "tokenizer.model", normal.parent_path() / "tokenizer.model"};
   } else {
-    Fail("{} holds no checkpoint (neither {} nor {} has a state.json); train first "
-         "(`weft train --out {}`) or give the run's output directory",
-         dir.string(), (dir / "checkpoint").string(), dir.string(), dir.string());
+    Fail(
+        "{} holds no checkpoint (neither {} nor {} has a state.json); train first "
+        "(`weft train --out {}`) or give the run's output directory",
+        dir.string(), (dir / "checkpoint").string(), dir.string(), dir.string());
   }
   for (const fs::path& p : tokenizer_candidates) {
     if (fs::is_regular_file(p, error)) {
@@ -83,9 +88,10 @@ RunFiles LocateRun(const fs::path& dir) {
   }
   std::vector<std::string> names;
   for (const fs::path& p : tokenizer_candidates) names.push_back(p.string());
-  Fail("no tokenizer for the checkpoint {}: looked for {}; copy the run's tokenizer.model "
-       "(written by `weft train` into its output directory) there",
-       files.checkpoint.string(), fmt::join(names, " and "));
+  Fail(
+      "no tokenizer for the checkpoint {}: looked for {}; copy the run's tokenizer.model "
+      "(written by `weft train` into its output directory) there",
+      files.checkpoint.string(), fmt::join(names, " and "));
 }
 
 // Bytes at the end of `text` that start an incomplete UTF-8 character, or
@@ -158,8 +164,9 @@ int32_t SampleToken(std::span<const float> logits, double temperature, int64_t t
   std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), before);
   ids.resize(k);
   const double top = logits[ids[0]];
-  WEFT_CHECK(std::isfinite(top), "the model's logits are not finite ({}); the checkpoint is "
-                                 "damaged or diverged",
+  WEFT_CHECK(std::isfinite(top),
+             "the model's logits are not finite ({}); the checkpoint is "
+             "damaged or diverged",
              top);
   std::vector<double> weights(k);
   double total = 0;
@@ -205,8 +212,8 @@ struct Sampler::Impl {
       const weft::HostTensor& t = it->second;
       WEFT_CHECK((t.dtype == TensorDType::kF32 || t.dtype == TensorDType::kBF16) &&
                      t.shape == w.shape.dimensions(),
-                 "{}: weight \"{}\" is {} [{}], but the model in state.json needs {}", what,
-                 w.name, TensorDTypeName(t.dtype), fmt::join(t.shape, ","), w.shape.ToString());
+                 "{}: weight \"{}\" is {} [{}], but the model in state.json needs {}", what, w.name,
+                 TensorDTypeName(t.dtype), fmt::join(t.shape, ","), w.shape.ToString());
       const std::vector<float> values = t.ToF32();
       Tensor out = Tensor::Uninitialized(w.shape);
       std::memcpy(out.mutable_raw_data(), values.data(), values.size() * sizeof(float));
@@ -227,7 +234,7 @@ struct Sampler::Impl {
     std::vector<Tensor> inputs = {
         Tensor::FromVector<int32_t>(PrimitiveType::kS32, {1, S}, tokens),
         Tensor::FromVector<int32_t>(PrimitiveType::kS32, {1, S}, zeros),  // targets: unused
-        Tensor(Shape(PrimitiveType::kF32, {1, S})),                        // loss_mask: unused
+        Tensor(Shape(PrimitiveType::kF32, {1, S})),                       // loss_mask: unused
         Tensor::FromVector<int32_t>(PrimitiveType::kS32, {1, S}, zeros),  // one document
         Tensor::FromVector<int32_t>(PrimitiveType::kS32, {1, S}, positions)};
     for (const Tensor& w : weights) inputs.push_back(w);  // shared: only read
@@ -251,8 +258,8 @@ Sampler Sampler::Load(const fs::path& dir) {
   const Checkpoint checkpoint = LoadCheckpoint(files.checkpoint);
   const std::string what = fmt::format("checkpoint {}", files.checkpoint.string());
   const LlamaConfig config = LlamaConfigFromExtras(checkpoint.state.extra, what);
-  auto impl = std::make_unique<Impl>(config, checkpoint.model, Tokenizer::Load(files.tokenizer),
-                                     what);
+  auto impl =
+      std::make_unique<Impl>(config, checkpoint.model, Tokenizer::Load(files.tokenizer), what);
   impl->step = checkpoint.state.step;
   impl->checkpoint_dir = files.checkpoint;
   impl->tokenizer_path = files.tokenizer;

@@ -25,8 +25,8 @@
 // residual. Then RMSNorm, the output head and the mean cross-entropy over
 // the tokens whose loss_mask is set (log-softmax with max subtraction).
 // With LlamaOutput::kLogits the root is the logits f32[B,S,V] instead (after
-// the final norm and the head; the same parameters, targets and loss_mask
-// unused): what sampling (train/sample.h) runs.
+// the final norm and the head; the same parameters, with targets and
+// loss_mask unused): what sampling (train/sample.h) runs.
 // With a mesh, the data inputs and the residual stream are split on the batch
 // dim over the mesh's batch axes ("dcn", "data", "fsdp", those present).
 #pragma once
