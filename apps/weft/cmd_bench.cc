@@ -4,6 +4,7 @@
 #include "bench.h"
 #include "bench_collectives.h"
 #include "bench_executor.h"
+#include "bench_plan.h"
 #include "bench_propagate.h"
 #include "commands.h"
 
@@ -74,6 +75,15 @@ void AddBench(CLI::App& app) {
   exec->add_flag("--json", *exec_json, "Print JSON instead of a table");
   exec->callback([exec_json] {
     SetAction([exec_json] { return bench::RunExecutorOverhead(*exec_json); });
+  });
+
+  auto* plan = bench->add_subcommand(
+      "plan", "Planning Llama 3.1 405B's training step on v6e-256 (weft plan), one thread; "
+              "target < 3 s");
+  auto plan_json = std::make_shared<bool>(false);
+  plan->add_flag("--json", *plan_json, "Print JSON instead of a table");
+  plan->callback([plan_json] {
+    SetAction([plan_json] { return bench::RunPlanBench(*plan_json); });
   });
 
   attn->callback([opt, forward_only] {

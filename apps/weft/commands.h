@@ -15,6 +15,7 @@ void AddCompile(CLI::App& app);
 void AddTune(CLI::App& app);
 void AddRun(CLI::App& app);
 void AddTrain(CLI::App& app);
+void AddPlan(CLI::App& app);
 void AddSample(CLI::App& app);
 
 // Stores the action of the subcommand being parsed.

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   weft::cli::AddTune(app);
   weft::cli::AddRun(app);
   weft::cli::AddTrain(app);
+  weft::cli::AddPlan(app);
   weft::cli::AddSample(app);
   try {
     app.parse(argc, argv);

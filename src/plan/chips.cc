@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -18,10 +19,17 @@ std::string Where(std::string_view file, const toml::source_region& region) {
 }
 
 const std::set<std::string>& KnownKeys() {
-  static const std::set<std::string> keys = {
-      "description",      "hbm_gb",           "hbm_gib",          "peak_tflops_bf16",
-      "peak_tflops_f32",  "ici_gbytes_per_s", "dcn_gbytes_per_s", "host_gbytes_per_s",
-      "max_slice_chips",  "default_precision", "source"};
+  static const std::set<std::string> keys = {"description",
+                                             "hbm_gb",
+                                             "hbm_gib",
+                                             "peak_tflops_bf16",
+                                             "peak_tflops_f32",
+                                             "ici_gbytes_per_s",
+                                             "dcn_gbytes_per_s",
+                                             "host_gbytes_per_s",
+                                             "max_slice_chips",
+                                             "default_precision",
+                                             "source"};
   return keys;
 }
 
@@ -40,8 +48,8 @@ double Number(const toml::table& t, std::string_view key, std::string_view file,
   } else {
     Fail("{}: '{}' of chip '{}' must be a number", Where(file, node->source()), key, chip);
   }
-  WEFT_CHECK(v > 0, "{}: '{}' of chip '{}' must be positive, got {}",
-             Where(file, node->source()), key, chip, v);
+  WEFT_CHECK(v > 0, "{}: '{}' of chip '{}' must be positive, got {}", Where(file, node->source()),
+             key, chip, v);
   return v;
 }
 
@@ -49,8 +57,8 @@ std::string String(const toml::table& t, std::string_view key, std::string_view 
                    std::string_view chip, bool required) {
   const toml::node* node = t.get(key);
   if (node == nullptr) {
-    WEFT_CHECK(!required, "{}: chip '{}' is missing the required key '{}'",
-               Where(file, t.source()), chip, key);
+    WEFT_CHECK(!required, "{}: chip '{}' is missing the required key '{}'", Where(file, t.source()),
+               chip, key);
     return "";
   }
   const auto s = node->value<std::string>();
@@ -67,9 +75,10 @@ const Chip& ChipTable::Find(std::string_view name) const {
   }
   std::string known;
   for (const Chip& c : chips) known += (known.empty() ? "" : ", ") + c.name;
-  Fail("unknown chip '{}': {} defines {}; give --chip with one of them or add a [chips.{}] "
-       "table to that file",
-       name, file, known.empty() ? std::string("no chips") : known, name);
+  Fail(
+      "unknown chip '{}': {} defines {}; give --chip with one of them or add a [chips.{}] "
+      "table to that file",
+      name, file, known.empty() ? std::string("no chips") : known, name);
 }
 
 ChipTable ParseChipTable(std::string_view toml_text, std::string_view source_name) {
@@ -136,8 +145,9 @@ ChipTable ParseChipTable(std::string_view toml_text, std::string_view source_nam
 
 ChipTable LoadChipTable(const std::filesystem::path& path) {
   std::ifstream in(path);
-  WEFT_CHECK(in.good(), "cannot read the chips file {}; give --chips FILE (configs/chips.toml "
-                        "in the source tree)",
+  WEFT_CHECK(in.good(),
+             "cannot read the chips file {}; give --chips FILE (configs/chips.toml "
+             "in the source tree)",
              path.string());
   std::stringstream text;
   text << in.rdbuf();

@@ -43,7 +43,7 @@ struct Chip {
 };
 
 struct ChipTable {
-  std::string file;  // where it was read from (for messages)
+  std::string file;         // where it was read from (for messages)
   std::vector<Chip> chips;  // in file order
 
   // Throws weft::Error naming the file and listing the known chips.

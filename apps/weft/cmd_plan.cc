@@ -1,0 +1,89 @@
+// `weft plan CONFIG --mesh AXES --chip NAME [--slices N] [--batch B] [--seq S]
+// [--remat full|offload|none] [--no-shard-as] [--precision bf16|f32]
+// [--chips FILE] [--json] [--svg FILE]`: the training step `weft train` would
+// run, analysed for a mesh of any size before renting it (plan/planner.h).
+#include <fmt/core.h>
+
+#include <memory>
+#include <string>
+
+#include "commands.h"
+#include "weft/base/atomic_file.h"
+#include "weft/plan/planner.h"
+#include "weft/plan/report.h"
+#include "weft/train/program.h"
+
+namespace weft::cli {
+namespace {
+
+struct PlanFlags {
+  std::string config;
+  std::string mesh;
+  std::string chip = "v6e";
+  std::string chips;
+  std::string remat;
+  std::string precision;
+  std::string svg;
+  int64_t slices = 0, batch = 0, seq = 0;
+  bool no_shard_as = false;
+  bool json = false;
+};
+
+int RunPlan(const PlanFlags& f) {
+  const RunConfig config = LoadRunConfig(f.config);
+  plan::PlanOptions o;
+  o.chip = f.chip;
+  o.chips_file = f.chips;
+  if (!f.mesh.empty()) o.mesh = ParseMeshFlag(f.mesh);
+  o.slices = f.slices;
+  o.batch_size = f.batch;
+  o.seq_len = f.seq;
+  o.remat = f.remat;
+  o.shard_as = !f.no_shard_as;
+  if (!f.precision.empty()) o.precision = plan::ParsePrecision(f.precision, "--precision");
+  const plan::StepPlan p = plan::PlanTrainingStep(config, o);
+  if (!f.svg.empty()) WriteFileAtomically(f.svg, plan::RenderPlanSvg(p));
+  const std::string out = f.json ? plan::FormatPlanJson(p) : plan::FormatPlanText(p);
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
+}  // namespace
+
+void AddPlan(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "plan",
+      "Memory, communication and step time of the training step `weft train` would run, on a "
+      "mesh of any size and a chip from configs/chips.toml, without running it");
+  auto f = std::make_shared<PlanFlags>();
+  cmd->add_option("config", f->config, "Run config (TOML), e.g. configs/llama3.1-405b.toml")
+      ->required();
+  cmd->add_option("--mesh", f->mesh,
+                  "Mesh axes, major to minor, e.g. fsdp=64,tensor=4 (replaces the config's "
+                  "[mesh])");
+  cmd->add_option("--chip", f->chip,
+                  "Chip name in the chips file (v5e, v5p, v6e, h100, h200, "
+                  "local-cpu)")
+      ->capture_default_str();
+  cmd->add_option("--chips", f->chips,
+                  "Chips file (default: chips.toml beside the config, else configs/chips.toml)");
+  cmd->add_option("--slices", f->slices,
+                  "Slices of a hybrid mesh: the major axis spans them and collectives that cross "
+                  "them go over DCN (default: a major 'dcn' axis's size, else 1, or as many as "
+                  "the chip's largest slice requires)");
+  cmd->add_option("--batch", f->batch, "Global batch size (default: train.batch_size)");
+  cmd->add_option("--seq", f->seq, "Sequence length (default: model.seq_len)");
+  cmd->add_option("--remat", f->remat,
+                  "full (save each layer's input, recompute), offload (full, saved inputs in "
+                  "host memory) or none (default: train.remat)");
+  cmd->add_flag("--no-shard-as", f->no_shard_as,
+                "Do not tie scan-backward gradient carries to the weights with shard_as");
+  cmd->add_option("--precision", f->precision,
+                  "bf16 (2-byte buffers, 12-byte optimizer state) or f32 (what weft train does); "
+                  "default: the chip's");
+  cmd->add_flag("--json", f->json, "Print JSON (schema weft.plan/1, plan/report.h)");
+  cmd->add_option("--svg", f->svg, "Write the memory breakdown and timeline as SVG");
+  cmd->callback([f] { SetAction([f] { return RunPlan(*f); }); });
+}
+
+}  // namespace weft::cli

@@ -1,0 +1,83 @@
+#include "bench_plan.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "timer.h"
+#include "weft/base/error.h"
+#include "weft/plan/planner.h"
+#include "weft/train/program.h"
+
+namespace weft::bench {
+namespace {
+
+std::filesystem::path Find405bConfig() {
+  const std::filesystem::path here = "configs/llama3.1-405b.toml";
+  if (std::filesystem::exists(here)) return here;
+  return std::filesystem::path(WEFT_SOURCE_DIR) / here;
+}
+
+struct Case {
+  std::string remat;
+  bool shard_as;
+  double seconds = 0, compile = 0, analysis = 0;
+  double peak = 0;
+  bool fits = false;
+};
+
+}  // namespace
+
+int RunPlanBench(bool json) {
+  const RunConfig config = LoadRunConfig(Find405bConfig());
+  std::vector<Case> cases = {{"full", true}, {"offload", true}, {"full", false}};
+  constexpr double kTarget = 3.0;
+  for (Case& c : cases) {
+    plan::PlanOptions o;
+    o.chip = "v6e";
+    o.mesh = ParseMeshFlag("fsdp=64,tensor=4");
+    o.batch_size = 64;
+    o.seq_len = 8192;
+    o.remat = c.remat;
+    o.shard_as = c.shard_as;
+    c.seconds = BestSeconds(3, [&] {
+      const plan::StepPlan p = plan::PlanTrainingStep(config, o);
+      c.compile = p.compile_seconds;
+      c.analysis = p.analysis_seconds;
+      c.peak = static_cast<double>(p.peak_bytes());
+      c.fits = p.fits();
+    });
+  }
+  if (json) {
+    std::printf(
+        "{\"bench\": \"plan\", \"model\": \"llama3.1-405b\", \"chip\": \"v6e\", "
+        "\"devices\": 256, \"target_seconds\": %.1f, \"cases\": [",
+        kTarget);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const Case& c = cases[i];
+      std::printf(
+          "%s{\"remat\": \"%s\", \"shard_as\": %s, \"seconds\": %.3f, \"compile_seconds\": "
+          "%.3f, \"analysis_seconds\": %.3f, \"ratio_to_target\": %.3f, \"peak_bytes\": "
+          "%.0f, \"fits\": %s}",
+          i ? ", " : "", c.remat.c_str(), c.shard_as ? "true" : "false", c.seconds, c.compile,
+          c.analysis, c.seconds / kTarget, c.peak, c.fits ? "true" : "false");
+    }
+    std::printf("]}\n");
+    return 0;
+  }
+  std::printf(
+      "weft plan: Llama 3.1 405B, batch 64 x seq 8192, v6e-256 (fsdp 64 x tensor 4), one "
+      "thread, best of 3\n");
+  std::printf("  %-24s %10s %10s %10s %10s %12s\n", "case", "total", "compile", "analysis", "/ 3 s",
+              "peak/chip");
+  for (const Case& c : cases) {
+    const std::string name = "remat " + c.remat + (c.shard_as ? "" : ", no shard_as");
+    std::printf("  %-24s %8.3f s %8.3f s %8.3f s %9.1f%% %9.1f GB%s\n", name.c_str(), c.seconds,
+                c.compile, c.analysis, 100 * c.seconds / kTarget, c.peak / 1e9,
+                c.fits ? "" : " (does not fit)");
+  }
+  return 0;
+}
+
+}  // namespace weft::bench

@@ -1,0 +1,28 @@
+// How many times each computation of a per-device program runs in one
+// execution: the entry once, a while body once per trip, its condition once
+// more than that, nested loops multiplied.
+//
+// A while's trip count comes from its scan structure (autodiff/scan_config.h)
+// when the backend_config records one, otherwise from the loop's shape, as
+// the partitioner leaves it: the condition compares one integer element of
+// the state with a constant (compare(get-tuple-element(state, k), c), either
+// side, any direction), the init of element k is a constant, and the body
+// adds or subtracts a constant to it. Anything else is an error naming the
+// while: the planner never guesses a count.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+
+#include "weft/hlo/module.h"
+
+namespace weft::plan {
+
+// Throws weft::Error naming the instruction when the count cannot be derived.
+int64_t WhileTripCount(const HloInstruction& while_instr);
+
+// Runs per execution of the entry for every computation reached through
+// while and call (reducers and other to_apply computations are not listed).
+std::unordered_map<const HloComputation*, int64_t> ComputationRunCounts(const HloModule& module);
+
+}  // namespace weft::plan

@@ -1,0 +1,120 @@
+// `weft plan`: the training step `weft train` would run (train/program.h:
+// build, autodiff, propagate, partition), stopped before execution and
+// analysed for one chip type on a mesh of any size: per-device memory with a
+// breakdown and the largest buffers at the peak, collectives over ICI and
+// DCN, FLOPs, step time, MFU and a verdict.
+//
+// Memory per chip = the program's buffers at their peak (memory_plan.h, with
+// the weights resident for the whole step, as the trainer holds them) + the
+// optimizer state the trainer keeps beside them (precision.h). Static memory
+// = weights + gradients + optimizer state (what scales with the parameter
+// count, whatever the batch).
+//
+// Remat: "none" (the forward scan saves every residual), "full" (it saves
+// each layer's input and the backward recomputes the layer), "offload" (full,
+// with the saved per-layer inputs kept in host memory: counted apart, not
+// against HBM, their transfers timed at the host link's bandwidth).
+//
+// Slices: a hybrid mesh whose major axis spans `slices` slices of equal size
+// (device d is in slice d / (N / slices)); a collective whose group crosses
+// slices goes over DCN. Unset: the size of a major axis named "dcn", else 1,
+// or N / max_slice_chips when the mesh is larger than the chip's largest
+// slice.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "weft/models/llama_config.h"
+#include "weft/plan/chips.h"
+#include "weft/plan/collective_plan.h"
+#include "weft/plan/cost_model.h"
+#include "weft/plan/memory_plan.h"
+#include "weft/plan/precision.h"
+
+namespace weft::plan {
+
+struct PlanOptions {
+  std::string chip = "v6e";
+  std::filesystem::path chips_file;  // empty: FindChipTable(config file)
+  std::optional<MeshConfig> mesh;    // replaces the config's [mesh]
+  int64_t slices = 0;                // 0: see the file comment
+  int64_t batch_size = 0;            // 0: train.batch_size
+  int64_t seq_len = 0;               // 0: model.seq_len
+  std::string remat;                 // "none" | "full" | "offload"; "": train.remat
+  bool shard_as = true;
+  std::optional<Precision> precision;  // unset: the chip's default_precision
+  int64_t top_buffers = 10;
+  int64_t timeline_points = 400;
+};
+
+// A buffer live at the peak, with what the global program says about it.
+struct PeakBuffer {
+  LiveBuffer buffer;
+  bool global_known = false;            // the instruction exists in the global step
+  Shape global_shape;                   // when known
+  std::string sharding;                 // when known: HloSharding text
+  std::vector<std::string> split_axes;  // mesh axes that split it (when known)
+};
+
+// A global buffer carrying the stacked layer dim that a mesh axis does not split.
+struct UnsplitStackedBuffer {
+  std::string instruction, computation;
+  Shape global_shape;
+  std::string sharding;
+  int64_t local_bytes = 0;  // under the policy
+};
+
+struct StepPlan {
+  // What was planned.
+  std::string config_source;
+  LlamaConfig model;
+  Chip chip;
+  std::string chips_file;
+  MeshConfig mesh;
+  int64_t num_devices = 1, slices = 1;
+  Precision precision = Precision::kBf16;
+  std::string remat;  // "none" | "full" | "offload"
+  bool shard_as = true;
+  int64_t batch_size = 0, seq_len = 0;
+  int64_t num_parameters = 0;
+
+  // Memory per device.
+  MemoryPlan memory;            // program buffers, weights resident
+  int64_t parameter_bytes = 0;  // the local weight shards under the policy
+  int64_t gradient_bytes = 0;   // the local gradients
+  int64_t optimizer_bytes = 0;  // outside the program
+  int64_t static_bytes() const { return parameter_bytes + gradient_bytes + optimizer_bytes; }
+  int64_t peak_bytes() const { return memory.peak_bytes + optimizer_bytes; }
+  double hbm_bytes() const { return chip.hbm_bytes; }
+  bool fits() const { return static_cast<double>(peak_bytes()) <= chip.hbm_bytes; }
+  double margin_bytes() const { return chip.hbm_bytes - static_cast<double>(peak_bytes()); }
+  std::vector<PeakBuffer> top_buffers;
+  // The "fsdp" axis (when the mesh has one) against every global instruction
+  // of rank >= 3 whose leading dim is n_layers.
+  std::string stacked_axis;
+  std::vector<UnsplitStackedBuffer> unsplit_stacked;
+
+  CollectivePlan collectives;
+  int64_t collective_device = 0;    // the device whose collectives take longest
+  FlopCount flops;                  // per device
+  double model_flops = 0;           // per device
+  int64_t host_transfer_bytes = 0;  // per device per step (offload)
+  StepTime time;
+
+  std::vector<std::string> warnings;
+  double compile_seconds = 0, analysis_seconds = 0;
+};
+
+// Throws weft::Error for bad input, naming what to change (unknown chip,
+// mesh not matching the batch or the weights, slices not dividing the
+// major axis, ...).
+StepPlan PlanTrainingStep(const RunConfig& config, const PlanOptions& options);
+
+// "fsdp=64,tensor=4".
+std::string MeshText(const MeshConfig& mesh);
+
+}  // namespace weft::plan

@@ -1,0 +1,63 @@
+// `weft plan` output: a text report that fits a terminal, JSON with the
+// schema below, and an SVG (memory breakdown at the peak + live memory over
+// the step).
+//
+// JSON schema "weft.plan/1" (bytes are per device under the precision
+// policy; times in seconds; every key is always present, null where noted):
+//   schema            "weft.plan/1"
+//   config            the run config file
+//   chip              {name, description, hbm_bytes, peak_flops (at the
+//                     policy's precision), ici_bytes_per_s, dcn_bytes_per_s,
+//                     host_bytes_per_s, max_slice_chips, source}
+//   chips_file        where the chip came from
+//   mesh              {axes: [{name, size}], devices, slices}
+//   precision         "bf16" | "f32"
+//   remat             "none" | "full" | "offload"
+//   shard_as          bool
+//   batch_size, seq_len, tokens_per_step, parameters
+//   memory            {
+//     hbm_bytes, peak_bytes (program peak + optimizer state),
+//     program_peak_bytes, static_bytes, parameter_bytes, gradient_bytes,
+//     optimizer_bytes, host_bytes (offloaded, not in peak_bytes),
+//     saved_bytes (saved for backward, wherever it lives),
+//     fits (bool), margin_bytes (hbm - peak; negative when it does not fit),
+//     peak_breakdown: {parameters, inputs, gradients, saved, collectives,
+//                      temporaries, optimizer_state}  (sums to peak_bytes),
+//     peak_at: {instruction, computation, step, steps},
+//     largest_buffers: [{instruction, computation, role, category, bytes,
+//                        dtype, local_shape: [dims], global_shape: [dims] |
+//                        null, sharding: text | null, split_axes: [names]}],
+//     timeline: {steps: [n], total: [bytes], by_category: {<category>: [bytes]}}
+//                (program buffers only; add optimizer_bytes for the device),
+//     unsplit_stacked: {axis: name | null, count, buffers: [{instruction,
+//                       computation, global_shape, sharding, local_bytes}]}
+//   }
+//   collectives       {device (the slowest), calls, bytes, ici_bytes,
+//                      dcn_bytes, by_kind: {<kind>: {calls, bytes, dcn_calls,
+//                      dcn_bytes}}, largest: [{instruction, computation, kind,
+//                      runs, group_size, crosses_slices, bytes}]}
+//                     (kinds: all-reduce, all-gather, reduce-scatter,
+//                      all-to-all, collective-permute; largest is device 0's)
+//   compute           {flops: {dot, attention_forward, attention_backward,
+//                      other}, model_flops}  (per device per step)
+//   time              {compute_s, ici_s, dcn_s, host_s, step_s, serial_s, mfu,
+//                      mfu_serial, overlap (the assumption, as text)}
+//   verdict           "fits" | "does not fit"
+//   warnings          [text]
+//   plan_seconds      {compile, analysis}
+#pragma once
+
+#include <string>
+
+#include "weft/plan/planner.h"
+
+namespace weft::plan {
+
+std::string FormatPlanText(const StepPlan& plan);
+std::string FormatPlanJson(const StepPlan& plan);  // pretty-printed, ends with a newline
+std::string RenderPlanSvg(const StepPlan& plan);
+
+// "25.37 GB" (decimal units, as chips are sold).
+std::string FormatBytes(double bytes);
+
+}  // namespace weft::plan

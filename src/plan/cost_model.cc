@@ -1,0 +1,107 @@
+#include "weft/plan/cost_model.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "weft/base/error.h"
+#include "weft/plan/loops.h"
+#include "weft/runtime/executor.h"
+
+namespace weft::plan {
+namespace {
+
+double Product(const Shape& s, const std::vector<int64_t>& dims) {
+  double n = 1;
+  for (int64_t d : dims) n *= static_cast<double>(s.dimensions(d));
+  return n;
+}
+
+bool IsCausal(const HloInstruction& instr) {
+  const std::string& text = instr.attrs().backend_config;
+  if (text.empty()) return false;
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("mask") || !j["mask"].is_string()) return false;
+  const std::string mask = j["mask"].get<std::string>();
+  return mask.find("q_idx >= kv_idx") != std::string::npos ||
+         mask.find("kv_idx <= q_idx") != std::string::npos;
+}
+
+// Forward and backward FLOPs of one flex-attention call (see the header).
+void AttentionFlops(const HloInstruction& instr, double times, FlopCount& f) {
+  const Shape& q = instr.operand(0)->shape();
+  const Shape& k = instr.operand(1)->shape();
+  const Shape& v = instr.operand(2)->shape();
+  const double batch = static_cast<double>(q.dimensions(0));
+  const double heads = static_cast<double>(q.dimensions(1));
+  const double sq = static_cast<double>(q.dimensions(2));
+  const double d = static_cast<double>(q.dimensions(3));
+  const double skv = static_cast<double>(k.dimensions(2));
+  const double dv = static_cast<double>(v.dimensions(3));
+  const double pairs = IsCausal(instr) ? sq * (skv + 1) / 2 : sq * skv;
+  if (instr.attrs().custom_call_target == runtime::kFlexAttentionBackwardTarget) {
+    f.attention_backward += times * 2 * batch * heads * pairs * (3 * d + 2 * dv);
+  } else {
+    f.attention_forward += times * 2 * batch * heads * pairs * (d + dv);
+  }
+}
+
+}  // namespace
+
+FlopCount CountFlops(const HloModule& program) {
+  FlopCount f;
+  const auto runs = ComputationRunCounts(program);
+  for (const HloComputation* computation : program.MakeComputationPostOrder()) {
+    auto found = runs.find(computation);
+    if (found == runs.end()) continue;
+    const double times = static_cast<double>(found->second);
+    for (const HloInstruction* instr : computation->MakeInstructionPostOrder()) {
+      const HloOpcode op = instr->opcode();
+      if (op == HloOpcode::kDot) {
+        const DotDimensionNumbers& dn = instr->attrs().dot;
+        const double contracted = Product(instr->operand(0)->shape(), dn.lhs_contracting_dims);
+        f.dot += times * 2 * static_cast<double>(instr->shape().ElementsCount()) * contracted;
+      } else if (op == HloOpcode::kCustomCall &&
+                 (instr->attrs().custom_call_target == runtime::kFlexAttentionTarget ||
+                  instr->attrs().custom_call_target == runtime::kFlexAttentionBackwardTarget)) {
+        AttentionFlops(*instr, times, f);
+      } else if (IsElementwise(op) && op != HloOpcode::kCopy && op != HloOpcode::kConvert) {
+        f.other += times * static_cast<double>(instr->shape().ElementsCount());
+      } else if (op == HloOpcode::kReduce) {
+        f.other += times * static_cast<double>(instr->operand(0)->shape().ElementsCount());
+      }
+    }
+  }
+  return f;
+}
+
+double ModelFlopsPerStep(const LlamaConfig& m, int64_t batch, int64_t seq) {
+  const double dim = static_cast<double>(m.dim), hd = static_cast<double>(m.head_dim());
+  const double q_dim = static_cast<double>(m.n_heads) * hd;
+  const double kv_dim = static_cast<double>(m.n_kv_heads > 0 ? m.n_kv_heads : m.n_heads) * hd;
+  const double per_layer =
+      dim * q_dim + 2 * dim * kv_dim + q_dim * dim + 3 * dim * static_cast<double>(m.ffn_dim);
+  const double matmul_params =
+      static_cast<double>(m.n_layers) * per_layer + dim * static_cast<double>(m.vocab_size);
+  const double b = static_cast<double>(batch), s = static_cast<double>(seq);
+  const double tokens = b * s;
+  const double pairs = s * (s + 1) / 2;
+  const double attention_forward =
+      static_cast<double>(m.n_layers) * 2 * b * static_cast<double>(m.n_heads) * pairs * 2 * hd;
+  return 6 * matmul_params * tokens + 3 * attention_forward;
+}
+
+StepTime EstimateStepTime(const StepTimeInputs& in, const Chip& chip, Precision precision) {
+  StepTime t;
+  t.peak_flops = precision == Precision::kBf16 ? chip.peak_flops_bf16 : chip.peak_flops_f32;
+  t.compute_s = in.flops.timed() / t.peak_flops;
+  t.ici_s = static_cast<double>(in.ici_bytes) / chip.ici_bytes_per_s;
+  t.dcn_s = static_cast<double>(in.dcn_bytes) / chip.dcn_bytes_per_s;
+  t.host_s = static_cast<double>(in.host_bytes) / chip.host_bytes_per_s;
+  t.step_s = std::max({t.compute_s, t.ici_s + t.dcn_s, t.host_s});
+  t.serial_s = t.compute_s + t.ici_s + t.dcn_s + t.host_s;
+  if (t.step_s > 0) t.mfu = in.model_flops / (t.step_s * t.peak_flops);
+  if (t.serial_s > 0) t.mfu_serial = in.model_flops / (t.serial_s * t.peak_flops);
+  return t;
+}
+
+}  // namespace weft::plan

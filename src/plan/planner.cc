@@ -1,0 +1,271 @@
+#include "weft/plan/planner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <unordered_map>
+
+#include "weft/base/error.h"
+#include "weft/sharding/hlo_sharding.h"
+#include "weft/train/program.h"
+
+namespace weft::plan {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Row-major strides of the mesh's axes: device ids differing by stride[a]
+// differ only in their coordinate along axis a.
+std::vector<int64_t> AxisStrides(const MeshConfig& mesh) {
+  std::vector<int64_t> strides(mesh.axis_sizes.size(), 1);
+  for (int64_t a = static_cast<int64_t>(strides.size()) - 2; a >= 0; --a) {
+    strides[a] = strides[a + 1] * mesh.axis_sizes[a + 1];
+  }
+  return strides;
+}
+
+// The sharding of leaf `leaf` of a value (tuple shardings by element).
+const HloSharding* LeafSharding(const HloInstruction& instr, int64_t leaf) {
+  if (!instr.has_sharding()) return nullptr;
+  const HloSharding& s = *instr.sharding();
+  if (!s.IsTuple()) return &s;
+  if (leaf < 0 || leaf >= static_cast<int64_t>(s.tuple_elements().size())) return nullptr;
+  return &s.tuple_elements()[leaf];
+}
+
+// Mesh axes along which devices hold different tiles of `s`.
+std::vector<std::string> SplitAxes(const HloSharding& s, const MeshConfig& mesh) {
+  std::vector<std::string> axes;
+  if (!s.IsTiled()) return axes;
+  const std::vector<int64_t> strides = AxisStrides(mesh);
+  const std::vector<int64_t> origin = s.TileIndexForDevice(0);
+  for (size_t a = 0; a < mesh.axis_names.size(); ++a) {
+    if (mesh.axis_sizes[a] < 2) continue;
+    if (s.TileIndexForDevice(strides[a]) != origin) axes.push_back(mesh.axis_names[a]);
+  }
+  return axes;
+}
+
+bool SplitAlong(const HloSharding& s, const MeshConfig& mesh, const std::string& axis) {
+  for (const std::string& a : SplitAxes(s, mesh)) {
+    if (a == axis) return true;
+  }
+  return false;
+}
+
+// The leaf of a global instruction's value that a local buffer is this
+// device's tile of (its padded tile shape equals the local shape), or -1:
+// the partitioner may give a new instruction an old name.
+int64_t MatchingLeaf(const HloInstruction& global, const Shape& local) {
+  const std::vector<Shape> leaves = global.shape().Leaves();
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    const Shape& g = leaves[i];
+    if (g.rank() != local.rank() || g.element_type() != local.element_type()) continue;
+    const HloSharding* s = LeafSharding(global, static_cast<int64_t>(i));
+    const std::vector<int64_t> tile =
+        s != nullptr && !s->IsTuple() ? s->TileShape(g.dimensions()) : g.dimensions();
+    if (tile == local.dimensions()) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+int64_t MajorAxisSize(const MeshConfig& mesh) {
+  return mesh.axis_sizes.empty() ? 1 : mesh.axis_sizes[0];
+}
+
+ScanRemat RematOf(const std::string& remat) {
+  return remat == "none" ? ScanRemat::kNone : ScanRemat::kFull;
+}
+
+}  // namespace
+
+std::string MeshText(const MeshConfig& mesh) {
+  std::string out;
+  for (size_t i = 0; i < mesh.axis_names.size(); ++i) {
+    out += fmt::format("{}{}={}", i ? "," : "", mesh.axis_names[i], mesh.axis_sizes[i]);
+  }
+  return out.empty() ? "(one device)" : out;
+}
+
+StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  RunConfig config = input_config;
+  if (options.mesh) config.mesh = *options.mesh;
+
+  StepPlan plan;
+  plan.config_source = config.source;
+  plan.model = config.model;
+  plan.mesh = config.mesh;
+  plan.num_devices = config.mesh.num_devices();
+  plan.shard_as = options.shard_as;
+  plan.num_parameters = config.model.NumParameters();
+
+  // The chip, before any compute: a typo should not wait for a compile.
+  const std::filesystem::path chips_file =
+      options.chips_file.empty() ? FindChipTable(config.source) : options.chips_file;
+  const ChipTable chips = LoadChipTable(chips_file);
+  plan.chip = chips.Find(options.chip);
+  plan.chips_file = chips_file.string();
+  plan.precision = options.precision.value_or(
+      ParsePrecision(plan.chip.default_precision, plan.chip.name + " default_precision"));
+
+  plan.remat = options.remat.empty() ? (config.train.remat == Remat::kFull ? "full" : "none")
+                                     : options.remat;
+  WEFT_CHECK(plan.remat == "none" || plan.remat == "full" || plan.remat == "offload",
+             "--remat '{}': expected full, offload or none", plan.remat);
+
+  // Slices.
+  const int64_t n = plan.num_devices;
+  int64_t slices = options.slices;
+  if (slices == 0) {
+    if (!config.mesh.axis_names.empty() && config.mesh.axis_names[0] == "dcn") {
+      slices = MajorAxisSize(config.mesh);
+    } else if (n > plan.chip.max_slice_chips && n % plan.chip.max_slice_chips == 0) {
+      slices = n / plan.chip.max_slice_chips;
+    } else {
+      slices = 1;
+    }
+  }
+  WEFT_CHECK(slices >= 1, "--slices {}: must be at least 1", slices);
+  WEFT_CHECK(MajorAxisSize(config.mesh) % slices == 0,
+             "--slices {}: the mesh's major axis ({} of size {}) must span the slices, so its size "
+             "must be a multiple of {}; reorder --mesh or change --slices",
+             slices, config.mesh.axis_names.empty() ? "none" : config.mesh.axis_names[0],
+             MajorAxisSize(config.mesh), slices);
+  plan.slices = slices;
+  if (n / slices > plan.chip.max_slice_chips) {
+    plan.warnings.push_back(fmt::format(
+        "a slice of {} chips is larger than the largest {} slice ({} chips); give --slices {} "
+        "or more so the mesh's major axis spans slices",
+        n / slices, plan.chip.name, plan.chip.max_slice_chips,
+        (n + plan.chip.max_slice_chips - 1) / plan.chip.max_slice_chips));
+  }
+
+  // The program `weft train` would run.
+  StepProgramOptions po;
+  po.batch_size = options.batch_size;
+  po.seq_len = options.seq_len;
+  po.remat = RematOf(plan.remat);
+  po.shard_as = options.shard_as;
+  const StepProgram program = BuildStepProgram(config, po);
+  plan.batch_size = program.batch_size;
+  plan.seq_len = program.seq_len;
+  plan.compile_seconds = SecondsSince(start);
+  const auto analysis_start = std::chrono::steady_clock::now();
+  const runtime::ShardedProgram& c = program.compiled;
+  const int64_t data = StepProgram::kNumDataInputs;
+
+  // Memory.
+  MemoryPlanOptions mo;
+  mo.precision = plan.precision;
+  mo.num_data_inputs = data;
+  for (const LlamaWeight& w : program.forward.weights) mo.weight_names.push_back(w.name);
+  mo.weights_resident = true;
+  mo.offload_saved = plan.remat == "offload";
+  mo.timeline_points = options.timeline_points;
+  plan.memory = PlanMemory(*c.program, mo);
+  int64_t weight_elements = 0;
+  for (size_t i = data; i < c.local_input_shapes.size(); ++i) {
+    plan.parameter_bytes += PlannedBytes(c.local_input_shapes[i], plan.precision);
+    weight_elements += c.local_input_shapes[i].ElementsCount();
+  }
+  for (size_t i = 1; i < c.local_output_shapes.size(); ++i) {
+    plan.gradient_bytes += PlannedBytes(c.local_output_shapes[i], plan.precision);
+  }
+  plan.optimizer_bytes = weight_elements * OptimizerBytesPerElement(plan.precision);
+
+  // The global instructions behind the largest buffers.
+  std::unordered_map<std::string, const HloInstruction*> global;
+  for (const HloComputation* comp : program.step->computations()) {
+    for (const HloInstruction* instr : comp->instructions()) global.emplace(instr->name(), instr);
+  }
+  for (const LiveBuffer& b : plan.memory.live_at_peak) {
+    if (static_cast<int64_t>(plan.top_buffers.size()) >= options.top_buffers) break;
+    PeakBuffer pb;
+    pb.buffer = b;
+    auto it = global.find(b.instruction);
+    if (it != global.end()) {
+      const HloInstruction& g = *it->second;
+      const int64_t leaf = MatchingLeaf(g, b.shape);
+      const HloSharding* s = leaf >= 0 ? LeafSharding(g, leaf) : nullptr;
+      if (leaf >= 0) {
+        pb.global_known = true;
+        pb.global_shape = g.shape().IsTuple() ? g.shape().Leaves()[leaf] : g.shape();
+        if (s != nullptr) {
+          pb.sharding = s->ToString();
+          pb.split_axes = SplitAxes(*s, config.mesh);
+        }
+      }
+    }
+    plan.top_buffers.push_back(std::move(pb));
+  }
+
+  // Stacked [L, ...] buffers that the fsdp axis leaves whole.
+  for (const std::string& axis : config.mesh.axis_names) {
+    if (axis == "fsdp") plan.stacked_axis = axis;
+  }
+  if (!plan.stacked_axis.empty()) {
+    for (const HloComputation* comp : program.step->MakeComputationPostOrder()) {
+      for (const HloInstruction* instr : comp->MakeInstructionPostOrder()) {
+        // Arrays only: a loop state tuple holds the same buffers as its elements.
+        if (!instr->shape().IsArray()) continue;
+        const std::vector<Shape> leaves = instr->shape().Leaves();
+        for (size_t i = 0; i < leaves.size(); ++i) {
+          const Shape& s = leaves[i];
+          if (s.rank() < 3 || s.dimensions(0) != config.model.n_layers) continue;
+          const HloSharding* sh = LeafSharding(*instr, static_cast<int64_t>(i));
+          if (sh != nullptr && SplitAlong(*sh, config.mesh, plan.stacked_axis)) continue;
+          UnsplitStackedBuffer u;
+          u.instruction = instr->name();
+          u.computation = comp->name();
+          u.global_shape = s;
+          u.sharding = sh ? sh->ToString() : "(none)";
+          const std::vector<int64_t> tile = sh ? sh->TileShape(s.dimensions()) : s.dimensions();
+          u.local_bytes = PlannedBytes(s.WithDimensions(tile), plan.precision);
+          plan.unsplit_stacked.push_back(std::move(u));
+        }
+      }
+    }
+    std::stable_sort(plan.unsplit_stacked.begin(), plan.unsplit_stacked.end(),
+                     [](const UnsplitStackedBuffer& a, const UnsplitStackedBuffer& b) {
+                       return a.local_bytes > b.local_bytes;
+                     });
+  }
+
+  // Collectives, FLOPs, time.
+  CollectivePlanOptions co;
+  co.precision = plan.precision;
+  co.num_devices = n;
+  co.slices = plan.slices;
+  plan.collectives = PlanCollectives(*c.program, co);
+  plan.flops = CountFlops(*c.program);
+  plan.model_flops =
+      ModelFlopsPerStep(config.model, plan.batch_size, plan.seq_len) / static_cast<double>(n);
+  // Offloaded buffers are written once in the forward and read once in the backward.
+  plan.host_transfer_bytes = 2 * plan.memory.host_peak_bytes;
+  StepTimeInputs ti;
+  ti.flops = plan.flops;
+  ti.model_flops = plan.model_flops;
+  // The device whose collectives take longest sets the pace.
+  double slowest = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    const DeviceTraffic& d = plan.collectives.per_device[i];
+    const double t = static_cast<double>(d.ici_bytes()) / plan.chip.ici_bytes_per_s +
+                     static_cast<double>(d.dcn_bytes()) / plan.chip.dcn_bytes_per_s;
+    if (t > slowest) {
+      slowest = t;
+      plan.collective_device = i;
+      ti.ici_bytes = d.ici_bytes();
+      ti.dcn_bytes = d.dcn_bytes();
+    }
+  }
+  ti.host_bytes = plan.host_transfer_bytes;
+  plan.time = EstimateStepTime(ti, plan.chip, plan.precision);
+  plan.analysis_seconds = SecondsSince(analysis_start);
+  return plan;
+}
+
+}  // namespace weft::plan

@@ -1,0 +1,88 @@
+// The chips table: the shipped file's chips and their sources, and errors
+// that name the file and what is known.
+#include "weft/plan/chips.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "weft/base/error.h"
+
+namespace weft::plan {
+namespace {
+
+const std::filesystem::path kChips = std::filesystem::path(WEFT_SOURCE_DIR) / "configs/chips.toml";
+
+std::string ErrorOf(std::string_view text) {
+  try {
+    ParseChipTable(text, "test.toml");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(ChipsTest, ShippedTableHasTheIssuesChipsWithSources) {
+  const ChipTable table = LoadChipTable(kChips);
+  for (const char* name : {"v5e", "v5p", "v6e", "h100", "h200", "local-cpu"}) {
+    const Chip& c = table.Find(name);
+    EXPECT_FALSE(c.source.empty()) << name;
+    EXPECT_GT(c.hbm_bytes, 1e9) << name;
+    EXPECT_GT(c.peak_flops_bf16, 0) << name;
+    EXPECT_GT(c.ici_bytes_per_s, c.dcn_bytes_per_s * 0.99) << name;
+  }
+  const Chip& v6e = table.Find("v6e");
+  EXPECT_DOUBLE_EQ(v6e.hbm_bytes, 32e9);
+  EXPECT_DOUBLE_EQ(v6e.peak_flops_bf16, 918e12);
+  EXPECT_EQ(v6e.max_slice_chips, 256);
+  EXPECT_NE(v6e.source.find("cloud.google.com/tpu/docs/v6e"), std::string::npos);
+  EXPECT_DOUBLE_EQ(table.Find("v5p").hbm_bytes, 95.0 * 1073741824.0);  // GiB
+  EXPECT_EQ(table.Find("local-cpu").default_precision, "f32");
+  EXPECT_NE(table.Find("local-cpu").source.find("weft bench peak"), std::string::npos);
+}
+
+TEST(ChipsTest, UnknownChipNamesTheFileAndListsTheKnownOnes) {
+  const ChipTable table = LoadChipTable(kChips);
+  try {
+    table.Find("v7x");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("unknown chip 'v7x'"), std::string::npos) << what;
+    EXPECT_NE(what.find("chips.toml"), std::string::npos) << what;
+    EXPECT_NE(what.find("v5e, v5p, v6e, h100, h200, local-cpu"), std::string::npos) << what;
+  }
+}
+
+constexpr const char* kGood = R"([chips.x]
+hbm_gb = 16
+peak_tflops_bf16 = 100
+peak_tflops_f32 = 50
+ici_gbytes_per_s = 100
+dcn_gbytes_per_s = 10
+host_gbytes_per_s = 10
+max_slice_chips = 64
+source = "made up"
+)";
+
+TEST(ChipsTest, BadEntriesAreErrorsWithLocations) {
+  EXPECT_EQ(ErrorOf(kGood), "(no error)");
+  std::string typo = kGood;
+  typo.replace(typo.find("hbm_gb"), 6, "hbm_gbb");
+  EXPECT_NE(ErrorOf(typo).find("test.toml:2:1: unknown key 'hbm_gbb'"), std::string::npos)
+      << ErrorOf(typo);
+  std::string both = std::string(kGood) + "hbm_gib = 15\n";
+  EXPECT_NE(ErrorOf(both).find("exactly one of hbm_gb and hbm_gib"), std::string::npos);
+  std::string no_source = kGood;
+  no_source.erase(no_source.find("source"));
+  EXPECT_NE(ErrorOf(no_source).find("missing the required key 'source'"), std::string::npos);
+  std::string negative = kGood;
+  negative.replace(negative.find("= 100"), 5, "= -1");
+  EXPECT_NE(ErrorOf(negative).find("must be positive"), std::string::npos) << ErrorOf(negative);
+  EXPECT_NE(ErrorOf("[chips.x\n").find("test.toml:1"), std::string::npos) << ErrorOf("[chips.x\n");
+  EXPECT_NE(ErrorOf("chip = 1\n").find("unknown top-level key 'chip'"), std::string::npos);
+  EXPECT_THROW(LoadChipTable("/nonexistent/chips.toml"), Error);
+}
+
+}  // namespace
+}  // namespace weft::plan

@@ -1,0 +1,123 @@
+// FLOPs of dots and attention calls (with loop trips), the model-FLOPs
+// formula, and the step-time arithmetic with its overlap assumption.
+#include "weft/plan/cost_model.h"
+
+#include <gtest/gtest.h>
+
+#include "plan_test_util.h"
+#include "weft/hlo/parser.h"
+
+namespace weft::plan {
+namespace {
+
+constexpr const char* kDotLoop = R"(HloModule m
+cond {
+  s = (s32[], f32[8,16]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(3)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+body {
+  s = (s32[], f32[8,16]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  x = f32[8,16] get-tuple-element(s), index=1
+  c0 = f32[] constant(0)
+  w = f32[16,16] broadcast(c0), dimensions={}
+  y = f32[8,16] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  one = s32[] constant(1)
+  i2 = s32[] add(i, one)
+  ROOT t = (s32[], f32[8,16]) tuple(i2, y)
+}
+ENTRY e {
+  x = f32[8,16] parameter(0)
+  w = f32[16,32] parameter(1)
+  d = f32[8,32] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  zero = s32[] constant(0)
+  init = (s32[], f32[8,16]) tuple(zero, x)
+  loop = (s32[], f32[8,16]) while(init), condition=cond, body=body
+  y = f32[8,16] get-tuple-element(loop), index=1
+  a = f32[8,16] add(y, y)
+  ROOT t = (f32[8,32], f32[8,16]) tuple(d, a)
+})";
+
+TEST(CostModelTest, DotFlopsCountEveryTrip) {
+  const FlopCount f = CountFlops(*ParseHloModule(kDotLoop));
+  EXPECT_DOUBLE_EQ(f.dot, 2.0 * 8 * 32 * 16 + 3 * (2.0 * 8 * 16 * 16));
+  EXPECT_DOUBLE_EQ(f.other, 8 * 16 + 4 * 1 + 3 * 1);  // the add, 4 compares, 3 counter adds
+  EXPECT_DOUBLE_EQ(f.attention_forward, 0);
+}
+
+constexpr const char* kAttention = R"(HloModule m
+ENTRY e {
+  q = f32[2,4,64,32] parameter(0)
+  k = f32[2,2,64,32] parameter(1)
+  v = f32[2,2,64,16] parameter(2)
+  fa = (f32[2,4,64,16], f32[2,4,64]) custom-call(q, k, v), custom_call_target="weft.flex_attention", backend_config={"mask": "q_idx >= kv_idx"}
+  full = (f32[2,4,64,16], f32[2,4,64]) custom-call(q, k, v), custom_call_target="weft.flex_attention"
+  o = f32[2,4,64,16] get-tuple-element(fa), index=0
+  l = f32[2,4,64] get-tuple-element(fa), index=1
+  back = (f32[2,4,64,32], f32[2,2,64,32], f32[2,2,64,16]) custom-call(q, k, v, o, l, o), custom_call_target="weft.flex_attention_backward", backend_config={"mask": "q_idx >= kv_idx"}
+  ROOT t = ((f32[2,4,64,32], f32[2,2,64,32], f32[2,2,64,16]), (f32[2,4,64,16], f32[2,4,64])) tuple(back, full)
+})";
+
+TEST(CostModelTest, AttentionCountsThePairsTheMaskKeeps) {
+  const FlopCount f = CountFlops(*ParseHloModule(kAttention));
+  const double causal = 64.0 * 65 / 2, full = 64.0 * 64;
+  EXPECT_DOUBLE_EQ(f.attention_forward, 2 * 2 * 4 * causal * (32 + 16) + 2 * 2 * 4 * full * 48);
+  EXPECT_DOUBLE_EQ(f.attention_backward, 2 * 2 * 4 * causal * (3 * 32 + 2 * 16));
+}
+
+TEST(CostModelTest, ModelFlopsAreSixTimesMatmulParametersPerToken) {
+  LlamaConfig m;
+  m.vocab_size = 1000;
+  m.dim = 64;
+  m.n_layers = 2;
+  m.n_heads = 4;
+  m.n_kv_heads = 2;
+  m.ffn_dim = 128;
+  const double per_layer = 64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 128;
+  const double params = 2 * per_layer + 64 * 1000;
+  const double attention = 2 * 2.0 * 3 * 4 * (16.0 * 17 / 2) * 2 * 16;  // L B H pairs 2Dh
+  EXPECT_DOUBLE_EQ(ModelFlopsPerStep(m, 3, 16), 6 * params * 48 + 3 * attention);
+}
+
+// With remat none every forward matmul runs once and its backward twice: the
+// executed dot FLOPs of the tiny step are the model's matmul FLOPs, up to
+// what the partitioner computes redundantly.
+TEST(CostModelTest, TinyStepExecutesAboutTheModelsMatmulFlops) {
+  const StepProgram p = testing::TinyStep(ScanRemat::kNone);
+  const FlopCount f = CountFlops(*p.compiled.program);
+  const RunConfig config = LoadRunConfig(testing::kSource / "configs/tiny.toml");
+  const double model = ModelFlopsPerStep(config.model, 4, 64) / 4;
+  const double hd = config.model.head_dim();
+  const double attention =
+      3 * config.model.n_layers * 2.0 * 4 * config.model.n_heads * (64.0 * 65 / 2) * 2 * hd / 4;
+  const double matmul = model - attention;
+  EXPECT_NEAR(f.dot / matmul, 1.0, 0.15) << f.dot << " vs " << matmul;
+  EXPECT_NEAR((f.attention_forward + f.attention_backward) / attention, 3.5 / 3, 0.01)
+      << "the backward kernel recomputes: 2.5x the forward, against 2x in model FLOPs";
+}
+
+TEST(CostModelTest, StepTimeOverlapsCommunicationWithCompute) {
+  Chip chip;
+  chip.peak_flops_bf16 = 100e12;
+  chip.peak_flops_f32 = 50e12;
+  chip.ici_bytes_per_s = 100e9;
+  chip.dcn_bytes_per_s = 10e9;
+  chip.host_bytes_per_s = 20e9;
+  StepTimeInputs in;
+  in.flops.dot = 100e12;  // 1 s at bf16
+  in.model_flops = 60e12;
+  in.ici_bytes = 50e9;   // 0.5 s
+  in.dcn_bytes = 10e9;   // 1 s
+  in.host_bytes = 20e9;  // 1 s
+  const StepTime t = EstimateStepTime(in, chip, Precision::kBf16);
+  EXPECT_DOUBLE_EQ(t.compute_s, 1.0);
+  EXPECT_DOUBLE_EQ(t.step_s, 1.5);  // ICI + DCN is the longest
+  EXPECT_DOUBLE_EQ(t.serial_s, 3.5);
+  EXPECT_DOUBLE_EQ(t.mfu, 60e12 / (1.5 * 100e12));
+  EXPECT_DOUBLE_EQ(EstimateStepTime(in, chip, Precision::kF32).compute_s, 2.0);
+}
+
+}  // namespace
+}  // namespace weft::plan

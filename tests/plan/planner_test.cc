@@ -1,0 +1,204 @@
+// `weft plan` on the case that must come out right — Llama 3.1 405B, seq 8192,
+// global batch 64, on v6e-256 (fsdp=64 x tensor=4) — and on bad input.
+#include "weft/plan/planner.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "plan_test_util.h"
+#include "weft/base/error.h"
+#include "weft/plan/report.h"
+
+namespace weft::plan {
+namespace {
+
+RunConfig Llama405b() { return LoadRunConfig(testing::kSource / "configs/llama3.1-405b.toml"); }
+
+PlanOptions V6e256(const std::string& remat, bool shard_as = true) {
+  PlanOptions o;
+  o.chip = "v6e";
+  o.mesh = ParseMeshFlag("fsdp=64,tensor=4");
+  o.batch_size = 64;
+  o.seq_len = 8192;
+  o.remat = remat;
+  o.shard_as = shard_as;
+  return o;
+}
+
+bool Has(const std::vector<std::string>& v, const std::string& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+std::string ErrorOf(const RunConfig& config, const PlanOptions& o) {
+  try {
+    PlanTrainingStep(config, o);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(PlannerTest, StaticMemoryIsSixteenBytesPerParameterOver256Chips) {
+  const RunConfig config = Llama405b();
+  const double expected = static_cast<double>(config.model.NumParameters()) * 16 / 256;
+  EXPECT_NEAR(expected / 1e9, 25.4, 0.1);  // the "about 25.4 GB"
+  for (const char* remat : {"full", "offload"}) {
+    const StepPlan p = PlanTrainingStep(config, V6e256(remat));
+    EXPECT_EQ(p.num_devices, 256);
+    EXPECT_EQ(p.precision, Precision::kBf16);
+    EXPECT_EQ(p.optimizer_bytes, 6 * p.parameter_bytes);  // 12 bytes vs 2
+    EXPECT_EQ(p.gradient_bytes, p.parameter_bytes);
+    std::printf("remat %s: static %.3f GB, expected %.3f GB (%.2f%%)\n", remat,
+                p.static_bytes() / 1e9, expected / 1e9,
+                100 * (p.static_bytes() - expected) / expected);
+    EXPECT_NEAR(p.static_bytes() / expected, 1.0, 0.03);
+  }
+}
+
+TEST(PlannerTest, WithShardAsNoStackedLayerBufferIsLeftWholeAlongFsdp) {
+  const StepPlan p = PlanTrainingStep(Llama405b(), V6e256("full"));
+  EXPECT_EQ(p.stacked_axis, "fsdp");
+  EXPECT_TRUE(p.unsplit_stacked.empty())
+      << p.unsplit_stacked.size() << " buffers, e.g. " << p.unsplit_stacked[0].instruction;
+  int64_t stacked_seen = 0;
+  for (const PeakBuffer& b : p.top_buffers) {
+    if (!b.global_known || b.global_shape.rank() < 3 || b.global_shape.dimensions(0) != 126) {
+      continue;
+    }
+    ++stacked_seen;
+    EXPECT_TRUE(Has(b.split_axes, "fsdp")) << b.buffer.instruction;
+  }
+  EXPECT_GT(stacked_seen, 0);
+}
+
+TEST(PlannerTest, WithoutShardAsTheStackedGradientIsAmongTheLargestBuffers) {
+  const StepPlan on = PlanTrainingStep(Llama405b(), V6e256("full", true));
+  const StepPlan off = PlanTrainingStep(Llama405b(), V6e256("full", false));
+  const PeakBuffer* gradient = nullptr;
+  for (const PeakBuffer& b : off.top_buffers) {
+    if (b.buffer.category == BufferCategory::kGradients && b.global_known &&
+        b.global_shape.dimensions(0) == 126 && !Has(b.split_axes, "fsdp")) {
+      gradient = &b;
+      break;
+    }
+  }
+  ASSERT_NE(gradient, nullptr) << FormatPlanText(off);
+  EXPECT_EQ(gradient->buffer.role.rfind("grad layers.", 0), 0u) << gradient->buffer.role;
+  std::printf("no shard_as: %s (%s) %.2f GB; peak %.2f GB vs %.2f GB with shard_as\n",
+              gradient->buffer.instruction.c_str(), gradient->buffer.role.c_str(),
+              gradient->buffer.bytes / 1e9, off.peak_bytes() / 1e9, on.peak_bytes() / 1e9);
+  EXPECT_GE(off.peak_bytes() - on.peak_bytes(), gradient->buffer.bytes);
+  EXPECT_FALSE(off.unsplit_stacked.empty());
+  // The static memory does not change: the gradients leave the step sharded.
+  EXPECT_EQ(off.static_bytes(), on.static_bytes());
+}
+
+TEST(PlannerTest, OffloadKeepsTheSavedLayerInputsInHostMemory) {
+  const StepPlan full = PlanTrainingStep(Llama405b(), V6e256("full"));
+  const StepPlan off = PlanTrainingStep(Llama405b(), V6e256("offload"));
+  const int saved = static_cast<int>(BufferCategory::kSaved);
+  // [126 layers, 1 row, 8192, 16384] bf16 per chip.
+  EXPECT_EQ(full.memory.saved_bytes, int64_t{126} * 8192 * 16384 * 2);
+  EXPECT_GT(full.memory.peak_by_category[saved], 0);
+  EXPECT_EQ(off.memory.host_peak_bytes, full.memory.saved_bytes);
+  EXPECT_EQ(off.memory.peak_by_category[saved], 0);
+  EXPECT_LT(off.peak_bytes(), full.peak_bytes());
+  EXPECT_GE(off.peak_bytes(), full.peak_bytes() - full.memory.saved_bytes);
+  EXPECT_EQ(off.host_transfer_bytes, 2 * off.memory.host_peak_bytes);
+  EXPECT_GT(off.time.host_s, 0);
+  EXPECT_EQ(full.time.host_s, 0);
+  for (const StepPlan* p : {&full, &off}) {
+    std::printf("remat %s: peak %.2f GB of %.2f GB: %s by %.2f GB; step %.2f s, MFU %.1f%%\n",
+                p->remat.c_str(), p->peak_bytes() / 1e9, p->hbm_bytes() / 1e9,
+                p->fits() ? "fits" : "does not fit", std::abs(p->margin_bytes()) / 1e9,
+                p->time.step_s, 100 * p->time.mfu);
+    EXPECT_EQ(p->fits(), static_cast<double>(p->peak_bytes()) <= p->hbm_bytes());
+    EXPECT_DOUBLE_EQ(p->margin_bytes(), p->hbm_bytes() - static_cast<double>(p->peak_bytes()));
+    int64_t sum = p->optimizer_bytes;
+    for (int64_t b : p->memory.peak_by_category) sum += b;
+    EXPECT_EQ(sum, p->peak_bytes());
+    EXPECT_GT(p->time.mfu, 0);
+    EXPECT_LE(p->time.mfu, 1);
+  }
+}
+
+TEST(PlannerTest, SlicesSendCrossingCollectivesOverDcn) {
+  const RunConfig config = Llama405b();
+  PlanOptions o = V6e256("full");
+  const StepPlan one = PlanTrainingStep(config, o);
+  EXPECT_EQ(one.slices, 1);
+  EXPECT_EQ(one.time.dcn_s, 0);
+  o.slices = 2;
+  const StepPlan two = PlanTrainingStep(config, o);
+  EXPECT_EQ(two.slices, 2);
+  EXPECT_GT(two.time.dcn_s, 0);
+  EXPECT_EQ(two.peak_bytes(), one.peak_bytes());
+  // H100: 8 GPUs per NVLink domain, so 256 GPUs are 32 slices unless told.
+  o.slices = 0;
+  o.chip = "h100";
+  const StepPlan h100 = PlanTrainingStep(config, o);
+  EXPECT_EQ(h100.slices, 32);
+  EXPECT_GT(h100.time.dcn_s, 0) << "fsdp groups span NVLink domains";
+  // A major "dcn" axis spans the slices by default.
+  o.chip = "v6e";
+  o.mesh = ParseMeshFlag("dcn=2,fsdp=64,tensor=4");
+  o.batch_size = 128;
+  EXPECT_EQ(PlanTrainingStep(config, o).slices, 2);
+}
+
+TEST(PlannerTest, BadInputIsReportedBeforeAnyCompute) {
+  const RunConfig config = Llama405b();
+  PlanOptions o = V6e256("full");
+  o.chip = "tpu9";
+  std::string e = ErrorOf(config, o);
+  EXPECT_NE(e.find("unknown chip 'tpu9'"), std::string::npos) << e;
+  EXPECT_NE(e.find("chips.toml"), std::string::npos) << e;
+  EXPECT_NE(e.find("v5e, v5p, v6e, h100, h200, local-cpu"), std::string::npos) << e;
+
+  o = V6e256("full");
+  o.batch_size = 63;
+  e = ErrorOf(config, o);
+  EXPECT_NE(e.find("batch_size 63 is not divisible by the 64 devices"), std::string::npos) << e;
+
+  o = V6e256("full");
+  o.mesh = ParseMeshFlag("fsdp=64,tensor=3");
+  e = ErrorOf(config, o);
+  EXPECT_NE(e.find("is not divisible by 3"), std::string::npos) << e;
+
+  o = V6e256("partial");
+  e = ErrorOf(config, o);
+  EXPECT_NE(e.find("--remat 'partial': expected full, offload or none"), std::string::npos) << e;
+
+  o = V6e256("full");
+  o.slices = 3;
+  e = ErrorOf(config, o);
+  EXPECT_NE(e.find("--slices 3: the mesh's major axis (fsdp of size 64)"), std::string::npos) << e;
+
+  o = V6e256("full");
+  o.chips_file = "/nonexistent/chips.toml";
+  e = ErrorOf(config, o);
+  EXPECT_NE(e.find("cannot read the chips file /nonexistent/chips.toml"), std::string::npos) << e;
+}
+
+// The planner analyses the program `weft train --no-shard-as` runs: whatever
+// shardings propagation picks inside, the step computes the same loss and
+// gradients as with shard_as.
+TEST(PlannerTest, WithoutShardAsTheStepComputesTheSameGradients) {
+  const StepProgram on = testing::TinyStep(ScanRemat::kFull, true);
+  const StepProgram off = testing::TinyStep(ScanRemat::kFull, false);
+  const std::vector<runtime::HostTensor> inputs =
+      runtime::RandomInputs(on.compiled.input_shapes, 11);
+  runtime::LocalCluster cluster(4);
+  const auto a = runtime::RunSharded(on.compiled, inputs, cluster);
+  const auto b = runtime::RunSharded(off.compiled, inputs, cluster);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_LE(runtime::MaxRelativeError(b[i], a[i]), 1e-4) << on.compiled.output_names[i];
+  }
+}
+
+}  // namespace
+}  // namespace weft::plan
