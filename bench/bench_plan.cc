@@ -1,5 +1,6 @@
 #include "bench_plan.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -7,7 +8,7 @@
 
 #include "timer.h"
 #include "weft/base/error.h"
-#include "weft/plan/planner.h"
+#include "weft/train/planner.h"
 #include "weft/train/program.h"
 
 namespace weft::bench {
@@ -22,7 +23,8 @@ std::filesystem::path Find405bConfig() {
 struct Case {
   std::string remat;
   bool shard_as;
-  double seconds = 0, compile = 0, analysis = 0;
+  // Each the best of the runs (the parts need not come from the fastest run).
+  double seconds = 0, compile = 1e30, analysis = 1e30;
   double peak = 0;
   bool fits = false;
 };
@@ -34,7 +36,7 @@ int RunPlanBench(bool json) {
   std::vector<Case> cases = {{"full", true}, {"offload", true}, {"full", false}};
   constexpr double kTarget = 3.0;
   for (Case& c : cases) {
-    plan::PlanOptions o;
+    PlanOptions o;
     o.chip = "v6e";
     o.mesh = ParseMeshFlag("fsdp=64,tensor=4");
     o.batch_size = 64;
@@ -42,9 +44,9 @@ int RunPlanBench(bool json) {
     o.remat = c.remat;
     o.shard_as = c.shard_as;
     c.seconds = BestSeconds(3, [&] {
-      const plan::StepPlan p = plan::PlanTrainingStep(config, o);
-      c.compile = p.compile_seconds;
-      c.analysis = p.analysis_seconds;
+      const StepPlan p = PlanTrainingStep(config, o);
+      c.compile = std::min(c.compile, p.compile_seconds);
+      c.analysis = std::min(c.analysis, p.analysis_seconds);
       c.peak = static_cast<double>(p.peak_bytes());
       c.fits = p.fits();
     });
@@ -68,7 +70,7 @@ int RunPlanBench(bool json) {
   }
   std::printf(
       "weft plan: Llama 3.1 405B, batch 64 x seq 8192, v6e-256 (fsdp 64 x tensor 4), one "
-      "thread, best of 3\n");
+      "thread, best of 3 (each column)\n");
   std::printf("  %-24s %10s %10s %10s %10s %12s\n", "case", "total", "compile", "analysis", "/ 3 s",
               "peak/chip");
   for (const Case& c : cases) {

@@ -9,8 +9,8 @@
 
 #include "commands.h"
 #include "weft/base/atomic_file.h"
-#include "weft/plan/planner.h"
-#include "weft/plan/report.h"
+#include "weft/train/plan_report.h"
+#include "weft/train/planner.h"
 #include "weft/train/program.h"
 
 namespace weft::cli {
@@ -31,7 +31,7 @@ struct PlanFlags {
 
 int RunPlan(const PlanFlags& f) {
   const RunConfig config = LoadRunConfig(f.config);
-  plan::PlanOptions o;
+  PlanOptions o;
   o.chip = f.chip;
   o.chips_file = f.chips;
   if (!f.mesh.empty()) o.mesh = ParseMeshFlag(f.mesh);
@@ -40,10 +40,10 @@ int RunPlan(const PlanFlags& f) {
   o.seq_len = f.seq;
   o.remat = f.remat;
   o.shard_as = !f.no_shard_as;
-  if (!f.precision.empty()) o.precision = plan::ParsePrecision(f.precision, "--precision");
-  const plan::StepPlan p = plan::PlanTrainingStep(config, o);
-  if (!f.svg.empty()) WriteFileAtomically(f.svg, plan::RenderPlanSvg(p));
-  const std::string out = f.json ? plan::FormatPlanJson(p) : plan::FormatPlanText(p);
+  if (!f.precision.empty()) o.precision = analysis::ParsePrecision(f.precision, "--precision");
+  const StepPlan p = PlanTrainingStep(config, o);
+  if (!f.svg.empty()) WriteFileAtomically(f.svg, RenderPlanSvg(p));
+  const std::string out = f.json ? FormatPlanJson(p) : FormatPlanText(p);
   std::fwrite(out.data(), 1, out.size(), stdout);
   return 0;
 }

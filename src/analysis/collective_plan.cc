@@ -1,11 +1,11 @@
-#include "weft/plan/collective_plan.h"
+#include "weft/analysis/collective_plan.h"
 
 #include <algorithm>
 
+#include "weft/analysis/loops.h"
 #include "weft/base/error.h"
-#include "weft/plan/loops.h"
 
-namespace weft::plan {
+namespace weft::analysis {
 namespace {
 
 using runtime::CollectiveKind;
@@ -219,4 +219,4 @@ CollectivePlan PlanCollectives(const HloModule& program, const CollectivePlanOpt
   return plan;
 }
 
-}  // namespace weft::plan
+}  // namespace weft::analysis

@@ -1,9 +1,9 @@
-#include "weft/plan/loops.h"
+#include "weft/analysis/loops.h"
 
 #include "weft/autodiff/scan_config.h"
 #include "weft/base/error.h"
 
-namespace weft::plan {
+namespace weft::analysis {
 namespace {
 
 // Skips ops that pass a scalar through unchanged in value.
@@ -145,4 +145,4 @@ std::unordered_map<const HloComputation*, int64_t> ComputationRunCounts(const Hl
   return runs;
 }
 
-}  // namespace weft::plan
+}  // namespace weft::analysis

@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "weft/analysis/precision.h"
 #include "weft/hlo/module.h"
-#include "weft/plan/precision.h"
 #include "weft/runtime/communicator.h"
 
-namespace weft::plan {
+namespace weft::analysis {
 
 // The kinds an HLO program can issue, in runtime::CollectiveKind order.
 inline constexpr int kNumProgramCollectiveKinds = 5;
@@ -69,4 +69,4 @@ struct CollectivePlan {
 // slices does not divide it.
 CollectivePlan PlanCollectives(const HloModule& program, const CollectivePlanOptions& options);
 
-}  // namespace weft::plan
+}  // namespace weft::analysis

@@ -42,10 +42,10 @@
 #include <string_view>
 #include <vector>
 
+#include "weft/analysis/precision.h"
 #include "weft/hlo/module.h"
-#include "weft/plan/precision.h"
 
-namespace weft::plan {
+namespace weft::analysis {
 
 enum class BufferCategory : uint8_t {
   kParameters,
@@ -112,4 +112,4 @@ struct MemoryPlan {
 // (e.g. a while whose trip count cannot be derived).
 MemoryPlan PlanMemory(const HloModule& program, const MemoryPlanOptions& options);
 
-}  // namespace weft::plan
+}  // namespace weft::analysis

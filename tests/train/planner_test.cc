@@ -1,6 +1,6 @@
 // `weft plan` on the case that must come out right — Llama 3.1 405B, seq 8192,
 // global batch 64, on v6e-256 (fsdp=64 x tensor=4) — and on bad input.
-#include "weft/plan/planner.h"
+#include "weft/train/planner.h"
 
 #include <gtest/gtest.h>
 
@@ -8,14 +8,16 @@
 #include <cmath>
 #include <cstdio>
 
-#include "plan_test_util.h"
+#include "../analysis/tiny_step.h"
 #include "weft/base/error.h"
-#include "weft/plan/report.h"
+#include "weft/train/plan_report.h"
 
-namespace weft::plan {
+namespace weft {
 namespace {
 
-RunConfig Llama405b() { return LoadRunConfig(testing::kSource / "configs/llama3.1-405b.toml"); }
+RunConfig Llama405b() {
+  return LoadRunConfig(analysis::testing::kSource / "configs/llama3.1-405b.toml");
+}
 
 PlanOptions V6e256(const std::string& remat, bool shard_as = true) {
   PlanOptions o;
@@ -48,7 +50,7 @@ TEST(PlannerTest, StaticMemoryIsSixteenBytesPerParameterOver256Chips) {
   for (const char* remat : {"full", "offload"}) {
     const StepPlan p = PlanTrainingStep(config, V6e256(remat));
     EXPECT_EQ(p.num_devices, 256);
-    EXPECT_EQ(p.precision, Precision::kBf16);
+    EXPECT_EQ(p.precision, analysis::Precision::kBf16);
     EXPECT_EQ(p.optimizer_bytes, 6 * p.parameter_bytes);  // 12 bytes vs 2
     EXPECT_EQ(p.gradient_bytes, p.parameter_bytes);
     std::printf("remat %s: static %.3f GB, expected %.3f GB (%.2f%%)\n", remat,
@@ -79,7 +81,7 @@ TEST(PlannerTest, WithoutShardAsTheStackedGradientIsAmongTheLargestBuffers) {
   const StepPlan off = PlanTrainingStep(Llama405b(), V6e256("full", false));
   const PeakBuffer* gradient = nullptr;
   for (const PeakBuffer& b : off.top_buffers) {
-    if (b.buffer.category == BufferCategory::kGradients && b.global_known &&
+    if (b.buffer.category == analysis::BufferCategory::kGradients && b.global_known &&
         b.global_shape.dimensions(0) == 126 && !Has(b.split_axes, "fsdp")) {
       gradient = &b;
       break;
@@ -99,7 +101,7 @@ TEST(PlannerTest, WithoutShardAsTheStackedGradientIsAmongTheLargestBuffers) {
 TEST(PlannerTest, OffloadKeepsTheSavedLayerInputsInHostMemory) {
   const StepPlan full = PlanTrainingStep(Llama405b(), V6e256("full"));
   const StepPlan off = PlanTrainingStep(Llama405b(), V6e256("offload"));
-  const int saved = static_cast<int>(BufferCategory::kSaved);
+  const int saved = static_cast<int>(analysis::BufferCategory::kSaved);
   // [126 layers, 1 row, 8192, 16384] bf16 per chip.
   EXPECT_EQ(full.memory.saved_bytes, int64_t{126} * 8192 * 16384 * 2);
   EXPECT_GT(full.memory.peak_by_category[saved], 0);
@@ -187,8 +189,8 @@ TEST(PlannerTest, BadInputIsReportedBeforeAnyCompute) {
 // shardings propagation picks inside, the step computes the same loss and
 // gradients as with shard_as.
 TEST(PlannerTest, WithoutShardAsTheStepComputesTheSameGradients) {
-  const StepProgram on = testing::TinyStep(ScanRemat::kFull, true);
-  const StepProgram off = testing::TinyStep(ScanRemat::kFull, false);
+  const StepProgram on = analysis::testing::TinyStep(ScanRemat::kFull, true);
+  const StepProgram off = analysis::testing::TinyStep(ScanRemat::kFull, false);
   const std::vector<runtime::HostTensor> inputs =
       runtime::RandomInputs(on.compiled.input_shapes, 11);
   runtime::LocalCluster cluster(4);
@@ -200,5 +202,36 @@ TEST(PlannerTest, WithoutShardAsTheStepComputesTheSameGradients) {
   }
 }
 
+TEST(PlannerTest, ModelFlopsAreSixTimesMatmulParametersPerToken) {
+  LlamaConfig m;
+  m.vocab_size = 1000;
+  m.dim = 64;
+  m.n_layers = 2;
+  m.n_heads = 4;
+  m.n_kv_heads = 2;
+  m.ffn_dim = 128;
+  const double per_layer = 64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 128;
+  const double params = 2 * per_layer + 64 * 1000;
+  const double attention = 2 * 2.0 * 3 * 4 * (16.0 * 17 / 2) * 2 * 16;  // L B H pairs 2Dh
+  EXPECT_DOUBLE_EQ(ModelFlopsPerStep(m, 3, 16), 6 * params * 48 + 3 * attention);
+}
+
+// With remat none every forward matmul runs once and its backward twice: the
+// executed dot FLOPs of the tiny step are the model's matmul FLOPs, up to
+// what the partitioner computes redundantly.
+TEST(PlannerTest, TinyStepExecutesAboutTheModelsMatmulFlops) {
+  const StepProgram p = analysis::testing::TinyStep(ScanRemat::kNone);
+  const analysis::FlopCount f = analysis::CountFlops(*p.compiled.program);
+  const RunConfig config = LoadRunConfig(analysis::testing::kSource / "configs/tiny.toml");
+  const double model = ModelFlopsPerStep(config.model, 4, 64) / 4;
+  const double hd = config.model.head_dim();
+  const double attention =
+      3 * config.model.n_layers * 2.0 * 4 * config.model.n_heads * (64.0 * 65 / 2) * 2 * hd / 4;
+  const double matmul = model - attention;
+  EXPECT_NEAR(f.dot / matmul, 1.0, 0.15) << f.dot << " vs " << matmul;
+  EXPECT_NEAR((f.attention_forward + f.attention_backward) / attention, 3.5 / 3, 0.01)
+      << "the backward kernel recomputes: 2.5x the forward, against 2x in model FLOPs";
+}
+
 }  // namespace
-}  // namespace weft::plan
+}  // namespace weft

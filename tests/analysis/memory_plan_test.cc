@@ -1,19 +1,19 @@
 // Buffer liveness over the executor's schedule: hand-computed peaks, the
 // executor's own measurement on the same programs (a hand-written scan and
 // the tiny training step on 4 devices), and the categories a plan reports.
-#include "weft/plan/memory_plan.h"
+#include "weft/analysis/memory_plan.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 
-#include "plan_test_util.h"
+#include "tiny_step.h"
 #include "weft/base/error.h"
 #include "weft/hlo/parser.h"
 #include "weft/runtime/executor.h"
 
-namespace weft::plan {
+namespace weft::analysis {
 namespace {
 
 using runtime::HostTensor;
@@ -237,4 +237,4 @@ TEST(MemoryPlanTest, SavedForBackwardFollowsTheRematPolicy) {
 }
 
 }  // namespace
-}  // namespace weft::plan
+}  // namespace weft::analysis

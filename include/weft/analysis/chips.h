@@ -26,7 +26,7 @@
 #include <string_view>
 #include <vector>
 
-namespace weft::plan {
+namespace weft::analysis {
 
 struct Chip {
   std::string name;  // the table key: "v6e", "h100", "local-cpu", ...
@@ -57,4 +57,4 @@ ChipTable ParseChipTable(std::string_view toml_text, std::string_view source_nam
 // run config, then ./configs/, then the source tree weft was built from.
 std::filesystem::path FindChipTable(const std::filesystem::path& config_file);
 
-}  // namespace weft::plan
+}  // namespace weft::analysis

@@ -1,13 +1,13 @@
 // FLOPs of dots and attention calls (with loop trips), the model-FLOPs
 // formula, and the step-time arithmetic with its overlap assumption.
-#include "weft/plan/cost_model.h"
+#include "weft/analysis/cost_model.h"
 
 #include <gtest/gtest.h>
 
-#include "plan_test_util.h"
+#include "tiny_step.h"
 #include "weft/hlo/parser.h"
 
-namespace weft::plan {
+namespace weft::analysis {
 namespace {
 
 constexpr const char* kDotLoop = R"(HloModule m
@@ -67,37 +67,6 @@ TEST(CostModelTest, AttentionCountsThePairsTheMaskKeeps) {
   EXPECT_DOUBLE_EQ(f.attention_backward, 2 * 2 * 4 * causal * (3 * 32 + 2 * 16));
 }
 
-TEST(CostModelTest, ModelFlopsAreSixTimesMatmulParametersPerToken) {
-  LlamaConfig m;
-  m.vocab_size = 1000;
-  m.dim = 64;
-  m.n_layers = 2;
-  m.n_heads = 4;
-  m.n_kv_heads = 2;
-  m.ffn_dim = 128;
-  const double per_layer = 64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 128;
-  const double params = 2 * per_layer + 64 * 1000;
-  const double attention = 2 * 2.0 * 3 * 4 * (16.0 * 17 / 2) * 2 * 16;  // L B H pairs 2Dh
-  EXPECT_DOUBLE_EQ(ModelFlopsPerStep(m, 3, 16), 6 * params * 48 + 3 * attention);
-}
-
-// With remat none every forward matmul runs once and its backward twice: the
-// executed dot FLOPs of the tiny step are the model's matmul FLOPs, up to
-// what the partitioner computes redundantly.
-TEST(CostModelTest, TinyStepExecutesAboutTheModelsMatmulFlops) {
-  const StepProgram p = testing::TinyStep(ScanRemat::kNone);
-  const FlopCount f = CountFlops(*p.compiled.program);
-  const RunConfig config = LoadRunConfig(testing::kSource / "configs/tiny.toml");
-  const double model = ModelFlopsPerStep(config.model, 4, 64) / 4;
-  const double hd = config.model.head_dim();
-  const double attention =
-      3 * config.model.n_layers * 2.0 * 4 * config.model.n_heads * (64.0 * 65 / 2) * 2 * hd / 4;
-  const double matmul = model - attention;
-  EXPECT_NEAR(f.dot / matmul, 1.0, 0.15) << f.dot << " vs " << matmul;
-  EXPECT_NEAR((f.attention_forward + f.attention_backward) / attention, 3.5 / 3, 0.01)
-      << "the backward kernel recomputes: 2.5x the forward, against 2x in model FLOPs";
-}
-
 TEST(CostModelTest, StepTimeOverlapsCommunicationWithCompute) {
   Chip chip;
   chip.peak_flops_bf16 = 100e12;
@@ -120,4 +89,4 @@ TEST(CostModelTest, StepTimeOverlapsCommunicationWithCompute) {
 }
 
 }  // namespace
-}  // namespace weft::plan
+}  // namespace weft::analysis

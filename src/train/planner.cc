@@ -1,4 +1,4 @@
-#include "weft/plan/planner.h"
+#include "weft/train/planner.h"
 
 #include <fmt/format.h>
 
@@ -10,7 +10,7 @@
 #include "weft/sharding/hlo_sharding.h"
 #include "weft/train/program.h"
 
-namespace weft::plan {
+namespace weft {
 namespace {
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
@@ -82,6 +82,22 @@ ScanRemat RematOf(const std::string& remat) {
 
 }  // namespace
 
+double ModelFlopsPerStep(const LlamaConfig& m, int64_t batch, int64_t seq) {
+  const double dim = static_cast<double>(m.dim), hd = static_cast<double>(m.head_dim());
+  const double q_dim = static_cast<double>(m.n_heads) * hd;
+  const double kv_dim = static_cast<double>(m.n_kv_heads > 0 ? m.n_kv_heads : m.n_heads) * hd;
+  const double per_layer =
+      dim * q_dim + 2 * dim * kv_dim + q_dim * dim + 3 * dim * static_cast<double>(m.ffn_dim);
+  const double matmul_params =
+      static_cast<double>(m.n_layers) * per_layer + dim * static_cast<double>(m.vocab_size);
+  const double b = static_cast<double>(batch), s = static_cast<double>(seq);
+  const double tokens = b * s;
+  const double pairs = s * (s + 1) / 2;
+  const double attention_forward =
+      static_cast<double>(m.n_layers) * 2 * b * static_cast<double>(m.n_heads) * pairs * 2 * hd;
+  return 6 * matmul_params * tokens + 3 * attention_forward;
+}
+
 std::string MeshText(const MeshConfig& mesh) {
   std::string out;
   for (size_t i = 0; i < mesh.axis_names.size(); ++i) {
@@ -105,12 +121,12 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
 
   // The chip, before any compute: a typo should not wait for a compile.
   const std::filesystem::path chips_file =
-      options.chips_file.empty() ? FindChipTable(config.source) : options.chips_file;
-  const ChipTable chips = LoadChipTable(chips_file);
+      options.chips_file.empty() ? analysis::FindChipTable(config.source) : options.chips_file;
+  const analysis::ChipTable chips = analysis::LoadChipTable(chips_file);
   plan.chip = chips.Find(options.chip);
   plan.chips_file = chips_file.string();
   plan.precision = options.precision.value_or(
-      ParsePrecision(plan.chip.default_precision, plan.chip.name + " default_precision"));
+      analysis::ParsePrecision(plan.chip.default_precision, plan.chip.name + " default_precision"));
 
   plan.remat = options.remat.empty() ? (config.train.remat == Remat::kFull ? "full" : "none")
                                      : options.remat;
@@ -159,30 +175,30 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   const int64_t data = StepProgram::kNumDataInputs;
 
   // Memory.
-  MemoryPlanOptions mo;
+  analysis::MemoryPlanOptions mo;
   mo.precision = plan.precision;
   mo.num_data_inputs = data;
   for (const LlamaWeight& w : program.forward.weights) mo.weight_names.push_back(w.name);
   mo.weights_resident = true;
   mo.offload_saved = plan.remat == "offload";
   mo.timeline_points = options.timeline_points;
-  plan.memory = PlanMemory(*c.program, mo);
+  plan.memory = analysis::PlanMemory(*c.program, mo);
   int64_t weight_elements = 0;
   for (size_t i = data; i < c.local_input_shapes.size(); ++i) {
-    plan.parameter_bytes += PlannedBytes(c.local_input_shapes[i], plan.precision);
+    plan.parameter_bytes += analysis::PlannedBytes(c.local_input_shapes[i], plan.precision);
     weight_elements += c.local_input_shapes[i].ElementsCount();
   }
   for (size_t i = 1; i < c.local_output_shapes.size(); ++i) {
-    plan.gradient_bytes += PlannedBytes(c.local_output_shapes[i], plan.precision);
+    plan.gradient_bytes += analysis::PlannedBytes(c.local_output_shapes[i], plan.precision);
   }
-  plan.optimizer_bytes = weight_elements * OptimizerBytesPerElement(plan.precision);
+  plan.optimizer_bytes = weight_elements * analysis::OptimizerBytesPerElement(plan.precision);
 
   // The global instructions behind the largest buffers.
   std::unordered_map<std::string, const HloInstruction*> global;
   for (const HloComputation* comp : program.step->computations()) {
     for (const HloInstruction* instr : comp->instructions()) global.emplace(instr->name(), instr);
   }
-  for (const LiveBuffer& b : plan.memory.live_at_peak) {
+  for (const analysis::LiveBuffer& b : plan.memory.live_at_peak) {
     if (static_cast<int64_t>(plan.top_buffers.size()) >= options.top_buffers) break;
     PeakBuffer pb;
     pb.buffer = b;
@@ -224,7 +240,7 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
           u.global_shape = s;
           u.sharding = sh ? sh->ToString() : "(none)";
           const std::vector<int64_t> tile = sh ? sh->TileShape(s.dimensions()) : s.dimensions();
-          u.local_bytes = PlannedBytes(s.WithDimensions(tile), plan.precision);
+          u.local_bytes = analysis::PlannedBytes(s.WithDimensions(tile), plan.precision);
           plan.unsplit_stacked.push_back(std::move(u));
         }
       }
@@ -236,23 +252,23 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   }
 
   // Collectives, FLOPs, time.
-  CollectivePlanOptions co;
+  analysis::CollectivePlanOptions co;
   co.precision = plan.precision;
   co.num_devices = n;
   co.slices = plan.slices;
-  plan.collectives = PlanCollectives(*c.program, co);
-  plan.flops = CountFlops(*c.program);
+  plan.collectives = analysis::PlanCollectives(*c.program, co);
+  plan.flops = analysis::CountFlops(*c.program);
   plan.model_flops =
       ModelFlopsPerStep(config.model, plan.batch_size, plan.seq_len) / static_cast<double>(n);
   // Offloaded buffers are written once in the forward and read once in the backward.
   plan.host_transfer_bytes = 2 * plan.memory.host_peak_bytes;
-  StepTimeInputs ti;
+  analysis::StepTimeInputs ti;
   ti.flops = plan.flops;
   ti.model_flops = plan.model_flops;
   // The device whose collectives take longest sets the pace.
   double slowest = -1;
   for (int64_t i = 0; i < n; ++i) {
-    const DeviceTraffic& d = plan.collectives.per_device[i];
+    const analysis::DeviceTraffic& d = plan.collectives.per_device[i];
     const double t = static_cast<double>(d.ici_bytes()) / plan.chip.ici_bytes_per_s +
                      static_cast<double>(d.dcn_bytes()) / plan.chip.dcn_bytes_per_s;
     if (t > slowest) {
@@ -263,9 +279,9 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
     }
   }
   ti.host_bytes = plan.host_transfer_bytes;
-  plan.time = EstimateStepTime(ti, plan.chip, plan.precision);
+  plan.time = analysis::EstimateStepTime(ti, plan.chip, plan.precision);
   plan.analysis_seconds = SecondsSince(analysis_start);
   return plan;
 }
 
-}  // namespace weft::plan
+}  // namespace weft

@@ -2,7 +2,7 @@
 // per-device program that moves sizes instead of bytes. Every rule below
 // names the executor code it mirrors (src/runtime/executor.cc and eval_*.cc);
 // a change there must be made here too (memory_plan_test compares the two).
-#include "weft/plan/memory_plan.h"
+#include "weft/analysis/memory_plan.h"
 
 #include <fmt/format.h>
 
@@ -11,11 +11,11 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "weft/analysis/loops.h"
 #include "weft/base/error.h"
-#include "weft/plan/loops.h"
 #include "weft/runtime/executor.h"
 
-namespace weft::plan {
+namespace weft::analysis {
 
 std::string_view BufferCategoryName(BufferCategory category) {
   switch (category) {
@@ -841,4 +841,4 @@ MemoryPlan PlanMemory(const HloModule& program, const MemoryPlanOptions& options
   return plan;
 }
 
-}  // namespace weft::plan
+}  // namespace weft::analysis

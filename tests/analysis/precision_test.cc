@@ -1,11 +1,11 @@
 // The precision policy: what a buffer and the optimizer state cost.
-#include "weft/plan/precision.h"
+#include "weft/analysis/precision.h"
 
 #include <gtest/gtest.h>
 
 #include "weft/base/error.h"
 
-namespace weft::plan {
+namespace weft::analysis {
 namespace {
 
 TEST(PrecisionTest, FloatsShrinkUnderBf16AndIntegersKeepTheirSize) {
@@ -34,4 +34,4 @@ TEST(PrecisionTest, ParsesNamesAndRejectsOthers) {
 }
 
 }  // namespace
-}  // namespace weft::plan
+}  // namespace weft::analysis

@@ -26,12 +26,11 @@
 
 #include <cstdint>
 
+#include "weft/analysis/chips.h"
+#include "weft/analysis/precision.h"
 #include "weft/hlo/module.h"
-#include "weft/models/llama_config.h"
-#include "weft/plan/chips.h"
-#include "weft/plan/precision.h"
 
-namespace weft::plan {
+namespace weft::analysis {
 
 struct FlopCount {
   double dot = 0;
@@ -43,9 +42,6 @@ struct FlopCount {
 
 // Per device, per execution of the entry.
 FlopCount CountFlops(const HloModule& program);
-
-// Model FLOPs of one training step over the whole batch (all devices).
-double ModelFlopsPerStep(const LlamaConfig& model, int64_t batch, int64_t seq);
 
 struct StepTimeInputs {
   FlopCount flops;         // per device
@@ -66,4 +62,4 @@ struct StepTime {
 
 StepTime EstimateStepTime(const StepTimeInputs& in, const Chip& chip, Precision precision);
 
-}  // namespace weft::plan
+}  // namespace weft::analysis

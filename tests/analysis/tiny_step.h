@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "weft/plan/memory_plan.h"
+#include "weft/analysis/memory_plan.h"
 #include "weft/runtime/run_command.h"
 #include "weft/train/program.h"
 
-namespace weft::plan::testing {
+namespace weft::analysis::testing {
 
 inline const std::filesystem::path kSource = WEFT_SOURCE_DIR;
 
@@ -50,4 +50,4 @@ inline MemoryPlanOptions ExecutorLikeOptions(const StepProgram& p) {
   return o;
 }
 
-}  // namespace weft::plan::testing
+}  // namespace weft::analysis::testing

@@ -1,6 +1,6 @@
 // The chips table: the shipped file's chips and their sources, and errors
 // that name the file and what is known.
-#include "weft/plan/chips.h"
+#include "weft/analysis/chips.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 
 #include "weft/base/error.h"
 
-namespace weft::plan {
+namespace weft::analysis {
 namespace {
 
 const std::filesystem::path kChips = std::filesystem::path(WEFT_SOURCE_DIR) / "configs/chips.toml";
@@ -85,4 +85,4 @@ TEST(ChipsTest, BadEntriesAreErrorsWithLocations) {
 }
 
 }  // namespace
-}  // namespace weft::plan
+}  // namespace weft::analysis

@@ -16,7 +16,7 @@
 
 #include "weft/hlo/module.h"
 
-namespace weft::plan {
+namespace weft::analysis {
 
 // Throws weft::Error naming the instruction when the count cannot be derived.
 int64_t WhileTripCount(const HloInstruction& while_instr);
@@ -25,4 +25,4 @@ int64_t WhileTripCount(const HloInstruction& while_instr);
 // while and call (reducers and other to_apply computations are not listed).
 std::unordered_map<const HloComputation*, int64_t> ComputationRunCounts(const HloModule& module);
 
-}  // namespace weft::plan
+}  // namespace weft::analysis

@@ -1,4 +1,4 @@
-#include "weft/plan/chips.h"
+#include "weft/analysis/chips.h"
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
@@ -10,7 +10,7 @@
 
 #include "weft/base/error.h"
 
-namespace weft::plan {
+namespace weft::analysis {
 namespace {
 
 std::string Where(std::string_view file, const toml::source_region& region) {
@@ -162,4 +162,4 @@ std::filesystem::path FindChipTable(const std::filesystem::path& config_file) {
   return fs::path(WEFT_SOURCE_DIR) / "configs" / "chips.toml";
 }
 
-}  // namespace weft::plan
+}  // namespace weft::analysis

@@ -1,6 +1,6 @@
 // The report's three forms: JSON with every documented key and consistent
 // numbers, a text that fits a terminal and names what matters, and an SVG.
-#include "weft/plan/report.h"
+#include "weft/train/plan_report.h"
 
 #include <gtest/gtest.h>
 
@@ -8,13 +8,13 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "plan_test_util.h"
+#include "../analysis/tiny_step.h"
 
-namespace weft::plan {
+namespace weft {
 namespace {
 
 StepPlan TinyPlan() {
-  const RunConfig config = LoadRunConfig(testing::kSource / "configs/tiny.toml");
+  const RunConfig config = LoadRunConfig(analysis::testing::kSource / "configs/tiny.toml");
   PlanOptions o;
   o.chip = "local-cpu";
   o.batch_size = 4;
@@ -23,7 +23,7 @@ StepPlan TinyPlan() {
 }
 
 StepPlan BigPlanWithoutShardAs() {
-  const RunConfig config = LoadRunConfig(testing::kSource / "configs/llama3.1-405b.toml");
+  const RunConfig config = LoadRunConfig(analysis::testing::kSource / "configs/llama3.1-405b.toml");
   PlanOptions o;
   o.chip = "v6e";
   o.mesh = ParseMeshFlag("fsdp=64,tensor=4");
@@ -118,4 +118,4 @@ TEST(ReportTest, BytesUseDecimalUnits) {
 }
 
 }  // namespace
-}  // namespace weft::plan
+}  // namespace weft

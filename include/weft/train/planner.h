@@ -28,32 +28,32 @@
 #include <string>
 #include <vector>
 
+#include "weft/analysis/chips.h"
+#include "weft/analysis/collective_plan.h"
+#include "weft/analysis/cost_model.h"
+#include "weft/analysis/memory_plan.h"
+#include "weft/analysis/precision.h"
 #include "weft/models/llama_config.h"
-#include "weft/plan/chips.h"
-#include "weft/plan/collective_plan.h"
-#include "weft/plan/cost_model.h"
-#include "weft/plan/memory_plan.h"
-#include "weft/plan/precision.h"
 
-namespace weft::plan {
+namespace weft {
 
 struct PlanOptions {
   std::string chip = "v6e";
-  std::filesystem::path chips_file;  // empty: FindChipTable(config file)
+  std::filesystem::path chips_file;  // empty: analysis::FindChipTable(config file)
   std::optional<MeshConfig> mesh;    // replaces the config's [mesh]
   int64_t slices = 0;                // 0: see the file comment
   int64_t batch_size = 0;            // 0: train.batch_size
   int64_t seq_len = 0;               // 0: model.seq_len
   std::string remat;                 // "none" | "full" | "offload"; "": train.remat
   bool shard_as = true;
-  std::optional<Precision> precision;  // unset: the chip's default_precision
+  std::optional<analysis::Precision> precision;  // unset: the chip's default_precision
   int64_t top_buffers = 10;
   int64_t timeline_points = 400;
 };
 
 // A buffer live at the peak, with what the global program says about it.
 struct PeakBuffer {
-  LiveBuffer buffer;
+  analysis::LiveBuffer buffer;
   bool global_known = false;            // the instruction exists in the global step
   Shape global_shape;                   // when known
   std::string sharding;                 // when known: HloSharding text
@@ -72,18 +72,18 @@ struct StepPlan {
   // What was planned.
   std::string config_source;
   LlamaConfig model;
-  Chip chip;
+  analysis::Chip chip;
   std::string chips_file;
   MeshConfig mesh;
   int64_t num_devices = 1, slices = 1;
-  Precision precision = Precision::kBf16;
+  analysis::Precision precision = analysis::Precision::kBf16;
   std::string remat;  // "none" | "full" | "offload"
   bool shard_as = true;
   int64_t batch_size = 0, seq_len = 0;
   int64_t num_parameters = 0;
 
   // Memory per device.
-  MemoryPlan memory;            // program buffers, weights resident
+  analysis::MemoryPlan memory;  // program buffers, weights resident
   int64_t parameter_bytes = 0;  // the local weight shards under the policy
   int64_t gradient_bytes = 0;   // the local gradients
   int64_t optimizer_bytes = 0;  // outside the program
@@ -98,12 +98,12 @@ struct StepPlan {
   std::string stacked_axis;
   std::vector<UnsplitStackedBuffer> unsplit_stacked;
 
-  CollectivePlan collectives;
+  analysis::CollectivePlan collectives;
   int64_t collective_device = 0;    // the device whose collectives take longest
-  FlopCount flops;                  // per device
+  analysis::FlopCount flops;        // per device
   double model_flops = 0;           // per device
   int64_t host_transfer_bytes = 0;  // per device per step (offload)
-  StepTime time;
+  analysis::StepTime time;
 
   std::vector<std::string> warnings;
   double compile_seconds = 0, analysis_seconds = 0;
@@ -114,7 +114,12 @@ struct StepPlan {
 // major axis, ...).
 StepPlan PlanTrainingStep(const RunConfig& config, const PlanOptions& options);
 
+// Model FLOPs of one training step over the whole batch (all devices): 6 x
+// matmul parameters x tokens + 3 x the causal attention forward
+// (analysis/cost_model.h explains the counting).
+double ModelFlopsPerStep(const LlamaConfig& model, int64_t batch, int64_t seq);
+
 // "fsdp=64,tensor=4".
 std::string MeshText(const MeshConfig& mesh);
 
-}  // namespace weft::plan
+}  // namespace weft

@@ -1,4 +1,4 @@
-#include "weft/plan/report.h"
+#include "weft/train/plan_report.h"
 
 #include <fmt/format.h>
 
@@ -8,9 +8,13 @@
 
 #include "weft/train/svg_plot.h"
 
-namespace weft::plan {
+namespace weft {
 namespace {
 
+using analysis::BufferCategory;
+using analysis::kNumBufferCategories;
+using analysis::kNumProgramCollectiveKinds;
+using analysis::Precision;
 using runtime::CollectiveKind;
 
 constexpr std::array<std::string_view, kNumProgramCollectiveKinds> kKindKeys = {
@@ -138,7 +142,7 @@ std::string FormatPlanText(const StepPlan& p) {
   line(fmt::format("  chip       {}: {}", p.chip.name, p.chip.description));
   line(fmt::format("             {} HBM, {:.4g} TFLOP/s {}; ICI {}/s, DCN {}/s, host {}/s",
                    FormatBytes(p.chip.hbm_bytes), p.time.peak_flops / 1e12,
-                   PrecisionName(p.precision), FormatBytes(p.chip.ici_bytes_per_s),
+                   analysis::PrecisionName(p.precision), FormatBytes(p.chip.ici_bytes_per_s),
                    FormatBytes(p.chip.dcn_bytes_per_s), FormatBytes(p.chip.host_bytes_per_s)));
   line(fmt::format("  precision  {}", PrecisionText(p.precision)));
   line("");
@@ -157,7 +161,7 @@ std::string FormatPlanText(const StepPlan& p) {
     if (c == BufferCategory::kGradients) {
       line(fmt::format("    {:<22}{:>12}", "optimizer state", FormatBytes(p.optimizer_bytes)));
     }
-    line(fmt::format("    {:<22}{:>12}", BufferCategoryName(c),
+    line(fmt::format("    {:<22}{:>12}", analysis::BufferCategoryName(c),
                      FormatBytes(p.memory.peak_by_category[static_cast<int>(c)])));
   }
   line(fmt::format("    {:<22}{:>12}   of {} HBM", "peak", FormatBytes(p.peak_bytes()),
@@ -173,9 +177,9 @@ std::string FormatPlanText(const StepPlan& p) {
   line(fmt::format("Largest buffers live at the peak (shapes in the policy's types)"));
   for (size_t i = 0; i < p.top_buffers.size(); ++i) {
     const PeakBuffer& pb = p.top_buffers[i];
-    const LiveBuffer& b = pb.buffer;
+    const analysis::LiveBuffer& b = pb.buffer;
     line(fmt::format("  {:>2} {:>10}  {:<12} {} ({}){}", i + 1, FormatBytes(b.bytes),
-                     BufferCategoryKey(b.category), b.instruction, b.computation,
+                     analysis::BufferCategoryKey(b.category), b.instruction, b.computation,
                      b.role.empty() ? "" : ": " + b.role));
     std::string where = "local " + PolicyShape(b.shape, p.precision);
     if (pb.global_known) {
@@ -205,12 +209,12 @@ std::string FormatPlanText(const StepPlan& p) {
   line("");
 
   const int64_t slowest = p.collective_device;
-  const DeviceTraffic& t = p.collectives.per_device[slowest];
+  const analysis::DeviceTraffic& t = p.collectives.per_device[slowest];
   line(fmt::format("Collectives per step (device {}; ring model of runtime/communicator.h)",
                    slowest));
   line(fmt::format("  {:<20}{:>10}{:>14}{:>14}", "kind", "calls", "sent", "over DCN"));
   for (int k = 0; k < kNumProgramCollectiveKinds; ++k) {
-    const KindTraffic& kt = t.by_kind[k];
+    const analysis::KindTraffic& kt = t.by_kind[k];
     if (kt.calls == 0) continue;
     line(fmt::format("  {:<20}{:>10}{:>14}{:>14}", kKindKeys[k], Grouped(kt.calls),
                      FormatBytes(kt.bytes), FormatBytes(kt.dcn_bytes)));
@@ -262,7 +266,7 @@ std::string FormatPlanJson(const StepPlan& p) {
     axes.push_back({{"name", p.mesh.axis_names[i]}, {"size", p.mesh.axis_sizes[i]}});
   }
   j["mesh"] = {{"axes", axes}, {"devices", p.num_devices}, {"slices", p.slices}};
-  j["precision"] = PrecisionName(p.precision);
+  j["precision"] = analysis::PrecisionName(p.precision);
   j["remat"] = p.remat;
   j["shard_as"] = p.shard_as;
   j["batch_size"] = p.batch_size;
@@ -284,7 +288,8 @@ std::string FormatPlanJson(const StepPlan& p) {
   mem["margin_bytes"] = p.margin_bytes();
   json breakdown;
   for (int c = 0; c < kNumBufferCategories; ++c) {
-    breakdown[std::string(BufferCategoryKey(BufferCategory(c)))] = p.memory.peak_by_category[c];
+    breakdown[std::string(analysis::BufferCategoryKey(BufferCategory(c)))] =
+        p.memory.peak_by_category[c];
   }
   breakdown["optimizer_state"] = p.optimizer_bytes;
   mem["peak_breakdown"] = breakdown;
@@ -294,11 +299,11 @@ std::string FormatPlanJson(const StepPlan& p) {
                     {"steps", p.memory.total_steps}};
   json largest = json::array();
   for (const PeakBuffer& pb : p.top_buffers) {
-    const LiveBuffer& b = pb.buffer;
+    const analysis::LiveBuffer& b = pb.buffer;
     json e = {{"instruction", b.instruction},
               {"computation", b.computation},
               {"role", b.role},
-              {"category", BufferCategoryKey(b.category)},
+              {"category", analysis::BufferCategoryKey(b.category)},
               {"bytes", b.bytes},
               {"dtype", DtypeName(b.shape, p.precision)},
               {"local_shape", b.shape.dimensions()}};
@@ -310,13 +315,13 @@ std::string FormatPlanJson(const StepPlan& p) {
   mem["largest_buffers"] = largest;
   json steps = json::array(), total = json::array(), by = json::object();
   for (int c = 0; c < kNumBufferCategories; ++c) {
-    by[std::string(BufferCategoryKey(BufferCategory(c)))] = json::array();
+    by[std::string(analysis::BufferCategoryKey(BufferCategory(c)))] = json::array();
   }
-  for (const TimelinePoint& tp : p.memory.timeline) {
+  for (const analysis::TimelinePoint& tp : p.memory.timeline) {
     steps.push_back(tp.step);
     total.push_back(tp.total);
     for (int c = 0; c < kNumBufferCategories; ++c) {
-      by[std::string(BufferCategoryKey(BufferCategory(c)))].push_back(tp.by_category[c]);
+      by[std::string(analysis::BufferCategoryKey(BufferCategory(c)))].push_back(tp.by_category[c]);
     }
   }
   mem["timeline"] = {{"steps", steps}, {"total", total}, {"by_category", by}};
@@ -334,12 +339,12 @@ std::string FormatPlanJson(const StepPlan& p) {
                             {"buffers", unsplit}};
   j["memory"] = mem;
 
-  const CollectivePlan& cp = p.collectives;
+  const analysis::CollectivePlan& cp = p.collectives;
   const int64_t slowest = p.collective_device;
-  const DeviceTraffic& t = cp.per_device[slowest];
+  const analysis::DeviceTraffic& t = cp.per_device[slowest];
   json kinds = json::object();
   for (int k = 0; k < kNumProgramCollectiveKinds; ++k) {
-    const KindTraffic& kt = t.by_kind[k];
+    const analysis::KindTraffic& kt = t.by_kind[k];
     kinds[std::string(kKindKeys[k])] = {{"calls", kt.calls},
                                         {"bytes", kt.bytes},
                                         {"dcn_calls", kt.dcn_calls},
@@ -347,7 +352,7 @@ std::string FormatPlanJson(const StepPlan& p) {
   }
   json sites = json::array();
   for (size_t i = 0; i < cp.sites.size() && i < 10; ++i) {
-    const CollectiveSite& s = cp.sites[i];
+    const analysis::CollectiveSite& s = cp.sites[i];
     sites.push_back({{"instruction", s.instruction},
                      {"computation", s.computation},
                      {"kind", KindKey(s.kind)},
@@ -406,7 +411,7 @@ std::string RenderPlanSvg(const StepPlan& p) {
   at_peak[kOptimizerIndex] = static_cast<double>(p.optimizer_bytes);
   auto name_of = [](int c) -> std::string {
     return c == kOptimizerIndex ? "optimizer state"
-                                : std::string(BufferCategoryName(BufferCategory(c)));
+                                : std::string(analysis::BufferCategoryName(BufferCategory(c)));
   };
   // Stack order: static at the bottom.
   const std::array<int, kNumBufferCategories + 1> stack = {
@@ -420,7 +425,7 @@ std::string RenderPlanSvg(const StepPlan& p) {
 
   // The breakdown bar.
   double max_bytes = std::max(static_cast<double>(p.peak_bytes()), p.hbm_bytes());
-  for (const TimelinePoint& tp : p.memory.timeline) {
+  for (const analysis::TimelinePoint& tp : p.memory.timeline) {
     max_bytes = std::max(max_bytes, static_cast<double>(tp.total + p.optimizer_bytes));
   }
   const std::vector<double> ticks = NiceTicks(0, max_bytes / 1e9, 6);
@@ -462,7 +467,7 @@ std::string RenderPlanSvg(const StepPlan& p) {
         "y=\"{:.1f}\" text-anchor=\"end\">{:g}</text>\n",
         left, y, left + plot_w, y, left - 6, y + 4, tick);
   }
-  const std::vector<TimelinePoint>& tl = p.memory.timeline;
+  const std::vector<analysis::TimelinePoint>& tl = p.memory.timeline;
   std::vector<double> below(tl.size(), 0.0);
   for (int c : stack) {
     std::vector<double> above(tl.size());
@@ -520,4 +525,4 @@ std::string RenderPlanSvg(const StepPlan& p) {
   return s;
 }
 
-}  // namespace weft::plan
+}  // namespace weft

@@ -1,6 +1,6 @@
 // Trip counts of counted loops (as the partitioner leaves them) and of scans,
 // and how often each computation runs.
-#include "weft/plan/loops.h"
+#include "weft/analysis/loops.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include "weft/base/error.h"
 #include "weft/hlo/parser.h"
 
-namespace weft::plan {
+namespace weft::analysis {
 namespace {
 
 // A loop over `i` from INIT while `i DIR BOUND`, i = i OP STEP.
@@ -100,4 +100,4 @@ TEST(LoopsTest, RunCountsMultiplyThroughLoops) {
 }
 
 }  // namespace
-}  // namespace weft::plan
+}  // namespace weft::analysis

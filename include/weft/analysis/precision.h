@@ -19,7 +19,7 @@
 
 #include "weft/hlo/shape.h"
 
-namespace weft::plan {
+namespace weft::analysis {
 
 enum class Precision { kBf16, kF32 };
 
@@ -34,4 +34,4 @@ int64_t PlannedBytes(const Shape& shape, Precision precision);
 // Optimizer state bytes per parameter element held outside the program.
 int64_t OptimizerBytesPerElement(Precision precision);
 
-}  // namespace weft::plan
+}  // namespace weft::analysis

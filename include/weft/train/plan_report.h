@@ -49,9 +49,9 @@
 
 #include <string>
 
-#include "weft/plan/planner.h"
+#include "weft/train/planner.h"
 
-namespace weft::plan {
+namespace weft {
 
 std::string FormatPlanText(const StepPlan& plan);
 std::string FormatPlanJson(const StepPlan& plan);  // pretty-printed, ends with a newline
@@ -60,4 +60,4 @@ std::string RenderPlanSvg(const StepPlan& plan);
 // "25.37 GB" (decimal units, as chips are sold).
 std::string FormatBytes(double bytes);
 
-}  // namespace weft::plan
+}  // namespace weft

@@ -1,8 +1,8 @@
-#include "weft/plan/precision.h"
+#include "weft/analysis/precision.h"
 
 #include "weft/base/error.h"
 
-namespace weft::plan {
+namespace weft::analysis {
 
 std::string_view PrecisionName(Precision precision) {
   return precision == Precision::kBf16 ? "bf16" : "f32";
@@ -32,4 +32,4 @@ int64_t OptimizerBytesPerElement(Precision precision) {
   return precision == Precision::kBf16 ? 12 : 8;
 }
 
-}  // namespace weft::plan
+}  // namespace weft::analysis

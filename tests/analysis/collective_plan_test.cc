@@ -1,15 +1,15 @@
 // Collectives per step: the predicted calls and bytes equal what the
 // communicator counts when the executor runs the program, on every device;
 // ICI and DCN follow the slices.
-#include "weft/plan/collective_plan.h"
+#include "weft/analysis/collective_plan.h"
 
 #include <gtest/gtest.h>
 
-#include "plan_test_util.h"
+#include "tiny_step.h"
 #include "weft/base/error.h"
 #include "weft/hlo/parser.h"
 
-namespace weft::plan {
+namespace weft::analysis {
 namespace {
 
 using runtime::CollectiveKind;
@@ -126,4 +126,4 @@ TEST(CollectivePlanTest, LoopTripsAndPermutePairsFollowTheCountingRule) {
 }
 
 }  // namespace
-}  // namespace weft::plan
+}  // namespace weft::analysis

@@ -1,13 +1,13 @@
-#include "weft/plan/cost_model.h"
+#include "weft/analysis/cost_model.h"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "weft/analysis/loops.h"
 #include "weft/base/error.h"
-#include "weft/plan/loops.h"
 #include "weft/runtime/executor.h"
 
-namespace weft::plan {
+namespace weft::analysis {
 namespace {
 
 double Product(const Shape& s, const std::vector<int64_t>& dims) {
@@ -74,22 +74,6 @@ FlopCount CountFlops(const HloModule& program) {
   return f;
 }
 
-double ModelFlopsPerStep(const LlamaConfig& m, int64_t batch, int64_t seq) {
-  const double dim = static_cast<double>(m.dim), hd = static_cast<double>(m.head_dim());
-  const double q_dim = static_cast<double>(m.n_heads) * hd;
-  const double kv_dim = static_cast<double>(m.n_kv_heads > 0 ? m.n_kv_heads : m.n_heads) * hd;
-  const double per_layer =
-      dim * q_dim + 2 * dim * kv_dim + q_dim * dim + 3 * dim * static_cast<double>(m.ffn_dim);
-  const double matmul_params =
-      static_cast<double>(m.n_layers) * per_layer + dim * static_cast<double>(m.vocab_size);
-  const double b = static_cast<double>(batch), s = static_cast<double>(seq);
-  const double tokens = b * s;
-  const double pairs = s * (s + 1) / 2;
-  const double attention_forward =
-      static_cast<double>(m.n_layers) * 2 * b * static_cast<double>(m.n_heads) * pairs * 2 * hd;
-  return 6 * matmul_params * tokens + 3 * attention_forward;
-}
-
 StepTime EstimateStepTime(const StepTimeInputs& in, const Chip& chip, Precision precision) {
   StepTime t;
   t.peak_flops = precision == Precision::kBf16 ? chip.peak_flops_bf16 : chip.peak_flops_f32;
@@ -104,4 +88,4 @@ StepTime EstimateStepTime(const StepTimeInputs& in, const Chip& chip, Precision 
   return t;
 }
 
-}  // namespace weft::plan
+}  // namespace weft::analysis
