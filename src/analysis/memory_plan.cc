@@ -88,30 +88,10 @@ struct SimPlan {
   size_t max_dying = 0;
 };
 
-// executor.cc: Schedule().
-std::vector<HloInstruction*> Schedule(const HloComputation& computation) {
-  std::vector<HloInstruction*> post = computation.MakeInstructionPostOrder();
-  std::unordered_set<const HloInstruction*> early;
-  for (HloInstruction* instr : post) {
-    const bool reads_param =
-        instr->opcode() == HloOpcode::kGetTupleElement && early.count(instr->operand(0)) > 0;
-    if (instr->opcode() == HloOpcode::kParameter || reads_param) early.insert(instr);
-  }
-  std::vector<HloInstruction*> order;
-  order.reserve(post.size());
-  for (HloInstruction* instr : post) {
-    if (early.count(instr)) order.push_back(instr);
-  }
-  for (HloInstruction* instr : post) {
-    if (!early.count(instr)) order.push_back(instr);
-  }
-  return order;
-}
-
 // executor.cc: MakePlan().
 SimPlan MakeSimPlan(const HloComputation& computation) {
   SimPlan plan;
-  const std::vector<HloInstruction*> order = Schedule(computation);
+  const std::vector<HloInstruction*> order = runtime::ExecutionSchedule(computation);
   std::unordered_map<const HloInstruction*, int32_t> slot;
   for (size_t i = 0; i < order.size(); ++i) slot[order[i]] = static_cast<int32_t>(i);
   plan.num_slots = static_cast<int32_t>(order.size());

@@ -37,8 +37,8 @@ struct Step {
   // Per operand: index into the step's dying values, or -1 when the operand
   // lives on. Repeated operands share one dying value.
   std::vector<int32_t> dying_index;
-  std::vector<int32_t> dying_slots;  // distinct slots that die here
-  bool result_unused = false;        // free the result right away
+  std::vector<int32_t> dying_slots;        // distinct slots that die here
+  bool result_unused = false;              // free the result right away
   int64_t leaf_begin = 0, leaf_count = 0;  // get-tuple-element
 };
 
@@ -49,29 +49,6 @@ struct ComputationPlan {
   int32_t root_slot = 0;
   size_t max_operands = 0, max_dying = 0;
 };
-
-// Instructions reachable from the root, operands first; parameters and the
-// get-tuple-elements that read them are hoisted to the front, so a carried
-// tuple (a while body's parameter) dies early and its leaves can be updated
-// in place.
-std::vector<HloInstruction*> Schedule(const HloComputation& computation) {
-  std::vector<HloInstruction*> post = computation.MakeInstructionPostOrder();
-  std::unordered_set<const HloInstruction*> early;
-  for (HloInstruction* instr : post) {
-    const bool reads_param =
-        instr->opcode() == HloOpcode::kGetTupleElement && early.count(instr->operand(0)) > 0;
-    if (instr->opcode() == HloOpcode::kParameter || reads_param) early.insert(instr);
-  }
-  std::vector<HloInstruction*> order;
-  order.reserve(post.size());
-  for (HloInstruction* instr : post) {
-    if (early.count(instr)) order.push_back(instr);
-  }
-  for (HloInstruction* instr : post) {
-    if (!early.count(instr)) order.push_back(instr);
-  }
-  return order;
-}
 
 // The evaluator of an opcode the scheduler does not handle itself, after
 // its static checks.
@@ -135,7 +112,7 @@ EvalFn SelectEval(const HloInstruction& instr) {
 ComputationPlan MakePlan(const HloComputation& computation) {
   ComputationPlan plan;
   plan.computation = &computation;
-  const std::vector<HloInstruction*> order = Schedule(computation);
+  const std::vector<HloInstruction*> order = ExecutionSchedule(computation);
   std::unordered_map<const HloInstruction*, int32_t> slot;
   for (size_t i = 0; i < order.size(); ++i) slot[order[i]] = static_cast<int32_t>(i);
   plan.num_slots = static_cast<int32_t>(order.size());
@@ -248,7 +225,7 @@ HostTensor EvalArgs::ReuseOrAllocate(const Shape& shape,
 }
 
 void exec::ParallelRanges(int64_t n, int64_t min_chunk, bool use_pool,
-                    const std::function<void(int64_t, int64_t)>& fn) {
+                          const std::function<void(int64_t, int64_t)>& fn) {
   ThreadPool& pool = ThreadPool::Global();
   const int64_t max_tasks = (n + min_chunk - 1) / std::max<int64_t>(1, min_chunk);
   const int64_t tasks = std::min<int64_t>(max_tasks, 4 * pool.num_threads());
@@ -278,8 +255,8 @@ struct Executor::Impl {
 
   const ComputationPlan& Plan(const HloComputation& computation) const {
     auto it = plans.find(&computation);
-    WEFT_CHECK(it != plans.end(), "computation '{}' is not part of module '{}'",
-               computation.name(), module.name());
+    WEFT_CHECK(it != plans.end(), "computation '{}' is not part of module '{}'", computation.name(),
+               module.name());
     return it->second;
   }
 
@@ -323,9 +300,8 @@ Value Executor::Impl::RunComputation(const HloComputation& computation, std::vec
   return std::move(slots[plan.root_slot]);
 }
 
-Value Executor::Impl::RunStep(const Step& step, std::vector<Value>& slots,
-                              std::vector<Value>& args, std::span<EvalArgs::Operand> ops,
-                              EvalContext& ctx) {
+Value Executor::Impl::RunStep(const Step& step, std::vector<Value>& slots, std::vector<Value>& args,
+                              std::span<EvalArgs::Operand> ops, EvalContext& ctx) {
   // Moves a dying operand's value, copies (shares) a live one. An operand
   // repeated in the list (tuple(a, a)) shares one dying value: only its last
   // occurrence moves it, the earlier ones share its bytes.
@@ -420,8 +396,7 @@ Executor::Executor(const HloModule& module, ExecutorOptions options)
   }
   for (int64_t p = 0; p < entry->num_parameters(); ++p) {
     const HloInstruction* param = entry->parameter_instruction(p);
-    WEFT_CHECK(param != nullptr, "entry computation of '{}' has no parameter {}", module.name(),
-               p);
+    WEFT_CHECK(param != nullptr, "entry computation of '{}' has no parameter {}", module.name(), p);
     const std::vector<Shape> leaves = param->shape().Leaves();
     for (size_t k = 0; k < leaves.size(); ++k) {
       impl_->input_shapes.push_back(leaves[k]);
@@ -478,11 +453,10 @@ std::vector<HostTensor> Executor::Run(std::vector<HostTensor> inputs, Communicat
   const CollectiveStats before = comm.stats();
   impl_->instructions = 0;
   // The context's callback (called computations) runs with the context itself.
-  EvalContext real_ctx(
-      comm, MakeDeviceIds(module_, comm), impl_->options, tracker,
-      [this, &real_ctx](const HloComputation& c, std::vector<Value> a) -> Value {
-        return impl_->RunComputation(c, std::move(a), real_ctx);
-      });
+  EvalContext real_ctx(comm, MakeDeviceIds(module_, comm), impl_->options, tracker,
+                       [this, &real_ctx](const HloComputation& c, std::vector<Value> a) -> Value {
+                         return impl_->RunComputation(c, std::move(a), real_ctx);
+                       });
   Value root = impl_->RunComputation(*module_.entry_computation(), std::move(args), real_ctx);
 
   stats_.peak_bytes = tracker->peak_bytes();
@@ -491,8 +465,7 @@ std::vector<HostTensor> Executor::Run(std::vector<HostTensor> inputs, Communicat
     stats_.collectives.calls[k] = comm.stats().calls[k] - before.calls[k];
     stats_.collectives.bytes_sent[k] = comm.stats().bytes_sent[k] - before.bytes_sent[k];
   }
-  stats_.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return std::vector<HostTensor>(std::make_move_iterator(root.begin()),
                                  std::make_move_iterator(root.end()));
 }
@@ -524,6 +497,25 @@ std::vector<HostTensor> RunOnMpiRank(const HloModule& module, std::vector<HostTe
   std::vector<HostTensor> outputs = executor.Run(std::move(inputs), comm);
   if (stats != nullptr) *stats = executor.stats();
   return outputs;
+}
+
+std::vector<HloInstruction*> ExecutionSchedule(const HloComputation& computation) {
+  std::vector<HloInstruction*> post = computation.MakeInstructionPostOrder();
+  std::unordered_set<const HloInstruction*> early;
+  for (HloInstruction* instr : post) {
+    const bool reads_param =
+        instr->opcode() == HloOpcode::kGetTupleElement && early.count(instr->operand(0)) > 0;
+    if (instr->opcode() == HloOpcode::kParameter || reads_param) early.insert(instr);
+  }
+  std::vector<HloInstruction*> order;
+  order.reserve(post.size());
+  for (HloInstruction* instr : post) {
+    if (early.count(instr)) order.push_back(instr);
+  }
+  for (HloInstruction* instr : post) {
+    if (!early.count(instr)) order.push_back(instr);
+  }
+  return order;
 }
 
 }  // namespace weft::runtime

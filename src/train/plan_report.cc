@@ -88,29 +88,6 @@ constexpr std::array<const char*, kNumBufferCategories + 1> kColors = {
     "#4e79a7", "#bab0ac", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#b07aa1"};
 constexpr int kOptimizerIndex = kNumBufferCategories;
 
-std::string EscapeXml(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '&':
-        out += "&amp;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string FormatBytes(double bytes) {

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <limits>
 
-#include "weft/base/error.h"
 #include "weft/base/atomic_file.h"
+#include "weft/base/error.h"
 
 namespace weft {
 namespace {
@@ -13,29 +13,6 @@ namespace {
 constexpr const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
                                     "#9467bd", "#8c564b", "#e377c2", "#17becf"};
 constexpr double kLeft = 72, kRight = 24, kTop = 44, kBottom = 56;
-
-std::string Escape(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '&':
-        out += "&amp;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
 
 std::string Label(double value) {
   if (std::abs(value) < 1e-12) value = 0;  // no "-0" or "1e-17" at the origin
@@ -156,23 +133,23 @@ std::string RenderSvgPlot(std::span<const PlotSeries> series, const PlotOptions&
   if (!options.title.empty()) {
     svg += fmt::format(
         "<text x=\"{:.2f}\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">{}</text>\n", w / 2,
-        Escape(options.title));
+        EscapeXml(options.title));
   }
   if (!options.x_label.empty()) {
     svg += fmt::format("<text x=\"{:.2f}\" y=\"{:.2f}\" text-anchor=\"middle\">{}</text>\n",
-                       (kLeft + w - kRight) / 2, h - 14, Escape(options.x_label));
+                       (kLeft + w - kRight) / 2, h - 14, EscapeXml(options.x_label));
   }
   if (!options.y_label.empty()) {
     double cy = (kTop + h - kBottom) / 2;
     svg += fmt::format(
         "<text x=\"18\" y=\"{0:.2f}\" text-anchor=\"middle\" transform=\"rotate(-90 18 {0:.2f})\">"
         "{1}</text>\n",
-        cy, Escape(options.y_label));
+        cy, EscapeXml(options.y_label));
   }
   // Series: one polyline per run of usable points.
   for (size_t i = 0; i < series.size(); ++i) {
     const PlotSeries& s = series[i];
-    std::string color = s.color.empty() ? kPalette[i % std::size(kPalette)] : Escape(s.color);
+    std::string color = s.color.empty() ? kPalette[i % std::size(kPalette)] : EscapeXml(s.color);
     std::string points;
     auto flush = [&] {
       if (!points.empty()) {
@@ -197,12 +174,12 @@ std::string RenderSvgPlot(std::span<const PlotSeries> series, const PlotOptions&
   for (size_t i = 0; i < series.size(); ++i) {
     if (series[i].name.empty()) continue;
     std::string color =
-        series[i].color.empty() ? kPalette[i % std::size(kPalette)] : Escape(series[i].color);
+        series[i].color.empty() ? kPalette[i % std::size(kPalette)] : EscapeXml(series[i].color);
     double lx = w - kRight - 150;
     svg += fmt::format(
         "<line x1=\"{:.2f}\" y1=\"{:.2f}\" x2=\"{:.2f}\" y2=\"{:.2f}\" stroke=\"{}\" "
         "stroke-width=\"2\"/>\n<text x=\"{:.2f}\" y=\"{:.2f}\">{}</text>\n",
-        lx, ly - 4, lx + 20, ly - 4, color, lx + 26, ly, Escape(series[i].name));
+        lx, ly - 4, lx + 20, ly - 4, color, lx + 26, ly, EscapeXml(series[i].name));
     ly += 16;
   }
   svg += "</svg>\n";
@@ -212,6 +189,29 @@ std::string RenderSvgPlot(std::span<const PlotSeries> series, const PlotOptions&
 void WriteSvgPlot(const std::filesystem::path& path, std::span<const PlotSeries> series,
                   const PlotOptions& options) {
   WriteFileAtomically(path, RenderSvgPlot(series, options));
+}
+
+std::string EscapeXml(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
 }
 
 }  // namespace weft

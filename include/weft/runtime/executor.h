@@ -17,11 +17,10 @@
 // is freed right after its last use; an op whose operand dies with it writes
 // its result into that operand's buffer when nothing else references it
 // (elementwise ops, dynamic-update-slice — a scan's stacked carry is updated
-// in place —, scatter, all-reduce, collective-permute). Reshape, copy, bitcast-like slices, tuples and
-// get-tuple-element share bytes instead of copying. stats().peak_bytes is
-// the largest sum of the bytes of distinct buffers held at once during the
-// last Run: parameters (until their last use), constants (while used),
-// intermediates and outputs.
+// in place —, scatter, all-reduce, collective-permute). Reshape, copy, bitcast-like slices, tuples
+// and get-tuple-element share bytes instead of copying. stats().peak_bytes is the largest sum of
+// the bytes of distinct buffers held at once during the last Run: parameters (until their last
+// use), constants (while used), intermediates and outputs.
 //
 // Devices and ids: with the module's num_partitions P and replica_count R
 // both > 1, device d is partition d % P of replica d / P, and replica groups
@@ -143,6 +142,13 @@ class Executor {
   ExecutorStats stats_;
   std::unique_ptr<Impl> impl_;
 };
+
+// The order the executor runs a computation in: instructions reachable from
+// the root, operands first; parameters and the get-tuple-elements that read
+// them are hoisted to the front, so a carried tuple (a while body's
+// parameter) dies early and its leaves can be updated in place. The memory
+// planner (analysis/memory_plan.h) follows the same order.
+std::vector<HloInstruction*> ExecutionSchedule(const HloComputation& computation);
 
 // Runs the same per-device program on every device of `cluster` (one thread
 // each, one Executor each); inputs_per_device[d] are device d's inputs.

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace weft {
@@ -29,6 +30,9 @@ struct PlotOptions {
 // Tick values at multiples of 1, 2 or 5 × 10^k covering [lo, hi] with about
 // `target` intervals: the first tick ≤ lo, the last ≥ hi.
 std::vector<double> NiceTicks(double lo, double hi, int target = 5);
+
+// Text made safe for SVG/XML content and attribute values (< > & ").
+std::string EscapeXml(std::string_view text);
 
 std::string RenderSvgPlot(std::span<const PlotSeries> series, const PlotOptions& options);
 // Renders and writes atomically (temporary sibling, then rename).
