@@ -59,8 +59,9 @@ namespace internal {
 namespace {
 
 // The instruction set a call runs: the forced configuration's, else the
-// thread's default (WEFT_ISA, ScopedIsa, or the widest available).
-const simd::Primitives& SelectPrimitives(const AttentionOptions& options) {
+// thread's default for the dtype (WEFT_ISA, ScopedIsa, or the widest
+// available; avx512bf16 only for bfloat16 calls).
+const simd::Primitives& SelectPrimitives(const AttentionOptions& options, AttentionDtype dtype) {
   if (options.config && !options.config->isa.empty()) {
     const std::string& isa = options.config->isa;
     if (isa == "amx" || isa == "avx512bf16") simd::ScopedIsa check(isa.c_str());  // explains
@@ -75,14 +76,16 @@ const simd::Primitives& SelectPrimitives(const AttentionOptions& options) {
     }
     return *p;
   }
-  return simd::GetPrimitives();
+  return dtype == AttentionDtype::kBfloat16 ? simd::GetBf16Primitives() : simd::GetPrimitives();
 }
 
 }  // namespace
 
-Problem::Problem(const AttentionDims& dims, const AttentionOptions& options,
-                 AttentionDtype dtype, bool backward)
-    : d(dims), simd(SelectPrimitives(options)) {
+Problem::Problem(const AttentionDims& dims, const AttentionOptions& options, AttentionDtype dtype,
+                 bool backward)
+    : d(dims),
+      simd(SelectPrimitives(options, dtype)),
+      use_bf16(dtype == AttentionDtype::kBfloat16) {
   ValidateAttention(dims, options);
   scale = options.scale ? *options.scale : 1.0f / std::sqrt(static_cast<float>(d.head_dim));
   score_mod = options.score_mod;
@@ -138,6 +141,52 @@ void Problem::PackKt(const T* k) {
   });
 }
 
+int64_t Problem::KtPairsPanelSize() const { return PairPanel::Size(d.head_dim, bkp); }
+
+void Problem::PackKtPairs(const bf16* q, const bf16* k) {
+  q_bf16 = q;
+  const int64_t panel = KtPairsPanelSize();
+  kt_pairs.Resize(static_cast<size_t>(d.batch * d.kv_heads * nkb * panel));
+  ThreadPool::Global().ParallelFor(d.batch * d.kv_heads * nkb, [&](int64_t task, int) {
+    int64_t kb = task % nkb, bh = task / nkb;
+    PairPanel{kt_pairs.data() + task * panel, d.head_dim}.SetTransposed(
+        k + (bh * d.kv_len + kb * bk) * d.head_dim, KRows(kb), d.head_dim, d.head_dim, bkp);
+  });
+}
+
+void PairPanel::SetRows(const bf16* x, int64_t n, int64_t cols, int64_t ld,
+                        int64_t padded_cols) const {
+  constexpr int64_t C = simd::kPadN;
+  const int64_t stride = ChunkStride(), even_rows = (rows + 1) / 2 * 2;
+  for (int64_t c0 = 0; c0 < padded_cols; c0 += C) {
+    uint16_t* chunk = data + (c0 / C) * stride;
+    const int64_t width = std::max<int64_t>(0, std::min(C, cols - c0));
+    for (int64_t r = 0; r < even_rows; ++r) {
+      uint16_t* dst = chunk + (r / 2) * simd::kPairRow + r % 2;
+      const uint16_t* src = Bits(x + r * ld + c0);
+      const int64_t w = r < n ? width : 0;
+      for (int64_t j = 0; j < w; ++j) dst[2 * j] = src[j];
+      for (int64_t j = w; j < C; ++j) dst[2 * j] = 0;
+    }
+  }
+}
+
+void PairPanel::SetTransposed(const bf16* x, int64_t n, int64_t cols, int64_t ld,
+                              int64_t padded_cols) const {
+  constexpr int64_t C = simd::kPadN;
+  const int64_t stride = ChunkStride(), even_rows = (rows + 1) / 2 * 2;
+  for (int64_t c0 = 0; c0 < padded_cols; c0 += C) {
+    uint16_t* chunk = data + (c0 / C) * stride;  // row r holds x[c0 .. c0 + C][r]
+    const int64_t width = std::max<int64_t>(0, std::min(C, n - c0));
+    for (int64_t r = 0; r < even_rows; ++r) {
+      uint16_t* dst = chunk + (r / 2) * simd::kPairRow + r % 2;
+      const int64_t w = r < cols ? width : 0;
+      for (int64_t j = 0; j < w; ++j) dst[2 * j] = x[(c0 + j) * ld + r].bits;
+      for (int64_t j = w; j < C; ++j) dst[2 * j] = 0;
+    }
+  }
+}
+
 template void Problem::ScaleQ(const float*);
 template void Problem::ScaleQ(const bf16*);
 template void Problem::PackKt(const float*);
@@ -182,9 +231,18 @@ void ScoreTile(const Problem& p, int64_t b, int64_t h, int64_t qb, int64_t kb, b
                float* s, float* grad, uint8_t* keep) {
   const int64_t nq = p.QRows(qb), nk = p.KRows(kb);
   const int64_t q0 = qb * p.bq, k0 = kb * p.bk;
-  BOperand kt = KtPanel(p, b, h / p.group, kb).Rows(0);
-  p.simd.gemm(nq, p.bkp, p.d.head_dim, p.QScaledRows(b, h, qb), p.d.head_dim, kt.data, kt.ldb,
-              kt.chunk_stride, s, p.bkp, false);
+  if (p.use_bf16) {
+    // bf16 Q rows as given, times the pair-packed K^T panel, then the scale.
+    const int64_t panel = ((b * p.d.kv_heads + h / p.group) * p.nkb + kb) * p.KtPairsPanelSize();
+    const bf16* q = p.q_bf16 + ((b * p.d.q_heads + h) * p.d.q_len + q0) * p.d.head_dim;
+    p.simd.gemm_bf16(nq, p.bkp, p.d.head_dim, Bits(q), p.d.head_dim, p.kt_pairs.data() + panel,
+                     simd::PairChunkSize(p.d.head_dim), s, p.bkp, false);
+    for (int64_t i = 0; i < nq; ++i) p.simd.scale(s + i * p.bkp, nk, p.scale);
+  } else {
+    BOperand kt = KtPanel(p, b, h / p.group, kb).Rows(0);
+    p.simd.gemm(nq, p.bkp, p.d.head_dim, p.QScaledRows(b, h, qb), p.d.head_dim, kt.data, kt.ldb,
+                kt.chunk_stride, s, p.bkp, false);
+  }
   if (p.score_mod != nullptr) {
     p.score_mod->Apply(b, h, q0, nq, k0, nk, s, p.bkp, grad);
   } else if (grad != nullptr) {
@@ -202,15 +260,6 @@ void ScoreTile(const Problem& p, int64_t b, int64_t h, int64_t qb, int64_t kb, b
   if (nk < p.bkp) {
     for (int64_t i = 0; i < nq; ++i) std::fill(s + i * p.bkp + nk, s + (i + 1) * p.bkp, kNegInf);
   }
-}
-
-void Transpose(const float* x, int64_t rows, int64_t cols, int64_t ld_in, float* y,
-               int64_t ld_out) {
-  constexpr int64_t kTile = 16;  // cache-friendly tiles
-  for (int64_t r0 = 0; r0 < rows; r0 += kTile)
-    for (int64_t c0 = 0; c0 < cols; c0 += kTile)
-      for (int64_t r = r0; r < std::min(rows, r0 + kTile); ++r)
-        for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c) y[c * ld_out + r] = x[r * ld_in + c];
 }
 
 }  // namespace internal

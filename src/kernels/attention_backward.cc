@@ -27,7 +27,7 @@ namespace {
 // The backward's GEMM B operands, packed once per call (O(S * D) memory).
 struct BackwardOperands {
   const float* lse;
-  const float* dout;   // [B, Hq, Sq, Dv] as given
+  const float* dout;   // [B, Hq, Sq, Dv] as given (float32 calls)
   const float* delta;  // [B, Hq, Sq]
   float* q_rows;       // per (b, q head): chunked [Sq x dp]
   float* do_rows;      // per (b, q head): chunked [Sq x dvp]
@@ -35,30 +35,108 @@ struct BackwardOperands {
   float* vt;           // per (b, kv head, kv block): chunked [Dv x bkp]
 };
 
+// bfloat16 calls: pair-packed panels (internal::PairPanel) per tile, so a
+// tile starting at an odd row still begins a pair.
+struct Bf16Operands {
+  const uint16_t* dout = nullptr;   // [B, Hq, Sq, Dv] as given: dP's A operand
+  uint16_t* q = nullptr;            // per (b, q head, q tile): [bq x dp]
+  uint16_t* dout_panels = nullptr;  // per (b, q head, q tile): [bq x dvp]
+  uint16_t* k = nullptr;            // per (b, kv head, kv tile): [bk x dp]
+  uint16_t* vt = nullptr;           // per (b, kv head, kv tile): [Dv x bkp]
+  int64_t q_panel = 0, do_panel = 0, k_panel = 0, vt_panel = 0;  // elements per panel
+
+  explicit Bf16Operands(const Problem& p)
+      : q_panel(internal::PairPanel::Size(p.bq, p.dp)),
+        do_panel(internal::PairPanel::Size(p.bq, p.dvp)),
+        k_panel(internal::PairPanel::Size(p.bk, p.dp)),
+        vt_panel(internal::PairPanel::Size(p.d.value_dim, p.bkp)) {}
+};
+
 struct BackwardScratch {
   AlignedBuffer<float> p, g, dp, pt, dst;
   AlignedBuffer<uint8_t> keep;
   AlignedBuffer<float> dk, dv;  // one kv block's accumulators [bk, dp], [bk, dvp]
   AlignedBuffer<float> dq;      // query accumulators [rows, dp]
+  // bf16 calls: P and dS rounded to bf16 [bq x bkp], and their transposes [bk x bq].
+  AlignedBuffer<uint16_t> p_bf16, ds_bf16, pt_bf16, dst_bf16;
 
   void Reserve(const Problem& p) {
     this->p.Resize(p.bq * p.bkp);
     g.Resize(p.bq * p.bkp);
     dp.Resize(p.bq * p.bkp);
-    pt.Resize(p.bk * p.bq);
-    dst.Resize(p.bk * p.bq);
     keep.Resize(p.bq * p.bkp);
     dk.Resize(p.bk * p.dp);
     dv.Resize(p.bk * p.dvp);
+    if (p.use_bf16) {
+      p_bf16.Resize(p.bq * p.bkp);
+      ds_bf16.Resize(p.bq * p.bkp);
+      pt_bf16.Resize(p.bk * p.bq);
+      dst_bf16.Resize(p.bk * p.bq);
+    } else {
+      pt.Resize(p.bk * p.bq);
+      dst.Resize(p.bk * p.bq);
+    }
   }
 };
+
+// dS = P * (dP - Delta) * scale (times the score mod's derivative where P is
+// not 0), in place of dP in w.dp.
+void SoftmaxGradRows(const Problem& p, const BackwardOperands& x, BackwardScratch& w, int64_t row0,
+                     int64_t nq, int64_t nk) {
+  const float* P = w.p.data();
+  float* dP = w.dp.data();
+  const float* G = p.score_mod != nullptr ? w.g.data() : nullptr;
+  for (int64_t i = 0; i < nq; ++i) {
+    p.simd.softmax_grad(P + i * p.bkp, dP + i * p.bkp, x.delta[row0 + i], p.scale, dP + i * p.bkp,
+                        nk);
+    if (G != nullptr) {
+      float* ds = dP + i * p.bkp;
+      const float* g = G + i * p.bkp;
+      for (int64_t j = 0; j < nk; ++j) ds[j] = P[i * p.bkp + j] == 0.0f ? 0.0f : ds[j] * g[j];
+    }
+  }
+}
+
+// The bf16 GEMMs of one tile, P (float32, in w.p) given: P and dS are
+// rounded to bf16 as GEMM A operands (as FlashAttention does); dP, dS and
+// the accumulators stay float32.
+void TileGradsBf16(const Problem& p, const BackwardOperands& x, const Bf16Operands& y,
+                   BackwardScratch& w, int64_t bh, int64_t bkvh, int64_t qb, int64_t kb, float* dq,
+                   float* dk, float* dv) {
+  const AttentionDims& d = p.d;
+  const int64_t nq = p.QRows(qb), nk = p.KRows(kb);
+  const int64_t row0 = bh * d.q_len + qb * p.bq;
+  const int64_t q_tile = bh * p.nqb + qb, k_tile = bkvh * p.nkb + kb;
+  if (dv != nullptr) {
+    uint16_t* pb = w.p_bf16.data();
+    for (int64_t i = 0; i < nq; ++i) p.simd.f32_to_bf16(w.p.data() + i * p.bkp, pb + i * p.bkp, nk);
+    internal::Transpose(pb, nq, nk, p.bkp, w.pt_bf16.data(), p.bq);
+    p.simd.gemm_bf16(nk, p.dvp, nq, w.pt_bf16.data(), p.bq, y.dout_panels + q_tile * y.do_panel,
+                     simd::PairChunkSize(p.bq), dv, p.dvp, true);
+  }
+  float* dP = w.dp.data();
+  p.simd.gemm_bf16(nq, p.bkp, d.value_dim, y.dout + row0 * d.value_dim, d.value_dim,
+                   y.vt + k_tile * y.vt_panel, simd::PairChunkSize(d.value_dim), dP, p.bkp, false);
+  SoftmaxGradRows(p, x, w, row0, nq, nk);
+  uint16_t* dsb = w.ds_bf16.data();
+  for (int64_t i = 0; i < nq; ++i) p.simd.f32_to_bf16(dP + i * p.bkp, dsb + i * p.bkp, nk);
+  if (dk != nullptr) {
+    internal::Transpose(dsb, nq, nk, p.bkp, w.dst_bf16.data(), p.bq);
+    p.simd.gemm_bf16(nk, p.dp, nq, w.dst_bf16.data(), p.bq, y.q + q_tile * y.q_panel,
+                     simd::PairChunkSize(p.bq), dk, p.dp, true);
+  }
+  if (dq != nullptr) {
+    p.simd.gemm_bf16(nq, p.dp, nk, dsb, p.bkp, y.k + k_tile * y.k_panel, simd::PairChunkSize(p.bk),
+                     dq, p.dp, true);
+  }
+}
 
 // Adds the contributions of one (query block, kv block) tile: to dq (rows of
 // the query block, leading dim p.dp) and to dk/dv (rows of the kv block);
 // a null accumulator is skipped.
-void TileBackward(const Problem& p, const BackwardOperands& x, BackwardScratch& w, int64_t b,
-                  int64_t h, int64_t qb, int64_t kb, bool partial, float* dq, float* dk,
-                  float* dv) {
+void TileBackward(const Problem& p, const BackwardOperands& x, const Bf16Operands& y,
+                  BackwardScratch& w, int64_t b, int64_t h, int64_t qb, int64_t kb, bool partial,
+                  float* dq, float* dk, float* dv) {
   const AttentionDims& d = p.d;
   const int64_t nq = p.QRows(qb), nk = p.KRows(kb);
   const int64_t kvh = h / p.group;
@@ -78,6 +156,10 @@ void TileBackward(const Problem& p, const BackwardOperands& x, BackwardScratch& 
     }
   }
   const int64_t bh = b * d.q_heads + h, bkvh = b * d.kv_heads + kvh;
+  if (p.use_bf16) {
+    TileGradsBf16(p, x, y, w, bh, bkvh, qb, kb, dq, dk, dv);
+    return;
+  }
   if (dv != nullptr) {
     internal::Transpose(P, nq, nk, p.bkp, w.pt.data(), p.bq);
     internal::BOperand dO =
@@ -90,16 +172,7 @@ void TileBackward(const Problem& p, const BackwardOperands& x, BackwardScratch& 
       internal::Chunked{x.vt + (bkvh * p.nkb + kb) * d.value_dim * p.bkp, d.value_dim}.Rows(0);
   p.simd.gemm(nq, p.bkp, d.value_dim, x.dout + row0 * d.value_dim, d.value_dim, vt.data, vt.ldb,
               vt.chunk_stride, dP, p.bkp, false);
-  // dS overwrites dP.
-  for (int64_t i = 0; i < nq; ++i) {
-    p.simd.softmax_grad(P + i * p.bkp, dP + i * p.bkp, x.delta[row0 + i], p.scale,
-                        dP + i * p.bkp, nk);
-    if (G != nullptr) {
-      float* ds = dP + i * p.bkp;
-      const float* g = G + i * p.bkp;
-      for (int64_t j = 0; j < nk; ++j) ds[j] = P[i * p.bkp + j] == 0.0f ? 0.0f : ds[j] * g[j];
-    }
-  }
+  SoftmaxGradRows(p, x, w, row0, nq, nk);
   if (dk != nullptr) {
     internal::Transpose(dP, nq, nk, p.bkp, w.dst.data(), p.bq);
     internal::BOperand qr =
@@ -132,60 +205,83 @@ template <typename T>
 void Backward(const AttentionDims& dims, const T* q, const T* k, const T* v, const T* out,
               const float* lse, const T* dout_in, const float* dlse,
               const AttentionOptions& options, AttentionDtype dtype, T* dq, T* dk, T* dv) {
+  constexpr bool kBf16 = std::is_same_v<T, bf16>;
   Problem p(dims, options, dtype, /*backward=*/true);
   const AttentionDims& d = p.d;
   ThreadPool& pool = ThreadPool::Global();
-  p.ScaleQ(q);
-  p.PackKt(k);
 
   // Packed operands (O(S * D) memory) and Delta.
   const int64_t q_rows_total = d.batch * d.q_heads * d.q_len;
   const int64_t k_rows_total = d.batch * d.kv_heads * d.kv_len;
-  AlignedBuffer<float> q_rows(q_rows_total * p.dp), do_rows(q_rows_total * p.dvp),
-      delta(q_rows_total), k_rows(k_rows_total * p.dp),
-      vt(d.batch * d.kv_heads * p.nkb * d.value_dim * p.bkp);
-  // dO is also a row-major GEMM A operand: bf16 needs a float32 copy.
-  AlignedBuffer<float> dout_f;
-  const float* dout = nullptr;
-  if constexpr (std::is_same_v<T, float>) {
-    dout = dout_in;
-  } else {
-    dout_f.Resize(q_rows_total * d.value_dim);
-    dout = dout_f.data();
-  }
   const int64_t q_heads = d.batch * d.q_heads;
-  pool.ParallelFor(q_heads * p.nqb, [&](int64_t task, int) {
-    const int64_t bh = task / p.nqb, qb = task % p.nqb;
-    const int64_t row0 = bh * d.q_len + qb * p.bq, rows = p.QRows(qb);
-    if constexpr (!std::is_same_v<T, float>) {
-      internal::ToFloats(p.simd, dout_in + row0 * d.value_dim, dout_f.data() + row0 * d.value_dim,
-                         rows * d.value_dim);
-    }
-    internal::Chunked{q_rows.data() + bh * d.q_len * p.dp, d.q_len}.SetRows(
-        p.simd, qb * p.bq, q + row0 * d.head_dim, rows, d.head_dim, d.head_dim, p.dp);
-    internal::Chunked{do_rows.data() + bh * d.q_len * p.dvp, d.q_len}.SetRows(
-        p.simd, qb * p.bq, dout + row0 * d.value_dim, rows, d.value_dim, d.value_dim, p.dvp);
-    float out_row[kMaxHeadDim];
-    for (int64_t r = row0; r < row0 + rows; ++r) {
-      const float* o = nullptr;
-      if constexpr (std::is_same_v<T, float>) {
-        o = out + r * d.value_dim;
-      } else {
+  AlignedBuffer<float> q_rows, do_rows, delta(q_rows_total), k_rows, vt;
+  AlignedBuffer<uint16_t> q_pairs, do_pairs, k_pairs, vt_pairs;
+  Bf16Operands y(p);
+  const float* dout = nullptr;
+  if constexpr (kBf16) {
+    p.PackKtPairs(q, k);
+    const int64_t q_tiles = q_heads * p.nqb, k_tiles = d.batch * d.kv_heads * p.nkb;
+    q_pairs.Resize(q_tiles * y.q_panel);
+    do_pairs.Resize(q_tiles * y.do_panel);
+    k_pairs.Resize(k_tiles * y.k_panel);
+    vt_pairs.Resize(k_tiles * y.vt_panel);
+    y.dout = internal::Bits(dout_in);
+    y.q = q_pairs.data();
+    y.dout_panels = do_pairs.data();
+    y.k = k_pairs.data();
+    y.vt = vt_pairs.data();
+    pool.ParallelFor(q_tiles, [&](int64_t task, int) {
+      const int64_t bh = task / p.nqb, qb = task % p.nqb;
+      const int64_t row0 = bh * d.q_len + qb * p.bq, rows = p.QRows(qb);
+      internal::PairPanel{y.q + task * y.q_panel, p.bq}.SetRows(q + row0 * d.head_dim, rows,
+                                                                d.head_dim, d.head_dim, p.dp);
+      internal::PairPanel{y.dout_panels + task * y.do_panel, p.bq}.SetRows(
+          dout_in + row0 * d.value_dim, rows, d.value_dim, d.value_dim, p.dvp);
+      float out_row[kMaxHeadDim], dout_row[kMaxHeadDim];
+      for (int64_t r = row0; r < row0 + rows; ++r) {
         internal::ToFloats(p.simd, out + r * d.value_dim, out_row, d.value_dim);
-        o = out_row;
+        internal::ToFloats(p.simd, dout_in + r * d.value_dim, dout_row, d.value_dim);
+        float dot = p.simd.dot(dout_row, out_row, d.value_dim);
+        delta[r] = dot - (dlse != nullptr ? dlse[r] : 0.0f);
       }
-      float dot = p.simd.dot(dout + r * d.value_dim, o, d.value_dim);
-      delta[r] = dot - (dlse != nullptr ? dlse[r] : 0.0f);
-    }
-  });
-  pool.ParallelFor(d.batch * d.kv_heads * p.nkb, [&](int64_t task, int) {
-    const int64_t bkvh = task / p.nkb, kb = task % p.nkb;
-    const int64_t row0 = bkvh * d.kv_len + kb * p.bk, rows = p.KRows(kb);
-    internal::Chunked{k_rows.data() + bkvh * d.kv_len * p.dp, d.kv_len}.SetRows(
-        p.simd, kb * p.bk, k + row0 * d.head_dim, rows, d.head_dim, d.head_dim, p.dp);
-    internal::Chunked{vt.data() + task * d.value_dim * p.bkp, d.value_dim}.SetTransposed(
-        v + row0 * d.value_dim, rows, d.value_dim, d.value_dim, p.bkp);
-  });
+    });
+    pool.ParallelFor(k_tiles, [&](int64_t task, int) {
+      const int64_t bkvh = task / p.nkb, kb = task % p.nkb;
+      const int64_t row0 = bkvh * d.kv_len + kb * p.bk, rows = p.KRows(kb);
+      internal::PairPanel{y.k + task * y.k_panel, p.bk}.SetRows(k + row0 * d.head_dim, rows,
+                                                                d.head_dim, d.head_dim, p.dp);
+      internal::PairPanel{y.vt + task * y.vt_panel, d.value_dim}.SetTransposed(
+          v + row0 * d.value_dim, rows, d.value_dim, d.value_dim, p.bkp);
+    });
+  } else {
+    p.ScaleQ(q);
+    p.PackKt(k);
+    q_rows.Resize(q_rows_total * p.dp);
+    do_rows.Resize(q_rows_total * p.dvp);
+    k_rows.Resize(k_rows_total * p.dp);
+    vt.Resize(d.batch * d.kv_heads * p.nkb * d.value_dim * p.bkp);
+    dout = dout_in;
+    pool.ParallelFor(q_heads * p.nqb, [&](int64_t task, int) {
+      const int64_t bh = task / p.nqb, qb = task % p.nqb;
+      const int64_t row0 = bh * d.q_len + qb * p.bq, rows = p.QRows(qb);
+      internal::Chunked{q_rows.data() + bh * d.q_len * p.dp, d.q_len}.SetRows(
+          p.simd, qb * p.bq, q + row0 * d.head_dim, rows, d.head_dim, d.head_dim, p.dp);
+      internal::Chunked{do_rows.data() + bh * d.q_len * p.dvp, d.q_len}.SetRows(
+          p.simd, qb * p.bq, dout + row0 * d.value_dim, rows, d.value_dim, d.value_dim, p.dvp);
+      for (int64_t r = row0; r < row0 + rows; ++r) {
+        float dot = p.simd.dot(dout + r * d.value_dim, out + r * d.value_dim, d.value_dim);
+        delta[r] = dot - (dlse != nullptr ? dlse[r] : 0.0f);
+      }
+    });
+    pool.ParallelFor(d.batch * d.kv_heads * p.nkb, [&](int64_t task, int) {
+      const int64_t bkvh = task / p.nkb, kb = task % p.nkb;
+      const int64_t row0 = bkvh * d.kv_len + kb * p.bk, rows = p.KRows(kb);
+      internal::Chunked{k_rows.data() + bkvh * d.kv_len * p.dp, d.kv_len}.SetRows(
+          p.simd, kb * p.bk, k + row0 * d.head_dim, rows, d.head_dim, d.head_dim, p.dp);
+      internal::Chunked{vt.data() + task * d.value_dim * p.bkp, d.value_dim}.SetTransposed(
+          v + row0 * d.value_dim, rows, d.value_dim, d.value_dim, p.bkp);
+    });
+  }
   BackwardOperands x{lse,         dout,          delta.data(), q_rows.data(),
                      do_rows.data(), k_rows.data(), vt.data()};
 
@@ -218,7 +314,7 @@ void Backward(const AttentionDims& dims, const T* q, const T* k, const T* v, con
           const int64_t h = kvh * p.group + g;
           internal::ForEachQTile(p, b, h, kb, [&](int64_t qb, bool partial) {
             float* dq_rows = w.dq.data() + (g * d.q_len + qb * p.bq) * p.dp;
-            TileBackward(p, x, w, b, h, qb, kb, partial, dq_rows, w.dk.data(), w.dv.data());
+            TileBackward(p, x, y, w, b, h, qb, kb, partial, dq_rows, w.dk.data(), w.dv.data());
           });
         }
         store_kv_block(w, b, kvh, kb);
@@ -243,7 +339,7 @@ void Backward(const AttentionDims& dims, const T* q, const T* k, const T* v, con
     for (int64_t g = 0; g < p.group; ++g) {
       const int64_t h = kvh * p.group + g;
       internal::ForEachQTile(p, b, h, kb, [&](int64_t qb, bool partial) {
-        TileBackward(p, x, w, b, h, qb, kb, partial, nullptr, w.dk.data(), w.dv.data());
+        TileBackward(p, x, y, w, b, h, qb, kb, partial, nullptr, w.dk.data(), w.dv.data());
       });
     }
     store_kv_block(w, b, kvh, kb);
@@ -256,7 +352,7 @@ void Backward(const AttentionDims& dims, const T* q, const T* k, const T* v, con
     w.dq.Resize(p.bq * p.dp);
     w.dq.Zero();
     internal::ForEachKvTile(p, b, h, qb, [&](int64_t kb, bool partial) {
-      TileBackward(p, x, w, b, h, qb, kb, partial, w.dq.data(), nullptr, nullptr);
+      TileBackward(p, x, y, w, b, h, qb, kb, partial, w.dq.data(), nullptr, nullptr);
     });
     StoreRows(p.simd, w.dq.data(), p.QRows(qb), d.head_dim, p.dp,
               dq + (bh * d.q_len + qb * p.bq) * d.head_dim);

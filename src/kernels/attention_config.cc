@@ -60,7 +60,8 @@ std::vector<Candidate> MakeCandidates(const ConfigProblem& p, int64_t limit, boo
       c.tiles = {m, n};
       c.limit = limit;
       auto add = [&](AttentionKernel k) {
-        c.working_sets.emplace_back(k, WorkingSetBytes(k, p.dims, c.tiles, p.has_score_mod));
+        c.working_sets.emplace_back(k,
+                                    WorkingSetBytes(k, p.dims, c.tiles, p.has_score_mod, p.dtype));
       };
       if (backward) {
         add(AttentionKernel::kBackwardDq);
@@ -118,10 +119,37 @@ int64_t CacheLimitBytes() {
 }
 
 int64_t WorkingSetBytes(AttentionKernel kernel, const AttentionDims& d, TileSizes t,
-                        bool has_score_mod) {
+                        bool has_score_mod, AttentionDtype dtype) {
   const int64_t m = t.block_m, n = t.block_n, np = simd::PadN(n);
   const int64_t dp = simd::PadN(d.head_dim), dvp = simd::PadN(d.value_dim);
   const int64_t f = sizeof(float);
+  if (dtype == AttentionDtype::kBfloat16) {
+    // GEMM operands in bf16 (pair-packed panels round their k rows up to
+    // even: at most one extra row, counted).
+    const int64_t h = 2, de = d.head_dim + 1, dve = d.value_dim + 1, me = m + 1, ne = n + 1;
+    // Score tile (float32) and mask bytes, Q rows, the K^T panel.
+    int64_t bytes = m * np * f + m * np + m * d.head_dim * h + de * np * h;
+    switch (kernel) {
+      case AttentionKernel::kForward:
+        // O accumulator, m and l, P in bf16, the V panel.
+        bytes += m * dvp * f + 2 * m * f + m * np * h + ne * dvp * h;
+        break;
+      case AttentionKernel::kBackwardDq:
+        // dP, score-mod gradient, dS in bf16, dO rows, V^T panel, K panel,
+        // dq accumulator.
+        bytes += m * np * f + (has_score_mod ? m * np * f : 0) + m * np * h + m * d.value_dim * h +
+                 dve * np * h + ne * dp * h + m * dp * f;
+        break;
+      case AttentionKernel::kBackwardDkDv:
+        // dP, score-mod gradient, P and dS in bf16 and transposed, dO rows
+        // and panel, Q panel, V^T panel, dk and dv accumulators.
+        bytes += m * np * f + (has_score_mod ? m * np * f : 0) + 2 * m * np * h + 2 * n * m * h +
+                 m * d.value_dim * h + me * dvp * h + me * dp * h + dve * np * h + n * dp * f +
+                 n * dvp * f;
+        break;
+    }
+    return bytes;
+  }
   // Live in every kernel's inner loop: the score tile (and its mask bytes),
   // the scaled Q rows and the K^T panel that produce it.
   int64_t bytes = m * np * f + m * np + m * d.head_dim * f + d.head_dim * np * f;

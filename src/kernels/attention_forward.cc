@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "attention_internal.h"
@@ -20,28 +21,51 @@ struct ForwardScratch {
   AlignedBuffer<float> s, o, m, l;
   AlignedBuffer<uint8_t> keep;
   AlignedBuffer<float> v;  // one kv block of V, Dv padded
+  AlignedBuffer<uint16_t> p_bf16;  // bf16 calls: P rounded to bf16, [bq x bkp]
 };
 
-// T is the storage type of q, k, v and out (float or bf16); compute is float32.
+// T is the storage type of q, k, v and out (float or bf16). float32 runs the
+// float32 GEMMs; bf16 runs S = Q K^T and O += P V as bf16 GEMMs (P rounded
+// to bf16, as FlashAttention does) with float32 accumulation. The softmax
+// statistics and O are float32 in both.
 template <typename T>
 void Forward(const AttentionDims& dims, const T* q, const T* k, const T* v,
              const AttentionOptions& options, AttentionDtype dtype, T* out, float* lse) {
+  constexpr bool kBf16 = std::is_same_v<T, bf16>;
   Problem p(dims, options, dtype, /*backward=*/false);
-  p.ScaleQ(q);
-  p.PackKt(k);
+  if constexpr (kBf16) {
+    p.PackKtPairs(q, k);
+  } else {
+    p.ScaleQ(q);
+    p.PackKt(k);
+  }
   const AttentionDims& d = p.d;
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-  // V per (b, kv head) as a chunked [Skv x dvp] matrix.
-  AlignedBuffer<float> vp(static_cast<size_t>(d.batch * d.kv_heads * d.kv_len * p.dvp));
+  // float32: V per (b, kv head) as a chunked [Skv x dvp] matrix.
+  // bf16: V per (b, kv head, kv tile) as a pair-packed [bk x dvp] panel (a
+  // tile may start at an odd key when the mask block is odd).
+  AlignedBuffer<float> vp;
+  AlignedBuffer<uint16_t> v_pairs;
   auto v_head = [&](int64_t bkvh) {
     return internal::Chunked{vp.data() + bkvh * d.kv_len * p.dvp, d.kv_len};
   };
+  const int64_t v_panel = internal::PairPanel::Size(p.bk, p.dvp);
+  if constexpr (kBf16) {
+    v_pairs.Resize(static_cast<size_t>(d.batch * d.kv_heads * p.nkb * v_panel));
+  } else {
+    vp.Resize(static_cast<size_t>(d.batch * d.kv_heads * d.kv_len * p.dvp));
+  }
   ThreadPool& pool = ThreadPool::Global();
   pool.ParallelFor(d.batch * d.kv_heads * p.nkb, [&](int64_t task, int) {
     int64_t kb = task % p.nkb, bh = task / p.nkb;
-    v_head(bh).SetRows(p.simd, kb * p.bk, v + (bh * d.kv_len + kb * p.bk) * d.value_dim, p.KRows(kb),
-                       d.value_dim, d.value_dim, p.dvp);
+    const T* rows = v + (bh * d.kv_len + kb * p.bk) * d.value_dim;
+    if constexpr (kBf16) {
+      internal::PairPanel{v_pairs.data() + task * v_panel, p.bk}.SetRows(
+          rows, p.KRows(kb), d.value_dim, d.value_dim, p.dvp);
+    } else {
+      v_head(bh).SetRows(p.simd, kb * p.bk, rows, p.KRows(kb), d.value_dim, d.value_dim, p.dvp);
+    }
   });
 
   std::vector<ForwardScratch> scratch(pool.num_threads());
@@ -59,12 +83,13 @@ void Forward(const AttentionDims& dims, const T* q, const T* k, const T* v,
     w.m.Resize(p.bq);
     w.l.Resize(p.bq);
     w.keep.Resize(p.bq * p.bkp);
+    if constexpr (kBf16) w.p_bf16.Resize(p.bq * p.bkp);
     w.o.Zero();
     for (int64_t i = 0; i < nq; ++i) {
       w.m[i] = kNegInf;
       w.l[i] = 0;
     }
-    const internal::Chunked vhead = v_head(b * d.kv_heads + kvh);
+    const int64_t bkvh = b * d.kv_heads + kvh;
 
     internal::ForEachKvTile(p, b, h, qb, [&](int64_t kb, bool partial) {
       const int64_t nk = p.KRows(kb);
@@ -85,9 +110,16 @@ void Forward(const AttentionDims& dims, const T* q, const T* k, const T* v,
         w.l[i] = w.l[i] * alpha + sum;
         w.m[i] = m_new;
       }
-      internal::BOperand vb = vhead.Rows(kb * p.bk);
-      p.simd.gemm(nq, p.dvp, nk, s, p.bkp, vb.data, vb.ldb, vb.chunk_stride, w.o.data(), p.dvp,
-                  true);
+      if constexpr (kBf16) {
+        uint16_t* pb = w.p_bf16.data();
+        for (int64_t i = 0; i < nq; ++i) p.simd.f32_to_bf16(s + i * p.bkp, pb + i * p.bkp, nk);
+        p.simd.gemm_bf16(nq, p.dvp, nk, pb, p.bkp, v_pairs.data() + (bkvh * p.nkb + kb) * v_panel,
+                         simd::PairChunkSize(p.bk), w.o.data(), p.dvp, true);
+      } else {
+        internal::BOperand vb = v_head(bkvh).Rows(kb * p.bk);
+        p.simd.gemm(nq, p.dvp, nk, s, p.bkp, vb.data, vb.ldb, vb.chunk_stride, w.o.data(), p.dvp,
+                    true);
+      }
     });
 
     T* out_rows = out + (bh * d.q_len + qb * p.bq) * d.value_dim;

@@ -31,6 +31,9 @@ struct Problem {
   const BlockMask* mask = nullptr;   // never null: `dense` when no mask was given
   std::optional<BlockMask> dense;
   const simd::Primitives& simd;
+  // bfloat16 call: the GEMMs take bf16 operands (simd gemm_bf16, pair-packed
+  // B panels) and accumulate in float32; see ScoreTile.
+  bool use_bf16 = false;
   ChosenTiles chosen;              // the tiles and where they came from
   int64_t group = 1;               // query heads per kv head
   int64_t bq = 0, bk = 0;          // kernel tile sizes (divide the mask's blocks)
@@ -60,6 +63,14 @@ struct Problem {
   AlignedBuffer<float> kt;
   template <typename T>
   void PackKt(const T* k);
+
+  // bfloat16 calls instead: Q as given (scores are scaled after the GEMM:
+  // q * scale would round to bf16 once more), and K^T as pair-packed
+  // [D x bkp] panels, one per (b, kv head, kv block).
+  const bf16* q_bf16 = nullptr;
+  AlignedBuffer<uint16_t> kt_pairs;
+  void PackKtPairs(const bf16* q, const bf16* k);
+  int64_t KtPairsPanelSize() const;
 };
 
 // dst[0..n) = src as float32 (a copy, or the bfloat16 conversion).
@@ -105,6 +116,27 @@ struct Chunked {
   template <typename T>
   void SetTransposed(const T* x, int64_t n, int64_t cols, int64_t ld, int64_t padded_cols) const;
 };
+
+// A pair-packed GEMM B operand [rows x padded cols] of bfloat16 (see
+// simd::Primitives::gemm_bf16): chunk c holds columns c*kPadN .. as
+// ceil(rows/2) rows of kPadN (k, k+1) pairs; rows past the data are zero.
+struct PairPanel {
+  uint16_t* data;
+  int64_t rows;
+  int64_t ChunkStride() const { return simd::PairChunkSize(rows); }
+  // Elements of a panel with `rows` rows and padded_cols columns.
+  static int64_t Size(int64_t rows, int64_t padded_cols) {
+    return padded_cols / simd::kPadN * simd::PairChunkSize(rows);
+  }
+  // Writes x [n x cols] (leading dim ld) as rows 0 .. n, zero-filling rows
+  // n .. rows and columns cols .. padded_cols.
+  void SetRows(const bf16* x, int64_t n, int64_t cols, int64_t ld, int64_t padded_cols) const;
+  // Writes x^T (x is [n x cols], leading dim ld) as rows 0 .. cols and
+  // columns 0 .. n, zero-filling columns n .. padded_cols.
+  void SetTransposed(const bf16* x, int64_t n, int64_t cols, int64_t ld, int64_t padded_cols) const;
+};
+
+inline const uint16_t* Bits(const bf16* x) { return reinterpret_cast<const uint16_t*>(x); }
 
 inline Chunked KtPanel(const Problem& p, int64_t b, int64_t kvh, int64_t kb) {
   float* base = const_cast<float*>(p.kt.data());
@@ -155,7 +187,14 @@ void ForEachQTile(const Problem& p, int64_t b, int64_t h, int64_t kt, Fn&& fn) {
 }
 
 // y[c][r] = x[r][c] for a rows x cols tile; y has leading dim ld_out.
-void Transpose(const float* x, int64_t rows, int64_t cols, int64_t ld_in, float* y,
-               int64_t ld_out);
+template <typename T>
+void Transpose(const T* x, int64_t rows, int64_t cols, int64_t ld_in, T* y, int64_t ld_out) {
+  constexpr int64_t kTile = 16;  // cache-friendly tiles
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile)
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile)
+      for (int64_t r = r0; r < std::min(rows, r0 + kTile); ++r)
+        for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c)
+          y[c * ld_out + r] = x[r * ld_in + c];
+}
 
 }  // namespace weft::kernels::internal

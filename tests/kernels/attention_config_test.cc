@@ -104,30 +104,32 @@ TEST(AttentionConfig, ChosenWorkingSetNeverExceedsTheLimit) {
     for (int64_t D : {16, 64, 128, 256})
       for (int64_t S : {1, 40, 1000, 8192})
         for (int64_t block : {0, 64, 128})
-          for (bool score_mod : {false, true}) {
-            ConfigProblem p;
-            p.dims = AttentionDims{1, 1, 1, S, S, D, D};
-            p.has_score_mod = score_mod;
-            p.has_mask = block > 0;
-            p.mask_q_block = p.mask_kv_block = block;
-            for (bool backward : {false, true}) {
-              ChosenTiles t = ChooseTiles(p, AttentionOptions{}, backward);
-              SCOPED_TRACE(fmt::format("limit {} D {} S {} block {} backward {}", limit, D, S,
-                                       block, backward));
-              const auto cands =
-                  backward ? BackwardCandidates(p, bytes) : ForwardCandidates(p, bytes);
-              if (t.fits) {
-                EXPECT_LE(t.bytes, bytes);
-              } else {
-                // Only the minimal configuration may exceed the limit.
-                EXPECT_EQ(t.tiles, cands.front().tiles);
-              }
-              if (block > 0) {
-                EXPECT_EQ(block % t.tiles.block_m, 0);
-                EXPECT_EQ(block % t.tiles.block_n, 0);
+          for (int bits : {32, 16})
+            for (bool score_mod : {false, true}) {
+              ConfigProblem p;
+              p.dims = AttentionDims{1, 1, 1, S, S, D, D};
+              p.dtype = bits == 16 ? AttentionDtype::kBfloat16 : AttentionDtype::kFloat32;
+              p.has_score_mod = score_mod;
+              p.has_mask = block > 0;
+              p.mask_q_block = p.mask_kv_block = block;
+              for (bool backward : {false, true}) {
+                ChosenTiles t = ChooseTiles(p, AttentionOptions{}, backward);
+                SCOPED_TRACE(fmt::format("limit {} D {} S {} block {} backward {} bits {}", limit,
+                                         D, S, block, backward, bits));
+                const auto cands =
+                    backward ? BackwardCandidates(p, bytes) : ForwardCandidates(p, bytes);
+                if (t.fits) {
+                  EXPECT_LE(t.bytes, bytes);
+                } else {
+                  // Only the minimal configuration may exceed the limit.
+                  EXPECT_EQ(t.tiles, cands.front().tiles);
+                }
+                if (block > 0) {
+                  EXPECT_EQ(block % t.tiles.block_m, 0);
+                  EXPECT_EQ(block % t.tiles.block_n, 0);
+                }
               }
             }
-          }
   }
 }
 
@@ -141,6 +143,28 @@ TEST(AttentionConfig, MinimalWorkingSetForTheLargestHeadDim) {
     worst = std::max(worst, WorkingSetBytes(k, d, {16, 16}, true));
   EXPECT_LE(worst, 160 * 1024);
   EXPECT_GT(worst, 64 * 1024);
+}
+
+TEST(AttentionConfig, Bf16WorkingSetsCountTwoByteOperands) {
+  // bf16 operands take half the bytes, float32 score tiles and accumulators
+  // do not: a bf16 working set lies between half and all of the float32 one.
+  AttentionDims d{1, 1, 1, 4096, 4096, 128, 128};
+  for (auto k :
+       {AttentionKernel::kForward, AttentionKernel::kBackwardDq, AttentionKernel::kBackwardDkDv})
+    for (TileSizes t : {TileSizes{16, 16}, TileSizes{64, 64}, TileSizes{128, 64}}) {
+      const int64_t f32 = WorkingSetBytes(k, d, t, false, AttentionDtype::kFloat32);
+      const int64_t bf16 = WorkingSetBytes(k, d, t, false, AttentionDtype::kBfloat16);
+      EXPECT_LT(bf16, f32) << KernelName(k);
+      EXPECT_GT(2 * bf16, f32) << KernelName(k);
+    }
+  // The candidates of a bf16 problem are judged by the bf16 sizes.
+  ConfigProblem p;
+  p.dims = d;
+  p.dtype = AttentionDtype::kBfloat16;
+  auto cands = ForwardCandidates(p, 1 << 20);
+  for (const Candidate& c : cands)
+    EXPECT_EQ(c.Bytes(), WorkingSetBytes(AttentionKernel::kForward, d, c.tiles, false,
+                                         AttentionDtype::kBfloat16));
 }
 
 TEST(AttentionConfig, ForcedConfigThatDoesNotFitNamesTheLargestThatFits) {

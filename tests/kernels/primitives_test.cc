@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "weft/base/bfloat16.h"
 #include "weft/base/error.h"
 
 namespace weft::kernels::simd {
@@ -76,6 +77,76 @@ TEST_P(PrimitivesTest, GemmReadsChunkedB) {
   P().gemm(M, N, K, A.data(), K, B.data(), N, kPadN, C1.data(), N, false);
   P().gemm(M, N, K, A.data(), K, chunked.data(), kPadN, K * kPadN, C2.data(), N, false);
   EXPECT_EQ(C1, C2);
+}
+
+// Random bf16 bits (normal values: vdpbf16ps treats subnormals as zero).
+std::vector<uint16_t> RandomBf16(std::mt19937& rng, size_t n) {
+  std::normal_distribution<float> dist;
+  std::vector<uint16_t> x(n);
+  for (auto& v : x) v = bf16(dist(rng)).bits;
+  return x;
+}
+
+TEST_P(PrimitivesTest, GemmBf16MatchesFloat64ReferenceForOddSizes) {
+  const uint16_t kNanBits = 0x7fc1;
+  for (int64_t M : {1, 3, 7, 8, 9, 13, 17, 64}) {
+    for (int64_t N : {16, 32, 48, 80}) {
+      for (int64_t K : {0, 1, 2, 7, 33, 64, 129}) {
+        for (bool accumulate : {false, true}) {
+          // A's row padding holds NaN: a kernel that read past K would show it.
+          const int64_t lda = K + 3, ldc = N + 16;
+          auto A = RandomBf16(rng_, M * lda);
+          for (int64_t i = 0; i < M; ++i)
+            for (int64_t k = K; k < lda; ++k) A[i * lda + k] = kNanBits;
+          const auto Bk = RandomBf16(rng_, K * N);  // row-major [K x N]
+          // Pair-packed, with a chunk stride larger than one chunk.
+          const int64_t stride = PairChunkSize(K) + kPairRow;
+          std::vector<uint16_t> B((N / kPadN) * stride, kNanBits);
+          for (int64_t c = 0; c < N / kPadN; ++c)
+            for (int64_t k = 0; k < (K + 1) / 2 * 2; ++k)
+              for (int64_t j = 0; j < kPadN; ++j)
+                B[c * stride + (k / 2) * kPairRow + j * 2 + k % 2] =
+                    k < K ? Bk[k * N + c * kPadN + j] : 0;
+          auto C = Random(M * ldc);
+          std::vector<double> ref(M * N);
+          double bound = 0;
+          for (int64_t i = 0; i < M; ++i)
+            for (int64_t j = 0; j < N; ++j) {
+              double s = accumulate ? C[i * ldc + j] : 0.0, mag = std::abs(s);
+              for (int64_t k = 0; k < K; ++k) {
+                const double prod =
+                    double(bf16::ToFloat(A[i * lda + k])) * bf16::ToFloat(Bk[k * N + j]);
+                s += prod;
+                mag += std::abs(prod);
+              }
+              ref[i * N + j] = s;
+              bound = std::max(bound, mag);
+            }
+          auto C_before = C;
+          P().gemm_bf16(M, N, K, A.data(), lda, B.data(), stride, C.data(), ldc, accumulate);
+          // Exact products, float32 accumulation: error <= K ulp of the magnitude.
+          const double tol = (K + 1) * 6e-8 * bound + 1e-30;
+          for (int64_t i = 0; i < M; ++i) {
+            for (int64_t j = 0; j < N; ++j)
+              ASSERT_NEAR(C[i * ldc + j], ref[i * N + j], tol)
+                  << "M=" << M << " N=" << N << " K=" << K << " at " << i << "," << j;
+            for (int64_t j = N; j < ldc; ++j) ASSERT_EQ(C[i * ldc + j], C_before[i * ldc + j]);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(PrimitivesTest, Bf16DotPeakLoopOnlyWhereTheInstructionExists) {
+  const bool has = GetParam() == "avx512bf16";
+  ASSERT_EQ(P().bf16_dot_peak_loop != nullptr, has);
+  if (has) {
+    float sink = 0;
+    EXPECT_EQ(P().bf16_dot_peak_loop(100, &sink), 100 * 12 * 16 * 4);
+    EXPECT_TRUE(std::isfinite(sink));
+    EXPECT_GT(sink, 0.0f);
+  }
 }
 
 TEST_P(PrimitivesTest, ExpShiftSumIsAccurateAndMapsMinusInfinityToZero) {
@@ -146,6 +217,15 @@ TEST(Primitives, ScopedIsaIsNestSafeAndRejectsUnknownNames) {
   }
   EXPECT_STREQ(GetPrimitives().isa, outer);
   EXPECT_THROW(ScopedIsa("sse9"), Error);
+}
+
+TEST(Primitives, Bf16CallsUseTheBf16IsaWhereTheCpuHasIt) {
+  // float32 kernels never run the avx512bf16 copy by default (their code is
+  // avx512's); bfloat16 kernels take it when present.
+  EXPECT_STRNE(GetPrimitives().isa, "avx512bf16");
+  EXPECT_STREQ(GetBf16Primitives().isa, Isas().front().c_str());
+  ScopedIsa forced("portable");
+  EXPECT_STREQ(GetBf16Primitives().isa, "portable");
 }
 
 }  // namespace

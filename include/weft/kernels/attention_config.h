@@ -37,10 +37,12 @@ int64_t CacheLimitBytes();
 enum class AttentionKernel { kForward, kBackwardDq, kBackwardDkDv };
 const char* KernelName(AttentionKernel kernel);  // "forward", "backward_dq", "backward_dkdv"
 
-// Bytes touched per tile by `kernel` with tiles block_m x block_n (float32
-// compute; bf16 inputs are converted when packed, so the same bytes).
+// Bytes touched per tile by `kernel` with tiles block_m x block_n. Score
+// tiles, dP and accumulators are float32 in both dtypes; with bf16 the GEMM
+// operands (Q, K, V, dO panels and rows, P and dS as GEMM inputs) are 2 bytes
+// an element, and P and dS also exist as bf16 copies.
 int64_t WorkingSetBytes(AttentionKernel kernel, const AttentionDims& dims, TileSizes tiles,
-                        bool has_score_mod);
+                        bool has_score_mod, AttentionDtype dtype = AttentionDtype::kFloat32);
 
 // Everything a configuration depends on, taken from one call.
 struct ConfigProblem {

@@ -1,10 +1,16 @@
 // The SIMD primitives, written once with GCC vector extensions and compiled
-// per instruction set; WEFT_ISA_NAME (portable, avx2, avx512) names the copy.
+// per instruction set; WEFT_ISA_NAME (portable, avx2, avx512, avx512bf16)
+// names the copy. Only the bfloat16 GEMM differs between avx512 and
+// avx512bf16 (vdpbf16ps intrinsics below).
 #include "simd/primitives.h"  // kPadN, and the signatures in simd_dispatch.cc
 
 #include <cmath>
 #include <cstring>
 #include <limits>
+
+#if defined(__AVX512BF16__)
+#include <immintrin.h>
+#endif
 
 namespace weft::kernels::simd::WEFT_ISA_NAME {
 
@@ -88,6 +94,176 @@ void Gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const fl
                    accumulate);
   }
 }
+
+// ---- bfloat16 GEMM (see Primitives::gemm_bf16 for the B layout) ----
+
+static inline float Bf16Value(uint16_t bits) {
+  uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+// The pair A[k], A[k + 1] as one 32-bit word (k in the low half, as the
+// packed B has it); the second is taken as +0 when k + 1 == K, so padding
+// past the end of a row is never read.
+static inline uint32_t PairBits(const uint16_t* a, int64_t k, int64_t K) {
+  if (k + 1 < K) {
+    uint32_t w;
+    std::memcpy(&w, a + k, sizeof w);
+    return w;
+  }
+  return a[k];
+}
+
+#if defined(__AVX512BF16__)
+
+// C[R x (W*16)] (+)= A[R x K] * B, one vdpbf16ps per (row, chunk, k pair):
+// 16 columns x 2 products each. W chunks share each broadcast of A.
+template <int R, int W>
+static inline void Bf16MicroKernel(int64_t K, const uint16_t* __restrict A, int64_t lda,
+                                   const uint16_t* __restrict B, int64_t chunk_stride,
+                                   float* __restrict C, int64_t ldc, bool accumulate) {
+  __m512 c[R][W];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int w = 0; w < W; ++w)
+      c[r][w] = accumulate ? _mm512_loadu_ps(C + r * ldc + w * 16) : _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; k += 2) {
+    const uint16_t* b_row = B + (k / 2) * kPairRow;
+    __m512bh b[W];
+#pragma GCC unroll 4
+    for (int w = 0; w < W; ++w)
+      b[w] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b_row + w * chunk_stride));
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const __m512bh a = reinterpret_cast<__m512bh>(
+          _mm512_set1_epi32(static_cast<int>(PairBits(A + r * lda, k, K))));
+#pragma GCC unroll 4
+      for (int w = 0; w < W; ++w) c[r][w] = _mm512_dpbf16_ps(c[r][w], a, b[w]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int w = 0; w < W; ++w) _mm512_storeu_ps(C + r * ldc + w * 16, c[r][w]);
+}
+
+// 8 rows x 2 chunks: 16 accumulators cover vdpbf16ps latency x throughput.
+constexpr int kBf16Rows = 8;
+constexpr int kBf16Chunks = 2;
+
+#else
+
+// Without a bf16 dot instruction: each pair row is widened to float32 with
+// shifts (bf16 -> f32 is exact) and multiplied with FMAs; the products of two
+// bf16 values are exact in float32, so only the accumulation rounds.
+template <int R, int W>
+static inline void Bf16MicroKernel(int64_t K, const uint16_t* __restrict A, int64_t lda,
+                                   const uint16_t* __restrict B, int64_t chunk_stride,
+                                   float* __restrict C, int64_t ldc, bool accumulate) {
+  typedef uint32_t vu32u __attribute__((vector_size(L * 4), aligned(4), may_alias));
+  typedef uint32_t vu32 __attribute__((vector_size(L * 4)));
+  constexpr int V = W * NV;  // vectors per row of the block
+  vf c[R][V];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) c[r][v] = accumulate ? Load(C + r * ldc + v * L) : vf{};
+  for (int64_t k = 0; k < K; k += 2) {
+    vf even[V], odd[V];
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) {
+      // L columns of one chunk: L 32-bit words, each a (k, k + 1) pair.
+      const uint16_t* p = B + (v / NV) * chunk_stride + (k / 2) * kPairRow + (v % NV) * L * 2;
+      vu32 u = *reinterpret_cast<const vu32u*>(p);
+      even[v] = reinterpret_cast<vf>(u << 16);
+      odd[v] = reinterpret_cast<vf>(u & 0xffff0000u);
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const uint32_t pair = PairBits(A + r * lda, k, K);
+      const vf a0 = Splat(Bf16Value(static_cast<uint16_t>(pair)));
+      const vf a1 = Splat(Bf16Value(static_cast<uint16_t>(pair >> 16)));
+#pragma GCC unroll 8
+      for (int v = 0; v < V; ++v) c[r][v] += a0 * even[v] + a1 * odd[v];
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) Store(C + r * ldc + v * L, c[r][v]);
+}
+
+constexpr int kBf16Rows = MR;
+constexpr int kBf16Chunks = 1;
+
+#endif
+
+template <int W>
+static void Bf16RowsTail(int rows, int64_t K, const uint16_t* A, int64_t lda, const uint16_t* B,
+                         int64_t cs, float* C, int64_t ldc, bool acc) {
+  switch (rows) {
+#define WEFT_CASE(n)                                                                   \
+  case n:                                                                              \
+    if constexpr (n < kBf16Rows) Bf16MicroKernel<n, W>(K, A, lda, B, cs, C, ldc, acc); \
+    break;
+    WEFT_CASE(1)
+    WEFT_CASE(2) WEFT_CASE(3) WEFT_CASE(4) WEFT_CASE(5) WEFT_CASE(6) WEFT_CASE(7) WEFT_CASE(8)
+        WEFT_CASE(9) WEFT_CASE(10) WEFT_CASE(11)
+#undef WEFT_CASE
+  }
+}
+
+template <int W>
+static void Bf16Columns(int64_t M, int64_t K, const uint16_t* A, int64_t lda, const uint16_t* B,
+                        int64_t cs, float* C, int64_t ldc, bool acc) {
+  int64_t m0 = 0;
+  for (; m0 + kBf16Rows <= M; m0 += kBf16Rows)
+    Bf16MicroKernel<kBf16Rows, W>(K, A + m0 * lda, lda, B, cs, C + m0 * ldc, ldc, acc);
+  if (m0 < M)
+    Bf16RowsTail<W>(static_cast<int>(M - m0), K, A + m0 * lda, lda, B, cs, C + m0 * ldc, ldc, acc);
+}
+
+void GemmBf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, const uint16_t* B,
+              int64_t b_chunk_stride, float* C, int64_t ldc, bool accumulate) {
+  int64_t n0 = 0;
+  if constexpr (kBf16Chunks > 1) {
+    for (; n0 + kBf16Chunks * kPadN <= N; n0 += kBf16Chunks * kPadN)
+      Bf16Columns<kBf16Chunks>(M, K, A, lda, B + (n0 / kPadN) * b_chunk_stride, b_chunk_stride,
+                               C + n0, ldc, accumulate);
+  }
+  for (; n0 < N; n0 += kPadN)
+    Bf16Columns<1>(M, K, A, lda, B + (n0 / kPadN) * b_chunk_stride, b_chunk_stride, C + n0, ldc,
+                   accumulate);
+}
+
+#if defined(__AVX512BF16__)
+int64_t Bf16DotPeakLoop(int64_t iterations, float* sink) {
+  // Independent accumulators to cover vdpbf16ps latency x ports.
+  constexpr int kAcc = 12;
+  __m512 acc[kAcc];
+  for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_set1_ps(0.001f * i);
+  // bf16 1/64 and 1/128: every step adds 2^-12 per lane, far from overflow.
+  const __m512bh a = reinterpret_cast<__m512bh>(_mm512_set1_epi16(0x3c80));
+  const __m512bh b = reinterpret_cast<__m512bh>(_mm512_set1_epi16(0x3c00));
+  for (int64_t it = 0; it < iterations; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+  }
+  float lanes[16] = {};
+  for (int i = 0; i < kAcc; ++i)
+    _mm512_storeu_ps(lanes, _mm512_add_ps(_mm512_loadu_ps(lanes), acc[i]));
+  float total = 0;
+  for (float x : lanes) total += x;
+  *sink = total;
+  return iterations * kAcc * 16 * 2 * 2;  // 16 lanes, 2 products, multiply + add
+}
+extern int64_t (*const kBf16DotPeakLoop)(int64_t, float*) = &Bf16DotPeakLoop;
+#else
+extern int64_t (*const kBf16DotPeakLoop)(int64_t, float*) = nullptr;
+#endif
 
 // exp(x) for a vector: range reduction x = n ln2 + r, |r| <= ln2/2, a degree-6
 // polynomial for e^r (relative error ~1e-7), and 2^n built in the exponent bits.

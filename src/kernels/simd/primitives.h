@@ -14,7 +14,7 @@ inline constexpr int64_t kPadN = 16;
 inline int64_t PadN(int64_t n) { return (n + kPadN - 1) / kPadN * kPadN; }
 
 struct Primitives {
-  const char* isa = "";  // "avx512", "avx2" or "portable"
+  const char* isa = "";  // "avx512bf16", "avx512", "avx2" or "portable"
   int lanes = 0;         // floats per vector register
   int rows = 0;          // rows per register block of the GEMM micro-kernel
 
@@ -27,6 +27,19 @@ struct Primitives {
   void (*gemm)(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                int64_t ldb, int64_t b_chunk_stride, float* C, int64_t ldc,
                bool accumulate) = nullptr;
+
+  // C[M x N] = (accumulate ? C : 0) + A[M x K] * B[K x N] for bfloat16 A and
+  // B (bits), float32 C. A is row-major (lda). B is "pair-packed": chunk c
+  // (columns c*kPadN ..) starts at B + c * b_chunk_stride and holds ceil(K/2)
+  // pair rows of kPadN (k, k+1) pairs, element (k, n) at
+  // [(k / 2) * 2 * kPadN + (n % kPadN) * 2 + k % 2], zero where k >= K: the
+  // layout vdpbf16ps reads. Products of bf16 values are exact in float32 and
+  // accumulate in float32; avx512bf16 uses vdpbf16ps (which treats bf16
+  // subnormals as zero), the other copies widen to float32 and use FMAs. N
+  // must be a multiple of kPadN; any K >= 0.
+  void (*gemm_bf16)(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
+                    const uint16_t* B, int64_t b_chunk_stride, float* C, int64_t ldc,
+                    bool accumulate) = nullptr;
 
   // max(x[0..n)); -inf when n == 0.
   float (*row_max)(const float* x, int64_t n) = nullptr;
@@ -55,14 +68,28 @@ struct Primitives {
   // registers (the machine's float32 FMA peak); returns the flops done.
   // sink receives a value so the work cannot be optimized away.
   int64_t (*fma_peak_loop)(int64_t iterations, float* sink) = nullptr;
+
+  // The same for the bf16 dot-product instruction (vdpbf16ps: 2 flops per bf16
+  // pair); null when this instruction set has none (all but avx512bf16).
+  int64_t (*bf16_dot_peak_loop)(int64_t iterations, float* sink) = nullptr;
 };
 
-// The primitives for this machine: the widest instruction set the CPU and OS
-// support, or the one WEFT_ISA names (avx512, avx2, portable). Chosen once.
-// WEFT_ISA=amx|avx512bf16 names the bfloat16 matrix paths of issue 7; weft
-// has no kernels for them yet, so they are an error that says whether this
-// CPU has the extension at all.
+// Elements per pair row of one chunk of a pair-packed B (see gemm_bf16).
+inline constexpr int64_t kPairRow = 2 * kPadN;
+
+// Elements of one chunk of a pair-packed B with k_rows rows.
+inline int64_t PairChunkSize(int64_t k_rows) { return (k_rows + 1) / 2 * kPairRow; }
+
+// The primitives for float32 kernels on this machine: the widest instruction
+// set the CPU and OS support apart from avx512bf16 (whose float32 code is
+// avx512's), or the one WEFT_ISA names (avx512bf16, avx512, avx2, portable).
+// Chosen once. WEFT_ISA=amx is an error: weft has no AMX kernels (and the
+// message says whether this CPU has AMX at all).
 const Primitives& GetPrimitives();
+
+// The same for bfloat16 kernels: avx512bf16 when the CPU has it, else as
+// GetPrimitives(). WEFT_ISA and ScopedIsa force both.
+const Primitives& GetBf16Primitives();
 
 // While alive, kernels started from this thread use `isa` (tests and
 // benchmarks run every path this way). Nest-safe: restores the previous
