@@ -20,6 +20,11 @@ struct PeakResult {
 // Measures the float32 FMA peak of every instruction set this CPU has, on one
 // thread and on all pool threads. The first entry is the one kernels use.
 std::vector<PeakResult> MeasurePeak(double seconds_per_measure = 0.3);
+
+// The bf16 dot-product peak (AVX512-BF16 vdpbf16ps, 2 flops per bf16 pair)
+// on one thread and on all pool threads; isa is empty and the figures 0 when
+// this CPU has no such instruction.
+PeakResult MeasureBf16DotPeak(double seconds_per_measure = 0.3);
 int RunPeak(bool json);
 
 struct AttentionBenchOptions {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "simd/primitives.h"
 #include "timer.h"
 #include "weft/base/error.h"
 #include "weft/base/thread_pool.h"
@@ -65,18 +66,33 @@ int RunAttention(const AttentionBenchOptions& opt) {
   WEFT_CHECK(use_bf16 || opt.dtype == "f32", "weft bench attention: --dtype {} is not supported; use "
              "f32 or bf16", opt.dtype);
   auto peaks = MeasurePeak(0.2);
-  // bf16 is stated against the AMX bf16 peak where there is one; without AMX
-  // the bf16 kernels run on the float32 FMA units, so that is their peak.
+  // bf16 is stated against the peak of the units its GEMMs run on: AMX where
+  // weft has AMX kernels (none yet), else AVX512-BF16 (vdpbf16ps) when the
+  // bf16 kernels use it, else the float32 FMA units they widen to.
   const double amx_peak = use_bf16 ? MeasureAmxBf16Peak() : 0;
-  const double peak = amx_peak > 0 ? amx_peak : peaks[0].gflops_all_threads;
-  const std::string peak_name = amx_peak > 0 ? "AMX bf16" : "float32 FMA";
+  const std::string bf16_isa = kernels::simd::GetBf16Primitives().isa;
+  const PeakResult dot_peak =
+      use_bf16 && bf16_isa == "avx512bf16" ? MeasureBf16DotPeak(0.2) : PeakResult{};
+  double peak = peaks[0].gflops_all_threads;
+  std::string peak_name = "float32 FMA";
+  if (amx_peak > 0) {
+    peak = amx_peak;
+    peak_name = "AMX bf16";
+  } else if (dot_peak.gflops_all_threads > 0) {
+    peak = dot_peak.gflops_all_threads;
+    peak_name = "AVX512-BF16 vdpbf16ps";
+  }
+  const std::string isa = use_bf16 ? bf16_isa : peaks[0].isa;
   const int threads = ThreadPool::Global().num_threads();
   nlohmann::json rows = nlohmann::json::array();
   if (!opt.json) {
-    fmt::print("flex attention {}, B={} H={}, {} threads, isa {}, measured {} peak {:.1f} "
-               "GFLOP/s{}\n",
-               use_bf16 ? "bfloat16" : "float32", opt.batch, opt.heads, threads, peaks[0].isa,
-               peak_name, peak, use_bf16 && amx_peak == 0 ? " (no AMX on this CPU)" : "");
+    fmt::print(
+        "flex attention {}, B={} H={}, {} threads, isa {}, measured {} peak {:.1f} "
+        "GFLOP/s{}\n",
+        use_bf16 ? "bfloat16" : "float32", opt.batch, opt.heads, threads, isa, peak_name, peak,
+        use_bf16
+            ? fmt::format(" (float32 FMA peak {:.1f}; no AMX kernels)", peaks[0].gflops_all_threads)
+            : "");
     fmt::print("{:>6} {:>4} {:<15} {:>10} {:>9} {:>6} {:>10} {:>9} {:>6}{}\n", "S", "D", "mask",
                "fwd ms", "GFLOP/s", "%peak", "fwd+bwd ms", "GFLOP/s", "%peak",
                use_bf16 ? "  fwd x f32  all x f32" : "");
@@ -164,6 +180,7 @@ int RunAttention(const AttentionBenchOptions& opt) {
         }
         if (use_bf16) {
           row["f32_forward_ms"] = f32_fwd * 1e3;
+          if (opt.backward) row["f32_forward_backward_ms"] = f32_all * 1e3;
           row["forward_speedup_vs_f32"] = f32_fwd / t_fwd;
           if (opt.backward) row["forward_backward_speedup_vs_f32"] = f32_all / t_all;
         }
@@ -186,7 +203,8 @@ int RunAttention(const AttentionBenchOptions& opt) {
     nlohmann::json j = {{"benchmark", "attention"},
                         {"dtype", use_bf16 ? "bfloat16" : "float32"},
                         {"peak", peak_name},
-                        {"isa", peaks[0].isa},
+                        {"isa", isa},
+                        {"float32_fma_peak_gflops", peaks[0].gflops_all_threads},
                         {"threads", threads},
                         {"peak_gflops", peak},
                         {"batch", opt.batch},

@@ -1,4 +1,5 @@
-// `weft bench peak`: the float32 FMA peak of this machine, per instruction set.
+// `weft bench peak`: the float32 FMA peak of this machine, per instruction
+// set, and the bf16 dot-product (AVX512-BF16 vdpbf16ps) peak where present.
 #include <fmt/core.h>
 
 #include <nlohmann/json.hpp>
@@ -16,14 +17,16 @@ namespace weft::bench {
 
 namespace {
 
-// GFLOP/s of fma_peak_loop on `threads` threads at once.
-double Measure(const kernels::simd::Primitives& p, int threads, double seconds) {
+using PeakLoop = int64_t (*)(int64_t iterations, float* sink);
+
+// GFLOP/s of `loop` (a peak loop of the primitives) on `threads` threads at once.
+double Measure(PeakLoop loop, int threads, double seconds) {
   // Calibrate the iteration count on one thread.
   float sink = 0;
   int64_t iters = 1 << 16;
   for (;;) {
     double t0 = NowSeconds();
-    p.fma_peak_loop(iters, &sink);
+    loop(iters, &sink);
     double dt = NowSeconds() - t0;
     if (dt > seconds / 4 || iters > (int64_t(1) << 40)) {
       iters = static_cast<int64_t>(iters * seconds / std::max(dt, 1e-6));
@@ -44,13 +47,13 @@ double Measure(const kernels::simd::Primitives& p, int threads, double seconds) 
       workers.emplace_back([&, t] {
         ready++;
         while (!go.load()) std::this_thread::yield();
-        flops[t] = p.fma_peak_loop(iters, &sinks[t]);
+        flops[t] = loop(iters, &sinks[t]);
       });
     }
     while (ready.load() < threads - 1) std::this_thread::yield();
     double t0 = NowSeconds();
     go = true;
-    flops[0] = p.fma_peak_loop(iters, &sinks[0]);
+    flops[0] = loop(iters, &sinks[0]);
     for (auto& w : workers) w.join();
     double dt = NowSeconds() - t0;
     double total = 0;
@@ -79,19 +82,35 @@ std::vector<PeakResult> MeasurePeak(double seconds) {
     PeakResult r;
     r.isa = isa;
     r.threads = threads;
-    r.gflops_one_thread = Measure(*p, 1, seconds);
-    r.gflops_all_threads = threads == 1 ? r.gflops_one_thread : Measure(*p, threads, seconds);
+    r.gflops_one_thread = Measure(p->fma_peak_loop, 1, seconds);
+    r.gflops_all_threads =
+        threads == 1 ? r.gflops_one_thread : Measure(p->fma_peak_loop, threads, seconds);
     results.push_back(r);
   };
   measure(chosen);
+  // avx512bf16's float32 FMA code is avx512's: measured once, as avx512.
   for (int i = 0; i < n; ++i)
-    if (std::string(isas[i]) != chosen) measure(isas[i]);
+    if (std::string(isas[i]) != chosen && std::string(isas[i]) != "avx512bf16") measure(isas[i]);
   return results;
+}
+
+PeakResult MeasureBf16DotPeak(double seconds) {
+  PeakResult r;
+  const auto* p = kernels::simd::PrimitivesFor("avx512bf16");
+  if (p == nullptr || p->bf16_dot_peak_loop == nullptr) return r;  // no such instruction here
+  r.isa = p->isa;
+  r.threads = ThreadPool::Global().num_threads();
+  r.gflops_one_thread = Measure(p->bf16_dot_peak_loop, 1, seconds);
+  r.gflops_all_threads =
+      r.threads == 1 ? r.gflops_one_thread : Measure(p->bf16_dot_peak_loop, r.threads, seconds);
+  return r;
 }
 
 int RunPeak(bool json) {
   auto results = MeasurePeak();
+  const PeakResult bf16 = MeasureBf16DotPeak();
   const CpuInfo& cpu = GetCpuInfo();
+  const char* amx = cpu.amx_bf16 ? "present, not measured (no AMX kernels yet)" : "absent";
   if (json) {
     nlohmann::json j;
     j["cpu"] = cpu.model_name;
@@ -100,21 +119,35 @@ int RunPeak(bool json) {
       j["float32_fma"].push_back({{"isa", r.isa},
                                   {"gflops_one_thread", r.gflops_one_thread},
                                   {"gflops_all_threads", r.gflops_all_threads}});
-    j["amx_bf16_gflops"] = nullptr;  // not measurable: see RunPeak's table note
-    j["amx_bf16"] = cpu.amx_bf16 ? "present, not measured (no AMX kernels yet)" : "absent";
+    if (bf16.isa.empty()) {
+      j["bf16_dot"] = nullptr;  // no AVX512-BF16 on this CPU
+    } else {
+      j["bf16_dot"] = {{"isa", bf16.isa},
+                       {"instruction", "vdpbf16ps"},
+                       {"gflops_one_thread", bf16.gflops_one_thread},
+                       {"gflops_all_threads", bf16.gflops_all_threads}};
+    }
+    j["amx_bf16_gflops"] = nullptr;  // not measurable: weft has no AMX kernels
+    j["amx_bf16"] = amx;
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
   fmt::print("CPU: {} ({} threads in the pool; L1d {} KiB, L2 {} KiB)\n", cpu.model_name,
              ThreadPool::Global().num_threads(), cpu.l1d_bytes / 1024, cpu.l2_bytes / 1024);
-  fmt::print("{:<10} {:>16} {:>16}\n", "isa", "GFLOP/s 1 thread", "GFLOP/s all");
+  fmt::print("{:<22} {:>16} {:>16}\n", "peak", "GFLOP/s 1 thread", "GFLOP/s all");
   for (const auto& r : results)
-    fmt::print("{:<10} {:>16.1f} {:>16.1f}{}\n", r.isa, r.gflops_one_thread,
-               r.gflops_all_threads, &r == &results[0] ? "   (used by the kernels)" : "");
-  fmt::print("AMX bf16 peak: {}\n",
-             cpu.amx_bf16 ? "not measured: weft has no AMX tile kernels yet"
-                          : "n/a: this CPU has no AMX (bf16 attention runs on the float32 FMA "
-                            "units; its peak is the one above)");
+    fmt::print("{:<22} {:>16.1f} {:>16.1f}{}\n", r.isa + " f32 FMA", r.gflops_one_thread,
+               r.gflops_all_threads, &r == &results[0] ? "   (float32 kernels)" : "");
+  if (!bf16.isa.empty()) {
+    fmt::print("{:<22} {:>16.1f} {:>16.1f}   (bfloat16 kernels; 2 flops per bf16 pair)\n",
+               bf16.isa + " vdpbf16ps", bf16.gflops_one_thread, bf16.gflops_all_threads);
+  } else {
+    fmt::print(
+        "AVX512-BF16 peak: n/a (this CPU has no avx512_bf16; bf16 kernels widen to "
+        "float32 and run on the FMA units above)\n");
+  }
+  fmt::print("AMX bf16 peak: {}\n", cpu.amx_bf16 ? "not measured: weft has no AMX tile kernels yet"
+                                                 : "n/a: this CPU has no AMX");
   return 0;
 }
 

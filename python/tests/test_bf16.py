@@ -63,3 +63,34 @@ def test_unknown_precision_is_a_value_error():
     q, k, v = random_qkv(10, 1, 1, 1, 8, 8, 8)
     with pytest.raises(ValueError, match='"f32" or "bf16"'):
         weft.flex_attention(q, k, v, precision="fp8")
+
+
+@pytest.mark.parametrize("isa", ["avx512bf16", "avx512", "avx2", "portable"])
+def test_bf16_on_each_instruction_set(isa):
+    """Every bf16 path (vdpbf16ps on avx512bf16, float32 widening elsewhere)
+    matches the reference; an ISA this CPU lacks is a ValueError naming it."""
+    B, H, S, D = 1, 2, 70, 32
+    q, k, v = random_qkv(11, B, H, H, S, S, D)
+    dout = np.random.default_rng(12).standard_normal((B, H, S, D)).astype(np.float32)
+    bm = weft.create_block_mask(weft.causal_mask(), 1, 1, S, S, BLOCK_SIZE=16)
+    opts = {"ISA": isa}
+    try:
+        out, lse = weft.flex_attention(q, k, v, block_mask=bm, return_lse=True,
+                                       precision="bf16", kernel_options=opts)
+    except ValueError as e:
+        assert isa != "portable", str(e)
+        assert isa in str(e) and ("lacks" in str(e) or "not available" in str(e)), str(e)
+        pytest.skip(f"this CPU has no {isa}")
+    ref = Reference(round_bf16(q), round_bf16(k), round_bf16(v), mask_fn=ref_causal())
+    assert rel_err(out, ref.out) <= BF16_TOL
+    dq, dk, dv = weft.flex_attention_backward(q, k, v, out, lse, dout, block_mask=bm,
+                                              precision="bf16", kernel_options=opts)
+    rdq, rdk, rdv = ref.backward(round_bf16(dout))
+    for got, want in ((dq, rdq), (dk, rdk), (dv, rdv)):
+        assert rel_err(got, want) <= BF16_TOL
+
+
+def test_amx_is_a_clear_error():
+    q, k, v = random_qkv(13, 1, 1, 1, 16, 16, 16)
+    with pytest.raises(ValueError, match="AMX"):
+        weft.flex_attention(q, k, v, precision="bf16", kernel_options={"ISA": "amx"})

@@ -51,7 +51,7 @@ struct AttentionConfig {
   TileSizes forward;   // BLOCK_M, BLOCK_N
   TileSizes backward;  // BLOCK_M_BWD, BLOCK_N_BWD (dq and dk/dv kernels)
   BackwardSplit split = BackwardSplit::kAuto;
-  std::string isa;  // "avx512", "avx2", "portable"; "" = this machine's default
+  std::string isa;  // "avx512bf16", "avx512", "avx2", "portable"; "" = the default for the dtype
 };
 
 struct AttentionOptions {
