@@ -42,7 +42,9 @@ int RunTuneAttention(const TuneOptions& t) {
   }
   const auto dtype = use_bf16 ? kernels::AttentionDtype::kBfloat16 : kernels::AttentionDtype::kFloat32;
   kernels::ConfigProblem problem = kernels::ConfigProblem::From(d, base, dtype);
-  problem.isa = kernels::simd::GetPrimitives().isa;
+  // The ISA the kernels will look the entry up under (bf16 calls have their own).
+  problem.isa =
+      (use_bf16 ? kernels::simd::GetBf16Primitives() : kernels::simd::GetPrimitives()).isa;
   const int64_t limit = kernels::CacheLimitBytes();
 
   const size_t n = static_cast<size_t>(t.batch * t.heads * t.seq * t.head_dim);
