@@ -21,10 +21,10 @@ struct PeakResult {
 // thread and on all pool threads. The first entry is the one kernels use.
 std::vector<PeakResult> MeasurePeak(double seconds_per_measure = 0.3);
 
-// The bf16 dot-product peak (AVX512-BF16 vdpbf16ps, 2 flops per bf16 pair)
-// on one thread and on all pool threads; isa is empty and the figures 0 when
-// this CPU has no such instruction.
-PeakResult MeasureBf16DotPeak(double seconds_per_measure = 0.3);
+// The bf16 matrix peak of `isa` ("avx512bf16": vdpbf16ps; "amx": TDPBF16PS
+// tiles; 2 flops per bf16 product pair) on one thread and on all pool
+// threads; isa is empty and the figures 0 when this machine cannot run it.
+PeakResult MeasureBf16Peak(const char* isa, double seconds_per_measure = 0.3);
 int RunPeak(bool json);
 
 struct AttentionBenchOptions {
@@ -37,10 +37,6 @@ struct AttentionBenchOptions {
   std::string dtype = "f32";  // "f32" or "bf16" (bf16 also times f32 for the ratio)
 };
 int RunAttention(const AttentionBenchOptions& options);
-
-// The AMX bf16 peak in GFLOP/s, or 0 when this CPU has no AMX (or weft cannot
-// measure it yet: AMX needs the tile permission and tile kernels, issue 7).
-double MeasureAmxBf16Peak();
 
 // `weft tune attention`: times the candidate configurations that fit and
 // stores the winner in the tune cache.

@@ -66,21 +66,16 @@ int RunAttention(const AttentionBenchOptions& opt) {
   WEFT_CHECK(use_bf16 || opt.dtype == "f32", "weft bench attention: --dtype {} is not supported; use "
              "f32 or bf16", opt.dtype);
   auto peaks = MeasurePeak(0.2);
-  // bf16 is stated against the peak of the units its GEMMs run on: AMX where
-  // weft has AMX kernels (none yet), else AVX512-BF16 (vdpbf16ps) when the
-  // bf16 kernels use it, else the float32 FMA units they widen to.
-  const double amx_peak = use_bf16 ? MeasureAmxBf16Peak() : 0;
+  // bf16 is stated against the peak of the units its GEMMs run on: AMX tiles
+  // or AVX512-BF16 (vdpbf16ps) when the bf16 kernels use them, else the
+  // float32 FMA units they widen to.
   const std::string bf16_isa = kernels::simd::GetBf16Primitives().isa;
-  const PeakResult dot_peak =
-      use_bf16 && bf16_isa == "avx512bf16" ? MeasureBf16DotPeak(0.2) : PeakResult{};
+  const PeakResult bf16_peak = use_bf16 ? MeasureBf16Peak(bf16_isa.c_str(), 0.2) : PeakResult{};
   double peak = peaks[0].gflops_all_threads;
   std::string peak_name = "float32 FMA";
-  if (amx_peak > 0) {
-    peak = amx_peak;
-    peak_name = "AMX bf16";
-  } else if (dot_peak.gflops_all_threads > 0) {
-    peak = dot_peak.gflops_all_threads;
-    peak_name = "AVX512-BF16 vdpbf16ps";
+  if (bf16_peak.gflops_all_threads > 0) {
+    peak = bf16_peak.gflops_all_threads;
+    peak_name = bf16_isa == "amx" ? "AMX bf16 tdpbf16ps" : "AVX512-BF16 vdpbf16ps";
   }
   const std::string isa = use_bf16 ? bf16_isa : peaks[0].isa;
   const int threads = ThreadPool::Global().num_threads();
@@ -91,7 +86,8 @@ int RunAttention(const AttentionBenchOptions& opt) {
         "GFLOP/s{}\n",
         use_bf16 ? "bfloat16" : "float32", opt.batch, opt.heads, threads, isa, peak_name, peak,
         use_bf16
-            ? fmt::format(" (float32 FMA peak {:.1f}; no AMX kernels)", peaks[0].gflops_all_threads)
+            ? fmt::format(" (float32 FMA peak {:.1f}{})", peaks[0].gflops_all_threads,
+                          bf16_isa == "amx" ? "" : "; no AMX here")
             : "");
     fmt::print("{:>6} {:>4} {:<15} {:>10} {:>9} {:>6} {:>10} {:>9} {:>6}{}\n", "S", "D", "mask",
                "fwd ms", "GFLOP/s", "%peak", "fwd+bwd ms", "GFLOP/s", "%peak",

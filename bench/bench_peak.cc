@@ -1,5 +1,6 @@
 // `weft bench peak`: the float32 FMA peak of this machine, per instruction
-// set, and the bf16 dot-product (AVX512-BF16 vdpbf16ps) peak where present.
+// set, and the bf16 peaks where present: AVX512-BF16 (vdpbf16ps) and AMX
+// (TDPBF16PS on tiles).
 #include <fmt/core.h>
 
 #include <nlohmann/json.hpp>
@@ -65,12 +66,6 @@ double Measure(PeakLoop loop, int threads, double seconds) {
 
 }  // namespace
 
-double MeasureAmxBf16Peak() {
-  // weft has no AMX tile kernels yet (they need arch_prctl(ARCH_REQ_XCOMP_PERM,
-  // XFEATURE_XTILEDATA) and a CPU to test on), so there is nothing to measure.
-  return 0;
-}
-
 std::vector<PeakResult> MeasurePeak(double seconds) {
   int n = 0;
   const char* const* isas = kernels::simd::AvailableIsas(&n);
@@ -94,10 +89,10 @@ std::vector<PeakResult> MeasurePeak(double seconds) {
   return results;
 }
 
-PeakResult MeasureBf16DotPeak(double seconds) {
+PeakResult MeasureBf16Peak(const char* isa, double seconds) {
   PeakResult r;
-  const auto* p = kernels::simd::PrimitivesFor("avx512bf16");
-  if (p == nullptr || p->bf16_dot_peak_loop == nullptr) return r;  // no such instruction here
+  const auto* p = kernels::simd::PrimitivesFor(isa);
+  if (p == nullptr || p->bf16_dot_peak_loop == nullptr) return r;  // not on this machine
   r.isa = p->isa;
   r.threads = ThreadPool::Global().num_threads();
   r.gflops_one_thread = Measure(p->bf16_dot_peak_loop, 1, seconds);
@@ -108,9 +103,12 @@ PeakResult MeasureBf16DotPeak(double seconds) {
 
 int RunPeak(bool json) {
   auto results = MeasurePeak();
-  const PeakResult bf16 = MeasureBf16DotPeak();
+  const PeakResult bf16 = MeasureBf16Peak("avx512bf16");
+  const PeakResult amx = MeasureBf16Peak("amx");
   const CpuInfo& cpu = GetCpuInfo();
-  const char* amx = cpu.amx_bf16 ? "present, not measured (no AMX kernels yet)" : "absent";
+  // Why there is no AMX figure: the CPU, the OS or Linux's permission.
+  const std::string amx_absent = GetAmxStatus().usable ? "AMX palette too small for weft's GEMM"
+                                                       : GetAmxStatus().why_not;
   if (json) {
     nlohmann::json j;
     j["cpu"] = cpu.model_name;
@@ -127,8 +125,14 @@ int RunPeak(bool json) {
                        {"gflops_one_thread", bf16.gflops_one_thread},
                        {"gflops_all_threads", bf16.gflops_all_threads}};
     }
-    j["amx_bf16_gflops"] = nullptr;  // not measurable: weft has no AMX kernels
-    j["amx_bf16"] = amx;
+    if (amx.isa.empty()) {
+      j["amx_bf16"] = {{"absent", amx_absent}};
+    } else {
+      j["amx_bf16"] = {{"isa", amx.isa},
+                       {"instruction", "tdpbf16ps"},
+                       {"gflops_one_thread", amx.gflops_one_thread},
+                       {"gflops_all_threads", amx.gflops_all_threads}};
+    }
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
@@ -146,8 +150,12 @@ int RunPeak(bool json) {
         "AVX512-BF16 peak: n/a (this CPU has no avx512_bf16; bf16 kernels widen to "
         "float32 and run on the FMA units above)\n");
   }
-  fmt::print("AMX bf16 peak: {}\n", cpu.amx_bf16 ? "not measured: weft has no AMX tile kernels yet"
-                                                 : "n/a: this CPU has no AMX");
+  if (!amx.isa.empty()) {
+    fmt::print("{:<22} {:>16.1f} {:>16.1f}   (bfloat16 kernels on AMX tiles)\n", "amx tdpbf16ps",
+               amx.gflops_one_thread, amx.gflops_all_threads);
+  } else {
+    fmt::print("AMX bf16 peak: n/a ({})\n", amx_absent);
+  }
   return 0;
 }
 

@@ -1,7 +1,11 @@
 #include "weft/base/cpu.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <fstream>
 #include <string>
@@ -80,9 +84,19 @@ CpuInfo Detect() {
     info.avx512vl = zmm_os && (ebx & (1u << 31));
     info.amx_bf16 = edx & (1u << 22);
     info.amx_tile = edx & (1u << 24);
+    info.amx_os = OsSupports(0x60000);  // XTILECFG (17) and XTILEDATA (18)
     unsigned int a1, b1, c1, d1;
     __cpuid_count(7, 1, a1, b1, c1, d1);
     info.avx512_bf16 = zmm_os && (a1 & (1u << 5));
+  }
+  if (info.amx_tile && max_leaf >= 0x1d) {
+    __cpuid_count(0x1d, 0, eax, ebx, ecx, edx);
+    if (eax >= 1) {  // palette 1 exists
+      __cpuid_count(0x1d, 1, eax, ebx, ecx, edx);
+      info.amx_bytes_per_row = static_cast<int>(ebx & 0xffff);
+      info.amx_max_tiles = static_cast<int>(ebx >> 16);
+      info.amx_max_rows = static_cast<int>(ecx & 0xffff);
+    }
   }
   int64_t l1 = SysfsCacheBytes(1, true), l2 = SysfsCacheBytes(2, true),
           l3 = SysfsCacheBytes(3, true);
@@ -92,11 +106,37 @@ CpuInfo Detect() {
   return info;
 }
 
+AmxStatus RequestAmx() {
+  const CpuInfo& cpu = GetCpuInfo();
+  AmxStatus s;
+  if (!(cpu.amx_tile && cpu.amx_bf16)) {
+    s.why_not = "this CPU (" + cpu.model_name + ") lacks AMX-BF16 (no amx_tile/amx_bf16 in cpuid)";
+  } else if (!cpu.amx_os) {
+    s.why_not = "the OS does not enable AMX tile state (XCR0 bits 17/18 clear)";
+  } else {
+    constexpr long kArchReqXcompPerm = 0x1023;  // <asm/prctl.h>
+    constexpr long kXfeatureXtiledata = 18;
+    if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) {
+      s.why_not = std::string("Linux refused the AMX tile-data permission (arch_prctl "
+                              "ARCH_REQ_XCOMP_PERM: ") +
+                  std::strerror(errno) + "; kernel 5.16 or later is needed)";
+    } else {
+      s.usable = true;
+    }
+  }
+  return s;
+}
+
 }  // namespace
 
 const CpuInfo& GetCpuInfo() {
   static const CpuInfo info = Detect();
   return info;
+}
+
+const AmxStatus& GetAmxStatus() {
+  static const AmxStatus status = RequestAmx();
+  return status;
 }
 
 }  // namespace weft

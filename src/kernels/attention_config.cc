@@ -49,6 +49,18 @@ std::string TilesText(const TileSizes& t, bool backward) {
                   : fmt::format("BLOCK_M={}, BLOCK_N={}", t.block_m, t.block_n);
 }
 
+// The AMX GEMM's own scratch per call (simd/amx_gemm.cc), added to every
+// working set when the kernels run on tiles: a 32 x 32 float32 copy of C for
+// blocks of fewer than 16 rows, A's rows copied with K padded to 32 when a
+// block is short or K is not a multiple of 32, and B's last pair rows padded
+// to a full tile (1 KiB per 16 columns). The tiles themselves are registers
+// (8 x 1 KiB, checked against the CPU's palette when the ISA is chosen).
+int64_t AmxScratchBytes(const AttentionDims& d, TileSizes t) {
+  const int64_t k_max = std::max({d.head_dim, d.value_dim, t.block_m, t.block_n});
+  const int64_t k_padded = (k_max + 31) / 32 * 32;
+  return 32 * 32 * 4 + 32 * k_padded * 2 + simd::PadN(k_max) / simd::kPadN * 1024;
+}
+
 std::vector<Candidate> MakeCandidates(const ConfigProblem& p, int64_t limit, bool backward) {
   const auto ms = TileChoices(p.dims.q_len, p.mask_q_block);
   const auto ns = TileChoices(p.dims.kv_len, p.mask_kv_block);
@@ -59,9 +71,11 @@ std::vector<Candidate> MakeCandidates(const ConfigProblem& p, int64_t limit, boo
       c.backward = backward;
       c.tiles = {m, n};
       c.limit = limit;
+      const int64_t scratch =
+          p.isa.rfind("amx", 0) == 0 ? AmxScratchBytes(p.dims, c.tiles) : 0;  // amx, amx-emulated
       auto add = [&](AttentionKernel k) {
-        c.working_sets.emplace_back(k,
-                                    WorkingSetBytes(k, p.dims, c.tiles, p.has_score_mod, p.dtype));
+        c.working_sets.emplace_back(
+            k, WorkingSetBytes(k, p.dims, c.tiles, p.has_score_mod, p.dtype) + scratch);
       };
       if (backward) {
         add(AttentionKernel::kBackwardDq);

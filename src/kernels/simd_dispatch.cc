@@ -2,6 +2,8 @@
 #include <cstring>
 #include <string>
 
+#include <fmt/core.h>
+
 #include "simd/primitives.h"
 #include "weft/base/cpu.h"
 #include "weft/base/env.h"
@@ -52,17 +54,67 @@ WEFT_DECLARE_ISA(avx512)
 WEFT_DECLARE_ISA(avx512bf16)
 #undef WEFT_DECLARE_ISA
 
+// The AMX copies of simd/amx_gemm.cc: the real instructions and their model.
+#define WEFT_DECLARE_AMX(ns)                                                                   \
+  namespace ns {                                                                               \
+  void GemmBf16(int64_t, int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t, \
+                float*, int64_t, bool);                                                        \
+  int64_t PeakLoop(int64_t, float*);                                                           \
+  }
+WEFT_DECLARE_AMX(amx)
+WEFT_DECLARE_AMX(amx_emulated)
+#undef WEFT_DECLARE_AMX
+
 namespace {
+
+// `base`'s float32 code with an AMX bf16 GEMM.
+Primitives WithAmxGemm(Primitives base, const char* isa, decltype(Primitives::gemm_bf16) gemm,
+                       decltype(Primitives::bf16_dot_peak_loop) peak) {
+  base.isa = isa;
+  base.gemm_bf16 = gemm;
+  base.bf16_dot_peak_loop = peak;
+  return base;
+}
+
+// Whether the AMX copy may run here; `why_not` says what is missing. Asks
+// Linux for the tile permission (once per process) when the CPU has AMX.
+bool AmxUsable(std::string* why_not) {
+  const CpuInfo& cpu = GetCpuInfo();
+  const AmxStatus& amx = GetAmxStatus();
+  if (!amx.usable) {
+    *why_not = amx.why_not;
+    return false;
+  }
+  if (!(cpu.HasAvx512() && cpu.avx512_bf16)) {  // its float32 code is avx512bf16's
+    *why_not = "this CPU has AMX but not AVX512-BF16, which weft's AMX path also uses";
+    return false;
+  }
+  // The GEMM keeps 8 tiles of 16 rows x 64 bytes (palette 1 on every AMX CPU so far).
+  if (cpu.amx_max_tiles < 8 || cpu.amx_max_rows < 16 || cpu.amx_bytes_per_row < 64) {
+    *why_not = fmt::format(
+        "this CPU's AMX palette 1 has {} tiles of {} rows x {} bytes; weft's AMX GEMM needs 8 "
+        "tiles of 16 rows x 64 bytes",
+        cpu.amx_max_tiles, cpu.amx_max_rows, cpu.amx_bytes_per_row);
+    return false;
+  }
+  return true;
+}
 
 struct Table {
   Primitives portable = Make_portable();
   Primitives avx2 = Make_avx2();
   Primitives avx512 = Make_avx512();
   Primitives avx512bf16 = Make_avx512bf16();
-  const char* available[4] = {};
+  Primitives amx = WithAmxGemm(Make_avx512bf16(), "amx", &amx::GemmBf16, &amx::PeakLoop);
+  // Never chosen by name: tests force it to run the AMX blocking everywhere.
+  Primitives amx_emulated =
+      WithAmxGemm(Make_portable(), "amx-emulated", &amx_emulated::GemmBf16, nullptr);
+  const char* available[5] = {};
   int num_available = 0;
+  std::string amx_why_not;
   Table() {
     const CpuInfo& cpu = GetCpuInfo();
+    if (AmxUsable(&amx_why_not)) available[num_available++] = "amx";
     if (cpu.HasAvx512() && cpu.avx512_bf16) available[num_available++] = "avx512bf16";
     if (cpu.HasAvx512()) available[num_available++] = "avx512";
     if (cpu.HasAvx2Fma()) available[num_available++] = "avx2";
@@ -81,6 +133,7 @@ const Primitives* PrimitivesFor(const char* isa) {
   const Table& t = GetTable();
   for (int i = 0; i < t.num_available; ++i) {
     if (std::strcmp(t.available[i], isa) != 0) continue;
+    if (std::strcmp(isa, "amx") == 0) return &t.amx;
     if (std::strcmp(isa, "avx512bf16") == 0) return &t.avx512bf16;
     if (std::strcmp(isa, "avx512") == 0) return &t.avx512;
     if (std::strcmp(isa, "avx2") == 0) return &t.avx2;
@@ -88,6 +141,8 @@ const Primitives* PrimitivesFor(const char* isa) {
   }
   return nullptr;
 }
+
+const Primitives& EmulatedAmxPrimitives() { return GetTable().amx_emulated; }
 
 const char* const* AvailableIsas(int* count) {
   *count = GetTable().num_available;
@@ -98,20 +153,13 @@ namespace {
 thread_local const Primitives* t_forced = nullptr;
 
 // Names this machine cannot run get an error that says why, instead of
-// silently running another path: AMX (weft has no AMX tile kernels) and
-// avx512bf16 on a CPU without it.
+// silently running another path: amx and avx512bf16 where they are missing.
 void CheckIsaName(const std::string& isa, const char* origin) {
   const CpuInfo& cpu = GetCpuInfo();
-  if (isa == "amx") {
-    if (!(cpu.amx_tile && cpu.amx_bf16)) {
-      Fail(
-          "{}={}: this CPU ({}) lacks AMX-BF16 (no amx_tile/amx_bf16 in /proc/cpuinfo), and "
-          "weft has no AMX kernels; use avx512bf16, avx512, avx2 or portable (whichever this "
-          "CPU has)",
-          origin, isa, cpu.model_name);
-    }
-    Fail("{}={}: weft has no AMX kernels yet; use avx512bf16 for the bfloat16 kernels", origin,
-         isa);
+  if (isa == "amx" && PrimitivesFor("amx") == nullptr) {
+    Fail("{}={}: AMX cannot run here: {}; use avx512bf16, avx512, avx2 or portable (whichever "
+         "this CPU has)",
+         origin, isa, GetTable().amx_why_not);
   }
   if (isa == "avx512bf16" && !(cpu.avx512_bf16 && cpu.HasAvx512())) {
     Fail(
@@ -149,16 +197,22 @@ ScopedIsa::ScopedIsa(const char* isa) : previous_(t_forced) {
   t_forced = p;
 }
 
+ScopedIsa::ScopedIsa(const Primitives& primitives) : previous_(t_forced) {
+  t_forced = &primitives;
+}
+
 ScopedIsa::~ScopedIsa() { t_forced = previous_; }
 
 const Primitives& GetPrimitives() {
   if (t_forced != nullptr) return *t_forced;
   if (const Primitives* p = EnvForced()) return *p;
-  // avx512bf16's float32 code is avx512's: float32 calls name the plain copy.
+  // amx's and avx512bf16's float32 code is avx512's: float32 calls name the
+  // plain copy.
   const Table& t = GetTable();
-  const char* widest = t.available[0];
-  if (std::strcmp(widest, "avx512bf16") == 0) widest = t.available[1];
-  return *PrimitivesFor(widest);
+  int i = 0;
+  while (std::strcmp(t.available[i], "amx") == 0 || std::strcmp(t.available[i], "avx512bf16") == 0)
+    ++i;
+  return *PrimitivesFor(t.available[i]);
 }
 
 const Primitives& GetBf16Primitives() {

@@ -4,8 +4,10 @@
 #include "weft/kernels/attention_config.h"
 
 #include <gtest/gtest.h>
+
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -104,18 +106,20 @@ TEST(AttentionConfig, ChosenWorkingSetNeverExceedsTheLimit) {
     for (int64_t D : {16, 64, 128, 256})
       for (int64_t S : {1, 40, 1000, 8192})
         for (int64_t block : {0, 64, 128})
-          for (int bits : {32, 16})
+          for (const char* variant : {"f32", "bf16", "bf16 amx"})
             for (bool score_mod : {false, true}) {
               ConfigProblem p;
               p.dims = AttentionDims{1, 1, 1, S, S, D, D};
-              p.dtype = bits == 16 ? AttentionDtype::kBfloat16 : AttentionDtype::kFloat32;
+              p.dtype = std::string(variant) == "f32" ? AttentionDtype::kFloat32
+                                                      : AttentionDtype::kBfloat16;
+              if (std::string(variant) == "bf16 amx") p.isa = "amx";
               p.has_score_mod = score_mod;
               p.has_mask = block > 0;
               p.mask_q_block = p.mask_kv_block = block;
               for (bool backward : {false, true}) {
                 ChosenTiles t = ChooseTiles(p, AttentionOptions{}, backward);
-                SCOPED_TRACE(fmt::format("limit {} D {} S {} block {} backward {} bits {}", limit,
-                                         D, S, block, backward, bits));
+                SCOPED_TRACE(fmt::format("limit {} D {} S {} block {} backward {} {}", limit, D,
+                                         S, block, backward, variant));
                 const auto cands =
                     backward ? BackwardCandidates(p, bytes) : ForwardCandidates(p, bytes);
                 if (t.fits) {
@@ -165,6 +169,31 @@ TEST(AttentionConfig, Bf16WorkingSetsCountTwoByteOperands) {
   for (const Candidate& c : cands)
     EXPECT_EQ(c.Bytes(), WorkingSetBytes(AttentionKernel::kForward, d, c.tiles, false,
                                          AttentionDtype::kBfloat16));
+}
+
+TEST(AttentionConfig, AmxCandidatesCountTheTileGemmsScratch) {
+  // On AMX the GEMM adds its own copies (C's row tails, A's and B's k tails)
+  // to every kernel's working set: at least the 4 KiB C copy, and for D=128
+  // tiles no more than 4 KiB + 32 x 128 x 2 + 8 x 1 KiB.
+  ConfigProblem p;
+  p.dims = AttentionDims{1, 1, 1, 4096, 4096, 128, 128};
+  p.dtype = AttentionDtype::kBfloat16;
+  ConfigProblem amx = p;
+  amx.isa = "amx";
+  for (bool backward : {false, true}) {
+    const auto plain = backward ? BackwardCandidates(p, 1 << 20) : ForwardCandidates(p, 1 << 20);
+    const auto tiles =
+        backward ? BackwardCandidates(amx, 1 << 20) : ForwardCandidates(amx, 1 << 20);
+    ASSERT_EQ(plain.size(), tiles.size());
+    for (const Candidate& c : tiles) {
+      if (c.tiles.block_m > 128 || c.tiles.block_n > 128) continue;
+      const auto same = std::find_if(plain.begin(), plain.end(),
+                                     [&](const Candidate& o) { return o.tiles == c.tiles; });
+      ASSERT_NE(same, plain.end());
+      EXPECT_GE(c.Bytes() - same->Bytes(), 4 * 1024);
+      EXPECT_LE(c.Bytes() - same->Bytes(), 4 * 1024 + 32 * 128 * 2 + 8 * 1024);
+    }
+  }
 }
 
 TEST(AttentionConfig, ForcedConfigThatDoesNotFitNamesTheLargestThatFits) {

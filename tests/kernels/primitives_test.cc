@@ -1,5 +1,6 @@
-// The SIMD primitives of every instruction set this CPU has, against
-// float64 references on random inputs.
+// The SIMD primitives of every instruction set this CPU has, and the AMX
+// GEMM on the software model of the tile instructions, against float64
+// references on random inputs.
 #include "simd/primitives.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "weft/base/bfloat16.h"
+#include "weft/base/cpu.h"
 #include "weft/base/error.h"
 
 namespace weft::kernels::simd {
@@ -18,7 +20,10 @@ namespace {
 
 class PrimitivesTest : public ::testing::TestWithParam<std::string> {
  protected:
-  const Primitives& P() { return *PrimitivesFor(GetParam().c_str()); }
+  const Primitives& P() {
+    return GetParam() == "amx-emulated" ? EmulatedAmxPrimitives()
+                                        : *PrimitivesFor(GetParam().c_str());
+  }
   std::mt19937 rng_{42};
   std::vector<float> Random(size_t n) {
     std::normal_distribution<float> dist;
@@ -34,8 +39,19 @@ std::vector<std::string> Isas() {
   return std::vector<std::string>(names, names + n);
 }
 
-INSTANTIATE_TEST_SUITE_P(Isa, PrimitivesTest, ::testing::ValuesIn(Isas()),
-                         [](const auto& info) { return info.param; });
+std::vector<std::string> IsasAndEmulatedAmx() {
+  auto isas = Isas();
+  isas.push_back("amx-emulated");
+  return isas;
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, PrimitivesTest, ::testing::ValuesIn(IsasAndEmulatedAmx()),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name)
+                             if (c == '-') c = '_';
+                           return name;
+                         });
 
 TEST_P(PrimitivesTest, GemmMatchesReferenceForAllRowTailsAndStrides) {
   for (int64_t M : {1, 2, 3, 5, 6, 7, 8, 13, 64}) {
@@ -89,9 +105,11 @@ std::vector<uint16_t> RandomBf16(std::mt19937& rng, size_t n) {
 
 TEST_P(PrimitivesTest, GemmBf16MatchesFloat64ReferenceForOddSizes) {
   const uint16_t kNanBits = 0x7fc1;
-  for (int64_t M : {1, 3, 7, 8, 9, 13, 17, 64}) {
+  // AMX tiles are 16 rows and 32 k: M and K around those (16, 31, 32, 33)
+  // exercise its in-place blocks, its row tails and its k tail.
+  for (int64_t M : {1, 3, 7, 8, 9, 13, 16, 17, 31, 33, 64}) {
     for (int64_t N : {16, 32, 48, 80}) {
-      for (int64_t K : {0, 1, 2, 7, 33, 64, 129}) {
+      for (int64_t K : {0, 1, 2, 7, 31, 32, 33, 64, 129}) {
         for (bool accumulate : {false, true}) {
           // A's row padding holds NaN: a kernel that read past K would show it.
           const int64_t lda = K + 3, ldc = N + 16;
@@ -139,11 +157,14 @@ TEST_P(PrimitivesTest, GemmBf16MatchesFloat64ReferenceForOddSizes) {
 }
 
 TEST_P(PrimitivesTest, Bf16DotPeakLoopOnlyWhereTheInstructionExists) {
-  const bool has = GetParam() == "avx512bf16";
+  const bool has = GetParam() == "avx512bf16" || GetParam() == "amx";
   ASSERT_EQ(P().bf16_dot_peak_loop != nullptr, has);
   if (has) {
     float sink = 0;
-    EXPECT_EQ(P().bf16_dot_peak_loop(100, &sink), 100 * 16 * 16 * 4);
+    // vdpbf16ps: 16 accumulators x 16 lanes x 2 pairs x 2 flops; TDPBF16PS:
+    // 4 tiles x 16 x 16 outputs x 32 products x 2 flops.
+    const int64_t per_round = GetParam() == "amx" ? 4 * 16 * 16 * 32 * 2 : 16 * 16 * 4;
+    EXPECT_EQ(P().bf16_dot_peak_loop(100, &sink), 100 * per_round);
     EXPECT_TRUE(std::isfinite(sink));
     EXPECT_GT(sink, 0.0f);
   }
@@ -217,12 +238,38 @@ TEST(Primitives, ScopedIsaIsNestSafeAndRejectsUnknownNames) {
   }
   EXPECT_STREQ(GetPrimitives().isa, outer);
   EXPECT_THROW(ScopedIsa("sse9"), Error);
+  {
+    ScopedIsa emulated(EmulatedAmxPrimitives());
+    EXPECT_STREQ(GetBf16Primitives().isa, "amx-emulated");
+  }
+  EXPECT_STREQ(GetPrimitives().isa, outer);
+}
+
+TEST(Primitives, AmxIsListedExactlyWhenItCanRunAndExplainedWhenNot) {
+  const bool listed = PrimitivesFor("amx") != nullptr;
+  EXPECT_EQ(listed, GetAmxStatus().usable && GetCpuInfo().amx_max_tiles >= 8);
+  if (listed) {
+    EXPECT_STREQ(GetBf16Primitives().isa, "amx");
+    EXPECT_STREQ(GetPrimitives().isa, "avx512");  // float32 never runs the bf16 copies
+    return;
+  }
+  try {
+    ScopedIsa forced("amx");
+    ADD_FAILURE() << "no error for amx on a machine without it";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("AMX cannot run here"), std::string::npos) << what;
+    EXPECT_NE(what.find(GetAmxStatus().usable ? "palette" : GetAmxStatus().why_not),
+              std::string::npos)
+        << what;
+  }
 }
 
 TEST(Primitives, Bf16CallsUseTheBf16IsaWhereTheCpuHasIt) {
   // float32 kernels never run the avx512bf16 copy by default (their code is
   // avx512's); bfloat16 kernels take it when present.
   EXPECT_STRNE(GetPrimitives().isa, "avx512bf16");
+  EXPECT_STRNE(GetPrimitives().isa, "amx");
   EXPECT_STREQ(GetBf16Primitives().isa, Isas().front().c_str());
   ScopedIsa forced("portable");
   EXPECT_STREQ(GetBf16Primitives().isa, "portable");

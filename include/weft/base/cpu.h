@@ -16,8 +16,14 @@ struct CpuInfo {
   bool avx512dq = false;
   bool avx512vl = false;
   bool avx512_bf16 = false;
-  bool amx_tile = false;
-  bool amx_bf16 = false;
+  bool amx_tile = false;   // cpuid: the CPU has AMX tiles
+  bool amx_bf16 = false;   // ... and TDPBF16PS
+  bool amx_os = false;     // the OS saves tile state (XCR0 XTILECFG | XTILEDATA)
+  // Palette 1's limits (cpuid 0x1D/1): tile registers, rows per tile, bytes
+  // per row; 0 without AMX. Sapphire Rapids: 8 tiles of 16 rows x 64 bytes.
+  int amx_max_tiles = 0;
+  int amx_max_rows = 0;
+  int amx_bytes_per_row = 0;
   int64_t l1d_bytes = 32 * 1024;  // per core
   int64_t l2_bytes = 1024 * 1024;  // per core
   int64_t l3_bytes = 0;            // shared
@@ -28,5 +34,15 @@ struct CpuInfo {
 
 // Read from cpuid and sysfs on first use; later calls return the same object.
 const CpuInfo& GetCpuInfo();
+
+// Whether this process may run AMX tile instructions. The first call asks
+// Linux for the tile-data permission (arch_prctl ARCH_REQ_XCOMP_PERM,
+// XFEATURE_XTILEDATA; process-wide, kernel 5.16+), once; later calls return
+// the same answer. `why_not` says what is missing when `usable` is false.
+struct AmxStatus {
+  bool usable = false;
+  std::string why_not;
+};
+const AmxStatus& GetAmxStatus();
 
 }  // namespace weft

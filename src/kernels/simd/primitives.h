@@ -14,7 +14,7 @@ inline constexpr int64_t kPadN = 16;
 inline int64_t PadN(int64_t n) { return (n + kPadN - 1) / kPadN * kPadN; }
 
 struct Primitives {
-  const char* isa = "";  // "avx512bf16", "avx512", "avx2" or "portable"
+  const char* isa = "";  // "amx", "avx512bf16", "avx512", "avx2", "portable" (or "amx-emulated")
   int lanes = 0;         // floats per vector register
   int rows = 0;          // rows per register block of the GEMM micro-kernel
 
@@ -69,8 +69,9 @@ struct Primitives {
   // sink receives a value so the work cannot be optimized away.
   int64_t (*fma_peak_loop)(int64_t iterations, float* sink) = nullptr;
 
-  // The same for the bf16 dot-product instruction (vdpbf16ps: 2 flops per bf16
-  // pair); null when this instruction set has none (all but avx512bf16).
+  // The same for the bf16 dot-product instruction (vdpbf16ps on avx512bf16,
+  // TDPBF16PS tiles on amx: 2 flops per bf16 pair); null when this
+  // instruction set has none.
   int64_t (*bf16_dot_peak_loop)(int64_t iterations, float* sink) = nullptr;
 };
 
@@ -81,15 +82,23 @@ inline constexpr int64_t kPairRow = 2 * kPadN;
 inline int64_t PairChunkSize(int64_t k_rows) { return (k_rows + 1) / 2 * kPairRow; }
 
 // The primitives for float32 kernels on this machine: the widest instruction
-// set the CPU and OS support apart from avx512bf16 (whose float32 code is
-// avx512's), or the one WEFT_ISA names (avx512bf16, avx512, avx2, portable).
-// Chosen once. WEFT_ISA=amx is an error: weft has no AMX kernels (and the
-// message says whether this CPU has AMX at all).
+// set the CPU and OS support apart from amx and avx512bf16 (whose float32
+// code is avx512's), or the one WEFT_ISA names (amx, avx512bf16, avx512,
+// avx2, portable). Chosen once. A name this machine cannot run is an error
+// that says why (for amx: the CPU, the OS, or Linux's tile permission).
 const Primitives& GetPrimitives();
 
-// The same for bfloat16 kernels: avx512bf16 when the CPU has it, else as
-// GetPrimitives(). WEFT_ISA and ScopedIsa force both.
+// The same for bfloat16 kernels: amx where the CPU, the OS and Linux allow
+// it (the first call asks Linux for the tile permission), else avx512bf16
+// when the CPU has it, else as GetPrimitives(). WEFT_ISA and ScopedIsa force
+// both.
 const Primitives& GetBf16Primitives();
+
+// amx's bf16 GEMM on the software model of the tile instructions, with the
+// portable float32 code: runs on every machine, so tests cover the AMX
+// blocking where there is no AMX. Not selectable by name; tests force it
+// with ScopedIsa(EmulatedAmxPrimitives()).
+const Primitives& EmulatedAmxPrimitives();
 
 // While alive, kernels started from this thread use `isa` (tests and
 // benchmarks run every path this way). Nest-safe: restores the previous
@@ -97,6 +106,8 @@ const Primitives& GetBf16Primitives();
 class ScopedIsa {
  public:
   explicit ScopedIsa(const char* isa);
+  // Forces these primitives (tests: EmulatedAmxPrimitives()).
+  explicit ScopedIsa(const Primitives& primitives);
   ~ScopedIsa();
   ScopedIsa(const ScopedIsa&) = delete;
   ScopedIsa& operator=(const ScopedIsa&) = delete;
