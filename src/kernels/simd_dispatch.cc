@@ -1,6 +1,8 @@
 // Chooses the SIMD primitives for this machine once (see simd/primitives.h).
+#include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include <fmt/core.h>
 
@@ -8,6 +10,7 @@
 #include "weft/base/cpu.h"
 #include "weft/base/env.h"
 #include "weft/base/error.h"
+#include "weft/kernels/tune_cache.h"  // WarnOnce
 
 namespace weft::kernels::simd {
 
@@ -76,6 +79,42 @@ Primitives WithAmxGemm(Primitives base, const char* isa, decltype(Primitives::ge
   return base;
 }
 
+// Runs the real AMX GEMM and its software model on one deterministic problem
+// that takes every path (32-row blocks, a 16-row block, a short block, a k
+// tail) and compares: weft's AMX code was written and tested against the
+// model on machines without AMX, so a machine with AMX checks that the two
+// agree before trusting the tiles, and falls back to avx512bf16 if not.
+bool AmxAgreesWithItsModel(std::string* why_not) {
+  constexpr int64_t M = 53, N = 48, K = 72, lda = K + 1;
+  std::vector<uint16_t> a(M * lda), b(N / kPadN * PairChunkSize(K));
+  uint32_t state = 12345;
+  auto next = [&state]() {  // bf16 values of either sign with magnitudes in [1/8, 1)
+    state = state * 1664525u + 1013904223u;
+    return static_cast<uint16_t>(0x3e00 + (state >> 16) % 0x180 + ((state >> 8) & 0x8000));
+  };
+  for (auto& x : a) x = next();
+  for (int64_t c = 0; c < N / kPadN; ++c)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < kPadN; ++j)
+        b[c * PairChunkSize(K) + (k / 2) * kPairRow + j * 2 + k % 2] = next();
+  std::vector<float> got(M * N, 1.0f), want(M * N, 1.0f);
+  amx::GemmBf16(M, N, K, a.data(), lda, b.data(), PairChunkSize(K), got.data(), N, true);
+  amx_emulated::GemmBf16(M, N, K, a.data(), lda, b.data(), PairChunkSize(K), want.data(), N, true);
+  for (int64_t i = 0; i < M * N; ++i) {
+    // 1 + 72 exact products of magnitude < 1: float32 sums in any order agree
+    // within 73 roundings of at most 73 * 2^-24 each (< 1e-3); a wrong layout
+    // is off by O(1).
+    if (!(std::fabs(got[i] - want[i]) <= 1e-3f)) {
+      *why_not = fmt::format(
+          "weft's AMX GEMM disagreed with its software model on this CPU (element {}: {} vs "
+          "{}); AMX is disabled, please report this CPU ({})",
+          i, got[i], want[i], GetCpuInfo().model_name);
+      return false;
+    }
+  }
+  return true;
+}
+
 // Whether the AMX copy may run here; `why_not` says what is missing. Asks
 // Linux for the tile permission (once per process) when the CPU has AMX.
 bool AmxUsable(std::string* why_not) {
@@ -95,6 +134,10 @@ bool AmxUsable(std::string* why_not) {
         "this CPU's AMX palette 1 has {} tiles of {} rows x {} bytes; weft's AMX GEMM needs 8 "
         "tiles of 16 rows x 64 bytes",
         cpu.amx_max_tiles, cpu.amx_max_rows, cpu.amx_bytes_per_row);
+    return false;
+  }
+  if (!AmxAgreesWithItsModel(why_not)) {
+    WarnOnce(*why_not);
     return false;
   }
   return true;
