@@ -23,26 +23,7 @@ using testing::RandomVector;
 using testing::ReferenceAttention;
 using testing::RefMods;
 using testing::RelativeError;
-
-// Sets an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = getenv(name)) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using testing::ScopedEnv;
 
 // Forward + backward of a causal problem against the float64 reference.
 void CheckCausal(const AttentionDims& d, const AttentionOptions& base, uint32_t seed) {

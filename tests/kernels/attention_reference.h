@@ -2,16 +2,42 @@
 // written from the definitions (no shared code with the kernels).
 #pragma once
 
+#include <stdlib.h>
+
 #include <cmath>
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "weft/kernels/attention.h"
 
 namespace weft::kernels::testing {
+
+// Sets an environment variable for one scope (restores the old value).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
 
 struct RefMods {
   std::function<bool(int64_t b, int64_t h, int64_t q, int64_t k)> mask;         // null: all
