@@ -32,6 +32,27 @@ DeviceTiles DeviceTiles::Map(const DeviceTiles& src, const std::vector<int64_t>&
   return t;
 }
 
+DeviceTiles DeviceTiles::Join(const DeviceTiles& a, const std::vector<int64_t>& from_a,
+                              const DeviceTiles& b, const std::vector<int64_t>& from_b) {
+  WEFT_CHECK(from_a.size() == from_b.size(), "internal: joining dim maps of {} and {} dims",
+             from_a.size(), from_b.size());
+  DeviceTiles t = Map(a, from_a);
+  for (int64_t d = 0; d < t.rank(); ++d) {
+    if (from_b[d] < 0) continue;
+    t.counts[d] = b.counts.at(from_b[d]);
+    for (int64_t dev = 0; dev < t.num_devices(); ++dev) t.index[dev][d] = b.index[dev][from_b[d]];
+  }
+  return t;
+}
+
+std::vector<int64_t> Inverse(const std::vector<int64_t>& from, int64_t rank) {
+  std::vector<int64_t> inverse(rank, -1);
+  for (int64_t d = 0; d < static_cast<int64_t>(from.size()); ++d) {
+    if (from[d] >= 0) inverse.at(from[d]) = d;
+  }
+  return inverse;
+}
+
 int64_t DeviceTiles::NumTiles() const {
   int64_t n = 1;
   for (int64_t c : counts) n *= c;

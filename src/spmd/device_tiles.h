@@ -23,6 +23,11 @@ struct DeviceTiles {
   static DeviceTiles Of(const HloSharding& sharding, int64_t rank, int64_t num_devices);
   // Dim d follows dim from[d] of `src` (-1: one tile).
   static DeviceTiles Map(const DeviceTiles& src, const std::vector<int64_t>& from);
+  // Dim d follows dim from_b[d] of `b` where that is >= 0, else dim
+  // from_a[d] of `a` (-1 in both: one tile). How a gather's result reads its
+  // batch dims off the indices and its slice dims off the table.
+  static DeviceTiles Join(const DeviceTiles& a, const std::vector<int64_t>& from_a,
+                          const DeviceTiles& b, const std::vector<int64_t>& from_b);
 
   int64_t rank() const { return static_cast<int64_t>(counts.size()); }
   int64_t num_devices() const { return static_cast<int64_t>(index.size()); }
@@ -47,6 +52,11 @@ struct DeviceTiles {
 // holders do not hold every key tile equally often.
 std::optional<std::vector<std::vector<int64_t>>> GroupsOverKey(const DeviceTiles& result,
                                                                const DeviceTiles& key);
+
+// The inverse of a dim map: for an array of `rank` dims whose dims come from
+// another array's (`from[d]`, -1: none), which dim of this array each of
+// those dims feeds (-1: none). Map(x, Inverse(from, rank)) carries tiles back.
+std::vector<int64_t> Inverse(const std::vector<int64_t>& from, int64_t rank);
 
 // Every coarsening of `base` along `dims` (each dim in any divisor of its
 // tile count), the finest (base itself) first.

@@ -268,14 +268,9 @@ std::optional<LookupPlan> PlanLookup(ComputationPartitioner& p, const HloInstruc
   }
   // The indices: split along batch dims as they are, or as the result is.
   std::vector<DeviceTiles> i_bases = {DeviceTiles::Of(i_sharding, indices.rank(), n)};
-  {
-    std::vector<int64_t> from(indices.rank(), -1);
-    for (int64_t d = 0; d < out.rank(); ++d) {
-      if (ld.out_from_indices[d] >= 0) from[ld.out_from_indices[d]] = d;
-    }
-    DeviceTiles from_result = DeviceTiles::Map(DeviceTiles::Of(sharding, out.rank(), n), from);
-    if (!(from_result == i_bases[0])) i_bases.push_back(std::move(from_result));
-  }
+  DeviceTiles from_result = DeviceTiles::Map(DeviceTiles::Of(sharding, out.rank(), n),
+                                             Inverse(ld.out_from_indices, indices.rank()));
+  if (!(from_result == i_bases[0])) i_bases.push_back(std::move(from_result));
 
   ReshardCostCache cost(p.context());
   std::optional<LookupPlan> best;
@@ -292,13 +287,7 @@ std::optional<LookupPlan> PlanLookup(ComputationPartitioner& p, const HloInstruc
         const std::optional<HloSharding> o_target = ot.ToSharding();
         if (!o_target) continue;
         // The result: batch dims as the indices, whole-slice dims as the table.
-        DeviceTiles rt = DeviceTiles::Map(it, ld.out_from_indices);
-        const DeviceTiles from_table = DeviceTiles::Map(ot, ld.out_from_operand);
-        for (int64_t d = 0; d < out.rank(); ++d) {
-          if (ld.out_from_operand[d] < 0) continue;
-          rt.counts[d] = from_table.counts[d];
-          for (int64_t dev = 0; dev < n; ++dev) rt.index[dev][d] = from_table.index[dev][d];
-        }
+        const DeviceTiles rt = DeviceTiles::Join(it, ld.out_from_indices, ot, ld.out_from_operand);
         const std::optional<HloSharding> r_partial = rt.ToSharding();
         if (!r_partial) continue;
         const std::optional<std::vector<std::vector<int64_t>>> groups = GroupsOverKey(rt, key);

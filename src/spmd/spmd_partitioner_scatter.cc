@@ -127,15 +127,9 @@ std::optional<ScatterPlan> PlanScatter(ComputationPartitioner& p, const HloInstr
   if (!vocab_split) return std::nullopt;
   // The indices (and updates' scatter dims): split as the indices are, or as the updates are.
   std::vector<DeviceTiles> i_bases = {DeviceTiles::Of(i_sharding, indices.rank(), n)};
-  {
-    std::vector<int64_t> from(indices.rank(), -1);
-    for (int64_t u = 0; u < updates.rank(); ++u) {
-      if (sd.upd_from_indices[u] >= 0) from[sd.upd_from_indices[u]] = u;
-    }
-    DeviceTiles from_updates =
-        DeviceTiles::Map(DeviceTiles::Of(u_sharding, updates.rank(), n), from);
-    if (!(from_updates == i_bases[0])) i_bases.push_back(std::move(from_updates));
-  }
+  DeviceTiles from_updates = DeviceTiles::Map(DeviceTiles::Of(u_sharding, updates.rank(), n),
+                                              Inverse(sd.upd_from_indices, indices.rank()));
+  if (!(from_updates == i_bases[0])) i_bases.push_back(std::move(from_updates));
 
   const bool zeros = IsZeros(instr.operand(0));
   ReshardCostCache cost(p.context());
@@ -153,13 +147,7 @@ std::optional<ScatterPlan> PlanScatter(ComputationPartitioner& p, const HloInstr
         const std::optional<HloSharding> s_target = st.ToSharding();
         if (!s_target) continue;
         // Updates: scatter dims as the indices, whole-window dims as the result.
-        DeviceTiles ut = DeviceTiles::Map(it, sd.upd_from_indices);
-        const DeviceTiles from_result = DeviceTiles::Map(st, sd.upd_from_operand);
-        for (int64_t u = 0; u < updates.rank(); ++u) {
-          if (sd.upd_from_operand[u] < 0) continue;
-          ut.counts[u] = from_result.counts[u];
-          for (int64_t dev = 0; dev < n; ++dev) ut.index[dev][u] = from_result.index[dev][u];
-        }
+        const DeviceTiles ut = DeviceTiles::Join(it, sd.upd_from_indices, st, sd.upd_from_operand);
         const std::optional<HloSharding> u_target = ut.ToSharding();
         if (!u_target) continue;
         const std::optional<std::vector<std::vector<int64_t>>> groups = GroupsOverKey(st, it);

@@ -1,0 +1,104 @@
+// DeviceTiles: the per-device tile tables the gather and scatter handlers
+// combine, against tilings written out by hand.
+#include "device_tiles.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "weft/base/error.h"
+#include "weft/sharding/hlo_sharding.h"
+
+namespace weft::spmd {
+namespace {
+
+using Index = std::vector<std::vector<int64_t>>;
+
+TEST(DeviceTiles, OfReadsEachDevicesTileAndReplicatedIsOneTile) {
+  // [2, 2] tiles, devices listed column-major: device 2 holds tile (0, 1).
+  const DeviceTiles t = DeviceTiles::Of(HloSharding::Parse("{devices=[2,2]0,2,1,3}"), 2, 4);
+  EXPECT_EQ(t.counts, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(t.index, (Index{{0, 0}, {1, 0}, {0, 1}, {1, 1}}));
+  EXPECT_EQ(t.Flat(2), 1);
+  const DeviceTiles r = DeviceTiles::Of(HloSharding::Replicate(), 3, 4);
+  EXPECT_EQ(r.counts, (std::vector<int64_t>{1, 1, 1}));
+  EXPECT_EQ(r.NumTiles(), 1);
+}
+
+TEST(DeviceTiles, MapAndInverseCarryTilesBetweenArrays) {
+  // Indices [batch, 1] split 4 ways along batch; a result [feature, batch]
+  // takes its dim 1 from the indices' dim 0.
+  const DeviceTiles idx = DeviceTiles::Of(HloSharding::Parse("{devices=[4,1]0,1,2,3}"), 2, 4);
+  const std::vector<int64_t> out_from_indices = {-1, 0};
+  const DeviceTiles out = DeviceTiles::Map(idx, out_from_indices);
+  EXPECT_EQ(out.counts, (std::vector<int64_t>{1, 4}));
+  EXPECT_EQ(out.index[3], (std::vector<int64_t>{0, 3}));
+  // And back: the indices' dim 0 from the result's dim 1, dim 1 from nothing.
+  const std::vector<int64_t> back = Inverse(out_from_indices, 2);
+  EXPECT_EQ(back, (std::vector<int64_t>{1, -1}));
+  EXPECT_EQ(DeviceTiles::Map(out, back), idx);
+}
+
+TEST(DeviceTiles, JoinTakesTheSecondMapWhereItHasADim) {
+  // a: [2, 2] over 4 devices (row-major); b: [4] over 4 devices (reversed).
+  const DeviceTiles a = DeviceTiles::Of(HloSharding::Parse("{devices=[2,2]0,1,2,3}"), 2, 4);
+  const DeviceTiles b = DeviceTiles::Of(HloSharding::Parse("{devices=[4]3,2,1,0}"), 1, 4);
+  // Result dims: 0 <- a's 1, 1 <- b's 0, 2 <- nothing; a's map also names dim 1 (overridden).
+  const DeviceTiles j = DeviceTiles::Join(a, {1, 0, -1}, b, {-1, 0, -1});
+  EXPECT_EQ(j.counts, (std::vector<int64_t>{2, 4, 1}));
+  EXPECT_EQ(j.index, (Index{{0, 3, 0}, {1, 2, 0}, {0, 1, 0}, {1, 0, 0}}));
+  EXPECT_THROW(DeviceTiles::Join(a, {0}, b, {0, -1}), Error);
+}
+
+TEST(DeviceTiles, CoarsenGivesPartialReplicationAndUnequalTablesAreNotShardings) {
+  DeviceTiles t = DeviceTiles::Of(HloSharding::Parse("{devices=[4]0,1,2,3}"), 1, 4);
+  t.Coarsen(0, 2);  // tiles {0,1} -> 0, {2,3} -> 1
+  EXPECT_EQ(t.index, (Index{{0}, {0}, {1}, {1}}));
+  const auto s = t.ToSharding();
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(*s, HloSharding::Parse("{devices=[2,2]0,1,2,3 last_tile_dim_replicate}"));
+  t.Unsplit(0);
+  EXPECT_EQ(*t.ToSharding(), HloSharding::Replicate());
+  // Three devices on tile 0, one on tile 1: no sharding says that.
+  DeviceTiles uneven = DeviceTiles::Of(
+      HloSharding::Parse("{devices=[2,2]0,1,2,3 last_tile_dim_replicate}"), 1, 4);
+  uneven.index = {{0}, {0}, {0}, {1}};
+  EXPECT_FALSE(uneven.ToSharding().has_value());
+  EXPECT_THROW(t.Coarsen(0, 3), Error);
+}
+
+TEST(DeviceTiles, GroupsOverKeyCollectEachKeyTileOnce) {
+  // Result [2] x key [2] over 4 devices: devices 0,1 hold result tile 0 and
+  // key tiles 0,1; devices 2,3 result tile 1 and key tiles 0,1.
+  const DeviceTiles key = DeviceTiles::Of(
+      HloSharding::Parse("{devices=[1,2,2]0,2,1,3 last_tile_dim_replicate}"), 2, 4);
+  const DeviceTiles result =
+      DeviceTiles::Of(HloSharding::Parse("{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}"),
+                      2, 4);
+  const auto groups = GroupsOverKey(result, DeviceTiles::Map(key, {1}));
+  ASSERT_TRUE(groups.has_value());
+  EXPECT_EQ(*groups, (Index{{0, 1}, {2, 3}}));
+  // A key tile missing from a result tile's holders: no groups.
+  const DeviceTiles same = DeviceTiles::Map(key, {-1});
+  DeviceTiles skewed = DeviceTiles::Map(key, {1});
+  skewed.index = {{0}, {0}, {1}, {1}};
+  EXPECT_FALSE(GroupsOverKey(result, skewed).has_value());
+  EXPECT_TRUE(GroupsOverKey(result, same).has_value());
+}
+
+TEST(DeviceTiles, CoarseningsListEveryDivisorFinestFirst) {
+  const DeviceTiles base =
+      DeviceTiles::Of(HloSharding::Parse("{devices=[4,2]0,1,2,3,4,5,6,7}"), 2, 8);
+  const std::vector<DeviceTiles> all = Coarsenings(base, {0});
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0], base);
+  std::vector<int64_t> coarser = {all[1].counts[0], all[2].counts[0]};
+  std::sort(coarser.begin(), coarser.end());
+  EXPECT_EQ(coarser, (std::vector<int64_t>{1, 2}));
+  for (const DeviceTiles& t : all) EXPECT_EQ(t.counts[1], 2);
+  EXPECT_EQ(Coarsenings(base, {}).size(), 1u);
+}
+
+}  // namespace
+}  // namespace weft::spmd
