@@ -38,6 +38,31 @@ struct Case {
   bool mask_per_head = false;
 };
 
+// Softcap 2 (2 tanh(s / 2)) in the kernel and in the reference.
+void SetSoftcap2(Case& c) {
+  c.score = Softcap(2.0f);
+  c.ref.score = [](double s, int64_t, int64_t, int64_t, int64_t) { return 2.0 * std::tanh(s / 2); };
+  c.ref.dscore = [](double s, int64_t, int64_t, int64_t, int64_t) {
+    double t = std::tanh(s / 2);
+    return 1 - t * t;
+  };
+}
+
+// Document ids [B, S] with random boundaries (a new document with
+// probability 1 / every at each position).
+IndexTensor RandomDocuments(int64_t B, int64_t S, uint32_t seed, uint32_t every) {
+  std::mt19937 rng(seed);
+  IndexTensor seg{{B, S}, std::vector<int64_t>(B * S)};
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t id = 0;
+    for (int64_t i = 0; i < S; ++i) {
+      if (rng() % every == 0) ++id;
+      seg.values[b * S + i] = id;
+    }
+  }
+  return seg;
+}
+
 struct Outputs {
   std::vector<float> out, lse, dq, dk, dv;
 };
@@ -141,27 +166,14 @@ TEST_P(AttentionIsa, Causal) {
 TEST_P(AttentionIsa, GqaWithSlidingWindowAndSoftcap) {
   Case c{Dims(2, 4, 2, 97, 97, 32, 48), SlidingWindowMask(20, 5)};
   c.ref.mask = [](int64_t, int64_t, int64_t q, int64_t k) { return q - 20 <= k && k <= q + 5; };
-  c.score = Softcap(2.0f);
-  c.ref.score = [](double s, int64_t, int64_t, int64_t, int64_t) { return 2.0 * std::tanh(s / 2); };
-  c.ref.dscore = [](double s, int64_t, int64_t, int64_t, int64_t) {
-    double t = std::tanh(s / 2);
-    return 1 - t * t;
-  };
+  SetSoftcap2(c);
   c.block = 32;
   Check(c, 6);
 }
 
 TEST_P(AttentionIsa, DocumentMaskPerBatchRow) {
   const int64_t B = 2, S = 200;
-  std::mt19937 rng(7);
-  IndexTensor seg{{B, S}, std::vector<int64_t>(B * S)};
-  for (int64_t b = 0; b < B; ++b) {
-    int64_t id = 0;
-    for (int64_t i = 0; i < S; ++i) {
-      if (rng() % 23 == 0) ++id;  // random document boundaries
-      seg.values[b * S + i] = id;
-    }
-  }
+  const IndexTensor seg = RandomDocuments(B, S, 7, 23);
   auto causal_doc = AndMasks({CausalMask(), DocumentMask(seg, seg)});
   Case c{Dims(B, 2, 1, S, S, 32, 32), causal_doc};
   c.mask_per_batch = true;
@@ -497,12 +509,7 @@ TEST_P(Bf16Isa, DenseOddSizes) {
 TEST_P(Bf16Isa, CausalGqaSoftcap) {
   Case c{AttentionDims{1, 4, 2, 150, 150, 64, 48}, CausalMask()};
   c.ref.mask = [](int64_t, int64_t, int64_t q, int64_t k) { return q >= k; };
-  c.score = Softcap(2.0f);
-  c.ref.score = [](double s, int64_t, int64_t, int64_t, int64_t) { return 2.0 * std::tanh(s / 2); };
-  c.ref.dscore = [](double s, int64_t, int64_t, int64_t, int64_t) {
-    double t = std::tanh(s / 2);
-    return 1 - t * t;
-  };
+  SetSoftcap2(c);
   CheckBf16(c, 33);
 }
 
@@ -515,15 +522,7 @@ TEST_P(Bf16Isa, SlidingWindowWithSmallBlocks) {
 
 TEST_P(Bf16Isa, DocumentMaskGqaPerBatchRow) {
   const int64_t B = 2, S = 150;
-  std::mt19937 rng(36);
-  IndexTensor seg{{B, S}, std::vector<int64_t>(B * S)};
-  for (int64_t b = 0; b < B; ++b) {
-    int64_t id = 0;
-    for (int64_t i = 0; i < S; ++i) {
-      if (rng() % 19 == 0) ++id;  // random document boundaries
-      seg.values[b * S + i] = id;
-    }
-  }
+  const IndexTensor seg = RandomDocuments(B, S, 36, 19);
   Case c{AttentionDims{B, 4, 2, S, S, 64, 64},
              AndMasks({CausalMask(), DocumentMask(seg, seg)})};
   c.mask_per_batch = true;
