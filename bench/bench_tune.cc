@@ -14,6 +14,7 @@
 #include "bench.h"
 #include "simd/primitives.h"
 #include "timer.h"
+#include "weft/base/cpu.h"
 #include "weft/base/error.h"
 #include "weft/kernels/attention.h"
 #include "weft/kernels/attention_config.h"
@@ -139,6 +140,12 @@ int RunTuneAttention(const TuneOptions& t) {
              t.batch, t.heads, t.seq, t.head_dim, t.dtype, t.mask, problem.isa,
              double(limit) / 1024);
   if (t.explain) {
+    if (problem.isa == "amx") {
+      const CpuInfo& cpu = GetCpuInfo();
+      fmt::print("AMX palette 1: {} tiles of {} rows x {} bytes; the GEMM keeps a 32 x 32 float32 "
+                 "block of C in 4 tiles, 2 A and 2 B tiles; working sets include its scratch\n",
+                 cpu.amx_max_tiles, cpu.amx_max_rows, cpu.amx_bytes_per_row);
+    }
     fmt::print("{:<9} {:>7} {:>7} {:>12} {:>10}  {}\n", "kernel", "BLOCK_M", "BLOCK_N",
                "working set", "ms", "verdict");
     for (auto* list : {&fwd, &bwd})
