@@ -57,8 +57,9 @@ struct BackwardScratch {
   AlignedBuffer<uint8_t> keep;
   AlignedBuffer<float> dk, dv;  // one kv block's accumulators [bk, dp], [bk, dvp]
   AlignedBuffer<float> dq;      // query accumulators [rows, dp]
-  // bf16 calls: P and dS rounded to bf16 [bq x bkp], and their transposes [bk x bq].
-  AlignedBuffer<uint16_t> p_bf16, ds_bf16, pt_bf16, dst_bf16;
+  // bf16 calls: dS rounded to bf16 [bq x bkp] (dq's A operand), and P and dS
+  // rounded and transposed [bk x bq] (dv's and dk's).
+  AlignedBuffer<uint16_t> ds_bf16, pt_bf16, dst_bf16;
 
   void Reserve(const Problem& p) {
     this->p.Resize(p.bq * p.bkp);
@@ -68,7 +69,6 @@ struct BackwardScratch {
     dk.Resize(p.bk * p.dp);
     dv.Resize(p.bk * p.dvp);
     if (p.use_bf16) {
-      p_bf16.Resize(p.bq * p.bkp);
       ds_bf16.Resize(p.bq * p.bkp);
       pt_bf16.Resize(p.bk * p.bq);
       dst_bf16.Resize(p.bk * p.bq);
@@ -99,7 +99,8 @@ void SoftmaxGradRows(const Problem& p, const BackwardOperands& x, BackwardScratc
 
 // The bf16 GEMMs of one tile, P (float32, in w.p) given: P and dS are
 // rounded to bf16 as GEMM A operands (as FlashAttention does); dP, dS and
-// the accumulators stay float32.
+// the accumulators stay float32. P^T and dS^T are rounded and transposed in
+// one pass from float32.
 void TileGradsBf16(const Problem& p, const BackwardOperands& x, const Bf16Operands& y,
                    BackwardScratch& w, int64_t bh, int64_t bkvh, int64_t qb, int64_t kb, float* dq,
                    float* dk, float* dv) {
@@ -108,9 +109,7 @@ void TileGradsBf16(const Problem& p, const BackwardOperands& x, const Bf16Operan
   const int64_t row0 = bh * d.q_len + qb * p.bq;
   const int64_t q_tile = bh * p.nqb + qb, k_tile = bkvh * p.nkb + kb;
   if (dv != nullptr) {
-    uint16_t* pb = w.p_bf16.data();
-    for (int64_t i = 0; i < nq; ++i) p.simd.f32_to_bf16(w.p.data() + i * p.bkp, pb + i * p.bkp, nk);
-    internal::Transpose(pb, nq, nk, p.bkp, w.pt_bf16.data(), p.bq);
+    p.simd.f32_to_bf16_transposed(w.p.data(), nq, nk, p.bkp, w.pt_bf16.data(), p.bq);
     p.simd.gemm_bf16(nk, p.dvp, nq, w.pt_bf16.data(), p.bq, y.dout_panels + q_tile * y.do_panel,
                      simd::PairChunkSize(p.bq), dv, p.dvp, true);
   }
@@ -118,14 +117,14 @@ void TileGradsBf16(const Problem& p, const BackwardOperands& x, const Bf16Operan
   p.simd.gemm_bf16(nq, p.bkp, d.value_dim, y.dout + row0 * d.value_dim, d.value_dim,
                    y.vt + k_tile * y.vt_panel, simd::PairChunkSize(d.value_dim), dP, p.bkp, false);
   SoftmaxGradRows(p, x, w, row0, nq, nk);
-  uint16_t* dsb = w.ds_bf16.data();
-  for (int64_t i = 0; i < nq; ++i) p.simd.f32_to_bf16(dP + i * p.bkp, dsb + i * p.bkp, nk);
   if (dk != nullptr) {
-    internal::Transpose(dsb, nq, nk, p.bkp, w.dst_bf16.data(), p.bq);
+    p.simd.f32_to_bf16_transposed(dP, nq, nk, p.bkp, w.dst_bf16.data(), p.bq);
     p.simd.gemm_bf16(nk, p.dp, nq, w.dst_bf16.data(), p.bq, y.q + q_tile * y.q_panel,
                      simd::PairChunkSize(p.bq), dk, p.dp, true);
   }
   if (dq != nullptr) {
+    uint16_t* dsb = w.ds_bf16.data();
+    for (int64_t i = 0; i < nq; ++i) p.simd.f32_to_bf16(dP + i * p.bkp, dsb + i * p.bkp, nk);
     p.simd.gemm_bf16(nq, p.dp, nk, dsb, p.bkp, y.k + k_tile * y.k_panel, simd::PairChunkSize(p.bk),
                      dq, p.dp, true);
   }

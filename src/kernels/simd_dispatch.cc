@@ -32,6 +32,7 @@ namespace weft::kernels::simd {
   int64_t FmaPeakLoop(int64_t, float*);                                                        \
   void Bf16ToF32(const uint16_t*, float*, int64_t);                                            \
   void F32ToBf16(const float*, uint16_t*, int64_t);                                            \
+  void F32ToBf16Transposed(const float*, int64_t, int64_t, int64_t, uint16_t*, int64_t);       \
   }                                                                                            \
   static Primitives Make_##ns() {                                                              \
     Primitives p;                                                                              \
@@ -49,6 +50,7 @@ namespace weft::kernels::simd {
     p.fma_peak_loop = &ns::FmaPeakLoop;                                                        \
     p.bf16_to_f32 = &ns::Bf16ToF32;                                                            \
     p.f32_to_bf16 = &ns::F32ToBf16;                                                            \
+    p.f32_to_bf16_transposed = &ns::F32ToBf16Transposed;                                       \
     return p;                                                                                  \
   }
 WEFT_DECLARE_ISA(portable)

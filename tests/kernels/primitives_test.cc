@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -221,6 +222,43 @@ TEST_P(PrimitivesTest, RowMaxDotScaleSoftmaxGrad) {
       std::vector<float> x(n, -INFINITY);
       x[at] = NAN;
       EXPECT_TRUE(std::isnan(P().row_max(x.data(), n))) << n << " " << at;
+    }
+  }
+}
+
+TEST_P(PrimitivesTest, F32ToBf16TransposedRoundsLikeBf16AndWritesOnlyItsBlock) {
+  // Values whose rounding is easy to get wrong: NaNs (a signalling one, whose
+  // plain rounding would give infinity, and a negative one), infinities,
+  // signed zeros, ties to even (down and up), overflow to infinity on
+  // rounding, subnormals.
+  std::vector<float> special;
+  for (uint32_t u :
+       {0x7fc00000u, 0x7f800001u, 0xffc12345u, 0x7f800000u, 0xff800000u, 0u, 0x80000000u,
+        0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0x00000001u, 0x807fffffu}) {
+    float x;
+    std::memcpy(&x, &u, sizeof x);
+    special.push_back(x);
+  }
+  std::uniform_int_distribution<size_t> pick(0, 3 * special.size());
+  const uint16_t kSentinel = 0xabcd;
+  for (int64_t rows : {1, 3, 15, 16, 17, 33, 64, 100}) {
+    for (int64_t cols : {1, 3, 15, 16, 17, 33, 64, 100}) {
+      const int64_t ld_src = cols + 5, ld_dst = rows + 3;
+      auto src = Random(rows * ld_src);
+      // About a quarter of the values special, spread over whole blocks and edges.
+      for (auto& v : src) {
+        const size_t k = pick(rng_);
+        if (k < special.size()) v = special[k];
+      }
+      // dst has a row more than needed: nothing past [cols x rows] may change.
+      std::vector<uint16_t> dst((cols + 1) * ld_dst, kSentinel);
+      P().f32_to_bf16_transposed(src.data(), rows, cols, ld_src, dst.data(), ld_dst);
+      for (int64_t c = 0; c <= cols; ++c)
+        for (int64_t r = 0; r < ld_dst; ++r) {
+          const uint16_t want = c < cols && r < rows ? bf16(src[r * ld_src + c]).bits : kSentinel;
+          ASSERT_EQ(dst[c * ld_dst + r], want)
+              << "rows=" << rows << " cols=" << cols << " at dst row " << c << ", column " << r;
+        }
     }
   }
 }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #if defined(__AVX512BF16__)
 #include <immintrin.h>
@@ -405,6 +406,81 @@ void F32ToBf16(const float* src, uint16_t* dst, int64_t n) {
     *reinterpret_cast<vhu*>(dst + i) = __builtin_convertvector(r, vh);
   }
   for (; i < n; ++i) dst[i] = Bf16Bits(src[i]);
+}
+
+// F32ToBf16's rounding of each lane, as the high half of the lane (low half
+// zero): a row pair then packs into one word per column with a shift and an or.
+static inline vu Bf16High(vu u) {
+  vu nan = reinterpret_cast<vu>((u & 0x7fffffffu) > 0x7f800000u);
+  vu rounded = u + 0x7fffu + ((u >> 16) & 1u);
+  vu quiet = u | 0x00400000u;  // (u >> 16) | 0x0040, in the high half
+  return ((nan & quiet) | (~nan & rounded)) & 0xffff0000u;
+}
+
+// {a0, b0, a1, b1, ..}: the first (low) or second (high) halves of a and b.
+template <size_t... I>
+static inline vu InterleaveLow(vu a, vu b, std::index_sequence<I...>) {
+  return __builtin_shufflevector(a, b, (I % 2) * L + I / 2 ...);
+}
+template <size_t... I>
+static inline vu InterleaveHigh(vu a, vu b, std::index_sequence<I...>) {
+  return __builtin_shufflevector(a, b, (I % 2) * L + L / 2 + I / 2 ...);
+}
+
+// Lanes kFirst .. kFirst + L / 2 of v, stored at dst (L bf16 values).
+template <size_t kFirst, size_t... I>
+static inline void StoreHalf(uint16_t* dst, vu v, std::index_sequence<I...>) {
+  typedef uint32_t half __attribute__((vector_size(L * 2), aligned(2), may_alias));
+  *reinterpret_cast<half*>(dst) = __builtin_shufflevector(v, v, (kFirst + I)...);
+}
+
+// One L x L block, kept in registers: rows 2i and 2i + 1 are rounded into
+// one vector of (row 2i, row 2i + 1) 32-bit words, one per column, so the
+// transpose moves 32-bit words (L / 2 vectors, log2(L / 2) rounds of
+// interleaves) instead of 16-bit ones. Each round moves one bit of the
+// column index from the lane into the vector index and one bit of the pair
+// index into the lane: at the end vector k holds columns 2k and 2k + 1,
+// each as L / 2 words = L consecutive rows, i.e. one contiguous piece of a
+// dst row. Not inlined: inlined into F32ToBf16Transposed's loops it ran
+// 1.5x slower (measured on 64 x 64 tiles, avx512bf16).
+__attribute__((noinline)) static void Bf16TransposedBlock(const float* src, int64_t ld_src,
+                                                          uint16_t* dst, int64_t ld_dst) {
+  constexpr int P = L / 2;  // row pairs
+  vu v[P];
+#pragma GCC unroll 8
+  for (int i = 0; i < P; ++i) {
+    vu even = Bf16High(reinterpret_cast<vu>(Load(src + (2 * i) * ld_src)));
+    vu odd = Bf16High(reinterpret_cast<vu>(Load(src + (2 * i + 1) * ld_src)));
+    v[i] = (even >> 16) | odd;
+  }
+#pragma GCC unroll 3
+  for (int round = 1; round < P; round *= 2) {
+    vu t[P];
+#pragma GCC unroll 4
+    for (int i = 0; i < P / 2; ++i) {
+      t[2 * i] = InterleaveLow(v[i], v[i + P / 2], std::make_index_sequence<L>{});
+      t[2 * i + 1] = InterleaveHigh(v[i], v[i + P / 2], std::make_index_sequence<L>{});
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < P; ++i) v[i] = t[i];
+  }
+#pragma GCC unroll 8
+  for (int k = 0; k < P; ++k) {
+    StoreHalf<0>(dst + (2 * k) * ld_dst, v[k], std::make_index_sequence<P>{});
+    StoreHalf<P>(dst + (2 * k + 1) * ld_dst, v[k], std::make_index_sequence<P>{});
+  }
+}
+
+void F32ToBf16Transposed(const float* src, int64_t rows, int64_t cols, int64_t ld_src,
+                         uint16_t* dst, int64_t ld_dst) {
+  const int64_t full_rows = rows / L * L, full_cols = cols / L * L;
+  for (int64_t r = 0; r < full_rows; r += L)
+    for (int64_t c = 0; c < full_cols; c += L)
+      Bf16TransposedBlock(src + r * ld_src + c, ld_src, dst + c * ld_dst + r, ld_dst);
+  // Edges (the last tile of a sequence), one element at a time.
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = r < full_rows ? full_cols : 0; c < cols; ++c)
+      dst[c * ld_dst + r] = Bf16Bits(src[r * ld_src + c]);
 }
 
 int64_t FmaPeakLoop(int64_t iterations, float* sink) {
