@@ -155,9 +155,10 @@ int64_t WorkingSetBytes(AttentionKernel kernel, const AttentionDims& d, TileSize
                  dve * np * h + ne * dp * h + m * dp * f;
         break;
       case AttentionKernel::kBackwardDkDv:
-        // dP, score-mod gradient, P and dS in bf16 and transposed, dO rows
-        // and panel, Q panel, V^T panel, dk and dv accumulators.
-        bytes += m * np * f + (has_score_mod ? m * np * f : 0) + 2 * m * np * h + 2 * n * m * h +
+        // dP, score-mod gradient, dS in bf16, P^T and dS^T in bf16 (rounded
+        // and transposed in one pass), dO rows and panel, Q panel, V^T panel,
+        // dk and dv accumulators.
+        bytes += m * np * f + (has_score_mod ? m * np * f : 0) + m * np * h + 2 * n * m * h +
                  m * d.value_dim * h + me * dvp * h + me * dp * h + dve * np * h + n * dp * f +
                  n * dvp * f;
         break;
