@@ -96,6 +96,30 @@ TEST_P(PrimitivesTest, GemmReadsChunkedB) {
   EXPECT_EQ(C1, C2);
 }
 
+// Each C element is one chain of multiply-adds over k in order, whatever
+// register block (rows x chunks) computes it: the full product equals one
+// call per row and per kPadN-column chunk, bit for bit.
+TEST_P(PrimitivesTest, GemmResultsDoNotDependOnTheRegisterBlock) {
+  for (int64_t M : {1, 7, 8, 9, 15, 16, 17, 23, 24, 25, 64}) {
+    for (int64_t N : {16, 32, 48, 80, 128}) {
+      for (int64_t K : {1, 37, 128}) {
+        for (bool accumulate : {false, true}) {
+          const int64_t lda = K + 1, ldb = kPadN, cs = K * kPadN + 16, ldc = N + 8;
+          auto A = Random(M * lda), B = Random((N / kPadN) * cs), C = Random(M * ldc);
+          auto whole = C, pieces = C;
+          P().gemm(M, N, K, A.data(), lda, B.data(), ldb, cs, whole.data(), ldc, accumulate);
+          for (int64_t i = 0; i < M; ++i)
+            for (int64_t c = 0; c < N / kPadN; ++c)
+              P().gemm(1, kPadN, K, A.data() + i * lda, lda, B.data() + c * cs, ldb, cs,
+                       pieces.data() + i * ldc + c * kPadN, ldc, accumulate);
+          ASSERT_EQ(0, std::memcmp(whole.data(), pieces.data(), whole.size() * sizeof(float)))
+              << "M=" << M << " N=" << N << " K=" << K << " accumulate=" << accumulate;
+        }
+      }
+    }
+  }
+}
+
 // Random bf16 bits (normal values: vdpbf16ps treats subnormals as zero).
 std::vector<uint16_t> RandomBf16(std::mt19937& rng, size_t n) {
   std::normal_distribution<float> dist;
