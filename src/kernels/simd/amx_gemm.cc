@@ -307,7 +307,7 @@ void GemmBf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, c
     } else {
       const int64_t kp = k_full + (k_tail > 0 ? kKStep : 0);
       a_copy.assign(mb * kTileRows * kp, 0);
-      for (int64_t r = 0; r < rows; ++r)
+      for (int64_t r = 0; r < rows && K > 0; ++r)  // K == 0: nothing to copy (data() may be null)
         std::memcpy(a_copy.data() + r * kp, a_rows + r * lda, K * 2);
       x.a = reinterpret_cast<const uint8_t*>(a_copy.data());
       x.a_stride = kp * 2;
