@@ -106,9 +106,7 @@ int RunPeak(bool json) {
   const PeakResult bf16 = MeasureBf16Peak("avx512bf16");
   const PeakResult amx = MeasureBf16Peak("amx");
   const CpuInfo& cpu = GetCpuInfo();
-  // Why there is no AMX figure: the CPU, the OS or Linux's permission.
-  const std::string amx_absent = GetAmxStatus().usable ? "AMX palette too small for weft's GEMM"
-                                                       : GetAmxStatus().why_not;
+  const std::string& amx_absent = kernels::simd::AmxUnavailableReason();
   if (json) {
     nlohmann::json j;
     j["cpu"] = cpu.model_name;

@@ -189,6 +189,8 @@ const Primitives* PrimitivesFor(const char* isa) {
 
 const Primitives& EmulatedAmxPrimitives() { return GetTable().amx_emulated; }
 
+const std::string& AmxUnavailableReason() { return GetTable().amx_why_not; }
+
 const char* const* AvailableIsas(int* count) {
   *count = GetTable().num_available;
   return GetTable().available;
@@ -204,7 +206,7 @@ void CheckIsaName(const std::string& isa, const char* origin) {
   if (isa == "amx" && PrimitivesFor("amx") == nullptr) {
     Fail("{}={}: AMX cannot run here: {}; use avx512bf16, avx512, avx2 or portable (whichever "
          "this CPU has)",
-         origin, isa, GetTable().amx_why_not);
+         origin, isa, AmxUnavailableReason());
   }
   if (isa == "avx512bf16" && !(cpu.avx512_bf16 && cpu.HasAvx512())) {
     Fail(

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace weft::kernels::simd {
 
@@ -127,6 +128,10 @@ class ScopedIsa {
 // The primitives for one instruction set, or null when this CPU lacks it or
 // the name is unknown. For tests and benchmarks that run every path.
 const Primitives* PrimitivesFor(const char* isa);
+
+// Why amx is not among them: the CPU, the OS, Linux's tile permission, the
+// palette, or the start-up comparison with the model; empty when it is.
+const std::string& AmxUnavailableReason();
 
 // Instruction sets this machine can run, widest first.
 const char* const* AvailableIsas(int* count);
