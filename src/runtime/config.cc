@@ -26,11 +26,14 @@ constexpr std::array<KeyInfo, kNumConfigKeys> kKeys{{
     {"num_devices", "WEFT_NUM_DEVICES", 4, 1, 1 << 16},
     {"num_slices", "WEFT_NUM_SLICES", 0, 0, 1 << 16},
     {"slice_size", "WEFT_SLICE_SIZE", 0, 0, 1 << 16},
+    {"collective_timeout", "WEFT_COLLECTIVE_TIMEOUT", kDefaultCollectiveTimeoutSeconds, 1,
+     kMaxCollectiveTimeoutSeconds},
 }};
 
 const KeyInfo& Info(ConfigKey key) {
   int index = static_cast<int>(key);
-  WEFT_CHECK(index >= 0 && index < kNumConfigKeys, "unknown runtime ConfigKey {}", index);
+  WEFT_INTERNAL_CHECK(index >= 0 && index < kNumConfigKeys, "unknown runtime ConfigKey {}",
+                      index);
   return kKeys[index];
 }
 
@@ -56,6 +59,8 @@ OverrideStack& Overrides() {
 
 std::string_view ConfigKeyName(ConfigKey key) { return Info(key).name; }
 std::string_view ConfigEnvVar(ConfigKey key) { return Info(key).env_var; }
+int64_t ConfigMinValue(ConfigKey key) { return Info(key).min_value; }
+int64_t ConfigMaxValue(ConfigKey key) { return Info(key).max_value; }
 
 int64_t RuntimeConfig::Get(ConfigKey key) const {
   switch (key) {
@@ -65,8 +70,10 @@ int64_t RuntimeConfig::Get(ConfigKey key) const {
       return num_slices;
     case ConfigKey::kSliceSize:
       return slice_size;
+    case ConfigKey::kCollectiveTimeout:
+      return collective_timeout_s;
   }
-  Fail("unknown runtime ConfigKey {}", static_cast<int>(key));
+  FailInternal("unknown runtime ConfigKey {}", static_cast<int>(key));
 }
 
 void RuntimeConfig::Set(ConfigKey key, int64_t value) {
@@ -80,14 +87,17 @@ void RuntimeConfig::Set(ConfigKey key, int64_t value) {
     case ConfigKey::kSliceSize:
       slice_size = value;
       return;
+    case ConfigKey::kCollectiveTimeout:
+      collective_timeout_s = value;
+      return;
   }
-  Fail("unknown runtime ConfigKey {}", static_cast<int>(key));
+  FailInternal("unknown runtime ConfigKey {}", static_cast<int>(key));
 }
 
 std::string RuntimeConfig::ToString() const {
   auto show = [](int64_t v) { return v == 0 ? std::string("unset") : std::to_string(v); };
-  return fmt::format("num_devices={} num_slices={} slice_size={}", num_devices, show(num_slices),
-                     show(slice_size));
+  return fmt::format("num_devices={} num_slices={} slice_size={} collective_timeout={}s",
+                     num_devices, show(num_slices), show(slice_size), collective_timeout_s);
 }
 
 RuntimeConfig CurrentConfig() {
@@ -111,11 +121,22 @@ RuntimeConfig CurrentConfig() {
   return config;
 }
 
+int64_t CurrentConfigValue(ConfigKey key) {
+  const KeyInfo& info = Info(key);
+  {
+    OverrideStack& stack = Overrides();
+    std::lock_guard<std::mutex> lock(stack.mu);
+    for (auto it = stack.entries.rbegin(); it != stack.entries.rend(); ++it)
+      if (it->key == key) return it->value;
+  }
+  return GetEnvInt(std::string(info.env_var), info.default_value, info.min_value, info.max_value);
+}
+
 ScopedConfigOverride::ScopedConfigOverride(ConfigKey key, int64_t value) : key_(key) {
   const KeyInfo& info = Info(key);
   WEFT_CHECK(value >= info.min_value && value <= info.max_value,
-             "ScopedConfigOverride: {}={} is out of range; use a value in [{}, {}]", info.name,
-             value, info.min_value, info.max_value);
+             "{}={} is out of range; use a value in [{}, {}] (the range of {})", info.name,
+             value, info.min_value, info.max_value, info.env_var);
   OverrideStack& stack = Overrides();
   std::lock_guard<std::mutex> lock(stack.mu);
   id_ = stack.next_id++;

@@ -1,10 +1,12 @@
 #include "weft/runtime/config.h"
 
+#include <fmt/core.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <atomic>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -17,7 +19,8 @@ namespace {
 class ConfigTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (const char* var : {"WEFT_NUM_DEVICES", "WEFT_NUM_SLICES", "WEFT_SLICE_SIZE"})
+    for (const char* var :
+         {"WEFT_NUM_DEVICES", "WEFT_NUM_SLICES", "WEFT_SLICE_SIZE", "WEFT_COLLECTIVE_TIMEOUT"})
       unsetenv(var);
   }
   void TearDown() override { SetUp(); }
@@ -28,7 +31,9 @@ TEST_F(ConfigTest, DefaultsThenEnvironment) {
   EXPECT_EQ(config.num_devices, 4);
   EXPECT_EQ(config.num_slices, 0);
   EXPECT_EQ(config.slice_size, 0);
-  EXPECT_EQ(config.ToString(), "num_devices=4 num_slices=unset slice_size=unset");
+  EXPECT_EQ(config.collective_timeout_s, 600);
+  EXPECT_EQ(config.ToString(),
+            "num_devices=4 num_slices=unset slice_size=unset collective_timeout=600s");
   setenv("WEFT_NUM_DEVICES", "8", 1);
   setenv("WEFT_SLICE_SIZE", "2", 1);
   config = CurrentConfig();
@@ -47,6 +52,70 @@ TEST_F(ConfigTest, MalformedEnvironmentNamesTheVariable) {
   setenv("WEFT_NUM_SLICES", "2", 1);
   setenv("WEFT_NUM_DEVICES", "0", 1);
   EXPECT_THROW(CurrentConfig(), Error);
+}
+
+// Every key: a malformed or out-of-range value is a weft::Error naming the
+// variable, the value and the allowed range.
+TEST_F(ConfigTest, EveryMalformedOrOutOfRangeVariableIsAnErrorNamingValueAndRange) {
+  for (int k = 0; k < kNumConfigKeys; ++k) {
+    const auto key = static_cast<ConfigKey>(k);
+    const std::string var(ConfigEnvVar(key));
+    const std::string range =
+        fmt::format("[{}, {}]", ConfigMinValue(key), ConfigMaxValue(key));
+    const std::string below = std::to_string(ConfigMinValue(key) - 1);
+    const std::string above = std::to_string(ConfigMaxValue(key) + 1);
+    for (const std::string& bad : {std::string("abc"), std::string("4x"), std::string("1.5"),
+                                   std::string(" 2"), below, above}) {
+      setenv(var.c_str(), bad.c_str(), 1);
+      for (int reader = 0; reader < 2; ++reader) {
+        try {
+          if (reader == 0) CurrentConfig();
+          if (reader == 1) CurrentConfigValue(key);
+          ADD_FAILURE() << var << "=" << bad << " was accepted";
+        } catch (const Error& e) {
+          const std::string message = e.what();
+          EXPECT_NE(message.find(var), std::string::npos) << message;
+          EXPECT_NE(message.find(bad), std::string::npos) << message;
+          EXPECT_NE(message.find(range), std::string::npos) << message;
+        }
+      }
+    }
+    unsetenv(var.c_str());
+  }
+}
+
+TEST_F(ConfigTest, NumDevicesZeroOrTextIsRefused) {
+  for (const char* bad : {"0", "abc", "-4"}) {
+    setenv("WEFT_NUM_DEVICES", bad, 1);
+    EXPECT_THROW(CurrentConfig(), Error) << bad;
+    EXPECT_THROW(CurrentConfigValue(ConfigKey::kNumDevices), Error) << bad;
+    EXPECT_THROW(Topology::FromConfig(CurrentConfig()), Error) << bad;
+  }
+}
+
+TEST_F(ConfigTest, CollectiveTimeoutFromEnvironmentAndOverride) {
+  EXPECT_EQ(CurrentConfigValue(ConfigKey::kCollectiveTimeout), kDefaultCollectiveTimeoutSeconds);
+  setenv("WEFT_COLLECTIVE_TIMEOUT", "2", 1);
+  EXPECT_EQ(CurrentConfig().collective_timeout_s, 2);
+  EXPECT_EQ(CurrentConfigValue(ConfigKey::kCollectiveTimeout), 2);
+  {
+    ScopedConfigOverride flag(ConfigKey::kCollectiveTimeout, 30);
+    EXPECT_EQ(CurrentConfig().collective_timeout_s, 30);
+    EXPECT_EQ(CurrentConfigValue(ConfigKey::kCollectiveTimeout), 30);
+  }
+  EXPECT_EQ(CurrentConfigValue(ConfigKey::kCollectiveTimeout), 2);
+  // The single-key reader does not trip over another key's bad variable.
+  setenv("WEFT_NUM_SLICES", "two", 1);
+  EXPECT_EQ(CurrentConfigValue(ConfigKey::kCollectiveTimeout), 2);
+  EXPECT_THROW(CurrentConfig(), Error);
+  try {
+    ScopedConfigOverride bad(ConfigKey::kCollectiveTimeout, 0);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("collective_timeout=0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("WEFT_COLLECTIVE_TIMEOUT"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST_F(ConfigTest, OverridesBeatTheEnvironmentAndNestRestoringInLifoOrder) {
