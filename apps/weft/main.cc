@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <exception>
+#include <new>
 
 #include "commands.h"
 #include "weft/base/error.h"
@@ -29,11 +30,16 @@ int main(int argc, char** argv) {
   }
   try {
     return weft::cli::RunSelected(app);
-  } catch (const weft::Error& e) {
+  } catch (const weft::Error& e) {  // the user's input: named in the message
     fmt::print(stderr, "error: {}\n", e.what());
     return 2;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "internal error: {}\n", e.what());
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr,
+               "internal error: out of memory in a step weft did not size beforehand "
+               "(please report, with the command)\n");
+    return 1;
+  } catch (const std::exception& e) {  // weft::InternalError, or a library's exception
+    fmt::print(stderr, "internal error: {} (please report)\n", e.what());
     return 1;
   }
 }
