@@ -7,16 +7,21 @@
 //      after which no device touches another's buffers.
 // Reductions go through ReduceBuffers in group-member order, as in the MPI
 // backend, so both give the same bits.
+// A device waits at a barrier at most the collective timeout; then the run
+// fails naming the devices that did not arrive (the watchdog).
 #include "weft/runtime/comm_threads.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <thread>
 
 #include "reduce.h"
+#include "weft/runtime/config.h"
 
 namespace weft::runtime {
 
@@ -34,12 +39,18 @@ struct LocalCluster::Shared {
   explicit Shared(int64_t num_devices);
 
   // Barrier over all devices; throws ClusterAborted after a failure elsewhere
-  // and weft::Error when a device has returned and can never arrive.
-  void Arrive(int64_t device, const CollectiveCall& call);
-  // Keeps the first error and releases every waiting device.
-  void RecordError(const std::string& message);
+  // and weft::Error when a device has returned and can never arrive. With
+  // `watchdog`, a device that waits longer than the timeout fails the run
+  // (the error names the devices that did not arrive). Barrier 2 has no
+  // watchdog: a device between the barriers only moves data, and the others
+  // may still read its buffers.
+  void Arrive(int64_t device, const CollectiveCall& call, bool watchdog);
+  // Keeps the first error and its kind and releases every waiting device.
+  void RecordError(const std::string& message, bool internal);
   void MarkFinished(int64_t device);
-  void Reset();
+  // The device's thread is about to return.
+  void MarkExited(int64_t device);
+  void Reset(std::chrono::milliseconds collective_timeout);
 
   const int64_t n;
   std::vector<const CollectiveCall*> posts;
@@ -50,8 +61,18 @@ struct LocalCluster::Shared {
   int64_t arrived = 0;
   uint64_t generation = 0;
   bool aborted = false;
+  bool error_is_internal = false;
   std::vector<int64_t> finished;
   std::string first_error;
+  std::chrono::milliseconds timeout{0};
+  // When the watchdog fired (the run then waits a grace for missing threads).
+  std::optional<std::chrono::steady_clock::time_point> timed_out_at;
+  std::vector<char> at_barrier;        // per device: waits at the current barrier
+  std::vector<int64_t> last_sequence;  // per device: last collective it entered (0: none)
+  std::vector<char> exited;            // per device: its thread has returned (or never ran)
+
+ private:
+  std::string TimeoutMessage(int64_t device, const CollectiveCall& call) const;
 };
 
 namespace {
@@ -70,14 +91,14 @@ class ThreadCommunicator final : public Communicator {
  protected:
   void DoCollective(const CollectiveCall& call) override {
     shared_.posts[device_] = &call;
-    shared_.Arrive(device_, call);
+    shared_.Arrive(device_, call, /*watchdog=*/true);
     // Every device evaluates the same condition on the same posts, so either
     // all move data or all fail; the message is built before barrier 2 while
     // every post is still alive.
     const std::string mismatch = CheckSameCall();
     const bool staged = mismatch.empty() && StagesOutput(call);
     if (mismatch.empty()) Move(call, staged ? Scratch(call.out_bytes) : call.out);
-    shared_.Arrive(device_, call);
+    shared_.Arrive(device_, call, /*watchdog=*/false);
     WEFT_CHECK(mismatch.empty(), "{}", mismatch);
     if (staged) std::memcpy(call.out, scratch_.data(), call.out_bytes);
   }
@@ -175,9 +196,45 @@ class ThreadCommunicator final : public Communicator {
 
 }  // namespace
 
-LocalCluster::Shared::Shared(int64_t num_devices) : n(num_devices), posts(num_devices) {}
+LocalCluster::Shared::Shared(int64_t num_devices)
+    : n(num_devices),
+      posts(num_devices),
+      at_barrier(num_devices, 0),
+      last_sequence(num_devices, 0),
+      exited(num_devices, 1) {}
 
-void LocalCluster::Shared::Arrive(int64_t device, const CollectiveCall& call) {
+namespace {
+
+std::string FormatDuration(std::chrono::milliseconds d) {
+  if (d.count() % 1000 == 0) return fmt::format("{} s", d.count() / 1000);
+  return fmt::format("{} ms", d.count());
+}
+
+}  // namespace
+
+std::string LocalCluster::Shared::TimeoutMessage(int64_t device, const CollectiveCall& call) const {
+  std::vector<int64_t> missing, waiting;
+  for (int64_t d = 0; d < n; ++d) (at_barrier[d] ? waiting : missing).push_back(d);
+  std::string whereabouts;
+  for (int64_t d : missing) {
+    whereabouts += fmt::format("; device {} ", d);
+    if (last_sequence[d] == 0) {
+      whereabouts += "has entered no collective in this run";
+    } else {
+      whereabouts += fmt::format("last entered collective #{}", last_sequence[d]);
+    }
+  }
+  return fmt::format(
+      "collective timeout: device{} {} did not arrive at {} within {} while device{} {} waited "
+      "there{}. A device that does not arrive is hung, deadlocked, or far slower than the others; "
+      "if it is only slow, raise the timeout (WEFT_COLLECTIVE_TIMEOUT=<seconds> or "
+      "--collective-timeout <seconds>). Reported by device {}",
+      missing.size() == 1 ? "" : "s", fmt::join(missing, ","), call.Describe(),
+      FormatDuration(timeout), waiting.size() == 1 ? "" : "s", fmt::join(waiting, ","),
+      whereabouts, device);
+}
+
+void LocalCluster::Shared::Arrive(int64_t device, const CollectiveCall& call, bool watchdog) {
   std::unique_lock<std::mutex> lock(mu);
   if (aborted) throw ClusterAborted{};
   auto never_arrives = [&] {
@@ -188,21 +245,45 @@ void LocalCluster::Shared::Arrive(int64_t device, const CollectiveCall& call) {
   };
   if (!finished.empty()) never_arrives();
   const uint64_t my_generation = generation;
+  at_barrier[device] = 1;
+  last_sequence[device] = call.sequence;
   if (++arrived == n) {
     arrived = 0;
     ++generation;
+    std::fill(at_barrier.begin(), at_barrier.end(), 0);
     cv.notify_all();
     return;
   }
-  cv.wait(lock, [&] { return generation != my_generation || aborted || !finished.empty(); });
+  auto released = [&] { return generation != my_generation || aborted || !finished.empty(); };
+  if (watchdog) {
+    cv.wait_until(lock, std::chrono::steady_clock::now() + timeout, released);
+  } else {
+    cv.wait(lock, released);
+  }
   if (generation != my_generation) return;
   if (aborted) throw ClusterAborted{};
-  never_arrives();
+  if (!finished.empty()) never_arrives();
+  WEFT_INTERNAL_CHECK(watchdog, "LocalCluster: device {} released from {} without a cause",
+                      device, call.Describe());
+  // The watchdog: this device is the first to give up (the others are still
+  // waiting, or see `aborted`). Its error is the run's error.
+  const std::string message = TimeoutMessage(device, call);
+  timed_out_at = std::chrono::steady_clock::now();
+  if (!aborted) {
+    first_error = fmt::format("device {}: {}", device, message);
+    error_is_internal = false;
+  }
+  aborted = true;
+  cv.notify_all();
+  throw ClusterAborted{};
 }
 
-void LocalCluster::Shared::RecordError(const std::string& message) {
+void LocalCluster::Shared::RecordError(const std::string& message, bool internal) {
   std::lock_guard<std::mutex> lock(mu);
-  if (!aborted) first_error = message;
+  if (!aborted) {
+    first_error = message;
+    error_is_internal = internal;
+  }
   aborted = true;
   cv.notify_all();
 }
@@ -213,12 +294,23 @@ void LocalCluster::Shared::MarkFinished(int64_t device) {
   cv.notify_all();
 }
 
-void LocalCluster::Shared::Reset() {
+void LocalCluster::Shared::MarkExited(int64_t device) {
+  std::lock_guard<std::mutex> lock(mu);
+  exited[device] = 1;
+  cv.notify_all();
+}
+
+void LocalCluster::Shared::Reset(std::chrono::milliseconds collective_timeout) {
   std::lock_guard<std::mutex> lock(mu);
   arrived = 0;
   aborted = false;
+  error_is_internal = false;
   finished.clear();
   first_error.clear();
+  timeout = collective_timeout;
+  timed_out_at.reset();
+  std::fill(at_barrier.begin(), at_barrier.end(), 0);
+  std::fill(last_sequence.begin(), last_sequence.end(), 0);
   for (auto& post : posts) post = nullptr;
   for (auto& comm : comms) comm->StartRun();
 }
@@ -226,7 +318,7 @@ void LocalCluster::Shared::Reset() {
 LocalCluster::LocalCluster(int64_t num_devices) {
   WEFT_CHECK(num_devices >= 1 && num_devices <= 4096,
              "LocalCluster: {} devices requested; use 1..4096", num_devices);
-  shared_ = std::make_unique<Shared>(num_devices);
+  shared_ = std::make_shared<Shared>(num_devices);
   for (int64_t d = 0; d < num_devices; ++d)
     shared_->comms.push_back(std::make_unique<ThreadCommunicator>(*shared_, d));
 }
@@ -238,36 +330,108 @@ LocalCluster::~LocalCluster() = default;
 int64_t LocalCluster::num_devices() const { return shared_->n; }
 
 Communicator& LocalCluster::communicator(int64_t device) {
-  WEFT_CHECK(device >= 0 && device < shared_->n, "LocalCluster: device {} is out of range 0..{}",
-             device, shared_->n - 1);
+  WEFT_INTERNAL_CHECK(device >= 0 && device < shared_->n,
+                      "LocalCluster: device {} is out of range 0..{}", device, shared_->n - 1);
   return *shared_->comms[device];
+}
+
+void LocalCluster::set_collective_timeout(std::chrono::milliseconds timeout) {
+  WEFT_CHECK(timeout.count() > 0, "the collective timeout must be positive, got {} ms",
+             timeout.count());
+  timeout_ = timeout;
 }
 
 void LocalCluster::Run(const DeviceFn& fn) {
   Shared& s = *shared_;
-  s.Reset();
-  auto device_main = [&s, &fn](int64_t d) {
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    std::vector<int64_t> hung;
+    for (int64_t d = 0; d < s.n; ++d)
+      if (!s.exited[d]) hung.push_back(d);
+    WEFT_CHECK(hung.empty(),
+               "LocalCluster: the thread of device{} {} from an earlier run that timed out in a "
+               "collective never returned; create a new cluster (or end the process)",
+               hung.size() == 1 ? "" : "s", fmt::join(hung, ","));
+  }
+  const std::chrono::milliseconds timeout =
+      timeout_ ? *timeout_
+               : std::chrono::milliseconds(
+                     std::chrono::seconds(CurrentConfigValue(ConfigKey::kCollectiveTimeout)));
+  s.Reset(timeout);
+  // The threads own copies of the state they touch, so a hung thread that is
+  // detached below never reads a destroyed cluster or function.
+  auto shared = shared_;
+  auto program = std::make_shared<const DeviceFn>(fn);
+  auto device_main = [shared, program](int64_t d) {
+    Shared& s = *shared;
     try {
-      fn(d, *s.comms[d]);
+      (*program)(d, *s.comms[d]);
       s.MarkFinished(d);
     } catch (const ClusterAborted&) {
-      // Another device failed first; its error is the one reported.
+      // Another device failed first (or the watchdog fired); that error is
+      // the one reported.
+    } catch (const Error& e) {
+      s.RecordError(fmt::format("device {}: {}", d, e.what()), /*internal=*/false);
     } catch (const std::exception& e) {
-      s.RecordError(fmt::format("device {}: {}", d, e.what()));
+      // weft::InternalError, or any exception weft did not raise on purpose
+      // (std::bad_alloc, std::out_of_range, ...): a bug, not bad input.
+      s.RecordError(fmt::format("device {}: {}", d, e.what()), /*internal=*/true);
     } catch (...) {
-      s.RecordError(fmt::format("device {}: unknown exception", d));
+      s.RecordError(fmt::format("device {}: unknown exception", d), /*internal=*/true);
     }
+    s.MarkExited(d);
   };
   std::vector<std::thread> threads;
   threads.reserve(s.n);
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    std::fill(s.exited.begin(), s.exited.end(), 0);
+  }
   try {
     for (int64_t d = 0; d < s.n; ++d) threads.emplace_back(device_main, d);
   } catch (const std::exception& e) {
     s.RecordError(fmt::format("LocalCluster: could not start device thread {}: {}", threads.size(),
-                              e.what()));
+                              e.what()),
+                  /*internal=*/false);
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (size_t d = threads.size(); d < static_cast<size_t>(s.n); ++d) s.exited[d] = 1;
   }
-  for (auto& t : threads) t.join();
-  if (s.aborted) throw Error(s.first_error);
+  {
+    // Every thread exits, except perhaps the devices that never arrived at a
+    // timed-out collective: they get a grace to reach their next collective
+    // (which releases them) or to return.
+    const auto grace = std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(2));
+    std::unique_lock<std::mutex> lock(s.mu);
+    auto all_exited = [&] {
+      return std::all_of(s.exited.begin(), s.exited.end(), [](char e) { return e != 0; });
+    };
+    while (!all_exited()) {
+      if (s.timed_out_at) {
+        if (s.cv.wait_until(lock, *s.timed_out_at + grace, all_exited)) break;
+        if (std::chrono::steady_clock::now() >= *s.timed_out_at + grace) break;
+      } else {
+        s.cv.wait(lock, [&] { return all_exited() || s.timed_out_at.has_value(); });
+      }
+    }
+  }
+  for (size_t d = 0; d < threads.size(); ++d) {
+    bool done;
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      done = s.exited[d] != 0;
+    }
+    // A thread that marked itself exited returns at once; a hung one is left
+    // running with its own references to the shared state.
+    if (done) {
+      threads[d].join();
+    } else {
+      threads[d].detach();
+    }
+  }
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.aborted) return;
+  if (s.error_is_internal) throw InternalError(s.first_error);
+  throw Error(s.first_error);
 }
 
 }  // namespace weft::runtime

@@ -10,10 +10,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <future>
+#include <memory>
 #include <random>
 #include <stdexcept>
+#include <thread>
 
 #include "weft/base/error.h"
+#include "weft/runtime/config.h"
 
 namespace weft::runtime {
 namespace {
@@ -341,20 +345,126 @@ TEST(LocalCluster, ADeviceThatThrowsReleasesTheOthers) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
-TEST(LocalCluster, OtherExceptionTypesAreReportedWithTheDevice) {
+// "Error: <message>", "InternalError: <message>" or "" for what Run threw.
+std::string RunOutcome(LocalCluster& cluster, const LocalCluster::DeviceFn& fn) {
+  try {
+    cluster.Run(fn);
+  } catch (const Error& e) {
+    return std::string("Error: ") + e.what();
+  } catch (const InternalError& e) {
+    return std::string("InternalError: ") + e.what();
+  }
+  return "";
+}
+
+TEST(LocalCluster, ErrorKindsSurviveTheDeviceThreads) {
   LocalCluster cluster(3);
-  EXPECT_EQ(RunError(cluster,
-                     [](int64_t d, Communicator& c) {
-                       if (d == 0) throw std::out_of_range("index 9");
-                       c.Barrier();
-                     }),
-            "device 0: index 9");
-  EXPECT_EQ(RunError(cluster,
-                     [](int64_t d, Communicator& c) {
-                       if (d == 1) throw 42;
-                       c.Barrier();
-                     }),
-            "device 1: unknown exception");
+  // Bad input stays bad input.
+  EXPECT_EQ(RunOutcome(cluster,
+                       [](int64_t d, Communicator& c) {
+                         if (d == 2) Fail("config key '{}' is missing", "lr");
+                         c.Barrier();
+                       }),
+            "Error: device 2: config key 'lr' is missing");
+  // A broken invariant stays a bug, however the other devices are released.
+  EXPECT_EQ(RunOutcome(cluster,
+                       [](int64_t d, Communicator& c) {
+                         c.Barrier();
+                         WEFT_INTERNAL_CHECK(d != 1, "buffer {} freed twice", 7);
+                         c.AllReduce(std::vector<float>(4), ReduceOp::kSum);
+                       }),
+            "InternalError: device 1: buffer 7 freed twice");
+  // Exceptions weft did not raise on purpose are bugs too, never "bad input".
+  EXPECT_EQ(RunOutcome(cluster,
+                       [](int64_t d, Communicator& c) {
+                         if (d == 0) throw std::out_of_range("index 9");
+                         c.Barrier();
+                       }),
+            "InternalError: device 0: index 9");
+  EXPECT_EQ(RunOutcome(cluster,
+                       [](int64_t d, Communicator& c) {
+                         if (d == 1) throw 42;
+                         c.Barrier();
+                       }),
+            "InternalError: device 1: unknown exception");
+  EXPECT_EQ(RunOutcome(cluster, [](int64_t, Communicator& c) { c.Barrier(); }), "");
+}
+
+// The watchdog: device 2 never reaches the second collective (it waits on a
+// promise the test keeps). The others fail after the timeout (1 s, from the
+// runtime configuration as the CLI's --collective-timeout sets it) with a
+// weft::Error naming device 2 and the collective, instead of hanging.
+TEST(LocalCluster, ADeviceThatNeverArrivesFailsTheOthersAfterTheTimeout) {
+  ScopedConfigOverride timeout(ConfigKey::kCollectiveTimeout, 1);
+  LocalCluster cluster(4);
+  auto release = std::make_shared<std::promise<void>>();
+  std::shared_future<void> released = release->get_future().share();
+  const auto start = std::chrono::steady_clock::now();
+  const std::string e = RunOutcome(cluster, [released](int64_t d, Communicator& c) {
+    c.AllReduce(std::vector<float>(16, 1.0f), ReduceOp::kSum);
+    if (d == 2) released.wait();  // hung
+    c.AllReduce(std::vector<float>(16, 1.0f), ReduceOp::kSum, {{0, 1}, {2, 3}});
+  });
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_NE(e.find("Error: device "), std::string::npos) << e;
+  EXPECT_EQ(e.find("InternalError"), std::string::npos) << e;
+  EXPECT_NE(e.find("collective timeout: device 2 did not arrive at AllReduce #2 (sum f32, 64 "
+                   "bytes in, groups {{0,1},{2,3}}) within 1 s while devices 0,1,3 waited there"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("device 2 last entered collective #1"), std::string::npos) << e;
+  EXPECT_NE(e.find("WEFT_COLLECTIVE_TIMEOUT"), std::string::npos) << e;
+  EXPECT_GE(elapsed, std::chrono::milliseconds(950));
+  EXPECT_LT(elapsed, std::chrono::seconds(8));  // 1 s timeout + at most 1 s grace
+  // The hung thread still runs: the cluster refuses a new run until it returns.
+  const std::string refused = RunOutcome(cluster, [](int64_t, Communicator& c) { c.Barrier(); });
+  EXPECT_NE(refused.find("the thread of device 2 from an earlier run"), std::string::npos)
+      << refused;
+  // Released, device 2 reaches its collective, is told the run was aborted and
+  // returns; then the cluster runs again.
+  release->set_value();
+  std::string again = "not run";
+  for (int attempt = 0; attempt < 100 && !again.empty(); ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    again = RunOutcome(cluster, [](int64_t, Communicator& c) { c.Barrier(); });
+  }
+  EXPECT_EQ(again, "");
+}
+
+// A device that is only slow arrives during the grace after the timeout: it
+// is released at its collective and joined, so nothing is left running.
+TEST(LocalCluster, ASlowDeviceIsReleasedAtItsNextCollectiveAndJoined) {
+  LocalCluster cluster(3);
+  cluster.set_collective_timeout(std::chrono::milliseconds(300));
+  const std::string e = RunOutcome(cluster, [](int64_t d, Communicator& c) {
+    if (d == 0) std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    c.Barrier();
+  });
+  EXPECT_NE(e.find("collective timeout: device 0 did not arrive at Barrier #1 (u8, 0 bytes in) "
+                   "within 300 ms while devices 1,2 waited there; device 0 has entered no "
+                   "collective in this run"),
+            std::string::npos)
+      << e;
+  // Joined or (on a very loaded machine) detached and soon returned: a new run
+  // is accepted at most shortly after.
+  std::string again = "not run";
+  for (int attempt = 0; attempt < 100 && !again.empty(); ++attempt) {
+    again = RunOutcome(cluster, [](int64_t, Communicator& c) { c.Barrier(); });
+    if (!again.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(again, "");
+  EXPECT_THROW(cluster.set_collective_timeout(std::chrono::milliseconds(0)), Error);
+}
+
+TEST(LocalCluster, CollectivesWellWithinTheTimeoutSucceed) {
+  LocalCluster cluster(4);
+  cluster.set_collective_timeout(std::chrono::milliseconds(2000));
+  std::vector<std::vector<float>> out(4);
+  cluster.Run([&](int64_t d, Communicator& c) {
+    if (d == 3) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    out[d] = c.AllReduce(std::vector<float>{static_cast<float>(d)}, ReduceOp::kSum);
+  });
+  for (const auto& v : out) EXPECT_EQ(v, std::vector<float>{6.0f});
 }
 
 TEST(LocalCluster, CatchingStdExceptionDoesNotSwallowTheRelease) {
