@@ -5,11 +5,14 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <set>
 
 #include "weft/base/error.h"
+#include "weft/kernels/attention.h"
 #include "weft/models/name_pattern.h"
 
 namespace weft {
@@ -97,6 +100,10 @@ class SectionReader {
       out = **node->as_floating_point();
     } else {
       TypeError(key, *node, "a number");
+    }
+    if (!std::isfinite(out)) {
+      Fail("{}: {}.{} = {} must be a finite number", Where(source_, node->source()), section_, key,
+           out);
     }
   }
 
@@ -189,6 +196,73 @@ class SectionReader {
   std::set<std::string> known_;
 };
 
+// ValidateLlamaConfig with `where(key)` locating a [model] key in errors.
+template <typename Where>
+void CheckModel(const LlamaConfig& m, const Where& where) {
+  for (auto [key, value] :
+       {std::pair<const char*, int64_t>{"vocab_size", m.vocab_size}, {"dim", m.dim},
+        {"n_layers", m.n_layers}, {"n_heads", m.n_heads}, {"ffn_dim", m.ffn_dim},
+        {"seq_len", m.seq_len}}) {
+    if (value < 1) Fail("{}: model.{} = {} must be at least 1", where(key), key, value);
+  }
+  if (m.n_kv_heads < 0) {
+    Fail("{}: model.n_kv_heads = {} must be at least 1", where("n_kv_heads"), m.n_kv_heads);
+  }
+  const int64_t kv_heads = m.n_kv_heads > 0 ? m.n_kv_heads : m.n_heads;
+  if (m.n_heads % kv_heads != 0) {
+    Fail("{}: model.n_heads = {} is not a multiple of model.n_kv_heads = {} (each KV head serves "
+         "a whole group of query heads); use an n_kv_heads that divides n_heads",
+         where("n_kv_heads"), m.n_heads, kv_heads);
+  }
+  if (m.dim % m.n_heads != 0) {
+    Fail("{}: model.dim = {} is not divisible by model.n_heads = {}; the head dimension is "
+         "dim / n_heads",
+         where("n_heads"), m.dim, m.n_heads);
+  }
+  const int64_t hd = m.dim / m.n_heads;
+  if (hd % 2 != 0) {
+    Fail("{}: the head dimension model.dim / model.n_heads = {} / {} = {} must be even for "
+         "rotary embeddings",
+         where("dim"), m.dim, m.n_heads, hd);
+  }
+  if (hd > kernels::kMaxHeadDim) {
+    Fail("{}: the head dimension model.dim / model.n_heads = {} / {} = {} is larger than the "
+         "attention kernel supports ({} at most; Llama uses 128); raise n_heads to at least {} "
+         "(dividing dim) or lower dim",
+         where("dim"), m.dim, m.n_heads, hd, kernels::kMaxHeadDim, (m.dim + kernels::kMaxHeadDim - 1) / kernels::kMaxHeadDim);
+  }
+  constexpr int64_t kMaxS32 = std::numeric_limits<int32_t>::max();
+  if (m.vocab_size > kMaxS32) {
+    Fail("{}: model.vocab_size = {} does not fit the s32 token ids (at most {})",
+         where("vocab_size"), m.vocab_size, kMaxS32);
+  }
+  if (m.seq_len > kMaxS32) {
+    Fail("{}: model.seq_len = {} does not fit the s32 positions (at most {})", where("seq_len"),
+         m.seq_len, kMaxS32);
+  }
+  // NumParameters in 128 bits: every term is positive, so an int64 count at
+  // most kMaxModelParameters has no overflowing partial product.
+  using Wide = __int128;
+  const Wide dim = m.dim, kv_dim = Wide{kv_heads} * hd;
+  const Wide per_layer = dim * dim * 2 + dim * kv_dim * 2 + dim * m.ffn_dim * 3 + dim * 2;
+  const Wide params =
+      Wide{m.vocab_size} * dim * (m.tie_embeddings ? 1 : 2) + Wide{m.n_layers} * per_layer + dim;
+  if (params > kMaxModelParameters) {
+    Fail("{}: the model is too large to size: vocab_size = {}, dim = {}, n_layers = {}, ffn_dim "
+         "= {} give about {:.3g} parameters, more than {:.3g} (2^56); check these keys for a "
+         "typo",
+         where("dim"), m.vocab_size, m.dim, m.n_layers, m.ffn_dim, static_cast<double>(params),
+         static_cast<double>(kMaxModelParameters));
+  }
+  if (!(std::isfinite(m.rope_theta) && m.rope_theta > 0)) {
+    Fail("{}: model.rope_theta = {} must be a positive number", where("rope_theta"),
+         m.rope_theta);
+  }
+  if (!(m.norm_eps > 0 && m.norm_eps < 1)) {
+    Fail("{}: model.norm_eps = {} must be in (0, 1)", where("norm_eps"), m.norm_eps);
+  }
+}
+
 void ReadModel(SectionReader& in, LlamaConfig& model) {
   if (!in.present()) Fail("{}: the [model] section is missing; it defines the network", in.where());
   in.Expect({"vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "rope_theta",
@@ -204,26 +278,7 @@ void ReadModel(SectionReader& in, LlamaConfig& model) {
   in.Float("norm_eps", model.norm_eps);
   in.Int("seq_len", model.seq_len, true, 1);
   in.Bool("tie_embeddings", model.tie_embeddings);
-  if (model.n_heads % model.n_kv_heads != 0) {
-    Fail(
-        "{}: n_heads = {} is not a multiple of n_kv_heads = {} (each KV head serves a whole "
-        "group of query heads)",
-        in.WhereKey("n_kv_heads"), model.n_heads, model.n_kv_heads);
-  }
-  if (model.dim % model.n_heads != 0) {
-    Fail("{}: dim = {} is not divisible by n_heads = {}", in.WhereKey("n_heads"), model.dim,
-         model.n_heads);
-  }
-  if (model.head_dim() % 2 != 0) {
-    Fail("{}: the head dimension dim / n_heads = {} must be even for rotary embeddings",
-         in.WhereKey("dim"), model.head_dim());
-  }
-  if (!(model.rope_theta > 0)) {
-    Fail("{}: rope_theta must be positive, got {}", in.WhereKey("rope_theta"), model.rope_theta);
-  }
-  if (!(model.norm_eps > 0 && model.norm_eps < 1)) {
-    Fail("{}: norm_eps must be in (0, 1), got {}", in.WhereKey("norm_eps"), model.norm_eps);
-  }
+  CheckModel(model, [&](std::string_view key) { return in.WhereKey(key); });
 }
 
 void ReadTrain(SectionReader& in, TrainConfig& train) {
@@ -324,8 +379,14 @@ void ReadMesh(const toml::table* table, const std::string& source, MeshConfig& m
       Fail("{}: mesh axis '{}' needs a positive integer size, e.g. {} = 2",
            Where(source, node->source()), name, name);
     }
+    const int64_t size = **node->as_integer();
+    if (size > kMaxMeshDevices / mesh.num_devices()) {
+      Fail("{}: mesh axis {} = {} makes the [mesh] larger than {} devices, the most weft plans "
+           "or runs; check the axis sizes",
+           Where(source, node->source()), name, size, kMaxMeshDevices);
+    }
     mesh.axis_names.push_back(name);
-    mesh.axis_sizes.push_back(**node->as_integer());
+    mesh.axis_sizes.push_back(size);
   }
 }
 
@@ -400,8 +461,12 @@ const toml::table* Section(const toml::table& root, std::string_view name,
 
 }  // namespace
 
+void ValidateLlamaConfig(const LlamaConfig& model, std::string_view source) {
+  CheckModel(model, [&](std::string_view) { return std::string(source); });
+}
+
 int64_t LlamaConfig::NumParameters() const {
-  const int64_t kv_dim = n_kv_heads * head_dim();
+  const int64_t kv_dim = (n_kv_heads > 0 ? n_kv_heads : n_heads) * head_dim();
   const int64_t per_layer = dim * dim * 2 + dim * kv_dim * 2 + dim * ffn_dim * 3 + dim * 2;
   return vocab_size * dim * (tie_embeddings ? 1 : 2) + n_layers * per_layer + dim;
 }
@@ -505,9 +570,14 @@ RunConfig ParseRunConfig(std::string_view toml_text, std::string_view source_nam
 }
 
 RunConfig LoadRunConfig(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    Fail("config {} is a directory; give the TOML file, e.g. configs/tiny.toml", path.string());
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) Fail("cannot open config {}; check the path", path.string());
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) Fail("cannot read config {}; check the file", path.string());
   std::filesystem::path base = path.parent_path();
   return ParseRunConfig(text, path.string(), base.empty() ? std::filesystem::path(".") : base);
 }

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "weft/base/error.h"
+#include "weft/kernels/attention.h"
 
 namespace weft {
 namespace {
@@ -17,6 +20,15 @@ n_heads = 4
 ffn_dim = 96
 seq_len = 32
 )";
+
+// kMinimal with one [model] key's line replaced.
+std::string base_model_with(const std::string& line) {
+  std::string text = kMinimal;
+  const std::string key = line.substr(0, line.find(' '));
+  const size_t at = text.find("\n" + key + " = ") + 1;
+  const size_t end = text.find('\n', at);
+  return text.substr(0, at) + line + text.substr(end);
+}
 
 // The message of the weft::Error that parsing `text` throws ("" if none).
 std::string ErrorOf(const std::string& text) {
@@ -57,7 +69,16 @@ TEST(LlamaConfig, TinyConfig) {
   const ShardingRule* wo = config.RuleFor("layers.3.attention.wo");
   ASSERT_NE(wo, nullptr);
   EXPECT_EQ(wo->spec, (PartitionSpec{"tensor", "fsdp"}));
-  EXPECT_EQ(wo->location, kConfigs + "tiny.toml:47:1");
+  // The rule's own line in the file, column 1.
+  std::ifstream file(kConfigs + "tiny.toml");
+  std::string text;
+  int line = 0, wo_line = 0;
+  while (std::getline(file, text)) {
+    ++line;
+    if (text.rfind("\"layers.*.attention.wo\"", 0) == 0) wo_line = line;
+  }
+  ASSERT_GT(wo_line, 0);
+  EXPECT_EQ(wo->location, kConfigs + "tiny.toml:" + std::to_string(wo_line) + ":1");
   const ShardingRule* norm = config.RuleFor("layers.0.ffn_norm");
   ASSERT_NE(norm, nullptr);
   EXPECT_EQ(norm->spec.size(), 0);
@@ -160,11 +181,11 @@ TEST(LlamaConfig, ErrorsNameFileLineAndColumn) {
   ExpectError(base + "tie_embeddings = 1\n", "cfg.toml:8:18", "true or false");
   // Shapes that cannot work.
   ExpectError(base + "n_kv_heads = 3\n", "cfg.toml:8:14",
-              "n_heads = 4 is not a multiple of n_kv_heads = 3");
+              "model.n_heads = 4 is not a multiple of model.n_kv_heads = 3");
   ExpectError(
       "[model]\nvocab_size = 300\ndim = 66\nn_layers = 2\nn_heads = 4\nffn_dim = 9\n"
       "seq_len = 8\n",
-      "cfg.toml:5:11", "dim = 66 is not divisible by n_heads = 4");
+      "cfg.toml:5:11", "model.dim = 66 is not divisible by model.n_heads = 4");
   ExpectError(
       "[model]\nvocab_size = 300\ndim = 12\nn_layers = 2\nn_heads = 4\nffn_dim = 9\n"
       "seq_len = 8\n",
@@ -193,12 +214,83 @@ TEST(LlamaConfig, ErrorsNameFileLineAndColumn) {
   EXPECT_NE(ErrorOf("[model]\nvocab_size = = 3\n").find("cfg.toml:2:"), std::string::npos);
 }
 
+// Sizes that only a compile would have found (a custom call's head dim, an
+// overflowing byte count) are refused at the keys that give them.
+TEST(LlamaConfig, SizesTheBuildCannotUseAreRefusedByKey) {
+  const std::string head =
+      "[model]\nvocab_size = 300\nn_layers = 2\nffn_dim = 96\nseq_len = 32\n";
+  // dim = 1000000 over 4 heads: a head dim of 250000, beyond the kernel's 256.
+  std::string e = ErrorOf(head + "dim = 1000000\nn_heads = 4\n");
+  EXPECT_EQ(e.rfind("cfg.toml:6:7:", 0), 0u) << e;
+  EXPECT_NE(e.find("model.dim / model.n_heads = 1000000 / 4 = 250000"), std::string::npos) << e;
+  EXPECT_NE(e.find("256 at most"), std::string::npos) << e;
+  EXPECT_NE(e.find("raise n_heads to at least 3907"), std::string::npos) << e;
+  // The largest head dim the kernel takes is accepted.
+  EXPECT_EQ(ErrorOf(head + "dim = " + std::to_string(2 * kernels::kMaxHeadDim) + "\nn_heads = 2\n"),
+            "");
+  // Parameters past what int64 byte counts can hold.
+  e = ErrorOf(
+      "[model]\nvocab_size = 300\nn_layers = 4000000000\nffn_dim = 4000000000\nseq_len = 32\n"
+      "dim = 4000000000\nn_heads = 15625000\n");
+  EXPECT_EQ(e.rfind("cfg.toml:6:7:", 0), 0u) << e;
+  EXPECT_NE(e.find("too large to size"), std::string::npos) << e;
+  EXPECT_NE(e.find("n_layers = 4000000000"), std::string::npos) << e;
+  // Token ids and positions are s32.
+  e = ErrorOf(base_model_with("vocab_size = 3000000000"));
+  EXPECT_NE(e.find("model.vocab_size = 3000000000 does not fit the s32 token ids"),
+            std::string::npos)
+      << e;
+  e = ErrorOf(base_model_with("seq_len = 3000000000"));
+  EXPECT_NE(e.find("model.seq_len = 3000000000 does not fit the s32 positions"), std::string::npos)
+      << e;
+  // Numbers must be finite.
+  e = ErrorOf(std::string(kMinimal) + "rope_theta = inf\n");
+  EXPECT_EQ(e.rfind("cfg.toml:8:14:", 0), 0u) << e;
+  EXPECT_NE(e.find("model.rope_theta = inf must be a finite number"), std::string::npos) << e;
+  e = ErrorOf(std::string(kMinimal) + "[train]\nlr = nan\n");
+  EXPECT_NE(e.find("train.lr = nan must be a finite number"), std::string::npos) << e;
+  // A mesh past the device bound (whose product would overflow int64).
+  e = ErrorOf(std::string(kMinimal) + "[mesh]\ndata = 4294967296\nfsdp = 4294967296\n");
+  EXPECT_EQ(e.rfind("cfg.toml:9:8:", 0), 0u) << e;
+  EXPECT_NE(e.find("larger than 1048576 devices"), std::string::npos) << e;
+  EXPECT_EQ(ErrorOf(std::string(kMinimal) + "[mesh]\ndata = 1024\nfsdp = 1024\n"), "");
+}
+
+// A config built in code gets the same checks, naming the source it is given.
+TEST(LlamaConfig, ValidateLlamaConfigChecksConfigsBuiltInCode) {
+  LlamaConfig m = ParseRunConfig(kMinimal, "cfg.toml").model;
+  EXPECT_NO_THROW(ValidateLlamaConfig(m, "mine"));
+  m.n_kv_heads = 0;  // n_heads
+  EXPECT_NO_THROW(ValidateLlamaConfig(m, "mine"));
+  m.dim = 1000000;
+  try {
+    ValidateLlamaConfig(m, "mine");
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    const std::string e = error.what();
+    EXPECT_EQ(e.rfind("mine: ", 0), 0u) << e;
+    EXPECT_NE(e.find("= 250000"), std::string::npos) << e;
+  }
+  m = ParseRunConfig(kMinimal, "cfg.toml").model;
+  m.ffn_dim = 0;
+  EXPECT_THROW(ValidateLlamaConfig(m, "mine"), Error);
+  m = ParseRunConfig(kMinimal, "cfg.toml").model;
+  m.n_kv_heads = -1;
+  EXPECT_THROW(ValidateLlamaConfig(m, "mine"), Error);
+}
+
 TEST(LlamaConfig, MissingFileIsAClearError) {
   try {
     LoadRunConfig("/no/such/config.toml");
     FAIL() << "expected an error";
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("/no/such/config.toml"), std::string::npos);
+  }
+  try {
+    LoadRunConfig(kConfigs);
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("is a directory"), std::string::npos) << error.what();
   }
 }
 

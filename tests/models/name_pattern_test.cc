@@ -52,5 +52,42 @@ TEST(MatchesNamePattern, AgreesWithARecursiveReference) {
   EXPECT_GT(matches, 1000);  // both outcomes are exercised
 }
 
+// The distance is 0 exactly when the pattern matches, and otherwise counts
+// the edits to the pattern a typo needs undone.
+TEST(NamePatternDistance, CountsTheEditsThatMakeAPatternMatch) {
+  EXPECT_EQ(NamePatternDistance("layers.*.attention.wq", "layers.0.attention.wq"), 0u);
+  EXPECT_EQ(NamePatternDistance("layers.*.atention.wq", "layers.0.attention.wq"), 1u);
+  EXPECT_EQ(NamePatternDistance("layers.*.attention.qw", "layers.0.attention.wq"), 2u);
+  // The stacked name without a layer number: "0." is missing.
+  EXPECT_EQ(NamePatternDistance("layers.attention.wq", "layers.0.attention.wq"), 2u);
+  EXPECT_EQ(NamePatternDistance("tok_embedings", "tok_embeddings"), 1u);
+  EXPECT_EQ(NamePatternDistance("", "norm"), 4u);
+  EXPECT_EQ(NamePatternDistance("norm", ""), 4u);
+  EXPECT_EQ(NamePatternDistance("*", "anything"), 0u);
+  std::mt19937_64 rng(5);
+  const char pattern_chars[] = {'a', 'b', '.', '*', '?'};
+  const char name_chars[] = {'a', 'b', '.'};
+  for (int trial = 0; trial < 5000; ++trial) {
+    std::string pattern, name;
+    for (int i = rng() % 7; i > 0; --i) pattern += pattern_chars[rng() % 5];
+    for (int i = rng() % 9; i > 0; --i) name += name_chars[rng() % 3];
+    const size_t d = NamePatternDistance(pattern, name);
+    ASSERT_EQ(d == 0, ReferenceMatch(pattern, name)) << pattern << " vs " << name;
+    // Never more than rewriting every literal and inserting the name.
+    ASSERT_LE(d, pattern.size() + name.size()) << pattern << " vs " << name;
+  }
+}
+
+TEST(ClosestNames, NearestFirstWithinTheDistance) {
+  const std::vector<std::string> names = {"tok_embeddings", "layers.*.attention.wq",
+                                          "layers.*.attention.wk", "norm", "output"};
+  EXPECT_EQ(ClosestNames("layers.*.attention.qw", names, 3, 3),
+            (std::vector<std::string>{"layers.*.attention.wq", "layers.*.attention.wk"}));
+  EXPECT_EQ(ClosestNames("outptu", names, 2, 3), (std::vector<std::string>{"output"}));
+  EXPECT_EQ(ClosestNames("layers.*.attention.w?", names, 3, 1),
+            (std::vector<std::string>{"layers.*.attention.wq"}));
+  EXPECT_TRUE(ClosestNames("embedding_table", names, 2, 3).empty());
+}
+
 }  // namespace
 }  // namespace weft

@@ -28,6 +28,14 @@
 
 namespace weft {
 
+// The most devices a mesh may have (1,048,576): `weft plan` sizes meshes of
+// any real machine, and device ids and their products stay far from
+// overflowing int64.
+inline constexpr int64_t kMaxMeshDevices = int64_t{1} << 20;
+// The most parameters a model may have (2^56, about 7.2e16): 16 bytes each
+// (f32 weight, gradient, two AdamW moments) still fit int64 byte counts.
+inline constexpr int64_t kMaxModelParameters = int64_t{1} << 56;
+
 struct LlamaConfig {
   int64_t vocab_size = 0;
   int64_t dim = 0;
@@ -112,6 +120,17 @@ struct RunConfig {
   // comments, layout or spelling of defaults.
   std::string Hash() const;
 };
+
+// Checks a model's sizes against each other and against what weft builds
+// and runs, so a bad config is refused by key before any compile: sizes at
+// least 1, n_heads a multiple of n_kv_heads (0: n_heads), dim divisible by
+// n_heads, an even head dim within the attention kernel's limit
+// (kernels/attention.h kMaxHeadDim), vocab_size and seq_len within s32 token
+// ids and positions, at most kMaxModelParameters parameters, rope_theta
+// finite and positive, norm_eps in (0, 1). Throws weft::Error naming the
+// [model] keys, their values and `source`. ParseRunConfig runs the same
+// checks, with each key's line:col.
+void ValidateLlamaConfig(const LlamaConfig& model, std::string_view source);
 
 RunConfig LoadRunConfig(const std::filesystem::path& path);
 // `source_name` names the text in errors; relative data files are resolved
