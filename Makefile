@@ -20,8 +20,11 @@ build: setup $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
 # The main job: a small Llama learns the King James Bible (configs/tiny.toml),
-# fsdp=2 x tensor=2 on 4 in-process devices; writes runs/tiny/.
-run: build
+# fsdp=2 x tensor=2 on 4 in-process devices; writes runs/tiny/ (a second
+# `make run` continues that run, or says it is complete). Builds only the
+# weft executable; `make test` builds the rest.
+run: setup $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS) --target weft
 	$(BUILD)/apps/weft/weft train
 
 test: build

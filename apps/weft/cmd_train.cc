@@ -1,13 +1,16 @@
 // `weft train [CONFIG] [--mesh ..] [--steps N] [--backend threads|mpi]
-// [--resume DIR] [--out DIR] [--no-shard-as]`: trains the Llama the config
+// [--resume DIR] [--out DIR] [--overwrite] [--no-shard-as]`: trains the Llama the config
 // describes (train/trainer.h). Without CONFIG: configs/tiny.toml.
+#include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "commands.h"
 #include "weft/base/error.h"
 #include "weft/runtime/comm_mpi.h"
+#include "weft/runtime/config.h"
 #include "weft/train/program.h"
 #include "weft/train/trainer.h"
 
@@ -20,18 +23,69 @@ struct TrainFlags {
   std::string backend = "threads";
   std::string resume, out;
   std::vector<std::string> data;
-  int64_t steps = 0;
-  int64_t stop_after = 0;
+  std::optional<int64_t> steps;
+  std::optional<int64_t> stop_after;
+  bool overwrite = false;
   bool no_shard_as = false;
   bool no_progress = false;
 };
 
+// The number of processes a launcher (mpirun, srun) started in this job, if
+// this process was started by one.
+std::optional<int64_t> LauncherWorldSize() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"}) {
+    if (const char* v = std::getenv(var)) {
+      char* end = nullptr;
+      const long long n = std::strtoll(v, &end, 10);
+      if (end != v && *end == '\0' && n > 0) return n;
+    }
+  }
+  return std::nullopt;
+}
+
 int RunTrain(const TrainFlags& f) {
+  // Flags first: nothing is read or compiled for a command that will be refused.
+  if (f.steps) {
+    WEFT_CHECK(*f.steps >= 1,
+               "--steps {}: give the run's total number of steps, at least 1 (leave --steps out "
+               "to use the config's train.steps)",
+               *f.steps);
+  }
+  if (f.stop_after) {
+    WEFT_CHECK(*f.stop_after >= 1,
+               "--stop-after {}: give at least 1 step (leave it out to run to the end)",
+               *f.stop_after);
+  }
+  WEFT_CHECK(f.backend == "threads" || f.backend == "mpi",
+             "--backend '{}': expected 'threads' or 'mpi'", f.backend);
+  if (f.backend == "threads") {
+    const std::optional<int64_t> ranks = LauncherWorldSize();
+    WEFT_CHECK(!ranks || *ranks == 1,
+               "this process is one of {} started by mpirun (or another launcher) but --backend "
+               "is threads: that would be {} independent runs writing one directory. Add "
+               "--backend mpi (one device per rank), or run weft train without mpirun",
+               *ranks, *ranks);
+  }
   const RunConfig config = LoadRunConfig(f.config);
   TrainOptions o;
   if (!f.mesh.empty()) o.mesh = ParseMeshFlag(f.mesh);
-  o.steps = f.steps;
-  o.stop_after = f.stop_after;
+  if (f.backend == "threads") {
+    // In-process devices come from the mesh; a WEFT_NUM_DEVICES that says
+    // otherwise is a mistake to point out, not to ignore.
+    const int64_t mesh_devices = (o.mesh ? *o.mesh : config.mesh).num_devices();
+    if (std::getenv(runtime::ConfigEnvVar(runtime::ConfigKey::kNumDevices).data())) {
+      const int64_t env = runtime::CurrentConfig().num_devices;
+      WEFT_CHECK(env == mesh_devices,
+                 "WEFT_NUM_DEVICES={} but the mesh of {} ({}) has {} devices; weft train runs "
+                 "one in-process device per mesh device: unset WEFT_NUM_DEVICES, or give a "
+                 "--mesh of {} devices",
+                 env, o.mesh ? "--mesh" : config.source, o.mesh ? f.mesh : "[mesh]",
+                 mesh_devices, env);
+    }
+  }
+  o.steps = f.steps.value_or(0);
+  o.stop_after = f.stop_after.value_or(0);
+  o.overwrite = f.overwrite;
   for (const std::string& file : f.data) o.data_files.emplace_back(file);
   o.resume = f.resume;
   o.out = f.out;
@@ -41,7 +95,6 @@ int RunTrain(const TrainFlags& f) {
     Train(config, o);
     return 0;
   }
-  WEFT_CHECK(f.backend == "mpi", "--backend '{}': expected 'threads' or 'mpi'", f.backend);
   return runtime::RunMpiMain([&](runtime::Communicator& comm) {
     TrainOptions mine = o;
     if (comm.device_id() != 0) mine.progress = false;
@@ -66,7 +119,12 @@ void AddTrain(CLI::App& app) {
   cmd->add_option("--data", f->data, "UTF-8 text files to train on, one document each "
                                      "(replaces the config's [data] source)");
   cmd->add_option("--resume", f->resume, "Resume from a run directory or its checkpoint/");
-  cmd->add_option("--out", f->out, "Output directory (default runs/<config name>)");
+  cmd->add_option("--out", f->out,
+                  "Output directory (default runs/<config name>); when it holds a checkpoint, "
+                  "the run continues from it");
+  cmd->add_flag("--overwrite", f->overwrite,
+                "Start over in --out even though it holds an earlier run (its checkpoint and "
+                "metrics are replaced)");
   cmd->add_option("--stop-after", f->stop_after,
                   "Stop after this many steps of this invocation (checkpointing there); the "
                   "schedule still spans --steps");

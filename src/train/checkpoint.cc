@@ -4,12 +4,15 @@
 #include <stdio.h>  // renameat2
 
 #include <cerrno>
+#include <cmath>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <system_error>
 
-#include "weft/base/error.h"
 #include "weft/base/atomic_file.h"
+#include "weft/base/crc32c.h"
+#include "weft/base/error.h"
 
 namespace weft {
 namespace {
@@ -18,12 +21,18 @@ namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
 constexpr std::string_view kFormat = "weft-checkpoint";
-constexpr int kVersion = 1;
+// 2: state.json records a CRC-32C per tensor. 1 (no checksums) is still read.
+constexpr int kVersion = 2;
+constexpr int kOldestVersion = 1;
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kStateFile = "state.json";
 constexpr std::string_view kTempTag = ".tmp-";
 constexpr std::string_view kOldTag = ".old-";
+// A file inside a temporary or retired sibling that this code made, holding
+// the sibling's own name. Only siblings that carry it (with their own name,
+// so a user's renamed copy does not qualify) are ever removed or recovered.
+constexpr const char* kOwnerMarker = ".weft-owned";
 
 // "runs/a/" and "runs/a" name the same directory; we need its last component.
 fs::path Normalize(const fs::path& dir) {
@@ -39,13 +48,35 @@ fs::path ParentOrDot(const fs::path& path) {
   return path.parent_path().empty() ? fs::path(".") : path.parent_path();
 }
 
-// Siblings of `dir` named "<dir name><tag>…".
-std::vector<fs::path> Siblings(const fs::path& dir, std::string_view tag) {
+// Writes the owner marker into `sibling` (before it takes its sibling name,
+// or right after it is created).
+void MarkOwned(const fs::path& sibling, const fs::path& name) {
+  OutputFile marker(sibling / kOwnerMarker);
+  marker.Write(name.filename().string());
+  marker.SyncAndClose();
+}
+
+bool IsOwned(const fs::path& sibling) {
+  std::error_code error;
+  if (!fs::is_regular_file(sibling / kOwnerMarker, error)) return false;
+  try {
+    return ReadFileToString(sibling / kOwnerMarker) == sibling.filename().string();
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// Siblings of `dir` named "<dir name><tag>…" that a save of this checkpoint
+// made (they carry the owner marker); a user's "checkpoint.old-backup" is
+// never among them.
+std::vector<fs::path> OwnedSiblings(const fs::path& dir, std::string_view tag) {
   std::vector<fs::path> out;
   std::error_code error;
   std::string prefix = dir.filename().string() + std::string(tag);
   for (const auto& entry : fs::directory_iterator(ParentOrDot(dir), error)) {
-    if (entry.path().filename().string().rfind(prefix, 0) == 0) out.push_back(entry.path());
+    if (entry.path().filename().string().rfind(prefix, 0) == 0 && IsOwned(entry.path())) {
+      out.push_back(entry.path());
+    }
   }
   return out;
 }
@@ -56,6 +87,34 @@ void RenameOrFail(const fs::path& from, const fs::path& to) {
   if (::rename(from.c_str(), to.c_str()) != 0) {
     Fail("cannot rename {} to {}: {}", from.string(), to.string(), ErrnoText(errno));
   }
+}
+
+Json Checksums(const TensorMap& tensors) {
+  Json out = Json::object();
+  for (const auto& [name, tensor] : tensors) {
+    out[name] = Crc32cText(Crc32c(tensor.bytes.data(), tensor.bytes.size()));
+  }
+  return out;
+}
+
+// The first element that is NaN or infinite, if any (float tensors only).
+std::optional<int64_t> FirstNonFinite(const HostTensor& tensor) {
+  if (tensor.dtype == TensorDType::kF32) {
+    const size_t n = tensor.bytes.size() / sizeof(float);
+    for (size_t i = 0; i < n; ++i) {
+      float x;
+      std::memcpy(&x, tensor.bytes.data() + i * sizeof(float), sizeof(float));
+      if (!std::isfinite(x)) return static_cast<int64_t>(i);
+    }
+  } else if (tensor.dtype == TensorDType::kBF16) {
+    const size_t n = tensor.bytes.size() / 2;
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t bits;
+      std::memcpy(&bits, tensor.bytes.data() + i * 2, 2);
+      if ((bits & 0x7F80u) == 0x7F80u) return static_cast<int64_t>(i);  // exponent all ones
+    }
+  }
+  return std::nullopt;
 }
 
 std::string StateJson(const Checkpoint& checkpoint, uint64_t model_bytes,
@@ -69,46 +128,109 @@ std::string StateJson(const Checkpoint& checkpoint, uint64_t model_bytes,
       {"data_position", state.data_position},
       {"config_hash", state.config_hash},
       {"files",
-       {{kModelFile, {{"bytes", model_bytes}}}, {kOptimizerFile, {{"bytes", optimizer_bytes}}}}},
+       {{kModelFile, {{"bytes", model_bytes}, {"crc32c", Checksums(checkpoint.model)}}},
+        {kOptimizerFile,
+         {{"bytes", optimizer_bytes}, {"crc32c", Checksums(checkpoint.optimizer)}}}}},
       {"extra", state.extra},
   };
   return json.dump(2) + "\n";
 }
 
-TrainState ParseState(const std::string& text, const fs::path& path, const fs::path& dir) {
-  auto bad = [&](std::string_view problem) {
-    Fail("{} is damaged: {}; resume from another checkpoint or start afresh", path.string(),
+// What state.json says about one tensor file.
+struct FileRecord {
+  uint64_t bytes = 0;
+  std::optional<std::map<std::string, std::string>> crc32c;  // absent in version 1
+};
+
+// Typed fields of state.json; a missing or mistyped one is named, with the
+// type it should have (never the JSON library's own message).
+class StateReader {
+ public:
+  StateReader(const fs::path& path) : path_(path) {}
+
+  [[noreturn]] void Bad(std::string_view problem) const {
+    Fail("{} is damaged: {}; resume from another checkpoint or start afresh", path_.string(),
          problem);
-  };
-  TrainState state;
-  try {
-    Json json = Json::parse(text);
-    if (!json.is_object() || !json.contains("format") || json["format"] != kFormat) {
-      bad("it is not a weft checkpoint state (no \"format\": \"weft-checkpoint\")");
+  }
+  const Json& At(const Json& object, std::string_view key, std::string_view where) const {
+    if (!object.is_object()) Bad(fmt::format("{} is not a JSON object", where));
+    const auto it = object.find(key);
+    if (it == object.end()) Bad(fmt::format("{} has no field \"{}\"", where, key));
+    return *it;
+  }
+  int64_t Int(const Json& object, std::string_view key, std::string_view where) const {
+    const Json& v = At(object, key, where);
+    if (!v.is_number_integer()) {
+      Bad(fmt::format("field \"{}\" of {} is {}, not an integer", key, where, v.dump()));
     }
-    if (json.at("version") != kVersion) {
-      bad(fmt::format("version {} is not {}, the one this weft reads", json.at("version").dump(),
-                      kVersion));
+    return v.get<int64_t>();
+  }
+  std::string Text(const Json& object, std::string_view key, std::string_view where) const {
+    const Json& v = At(object, key, where);
+    if (!v.is_string()) {
+      Bad(fmt::format("field \"{}\" of {} is {}, not a string", key, where, v.dump()));
     }
-    state.step = json.at("step").get<int64_t>();
-    state.rng_state = json.at("rng_state").get<std::string>();
-    state.data_position = json.at("data_position").get<int64_t>();
-    state.config_hash = json.at("config_hash").get<std::string>();
-    state.extra = json.at("extra").get<Metadata>();
-    for (const char* file : {kModelFile, kOptimizerFile}) {
-      uint64_t expected = json.at("files").at(file).at("bytes").get<uint64_t>();
-      std::error_code error;
-      uint64_t actual = fs::file_size(dir / file, error);
-      if (error) bad(fmt::format("{} is missing", (dir / file).string()));
-      if (actual != expected) {
-        bad(fmt::format("{} has {} bytes, state.json recorded {} (truncated or replaced)",
-                        (dir / file).string(), actual, expected));
+    return v.get<std::string>();
+  }
+  std::map<std::string, std::string> TextMap(const Json& object, std::string_view key,
+                                             std::string_view where) const {
+    const Json& v = At(object, key, where);
+    if (!v.is_object()) Bad(fmt::format("field \"{}\" of {} is not an object", key, where));
+    std::map<std::string, std::string> out;
+    for (const auto& [k, item] : v.items()) {
+      if (!item.is_string()) {
+        Bad(fmt::format("\"{}\" in field \"{}\" of {} is {}, not a string", k, key, where,
+                        item.dump()));
       }
+      out[k] = item.get<std::string>();
     }
-  } catch (const Json::parse_error& error) {
-    bad(fmt::format("bad JSON ({})", error.what()));
-  } catch (const Json::exception& error) {
-    bad(fmt::format("a field is missing or has the wrong type ({})", error.what()));
+    return out;
+  }
+
+ private:
+  fs::path path_;
+};
+
+TrainState ParseState(const std::string& text, const fs::path& path, const fs::path& dir,
+                      std::map<std::string, FileRecord>* records) {
+  const StateReader r(path);
+  const Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) r.Bad("it is not valid JSON");
+  if (!json.is_object() || !json.contains("format") || json["format"] != kFormat) {
+    r.Bad("it is not a weft checkpoint state (no \"format\": \"weft-checkpoint\")");
+  }
+  const int64_t version = r.Int(json, "version", "the state");
+  if (version < kOldestVersion || version > kVersion) {
+    r.Bad(fmt::format("version {} is not one this weft reads ({} to {})", version,
+                      kOldestVersion, kVersion));
+  }
+  TrainState state;
+  state.step = r.Int(json, "step", "the state");
+  if (state.step < 0) r.Bad(fmt::format("\"step\" is {}; it counts steps done, from 0", state.step));
+  state.rng_state = r.Text(json, "rng_state", "the state");
+  state.data_position = r.Int(json, "data_position", "the state");
+  if (state.data_position < 0) {
+    r.Bad(fmt::format("\"data_position\" is {}; it counts batches drawn, from 0",
+                      state.data_position));
+  }
+  state.config_hash = r.Text(json, "config_hash", "the state");
+  state.extra = r.TextMap(json, "extra", "the state");
+  const Json& files = r.At(json, "files", "the state");
+  for (const char* file : {kModelFile, kOptimizerFile}) {
+    const std::string where = fmt::format("\"files\".\"{}\"", file);
+    const Json& entry = r.At(files, file, "\"files\"");
+    FileRecord& record = (*records)[file];
+    const int64_t bytes = r.Int(entry, "bytes", where);
+    if (bytes < 0) r.Bad(fmt::format("{} \"bytes\" is {}", where, bytes));
+    record.bytes = static_cast<uint64_t>(bytes);
+    if (version >= 2) record.crc32c = r.TextMap(entry, "crc32c", where);
+    std::error_code error;
+    const uint64_t actual = fs::file_size(dir / file, error);
+    if (error) r.Bad(fmt::format("{} is missing", (dir / file).string()));
+    if (actual != record.bytes) {
+      r.Bad(fmt::format("{} has {} bytes, state.json recorded {} (truncated or replaced)",
+                        (dir / file).string(), actual, record.bytes));
+    }
   }
   return state;
 }
@@ -120,9 +242,47 @@ Checkpoint LoadFrom(const fs::path& dir) {
   if (!fs::exists(state_path, error)) {
     Fail("{} is not a checkpoint: it has no {}", dir.string(), kStateFile);
   }
-  checkpoint.state = ParseState(ReadFileToString(state_path), state_path, dir);
+  std::map<std::string, FileRecord> records;
+  checkpoint.state = ParseState(ReadFileToString(state_path), state_path, dir, &records);
   checkpoint.model = ReadSafetensors(dir / kModelFile).tensors;
   checkpoint.optimizer = ReadSafetensors(dir / kOptimizerFile).tensors;
+  for (const auto& [file, tensors] :
+       {std::pair<const char*, const TensorMap*>{kModelFile, &checkpoint.model},
+        std::pair<const char*, const TensorMap*>{kOptimizerFile, &checkpoint.optimizer}}) {
+    const fs::path path = dir / file;
+    const FileRecord& record = records.at(file);
+    if (record.crc32c) {
+      for (const auto& [name, sum] : *record.crc32c) {
+        if (!tensors->contains(name)) {
+          Fail("{} is damaged: {} records tensor '{}' but the file holds no tensor of that name "
+               "(renamed or replaced); resume from another checkpoint",
+               path.string(), state_path.string(), name);
+        }
+      }
+    }
+    for (const auto& [name, tensor] : *tensors) {
+      if (record.crc32c) {
+        const auto it = record.crc32c->find(name);
+        if (it == record.crc32c->end()) {
+          Fail("{} is damaged: it holds tensor '{}' that {} does not record (renamed or "
+               "replaced); resume from another checkpoint",
+               path.string(), name, state_path.string());
+        }
+        const std::string actual = Crc32cText(Crc32c(tensor.bytes.data(), tensor.bytes.size()));
+        if (actual != it->second) {
+          Fail("{} is damaged: tensor '{}' has checksum {}, {} recorded {} (its bytes changed); "
+               "resume from another checkpoint",
+               path.string(), name, actual, state_path.string(), it->second);
+        }
+      }
+      if (auto bad = FirstNonFinite(tensor)) {
+        Fail("{}: tensor '{}' holds a non-finite value (element {}); a weft checkpoint never "
+             "does, so this one was damaged or written by another tool; resume from another "
+             "checkpoint",
+             path.string(), name, *bad);
+      }
+    }
+  }
   return checkpoint;
 }
 
@@ -132,7 +292,7 @@ std::optional<fs::path> Locate(const fs::path& dir) {
   std::error_code error;
   if (fs::exists(dir / kStateFile, error)) return dir;
   if (fs::exists(dir, error)) return std::nullopt;
-  for (const fs::path& old : Siblings(dir, kOldTag)) {
+  for (const fs::path& old : OwnedSiblings(dir, kOldTag)) {
     if (fs::exists(old / kStateFile, error)) return old;
   }
   return std::nullopt;
@@ -154,13 +314,29 @@ void SaveCheckpoint(const fs::path& target, const Checkpoint& checkpoint,
     Fail("{} exists and is not a checkpoint; refusing to replace it (choose another directory)",
          dir.string());
   }
+  for (const auto& [tensors, file] :
+       {std::pair<const TensorMap*, const char*>{&checkpoint.model, kModelFile},
+        std::pair<const TensorMap*, const char*>{&checkpoint.optimizer, kOptimizerFile}}) {
+    for (const auto& [name, tensor] : *tensors) {
+      if (auto bad = FirstNonFinite(tensor)) {
+        Fail("refusing to write checkpoint {} at step {}: tensor '{}' ({}) holds a non-finite "
+             "value (element {}); the previous checkpoint is kept",
+             dir.string(), checkpoint.state.step, name, file, *bad);
+      }
+    }
+  }
   // A recovered fallback copy becomes the checkpoint again before we start.
   if (!fs::exists(dir, error)) {
-    if (auto old = Locate(dir)) RenameOrFail(*old, dir);
+    if (auto old = Locate(dir)) {
+      RenameOrFail(*old, dir);
+      fs::remove(dir / kOwnerMarker, error);
+    }
   }
-  // Leftovers of saves that crashed; they were never the checkpoint.
-  for (const fs::path& stale : Siblings(dir, kTempTag)) fs::remove_all(stale, error);
-  for (const fs::path& stale : Siblings(dir, kOldTag)) fs::remove_all(stale, error);
+  // Leftovers of this checkpoint's saves that crashed (they carry the owner
+  // marker); anything else beside it is not ours and stays.
+  for (const fs::path& stale : OwnedSiblings(dir, kTempTag)) fs::remove_all(stale, error);
+  for (const fs::path& stale : OwnedSiblings(dir, kOldTag)) fs::remove_all(stale, error);
+  fs::remove(dir / kOwnerMarker, error);  // a crash between marking and retiring
 
   const fs::path temp = UniqueSiblingPath(dir, kTempTag);
   auto stage = [&](std::string_view name) {
@@ -169,6 +345,7 @@ void SaveCheckpoint(const fs::path& target, const Checkpoint& checkpoint,
   try {
     fs::create_directory(temp, error);
     if (error) Fail("cannot create {}: {}", temp.string(), error.message());
+    MarkOwned(temp, temp);
     WriteSafetensors(temp / kModelFile, checkpoint.model, {{"format", "pt"}});
     stage(kModelFile);
     WriteSafetensors(temp / kOptimizerFile, checkpoint.optimizer, {{"format", "pt"}});
@@ -186,7 +363,13 @@ void SaveCheckpoint(const fs::path& target, const Checkpoint& checkpoint,
     throw;
   }
 
-  if (!fs::exists(dir, error)) {
+  // The new checkpoint keeps temp's marker until it is in place (the marker
+  // names temp, so it does not make the checkpoint itself "owned"); the old
+  // one is marked with temp's name before the exchange gives it that name, so
+  // a crash before its removal leaves an owned leftover, cleaned next time.
+  const bool replacing = fs::exists(dir, error);
+  if (replacing) MarkOwned(dir, temp);
+  if (!replacing) {
     RenameOrFail(temp, dir);
   } else if (options.exchange &&
              ::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
@@ -200,10 +383,12 @@ void SaveCheckpoint(const fs::path& target, const Checkpoint& checkpoint,
     // No exchange here: old aside, new in place. A crash in between leaves
     // the old copy, which Locate finds.
     const fs::path old = UniqueSiblingPath(dir, kOldTag);
+    MarkOwned(dir, old);
     RenameOrFail(dir, old);
     RenameOrFail(temp, dir);
     fs::remove_all(old, error);
   }
+  fs::remove(dir / kOwnerMarker, error);
   SyncDirectory(parent);
 }
 

@@ -9,12 +9,18 @@
 
 namespace weft {
 
-void AdamWUpdate(std::span<float> param, std::span<const float> grad, std::span<float> m,
-                 std::span<float> v, const AdamWHyperParams& hyper, const AdamWStep& step) {
-  WEFT_CHECK(grad.size() == param.size() && m.size() == param.size() && v.size() == param.size(),
-             "AdamW: param, grad, m and v must have one length, got {}, {}, {}, {}", param.size(),
-             grad.size(), m.size(), v.size());
-  WEFT_CHECK(step.step >= 1, "AdamW: step counts updates from 1, got {}", step.step);
+namespace {
+
+// The update, written once: kApply writes the new values; otherwise it only
+// computes them and reports whether all would be finite (nothing written).
+template <bool kApply>
+bool AdamW(std::span<float> param, std::span<const float> grad, std::span<float> m,
+           std::span<float> v, const AdamWHyperParams& hyper, const AdamWStep& step) {
+  WEFT_INTERNAL_CHECK(
+      grad.size() == param.size() && m.size() == param.size() && v.size() == param.size(),
+      "AdamW: param, grad, m and v must have one length, got {}, {}, {}, {}", param.size(),
+      grad.size(), m.size(), v.size());
+  WEFT_INTERNAL_CHECK(step.step >= 1, "AdamW: step counts updates from 1, got {}", step.step);
   // Per-step scalars in float64, then the elementwise loop in float32.
   const double t = static_cast<double>(step.step);
   const float beta1 = static_cast<float>(hyper.beta1);
@@ -32,14 +38,39 @@ void AdamWUpdate(std::span<float> param, std::span<const float> grad, std::span<
   const float* __restrict g_in = grad.data();
   float* __restrict m_io = m.data();
   float* __restrict v_io = v.data();
+  // x - x is 0 for finite x and NaN otherwise: one sum tells whether all are finite.
+  float finite_probe = 0;
   for (size_t i = 0; i < n; ++i) {
     const float g = g_in[i] * scale;
     const float mi = beta1 * m_io[i] + one_minus_beta1 * g;
     const float vi = beta2 * v_io[i] + one_minus_beta2 * g * g;
-    m_io[i] = mi;
-    v_io[i] = vi;
-    p[i] = p[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bias2 + eps);
+    const float pi = p[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bias2 + eps);
+    if constexpr (kApply) {
+      m_io[i] = mi;
+      v_io[i] = vi;
+      p[i] = pi;
+    } else {
+      finite_probe += (mi - mi) + (vi - vi) + (pi - pi);
+    }
   }
+  return finite_probe == 0;
+}
+
+}  // namespace
+
+void AdamWUpdate(std::span<float> param, std::span<const float> grad, std::span<float> m,
+                 std::span<float> v, const AdamWHyperParams& hyper, const AdamWStep& step) {
+  AdamW<true>(param, grad, m, v, hyper, step);
+}
+
+bool AdamWUpdateStaysFinite(std::span<const float> param, std::span<const float> grad,
+                            std::span<const float> m, std::span<const float> v,
+                            const AdamWHyperParams& hyper, const AdamWStep& step) {
+  // Read only: the <false> instance never writes through these pointers.
+  auto mut = [](std::span<const float> s) {
+    return std::span<float>(const_cast<float*>(s.data()), s.size());
+  };
+  return AdamW<false>(mut(param), grad, mut(m), mut(v), hyper, step);
 }
 
 double SumOfSquares(std::span<const float> x) {

@@ -228,8 +228,10 @@ SafetensorsFile ParseSafetensors(std::string_view bytes, std::string_view what) 
       }
       return true;
     });
-  } catch (const Json::exception& error) {
-    fail(fmt::format("bad JSON header: {}", error.what()));
+  } catch (const Json::parse_error& error) {
+    fail(fmt::format("its JSON header is malformed near byte {} of the header", error.byte));
+  } catch (const Json::exception&) {
+    fail("its JSON header is malformed");
   }
   if (!duplicate.empty()) fail(fmt::format("the header names '{}' twice", duplicate));
   if (!header.is_object()) fail("the header is not a JSON object");

@@ -15,13 +15,17 @@
 #include <thread>
 
 #include "weft/base/atomic_file.h"
+#include "weft/base/crc32c.h"
 #include "weft/base/error.h"
+#include "weft/base/memory.h"
+#include "weft/analysis/memory_plan.h"
 #include "weft/runtime/comm_threads.h"
 #include "weft/runtime/executor.h"
 #include "weft/train/checkpoint.h"
 #include "weft/train/dataset.h"
 #include "weft/train/optimizer.h"
 #include "weft/train/program.h"
+#include "weft/train/run_dir.h"
 #include "weft/train/svg_plot.h"
 
 namespace weft {
@@ -59,11 +63,20 @@ weft::HostTensor ToSafetensor(const Tensor& t) {
                                std::span<const float>(t.data<float>(), t.element_count()));
 }
 
-Tensor FromSafetensor(const weft::HostTensor& t, const Shape& shape, const std::string& what) {
-  WEFT_CHECK(t.dtype == TensorDType::kF32 && t.shape == shape.dimensions(),
-             "{}: expected F32 {} but the checkpoint holds {} {}; resume with the config the "
+// The checkpoint's tensor `name` (from `file`) as a weight of `shape`.
+Tensor FromSafetensor(const TensorMap& tensors, const std::string& name, const Shape& shape,
+                      const std::filesystem::path& file) {
+  const auto found = tensors.find(name);
+  WEFT_CHECK(found != tensors.end(),
+             "{} has no tensor '{}', which this model needs; resume with the config the "
              "checkpoint was written with",
-             what, shape.ToString(), TensorDTypeName(t.dtype), fmt::join(t.shape, ","));
+             file.string(), name);
+  const weft::HostTensor& t = found->second;
+  WEFT_CHECK(t.dtype == TensorDType::kF32 && t.shape == shape.dimensions(),
+             "{}: tensor '{}' is {} [{}], this model needs F32 {}; resume with the config the "
+             "checkpoint was written with",
+             file.string(), name, TensorDTypeName(t.dtype), fmt::join(t.shape, ","),
+             shape.ToString());
   std::vector<float> values = t.ToF32();
   Tensor out = Tensor::Uninitialized(shape);
   std::memcpy(out.mutable_raw_data(), values.data(), values.size() * sizeof(float));
@@ -83,6 +96,25 @@ std::map<std::string, std::string> ModelExtras(const LlamaConfig& m) {
           {"model.tie_embeddings", m.tie_embeddings ? "true" : "false"}};
 }
 
+// The [train] settings a resume may change (each change is printed).
+std::map<std::string, std::string> TrainExtras(const TrainConfig& t) {
+  return {{"train.batch_size", std::to_string(t.batch_size)},
+          {"train.lr", fmt::format("{}", t.lr)},
+          {"train.min_lr", fmt::format("{}", t.min_lr)},
+          {"train.warmup_steps", std::to_string(t.warmup_steps)},
+          {"train.weight_decay", fmt::format("{}", t.weight_decay)},
+          {"train.grad_clip", fmt::format("{}", t.grad_clip)},
+          {"train.seed", std::to_string(t.seed)},
+          {"train.checkpoint_every", std::to_string(t.checkpoint_every)},
+          {"train.beta1", fmt::format("{}", t.beta1)},
+          {"train.beta2", fmt::format("{}", t.beta2)},
+          {"train.eps", fmt::format("{}", t.eps)}};
+}
+
+std::string TokenizerChecksum(const Dataset& dataset) {
+  return Crc32cText(Crc32c(dataset.tokenizer.serialized_model()));
+}
+
 std::string MeshText(const MeshConfig& mesh) {
   return mesh.axis_names.empty() ? std::string("no mesh") : mesh.ToMesh().ToString();
 }
@@ -94,12 +126,42 @@ struct Run {
   StepProgram program;
   std::optional<Dataset> dataset;  // always set by Prepare
   std::optional<Checkpoint> resume;
+  std::filesystem::path resume_dir;  // where `resume` was read from
+  bool complete = false;             // --out's checkpoint is at the last step already
   std::filesystem::path out;
   LrSchedule schedule;
   AdamWHyperParams hyper;
   std::vector<bool> decay;        // per weight
   runtime::ExecutorOptions exec;  // the same GEMM threads on both backends
 };
+
+// One line of metrics.jsonl as the reader sees it. The writer writes a
+// non-finite loss or norm as null (JSON has no NaN); lines that are not a
+// step's object (a torn last line of a killed run) are skipped.
+struct MetricsLine {
+  std::string text;
+  int64_t step = 0;
+  std::optional<double> loss;  // null: non-finite
+};
+
+std::vector<MetricsLine> ReadMetrics(const std::filesystem::path& path) {
+  std::vector<MetricsLine> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) continue;
+    const auto step = j.find("step");
+    if (step == j.end() || !step->is_number_integer()) continue;
+    MetricsLine m;
+    m.text = line;
+    m.step = step->get<int64_t>();
+    const auto loss = j.find("loss");
+    if (loss != j.end() && loss->is_number()) m.loss = loss->get<double>();
+    out.push_back(std::move(m));
+  }
+  return out;
+}
 
 void PrepareOutDir(const Run& run, int64_t start_step) {
   std::filesystem::create_directories(run.out);
@@ -108,14 +170,9 @@ void PrepareOutDir(const Run& run, int64_t start_step) {
   // killed run's steps that the resumed run will redo).
   const std::filesystem::path metrics = run.out / "metrics.jsonl";
   std::string kept;
-  if (start_step > 0 && std::filesystem::exists(metrics)) {
-    std::ifstream in(metrics);
-    std::string line;
-    while (std::getline(in, line)) {
-      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-      if (!j.is_discarded() && j.contains("step") && j["step"].get<int64_t>() <= start_step) {
-        kept += line + "\n";
-      }
+  if (start_step > 0) {
+    for (const MetricsLine& m : ReadMetrics(metrics)) {
+      if (m.step <= start_step) kept += m.text + "\n";
     }
   }
   WriteFileAtomically(metrics, kept);
@@ -152,7 +209,10 @@ class Reporter {
     tokens_ += m.tokens;
     const double tps = elapsed > 0 ? tokens_ / elapsed : 0;
     if (m.skipped) {
-      log_ << fmt::format("step {}: non-finite gradient norm; update skipped\n", m.step);
+      log_ << fmt::format("step {}: {}; update skipped\n", m.step,
+                          std::isfinite(m.grad_norm)
+                              ? "the update would make a parameter or an Adam moment non-finite"
+                              : "non-finite gradient norm");
     }
     if (bar_) {
       const int width = 24;
@@ -208,14 +268,16 @@ class DeviceTrainer {
     for (size_t k = 0; k < weights.size(); ++k) {
       const size_t leaf = StepProgram::kNumDataInputs + k;
       const HloSharding& s = c.input_shardings[leaf];
-      Tensor global = run.resume ? FromSafetensor(run.resume->model.at(weights[k].name),
-                                                  weights[k].shape, weights[k].name)
+      Tensor global = run.resume ? FromSafetensor(run.resume->model, weights[k].name,
+                                                  weights[k].shape,
+                                                  run.resume_dir / "model.safetensors")
                                  : InitWeight(weights[k], static_cast<int64_t>(k),
                                               run.config.model, run.config.train.seed);
       params_.push_back(runtime::ShardTensor(global, s, device_, c.local_input_shapes[leaf]));
       for (const char* suffix : {".m", ".v"}) {
         const std::string name = weights[k].name + suffix;
-        Tensor g = run.resume ? FromSafetensor(run.resume->optimizer.at(name), weights[k].shape, name)
+        Tensor g = run.resume ? FromSafetensor(run.resume->optimizer, name, weights[k].shape,
+                                               run.resume_dir / "optimizer.safetensors")
                               : Tensor(weights[k].shape);
         (suffix[1] == 'm' ? m_ : v_)
             .push_back(runtime::ShardTensor(g, s, device_, c.local_input_shapes[leaf]));
@@ -290,14 +352,33 @@ class DeviceTrainer {
       return m;
     }
     const double scale = ClipScale(total, run_.config.train.grad_clip);
+    auto adam_step = [&](size_t k) {
+      return AdamWStep{.lr = m.lr, .step = step + 1, .grad_scale = scale,
+                       .apply_weight_decay = run_.decay[k]};
+    };
+    // A finite gradient can still overflow an update; every device checks
+    // its shards first and all skip the step together if any would.
+    double would_overflow = 0;
+    for (size_t k = 0; k < params_.size() && would_overflow == 0; ++k) {
+      const int64_t n = params_[k].element_count();
+      if (!AdamWUpdateStaysFinite(std::span<const float>(params_[k].data<float>(), n),
+                                  std::span<const float>(out[k + 1].data<float>(), n),
+                                  std::span<const float>(m_[k].data<float>(), n),
+                                  std::span<const float>(v_[k].data<float>(), n), run_.hyper,
+                                  adam_step(k))) {
+        would_overflow = 1;
+      }
+    }
+    if (SumOverDevices(would_overflow, comm_) > 0) {
+      m.skipped = true;
+      return m;
+    }
     for (size_t k = 0; k < params_.size(); ++k) {
       const int64_t n = params_[k].element_count();
       AdamWUpdate(std::span<float>(params_[k].mutable_data<float>(), n),
                   std::span<const float>(out[k + 1].data<float>(), n),
                   std::span<float>(m_[k].mutable_data<float>(), n),
-                  std::span<float>(v_[k].mutable_data<float>(), n), run_.hyper,
-                  {.lr = m.lr, .step = step + 1, .grad_scale = scale,
-                   .apply_weight_decay = run_.decay[k]});
+                  std::span<float>(v_[k].mutable_data<float>(), n), run_.hyper, adam_step(k));
     }
     return m;
   }
@@ -321,7 +402,11 @@ class DeviceTrainer {
       ck.state.data_position = data_position;
       ck.state.config_hash = run_.config.Hash();
       ck.state.extra = ModelExtras(run_.config.model);
+      ck.state.extra.merge(TrainExtras(run_.config.train));
       ck.state.extra["total_steps"] = std::to_string(run_.schedule.total_steps);
+      ck.state.extra["tokenizer.crc32c"] = TokenizerChecksum(*run_.dataset);
+      ck.state.extra["tokenizer.vocab_size"] =
+          std::to_string(run_.dataset->tokenizer.vocab_size());
       SaveCheckpoint(run_.out / "checkpoint", ck);
     }
     comm_.Barrier();  // nobody races ahead of a checkpoint that failed
@@ -347,14 +432,112 @@ std::filesystem::path ResolveResume(const std::filesystem::path& dir) {
   return dir;
 }
 
-// Everything before the devices start; the same on every process.
+bool SamePath(const std::filesystem::path& a, const std::filesystem::path& b) {
+  std::error_code e1, e2;
+  return std::filesystem::weakly_canonical(a, e1) == std::filesystem::weakly_canonical(b, e2) &&
+         !e1 && !e2;
+}
+
+bool HoldsMetrics(const std::filesystem::path& out) {
+  std::error_code error;
+  const auto size = std::filesystem::file_size(out / "metrics.jsonl", error);
+  return !error && size > 0;
+}
+
+// What the run continues from: --resume DIR, the checkpoint already in --out
+// (as torchtitan and MaxText do), or nothing. Refuses what would overwrite a
+// run's work without --overwrite. Reads only; runs under the directory's lock.
+std::optional<std::filesystem::path> ChooseResume(const TrainOptions& options,
+                                                  const std::filesystem::path& out,
+                                                  std::ostream& log, bool speak) {
+  const std::filesystem::path own = out / "checkpoint";
+  const bool has_own = CheckpointExists(own);
+  if (!options.resume.empty()) {
+    WEFT_CHECK(!options.overwrite,
+               "--resume {} and --overwrite contradict each other: drop --overwrite to continue "
+               "that run, or --resume to start over",
+               options.resume.string());
+    const std::filesystem::path dir = ResolveResume(options.resume);
+    WEFT_CHECK(!has_own || SamePath(dir, own),
+               "--out {} holds a checkpoint of its own, which training from --resume {} would "
+               "replace; give a fresh --out, or resume from {}",
+               out.string(), options.resume.string(), out.string());
+    return dir;
+  }
+  if (options.overwrite) {
+    if (speak && (has_own || HoldsMetrics(out))) {
+      log << fmt::format("--overwrite: starting over in {}; its checkpoint and metrics will be "
+                         "replaced\n",
+                         out.string());
+    }
+    return std::nullopt;
+  }
+  if (has_own) return own;
+  WEFT_CHECK(!HoldsMetrics(out),
+             "--out {} holds metrics.jsonl of an earlier run but no checkpoint to continue "
+             "from; give --overwrite to start over in place, or another --out",
+             out.string());
+  return std::nullopt;
+}
+
+// Prints the [train] settings a resume changes (allowed, and worth seeing).
+void ReportTrainChanges(const Run& run, std::ostream& log) {
+  const auto& extra = run.resume->state.extra;
+  for (const auto& [key, now] : TrainExtras(run.config.train)) {
+    const auto it = extra.find(key);
+    if (it != extra.end() && it->second != now) {
+      log << fmt::format("resume: {} was {} in {}, is {} now ({})\n", key, it->second,
+                         (run.resume_dir / "state.json").string(), now, run.config.source);
+    }
+  }
+}
+
+// Refuses, before anything is allocated, a run that cannot fit in this
+// machine's memory: the step program's peak as the planner predicts it
+// (analysis/memory_plan.h, the executor's own rules on sizes; weights held
+// for the whole step), plus the AdamW moments the trainer holds beside the
+// weights, for each device this process runs.
+void CheckFitsInMemory(const Run& run, int64_t devices_here) {
+  const int64_t machine = PhysicalMemoryBytes();
+  if (machine <= 0) return;
+  const auto& c = run.program.compiled;
+  analysis::MemoryPlanOptions mo;
+  mo.precision = analysis::Precision::kF32;
+  mo.num_data_inputs = StepProgram::kNumDataInputs;
+  for (const LlamaWeight& w : run.program.forward.weights) mo.weight_names.push_back(w.name);
+  mo.weights_resident = true;
+  mo.timeline_points = 1;
+  const analysis::MemoryPlan plan = analysis::PlanMemory(*c.program, mo);
+  int64_t moments = 0;
+  for (size_t i = StepProgram::kNumDataInputs; i < c.local_input_shapes.size(); ++i) {
+    moments += 2 * analysis::PlannedBytes(c.local_input_shapes[i], analysis::Precision::kF32);
+  }
+  const int64_t per_device = plan.peak_bytes + moments;
+  const int64_t need = per_device * devices_here;
+  WEFT_CHECK(need <= machine,
+             "{}: training needs about {} of memory ({} device(s) in this process x {}: the step "
+             "program's peak {} + Adam moments {}), but this machine has {}. Lower "
+             "train.batch_size or model.seq_len, set train.remat = \"full\", use a smaller "
+             "model, or spread the devices over MPI ranks on several hosts (--backend mpi)",
+             run.config.source, FormatBytes(need), devices_here, FormatBytes(per_device),
+             FormatBytes(plan.peak_bytes), FormatBytes(moments), FormatBytes(machine));
+}
+
+// Everything before the devices start; the same on every process. `lock`
+// (null on MPI ranks other than 0) takes the output directory first;
+// `in_process`: all devices are threads of this process (else one per rank).
 std::unique_ptr<Run> Prepare(const RunConfig& config, const TrainOptions& options,
-                             int64_t available_devices) {
+                             int64_t available_devices, std::optional<RunDirLock>* lock,
+                             bool in_process) {
   auto run = std::make_unique<Run>();
   run->config = config;
   run->options = options;
+  std::ostream& log = options.log ? *options.log : std::cout;
+  const bool speak = lock != nullptr;
   if (options.mesh) run->config.mesh = *options.mesh;
-  WEFT_CHECK(options.steps >= 0, "--steps must be positive, got {}", options.steps);
+  WEFT_CHECK(options.steps >= 0, "--steps {}: give a positive number of steps", options.steps);
+  WEFT_CHECK(options.stop_after >= 0, "--stop-after {}: give a positive number of steps",
+             options.stop_after);
   if (options.steps > 0) run->config.train.steps = options.steps;
   if (!options.data_files.empty()) {
     run->config.data.source = "files";
@@ -362,22 +545,36 @@ std::unique_ptr<Run> Prepare(const RunConfig& config, const TrainOptions& option
   }
   const RunConfig& c = run->config;
   WEFT_CHECK(c.train.steps >= 1, "{}: train.steps must be at least 1", c.source);
+  run->out = options.out.empty() ? DefaultOutDir(c) : options.out;
+  CheckDirectoryWritable(run->out, "--out");
+  if (lock) lock->emplace(run->out);
 
-  if (!options.resume.empty()) {
-    const std::filesystem::path dir = ResolveResume(options.resume);
-    run->resume = LoadCheckpoint(dir);
+  if (auto dir = ChooseResume(options, run->out, log, speak)) {
+    run->resume_dir = *dir;
+    run->resume = LoadCheckpoint(*dir);
     const auto& extra = run->resume->state.extra;
     for (const auto& [key, value] : ModelExtras(c.model)) {
       const auto it = extra.find(key);
       WEFT_CHECK(it != extra.end() && it->second == value,
-                 "--resume {}: the checkpoint was written for {} = {}, the config {} says {}; "
-                 "resume with the config the checkpoint was written with",
-                 dir.string(), key, it == extra.end() ? "(missing)" : it->second, c.source, value);
+                 "{}: the checkpoint was written for {} = {}, the config {} says {}; resume with "
+                 "the config the checkpoint was written with (or give another --out)",
+                 (dir->lexically_normal() / "state.json").string(), key,
+                 it == extra.end() ? "(missing)" : it->second, c.source, value);
     }
-    WEFT_CHECK(run->resume->state.step < c.train.steps,
-               "--resume {}: the checkpoint is at step {}, the run has {} steps; give a larger "
-               "--steps to train further",
-               dir.string(), run->resume->state.step, c.train.steps);
+    if (options.resume.empty()) {  // continuing the run in --out
+      run->complete = run->resume->state.step >= c.train.steps;
+      if (speak && !run->complete) {
+        log << fmt::format("{} holds a checkpoint at step {}: continuing from it to step {} "
+                           "(--overwrite starts over, --out DIR starts elsewhere)\n",
+                           run->out.string(), run->resume->state.step, c.train.steps);
+      }
+      if (run->complete) return run;
+    } else {
+      WEFT_CHECK(run->resume->state.step < c.train.steps,
+                 "--resume {}: the checkpoint is at step {}, the run has {} steps; give a larger "
+                 "--steps to train further",
+                 dir->string(), run->resume->state.step, c.train.steps);
+    }
   }
 
   // The program first: mesh and shape errors come before any data work.
@@ -385,9 +582,23 @@ std::unique_ptr<Run> Prepare(const RunConfig& config, const TrainOptions& option
   po.shard_as = options.shard_as;
   po.expected_devices = available_devices;
   run->program = BuildStepProgram(c, po);
+  CheckFitsInMemory(*run, in_process ? run->program.num_devices : 1);
 
   run->dataset.emplace(LoadDataset(c, options.cache_dir));
-  run->out = options.out.empty() ? DefaultOutDir(c) : options.out;
+  if (run->resume) {
+    const auto& extra = run->resume->state.extra;
+    const auto crc = extra.find("tokenizer.crc32c");
+    const auto vocab = extra.find("tokenizer.vocab_size");
+    const std::string now = TokenizerChecksum(*run->dataset);
+    WEFT_CHECK(crc == extra.end() || crc->second == now,
+               "{}: the checkpoint was trained with another tokenizer (vocabulary of {} pieces, "
+               "{}) than this run's data gives ({} pieces, {}); token ids would mean other "
+               "words. Resume with the [data] the run was trained on",
+               (run->resume_dir / "state.json").string(),
+               vocab == extra.end() ? std::string("?") : vocab->second, crc->second,
+               run->dataset->tokenizer.vocab_size(), now);
+    if (speak) ReportTrainChanges(*run, log);
+  }
   run->schedule = {.warmup_steps = c.train.warmup_steps,
                    .total_steps = c.train.steps,
                    .peak_lr = c.train.lr,
@@ -402,6 +613,13 @@ std::unique_ptr<Run> Prepare(const RunConfig& config, const TrainOptions& option
   const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
   run->exec.gemm_threads = static_cast<int>(std::max<int64_t>(1, cores / run->program.num_devices));
   return run;
+}
+
+void ReportComplete(const Run& run) {
+  std::ostream& log = run.options.log ? *run.options.log : std::cout;
+  log << fmt::format("{} is already trained to step {} of {}: nothing to do (--steps N trains "
+                     "further, --overwrite starts over, --out DIR starts elsewhere)\n",
+                     run.out.string(), run.resume->state.step, run.config.train.steps);
 }
 
 int64_t StartStep(const Run& run) { return run.resume ? run.resume->state.step : 0; }
@@ -429,14 +647,12 @@ void RunDevice(const Run& run, Communicator& comm, TrainResult* result) {
 void Finish(const Run& run, const TrainResult& result, const std::string& backend) {
   std::ostream& log = run.options.log ? *run.options.log : std::cout;
   // The curve from the whole metrics file (steps before a resume included).
-  PlotSeries loss{.name = "loss"};
-  std::ifstream in(run.out / "metrics.jsonl");
-  std::string line;
-  while (std::getline(in, line)) {
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded()) continue;
-    loss.x.push_back(j["step"].get<double>());
-    loss.y.push_back(j["loss"].get<double>());
+  PlotSeries loss;
+  loss.name = "loss";
+  for (const MetricsLine& m : ReadMetrics(run.out / "metrics.jsonl")) {
+    if (!m.loss) continue;  // a non-finite loss has no point on the curve
+    loss.x.push_back(static_cast<double>(m.step));
+    loss.y.push_back(*m.loss);
   }
   WriteSvgPlot(run.out / "loss.svg", std::span<const PlotSeries>(&loss, 1),
                {.title = fmt::format("{}: training loss", run.config.source),
@@ -469,7 +685,15 @@ std::filesystem::path DefaultOutDir(const RunConfig& config) {
 TrainResult Train(const RunConfig& config, const TrainOptions& options) {
   const int64_t devices =
       (options.mesh ? *options.mesh : config.mesh).num_devices();
-  std::unique_ptr<Run> run = Prepare(config, options, devices);
+  std::optional<RunDirLock> lock;
+  std::unique_ptr<Run> run = Prepare(config, options, devices, &lock, /*in_process=*/true);
+  if (run->complete) {
+    ReportComplete(*run);
+    TrainResult nothing;
+    nothing.out = run->out;
+    return nothing;
+  }
+  lock->Keep();
   PrepareOutDir(*run, StartStep(*run));
   TrainResult result;
   result.out = run->out;
@@ -485,9 +709,20 @@ TrainResult Train(const RunConfig& config, const TrainOptions& options) {
 
 TrainResult TrainOnMpiRank(const RunConfig& config, const TrainOptions& options,
                            Communicator& comm) {
-  std::unique_ptr<Run> run = Prepare(config, options, comm.num_devices());
+  // Rank 0 owns the output directory; the others only read the checkpoint.
+  std::optional<RunDirLock> lock;
+  std::unique_ptr<Run> run =
+      Prepare(config, options, comm.num_devices(), comm.device_id() == 0 ? &lock : nullptr,
+              /*in_process=*/false);
+  if (run->complete) {
+    if (comm.device_id() == 0) ReportComplete(*run);
+    TrainResult nothing;
+    nothing.out = run->out;
+    return nothing;
+  }
   comm.VerifySameHash(std::hash<std::string>{}(run->program.compiled.program->ToString()),
                       "the training step program (give every rank the same config and flags)");
+  if (lock) lock->Keep();
   if (comm.device_id() == 0) PrepareOutDir(*run, StartStep(*run));
   comm.Barrier();
   TrainResult result;

@@ -3,11 +3,15 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cstring>
 #include <filesystem>
+#include <functional>
+#include <limits>
 #include <random>
 
-#include "weft/base/error.h"
 #include "weft/base/atomic_file.h"
+#include "weft/base/crc32c.h"
+#include "weft/base/error.h"
 
 namespace weft {
 namespace {
@@ -126,10 +130,15 @@ TEST_F(CheckpointTest, RecoversFromAHardCrash) {
   Checkpoint old = RandomCheckpoint(6, 50);
   SaveCheckpoint(dir_, old);
   // A crash leaves a half-written temporary and, in the fallback, the old
-  // directory renamed aside with the new one not yet in place.
-  fs::create_directories(dir_.parent_path() / "checkpoint.tmp-999-0");
-  WriteFileAtomically(dir_.parent_path() / "checkpoint.tmp-999-0" / "model.safetensors", "half");
-  fs::rename(dir_, dir_.parent_path() / "checkpoint.old-999-1");
+  // directory renamed aside with the new one not yet in place; a save marks
+  // both as its own (a file naming them) before they take those names.
+  const fs::path temp = dir_.parent_path() / "checkpoint.tmp-999-0";
+  const fs::path old_aside = dir_.parent_path() / "checkpoint.old-999-1";
+  fs::create_directories(temp);
+  WriteFileAtomically(temp / ".weft-owned", "checkpoint.tmp-999-0");
+  WriteFileAtomically(temp / "model.safetensors", "half");
+  WriteFileAtomically(dir_ / ".weft-owned", "checkpoint.old-999-1");
+  fs::rename(dir_, old_aside);
   EXPECT_TRUE(CheckpointExists(dir_));
   ExpectSame(LoadCheckpoint(dir_), old);
   // The next save cleans up and puts the checkpoint back in its place.
@@ -151,7 +160,8 @@ TEST_F(CheckpointTest, DamageIsAClearError) {
 
   WriteFileAtomically(dir_ / "state.json", "{\"format\": \"weft-checkpoint\", ");
   message = ErrorOf([&] { LoadCheckpoint(dir_); });
-  EXPECT_NE(message.find("state.json is damaged: bad JSON"), std::string::npos) << message;
+  EXPECT_NE(message.find("state.json is damaged: it is not valid JSON"), std::string::npos)
+      << message;
 
   message = ErrorOf([&] { LoadCheckpoint(root_ / "nowhere"); });
   EXPECT_NE(message.find("no checkpoint at"), std::string::npos) << message;
@@ -159,9 +169,174 @@ TEST_F(CheckpointTest, DamageIsAClearError) {
 
   WriteFileAtomically(dir_ / "state.json", R"({"format": "weft-checkpoint", "version": "one"})");
   message = ErrorOf([&] { LoadCheckpoint(dir_); });
-  EXPECT_NE(message.find("state.json is damaged: version \"one\""), std::string::npos) << message;
+  EXPECT_NE(message.find("state.json is damaged: field \"version\" of the state is \"one\", "
+                         "not an integer"),
+            std::string::npos)
+      << message;
 
   EXPECT_THROW(RngStateFromString("12 34", "state.json"), Error);
+}
+
+// Rewrites one field of state.json (as text, keeping everything else).
+void EditState(const fs::path& dir, const std::string& from, const std::string& to) {
+  std::string state = ReadFileToString(dir / "state.json");
+  const size_t at = state.find(from);
+  ASSERT_NE(at, std::string::npos) << from;
+  state.replace(at, from.size(), to);
+  WriteFileAtomically(dir / "state.json", state);
+}
+
+TEST_F(CheckpointTest, AUsersBackupBesideTheCheckpointIsNeverTouched) {
+  for (bool exchange : {true, false}) {
+    SCOPED_TRACE(exchange ? "exchange" : "fallback");
+    fs::remove_all(dir_.parent_path());
+    const Checkpoint first = RandomCheckpoint(11, 10);
+    SaveCheckpoint(dir_, first, {.after_stage = {}, .exchange = exchange});
+    // The user copies it aside under names a save's leftovers also use, and
+    // keeps an unrelated folder of the same prefix.
+    const fs::path backup = dir_.parent_path() / "checkpoint.old-backup";
+    const fs::path notes = dir_.parent_path() / "checkpoint.tmp-notes";
+    fs::copy(dir_, backup, fs::copy_options::recursive);
+    fs::create_directories(notes);
+    WriteFileAtomically(notes / "todo.txt", "keep me");
+    // A backup renamed from a real leftover still names its old self: not ours.
+    const fs::path renamed = dir_.parent_path() / "checkpoint.old-mine";
+    fs::copy(dir_, renamed, fs::copy_options::recursive);
+    WriteFileAtomically(renamed / ".weft-owned", "checkpoint.old-1234-0");
+    for (int64_t step = 20; step <= 40; step += 10) {
+      SaveCheckpoint(dir_, RandomCheckpoint(12 + step, step), {.after_stage = {}, .exchange = exchange});
+    }
+    ExpectSame(LoadCheckpoint(backup), first);
+    EXPECT_EQ(ReadFileToString(notes / "todo.txt"), "keep me");
+    EXPECT_TRUE(fs::exists(renamed / "state.json"));
+    EXPECT_EQ(LoadCheckpoint(dir_).state.step, 40);
+    // Nor is a backup "recovered" in place of a checkpoint that is missing.
+    fs::remove_all(dir_);
+    EXPECT_FALSE(CheckpointExists(dir_));
+  }
+}
+
+TEST_F(CheckpointTest, FlippedSwappedOrRenamedTensorsAreNamed) {
+  SaveCheckpoint(dir_, RandomCheckpoint(13, 7));
+  const std::string pristine_model = ReadFileToString(dir_ / "model.safetensors");
+  const std::string pristine_state = ReadFileToString(dir_ / "state.json");
+  auto restore = [&] {
+    WriteFileAtomically(dir_ / "model.safetensors", pristine_model);
+    WriteFileAtomically(dir_ / "state.json", pristine_state);
+  };
+  std::mt19937_64 rng(std::random_device{}());
+
+  // One flipped bit anywhere in a tensor's bytes (the data section is the tail).
+  const SafetensorsFile parsed = ParseSafetensors(pristine_model, "model");
+  int64_t data_bytes = 0;
+  for (const auto& [name, t] : parsed.tensors) data_bytes += static_cast<int64_t>(t.bytes.size());
+  for (int trial = 0; trial < 8; ++trial) {
+    std::string model = pristine_model;
+    const size_t at = model.size() - 1 - rng() % static_cast<size_t>(data_bytes);
+    model[at] ^= static_cast<char>(1 << (rng() % 7));  // low bits: stays a finite float
+    WriteFileAtomically(dir_ / "model.safetensors", model);
+    const std::string message = ErrorOf([&] { LoadCheckpoint(dir_); });
+    EXPECT_NE(message.find("model.safetensors is damaged: tensor '"), std::string::npos) << message;
+    EXPECT_NE(message.find("has checksum crc32c:"), std::string::npos) << message;
+  }
+  restore();
+
+  // Two tensors of one shape with their bytes swapped (sizes all still agree).
+  {
+    const std::string pristine_optimizer = ReadFileToString(dir_ / "optimizer.safetensors");
+    SafetensorsFile optimizer = ParseSafetensors(pristine_optimizer, "optimizer");
+    std::swap(optimizer.tensors.at("norm.m").bytes, optimizer.tensors.at("norm.v").bytes);
+    WriteSafetensors(dir_ / "optimizer.safetensors", optimizer.tensors, optimizer.metadata);
+    ASSERT_EQ(fs::file_size(dir_ / "optimizer.safetensors"), pristine_optimizer.size());
+    const std::string message = ErrorOf([&] { LoadCheckpoint(dir_); });
+    EXPECT_NE(message.find("optimizer.safetensors is damaged: tensor 'norm."), std::string::npos)
+        << message;
+    WriteFileAtomically(dir_ / "optimizer.safetensors", pristine_optimizer);
+  }
+  restore();
+
+  // A renamed tensor: the file's name is not the one state.json records.
+  {
+    TensorMap tensors = parsed.tensors;
+    auto node = tensors.extract("norm");
+    node.key() = "nrom";
+    tensors.insert(std::move(node));
+    WriteSafetensors(dir_ / "model.safetensors", tensors, parsed.metadata);
+    const std::string message = ErrorOf([&] { LoadCheckpoint(dir_); });
+    EXPECT_NE(message.find("records tensor 'norm' but the file holds no tensor of that name"),
+              std::string::npos)
+        << message;
+  }
+  restore();
+  ExpectSame(LoadCheckpoint(dir_), LoadCheckpoint(dir_));
+}
+
+TEST_F(CheckpointTest, NonFiniteTensorsAreNeitherLoadedNorWritten) {
+  const Checkpoint good = RandomCheckpoint(14, 30);
+  SaveCheckpoint(dir_, good);
+  std::mt19937_64 rng(std::random_device{}());
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(),
+                      std::numeric_limits<float>::infinity()}) {
+      // A NaN written by another tool, with a checksum that agrees.
+      Checkpoint poisoned = good;
+      TensorMap& tensors = std::string(file) == "model.safetensors" ? poisoned.model
+                                                                    : poisoned.optimizer;
+      auto it = std::next(tensors.begin(), static_cast<long>(rng() % tensors.size()));
+      const size_t element = rng() % static_cast<size_t>(it->second.num_elements());
+      std::memcpy(it->second.bytes.data() + element * sizeof(float), &bad, sizeof(float));
+      // Saving it is refused, and the good checkpoint stays.
+      std::string message = ErrorOf([&] { SaveCheckpoint(dir_, poisoned); });
+      EXPECT_NE(message.find("refusing to write checkpoint"), std::string::npos) << message;
+      EXPECT_NE(message.find("tensor '" + it->first + "'"), std::string::npos) << message;
+      ExpectSame(LoadCheckpoint(dir_), good);
+      EXPECT_EQ(Siblings(), std::vector<std::string>{"checkpoint"});
+
+      // Planted in the file (checksums recomputed to match): loading refuses it.
+      const std::string saved_file = ReadFileToString(dir_ / file);
+      const std::string saved_state = ReadFileToString(dir_ / "state.json");
+      WriteSafetensors(dir_ / file, tensors, {{"format", "pt"}});
+      const TensorMap& good_tensors =
+          std::string(file) == "model.safetensors" ? good.model : good.optimizer;
+      const uint32_t old_crc = Crc32c(good_tensors.at(it->first).bytes.data(),
+                                      good_tensors.at(it->first).bytes.size());
+      EditState(dir_, Crc32cText(old_crc),
+                Crc32cText(Crc32c(it->second.bytes.data(), it->second.bytes.size())));
+      message = ErrorOf([&] { LoadCheckpoint(dir_); });
+      EXPECT_NE(message.find(std::string(file) + ": tensor '" + it->first +
+                             "' holds a non-finite value (element " + std::to_string(element)),
+                std::string::npos)
+          << message;
+      WriteFileAtomically(dir_ / file, saved_file);
+      WriteFileAtomically(dir_ / "state.json", saved_state);
+    }
+  }
+}
+
+TEST_F(CheckpointTest, StateFieldsAreValidatedAndNamed) {
+  SaveCheckpoint(dir_, RandomCheckpoint(15, 12));
+  const std::string pristine = ReadFileToString(dir_ / "state.json");
+  struct Case {
+    std::string from, to, expect;
+  };
+  const std::vector<Case> cases = {
+      {"\"step\": 12", "\"step\": -3", "\"step\" is -3; it counts steps done, from 0"},
+      {"\"data_position\": 96", "\"data_position\": -1", "\"data_position\" is -1"},
+      {"\"step\": 12", "\"step\": \"twelve\"",
+       "field \"step\" of the state is \"twelve\", not an integer"},
+      {"\"config_hash\": \"0123456789abcdef\"", "\"config_hash\": 5",
+       "field \"config_hash\" of the state is 5, not a string"},
+      {"\"step\": 12,", "", "the state has no field \"step\""},
+  };
+  for (const Case& c : cases) {
+    WriteFileAtomically(dir_ / "state.json", pristine);
+    EditState(dir_, c.from, c.to);
+    const std::string message = ErrorOf([&] { LoadCheckpoint(dir_); });
+    EXPECT_NE(message.find((dir_ / "state.json").string() + " is damaged: " + c.expect),
+              std::string::npos)
+        << message;
+    EXPECT_EQ(message.find("json.exception"), std::string::npos) << message;
+  }
 }
 
 TEST_F(CheckpointTest, AnEmptyDirectoryMayBecomeTheCheckpoint) {

@@ -5,14 +5,18 @@
 #include "weft/train/trainer.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
+#include "weft/base/atomic_file.h"
 #include "weft/base/error.h"
 #include "weft/train/checkpoint.h"
+#include "weft/train/run_dir.h"
 
 namespace weft {
 namespace {
@@ -142,7 +146,7 @@ TEST(TrainerTest, BadInputStopsBeforeAnyCompute) {
     RunConfig c = Micro();
     c.model.ffn_dim = 66;  // w1 [32, 66] split 2 ways along ffn by tensor: fine; w2 [66, 32] too
     c.model.dim = 30;      // 30 / n_heads 4 is not an integer
-    expect_error(c, {}, "dim 30 must be a multiple of n_heads 4");
+    expect_error(c, {}, "model.dim = 30 is not divisible by model.n_heads = 4");
   }
   {
     RunConfig c = Micro();
@@ -156,6 +160,208 @@ TEST(TrainerTest, BadInputStopsBeforeAnyCompute) {
     o.resume = TempDir("no_checkpoint");
     expect_error(Micro(), o, "no_checkpoint");
   }
+}
+
+// A run whose log the test reads.
+TrainResult Logged(const RunConfig& config, TrainOptions o, std::ostringstream& log) {
+  o.progress = false;
+  o.log = &log;
+  return Train(config, o);
+}
+
+std::vector<int64_t> MetricSteps(const fs::path& out) {
+  std::vector<int64_t> steps;
+  std::ifstream in(out / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const size_t at = line.find("\"step\":");
+    if (at != std::string::npos) steps.push_back(std::stoll(line.substr(at + 7)));
+  }
+  return steps;
+}
+
+std::string ErrorOf(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TrainerTest, ASecondRunInTheSameOutDirContinuesInsteadOfStartingOver) {
+  const RunConfig config = Micro();
+  TrainOptions o;
+  o.out = TempDir("again");
+  o.steps = 4;
+  std::ostringstream log1;
+  Logged(config, o, log1);
+  EXPECT_EQ(MetricSteps(o.out), (std::vector<int64_t>{1, 2, 3, 4}));
+
+  // The same command with more steps continues from the checkpoint, and says so.
+  o.steps = 6;
+  std::ostringstream log2;
+  const TrainResult more = Logged(config, o, log2);
+  EXPECT_NE(log2.str().find("holds a checkpoint at step 4: continuing from it to step 6"),
+            std::string::npos)
+      << log2.str();
+  ASSERT_EQ(more.steps.size(), 2u);
+  EXPECT_EQ(more.steps.front().step, 5);
+  EXPECT_EQ(MetricSteps(o.out), (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+
+  // Once more: the run is complete; nothing is trained and nothing changes.
+  const std::string metrics = ReadFileToString(o.out / "metrics.jsonl");
+  const std::string model = ReadFileToString(o.out / "checkpoint" / "model.safetensors");
+  std::ostringstream log3;
+  EXPECT_TRUE(Logged(config, o, log3).steps.empty());
+  EXPECT_NE(log3.str().find("already trained to step 6 of 6: nothing to do"), std::string::npos)
+      << log3.str();
+  EXPECT_EQ(ReadFileToString(o.out / "metrics.jsonl"), metrics);
+  EXPECT_EQ(ReadFileToString(o.out / "checkpoint" / "model.safetensors"), model);
+
+  // --overwrite is the one way to start over in place.
+  o.overwrite = true;
+  o.steps = 2;
+  std::ostringstream log4;
+  EXPECT_EQ(Logged(config, o, log4).steps.size(), 2u);
+  EXPECT_NE(log4.str().find("--overwrite: starting over in"), std::string::npos) << log4.str();
+  EXPECT_EQ(MetricSteps(o.out), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(LoadCheckpoint(o.out / "checkpoint").state.step, 2);
+}
+
+TEST(TrainerTest, AnOutDirThatWouldLoseWorkIsRefusedUntouched) {
+  const RunConfig config = Micro();
+  // Metrics of a run killed before its first checkpoint.
+  const fs::path out = TempDir("metrics_only");
+  fs::create_directories(out);
+  WriteFileAtomically(out / "metrics.jsonl", "{\"step\": 1, \"loss\": 5.9}\n");
+  TrainOptions o;
+  o.out = out;
+  o.steps = 2;
+  std::ostringstream log;
+  std::string message = ErrorOf([&] { Logged(config, o, log); });
+  EXPECT_NE(message.find("holds metrics.jsonl of an earlier run but no checkpoint"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("--overwrite"), std::string::npos) << message;
+  EXPECT_EQ(ReadFileToString(out / "metrics.jsonl"), "{\"step\": 1, \"loss\": 5.9}\n");
+
+  // --resume from another run into an --out whose own checkpoint it would replace.
+  const fs::path other = TempDir("other");
+  TrainOptions first;
+  first.out = other;
+  first.steps = 2;
+  Logged(config, first, log);
+  TrainOptions second;
+  second.out = TempDir("own");
+  second.steps = 2;
+  Logged(config, second, log);
+  const std::string own_model = ReadFileToString(second.out / "checkpoint" / "model.safetensors");
+  second.resume = other;
+  second.steps = 4;
+  message = ErrorOf([&] { Logged(config, second, log); });
+  EXPECT_NE(message.find("holds a checkpoint of its own"), std::string::npos) << message;
+  EXPECT_EQ(ReadFileToString(second.out / "checkpoint" / "model.safetensors"), own_model);
+  second.overwrite = true;
+  message = ErrorOf([&] { Logged(config, second, log); });
+  EXPECT_NE(message.find("contradict"), std::string::npos) << message;
+}
+
+TEST(TrainerTest, ARunDirectoryHasOneOwner) {
+  const fs::path out = TempDir("owned");
+  RunDirLock other(out);  // as another process's `weft train` would hold it
+  other.Keep();
+  TrainOptions o;
+  o.out = out;
+  o.steps = 2;
+  std::ostringstream log;
+  const std::string message = ErrorOf([&] { Logged(Micro(), o, log); });
+  EXPECT_NE(message.find("is in use by another weft process (pid " + std::to_string(getpid())),
+            std::string::npos)
+      << message;
+  EXPECT_FALSE(fs::exists(out / "metrics.jsonl"));
+}
+
+TEST(TrainerTest, AResumeIsCheckedAgainstTheConfigBeforeAnythingIsWritten) {
+  const RunConfig config = Micro();
+  TrainOptions o;
+  o.out = TempDir("checked");
+  o.steps = 3;
+  std::ostringstream log;
+  Logged(config, o, log);
+  const std::string metrics = ReadFileToString(o.out / "metrics.jsonl");
+  o.steps = 5;
+
+  RunConfig wider = config;
+  wider.model.ffn_dim = 128;
+  std::string message = ErrorOf([&] { Logged(wider, o, log); });
+  EXPECT_NE(message.find("state.json: the checkpoint was written for model.ffn_dim = 64, the "
+                         "config"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("says 128"), std::string::npos) << message;
+
+  // Other data trains another tokenizer: token ids would mean other words.
+  RunConfig fewer = config;
+  fewer.data.max_documents = 12;
+  message = ErrorOf([&] { Logged(fewer, o, log); });
+  EXPECT_NE(message.find("trained with another tokenizer"), std::string::npos) << message;
+  EXPECT_EQ(ReadFileToString(o.out / "metrics.jsonl"), metrics);
+
+  // A changed [train] setting is allowed, and printed.
+  RunConfig slower = config;
+  slower.train.lr = 1e-3;
+  std::ostringstream changed;
+  Logged(slower, o, changed);
+  EXPECT_NE(changed.str().find("resume: train.lr was 0.003 in"), std::string::npos)
+      << changed.str();
+  EXPECT_NE(changed.str().find("is 0.001 now"), std::string::npos) << changed.str();
+}
+
+TEST(TrainerTest, ARunThatCannotFitInMemoryIsRefusedBeforeAllocating) {
+  RunConfig config = Micro();
+  config.train.batch_size = int64_t{1} << 22;  // logits alone: 2^22 x 64 x 384 floats = 384 GiB
+  TrainOptions o;
+  o.out = TempDir("too_big");
+  std::ostringstream log;
+  const std::string message = ErrorOf([&] { Logged(config, o, log); });
+  EXPECT_NE(message.find("training needs about"), std::string::npos) << message;
+  EXPECT_NE(message.find("but this machine has"), std::string::npos) << message;
+  EXPECT_NE(message.find("train.batch_size"), std::string::npos) << message;
+  EXPECT_FALSE(fs::exists(o.out)) << "nothing may be written";
+}
+
+TEST(TrainerTest, AnUpdateThatWouldOverflowIsSkippedAndNaNMetricsAreRead) {
+  // A learning rate so large that the first update overflows float32 though
+  // the gradient is finite: every step is skipped, the weights stay finite,
+  // and the checkpoint is written.
+  RunConfig config = Micro();
+  config.train.lr = 3e38;
+  config.train.min_lr = 3e38;
+  TrainOptions o;
+  o.out = TempDir("overflow");
+  o.steps = 3;
+  std::ostringstream log;
+  const TrainResult r = Logged(config, o, log);
+  ASSERT_EQ(r.steps.size(), 3u);
+  for (const StepMetrics& m : r.steps) {
+    EXPECT_TRUE(m.skipped) << "step " << m.step;
+    EXPECT_TRUE(std::isfinite(m.grad_norm)) << "step " << m.step;
+  }
+  EXPECT_NE(log.str().find("the update would make a parameter or an Adam moment non-finite"),
+            std::string::npos)
+      << log.str();
+  EXPECT_EQ(LoadCheckpoint(o.out / "checkpoint").state.step, 3);
+
+  // metrics.jsonl as a run with a NaN loss leaves it (the writer writes null):
+  // the next run in the directory reads it.
+  std::string metrics = ReadFileToString(o.out / "metrics.jsonl");
+  const size_t at = metrics.find("\"loss\":");
+  const size_t end = metrics.find(',', at);
+  metrics.replace(at, end - at, "\"loss\":null");
+  WriteFileAtomically(o.out / "metrics.jsonl", metrics);
+  o.steps = 4;
+  EXPECT_EQ(Logged(config, o, log).steps.size(), 1u);
+  EXPECT_EQ(MetricSteps(o.out), (std::vector<int64_t>{1, 2, 3, 4}));
 }
 
 }  // namespace

@@ -4,14 +4,25 @@
 //                          "<param>.v" (Adam moments) and "<param>.master"
 //                          (float32 master weights, when the model is bf16)
 //   state.json             step, RNG state, data position, config hash, the
-//                          two files' sizes, and free-form extra strings
+//                          two files' sizes and a CRC-32C of every tensor's
+//                          bytes (base/crc32c.h), and free-form extra strings
+//                          (docs/CHECKPOINT.md has the format)
+//
+// Loading verifies everything it reads and names what is wrong: the files'
+// sizes, every tensor's checksum (a tensor renamed, swapped or with flipped
+// bytes), that no float tensor holds NaN or infinity, and state.json's fields
+// (types, a negative step or data position). Saving refuses non-finite
+// tensors, so a diverged run never overwrites its last good checkpoint.
 //
 // Saving is atomic: everything is written into a temporary sibling directory
 // and fsynced, then swapped in with one rename (renameat2 RENAME_EXCHANGE) and
 // the old copy removed. A crash at any point leaves the previous checkpoint
 // loadable at the same path. Where the filesystem cannot exchange, the old
 // directory is first renamed to "<dir>.old-…"; LoadCheckpoint recovers it if
-// the process died between the two renames.
+// the process died between the two renames. The temporary and old siblings a
+// save makes carry a marker file naming them (".weft-owned"); only such
+// siblings are ever cleaned up or recovered, so a user's own
+// "checkpoint.old-backup" beside the checkpoint is never touched.
 #pragma once
 
 #include <cstdint>

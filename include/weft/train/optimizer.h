@@ -40,6 +40,14 @@ struct AdamWStep {
 void AdamWUpdate(std::span<float> param, std::span<const float> grad, std::span<float> m,
                  std::span<float> v, const AdamWHyperParams& hyper, const AdamWStep& step);
 
+// Whether AdamWUpdate with these arguments would leave every parameter and
+// moment finite; computes the same values and writes nothing. A finite
+// gradient can still overflow (g² in float32, a huge learning rate): the
+// trainer asks every device first and skips the step everywhere if any says no.
+bool AdamWUpdateStaysFinite(std::span<const float> param, std::span<const float> grad,
+                            std::span<const float> m, std::span<const float> v,
+                            const AdamWHyperParams& hyper, const AdamWStep& step);
+
 // Σ x², accumulated in float64: this shard's part of the squared global norm.
 double SumOfSquares(std::span<const float> x);
 

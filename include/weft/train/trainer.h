@@ -21,6 +21,17 @@
 //   tokenizer.model the SentencePiece model the run used
 // Resume (--resume DIR) restores weights, moments, step and data position:
 // the losses after a resume equal the uninterrupted run's bit for bit.
+//
+// The output directory has one owner (train/run_dir.h: an flock held for the
+// whole run; a second process is refused with the holder's pid). When it
+// already holds a checkpoint, the run continues from it (and says so; a
+// checkpoint at the last step means there is nothing to do); metrics without
+// a checkpoint are refused; `overwrite` is the only way to start over in
+// place. A resume checks the checkpoint against the config ([model], the
+// tokenizer) before anything in the directory is written, and prints the
+// [train] settings it changes. A step whose gradient norm is not finite, or
+// whose update would make any parameter or moment non-finite, is skipped on
+// every device.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +69,8 @@ struct TrainOptions {
   std::vector<std::filesystem::path> data_files;
   std::filesystem::path resume;     // --resume DIR (an out dir or its checkpoint/)
   std::filesystem::path out;        // --out DIR; empty: runs/<config stem>
+  // --overwrite: start over in `out` even though it holds an earlier run.
+  bool overwrite = false;
   bool shard_as = true;             // --no-shard-as
   bool progress = true;             // progress bar on stderr (only on a terminal)
   std::ostream* log = nullptr;      // summary lines; stdout when null

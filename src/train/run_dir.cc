@@ -1,0 +1,121 @@
+#include "weft/train/run_dir.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+#include <system_error>
+
+#include "weft/base/error.h"
+
+namespace weft {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kLockFile = ".lock";
+
+std::string ErrnoText(int error) { return std::generic_category().message(error); }
+
+// The pid a holder wrote into the lock file, or "?" when it cannot be read.
+std::string HolderPid(int fd) {
+  char buffer[32] = {};
+  const ssize_t n = ::pread(fd, buffer, sizeof(buffer) - 1, 0);
+  std::string text = n > 0 ? std::string(buffer, static_cast<size_t>(n)) : std::string();
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text.empty() ? std::string("?") : text;
+}
+
+// The nearest ancestor of `dir` (or `dir` itself) that exists.
+fs::path NearestExisting(const fs::path& dir) {
+  fs::path p = fs::absolute(dir).lexically_normal();
+  std::error_code error;
+  while (!fs::exists(p, error) && p.has_parent_path() && p.parent_path() != p) p = p.parent_path();
+  return p;
+}
+
+}  // namespace
+
+void CheckDirectoryWritable(const fs::path& dir, std::string_view flag) {
+  std::error_code error;
+  if (fs::exists(dir, error)) {
+    WEFT_CHECK(fs::is_directory(dir, error), "{} {}: exists and is not a directory; give a "
+               "directory (or a path that does not exist yet)", flag, dir.string());
+    WEFT_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0,
+               "{} {}: this process cannot write into it ({}); give a writable directory", flag,
+               dir.string(), ErrnoText(errno));
+    return;
+  }
+  const fs::path base = NearestExisting(dir);
+  WEFT_CHECK(fs::is_directory(base, error),
+             "{} {}: cannot be created, because {} is not a directory; give another path", flag,
+             dir.string(), base.string());
+  WEFT_CHECK(::access(base.c_str(), W_OK | X_OK) == 0,
+             "{} {}: cannot be created: {} is not writable ({}); give a writable location", flag,
+             dir.string(), base.string(), ErrnoText(errno));
+}
+
+RunDirLock::RunDirLock(const fs::path& dir) : dir_(dir) {
+  std::error_code error;
+  if (!fs::exists(dir, error)) {
+    const fs::path base = NearestExisting(dir);
+    fs::create_directories(dir, error);
+    if (error) {
+      Fail("cannot create the run directory {}: {}; give a writable --out", dir.string(),
+           error.message());
+    }
+    // The outermost directory created: the child of `base` on the way to dir.
+    fs::path created = fs::absolute(dir).lexically_normal();
+    while (created.has_parent_path() && created.parent_path() != base) {
+      created = created.parent_path();
+    }
+    created_ = created;
+  }
+  WEFT_CHECK(fs::is_directory(dir, error),
+             "--out {}: exists and is not a directory; give a directory", dir.string());
+  const fs::path lock = dir / kLockFile;
+  fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    const int saved = errno;
+    if (!created_.empty()) fs::remove_all(created_, error);
+    Fail("cannot open {}: {}; give a writable --out", lock.string(), ErrnoText(saved));
+  }
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int saved = errno;
+    const std::string holder = HolderPid(fd_);
+    ::close(fd_);
+    fd_ = -1;
+    if (saved == EWOULDBLOCK) {
+      Fail("{} is in use by another weft process (pid {}, holding {}); wait for it to end, or "
+           "give another --out",
+           dir.string(), holder, lock.string());
+    }
+    Fail("cannot lock {}: {}", lock.string(), ErrnoText(saved));
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) < 0) {
+    const int saved = errno;
+    ::close(fd_);
+    fd_ = -1;
+    if (!created_.empty()) fs::remove_all(created_, error);
+    Fail("cannot write {}: {}; give a writable --out", lock.string(), ErrnoText(saved));
+  }
+}
+
+RunDirLock::~RunDirLock() {
+  std::error_code error;
+  if (!keep_ && !created_.empty()) {
+    // Only the lock file was ever written here; anything else means the run
+    // wrote after all, and then the directory stays.
+    fs::remove(dir_ / kLockFile, error);
+    for (fs::path p = fs::absolute(dir_).lexically_normal();; p = p.parent_path()) {
+      if (!fs::remove(p, error)) break;  // not empty (or not ours): stop
+      if (p == created_) break;
+    }
+  }
+  if (fd_ >= 0) ::close(fd_);  // releases the flock
+}
+
+}  // namespace weft

@@ -1,0 +1,116 @@
+#include "weft/train/run_dir.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+
+#include "weft/base/atomic_file.h"
+#include "weft/base/error.h"
+
+namespace weft {
+namespace {
+
+namespace fs = std::filesystem;
+
+class RunDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (fs::temp_directory_path() / "weft_run_dir_XXXXXX").string();
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    root_ = pattern;
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  static std::string ErrorOf(const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+  fs::path root_;
+};
+
+TEST_F(RunDirTest, ASecondHolderInThisProcessIsRefusedWithThePid) {
+  const fs::path dir = root_ / "runs" / "a";
+  RunDirLock first(dir);
+  first.Keep();
+  const std::string message = ErrorOf([&] { RunDirLock second(dir); });
+  EXPECT_NE(message.find("in use by another weft process (pid " + std::to_string(getpid()) + ","),
+            std::string::npos)
+      << message;
+  EXPECT_TRUE(fs::is_directory(dir)) << "the refused second holder removes nothing";
+}
+
+TEST_F(RunDirTest, AnotherProcessIsRefusedUntilTheHolderExits) {
+  const fs::path dir = root_ / "b";
+  int ready[2], release[2];
+  ASSERT_EQ(pipe(ready), 0);
+  ASSERT_EQ(pipe(release), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // the holder
+    RunDirLock lock(dir);
+    lock.Keep();
+    char c = 1;
+    if (write(ready[1], &c, 1) != 1) _exit(3);
+    if (read(release[0], &c, 1) != 1) _exit(4);
+    _exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  const std::string message = ErrorOf([&] { RunDirLock mine(dir); });
+  EXPECT_NE(message.find("(pid " + std::to_string(child) + ","), std::string::npos) << message;
+  EXPECT_NE(message.find("give another --out"), std::string::npos) << message;
+  c = 1;
+  ASSERT_EQ(write(release[1], &c, 1), 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  // The holder is gone (and with it its lock): the directory is free again.
+  RunDirLock after(dir);
+  for (int fd : {ready[0], ready[1], release[0], release[1]}) close(fd);
+}
+
+TEST_F(RunDirTest, ADirectoryCreatedForARefusedRunIsRemovedAgain) {
+  const fs::path dir = root_ / "new" / "deeper" / "run";
+  { RunDirLock lock(dir); }
+  EXPECT_FALSE(fs::exists(root_ / "new")) << "everything it created is gone";
+  {
+    RunDirLock lock(dir);
+    lock.Keep();
+  }
+  EXPECT_TRUE(fs::is_directory(dir));
+  // An existing directory is never removed, kept or not.
+  WriteFileAtomically(dir / "metrics.jsonl", "{}\n");
+  { RunDirLock lock(dir); }
+  EXPECT_EQ(ReadFileToString(dir / "metrics.jsonl"), "{}\n");
+}
+
+TEST_F(RunDirTest, UnwritableOrNonDirectoryPathsAreNamedBeforeAnythingIsWritten) {
+  WriteFileAtomically(root_ / "file", "x");
+  std::string message = ErrorOf([&] { CheckDirectoryWritable(root_ / "file", "--out"); });
+  EXPECT_NE(message.find("--out " + (root_ / "file").string() + ": exists and is not a directory"),
+            std::string::npos)
+      << message;
+  message = ErrorOf([&] { CheckDirectoryWritable(root_ / "file" / "run", "--out"); });
+  EXPECT_NE(message.find("is not a directory"), std::string::npos) << message;
+  EXPECT_EQ(ErrorOf([&] { CheckDirectoryWritable(root_ / "fresh" / "run", "--out"); }), "");
+  EXPECT_FALSE(fs::exists(root_ / "fresh"));
+  if (geteuid() != 0) {  // root may write anywhere
+    fs::create_directories(root_ / "locked");
+    fs::permissions(root_ / "locked", fs::perms::owner_read | fs::perms::owner_exec);
+    message = ErrorOf([&] { CheckDirectoryWritable(root_ / "locked" / "run", "--out"); });
+    EXPECT_NE(message.find("is not writable"), std::string::npos) << message;
+    fs::permissions(root_ / "locked", fs::perms::owner_all);
+  }
+}
+
+}  // namespace
+}  // namespace weft
