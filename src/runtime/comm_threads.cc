@@ -72,7 +72,7 @@ struct LocalCluster::Shared {
   std::vector<char> exited;            // per device: its thread has returned (or never ran)
 
  private:
-  std::string TimeoutMessage(int64_t device, const CollectiveCall& call) const;
+  std::string TimeoutMessage(const CollectiveCall& call) const;
 };
 
 namespace {
@@ -212,7 +212,7 @@ std::string FormatDuration(std::chrono::milliseconds d) {
 
 }  // namespace
 
-std::string LocalCluster::Shared::TimeoutMessage(int64_t device, const CollectiveCall& call) const {
+std::string LocalCluster::Shared::TimeoutMessage(const CollectiveCall& call) const {
   std::vector<int64_t> missing, waiting;
   for (int64_t d = 0; d < n; ++d) (at_barrier[d] ? waiting : missing).push_back(d);
   std::string whereabouts;
@@ -228,10 +228,10 @@ std::string LocalCluster::Shared::TimeoutMessage(int64_t device, const Collectiv
       "collective timeout: device{} {} did not arrive at {} within {} while device{} {} waited "
       "there{}. A device that does not arrive is hung, deadlocked, or far slower than the others; "
       "if it is only slow, raise the timeout (WEFT_COLLECTIVE_TIMEOUT=<seconds> or "
-      "--collective-timeout <seconds>). Reported by device {}",
+      "--collective-timeout <seconds>)",
       missing.size() == 1 ? "" : "s", fmt::join(missing, ","), call.Describe(),
       FormatDuration(timeout), waiting.size() == 1 ? "" : "s", fmt::join(waiting, ","),
-      whereabouts, device);
+      whereabouts);
 }
 
 void LocalCluster::Shared::Arrive(int64_t device, const CollectiveCall& call, bool watchdog) {
@@ -267,7 +267,7 @@ void LocalCluster::Shared::Arrive(int64_t device, const CollectiveCall& call, bo
                       device, call.Describe());
   // The watchdog: this device is the first to give up (the others are still
   // waiting, or see `aborted`). Its error is the run's error.
-  const std::string message = TimeoutMessage(device, call);
+  const std::string message = TimeoutMessage(call);
   timed_out_at = std::chrono::steady_clock::now();
   if (!aborted) {
     first_error = fmt::format("device {}: {}", device, message);

@@ -48,18 +48,23 @@ int64_t SliceSizeFromConfig(const RuntimeConfig& config, int64_t n, const std::s
   return per_slice;
 }
 
-// MPI topology: every rank contributes its processor name.
+constexpr int kDiscoveryTag = 7303;
+
+// MPI topology: every rank contributes its processor name. Point-to-point
+// with the collective timeout, so a rank that never comes is named instead of
+// hanging discovery.
 Topology DiscoverMpi(const RuntimeConfig& config) {
   int rank = 0, size = 0;
   CheckMpi(MPI_Comm_rank(MPI_COMM_WORLD, &rank), "MPI_Comm_rank");
   CheckMpi(MPI_Comm_size(MPI_COMM_WORLD, &size), "MPI_Comm_size");
-  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  // Static: a send to a missing rank may outlive this call (discovery runs once).
+  static char name[MPI_MAX_PROCESSOR_NAME] = {};
   int length = 0;
   CheckMpi(MPI_Get_processor_name(name, &length), "MPI_Get_processor_name");
   std::vector<char> all(static_cast<size_t>(size) * MPI_MAX_PROCESSOR_NAME);
-  CheckMpi(MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME,
-                         MPI_CHAR, MPI_COMM_WORLD),
-           "MPI_Allgather(processor names)");
+  AllGatherPointToPoint(MPI_COMM_WORLD, kDiscoveryTag, name, MPI_MAX_PROCESSOR_NAME, all.data(),
+                        std::chrono::seconds(config.collective_timeout_s),
+                        "topology discovery (the exchange of host names)");
   std::vector<std::string> hosts(size);
   for (int r = 0; r < size; ++r) {
     const char* p = all.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME;

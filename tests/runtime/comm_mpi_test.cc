@@ -7,11 +7,14 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "weft/base/env.h"
 #include "weft/runtime/comm_threads.h"
+#include "weft/runtime/config.h"
 #include "weft/runtime/topology.h"
 
 namespace weft::runtime {
@@ -136,6 +139,24 @@ TEST(MpiCommunicator, SumsAreExactOnIntegers) {
                             ReduceOp::kSum);
   EXPECT_EQ(sum,
             (std::vector<int32_t>{static_cast<int32_t>(n * (n - 1) / 2), static_cast<int32_t>(n)}));
+}
+
+// The collective timeout comes from WEFT_COLLECTIVE_TIMEOUT (CTest sets 45 for
+// np 3) or its default; a rank that arrives late but within it is waited for,
+// and the polled nonblocking collectives give the exact result.
+TEST(MpiCommunicator, LateRanksWithinTheTimeoutAreWaitedFor) {
+  auto& comm = dynamic_cast<MpiCommunicator&>(*g_comm);
+  const int64_t configured = GetEnvInt("WEFT_COLLECTIVE_TIMEOUT", 600, 1, 1 << 30);
+  EXPECT_EQ(comm.collective_timeout(), std::chrono::seconds(configured));
+  EXPECT_THROW(comm.set_collective_timeout(std::chrono::milliseconds(-5)), Error);
+  comm.set_collective_timeout(std::chrono::seconds(20));
+  const int64_t n = comm.num_devices(), rank = comm.device_id();
+  if (rank == n - 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto sum = comm.AllReduce(std::vector<int64_t>(3, rank + 1), ReduceOp::kSum);
+  EXPECT_EQ(sum, std::vector<int64_t>(3, n * (n + 1) / 2));
+  if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  comm.Barrier();
+  comm.set_collective_timeout(std::chrono::seconds(configured));
 }
 
 TEST(MpiTopology, OneDevicePerRankDiscoveredOnce) {
