@@ -25,6 +25,7 @@ struct TrainFlags {
   std::vector<std::string> data;
   std::optional<int64_t> steps;
   std::optional<int64_t> stop_after;
+  std::optional<int64_t> collective_timeout;  // seconds
   bool overwrite = false;
   bool no_shard_as = false;
   bool no_progress = false;
@@ -55,6 +56,15 @@ int RunTrain(const TrainFlags& f) {
     WEFT_CHECK(*f.stop_after >= 1,
                "--stop-after {}: give at least 1 step (leave it out to run to the end)",
                *f.stop_after);
+  }
+  std::optional<runtime::ScopedConfigOverride> timeout;
+  if (f.collective_timeout) {
+    const auto key = runtime::ConfigKey::kCollectiveTimeout;
+    WEFT_CHECK(*f.collective_timeout >= runtime::ConfigMinValue(key) &&
+                   *f.collective_timeout <= runtime::ConfigMaxValue(key),
+               "--collective-timeout {}: give seconds in [{}, {}]", *f.collective_timeout,
+               runtime::ConfigMinValue(key), runtime::ConfigMaxValue(key));
+    timeout.emplace(key, *f.collective_timeout);
   }
   WEFT_CHECK(f.backend == "threads" || f.backend == "mpi",
              "--backend '{}': expected 'threads' or 'mpi'", f.backend);
@@ -122,6 +132,9 @@ void AddTrain(CLI::App& app) {
   cmd->add_option("--out", f->out,
                   "Output directory (default runs/<config name>); when it holds a checkpoint, "
                   "the run continues from it");
+  cmd->add_option("--collective-timeout", f->collective_timeout,
+                  "Seconds a device waits for the others at a collective before the run fails, "
+                  "naming who did not arrive (default: WEFT_COLLECTIVE_TIMEOUT, else 600)");
   cmd->add_flag("--overwrite", f->overwrite,
                 "Start over in --out even though it holds an earlier run (its checkpoint and "
                 "metrics are replaced)");

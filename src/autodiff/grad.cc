@@ -113,7 +113,7 @@ std::unique_ptr<HloModule> BuildTrainingStep(const HloModule& forward, const Gra
       [&](const HloInstruction* x, int64_t k) { return b.GetTupleElement(map.at(x), k); },
       [&](const HloInstruction* w) -> ScanPlan* {
         auto it = plans.find(w);
-        WEFT_CHECK(it != plans.end(), "autodiff internal: no plan for {}", w->Describe());
+        WEFT_INTERNAL_CHECK(it != plans.end(), "autodiff: no plan for {}", w->Describe());
         return it->second.get();
       });
   HloInstruction* one = b.ConstantScalar(loss->shape().element_type(), 1.0);

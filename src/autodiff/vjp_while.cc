@@ -229,7 +229,7 @@ class BackwardBodyBuilder {
     if (auto it = memo_.find(x); it != memo_.end()) return it->second;
     HloInstruction* v = nullptr;
     const HloInstruction* param = info_.body->parameter_instruction(0);
-    WEFT_CHECK(x != param, "autodiff internal: scan body state used whole in {}", w_.Describe());
+    WEFT_INTERNAL_CHECK(x != param, "autodiff: scan body state used whole in {}", w_.Describe());
     if (x->opcode() == HloOpcode::kGetTupleElement && x->operand(0) == param) {
       const int64_t k = x->tuple_index();
       if (k == 0) {
@@ -276,7 +276,7 @@ class BackwardBodyBuilder {
       v = b_.Parameter(static_cast<int64_t>(residuals_.size()), shape, "residual");
     } else {
       const auto it = std::find(residuals_.begin(), residuals_.end(), key);
-      WEFT_CHECK(it != residuals_.end(), "autodiff internal: residual {} was not planned",
+      WEFT_INTERNAL_CHECK(it != residuals_.end(), "autodiff: residual {} was not planned",
                  key.first->Describe());
       const int64_t r = it - residuals_.begin();
       v = StepOf(b_, b_.GetTupleElement(state_, plan_.bwd_res(r)), i_, shape);

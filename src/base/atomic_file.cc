@@ -37,7 +37,7 @@ OutputFile::~OutputFile() {
 }
 
 void OutputFile::Write(const void* data, size_t size) {
-  WEFT_CHECK(fd_ >= 0, "internal: write to {} after it was closed", path_.string());
+  WEFT_INTERNAL_CHECK(fd_ >= 0, "write to {} after it was closed", path_.string());
   const char* bytes = static_cast<const char*>(data);
   while (size > 0) {
     ssize_t written = ::write(fd_, bytes, size);
@@ -51,7 +51,7 @@ void OutputFile::Write(const void* data, size_t size) {
 }
 
 void OutputFile::SyncAndClose() {
-  WEFT_CHECK(fd_ >= 0, "internal: {} closed twice", path_.string());
+  WEFT_INTERNAL_CHECK(fd_ >= 0, "{} closed twice", path_.string());
   int fd = fd_;
   fd_ = -1;
   if (::fsync(fd) != 0) {
@@ -81,7 +81,7 @@ AtomicOutputFile::~AtomicOutputFile() {
 }
 
 void AtomicOutputFile::Commit() {
-  WEFT_CHECK(!committed_, "internal: {} committed twice", path_.string());
+  WEFT_INTERNAL_CHECK(!committed_, "{} committed twice", path_.string());
   file_.SyncAndClose();
   if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
     Fail("cannot rename {} to {}: {}", temp_path_.string(), path_.string(), ErrnoText(errno));

@@ -7,7 +7,7 @@ namespace weft {
 BatchIterator::BatchIterator(std::shared_ptr<const TokenizedCorpus> corpus,
                              const BatchIteratorOptions& options)
     : corpus_(std::move(corpus)), options_(options) {
-  WEFT_CHECK(corpus_ != nullptr, "internal: BatchIterator without a corpus");
+  WEFT_INTERNAL_CHECK(corpus_ != nullptr, "BatchIterator without a corpus");
   WEFT_CHECK(options.batch_size > 0, "batch_size must be positive, got {}", options.batch_size);
   WEFT_CHECK(options.seq_len > 0, "seq_len must be positive, got {}", options.seq_len);
   WEFT_CHECK(options.num_steps >= 0, "num_steps must not be negative, got {}", options.num_steps);

@@ -7,7 +7,7 @@
 namespace weft {
 
 uint64_t UniformBelow(std::mt19937_64& rng, uint64_t bound) {
-  WEFT_CHECK(bound > 0, "internal: UniformBelow(0)");
+  WEFT_INTERNAL_CHECK(bound > 0, "UniformBelow(0)");
   // Accept draws below the largest multiple of `bound`; the rest would favour
   // small remainders.
   uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
