@@ -46,7 +46,7 @@ int64_t DataTypeSize(DataType dtype) {
     case DataType::kU8:
       return 1;
   }
-  Fail("unknown DataType {}", static_cast<int>(dtype));
+  FailInternal("unknown DataType {}", static_cast<int>(dtype));
 }
 
 std::string_view DataTypeName(DataType dtype) {
@@ -183,7 +183,8 @@ int64_t Communicator::GroupSize(const ReplicaGroups& groups) const {
     for (int64_t d : group)
       if (d == device_id()) return static_cast<int64_t>(group.size());
   }
-  return 0;  // unreachable: normalized groups cover every device
+  FailInternal("device {} is in none of the normalized replica groups {}", device_id(),
+               ReplicaGroupsToString(groups));
 }
 
 CollectiveCall Communicator::Prepare(CollectiveKind kind, DataType dtype, ReduceOp op,
@@ -197,7 +198,7 @@ CollectiveCall Communicator::Prepare(CollectiveKind kind, DataType dtype, Reduce
   call.out = static_cast<std::byte*>(out);
   call.sequence = sequence_ + 1;
   const std::string_view name = CollectiveKindName(kind);
-  WEFT_CHECK(in_count >= 0, "{}: element count {} is negative", name, in_count);
+  WEFT_INTERNAL_CHECK(in_count >= 0, "{}: element count {} is negative", name, in_count);
   call.in_bytes = in_count * DataTypeSize(dtype);
   call.groups = NormalizeReplicaGroups(groups, num_devices());
   for (size_t g = 0; g < call.groups.size(); ++g) {
@@ -224,12 +225,15 @@ CollectiveCall Communicator::Prepare(CollectiveKind kind, DataType dtype, Reduce
     default:
       call.out_bytes = call.in_bytes;
   }
-  WEFT_CHECK(call.in_bytes == 0 || in != nullptr, "{}: the input buffer is null", name);
-  WEFT_CHECK(call.out_bytes == 0 || out != nullptr, "{}: the output buffer is null", name);
+  // The buffers come from weft's own code (the executor, the trainer), never
+  // from a user: a bad one is a bug.
+  WEFT_INTERNAL_CHECK(call.in_bytes == 0 || in != nullptr, "{}: the input buffer is null", name);
+  WEFT_INTERNAL_CHECK(call.out_bytes == 0 || out != nullptr, "{}: the output buffer is null",
+                      name);
   if (!(AllowsInPlace(kind) && in == out)) {
-    WEFT_CHECK(!Overlap(in, call.in_bytes, out, call.out_bytes),
-               "{}: the input and output buffers overlap; use separate buffers{}", name,
-               AllowsInPlace(kind) ? " or the same pointer for in place" : "");
+    WEFT_INTERNAL_CHECK(!Overlap(in, call.in_bytes, out, call.out_bytes),
+                        "{}: the input and output buffers overlap; use separate buffers{}", name,
+                        AllowsInPlace(kind) ? " or the same pointer for in place" : "");
   }
   return call;
 }

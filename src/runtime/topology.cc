@@ -100,7 +100,7 @@ Topology Topology::FromConfig(const RuntimeConfig& config) {
 Topology Topology::FromProcesses(const std::vector<std::string>& host_of_rank,
                                  const RuntimeConfig& config) {
   const int64_t n = static_cast<int64_t>(host_of_rank.size());
-  WEFT_CHECK(n >= 1, "Topology::FromProcesses needs at least one rank");
+  WEFT_INTERNAL_CHECK(n >= 1, "Topology::FromProcesses needs at least one rank");
   Topology topology;
   topology.backend_ = Backend::kMpi;
   topology.num_processes_ = n;
@@ -184,8 +184,8 @@ const Device& Topology::device(int64_t id) const {
 }
 
 std::vector<int64_t> Topology::SliceDevices(int64_t slice) const {
-  WEFT_CHECK(slice >= 0 && slice < num_slices_,
-             "slice {} is out of range; this topology has {} slices", slice, num_slices_);
+  WEFT_INTERNAL_CHECK(slice >= 0 && slice < num_slices_,
+                      "slice {} is out of range; this topology has {} slices", slice, num_slices_);
   std::vector<int64_t> ids(devices_per_slice());
   for (const Device& d : devices_)
     if (d.slice == slice) ids[d.local_index] = d.id;

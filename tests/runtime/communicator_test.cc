@@ -39,6 +39,16 @@ std::string ErrorOf(const std::function<void()>& fn) {
   return "";
 }
 
+// The message of the weft::InternalError fn throws ("" when none).
+std::string InternalErrorOf(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const InternalError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 TEST(Communicator, ByteCountingRuleByHand) {
   using K = CollectiveKind;
   // Ring all-reduce: each device sends 2(n-1)/n of the buffer.
@@ -128,20 +138,10 @@ TEST(Communicator, BadArgumentsAreClearErrors) {
               comm.ReduceScatter(a.data(), b.data(), 10, DataType::kF32, ReduceOp::kSum, {});
             }).find("10 elements, which does not split into 4"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([&] {
-              comm.AllGather(a.data(), a.data() + 1, 2, DataType::kF32, {});
-            }).find("overlap"),
-            std::string::npos);
-  EXPECT_NE(
-      ErrorOf([&] { comm.AllGather(a.data(), a.data(), 2, DataType::kF32, {}); }).find("overlap"),
-      std::string::npos);
   EXPECT_EQ(
       ErrorOf([&] { comm.AllReduce(a.data(), a.data(), 12, DataType::kF32, ReduceOp::kSum, {}); }),
       "");  // in place is fine
-  EXPECT_NE(ErrorOf([&] {
-              comm.AllReduce(nullptr, a.data(), 4, DataType::kF32, ReduceOp::kSum);
-            }).find("input buffer is null"),
-            std::string::npos);
+
   EXPECT_NE(ErrorOf([&] {
               comm.CollectivePermute(a.data(), b.data(), 4, DataType::kF32, {{0, 1}, {0, 2}});
             }).find("device 0 is the source of two pairs"),
@@ -153,6 +153,34 @@ TEST(Communicator, BadArgumentsAreClearErrors) {
   EXPECT_NE(ErrorOf([&] {
               comm.CollectivePermute(a.data(), b.data(), 4, DataType::kF32, {{0, 9}});
             }).find("outside 0..3"),
+            std::string::npos);
+}
+
+// Buffers and counts come from weft's own code, never from a user: bad ones
+// are internal errors (bugs), not bad input.
+TEST(Communicator, BadBuffersAreInternalErrors) {
+  FakeCommunicator comm(0, 4);
+  std::vector<float> a(12);
+  EXPECT_NE(InternalErrorOf([&] {
+              comm.AllGather(a.data(), a.data() + 1, 2, DataType::kF32, {});
+            }).find("overlap"),
+            std::string::npos);
+  EXPECT_NE(InternalErrorOf([&] {
+              comm.AllGather(a.data(), a.data(), 2, DataType::kF32, {});
+            }).find("overlap"),
+            std::string::npos);
+  EXPECT_NE(InternalErrorOf([&] {
+              comm.AllReduce(nullptr, a.data(), 4, DataType::kF32, ReduceOp::kSum);
+            }).find("input buffer is null"),
+            std::string::npos);
+  EXPECT_NE(InternalErrorOf([&] {
+              comm.AllReduce(a.data(), a.data(), -1, DataType::kF32, ReduceOp::kSum);
+            }).find("element count -1 is negative"),
+            std::string::npos);
+  // Groups come from a user's HLO: still bad input.
+  EXPECT_NE(ErrorOf([&] {
+              comm.AllReduce(a.data(), a.data(), 4, DataType::kF32, ReduceOp::kSum, {{0, 1}});
+            }).find("leave out device 2"),
             std::string::npos);
 }
 
