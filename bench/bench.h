@@ -20,6 +20,9 @@ struct PeakResult {
 // Measures the float32 FMA peak of every instruction set this CPU has, on one
 // thread and on all pool threads. The first entry is the one kernels use.
 std::vector<PeakResult> MeasurePeak(double seconds_per_measure = 0.3);
+// The float32 FMA peak of one instruction set (an entry of
+// kernels::simd::AvailableIsas; the kernels': GetPrimitives().isa).
+PeakResult MeasureFmaPeak(const char* isa, double seconds_per_measure = 0.3);
 
 // The bf16 matrix peak of `isa` ("avx512bf16": vdpbf16ps; "amx": TDPBF16PS
 // tiles; 2 flops per bf16 product pair) on one thread and on all pool

@@ -66,22 +66,24 @@ double Measure(PeakLoop loop, int threads, double seconds) {
 
 }  // namespace
 
+PeakResult MeasureFmaPeak(const char* isa, double seconds) {
+  const auto* p = kernels::simd::PrimitivesFor(isa);
+  const int threads = ThreadPool::Global().num_threads();
+  PeakResult r;
+  r.isa = isa;
+  r.threads = threads;
+  r.gflops_one_thread = Measure(p->fma_peak_loop, 1, seconds);
+  r.gflops_all_threads =
+      threads == 1 ? r.gflops_one_thread : Measure(p->fma_peak_loop, threads, seconds);
+  return r;
+}
+
 std::vector<PeakResult> MeasurePeak(double seconds) {
   int n = 0;
   const char* const* isas = kernels::simd::AvailableIsas(&n);
   std::vector<PeakResult> results;
   const char* chosen = kernels::simd::GetPrimitives().isa;
-  int threads = ThreadPool::Global().num_threads();
-  auto measure = [&](const char* isa) {
-    const auto* p = kernels::simd::PrimitivesFor(isa);
-    PeakResult r;
-    r.isa = isa;
-    r.threads = threads;
-    r.gflops_one_thread = Measure(p->fma_peak_loop, 1, seconds);
-    r.gflops_all_threads =
-        threads == 1 ? r.gflops_one_thread : Measure(p->fma_peak_loop, threads, seconds);
-    results.push_back(r);
-  };
+  auto measure = [&](const char* isa) { results.push_back(MeasureFmaPeak(isa, seconds)); };
   measure(chosen);
   // avx512bf16's float32 FMA code is avx512's: measured once, as avx512.
   for (int i = 0; i < n; ++i)

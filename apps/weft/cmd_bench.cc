@@ -1,4 +1,4 @@
-// `weft bench peak|attention`.
+// `weft bench peak|attention|collectives|propagate|executor|plan|train`.
 #include <memory>
 
 #include "bench.h"
@@ -6,6 +6,7 @@
 #include "bench_executor.h"
 #include "bench_plan.h"
 #include "bench_propagate.h"
+#include "bench_train.h"
 #include "commands.h"
 
 namespace weft::cli {
@@ -84,6 +85,30 @@ void AddBench(CLI::App& app) {
   plan->add_flag("--json", *plan_json, "Print JSON instead of a table");
   plan->callback([plan_json] {
     SetAction([plan_json] { return bench::RunPlanBench(*plan_json); });
+  });
+
+  // `weft bench train CONFIG`: bench/bench_train.h.
+  auto* train = bench->add_subcommand(
+      "train",
+      "Training steps of a config's Llama in this process: tokens/s, model-FLOPs utilization "
+      "against the float32 FMA peak measured in the same run, time by class, allocations, page "
+      "faults and peak bytes per step");
+  auto train_opt = std::make_shared<bench::TrainBenchOptions>();
+  train->add_option("config", train_opt->config, "Run config (TOML), e.g. configs/small.toml")
+      ->required();
+  train->add_option("--mesh", train_opt->mesh,
+                    "Mesh axes, major to minor, e.g. fsdp=2,tensor=2 (replaces the config's "
+                    "[mesh]; fsdp=1,tensor=1 is one device)");
+  train->add_option("--steps", train_opt->steps, "Timed steps")->capture_default_str();
+  train->add_option("--warmup", train_opt->warmup, "Untimed steps first (at least 1)")
+      ->capture_default_str();
+  auto train_no_profile = std::make_shared<bool>(false);
+  train->add_flag("--no-profile", *train_no_profile,
+                  "Do not time instructions by class (the breakdown is then optimizer and other)");
+  train->add_flag("--json", train_opt->json, "Print one JSON object instead of a table");
+  train->callback([train_opt, train_no_profile] {
+    train_opt->profile = !*train_no_profile;
+    SetAction([train_opt] { return bench::RunTrainBench(*train_opt); });
   });
 
   attn->callback([opt, forward_only] {

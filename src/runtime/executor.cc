@@ -40,6 +40,9 @@ struct Step {
   std::vector<int32_t> dying_slots;        // distinct slots that die here
   bool result_unused = false;              // free the result right away
   int64_t leaf_begin = 0, leaf_count = 0;  // get-tuple-element
+  // ExecutorOptions::profile: the OpClass timed; -1 for while and call,
+  // whose computations' instructions are timed instead.
+  int8_t op_class = -1;
 };
 
 struct ComputationPlan {
@@ -148,6 +151,9 @@ ComputationPlan MakePlan(const HloComputation& computation) {
       step.dying_index.push_back(index);
     }
     step.result_unused = last_use[i] < 0 && step.out != plan.root_slot;
+    if (step.opcode != HloOpcode::kWhile && step.opcode != HloOpcode::kCall) {
+      step.op_class = static_cast<int8_t>(ClassifyInstruction(*instr));
+    }
     if (step.opcode == HloOpcode::kGetTupleElement) {
       const Shape& tuple = instr->operand(0)->shape();
       for (int64_t k = 0; k < instr->tuple_index(); ++k) {
@@ -250,6 +256,9 @@ struct Executor::Impl {
   std::vector<std::string> input_names;
   std::vector<int64_t> param_leaf_counts;
   int64_t instructions = 0;
+  // ExecutorOptions::profile
+  std::array<double, kNumOpClasses> class_seconds{};
+  std::array<int64_t, kNumOpClasses> class_instructions{};
 
   Impl(const HloModule& m, ExecutorOptions o) : module(m), options(o) {}
 
@@ -288,8 +297,17 @@ Value Executor::Impl::RunComputation(const HloComputation& computation, std::vec
                       : EvalArgs::Operand{&slots[step.operands[k]], false};
     }
     try {
-      slots[step.out] =
-          RunStep(step, slots, args, std::span(ops.data(), step.operands.size()), ctx);
+      if (options.profile && step.op_class >= 0) {
+        const auto t0 = std::chrono::steady_clock::now();
+        slots[step.out] =
+            RunStep(step, slots, args, std::span(ops.data(), step.operands.size()), ctx);
+        class_seconds[step.op_class] +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        ++class_instructions[step.op_class];
+      } else {
+        slots[step.out] =
+            RunStep(step, slots, args, std::span(ops.data(), step.operands.size()), ctx);
+      }
     } catch (const Error& e) {
       Fail("{}: {}", step.instr->Describe(), e.what());
     }
@@ -452,6 +470,8 @@ std::vector<HostTensor> Executor::Run(std::vector<HostTensor> inputs, Communicat
                                                  : DefaultGemmThreads(comm));
   const CollectiveStats before = comm.stats();
   impl_->instructions = 0;
+  impl_->class_seconds.fill(0);
+  impl_->class_instructions.fill(0);
   // The context's callback (called computations) runs with the context itself.
   EvalContext real_ctx(comm, MakeDeviceIds(module_, comm), impl_->options, tracker,
                        [this, &real_ctx](const HloComputation& c, std::vector<Value> a) -> Value {
@@ -461,6 +481,10 @@ std::vector<HostTensor> Executor::Run(std::vector<HostTensor> inputs, Communicat
 
   stats_.peak_bytes = tracker->peak_bytes();
   stats_.instructions = impl_->instructions;
+  stats_.allocations = real_ctx.allocations();
+  stats_.allocated_bytes = real_ctx.allocated_bytes();
+  stats_.class_seconds = impl_->class_seconds;
+  stats_.class_instructions = impl_->class_instructions;
   for (int k = 0; k < kNumCollectiveKinds; ++k) {
     stats_.collectives.calls[k] = comm.stats().calls[k] - before.calls[k];
     stats_.collectives.bytes_sent[k] = comm.stats().bytes_sent[k] - before.bytes_sent[k];
@@ -497,6 +521,65 @@ std::vector<HostTensor> RunOnMpiRank(const HloModule& module, std::vector<HostTe
   std::vector<HostTensor> outputs = executor.Run(std::move(inputs), comm);
   if (stats != nullptr) *stats = executor.stats();
   return outputs;
+}
+
+std::string_view OpClassName(OpClass op_class) {
+  switch (op_class) {
+    case OpClass::kDot:
+      return "dot";
+    case OpClass::kAttention:
+      return "attention";
+    case OpClass::kElementwise:
+      return "elementwise";
+    case OpClass::kDataMovement:
+      return "data_movement";
+    case OpClass::kReduction:
+      return "reduction";
+    case OpClass::kCollective:
+      return "collective";
+    case OpClass::kOther:
+      return "other";
+  }
+  FailInternal("OpClassName: unknown OpClass {}", static_cast<int>(op_class));
+}
+
+OpClass ClassifyInstruction(const HloInstruction& instr) {
+  const HloOpcode op = instr.opcode();
+  if (IsElementwise(op)) return OpClass::kElementwise;
+  switch (op) {
+    case HloOpcode::kDot:
+      return OpClass::kDot;
+    case HloOpcode::kCustomCall:
+      return instr.attrs().custom_call_target == kFlexAttentionTarget ||
+                     instr.attrs().custom_call_target == kFlexAttentionBackwardTarget
+                 ? OpClass::kAttention
+                 : OpClass::kOther;
+    case HloOpcode::kBroadcast:
+    case HloOpcode::kIota:
+      return OpClass::kElementwise;
+    case HloOpcode::kCopy:
+    case HloOpcode::kReshape:
+    case HloOpcode::kTranspose:
+    case HloOpcode::kSlice:
+    case HloOpcode::kConcatenate:
+    case HloOpcode::kPad:
+    case HloOpcode::kReverse:
+    case HloOpcode::kDynamicSlice:
+    case HloOpcode::kDynamicUpdateSlice:
+    case HloOpcode::kGather:
+    case HloOpcode::kScatter:
+      return OpClass::kDataMovement;
+    case HloOpcode::kReduce:
+      return OpClass::kReduction;
+    case HloOpcode::kAllReduce:
+    case HloOpcode::kAllGather:
+    case HloOpcode::kReduceScatter:
+    case HloOpcode::kAllToAll:
+    case HloOpcode::kCollectivePermute:
+      return OpClass::kCollective;
+    default:
+      return OpClass::kOther;
+  }
 }
 
 std::vector<HloInstruction*> ExecutionSchedule(const HloComputation& computation) {

@@ -257,6 +257,13 @@ double SumOverDevices(double local, Communicator& comm) {
   return total;
 }
 
+// Writes the seconds from its construction to its destruction into *into.
+struct ElapsedSeconds {
+  double* into;
+  Clock::time_point start = Clock::now();
+  ~ElapsedSeconds() { *into = std::chrono::duration<double>(Clock::now() - start).count(); }
+};
+
 // One device's part of the run.
 class DeviceTrainer {
  public:
@@ -332,6 +339,7 @@ class DeviceTrainer {
     }
     for (const Tensor& p : params_) inputs.push_back(p);  // shared: the executor only reads
     std::vector<Tensor> out = exec_.Run(std::move(inputs), comm_);
+    const ElapsedSeconds updating{&optimizer_seconds_};  // the rest of the step
 
     StepMetrics m;
     m.step = step + 1;
@@ -417,6 +425,17 @@ class DeviceTrainer {
   int64_t peak_bytes() const { return peak_bytes_; }
   int64_t collective_bytes() const { return collective_bytes_; }
 
+  // One step for TrainStepsInMemory: no report, no checkpoint.
+  void StepInMemory(int64_t step, BatchIterator& it, const TrainStepsOptions& options) {
+    const auto t0 = Clock::now();
+    StepMetrics m = Step(step, it.Next());
+    m.step_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    m.tokens_per_second = m.step_seconds > 0 ? m.tokens / m.step_seconds : 0;
+    if (device_ == 0 && options.on_step) {
+      options.on_step(m, StepProfile{exec_.stats(), optimizer_seconds_});
+    }
+  }
+
  private:
   const Run& run_;
   Communicator& comm_;
@@ -425,6 +444,7 @@ class DeviceTrainer {
   runtime::Executor exec_;
   std::vector<Tensor> params_, m_, v_;
   std::vector<bool> owner_;
+  double optimizer_seconds_ = 0;  // of the last step
 };
 
 std::filesystem::path ResolveResume(const std::filesystem::path& dir) {
@@ -523,6 +543,24 @@ void CheckFitsInMemory(const Run& run, int64_t devices_here) {
              FormatBytes(plan.peak_bytes), FormatBytes(moments), FormatBytes(machine));
 }
 
+// The learning-rate schedule, AdamW settings and GEMM threads of `run`.
+void SetUpUpdates(Run* run) {
+  const RunConfig& c = run->config;
+  run->schedule = {.warmup_steps = c.train.warmup_steps,
+                   .total_steps = c.train.steps,
+                   .peak_lr = c.train.lr,
+                   .min_lr = c.train.min_lr};
+  run->hyper = {.beta1 = c.train.beta1,
+                .beta2 = c.train.beta2,
+                .eps = c.train.eps,
+                .weight_decay = c.train.weight_decay};
+  for (const LlamaWeight& w : run->program.forward.weights) {
+    run->decay.push_back(WeightDecayApplies(w.name, c.train.no_weight_decay));
+  }
+  const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  run->exec.gemm_threads = static_cast<int>(std::max<int64_t>(1, cores / run->program.num_devices));
+}
+
 // Everything before the devices start; the same on every process. `lock`
 // (null on MPI ranks other than 0) takes the output directory first;
 // `in_process`: all devices are threads of this process (else one per rank).
@@ -599,19 +637,7 @@ std::unique_ptr<Run> Prepare(const RunConfig& config, const TrainOptions& option
                run->dataset->tokenizer.vocab_size(), now);
     if (speak) ReportTrainChanges(*run, log);
   }
-  run->schedule = {.warmup_steps = c.train.warmup_steps,
-                   .total_steps = c.train.steps,
-                   .peak_lr = c.train.lr,
-                   .min_lr = c.train.min_lr};
-  run->hyper = {.beta1 = c.train.beta1,
-                .beta2 = c.train.beta2,
-                .eps = c.train.eps,
-                .weight_decay = c.train.weight_decay};
-  for (const LlamaWeight& w : run->program.forward.weights) {
-    run->decay.push_back(WeightDecayApplies(w.name, c.train.no_weight_decay));
-  }
-  const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
-  run->exec.gemm_threads = static_cast<int>(std::max<int64_t>(1, cores / run->program.num_devices));
+  SetUpUpdates(run.get());
   return run;
 }
 
@@ -705,6 +731,32 @@ TrainResult Train(const RunConfig& config, const TrainOptions& options) {
   });
   Finish(*run, result, "threads");
   return result;
+}
+
+TrainStepsInfo TrainStepsInMemory(const RunConfig& config, const TrainStepsOptions& options) {
+  WEFT_CHECK(options.steps >= 1, "--steps {}: give at least 1 step", options.steps);
+  auto run = std::make_unique<Run>();
+  run->config = config;
+  if (options.mesh) run->config.mesh = *options.mesh;
+  run->config.train.steps = std::max(run->config.train.steps, options.steps);
+  run->options.cache_dir = options.cache_dir;
+  run->options.progress = false;
+  StepProgramOptions po;
+  po.expected_devices = run->config.mesh.num_devices();
+  run->program = BuildStepProgram(run->config, po);
+  CheckFitsInMemory(*run, run->program.num_devices);
+  run->dataset.emplace(LoadDataset(run->config, options.cache_dir));
+  SetUpUpdates(run.get());
+  run->exec.profile = options.profile;
+  runtime::LocalCluster cluster(run->program.num_devices);
+  cluster.Run([&](int64_t, Communicator& comm) {
+    DeviceTrainer trainer(*run, comm);
+    BatchIterator it = MakeBatchIterator(*run->dataset, run->config);
+    for (int64_t step = 0; step < options.steps; ++step) trainer.StepInMemory(step, it, options);
+  });
+  return {.num_devices = run->program.num_devices,
+          .batch_size = run->program.batch_size,
+          .seq_len = run->program.seq_len};
 }
 
 TrainResult TrainOnMpiRank(const RunConfig& config, const TrainOptions& options,

@@ -36,6 +36,7 @@
 // they can be seen statically, otherwise when run.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string_view>
@@ -91,6 +92,28 @@ inline constexpr std::string_view kFlexAttentionBackwardTarget = "weft.flex_atte
 
 // ---------------------------------------------------------------------------
 
+// ---------------------------------------------------------------------------
+// Profiling (ExecutorOptions::profile; `weft bench train` reads it): the
+// classes a run's time is broken into.
+enum class OpClass : int8_t {
+  kDot,           // dot (oneDNN GEMM)
+  kAttention,     // the flex attention custom calls, forward and backward
+  kElementwise,   // elementwise ops (convert, compare, select included), broadcast, iota
+  kDataMovement,  // copy, reshape, transpose, slice, concatenate, pad, reverse,
+                  // dynamic-slice, dynamic-update-slice, gather, scatter
+  kReduction,     // reduce
+  kCollective,    // all-reduce, all-gather, reduce-scatter, all-to-all,
+                  // collective-permute (waiting for the other devices included)
+  kOther,         // parameters, constants, tuples, get-tuple-element, ids
+};
+inline constexpr int kNumOpClasses = 7;
+// "dot", "attention", "elementwise", "data_movement", "reduction",
+// "collective", "other".
+std::string_view OpClassName(OpClass op_class);
+OpClass ClassifyInstruction(const HloInstruction& instr);
+
+// ---------------------------------------------------------------------------
+
 struct ExecutorOptions {
   // Large elementwise ops and reductions split over ThreadPool::Global().
   // (When several devices run as threads, the pool serves one at a time and
@@ -99,12 +122,25 @@ struct ExecutorOptions {
   // Threads oneDNN's GEMM uses on this device's thread; 0 = all cores
   // divided by the number of devices of this process.
   int gemm_threads = 0;
+  // Time every executed instruction into ExecutorStats::class_seconds (two
+  // clock reads per instruction). Off, it costs one untaken branch each.
+  bool profile = false;
 };
 
 struct ExecutorStats {
   int64_t peak_bytes = 0;    // see the file comment
   int64_t instructions = 0;  // executed (loop bodies count every iteration)
   double seconds = 0;        // wall time of the last Run
+  // Buffers the executor allocated during the last Run (results that could
+  // not take over a dying operand's buffer, and the evaluators' scratch),
+  // and their bytes.
+  int64_t allocations = 0;
+  int64_t allocated_bytes = 0;
+  // With ExecutorOptions::profile, per OpClass: seconds spent in its
+  // instructions during the last Run, and how many ran. While and call are
+  // not timed themselves: the instructions of their computations are.
+  std::array<double, kNumOpClasses> class_seconds{};
+  std::array<int64_t, kNumOpClasses> class_instructions{};
   // What the communicator counted during the last Run.
   CollectiveStats collectives;
   int64_t collective_bytes() const { return collectives.TotalBytesSent(); }

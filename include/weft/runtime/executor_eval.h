@@ -3,6 +3,7 @@
 // users of the executor; include executor.h instead.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -48,10 +49,15 @@ class EvalContext {
   const ExecutorOptions& options() const { return options_; }
   const std::shared_ptr<MemoryTracker>& tracker() const { return tracker_; }
 
-  // An uninitialized buffer counted in the run's peak bytes.
+  // An uninitialized buffer counted in the run's peak bytes (and in
+  // ExecutorStats::allocations).
   HostTensor Allocate(const Shape& shape) const {
+    allocations_.fetch_add(1, std::memory_order_relaxed);
+    allocated_bytes_.fetch_add(shape.ByteSize(), std::memory_order_relaxed);
     return HostTensor::Uninitialized(shape, tracker_);
   }
+  int64_t allocations() const { return allocations_.load(std::memory_order_relaxed); }
+  int64_t allocated_bytes() const { return allocated_bytes_.load(std::memory_order_relaxed); }
   // Runs a called computation (while, call, interpreted reducers).
   Value Call(const HloComputation& computation, std::vector<Value> args) const {
     return call_(computation, std::move(args));
@@ -63,6 +69,7 @@ class EvalContext {
   const ExecutorOptions& options_;
   std::shared_ptr<MemoryTracker> tracker_;
   std::function<Value(const HloComputation&, std::vector<Value>)> call_;
+  mutable std::atomic<int64_t> allocations_{0}, allocated_bytes_{0};
 };
 
 // Per-instruction state kept across runs by one executor (e.g. a block mask

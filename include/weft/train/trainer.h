@@ -44,6 +44,7 @@
 
 #include "weft/models/llama_config.h"
 #include "weft/runtime/communicator.h"
+#include "weft/runtime/executor.h"
 
 namespace weft {
 
@@ -98,5 +99,34 @@ TrainResult TrainOnMpiRank(const RunConfig& config, const TrainOptions& options,
 
 // Where Train writes by default: runs/<config file stem>.
 std::filesystem::path DefaultOutDir(const RunConfig& config);
+
+// ---------------------------------------------------------------------------
+// Measuring training steps (`weft bench train`).
+
+// What one step cost on device 0, beside its StepMetrics.
+struct StepProfile {
+  runtime::ExecutorStats executor;  // device 0's executor, this step's program run
+  double optimizer_seconds = 0;     // after the program: gradient norm, checks, AdamW update
+};
+
+struct TrainStepsOptions {
+  std::optional<MeshConfig> mesh;  // replaces the config's [mesh]
+  int64_t steps = 1;               // steps to run (the schedule spans at least these)
+  bool profile = false;            // runtime::ExecutorOptions::profile on every device
+  std::filesystem::path cache_dir;  // tokenizer cache (empty: the default)
+  // Called on device 0 after every step; step_seconds and tokens_per_s are
+  // set (the step's wall time, batch drawing included).
+  std::function<void(const StepMetrics&, const StepProfile&)> on_step;
+};
+
+struct TrainStepsInfo {
+  int64_t num_devices = 0, batch_size = 0, seq_len = 0;
+};
+
+// `options.steps` steps of `config` from a fresh initialisation on in-process
+// devices, as Train runs them (the same program, data order, per-device step
+// and optimizer) but without a run directory: nothing is read or written
+// except the tokenizer cache (no checkpoint, metrics or plot).
+TrainStepsInfo TrainStepsInMemory(const RunConfig& config, const TrainStepsOptions& options);
 
 }  // namespace weft

@@ -1,0 +1,138 @@
+// `weft bench train`: runs the weft binary on the micro config and checks
+// that its JSON has every field with sane values (structure, not speed).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+namespace {
+
+struct Output {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+// Runs `weft <args>`, capturing stdout and stderr apart.
+Output RunWeft(const std::string& args) {
+  const std::filesystem::path err_file =
+      std::filesystem::temp_directory_path() /
+      ("bench_train_test_" + std::to_string(::getpid()) + ".err");
+  const std::string command =
+      std::string("'") + WEFT_BINARY + "' " + args + " 2> '" + err_file.string() + "'";
+  Output o;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return o;
+  char buffer[4096];
+  size_t n = 0;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) o.out.append(buffer, n);
+  const int status = pclose(pipe);
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream err(err_file);
+  std::stringstream text;
+  text << err.rdbuf();
+  o.err = text.str();
+  std::filesystem::remove(err_file);
+  return o;
+}
+
+const std::string kMicro = std::string(WEFT_SOURCE_DIR) + "/tests/train/data/micro.toml";
+
+TEST(BenchTrainTest, JsonOfTwoMicroStepsHasEveryFieldWithSaneValues) {
+  const Output o = RunWeft("bench train '" + kMicro + "' --steps 2 --warmup 1 --json");
+  ASSERT_EQ(o.exit_code, 0) << o.err << o.out;
+  const nlohmann::json j = nlohmann::json::parse(o.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << "not one JSON object:\n" << o.out;
+
+  // The micro config: 4 devices (fsdp=2 x tensor=2), batch 4 x seq 64.
+  EXPECT_EQ(j.at("devices"), 4);
+  EXPECT_EQ(j.at("mesh"), "fsdp=2,tensor=2");
+  EXPECT_EQ(j.at("batch_size"), 4);
+  EXPECT_EQ(j.at("seq_len"), 64);
+  EXPECT_EQ(j.at("tokens_per_step").get<double>(), 256);
+  EXPECT_EQ(j.at("warmup_steps"), 1);
+  EXPECT_EQ(j.at("steps"), 2);
+  ASSERT_EQ(j.at("step_seconds").size(), 2u);
+  for (const auto& s : j.at("step_seconds")) EXPECT_GT(s.get<double>(), 0);
+  const double median = j.at("step_seconds_median");
+  EXPECT_LE(j.at("step_seconds_min").get<double>(), median);
+
+  const double tokens_per_s = j.at("tokens_per_s");
+  EXPECT_GT(tokens_per_s, 0);
+  EXPECT_NEAR(tokens_per_s, 256 / median, 1e-6 * tokens_per_s);
+  EXPECT_GE(j.at("tokens_per_s_best").get<double>(), tokens_per_s);
+
+  // Model FLOPs, by the stated formula on micro's sizes: dim 32, 2 layers,
+  // 4 heads of 8, 2 KV heads, ffn 64, vocab 384.
+  const double dim = 32, hd = 8, layers = 2, heads = 4, kv_heads = 2, ffn = 64, vocab = 384;
+  const double matmul_params =
+      layers * (2 * dim * heads * hd + 2 * dim * kv_heads * hd + 3 * dim * ffn) + dim * vocab;
+  const double attention = 3 * layers * 2 * 4 * heads * (64.0 * 65 / 2) * 2 * hd;
+  EXPECT_DOUBLE_EQ(j.at("model_flops_per_step").get<double>(),
+                   6 * matmul_params * 256 + attention);
+  EXPECT_FALSE(j.at("model_flops_formula").get<std::string>().empty());
+
+  const auto& peak = j.at("peak");
+  EXPECT_FALSE(peak.at("isa").get<std::string>().empty());
+  EXPECT_GE(peak.at("threads").get<int>(), 1);
+  EXPECT_GT(peak.at("gflops_before").get<double>(), 0);
+  EXPECT_GT(peak.at("gflops_after").get<double>(), 0);
+  EXPECT_EQ(peak.at("gflops").get<double>(),
+            std::max(peak.at("gflops_before").get<double>(),
+                     peak.at("gflops_after").get<double>()));
+  const double mfu = j.at("mfu");
+  EXPECT_GT(mfu, 0);
+  EXPECT_LE(mfu, 1);
+  EXPECT_NEAR(mfu, j.at("model_flops_per_step").get<double>() / median /
+                       (peak.at("gflops").get<double>() * 1e9),
+              1e-9);
+
+  // The breakdown: every class, fractions summing to 1; on 4 devices with
+  // profiling every kind of work shows up.
+  EXPECT_TRUE(j.at("profile").get<bool>());
+  const auto& b = j.at("breakdown");
+  double fractions = 0, seconds = 0;
+  for (const char* name : {"dot", "attention", "elementwise", "data_movement", "reduction",
+                           "collective", "optimizer", "other"}) {
+    ASSERT_TRUE(b.contains(name)) << name;
+    const double f = b.at(name).at("fraction"), s = b.at(name).at("seconds_per_step");
+    EXPECT_GE(f, 0) << name;
+    EXPECT_LE(f, 1) << name;
+    EXPECT_GE(s, 0) << name;
+    fractions += f;
+    seconds += s;
+  }
+  EXPECT_EQ(b.size(), 8u);
+  EXPECT_NEAR(fractions, 1.0, 1e-6);
+  // The parts are disjoint pieces of the step, so they add up to its mean time.
+  const double mean = (j.at("step_seconds")[0].get<double>() + j.at("step_seconds")[1].get<double>()) / 2;
+  EXPECT_NEAR(seconds, mean, 0.02 * mean);
+  for (const char* name : {"dot", "attention", "elementwise", "collective", "optimizer"}) {
+    EXPECT_GT(b.at(name).at("seconds_per_step").get<double>(), 0) << name;
+  }
+
+  EXPECT_GT(j.at("instructions_per_step").get<double>(), 0);
+  EXPECT_GT(j.at("allocations_per_step").get<double>(), 0);
+  EXPECT_GT(j.at("allocated_bytes_per_step").get<double>(), 0);
+  EXPECT_GE(j.at("minor_faults_per_step").get<double>(), 0);
+  EXPECT_GE(j.at("major_faults_per_step").get<double>(), 0);
+  const int64_t peak_bytes = j.at("peak_bytes_per_device");
+  EXPECT_GT(peak_bytes, 0);
+  EXPECT_GE(j.at("max_rss_bytes").get<int64_t>(), peak_bytes);
+  EXPECT_TRUE(std::isfinite(j.at("loss_first").get<double>()));
+  EXPECT_GT(j.at("loss_last").get<double>(), 0);
+}
+
+TEST(BenchTrainTest, NoWarmupIsRefusedNamingTheFlag) {
+  const Output o = RunWeft("bench train '" + kMicro + "' --warmup 0 --json");
+  EXPECT_EQ(o.exit_code, 2) << o.err;
+  EXPECT_NE(o.err.find("--warmup 0"), std::string::npos) << o.err;
+  EXPECT_TRUE(o.out.empty()) << o.out;
+}
+
+}  // namespace

@@ -1,0 +1,147 @@
+// The executor's measurements for `weft bench train`: per-class instruction
+// timers (ExecutorOptions::profile) and the allocation counter.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <set>
+#include <string>
+
+#include "executor_test_util.h"
+#include "weft/runtime/executor.h"
+
+namespace weft::runtime {
+namespace {
+
+using testing::Random;
+
+// Four layers h <- tanh(h W[i]) as a while loop, then a transpose and a
+// row sum: every class but attention and collectives, some in a loop body.
+constexpr const char* kLoop = R"(HloModule profile
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+cond {
+  s = (s32[], f32[16,16], f32[4,16,16]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(4)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+body {
+  s = (s32[], f32[16,16], f32[4,16,16]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  h = f32[16,16] get-tuple-element(s), index=1
+  w = f32[4,16,16] get-tuple-element(s), index=2
+  zero = s32[] constant(0)
+  wi = f32[1,16,16] dynamic-slice(w, i, zero, zero), dynamic_slice_sizes={1,16,16}
+  w2 = f32[16,16] reshape(wi)
+  hw = f32[16,16] dot(h, w2), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  h2 = f32[16,16] tanh(hw)
+  one = s32[] constant(1)
+  i2 = s32[] add(i, one)
+  ROOT t = (s32[], f32[16,16], f32[4,16,16]) tuple(i2, h2, w)
+}
+
+ENTRY e {
+  x = f32[16,16] parameter(0)
+  w = f32[4,16,16] parameter(1)
+  zero = s32[] constant(0)
+  init = (s32[], f32[16,16], f32[4,16,16]) tuple(zero, x, w)
+  loop = (s32[], f32[16,16], f32[4,16,16]) while(init), condition=cond, body=body
+  h = f32[16,16] get-tuple-element(loop), index=1
+  ht = f32[16,16] transpose(h), dimensions={1,0}
+  c0 = f32[] constant(0)
+  ROOT r = f32[16] reduce(ht, c0), dimensions={1}, to_apply=add
+})";
+
+int Index(OpClass c) { return static_cast<int>(c); }
+
+TEST(ExecutorProfileTest, CountsAndTimesEveryExecutedInstructionByClass) {
+  auto module = testing::Parse(kLoop);
+  std::mt19937 rng(5);
+  const HostTensor x = Random("f32[16,16]", rng), w = Random("f32[4,16,16]", rng, -0.3, 0.3);
+
+  Executor plain(*module);
+  const std::vector<HostTensor> want = plain.Run({x, w});
+  for (int k = 0; k < kNumOpClasses; ++k) {  // off: nothing timed
+    EXPECT_EQ(plain.stats().class_instructions[k], 0);
+    EXPECT_EQ(plain.stats().class_seconds[k], 0);
+  }
+
+  ExecutorOptions options;
+  options.profile = true;
+  Executor profiled(*module, options);
+  const std::vector<HostTensor> got = profiled.Run({x, w});
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(std::memcmp(got[0].raw_data(), want[0].raw_data(), got[0].byte_size()), 0);
+
+  const ExecutorStats& s = profiled.stats();
+  const auto& n = s.class_instructions;
+  EXPECT_EQ(n[Index(OpClass::kDot)], 4);  // once per trip
+  // compare in 5 condition runs; tanh and the counter's add in 4 bodies.
+  EXPECT_EQ(n[Index(OpClass::kElementwise)], 5 + 4 + 4);
+  // dynamic-slice and reshape per trip, the transpose once.
+  EXPECT_EQ(n[Index(OpClass::kDataMovement)], 4 + 4 + 1);
+  EXPECT_EQ(n[Index(OpClass::kReduction)], 1);
+  EXPECT_EQ(n[Index(OpClass::kAttention)], 0);
+  EXPECT_EQ(n[Index(OpClass::kCollective)], 0);
+  // Everything executed is in one class, except the while itself.
+  int64_t classified = 0;
+  double seconds = 0;
+  for (int k = 0; k < kNumOpClasses; ++k) {
+    classified += n[k];
+    seconds += s.class_seconds[k];
+    EXPECT_GE(s.class_seconds[k], 0);
+    EXPECT_EQ(s.class_seconds[k] > 0, n[k] > 0) << OpClassName(static_cast<OpClass>(k));
+  }
+  EXPECT_EQ(classified, s.instructions - 1);
+  EXPECT_LE(seconds, s.seconds);
+
+  // The counters start over with each Run.
+  profiled.Run({x, w});
+  EXPECT_EQ(profiled.stats().class_instructions, n);
+}
+
+TEST(ExecutorProfileTest, ClassesHaveDistinctNames) {
+  std::set<std::string> names;
+  for (int k = 0; k < kNumOpClasses; ++k) {
+    names.insert(std::string(OpClassName(static_cast<OpClass>(k))));
+  }
+  EXPECT_EQ(names.size(), static_cast<size_t>(kNumOpClasses));
+  EXPECT_TRUE(names.count("dot") && names.count("attention") && names.count("collective"));
+}
+
+TEST(ExecutorProfileTest, CountsTheBuffersItAllocatesNotTheOnesItReuses) {
+  auto module = testing::Parse(R"(HloModule chain
+ENTRY e {
+  p = f32[256] parameter(0)
+  n = f32[256] negate(p)
+  ROOT t = f32[256] tanh(n)
+})");
+  std::mt19937 rng(6);
+  const HostTensor p = Random("f32[256]", rng);
+  Executor executor(*module);
+  // p is the caller's (read-only): negate allocates, tanh reuses n's buffer.
+  executor.Run({p});
+  EXPECT_EQ(executor.stats().allocations, 1);
+  EXPECT_EQ(executor.stats().allocated_bytes, 1024);
+  // Given away, p's buffer serves both.
+  std::vector<HostTensor> given;
+  given.push_back(p.Clone());
+  executor.Run(std::move(given));
+  EXPECT_EQ(executor.stats().allocations, 0);
+  EXPECT_EQ(executor.stats().allocated_bytes, 0);
+
+  // The loop: every dot and tanh result is new (dot never writes in place).
+  auto loop = testing::Parse(kLoop);
+  Executor looped(*loop);
+  looped.Run({Random("f32[16,16]", rng), Random("f32[4,16,16]", rng)});
+  EXPECT_GE(looped.stats().allocations, 4);
+}
+
+}  // namespace
+}  // namespace weft::runtime
