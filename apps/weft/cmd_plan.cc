@@ -4,11 +4,14 @@
 // run, analysed for a mesh of any size before renting it (plan/planner.h).
 #include <fmt/core.h>
 
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "commands.h"
 #include "weft/base/atomic_file.h"
+#include "weft/base/error.h"
 #include "weft/train/plan_report.h"
 #include "weft/train/planner.h"
 #include "weft/train/program.h"
@@ -25,9 +28,15 @@ struct PlanFlags {
   std::string precision;
   std::string svg;
   int64_t slices = 0, batch = 0, seq = 0;
+  // Whether each was given: a given 0 is an error, never "the default".
+  CLI::Option *slices_given = nullptr, *batch_given = nullptr, *seq_given = nullptr;
   bool no_shard_as = false;
   bool json = false;
 };
+
+std::optional<int64_t> IfGiven(const CLI::Option* option, int64_t value) {
+  return option != nullptr && option->count() > 0 ? std::optional<int64_t>(value) : std::nullopt;
+}
 
 int RunPlan(const PlanFlags& f) {
   const RunConfig config = LoadRunConfig(f.config);
@@ -35,12 +44,20 @@ int RunPlan(const PlanFlags& f) {
   o.chip = f.chip;
   o.chips_file = f.chips;
   if (!f.mesh.empty()) o.mesh = ParseMeshFlag(f.mesh);
-  o.slices = f.slices;
-  o.batch_size = f.batch;
-  o.seq_len = f.seq;
+  o.slices = IfGiven(f.slices_given, f.slices);
+  o.batch_size = IfGiven(f.batch_given, f.batch);
+  o.seq_len = IfGiven(f.seq_given, f.seq);
   o.remat = f.remat;
   o.shard_as = !f.no_shard_as;
   if (!f.precision.empty()) o.precision = analysis::ParsePrecision(f.precision, "--precision");
+  if (!f.svg.empty()) {
+    // Before any compute: a typo in the SVG's directory should not wait for the plan.
+    const std::filesystem::path dir = std::filesystem::path(f.svg).parent_path();
+    std::error_code ec;
+    WEFT_CHECK(dir.empty() || std::filesystem::is_directory(dir, ec),
+               "--svg {}: the directory {} does not exist; create it or give another path", f.svg,
+               dir.string());
+  }
   const StepPlan p = PlanTrainingStep(config, o);
   if (!f.svg.empty()) WriteFileAtomically(f.svg, RenderPlanSvg(p));
   const std::string out = f.json ? FormatPlanJson(p) : FormatPlanText(p);
@@ -67,12 +84,13 @@ void AddPlan(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--chips", f->chips,
                   "Chips file (default: chips.toml beside the config, else configs/chips.toml)");
-  cmd->add_option("--slices", f->slices,
+  f->slices_given = cmd->add_option("--slices", f->slices,
                   "Slices of a hybrid mesh: the major axis spans them and collectives that cross "
                   "them go over DCN (default: a major 'dcn' axis's size, else 1, or as many as "
                   "the chip's largest slice requires)");
-  cmd->add_option("--batch", f->batch, "Global batch size (default: train.batch_size)");
-  cmd->add_option("--seq", f->seq, "Sequence length (default: model.seq_len)");
+  f->batch_given =
+      cmd->add_option("--batch", f->batch, "Global batch size (default: train.batch_size)");
+  f->seq_given = cmd->add_option("--seq", f->seq, "Sequence length (default: model.seq_len)");
   cmd->add_option("--remat", f->remat,
                   "full (save each layer's input, recompute), offload (full, saved inputs in "
                   "host memory) or none (default: train.remat)");

@@ -2,11 +2,17 @@
 
 #include <fmt/format.h>
 
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "weft/base/error.h"
 #include "weft/hlo/builder.h"
+#include "weft/models/name_pattern.h"
 #include "weft/models/scan.h"
 #include "weft/sharding/mesh.h"
 
@@ -16,6 +22,116 @@ std::vector<int64_t> LlamaForward::WeightParameters() const {
   std::vector<int64_t> out;
   for (const LlamaWeight& w : weights) out.push_back(w.parameter_number);
   return out;
+}
+
+namespace {
+
+// The stacked layer weights, in parameter (and scan xs) order.
+constexpr std::array<std::string_view, 9> kLayerWeights = {
+    "attention_norm", "attention.wq",   "attention.wk",   "attention.wv",  "attention.wo",
+    "ffn_norm",       "feed_forward.w1", "feed_forward.w2", "feed_forward.w3"};
+
+}  // namespace
+
+std::string ShardingRuleName(std::string_view weight_name) {
+  if (weight_name.rfind("layers.", 0) == 0) {
+    return "layers.0." + std::string(weight_name.substr(7));
+  }
+  return std::string(weight_name);
+}
+
+std::vector<LlamaWeight> LlamaWeights(const LlamaConfig& c) {
+  const int64_t kv_heads = c.n_kv_heads > 0 ? c.n_kv_heads : c.n_heads;
+  const int64_t hd = c.head_dim();
+  const int64_t D = c.dim, L = c.n_layers, V = c.vocab_size, F = c.ffn_dim;
+  // kLayerWeights order.
+  const std::array<std::vector<int64_t>, kLayerWeights.size()> layer_dims = {{
+      {L, D},
+      {L, D, c.n_heads * hd},
+      {L, D, kv_heads * hd},
+      {L, D, kv_heads * hd},
+      {L, c.n_heads * hd, D},
+      {L, D},
+      {L, D, F},
+      {L, F, D},
+      {L, D, F},
+  }};
+  std::vector<LlamaWeight> weights;
+  auto add = [&](std::string name, std::vector<int64_t> dims) {
+    const int64_t n = LlamaForward::kNumDataInputs + static_cast<int64_t>(weights.size());
+    weights.push_back({std::move(name), Shape(PrimitiveType::kF32, std::move(dims)), n});
+  };
+  add("tok_embeddings", {V, D});
+  for (size_t i = 0; i < kLayerWeights.size(); ++i) {
+    add("layers." + std::string(kLayerWeights[i]), layer_dims[i]);
+  }
+  add("norm", {D});
+  if (!c.tie_embeddings) add("output", {D, V});
+  return weights;
+}
+
+std::vector<std::string> LlamaRuleNames() {
+  std::vector<std::string> names = {"tok_embeddings"};
+  for (std::string_view w : kLayerWeights) names.push_back("layers.0." + std::string(w));
+  names.push_back("norm");
+  names.push_back("output");
+  return names;
+}
+
+void CheckShardingRules(const RunConfig& run) {
+  const std::vector<std::string> names = LlamaRuleNames();
+  // The rule each name gets (first match wins).
+  std::vector<const ShardingRule*> owner;
+  for (const std::string& name : names) owner.push_back(run.RuleFor(name));
+  // How a name is best written in a rule: any layer number for layer weights.
+  auto as_pattern = [](const std::string& name) {
+    return name.rfind("layers.0.", 0) == 0 ? "layers.*." + name.substr(9) : name;
+  };
+  std::string listing;
+  for (const std::string& name : names) {
+    listing += (listing.empty() ? "" : ", ") + as_pattern(name);
+  }
+  for (const ShardingRule& rule : run.sharding) {
+    std::vector<std::string> matched;
+    bool owns_one = false;
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (!MatchesNamePattern(rule.pattern, names[i])) continue;
+      matched.push_back(names[i]);
+      owns_one = owns_one || owner[i] == &rule;
+    }
+    if (matched.empty()) {
+      std::vector<std::string> patterns;
+      for (const std::string& name : names) patterns.push_back(as_pattern(name));
+      const size_t within = std::max<size_t>(3, rule.pattern.size() / 3);
+      const std::vector<std::string> close = ClosestNames(rule.pattern, patterns, within, 3);
+      std::string hint;
+      if (!close.empty()) {
+        hint = fmt::format("; did you mean \"{}\"?", fmt::join(close, "\" or \""));
+      }
+      const bool layer_number = rule.pattern.rfind("layers.", 0) == 0 &&
+                                rule.pattern.size() > 7 && std::isdigit(static_cast<unsigned char>(rule.pattern[7])) &&
+                                rule.pattern.rfind("layers.0.", 0) != 0;
+      Fail("{}: sharding rule \"{}\" in {} matches no weight of the model, so it would be "
+           "ignored{}{}. Weights: {}",
+           rule.location, rule.pattern, run.source, hint,
+           layer_number ? " (the layers are stacked and share one layout: a rule names every "
+                          "layer, e.g. \"layers.*.attention.wq\")"
+                        : "",
+           listing);
+    }
+    if (!owns_one) {
+      std::string taken;
+      for (size_t i = 0; i < names.size(); ++i) {
+        if (!MatchesNamePattern(rule.pattern, names[i])) continue;
+        taken += fmt::format("{}{} by \"{}\" ({})", taken.empty() ? "" : ", ",
+                             as_pattern(names[i]), owner[i]->pattern, owner[i]->location);
+      }
+      Fail("{}: sharding rule \"{}\" in {} is never used: every weight it matches is taken by "
+           "an earlier rule (the first matching rule in file order wins): {}. Move it above "
+           "those rules, or remove it",
+           rule.location, rule.pattern, run.source, taken);
+    }
+  }
 }
 
 namespace {
@@ -106,8 +222,7 @@ struct Shardings {
   std::optional<HloSharding> ForWeight(const std::string& name, const Shape& shape) const {
     if (!run) return std::nullopt;
     const bool stacked = name.rfind("layers.", 0) == 0;
-    const std::string rule_name = stacked ? "layers.0." + name.substr(7) : name;
-    const ShardingRule* rule = run->RuleFor(rule_name);
+    const ShardingRule* rule = run->RuleFor(ShardingRuleName(name));
     if (!rule) return std::nullopt;
     std::vector<AxisSpec> dims;
     if (stacked) dims.push_back(AxisSpec());
@@ -132,20 +247,19 @@ struct Shardings {
 }  // namespace
 
 LlamaForward BuildLlamaForward(const LlamaConfig& c, const LlamaBuildOptions& options) {
-  WEFT_CHECK(c.n_heads >= 1 && c.dim % c.n_heads == 0,
-             "Llama: dim {} must be a multiple of n_heads {}", c.dim, c.n_heads);
+  // A config read from TOML was checked key by key; one built in code is
+  // checked here, before anything is built.
+  ValidateLlamaConfig(c, options.run ? options.run->source : std::string("the model config"));
   const int64_t kv_heads = c.n_kv_heads > 0 ? c.n_kv_heads : c.n_heads;
-  WEFT_CHECK(c.n_heads % kv_heads == 0, "Llama: n_heads {} must be a multiple of n_kv_heads {}",
-             c.n_heads, kv_heads);
   const int64_t hd = c.head_dim();
-  WEFT_CHECK(hd % 2 == 0, "Llama: head dim {} (dim / n_heads) must be even for RoPE", hd);
   const int64_t B = options.batch_size;
   const int64_t S = options.seq_len > 0 ? options.seq_len : c.seq_len;
   WEFT_CHECK(B >= 1 && S >= 1, "Llama: batch_size {} and seq_len {} must be at least 1", B, S);
-  const int64_t D = c.dim, L = c.n_layers, V = c.vocab_size, F = c.ffn_dim;
+  const int64_t D = c.dim, V = c.vocab_size;
 
   Shardings sh;
   if (options.run) {
+    CheckShardingRules(*options.run);
     sh.run = options.run;
     sh.mesh = options.run->mesh.ToMesh();
     for (const std::string& a : sh.mesh->axis_names()) {
@@ -174,27 +288,22 @@ LlamaForward BuildLlamaForward(const LlamaConfig& c, const LlamaBuildOptions& op
   HloInstruction* segments = data(3, "segment_ids", kS32);
   HloInstruction* positions = data(4, "positions", kS32);
 
-  auto weight = [&](const std::string& name, std::vector<int64_t> dims) {
-    const int64_t n = LlamaForward::kNumDataInputs + static_cast<int64_t>(out.weights.size());
-    Shape shape(kF32, std::move(dims));
-    HloInstruction* p = b.Parameter(n, shape, name);
-    p->set_sharding(sh.ForWeight(name, shape));
-    out.weights.push_back({name, shape, n});
-    return p;
-  };
-  HloInstruction* emb = weight("tok_embeddings", {V, D});
-  std::vector<HloInstruction*> layer_weights = {
-      weight("layers.attention_norm", {L, D}),
-      weight("layers.attention.wq", {L, D, c.n_heads * hd}),
-      weight("layers.attention.wk", {L, D, kv_heads * hd}),
-      weight("layers.attention.wv", {L, D, kv_heads * hd}),
-      weight("layers.attention.wo", {L, c.n_heads * hd, D}),
-      weight("layers.ffn_norm", {L, D}),
-      weight("layers.feed_forward.w1", {L, D, F}),
-      weight("layers.feed_forward.w2", {L, F, D}),
-      weight("layers.feed_forward.w3", {L, D, F})};
-  HloInstruction* final_norm = weight("norm", {D});
-  HloInstruction* head = c.tie_embeddings ? nullptr : weight("output", {D, V});
+  // The weights in parameter order (LlamaWeights): tok_embeddings, the
+  // kLayerWeights stack, norm, output.
+  out.weights = LlamaWeights(c);
+  std::vector<HloInstruction*> params;
+  for (const LlamaWeight& w : out.weights) {
+    HloInstruction* p = b.Parameter(w.parameter_number, w.shape, w.name);
+    p->set_sharding(sh.ForWeight(w.name, w.shape));
+    params.push_back(p);
+  }
+  WEFT_INTERNAL_CHECK(params.size() == kLayerWeights.size() + 2 + (c.tie_embeddings ? 0 : 1),
+                      "Llama: {} weights", params.size());
+  HloInstruction* emb = params[0];
+  std::vector<HloInstruction*> layer_weights(params.begin() + 1,
+                                             params.begin() + 1 + kLayerWeights.size());
+  HloInstruction* final_norm = params[1 + kLayerWeights.size()];
+  HloInstruction* head = c.tie_embeddings ? nullptr : params.back();
 
   // Embedding lookup: rows of tok_embeddings.
   GatherDimensionNumbers g;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <unordered_map>
 
 #include "weft/base/error.h"
@@ -111,13 +112,32 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   RunConfig config = input_config;
   if (options.mesh) config.mesh = *options.mesh;
 
+  // The flags first: a value the user gave is used, never replaced by a default.
+  if (options.batch_size) {
+    WEFT_CHECK(*options.batch_size >= 1,
+               "--batch {}: the global batch size must be a positive integer (omit --batch to "
+               "use train.batch_size = {} from {})",
+               *options.batch_size, config.train.batch_size, config.source);
+  }
+  if (options.seq_len) {
+    WEFT_CHECK(*options.seq_len >= 1 && *options.seq_len <= std::numeric_limits<int32_t>::max(),
+               "--seq {}: the sequence length must be an integer in [1, {}] (omit --seq to use "
+               "model.seq_len = {} from {})",
+               *options.seq_len, std::numeric_limits<int32_t>::max(), config.model.seq_len,
+               config.source);
+  }
+  if (options.slices) {
+    WEFT_CHECK(*options.slices >= 1,
+               "--slices {}: the number of slices must be a positive integer (1: one slice, no "
+               "DCN; omit --slices to derive it from the mesh and the chip)",
+               *options.slices);
+  }
+
   StepPlan plan;
   plan.config_source = config.source;
   plan.model = config.model;
   plan.mesh = config.mesh;
-  plan.num_devices = config.mesh.num_devices();
   plan.shard_as = options.shard_as;
-  plan.num_parameters = config.model.NumParameters();
 
   // The chip, before any compute: a typo should not wait for a compile.
   const std::filesystem::path chips_file =
@@ -133,24 +153,45 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   WEFT_CHECK(plan.remat == "none" || plan.remat == "full" || plan.remat == "offload",
              "--remat '{}': expected full, offload or none", plan.remat);
 
-  // Slices.
+  // The program's own checks that need no compute (model, mesh size, batch
+  // against the batch axes), before slices are derived from the mesh.
+  StepProgramOptions po;
+  po.batch_size = options.batch_size;
+  po.seq_len = options.seq_len;
+  po.remat = RematOf(plan.remat);
+  po.shard_as = options.shard_as;
+  CheckStepProgram(config, po);
+  plan.num_devices = config.mesh.num_devices();
+  plan.num_parameters = config.model.NumParameters();
+
+  // Slices: given, or derived (and then said how, in any error).
   const int64_t n = plan.num_devices;
-  int64_t slices = options.slices;
-  if (slices == 0) {
-    if (!config.mesh.axis_names.empty() && config.mesh.axis_names[0] == "dcn") {
-      slices = MajorAxisSize(config.mesh);
-    } else if (n > plan.chip.max_slice_chips && n % plan.chip.max_slice_chips == 0) {
-      slices = n / plan.chip.max_slice_chips;
-    } else {
-      slices = 1;
-    }
+  const std::string mesh_from = options.mesh ? "--mesh" : "the [mesh] of " + config.source;
+  int64_t slices = 1;
+  std::string slices_from;
+  if (options.slices) {
+    slices = *options.slices;
+    slices_from = fmt::format("--slices {}", slices);
+  } else if (!config.mesh.axis_names.empty() && config.mesh.axis_names[0] == "dcn") {
+    slices = MajorAxisSize(config.mesh);
+    slices_from = fmt::format(
+        "{} slices (no --slices given: the size of the major axis 'dcn' of {})", slices,
+        mesh_from);
+  } else if (n > plan.chip.max_slice_chips && n % plan.chip.max_slice_chips == 0) {
+    slices = n / plan.chip.max_slice_chips;
+    slices_from = fmt::format(
+        "{} slices (no --slices given: the {} devices of {} over the largest {} slice of {} "
+        "chips)",
+        slices, n, mesh_from, plan.chip.name, plan.chip.max_slice_chips);
   }
-  WEFT_CHECK(slices >= 1, "--slices {}: must be at least 1", slices);
+  WEFT_CHECK(slices <= n, "{}: more slices than the {} devices of {}; give at most --slices {}",
+             slices_from, n, mesh_from, n);
   WEFT_CHECK(MajorAxisSize(config.mesh) % slices == 0,
-             "--slices {}: the mesh's major axis ({} of size {}) must span the slices, so its size "
-             "must be a multiple of {}; reorder --mesh or change --slices",
-             slices, config.mesh.axis_names.empty() ? "none" : config.mesh.axis_names[0],
-             MajorAxisSize(config.mesh), slices);
+             "{}: the mesh's major axis ({} of size {}, from {}) must span the slices, so its size "
+             "must be a multiple of {}; put an axis whose size is a multiple of {} first in "
+             "--mesh, or give --slices",
+             slices_from, config.mesh.axis_names.empty() ? "none" : config.mesh.axis_names[0],
+             MajorAxisSize(config.mesh), mesh_from, slices, slices);
   plan.slices = slices;
   if (n / slices > plan.chip.max_slice_chips) {
     plan.warnings.push_back(fmt::format(
@@ -161,11 +202,6 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   }
 
   // The program `weft train` would run.
-  StepProgramOptions po;
-  po.batch_size = options.batch_size;
-  po.seq_len = options.seq_len;
-  po.remat = RematOf(plan.remat);
-  po.shard_as = options.shard_as;
   const StepProgram program = BuildStepProgram(config, po);
   plan.batch_size = program.batch_size;
   plan.seq_len = program.seq_len;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -21,25 +23,87 @@ int64_t BatchAxesProduct(const MeshConfig& mesh) {
   return n;
 }
 
-// Every tiled dim of `weight` must divide evenly: optimizer state lives on
-// the shards, and a padded shard would give padding a gradient.
-void CheckEvenSplit(const RunConfig& config, const LlamaWeight& weight, const HloSharding& s) {
-  if (!s.IsTiled()) return;
-  const TileAssignment& tiles = s.tile_assignment();
-  for (int64_t d = 0; d < weight.shape.rank(); ++d) {
-    const int64_t parts = tiles.dim(d);
-    const int64_t size = weight.shape.dimensions(d);
-    if (parts > 1 && size % parts != 0) {
-      const std::string rule_name = weight.name.rfind("layers.", 0) == 0
-                                        ? "layers.0." + weight.name.substr(7)
-                                        : weight.name;
-      const ShardingRule* rule = config.RuleFor(rule_name);
-      Fail("{}: weight {} {} dim {} (size {}) is split {} ways by {}; {} is not divisible by {}. "
-           "Change the sharding rule or the model size so it divides",
-           rule ? rule->location : config.source, weight.name, weight.shape.ToString(), d, size,
-           parts, rule ? fmt::format("rule \"{}\"", rule->pattern) : std::string("the mesh"),
-           size, parts);
+// "fsdp=64,tensor=4", as --mesh is written.
+std::string MeshOrNone(const MeshConfig& mesh) {
+  std::string out;
+  for (size_t i = 0; i < mesh.axis_names.size(); ++i) {
+    out += fmt::format("{}{}={}", i ? "," : "", mesh.axis_names[i], mesh.axis_sizes[i]);
+  }
+  return out.empty() ? std::string("(none)") : out;
+}
+
+// Every split dim of every weight must divide evenly: optimizer state lives
+// on the shards, and a padded shard would give padding a gradient. Read from
+// the rules and the mesh's axis sizes, before any sharding is built.
+void CheckEvenSplits(const RunConfig& config) {
+  if (config.mesh.axis_names.empty()) return;
+  for (const LlamaWeight& w : LlamaWeights(config.model)) {
+    const ShardingRule* rule = config.RuleFor(ShardingRuleName(w.name));
+    if (rule == nullptr) continue;
+    const bool stacked = w.name.rfind("layers.", 0) == 0;
+    const std::vector<AxisSpec>& spec = rule->spec.dims();
+    const int64_t rank = w.shape.rank() - (stacked ? 1 : 0);  // as the rule sees it
+    if (static_cast<int64_t>(spec.size()) > rank) {
+      Fail("{}: sharding rule \"{}\" = {} has {} entries but weight {} {} has {} dims{}; give "
+           "at most {} entries",
+           rule->location, rule->pattern, rule->spec.ToString(), spec.size(), w.name,
+           w.shape.ToString(), rank, stacked ? " per layer" : "", rank);
     }
+    for (size_t i = 0; i < spec.size(); ++i) {
+      const int64_t d = static_cast<int64_t>(i) + (stacked ? 1 : 0);
+      int64_t parts = 1;
+      for (const std::string& axis : spec[i].axes()) {
+        const auto& names = config.mesh.axis_names;
+        const auto found = std::find(names.begin(), names.end(), axis);
+        if (found == names.end()) {
+          Fail("{}: sharding rule \"{}\" names mesh axis '{}', which the mesh {} does not have "
+               "(a --mesh replaces the config's [mesh]: keep the axis names its rules use)",
+               rule->location, rule->pattern, axis, MeshOrNone(config.mesh));
+        }
+        parts *= config.mesh.axis_sizes[found - names.begin()];
+      }
+      const int64_t size = w.shape.dimensions(d);
+      if (parts > 1 && size % parts != 0) {
+        Fail("{}: weight {} {} dim {} (size {}) is split {} ways by rule \"{}\" on the mesh {}; "
+             "{} is not divisible by {}. Change the sharding rule, the mesh or the model size so "
+             "it divides",
+             rule->location, w.name, w.shape.ToString(), d, size, parts, rule->pattern,
+             MeshOrNone(config.mesh), size, parts);
+      }
+    }
+  }
+}
+
+// The mesh's device count without overflow, for the bound check.
+__int128 MeshDevicesWide(const MeshConfig& mesh) {
+  __int128 n = 1;
+  for (int64_t size : mesh.axis_sizes) {
+    n *= size;
+    if (n > kMaxMeshDevices) return n;  // stop before 128 bits overflow too
+  }
+  return n;
+}
+
+
+// The step's largest buffers must be sizeable in int64 bytes: the logits
+// [B, S, V] and the layer activations the forward saves for the backward
+// ([L, B, S, x] for x up to max(dim, ffn_dim, the q/k/v width)), a few
+// bytes each. The model's own sizes were checked by ValidateLlamaConfig.
+void CheckActivationSizes(const RunConfig& config, int64_t batch, int64_t seq) {
+  const LlamaConfig& m = config.model;
+  using Wide = __int128;
+  const Wide width = std::max({m.dim, m.ffn_dim, m.n_heads * m.head_dim()});
+  const Wide tokens = Wide{batch} * seq;
+  const Wide elements = tokens * m.vocab_size + tokens * m.n_layers * width * 8;
+  // 16 bytes per element leaves room for gradients and f32 sizes.
+  constexpr Wide kMaxElements = Wide{1} << 58;
+  if (elements > kMaxElements) {
+    Fail("{}: the step is too large to size: batch size {} x sequence length {} with "
+         "vocab_size = {}, n_layers = {}, dim = {}, ffn_dim = {} needs about {:.3g} activation "
+         "elements, more than {:.3g} (2^58); use a smaller batch or sequence (--batch, --seq, "
+         "train.batch_size, model.seq_len)",
+         config.source, batch, seq, m.vocab_size, m.n_layers, m.dim, m.ffn_dim,
+         static_cast<double>(elements), static_cast<double>(kMaxElements));
   }
 }
 
@@ -72,6 +136,10 @@ MeshConfig ParseMeshFlag(std::string_view text) {
     for (const std::string& existing : mesh.axis_names) {
       WEFT_CHECK(existing != name, "--mesh '{}': axis '{}' appears twice", text, name);
     }
+    WEFT_CHECK(size <= kMaxMeshDevices / mesh.num_devices(),
+               "--mesh '{}': the mesh has more than {} devices, the most weft plans or runs; "
+               "check the axis sizes",
+               text, kMaxMeshDevices);
     mesh.axis_names.push_back(name);
     mesh.axis_sizes.push_back(size);
   }
@@ -79,18 +147,37 @@ MeshConfig ParseMeshFlag(std::string_view text) {
   return mesh;
 }
 
-StepProgram BuildStepProgram(const RunConfig& config, const StepProgramOptions& options) {
-  StepProgram p;
-  p.batch_size = options.batch_size > 0 ? options.batch_size : config.train.batch_size;
-  p.seq_len = options.seq_len > 0 ? options.seq_len : config.model.seq_len;
+void CheckStepProgram(const RunConfig& config, const StepProgramOptions& options) {
+  // Everything here takes milliseconds, whatever the mesh's size.
+  ValidateLlamaConfig(config.model, config.source);
+  struct {
+    int64_t batch_size, seq_len, num_devices;
+  } p;
+  p.batch_size = options.batch_size.value_or(config.train.batch_size);
+  p.seq_len = options.seq_len.value_or(config.model.seq_len);
+  WEFT_CHECK(p.batch_size >= 1, "{}: the batch size {} must be at least 1", config.source,
+             p.batch_size);
+  WEFT_CHECK(p.seq_len >= 1 && p.seq_len <= std::numeric_limits<int32_t>::max(),
+             "{}: the sequence length {} must be in [1, {}] (s32 positions)", config.source,
+             p.seq_len, std::numeric_limits<int32_t>::max());
+  CheckActivationSizes(config, p.batch_size, p.seq_len);
+  for (size_t i = 0; i < config.mesh.axis_sizes.size(); ++i) {
+    WEFT_CHECK(config.mesh.axis_sizes[i] >= 1, "{}: mesh axis {} = {} must be at least 1",
+               config.source, config.mesh.axis_names[i], config.mesh.axis_sizes[i]);
+    WEFT_CHECK(config.mesh.axis_sizes[i] <= kMaxMeshDevices,
+               "{}: mesh axis {} = {} is larger than {} devices, the most weft plans or runs",
+               config.source, config.mesh.axis_names[i], config.mesh.axis_sizes[i],
+               kMaxMeshDevices);
+  }
+  WEFT_CHECK(MeshDevicesWide(config.mesh) <= kMaxMeshDevices,
+             "{}: the mesh {} has more than {} devices, the most weft plans or runs",
+             config.source, MeshOrNone(config.mesh), kMaxMeshDevices);
   p.num_devices = config.mesh.num_devices();
   if (options.expected_devices > 0 && p.num_devices != options.expected_devices) {
     Fail("{}: the mesh {} has {} devices but {} are available; give --mesh with sizes whose "
          "product is {} (e.g. --mesh fsdp={})",
-         config.source,
-         config.mesh.axis_names.empty() ? std::string("(none)") : config.mesh.ToMesh().ToString(),
-         p.num_devices,
-         options.expected_devices, options.expected_devices, options.expected_devices);
+         config.source, MeshOrNone(config.mesh), p.num_devices, options.expected_devices,
+         options.expected_devices, options.expected_devices);
   }
   const int64_t batch_ways = BatchAxesProduct(config.mesh);
   if (p.batch_size % batch_ways != 0) {
@@ -98,10 +185,6 @@ StepProgram BuildStepProgram(const RunConfig& config, const StepProgramOptions& 
          "(dcn x data x fsdp); use a batch size that is a multiple of {}",
          config.source, p.batch_size, batch_ways, batch_ways);
   }
-
-  LlamaBuildOptions build;
-  build.batch_size = p.batch_size;
-  build.seq_len = p.seq_len;
   // No [mesh]: one device, no sharding annotations.
   if (config.mesh.axis_names.empty()) {
     WEFT_CHECK(config.sharding.empty(),
@@ -109,8 +192,22 @@ StepProgram BuildStepProgram(const RunConfig& config, const StepProgramOptions& 
                "give --mesh",
                config.source);
   } else {
-    build.run = &config;
+    CheckShardingRules(config);
+    CheckEvenSplits(config);
   }
+}
+
+StepProgram BuildStepProgram(const RunConfig& config, const StepProgramOptions& options) {
+  CheckStepProgram(config, options);
+  StepProgram p;
+  p.batch_size = options.batch_size.value_or(config.train.batch_size);
+  p.seq_len = options.seq_len.value_or(config.model.seq_len);
+  p.num_devices = config.mesh.num_devices();
+
+  LlamaBuildOptions build;
+  build.batch_size = p.batch_size;
+  build.seq_len = p.seq_len;
+  if (!config.mesh.axis_names.empty()) build.run = &config;
   p.forward = BuildLlamaForward(config.model, build);
 
   const HloComputation* fwd_entry = p.forward.module->entry_computation();
@@ -119,7 +216,6 @@ StepProgram BuildStepProgram(const RunConfig& config, const StepProgramOptions& 
     const HloInstruction* param = fwd_entry->parameter_instruction(w.parameter_number);
     HloSharding s = param->has_sharding() ? param->sharding()->WithShardGroup(std::nullopt)
                                           : HloSharding::Replicate();
-    CheckEvenSplit(config, w, s);
     root_shardings.push_back(std::move(s));
   }
 

@@ -252,8 +252,10 @@ TEST(LlamaConfig, SizesTheBuildCannotUseAreRefusedByKey) {
   // A mesh past the device bound (whose product would overflow int64).
   e = ErrorOf(std::string(kMinimal) + "[mesh]\ndata = 4294967296\nfsdp = 4294967296\n");
   EXPECT_EQ(e.rfind("cfg.toml:9:8:", 0), 0u) << e;
-  EXPECT_NE(e.find("larger than 1048576 devices"), std::string::npos) << e;
-  EXPECT_EQ(ErrorOf(std::string(kMinimal) + "[mesh]\ndata = 1024\nfsdp = 1024\n"), "");
+  EXPECT_NE(e.find("larger than 65536 devices"), std::string::npos) << e;
+  EXPECT_EQ(ErrorOf(std::string(kMinimal) + "[mesh]\ndata = 256\nfsdp = 256\n"), "");
+  e = ErrorOf(std::string(kMinimal) + "[mesh]\ndata = 256\nfsdp = 257\n");
+  EXPECT_EQ(e.rfind("cfg.toml:10:8:", 0), 0u) << e;
 }
 
 // A config built in code gets the same checks, naming the source it is given.

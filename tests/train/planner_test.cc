@@ -139,7 +139,7 @@ TEST(PlannerTest, SlicesSendCrossingCollectivesOverDcn) {
   EXPECT_GT(two.time.dcn_s, 0);
   EXPECT_EQ(two.peak_bytes(), one.peak_bytes());
   // H100: 8 GPUs per NVLink domain, so 256 GPUs are 32 slices unless told.
-  o.slices = 0;
+  o.slices.reset();
   o.chip = "h100";
   const StepPlan h100 = PlanTrainingStep(config, o);
   EXPECT_EQ(h100.slices, 32);
@@ -177,12 +177,79 @@ TEST(PlannerTest, BadInputIsReportedBeforeAnyCompute) {
   o = V6e256("full");
   o.slices = 3;
   e = ErrorOf(config, o);
-  EXPECT_NE(e.find("--slices 3: the mesh's major axis (fsdp of size 64)"), std::string::npos) << e;
+  EXPECT_NE(e.find("--slices 3: the mesh's major axis (fsdp of size 64, from --mesh) must span"),
+            std::string::npos)
+      << e;
 
   o = V6e256("full");
   o.chips_file = "/nonexistent/chips.toml";
   e = ErrorOf(config, o);
   EXPECT_NE(e.find("cannot read the chips file /nonexistent/chips.toml"), std::string::npos) << e;
+}
+
+// A flag the user gives is used or refused, never replaced by the config's
+// value: --batch 0, --batch -4, --seq 0 and --slices 0 are errors naming the
+// flag, its value and what is allowed.
+TEST(PlannerTest, FlagsBelowOneAreErrorsNotDefaults) {
+  const RunConfig config = Llama405b();
+  PlanOptions o = V6e256("full");
+  o.batch_size = 0;
+  std::string e = ErrorOf(config, o);
+  EXPECT_EQ(e.rfind("--batch 0: the global batch size must be a positive integer", 0), 0u) << e;
+  EXPECT_NE(e.find("train.batch_size = 2048 from"), std::string::npos) << e;
+  o.batch_size = -4;
+  e = ErrorOf(config, o);
+  EXPECT_EQ(e.rfind("--batch -4: ", 0), 0u) << e;
+  o = V6e256("full");
+  o.seq_len = 0;
+  e = ErrorOf(config, o);
+  EXPECT_EQ(e.rfind("--seq 0: the sequence length must be an integer in [1, 2147483647]", 0), 0u)
+      << e;
+  EXPECT_NE(e.find("model.seq_len = 8192"), std::string::npos) << e;
+  o = V6e256("full");
+  o.slices = 0;
+  e = ErrorOf(config, o);
+  EXPECT_EQ(e.rfind("--slices 0: the number of slices must be a positive integer", 0), 0u) << e;
+  o.slices = 512;
+  e = ErrorOf(config, o);
+  EXPECT_EQ(e.rfind("--slices 512: more slices than the 256 devices of --mesh", 0), 0u) << e;
+}
+
+// Slices the planner derived are named by where they came from, not as a
+// --slices the user never gave.
+TEST(PlannerTest, AnErrorAboutDerivedSlicesNamesTheUsersFlags) {
+  const RunConfig config = Llama405b();
+  PlanOptions o = V6e256("full");
+  // 2048 v6e chips are 8 slices of 256, which the major axis (tensor=4) cannot span.
+  o.mesh = ParseMeshFlag("tensor=4,fsdp=512");
+  o.batch_size = 512;
+  const std::string e = ErrorOf(config, o);
+  EXPECT_EQ(e.find("--slices 8"), std::string::npos) << e;
+  EXPECT_EQ(e.rfind("8 slices (no --slices given: the 2048 devices of --mesh over the largest v6e "
+                    "slice of 256 chips)",
+                    0),
+            0u)
+      << e;
+  EXPECT_NE(e.find("major axis (tensor of size 4, from --mesh)"), std::string::npos) << e;
+}
+
+// An impossible mesh is refused before anything is built, however many
+// chips it has (a benchmark, `weft bench plan`, times it; this checks the kind).
+TEST(PlannerTest, AnImpossibleLargeMeshIsAnError) {
+  const RunConfig config = Llama405b();
+  PlanOptions o = V6e256("full");
+  // 65,536 chips: dim 16384 cannot be split 32768 ways.
+  o.mesh = ParseMeshFlag("fsdp=32768,tensor=2");
+  o.batch_size = 32768;
+  std::string e = ErrorOf(config, o);
+  EXPECT_NE(e.find("(size 16384) is split 32768 ways"), std::string::npos) << e;
+  EXPECT_NE(e.find("16384 is not divisible by 32768"), std::string::npos) << e;
+  EXPECT_NE(e.find("fsdp=32768,tensor=2"), std::string::npos) << e;
+  o.mesh = ParseMeshFlag("fsdp=8192,tensor=8");
+  o.batch_size = 4096;
+  e = ErrorOf(config, o);
+  EXPECT_NE(e.find("batch_size 4096 is not divisible by the 8192 devices"), std::string::npos) << e;
+  EXPECT_THROW(ParseMeshFlag("fsdp=65536,tensor=2"), Error);
 }
 
 // The planner analyses the program `weft train --no-shard-as` runs: whatever

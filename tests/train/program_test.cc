@@ -85,12 +85,89 @@ TEST(ProgramTest, MismatchesAreReportedBeforeCompute) {
   EXPECT_NE(split.find("micro.toml:"), std::string::npos) << "names the rule's line: " << split;
 }
 
+// A rule that no weight uses would be silently ignored: a typo in a name,
+// a stacked layer named without its layer, one layer alone, or a rule every
+// weight of which an earlier rule takes.
+TEST(ProgramTest, ShardingRulesThatMatchNoWeightAreRefused) {
+  auto with_rule = [](const std::string& pattern, size_t replace = 1) {
+    RunConfig c = Micro();
+    c.sharding[replace].pattern = pattern;
+    return c;
+  };
+  // "layers.*.attention.wq" misspelled.
+  std::string e = ErrorOf(with_rule("layers.*.atention.wq"));
+  EXPECT_NE(e.find("sharding rule \"layers.*.atention.wq\""), std::string::npos) << e;
+  EXPECT_NE(e.find("micro.toml"), std::string::npos) << e;
+  EXPECT_NE(e.find("matches no weight"), std::string::npos) << e;
+  EXPECT_NE(e.find("did you mean \"layers.*.attention.wq\""), std::string::npos) << e;
+  EXPECT_NE(e.find("Weights: tok_embeddings, layers.*.attention_norm"), std::string::npos) << e;
+  // The stacked name as the checkpoint writes it.
+  e = ErrorOf(with_rule("layers.attention.wq"));
+  EXPECT_NE(e.find("did you mean \"layers.*.attention.wq\""), std::string::npos) << e;
+  // One layer: the stack has one layout.
+  e = ErrorOf(with_rule("layers.1.attention.wq"));
+  EXPECT_NE(e.find("share one layout"), std::string::npos) << e;
+  // Shadowed: "*" first takes every weight.
+  RunConfig shadowed = Micro();
+  shadowed.sharding.insert(shadowed.sharding.begin(), shadowed.sharding.back());
+  shadowed.sharding.front().pattern = "*";
+  shadowed.sharding.front().spec = PartitionSpec{};
+  e = ErrorOf(shadowed);
+  EXPECT_NE(e.find("sharding rule \"tok_embeddings\""), std::string::npos) << e;
+  EXPECT_NE(e.find("is never used"), std::string::npos) << e;
+  EXPECT_NE(e.find("tok_embeddings by \"*\""), std::string::npos) << e;
+  // Refused before the program is built: CheckStepProgram alone finds it.
+  EXPECT_THROW(CheckStepProgram(with_rule("outptu")), Error);
+  // A rule for "output" with tied embeddings is not a typo: the config is fine.
+  RunConfig tied = Micro();
+  tied.model.tie_embeddings = true;
+  EXPECT_EQ(ErrorOf(tied), "(no error)");
+}
+
+// Bad sizes the caller gives are refused with the config named, before any
+// build; the model is checked again when it was changed after loading.
+TEST(ProgramTest, SizesAreCheckedBeforeAnythingIsBuilt) {
+  const RunConfig c = Micro();
+  StepProgramOptions o;
+  o.batch_size = 0;
+  EXPECT_NE(ErrorOf(c, o).find("the batch size 0 must be at least 1"), std::string::npos)
+      << ErrorOf(c, o);
+  o = {};
+  o.seq_len = -1;
+  EXPECT_NE(ErrorOf(c, o).find("the sequence length -1 must be in [1, "), std::string::npos)
+      << ErrorOf(c, o);
+  o = {};
+  o.seq_len = int64_t{1} << 30;
+  o.batch_size = int64_t{1} << 30;
+  std::string e = ErrorOf(c, o);
+  EXPECT_NE(e.find("the step is too large to size"), std::string::npos) << e;
+  RunConfig big = Micro();
+  big.model.dim = 1000000;
+  e = ErrorOf(big);
+  EXPECT_NE(e.find("micro.toml: the head dimension model.dim / model.n_heads = 1000000 / 4"),
+            std::string::npos)
+      << e;
+  // A mesh past the device bound; a rule naming an axis the mesh lacks.
+  RunConfig huge = Micro();
+  huge.mesh.axis_sizes = {int64_t{1} << 15, 4};
+  EXPECT_NE(ErrorOf(huge).find("has more than 65536 devices"), std::string::npos)
+      << ErrorOf(huge);
+  RunConfig renamed = Micro();
+  renamed.mesh = ParseMeshFlag("fsdp=2,model=2");
+  e = ErrorOf(renamed);
+  EXPECT_NE(e.find("names mesh axis 'tensor', which the mesh fsdp=2,model=2 does not have"),
+            std::string::npos)
+      << e;
+}
+
 TEST(ProgramTest, ParsesTheMeshFlag) {
   const MeshConfig m = ParseMeshFlag("dcn=2,fsdp=64,tensor=4");
   EXPECT_EQ(m.axis_names, (std::vector<std::string>{"dcn", "fsdp", "tensor"}));
   EXPECT_EQ(m.axis_sizes, (std::vector<int64_t>{2, 64, 4}));
   EXPECT_EQ(m.num_devices(), 512);
-  for (const char* bad : {"", "fsdp", "fsdp=", "fsdp=0", "fsdp=x", "fsdp=2,fsdp=2", "=2"}) {
+  EXPECT_EQ(ParseMeshFlag("data=256,fsdp=256").num_devices(), 1 << 16);
+  for (const char* bad : {"", "fsdp", "fsdp=", "fsdp=0", "fsdp=x", "fsdp=2,fsdp=2", "=2",
+                          "data=256,fsdp=257", "a=4294967296,b=4294967296"}) {
     EXPECT_THROW(ParseMeshFlag(bad), Error) << bad;
   }
 }

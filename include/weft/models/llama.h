@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "weft/hlo/module.h"
@@ -68,9 +69,29 @@ struct LlamaForward {
   std::vector<int64_t> WeightParameters() const;
 };
 
-// Throws weft::Error for an inconsistent config (dim not divisible by
-// n_heads, n_heads not a multiple of n_kv_heads, odd head dim) or a sharding
-// rule that does not fit its weight.
+// Throws weft::Error for an inconsistent config (ValidateLlamaConfig), a
+// sharding rule that does not fit its weight, or one that no weight uses
+// (CheckShardingRules).
 LlamaForward BuildLlamaForward(const LlamaConfig& config, const LlamaBuildOptions& options);
+
+// The model's weights, names, global shapes and parameter numbers, without
+// building anything (the order and shapes of the list above).
+std::vector<LlamaWeight> LlamaWeights(const LlamaConfig& config);
+
+// The name sharding rules see for weight `weight_name`: a stacked
+// `layers.X` is matched as `layers.0.X` (every layer shares one layout).
+std::string ShardingRuleName(std::string_view weight_name);
+
+// Every name a rule can match, in parameter order: tok_embeddings, the nine
+// layer weights as `layers.0.X`, norm, output (listed with tied embeddings
+// too: a rule for it is not a typo, only unused).
+std::vector<std::string> LlamaRuleNames();
+
+// Refuses, before anything is built, a [sharding] rule that matches no
+// weight name (a typo: it would be ignored) or only weights an earlier rule
+// already takes (first match wins: it would be ignored too). The message
+// names the rule with its file:line:col, the nearest weight names and the
+// list of them.
+void CheckShardingRules(const RunConfig& run);
 
 }  // namespace weft

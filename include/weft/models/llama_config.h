@@ -28,10 +28,10 @@
 
 namespace weft {
 
-// The most devices a mesh may have (1,048,576): `weft plan` sizes meshes of
-// any real machine, and device ids and their products stay far from
-// overflowing int64.
-inline constexpr int64_t kMaxMeshDevices = int64_t{1} << 20;
+// The most devices a mesh may have: the bound every command shares
+// (sharding/tile_assignment.h kMaxDevices, 65,536), checked as the mesh is
+// read so a too-large mesh is refused by key, before any sharding is built.
+inline constexpr int64_t kMaxMeshDevices = kMaxDevices;
 // The most parameters a model may have (2^56, about 7.2e16): 16 bytes each
 // (f32 weight, gradient, two AdamW moments) still fit int64 byte counts.
 inline constexpr int64_t kMaxModelParameters = int64_t{1} << 56;

@@ -41,9 +41,9 @@ struct PlanOptions {
   std::string chip = "v6e";
   std::filesystem::path chips_file;  // empty: analysis::FindChipTable(config file)
   std::optional<MeshConfig> mesh;    // replaces the config's [mesh]
-  int64_t slices = 0;                // 0: see the file comment
-  int64_t batch_size = 0;            // 0: train.batch_size
-  int64_t seq_len = 0;               // 0: model.seq_len
+  std::optional<int64_t> slices;      // unset: see the file comment; set: at least 1
+  std::optional<int64_t> batch_size;  // unset: train.batch_size; set: at least 1
+  std::optional<int64_t> seq_len;     // unset: model.seq_len; set: at least 1
   std::string remat;                 // "none" | "full" | "offload"; "": train.remat
   bool shard_as = true;
   std::optional<analysis::Precision> precision;  // unset: the chip's default_precision
@@ -109,9 +109,11 @@ struct StepPlan {
   double compile_seconds = 0, analysis_seconds = 0;
 };
 
-// Throws weft::Error for bad input, naming what to change (unknown chip,
-// mesh not matching the batch or the weights, slices not dividing the
-// major axis, ...).
+// Throws weft::Error for bad input, naming the flag or key and what to
+// change (a --batch, --seq or --slices below 1, unknown chip, mesh not
+// matching the batch or the weights, slices not dividing the major axis,
+// ...), all before the program is built. The flags are named as the CLI
+// spells them (--batch, --seq, --slices, --remat, --mesh).
 StepPlan PlanTrainingStep(const RunConfig& config, const PlanOptions& options);
 
 // Model FLOPs of one training step over the whole batch (all devices): 6 x

@@ -25,8 +25,8 @@
 namespace weft {
 
 struct StepProgramOptions {
-  int64_t batch_size = 0;            // global rows per step; 0: train.batch_size
-  int64_t seq_len = 0;               // 0: model.seq_len
+  std::optional<int64_t> batch_size;  // global rows per step; unset: train.batch_size
+  std::optional<int64_t> seq_len;     // unset: model.seq_len
   std::optional<ScanRemat> remat;    // unset: the config's train.remat
   bool shard_as = true;              // false: --no-shard-as
   // When > 0, the mesh must have exactly this many devices.
@@ -43,10 +43,21 @@ struct StepProgram {
   static constexpr int64_t kNumDataInputs = LlamaForward::kNumDataInputs;
 };
 
-// Throws weft::Error naming the config file and what to change.
+// Throws weft::Error naming the config file and what to change: the model
+// config (ValidateLlamaConfig), the mesh's size (at most kMaxMeshDevices),
+// batch and sequence (at least 1; the step's largest activations must be
+// sizeable in int64 bytes), the batch against the batch axes, the sharding
+// rules (CheckShardingRules), every weight split against its axes — all
+// before propagation and partitioning.
 StepProgram BuildStepProgram(const RunConfig& config, const StepProgramOptions& options = {});
 
-// "fsdp=2,tensor=2" (major to minor) -> MeshConfig; throws naming the flag.
+// BuildStepProgram's checks alone, in milliseconds whatever the mesh's size
+// (nothing is built): what `weft plan` runs before deriving anything from
+// the mesh.
+void CheckStepProgram(const RunConfig& config, const StepProgramOptions& options = {});
+
+// "fsdp=2,tensor=2" (major to minor) -> MeshConfig; throws naming the flag
+// (sizes positive, at most kMaxMeshDevices devices in all).
 MeshConfig ParseMeshFlag(std::string_view text);
 
 }  // namespace weft
