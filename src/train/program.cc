@@ -181,9 +181,13 @@ void CheckStepProgram(const RunConfig& config, const StepProgramOptions& options
   }
   const int64_t batch_ways = BatchAxesProduct(config.mesh);
   if (p.batch_size % batch_ways != 0) {
-    Fail("{}: batch_size {} is not divisible by the {} devices of the batch axes "
-         "(dcn x data x fsdp); use a batch size that is a multiple of {}",
-         config.source, p.batch_size, batch_ways, batch_ways);
+    // Named as the user gave it: a flag (`weft plan --batch`) or the config's key.
+    const std::string batch = options.batch_size
+                                  ? fmt::format("--batch {}", p.batch_size)
+                                  : fmt::format("train.batch_size {}", p.batch_size);
+    Fail("{}: {} is not divisible by the {} devices of the batch axes (dcn x data x fsdp) of "
+         "the mesh {}; use a batch size that is a multiple of {}",
+         config.source, batch, batch_ways, MeshOrNone(config.mesh), batch_ways);
   }
   // No [mesh]: one device, no sharding annotations.
   if (config.mesh.axis_names.empty()) {

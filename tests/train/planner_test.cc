@@ -163,7 +163,7 @@ TEST(PlannerTest, BadInputIsReportedBeforeAnyCompute) {
   o = V6e256("full");
   o.batch_size = 63;
   e = ErrorOf(config, o);
-  EXPECT_NE(e.find("batch_size 63 is not divisible by the 64 devices"), std::string::npos) << e;
+  EXPECT_NE(e.find("--batch 63 is not divisible by the 64 devices"), std::string::npos) << e;
 
   o = V6e256("full");
   o.mesh = ParseMeshFlag("fsdp=64,tensor=3");
@@ -248,7 +248,7 @@ TEST(PlannerTest, AnImpossibleLargeMeshIsAnError) {
   o.mesh = ParseMeshFlag("fsdp=8192,tensor=8");
   o.batch_size = 4096;
   e = ErrorOf(config, o);
-  EXPECT_NE(e.find("batch_size 4096 is not divisible by the 8192 devices"), std::string::npos) << e;
+  EXPECT_NE(e.find("--batch 4096 is not divisible by the 8192 devices"), std::string::npos) << e;
   EXPECT_THROW(ParseMeshFlag("fsdp=65536,tensor=2"), Error);
 }
 

@@ -72,9 +72,16 @@ TEST(ProgramTest, MismatchesAreReportedBeforeCompute) {
   o.batch_size = 6;  // fsdp = 2 divides it: fine
   EXPECT_EQ(ErrorOf(c, o), "(no error)");
   o.batch_size = 5;
-  EXPECT_NE(ErrorOf(c, o).find("batch_size 5 is not divisible by the 2 devices"),
+  EXPECT_NE(ErrorOf(c, o).find("--batch 5 is not divisible by the 2 devices"),
             std::string::npos)
       << ErrorOf(c, o);
+  RunConfig from_key = Micro();
+  from_key.train.batch_size = 5;  // no flag: the config's key is named
+  EXPECT_NE(ErrorOf(from_key).find("micro.toml: train.batch_size 5 is not divisible by the 2 "
+                                   "devices of the batch axes (dcn x data x fsdp) of the mesh "
+                                   "fsdp=2,tensor=2"),
+            std::string::npos)
+      << ErrorOf(from_key);
 
   RunConfig odd = Micro();
   odd.model.ffn_dim = 66;
