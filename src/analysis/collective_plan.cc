@@ -40,7 +40,7 @@ IdModes ModesOf(const HloModule& module, int64_t num_devices) {
     m.partitions = num_devices;
     return m;
   }
-  WEFT_CHECK(p * r == num_devices,
+  WEFT_INTERNAL_CHECK(p * r == num_devices,
              "module '{}' has num_partitions={} and replica_count={} ({} devices) but is planned "
              "for {} devices",
              module.name(), p, r, p * r, num_devices);
@@ -117,8 +117,9 @@ int64_t DeviceTraffic::dcn_bytes() const {
 
 CollectivePlan PlanCollectives(const HloModule& program, const CollectivePlanOptions& options) {
   const int64_t n = options.num_devices;
-  WEFT_CHECK(n >= 1, "the plan needs at least one device, got {}", n);
-  WEFT_CHECK(options.slices >= 1 && n % options.slices == 0,
+  // The planner built the program and checked the mesh and the slices.
+  WEFT_INTERNAL_CHECK(n >= 1, "the plan needs at least one device, got {}", n);
+  WEFT_INTERNAL_CHECK(options.slices >= 1 && n % options.slices == 0,
              "--slices {} does not divide the {} devices into equal slices", options.slices, n);
   CollectivePlan plan;
   plan.num_devices = n;
@@ -149,7 +150,7 @@ CollectivePlan PlanCollectives(const HloModule& program, const CollectivePlanOpt
         std::vector<int64_t> sends(n, 0);
         std::vector<bool> crosses(n, false);
         for (auto [s, t] : pairs) {
-          WEFT_CHECK(s >= 0 && s < n && t >= 0 && t < n,
+          WEFT_INTERNAL_CHECK(s >= 0 && s < n && t >= 0 && t < n,
                      "{}: source-target pair {{{},{}}} is outside the {} devices",
                      instr->Describe(), s, t, n);
           if (s != t) {
@@ -177,7 +178,7 @@ CollectivePlan PlanCollectives(const HloModule& program, const CollectivePlanOpt
       try {
         groups = DeviceGroups(*instr, ids, n);
       } catch (const Error& e) {
-        Fail("{}: {}", instr->Describe(), e.what());
+        FailInternal("{}: {}", instr->Describe(), e.what());
       }
       // One communicator call per operand (all-reduce may have several).
       const int64_t operands = kind == CollectiveKind::kAllReduce ? instr->operand_count() : 1;

@@ -75,7 +75,7 @@ ComparisonDirection Mirrored(ComparisonDirection dir) {
 }  // namespace
 
 int64_t WhileTripCount(const HloInstruction& w) {
-  WEFT_CHECK(w.opcode() == HloOpcode::kWhile, "{} is not a while", w.Describe());
+  WEFT_INTERNAL_CHECK(w.opcode() == HloOpcode::kWhile, "{} is not a while", w.Describe());
   if (std::optional<ScanConfig> scan = ScanConfigOf(w)) return scan->length;
   auto fail = [&](std::string_view why) -> int64_t {
     Fail(

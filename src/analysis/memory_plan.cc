@@ -809,15 +809,15 @@ class Simulator {
 }  // namespace
 
 MemoryPlan PlanMemory(const HloModule& program, const MemoryPlanOptions& options) {
-  WEFT_CHECK(program.entry_computation() != nullptr, "module '{}' has no entry computation",
-             program.name());
+  WEFT_INTERNAL_CHECK(program.entry_computation() != nullptr,
+                      "module '{}' has no entry computation", program.name());
   Simulator sim(program, options);
   MemoryPlan first;
   sim.Run(0, 0, 0, first);  // the peak and where it is first reached
   MemoryPlan plan;
   sim.Run(first.peak_step, first.peak_bytes, first.total_steps, plan);
-  WEFT_CHECK(plan.peak_bytes == first.peak_bytes && plan.peak_step == first.peak_step,
-             "internal: the two liveness passes over '{}' disagree", program.name());
+  WEFT_INTERNAL_CHECK(plan.peak_bytes == first.peak_bytes && plan.peak_step == first.peak_step,
+                      "the two liveness passes over '{}' disagree", program.name());
   return plan;
 }
 

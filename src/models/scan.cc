@@ -26,19 +26,20 @@ ScanOutputs Scan(HloModule& module, HloComputationBuilder& b, const std::string&
                  std::vector<HloInstruction*> xs, std::vector<HloInstruction*> consts,
                  int64_t length) {
   for (HloInstruction* x : xs) {
-    WEFT_CHECK(x->shape().IsArray() && x->shape().rank() >= 1,
+    WEFT_INTERNAL_CHECK(x->shape().IsArray() && x->shape().rank() >= 1,
                "Scan '{}': stacked input {} is {}; it needs a leading step dim", name,
                x->Describe(), x->shape().ToString());
     const int64_t n = x->shape().dimensions(0);
-    WEFT_CHECK(length == 0 || length == n,
+    WEFT_INTERNAL_CHECK(length == 0 || length == n,
                "Scan '{}': stacked input {} has {} steps but the scan has {}; stack every input "
                "over the same steps",
                name, x->Describe(), n, length);
     length = n;
   }
-  WEFT_CHECK(length >= 1, "Scan '{}': give a length (no stacked inputs) of at least 1", name);
+  WEFT_INTERNAL_CHECK(length >= 1, "Scan '{}': give a length (no stacked inputs) of at least 1",
+                      name);
   for (HloInstruction* c : carry_init) {
-    WEFT_CHECK(c->shape().IsArray() && IsFloatingPoint(c->shape().element_type()),
+    WEFT_INTERNAL_CHECK(c->shape().IsArray() && IsFloatingPoint(c->shape().element_type()),
                "Scan '{}': carry {} is {}; carries must be floating-point arrays (pass integer "
                "values as consts)",
                name, c->Describe(), c->shape().ToString());
@@ -79,11 +80,11 @@ ScanOutputs Scan(HloModule& module, HloComputationBuilder& b, const std::string&
   }
   step.consts = consts_in;
   ScanStepResult result = body(bb, step);
-  WEFT_CHECK(result.carry.size() == carry_init.size(),
+  WEFT_INTERNAL_CHECK(result.carry.size() == carry_init.size(),
              "Scan '{}': the step returned {} carries for {} initial ones", name,
              result.carry.size(), carry_init.size());
   for (size_t j = 0; j < carry_init.size(); ++j) {
-    WEFT_CHECK(result.carry[j]->shape() == carry_init[j]->shape(),
+    WEFT_INTERNAL_CHECK(result.carry[j]->shape() == carry_init[j]->shape(),
                "Scan '{}': carry {} enters as {} but the step returns {}", name, j,
                carry_init[j]->shape().ToString(), result.carry[j]->shape().ToString());
   }

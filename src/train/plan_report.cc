@@ -365,7 +365,9 @@ std::string FormatPlanJson(const StepPlan& p) {
   j["verdict"] = p.fits() ? "fits" : "does not fit";
   j["warnings"] = p.warnings;
   j["plan_seconds"] = {{"compile", p.compile_seconds}, {"analysis", p.analysis_seconds}};
-  return j.dump(2) + "\n";
+  // Paths and names come from the user (a config file name need not be
+  // UTF-8): invalid bytes print as U+FFFD instead of throwing.
+  return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
 std::string RenderPlanSvg(const StepPlan& p) {

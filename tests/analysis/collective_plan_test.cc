@@ -57,8 +57,8 @@ TEST(CollectivePlanTest, GroupsThatCrossSlicesGoOverDcn) {
   for (const CollectiveSite& s : two.sites) (s.crosses_slices ? crossing : local) += 1;
   EXPECT_GT(crossing, 0);
   EXPECT_GT(local, 0);
-  o.slices = 3;
-  EXPECT_THROW(PlanCollectives(*p.compiled.program, o), Error);
+  o.slices = 3;  // the planner refuses these first: here they are weft's bug
+  EXPECT_THROW(PlanCollectives(*p.compiled.program, o), InternalError);
 }
 
 // An all-reduce in a 3-trip loop and a collective-permute in which devices 2
@@ -121,7 +121,7 @@ TEST(CollectivePlanTest, LoopTripsAndPermutePairsFollowTheCountingRule) {
     EXPECT_EQ(stats[d].collectives.BytesSent(CollectiveKind::kCollectivePermute),
               plan.per_device[d].by_kind[cp].bytes);
   }
-  EXPECT_THROW(PlanCollectives(*module, {Precision::kF32, 8, 1}), Error)
+  EXPECT_THROW(PlanCollectives(*module, {Precision::kF32, 8, 1}), InternalError)
       << "num_partitions=4 planned for 8 devices";
 }
 

@@ -86,6 +86,15 @@ TEST(ReportTest, JsonFollowsTheDocumentedSchema) {
   EXPECT_GT(j["time"]["step_s"].get<double>(), 0);
 }
 
+// A config path need not be UTF-8; the JSON report still prints (the bytes
+// replaced), never the JSON library's exception.
+TEST(ReportTest, JsonOfAPathThatIsNotUtf8) {
+  StepPlan p = TinyPlan();
+  p.config_source = "configs/caf\xe9.toml";
+  const nlohmann::json j = nlohmann::json::parse(FormatPlanJson(p));
+  EXPECT_EQ(j["config"], "configs/caf\xef\xbf\xbd.toml");
+}
+
 TEST(ReportTest, TextFitsATerminalAndNamesTheLargestBuffers) {
   const StepPlan p = BigPlanWithoutShardAs();
   const std::string text = FormatPlanText(p);

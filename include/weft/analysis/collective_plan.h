@@ -65,8 +65,9 @@ struct CollectivePlan {
   int64_t busiest_device = 0;             // the device sending the most bytes
 };
 
-// Throws weft::Error when the replica groups do not fit num_devices or
-// slices does not divide it.
+// For programs weft partitioned (`weft plan`): replica groups that do not
+// fit num_devices, or slices that do not divide it, are weft's own bugs
+// (weft::InternalError); the planner checks the mesh and slices first.
 CollectivePlan PlanCollectives(const HloModule& program, const CollectivePlanOptions& options);
 
 }  // namespace weft::analysis
