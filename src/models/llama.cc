@@ -102,22 +102,29 @@ void CheckShardingRules(const RunConfig& run) {
     if (matched.empty()) {
       std::vector<std::string> patterns;
       for (const std::string& name : names) patterns.push_back(as_pattern(name));
+      // The nearest names only (a typo is usually one or two edits away).
       const size_t within = std::max<size_t>(3, rule.pattern.size() / 3);
-      const std::vector<std::string> close = ClosestNames(rule.pattern, patterns, within, 3);
-      std::string hint;
+      std::vector<std::string> close = ClosestNames(rule.pattern, patterns, within, 3);
       if (!close.empty()) {
-        hint = fmt::format("; did you mean \"{}\"?", fmt::join(close, "\" or \""));
+        const size_t best = NamePatternDistance(rule.pattern, close[0]);
+        std::erase_if(close, [&](const std::string& name) {
+          return NamePatternDistance(rule.pattern, name) > best;
+        });
       }
+      const std::string hint =
+          close.empty() ? std::string()
+                        : fmt::format("Did you mean \"{}\"? ", fmt::join(close, "\" or \""));
       const bool layer_number = rule.pattern.rfind("layers.", 0) == 0 &&
-                                rule.pattern.size() > 7 && std::isdigit(static_cast<unsigned char>(rule.pattern[7])) &&
+                                rule.pattern.size() > 7 &&
+                                std::isdigit(static_cast<unsigned char>(rule.pattern[7])) &&
                                 rule.pattern.rfind("layers.0.", 0) != 0;
       Fail("{}: sharding rule \"{}\" in {} matches no weight of the model, so it would be "
-           "ignored{}{}. Weights: {}",
-           rule.location, rule.pattern, run.source, hint,
+           "ignored{}. {}Weights: {}",
+           rule.location, rule.pattern, run.source,
            layer_number ? " (the layers are stacked and share one layout: a rule names every "
                           "layer, e.g. \"layers.*.attention.wq\")"
                         : "",
-           listing);
+           hint, listing);
     }
     if (!owns_one) {
       std::string taken;

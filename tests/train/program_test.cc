@@ -106,11 +106,11 @@ TEST(ProgramTest, ShardingRulesThatMatchNoWeightAreRefused) {
   EXPECT_NE(e.find("sharding rule \"layers.*.atention.wq\""), std::string::npos) << e;
   EXPECT_NE(e.find("micro.toml"), std::string::npos) << e;
   EXPECT_NE(e.find("matches no weight"), std::string::npos) << e;
-  EXPECT_NE(e.find("did you mean \"layers.*.attention.wq\""), std::string::npos) << e;
+  EXPECT_NE(e.find("Did you mean \"layers.*.attention.wq\"?"), std::string::npos) << e;
   EXPECT_NE(e.find("Weights: tok_embeddings, layers.*.attention_norm"), std::string::npos) << e;
   // The stacked name as the checkpoint writes it.
   e = ErrorOf(with_rule("layers.attention.wq"));
-  EXPECT_NE(e.find("did you mean \"layers.*.attention.wq\""), std::string::npos) << e;
+  EXPECT_NE(e.find("Did you mean \"layers.*.attention.wq\"?"), std::string::npos) << e;
   // One layer: the stack has one layout.
   e = ErrorOf(with_rule("layers.1.attention.wq"));
   EXPECT_NE(e.find("share one layout"), std::string::npos) << e;
