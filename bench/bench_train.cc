@@ -23,8 +23,9 @@ using runtime::OpClass;
 
 // The executor classes reported on their own, in report order.
 constexpr OpClass kReportedClasses[] = {OpClass::kDot,          OpClass::kAttention,
-                                        OpClass::kElementwise,  OpClass::kDataMovement,
-                                        OpClass::kReduction,    OpClass::kCollective};
+                                        OpClass::kElementwise,  OpClass::kBroadcast,
+                                        OpClass::kDataMovement, OpClass::kReduction,
+                                        OpClass::kCollective};
 
 struct Faults {
   int64_t minor = 0, major = 0, max_rss_bytes = 0;

@@ -51,7 +51,8 @@ struct TrainBenchResult {
   double mfu = 0;  // from the median step
   bool profile = false;
   // Seconds per timed step by class, in report order: dot, attention,
-  // elementwise, data_movement, reduction, collective, optimizer, other.
+  // elementwise, broadcast, data_movement, reduction, collective, optimizer,
+  // other.
   std::vector<std::pair<std::string, double>> breakdown;
   double instructions_per_step = 0;
   double allocations_per_step = 0, allocated_bytes_per_step = 0;

@@ -531,6 +531,8 @@ std::string_view OpClassName(OpClass op_class) {
       return "attention";
     case OpClass::kElementwise:
       return "elementwise";
+    case OpClass::kBroadcast:
+      return "broadcast";
     case OpClass::kDataMovement:
       return "data_movement";
     case OpClass::kReduction:
@@ -555,6 +557,7 @@ OpClass ClassifyInstruction(const HloInstruction& instr) {
                  ? OpClass::kAttention
                  : OpClass::kOther;
     case HloOpcode::kBroadcast:
+      return OpClass::kBroadcast;
     case HloOpcode::kIota:
       return OpClass::kElementwise;
     case HloOpcode::kCopy:

@@ -14,8 +14,9 @@ namespace {
 
 using testing::Random;
 
-// Four layers h <- tanh(h W[i]) as a while loop, then a transpose and a
-// row sum: every class but attention and collectives, some in a loop body.
+// Four layers h <- tanh(h W[i]) as a while loop, then a transpose, a
+// broadcast and a row sum: every class but attention and collectives, some
+// in a loop body.
 constexpr const char* kLoop = R"(HloModule profile
 
 add {
@@ -55,7 +56,9 @@ ENTRY e {
   h = f32[16,16] get-tuple-element(loop), index=1
   ht = f32[16,16] transpose(h), dimensions={1,0}
   c0 = f32[] constant(0)
-  ROOT r = f32[16] reduce(ht, c0), dimensions={1}, to_apply=add
+  bc = f32[16,16] broadcast(c0), dimensions={}
+  hs = f32[16,16] add(ht, bc)
+  ROOT r = f32[16] reduce(hs, c0), dimensions={1}, to_apply=add
 })";
 
 int Index(OpClass c) { return static_cast<int>(c); }
@@ -82,8 +85,10 @@ TEST(ExecutorProfileTest, CountsAndTimesEveryExecutedInstructionByClass) {
   const ExecutorStats& s = profiled.stats();
   const auto& n = s.class_instructions;
   EXPECT_EQ(n[Index(OpClass::kDot)], 4);  // once per trip
-  // compare in 5 condition runs; tanh and the counter's add in 4 bodies.
-  EXPECT_EQ(n[Index(OpClass::kElementwise)], 5 + 4 + 4);
+  // compare in 5 condition runs; tanh and the counter's add in 4 bodies;
+  // the add after the loop.
+  EXPECT_EQ(n[Index(OpClass::kElementwise)], 5 + 4 + 4 + 1);
+  EXPECT_EQ(n[Index(OpClass::kBroadcast)], 1);
   // dynamic-slice and reshape per trip, the transpose once.
   EXPECT_EQ(n[Index(OpClass::kDataMovement)], 4 + 4 + 1);
   EXPECT_EQ(n[Index(OpClass::kReduction)], 1);

@@ -98,7 +98,8 @@ inline constexpr std::string_view kFlexAttentionBackwardTarget = "weft.flex_atte
 enum class OpClass : int8_t {
   kDot,           // dot (oneDNN GEMM)
   kAttention,     // the flex attention custom calls, forward and backward
-  kElementwise,   // elementwise ops (convert, compare, select included), broadcast, iota
+  kElementwise,   // elementwise ops (convert, compare, select included), iota
+  kBroadcast,     // broadcast (a materialized copy today)
   kDataMovement,  // copy, reshape, transpose, slice, concatenate, pad, reverse,
                   // dynamic-slice, dynamic-update-slice, gather, scatter
   kReduction,     // reduce
@@ -106,9 +107,9 @@ enum class OpClass : int8_t {
                   // collective-permute (waiting for the other devices included)
   kOther,         // parameters, constants, tuples, get-tuple-element, ids
 };
-inline constexpr int kNumOpClasses = 7;
-// "dot", "attention", "elementwise", "data_movement", "reduction",
-// "collective", "other".
+inline constexpr int kNumOpClasses = 8;
+// "dot", "attention", "elementwise", "broadcast", "data_movement",
+// "reduction", "collective", "other".
 std::string_view OpClassName(OpClass op_class);
 OpClass ClassifyInstruction(const HloInstruction& instr);
 
