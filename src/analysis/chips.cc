@@ -144,6 +144,11 @@ ChipTable ParseChipTable(std::string_view toml_text, std::string_view source_nam
 }
 
 ChipTable LoadChipTable(const std::filesystem::path& path) {
+  std::error_code ec;
+  WEFT_CHECK(!std::filesystem::is_directory(path, ec),
+             "the chips file {} is a directory; give --chips FILE (configs/chips.toml in the "
+             "source tree)",
+             path.string());
   std::ifstream in(path);
   WEFT_CHECK(in.good(),
              "cannot read the chips file {}; give --chips FILE (configs/chips.toml "
@@ -157,8 +162,11 @@ ChipTable LoadChipTable(const std::filesystem::path& path) {
 std::filesystem::path FindChipTable(const std::filesystem::path& config_file) {
   namespace fs = std::filesystem;
   const fs::path beside = config_file.parent_path() / "chips.toml";
-  if (!config_file.empty() && fs::exists(beside)) return beside;
-  if (fs::exists("configs/chips.toml")) return "configs/chips.toml";
+  // The non-throwing forms: an unreadable directory is "not there", not a
+  // filesystem_error; LoadChipTable then names the file it could not read.
+  std::error_code ec;
+  if (!config_file.empty() && fs::exists(beside, ec)) return beside;
+  if (fs::exists("configs/chips.toml", ec)) return "configs/chips.toml";
   return fs::path(WEFT_SOURCE_DIR) / "configs" / "chips.toml";
 }
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 
 #include "weft/base/error.h"
@@ -82,6 +83,12 @@ TEST(ChipsTest, BadEntriesAreErrorsWithLocations) {
   EXPECT_NE(ErrorOf("[chips.x\n").find("test.toml:1"), std::string::npos) << ErrorOf("[chips.x\n");
   EXPECT_NE(ErrorOf("chip = 1\n").find("unknown top-level key 'chip'"), std::string::npos);
   EXPECT_THROW(LoadChipTable("/nonexistent/chips.toml"), Error);
+  try {
+    LoadChipTable(std::filesystem::temp_directory_path());
+    FAIL() << "a directory is not a chips file";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
