@@ -76,14 +76,24 @@ void DeviceTiles::Coarsen(int64_t d, int64_t m) {
 std::optional<HloSharding> DeviceTiles::ToSharding() const {
   const int64_t tiles = NumTiles();
   if (tiles == 1) return HloSharding::Replicate();
-  std::vector<std::vector<int64_t>> holders(tiles);
-  for (int64_t dev = 0; dev < num_devices(); ++dev) holders[Flat(dev)].push_back(dev);
-  const size_t k = holders[0].size();
-  std::vector<int64_t> devices;
-  for (const std::vector<int64_t>& h : holders) {
-    if (h.size() != k || k == 0) return std::nullopt;
-    devices.insert(devices.end(), h.begin(), h.end());  // ascending already
+  // Each tile's holders, ascending, tile by tile: counted first, then placed
+  // (no list per tile: a large mesh has as many tiles as devices, and the
+  // gather and scatter planners call this for every candidate).
+  const int64_t n = num_devices();
+  // More tiles than devices (a join of two tilings can count far more): some
+  // tile has no holder, so this is no sharding.
+  if (tiles > n) return std::nullopt;
+  std::vector<int64_t> flat(n), held(tiles, 0);
+  for (int64_t dev = 0; dev < n; ++dev) ++held[flat[dev] = Flat(dev)];
+  const int64_t k = held[0];
+  if (k == 0 || tiles * k != n) return std::nullopt;
+  for (int64_t h : held) {
+    if (h != k) return std::nullopt;
   }
+  std::vector<int64_t> devices(n);
+  std::vector<int64_t>& next = held;  // reused: the next free slot of each tile
+  for (int64_t t = 0; t < tiles; ++t) next[t] = t * k;
+  for (int64_t dev = 0; dev < n; ++dev) devices[next[flat[dev]]++] = dev;
   std::vector<int64_t> dims = counts;
   if (k == 1) return HloSharding::Tile(TileAssignment(std::move(dims), std::move(devices)));
   dims.push_back(static_cast<int64_t>(k));
