@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdlib>
@@ -30,8 +31,76 @@ std::atomic<int64_t> g_stagger_counter{0};
 
 }  // namespace
 
+BufferPool::~BufferPool() {
+  for (auto& [size, buffers] : idle_) {
+    for (auto& [stamp, allocation] : buffers) std::free(allocation);
+  }
+}
+
+int64_t BufferPool::SizeClass(int64_t bytes) {
+  if (bytes <= kPage) return std::max<int64_t>(64, (bytes + 63) / 64 * 64);
+  // Eight classes per power of two: at most 1/8 (12.5%) larger than asked.
+  const int shift = std::bit_width(static_cast<uint64_t>(bytes)) - 1 - 3;
+  const int64_t step = int64_t{1} << shift;
+  return (bytes + step - 1) / step * step;
+}
+
+void* BufferPool::Take(int64_t class_bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = idle_.find(class_bytes);
+  if (it == idle_.end() || it->second.empty()) return nullptr;
+  const auto [stamp, allocation] = it->second.back();
+  it->second.pop_back();
+  age_.erase(stamp);
+  idle_bytes_ -= class_bytes;
+  return allocation;
+}
+
+void BufferPool::EvictLocked(std::vector<void*>* release) {
+  while (idle_bytes_ > capacity_ && !age_.empty()) {  // the longest idle go first
+    const auto [stamp, size] = *age_.begin();
+    age_.erase(age_.begin());
+    auto& list = idle_[size];
+    const auto found =
+        std::find_if(list.begin(), list.end(), [&](const auto& e) { return e.first == stamp; });
+    WEFT_INTERNAL_CHECK(found != list.end(), "buffer pool: idle buffer {} lost", stamp);
+    release->push_back(found->second);
+    list.erase(found);
+    idle_bytes_ -= size;
+  }
+}
+
+void BufferPool::Give(void* allocation, int64_t class_bytes) {
+  std::vector<void*> release;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const uint64_t stamp = ++clock_;
+    idle_[class_bytes].emplace_back(stamp, allocation);
+    age_.emplace(stamp, class_bytes);
+    idle_bytes_ += class_bytes;
+    EvictLocked(&release);
+  }
+  for (void* p : release) std::free(p);  // outside the lock
+}
+
+void BufferPool::set_capacity(int64_t bytes) {
+  std::vector<void*> release;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    capacity_ = std::max<int64_t>(0, bytes);
+    EvictLocked(&release);
+  }
+  for (void* p : release) std::free(p);
+}
+
+int64_t BufferPool::idle_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return idle_bytes_;
+}
+
 std::shared_ptr<TensorStorage> TensorStorage::Allocate(int64_t bytes,
-                                                       std::shared_ptr<MemoryTracker> tracker) {
+                                                       std::shared_ptr<MemoryTracker> tracker,
+                                                       const std::shared_ptr<BufferPool>& pool) {
   WEFT_CHECK(bytes >= 0, "cannot allocate {} bytes", bytes);
   std::shared_ptr<TensorStorage> s(new TensorStorage());
   int64_t offset = 0;
@@ -41,7 +110,16 @@ std::shared_ptr<TensorStorage> TensorStorage::Allocate(int64_t bytes,
     alloc_bytes += kPage;
   }
   if (alloc_bytes == 0) alloc_bytes = 64;
-  s->allocation_ = std::aligned_alloc(64, static_cast<size_t>(alloc_bytes));
+  if (pool != nullptr) {
+    alloc_bytes = BufferPool::SizeClass(alloc_bytes);
+    s->pool_ = pool;
+    s->allocation_ = pool->Take(alloc_bytes);
+    s->reused_ = s->allocation_ != nullptr;
+  }
+  if (s->allocation_ == nullptr) {
+    s->allocation_ = std::aligned_alloc(64, static_cast<size_t>(alloc_bytes));
+  }
+  s->allocation_bytes_ = alloc_bytes;
   if (s->allocation_ == nullptr) {
     Fail("out of memory allocating a {}-byte tensor buffer", bytes);
   }
@@ -70,7 +148,12 @@ void TensorStorage::Track(std::shared_ptr<MemoryTracker> tracker) {
 
 TensorStorage::~TensorStorage() {
   if (tracker_ != nullptr) tracker_->Freed(bytes_);
-  std::free(allocation_);
+  if (allocation_ == nullptr) return;
+  if (const std::shared_ptr<BufferPool> pool = pool_.lock()) {
+    pool->Give(allocation_, allocation_bytes_);
+  } else {
+    std::free(allocation_);
+  }
 }
 
 HostTensor::HostTensor(Shape shape) {
@@ -78,10 +161,12 @@ HostTensor::HostTensor(Shape shape) {
   std::memset(mutable_raw_data(), 0, static_cast<size_t>(byte_size()));
 }
 
-HostTensor HostTensor::Uninitialized(Shape shape, std::shared_ptr<MemoryTracker> tracker) {
+HostTensor HostTensor::Uninitialized(Shape shape, std::shared_ptr<MemoryTracker> tracker,
+                                     const std::shared_ptr<BufferPool>& pool) {
   WEFT_CHECK(shape.IsArray(), "a HostTensor must have an array shape, not {}", shape.ToString());
   const int64_t bytes = shape.ByteSize();
-  return HostTensor(std::move(shape), TensorStorage::Allocate(bytes, std::move(tracker)), 0);
+  return HostTensor(std::move(shape), TensorStorage::Allocate(bytes, std::move(tracker), pool),
+                    0);
 }
 
 HostTensor HostTensor::FromDoubles(Shape shape, std::span<const double> values) {

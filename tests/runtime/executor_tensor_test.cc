@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <memory>
 #include <random>
 #include <set>
 
@@ -98,6 +100,74 @@ TEST(MemoryTrackerTest, CountsLiveAndPeakBytesOfTrackedBuffers) {
     EXPECT_EQ(tracker->live_bytes(), 32);
   }
   EXPECT_EQ(tracker->live_bytes(), 0);
+}
+
+TEST(BufferPoolTest, SizeClassesAreAtMostAnEighthLarger) {
+  std::mt19937_64 rng(std::random_device{}());
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int64_t bytes = 1 + static_cast<int64_t>(rng() % (int64_t{1} << (1 + rng() % 34)));
+    const int64_t c = BufferPool::SizeClass(bytes);
+    ASSERT_GE(c, bytes);
+    ASSERT_LE(c, std::max<int64_t>(bytes + 63, bytes + bytes / 8)) << bytes;
+    ASSERT_EQ(c % 64, 0) << bytes;
+    ASSERT_EQ(BufferPool::SizeClass(c), c) << "a class is its own class";
+  }
+}
+
+TEST(BufferPoolTest, FreedBuffersServeTheNextRequestsOfTheirClass) {
+  auto pool = std::make_shared<BufferPool>();
+  pool->set_capacity(int64_t{1} << 30);
+  const Shape a(PrimitiveType::kF32, {300, 500});
+  const Shape b(PrimitiveType::kF32, {301, 500});  // the same size class as a
+  const void* first = nullptr;
+  {
+    HostTensor t = HostTensor::Uninitialized(a, nullptr, pool);
+    EXPECT_FALSE(t.storage()->reused());
+    first = t.storage()->data();
+  }
+  EXPECT_GT(pool->idle_bytes(), 0);
+  HostTensor u = HostTensor::Uninitialized(b, nullptr, pool);
+  EXPECT_TRUE(u.storage()->reused());
+  EXPECT_EQ(pool->idle_bytes(), 0);
+  // Its bytes are usable in full, and stay 64-byte aligned.
+  float* data = u.mutable_data<float>();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(data) % 64, 0u);
+  for (int64_t i = 0; i < u.element_count(); ++i) data[i] = static_cast<float>(i);
+  EXPECT_EQ(data[u.element_count() - 1], static_cast<float>(u.element_count() - 1));
+  (void)first;
+  // A request of another class does not take it.
+  HostTensor w = HostTensor::Uninitialized(Shape(PrimitiveType::kF32, {7}), nullptr, pool);
+  EXPECT_FALSE(w.storage()->reused());
+}
+
+TEST(BufferPoolTest, IdleBytesStayWithinCapacityAndTheOldestGoFirst) {
+  auto pool = std::make_shared<BufferPool>();
+  const Shape shape(PrimitiveType::kU32, {16 << 10});
+  pool->set_capacity(int64_t{1} << 30);
+  { HostTensor probe = HostTensor::Uninitialized(shape, nullptr, pool); }
+  const int64_t one = pool->idle_bytes();  // the class of this shape's buffer
+  ASSERT_GE(one, shape.ByteSize());
+  pool->set_capacity(3 * one);
+  std::vector<HostTensor> held;
+  for (int k = 0; k < 5; ++k) held.push_back(HostTensor::Uninitialized(shape, nullptr, pool));
+  EXPECT_EQ(pool->idle_bytes(), 0);
+  held.clear();  // five freed, three kept
+  EXPECT_EQ(pool->idle_bytes(), 3 * one);
+  pool->set_capacity(one);
+  EXPECT_EQ(pool->idle_bytes(), one);
+  pool->set_capacity(0);
+  EXPECT_EQ(pool->idle_bytes(), 0);
+}
+
+TEST(BufferPoolTest, ATensorMayOutliveItsPool) {
+  HostTensor t;
+  {
+    auto pool = std::make_shared<BufferPool>();
+    pool->set_capacity(int64_t{1} << 20);
+    t = HostTensor::Uninitialized(Shape(PrimitiveType::kF32, {1000}), nullptr, pool);
+  }
+  t.mutable_data<float>()[999] = 2.5f;  // still valid; freed normally later
+  EXPECT_EQ(t.data<float>()[999], 2.5f);
 }
 
 }  // namespace

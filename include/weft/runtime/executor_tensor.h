@@ -12,10 +12,14 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "weft/hlo/shape.h"
@@ -36,14 +40,53 @@ class MemoryTracker {
   std::atomic<int64_t> peak_{0};
 };
 
+// Buffers an executor keeps for its next runs. A buffer allocated through a
+// pool goes back to it when its last tensor lets go (if the pool still
+// exists), and a later allocation of the same size class takes it instead of
+// asking the system: a training step that repeats the last one's
+// allocations gets no fresh memory and no page faults. At most `capacity`
+// bytes wait idle; past that, the longest-idle buffers are released. Size
+// classes are at most 1/8 larger than the request. Thread-safe.
+class BufferPool {
+ public:
+  BufferPool() = default;
+  ~BufferPool();
+  BufferPool(const BufferPool&) = delete;
+  BufferPool& operator=(const BufferPool&) = delete;
+
+  // The class a request of `bytes` is served from.
+  static int64_t SizeClass(int64_t bytes);
+  // An idle buffer of `class_bytes`, or null.
+  void* Take(int64_t class_bytes);
+  // Keeps `allocation` (of `class_bytes`, from std::aligned_alloc) for reuse,
+  // or frees it, and whatever else is over capacity.
+  void Give(void* allocation, int64_t class_bytes);
+  void set_capacity(int64_t bytes);
+  int64_t idle_bytes() const;
+
+ private:
+  // Frees (into `release`) the longest-idle buffers until within capacity.
+  void EvictLocked(std::vector<void*>* release);
+  mutable std::mutex mutex_;
+  int64_t capacity_ = 0;
+  int64_t idle_bytes_ = 0;
+  uint64_t clock_ = 0;
+  // class -> (stamp, allocation), most recently given last; and stamp ->
+  // class, oldest first, for eviction.
+  std::unordered_map<int64_t, std::vector<std::pair<uint64_t, void*>>> idle_;
+  std::map<uint64_t, int64_t> age_;
+};
+
 // The bytes behind one or more tensors.
 class TensorStorage {
  public:
   // Uninitialized, 64-byte aligned. Buffers of 16 KiB and more start at
   // rotating offsets within a 4 KiB page: glibc's memcpy between two buffers
-  // at the same page offset runs 10-20x slower (4K aliasing).
+  // at the same page offset runs 10-20x slower (4K aliasing). With a pool,
+  // the bytes come from (and return to) it when it can.
   static std::shared_ptr<TensorStorage> Allocate(int64_t bytes,
-                                                 std::shared_ptr<MemoryTracker> tracker = nullptr);
+                                                 std::shared_ptr<MemoryTracker> tracker = nullptr,
+                                                 const std::shared_ptr<BufferPool>& pool = nullptr);
   // Counts `owner`'s bytes against `tracker` while the result lives, without
   // copying them; the result is read-only (the executor never writes into it).
   static std::shared_ptr<TensorStorage> Borrow(std::shared_ptr<TensorStorage> owner,
@@ -55,6 +98,8 @@ class TensorStorage {
   std::byte* data() const { return data_; }
   int64_t bytes() const { return bytes_; }
   bool writable() const { return writable_; }
+  // Whether Allocate served it from a pool (no fresh memory).
+  bool reused() const { return reused_; }
   // Counts the bytes against `tracker` from now on (and no longer against a
   // previous tracker). Only for a storage its caller holds exclusively.
   void Track(std::shared_ptr<MemoryTracker> tracker);
@@ -65,7 +110,10 @@ class TensorStorage {
   std::byte* data_ = nullptr;
   int64_t bytes_ = 0;
   void* allocation_ = nullptr;  // what std::free takes; null when borrowed
+  int64_t allocation_bytes_ = 0;
+  std::weak_ptr<BufferPool> pool_;  // where the allocation returns, if still there
   bool writable_ = true;
+  bool reused_ = false;
   std::shared_ptr<TensorStorage> owner_;  // keeps borrowed bytes alive
   std::shared_ptr<MemoryTracker> tracker_;
 };
@@ -97,8 +145,9 @@ class HostTensor {
   HostTensor() = default;
   // Zero-filled. `shape` must be an array.
   explicit HostTensor(Shape shape);
-  // Uninitialized bytes, optionally counted by `tracker`.
-  static HostTensor Uninitialized(Shape shape, std::shared_ptr<MemoryTracker> tracker = nullptr);
+  // Uninitialized bytes, optionally counted by `tracker` and drawn from `pool`.
+  static HostTensor Uninitialized(Shape shape, std::shared_ptr<MemoryTracker> tracker = nullptr,
+                                  const std::shared_ptr<BufferPool>& pool = nullptr);
   // Values rounded to the element type (floats) or truncated toward zero
   // (integers; pred is value != 0).
   static HostTensor FromDoubles(Shape shape, std::span<const double> values);
