@@ -51,6 +51,18 @@ HloInstruction* HloComputation::AddInstruction(std::unique_ptr<HloInstruction> i
   return raw;
 }
 
+HloInstruction* HloComputation::AddInstructionBefore(std::unique_ptr<HloInstruction> instruction,
+                                                     const HloInstruction* before) {
+  WEFT_CHECK(before != nullptr && before->parent_ == this, "{} is not in computation '{}'",
+             before == nullptr ? std::string("null") : before->Describe(), name_);
+  HloInstruction* raw = AddInstruction(std::move(instruction));
+  // AddInstruction appended it: move it from the back to before `before`.
+  auto at = std::find_if(instructions_.begin(), instructions_.end(),
+                         [&](const auto& p) { return p.get() == before; });
+  std::rotate(at, instructions_.end() - 1, instructions_.end());
+  return raw;
+}
+
 void HloComputation::RemoveInstruction(HloInstruction* instruction) {
   WEFT_CHECK(instruction->parent_ == this, "{} is not in computation '{}'", instruction->Describe(),
              name_);

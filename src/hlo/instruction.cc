@@ -36,6 +36,29 @@ std::optional<ComparisonDirection> StringToComparisonDirection(std::string_view 
   return std::nullopt;
 }
 
+namespace {
+constexpr std::pair<FusionKind, std::string_view> kFusionKinds[] = {
+    {FusionKind::kLoop, "kLoop"},
+    {FusionKind::kInput, "kInput"},
+    {FusionKind::kOutput, "kOutput"},
+    {FusionKind::kCustom, "kCustom"},
+};
+}  // namespace
+
+std::string_view FusionKindString(FusionKind kind) {
+  for (const auto& [k, name] : kFusionKinds) {
+    if (k == kind) return name;
+  }
+  return "?";
+}
+
+std::optional<FusionKind> StringToFusionKind(std::string_view name) {
+  for (const auto& [k, n] : kFusionKinds) {
+    if (n == name) return k;
+  }
+  return std::nullopt;
+}
+
 std::unique_ptr<HloInstruction> HloInstruction::Create(HloOpcode opcode, Shape shape,
                                                        std::vector<HloInstruction*> operands,
                                                        HloAttributes attrs,
@@ -96,6 +119,12 @@ void HloInstruction::ReplaceAllUsesWith(HloInstruction* replacement) {
       if (user->operands_[i] == this) user->ReplaceOperandWith(i, replacement);
     }
   }
+}
+
+HloComputation* HloInstruction::fused_computation() const {
+  WEFT_CHECK(opcode_ == HloOpcode::kFusion && called_.size() == 1,
+             "{} has no fused computation", Describe());
+  return called_[0];
 }
 
 HloComputation* HloInstruction::to_apply() const {

@@ -33,6 +33,8 @@ const std::map<std::string_view, std::vector<Op>>& AttributeOpcodes() {
       {"direction", {Op::kCompare}},
       {"type", {Op::kCompare}},
       {"to_apply", {Op::kReduce, Op::kScatter, Op::kCall, Op::kAllReduce, Op::kReduceScatter}},
+      {"kind", {Op::kFusion}},
+      {"calls", {Op::kFusion}},
       {"condition", {Op::kWhile}},
       {"body", {Op::kWhile}},
       {"lhs_batch_dims", {Op::kDot}},
@@ -102,6 +104,8 @@ std::vector<std::string_view> RequiredAttributes(Op op) {
       return {"to_apply"};
     case Op::kWhile:
       return {"condition", "body"};
+    case Op::kFusion:
+      return {"kind", "calls"};
     case Op::kGather:
       return {"offset_dims", "collapsed_slice_dims", "start_index_map", "index_vector_dim",
               "slice_sizes"};
@@ -368,6 +372,13 @@ class HloTextParser {
       a.comparison_type = cur_.ParseWord("a comparison type");
     } else if (key == "to_apply" || key == "condition") {
       pending.names.insert(pending.names.begin(), {cur_.ParseName("a computation name"), at});
+    } else if (key == "calls") {
+      pending.names.push_back({cur_.ParseName("a computation name"), at});
+    } else if (key == "kind") {
+      const size_t kind_at = cur_.Mark();
+      std::optional<FusionKind> kind = StringToFusionKind(cur_.ParseWord(key));
+      if (!kind) cur_.FailAt(kind_at, "fusion kind must be one of kLoop, kInput, kOutput, kCustom");
+      a.fusion_kind = *kind;
     } else if (key == "body") {
       pending.names.push_back({cur_.ParseName("a computation name"), at});
     } else if (key == "lhs_batch_dims") {

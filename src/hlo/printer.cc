@@ -135,6 +135,10 @@ std::vector<std::string> Attributes(const HloInstruction& instr, const HloPrintO
     case HloOpcode::kCall:
       add("to_apply=" + comp(0));
       break;
+    case HloOpcode::kFusion:
+      add(fmt::format("kind={}", FusionKindString(a.fusion_kind)));
+      add("calls=" + comp(0));
+      break;
     case HloOpcode::kCustomCall:
       add("custom_call_target=" + Quote(a.custom_call_target));
       if (a.custom_call_has_side_effect) add("custom_call_has_side_effect=true");

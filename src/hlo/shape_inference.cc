@@ -568,6 +568,35 @@ Shape InferControlFlow(const HloInstruction& instr) {
   }
 }
 
+// fusion: one operand per parameter of the fused computation, shapes
+// equal; the result is the fused root's; a fused computation holds no
+// control flow, collective or side effect.
+Shape InferFusion(const HloInstruction& instr) {
+  WEFT_CHECK(instr.called_computations().size() == 1, "fusion needs calls=");
+  const HloComputation* c = instr.fused_computation();
+  WEFT_CHECK(c->num_parameters() == instr.operand_count(),
+             "fusion passes {} operands to fused computation '{}' which takes {}",
+             instr.operand_count(), c->name(), c->num_parameters());
+  for (int64_t i = 0; i < instr.operand_count(); ++i) {
+    const HloInstruction* param = c->parameter_instruction(i);
+    WEFT_CHECK(param != nullptr, "fused computation '{}' has no parameter {}", c->name(), i);
+    WEFT_CHECK(instr.operand(i)->shape() == param->shape(),
+               "fusion operand {} is {} but parameter {} of '{}' is {}", i,
+               instr.operand(i)->shape().ToString(), i, c->name(), param->shape().ToString());
+  }
+  for (const HloInstruction* fused : c->instructions()) {
+    const HloOpcode op = fused->opcode();
+    const bool side_effect =
+        op == HloOpcode::kCustomCall && fused->attrs().custom_call_has_side_effect;
+    WEFT_CHECK(!IsCollective(op) && op != HloOpcode::kWhile && op != HloOpcode::kCall &&
+                   op != HloOpcode::kFusion && !side_effect,
+               "fused computation '{}' holds {} ({}); a fusion has no control flow, collective "
+               "or side effect",
+               c->name(), fused->name(), HloOpcodeString(op));
+  }
+  return c->root_instruction()->shape();
+}
+
 Shape InferCollective(const HloInstruction& instr) {
   const HloAttributes& a = instr.attrs();
   const int64_t group = ReplicaGroupSize(a.replica_groups);
@@ -721,6 +750,8 @@ Shape InferHloShape(const HloInstruction& instr) {
     case HloOpcode::kWhile:
     case HloOpcode::kCall:
       return InferControlFlow(instr);
+    case HloOpcode::kFusion:
+      return InferFusion(instr);
     case HloOpcode::kCustomCall:
       return Declared(instr, "custom-call results are opaque");
     case HloOpcode::kPartitionId:

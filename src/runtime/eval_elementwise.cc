@@ -9,30 +9,13 @@
 
 #include "weft/base/error.h"
 #include "weft/runtime/executor_eval.h"
+#include "elementwise_kernels.h"
 
 namespace weft::runtime::exec {
 namespace {
 
 constexpr int64_t kBlock = 512;            // f32 scratch per bf16/f16 block
 constexpr int64_t kParallelChunk = 1 << 15;  // elements per thread-pool task
-
-bool IsHalf(PrimitiveType t) { return t == PrimitiveType::kBF16 || t == PrimitiveType::kF16; }
-
-void HalfToFloat(PrimitiveType t, const uint16_t* in, float* out, int64_t n) {
-  if (t == PrimitiveType::kBF16) {
-    for (int64_t i = 0; i < n; ++i) out[i] = Bf16BitsToFloat(in[i]);
-  } else {
-    for (int64_t i = 0; i < n; ++i) out[i] = F16BitsToFloat(in[i]);
-  }
-}
-
-void FloatToHalf(PrimitiveType t, const float* in, uint16_t* out, int64_t n) {
-  if (t == PrimitiveType::kBF16) {
-    for (int64_t i = 0; i < n; ++i) out[i] = FloatToBf16Bits(in[i]);
-  } else {
-    for (int64_t i = 0; i < n; ++i) out[i] = FloatToF16Bits(in[i]);
-  }
-}
 
 // Runs kernel(inputs as float*, out as OutT*, n) over [begin, end) of
 // buffers of float type `t`, converting bf16/f16 through f32 scratch.
@@ -74,205 +57,6 @@ void FloatBlocks(PrimitiveType t, int num_in, const void* const* in, const bool*
   }
 }
 
-float Sign(float x) { return x > 0 ? 1.0f : (x < 0 ? -1.0f : x); }  // keeps NaN and -0
-
-void UnaryFloat(HloOpcode op, const float* a, float* o, int64_t n) {
-  switch (op) {
-#define WEFT_UNARY(OP, EXPR)                          \
-  case HloOpcode::OP:                                 \
-    for (int64_t i = 0; i < n; ++i) {                 \
-      const float x = a[i];                           \
-      o[i] = (EXPR);                                  \
-    }                                                 \
-    return;
-    WEFT_UNARY(kAbs, std::fabs(x))
-    WEFT_UNARY(kCeil, std::ceil(x))
-    WEFT_UNARY(kCosine, std::cos(x))
-    WEFT_UNARY(kExp, std::exp(x))
-    WEFT_UNARY(kExpm1, std::expm1(x))
-    WEFT_UNARY(kFloor, std::floor(x))
-    WEFT_UNARY(kLog, std::log(x))
-    WEFT_UNARY(kLog1p, std::log1p(x))
-    WEFT_UNARY(kLogistic, 1.0f / (1.0f + std::exp(-x)))
-    WEFT_UNARY(kNegate, -x)
-    WEFT_UNARY(kRsqrt, 1.0f / std::sqrt(x))
-    WEFT_UNARY(kSign, Sign(x))
-    WEFT_UNARY(kSine, std::sin(x))
-    WEFT_UNARY(kSqrt, std::sqrt(x))
-    WEFT_UNARY(kTanh, std::tanh(x))
-#undef WEFT_UNARY
-    default:
-      Fail("{} is not a floating-point unary op", HloOpcodeString(op));
-  }
-}
-
-// XLA's maximum/minimum propagate NaN.
-inline float MaxF(float a, float b) { return a != a ? a : (b != b ? b : (a > b ? a : b)); }
-inline float MinF(float a, float b) { return a != a ? a : (b != b ? b : (a < b ? a : b)); }
-
-void BinaryFloat(HloOpcode op, const float* a, const float* b, float* o, int64_t n) {
-  switch (op) {
-#define WEFT_BINARY(OP, EXPR)                         \
-  case HloOpcode::OP:                                 \
-    for (int64_t i = 0; i < n; ++i) {                 \
-      const float x = a[i], y = b[i];                 \
-      o[i] = (EXPR);                                  \
-    }                                                 \
-    return;
-    WEFT_BINARY(kAdd, x + y)
-    WEFT_BINARY(kSubtract, x - y)
-    WEFT_BINARY(kMultiply, x* y)
-    WEFT_BINARY(kDivide, x / y)
-    WEFT_BINARY(kMaximum, MaxF(x, y))
-    WEFT_BINARY(kMinimum, MinF(x, y))
-    WEFT_BINARY(kPower, std::pow(x, y))
-    WEFT_BINARY(kRemainder, std::fmod(x, y))
-#undef WEFT_BINARY
-    default:
-      Fail("{} is not a floating-point binary op", HloOpcodeString(op));
-  }
-}
-
-template <typename T>
-void Compare(ComparisonDirection d, const T* a, const T* b, uint8_t* o, int64_t n) {
-  switch (d) {
-    case ComparisonDirection::kEq:
-      for (int64_t i = 0; i < n; ++i) o[i] = a[i] == b[i];
-      return;
-    case ComparisonDirection::kNe:
-      for (int64_t i = 0; i < n; ++i) o[i] = a[i] != b[i];
-      return;
-    case ComparisonDirection::kLt:
-      for (int64_t i = 0; i < n; ++i) o[i] = a[i] < b[i];
-      return;
-    case ComparisonDirection::kLe:
-      for (int64_t i = 0; i < n; ++i) o[i] = a[i] <= b[i];
-      return;
-    case ComparisonDirection::kGt:
-      for (int64_t i = 0; i < n; ++i) o[i] = a[i] > b[i];
-      return;
-    case ComparisonDirection::kGe:
-      for (int64_t i = 0; i < n; ++i) o[i] = a[i] >= b[i];
-      return;
-  }
-}
-
-// Integer semantics follow XLA: wrap-around arithmetic, x / 0 = -1 (all
-// bits set), x % 0 = x, INT_MIN / -1 = INT_MIN, INT_MIN % -1 = 0.
-template <typename T>
-T IntDiv(T x, T y) {
-  if (y == 0) return static_cast<T>(-1);
-  if constexpr (std::is_signed_v<T>) {
-    if (x == std::numeric_limits<T>::min() && y == -1) return x;
-  }
-  return x / y;
-}
-template <typename T>
-T IntRem(T x, T y) {
-  if (y == 0) return x;
-  if constexpr (std::is_signed_v<T>) {
-    if (x == std::numeric_limits<T>::min() && y == -1) return 0;
-  }
-  return x % y;
-}
-template <typename T>
-T IntPow(T base, T exp) {
-  if constexpr (std::is_signed_v<T>) {
-    if (exp < 0) return base == 1 ? 1 : (base == -1 ? ((exp & 1) ? -1 : 1) : 0);
-  }
-  using U = std::make_unsigned_t<T>;
-  U result = 1, b = static_cast<U>(base);
-  for (U e = static_cast<U>(exp); e != 0; e >>= 1) {
-    if (e & 1) result *= b;
-    b *= b;
-  }
-  return static_cast<T>(result);
-}
-
-template <typename T>
-void BinaryInt(HloOpcode op, const T* a, const T* b, T* o, int64_t n) {
-  using U = std::make_unsigned_t<T>;
-  switch (op) {
-#define WEFT_BINARY(OP, EXPR)                         \
-  case HloOpcode::OP:                                 \
-    for (int64_t i = 0; i < n; ++i) {                 \
-      const T x = a[i], y = b[i];                     \
-      o[i] = static_cast<T>(EXPR);                    \
-    }                                                 \
-    return;
-    WEFT_BINARY(kAdd, static_cast<U>(x) + static_cast<U>(y))
-    WEFT_BINARY(kSubtract, static_cast<U>(x) - static_cast<U>(y))
-    WEFT_BINARY(kMultiply, static_cast<U>(x) * static_cast<U>(y))
-    WEFT_BINARY(kDivide, IntDiv(x, y))
-    WEFT_BINARY(kRemainder, IntRem(x, y))
-    WEFT_BINARY(kMaximum, x > y ? x : y)
-    WEFT_BINARY(kMinimum, x < y ? x : y)
-    WEFT_BINARY(kAnd, x& y)
-    WEFT_BINARY(kOr, x | y)
-    WEFT_BINARY(kXor, x ^ y)
-    WEFT_BINARY(kPower, IntPow(x, y))
-#undef WEFT_BINARY
-    default:
-      Fail("{} is not supported on integers", HloOpcodeString(op));
-  }
-}
-
-template <typename T>
-void UnaryInt(HloOpcode op, const T* a, T* o, int64_t n) {
-  using U = std::make_unsigned_t<T>;
-  switch (op) {
-    case HloOpcode::kNegate:
-      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(U(0) - static_cast<U>(a[i]));
-      return;
-    case HloOpcode::kAbs:
-      for (int64_t i = 0; i < n; ++i) {
-        o[i] = a[i] < 0 ? static_cast<T>(U(0) - static_cast<U>(a[i])) : a[i];
-      }
-      return;
-    case HloOpcode::kSign:
-      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>((a[i] > 0) - (a[i] < 0));
-      return;
-    case HloOpcode::kNot:
-      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(~a[i]);
-      return;
-    default:
-      Fail("{} is not supported on integers", HloOpcodeString(op));
-  }
-}
-
-void BinaryPred(HloOpcode op, const uint8_t* a, const uint8_t* b, uint8_t* o, int64_t n) {
-  switch (op) {
-    case HloOpcode::kAnd:
-    case HloOpcode::kMinimum:
-      for (int64_t i = 0; i < n; ++i) o[i] = a[i] & b[i];
-      return;
-    case HloOpcode::kOr:
-    case HloOpcode::kMaximum:
-      for (int64_t i = 0; i < n; ++i) o[i] = a[i] | b[i];
-      return;
-    case HloOpcode::kXor:
-      for (int64_t i = 0; i < n; ++i) o[i] = a[i] ^ b[i];
-      return;
-    default:
-      Fail("{} is not supported on pred", HloOpcodeString(op));
-  }
-}
-
-// Calls fn with a null pointer of the C++ element type of integer / pred `t`.
-template <typename Fn>
-void DispatchInt(PrimitiveType t, Fn&& fn) {
-  switch (t) {
-    case PrimitiveType::kS32:
-      return fn(static_cast<int32_t*>(nullptr));
-    case PrimitiveType::kS64:
-      return fn(static_cast<int64_t*>(nullptr));
-    case PrimitiveType::kU32:
-      return fn(static_cast<uint32_t*>(nullptr));
-    default:
-      Fail("element type {} is not an integer type", PrimitiveTypeName(t));
-  }
-}
-
 Value EvalUnary(const HloInstruction& instr, EvalArgs& args) {
   const HostTensor& x = args.array(0);
   const PrimitiveType t = x.element_type();
@@ -291,9 +75,7 @@ Value EvalUnary(const HloInstruction& instr, EvalArgs& args) {
                          });
     } else if (t == PrimitiveType::kPred) {
       WEFT_CHECK(op == HloOpcode::kNot, "{} is not supported on pred", HloOpcodeString(op));
-      const uint8_t* a = static_cast<const uint8_t*>(in);
-      uint8_t* r = static_cast<uint8_t*>(o);
-      for (int64_t i = b; i < e; ++i) r[i] = a[i] ^ 1;
+      NotPred(static_cast<const uint8_t*>(in) + b, static_cast<uint8_t*>(o) + b, e - b);
     } else {
       DispatchInt(t, [&](auto* tag) {
         using T = std::remove_pointer_t<decltype(tag)>;
@@ -356,40 +138,6 @@ Value EvalBinary(const HloInstruction& instr, EvalArgs& args) {
   return Value{std::move(out)};
 }
 
-template <int kBytes>
-struct Bits;
-template <>
-struct Bits<1> {
-  using type = uint8_t;
-};
-template <>
-struct Bits<2> {
-  using type = uint16_t;
-};
-template <>
-struct Bits<4> {
-  using type = uint32_t;
-};
-template <>
-struct Bits<8> {
-  using type = uint64_t;
-};
-
-template <int kBytes>
-void SelectBytes(const uint8_t* pred, bool scalar_pred, const void* a, const void* b, void* o,
-                 int64_t begin, int64_t end) {
-  using T = typename Bits<kBytes>::type;
-  const T* x = static_cast<const T*>(a);
-  const T* y = static_cast<const T*>(b);
-  T* r = static_cast<T*>(o);
-  if (scalar_pred) {
-    const T* src = pred[0] ? x : y;
-    for (int64_t i = begin; i < end; ++i) r[i] = src[i];
-    return;
-  }
-  for (int64_t i = begin; i < end; ++i) r[i] = pred[i] ? x[i] : y[i];
-}
-
 Value EvalSelect(const HloInstruction& instr, EvalArgs& args) {
   const HostTensor& p = args.array(0);
   const HostTensor& x = args.array(1);
@@ -431,22 +179,14 @@ Value EvalClamp(const HloInstruction& instr, EvalArgs& args) {
     const bool scalar[3] = {lo_scalar, false, hi_scalar};
     FloatBlocks<float>(t, 3, in, scalar, o, true, 0, n,
                        [&](const float* const* p, float* r, int64_t m) {
-                         for (int64_t i = 0; i < m; ++i) {
-                           r[i] = MinF(MaxF(p[1][i], p[0][lo_scalar ? 0 : i]),
-                                       p[2][hi_scalar ? 0 : i]);
-                         }
+                         ClampFloat(p[0], lo_scalar, p[1], p[2], hi_scalar, r, m);
                        });
   } else {
     WEFT_CHECK(t != PrimitiveType::kPred, "clamp of pred is not supported");
     DispatchInt(t, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
-      const T* l = lo.data<T>();
-      const T* v = x.data<T>();
-      const T* h = hi.data<T>();
-      T* r = static_cast<T*>(o);
-      for (int64_t i = 0; i < n; ++i) {
-        r[i] = std::min(std::max(v[i], l[lo_scalar ? 0 : i]), h[hi_scalar ? 0 : i]);
-      }
+      ClampInt(lo.data<T>(), lo_scalar, x.data<T>(), hi.data<T>(), hi_scalar,
+               static_cast<T*>(o), n);
     });
   }
   return Value{std::move(out)};

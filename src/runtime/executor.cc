@@ -94,6 +94,9 @@ EvalFn SelectEval(const HloInstruction& instr) {
     case HloOpcode::kScatter:
       exec::CheckGatherScatter(instr);
       return &exec::EvalScatter;
+    case HloOpcode::kFusion:
+      exec::CheckFusion(instr);
+      return &exec::EvalFusion;
     case HloOpcode::kAllReduce:
     case HloOpcode::kAllGather:
     case HloOpcode::kReduceScatter:

@@ -28,6 +28,11 @@ class HloComputation {
   // Parameters are registered by their parameter_number. In a module, the
   // name is made module-unique.
   HloInstruction* AddInstruction(std::unique_ptr<HloInstruction> instruction);
+  // The same, placed just before `before` in definition order (which must
+  // stay valid: the new instruction's operands are defined before `before`,
+  // as when it is to replace `before`).
+  HloInstruction* AddInstructionBefore(std::unique_ptr<HloInstruction> instruction,
+                                       const HloInstruction* before);
   // Removes an instruction nothing uses (and that is not the root).
   void RemoveInstruction(HloInstruction* instruction);
 

@@ -23,6 +23,12 @@ enum class ComparisonDirection { kEq, kNe, kLt, kLe, kGt, kGe };
 std::string_view ComparisonDirectionString(ComparisonDirection direction);  // "LT"
 std::optional<ComparisonDirection> StringToComparisonDirection(std::string_view name);
 
+// fusion's kind= (XLA's names: "kLoop", "kInput", "kOutput", "kCustom").
+// weft's passes make kLoop fusions (weft/compiler/fusion.h); all four parse.
+enum class FusionKind { kLoop, kInput, kOutput, kCustom };
+std::string_view FusionKindString(FusionKind kind);  // "kLoop"
+std::optional<FusionKind> StringToFusionKind(std::string_view name);
+
 struct DotDimensionNumbers {
   std::vector<int64_t> lhs_batch_dims, lhs_contracting_dims;
   std::vector<int64_t> rhs_batch_dims, rhs_contracting_dims;
@@ -89,6 +95,7 @@ struct HloAttributes {
   std::string custom_call_target;                                // custom-call
   bool custom_call_has_side_effect = false;                      // custom-call
   std::string custom_call_api_version;  // custom-call (api_version=, optional)
+  FusionKind fusion_kind = FusionKind::kLoop;  // fusion (kind=; calls= is the called computation)
   std::string backend_config;           // any op (mostly custom-call)
   // Attributes kept verbatim for round trips but not interpreted
   // (metadata, frontend_attributes, operand_precision, ...): key, raw value.
@@ -101,8 +108,8 @@ class HloInstruction {
  public:
   // Creates a detached instruction; a computation takes ownership with
   // AddInstruction. `called` are the called computations in XLA's order:
-  // to_apply (reduce, scatter, call, all-reduce, reduce-scatter) or
-  // {condition, body} (while).
+  // to_apply (reduce, scatter, call, all-reduce, reduce-scatter), calls
+  // (fusion: the fused computation) or {condition, body} (while).
   static std::unique_ptr<HloInstruction> Create(HloOpcode opcode, Shape shape,
                                                 std::vector<HloInstruction*> operands,
                                                 HloAttributes attrs = {},
@@ -130,6 +137,8 @@ class HloInstruction {
   const std::vector<HloComputation*>& called_computations() const { return called_; }
   // reduce, scatter, call, all-reduce, reduce-scatter.
   HloComputation* to_apply() const;
+  // fusion (calls=).
+  HloComputation* fused_computation() const;
   HloComputation* while_condition() const;
   HloComputation* while_body() const;
   void set_called_computations(std::vector<HloComputation*> called) { called_ = std::move(called); }

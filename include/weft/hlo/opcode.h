@@ -34,6 +34,7 @@ namespace weft {
   X(kExp, "exponential")                         \
   X(kExpm1, "exponential-minus-one")             \
   X(kFloor, "floor")                             \
+  X(kFusion, "fusion")                           \
   X(kGather, "gather")                           \
   X(kGetTupleElement, "get-tuple-element")       \
   X(kIota, "iota")                               \

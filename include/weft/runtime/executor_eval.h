@@ -143,6 +143,8 @@ Value EvalCollective(const HloInstruction& instr, EvalArgs& args);
 Value EvalPartitionOrReplicaId(const HloInstruction& instr, EvalArgs& args);
 void CheckCustomCall(const HloInstruction& instr);
 Value EvalCustomCall(const HloInstruction& instr, EvalArgs& args);
+void CheckFusion(const HloInstruction& instr);  // kLoop fusions (eval_fusion.cc)
+Value EvalFusion(const HloInstruction& instr, EvalArgs& args);
 
 // A collective-capable stand-in for one device alone (groups of one).
 std::unique_ptr<Communicator> MakeSelfCommunicator();

@@ -1,0 +1,51 @@
+// Loop fusion: groups elementwise work into XLA `fusion` instructions of
+// kind kLoop, each calling a fused computation that the executor runs a
+// cache-sized tile at a time (src/runtime/eval_fusion.cc) instead of one
+// whole-tensor pass per instruction.
+//
+// What fuses (this first slice):
+//  - elementwise ops: unary, binary, compare, select, clamp, convert (not
+//    copy, which the executor runs as a no-op and the partitioner uses as a
+//    resharding point);
+//  - broadcast, iota and scalar constants, which are cheap and so may be
+//    duplicated into several fusions (the original stays for other users);
+//  - element types f32, bf16, f16, s32, s64, u32, pred.
+// A producer merges into its consumers' fusion when every user of it is in
+// that one fusion (so a value with two users in different places is computed
+// once, unfused, unless it is cheap). Every fused instruction other than a
+// broadcast has the fusion's output dimensions (a rank-0 constant excepted);
+// a broadcast reads a parameter or a constant of the fused computation with
+// its dimension map. Reshape, transpose, slice and concatenate stay unfused
+// in this slice, as do rank-0 (scalar) computations, collectives, dots, reductions, gather/scatter, custom
+// calls, while/call, tuples and anything whose sharding differs from its
+// consumer's (a sharding boundary). A fusion never has side effects.
+//
+// Runs over the entry computation and the computations it reaches through
+// while (body, condition) and call; reducers (to_apply of reduce, scatter,
+// all-reduce, reduce-scatter) are left alone. Fused computations are named
+// fused_computation, fused_computation.1, ...; fusion instructions fusion,
+// fusion.1, ...; moved instructions keep their names, parameters are named
+// param_N, duplicated cheap instructions get a fresh name.
+#pragma once
+
+#include <cstdint>
+
+#include "weft/hlo/module.h"
+
+namespace weft::compiler {
+
+struct LoopFusionStats {
+  int64_t fusions = 0;             // fusion instructions made
+  int64_t fused_instructions = 0;  // instructions inside them (duplicates counted each time)
+  int64_t duplicated = 0;          // cheap instructions copied into a fusion and kept elsewhere too
+};
+
+// Rewrites `module` in place. Idempotent in effect: a second run finds only
+// fusion instructions, which it does not fuse further.
+LoopFusionStats FuseLoops(HloModule& module);
+
+// Whether `instr` may be placed in a loop fusion (its opcode and element
+// type; the shapes of its neighbours are checked by the pass).
+bool IsLoopFusible(const HloInstruction& instr);
+
+}  // namespace weft::compiler

@@ -1,0 +1,296 @@
+#include "weft/compiler/fusion.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "weft/base/error.h"
+#include "weft/hlo/computation.h"
+
+namespace weft::compiler {
+namespace {
+
+bool SupportedElementType(PrimitiveType t) {
+  switch (t) {
+    case PrimitiveType::kF32:
+    case PrimitiveType::kBF16:
+    case PrimitiveType::kF16:
+    case PrimitiveType::kS32:
+    case PrimitiveType::kS64:
+    case PrimitiveType::kU32:
+    case PrimitiveType::kPred:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Cheap to recompute: may be copied into several fusions.
+bool IsCheap(const HloInstruction& instr) {
+  return instr.opcode() == HloOpcode::kBroadcast || instr.opcode() == HloOpcode::kIota ||
+         (instr.opcode() == HloOpcode::kConstant && instr.shape().IsScalar());
+}
+
+// No sharding boundary between a producer and its consumer.
+bool SameSharding(const HloInstruction& a, const HloInstruction& b) {
+  return !a.has_sharding() || !b.has_sharding() || *a.sharding() == *b.sharding();
+}
+
+struct Group {
+  HloInstruction* root = nullptr;
+  std::vector<HloInstruction*> members;  // root included
+  std::unordered_set<const HloInstruction*> member_set;
+  bool Has(const HloInstruction* instr) const { return member_set.count(instr) > 0; }
+  void Add(HloInstruction* instr) {
+    if (member_set.insert(instr).second) members.push_back(instr);
+  }
+};
+
+// The computations the pass rewrites: the entry and what while and call
+// reach from it, but no reducer (a to_apply of reduce, scatter, all-reduce,
+// reduce-scatter) and no fused computation.
+std::vector<HloComputation*> ComputationsToFuse(const HloModule& module) {
+  std::unordered_set<const HloComputation*> reducers;
+  for (const HloComputation* c : module.computations()) {
+    for (const HloInstruction* instr : c->instructions()) {
+      const HloOpcode op = instr->opcode();
+      if (op != HloOpcode::kWhile && op != HloOpcode::kCall) {
+        for (const HloComputation* callee : instr->called_computations()) reducers.insert(callee);
+      }
+    }
+  }
+  std::vector<HloComputation*> out;
+  std::unordered_set<const HloComputation*> seen;
+  std::vector<HloComputation*> stack;
+  if (module.entry_computation() != nullptr) stack.push_back(module.entry_computation());
+  while (!stack.empty()) {
+    HloComputation* c = stack.back();
+    stack.pop_back();
+    if (!seen.insert(c).second || reducers.count(c)) continue;
+    out.push_back(c);
+    for (const HloInstruction* instr : c->instructions()) {
+      if (instr->opcode() == HloOpcode::kWhile || instr->opcode() == HloOpcode::kCall) {
+        for (HloComputation* callee : instr->called_computations()) stack.push_back(callee);
+      }
+    }
+  }
+  return out;
+}
+
+// Decides the groups of one computation (users before operands).
+std::vector<Group> FormGroups(const std::vector<HloInstruction*>& post_order,
+                              const HloInstruction* computation_root) {
+  std::vector<Group> groups;
+  // The one group a non-cheap instruction belongs to; cheap ones may be in
+  // several (listed in `cheap_groups`).
+  std::unordered_map<const HloInstruction*, int64_t> group_of;
+  std::unordered_map<const HloInstruction*, std::vector<int64_t>> cheap_groups;
+  auto groups_of = [&](const HloInstruction* instr) {
+    std::vector<int64_t> out;
+    if (auto it = group_of.find(instr); it != group_of.end()) out.push_back(it->second);
+    if (auto it = cheap_groups.find(instr); it != cheap_groups.end()) {
+      out.insert(out.end(), it->second.begin(), it->second.end());
+    }
+    return out;
+  };
+  for (auto it = post_order.rbegin(); it != post_order.rend(); ++it) {
+    HloInstruction* x = *it;
+    if (!IsLoopFusible(*x)) continue;
+    if (IsCheap(*x)) {
+      // Into each group of its users where every user in that group can
+      // read it: a broadcast reads only parameters and constants, and a
+      // broadcast or an iota has the fusion's dimensions (a scalar constant
+      // may be read by a broadcast, or by clamp / select).
+      std::vector<int64_t> candidates;
+      for (const HloInstruction* user : x->users()) {
+        for (int64_t g : groups_of(user)) {
+          if (std::find(candidates.begin(), candidates.end(), g) == candidates.end()) {
+            candidates.push_back(g);
+          }
+        }
+      }
+      for (int64_t g : candidates) {
+        Group& group = groups[g];
+        bool ok = true;
+        for (const HloInstruction* user : x->users()) {
+          if (!group.Has(user)) continue;
+          ok = ok && SameSharding(*x, *user);
+          if (x->opcode() != HloOpcode::kConstant) {
+            ok = ok && user->opcode() != HloOpcode::kBroadcast &&
+                 x->shape().dimensions() == group.root->shape().dimensions();
+          }
+        }
+        if (ok) {
+          group.Add(x);
+          cheap_groups[x].push_back(g);
+        }
+      }
+      if (cheap_groups.count(x) == 0) {
+        // Nobody took it: the root of a group of its own (a lone broadcast or
+        // iota stays unfused; see the pruning below).
+        Group group;
+        group.root = x;
+        group.Add(x);
+        group_of[x] = static_cast<int64_t>(groups.size());
+        groups.push_back(std::move(group));
+      }
+      continue;
+    }
+    // Not cheap: joins a group when every user is a non-broadcast member of
+    // that one group.
+    int64_t target = -1;
+    bool ok = x != computation_root && !x->users().empty();
+    for (const HloInstruction* user : x->users()) {
+      if (!ok) break;
+      auto g = group_of.find(user);
+      if (g == group_of.end() || user->opcode() == HloOpcode::kBroadcast ||
+          !SameSharding(*x, *user)) {
+        ok = false;
+      } else if (target == -1) {
+        target = g->second;
+      } else if (target != g->second) {
+        ok = false;
+      }
+    }
+    if (ok && x->shape().dimensions() != groups[target].root->shape().dimensions()) ok = false;
+    if (ok) {
+      groups[target].Add(x);
+      group_of[x] = target;
+      continue;
+    }
+    Group group;
+    group.root = x;
+    group.Add(x);
+    group_of[x] = static_cast<int64_t>(groups.size());
+    groups.push_back(std::move(group));
+  }
+  // A fusion needs some elementwise work, at least two instructions, and
+  // more than one element (scalar arithmetic gains nothing from tiles).
+  std::vector<Group> kept;
+  for (Group& group : groups) {
+    const bool has_elementwise = std::any_of(
+        group.members.begin(), group.members.end(),
+        [](const HloInstruction* m) { return IsElementwise(m->opcode()); });
+    if (has_elementwise && group.members.size() >= 2 && group.root->shape().rank() > 0) {
+      kept.push_back(std::move(group));
+    }
+  }
+  return kept;
+}
+
+}  // namespace
+
+bool IsLoopFusible(const HloInstruction& instr) {
+  if (!instr.shape().IsArray() || !SupportedElementType(instr.shape().element_type())) return false;
+  for (const HloInstruction* operand : instr.operands()) {
+    if (!operand->shape().IsArray() || !SupportedElementType(operand->shape().element_type())) {
+      return false;
+    }
+  }
+  const HloOpcode op = instr.opcode();
+  if (IsElementwise(op)) return op != HloOpcode::kCopy;
+  return op == HloOpcode::kBroadcast || op == HloOpcode::kIota ||
+         (op == HloOpcode::kConstant && instr.shape().IsScalar());
+}
+
+LoopFusionStats FuseLoops(HloModule& module) {
+  LoopFusionStats stats;
+  for (HloComputation* computation : ComputationsToFuse(module)) {
+    const std::vector<HloInstruction*> post_order = computation->MakeInstructionPostOrder();
+    std::vector<Group> groups = FormGroups(post_order, computation->root_instruction());
+    if (groups.empty()) continue;
+
+    // The clones of each original (the first takes its name back when the
+    // original goes).
+    std::unordered_map<const HloInstruction*, std::vector<HloInstruction*>> clones;
+    std::unordered_set<const HloInstruction*> fused;
+    for (Group& group : groups) {
+      // The members in post order from the root (operands left to right),
+      // and the values from outside in the order that walk meets them: the
+      // fusion's operands, as XLA orders them.
+      std::vector<HloInstruction*> members, fusion_operands;
+      {
+        std::unordered_set<const HloInstruction*> visited{group.root}, outside;
+        std::vector<std::pair<HloInstruction*, int64_t>> stack{{group.root, 0}};
+        while (!stack.empty()) {
+          auto& [instr, next] = stack.back();
+          if (next < instr->operand_count()) {
+            HloInstruction* operand = instr->operand(next++);
+            if (group.Has(operand)) {
+              if (visited.insert(operand).second) stack.push_back({operand, 0});
+            } else if (outside.insert(operand).second) {
+              fusion_operands.push_back(operand);
+            }
+          } else {
+            members.push_back(instr);
+            stack.pop_back();
+          }
+        }
+      }
+      WEFT_INTERNAL_CHECK(members.size() == group.members.size(),
+                          "loop fusion: {} of the {} members of the group of {} are reachable "
+                          "from it",
+                          members.size(), group.members.size(), group.root->Describe());
+      auto fused_computation = std::make_unique<HloComputation>("fused_computation");
+      std::unordered_map<const HloInstruction*, HloInstruction*> mapped;
+      for (size_t number = 0; number < fusion_operands.size(); ++number) {
+        HloAttributes attrs;
+        attrs.parameter_number = static_cast<int64_t>(number);
+        mapped[fusion_operands[number]] = fused_computation->AddInstruction(
+            HloInstruction::Create(HloOpcode::kParameter, fusion_operands[number]->shape(), {},
+                                   std::move(attrs), {}, fmt::format("param_{}", number)));
+      }
+      for (HloInstruction* member : members) {
+        std::vector<HloInstruction*> operands;
+        for (HloInstruction* operand : member->operands()) operands.push_back(mapped.at(operand));
+        auto clone = HloInstruction::Create(member->opcode(), member->shape(), std::move(operands),
+                                            member->attrs(), {}, member->name());
+        clone->set_sharding(member->sharding());
+        clone->set_location(member->location());
+        HloInstruction* added = fused_computation->AddInstruction(std::move(clone));
+        mapped[member] = added;
+        clones[member].push_back(added);
+        fused.insert(member);
+      }
+      fused_computation->set_root_instruction(mapped.at(group.root));
+      HloComputation* callee = module.AddComputation(std::move(fused_computation));
+
+      HloAttributes attrs;
+      attrs.fusion_kind = FusionKind::kLoop;
+      auto fusion = HloInstruction::Create(HloOpcode::kFusion, group.root->shape(),
+                                           fusion_operands, std::move(attrs), {callee}, "fusion");
+      fusion->set_sharding(group.root->sharding());
+      HloInstruction* added = computation->AddInstructionBefore(std::move(fusion), group.root);
+      const bool was_root = computation->root_instruction() == group.root;
+      group.root->ReplaceAllUsesWith(added);
+      if (was_root) computation->set_root_instruction(added);
+      ++stats.fusions;
+      stats.fused_instructions += static_cast<int64_t>(group.members.size());
+    }
+
+    // Drop the originals nothing uses any more (users first), and give their
+    // names to their clones.
+    const std::vector<HloInstruction*> instructions = computation->instructions();
+    for (auto it = instructions.rbegin(); it != instructions.rend(); ++it) {
+      HloInstruction* instr = *it;
+      if (fused.count(instr) == 0) continue;
+      const std::vector<HloInstruction*>& copies = clones.at(instr);
+      if (instr->users().empty() && instr != computation->root_instruction()) {
+        std::string name = instr->name();
+        stats.duplicated += static_cast<int64_t>(copies.size()) - 1;
+        computation->RemoveInstruction(instr);
+        copies.front()->set_name(std::move(name));
+      } else {
+        stats.duplicated += static_cast<int64_t>(copies.size());
+      }
+    }
+  }
+  return stats;
+}
+
+}  // namespace weft::compiler

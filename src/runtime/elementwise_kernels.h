@@ -1,0 +1,302 @@
+// Internal to the executor: the elementwise span kernels, the one
+// definition of each elementwise op's formula. eval_elementwise.cc runs them
+// over whole buffers, eval_fusion.cc over the tiles of a loop fusion; both
+// compute bf16 and f16 in f32 and round each result to its element type, so
+// the two give the same bits.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "weft/base/error.h"
+#include "weft/hlo/instruction.h"
+#include "weft/runtime/executor_tensor.h"
+
+namespace weft::runtime::exec {
+
+inline bool IsHalf(PrimitiveType t) { return t == PrimitiveType::kBF16 || t == PrimitiveType::kF16; }
+
+inline void HalfToFloat(PrimitiveType t, const uint16_t* in, float* out, int64_t n) {
+  if (t == PrimitiveType::kBF16) {
+    for (int64_t i = 0; i < n; ++i) out[i] = Bf16BitsToFloat(in[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = F16BitsToFloat(in[i]);
+  }
+}
+
+inline void FloatToHalf(PrimitiveType t, const float* in, uint16_t* out, int64_t n) {
+  if (t == PrimitiveType::kBF16) {
+    for (int64_t i = 0; i < n; ++i) out[i] = FloatToBf16Bits(in[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = FloatToF16Bits(in[i]);
+  }
+}
+
+inline float Sign(float x) { return x > 0 ? 1.0f : (x < 0 ? -1.0f : x); }  // keeps NaN and -0
+
+inline void UnaryFloat(HloOpcode op, const float* a, float* o, int64_t n) {
+  switch (op) {
+#define WEFT_UNARY(OP, EXPR)                          \
+  case HloOpcode::OP:                                 \
+    for (int64_t i = 0; i < n; ++i) {                 \
+      const float x = a[i];                           \
+      o[i] = (EXPR);                                  \
+    }                                                 \
+    return;
+    WEFT_UNARY(kAbs, std::fabs(x))
+    WEFT_UNARY(kCeil, std::ceil(x))
+    WEFT_UNARY(kCosine, std::cos(x))
+    WEFT_UNARY(kExp, std::exp(x))
+    WEFT_UNARY(kExpm1, std::expm1(x))
+    WEFT_UNARY(kFloor, std::floor(x))
+    WEFT_UNARY(kLog, std::log(x))
+    WEFT_UNARY(kLog1p, std::log1p(x))
+    WEFT_UNARY(kLogistic, 1.0f / (1.0f + std::exp(-x)))
+    WEFT_UNARY(kNegate, -x)
+    WEFT_UNARY(kRsqrt, 1.0f / std::sqrt(x))
+    WEFT_UNARY(kSign, Sign(x))
+    WEFT_UNARY(kSine, std::sin(x))
+    WEFT_UNARY(kSqrt, std::sqrt(x))
+    WEFT_UNARY(kTanh, std::tanh(x))
+#undef WEFT_UNARY
+    default:
+      Fail("{} is not a floating-point unary op", HloOpcodeString(op));
+  }
+}
+
+// XLA's maximum/minimum propagate NaN.
+inline float MaxF(float a, float b) { return a != a ? a : (b != b ? b : (a > b ? a : b)); }
+inline float MinF(float a, float b) { return a != a ? a : (b != b ? b : (a < b ? a : b)); }
+
+inline void BinaryFloat(HloOpcode op, const float* a, const float* b, float* o, int64_t n) {
+  switch (op) {
+#define WEFT_BINARY(OP, EXPR)                         \
+  case HloOpcode::OP:                                 \
+    for (int64_t i = 0; i < n; ++i) {                 \
+      const float x = a[i], y = b[i];                 \
+      o[i] = (EXPR);                                  \
+    }                                                 \
+    return;
+    WEFT_BINARY(kAdd, x + y)
+    WEFT_BINARY(kSubtract, x - y)
+    WEFT_BINARY(kMultiply, x* y)
+    WEFT_BINARY(kDivide, x / y)
+    WEFT_BINARY(kMaximum, MaxF(x, y))
+    WEFT_BINARY(kMinimum, MinF(x, y))
+    WEFT_BINARY(kPower, std::pow(x, y))
+    WEFT_BINARY(kRemainder, std::fmod(x, y))
+#undef WEFT_BINARY
+    default:
+      Fail("{} is not a floating-point binary op", HloOpcodeString(op));
+  }
+}
+
+template <typename T>
+void Compare(ComparisonDirection d, const T* a, const T* b, uint8_t* o, int64_t n) {
+  switch (d) {
+    case ComparisonDirection::kEq:
+      for (int64_t i = 0; i < n; ++i) o[i] = a[i] == b[i];
+      return;
+    case ComparisonDirection::kNe:
+      for (int64_t i = 0; i < n; ++i) o[i] = a[i] != b[i];
+      return;
+    case ComparisonDirection::kLt:
+      for (int64_t i = 0; i < n; ++i) o[i] = a[i] < b[i];
+      return;
+    case ComparisonDirection::kLe:
+      for (int64_t i = 0; i < n; ++i) o[i] = a[i] <= b[i];
+      return;
+    case ComparisonDirection::kGt:
+      for (int64_t i = 0; i < n; ++i) o[i] = a[i] > b[i];
+      return;
+    case ComparisonDirection::kGe:
+      for (int64_t i = 0; i < n; ++i) o[i] = a[i] >= b[i];
+      return;
+  }
+}
+
+// Integer semantics follow XLA: wrap-around arithmetic, x / 0 = -1 (all
+// bits set), x % 0 = x, INT_MIN / -1 = INT_MIN, INT_MIN % -1 = 0.
+template <typename T>
+T IntDiv(T x, T y) {
+  if (y == 0) return static_cast<T>(-1);
+  if constexpr (std::is_signed_v<T>) {
+    if (x == std::numeric_limits<T>::min() && y == -1) return x;
+  }
+  return x / y;
+}
+template <typename T>
+T IntRem(T x, T y) {
+  if (y == 0) return x;
+  if constexpr (std::is_signed_v<T>) {
+    if (x == std::numeric_limits<T>::min() && y == -1) return 0;
+  }
+  return x % y;
+}
+template <typename T>
+T IntPow(T base, T exp) {
+  if constexpr (std::is_signed_v<T>) {
+    if (exp < 0) return base == 1 ? 1 : (base == -1 ? ((exp & 1) ? -1 : 1) : 0);
+  }
+  using U = std::make_unsigned_t<T>;
+  U result = 1, b = static_cast<U>(base);
+  for (U e = static_cast<U>(exp); e != 0; e >>= 1) {
+    if (e & 1) result *= b;
+    b *= b;
+  }
+  return static_cast<T>(result);
+}
+
+template <typename T>
+void BinaryInt(HloOpcode op, const T* a, const T* b, T* o, int64_t n) {
+  using U = std::make_unsigned_t<T>;
+  switch (op) {
+#define WEFT_BINARY(OP, EXPR)                         \
+  case HloOpcode::OP:                                 \
+    for (int64_t i = 0; i < n; ++i) {                 \
+      const T x = a[i], y = b[i];                     \
+      o[i] = static_cast<T>(EXPR);                    \
+    }                                                 \
+    return;
+    WEFT_BINARY(kAdd, static_cast<U>(x) + static_cast<U>(y))
+    WEFT_BINARY(kSubtract, static_cast<U>(x) - static_cast<U>(y))
+    WEFT_BINARY(kMultiply, static_cast<U>(x) * static_cast<U>(y))
+    WEFT_BINARY(kDivide, IntDiv(x, y))
+    WEFT_BINARY(kRemainder, IntRem(x, y))
+    WEFT_BINARY(kMaximum, x > y ? x : y)
+    WEFT_BINARY(kMinimum, x < y ? x : y)
+    WEFT_BINARY(kAnd, x& y)
+    WEFT_BINARY(kOr, x | y)
+    WEFT_BINARY(kXor, x ^ y)
+    WEFT_BINARY(kPower, IntPow(x, y))
+#undef WEFT_BINARY
+    default:
+      Fail("{} is not supported on integers", HloOpcodeString(op));
+  }
+}
+
+template <typename T>
+void UnaryInt(HloOpcode op, const T* a, T* o, int64_t n) {
+  using U = std::make_unsigned_t<T>;
+  switch (op) {
+    case HloOpcode::kNegate:
+      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(U(0) - static_cast<U>(a[i]));
+      return;
+    case HloOpcode::kAbs:
+      for (int64_t i = 0; i < n; ++i) {
+        o[i] = a[i] < 0 ? static_cast<T>(U(0) - static_cast<U>(a[i])) : a[i];
+      }
+      return;
+    case HloOpcode::kSign:
+      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>((a[i] > 0) - (a[i] < 0));
+      return;
+    case HloOpcode::kNot:
+      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(~a[i]);
+      return;
+    default:
+      Fail("{} is not supported on integers", HloOpcodeString(op));
+  }
+}
+
+inline void BinaryPred(HloOpcode op, const uint8_t* a, const uint8_t* b, uint8_t* o, int64_t n) {
+  switch (op) {
+    case HloOpcode::kAnd:
+    case HloOpcode::kMinimum:
+      for (int64_t i = 0; i < n; ++i) o[i] = a[i] & b[i];
+      return;
+    case HloOpcode::kOr:
+    case HloOpcode::kMaximum:
+      for (int64_t i = 0; i < n; ++i) o[i] = a[i] | b[i];
+      return;
+    case HloOpcode::kXor:
+      for (int64_t i = 0; i < n; ++i) o[i] = a[i] ^ b[i];
+      return;
+    default:
+      Fail("{} is not supported on pred", HloOpcodeString(op));
+  }
+}
+
+// Calls fn with a null pointer of the C++ element type of integer / pred `t`.
+template <typename Fn>
+void DispatchInt(PrimitiveType t, Fn&& fn) {
+  switch (t) {
+    case PrimitiveType::kS32:
+      return fn(static_cast<int32_t*>(nullptr));
+    case PrimitiveType::kS64:
+      return fn(static_cast<int64_t*>(nullptr));
+    case PrimitiveType::kU32:
+      return fn(static_cast<uint32_t*>(nullptr));
+    default:
+      Fail("element type {} is not an integer type", PrimitiveTypeName(t));
+  }
+}
+
+template <int kBytes>
+struct Bits;
+template <>
+struct Bits<1> {
+  using type = uint8_t;
+};
+template <>
+struct Bits<2> {
+  using type = uint16_t;
+};
+template <>
+struct Bits<4> {
+  using type = uint32_t;
+};
+template <>
+struct Bits<8> {
+  using type = uint64_t;
+};
+
+template <int kBytes>
+void SelectBytes(const uint8_t* pred, bool scalar_pred, const void* a, const void* b, void* o,
+                 int64_t begin, int64_t end) {
+  using T = typename Bits<kBytes>::type;
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  T* r = static_cast<T*>(o);
+  if (scalar_pred) {
+    const T* src = pred[0] ? x : y;
+    for (int64_t i = begin; i < end; ++i) r[i] = src[i];
+    return;
+  }
+  for (int64_t i = begin; i < end; ++i) r[i] = pred[i] ? x[i] : y[i];
+}
+
+// not of pred: flips 0 and 1.
+inline void NotPred(const uint8_t* a, uint8_t* o, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) o[i] = a[i] ^ 1;
+}
+
+// clamp(lo, x, hi) = min(max(x, lo), hi); a scalar bound (stride 0) is
+// broadcast.
+inline void ClampFloat(const float* lo, bool lo_scalar, const float* x, const float* hi,
+                       bool hi_scalar, float* o, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    o[i] = MinF(MaxF(x[i], lo[lo_scalar ? 0 : i]), hi[hi_scalar ? 0 : i]);
+  }
+}
+template <typename T>
+void ClampInt(const T* lo, bool lo_scalar, const T* x, const T* hi, bool hi_scalar, T* o,
+              int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    o[i] = std::min(std::max(x[i], lo[lo_scalar ? 0 : i]), hi[hi_scalar ? 0 : i]);
+  }
+}
+
+// Rounds f32 values to what bf16 / f16 `t` holds, in place (the values a
+// store to `t` and a load back would give).
+inline void RoundToHalf(PrimitiveType t, float* x, int64_t n) {
+  if (t == PrimitiveType::kBF16) {
+    for (int64_t i = 0; i < n; ++i) x[i] = Bf16BitsToFloat(FloatToBf16Bits(x[i]));
+  } else {
+    for (int64_t i = 0; i < n; ++i) x[i] = F16BitsToFloat(FloatToF16Bits(x[i]));
+  }
+}
+
+}  // namespace weft::runtime::exec

@@ -1,0 +1,592 @@
+// FuseLoops: random programs of every fusible op run fused and unfused
+// through the executor and must give the same bits; named cases check what
+// the pass groups (RMSNorm, softmax, SiLU·up, multi-user values, cheap
+// duplication); the pass's output round-trips through the printer and the
+// parser.
+#include "weft/compiler/fusion.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "weft/base/error.h"
+#include "weft/hlo/parser.h"
+#include "weft/hlo/verifier.h"
+#include "weft/runtime/executor.h"
+
+namespace weft::compiler {
+namespace {
+
+using runtime::Executor;
+using runtime::HostTensor;
+
+// Inputs that are never zero: a random sign times U(0.25, 2) for floats,
+// random bits for pred, small non-zero integers.
+HostTensor NonZeroInput(const Shape& shape, std::mt19937& rng) {
+  std::vector<double> values(static_cast<size_t>(shape.ElementsCount()));
+  for (double& v : values) {
+    const double sign = (rng() & 1) ? 1.0 : -1.0;
+    if (shape.element_type() == PrimitiveType::kPred) {
+      v = rng() & 1;
+    } else if (IsFloatingPoint(shape.element_type())) {
+      v = sign * std::uniform_real_distribution<double>(0.25, 2.0)(rng);
+    } else {
+      v = sign * std::uniform_int_distribution<int>(1, 9)(rng);
+    }
+  }
+  return HostTensor::FromDoubles(shape, values);
+}
+
+std::vector<HostTensor> RandomInputs(const HloModule& module, std::mt19937& rng) {
+  std::vector<HostTensor> inputs;
+  for (const HloInstruction* p : module.entry_computation()->parameter_instructions()) {
+    inputs.push_back(NonZeroInput(p->shape(), rng));
+  }
+  return inputs;
+}
+
+std::vector<HostTensor> Run(const HloModule& module, const std::vector<HostTensor>& inputs) {
+  Executor executor(module);
+  std::vector<HostTensor> copies;
+  for (const HostTensor& t : inputs) copies.push_back(t.Clone());
+  return executor.Run(std::move(copies));
+}
+
+// Bitwise equality of every output, with the first differing element named.
+void ExpectSameBits(const std::vector<HostTensor>& want, const std::vector<HostTensor>& got,
+                    const std::string& context) {
+  ASSERT_EQ(want.size(), got.size()) << context;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(want[i].shape(), got[i].shape()) << "output " << i << "\n" << context;
+    if (std::memcmp(want[i].raw_data(), got[i].raw_data(), want[i].byte_size()) == 0) continue;
+    const int64_t width = ByteWidth(want[i].element_type());
+    for (int64_t k = 0; k < want[i].element_count(); ++k) {
+      if (std::memcmp(static_cast<const std::byte*>(want[i].raw_data()) + k * width,
+                      static_cast<const std::byte*>(got[i].raw_data()) + k * width, width) != 0) {
+        FAIL() << "output " << i << " element " << k << ": unfused " << want[i].GetDouble(k)
+               << ", fused " << got[i].GetDouble(k) << "\n"
+               << context;
+      }
+    }
+  }
+}
+
+std::vector<const HloInstruction*> Fusions(const HloModule& module) {
+  std::vector<const HloInstruction*> out;
+  for (const HloComputation* c : module.computations()) {
+    for (const HloInstruction* instr : c->instructions()) {
+      if (instr->opcode() == HloOpcode::kFusion) out.push_back(instr);
+    }
+  }
+  return out;
+}
+
+// Opcode names of a fused computation's non-parameter instructions, sorted.
+std::multiset<std::string> FusedOps(const HloInstruction& fusion) {
+  std::multiset<std::string> ops;
+  for (const HloInstruction* instr : fusion.called_computations().at(0)->instructions()) {
+    if (instr->opcode() != HloOpcode::kParameter) {
+      ops.insert(std::string(HloOpcodeString(instr->opcode())));
+    }
+  }
+  return ops;
+}
+
+int64_t CountOutsideFusions(const HloModule& module, HloOpcode op) {
+  int64_t n = 0;
+  for (const HloInstruction* instr : module.entry_computation()->instructions()) {
+    n += instr->opcode() == op;
+  }
+  return n;
+}
+
+// Fuses `text`, checks the verifier, the round trip and bitwise equality on
+// fresh inputs; returns the fused module.
+std::unique_ptr<HloModule> FuseAndCompare(const std::string& text, std::mt19937& rng,
+                                          LoopFusionStats* stats = nullptr) {
+  std::unique_ptr<HloModule> unfused = ParseHloModule(text);
+  std::unique_ptr<HloModule> fused = ParseHloModule(text);
+  const LoopFusionStats s = FuseLoops(*fused);
+  if (stats != nullptr) *stats = s;
+  VerifyHloModule(*fused);
+  const std::string printed = fused->ToString();
+  std::unique_ptr<HloModule> reparsed = ParseHloModule(printed);
+  EXPECT_EQ(reparsed->ToString(), printed) << "the fused module does not round-trip";
+  const std::vector<HostTensor> inputs = RandomInputs(*unfused, rng);
+  const std::vector<HostTensor> want = Run(*unfused, inputs);
+  const std::string context = "unfused:\n" + text + "\nfused:\n" + printed;
+  ExpectSameBits(want, Run(*fused, inputs), context);
+  ExpectSameBits(want, Run(*reparsed, inputs), "(reparsed) " + context);
+  return fused;
+}
+
+// ---------------------------------------------------------------------------
+// Random programs: DAGs of elementwise ops, broadcasts, compare/select,
+// clamp, converts and iota over a random shape, in f32 or bf16, with some
+// values also read by a reduce (an unfusible user) and several outputs.
+
+class RandomProgram {
+ public:
+  RandomProgram(std::mt19937& rng, PrimitiveType main) : rng_(rng), main_(TypeName(main)) {
+    const int rank = Pick(1, 3);
+    // Sizes around and past a tile (2048) and a thread-pool chunk (32768).
+    const int64_t target = std::vector<int64_t>{7, 300, 2048, 5000, 40000}[Pick(0, 4)];
+    int64_t left = target;
+    for (int d = 0; d < rank; ++d) {
+      const int64_t size = d + 1 == rank ? std::max<int64_t>(1, left)
+                                         : std::max<int64_t>(1, Pick(1, static_cast<int>(std::min<int64_t>(left, 40))));
+      dims_.push_back(size);
+      left = std::max<int64_t>(1, left / size);
+    }
+  }
+
+  std::string Build() {
+    const int num_full = Pick(1, 3);
+    for (int i = 0; i < num_full; ++i) Param(main_, dims_);
+    // Broadcast sources: a random subset of the dimensions.
+    const int num_small = Pick(1, 3);
+    for (int i = 0; i < num_small; ++i) {
+      std::vector<int64_t> picked;
+      for (int64_t d = 0; d < Rank(); ++d) {
+        if (Pick(0, 1)) picked.push_back(d);
+      }
+      std::vector<int64_t> sdims;
+      for (int64_t d : picked) sdims.push_back(dims_[d]);
+      const std::string p = Param(main_, sdims, /*full=*/false);
+      smalls_.push_back({p, picked});
+    }
+    scalar_ = Param(main_, {}, false);
+    if (Pick(0, 1)) Param("pred", dims_);
+    const int steps = Pick(4, 14);
+    for (int i = 0; i < steps; ++i) Step();
+    // A reduce over some value gives it an unfusible user too.
+    const std::string reduced = Choose(main_);
+    const std::string zero = Emit(fmt::format("{}[] constant(0)", main_));
+    std::vector<std::string> all_dims;
+    for (int64_t d = 0; d < Rank(); ++d) all_dims.push_back(std::to_string(d));
+    const std::string sum =
+        Emit(fmt::format("{}[] reduce({}, {}), dimensions={{{}}}, to_apply=add_{}", main_, reduced,
+                         zero, fmt::join(all_dims, ","), main_));
+    uses_[reduced]++;
+    // Outputs: every value nobody uses, plus the reduction.
+    std::vector<std::string> outs, types;
+    for (const Value& v : values_) {
+      if (uses_[v.name] == 0 && !v.param) {
+        outs.push_back(v.name);
+        types.push_back(Shape(v.type));
+      }
+    }
+    outs.push_back(sum);
+    types.push_back(fmt::format("{}[]", main_));
+    lines_.push_back(fmt::format("  ROOT out = ({}) tuple({})", fmt::join(types, ", "),
+                                 fmt::join(outs, ", ")));
+    std::string text = "HloModule random\n\n";
+    for (const char* t : {"f32", "bf16"}) {
+      text += fmt::format(
+          "add_{0} {{\n  a = {0}[] parameter(0)\n  b = {0}[] parameter(1)\n  ROOT s = {0}[] "
+          "add(a, b)\n}}\n\n",
+          t);
+    }
+    text += "ENTRY main {\n";
+    for (const std::string& line : lines_) text += line + "\n";
+    return text + "}\n";
+  }
+
+ private:
+  struct Value {
+    std::string name, type;
+    bool param = false;
+  };
+  struct Small {
+    std::string name;
+    std::vector<int64_t> dims;  // output dims it maps to
+  };
+
+  static std::string TypeName(PrimitiveType t) { return std::string(PrimitiveTypeName(t)); }
+  int Pick(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
+  int64_t Rank() const { return static_cast<int64_t>(dims_.size()); }
+  std::string Shape(const std::string& type) const {
+    return fmt::format("{}[{}]", type, fmt::join(dims_, ","));
+  }
+
+  std::string Emit(const std::string& rhs) {
+    const std::string name = fmt::format("v{}", next_++);
+    lines_.push_back(fmt::format("  {} = {}", name, rhs));
+    return name;
+  }
+  std::string Param(const std::string& type, const std::vector<int64_t>& dims, bool full = true) {
+    const std::string name = fmt::format("p{}", params_);
+    lines_.push_back(fmt::format("  {} = {}[{}] parameter({})", name, type, fmt::join(dims, ","),
+                                 params_++));
+    if (full) values_.push_back({name, type, true});
+    return name;
+  }
+  std::string Add(const std::string& type, const std::string& rhs) {
+    const std::string name = Emit(fmt::format("{} {}", Shape(type), rhs));
+    values_.push_back({name, type, false});
+    return name;
+  }
+  // A full-shape value of `type` (made by a convert or a broadcast when
+  // there is none), its use counted.
+  std::string Choose(const std::string& type) {
+    std::vector<std::string> of_type;
+    for (const Value& v : values_) {
+      if (v.type == type) of_type.push_back(v.name);
+    }
+    std::string name;
+    if (of_type.empty() || Pick(0, 5) == 0) {
+      name = type == main_ || type == "pred" ? Broadcast() : Convert(Choose(main_), type);
+      if (type == "pred") name = Compare(name, Choose(main_));
+    } else {
+      // Prefer recent values: chains, with some fan-out.
+      const int k = static_cast<int>(of_type.size());
+      name = of_type[std::max(0, k - 1 - std::min(Pick(0, 3), k - 1))];
+    }
+    uses_[name]++;
+    return name;
+  }
+  std::string Broadcast() {
+    if (Pick(0, 3) == 0) {
+      const std::string c = Emit(fmt::format("{}[] constant({})", main_,
+                                             std::vector<std::string>{"0.5", "-1.25", "3"}[Pick(0, 2)]));
+      return Add(main_, fmt::format("broadcast({}), dimensions={{}}", c));
+    }
+    const Small& s = smalls_[Pick(0, static_cast<int>(smalls_.size()) - 1)];
+    uses_[s.name]++;
+    return Add(main_, fmt::format("broadcast({}), dimensions={{{}}}", s.name, fmt::join(s.dims, ",")));
+  }
+  std::string Convert(const std::string& x, const std::string& type) {
+    return Add(type, fmt::format("convert({})", x));
+  }
+  std::string Compare(const std::string& a, const std::string& b) {
+    static const char* kDirs[] = {"LT", "LE", "GT", "GE", "EQ", "NE"};
+    return Add("pred", fmt::format("compare({}, {}), direction={}", a, b, kDirs[Pick(0, 5)]));
+  }
+  void Step() {
+    static const char* kUnary[] = {"tanh", "logistic", "sine", "cosine", "negate", "abs",
+                                   "floor", "ceil", "sign", "exponential", "sqrt", "rsqrt",
+                                   "log", "exponential-minus-one", "log-plus-one"};
+    static const char* kBinary[] = {"add", "subtract", "multiply", "divide", "maximum", "minimum",
+                                    "power", "remainder"};
+    static const char* kIntBinary[] = {"add", "subtract", "multiply", "maximum", "minimum"};
+    switch (Pick(0, 9)) {
+      case 0:
+      case 1:
+        Add(main_, fmt::format("{}({})", kUnary[Pick(0, 14)], Choose(main_)));
+        return;
+      case 2:
+      case 3:
+      case 4: {
+        const std::string a = Choose(main_), b = Choose(main_);
+        Add(main_, fmt::format("{}({}, {})", kBinary[Pick(0, 7)], a, b));
+        return;
+      }
+      case 5: {
+        const std::string p = Choose("pred"), a = Choose(main_), b = Choose(main_);
+        Add(main_, fmt::format("select({}, {}, {})", p, a, b));
+        return;
+      }
+      case 6: {
+        const bool scalar = Pick(0, 1);
+        std::string lo, hi;
+        if (scalar) {
+          lo = Emit(fmt::format("{}[] constant(-0.75)", main_));
+          hi = scalar_;
+          uses_[scalar_]++;
+        } else {
+          lo = Choose(main_);
+          hi = Choose(main_);
+        }
+        const std::string x = Choose(main_);
+        Add(main_, fmt::format("clamp({}, {}, {})", lo, x, hi));
+        return;
+      }
+      case 7: {  // through another float type and back
+        const std::string other = main_ == "f32" ? "bf16" : "f32";
+        Convert(Convert(Choose(main_), other), main_);
+        return;
+      }
+      case 8: {  // integers: iota and converts
+        std::string i;
+        if (Pick(0, 1)) {
+          i = Add("s32", fmt::format("iota(), iota_dimension={}", Pick(0, static_cast<int>(Rank()) - 1)));
+        } else {
+          i = Convert(Choose(main_), "s32");
+        }
+        uses_[i]++;
+        const std::string j = Choose("s32");
+        const std::string k = Add("s32", fmt::format("{}({}, {})", kIntBinary[Pick(0, 4)], i, j));
+        uses_[k]++;
+        Convert(k, main_);
+        return;
+      }
+      default: {  // pred logic
+        const std::string a = Choose("pred"), b = Choose("pred");
+        const std::string c = Add("pred", fmt::format("{}({}, {})",
+                                                      std::vector<std::string>{"and", "or", "xor"}[Pick(0, 2)], a, b));
+        uses_[c]++;
+        const std::string x = Choose(main_), y = Choose(main_);
+        Add(main_, fmt::format("select({}, {}, {})", Add("pred", fmt::format("not({})", c)), x, y));
+        return;
+      }
+    }
+  }
+
+  std::mt19937& rng_;
+  std::string main_;
+  std::vector<int64_t> dims_;
+  std::vector<std::string> lines_;
+  std::vector<Value> values_;
+  std::vector<Small> smalls_;
+  std::string scalar_;
+  std::map<std::string, int> uses_;
+  int next_ = 0, params_ = 0;
+};
+
+TEST(FuseLoops, RandomProgramsGiveTheUnfusedBits) {
+  std::mt19937 rng(20240613);
+  int64_t fusions = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const PrimitiveType type = trial % 2 ? PrimitiveType::kBF16 : PrimitiveType::kF32;
+    RandomProgram program(rng, type);
+    const std::string text = program.Build();
+    SCOPED_TRACE(fmt::format("trial {}", trial));
+    LoopFusionStats stats;
+    FuseAndCompare(text, rng, &stats);
+    if (HasFatalFailure() || HasFailure()) return;
+    fusions += stats.fusions;
+  }
+  EXPECT_GT(fusions, 60);  // most programs fuse something
+}
+
+// ---------------------------------------------------------------------------
+// Named cases.
+
+constexpr const char* kAddF32 = R"(
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+max {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] maximum(a, b)
+}
+)";
+
+TEST(FuseLoops, RmsNorm) {
+  std::mt19937 rng(1);
+  const std::string text = std::string("HloModule rmsnorm\n") + kAddF32 + R"(
+ENTRY main {
+  x = f32[8,512] parameter(0)
+  w = f32[512] parameter(1)
+  sq = f32[8,512] multiply(x, x)
+  zero = f32[] constant(0)
+  ss = f32[8] reduce(sq, zero), dimensions={1}, to_apply=add
+  inv_n = f32[] constant(0.001953125)
+  inv_nb = f32[8] broadcast(inv_n), dimensions={}
+  mean = f32[8] multiply(ss, inv_nb)
+  eps = f32[] constant(1e-05)
+  epsb = f32[8] broadcast(eps), dimensions={}
+  me = f32[8] add(mean, epsb)
+  r = f32[8] rsqrt(me)
+  rb = f32[8,512] broadcast(r), dimensions={0}
+  xr = f32[8,512] multiply(x, rb)
+  wb = f32[8,512] broadcast(w), dimensions={1}
+  ROOT y = f32[8,512] multiply(xr, wb)
+})";
+  std::unique_ptr<HloModule> fused = FuseAndCompare(text, rng);
+  const HloInstruction* root = fused->entry_computation()->root_instruction();
+  ASSERT_EQ(root->opcode(), HloOpcode::kFusion);
+  EXPECT_EQ(root->name(), "fusion") << fused->ToString();
+  EXPECT_EQ(root->attrs().fusion_kind, FusionKind::kLoop);
+  EXPECT_EQ(FusedOps(*root), (std::multiset<std::string>{"broadcast", "broadcast", "multiply",
+                                                          "multiply"}));
+  EXPECT_EQ(root->called_computations()[0]->root_instruction()->name(), "y");
+  // The statistics chain: mean, eps, rsqrt in one [8] fusion; x*x alone
+  // (its one user is the reduce) stays unfused.
+  const HloInstruction* rs = nullptr;
+  for (const HloInstruction* operand : root->operands()) {
+    if (operand->opcode() == HloOpcode::kFusion) rs = operand;
+  }
+  ASSERT_NE(rs, nullptr) << fused->ToString();
+  EXPECT_EQ(FusedOps(*rs), (std::multiset<std::string>{"broadcast", "broadcast", "constant",
+                                                        "constant", "multiply", "add", "rsqrt"}));
+  EXPECT_EQ(fused->entry_computation()->GetInstruction("sq")->opcode(), HloOpcode::kMultiply);
+}
+
+TEST(FuseLoops, Softmax) {
+  std::mt19937 rng(2);
+  const std::string text = std::string("HloModule softmax\n") + kAddF32 + R"(
+ENTRY main {
+  x = f32[16,300] parameter(0)
+  ninf = f32[] constant(-inf)
+  m = f32[16] reduce(x, ninf), dimensions={1}, to_apply=max
+  mb = f32[16,300] broadcast(m), dimensions={0}
+  d = f32[16,300] subtract(x, mb)
+  e = f32[16,300] exponential(d)
+  zero = f32[] constant(0)
+  s = f32[16] reduce(e, zero), dimensions={1}, to_apply=add
+  sb = f32[16,300] broadcast(s), dimensions={0}
+  ROOT p = f32[16,300] divide(e, sb)
+})";
+  std::unique_ptr<HloModule> fused = FuseAndCompare(text, rng);
+  // exp(x - broadcast(max)) is one fusion; e has two users (the reduce and
+  // the divide), so it is computed once and read by the divide's fusion.
+  const HloInstruction* e = fused->entry_computation()->GetInstruction("fusion");
+  ASSERT_NE(e, nullptr) << fused->ToString();
+  std::vector<std::multiset<std::string>> ops;
+  for (const HloInstruction* f : Fusions(*fused)) ops.push_back(FusedOps(*f));
+  EXPECT_EQ(ops.size(), 2u) << fused->ToString();
+  EXPECT_NE(std::find(ops.begin(), ops.end(),
+                      std::multiset<std::string>{"broadcast", "subtract", "exponential"}),
+            ops.end())
+      << fused->ToString();
+  EXPECT_NE(std::find(ops.begin(), ops.end(), std::multiset<std::string>{"broadcast", "divide"}),
+            ops.end())
+      << fused->ToString();
+  EXPECT_EQ(CountOutsideFusions(*fused, HloOpcode::kExp), 0);
+}
+
+TEST(FuseLoops, SiluTimesUpInBf16) {
+  std::mt19937 rng(3);
+  const std::string text = R"(HloModule silu
+ENTRY main {
+  gate = bf16[32,384] parameter(0)
+  up = bf16[32,384] parameter(1)
+  sg = bf16[32,384] logistic(gate)
+  silu = bf16[32,384] multiply(gate, sg)
+  h = bf16[32,384] multiply(silu, up)
+  ROOT hf = f32[32,384] convert(h)
+})";
+  std::unique_ptr<HloModule> fused = FuseAndCompare(text, rng);
+  const std::vector<const HloInstruction*> fusions = Fusions(*fused);
+  ASSERT_EQ(fusions.size(), 1u) << fused->ToString();
+  EXPECT_EQ(FusedOps(*fusions[0]), (std::multiset<std::string>{"logistic", "multiply", "multiply",
+                                                                "convert"}));
+  // gate is read twice inside, passed once.
+  EXPECT_EQ(fusions[0]->operand_count(), 2);
+}
+
+TEST(FuseLoops, AValueWithTwoUsersIsNotDuplicatedUnlessCheap) {
+  std::mt19937 rng(4);
+  const std::string text = R"(HloModule users
+ENTRY main {
+  x = f32[64,96] parameter(0)
+  w = f32[96,32] parameter(1)
+  b = f32[96] parameter(2)
+  bb = f32[64,96] broadcast(b), dimensions={1}
+  a = f32[64,96] add(x, bb)
+  e = f32[64,96] exponential(a)
+  one = f32[] constant(1)
+  ones = f32[64,96] broadcast(one), dimensions={}
+  t = f32[64,96] add(e, ones)
+  d = f32[64,32] dot(e, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  n = f32[64,96] negate(x)
+  u = f32[64,96] multiply(n, bb)
+  ROOT out = (f32[64,96], f32[64,32], f32[64,96]) tuple(t, d, u)
+})";
+  LoopFusionStats stats;
+  std::unique_ptr<HloModule> fused = FuseAndCompare(text, rng, &stats);
+  // e feeds the dot and t: computed once, as the root of the fusion that
+  // also holds a = x + bb, never copied into t's fusion.
+  int64_t exps = 0;
+  for (const HloInstruction* f : Fusions(*fused)) {
+    for (const HloInstruction* i : f->called_computations()[0]->instructions()) {
+      exps += i->opcode() == HloOpcode::kExp;
+    }
+  }
+  EXPECT_EQ(exps, 1) << fused->ToString();
+  const HloInstruction* root = fused->entry_computation()->root_instruction();
+  const HloInstruction* t = root->operand(0);
+  ASSERT_EQ(t->opcode(), HloOpcode::kFusion);
+  EXPECT_EQ(FusedOps(*t), (std::multiset<std::string>{"add", "broadcast", "constant"}));
+  EXPECT_EQ(root->operand(1)->operand(0), t->operand(0));  // the dot reads the same e
+  // The broadcast bb has users in two fusions: copied into both, the
+  // original is gone.
+  EXPECT_EQ(CountOutsideFusions(*fused, HloOpcode::kBroadcast), 0) << fused->ToString();
+  EXPECT_EQ(stats.duplicated, 1);
+}
+
+TEST(FuseLoops, LeavesReducersCollectivesAndLoneOpsAlone) {
+  const std::string text = std::string("HloModule m\n") + kAddF32 + R"(
+ENTRY main {
+  x = f32[16] parameter(0)
+  n = f32[16] negate(x)
+  r = f32[16] all-reduce(n), replica_groups={}, to_apply=add
+  ROOT s = f32[16] abs(r)
+})";
+  std::unique_ptr<HloModule> module = ParseHloModule(text);
+  const LoopFusionStats stats = FuseLoops(*module);
+  EXPECT_EQ(stats.fusions, 0);
+  EXPECT_EQ(module->GetComputation("add")->root_instruction()->opcode(), HloOpcode::kAdd);
+  EXPECT_EQ(module->entry_computation()->instruction_count(), 4);
+}
+
+TEST(FuseLoops, FusesInsideWhileBodies) {
+  std::mt19937 rng(5);
+  const std::string text = R"(HloModule loop
+cond {
+  s = (s32[], f32[64]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  k = s32[] constant(3)
+  ROOT lt = pred[] compare(i, k), direction=LT
+}
+body {
+  s = (s32[], f32[64]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  x = f32[64] get-tuple-element(s), index=1
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  h = f32[] constant(0.5)
+  hb = f32[64] broadcast(h), dimensions={}
+  y = f32[64] multiply(x, hb)
+  z = f32[64] tanh(y)
+  ROOT t = (s32[], f32[64]) tuple(j, z)
+}
+ENTRY main {
+  x = f32[64] parameter(0)
+  zero = s32[] constant(0)
+  init = (s32[], f32[64]) tuple(zero, x)
+  w = (s32[], f32[64]) while(init), condition=cond, body=body
+  ROOT r = f32[64] get-tuple-element(w), index=1
+})";
+  LoopFusionStats stats;
+  std::unique_ptr<HloModule> fused = FuseAndCompare(text, rng, &stats);
+  EXPECT_EQ(stats.fusions, 1) << fused->ToString();
+  EXPECT_EQ(fused->GetComputation("body")->GetInstruction("z"), nullptr);
+}
+
+TEST(FuseLoops, PrintsFusedComputationsBeforeTheirUsers) {
+  const std::string text = R"(HloModule order
+ENTRY main {
+  x = f32[8,128] parameter(0)
+  b = f32[128] parameter(1)
+  bb = f32[8,128] broadcast(b), dimensions={1}
+  ROOT y = f32[8,128] add(x, bb)
+})";
+  std::unique_ptr<HloModule> module = ParseHloModule(text);
+  FuseLoops(*module);
+  const std::string printed = module->ToString();
+  const size_t fused_at = printed.find("fused_computation");
+  const size_t entry_at = printed.find("ENTRY");
+  ASSERT_NE(fused_at, std::string::npos) << printed;
+  EXPECT_LT(fused_at, entry_at) << printed;
+  EXPECT_NE(printed.find("fusion(x, b), kind=kLoop, calls=fused_computation"), std::string::npos)
+      << printed;
+  // A second run finds nothing more to fuse.
+  EXPECT_EQ(FuseLoops(*module).fusions, 0);
+  EXPECT_EQ(module->ToString(), printed);
+}
+
+}  // namespace
+}  // namespace weft::compiler

@@ -1,0 +1,282 @@
+// The loop-fusion evaluator: each fused module must give the bits of the
+// same instructions run unfused (broadcast fast paths and the general path,
+// iota, splatted scalars, converts, bf16 rounding, pred and s32, tile and
+// thread-chunk boundaries), take over a dying operand's buffer only when no
+// broadcast reads it, and refuse what it cannot run.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "executor_test_util.h"
+#include "weft/base/error.h"
+
+namespace weft::runtime {
+namespace {
+
+using testing::Parse;
+
+// A fused computation's body (parameters p0, p1, ... of `params`; the last
+// line is the ROOT) as an unfused entry and as one loop fusion.
+struct Case {
+  std::vector<std::string> params;  // shapes
+  std::vector<std::string> body;
+  std::string result;  // the root's shape
+};
+
+std::string ParamLines(const Case& c) {
+  std::string text;
+  for (size_t i = 0; i < c.params.size(); ++i) {
+    text += fmt::format("  p{} = {} parameter({})\n", i, c.params[i], i);
+  }
+  return text;
+}
+
+std::string Body(const Case& c) {
+  std::string text;
+  for (const std::string& line : c.body) text += "  " + line + "\n";
+  return text;
+}
+
+std::string Unfused(const Case& c) {
+  return "HloModule unfused\nENTRY main {\n" + ParamLines(c) + Body(c) + "}\n";
+}
+
+std::string Fused(const Case& c) {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < c.params.size(); ++i) names.push_back(fmt::format("p{}", i));
+  return "HloModule fused\nfused_computation {\n" + ParamLines(c) + Body(c) +
+         "}\nENTRY main {\n" + ParamLines(c) +
+         fmt::format("  ROOT f = {} fusion({}), kind=kLoop, calls=fused_computation\n}}\n",
+                     c.result, fmt::join(names, ", "));
+}
+
+// Never-zero inputs.
+std::vector<HostTensor> Inputs(const Case& c, std::mt19937& rng) {
+  std::vector<HostTensor> inputs;
+  for (const std::string& shape : c.params) {
+    HostTensor t = testing::Random(shape, rng, 0.25, 2.0);
+    if (t.element_type() != PrimitiveType::kPred) {
+      std::vector<double> v = t.ToDoubles();
+      for (double& x : v) x = (rng() & 1) ? x : -x;
+      t = HostTensor::FromDoubles(t.shape(), v);
+    }
+    inputs.push_back(std::move(t));
+  }
+  return inputs;
+}
+
+void ExpectSameBits(const Case& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const std::vector<HostTensor> inputs = Inputs(c, rng);
+  std::vector<HostTensor> a, b;
+  for (const HostTensor& t : inputs) {
+    a.push_back(t.Clone());
+    b.push_back(t.Clone());
+  }
+  const HostTensor want = testing::Run(*Parse(Unfused(c)), std::move(a)).at(0);
+  const HostTensor got = testing::Run(*Parse(Fused(c)), std::move(b)).at(0);
+  ASSERT_EQ(want.shape(), got.shape());
+  const int64_t width = ByteWidth(want.element_type());
+  for (int64_t k = 0; k < want.element_count(); ++k) {
+    if (std::memcmp(static_cast<const std::byte*>(want.raw_data()) + k * width,
+                    static_cast<const std::byte*>(got.raw_data()) + k * width, width) != 0) {
+      FAIL() << "element " << k << ": unfused " << want.GetDouble(k) << ", fused "
+             << got.GetDouble(k) << "\n"
+             << Fused(c);
+    }
+  }
+}
+
+// Every broadcast path, at sizes that cut tiles (2048) mid-row and, the
+// largest, span several thread-pool chunks.
+TEST(EvalFusion, BroadcastsMatchUnfused) {
+  struct Bcast {
+    std::vector<int64_t> operand_dims;  // indices into the output dims
+  };
+  const std::vector<std::vector<int64_t>> shapes = {{5, 77, 33}, {3, 129, 111}, {7}, {1, 4099}};
+  uint32_t seed = 1;
+  for (const std::vector<int64_t>& dims : shapes) {
+    const int64_t rank = static_cast<int64_t>(dims.size());
+    std::vector<std::vector<int64_t>> maps = {{}};  // scalar
+    for (int64_t mask = 1; mask < (1 << rank); ++mask) {
+      std::vector<int64_t> m;
+      for (int64_t d = 0; d < rank; ++d) {
+        if (mask & (1 << d)) m.push_back(d);
+      }
+      maps.push_back(m);
+    }
+    for (const char* type : {"f32", "bf16", "s32", "pred"}) {
+      for (const std::vector<int64_t>& map : maps) {
+        std::vector<int64_t> small;
+        for (int64_t d : map) small.push_back(dims[d]);
+        const std::string full = fmt::format("{}[{}]", type, fmt::join(dims, ","));
+        const std::string op = std::string(type) == "pred" ? "xor" : "multiply";
+        Case c;
+        c.params = {full, fmt::format("{}[{}]", type, fmt::join(small, ","))};
+        c.body = {fmt::format("b = {} broadcast(p1), dimensions={{{}}}", full, fmt::join(map, ",")),
+                  fmt::format("ROOT r = {} {}(p0, b)", full, op)};
+        c.result = full;
+        SCOPED_TRACE(Fused(c));
+        ExpectSameBits(c, seed++);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+TEST(EvalFusion, ChainsInBf16RoundEveryResult) {
+  // Unrounded f32 intermediates would differ from the unfused bf16 program.
+  Case c;
+  c.params = {"bf16[33,257]", "bf16[257]", "bf16[33,257]"};
+  c.body = {"e = bf16[33,257] exponential(p0)",
+            "b = bf16[33,257] broadcast(p1), dimensions={1}",
+            "m = bf16[33,257] multiply(e, b)",
+            "t = bf16[33,257] tanh(m)",
+            "d = bf16[33,257] divide(t, p2)",
+            "s = bf16[33,257] subtract(d, e)",
+            "ROOT r = bf16[33,257] add(s, m)"};
+  c.result = "bf16[33,257]";
+  ExpectSameBits(c, 7);
+}
+
+TEST(EvalFusion, IotaConvertsAndIntegers) {
+  for (int64_t d = 0; d < 3; ++d) {
+    Case c;
+    c.params = {"f32[6,50,41]", "bf16[6,50,41]"};
+    c.body = {fmt::format("i = s32[6,50,41] iota(), iota_dimension={}", d),
+              "j = s32[6,50,41] convert(p0)",
+              "k = s32[6,50,41] multiply(i, j)",
+              "three = s32[] constant(3)",
+              "tb = s32[6,50,41] broadcast(three), dimensions={}",
+              "q = s32[6,50,41] divide(k, tb)",
+              "lt = pred[6,50,41] compare(q, i), direction=LT",
+              "f = bf16[6,50,41] convert(q)",
+              "h = f16[6,50,41] convert(p1)",
+              "hf = bf16[6,50,41] convert(h)",
+              "n = bf16[6,50,41] negate(hf)",
+              "s = bf16[6,50,41] select(lt, f, n)",
+              "ROOT r = f32[6,50,41] convert(s)"};
+    c.result = "f32[6,50,41]";
+    SCOPED_TRACE(d);
+    ExpectSameBits(c, 11 + static_cast<uint32_t>(d));
+  }
+}
+
+TEST(EvalFusion, ScalarOperandsAreSplatted) {
+  Case c;
+  c.params = {"f32[9,300]", "f32[]", "f32[]", "pred[]", "f32[9,300]"};
+  c.body = {"cl = f32[9,300] clamp(p1, p0, p2)",
+            "ROOT s = f32[9,300] select(p3, cl, p4)"};
+  c.result = "f32[9,300]";
+  ExpectSameBits(c, 21);
+  Case h = c;
+  h.params = {"bf16[9,300]", "bf16[]", "bf16[]", "pred[]", "bf16[9,300]"};
+  h.body = {"cl = bf16[9,300] clamp(p1, p0, p2)",
+            "ROOT s = bf16[9,300] select(p3, cl, p4)"};
+  h.result = "bf16[9,300]";
+  ExpectSameBits(h, 22);
+}
+
+TEST(EvalFusion, BroadcastRoots) {
+  // A broadcast root (bf16: its bits copied, not rounded through f32), in
+  // the general path (a middle dimension repeated) and a fast one.
+  for (const char* dims : {"0,2", "1,2"}) {
+    Case c;
+    c.params = {"bf16[3,70]"};
+    if (std::string(dims) == "1,2") c.params = {"bf16[40,70]"};
+    c.body = {fmt::format("ROOT b = bf16[3,40,70] broadcast(p0), dimensions={{{}}}", dims)};
+    c.result = "bf16[3,40,70]";
+    ExpectSameBits(c, 31);
+  }
+}
+
+TEST(EvalFusion, TakesOverADyingOperandUnlessABroadcastReadsIt) {
+  const std::string module = R"(HloModule reuse
+fc {
+  a = f32[64,256] parameter(0)
+  b = f32[256] parameter(1)
+  bb = f32[64,256] broadcast(b), dimensions={1}
+  ROOT r = f32[64,256] add(a, bb)
+}
+ENTRY main {
+  x = f32[64,256] parameter(0)
+  w = f32[256] parameter(1)
+  n = f32[64,256] negate(x)
+  ROOT f = f32[64,256] fusion(n, w), kind=kLoop, calls=fc
+})";
+  std::mt19937 rng(41);
+  HostTensor x = testing::Random("f32[64,256]", rng), w = testing::Random("f32[256]", rng);
+  ExecutorStats stats;
+  const HostTensor out = testing::Run(*Parse(module), {x.Clone(), w.Clone()}, &stats).at(0);
+  EXPECT_EQ(stats.allocations, 1);  // the negate's buffer holds the result too
+  for (int64_t i = 0; i < out.element_count(); ++i) {
+    const float want = -x.data<float>()[i] + w.data<float>()[i % 256];
+    ASSERT_EQ(out.data<float>()[i], want) << i;
+  }
+
+  // The same value as the in-place operand and as a broadcast's source (an
+  // identity broadcast reads it at other indices than it writes): no reuse.
+  const std::string shared = R"(HloModule shared
+fc {
+  a = f32[64,256] parameter(0)
+  b = f32[64,256] parameter(1)
+  bt = f32[64,256] broadcast(b), dimensions={0,1}
+  ROOT r = f32[64,256] add(a, bt)
+}
+ENTRY main {
+  x = f32[64,256] parameter(0)
+  n = f32[64,256] negate(x)
+  ROOT f = f32[64,256] fusion(n, n), kind=kLoop, calls=fc
+})";
+  const HostTensor twice = testing::Run(*Parse(shared), {x.Clone()}, &stats).at(0);
+  EXPECT_EQ(stats.allocations, 2);
+  for (int64_t i = 0; i < twice.element_count(); ++i) {
+    ASSERT_EQ(twice.data<float>()[i], -2 * x.data<float>()[i]) << i;
+  }
+}
+
+TEST(EvalFusion, RefusesWhatItCannotRun) {
+  const std::string reshape = R"(HloModule bad
+fc {
+  a = f32[4,8] parameter(0)
+  r = f32[32] reshape(a)
+  ROOT n = f32[32] negate(r)
+}
+ENTRY main {
+  x = f32[4,8] parameter(0)
+  ROOT f = f32[32] fusion(x), kind=kLoop, calls=fc
+})";
+  try {
+    Executor executor(*Parse(reshape));
+    FAIL() << "a reshape in a loop fusion ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("reshape is not supported in a loop fusion"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("'f' (fusion)"), std::string::npos) << e.what();
+  }
+  const std::string input = R"(HloModule input
+fc {
+  a = f32[4,8] parameter(0)
+  ROOT n = f32[4,8] negate(a)
+}
+ENTRY main {
+  x = f32[4,8] parameter(0)
+  ROOT f = f32[4,8] fusion(x), kind=kInput, calls=fc
+})";
+  try {
+    Executor executor(*Parse(input));
+    FAIL() << "a kInput fusion ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kInput is not supported"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace weft::runtime
