@@ -66,6 +66,7 @@ TrainBenchResult MeasureTrain(const TrainBenchOptions& options) {
   const MeshConfig& mesh = train.mesh ? *train.mesh : config.mesh;
   train.steps = options.warmup + options.steps;
   train.profile = options.profile;
+  train.fuse_loops = options.fuse_loops;
 
   TrainBenchResult r;
   r.config = options.config;

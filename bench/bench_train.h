@@ -32,6 +32,7 @@ struct TrainBenchOptions {
   int64_t steps = 3;  // timed steps
   int64_t warmup = 1;  // untimed steps first (at least 1: the first pays one-time costs)
   bool profile = true;  // per-class executor timers (--no-profile: off)
+  bool fuse_loops = false;  // --fuse-loops: compiler::FuseLoops on the per-device program
   bool json = false;
 };
 

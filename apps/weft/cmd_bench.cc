@@ -105,6 +105,8 @@ void AddBench(CLI::App& app) {
   auto train_no_profile = std::make_shared<bool>(false);
   train->add_flag("--no-profile", *train_no_profile,
                   "Do not time instructions by class (the breakdown is then optimizer and other)");
+  train->add_flag("--fuse-loops", train_opt->fuse_loops,
+                  "Fuse elementwise loops (compiler::FuseLoops) in the per-device program");
   train->add_flag("--json", train_opt->json, "Print one JSON object instead of a table");
   train->callback([train_opt, train_no_profile] {
     train_opt->profile = !*train_no_profile;

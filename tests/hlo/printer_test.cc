@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "weft/base/error.h"
 #include "weft/hlo/builder.h"
 #include "weft/hlo/parser.h"
 
@@ -52,6 +57,105 @@ ENTRY %main (x: f32[4,8]{1,0}, t: (f32[4,8]{1,0}, s32[])) -> (f32[4]{0}, f32[4,8
   ROOT %out = (f32[4]{0}, f32[4,8]{1,0}) tuple(f32[4]{0} %r, f32[4,8]{1,0} %x)
 }
 )");
+}
+
+// A loop fusion as XLA prints it (fused computations first, %names, operand
+// shapes, layouts, signatures): parsed, then printed back the same, in both
+// styles; every fusion kind parses.
+TEST(PrinterTest, FusionRoundTripsInXlaStyle) {
+  constexpr const char* kXla = R"(HloModule m, entry_computation_layout={(f32[8,128]{1,0}, f32[128]{0})->f32[8,128]{1,0}}
+
+%fused_computation.3 (param_0: f32[8,128], param_1: f32[128]) -> f32[8,128] {
+  %param_0 = f32[8,128]{1,0} parameter(0)
+  %param_1 = f32[128]{0} parameter(1)
+  %broadcast.1 = f32[8,128]{1,0} broadcast(f32[128]{0} %param_1), dimensions={1}
+  ROOT %add.2 = f32[8,128]{1,0} add(f32[8,128]{1,0} %param_0, f32[8,128]{1,0} %broadcast.1)
+}
+
+ENTRY %main (a: f32[8,128], b: f32[128]) -> f32[8,128] {
+  %a = f32[8,128]{1,0} parameter(0)
+  %b = f32[128]{0} parameter(1)
+  ROOT %fusion.3 = f32[8,128]{1,0} fusion(f32[8,128]{1,0} %a, f32[128]{0} %b), kind=kLoop, calls=%fused_computation.3
+}
+)";
+  std::unique_ptr<HloModule> module = ParseHloModule(kXla);
+  // weft's XLA style adds layouts to signatures; everything else is as XLA
+  // printed it, and it parses back to the same module.
+  std::string want = kXla;
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"(param_0: f32[8,128], param_1: f32[128]) -> f32[8,128] {",
+            "(param_0: f32[8,128]{1,0}, param_1: f32[128]{0}) -> f32[8,128]{1,0} {"},
+           {"(a: f32[8,128], b: f32[128]) -> f32[8,128] {",
+            "(a: f32[8,128]{1,0}, b: f32[128]{0}) -> f32[8,128]{1,0} {"}}) {
+    want.replace(want.find(from), from.size(), to);
+  }
+  const std::string xla_style = PrintModule(*module, HloPrintOptions::XlaStyle());
+  EXPECT_EQ(xla_style, want);
+  EXPECT_EQ(ParseHloModule(xla_style)->ToString(), module->ToString());
+  const HloInstruction* fusion = module->entry_computation()->root_instruction();
+  ASSERT_EQ(fusion->opcode(), HloOpcode::kFusion);
+  EXPECT_EQ(fusion->attrs().fusion_kind, FusionKind::kLoop);
+  EXPECT_EQ(fusion->fused_computation()->name(), "fused_computation.3");
+  const std::string canonical = module->ToString();
+  EXPECT_NE(canonical.find("ROOT fusion.3 = f32[8,128] fusion(a, b), kind=kLoop, "
+                           "calls=fused_computation.3"),
+            std::string::npos)
+      << canonical;
+  EXPECT_EQ(ParseHloModule(canonical)->ToString(), canonical);
+  for (const char* kind : {"kInput", "kOutput", "kCustom"}) {
+    std::string text = canonical;
+    text.replace(text.find("kLoop"), 5, kind);
+    std::unique_ptr<HloModule> other = ParseHloModule(text);
+    EXPECT_EQ(FusionKindString(other->entry_computation()->root_instruction()->attrs().fusion_kind),
+              kind);
+    EXPECT_EQ(other->ToString(), text);
+  }
+}
+
+// The verifier (run by the parser) rejects a fusion whose operands do not
+// match its fused computation's parameters, and an unknown kind.
+TEST(PrinterTest, FusionOperandsMustMatchTheFusedComputation) {
+  const std::string fused = R"(HloModule m
+fc {
+  p0 = f32[8] parameter(0)
+  p1 = f32[8] parameter(1)
+  ROOT s = f32[8] add(p0, p1)
+}
+)";
+  auto expect_error = [&](const std::string& entry, const std::string& want) {
+    try {
+      ParseHloModule(fused + entry);
+      ADD_FAILURE() << "accepted:\n" << entry;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  expect_error(R"(ENTRY main {
+  x = f32[8] parameter(0)
+  ROOT f = f32[8] fusion(x), kind=kLoop, calls=fc
+})",
+               "fusion passes 1 operands to fused computation 'fc' which takes 2");
+  expect_error(R"(ENTRY main {
+  x = f32[8] parameter(0)
+  y = f32[4] parameter(1)
+  ROOT f = f32[8] fusion(x, y), kind=kLoop, calls=fc
+})",
+               "fusion operand 1 is f32[4] but parameter 1 of 'fc' is f32[8]");
+  expect_error(R"(ENTRY main {
+  x = f32[8] parameter(0)
+  ROOT f = f32[4] fusion(x, x), kind=kLoop, calls=fc
+})",
+               "does not match f32[8] inferred");
+  expect_error(R"(ENTRY main {
+  x = f32[8] parameter(0)
+  ROOT f = f32[8] fusion(x, x), kind=kFast, calls=fc
+})",
+               "fusion kind must be one of kLoop, kInput, kOutput, kCustom");
+  expect_error(R"(ENTRY main {
+  x = f32[8] parameter(0)
+  ROOT f = f32[8] fusion(x, x), kind=kLoop
+})",
+               "missing attribute calls=");
 }
 
 TEST(PrinterTest, InstructionLines) {
