@@ -32,7 +32,8 @@ void AddCompile(CLI::App& app) {
   part->add_option("file", qopt->input, "HLO text module with a sharding on every instruction")
       ->required();
   part->add_option("--num-partitions", qopt->num_partitions,
-                   "Number of devices (default: from the module or its shardings)");
+                   "Number of devices, at most 65536 (default: from the module or its "
+                   "shardings)");
   part->add_option("-o,--output", qopt->output, "Write the program here instead of stdout");
   part->add_flag("--xla-style", qopt->xla_style, "Print with XLA's default options");
   part->callback([qopt] { SetAction([qopt] { return RunPartitionCommand(*qopt); }); });

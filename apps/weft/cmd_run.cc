@@ -1,8 +1,12 @@
 // `weft run`: runs an HLO module end to end (propagate, partition, execute)
 // on this process's devices, or on one device per rank under mpirun.
+#include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "commands.h"
+#include "weft/base/error.h"
+#include "weft/runtime/config.h"
 #include "weft/runtime/run_command.h"
 
 namespace weft::cli {
@@ -22,7 +26,28 @@ void AddRun(CLI::App& app) {
   run->add_option("--num-devices", opt->num_devices,
                   "Devices (default: the ranks under mpirun, else what the shardings are "
                   "written for, else WEFT_NUM_DEVICES)");
-  run->callback([opt] { SetAction([opt] { return runtime::RunRunCommand(*opt); }); });
+  run->add_option("--max-iterations", opt->max_iterations,
+                  "The most iterations one while loop may run before the run stops with an error "
+                  "naming the loop (default 10000000)");
+  auto timeout = std::make_shared<std::optional<int64_t>>();
+  run->add_option("--collective-timeout", *timeout,
+                  "Seconds a device waits for the others at a collective before the run fails, "
+                  "naming who did not arrive (default: WEFT_COLLECTIVE_TIMEOUT, else 600)");
+  run->callback([opt, timeout] {
+    SetAction([opt, timeout] {
+      // Held for the whole command, so it is in place before any device starts.
+      std::optional<runtime::ScopedConfigOverride> hold;
+      if (*timeout) {
+        const auto key = runtime::ConfigKey::kCollectiveTimeout;
+        WEFT_CHECK(**timeout >= runtime::ConfigMinValue(key) &&
+                       **timeout <= runtime::ConfigMaxValue(key),
+                   "--collective-timeout {}: give seconds in [{}, {}]", **timeout,
+                   runtime::ConfigMinValue(key), runtime::ConfigMaxValue(key));
+        hold.emplace(key, **timeout);
+      }
+      return runtime::RunRunCommand(*opt);
+    });
+  });
 }
 
 }  // namespace weft::cli

@@ -124,7 +124,8 @@ std::vector<std::string_view> RequiredAttributes(Op op) {
 class HloTextParser {
  public:
   HloTextParser(std::string_view text, const HloParseOptions& options)
-      : cur_(text, options.source_name) {}
+      : cur_(text, options.source_name),
+        max_expanded_device_ids_(options.max_expanded_device_ids) {}
 
   std::unique_ptr<HloModule> ParseModule() {
     if (!cur_.TryKeyword("HloModule")) cur_.Expected("'HloModule <name>' at the start");
@@ -157,9 +158,19 @@ class HloTextParser {
     const std::string key = cur_.ParseWord("a module attribute");
     cur_.Expect("=", fmt::format("'=' after {}", key));
     if (key == "num_partitions" || key == "replica_count") {
+      const size_t value_at = cur_.Mark();
       const int64_t n = cur_.ParseInt(key);
       if (n < 1) cur_.FailAt(at, fmt::format("{} must be >= 1", key));
       key == "num_partitions" ? module_->set_num_partitions(n) : module_->set_replica_count(n);
+      // Bounded (with their product) before any sharding is read against them.
+      if (!DeviceCountWithin(
+              std::vector<int64_t>{module_->num_partitions(), module_->replica_count()})) {
+        cur_.FailAt(
+            value_at,
+            fmt::format("{}={} makes num_partitions x replica_count = {} x {} devices, "
+                        "more than {}, the most weft supports",
+                        key, n, module_->num_partitions(), module_->replica_count(), kMaxDevices));
+      }
     } else if (key == "entry_computation_layout") {
       // Derived from the entry computation; parsed only to reject layouts.
       cur_.Expect("{", "'{' to start entry_computation_layout");
@@ -181,7 +192,7 @@ class HloTextParser {
   HloComputation* ParseComputation() {
     const size_t at = cur_.Mark();
     std::string name = cur_.ParseName("a computation name");
-    if (module_->GetComputation(name) != nullptr) {
+    if (computations_.count(name)) {
       cur_.FailAt(at, fmt::format("computation '{}' is defined twice", name));
     }
     auto computation = std::make_unique<HloComputation>(name);
@@ -223,7 +234,9 @@ class HloTextParser {
     }
     if (root != nullptr) computation->set_root_instruction(root);
     if (signature_at != 0) CheckSignature(*computation, signature, *result, signature_at);
-    return module_->AddComputation(std::move(computation));
+    HloComputation* added = module_->AddComputation(std::move(computation));
+    computations_[name] = added;
+    return added;
   }
 
   void CheckSignature(const HloComputation& c,
@@ -440,14 +453,85 @@ class HloTextParser {
 
   HloSharding ParseSharding() {
     cur_.Skip();
-    size_t pos = cur_.Mark();
+    const size_t start = cur_.Mark();
+    // The same sharding text again (XLA repeats one sharding on many
+    // instructions): the parsed value, whose device list is shared.
+    const size_t extent = BalancedBracesEnd(cur_.text(), start);
+    std::string_view key;
+    if (extent != std::string_view::npos) {
+      key = cur_.text().substr(start, extent - start);
+      if (auto it = sharding_cache_.find(key); it != sharding_cache_.end()) {
+        cur_.set_pos(extent);
+        return it->second;
+      }
+    }
+    // A sharding spans at most the module's devices: checked on the tile
+    // assignment's dims, before its device ids are expanded.
+    ShardingLimits limits;
+    if (module_->num_partitions() > 1) {
+      limits.max_devices = module_->num_partitions();
+      limits.why = fmt::format("the module's num_partitions={}", module_->num_partitions());
+    }
+    size_t pos = start;
     try {
-      HloSharding s = ParseHloShardingAt(cur_.text(), &pos);
+      HloSharding s = ParseHloShardingAt(cur_.text(), &pos, limits);
+      CountExpandedDevices(s, start);
       cur_.set_pos(pos);
+      if (pos == extent) sharding_cache_.emplace(key, s);
       return s;
     } catch (const ShardingSyntaxError& e) {
       cur_.FailAt(e.offset(), fmt::format("bad sharding: {}", e.what()));
     }
+  }
+
+  // The end of the balanced {...} at `at` (quoted strings skipped), or npos.
+  static size_t BalancedBracesEnd(std::string_view t, size_t at) {
+    if (at >= t.size() || t[at] != '{') return std::string_view::npos;
+    int64_t depth = 0;
+    bool in_string = false;
+    for (size_t i = at; i < t.size(); ++i) {
+      const char c = t[i];
+      if (in_string) {
+        if (c == '\\') {
+          ++i;
+        } else if (c == '"') {
+          in_string = false;
+        }
+      } else if (c == '"') {
+        in_string = true;
+      } else if (c == '{') {
+        ++depth;
+      } else if (c == '}' && --depth == 0) {
+        return i + 1;
+      }
+    }
+    return std::string_view::npos;
+  }
+
+  // Device ids are expanded once per distinct sharding (and iota replica
+  // groups), up to options.max_expanded_device_ids in all: a file of
+  // distinct 65,536-device shardings (half a megabyte each) is refused
+  // before it takes gigabytes.
+  void CountExpandedDevices(int64_t ids, size_t at) {
+    expanded_device_ids_ += ids;
+    if (expanded_device_ids_ > max_expanded_device_ids_) {
+      cur_.FailAt(at, fmt::format("the module's distinct shardings and replica groups list more "
+                                  "than {} device ids in all ({} MiB); identical shardings are "
+                                  "stored once: repeat a few shardings rather than many "
+                                  "different ones",
+                                  max_expanded_device_ids_, max_expanded_device_ids_ * 8 >> 20));
+    }
+  }
+  void CountExpandedDevices(const HloSharding& s, size_t at) {
+    int64_t ids = 0;
+    if (s.IsTuple()) {
+      for (const HloSharding& e : s.tuple_elements()) {
+        if (e.IsTiled()) ids += e.tile_assignment().num_elements();
+      }
+    } else if (s.IsTiled()) {
+      ids = s.tile_assignment().num_elements();
+    }
+    CountExpandedDevices(ids, at);
   }
 
   // {[0:4], [2:8:2]}
@@ -499,6 +583,7 @@ class HloTextParser {
       size_t pos = 0;
       try {
         const TileAssignment t = ParseHloShardingAt(text, &pos).tile_assignment();
+        CountExpandedDevices(t.num_elements(), at);
         if (t.num_dims() != 2) cur_.FailAt(at, "iota replica groups need [groups,size] dims");
         for (int64_t g = 0; g < t.dim(0); ++g) {
           groups.emplace_back(t.devices().begin() + g * t.dim(1),
@@ -593,9 +678,11 @@ class HloTextParser {
     for (PendingCall& call : calls_) {
       std::vector<HloComputation*> called;
       for (const auto& [name, at] : call.names) {
-        HloComputation* c = module_->GetComputation(name);
-        if (c == nullptr) cur_.FailAt(at, fmt::format("unknown computation '{}'", name));
-        called.push_back(c);
+        auto it = computations_.find(name);
+        if (it == computations_.end()) {
+          cur_.FailAt(at, fmt::format("unknown computation '{}'", name));
+        }
+        called.push_back(it->second);
       }
       call.instr->set_called_computations(std::move(called));
     }
@@ -605,6 +692,12 @@ class HloTextParser {
   std::unique_ptr<HloModule> module_;
   std::unordered_map<std::string, size_t> names_;  // name -> offset, current computation
   std::vector<PendingCall> calls_;
+  // By the name written in the text (a hash map: modules may hold thousands).
+  std::unordered_map<std::string, HloComputation*> computations_;
+  // Parsed shardings by their exact text (views into the module text).
+  std::unordered_map<std::string_view, HloSharding> sharding_cache_;
+  int64_t expanded_device_ids_ = 0;
+  int64_t max_expanded_device_ids_;
 };
 
 }  // namespace

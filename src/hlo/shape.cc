@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "weft/base/error.h"
 
@@ -67,15 +69,63 @@ int64_t ByteWidth(PrimitiveType type) {
   Fail("element type {} has no byte width", PrimitiveTypeName(type));
 }
 
+std::optional<int64_t> CheckedAdd(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) return std::nullopt;
+  return r;
+}
+
+std::optional<int64_t> CheckedMul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) return std::nullopt;
+  return r;
+}
+
+std::optional<std::string> ArrayShapeProblem(PrimitiveType type, std::span<const int64_t> dims) {
+  auto text = [&] { return fmt::format("{}[{}]", PrimitiveTypeName(type), fmt::join(dims, ",")); };
+  for (int64_t d : dims) {
+    if (d < 0) return fmt::format("shape {} has a negative dimension", text());
+  }
+  const bool has_zero = std::find(dims.begin(), dims.end(), 0) != dims.end();
+  int64_t product = 1;  // of the non-zero dims: every row-major stride divides it
+  for (int64_t d : dims) {
+    if (d == 0) continue;
+    std::optional<int64_t> next = CheckedMul(product, d);
+    if (!next) {
+      return fmt::format(
+          "shape {} is too large: the product of its {}dimensions overflows int64 (more than "
+          "{} elements)",
+          text(), has_zero ? "non-zero " : "", std::numeric_limits<int64_t>::max());
+    }
+    product = *next;
+  }
+  if (type == PrimitiveType::kTuple || type == PrimitiveType::kInvalid) return std::nullopt;
+  if (!CheckedMul(product, ByteWidth(type))) {
+    return fmt::format(
+        "shape {} is too large: {} elements of {} bytes overflow int64 (more than {} bytes)",
+        text(), product, ByteWidth(type), std::numeric_limits<int64_t>::max());
+  }
+  return std::nullopt;
+}
+
 Shape::Shape(PrimitiveType type, std::vector<int64_t> dims) : type_(type), dims_(std::move(dims)) {
   WEFT_CHECK(type != PrimitiveType::kTuple, "use Shape::Tuple for tuple shapes");
-  for (int64_t d : dims_) {
-    WEFT_CHECK(d >= 0, "shape {}[{}] has a negative dimension", PrimitiveTypeName(type),
-               fmt::join(dims_, ","));
-  }
+  if (std::optional<std::string> problem = ArrayShapeProblem(type, dims_)) throw Error(*problem);
 }
 
 Shape Shape::Tuple(std::vector<Shape> elements) {
+  int64_t bytes = 0;
+  for (const Shape& e : elements) {
+    if (!e.IsValid()) continue;  // "not yet known" elements have no size
+    std::optional<int64_t> sum = CheckedAdd(bytes, e.ByteSize());
+    if (!sum) {
+      Fail(
+          "tuple of {} elements is too large: its byte size overflows int64 (more than {} "
+          "bytes)",
+          elements.size(), std::numeric_limits<int64_t>::max());
+    }
+    bytes = *sum;
+  }
   Shape s;
   s.type_ = PrimitiveType::kTuple;
   s.tuple_shapes_ = std::move(elements);

@@ -4,10 +4,12 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "weft/base/error.h"
 #include "weft/hlo/computation.h"
+#include "weft/sharding/tile_assignment.h"
 
 namespace weft {
 namespace {
@@ -372,7 +374,9 @@ Shape InferSlicing(const HloInstruction& instr) {
             s.stride >= 1 && 0 <= s.start && s.start <= s.limit && s.limit <= x.dimensions(d),
             "slice range [{}:{}:{}] invalid for dim {} of size {}", s.start, s.limit, s.stride, d,
             x.dimensions(d));
-        out.push_back((s.limit - s.start + s.stride - 1) / s.stride);
+        // ceil((limit - start) / stride) without overflowing on a huge stride.
+        const int64_t span = s.limit - s.start;
+        out.push_back(span == 0 ? 0 : 1 + (span - 1) / s.stride);
       }
       return x.WithDimensions(out);
     }
@@ -425,10 +429,16 @@ Shape InferSlicing(const HloInstruction& instr) {
         const PadDim& p = a.padding[d];
         WEFT_CHECK(p.interior >= 0, "pad interior padding {} is negative", p.interior);
         const int64_t n = x.dimensions(d);
-        const int64_t size = p.low + p.high + n + std::max<int64_t>(n - 1, 0) * p.interior;
-        WEFT_CHECK(size >= 0, "padding {}_{}_{} leaves dim {} with negative size", p.low, p.high,
+        std::optional<int64_t> size = CheckedMul(std::max<int64_t>(n - 1, 0), p.interior);
+        for (int64_t term : {n, p.low, p.high}) {
+          if (size) size = CheckedAdd(*size, term);
+        }
+        WEFT_CHECK(size.has_value(),
+                   "padding {}_{}_{} of dim {} (size {}) gives a size that overflows int64", p.low,
+                   p.high, p.interior, d, n);
+        WEFT_CHECK(*size >= 0, "padding {}_{}_{} leaves dim {} with negative size", p.low, p.high,
                    p.interior, d);
-        out.push_back(size);
+        out.push_back(*size);
       }
       return x.WithDimensions(out);
     }
@@ -508,7 +518,12 @@ Shape InferLayoutOp(const HloInstruction& instr) {
         }
         WEFT_CHECK(ok, "concatenate operands {} and {} differ outside dimension {}",
                    first.ToString(), s.ToString(), cd);
-        out[cd] += s.dimensions(cd);
+        const std::optional<int64_t> sum = CheckedAdd(out[cd], s.dimensions(cd));
+        WEFT_CHECK(sum.has_value(),
+                   "concatenate dimension {} adds up to a size that overflows int64 (at operand "
+                   "{}, {})",
+                   cd, i, s.ToString());
+        out[cd] = *sum;
       }
       return first.WithDimensions(out);
     }
@@ -618,6 +633,10 @@ Shape InferCollective(const HloInstruction& instr) {
       std::set<int64_t> sources, targets;
       for (auto [s, t] : a.source_target_pairs) {
         WEFT_CHECK(s >= 0 && t >= 0, "collective-permute pair {{{},{}}} has a negative id", s, t);
+        WEFT_CHECK(s < kMaxDevices && t < kMaxDevices,
+                   "collective-permute pair {{{},{}}} names a device not below {}, the most "
+                   "devices weft supports",
+                   s, t, kMaxDevices);
         WEFT_CHECK(sources.insert(s).second, "collective-permute sends from {} twice", s);
         WEFT_CHECK(targets.insert(t).second, "collective-permute sends to {} twice", t);
       }
@@ -647,7 +666,11 @@ Shape InferCollective(const HloInstruction& instr) {
   Dims out = x.dimensions();
   if (group > 0) {
     if (instr.opcode() == HloOpcode::kAllGather) {
-      out[d] *= group;
+      const std::optional<int64_t> gathered = CheckedMul(out[d], group);
+      WEFT_CHECK(gathered.has_value(),
+                 "all-gather of dim {} of {} over {} devices gives a size that overflows int64", d,
+                 x.ToString(), group);
+      out[d] = *gathered;
     } else {
       WEFT_CHECK(out[d] % group == 0,
                  "reduce-scatter splits dim {} of {} over {} devices, which does not divide it", d,
@@ -686,6 +709,10 @@ int64_t ReplicaGroupSize(const std::vector<std::vector<int64_t>>& groups) {
                g.size());
     for (int64_t id : g) {
       WEFT_CHECK(id >= 0, "replica group id {} is negative", id);
+      WEFT_CHECK(id < kMaxDevices,
+                 "replica group id {} is not below {}, the most devices weft "
+                 "supports",
+                 id, kMaxDevices);
       WEFT_CHECK(seen.insert(id).second, "device {} appears in two replica groups", id);
     }
   }

@@ -250,17 +250,28 @@ bool TextCursor::AtShape() {
   return end < text_.size() && text_[end] == '[' && end > pos_;
 }
 
-Shape TextCursor::ParseShape() {
+Shape TextCursor::ParseShape() { return ParseShape(0); }
+
+Shape TextCursor::ParseShape(int depth) {
   Skip();
+  const size_t shape_at = pos_;
   if (TryConsume("(")) {
+    if (depth >= kMaxTupleNesting) {
+      FailAt(shape_at, fmt::format("tuple shapes nest more than {} deep; flatten the tuple",
+                                   kMaxTupleNesting));
+    }
     std::vector<Shape> elements;
     if (!TryConsume(")")) {
       do {
-        elements.push_back(ParseShape());
+        elements.push_back(ParseShape(depth + 1));
       } while (TryConsume(","));
       Expect(")", "',' or ')' in a tuple shape");
     }
-    return Shape::Tuple(std::move(elements));
+    try {
+      return Shape::Tuple(std::move(elements));
+    } catch (const Error& e) {
+      FailAt(shape_at, e.what());
+    }
   }
   const size_t type_at = pos_;
   size_t end = pos_;
@@ -287,6 +298,11 @@ Shape TextCursor::ParseShape() {
       if (dims.back() < 0) FailAt(dim_at, "dimension sizes must be >= 0");
     } while (TryConsume(","));
     Expect("]", "',' or ']' in the dimensions");
+  }
+  // Before anything uses the sizes: an element count or byte size that
+  // overflows int64 would wrap, and buffers would be allocated short.
+  if (std::optional<std::string> problem = ArrayShapeProblem(*type, dims)) {
+    FailAt(type_at, *problem);
   }
   // Optional layout, directly attached: {1,0}. Only the default is accepted.
   if (pos_ < text_.size() && text_[pos_] == '{') {

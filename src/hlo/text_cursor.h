@@ -61,11 +61,15 @@ class TextCursor {
   std::string ParseRawValue(std::string_view what);
 
   // f32[4,8]{1,0}, pred[], (f32[4], s32[]). Layouts must be the default.
+  // Sizes that overflow int64 (ArrayShapeProblem) and tuples nested more
+  // than kMaxTupleNesting deep are errors at the shape's line:col.
   Shape ParseShape();
+  static constexpr int kMaxTupleNesting = 64;
   // True if a shape starts here: '(' or a type name directly followed by '['.
   bool AtShape();
 
  private:
+  Shape ParseShape(int depth);
   std::string NextTokenText(size_t offset) const;
 
   std::string_view text_;

@@ -27,6 +27,12 @@ class Verifier {
       }
       VerifyComputation(*c);
     }
+    // Recursion and call depth: the one check every command relies on.
+    try {
+      CheckCallGraph(module_);
+    } catch (const Error& e) {
+      problems_.push_back(e.what());
+    }
     return std::move(problems_);
   }
 

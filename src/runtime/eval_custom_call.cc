@@ -51,36 +51,74 @@ AttentionCallConfig ParseConfig(const HloInstruction& instr) {
   const std::string& text = instr.attrs().backend_config;
   nlohmann::json j = nlohmann::json::object();
   if (!text.empty()) {
-    try {
-      j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-      Fail("backend_config is not valid JSON ({}): {}", e.what(), text);
-    }
+    // Our own words, never the JSON library's message.
+    j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    WEFT_CHECK(!j.is_discarded(),
+               "backend_config is not valid JSON (numbers must fit a double, strings be "
+               "quoted): {}",
+               text);
   }
   WEFT_CHECK(j.is_object(), "backend_config must be a JSON object, got {}", text);
   static const std::set<std::string> known = {
       "mask",     "score_mod", "mask_tensors", "score_tensors",    "scale",       "enable_gqa",
       "has_dlse", "q_block",   "kv_block",     "q_offset_operand", "global_q_len"};
-  try {
-    for (const auto& [key, value] : j.items()) {
-      WEFT_CHECK(known.count(key), "backend_config has unknown key '{}'; known keys: mask, "
-                 "score_mod, mask_tensors, score_tensors, scale, enable_gqa, has_dlse, q_block, "
-                 "kv_block, q_offset_operand, global_q_len", key);
-    }
-    c.mask = j.value("mask", "");
-    c.score_mod = j.value("score_mod", "");
-    c.mask_tensors = j.value("mask_tensors", std::vector<std::string>{});
-    c.score_tensors = j.value("score_tensors", std::vector<std::string>{});
-    if (j.contains("scale")) c.scale = j["scale"].get<float>();
-    if (j.contains("enable_gqa")) c.enable_gqa = j["enable_gqa"].get<bool>();
-    c.has_dlse = j.value("has_dlse", false);
-    c.q_block = j.value("q_block", kernels::kDefaultBlockSize);
-    c.kv_block = j.value("kv_block", kernels::kDefaultBlockSize);
-    c.q_offset_operand = j.value("q_offset_operand", int64_t{-1});
-    c.global_q_len = j.value("global_q_len", int64_t{-1});
-  } catch (const nlohmann::json::exception& e) {
-    Fail("backend_config has a value of the wrong type ({})", e.what());
+  for (const auto& [key, value] : j.items()) {
+    WEFT_CHECK(known.count(key),
+               "backend_config has unknown key '{}'; known keys: mask, "
+               "score_mod, mask_tensors, score_tensors, scale, enable_gqa, has_dlse, q_block, "
+               "kv_block, q_offset_operand, global_q_len",
+               key);
   }
+  // Each key's type is checked here, so no JSON library exception (and no
+  // library text) reaches the user.
+  auto expect = [&](const char* key, bool ok, std::string_view want) {
+    if (ok) return;
+    std::string got = j[key].dump();
+    if (got.size() > 60) got = got.substr(0, 57) + "...";
+    Fail("backend_config key \"{}\" must be {}, got {}", key, want, got);
+  };
+  auto string_of = [&](const char* key) -> std::string {
+    if (!j.contains(key)) return "";
+    expect(key, j[key].is_string(), "a string");
+    return j[key].get<std::string>();
+  };
+  auto names_of = [&](const char* key) -> std::vector<std::string> {
+    if (!j.contains(key)) return {};
+    const nlohmann::json& v = j[key];
+    expect(key,
+           v.is_array() && std::all_of(v.begin(), v.end(),
+                                       [](const nlohmann::json& e) { return e.is_string(); }),
+           "a list of names (strings)");
+    return v.get<std::vector<std::string>>();
+  };
+  auto bool_of = [&](const char* key, bool fallback) {
+    if (!j.contains(key)) return fallback;
+    expect(key, j[key].is_boolean(), "true or false");
+    return j[key].get<bool>();
+  };
+  auto int_of = [&](const char* key, int64_t fallback) {
+    if (!j.contains(key)) return fallback;
+    const nlohmann::json& v = j[key];
+    expect(key,
+           v.is_number_integer() &&
+               (!v.is_number_unsigned() || v.get<uint64_t>() <= uint64_t{INT64_MAX}),
+           "an integer that fits in 64 bits");
+    return v.get<int64_t>();
+  };
+  c.mask = string_of("mask");
+  c.score_mod = string_of("score_mod");
+  c.mask_tensors = names_of("mask_tensors");
+  c.score_tensors = names_of("score_tensors");
+  if (j.contains("scale")) {
+    expect("scale", j["scale"].is_number(), "a number");
+    c.scale = j["scale"].get<float>();
+  }
+  if (j.contains("enable_gqa")) c.enable_gqa = bool_of("enable_gqa", false);
+  c.has_dlse = bool_of("has_dlse", false);
+  c.q_block = int_of("q_block", kernels::kDefaultBlockSize);
+  c.kv_block = int_of("kv_block", kernels::kDefaultBlockSize);
+  c.q_offset_operand = int_of("q_offset_operand", -1);
+  c.global_q_len = int_of("global_q_len", -1);
   WEFT_CHECK(c.mask_tensors.empty() || !c.mask.empty(), "mask_tensors given without a mask");
   WEFT_CHECK(c.score_tensors.empty() || !c.score_mod.empty(),
              "score_tensors given without a score_mod");

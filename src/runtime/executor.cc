@@ -249,9 +249,20 @@ void exec::ParallelRanges(int64_t n, int64_t min_chunk, bool use_pool,
   });
 }
 
+// Idle buffers an executor keeps between runs (BufferPool): this many times
+// the last run's peak, and at least kMinPoolBytes (the first run's bound).
+constexpr int64_t kPoolPeaks = 2;
+constexpr int64_t kMinPoolBytes = int64_t{64} << 20;
+
 struct Executor::Impl {
   const HloModule& module;
   ExecutorOptions options;
+  // Buffers freed in one run serve the next (see BufferPool).
+  std::shared_ptr<BufferPool> pool = [] {
+    auto p = std::make_shared<BufferPool>();
+    p->set_capacity(kMinPoolBytes);
+    return p;
+  }();
   std::unordered_map<const HloComputation*, ComputationPlan> plans;
   std::unordered_map<const HloInstruction*, HostTensor> constants;
   exec::InstructionCache cache;
@@ -365,10 +376,17 @@ Value Executor::Impl::RunStep(const Step& step, std::vector<Value>& slots, std::
     }
     case HloOpcode::kWhile: {
       Value state = take(0);
-      for (;;) {
+      const int64_t limit = options.max_while_iterations;
+      for (int64_t trips = 0;; ++trips) {
         std::vector<Value> cond_args{state};
         Value pred = RunComputation(*instr.while_condition(), std::move(cond_args), ctx);
         if (pred.at(0).data<uint8_t>()[0] == 0) break;
+        if (trips == limit) {
+          Fail(
+              "while loop '{}' ran {} iterations and its condition '{}' still holds; stopped "
+              "at the limit of {} per loop. If the loop does end, raise the limit with {} N",
+              instr.name(), trips, instr.while_condition()->name(), limit, kMaxIterationsFlag);
+        }
         std::vector<Value> body_args;
         body_args.push_back(std::move(state));
         state = RunComputation(*instr.while_body(), std::move(body_args), ctx);
@@ -384,6 +402,12 @@ Executor::Executor(const HloModule& module, ExecutorOptions options)
     : module_(module), impl_(std::make_unique<Impl>(module, options)) {
   const HloComputation* entry = module.entry_computation();
   WEFT_CHECK(entry != nullptr, "module '{}' has no entry computation", module.name());
+  WEFT_CHECK(options.max_while_iterations >= 1,
+             "{} must be at least 1 (the iterations one while loop may run), got {}",
+             kMaxIterationsFlag, options.max_while_iterations);
+  // MakeComputationPostOrder below checks the call graph (CheckCallGraph):
+  // no recursion, calls nested at most kMaxCallDepth deep, as RunComputation
+  // follows calls on the stack.
   for (const HloComputation* computation : module.MakeComputationPostOrder()) {
     impl_->plans.emplace(computation, MakePlan(*computation));
     for (const HloInstruction* instr : computation->instructions()) {
@@ -480,7 +504,10 @@ std::vector<HostTensor> Executor::Run(std::vector<HostTensor> inputs, Communicat
                        [this, &real_ctx](const HloComputation& c, std::vector<Value> a) -> Value {
                          return impl_->RunComputation(c, std::move(a), real_ctx);
                        });
+  real_ctx.set_pool(impl_->pool);
   Value root = impl_->RunComputation(*module_.entry_computation(), std::move(args), real_ctx);
+  // Keep what the next run will ask for: the buffers of a run of this size.
+  impl_->pool->set_capacity(std::max(kMinPoolBytes, kPoolPeaks * tracker->peak_bytes()));
 
   stats_.peak_bytes = tracker->peak_bytes();
   stats_.instructions = impl_->instructions;

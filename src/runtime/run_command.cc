@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -12,10 +13,15 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <unordered_map>
 
+#include "weft/analysis/loops.h"
+#include "weft/analysis/memory_plan.h"
 #include "weft/base/error.h"
+#include "weft/base/memory.h"
 #include "weft/hlo/parser.h"
 #include "weft/runtime/comm_mpi.h"
+#include "weft/runtime/executor_eval.h"
 #include "weft/runtime/topology.h"
 #include "weft/spmd/sharding_propagation.h"
 #include "weft/spmd/spmd_partitioner.h"
@@ -204,8 +210,9 @@ void PrintRun(std::ostream& out, const RunCommandOptions& options, const Sharded
 
 // Compares against the unsharded module on one device; returns the exit code.
 int CheckAgainstUnsharded(std::ostream& out, const HloModule& module, const ShardedProgram& p,
-                          std::span<const HostTensor> inputs, std::span<const HostTensor> outputs) {
-  Executor reference(module);
+                          std::span<const HostTensor> inputs, std::span<const HostTensor> outputs,
+                          const ExecutorOptions& options) {
+  Executor reference(module, options);
   const std::vector<HostTensor> expected =
       reference.Run(std::vector<HostTensor>(inputs.begin(), inputs.end()));
   WEFT_CHECK(expected.size() == outputs.size(),
@@ -244,6 +251,134 @@ uint64_t Fnv1a(uint64_t hash, const void* data, size_t n) {
 }
 
 // ---------------------------------------------------------------------------
+// Options and memory.
+
+ExecutorOptions MakeExecutorOptions(const RunCommandOptions& options) {
+  WEFT_CHECK(options.max_iterations >= 1,
+             "{} must be at least 1 (the iterations one while loop may run), got {}",
+             kMaxIterationsFlag, options.max_iterations);
+  ExecutorOptions exec;
+  exec.max_while_iterations = options.max_iterations;
+  return exec;
+}
+
+// Ranks of this job on this machine (Open MPI, MPICH/Hydra, Slurm); 1 when
+// none says.
+int64_t LocalRanks() {
+  for (const char* name :
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
+    if (const char* value = std::getenv(name)) {
+      const long long n = std::atoll(value);
+      if (n >= 1) return n;
+    }
+  }
+  return 1;
+}
+
+int64_t SatAdd(int64_t a, int64_t b) {
+  const std::optional<int64_t> r = CheckedAdd(a, b);
+  return r ? *r : std::numeric_limits<int64_t>::max();
+}
+
+int64_t SatMul(int64_t a, int64_t b) {
+  const std::optional<int64_t> r = CheckedMul(a, b);
+  return r ? *r : std::numeric_limits<int64_t>::max();
+}
+
+// The instructions the memory plan steps through (it runs every while trip
+// by trip, twice), saturating. Throws weft::Error when a trip count cannot
+// be derived, as the plan itself would.
+int64_t PlannedSteps(const HloModule& program) {
+  std::unordered_map<const HloComputation*, int64_t> runs;
+  const std::vector<HloComputation*> order = program.MakeComputationPostOrder();
+  runs[program.entry_computation()] = 1;
+  int64_t steps = 0;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    auto found = runs.find(*it);
+    if (found == runs.end()) continue;
+    const int64_t n = found->second;
+    steps = SatAdd(steps, SatMul(n, (*it)->instruction_count()));
+    for (const HloInstruction* instr : (*it)->instructions()) {
+      if (instr->opcode() == HloOpcode::kWhile) {
+        const int64_t trips = analysis::WhileTripCount(*instr);
+        runs[instr->while_body()] = SatAdd(runs[instr->while_body()], SatMul(n, trips));
+        runs[instr->while_condition()] =
+            SatAdd(runs[instr->while_condition()], SatMul(n, SatAdd(trips, 1)));
+      } else if (instr->opcode() == HloOpcode::kCall) {
+        runs[instr->to_apply()] = SatAdd(runs[instr->to_apply()], n);
+      }
+    }
+  }
+  return SatMul(steps, 2);
+}
+
+// The peak of one device running `program`, from the memory plan (the
+// executor's own liveness rules, analysis/memory_plan.h). When the plan
+// cannot follow the program (a while whose trip count it cannot derive, or
+// one too long to step through quickly), the largest single buffer: a lower
+// bound. `shared`: entry parameters whose buffers are the caller's own
+// inputs (borrowed, not copied): their bytes at the peak are `shared_bytes`.
+struct DevicePeak {
+  int64_t bytes = 0;
+  int64_t shared_bytes = 0;
+  bool planned = false;
+  std::string why_not;
+  std::vector<std::string> largest;  // "'b' f32[65536,65536] (16.00 GiB)"
+};
+
+DevicePeak PlanDevicePeak(const HloModule& program, const std::set<std::string>& shared) {
+  // Enough for any real module in well under a second.
+  constexpr int64_t kMaxPlannedSteps = 2'000'000;
+  const std::string& entry = program.entry_computation()->name();
+  DevicePeak peak;
+  try {
+    const int64_t steps = PlannedSteps(program);
+    if (steps <= kMaxPlannedSteps) {
+      const analysis::MemoryPlan plan = analysis::PlanMemory(program, {});
+      peak.bytes = plan.peak_bytes;
+      peak.planned = true;
+      for (const analysis::LiveBuffer& b : plan.live_at_peak) {
+        if (b.computation == entry && shared.count(b.instruction)) {
+          peak.shared_bytes = SatAdd(peak.shared_bytes, b.bytes);
+        }
+        if (peak.largest.size() < 3) {
+          peak.largest.push_back(
+              fmt::format("'{}' {} ({})", b.instruction, b.shape.ToString(), FormatBytes(b.bytes)));
+        }
+      }
+      return peak;
+    }
+    peak.why_not = fmt::format("its loops run {} steps, too many to step through", steps / 2);
+  } catch (const Error& e) {
+    peak.why_not = e.what();
+  }
+  const HloInstruction* largest = nullptr;
+  for (const HloComputation* c : program.computations()) {
+    for (const HloInstruction* instr : c->instructions()) {
+      if (!instr->shape().IsArray()) continue;
+      if (largest == nullptr || instr->shape().ByteSize() > largest->shape().ByteSize()) {
+        largest = instr;
+      }
+    }
+  }
+  if (largest != nullptr) {
+    peak.bytes = largest->shape().ByteSize();
+    if (largest->parent()->name() == entry && shared.count(largest->name())) {
+      peak.shared_bytes = peak.bytes;
+    }
+    peak.largest.push_back(fmt::format("'{}' {} ({})", largest->name(), largest->shape().ToString(),
+                                       FormatBytes(peak.bytes)));
+  }
+  return peak;
+}
+
+int64_t LeafBytes(std::span<const Shape> shapes) {
+  int64_t total = 0;
+  for (const Shape& s : shapes) total = SatAdd(total, s.ByteSize());
+  return total;
+}
+
+// ---------------------------------------------------------------------------
 // The two backends.
 
 int RunOnThreads(const RunCommandOptions& options, std::ostream& out) {
@@ -254,15 +389,20 @@ int RunOnThreads(const RunCommandOptions& options, std::ostream& out) {
     if (n == 1) n = Topology::Global().num_devices();
   }
   const ShardedProgram program = CompileForDevices(*module, n);
+  // Before anything is allocated: all n devices live in this process.
+  CheckRunFitsInMemory(EstimateRunMemory(*module, program, n, options.check), PhysicalMemoryBytes(),
+                       options.input);
   const std::vector<HostTensor> inputs = RandomInputs(program.input_shapes, options.seed);
   LocalCluster cluster(n);
   std::vector<ExecutorStats> stats;
-  const std::vector<HostTensor> outputs = RunSharded(program, inputs, cluster, &stats);
+  const ExecutorOptions exec_options = MakeExecutorOptions(options);
+  const std::vector<HostTensor> outputs =
+      RunSharded(program, inputs, cluster, &stats, exec_options);
   std::vector<DeviceReport> reports;
   for (const ExecutorStats& s : stats) reports.push_back(DeviceReport::From(s));
   PrintRun(out, options, program, "threads", reports, outputs);
   if (!options.check) return 0;
-  return CheckAgainstUnsharded(out, *module, program, inputs, outputs);
+  return CheckAgainstUnsharded(out, *module, program, inputs, outputs, exec_options);
 }
 
 // One rank's part; every rank runs it.
@@ -275,6 +415,10 @@ int RunOnRank(const RunCommandOptions& options, Communicator& comm, std::ostream
              options.num_devices, n, options.num_devices);
   std::unique_ptr<HloModule> module = ReadModule(options.input);
   const ShardedProgram program = CompileForDevices(*module, n);
+  // Before anything is allocated: one device per rank, and every rank on
+  // this machine holds as much (every rank computes the same refusal).
+  CheckRunFitsInMemory(EstimateRunMemory(*module, program, 1, options.check, LocalRanks()),
+                       PhysicalMemoryBytes(), options.input);
   // Before any compute: the same program and the same inputs everywhere.
   comm.VerifySameHash(std::hash<std::string>{}(program.program->ToString()),
                       fmt::format("program hash of module '{}'", program.program->name()));
@@ -289,8 +433,9 @@ int RunOnRank(const RunCommandOptions& options, Communicator& comm, std::ostream
         ShardTensor(inputs[i], program.input_shardings[i], rank, program.local_input_shapes[i]));
   }
   ExecutorStats stats;
+  const ExecutorOptions exec_options = MakeExecutorOptions(options);
   const std::vector<HostTensor> local =
-      RunOnMpiRank(*program.program, std::move(mine), comm, &stats);
+      RunOnMpiRank(*program.program, std::move(mine), comm, &stats, exec_options);
 
   // Gather the pieces and the reports (every rank takes part; rank 0 uses them).
   std::vector<HostTensor> outputs;
@@ -306,7 +451,9 @@ int RunOnRank(const RunCommandOptions& options, Communicator& comm, std::ostream
       reports.push_back(DeviceReport::Unpack(packed.data() + d * DeviceReport::kFields));
     }
     PrintRun(out, options, program, "mpi", reports, outputs);
-    if (options.check) code = CheckAgainstUnsharded(out, *module, program, inputs, outputs);
+    if (options.check) {
+      code = CheckAgainstUnsharded(out, *module, program, inputs, outputs, exec_options);
+    }
     out.flush();
   }
   // Every rank exits with rank 0's verdict.
@@ -391,6 +538,99 @@ ShardedProgram CompileForDevices(HloModule& module, int64_t num_devices) {
   return p;
 }
 
+RunMemoryEstimate EstimateRunMemory(const HloModule& module, const ShardedProgram& program,
+                                    int64_t devices, bool check, int64_t mpi_ranks_here) {
+  RunMemoryEstimate e;
+  e.devices = devices;
+  e.processes = std::max<int64_t>(1, mpi_ranks_here);
+  // The devices borrow (share) the global inputs they take whole; tiled
+  // inputs are copied into shards, which the device peak counts.
+  std::set<std::string> shared;
+  const HloComputation* local_entry = program.program->entry_computation();
+  for (const HloInstruction* p : local_entry->parameter_instructions()) {
+    if (p->shape().IsArray() && !(p->has_sharding() && p->sharding()->IsTiled())) {
+      shared.insert(p->name());
+    }
+  }
+  const DevicePeak peak = PlanDevicePeak(*program.program, shared);
+  e.device_peak_bytes = peak.bytes;
+  e.device_shared_bytes = std::min(peak.shared_bytes, peak.bytes);
+  e.device_peak_planned = peak.planned;
+  e.not_planned_reason = peak.why_not;
+  e.largest_buffers = peak.largest;
+  e.input_bytes = LeafBytes(program.input_shapes);
+  // Joined outputs: a tiled one is a new tensor, another is a device's own
+  // (already in its peak). Under MPI the pieces are all-gathered first.
+  for (size_t i = 0; i < program.output_shapes.size(); ++i) {
+    const int64_t global = program.output_shapes[i].ByteSize();
+    const bool tiled = program.output_shardings[i].IsTiled();
+    if (mpi_ranks_here > 0) {
+      // GatherTensor: the all-gathered bytes and a copy per piece, then the
+      // joined tensor (a tiled one; otherwise one of the pieces).
+      const int64_t pieces = SatMul(program.num_devices, program.local_output_shapes[i].ByteSize());
+      e.output_bytes = SatAdd(e.output_bytes, SatAdd(tiled ? global : 0, SatMul(2, pieces)));
+    } else if (tiled) {
+      e.output_bytes = SatAdd(e.output_bytes, global);
+    }
+  }
+  const int64_t running =
+      SatAdd(SatAdd(e.input_bytes, e.output_bytes),
+             SatMul(devices, std::max<int64_t>(0, peak.bytes - peak.shared_bytes)));
+  int64_t checking = 0;
+  if (check) {
+    // The unsharded module on one device borrows every input.
+    std::set<std::string> all;
+    for (const HloInstruction* p : module.entry_computation()->parameter_instructions()) {
+      all.insert(p->name());
+    }
+    const DevicePeak reference = PlanDevicePeak(module, all);
+    e.check_peak_bytes = std::max<int64_t>(0, reference.bytes - reference.shared_bytes);
+    checking = SatAdd(SatAdd(e.input_bytes, LeafBytes(program.output_shapes)), e.check_peak_bytes);
+  }
+  e.total_bytes = SatMul(e.processes, std::max(running, checking));
+  return e;
+}
+
+void CheckRunFitsInMemory(const RunMemoryEstimate& e, int64_t available_bytes,
+                          std::string_view input) {
+  if (available_bytes <= 0 || e.total_bytes <= available_bytes) return;
+  const int64_t own = e.device_peak_bytes - e.device_shared_bytes;
+  std::string device =
+      fmt::format("{} device{} x {}: ", e.devices, e.devices == 1 ? "" : "s", FormatBytes(own));
+  if (e.device_peak_planned) {
+    device += fmt::format("the memory plan's peak {} of the per-device program",
+                          FormatBytes(e.device_peak_bytes));
+    if (e.device_shared_bytes > 0) {
+      device += fmt::format(" less {} of inputs it shares", FormatBytes(e.device_shared_bytes));
+    }
+    if (!e.largest_buffers.empty()) {
+      device += fmt::format(" (largest at the peak: {})", fmt::join(e.largest_buffers, ", "));
+    }
+  } else {
+    device += fmt::format(
+        "at least the largest buffer of the per-device program{}, as the memory plan could not "
+        "follow the program ({})",
+        e.largest_buffers.empty() ? std::string()
+                                  : fmt::format(", {}", fmt::join(e.largest_buffers, ", ")),
+        e.not_planned_reason);
+  }
+  std::string holds = fmt::format("inputs {}; {}; joined outputs {}", FormatBytes(e.input_bytes),
+                                  device, FormatBytes(e.output_bytes));
+  if (e.check_peak_bytes > 0) {
+    holds += fmt::format("; or, for --check, the unsharded module's own buffers {}",
+                         FormatBytes(e.check_peak_bytes));
+  }
+  if (e.processes > 1) holds += fmt::format("; times {} ranks on this machine", e.processes);
+  Fail(
+      "weft run {}: the run needs {}{} ({} bytes) at once but this machine has {} ({} bytes) of "
+      "physical memory. It would hold: {}. Nothing was allocated. Make the largest buffers "
+      "smaller (their shapes in {}), or spread the devices over machines (mpirun -np N weft "
+      "run, one rank per machine){}",
+      input, e.device_peak_planned ? "about " : "at least ", FormatBytes(e.total_bytes),
+      e.total_bytes, FormatBytes(available_bytes), available_bytes, holds, input,
+      e.check_peak_bytes > 0 ? ", or drop --check" : "");
+}
+
 HostTensor GatherTensor(const HostTensor& piece, const HloSharding& sharding,
                         const Shape& global_shape, Communicator& comm) {
   const int64_t n = comm.num_devices();
@@ -415,19 +655,23 @@ std::vector<HostTensor> RandomInputs(std::span<const Shape> shapes, uint64_t see
     std::mt19937_64 rng(seq);
     const Shape& shape = shapes[i];
     WEFT_CHECK(shape.IsArray(), "internal: input {} is not an array", i);
-    std::vector<double> values(static_cast<size_t>(shape.ElementsCount()));
+    // Written in place (as FromDoubles stores each value): no staging copy
+    // of 8 bytes per element beside the tensor.
+    HostTensor t = HostTensor::Uninitialized(shape);
     const PrimitiveType type = shape.element_type();
+    void* data = t.mutable_raw_data();
+    const int64_t n = shape.ElementsCount();
     if (IsFloatingPoint(type)) {
       std::normal_distribution<double> normal(0.0, 1.0);
-      for (double& v : values) v = normal(rng);
+      for (int64_t k = 0; k < n; ++k) exec::StoreDouble(type, data, k, normal(rng));
     } else if (type == PrimitiveType::kPred) {
       std::bernoulli_distribution coin(0.5);
-      for (double& v : values) v = coin(rng) ? 1 : 0;
+      for (int64_t k = 0; k < n; ++k) exec::StoreDouble(type, data, k, coin(rng) ? 1 : 0);
     } else {
       std::uniform_int_distribution<int> small(0, 3);
-      for (double& v : values) v = small(rng);
+      for (int64_t k = 0; k < n; ++k) exec::StoreDouble(type, data, k, small(rng));
     }
-    out.push_back(HostTensor::FromDoubles(shape, values));
+    out.push_back(std::move(t));
   }
   return out;
 }
@@ -448,13 +692,12 @@ HostTensor ShardTensor(const HostTensor& global, const HloSharding& sharding, in
       global.shape().ToString(), sharding.ToString(), fmt::join(tile, ","), local_shape.ToString());
   const std::vector<int64_t> offset = sharding.TileOffsetForDevice(dims, device);
   const std::vector<int64_t> extent = sharding.TileShapeForDevice(dims, device);
-  HostTensor local;
-  if (extent == tile) {
-    local = HostTensor::Uninitialized(local_shape);
-  } else {
+  HostTensor local = HostTensor::Uninitialized(local_shape);
+  if (extent != tile) {
     const double fill = IsFloatingPoint(global.element_type()) ? pad : 0;
-    local = HostTensor::FromDoubles(
-        local_shape, std::vector<double>(static_cast<size_t>(local_shape.ElementsCount()), fill));
+    for (int64_t k = 0; k < local_shape.ElementsCount(); ++k) {
+      exec::StoreDouble(local_shape.element_type(), local.mutable_raw_data(), k, fill);
+    }
   }
   CopyBox(static_cast<const std::byte*>(global.raw_data()), dims, offset,
           static_cast<std::byte*>(local.mutable_raw_data()), tile,
@@ -567,8 +810,10 @@ uint64_t OutputDigest(std::span<const HostTensor> outputs) {
 
 int RunRunCommand(const RunCommandOptions& options) {
   std::ostream& out = options.out != nullptr ? *options.out : std::cout;
-  WEFT_CHECK(options.num_devices >= 0, "--num-devices must be positive, got {}",
+  WEFT_CHECK(options.num_devices >= 0 && options.num_devices <= kMaxDevices,
+             "--num-devices must be between 1 and {} (or 0: from the module), got {}", kMaxDevices,
              options.num_devices);
+  MakeExecutorOptions(options);  // checks --max-iterations before anything runs
   if (!Topology::InsideMpi()) return RunOnThreads(options, out);
   int code = 0;
   const int aborted = RunMpiMain([&](Communicator& comm) { code = RunOnRank(options, comm, out); });

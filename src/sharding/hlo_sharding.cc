@@ -45,6 +45,9 @@ HloSharding HloSharding::Unknown() { return HloSharding(Kind::kUnknown); }
 
 HloSharding HloSharding::AssignDevice(int64_t device) {
   WEFT_CHECK(device >= 0, "maximal sharding device {} is negative", device);
+  WEFT_CHECK(device < kMaxDevices,
+             "maximal sharding device {} is not below {}, the most devices weft supports", device,
+             kMaxDevices);
   HloSharding s(Kind::kMaximal);
   s.device_ = device;
   return s;
@@ -406,14 +409,26 @@ namespace {
 
 class ShardingParser {
  public:
-  ShardingParser(std::string_view text, size_t pos) : text_(text), pos_(pos) {}
+  ShardingParser(std::string_view text, size_t pos, const ShardingLimits& limits = {})
+      : text_(text), pos_(pos), limits_(limits) {}
   size_t pos() const { return pos_; }
 
-  HloSharding ParseSharding() {
+  // `in_tuple`: an element of a tuple sharding, which must be a leaf (tuple
+  // shardings are flat); refused before descending, so deeply nested braces
+  // cannot exhaust the stack.
+  HloSharding ParseSharding(bool in_tuple = false) {
     SkipSpace();
+    const size_t at = pos_;
     Expect('{', "'{' to start a sharding");
     SkipSpace();
-    if (Peek() == '{' || Peek() == '}') return ParseTupleRest();
+    if (Peek() == '{' || Peek() == '}') {
+      if (in_tuple) {
+        FailAt(at,
+               "a leaf sharding: tuple shardings are flat (one leaf sharding per array in "
+               "the tuple shape), not nested");
+      }
+      return ParseTupleRest();
+    }
     return ParseLeafRest();
   }
 
@@ -499,7 +514,7 @@ class ShardingParser {
     std::vector<HloSharding> elements;
     if (Peek() != '}') {
       while (true) {
-        elements.push_back(ParseSharding());
+        elements.push_back(ParseSharding(/*in_tuple=*/true));
         SkipSpace();
         if (Peek() != ',') break;
         ++pos_;
@@ -642,6 +657,13 @@ class ShardingParser {
     const size_t start = pos_;
     std::vector<int64_t> dims = ParseIntList('[', ']', "the tile assignment dims");
     if (dims.empty()) FailAt(start, "at least one tile assignment dim");
+    // The device count, against the limit, before any device is expanded.
+    const bool positive = std::all_of(dims.begin(), dims.end(), [](int64_t d) { return d >= 1; });
+    if (positive && !DeviceCountWithin(dims, limits_.max_devices)) {
+      throw ShardingSyntaxError(
+          start, fmt::format("tile assignment [{}] spans more than {} devices, {}",
+                             fmt::join(dims, ","), limits_.max_devices, limits_.why));
+    }
     try {
       if (text_.substr(pos_, 2) == "<=") {
         pos_ += 2;
@@ -690,12 +712,13 @@ class ShardingParser {
 
   std::string_view text_;
   size_t pos_;
+  ShardingLimits limits_;
 };
 
 }  // namespace
 
-HloSharding ParseHloShardingAt(std::string_view text, size_t* pos) {
-  ShardingParser parser(text, *pos);
+HloSharding ParseHloShardingAt(std::string_view text, size_t* pos, const ShardingLimits& limits) {
+  ShardingParser parser(text, *pos, limits);
   HloSharding s = parser.ParseSharding();
   *pos = parser.pos();
   return s;

@@ -27,6 +27,9 @@ void CheckAxes(const std::vector<std::string>& names, const std::vector<int64_t>
       WEFT_CHECK(names[i] != names[j], "mesh axis name '{}' appears twice", names[i]);
     }
   }
+  WEFT_CHECK(DeviceCountWithin(sizes).has_value(),
+             "mesh ({}) of sizes [{}] has more than {} devices, the most weft supports",
+             fmt::join(names, ", "), fmt::join(sizes, ","), kMaxDevices);
 }
 
 }  // namespace
@@ -60,6 +63,10 @@ Mesh Mesh::Hybrid(std::vector<std::string> axis_names, std::vector<int64_t> ici_
     WEFT_CHECK(ici_shape[i] >= 1 && dcn_shape[i] >= 1,
                "hybrid mesh axis '{}' has ICI size {} and DCN size {}; both must be >= 1",
                axis_names[i], ici_shape[i], dcn_shape[i]);
+    WEFT_CHECK(DeviceCountWithin(std::vector<int64_t>{ici_shape[i], dcn_shape[i]}).has_value(),
+               "hybrid mesh axis '{}' of ICI size {} x DCN size {} has more than {} devices, the "
+               "most weft supports",
+               axis_names[i], ici_shape[i], dcn_shape[i], kMaxDevices);
     sizes[i] = ici_shape[i] * dcn_shape[i];
     // Device id = slice * n_ici + local: value digits are (dcn..., ici...);
     // along each mesh axis the DCN digit is major to the ICI digit.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <functional>
 #include <numeric>
+#include <string_view>
 #include <utility>
 
 #include "weft/base/error.h"
@@ -17,6 +18,17 @@ int64_t Product(std::span<const int64_t> values) {
   int64_t product = 1;
   for (int64_t v : values) product *= v;
   return product;
+}
+
+// The device count of `dims`; throws when it is not one weft can hold.
+int64_t CheckedDeviceCount(std::span<const int64_t> dims, std::string_view what) {
+  for (int64_t d : dims) {
+    WEFT_CHECK(d >= 1, "{} [{}] must all be >= 1", what, fmt::join(dims, ","));
+  }
+  std::optional<int64_t> n = DeviceCountWithin(dims);
+  WEFT_CHECK(n.has_value(), "{} [{}] hold more than {} devices, the most weft supports", what,
+             fmt::join(dims, ","), kMaxDevices);
+  return *n;
 }
 
 size_t HashCombine(size_t seed, size_t value) {
@@ -138,11 +150,19 @@ std::optional<IotaForm> DetectIota(const std::vector<int64_t>& v) {
 // ---------------------------------------------------------------------------
 // TileAssignment
 
+std::optional<int64_t> DeviceCountWithin(std::span<const int64_t> dims, int64_t limit) {
+  int64_t product = 1;
+  for (int64_t d : dims) {
+    if (d < 1 || __builtin_mul_overflow(product, d, &product) || product > limit) {
+      return std::nullopt;
+    }
+  }
+  return product;
+}
+
 TileAssignment::TileAssignment(std::vector<int64_t> dims, std::vector<int64_t> devices)
     : dims_(std::move(dims)), devices_(std::move(devices)) {
-  for (int64_t d : dims_) {
-    WEFT_CHECK(d >= 1, "tile assignment dims [{}] must all be >= 1", fmt::join(dims_, ","));
-  }
+  CheckedDeviceCount(dims_, "tile assignment dims");
   WEFT_CHECK(Product(dims_) == num_elements(),
              "tile assignment dims [{}] hold {} devices but {} were listed; list one device "
              "per tile",
@@ -151,13 +171,16 @@ TileAssignment::TileAssignment(std::vector<int64_t> dims, std::vector<int64_t> d
   std::sort(sorted.begin(), sorted.end());
   for (size_t i = 0; i < sorted.size(); ++i) {
     WEFT_CHECK(sorted[i] >= 0, "tile assignment device id {} is negative", sorted[i]);
+    WEFT_CHECK(sorted[i] < kMaxDevices,
+               "tile assignment device id {} is not below {}, the most devices weft supports",
+               sorted[i], kMaxDevices);
     WEFT_CHECK(i == 0 || sorted[i] != sorted[i - 1],
                "tile assignment lists device {} twice; each device holds one tile", sorted[i]);
   }
 }
 
 TileAssignment TileAssignment::Iota(std::vector<int64_t> dims) {
-  const int64_t n = Product(dims);
+  const int64_t n = CheckedDeviceCount(dims, "tile assignment dims");
   return Iota(std::move(dims), {n}, {0});
 }
 
@@ -166,9 +189,9 @@ TileAssignment TileAssignment::Iota(std::vector<int64_t> dims, std::vector<int64
   WEFT_CHECK(IsPermutation(transpose_perm, reshape_dims.size()),
              "iota transpose T({}) is not a permutation of the {} reshape dims",
              fmt::join(transpose_perm, ","), reshape_dims.size());
-  for (int64_t d : reshape_dims) {
-    WEFT_CHECK(d >= 1, "iota reshape dims [{}] must all be >= 1", fmt::join(reshape_dims, ","));
-  }
+  // Counted, without overflow, before the devices are expanded.
+  CheckedDeviceCount(dims, "tile assignment dims");
+  CheckedDeviceCount(reshape_dims, "iota reshape dims");
   WEFT_CHECK(Product(dims) == Product(reshape_dims),
              "iota tile assignment [{}]<=[{}]: the two shapes hold different device counts",
              fmt::join(dims, ","), fmt::join(reshape_dims, ","));
@@ -188,10 +211,35 @@ int64_t TileAssignment::operator()(std::span<const int64_t> index) const {
   return devices_[flat];
 }
 
+int64_t SharedDeviceList::PositionOf(int64_t device) const {
+  const List& l = *list_;
+  std::call_once(l.indexed, [&l] {
+    int64_t largest = -1;
+    for (int64_t d : l.devices) largest = std::max(largest, d);
+    l.position.assign(largest + 1, -1);
+    for (size_t i = 0; i < l.devices.size(); ++i) {
+      if (l.devices[i] >= 0) l.position[l.devices[i]] = static_cast<int64_t>(i);
+    }
+  });
+  if (device < 0 || device >= static_cast<int64_t>(l.position.size())) return -1;
+  return l.position[device];
+}
+
 std::optional<std::vector<int64_t>> TileAssignment::IndexOf(int64_t device) const {
-  auto it = std::find(devices_.begin(), devices_.end(), device);
-  if (it == devices_.end()) return std::nullopt;
-  int64_t flat = it - devices_.begin();
+  int64_t flat = 0;
+  if (is_iota()) {
+    // O(rank), not a search: callers ask for every device in turn (O(N^2)
+    // on large meshes otherwise). Device d sits where its digits in the
+    // reshape dims, read in transposed order, put it.
+    if (device < 0 || device >= num_elements()) return std::nullopt;
+    const std::vector<int64_t>& reshape = *iota_reshape_dims_;
+    const std::vector<int64_t>& perm = *iota_transpose_perm_;
+    const std::vector<int64_t> value_strides = Strides(reshape);
+    for (int64_t p : perm) flat = flat * reshape[p] + device / value_strides[p] % reshape[p];
+  } else {
+    flat = devices_.PositionOf(device);
+    if (flat < 0) return std::nullopt;
+  }
   std::vector<int64_t> index(dims_.size());
   for (int64_t i = num_dims() - 1; i >= 0; --i) {
     index[i] = flat % dims_[i];
@@ -201,7 +249,8 @@ std::optional<std::vector<int64_t>> TileAssignment::IndexOf(int64_t device) cons
 }
 
 TileAssignment TileAssignment::Reshape(std::vector<int64_t> dims) const {
-  WEFT_CHECK(Product(dims) == num_elements(), "cannot reshape tile assignment [{}] to [{}]",
+  const std::optional<int64_t> n = DeviceCountWithin(dims);
+  WEFT_CHECK(n.has_value() && *n == num_elements(), "cannot reshape tile assignment [{}] to [{}]",
              fmt::join(dims_, ","), fmt::join(dims, ","));
   TileAssignment t = *this;
   t.dims_ = std::move(dims);

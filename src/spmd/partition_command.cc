@@ -22,8 +22,9 @@ int RunPartitionCommand(const PartitionCommandOptions& options) {
   parse_options.source_name = options.input;
   std::unique_ptr<HloModule> module = ParseHloModule(text.str(), parse_options);
 
-  WEFT_CHECK(options.num_partitions >= 0, "--num-partitions must be positive, got {}",
-             options.num_partitions);
+  WEFT_CHECK(options.num_partitions >= 0 && options.num_partitions <= kMaxDevices,
+             "--num-partitions must be between 1 and {} (or 0: from the module), got {}",
+             kMaxDevices, options.num_partitions);
   PartitionOptions partition;
   partition.num_partitions = options.num_partitions;
   std::unique_ptr<HloModule> partitioned = PartitionModule(*module, partition);

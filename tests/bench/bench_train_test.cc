@@ -118,8 +118,11 @@ TEST(BenchTrainTest, JsonOfTwoMicroStepsHasEveryFieldWithSaneValues) {
   }
 
   EXPECT_GT(j.at("instructions_per_step").get<double>(), 0);
-  EXPECT_GT(j.at("allocations_per_step").get<double>(), 0);
-  EXPECT_GT(j.at("allocated_bytes_per_step").get<double>(), 0);
+  // The executor's buffer pool serves a step that repeats the last one:
+  // micro's step fits the pool's smallest bound, so the timed steps (after a
+  // warmup) ask the system for no fresh buffer at all.
+  EXPECT_EQ(j.at("allocations_per_step").get<double>(), 0);
+  EXPECT_EQ(j.at("allocated_bytes_per_step").get<double>(), 0);
   EXPECT_GE(j.at("minor_faults_per_step").get<double>(), 0);
   EXPECT_GE(j.at("major_faults_per_step").get<double>(), 0);
   const int64_t peak_bytes = j.at("peak_bytes_per_device");

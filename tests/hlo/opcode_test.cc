@@ -12,7 +12,8 @@ TEST(OpcodeTest, NamesRoundTrip) {
   }
   EXPECT_EQ(HloOpcodeString(HloOpcode::kExp), "exponential");
   EXPECT_EQ(HloOpcodeString(HloOpcode::kCustomCall), "custom-call");
-  EXPECT_FALSE(StringToHloOpcode("fusion").has_value());
+  EXPECT_EQ(StringToHloOpcode("fusion"), HloOpcode::kFusion);
+  EXPECT_FALSE(StringToHloOpcode("frobnicate").has_value());
   EXPECT_NE(SupportedHloOpcodeNames().find("collective-permute"), std::string::npos);
 }
 

@@ -1,6 +1,9 @@
 #include "weft/hlo/parser.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <chrono>
 
 #include "weft/hlo/printer.h"
 
@@ -336,8 +339,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadText{"MissingEquals", "HloModule m\nENTRY main {\n  x f32[] parameter(0)\n}",
                 "3:5: expected '=' after instruction name 'x', found 'f32'"},
         BadText{"UnknownOpcode",
-                "HloModule m\nENTRY main {\n  x = f32[] parameter(0)\n  y = f32[] fusion(x)\n}",
-                "4:13: unsupported opcode 'fusion'"},
+                "HloModule m\nENTRY main {\n  x = f32[] parameter(0)\n  y = f32[] frobnicate(x)\n}",
+                "4:13: unsupported opcode 'frobnicate'"},
         BadText{"UnknownType", "HloModule m\nENTRY main {\n  x = f64[] parameter(0)\n}",
                 "3:7: unsupported element type 'f64'; weft supports pred, s32"},
         BadText{"UndefinedOperand",
@@ -400,6 +403,222 @@ INSTANTIATE_TEST_SUITE_P(
                 "2:12: signature of 'main' gives parameter 0 shape f32[2] but the body declares "
                 "f32[3]"}),
     [](const testing::TestParamInfo<BadText>& info) { return info.param.name; });
+
+// Sizes that overflow int64, wherever a shape is written and for every op
+// family: a parse error at the shape's line:col (the shape is refused before
+// anything could allocate by its wrapped size). Sizes computed from the
+// operands (concatenate, pad, all-gather, dot, tuple) overflow in shape
+// inference, reported at the instruction.
+INSTANTIATE_TEST_SUITE_P(
+    Overflow, ParseErrorTest,
+    testing::Values(
+        BadText{"Parameter",
+                "HloModule m\nENTRY main {\n  p = s32[3,6148914691236517206] parameter(0)\n}",
+                "3:7: shape s32[3,6148914691236517206] is too large: the product of its "
+                "dimensions overflows int64"},
+        BadText{"Iota",
+                "HloModule m\nENTRY main {\n  ROOT i = s32[3,6148914691236517206] iota(), "
+                "iota_dimension=0\n}",
+                "3:12: shape s32[3,6148914691236517206] is too large"},
+        BadText{"ByteSize",
+                "HloModule m\nENTRY main {\n  p = f32[2305843009213693952] parameter(0)\n}",
+                "3:7: shape f32[2305843009213693952] is too large: 2305843009213693952 elements "
+                "of 4 bytes overflow int64"},
+        BadText{"ZeroDimension",
+                "HloModule m\nENTRY main {\n  p = pred[4294967296,0,4294967296] parameter(0)\n}",
+                "3:7: shape pred[4294967296,0,4294967296] is too large: the product of its "
+                "non-zero dimensions overflows int64"},
+        BadText{"Elementwise",
+                "HloModule m\nENTRY main {\n  x = f32[4] parameter(0)\n"
+                "  ROOT n = f32[3074457345618258603,4] negate(x)\n}",
+                "4:12: shape f32[3074457345618258603,4] is too large"},
+        BadText{"Transpose",
+                "HloModule m\nENTRY main {\n  x = s32[3,4] parameter(0)\n"
+                "  ROOT t = s32[6148914691236517206,3] transpose(x), dimensions={1,0}\n}",
+                "4:12: shape s32[6148914691236517206,3] is too large"},
+        BadText{"Dot",
+                "HloModule m\nENTRY main {\n  a = f32[4,3074457345618258603] parameter(0)\n"
+                "  b = f32[3074457345618258603,4] parameter(1)\n"
+                "  ROOT d = f32[4,4] dot(a, b), lhs_contracting_dims={1}, "
+                "rhs_contracting_dims={0}\n}",
+                "3:7: shape f32[4,3074457345618258603] is too large"},
+        BadText{"DotResult",
+                "HloModule m\nENTRY main {\n  a = f32[2305843009213693951] parameter(0)\n"
+                "  ROOT d = f32[2305843009213693951,2305843009213693951] dot(a, a)\n}",
+                "4:12: shape f32[2305843009213693951,2305843009213693951] is too large"},
+        BadText{"Broadcast",
+                "HloModule m\nENTRY main {\n  x = f32[] parameter(0)\n"
+                "  ROOT b = f32[1000000000,1000000000,1000000000] broadcast(x), dimensions={}\n}",
+                "4:12: shape f32[1000000000,1000000000,1000000000] is too large"},
+        BadText{"Reshape",
+                "HloModule m\nENTRY main {\n  x = f32[4] parameter(0)\n"
+                "  ROOT r = f32[2,4611686018427387904] reshape(x)\n}",
+                "4:12: shape f32[2,4611686018427387904] is too large"},
+        BadText{"Concatenate",
+                "HloModule m\nENTRY main {\n  x = pred[4611686018427387904] parameter(0)\n"
+                "  ROOT c = pred[1] concatenate(x, x), dimensions={0}\n}",
+                "4:3: 'c' (concatenate): concatenate dimension 0 adds up to a size that overflows "
+                "int64"},
+        BadText{"Pad",
+                "HloModule m\nENTRY main {\n  x = pred[4611686018427387904] parameter(0)\n"
+                "  z = pred[] constant(false)\n"
+                "  ROOT p = pred[1] pad(x, z), padding=0_4611686018427387904\n}",
+                "5:3: 'p' (pad): padding 0_4611686018427387904_0 of dim 0 (size "
+                "4611686018427387904) gives a size that overflows int64"},
+        BadText{"Reduce",
+                "HloModule m\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+                "  ROOT s = f32[] add(a, b)\n}\nENTRY main {\n"
+                "  x = f32[65536,65536,65536,65536] parameter(0)\n  z = f32[] constant(0)\n"
+                "  ROOT r = f32[65536] reduce(x, z), dimensions={1,2,3}, to_apply=add\n}",
+                "8:7: shape f32[65536,65536,65536,65536] is too large"},
+        BadText{"Gather",
+                "HloModule m\nENTRY main {\n  x = f32[4,4] parameter(0)\n"
+                "  i = s64[4611686018427387904,2] parameter(1)\n"
+                "  ROOT g = f32[4611686018427387904,1,1] gather(x, i), offset_dims={1,2}, "
+                "collapsed_slice_dims={}, start_index_map={0,1}, index_vector_dim=1, "
+                "slice_sizes={1,1}\n}",
+                "4:7: shape s64[4611686018427387904,2] is too large"},
+        BadText{"Scatter",
+                "HloModule m\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+                "  ROOT s = f32[] add(a, b)\n}\nENTRY main {\n  x = f32[4] parameter(0)\n"
+                "  i = s32[2305843009213693952,1] parameter(1)\n"
+                "  u = f32[2305843009213693952] parameter(2)\n"
+                "  ROOT s = f32[4] scatter(x, i, u), update_window_dims={}, "
+                "inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, "
+                "to_apply=add\n}",
+                "9:7: shape s32[2305843009213693952,1] is too large"},
+        BadText{"TupleElement",
+                "HloModule m\nENTRY main {\n  p = (f32[4], f32[2305843009213693952]) "
+                "parameter(0)\n}",
+                "3:16: shape f32[2305843009213693952] is too large"},
+        BadText{"TupleTotal",
+                "HloModule m\nENTRY main {\n  x = pred[4611686018427387904] parameter(0)\n"
+                "  ROOT t = (pred[4611686018427387904], pred[4611686018427387904]) tuple(x, x)\n}",
+                "4:12: tuple of 2 elements is too large: its byte size overflows int64"},
+        BadText{"WhileState",
+                "HloModule m\ncond {\n  s = (s32[], f32[9223372036854775807]) parameter(0)\n"
+                "  ROOT t = pred[] constant(false)\n}\nENTRY main {\n  p = f32[4] parameter(0)\n}",
+                "3:15: shape f32[9223372036854775807] is too large"},
+        BadText{"AllGather",
+                "HloModule m\nENTRY main {\n  x = pred[4611686018427387904] parameter(0)\n"
+                "  ROOT g = pred[1] all-gather(x), replica_groups={{0,1}}, dimensions={0}\n}",
+                "4:3: 'g' (all-gather): all-gather of dim 0 of pred[4611686018427387904] over 2 "
+                "devices gives a size that overflows int64"},
+        BadText{"OperandShape",
+                "HloModule m\nENTRY main {\n  x = f32[4] parameter(0)\n"
+                "  ROOT n = f32[4] negate(f32[3074457345618258603,4] x)\n}",
+                "4:26: shape f32[3074457345618258603,4] is too large"},
+        BadText{"Signature",
+                "HloModule m\nENTRY main (p: f32[3074457345618258603,4]) -> f32[4] {\n"
+                "  p = f32[4] parameter(0)\n}",
+                "2:16: shape f32[3074457345618258603,4] is too large"},
+        BadText{"EntryLayout",
+                "HloModule m, entry_computation_layout={(f32[3074457345618258603,4]{1,0})->f32[]}\n"
+                "ENTRY main {\n  p = f32[] parameter(0)\n}",
+                "1:41: shape f32[3074457345618258603,4] is too large"},
+        BadText{"NestedTuple",
+                "HloModule m\nENTRY main {\n  p = ((((((((((((((((((((((((((((((((((((((((("
+                "((((((((((((((((((((((((f32[])))))))))))))))))))))))))))))))))))))))))))))))))"
+                ")))))))))))))))) parameter(0)\n}",
+                "tuple shapes nest more than 64 deep"}),
+    [](const testing::TestParamInfo<BadText>& info) { return info.param.name; });
+
+// Device counts: a sharding may span at most kMaxDevices devices, and at
+// most the module's num_partitions when it gives one; both are checked on
+// the tile assignment's dims before a single device id is expanded.
+INSTANTIATE_TEST_SUITE_P(
+    Devices, ParseErrorTest,
+    testing::Values(
+        BadText{"GiantIota",
+                "HloModule m\nENTRY e {\n  ROOT p = f32[8] parameter(0), "
+                "sharding={devices=[1000000000]<=[1000000000]}\n}",
+                "3:51: bad sharding: tile assignment [1000000000] spans more than 65536 devices"},
+        BadText{"OverflowingDims",
+                "HloModule m\nENTRY e {\n  ROOT p = f32[8,8] parameter(0), "
+                "sharding={devices=[4294967296,4294967296]<=[16]}\n}",
+                "bad sharding: tile assignment [4294967296,4294967296] spans more than 65536"},
+        BadText{"MoreThanNumPartitions",
+                "HloModule m, num_partitions=8\nENTRY e {\n  ROOT p = f32[64] parameter(0), "
+                "sharding={devices=[64]<=[64]}\n}",
+                "3:52: bad sharding: tile assignment [64] spans more than 8 devices, the "
+                "module's num_partitions=8"},
+        BadText{"ExplicitDeviceId",
+                "HloModule m\nENTRY e {\n  ROOT p = f32[8] parameter(0), "
+                "sharding={devices=[2]0,1000000000}\n}",
+                "tile assignment device id 1000000000 is not below 65536"},
+        BadText{"MaximalDevice",
+                "HloModule m\nENTRY e {\n  ROOT p = f32[8] parameter(0), "
+                "sharding={maximal device=1000000000}\n}",
+                "maximal sharding device 1000000000 is not below 65536"},
+        BadText{"NumPartitions", "HloModule m, num_partitions=1000000000\nENTRY e {\n}",
+                "1:29: num_partitions=1000000000 makes num_partitions x replica_count = "
+                "1000000000 x 1 devices, more than 65536"},
+        BadText{"PartitionsTimesReplicas",
+                "HloModule m, num_partitions=65536, replica_count=65536\nENTRY e {\n}",
+                "1:50: replica_count=65536 makes num_partitions x replica_count = 65536 x 65536"},
+        BadText{"IotaReplicaGroups",
+                "HloModule m\nENTRY e {\n  p = f32[4] parameter(0)\n"
+                "  ROOT a = f32[4] all-to-all(p), replica_groups=[1,1000000000]<=[1000000000], "
+                "dimensions={0}\n}",
+                "4:49: bad iota replica groups: tile assignment [1,1000000000] spans more than "
+                "65536 devices"},
+        BadText{"NestedTupleSharding",
+                "HloModule m\nENTRY e {\n  ROOT p = f32[8] parameter(0), "
+                "sharding={{{{{{{{{{{{{{{{replicated}}}}}}}}}}}}}}}}\n}",
+                "3:43: bad sharding: expected a leaf sharding: tuple shardings are flat"}),
+    [](const testing::TestParamInfo<BadText>& info) { return info.param.name; });
+
+// A sharding that names a billion devices is refused at once, not expanded
+// (it took 8 GB and 38 s before std::bad_alloc).
+TEST(ParserTest, GiantDeviceCountsAreRefusedWithoutExpanding) {
+  const auto start = std::chrono::steady_clock::now();
+  for (const char* sharding :
+       {"{devices=[1000000000]<=[1000000000]}", "{devices=[31623,31623]<=[1000014129]}",
+        "{devices=[65536,65536]<=[65536,65536]T(1,0)}",
+        "{devices=[2,2]<=[1000000000] last_tile_dim_replicate}"}) {
+    const std::string text = fmt::format(
+        "HloModule m\nENTRY e {{\n  ROOT p = f32[8,8] parameter(0), sharding={}\n}}", sharding);
+    EXPECT_THROW(ParseHloModule(text), Error) << sharding;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+}
+
+// One sharding repeated on many instructions is expanded once and shared;
+// many distinct large ones are refused once they list more device ids in
+// all than HloParseOptions::max_expanded_device_ids (a 1 MB file of distinct
+// 65,536-device shardings would otherwise take gigabytes).
+TEST(ParserTest, ShardingDeviceListsAreSharedAndBoundedInAll) {
+  auto module_text = [](int n, bool distinct) {
+    std::string text = "HloModule m\nENTRY e {\n  p0 = f32[65536] parameter(0)\n";
+    for (int i = 1; i <= n; ++i) {
+      text += fmt::format("  p{} = f32[65536] negate(p{}), sharding={{devices=[65536]<=[65536]{}}}\n",
+                          i, i - 1, distinct ? fmt::format(" shard_as {}", i) : "");
+    }
+    return text + "}\n";
+  };
+  HloParseOptions options;
+  options.verify = false;
+  options.max_expanded_device_ids = 4 * kMaxDevices;
+  const auto start = std::chrono::steady_clock::now();
+  auto module = ParseHloModule(module_text(2000, false), options);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  const HloComputation* entry = module->entry_computation();
+  EXPECT_EQ(entry->GetInstruction("p2000")->sharding()->tile_assignment().num_elements(),
+            kMaxDevices);
+  // Shared, not copied: both name the same device list.
+  EXPECT_EQ(&entry->GetInstruction("p1")->sharding()->tile_assignment().devices(),
+            &entry->GetInstruction("p2000")->sharding()->tile_assignment().devices());
+  try {
+    ParseHloModule(module_text(5, true), options);
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("8:40: the module's distinct shardings and replica "
+                                         "groups list more than 262144 device ids in all"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(HloParseOptions().max_expanded_device_ids, int64_t{1} << 26);
+}
 
 TEST(ParserTest, SourceNamePrefixesLocations) {
   HloParseOptions options;

@@ -228,6 +228,66 @@ ENTRY main {
   EXPECT_EQ(infer(HloOpcode::kPartitionId, {}), "u32[]");
 }
 
+// Every rule that computes a size does so without overflowing: a result too
+// large for int64 is a weft::Error naming the op (never a wrapped size).
+TEST(ShapeInferenceTest, ResultsWhoseSizeOverflowsAreErrors) {
+  // 2^62 elements of pred fit (2^62 bytes); twice that does not.
+  const std::string big = "pred[4611686018427387904]";
+  Infer infer({big, big, "pred[]", "f32[2305843009213693951]", "f32[1,2305843009213693951]",
+               "f32[4,4]", "s32[2,1]", "f32[65536,65536]", "f32[65536,65536]"});
+  HloAttributes cat;
+  cat.dimensions = {0};
+  EXPECT_TRUE(Contains(infer(HloOpcode::kConcatenate, {0, 1}, cat),
+                       "concatenate dimension 0 adds up to a size that overflows int64"));
+  HloAttributes pad;
+  pad.padding = {{0, 4611686018427387904, 0}};
+  EXPECT_TRUE(Contains(infer(HloOpcode::kPad, {0, 2}, pad), "gives a size that overflows int64"));
+  pad.padding = {{0, 0, 4}};  // interior padding multiplies
+  EXPECT_TRUE(Contains(infer(HloOpcode::kPad, {0, 2}, pad), "overflows int64"));
+  pad.padding = {{0, 1, 0}};  // one more element still fits
+  EXPECT_TRUE(Contains(infer(HloOpcode::kPad, {0, 2}, pad), "pred[4611686018427387905]"));
+  HloAttributes ag;
+  ag.dimensions = {0};
+  ag.replica_groups = {{0, 1}};
+  EXPECT_TRUE(Contains(infer(HloOpcode::kAllGather, {0}, ag), "gives a size that overflows int64"));
+  ag.replica_groups = {{0, 1, 2, 3}};  // 2^63 - 4 elements fit; their bytes do not
+  EXPECT_TRUE(Contains(infer(HloOpcode::kAllGather, {3}, ag), "elements of 4 bytes overflow"));
+  // A stride near INT64_MAX keeps one element (no wrap in ceil division).
+  HloAttributes sl;
+  sl.slice = {{0, 4, INT64_MAX}, {1, 4, INT64_MAX - 1}};
+  EXPECT_EQ(infer(HloOpcode::kSlice, {5}, sl), "f32[1,1]");
+  // dot: [65536,65536] x [65536,65536] keeps 2^32 elements, fine; the
+  // outer product of two big vectors is not.
+  HloAttributes dot;
+  dot.dot.lhs_contracting_dims = {1};
+  dot.dot.rhs_contracting_dims = {0};
+  EXPECT_EQ(infer(HloOpcode::kDot, {7, 8}, dot), "f32[65536,65536]");
+  HloAttributes outer;
+  EXPECT_TRUE(Contains(infer(HloOpcode::kDot, {4, 4}, outer),
+                       "f32[1,2305843009213693951,1,2305843009213693951] is too large"));
+  // A tuple of two arrays of 2^62 bytes each: 2^63 bytes in all.
+  EXPECT_TRUE(Contains(infer(HloOpcode::kTuple, {0, 1}), "tuple of 2 elements is too large"));
+  // Broadcast/reshape/iota take the declared shape, which cannot be built
+  // too large in the first place (ShapeTest), so they cannot overflow here.
+  EXPECT_THROW(ParseShape("f32[4611686018427387904,2]"), Error);
+  // Replica groups and permutation pairs name devices below kMaxDevices.
+  HloAttributes groups;
+  groups.dimensions = {0};
+  groups.replica_groups = {{0, 1000000000}};
+  EXPECT_TRUE(Contains(infer(HloOpcode::kAllGather, {5}, groups), "not below 65536"));
+  HloAttributes cp;
+  cp.source_target_pairs = {{0, 1000000000}};
+  EXPECT_TRUE(Contains(infer(HloOpcode::kCollectivePermute, {5}, cp), "not below 65536"));
+}
+
+// The builder infers shapes too: an overflow is a weft::Error there as well.
+TEST(ShapeInferenceTest, TheBuilderRefusesResultsThatOverflow) {
+  HloComputationBuilder b("c");
+  HloInstruction* x = b.Parameter(0, ParseShape("pred[4611686018427387904]"));
+  EXPECT_THROW(b.Concatenate({x, x}, 0), Error);
+  EXPECT_THROW(b.Parameter(1, Shape(PrimitiveType::kF32, {3, 6148914691236517206})), Error);
+}
+
 TEST(ReplicaGroupSizeTest, SizesAndErrors) {
   EXPECT_EQ(ReplicaGroupSize({}), 0);
   EXPECT_EQ(ReplicaGroupSize({{0, 1}, {2, 3}}), 2);

@@ -1,7 +1,13 @@
 #include "weft/hlo/verifier.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <string>
+
+#include "hostile_hlo.h"
+#include "weft/base/error.h"
 #include "weft/hlo/builder.h"
 #include "weft/hlo/parser.h"
 
@@ -128,6 +134,105 @@ TEST(VerifierTest, StructuralProblemsInBuiltModules) {
   {
     HloModule module("m");
     EXPECT_EQ(FirstProblem(module), "module 'm' has no entry computation");
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The call graph.
+
+using hostile_hlo::CallChainModule;
+using hostile_hlo::ChainKind;
+
+std::string ErrorOf(const std::string& text) {
+  try {
+    ParseHloModule(text);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+bool Contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// The one recursion check (CheckCallGraph) runs in the verifier, so every
+// command that parses a module refuses these with the cycle named.
+TEST(VerifierTest, EveryKindOfRecursionIsRefusedNamingTheCycle) {
+  for (const hostile_hlo::RecursiveModule& m : hostile_hlo::RecursiveModules()) {
+    const std::string error = ErrorOf(m.text);
+    EXPECT_TRUE(Contains(error, "calls itself")) << m.name << ": " << error;
+    EXPECT_TRUE(Contains(error, m.cycle)) << m.name << ": " << error;
+    EXPECT_TRUE(Contains(error, "HLO has no recursion")) << m.name << ": " << error;
+    // Also without the parser: the problem list and the post order.
+    HloParseOptions no_verify;
+    no_verify.verify = false;
+    const auto module = ParseHloModule(m.text, no_verify);
+    const std::vector<std::string> problems = FindHloModuleProblems(*module);
+    ASSERT_FALSE(problems.empty()) << m.name;
+    EXPECT_TRUE(Contains(problems.back(), m.cycle)) << problems.back();
+    EXPECT_THROW(CheckCallGraph(*module), Error) << m.name;
+    EXPECT_THROW(module->MakeComputationPostOrder(), Error) << m.name;
+  }
+}
+
+TEST(VerifierTest, TheCycleNamesTheCallingInstruction) {
+  const std::string error = ErrorOf(hostile_hlo::RecursiveModules()[1].text);  // mutual
+  EXPECT_TRUE(Contains(error, "computation 'g' calls itself: g -> f -> g")) << error;
+  EXPECT_TRUE(Contains(error, "'f' calls 'g' ('c' (call) at 8:3)")) << error;
+}
+
+// Calls may nest kMaxCallDepth deep; one more is refused with the chain,
+// and a chain of 10,000 (which overflowed the stack of `weft partition` and
+// `weft run`) is refused quickly, walking it without recursion.
+TEST(VerifierTest, CallChainsAreBoundedAndNamed) {
+  for (ChainKind kind : {ChainKind::kCall, ChainKind::kWhile}) {
+    EXPECT_NO_THROW(ParseHloModule(CallChainModule(kMaxCallDepth, kind)));
+    const std::string over = ErrorOf(CallChainModule(kMaxCallDepth + 1, kind));
+    EXPECT_TRUE(Contains(over, fmt::format("calls nest {} deep from computation 'e', more than "
+                                           "weft's limit of {}",
+                                           kMaxCallDepth + 1, kMaxCallDepth)))
+        << over;
+    const std::string top = fmt::format("e -> f{} -> f{}", kMaxCallDepth, kMaxCallDepth - 1);
+    EXPECT_TRUE(Contains(over, top)) << over;
+    EXPECT_TRUE(Contains(over, "-> f2 -> f1 -> ")) << over;  // then f0, or cond
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const std::string deep = ErrorOf(CallChainModule(10000, ChainKind::kCall));
+  EXPECT_TRUE(Contains(deep, "calls nest 10000 deep from computation 'e'")) << deep;
+  EXPECT_TRUE(Contains(deep,
+                       "e -> f9999 -> f9998 -> f9997 -> ... (9993 more) ... -> f3 -> f2 "
+                       "-> f1 -> f0"))
+      << deep;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+// The depth is the longest chain, wherever it starts: a computation reached
+// first by a short path and later by a long one is counted by the long one.
+TEST(VerifierTest, TheDepthIsTheLongestChain) {
+  HloModule module("m");
+  std::vector<HloComputation*> chain;
+  for (int64_t i = 0; i <= kMaxCallDepth; ++i) {
+    HloComputationBuilder b(fmt::format("f{}", i));
+    HloInstruction* x = b.Parameter(0, Shape::Scalar(PrimitiveType::kF32));
+    if (i == 0) {
+      b.Unary(HloOpcode::kNegate, x);
+    } else {
+      b.Call({x}, chain.back());
+    }
+    chain.push_back(module.AddComputation(b.Build()));
+  }
+  // The entry calls the bottom of the chain first (short), then the top.
+  HloComputationBuilder e("e");
+  HloInstruction* p = e.Parameter(0, Shape::Scalar(PrimitiveType::kF32));
+  e.Call({e.Call({p}, chain.front())}, chain.back());
+  module.AddEntryComputation(e.Build());
+  try {
+    CheckCallGraph(module);
+    FAIL() << "accepted";
+  } catch (const Error& error) {
+    EXPECT_TRUE(Contains(error.what(), fmt::format("calls nest {} deep", kMaxCallDepth + 1)))
+        << error.what();
   }
 }
 

@@ -135,6 +135,37 @@ ENTRY e {
                {"'fa' (custom-call)", "takes 4 operands"});
   expect_error(R"(custom-call(q, k, v), custom_call_target="weft.flex_attention", backend_config={"causal": true})",
                {"unknown key 'causal'"});
+  // Values of the wrong type are named by key, in weft's words: never the
+  // JSON library's exception text.
+  const std::pair<const char*, const char*> kWrongTypes[] = {
+      {R"({"scale": "abc"})", "key \"scale\" must be a number, got \"abc\""},
+      {R"({"mask": 5})", "key \"mask\" must be a string, got 5"},
+      {R"({"enable_gqa": "yes"})", "key \"enable_gqa\" must be true or false"},
+      {R"({"mask": "q_idx >= 0", "mask_tensors": [1]})",
+       "key \"mask_tensors\" must be a list of names"},
+      {R"({"q_block": 1.5})", "key \"q_block\" must be an integer"},
+      {R"({"kv_block": 18446744073709551615})", "key \"kv_block\" must be an integer that fits"},
+      {R"({"scale": 1e400})", "backend_config is not valid JSON"}};
+  for (const auto& [config, message] : kWrongTypes) {
+    const std::string call =
+        std::string(
+            R"(custom-call(q, k, v), custom_call_target="weft.flex_attention", backend_config=)") +
+        config;
+    auto module = testing::Parse(std::string(R"(HloModule m
+ENTRY e {
+  q = f32[1,2,8,4] parameter(0)
+  k = f32[1,2,8,4] parameter(1)
+  v = f32[1,2,8,4] parameter(2)
+  ROOT fa = f32[1,2,8,4] )") + call +
+                                 "\n}\n");
+    try {
+      Executor executor(*module);
+      ADD_FAILURE() << config << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find("json.exception"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

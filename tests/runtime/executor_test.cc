@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "../hlo/hostile_hlo.h"
 #include "executor_test_util.h"
 #include "weft/runtime/comm_threads.h"
 
@@ -327,6 +328,93 @@ ENTRY e {
     EXPECT_EQ(outputs[d][0].ToDoubles(), outputs[0][0].ToDoubles());
     EXPECT_EQ(stats[d].collective_bytes(), 2 * 3 * 256 / 4);
     EXPECT_EQ(stats[d].instructions, 4);
+  }
+}
+
+// A while that never ends stops at ExecutorOptions::max_while_iterations
+// with the loop's name, the limit and the flag that raises it; a loop of
+// exactly that many iterations still runs. The limit is per execution of the
+// loop: an inner loop reached again starts counting anew.
+TEST(ExecutorTest, WhileLoopsStopAtTheIterationLimit) {
+  const char* text = R"(HloModule m
+forever {
+  s = s32[] parameter(0)
+  ROOT t = pred[] constant(true)
+}
+below {
+  s = s32[] parameter(0)
+  n = s32[] constant(5)
+  ROOT lt = pred[] compare(s, n), direction=LT
+}
+step {
+  s = s32[] parameter(0)
+  one = s32[] constant(1)
+  ROOT a = s32[] add(s, one)
+}
+ENTRY e {
+  p = s32[] parameter(0)
+  counted = s32[] while(p), condition=below, body=step
+  ROOT spin = s32[] while(counted), condition=forever, body=step
+})";
+  auto module = testing::Parse(text);
+  HostTensor zero = HostTensor::Scalar(PrimitiveType::kS32, 0);
+  ExecutorOptions options;
+  options.max_while_iterations = 1000;
+  Executor executor(*module, options);
+  ExpectErrorContaining(
+      [&] { executor.Run({zero}); },
+      {"'spin' (while) at 19:3", "while loop 'spin' ran 1000 iterations",
+       "condition 'forever' still holds", "limit of 1000 per loop", "--max-iterations"});
+
+  // Exactly at the limit: `counted` runs 5 iterations.
+  const char* counted_only = R"(HloModule m
+below {
+  s = s32[] parameter(0)
+  n = s32[] constant(5)
+  ROOT lt = pred[] compare(s, n), direction=LT
+}
+step {
+  s = s32[] parameter(0)
+  one = s32[] constant(1)
+  ROOT a = s32[] add(s, one)
+}
+ENTRY e {
+  p = s32[] parameter(0)
+  ROOT counted = s32[] while(p), condition=below, body=step
+})";
+  auto counted = testing::Parse(counted_only);
+  options.max_while_iterations = 5;
+  EXPECT_EQ(Executor(*counted, options).Run({zero})[0].GetDouble(0), 5);
+  options.max_while_iterations = 4;
+  ExpectErrorContaining([&] { Executor(*counted, options).Run({zero}); },
+                        {"while loop 'counted' ran 4 iterations", "limit of 4 per loop"});
+  options.max_while_iterations = 0;
+  ExpectErrorContaining([&] { Executor(*counted, options); },
+                        {"--max-iterations must be at least 1", "got 0"});
+  EXPECT_EQ(ExecutorOptions().max_while_iterations, 10'000'000);
+}
+
+// The executor follows calls on the stack: it refuses recursion and calls
+// nested deeper than kMaxCallDepth (CheckCallGraph) when it is made, and
+// runs a chain of exactly kMaxCallDepth.
+TEST(ExecutorTest, RefusesRecursionAndOverDeepCallsAndRunsTheDeepestAllowed) {
+  for (const hostile_hlo::RecursiveModule& m : hostile_hlo::RecursiveModules()) {
+    HloParseOptions unverified;
+    unverified.verify = false;
+    auto module = ParseHloModule(m.text, unverified);
+    ExpectErrorContaining([&] { Executor executor(*module); }, {"calls itself", m.cycle});
+  }
+  for (hostile_hlo::ChainKind kind :
+       {hostile_hlo::ChainKind::kCall, hostile_hlo::ChainKind::kWhile}) {
+    HloParseOptions unverified;
+    unverified.verify = false;
+    auto deep = ParseHloModule(hostile_hlo::CallChainModule(10000, kind), unverified);
+    ExpectErrorContaining([&] { Executor executor(*deep); }, {"calls nest 10000 deep"});
+    auto allowed = testing::Parse(hostile_hlo::CallChainModule(kMaxCallDepth, kind));
+    const std::vector<double> values = {1, 2, 3, 4};
+    const HostTensor x = HostTensor::FromDoubles(ParseShape("f32[4]"), values);
+    // One negate at the bottom of the chain.
+    EXPECT_EQ(testing::Run(*allowed, {x})[0].ToDoubles(), (std::vector<double>{-1, -2, -3, -4}));
   }
 }
 

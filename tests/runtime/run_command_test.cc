@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -16,8 +17,10 @@
 #include <sstream>
 #include <thread>
 
+#include "../hlo/hostile_hlo.h"
 #include "partitioner_random.h"
 #include "weft/base/error.h"
+#include "weft/base/memory.h"
 #include "weft/hlo/opcode.h"
 #include "weft/hlo/parser.h"
 #include "weft/runtime/config.h"
@@ -383,6 +386,232 @@ TEST(RunCommandTest, ErrorsNameTheInputAndTheFix) {
         << e.what();
     EXPECT_NE(std::string(e.what()).find("--num-devices 4"), std::string::npos) << e.what();
   }
+}
+
+// ---------------------------------------------------------------------------
+// Hostile input: never a crash, an allocation weft did not size, or a hang.
+// (Every test sets --num-devices: Topology::Global() is left to the
+// discovery test below.)
+
+std::string WriteTemp(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string RunError(RunCommandOptions options) {
+  std::ostringstream out;
+  options.out = &out;
+  try {
+    const int code = RunRunCommand(options);
+    return fmt::format("exit {}: {}", code, out.str());
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
+bool Has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// Shapes whose element count or byte size overflows int64 used to reach the
+// executor with a wrapped size (iota, transpose and dot wrote out of bounds).
+TEST(RunCommandTest, OverflowingShapesAreParseErrors) {
+  const char* kModules[] = {
+      "HloModule m\nENTRY e {\n  ROOT i = s32[3,6148914691236517206] iota(), iota_dimension=0\n}",
+      "HloModule m\nENTRY e {\n  p = s32[3,6148914691236517206] parameter(0)\n"
+      "  ROOT t = s32[6148914691236517206,3] transpose(p), dimensions={1,0}\n}",
+      "HloModule m\nENTRY e {\n  a = f32[4,3074457345618258603] parameter(0)\n"
+      "  b = f32[3074457345618258603,4] parameter(1)\n"
+      "  ROOT d = f32[4,4] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}"};
+  for (const char* text : kModules) {
+    RunCommandOptions options;
+    options.input = WriteTemp("weft_run_overflow.hlo", text);
+    options.num_devices = 2;
+    const std::string error = RunError(options);
+    EXPECT_TRUE(Has(error, "weft_run_overflow.hlo:3:")) << error;
+    EXPECT_TRUE(Has(error, "is too large: the product of its dimensions overflows int64")) << error;
+  }
+}
+
+TEST(RunCommandTest, RecursionAndOverDeepCallChainsAreRefused) {
+  for (const hostile_hlo::RecursiveModule& m : hostile_hlo::RecursiveModules()) {
+    RunCommandOptions options;
+    options.input = WriteTemp("weft_run_recursive.hlo", m.text);
+    options.num_devices = 2;
+    const std::string error = RunError(options);
+    EXPECT_TRUE(Has(error, "calls itself")) << m.name << ": " << error;
+    EXPECT_TRUE(Has(error, m.cycle)) << m.name << ": " << error;
+  }
+  for (hostile_hlo::ChainKind kind :
+       {hostile_hlo::ChainKind::kCall, hostile_hlo::ChainKind::kWhile}) {
+    RunCommandOptions options;
+    options.input = WriteTemp("weft_run_chain.hlo", hostile_hlo::CallChainModule(10000, kind));
+    options.num_devices = 2;
+    const std::string error = RunError(options);
+    EXPECT_TRUE(Has(error, "weft_run_chain.hlo: calls nest 10000 deep from computation 'e'"))
+        << error;
+    // The deepest chain allowed runs, on every device.
+    options.input =
+        WriteTemp("weft_run_chain.hlo", hostile_hlo::CallChainModule(kMaxCallDepth, kind));
+    options.check = true;
+    std::ostringstream out;
+    options.out = &out;
+    EXPECT_EQ(RunRunCommand(options), 0) << out.str();
+    EXPECT_TRUE(Has(out.str(), "check passed")) << out.str();
+  }
+}
+
+TEST(RunCommandTest, GiantDeviceCountsAreRefusedAtOnce) {
+  const auto start = std::chrono::steady_clock::now();
+  RunCommandOptions options;
+  options.input = WriteTemp("weft_run_devices.hlo",
+                            "HloModule m\nENTRY e {\n  ROOT p = f32[8] parameter(0), "
+                            "sharding={devices=[1000000000]<=[1000000000]}\n}");
+  options.num_devices = 2;
+  EXPECT_TRUE(Has(RunError(options), "spans more than 65536 devices")) << RunError(options);
+  options.input = WriteTemp("weft_run_devices.hlo",
+                            "HloModule m\nENTRY e {\n  ROOT p = f32[8] parameter(0), "
+                            "sharding={maximal device=100000000}\n}");
+  EXPECT_TRUE(Has(RunError(options), "device 100000000 is not below 65536")) << RunError(options);
+  options.input = Example("mlp_2d.hlo");
+  options.num_devices = 1000000000;
+  EXPECT_TRUE(Has(RunError(options), "--num-devices must be between 1 and 65536"))
+      << RunError(options);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+// A loop that never ends stops at --max-iterations with the loop's name.
+TEST(RunCommandTest, MaxIterationsStopsALoopThatNeverEnds) {
+  RunCommandOptions options;
+  options.input = WriteTemp("weft_run_forever.hlo", R"(HloModule m
+cond {
+  s = s32[] parameter(0)
+  ROOT t = pred[] constant(true)
+}
+body {
+  s = s32[] parameter(0)
+  one = s32[] constant(1)
+  ROOT a = s32[] add(s, one)
+}
+ENTRY e {
+  p = s32[] parameter(0)
+  ROOT forever = s32[] while(p), condition=cond, body=body
+})");
+  options.num_devices = 2;
+  options.max_iterations = 2000;
+  const std::string error = RunError(options);
+  EXPECT_TRUE(Has(error, "'forever' (while): while loop 'forever' ran 2000 iterations")) << error;
+  EXPECT_TRUE(Has(error, "raise the limit with --max-iterations N")) << error;
+  options.max_iterations = 0;
+  EXPECT_TRUE(Has(RunError(options), "--max-iterations must be at least 1")) << RunError(options);
+}
+
+// A run that needs more memory than the machine has is refused before
+// anything is allocated, with the figures: here valid shapes of terabytes
+// (a parameter, a broadcast, and one inside a loop the memory plan cannot
+// follow, where the estimate is the largest buffer, a lower bound).
+TEST(RunCommandTest, RunsThatCannotFitInMemoryAreRefusedBeforeAllocating) {
+  const char* kHuge[] = {
+      R"(HloModule big_param
+ENTRY e {
+  p = f32[1000000,1000000] parameter(0)
+  ROOT n = f32[1000000,1000000] negate(p)
+})",
+      R"(HloModule big_broadcast
+ENTRY e {
+  p = f32[] parameter(0)
+  ROOT b = f32[1000000,1000000] broadcast(p), dimensions={}
+})",
+      R"(HloModule big_in_loop
+cond {
+  s = s32[] parameter(0)
+  ROOT t = pred[] compare(s, s), direction=EQ
+}
+body {
+  s = s32[] parameter(0)
+  z = f32[] constant(0)
+  big = f32[1000000,1000000] broadcast(z), dimensions={}
+  r = f32[] reduce(big, z), dimensions={0,1}, to_apply=add
+  ROOT c = s32[] convert(r)
+}
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  p = s32[] parameter(0)
+  ROOT w = s32[] while(p), condition=cond, body=body
+})"};
+  for (const char* text : kHuge) {
+    RunCommandOptions options;
+    options.input = WriteTemp("weft_run_huge.hlo", text);
+    options.num_devices = 2;
+    const auto start = std::chrono::steady_clock::now();
+    const std::string error = RunError(options);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+    EXPECT_TRUE(Has(error, "weft run " + options.input + ": the run needs")) << error;
+    EXPECT_TRUE(Has(error, "TiB")) << error;
+    EXPECT_TRUE(Has(error, "of physical memory")) << error;
+    EXPECT_TRUE(Has(error, "f32[1000000,1000000]")) << error;
+    EXPECT_TRUE(Has(error, "Nothing was allocated")) << error;
+    EXPECT_TRUE(Has(error, "Make the largest buffers smaller")) << error;
+    if (Has(text, "big_in_loop")) {
+      EXPECT_TRUE(Has(error, "the run needs at least")) << error;
+      EXPECT_TRUE(Has(error, "the memory plan could not follow the program")) << error;
+    } else {
+      EXPECT_TRUE(Has(error, "the run needs about")) << error;
+    }
+  }
+}
+
+// The estimate: the memory plan's peak of the per-device program, times the
+// devices of this process, plus the inputs, counting once what the devices
+// borrow; refused only above the memory available.
+TEST(RunCommandTest, TheMemoryEstimateAddsUpThePlanInputsAndOutputs) {
+  auto module = ParseHloModule(R"(HloModule m
+ENTRY e {
+  x = f32[1024,256] parameter(0), sharding={devices=[4,1]<=[4]}
+  w = f32[256,256] parameter(1), sharding={replicated}
+  d = f32[1024,256] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[4,1]<=[4]}
+  ROOT t = f32[1024,256] tanh(d), sharding={devices=[4,1]<=[4]}
+})");
+  const ShardedProgram program = CompileForDevices(*module, 4);
+  const RunMemoryEstimate e = EstimateRunMemory(*module, program, 4, false);
+  EXPECT_TRUE(e.device_peak_planned);
+  const int64_t x = 1024 * 256 * 4, w = 256 * 256 * 4, local = x / 4;
+  EXPECT_EQ(e.input_bytes, x + w);
+  EXPECT_EQ(e.output_bytes, x);  // tiled: joined into a new tensor
+  // The device holds its shard of x, w (borrowed: counted in the inputs),
+  // then d, then t in d's place.
+  EXPECT_EQ(e.device_peak_bytes, local + w + local);
+  EXPECT_EQ(e.device_shared_bytes, w);
+  EXPECT_EQ(e.total_bytes, e.input_bytes + e.output_bytes + 4 * (e.device_peak_bytes - w));
+  // Measured: the executor's own peak on each device.
+  LocalCluster cluster(4);
+  std::vector<ExecutorStats> stats;
+  RunSharded(program, RandomInputs(program.input_shapes, 1), cluster, &stats);
+  for (const ExecutorStats& s : stats) EXPECT_EQ(s.peak_bytes, e.device_peak_bytes);
+  EXPECT_NO_THROW(CheckRunFitsInMemory(e, e.total_bytes, "m.hlo"));
+  EXPECT_NO_THROW(CheckRunFitsInMemory(e, 0, "m.hlo"));  // unknown: never refused
+  try {
+    CheckRunFitsInMemory(e, e.total_bytes - 1, "m.hlo");
+    ADD_FAILURE() << "not refused";
+  } catch (const Error& error) {
+    const std::string m = error.what();
+    EXPECT_TRUE(Has(m, fmt::format("weft run m.hlo: the run needs about {} ({} bytes) at once",
+                                   FormatBytes(e.total_bytes), e.total_bytes)))
+        << m;
+    EXPECT_TRUE(Has(m, fmt::format("this machine has {} ({} bytes) of physical memory",
+                                   FormatBytes(e.total_bytes - 1), e.total_bytes - 1)))
+        << m;
+    EXPECT_TRUE(Has(m, "4 devices x")) << m;
+  }
+  // --check adds the unsharded module's run (after the sharded one).
+  const RunMemoryEstimate checked = EstimateRunMemory(*module, program, 4, true);
+  EXPECT_GT(checked.check_peak_bytes, 0);
+  EXPECT_GE(checked.total_bytes, e.total_bytes);
 }
 
 // ---------------------------------------------------------------------------

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <numeric>
 #include <random>
 #include <set>
+#include <string>
 #include <unordered_set>
 
 namespace weft {
@@ -269,6 +271,59 @@ TEST(HloShardingTest, ParseAtAdvancesPastTheSharding) {
   HloSharding s = ParseHloShardingAt(text, &pos);
   EXPECT_EQ(s.ToString(), "{devices=[2]0,1}");
   EXPECT_EQ(text.substr(pos, 2), ", ");
+}
+
+// Device counts are bounded (kMaxDevices, or the caller's limit, e.g. the
+// module's num_partitions) on the dims, before any device id is expanded: a
+// sharding text of 40 bytes cannot make a billion-element vector.
+TEST(HloShardingTest, GiantDeviceCountsAreRefusedBeforeExpanding) {
+  const auto start = std::chrono::steady_clock::now();
+  for (const char* text :
+       {"{devices=[1000000000]<=[1000000000]}", "{devices=[65537]<=[65537]}",
+        "{devices=[4294967296,4294967296]<=[16]}", "{devices=[9223372036854775807,2]<=[2]}",
+        "{devices=[2,2]<=[1000000000] last_tile_dim_replicate}",
+        "{devices=[2,1000000000]<=[2000000000] last_tile_dims={manual}}",
+        "{devices=[2]0,1000000000}", "{maximal device=65536}",
+        "{{replicated}, {devices=[100000]<=[100000]}}"}) {
+    EXPECT_THROW(HloSharding::Parse(text), Error) << text;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  // The largest allowed.
+  EXPECT_EQ(HloSharding::Parse("{devices=[65536]<=[65536]}").tile_assignment().num_elements(),
+            kMaxDevices);
+  EXPECT_EQ(HloSharding::Parse("{maximal device=65535}").device(), 65535);
+  // The caller's limit, named in the message.
+  ShardingLimits limits;
+  limits.max_devices = 8;
+  limits.why = "the module's num_partitions=8";
+  const std::string text = "{devices=[16]<=[16]}";
+  size_t pos = 0;
+  try {
+    ParseHloShardingAt(text, &pos, limits);
+    FAIL() << "accepted";
+  } catch (const ShardingSyntaxError& e) {
+    EXPECT_EQ(e.offset(), 9u);
+    EXPECT_EQ(std::string(e.what()),
+              "tile assignment [16] spans more than 8 devices, the module's num_partitions=8");
+  }
+  pos = 0;
+  EXPECT_EQ(ParseHloShardingAt("{devices=[8]<=[8]}", &pos, limits).tile_assignment().num_elements(),
+            8);
+}
+
+// Tuple shardings are flat: a nested one is refused before descending, so
+// deeply nested braces cannot exhaust the stack.
+TEST(HloShardingTest, NestedTupleShardingsAreRefusedWithoutRecursing) {
+  EXPECT_THROW(HloSharding::Parse("{{{replicated}}}"), Error);
+  const std::string deep = std::string(200000, '{') + std::string(200000, '}');
+  try {
+    HloSharding::Parse(deep);
+    FAIL() << "accepted";
+  } catch (const ShardingSyntaxError& e) {
+    EXPECT_EQ(e.offset(), 1u);
+    EXPECT_NE(std::string(e.what()).find("tuple shardings are flat"), std::string::npos);
+  }
+  EXPECT_EQ(HloSharding::Parse("{{replicated}, {maximal device=1}}").tuple_elements().size(), 2u);
 }
 
 }  // namespace

@@ -228,5 +228,21 @@ TEST(ToHloShardingTest, HybridMeshDataParallelAcrossSlices) {
   EXPECT_NE(mesh.SliceOf(1), mesh.SliceOf(5));
 }
 
+// A mesh holds at most kMaxDevices devices (the bound weft run and weft plan
+// share); sizes whose product overflows int64 are refused, not wrapped.
+TEST(MeshTest, DeviceCountsAreBounded) {
+  EXPECT_EQ(Mesh({"data", "model"}, {256, 256}).num_devices(), 65536);
+  EXPECT_THROW(Mesh({"data", "model"}, {256, 257}), Error);
+  EXPECT_THROW(Mesh({"a", "b"}, {4294967296, 4294967296}), Error);
+  try {
+    Mesh({"fsdp"}, {1000000000});
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 65536 devices"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(Mesh::Hybrid({"data"}, {4294967296}, {4294967296}), Error);
+  EXPECT_THROW(Mesh::Hybrid({"data", "model"}, {256, 2}, {2, 256}), Error);
+}
+
 }  // namespace
 }  // namespace weft

@@ -115,5 +115,24 @@ TEST(TileAssignmentTest, PrintsBothForms) {
   EXPECT_EQ(TileAssignment::Iota({1}).ToString(), "devices=[1]<=[1]");
 }
 
+// At most kMaxDevices devices, ids below it; dims whose product overflows
+// int64 are refused, not wrapped.
+TEST(TileAssignmentTest, DeviceCountsAreBounded) {
+  EXPECT_EQ(DeviceCountWithin(std::vector<int64_t>{256, 256}), 65536);
+  EXPECT_EQ(DeviceCountWithin(std::vector<int64_t>{256, 257}), std::nullopt);
+  EXPECT_EQ(DeviceCountWithin(std::vector<int64_t>{4294967296, 4294967296}), std::nullopt);
+  EXPECT_EQ(DeviceCountWithin(std::vector<int64_t>{2, 0}), std::nullopt);
+  EXPECT_EQ(DeviceCountWithin(std::vector<int64_t>{3, 3}, 8), std::nullopt);
+  EXPECT_EQ(DeviceCountWithin(std::vector<int64_t>{}), 1);
+  EXPECT_EQ(TileAssignment::Iota({kMaxDevices}).num_elements(), kMaxDevices);
+  EXPECT_THROW(TileAssignment::Iota({kMaxDevices + 1}), Error);
+  EXPECT_THROW(TileAssignment::Iota({1000000000}), Error);
+  EXPECT_THROW(TileAssignment::Iota({2, 2}, {1000000000}, {0}), Error);
+  // 2^32 x 2^32 wraps to 0 in int64: must not pass for a 0- or 1-device list.
+  EXPECT_THROW(TileAssignment({4294967296, 4294967296}, {0}), Error);
+  EXPECT_THROW(TileAssignment({2}, {0, kMaxDevices}), Error);
+  EXPECT_THROW(TileAssignment::Iota({4}).Reshape({4294967296, 4294967296, 4}), Error);
+}
+
 }  // namespace
 }  // namespace weft

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "../hlo/hostile_hlo.h"
 #include "weft/base/error.h"
 #include "weft/hlo/parser.h"
 
@@ -76,6 +77,58 @@ TEST(PartitionCommandTest, BadInputNamesTheFile) {
     EXPECT_NE(std::string(e.what()).find("weft_partition_bad.hlo:3:"), std::string::npos) << e.what();
   }
   std::filesystem::remove(input);
+}
+
+// Hostile input. A computation that called itself overflowed the stack of
+// `weft partition` (propagate and run refused it); now one check, in the
+// verifier, refuses it for every command. So are call chains deeper than
+// kMaxCallDepth (10,000 overflowed the stack too), while the deepest allowed
+// partitions.
+std::string PartitionError(const std::string& text, int64_t num_partitions = 0) {
+  const auto input = WriteTemp("weft_partition_hostile.hlo", text);
+  PartitionCommandOptions options;
+  options.input = input.string();
+  options.num_partitions = num_partitions;
+  std::ostringstream out;
+  options.out = &out;
+  try {
+    RunPartitionCommand(options);
+    return "accepted";
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
+TEST(PartitionCommandTest, RecursionIsRefusedNamingTheCycle) {
+  for (const hostile_hlo::RecursiveModule& m : hostile_hlo::RecursiveModules()) {
+    const std::string error = PartitionError(m.text);
+    EXPECT_NE(error.find("weft_partition_hostile.hlo: computation"), std::string::npos)
+        << m.name << ": " << error;
+    EXPECT_NE(error.find(std::string("calls itself: ") + m.cycle), std::string::npos)
+        << m.name << ": " << error;
+  }
+}
+
+TEST(PartitionCommandTest, CallChainsAreBoundedAndTheDeepestAllowedPartitions) {
+  for (hostile_hlo::ChainKind kind :
+       {hostile_hlo::ChainKind::kCall, hostile_hlo::ChainKind::kWhile}) {
+    const std::string error = PartitionError(hostile_hlo::CallChainModule(10000, kind), 2);
+    EXPECT_NE(error.find("calls nest 10000 deep from computation 'e'"), std::string::npos) << error;
+    EXPECT_EQ(PartitionError(hostile_hlo::CallChainModule(kMaxCallDepth, kind), 2), "accepted");
+  }
+}
+
+TEST(PartitionCommandTest, DeviceCountsAreBounded) {
+  EXPECT_NE(
+      PartitionError(kModule, 1000000000).find("--num-partitions must be between 1 and 65536"),
+      std::string::npos);
+  const std::string giant = PartitionError(
+      "HloModule m\nENTRY e {\n  ROOT p = f32[8] parameter(0), "
+      "sharding={devices=[1000000000]<=[1000000000]}\n}");
+  EXPECT_NE(giant.find("weft_partition_hostile.hlo:3:51: bad sharding: tile assignment "
+                       "[1000000000] spans more than 65536 devices"),
+            std::string::npos)
+      << giant;
 }
 
 }  // namespace

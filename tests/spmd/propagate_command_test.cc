@@ -6,7 +6,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "../hlo/hostile_hlo.h"
 #include "weft/base/error.h"
+#include "weft/hlo/module.h"
 
 namespace weft {
 namespace {
@@ -68,6 +70,36 @@ TEST(PropagateCommandTest, BadInputIsAClearError) {
   }
   options.input = "/nonexistent/x.hlo";
   EXPECT_THROW(RunPropagateCommand(options), Error);
+}
+
+// Hostile input: recursion and over-deep call chains are refused by the
+// verifier's one check (CheckCallGraph), as for every command.
+std::string PropagateError(const std::string& text) {
+  PropagateCommandOptions options;
+  options.input = WriteTemp("weft_propagate_hostile.hlo", text);
+  std::ostringstream out;
+  options.out = &out;
+  try {
+    RunPropagateCommand(options);
+    return "accepted";
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
+TEST(PropagateCommandTest, RecursionAndOverDeepCallChainsAreRefused) {
+  for (const hostile_hlo::RecursiveModule& m : hostile_hlo::RecursiveModules()) {
+    const std::string error = PropagateError(m.text);
+    EXPECT_NE(error.find(std::string("calls itself: ") + m.cycle), std::string::npos)
+        << m.name << ": " << error;
+  }
+  for (hostile_hlo::ChainKind kind :
+       {hostile_hlo::ChainKind::kCall, hostile_hlo::ChainKind::kWhile}) {
+    EXPECT_NE(PropagateError(hostile_hlo::CallChainModule(10000, kind))
+                  .find("calls nest 10000 deep from computation 'e'"),
+              std::string::npos);
+    EXPECT_EQ(PropagateError(hostile_hlo::CallChainModule(kMaxCallDepth, kind)), "accepted");
+  }
 }
 
 }  // namespace

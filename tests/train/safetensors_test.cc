@@ -138,7 +138,7 @@ TEST(Safetensors, RejectsBrokenFilesNamingTheProblem) {
                 "data_offsets end at 16 but the data section has 12 bytes");
   std::string huge(8, '\xff');
   ExpectInvalid(huge + "{}", "implausible");
-  ExpectInvalid(HandMade(R"({"a": {"dtype": "F32",)", data), "bad JSON header");
+  ExpectInvalid(HandMade(R"({"a": {"dtype": "F32",)", data), "its JSON header is malformed near byte");
   ExpectInvalid(HandMade(R"([1, 2])", ""), "does not start with '{'");
   ExpectInvalid(
       HandMade(R"({"a":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})", data.substr(0, 4)),

@@ -13,6 +13,14 @@
 
 namespace weft {
 
+// The most calls (call, while, reduce/scatter/all-reduce to_apply, ...)
+// that may nest inside one another. Code that follows calls recursively (the
+// executor runs a called computation inside the caller's step, the
+// partitioner partitions a while body inside its while) needs stack in
+// proportion; this bound keeps every command within the default stack,
+// sanitizer builds included. Real programs nest a handful deep.
+inline constexpr int64_t kMaxCallDepth = 256;
+
 class HloModule {
  public:
   explicit HloModule(std::string name) : name_(std::move(name)) {}
@@ -34,6 +42,10 @@ class HloModule {
   // nullptr when absent.
   HloComputation* GetComputation(std::string_view name) const;
   // Callees before callers, otherwise in the order added; the entry last.
+  // Walks the call graph iteratively. Throws weft::Error when a computation
+  // calls itself (directly, mutually, as a while body or condition, as a
+  // to_apply), naming the cycle, or when calls nest deeper than
+  // kMaxCallDepth, naming the chain (see CheckCallGraph).
   std::vector<HloComputation*> MakeComputationPostOrder() const;
 
   // Number of SPMD partitions (devices per replica) and replicas; 1 = unset.
@@ -66,5 +78,12 @@ class HloModule {
   NameSpace instruction_names_;
   NameSpace computation_names_;
 };
+
+// The one check of the call graph every command relies on: no computation
+// calls itself, and no chain of calls is longer than kMaxCallDepth. Throws
+// weft::Error naming the cycle or the chain. The verifier runs it (so every
+// parsed module is checked), and so do the partitioner, the propagation and
+// the executor for modules built in memory.
+void CheckCallGraph(const HloModule& module);
 
 }  // namespace weft

@@ -7,6 +7,7 @@
 // so a shape mismatch is reported at the instruction's line:col too.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -20,6 +21,11 @@ struct HloParseOptions {
   std::string source_name;
   // Run VerifyHloModule on the result.
   bool verify = true;
+  // The most device ids the module's shardings and iota replica groups may
+  // expand to in all (8 bytes each). Identical sharding texts are expanded
+  // once and shared, so real modules stay far below; distinct giant
+  // shardings, one per line, are refused at the first one past it.
+  int64_t max_expanded_device_ids = int64_t{1} << 26;  // 512 MiB
 };
 
 std::unique_ptr<HloModule> ParseHloModule(std::string_view text,

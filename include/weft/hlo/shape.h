@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,12 +24,27 @@ bool IsInteger(PrimitiveType type);  // s32, s64, u32
 bool IsSignedInteger(PrimitiveType type);
 int64_t ByteWidth(PrimitiveType type);
 
+// Why no array of `type` with `dims` can exist, or nullopt when it can. An
+// array exists when every dimension is >= 0 and its sizes fit in int64: the
+// product of its non-zero dimensions (so every row-major stride fits too)
+// and that product times the byte width. Shape's constructor and the HLO
+// parser (which adds line:col) both apply it, so no Shape ever holds a size
+// whose element count or byte size overflows.
+std::optional<std::string> ArrayShapeProblem(PrimitiveType type, std::span<const int64_t> dims);
+
+// Checked int64 arithmetic for sizes (nullopt on overflow).
+std::optional<int64_t> CheckedAdd(int64_t a, int64_t b);
+std::optional<int64_t> CheckedMul(int64_t a, int64_t b);
+
 class Shape {
  public:
   // An invalid shape (element type kInvalid); used as "not yet known".
   Shape() = default;
+  // Throws weft::Error with ArrayShapeProblem's reason (a negative dimension,
+  // or an element count or byte size that overflows int64).
   Shape(PrimitiveType type, std::vector<int64_t> dims);
   static Shape Scalar(PrimitiveType type) { return Shape(type, {}); }
+  // Throws weft::Error when the elements' total byte size overflows int64.
   static Shape Tuple(std::vector<Shape> elements);
 
   bool IsValid() const { return type_ != PrimitiveType::kInvalid; }
@@ -43,9 +59,9 @@ class Shape {
   const std::vector<Shape>& tuple_shapes() const { return tuple_shapes_; }
   const Shape& tuple_shapes(int64_t i) const { return tuple_shapes_.at(i); }
 
-  // Arrays only.
+  // Arrays only. Never overflows (see the constructor).
   int64_t ElementsCount() const;
-  // Sum over leaves for tuples.
+  // Sum over leaves for tuples. Never overflows (see the constructor, Tuple).
   int64_t ByteSize() const;
   // Number of array leaves (tuples flattened recursively).
   int64_t LeafCount() const;

@@ -20,7 +20,10 @@
 // in place —, scatter, all-reduce, collective-permute). Reshape, copy, bitcast-like slices, tuples
 // and get-tuple-element share bytes instead of copying. stats().peak_bytes is the largest sum of
 // the bytes of distinct buffers held at once during the last Run: parameters (until their last
-// use), constants (while used), intermediates and outputs.
+// use), constants (while used), intermediates and outputs. Freed buffers
+// return to the executor's BufferPool (executor_tensor.h), bounded by twice
+// the last run's peak, and serve later allocations of the same size class:
+// repeated runs (training steps) take no fresh memory and no page faults.
 //
 // Devices and ids: with the module's num_partitions P and replica_count R
 // both > 1, device d is partition d % P of replica d / P, and replica groups
@@ -123,18 +126,29 @@ struct ExecutorOptions {
   // Threads oneDNN's GEMM uses on this device's thread; 0 = all cores
   // divided by the number of devices of this process.
   int gemm_threads = 0;
+  // The most iterations one execution of a while loop may run (its body
+  // runs at most this many times each time the loop is reached); one more
+  // and Run throws weft::Error naming the loop, the limit and
+  // kMaxIterationsFlag, so a loop that never ends stops. Must be >= 1.
+  int64_t max_while_iterations = kDefaultMaxWhileIterations;
+  static constexpr int64_t kDefaultMaxWhileIterations = 10'000'000;
   // Time every executed instruction into ExecutorStats::class_seconds (two
   // clock reads per instruction). Off, it costs one untaken branch each.
   bool profile = false;
 };
 
+// The flag that sets ExecutorOptions::max_while_iterations (weft run).
+inline constexpr std::string_view kMaxIterationsFlag = "--max-iterations";
+
 struct ExecutorStats {
   int64_t peak_bytes = 0;    // see the file comment
   int64_t instructions = 0;  // executed (loop bodies count every iteration)
   double seconds = 0;        // wall time of the last Run
-  // Buffers the executor allocated during the last Run (results that could
-  // not take over a dying operand's buffer, and the evaluators' scratch),
-  // and their bytes.
+  // Fresh buffers the executor asked the system for during the last Run
+  // (results that could neither take over a dying operand's buffer nor an
+  // idle one of the executor's pool, and the evaluators' scratch), and
+  // their bytes. A run that repeats the previous one's allocations (a
+  // training step after the first two) makes none.
   int64_t allocations = 0;
   int64_t allocated_bytes = 0;
   // With ExecutorOptions::profile, per OpClass: seconds spent in its

@@ -49,13 +49,19 @@ class EvalContext {
   const ExecutorOptions& options() const { return options_; }
   const std::shared_ptr<MemoryTracker>& tracker() const { return tracker_; }
 
-  // An uninitialized buffer counted in the run's peak bytes (and in
-  // ExecutorStats::allocations).
+  // An uninitialized buffer counted in the run's peak bytes, from the
+  // executor's buffer pool when it has one of that size; fresh memory is
+  // counted in ExecutorStats::allocations.
   HostTensor Allocate(const Shape& shape) const {
-    allocations_.fetch_add(1, std::memory_order_relaxed);
-    allocated_bytes_.fetch_add(shape.ByteSize(), std::memory_order_relaxed);
-    return HostTensor::Uninitialized(shape, tracker_);
+    HostTensor t = HostTensor::Uninitialized(shape, tracker_, pool_);
+    if (!t.storage()->reused()) {
+      allocations_.fetch_add(1, std::memory_order_relaxed);
+      allocated_bytes_.fetch_add(shape.ByteSize(), std::memory_order_relaxed);
+    }
+    return t;
   }
+  // The pool Allocate draws from (the executor's, kept across its runs).
+  void set_pool(std::shared_ptr<BufferPool> pool) { pool_ = std::move(pool); }
   int64_t allocations() const { return allocations_.load(std::memory_order_relaxed); }
   int64_t allocated_bytes() const { return allocated_bytes_.load(std::memory_order_relaxed); }
   // Runs a called computation (while, call, interpreted reducers).
@@ -68,6 +74,7 @@ class EvalContext {
   DeviceIds ids_;
   const ExecutorOptions& options_;
   std::shared_ptr<MemoryTracker> tracker_;
+  std::shared_ptr<BufferPool> pool_;
   std::function<Value(const HloComputation&, std::vector<Value>)> call_;
   mutable std::atomic<int64_t> allocations_{0}, allocated_bytes_{0};
 };

@@ -1,9 +1,12 @@
-// `weft run FILE.hlo [--seed S] [--check] [--num-devices N]`: runs an HLO
+// `weft run FILE.hlo [--seed S] [--check] [--num-devices N] [--max-iterations N]`: runs an HLO
 // text module end to end on this process's devices (threads), or under
 // `mpirun -np N weft run ...` with one device per rank:
 //
 //   parse -> propagate shardings (when some instruction has none)
 //         -> partition into the per-device program
+//         -> size the run (the memory plan of the per-device program, the
+//            inputs and outputs) and refuse it, before allocating, when it
+//            needs more than the machine's physical memory
 //         -> seeded random inputs, split by the entry parameters' shardings
 //         -> run (LocalCluster threads, or this MPI rank)
 //         -> join the outputs by the root's sharding
@@ -26,6 +29,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "weft/hlo/module.h"
@@ -43,6 +47,10 @@ struct RunCommandOptions {
   // --num-devices; 0: the rank count under MPI, else the device count the
   // module's shardings are written for, else the topology's (WEFT_NUM_DEVICES).
   int64_t num_devices = 0;
+  // --max-iterations: the most iterations one while loop may run
+  // (ExecutorOptions::max_while_iterations); a loop that never ends stops
+  // with an error naming it.
+  int64_t max_iterations = ExecutorOptions::kDefaultMaxWhileIterations;
   std::ostream* out = nullptr;  // the report; stdout when null (rank 0 only)
 };
 
@@ -82,6 +90,42 @@ int64_t ShardingDeviceCount(const HloModule& module);
 // partitions it. Throws weft::Error when the shardings are written for
 // another number of devices, or are manual on an entry parameter or output.
 ShardedProgram CompileForDevices(HloModule& module, int64_t num_devices);
+
+// What a run holds in memory at once, estimated before anything is allocated.
+struct RunMemoryEstimate {
+  // One device's peak: the memory plan of the per-device program
+  // (analysis::PlanMemory, the executor's liveness rules). When the plan
+  // cannot follow the program (device_peak_planned false, with the reason),
+  // the largest single buffer: a lower bound.
+  int64_t device_peak_bytes = 0;
+  // Of which the inputs a device borrows whole (shared with the global
+  // inputs, so counted once, in input_bytes).
+  int64_t device_shared_bytes = 0;
+  bool device_peak_planned = false;
+  std::string not_planned_reason;
+  std::vector<std::string> largest_buffers;  // at the peak: "'b' f32[..] (16.00 GiB)"
+  int64_t devices = 1;           // devices held by one process (threads), 1 per MPI rank
+  int64_t processes = 1;         // processes on this machine (MPI ranks)
+  int64_t input_bytes = 0;       // the global inputs (RandomInputs)
+  int64_t output_bytes = 0;      // joined outputs not already held by a device
+  int64_t check_peak_bytes = 0;  // --check: the unsharded module's peak less its inputs
+  // processes x the larger of: inputs + outputs + devices x (device peak
+  // less the inputs it borrows whole), and --check's run; saturating.
+  int64_t total_bytes = 0;
+};
+
+// Estimates `program` (compiled from `module`) run on `devices` devices in
+// this process (threads), or, with mpi_ranks_here > 0, one device per MPI
+// rank with that many ranks on this machine; `check` adds --check's run of
+// the unsharded module.
+RunMemoryEstimate EstimateRunMemory(const HloModule& module, const ShardedProgram& program,
+                                    int64_t devices, bool check, int64_t mpi_ranks_here = 0);
+
+// Throws weft::Error when the estimate exceeds `available_bytes` (weft run:
+// the physical memory; <= 0: unknown, never refuses), stating both figures,
+// what makes up the estimate and what to change. `input` names the module.
+void CheckRunFitsInMemory(const RunMemoryEstimate& estimate, int64_t available_bytes,
+                          std::string_view input);
 
 // Seeded inputs of the given shapes (see the file comment).
 std::vector<HostTensor> RandomInputs(std::span<const Shape> shapes, uint64_t seed);

@@ -158,10 +158,19 @@ class ShardingSyntaxError : public Error {
   size_t offset_;
 };
 
+// What a parsed sharding may span: a tile assignment holding more than
+// max_devices devices is refused (ShardingSyntaxError "... spans more than N
+// devices, <why>") before any device id is expanded.
+struct ShardingLimits {
+  int64_t max_devices = kMaxDevices;
+  std::string why = "the most devices weft supports";
+};
+
 // Parses one sharding starting at text[*pos] (leading whitespace and /*...*/
 // comments skipped) and advances *pos past its closing brace. Throws
 // ShardingSyntaxError (offset into `text`) on bad syntax, weft::Error on a
 // well-formed but invalid sharding (e.g. repeated device ids).
-HloSharding ParseHloShardingAt(std::string_view text, size_t* pos);
+HloSharding ParseHloShardingAt(std::string_view text, size_t* pos,
+                               const ShardingLimits& limits = {});
 
 }  // namespace weft

@@ -4,12 +4,56 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "weft/base/limits.h"
+
 namespace weft {
+
+// The product of `dims` (a device count) when every dim is >= 1 and the
+// product is at most `limit` (kMaxDevices: base/limits.h); nullopt
+// otherwise. Never overflows.
+std::optional<int64_t> DeviceCountWithin(std::span<const int64_t> dims,
+                                         int64_t limit = kMaxDevices);
+
+// An immutable device list shared between copies: a TileAssignment is
+// copied with every HloSharding (propagation copies shardings per
+// instruction and per user), and on a 65,536-device mesh a private copy is
+// half a megabyte each time. Reads like a const std::vector<int64_t>.
+class SharedDeviceList {
+ public:
+  SharedDeviceList(std::vector<int64_t> devices)  // NOLINT: implicit, as a vector
+      : list_(std::make_shared<const List>(std::move(devices))) {}
+  SharedDeviceList(std::initializer_list<int64_t> devices)
+      : SharedDeviceList(std::vector<int64_t>(devices)) {}
+  operator const std::vector<int64_t>&() const { return list_->devices; }  // NOLINT
+  const std::vector<int64_t>& get() const { return list_->devices; }
+  size_t size() const { return list_->devices.size(); }
+  int64_t operator[](size_t i) const { return list_->devices[i]; }
+  std::vector<int64_t>::const_iterator begin() const { return list_->devices.begin(); }
+  std::vector<int64_t>::const_iterator end() const { return list_->devices.end(); }
+  bool operator==(const SharedDeviceList& other) const {
+    return list_ == other.list_ || list_->devices == other.list_->devices;
+  }
+  // The position of `device` in the list, or -1: O(1) after a first call
+  // that indexes the list (callers ask for every device in turn).
+  int64_t PositionOf(int64_t device) const;
+
+ private:
+  struct List {
+    explicit List(std::vector<int64_t> d) : devices(std::move(d)) {}
+    std::vector<int64_t> devices;
+    mutable std::once_flag indexed;
+    mutable std::vector<int64_t> position;  // [device id] -> position, -1: absent
+  };
+  std::shared_ptr<const List> list_;
+};
 
 // An N-d array of device ids: element [i0, ..., ik] is the device that holds
 // tile (i0, ..., ik). Stored explicitly; when it came from (or still is) an
@@ -21,11 +65,13 @@ class TileAssignment {
  public:
   // A single tile on device 0.
   TileAssignment() : dims_{1}, devices_{0} {}
-  // Explicit devices, row-major over `dims`. Devices must be distinct and >= 0.
+  // Explicit devices, row-major over `dims`. Devices must be distinct, >= 0
+  // and below kMaxDevices; dims hold at most kMaxDevices devices.
   TileAssignment(std::vector<int64_t> dims, std::vector<int64_t> devices);
   // Devices 0..N-1 in row-major order.
   static TileAssignment Iota(std::vector<int64_t> dims);
-  // XLA's `[dims]<=[reshape_dims]T(transpose_perm)`.
+  // XLA's `[dims]<=[reshape_dims]T(transpose_perm)`. Throws weft::Error,
+  // before expanding the devices, when the dims hold more than kMaxDevices.
   static TileAssignment Iota(std::vector<int64_t> dims, std::vector<int64_t> reshape_dims,
                              std::vector<int64_t> transpose_perm);
 
@@ -34,7 +80,7 @@ class TileAssignment {
   int64_t dim(int64_t i) const { return dims_.at(i); }
   int64_t num_elements() const { return static_cast<int64_t>(devices_.size()); }
   // Row-major device ids.
-  const std::vector<int64_t>& devices() const { return devices_; }
+  const std::vector<int64_t>& devices() const { return devices_.get(); }
   int64_t operator()(std::span<const int64_t> index) const;
   // The tile index (one entry per dim) holding `device`, or nullopt.
   std::optional<std::vector<int64_t>> IndexOf(int64_t device) const;
@@ -63,7 +109,7 @@ class TileAssignment {
 
  private:
   std::vector<int64_t> dims_;
-  std::vector<int64_t> devices_;
+  SharedDeviceList devices_;
   std::optional<std::vector<int64_t>> iota_reshape_dims_;
   std::optional<std::vector<int64_t>> iota_transpose_perm_;
 };
