@@ -5,7 +5,6 @@
 #include <optional>
 
 #include "commands.h"
-#include "weft/base/error.h"
 #include "weft/runtime/config.h"
 #include "weft/runtime/run_command.h"
 
@@ -30,21 +29,11 @@ void AddRun(CLI::App& app) {
                   "The most iterations one while loop may run before the run stops with an error "
                   "naming the loop (default 10000000)");
   auto timeout = std::make_shared<std::optional<int64_t>>();
-  run->add_option("--collective-timeout", *timeout,
-                  "Seconds a device waits for the others at a collective before the run fails, "
-                  "naming who did not arrive (default: WEFT_COLLECTIVE_TIMEOUT, else 600)");
+  AddCollectiveTimeoutFlag(run, timeout.get());
   run->callback([opt, timeout] {
     SetAction([opt, timeout] {
-      // Held for the whole command, so it is in place before any device starts.
       std::optional<runtime::ScopedConfigOverride> hold;
-      if (*timeout) {
-        const auto key = runtime::ConfigKey::kCollectiveTimeout;
-        WEFT_CHECK(**timeout >= runtime::ConfigMinValue(key) &&
-                       **timeout <= runtime::ConfigMaxValue(key),
-                   "--collective-timeout {}: give seconds in [{}, {}]", **timeout,
-                   runtime::ConfigMinValue(key), runtime::ConfigMaxValue(key));
-        hold.emplace(key, **timeout);
-      }
+      HoldCollectiveTimeout(*timeout, hold);
       return runtime::RunRunCommand(*opt);
     });
   });

@@ -58,14 +58,7 @@ int RunTrain(const TrainFlags& f) {
                *f.stop_after);
   }
   std::optional<runtime::ScopedConfigOverride> timeout;
-  if (f.collective_timeout) {
-    const auto key = runtime::ConfigKey::kCollectiveTimeout;
-    WEFT_CHECK(*f.collective_timeout >= runtime::ConfigMinValue(key) &&
-                   *f.collective_timeout <= runtime::ConfigMaxValue(key),
-               "--collective-timeout {}: give seconds in [{}, {}]", *f.collective_timeout,
-               runtime::ConfigMinValue(key), runtime::ConfigMaxValue(key));
-    timeout.emplace(key, *f.collective_timeout);
-  }
+  HoldCollectiveTimeout(f.collective_timeout, timeout);
   WEFT_CHECK(f.backend == "threads" || f.backend == "mpi",
              "--backend '{}': expected 'threads' or 'mpi'", f.backend);
   if (f.backend == "threads") {
@@ -132,9 +125,7 @@ void AddTrain(CLI::App& app) {
   cmd->add_option("--out", f->out,
                   "Output directory (default runs/<config name>); when it holds a checkpoint, "
                   "the run continues from it");
-  cmd->add_option("--collective-timeout", f->collective_timeout,
-                  "Seconds a device waits for the others at a collective before the run fails, "
-                  "naming who did not arrive (default: WEFT_COLLECTIVE_TIMEOUT, else 600)");
+  AddCollectiveTimeoutFlag(cmd, &f->collective_timeout);
   cmd->add_flag("--overwrite", f->overwrite,
                 "Start over in --out even though it holds an earlier run (its checkpoint and "
                 "metrics are replaced)");

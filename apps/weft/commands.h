@@ -4,7 +4,11 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <functional>
+#include <optional>
+
+#include "weft/runtime/config.h"
 
 namespace weft::cli {
 
@@ -17,6 +21,13 @@ void AddRun(CLI::App& app);
 void AddTrain(CLI::App& app);
 void AddPlan(CLI::App& app);
 void AddSample(CLI::App& app);
+
+// `--collective-timeout SECONDS` for the commands that run devices: the
+// flag, and the override it sets (validated, naming the flag), which the
+// caller holds for the whole command so every device sees it.
+void AddCollectiveTimeoutFlag(CLI::App* command, std::optional<int64_t>* seconds);
+void HoldCollectiveTimeout(std::optional<int64_t> seconds,
+                           std::optional<runtime::ScopedConfigOverride>& hold);
 
 // Stores the action of the subcommand being parsed.
 void SetAction(std::function<int()> action);
