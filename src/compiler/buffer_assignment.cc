@@ -1,0 +1,607 @@
+// Buffer assignment (include/weft/compiler/buffer_assignment.h): liveness
+// over each computation's sequence, static in-place and view decisions that
+// match the executor's evaluators, then best-fit offsets per region.
+#include "weft/compiler/buffer_assignment.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "weft/base/error.h"
+#include "weft/hlo/opcode.h"
+
+namespace weft::compiler {
+
+bool IsContiguousBox(const std::vector<int64_t>& dims, const std::vector<int64_t>& sizes) {
+  size_t k = 0;
+  while (k < dims.size() && sizes[k] == 1) ++k;  // leading unit dims
+  if (k == dims.size()) return true;
+  for (size_t j = k + 1; j < dims.size(); ++j) {
+    if (sizes[j] != dims[j]) return false;
+  }
+  return true;
+}
+
+namespace {
+
+bool Contains(const std::vector<int64_t>& v, int64_t x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// eval_dot.cc IsInOrder.
+bool IsInOrder(const std::vector<int64_t>& order, const std::vector<int64_t>& dims) {
+  int64_t last = -1;
+  for (int64_t d : order) {
+    if (dims[d] == 1) continue;
+    if (d < last) return false;
+    last = d;
+  }
+  return true;
+}
+
+std::vector<int64_t> Concat3(const std::vector<int64_t>& a, const std::vector<int64_t>& b,
+                             const std::vector<int64_t>& c) {
+  std::vector<int64_t> out = a;
+  out.insert(out.end(), b.begin(), b.end());
+  out.insert(out.end(), c.begin(), c.end());
+  return out;
+}
+
+// eval_dot.cc AsMatrices packs an operand in neither [batch, rows, cols] nor
+// [batch, cols, rows] order.
+bool NeedsPacking(const Shape& x, const std::vector<int64_t>& batch,
+                  const std::vector<int64_t>& rows, const std::vector<int64_t>& cols) {
+  return !IsInOrder(Concat3(batch, rows, cols), x.dimensions()) &&
+         !IsInOrder(Concat3(batch, cols, rows), x.dimensions());
+}
+
+int64_t Outer(const Shape& s, int64_t d) {
+  int64_t outer = 1;
+  for (int64_t i = 0; i < d; ++i) outer *= s.dimensions(i);
+  return outer;
+}
+
+int64_t RoundUp(int64_t bytes) {
+  return std::max<int64_t>(kBufferAlignment,
+                           (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment);
+}
+
+}  // namespace
+
+std::vector<Shape> InstructionScratch(const HloInstruction& instr) {
+  std::vector<Shape> out;
+  const Shape& shape = instr.shape();
+  switch (instr.opcode()) {
+    case HloOpcode::kDot: {  // eval_dot.cc: f32 operands packed when transposed
+      const Shape& lhs = instr.operand(0)->shape();
+      const Shape& rhs = instr.operand(1)->shape();
+      if (!IsFloatingPoint(shape.element_type())) break;
+      const DotDimensionNumbers& dn = instr.attrs().dot;
+      std::vector<int64_t> lhs_free, rhs_free;
+      for (int64_t d = 0; d < lhs.rank(); ++d) {
+        if (!Contains(dn.lhs_batch_dims, d) && !Contains(dn.lhs_contracting_dims, d)) {
+          lhs_free.push_back(d);
+        }
+      }
+      for (int64_t d = 0; d < rhs.rank(); ++d) {
+        if (!Contains(dn.rhs_batch_dims, d) && !Contains(dn.rhs_contracting_dims, d)) {
+          rhs_free.push_back(d);
+        }
+      }
+      const PrimitiveType f32 = PrimitiveType::kF32;
+      if (lhs.element_type() != f32) out.push_back(lhs.WithElementType(f32));
+      if (NeedsPacking(lhs, dn.lhs_batch_dims, lhs_free, dn.lhs_contracting_dims)) {
+        out.push_back(lhs.WithElementType(f32));
+      }
+      if (rhs.element_type() != f32) out.push_back(rhs.WithElementType(f32));
+      if (NeedsPacking(rhs, dn.rhs_batch_dims, dn.rhs_contracting_dims, rhs_free)) {
+        out.push_back(rhs.WithElementType(f32));
+      }
+      if (shape.element_type() != f32) out.push_back(shape.WithElementType(f32));
+      break;
+    }
+    case HloOpcode::kAllGather:  // eval_collectives.cc: chunks interleaved
+      if (Outer(instr.operand(0)->shape(), instr.dimensions()[0]) > 1) out.push_back(shape);
+      break;
+    case HloOpcode::kReduceScatter:
+    case HloOpcode::kAllToAll: {
+      const Shape& x = instr.operand(0)->shape();
+      if (Outer(x, instr.dimensions()[0]) > 1) out.push_back(x);
+      break;
+    }
+    case HloOpcode::kCustomCall:  // eval_custom_call.cc: an unreturned lse (f32)
+      if (!shape.IsTuple() && instr.operand_count() >= 1 && instr.operand(0)->shape().rank() >= 3 &&
+          shape.element_type() == PrimitiveType::kF32 &&
+          instr.operand(0)->shape().element_type() == PrimitiveType::kF32 &&
+          instr.attrs().custom_call_target == "weft.flex_attention") {
+        const Shape& q = instr.operand(0)->shape();
+        out.push_back(
+            Shape(PrimitiveType::kF32, {q.dimensions(0), q.dimensions(1), q.dimensions(2)}));
+      }
+      break;
+    default:
+      break;
+  }
+  return out;
+}
+
+namespace {
+
+// One buffer while a computation is walked.
+struct Buf {
+  bool external = false;  // outside the region (parameters, constants)
+  bool writable = true;   // may be taken over in place
+  int64_t real_bytes = 0;
+  int64_t size = 0;  // under the size function, rounded
+  int64_t start = 0, last = 0;
+  AssignedBuffer::Kind kind = AssignedBuffer::Kind::kValue;
+  const HloInstruction* instr = nullptr;
+  int64_t leaf = 0;
+};
+
+// One leaf of a value: a buffer, and where in it (-1: not known statically).
+struct VLeaf {
+  int32_t buffer = -1;
+  int64_t byte_offset = 0;
+  int64_t real_bytes = 0;
+};
+
+class ComputationAssigner {
+ public:
+  ComputationAssigner(const HloComputation& c, std::vector<HloInstruction*> sequence, bool is_entry,
+                      bool params_writable, const SizeFunction& size,
+                      const std::unordered_map<const HloComputation*, ComputationAssignment>& done)
+      : c_(c), is_entry_(is_entry), params_writable_(params_writable), size_(size), done_(done) {
+    out_.computation = &c;
+    out_.sequence = std::move(sequence);
+  }
+
+  ComputationAssignment Run() {
+    const std::vector<HloInstruction*>& seq = out_.sequence;
+    const int64_t n = static_cast<int64_t>(seq.size());
+    std::unordered_map<const HloInstruction*, int64_t> pos;
+    for (int64_t i = 0; i < n; ++i) pos[seq[i]] = i;
+    WEFT_INTERNAL_CHECK(pos.count(c_.root_instruction()), "the sequence of '{}' lacks its root",
+                        c_.name());
+    // The last position that reads each value (the root: after the end).
+    for (int64_t i = 0; i < n; ++i) {
+      value_last_[seq[i]] = i;
+      for (const HloInstruction* op : seq[i]->operands()) {
+        WEFT_INTERNAL_CHECK(pos.count(op) && pos.at(op) < i,
+                            "the sequence of '{}' runs '{}' before its operand '{}'", c_.name(),
+                            seq[i]->name(), op->name());
+        value_last_[op] = std::max(value_last_[op], i);
+      }
+    }
+    value_last_[c_.root_instruction()] = n;
+    for (int64_t t = 0; t < n; ++t) Step(t, *seq[t]);
+    Place(n);
+    return std::move(out_);
+  }
+
+ private:
+  int32_t NewBuf(Buf b) {
+    bufs_.push_back(b);
+    return static_cast<int32_t>(bufs_.size() - 1);
+  }
+
+  int64_t Size(const Shape& s) const { return RoundUp(size_ ? size_(s) : s.ByteSize()); }
+
+  // A region buffer for leaf `leaf` of `instr` at t.
+  VLeaf Fresh(const HloInstruction& instr, int64_t leaf, const Shape& s, int64_t t) {
+    Buf b;
+    b.real_bytes = s.ByteSize();
+    b.size = Size(s);
+    b.start = t;
+    b.last = value_last_.at(&instr);
+    b.instr = &instr;
+    b.leaf = leaf;
+    return VLeaf{NewBuf(b), 0, b.real_bytes};
+  }
+
+  bool Dies(int32_t buffer, int64_t t) const {
+    const Buf& b = bufs_[buffer];
+    return b.writable && b.last == t;
+  }
+
+  // Whether `leaf` of operand `i` can be taken over by a result of
+  // `real_bytes` at t: its buffer dies here, is writable, is all of this
+  // leaf, and no other operand leaf (nor an earlier result leaf) uses it.
+  bool CanTake(const HloInstruction& instr, int64_t i, int64_t leaf, int64_t real_bytes,
+               int64_t t) const {
+    const VLeaf& l = leaves_.at(instr.operand(i))[leaf];
+    const Buf& b = bufs_[l.buffer];
+    if (!Dies(l.buffer, t) || l.byte_offset != 0 || l.real_bytes != b.real_bytes ||
+        b.real_bytes != real_bytes) {
+      return false;
+    }
+    if (taken_.count(l.buffer)) return false;
+    int uses = 0;
+    for (const HloInstruction* op : instr.operands()) {
+      for (const VLeaf& o : leaves_.at(op)) uses += o.buffer == l.buffer;
+    }
+    return uses == 1;
+  }
+
+  void Extend(int32_t buffer, const HloInstruction& instr) {
+    bufs_[buffer].last = std::max(bufs_[buffer].last, value_last_.at(&instr));
+  }
+
+  // Result leaves that share operand bytes.
+  void Forward(const HloInstruction& instr, std::vector<VLeaf> v, InstructionAssignment& ia) {
+    for (const VLeaf& l : v) {
+      Extend(l.buffer, instr);
+      ia.leaves.push_back(LeafAssignment{LeafAssignment::Kind::kForward, -1, -1, 0, l.buffer});
+    }
+    leaves_[&instr] = std::move(v);
+  }
+
+  // A result leaf: in place on the first candidate that can be taken, else new.
+  VLeaf NewOrInPlace(const HloInstruction& instr, int64_t leaf, const Shape& s,
+                     const std::vector<int64_t>& candidates, int64_t t, InstructionAssignment& ia) {
+    for (int64_t i : candidates) {
+      if (i >= instr.operand_count() || leaves_.at(instr.operand(i)).size() != 1) continue;
+      if (!CanTake(instr, i, 0, s.ByteSize(), t)) continue;
+      const VLeaf l = leaves_.at(instr.operand(i))[0];
+      taken_.insert(l.buffer);
+      Extend(l.buffer, instr);
+      ia.leaves.push_back(
+          LeafAssignment{LeafAssignment::Kind::kInPlace, -1, static_cast<int32_t>(i), 0, l.buffer});
+      return l;
+    }
+    const VLeaf l = Fresh(instr, leaf, s, t);
+    ia.leaves.push_back(LeafAssignment{LeafAssignment::Kind::kNew, -1, -1, 0, l.buffer});
+    return l;
+  }
+
+  void Step(int64_t t, const HloInstruction& instr) {
+    InstructionAssignment& ia = out_.instructions[&instr];
+    ia.position = t;
+    taken_.clear();
+    for (const HloInstruction* op : instr.operands()) {
+      const std::vector<VLeaf>& v = leaves_.at(op);
+      ia.operand_dies.push_back(!v.empty() && v[0].buffer >= 0 && Dies(v[0].buffer, t));
+    }
+    const HloOpcode op = instr.opcode();
+    const Shape& shape = instr.shape();
+    auto view_of = [&](int64_t i, int64_t byte_offset) {
+      VLeaf l = leaves_.at(instr.operand(i))[0];
+      if (l.byte_offset < 0 || byte_offset < 0) {
+        l.byte_offset = -1;
+      } else {
+        l.byte_offset += byte_offset;
+      }
+      l.real_bytes = shape.ByteSize();
+      return std::vector<VLeaf>{l};
+    };
+    switch (op) {
+      case HloOpcode::kParameter: {
+        std::vector<VLeaf> v;
+        int64_t k = 0;
+        for (const Shape& s : shape.Leaves()) {
+          Buf b;
+          b.external = true;
+          b.writable = !is_entry_ && params_writable_;
+          b.real_bytes = s.ByteSize();
+          b.size = Size(s);
+          b.start = t;
+          b.last = value_last_.at(&instr);
+          b.instr = &instr;
+          b.leaf = k++;
+          v.push_back(VLeaf{NewBuf(b), 0, b.real_bytes});
+        }
+        leaves_[&instr] = v;
+        for (const VLeaf& l : v) {
+          ia.leaves.push_back(LeafAssignment{LeafAssignment::Kind::kForward, -1, -1, 0, l.buffer});
+        }
+        return;
+      }
+      case HloOpcode::kConstant: {
+        Buf b;
+        b.external = true;
+        b.writable = false;
+        b.real_bytes = shape.ByteSize();
+        b.size = Size(shape);
+        b.start = t;
+        b.last = value_last_.at(&instr);
+        b.instr = &instr;
+        const VLeaf l{NewBuf(b), 0, b.real_bytes};
+        leaves_[&instr] = {l};
+        ia.leaves.push_back(LeafAssignment{LeafAssignment::Kind::kForward, -1, -1, 0, l.buffer});
+        return;
+      }
+      case HloOpcode::kTuple: {
+        std::vector<VLeaf> v;
+        for (const HloInstruction* o : instr.operands()) {
+          const std::vector<VLeaf>& ov = leaves_.at(o);
+          v.insert(v.end(), ov.begin(), ov.end());
+        }
+        return Forward(instr, std::move(v), ia);
+      }
+      case HloOpcode::kGetTupleElement: {
+        const Shape& tuple = instr.operand(0)->shape();
+        int64_t begin = 0;
+        for (int64_t k = 0; k < instr.tuple_index(); ++k) {
+          begin += tuple.tuple_shapes(k).LeafCount();
+        }
+        const std::vector<VLeaf>& ov = leaves_.at(instr.operand(0));
+        return Forward(
+            instr, std::vector<VLeaf>(ov.begin() + begin, ov.begin() + begin + shape.LeafCount()),
+            ia);
+      }
+      case HloOpcode::kCopy:  // the executor shares the bytes (values are immutable)
+        return Forward(instr, leaves_.at(instr.operand(0)), ia);
+      case HloOpcode::kReshape:
+        return Forward(instr, view_of(0, 0), ia);
+      case HloOpcode::kBroadcast: {
+        const std::vector<int64_t>& dims = instr.dimensions();
+        if (instr.operand(0)->shape().ElementsCount() == shape.ElementsCount() &&
+            std::is_sorted(dims.begin(), dims.end())) {
+          return Forward(instr, view_of(0, 0), ia);
+        }
+        break;
+      }
+      case HloOpcode::kConvert:
+        if (instr.operand(0)->shape().element_type() == shape.element_type()) {
+          return Forward(instr, view_of(0, 0), ia);
+        }
+        break;
+      case HloOpcode::kSlice:
+      case HloOpcode::kDynamicSlice: {  // eval_shape_ops.cc SliceOf
+        const Shape& x = instr.operand(0)->shape();
+        bool unit_strides = true;
+        int64_t offset = 0;
+        if (op == HloOpcode::kSlice) {
+          int64_t stride = 1;
+          std::vector<int64_t> starts;
+          for (const SliceDim& s : instr.attrs().slice) {
+            unit_strides &= s.stride == 1;
+            starts.push_back(s.start);
+          }
+          for (int64_t d = x.rank() - 1; d >= 0; --d) {
+            offset += starts[d] * stride;
+            stride *= x.dimensions(d);
+          }
+          offset *= ByteWidth(x.element_type());
+        } else {
+          offset = -1;
+        }
+        if (unit_strides && IsContiguousBox(x.dimensions(), shape.dimensions()) &&
+            (!ia.operand_dies[0] || 2 * shape.ByteSize() >= x.ByteSize())) {
+          return Forward(instr, view_of(0, offset), ia);
+        }
+        break;
+      }
+      case HloOpcode::kWhile:
+      case HloOpcode::kCall: {
+        std::vector<VLeaf> v;
+        int64_t nested = 0;
+        for (const HloComputation* callee : instr.called_computations()) {
+          auto it = done_.find(callee);
+          WEFT_INTERNAL_CHECK(it != done_.end(), "'{}' is assigned before its callee '{}'",
+                              c_.name(), callee->name());
+          nested = std::max(nested, it->second.size);
+        }
+        if (op == HloOpcode::kWhile) {
+          const std::vector<VLeaf>& init = leaves_.at(instr.operand(0));
+          std::vector<Shape> shapes = shape.Leaves();
+          for (size_t k = 0; k < init.size(); ++k) {
+            if (CanTake(instr, 0, static_cast<int64_t>(k), shapes[k].ByteSize(), t)) {
+              taken_.insert(init[k].buffer);
+              Extend(init[k].buffer, instr);
+              ia.leaves.push_back(LeafAssignment{LeafAssignment::Kind::kInPlace, -1, 0,
+                                                 static_cast<int32_t>(k), init[k].buffer});
+              v.push_back(init[k]);
+            } else {
+              v.push_back(Fresh(instr, static_cast<int64_t>(k), shapes[k], t));
+              ia.leaves.push_back(
+                  LeafAssignment{LeafAssignment::Kind::kNew, -1, -1, 0, v.back().buffer});
+            }
+          }
+        } else {
+          int64_t k = 0;
+          for (const Shape& s : shape.Leaves()) {
+            v.push_back(Fresh(instr, k++, s, t));
+            ia.leaves.push_back(
+                LeafAssignment{LeafAssignment::Kind::kNew, -1, -1, 0, v.back().buffer});
+          }
+        }
+        leaves_[&instr] = std::move(v);
+        if (nested > 0) {
+          Buf b;
+          b.size = nested;
+          b.start = b.last = t;
+          b.kind = AssignedBuffer::Kind::kNested;
+          b.instr = &instr;
+          nested_[&instr] = NewBuf(b);
+        }
+        return;
+      }
+      default:
+        break;
+    }
+    // Results in buffers of their own, or in place of a dying operand.
+    std::vector<int64_t> candidates;
+    if (IsElementwise(op) && op != HloOpcode::kCompare) {
+      if (op == HloOpcode::kSelect) {
+        candidates = {1, 2};
+      } else if (op == HloOpcode::kClamp) {
+        candidates = {1};
+      } else if (IsElementwiseUnary(op)) {
+        candidates = {0};
+      } else {
+        candidates = {0, 1};
+      }
+    } else if (op == HloOpcode::kDynamicUpdateSlice || op == HloOpcode::kScatter ||
+               op == HloOpcode::kCollectivePermute) {
+      candidates = {0};
+    }
+    std::vector<VLeaf> v;
+    int64_t k = 0;
+    for (const Shape& s : shape.Leaves()) {
+      std::vector<int64_t> c = candidates;
+      if (op == HloOpcode::kAllReduce) c = {k};
+      v.push_back(NewOrInPlace(instr, k, s, c, t, ia));
+      ++k;
+    }
+    leaves_[&instr] = std::move(v);
+    int64_t scratch = 0;
+    for (const Shape& s : InstructionScratch(instr)) scratch += Size(s);
+    if (scratch > 0) {
+      Buf b;
+      b.size = scratch;
+      b.start = b.last = t;
+      b.kind = AssignedBuffer::Kind::kScratch;
+      b.instr = &instr;
+      scratch_[&instr] = NewBuf(b);
+    }
+  }
+
+  // Offsets: largest first, each at the lowest offset free over its range.
+  void Place(int64_t n) {
+    std::vector<int32_t> order;
+    for (size_t i = 0; i < bufs_.size(); ++i) {
+      if (!bufs_[i].external) order.push_back(static_cast<int32_t>(i));
+    }
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      if (bufs_[a].size != bufs_[b].size) return bufs_[a].size > bufs_[b].size;
+      return bufs_[a].start < bufs_[b].start;
+    });
+    std::vector<int64_t> offset(bufs_.size(), -1);
+    std::vector<int32_t> placed;
+    std::vector<std::pair<int64_t, int64_t>> busy;
+    for (int32_t id : order) {
+      const Buf& b = bufs_[id];
+      busy.clear();
+      for (int32_t p : placed) {
+        const Buf& q = bufs_[p];
+        if (q.start <= b.last && b.start <= q.last)
+          busy.emplace_back(offset[p], offset[p] + q.size);
+      }
+      std::sort(busy.begin(), busy.end());
+      int64_t at = 0;
+      for (const auto& [lo, hi] : busy) {
+        if (lo >= at + b.size) break;
+        at = std::max(at, hi);
+      }
+      offset[id] = at;
+      placed.push_back(id);
+      out_.size = std::max(out_.size, at + b.size);
+    }
+    // Region buffers renumbered densely.
+    std::vector<int32_t> index(bufs_.size(), -1);
+    for (size_t i = 0; i < bufs_.size(); ++i) {
+      const Buf& b = bufs_[i];
+      if (b.external) continue;
+      index[i] = static_cast<int32_t>(out_.buffers.size());
+      out_.buffers.push_back(
+          AssignedBuffer{b.kind, b.instr, b.leaf, offset[i], b.size, b.start, std::min(b.last, n)});
+    }
+    for (auto& [instr, ia] : out_.instructions) {
+      for (LeafAssignment& l : ia.leaves) {
+        if (l.buffer < 0) continue;
+        l.offset = index[l.buffer] >= 0 ? offset[l.buffer] : -1;
+        if (l.kind == LeafAssignment::Kind::kForward) l.offset = -1;
+        l.buffer = index[l.buffer];
+      }
+    }
+    for (const auto& [instr, id] : scratch_) {
+      InstructionAssignment& ia = out_.instructions.at(instr);
+      ia.scratch_offset = offset[id];
+      ia.scratch_bytes = bufs_[id].size;
+    }
+    for (const auto& [instr, id] : nested_) out_.instructions.at(instr).nested_offset = offset[id];
+    std::vector<int64_t> delta(n + 2, 0);
+    for (const AssignedBuffer& b : out_.buffers) {
+      delta[b.start] += b.size;
+      delta[b.end + 1] -= b.size;
+    }
+    int64_t live = 0;
+    for (int64_t p = 0; p <= n; ++p) {
+      live += delta[p];
+      out_.max_live_bytes = std::max(out_.max_live_bytes, live);
+    }
+  }
+
+  const HloComputation& c_;
+  const bool is_entry_, params_writable_;
+  const SizeFunction& size_;
+  const std::unordered_map<const HloComputation*, ComputationAssignment>& done_;
+  ComputationAssignment out_;
+  std::vector<Buf> bufs_;
+  std::unordered_map<const HloInstruction*, int64_t> value_last_;
+  std::unordered_map<const HloInstruction*, std::vector<VLeaf>> leaves_;
+  std::unordered_map<const HloInstruction*, int32_t> scratch_, nested_;
+  std::unordered_set<int32_t> taken_;
+};
+
+}  // namespace
+
+const ComputationAssignment& BufferAssignment::Of(const HloComputation& computation) const {
+  auto it = computations_.find(&computation);
+  WEFT_INTERNAL_CHECK(it != computations_.end(), "computation '{}' has no buffer assignment",
+                      computation.name());
+  return it->second;
+}
+
+const InstructionAssignment& BufferAssignment::Of(const HloInstruction& instr) const {
+  auto it = index_.find(&instr);
+  WEFT_INTERNAL_CHECK(it != index_.end(), "instruction '{}' has no buffer assignment",
+                      instr.name());
+  return *it->second;
+}
+
+BufferAssignment AssignBuffers(const HloModule& module, const SequenceFunction& sequence,
+                               const SizeFunction& size) {
+  const HloComputation* entry = module.entry_computation();
+  WEFT_INTERNAL_CHECK(entry != nullptr, "module '{}' has no entry computation", module.name());
+  // The computations the executor runs (entry, while and call callees) and
+  // whether their parameters may be written (only a while body's carry).
+  std::unordered_map<const HloComputation*, bool> writable;
+  std::vector<const HloComputation*> stack = {entry};
+  writable[entry] = false;
+  while (!stack.empty()) {
+    const HloComputation* c = stack.back();
+    stack.pop_back();
+    for (const HloInstruction* instr : c->instructions()) {
+      if (instr->opcode() != HloOpcode::kWhile && instr->opcode() != HloOpcode::kCall) continue;
+      for (const HloComputation* callee : instr->called_computations()) {
+        const bool w = instr->opcode() == HloOpcode::kWhile && callee == instr->while_body();
+        auto [it, fresh] = writable.emplace(callee, w);
+        if (!fresh) {
+          it->second = it->second && w;
+        } else {
+          stack.push_back(callee);
+        }
+      }
+    }
+  }
+  BufferAssignment out;
+  for (const HloComputation* c : module.MakeComputationPostOrder()) {  // callees first
+    auto it = writable.find(c);
+    if (it == writable.end()) continue;
+    ComputationAssigner assigner(*c, sequence(*c), c == entry, it->second, size, out.computations_);
+    out.computations_.emplace(c, assigner.Run());
+  }
+  for (const auto& [c, ca] : out.computations_) {
+    for (const auto& [instr, ia] : ca.instructions) out.index_[instr] = &ia;
+  }
+  const ComputationAssignment& e = out.computations_.at(entry);
+  out.arena_bytes_ = e.size;
+  auto bytes = [&](const Shape& s) { return RoundUp(size ? size(s) : s.ByteSize()); };
+  for (int64_t p = 0; p < entry->num_parameters(); ++p) {
+    for (const Shape& s : entry->parameter_instruction(p)->shape().Leaves()) {
+      out.input_bytes_ += bytes(s);
+    }
+  }
+  // Root leaves in the arena are copied out; those that are entry
+  // parameters or constants are returned as they are. Follow forwards.
+  const HloInstruction* root = entry->root_instruction();
+  const std::vector<Shape> leaves = root->shape().Leaves();
+  const InstructionAssignment& ra = e.instructions.at(root);
+  for (size_t k = 0; k < leaves.size(); ++k) {
+    if (ra.leaves[k].buffer >= 0) out.output_bytes_ += bytes(leaves[k]);
+  }
+  return out;
+}
+
+}  // namespace weft::compiler
