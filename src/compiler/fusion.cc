@@ -15,21 +15,6 @@
 namespace weft::compiler {
 namespace {
 
-bool SupportedElementType(PrimitiveType t) {
-  switch (t) {
-    case PrimitiveType::kF32:
-    case PrimitiveType::kBF16:
-    case PrimitiveType::kF16:
-    case PrimitiveType::kS32:
-    case PrimitiveType::kS64:
-    case PrimitiveType::kU32:
-    case PrimitiveType::kPred:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // Cheap to recompute: may be copied into several fusions.
 bool IsCheap(const HloInstruction& instr) {
   return instr.opcode() == HloOpcode::kBroadcast || instr.opcode() == HloOpcode::kIota ||
@@ -186,9 +171,9 @@ std::vector<Group> FormGroups(const std::vector<HloInstruction*>& post_order,
 }  // namespace
 
 bool IsLoopFusible(const HloInstruction& instr) {
-  if (!instr.shape().IsArray() || !SupportedElementType(instr.shape().element_type())) return false;
+  if (!instr.shape().IsArray() || !IsFusibleElementType(instr.shape().element_type())) return false;
   for (const HloInstruction* operand : instr.operands()) {
-    if (!operand->shape().IsArray() || !SupportedElementType(operand->shape().element_type())) {
+    if (!operand->shape().IsArray() || !IsFusibleElementType(operand->shape().element_type())) {
       return false;
     }
   }

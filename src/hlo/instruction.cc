@@ -59,6 +59,21 @@ std::optional<FusionKind> StringToFusionKind(std::string_view name) {
   return std::nullopt;
 }
 
+bool IsFusibleElementType(PrimitiveType type) {
+  switch (type) {
+    case PrimitiveType::kF32:
+    case PrimitiveType::kBF16:
+    case PrimitiveType::kF16:
+    case PrimitiveType::kS32:
+    case PrimitiveType::kS64:
+    case PrimitiveType::kU32:
+    case PrimitiveType::kPred:
+      return true;
+    default:
+      return false;
+  }
+}
+
 std::unique_ptr<HloInstruction> HloInstruction::Create(HloOpcode opcode, Shape shape,
                                                        std::vector<HloInstruction*> operands,
                                                        HloAttributes attrs,

@@ -94,21 +94,6 @@ struct FusionPlan {
   std::vector<int64_t> broadcast_sources;
 };
 
-bool SupportedType(PrimitiveType t) {
-  switch (t) {
-    case PrimitiveType::kF32:
-    case PrimitiveType::kBF16:
-    case PrimitiveType::kF16:
-    case PrimitiveType::kS32:
-    case PrimitiveType::kS64:
-    case PrimitiveType::kU32:
-    case PrimitiveType::kPred:
-      return true;
-    default:
-      return false;
-  }
-}
-
 HostTensor MaterializeConstant(const HloInstruction& instr) {
   const Literal& literal = instr.literal();
   const Shape& shape = instr.shape();
@@ -133,7 +118,7 @@ std::shared_ptr<FusionPlan> MakeFusionPlan(const HloInstruction& fusion) {
   WEFT_CHECK(fusion.called_computations().size() == 1 && fusion.called_computations()[0] != nullptr,
              "fusion needs one fused computation (calls=)");
   const HloComputation& fused = *fusion.called_computations()[0];
-  WEFT_CHECK(fusion.shape().IsArray() && SupportedType(fusion.shape().element_type()),
+  WEFT_CHECK(fusion.shape().IsArray() && IsFusibleElementType(fusion.shape().element_type()),
              "a loop fusion's result must be an array of f32, bf16, f16, s32, s64, u32 or pred; "
              "got {}",
              fusion.shape().ToString());
@@ -152,7 +137,7 @@ std::shared_ptr<FusionPlan> MakeFusionPlan(const HloInstruction& fusion) {
     Node node;
     node.instr = instr;
     node.op = instr->opcode();
-    if (!instr->shape().IsArray() || !SupportedType(instr->shape().element_type())) {
+    if (!instr->shape().IsArray() || !IsFusibleElementType(instr->shape().element_type())) {
       fail(instr, fmt::format("element type of {} is not supported in a loop fusion",
                               instr->shape().ToString()));
     }

@@ -28,6 +28,9 @@ std::optional<ComparisonDirection> StringToComparisonDirection(std::string_view 
 enum class FusionKind { kLoop, kInput, kOutput, kCustom };
 std::string_view FusionKindString(FusionKind kind);  // "kLoop"
 std::optional<FusionKind> StringToFusionKind(std::string_view name);
+// The element types a fused computation may hold (the fusion pass's rule and
+// the executor's, one list): f32, bf16, f16, s32, s64, u32, pred.
+bool IsFusibleElementType(PrimitiveType type);
 
 struct DotDimensionNumbers {
   std::vector<int64_t> lhs_batch_dims, lhs_contracting_dims;
