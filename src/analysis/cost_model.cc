@@ -5,7 +5,7 @@
 
 #include "weft/analysis/loops.h"
 #include "weft/base/error.h"
-#include "weft/runtime/executor.h"
+#include "weft/hlo/custom_call_targets.h"
 
 namespace weft::analysis {
 namespace {
@@ -38,7 +38,7 @@ void AttentionFlops(const HloInstruction& instr, double times, FlopCount& f) {
   const double skv = static_cast<double>(k.dimensions(2));
   const double dv = static_cast<double>(v.dimensions(3));
   const double pairs = IsCausal(instr) ? sq * (skv + 1) / 2 : sq * skv;
-  if (instr.attrs().custom_call_target == runtime::kFlexAttentionBackwardTarget) {
+  if (instr.attrs().custom_call_target == kFlexAttentionBackwardTarget) {
     f.attention_backward += times * 2 * batch * heads * pairs * (3 * d + 2 * dv);
   } else {
     f.attention_forward += times * 2 * batch * heads * pairs * (d + dv);
@@ -61,8 +61,8 @@ FlopCount CountFlops(const HloModule& program) {
         const double contracted = Product(instr->operand(0)->shape(), dn.lhs_contracting_dims);
         f.dot += times * 2 * static_cast<double>(instr->shape().ElementsCount()) * contracted;
       } else if (op == HloOpcode::kCustomCall &&
-                 (instr->attrs().custom_call_target == runtime::kFlexAttentionTarget ||
-                  instr->attrs().custom_call_target == runtime::kFlexAttentionBackwardTarget)) {
+                 (instr->attrs().custom_call_target == kFlexAttentionTarget ||
+                  instr->attrs().custom_call_target == kFlexAttentionBackwardTarget)) {
         AttentionFlops(*instr, times, f);
       } else if (IsElementwise(op) && op != HloOpcode::kCopy && op != HloOpcode::kConvert) {
         f.other += times * static_cast<double>(instr->shape().ElementsCount());

@@ -13,7 +13,8 @@
 
 #include "weft/analysis/loops.h"
 #include "weft/base/error.h"
-#include "weft/runtime/executor.h"
+#include "weft/compiler/schedule.h"
+#include "weft/hlo/custom_call_targets.h"
 
 namespace weft::analysis {
 
@@ -91,7 +92,7 @@ struct SimPlan {
 // executor.cc: MakePlan().
 SimPlan MakeSimPlan(const HloComputation& computation) {
   SimPlan plan;
-  const std::vector<HloInstruction*> order = runtime::ExecutionSchedule(computation);
+  const std::vector<HloInstruction*> order = compiler::ScheduleComputation(computation);
   std::unordered_map<const HloInstruction*, int32_t> slot;
   for (size_t i = 0; i < order.size(); ++i) slot[order[i]] = static_cast<int32_t>(i);
   plan.num_slots = static_cast<int32_t>(order.size());
@@ -749,11 +750,11 @@ class Simulator {
       }
       case HloOpcode::kCustomCall: {  // eval_custom_call.cc (f32: no conversion copies)
         const std::string& target = instr.attrs().custom_call_target;
-        WEFT_CHECK(target == runtime::kFlexAttentionTarget ||
-                       target == runtime::kFlexAttentionBackwardTarget,
+        WEFT_CHECK(target == kFlexAttentionTarget ||
+                       target == kFlexAttentionBackwardTarget,
                    "{}: custom_call_target \"{}\" is not supported", instr.Describe(), target);
         Value out;
-        if (target == runtime::kFlexAttentionTarget && !shape.IsTuple()) {
+        if (target == kFlexAttentionTarget && !shape.IsTuple()) {
           out.push_back(Allocate(shape));
           const Shape& q = instr.operand(0)->shape();
           temp(Shape(PrimitiveType::kF32, {q.dimensions(0), q.dimensions(1), q.dimensions(2)}));

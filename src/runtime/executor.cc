@@ -16,6 +16,7 @@
 #include "weft/base/cpu.h"
 #include "weft/base/error.h"
 #include "weft/base/thread_pool.h"
+#include "weft/compiler/schedule.h"
 #include "weft/runtime/executor_eval.h"
 
 namespace weft::runtime {
@@ -118,7 +119,7 @@ EvalFn SelectEval(const HloInstruction& instr) {
 ComputationPlan MakePlan(const HloComputation& computation) {
   ComputationPlan plan;
   plan.computation = &computation;
-  const std::vector<HloInstruction*> order = ExecutionSchedule(computation);
+  const std::vector<HloInstruction*> order = compiler::ScheduleComputation(computation);
   std::unordered_map<const HloInstruction*, int32_t> slot;
   for (size_t i = 0; i < order.size(); ++i) slot[order[i]] = static_cast<int32_t>(i);
   plan.num_slots = static_cast<int32_t>(order.size());
@@ -613,25 +614,6 @@ OpClass ClassifyInstruction(const HloInstruction& instr) {
     default:
       return OpClass::kOther;
   }
-}
-
-std::vector<HloInstruction*> ExecutionSchedule(const HloComputation& computation) {
-  std::vector<HloInstruction*> post = computation.MakeInstructionPostOrder();
-  std::unordered_set<const HloInstruction*> early;
-  for (HloInstruction* instr : post) {
-    const bool reads_param =
-        instr->opcode() == HloOpcode::kGetTupleElement && early.count(instr->operand(0)) > 0;
-    if (instr->opcode() == HloOpcode::kParameter || reads_param) early.insert(instr);
-  }
-  std::vector<HloInstruction*> order;
-  order.reserve(post.size());
-  for (HloInstruction* instr : post) {
-    if (early.count(instr)) order.push_back(instr);
-  }
-  for (HloInstruction* instr : post) {
-    if (!early.count(instr)) order.push_back(instr);
-  }
-  return order;
 }
 
 }  // namespace weft::runtime

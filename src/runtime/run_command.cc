@@ -19,80 +19,22 @@
 #include "weft/analysis/memory_plan.h"
 #include "weft/base/error.h"
 #include "weft/base/memory.h"
+#include "weft/compiler/compile.h"
 #include "weft/hlo/parser.h"
 #include "weft/runtime/comm_mpi.h"
 #include "weft/runtime/executor_eval.h"
 #include "weft/runtime/topology.h"
-#include "weft/spmd/sharding_propagation.h"
-#include "weft/spmd/spmd_partitioner.h"
 
 namespace weft::runtime {
+
+using compiler::CompiledProgram;
+using compiler::CompileForDevices;
+using compiler::ShardingDeviceCount;
+
 namespace {
 
 // ---------------------------------------------------------------------------
 // Shardings and leaves.
-
-bool IsScalarComputation(const HloComputation& c) {
-  for (const HloInstruction* p : c.parameter_instructions()) {
-    if (!p->shape().IsScalar()) return false;
-  }
-  return !c.parameter_instructions().empty();
-}
-
-bool EveryInstructionSharded(const HloModule& module) {
-  for (const HloComputation* c : module.computations()) {
-    if (c != module.entry_computation() && IsScalarComputation(*c)) continue;
-    for (const HloInstruction* instr : c->instructions()) {
-      if (!instr->has_sharding()) return false;
-    }
-  }
-  return true;
-}
-
-void CountDevices(const HloSharding& s, int64_t& count) {
-  if (s.IsTuple()) {
-    for (const HloSharding& e : s.tuple_elements()) CountDevices(e, count);
-  } else if (s.IsTiled()) {
-    count = std::max(count, s.tile_assignment().num_elements());
-  } else if (s.IsMaximal()) {
-    count = std::max(count, s.device() + 1);
-  }
-}
-
-// The sharding of each array leaf of a value of `shape`.
-std::vector<HloSharding> LeafShardings(const Shape& shape, const std::optional<HloSharding>& s,
-                                       const std::string& what) {
-  const int64_t leaves = shape.LeafCount();
-  const HloSharding sharding = s.value_or(HloSharding::Replicate());
-  std::vector<HloSharding> out;
-  if (sharding.IsTuple()) {
-    WEFT_CHECK(static_cast<int64_t>(sharding.tuple_elements().size()) == leaves,
-               "{} has {} array leaves but its sharding {} has {} elements", what, leaves,
-               sharding.ToString(), sharding.tuple_elements().size());
-    out = sharding.tuple_elements();
-  } else {
-    out.assign(leaves, sharding);
-  }
-  for (const HloSharding& leaf : out) {
-    WEFT_CHECK(!leaf.IsManual() && !leaf.IsUnknown(),
-               "{} has sharding {}; weft run splits inputs and joins outputs only for "
-               "replicated, maximal and tiled shardings",
-               what, leaf.ToString());
-  }
-  return out;
-}
-
-std::vector<std::string> LeafNames(const HloInstruction& instr) {
-  const int64_t leaves = instr.shape().LeafCount();
-  if (!instr.shape().IsTuple()) return {instr.name()};
-  std::vector<std::string> out;
-  for (int64_t i = 0; i < leaves; ++i) out.push_back(fmt::format("{}{{{}}}", instr.name(), i));
-  return out;
-}
-
-void AppendLeaves(const Shape& shape, std::vector<Shape>& out) {
-  for (Shape& leaf : shape.Leaves()) out.push_back(std::move(leaf));
-}
 
 // ---------------------------------------------------------------------------
 // Copying a box of elements between row-major arrays.
@@ -171,7 +113,7 @@ struct DeviceReport {
   }
 };
 
-void PrintRun(std::ostream& out, const RunCommandOptions& options, const ShardedProgram& p,
+void PrintRun(std::ostream& out, const RunCommandOptions& options, const CompiledProgram& p,
               std::string_view backend, const std::vector<DeviceReport>& devices,
               std::span<const HostTensor> outputs) {
   out << fmt::format("weft run {}: {} device{} ({}), seed {}; shardings {}\n", options.input,
@@ -209,7 +151,7 @@ void PrintRun(std::ostream& out, const RunCommandOptions& options, const Sharded
 }
 
 // Compares against the unsharded module on one device; returns the exit code.
-int CheckAgainstUnsharded(std::ostream& out, const HloModule& module, const ShardedProgram& p,
+int CheckAgainstUnsharded(std::ostream& out, const HloModule& module, const CompiledProgram& p,
                           std::span<const HostTensor> inputs, std::span<const HostTensor> outputs,
                           const ExecutorOptions& options) {
   Executor reference(module, options);
@@ -388,7 +330,7 @@ int RunOnThreads(const RunCommandOptions& options, std::ostream& out) {
     n = ShardingDeviceCount(*module);
     if (n == 1) n = Topology::Global().num_devices();
   }
-  const ShardedProgram program = CompileForDevices(*module, n);
+  const CompiledProgram program = CompileForDevices(*module, {.num_devices = n});
   // Before anything is allocated: all n devices live in this process.
   CheckRunFitsInMemory(EstimateRunMemory(*module, program, n, options.check), PhysicalMemoryBytes(),
                        options.input);
@@ -414,7 +356,7 @@ int RunOnRank(const RunCommandOptions& options, Communicator& comm, std::ostream
              "mpirun -np {}",
              options.num_devices, n, options.num_devices);
   std::unique_ptr<HloModule> module = ReadModule(options.input);
-  const ShardedProgram program = CompileForDevices(*module, n);
+  const CompiledProgram program = CompileForDevices(*module, {.num_devices = n});
   // Before anything is allocated: one device per rank, and every rank on
   // this machine holds as much (every rank computes the same refusal).
   CheckRunFitsInMemory(EstimateRunMemory(*module, program, 1, options.check, LocalRanks()),
@@ -465,80 +407,7 @@ int RunOnRank(const RunCommandOptions& options, Communicator& comm, std::ostream
 
 // ---------------------------------------------------------------------------
 
-int64_t ShardingDeviceCount(const HloModule& module) {
-  int64_t count = 1;
-  for (const HloComputation* c : module.computations()) {
-    for (const HloInstruction* instr : c->instructions()) {
-      if (instr->has_sharding()) CountDevices(*instr->sharding(), count);
-    }
-  }
-  return module.num_partitions() > 1 ? module.num_partitions() : count;
-}
-
-ShardedProgram CompileForDevices(HloModule& module, int64_t num_devices) {
-  WEFT_CHECK(num_devices >= 1, "the number of devices must be at least 1, got {}", num_devices);
-  const int64_t written_for = ShardingDeviceCount(module);
-  WEFT_CHECK(written_for == 1 || written_for == num_devices,
-             "module '{}' is sharded for {} devices but would run on {}; run it on {} devices "
-             "(--num-devices {} or mpirun -np {})",
-             module.name(), written_for, num_devices, written_for, written_for, written_for);
-  ShardedProgram p;
-  p.num_devices = num_devices;
-  if (!EveryInstructionSharded(module)) {
-    // Parameters and outputs the user annotated keep their shardings (XLA's
-    // "allow propagation" flags let it replace them); the others may get one.
-    PropagationOptions propagation;
-    const HloComputation* entry = module.entry_computation();
-    propagation.allow_spmd_sharding_propagation_to_output = {
-        !entry->root_instruction()->has_sharding()};
-    propagation.allow_spmd_sharding_propagation_to_parameters.clear();
-    for (const HloInstruction* param : entry->parameter_instructions()) {
-      propagation.allow_spmd_sharding_propagation_to_parameters.push_back(!param->has_sharding());
-    }
-    if (entry->parameter_instructions().empty()) {
-      propagation.allow_spmd_sharding_propagation_to_parameters = {false};
-    }
-    propagation.replicate_unsharded = true;
-    propagation.record_decisions = false;
-    PropagateShardings(module, propagation);
-    p.propagated = true;
-  }
-  PartitionOptions partition;
-  partition.num_partitions = num_devices;
-  p.program = PartitionModule(module, partition);
-
-  const HloComputation* global = module.entry_computation();
-  const HloComputation* local = p.program->entry_computation();
-  WEFT_CHECK(global->parameter_instructions().size() == local->parameter_instructions().size(),
-             "internal: the partitioned program has {} parameters, the module {}",
-             local->parameter_instructions().size(), global->parameter_instructions().size());
-  for (size_t i = 0; i < global->parameter_instructions().size(); ++i) {
-    const HloInstruction* param = global->parameter_instructions()[i];
-    const HloInstruction* local_param = local->parameter_instructions()[i];
-    for (std::string& name : LeafNames(*param)) p.input_names.push_back(std::move(name));
-    AppendLeaves(param->shape(), p.input_shapes);
-    AppendLeaves(local_param->shape(), p.local_input_shapes);
-    for (HloSharding& s : LeafShardings(param->shape(), local_param->sharding(),
-                                        fmt::format("parameter '{}'", param->name()))) {
-      p.input_shardings.push_back(std::move(s));
-    }
-  }
-  const HloInstruction* root = global->root_instruction();
-  p.output_names = LeafNames(*root);
-  AppendLeaves(root->shape(), p.output_shapes);
-  AppendLeaves(local->root_instruction()->shape(), p.local_output_shapes);
-  p.output_shardings = LeafShardings(root->shape(), local->root_instruction()->sharding(),
-                                     fmt::format("the root '{}'", root->name()));
-  for (size_t i = 0; i < p.input_shapes.size(); ++i) {
-    p.input_shardings[i].Validate(p.input_shapes[i].dimensions(), num_devices);
-  }
-  for (size_t i = 0; i < p.output_shapes.size(); ++i) {
-    p.output_shardings[i].Validate(p.output_shapes[i].dimensions(), num_devices);
-  }
-  return p;
-}
-
-RunMemoryEstimate EstimateRunMemory(const HloModule& module, const ShardedProgram& program,
+RunMemoryEstimate EstimateRunMemory(const HloModule& module, const CompiledProgram& program,
                                     int64_t devices, bool check, int64_t mpi_ranks_here) {
   RunMemoryEstimate e;
   e.devices = devices;
@@ -705,7 +574,7 @@ HostTensor ShardTensor(const HostTensor& global, const HloSharding& sharding, in
   return local;
 }
 
-std::vector<std::vector<HostTensor>> ShardInputs(const ShardedProgram& program,
+std::vector<std::vector<HostTensor>> ShardInputs(const CompiledProgram& program,
                                                  std::span<const HostTensor> inputs, double pad) {
   WEFT_CHECK(inputs.size() == program.input_shapes.size(), "the program takes {} inputs, got {}",
              program.input_shapes.size(), inputs.size());
@@ -751,7 +620,7 @@ HostTensor JoinTensor(std::span<const HostTensor> pieces, const HloSharding& sha
   return global;
 }
 
-std::vector<HostTensor> RunSharded(const ShardedProgram& program,
+std::vector<HostTensor> RunSharded(const CompiledProgram& program,
                                    std::span<const HostTensor> inputs, LocalCluster& cluster,
                                    std::vector<ExecutorStats>* stats,
                                    const ExecutorOptions& options, double pad) {

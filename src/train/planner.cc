@@ -207,7 +207,7 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   plan.seq_len = program.seq_len;
   plan.compile_seconds = SecondsSince(start);
   const auto analysis_start = std::chrono::steady_clock::now();
-  const runtime::ShardedProgram& c = program.compiled;
+  const compiler::CompiledProgram& c = program.compiled;
   const int64_t data = StepProgram::kNumDataInputs;
 
   // Memory.

@@ -247,7 +247,7 @@ StepProgram BuildStepProgram(const RunConfig& config, const StepProgramOptions& 
     PropagateShardings(*p.step, propagation);
   }
   root->set_sharding(HloSharding::Tuple(std::move(root_shardings)));
-  p.compiled = runtime::CompileForDevices(*p.step, p.num_devices);
+  p.compiled = compiler::CompileForDevices(*p.step, {.num_devices = p.num_devices});
   return p;
 }
 

@@ -30,14 +30,17 @@
 namespace weft::runtime {
 namespace {
 
+using compiler::CompiledProgram;
+using compiler::CompileForDevices;
+
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // Max relative error per output of the sharded run (n devices) against the
 // unsharded module, on seeded inputs.
 std::vector<double> ShardedVsUnsharded(const std::string& text, int64_t n, uint64_t seed,
-                                       ShardedProgram* compiled = nullptr) {
+                                       CompiledProgram* compiled = nullptr) {
   std::unique_ptr<HloModule> module = ParseHloModule(text);
-  ShardedProgram program = CompileForDevices(*module, n);
+  CompiledProgram program = CompileForDevices(*module, {.num_devices = n});
   const std::vector<HostTensor> inputs = RandomInputs(program.input_shapes, seed);
   LocalCluster cluster(n);
   const std::vector<HostTensor> sharded = RunSharded(program, inputs, cluster, nullptr, {}, kNaN);
@@ -208,7 +211,7 @@ const char* kPackedCausal =
     R"({"mask": "q_idx >= kv_idx && seg[b, q_idx] == seg[b, kv_idx]", "mask_tensors": ["seg"]})";
 
 TEST(RunCommandTest, AttentionShardedOverBatchAndHeadsMatchesUnsharded) {
-  ShardedProgram program;
+  CompiledProgram program;
   ExpectClose(ShardedVsUnsharded(AttentionModule("2,4,2,40,8", "{devices=[2,2,1,1]<=[4]}",
                                                  "{devices=[2,2,1,1]<=[4]}",
                                                  "{devices=[2,2,1]<=[4]}", kPackedCausal),
@@ -231,7 +234,7 @@ TEST(RunCommandTest, AttentionShardedOverQuerySequenceSeesGlobalPositions) {
         std::string(
             R"({"mask": "kv_idx < q_idx + 2 && seg[b, q_idx] != 3", "mask_tensors": ["seg"]})")}) {
     SCOPED_TRACE(config);
-    ShardedProgram program;
+    CompiledProgram program;
     ExpectClose(ShardedVsUnsharded(
                     AttentionModule("2,2,1,10,8", "{devices=[1,1,4,1]<=[4]}",
                                     "{devices=[1,1,4,1]<=[4]}", "{devices=[1,1,4]<=[4]}", config),
@@ -577,7 +580,7 @@ ENTRY e {
   d = f32[1024,256] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[4,1]<=[4]}
   ROOT t = f32[1024,256] tanh(d), sharding={devices=[4,1]<=[4]}
 })");
-  const ShardedProgram program = CompileForDevices(*module, 4);
+  const CompiledProgram program = CompileForDevices(*module, {.num_devices = 4});
   const RunMemoryEstimate e = EstimateRunMemory(*module, program, 4, false);
   EXPECT_TRUE(e.device_peak_planned);
   const int64_t x = 1024 * 256 * 4, w = 256 * 256 * 4, local = x / 4;
@@ -644,7 +647,8 @@ TEST(RunCommandDiscoveryTest, ThreadsCompilingAndRunningAttentionOnTwoSlicesDisc
           const std::string lse = fmt::format("{{devices=[2,2,1]{}}}", fmt::join(order, ","));
           std::unique_ptr<HloModule> module =
               ParseHloModule(AttentionModule("2,4,2,24,8", qkv, qkv, lse, kPackedCausal));
-          const ShardedProgram program = CompileForDevices(*module, topology.num_devices());
+          const CompiledProgram program =
+              CompileForDevices(*module, {.num_devices = topology.num_devices()});
           const std::vector<HostTensor> inputs = RandomInputs(program.input_shapes, t);
           LocalCluster cluster(topology);
           const std::vector<HostTensor> got = RunSharded(program, inputs, cluster);

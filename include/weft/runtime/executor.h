@@ -12,7 +12,8 @@
 // tuple root gives one output per leaf), in order.
 //
 // Scheduling and memory: each computation runs in a fixed topological order
-// (post-order from the root; parameters and their get-tuple-elements first),
+// (compiler::ScheduleComputation: post-order from the root; parameters and
+// their get-tuple-elements first),
 // so every device makes the same collective calls in the same order. A value
 // is freed right after its last use; an op whose operand dies with it writes
 // its result into that operand's buffer when nothing else references it
@@ -45,6 +46,7 @@
 #include <string_view>
 #include <vector>
 
+#include "weft/hlo/custom_call_targets.h"
 #include "weft/hlo/module.h"
 #include "weft/runtime/comm_threads.h"
 #include "weft/runtime/communicator.h"
@@ -53,45 +55,9 @@
 namespace weft::runtime {
 
 // ---------------------------------------------------------------------------
-// Attention custom calls. Emit them as
-//
-//   fa = (f32[B,Hq,Sq,Dv], f32[B,Hq,Sq]) custom-call(q, k, v, seg),
-//        custom_call_target="weft.flex_attention",
-//        backend_config={"mask": "q_idx >= kv_idx && seg[b, q_idx] == seg[b, kv_idx]",
-//                        "mask_tensors": ["seg"], "scale": 0.125}
-//
-// kFlexAttentionTarget ("weft.flex_attention"), the forward:
-//   operands  q [B,Hq,Sq,D], k [B,Hkv,Skv,D], v [B,Hkv,Skv,Dv], then one
-//             operand per name in "mask_tensors" (integer arrays: s32/s64/u32/
-//             pred), then one per name in "score_tensors" (f32/bf16 arrays).
-//   result    (out [B,Hq,Sq,Dv], lse [B,Hq,Sq]) — lse is the natural-log
-//             logsumexp the backward needs — or the array out alone.
-// kFlexAttentionBackwardTarget ("weft.flex_attention_backward"):
-//   operands  q, k, v, out, lse, dout [B,Hq,Sq,Dv], then dlse [B,Hq,Sq] when
-//             "has_dlse" is true, then the mask tensors and score tensors as
-//             in the forward.
-//   result    (dq, dk, dv), shaped like q, k, v (dk, dv summed over GQA groups).
-// q/k/v/out/dout/dlse and the results may be f32 or bf16 (the kernels compute
-// in f32; bf16 is converted on the way in and rounded on the way out); lse is
-// f32 or bf16 likewise.
-// backend_config is a JSON object; every key is optional:
-//   "mask"          mask expression text (kernels/mod_expr.h), "" = no mask
-//   "score_mod"     score expression text, "" = identity
-//   "mask_tensors"  names the mask expression uses, in operand order
-//   "score_tensors" names the score expression uses, in operand order
-//   "scale"         number; default 1/sqrt(D)
-//   "enable_gqa"    bool; default: true when Hq != Hkv
-//   "q_block", "kv_block"  BlockMask block sizes (default 64)
-//   "q_offset_operand"  set by the SPMD partitioner when the query sequence
-//                   is sharded: the index of one extra s32[] operand after
-//                   the named tensors, the first global query position of
-//                   this device's rows; masks and score mods see global q_idx
-//   "global_q_len"  with it: the global query length; local rows past it are
-//                   padding and are masked (output 0, lse -inf, gradients 0)
-// The same config serves the forward and its backward, so autodiff can copy
-// it (and add "has_dlse").
-inline constexpr std::string_view kFlexAttentionTarget = "weft.flex_attention";
-inline constexpr std::string_view kFlexAttentionBackwardTarget = "weft.flex_attention_backward";
+// Attention custom calls: kFlexAttentionTarget and
+// kFlexAttentionBackwardTarget, whose operands, results and backend_config
+// are defined in hlo/custom_call_targets.h.
 
 // ---------------------------------------------------------------------------
 
@@ -194,12 +160,8 @@ class Executor {
   std::unique_ptr<Impl> impl_;
 };
 
-// The order the executor runs a computation in: instructions reachable from
-// the root, operands first; parameters and the get-tuple-elements that read
-// them are hoisted to the front, so a carried tuple (a while body's
-// parameter) dies early and its leaves can be updated in place. The memory
-// planner (analysis/memory_plan.h) follows the same order.
-std::vector<HloInstruction*> ExecutionSchedule(const HloComputation& computation);
+// The executor runs each computation in compiler::ScheduleComputation's
+// order (compiler/schedule.h).
 
 // Runs the same per-device program on every device of `cluster` (one thread
 // each, one Executor each); inputs_per_device[d] are device d's inputs.

@@ -32,6 +32,7 @@
 #include <string_view>
 #include <vector>
 
+#include "weft/compiler/compile.h"
 #include "weft/hlo/module.h"
 #include "weft/runtime/comm_threads.h"
 #include "weft/runtime/executor.h"
@@ -67,29 +68,8 @@ int RunRunCommand(const RunCommandOptions& options);
 // ---------------------------------------------------------------------------
 // The steps, for tests and tools.
 
-// A module compiled for `num_devices` devices. Leaves are the entry
-// parameters' / root's array leaves in order (executor.h).
-struct ShardedProgram {
-  std::unique_ptr<HloModule> program;  // the per-device program
-  int64_t num_devices = 1;
-  bool propagated = false;  // shardings were completed by propagation
-  std::vector<std::string> input_names, output_names;
-  std::vector<Shape> input_shapes, output_shapes;              // global
-  std::vector<Shape> local_input_shapes, local_output_shapes;  // per device (padded tiles)
-  std::vector<HloSharding> input_shardings, output_shardings;
-};
-
-// The number of devices the module's shardings are written for: its
-// num_partitions when set, else the largest tile assignment (or maximal
-// device + 1); 1 when it has no sharding.
-int64_t ShardingDeviceCount(const HloModule& module);
-
-// Propagates shardings in `module` (in place; parameters and outputs without
-// a sharding may receive one, the rest becomes {replicated}) unless every
-// instruction outside scalar computations (reducers) has one, then
-// partitions it. Throws weft::Error when the shardings are written for
-// another number of devices, or are manual on an entry parameter or output.
-ShardedProgram CompileForDevices(HloModule& module, int64_t num_devices);
+// Compiling (propagate -> partition) is compiler::CompileForDevices
+// (compiler/compile.h); the steps below run a compiler::CompiledProgram.
 
 // What a run holds in memory at once, estimated before anything is allocated.
 struct RunMemoryEstimate {
@@ -118,7 +98,7 @@ struct RunMemoryEstimate {
 // this process (threads), or, with mpi_ranks_here > 0, one device per MPI
 // rank with that many ranks on this machine; `check` adds --check's run of
 // the unsharded module.
-RunMemoryEstimate EstimateRunMemory(const HloModule& module, const ShardedProgram& program,
+RunMemoryEstimate EstimateRunMemory(const HloModule& module, const compiler::CompiledProgram& program,
                                     int64_t devices, bool check, int64_t mpi_ranks_here = 0);
 
 // Throws weft::Error when the estimate exceeds `available_bytes` (weft run:
@@ -136,7 +116,7 @@ HostTensor ShardTensor(const HostTensor& global, const HloSharding& sharding, in
                        const Shape& local_shape, double pad = 0);
 
 // The inputs of every device: inputs_per_device[d][i] = ShardTensor(inputs[i], ...).
-std::vector<std::vector<HostTensor>> ShardInputs(const ShardedProgram& program,
+std::vector<std::vector<HostTensor>> ShardInputs(const compiler::CompiledProgram& program,
                                                  std::span<const HostTensor> inputs,
                                                  double pad = 0);
 
@@ -153,7 +133,7 @@ HostTensor GatherTensor(const HostTensor& piece, const HloSharding& sharding,
 // Runs the program on `cluster` (its device count must match) and returns the
 // joined outputs; `stats` receives each device's ExecutorStats. Inputs are
 // padded with `pad` (tests pass NaN: padding must never reach a result).
-std::vector<HostTensor> RunSharded(const ShardedProgram& program,
+std::vector<HostTensor> RunSharded(const compiler::CompiledProgram& program,
                                    std::span<const HostTensor> inputs, LocalCluster& cluster,
                                    std::vector<ExecutorStats>* stats = nullptr,
                                    const ExecutorOptions& options = {}, double pad = 0);

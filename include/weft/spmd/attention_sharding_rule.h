@@ -1,7 +1,7 @@
 // Sharding rules of weft's attention custom calls (registered on first use
 // of GetOpShardingRule; RegisterAttentionShardingRules is idempotent).
 //
-// Operand convention (until include/weft/runtime/executor.h fixes one):
+// Operand convention (hlo/custom_call_targets.h defines it):
 //   "weft.flex_attention":          q [B,Hq,Sq,D], k [B,Hkv,Skv,D], v [B,Hkv,Skv,Dv],
 //                                   then named tensors; result (out [B,Hq,Sq,Dv], lse [B,Hq,Sq])
 //   "weft.flex_attention_backward": q, k, v, out, lse, dout [, dlse], then named
@@ -23,12 +23,11 @@
 
 #include <optional>
 
+#include "weft/hlo/custom_call_targets.h"  // kFlexAttentionTarget, kFlexAttentionBackwardTarget
 #include "weft/spmd/op_sharding_rule.h"
 
 namespace weft {
 
-inline constexpr const char* kFlexAttentionTarget = "weft.flex_attention";
-inline constexpr const char* kFlexAttentionBackwardTarget = "weft.flex_attention_backward";
 
 void RegisterAttentionShardingRules();
 

@@ -37,7 +37,7 @@ struct StepProgram {
   int64_t batch_size = 0, seq_len = 0, num_devices = 1;
   LlamaForward forward;               // the forward module and its weights
   std::unique_ptr<HloModule> step;    // global step module, every instruction sharded
-  runtime::ShardedProgram compiled;   // the per-device program and its leaves
+  compiler::CompiledProgram compiled; // the per-device program and its leaves
   // Leaves: inputs are the 5 data inputs then the weights (forward.weights
   // order); outputs are the loss then one gradient per weight.
   static constexpr int64_t kNumDataInputs = LlamaForward::kNumDataInputs;

@@ -1,0 +1,65 @@
+// The compile pipeline: from a (partly) sharded HLO module to the program one
+// device executes.
+//
+//   propagate shardings (when some instruction has none)
+//     -> partition into the per-device (SPMD) program
+//     -> fuse (CompileOptions::fuse: loop fusion, compiler/fusion.h)
+//     -> schedule (compiler/schedule.h)
+//     -> assign buffers
+//
+// `weft run`, `weft train`, `weft plan` and `weft compile` all compile
+// through CompileForDevices, so the planner analyses and the executor runs the
+// same per-device program.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "weft/compiler/fusion.h"
+#include "weft/hlo/module.h"
+#include "weft/sharding/hlo_sharding.h"
+
+namespace weft::compiler {
+
+struct CompileOptions {
+  int64_t num_devices = 1;
+  // Run loop fusion (FuseLoops) on the per-device program.
+  bool fuse = false;
+};
+
+// A module compiled for `num_devices` devices. Leaves are the entry
+// parameters' / root's array leaves in order (runtime/executor.h).
+struct CompiledProgram {
+  std::unique_ptr<HloModule> program;  // the per-device program
+  int64_t num_devices = 1;
+  bool propagated = false;  // shardings were completed by propagation
+  std::vector<std::string> input_names, output_names;
+  std::vector<Shape> input_shapes, output_shapes;              // global
+  std::vector<Shape> local_input_shapes, local_output_shapes;  // per device (padded tiles)
+  std::vector<HloSharding> input_shardings, output_shardings;
+  // What fusion did (all zero without CompileOptions::fuse).
+  LoopFusionStats fusion;
+
+  // --- The back end's results (schedule.cc, buffer_assignment.cc) ---------
+  // The execution order of each computation of `program` and each value's
+  // offset in the device's arena go here: fields `schedule` and
+  // `buffer_assignment`, filled by CompileForDevices after fusion.
+};
+
+// The number of devices the module's shardings are written for: its
+// num_partitions when set, else the largest tile assignment (or maximal
+// device + 1); 1 when it has no sharding.
+int64_t ShardingDeviceCount(const HloModule& module);
+
+// Propagates shardings in `module` (in place; parameters and outputs without
+// a sharding may receive one, the rest becomes {replicated}) unless every
+// instruction outside scalar computations (reducers) has one, partitions it
+// for options.num_devices devices and, with options.fuse, fuses the
+// per-device program. Throws weft::Error when the number of devices is below
+// 1, when the shardings are written for another number of devices, or are
+// manual on an entry parameter or output.
+CompiledProgram CompileForDevices(HloModule& module, const CompileOptions& options);
+
+}  // namespace weft::compiler

@@ -1,0 +1,53 @@
+// The custom-call targets weft defines: their names, operands, results and
+// backend_config. They are part of the IR's vocabulary, so they live with
+// the IR (header-only, in weft_hlo's include tree): the SPMD partitioner's
+// sharding rules (spmd/attention_sharding_rule.h), the executor
+// (runtime/eval_custom_call.cc) and the analyses (analysis/cost_model.cc,
+// memory_plan.cc) read them from here, so the planner needs neither the
+// executor nor the partitioner for a name.
+#pragma once
+
+namespace weft {
+
+// ---------------------------------------------------------------------------
+// Attention custom calls. Emit them as
+//
+//   fa = (f32[B,Hq,Sq,Dv], f32[B,Hq,Sq]) custom-call(q, k, v, seg),
+//        custom_call_target="weft.flex_attention",
+//        backend_config={"mask": "q_idx >= kv_idx && seg[b, q_idx] == seg[b, kv_idx]",
+//                        "mask_tensors": ["seg"], "scale": 0.125}
+//
+// kFlexAttentionTarget ("weft.flex_attention"), the forward:
+//   operands  q [B,Hq,Sq,D], k [B,Hkv,Skv,D], v [B,Hkv,Skv,Dv], then one
+//             operand per name in "mask_tensors" (integer arrays: s32/s64/u32/
+//             pred), then one per name in "score_tensors" (f32/bf16 arrays).
+//   result    (out [B,Hq,Sq,Dv], lse [B,Hq,Sq]) — lse is the natural-log
+//             logsumexp the backward needs — or the array out alone.
+// kFlexAttentionBackwardTarget ("weft.flex_attention_backward"):
+//   operands  q, k, v, out, lse, dout [B,Hq,Sq,Dv], then dlse [B,Hq,Sq] when
+//             "has_dlse" is true, then the mask tensors and score tensors as
+//             in the forward.
+//   result    (dq, dk, dv), shaped like q, k, v (dk, dv summed over GQA groups).
+// q/k/v/out/dout/dlse and the results may be f32 or bf16 (the kernels compute
+// in f32; bf16 is converted on the way in and rounded on the way out); lse is
+// f32 or bf16 likewise.
+// backend_config is a JSON object; every key is optional:
+//   "mask"          mask expression text (kernels/mod_expr.h), "" = no mask
+//   "score_mod"     score expression text, "" = identity
+//   "mask_tensors"  names the mask expression uses, in operand order
+//   "score_tensors" names the score expression uses, in operand order
+//   "scale"         number; default 1/sqrt(D)
+//   "enable_gqa"    bool; default: true when Hq != Hkv
+//   "q_block", "kv_block"  BlockMask block sizes (default 64)
+//   "q_offset_operand"  set by the SPMD partitioner when the query sequence
+//                   is sharded: the index of one extra s32[] operand after
+//                   the named tensors, the first global query position of
+//                   this device's rows; masks and score mods see global q_idx
+//   "global_q_len"  with it: the global query length; local rows past it are
+//                   padding and are masked (output 0, lse -inf, gradients 0)
+// The same config serves the forward and its backward, so autodiff can copy
+// it (and add "has_dlse").
+inline constexpr const char* kFlexAttentionTarget = "weft.flex_attention";
+inline constexpr const char* kFlexAttentionBackwardTarget = "weft.flex_attention_backward";
+
+}  // namespace weft
