@@ -8,6 +8,7 @@
 
 #include "weft/base/env.h"
 #include "weft/base/error.h"
+#include "weft/base/limits.h"
 
 namespace weft::runtime {
 
@@ -23,9 +24,9 @@ struct KeyInfo {
 
 // One row per ConfigKey, in enum order. 0 means "unset" for the slice keys.
 constexpr std::array<KeyInfo, kNumConfigKeys> kKeys{{
-    {"num_devices", "WEFT_NUM_DEVICES", 4, 1, 1 << 16},
-    {"num_slices", "WEFT_NUM_SLICES", 0, 0, 1 << 16},
-    {"slice_size", "WEFT_SLICE_SIZE", 0, 0, 1 << 16},
+    {"num_devices", "WEFT_NUM_DEVICES", 4, 1, kMaxDevices},
+    {"num_slices", "WEFT_NUM_SLICES", 0, 0, kMaxDevices},
+    {"slice_size", "WEFT_SLICE_SIZE", 0, 0, kMaxDevices},
     {"collective_timeout", "WEFT_COLLECTIVE_TIMEOUT", kDefaultCollectiveTimeoutSeconds, 1,
      kMaxCollectiveTimeoutSeconds},
 }};
