@@ -1,7 +1,9 @@
-// `weft propagate` and `weft partition`: the compiler passes on HLO text files.
+// `weft propagate`, `weft partition` and `weft compile`: the compiler passes
+// on HLO text files.
 #include <memory>
 
 #include "commands.h"
+#include "weft/compiler/compile_command.h"
 #include "weft/spmd/partition_command.h"
 #include "weft/spmd/propagate_command.h"
 
@@ -37,6 +39,21 @@ void AddCompile(CLI::App& app) {
   part->add_option("-o,--output", qopt->output, "Write the program here instead of stdout");
   part->add_flag("--xla-style", qopt->xla_style, "Print with XLA's default options");
   part->callback([qopt] { SetAction([qopt] { return RunPartitionCommand(*qopt); }); });
+
+  auto* comp = app.add_subcommand(
+      "compile",
+      "Compile an HLO module for N devices (propagate shardings if needed, partition, "
+      "optionally fuse) and print the per-device program, then a summary as // comments");
+  auto copt = std::make_shared<compiler::CompileCommandOptions>();
+  comp->add_option("file", copt->input, "HLO text module")->required();
+  comp->add_option("--num-devices", copt->num_devices,
+                   "Number of devices, 1 to 65536 (default: the count the module's shardings "
+                   "are written for, 1 when it has none)");
+  comp->add_flag("--fuse", copt->fuse, "Run loop fusion on the per-device program");
+  comp->add_option("-o,--out", copt->output,
+                   "Write the program here (whole: a temporary file renamed) instead of stdout");
+  comp->add_flag("--xla-style", copt->xla_style, "Print with XLA's default options");
+  comp->callback([copt] { SetAction([copt] { return compiler::RunCompileCommand(*copt); }); });
 }
 
 }  // namespace weft::cli

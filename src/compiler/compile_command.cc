@@ -1,0 +1,78 @@
+#include "weft/compiler/compile_command.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <unordered_set>
+
+#include "weft/base/atomic_file.h"
+#include "weft/base/error.h"
+#include "weft/base/limits.h"
+#include "weft/hlo/parser.h"
+#include "weft/hlo/printer.h"
+
+namespace weft::compiler {
+
+std::string CompileSummary(const CompiledProgram& program) {
+  const HloModule& module = *program.program;
+  std::unordered_set<const HloComputation*> fused;
+  for (const HloComputation* c : module.computations()) {
+    for (const HloInstruction* instr : c->instructions()) {
+      if (instr->opcode() == HloOpcode::kFusion) {
+        for (const HloComputation* called : instr->called_computations()) fused.insert(called);
+      }
+    }
+  }
+  // Instructions the executor dispatches: those outside fused computations.
+  int64_t instructions = 0;
+  for (const HloComputation* c : module.computations()) {
+    if (!fused.count(c)) instructions += c->instruction_count();
+  }
+  std::string out = fmt::format("// weft compile: {} device{}{}\n", program.num_devices,
+                                program.num_devices == 1 ? "" : "s",
+                                program.propagated ? ", shardings propagated" : "");
+  out += fmt::format("// {} instructions (entry {}), {} fusion{} of {} instructions ({} duplicated)\n",
+                     instructions, module.entry_computation()->instruction_count(),
+                     program.fusion.fusions, program.fusion.fusions == 1 ? "" : "s",
+                     program.fusion.fused_instructions, program.fusion.duplicated);
+  return out;
+}
+
+int RunCompileCommand(const CompileCommandOptions& options) {
+  WEFT_CHECK(options.num_devices >= 0 && options.num_devices <= kMaxDevices,
+             "--num-devices must be between 1 and {} (or left out: from the module), got {}",
+             kMaxDevices, options.num_devices);
+  std::ifstream in(options.input, std::ios::binary);
+  WEFT_CHECK(in.good(), "cannot read '{}'; give the path of an HLO text module", options.input);
+  std::stringstream text;
+  text << in.rdbuf();
+  HloParseOptions parse_options;
+  parse_options.source_name = options.input;
+  std::unique_ptr<HloModule> module = ParseHloModule(text.str(), parse_options);
+
+  const int64_t written_for = ShardingDeviceCount(*module);
+  const int64_t n = options.num_devices == 0 ? written_for : options.num_devices;
+  WEFT_CHECK(written_for == 1 || written_for == n,
+             "'{}': module '{}' is sharded for {} devices, not {}; compile it with "
+             "--num-devices {} (or without --num-devices)",
+             options.input, module->name(), written_for, n, written_for);
+  CompileOptions compile;
+  compile.num_devices = n;
+  compile.fuse = options.fuse;
+  const CompiledProgram program = CompileForDevices(*module, compile);
+  const std::string printed =
+      PrintModule(*program.program, options.xla_style ? HloPrintOptions::XlaStyle()
+                                                      : HloPrintOptions::Canonical()) +
+      CompileSummary(program);
+
+  if (options.output.empty()) {
+    (options.out ? *options.out : std::cout) << printed;
+    return 0;
+  }
+  WriteFileAtomically(options.output, printed);
+  return 0;
+}
+
+}  // namespace weft::compiler
