@@ -13,6 +13,7 @@
 
 #include "weft/analysis/loops.h"
 #include "weft/base/error.h"
+#include "weft/compiler/buffer_assignment.h"
 #include "weft/compiler/schedule.h"
 #include "weft/hlo/custom_call_targets.h"
 
@@ -819,6 +820,24 @@ MemoryPlan PlanMemory(const HloModule& program, const MemoryPlanOptions& options
   sim.Run(first.peak_step, first.peak_bytes, first.total_steps, plan);
   WEFT_INTERNAL_CHECK(plan.peak_bytes == first.peak_bytes && plan.peak_step == first.peak_step,
                       "the two liveness passes over '{}' disagree", program.name());
+  // The executor's peak is the buffer assignment's (the same function over
+  // the same schedule, sized under the precision policy). It applies where
+  // the executor's accounting does: inputs held for the whole run (weights
+  // resident or not: the executor never frees its inputs), nothing offloaded.
+  const Precision precision = options.precision;
+  const compiler::BufferAssignment assignment = compiler::AssignBuffers(
+      program, compiler::ScheduleComputation,
+      [precision](const Shape& s) { return PlannedBytes(s, precision); });
+  plan.arena_bytes = assignment.arena_bytes();
+  if (!options.offload_saved) {
+    int64_t others = 0;
+    for (int c = 0; c < kNumBufferCategories; ++c) {
+      if (c != static_cast<int>(BufferCategory::kTemporaries)) others += plan.peak_by_category[c];
+    }
+    plan.peak_bytes = assignment.peak_bytes();
+    plan.peak_by_category[static_cast<int>(BufferCategory::kTemporaries)] =
+        std::max<int64_t>(0, plan.peak_bytes - others);
+  }
   return plan;
 }
 

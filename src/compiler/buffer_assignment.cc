@@ -222,6 +222,24 @@ class ComputationAssigner {
     return uses == 1;
   }
 
+  // Whether a while body returns leaf k of its parameter unchanged: its root
+  // is a tuple whose element k is get-tuple-element k of the parameter (an
+  // array). Such a leaf is never written by the loop (the root reads it, so
+  // it never dies inside the body; the condition writes nothing).
+  static bool PassedThrough(const HloComputation& body, size_t k) {
+    const HloInstruction* root = body.root_instruction();
+    if (root->opcode() != HloOpcode::kTuple || !root->shape().IsTuple()) return false;
+    for (const HloInstruction* e : root->operands()) {
+      if (!e->shape().IsArray()) return false;
+    }
+    if (k >= static_cast<size_t>(root->operand_count())) return false;
+    const HloInstruction* e = root->operand(static_cast<int64_t>(k));
+    while (e->opcode() == HloOpcode::kCopy) e = e->operand(0);
+    return e->opcode() == HloOpcode::kGetTupleElement &&
+           e->tuple_index() == static_cast<int64_t>(k) &&
+           e->operand(0)->opcode() == HloOpcode::kParameter;
+  }
+
   void Extend(int32_t buffer, const HloInstruction& instr) {
     bufs_[buffer].last = std::max(bufs_[buffer].last, value_last_.at(&instr));
   }
@@ -385,7 +403,13 @@ class ComputationAssigner {
           const std::vector<VLeaf>& init = leaves_.at(instr.operand(0));
           std::vector<Shape> shapes = shape.Leaves();
           for (size_t k = 0; k < init.size(); ++k) {
-            if (CanTake(instr, 0, static_cast<int64_t>(k), shapes[k].ByteSize(), t)) {
+            if (PassedThrough(*instr.while_body(), k)) {
+              // The loop never writes this leaf: it stays where the init is.
+              Extend(init[k].buffer, instr);
+              ia.leaves.push_back(LeafAssignment{LeafAssignment::Kind::kForward, -1, -1,
+                                                 static_cast<int32_t>(k), init[k].buffer});
+              v.push_back(init[k]);
+            } else if (CanTake(instr, 0, static_cast<int64_t>(k), shapes[k].ByteSize(), t)) {
               taken_.insert(init[k].buffer);
               Extend(init[k].buffer, instr);
               ia.leaves.push_back(LeafAssignment{LeafAssignment::Kind::kInPlace, -1, 0,

@@ -132,7 +132,7 @@ Value SliceOf(const HloInstruction& instr, EvalArgs& args, const std::vector<int
   const bool unit_strides = std::all_of(strides.begin(), strides.end(), [](int64_t s) {
     return s == 1;
   });
-  const bool operand_lives_on = args.size() > 0 && !args.TryReuse(0, x.shape()).valid();
+  const bool operand_lives_on = !args.OperandDies(0);
   if (unit_strides && IsContiguousBox(x.dimensions(), sizes) &&
       (operand_lives_on || 2 * instr.shape().ByteSize() >= x.byte_size())) {
     return Value{x.View(instr.shape(), offset * elem)};

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <unordered_map>
 #include <unordered_set>
@@ -44,6 +45,11 @@ struct Step {
   // ExecutorOptions::profile: the OpClass timed; -1 for while and call,
   // whose computations' instructions are timed instead.
   int8_t op_class = -1;
+  // The buffer assignment's decisions (offsets relative to the region base).
+  std::vector<EvalContext::OutputSlot> slots;
+  std::vector<bool> buffer_dies;  // per operand
+  int64_t scratch_offset = 0, scratch_bytes = 0;
+  int64_t nested_offset = 0;  // while / call
 };
 
 struct ComputationPlan {
@@ -116,10 +122,11 @@ EvalFn SelectEval(const HloInstruction& instr) {
   }
 }
 
-ComputationPlan MakePlan(const HloComputation& computation) {
+ComputationPlan MakePlan(const HloComputation& computation,
+                         const compiler::ComputationAssignment& assignment) {
   ComputationPlan plan;
   plan.computation = &computation;
-  const std::vector<HloInstruction*> order = compiler::ScheduleComputation(computation);
+  const std::vector<HloInstruction*>& order = assignment.sequence;
   std::unordered_map<const HloInstruction*, int32_t> slot;
   for (size_t i = 0; i < order.size(); ++i) slot[order[i]] = static_cast<int32_t>(i);
   plan.num_slots = static_cast<int32_t>(order.size());
@@ -165,6 +172,22 @@ ComputationPlan MakePlan(const HloComputation& computation) {
       }
       step.leaf_count = tuple.tuple_shapes(instr->tuple_index()).LeafCount();
     }
+    const compiler::InstructionAssignment& ia = assignment.instructions.at(instr);
+    const std::vector<Shape> leaves = instr->shape().Leaves();
+    for (size_t k = 0; k < ia.leaves.size(); ++k) {
+      const compiler::LeafAssignment& l = ia.leaves[k];
+      EvalContext::OutputSlot slot;
+      slot.kind = static_cast<EvalContext::OutputSlot::Kind>(l.kind);
+      slot.offset = l.offset;
+      slot.operand = l.operand;
+      slot.operand_leaf = l.operand_leaf;
+      slot.bytes = leaves[k].ByteSize();
+      step.slots.push_back(slot);
+    }
+    step.buffer_dies = ia.operand_dies;
+    step.scratch_offset = ia.scratch_offset;
+    step.scratch_bytes = ia.scratch_bytes;
+    step.nested_offset = std::max<int64_t>(0, ia.nested_offset);
     plan.max_operands = std::max(plan.max_operands, step.operands.size());
     plan.max_dying = std::max(plan.max_dying, step.dying_slots.size());
     plan.steps.push_back(std::move(step));
@@ -213,16 +236,15 @@ exec::DeviceIds MakeDeviceIds(const HloModule& module, const Communicator& comm)
 }  // namespace
 
 HostTensor EvalArgs::TryReuse(int64_t i, const Shape& shape) const {
-  const Operand& op = operands_[i];
-  if (op.dying && op.value->size() == 1) {
-    const HostTensor& t = (*op.value)[0];
-    // A view into a larger buffer is not taken: its bytes are not all ours.
-    if (t.IsExclusivelyOwned() && t.byte_size() == shape.ByteSize() &&
-        t.storage()->bytes() == t.byte_size() && t.storage()->tracked()) {
-      return t.Reshaped(shape);
-    }
+  const EvalContext::OutputSlot* slot = ctx_.NextSlot();
+  if (slot == nullptr || slot->kind != EvalContext::OutputSlot::Kind::kInPlace ||
+      slot->operand != i || slot->bytes != shape.ByteSize()) {
+    return HostTensor();
   }
-  return HostTensor();
+  const HostTensor& t = (*operands_[i].value)[slot->operand_leaf];
+  if (t.byte_size() != shape.ByteSize()) return HostTensor();
+  ctx_.ClaimSlot();
+  return t.Reshaped(shape);
 }
 
 HostTensor EvalArgs::ReuseOrAllocate(const Shape& shape,
@@ -232,6 +254,36 @@ HostTensor EvalArgs::ReuseOrAllocate(const Shape& shape,
     if (t.valid()) return t;
   }
   return ctx_.Allocate(shape);
+}
+
+HostTensor EvalContext::Allocate(const Shape& shape) const {
+  const int64_t bytes = shape.ByteSize();
+  if (const OutputSlot* slot = NextSlot();
+      slot != nullptr && slot->kind == OutputSlot::Kind::kNew && slot->bytes == bytes) {
+    ClaimSlot();
+    return arena_->View(shape, base_ + slot->offset);
+  }
+  const int64_t rounded = (bytes + compiler::kBufferAlignment - 1) / compiler::kBufferAlignment *
+                          compiler::kBufferAlignment;
+  if (arena_ != nullptr && scratch_next_ + rounded <= scratch_end_) {
+    HostTensor t = arena_->View(shape, scratch_next_);
+    scratch_next_ += rounded;
+    return t;
+  }
+  // Scratch the compiler did not model: from the pool, counted.
+  HostTensor t = HostTensor::Uninitialized(shape, tracker_, pool_);
+  if (!t.storage()->reused()) {
+    allocations_.fetch_add(1, std::memory_order_relaxed);
+    allocated_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  }
+  return t;
+}
+
+bool EvalContext::InScratch(const void* p) const {
+  if (arena_ == nullptr || scratch_end_ <= scratch_begin_) return false;
+  const std::byte* base = static_cast<const std::byte*>(arena_->raw_data());
+  const std::byte* q = static_cast<const std::byte*>(p);
+  return q >= base + scratch_begin_ && q < base + scratch_end_;
 }
 
 void exec::ParallelRanges(int64_t n, int64_t min_chunk, bool use_pool,
@@ -250,15 +302,18 @@ void exec::ParallelRanges(int64_t n, int64_t min_chunk, bool use_pool,
   });
 }
 
-// Idle buffers an executor keeps between runs (BufferPool): this many times
-// the last run's peak, and at least kMinPoolBytes (the first run's bound).
-constexpr int64_t kPoolPeaks = 2;
+// The outputs of one run and the scratch the compiler does not model come
+// from a BufferPool: idle buffers up to this many times the outputs' bytes,
+// and at least kMinPoolBytes.
+constexpr int64_t kPoolOutputs = 2;
 constexpr int64_t kMinPoolBytes = int64_t{64} << 20;
 
 struct Executor::Impl {
   const HloModule& module;
   ExecutorOptions options;
-  // Buffers freed in one run serve the next (see BufferPool).
+  std::shared_ptr<const compiler::BufferAssignment> assignment;
+  // The arena (allocated by the first run, kept across runs) as bytes.
+  HostTensor arena;
   std::shared_ptr<BufferPool> pool = [] {
     auto p = std::make_shared<BufferPool>();
     p->set_capacity(kMinPoolBytes);
@@ -270,7 +325,10 @@ struct Executor::Impl {
   std::vector<Shape> input_shapes;
   std::vector<std::string> input_names;
   std::vector<int64_t> param_leaf_counts;
+  std::vector<uint8_t> root_in_arena;  // per output: copied out of the arena
+  std::vector<std::byte> staging;      // carries moved between leaves of a loop
   int64_t instructions = 0;
+  int64_t misplaced = 0;
   // ExecutorOptions::profile
   std::array<double, kNumOpClasses> class_seconds{};
   std::array<int64_t, kNumOpClasses> class_instructions{};
@@ -284,14 +342,50 @@ struct Executor::Impl {
     return it->second;
   }
 
-  Value RunComputation(const HloComputation& computation, std::vector<Value> args,
+  std::byte* At(int64_t offset) const {
+    return static_cast<std::byte*>(arena.mutable_raw_data()) + offset;
+  }
+
+  Value RunComputation(const HloComputation& computation, std::vector<Value> args, int64_t base,
                        EvalContext& ctx);
-  Value RunStep(const Step& step, std::vector<Value>& slots, std::vector<Value>& args,
-                std::span<EvalArgs::Operand> ops, EvalContext& ctx);
+  Value RunStep(const Step& step, std::vector<Value>& args, std::span<EvalArgs::Operand> ops,
+                int64_t base, EvalContext& ctx);
+  // Puts each evaluated result leaf where the assignment placed it.
+  void Place(const Step& step, Value& out, std::span<EvalArgs::Operand> ops, int64_t base,
+             EvalContext& ctx);
 };
 
+void Executor::Impl::Place(const Step& step, Value& out, std::span<EvalArgs::Operand> ops,
+                           int64_t base, EvalContext& ctx) {
+  using Kind = EvalContext::OutputSlot::Kind;
+  for (size_t k = 0; k < step.slots.size() && k < out.size(); ++k) {
+    const EvalContext::OutputSlot& slot = step.slots[k];
+    HostTensor& t = out[k];
+    const void* want = nullptr;
+    if (slot.kind == Kind::kNew) {
+      want = At(base + slot.offset);
+    } else if (slot.kind == Kind::kInPlace) {
+      want = (*ops[slot.operand].value)[slot.operand_leaf].raw_data();
+    } else if (ctx.InScratch(t.raw_data())) {
+      t = t.Clone();  // a view of scratch must outlive the step
+      ++misplaced;
+      continue;
+    } else {
+      continue;
+    }
+    if (t.raw_data() == want) continue;
+    // The evaluator put the result elsewhere (scratch, the pool): move it
+    // to its assigned place, which nothing live occupies.
+    HostTensor dst = arena.View(t.shape(), static_cast<const std::byte*>(want) -
+                                               static_cast<const std::byte*>(arena.raw_data()));
+    std::memmove(dst.mutable_raw_data(), t.raw_data(), static_cast<size_t>(t.byte_size()));
+    t = std::move(dst);
+    ++misplaced;
+  }
+}
+
 Value Executor::Impl::RunComputation(const HloComputation& computation, std::vector<Value> args,
-                                     EvalContext& ctx) {
+                                     int64_t base, EvalContext& ctx) {
   const ComputationPlan& plan = Plan(computation);
   WEFT_CHECK(static_cast<int64_t>(args.size()) == computation.num_parameters(),
              "computation '{}' takes {} arguments, got {}", computation.name(),
@@ -300,28 +394,26 @@ Value Executor::Impl::RunComputation(const HloComputation& computation, std::vec
   std::vector<Value> dying(plan.max_dying);
   std::vector<EvalArgs::Operand> ops(plan.max_operands);
   for (const Step& step : plan.steps) {
-    // Values that die here move out of their slots first, so the step may
-    // take over their buffers.
+    // Values that die here move out of their slots first.
     for (size_t k = 0; k < step.dying_slots.size(); ++k) {
       dying[k] = std::move(slots[step.dying_slots[k]]);
       slots[step.dying_slots[k]].clear();
     }
     for (size_t k = 0; k < step.operands.size(); ++k) {
       const int32_t d = step.dying_index[k];
-      ops[k] = d >= 0 ? EvalArgs::Operand{&dying[d], true}
-                      : EvalArgs::Operand{&slots[step.operands[k]], false};
+      ops[k] = d >= 0 ? EvalArgs::Operand{&dying[d], true, step.buffer_dies[k]}
+                      : EvalArgs::Operand{&slots[step.operands[k]], false, step.buffer_dies[k]};
     }
+    const std::span<EvalArgs::Operand> step_ops(ops.data(), step.operands.size());
     try {
       if (options.profile && step.op_class >= 0) {
         const auto t0 = std::chrono::steady_clock::now();
-        slots[step.out] =
-            RunStep(step, slots, args, std::span(ops.data(), step.operands.size()), ctx);
+        slots[step.out] = RunStep(step, args, step_ops, base, ctx);
         class_seconds[step.op_class] +=
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         ++class_instructions[step.op_class];
       } else {
-        slots[step.out] =
-            RunStep(step, slots, args, std::span(ops.data(), step.operands.size()), ctx);
+        slots[step.out] = RunStep(step, args, step_ops, base, ctx);
       }
     } catch (const Error& e) {
       Fail("{}: {}", step.instr->Describe(), e.what());
@@ -333,8 +425,8 @@ Value Executor::Impl::RunComputation(const HloComputation& computation, std::vec
   return std::move(slots[plan.root_slot]);
 }
 
-Value Executor::Impl::RunStep(const Step& step, std::vector<Value>& slots, std::vector<Value>& args,
-                              std::span<EvalArgs::Operand> ops, EvalContext& ctx) {
+Value Executor::Impl::RunStep(const Step& step, std::vector<Value>& args,
+                              std::span<EvalArgs::Operand> ops, int64_t base, EvalContext& ctx) {
   // Moves a dying operand's value, copies (shares) a live one. An operand
   // repeated in the list (tuple(a, a)) shares one dying value: only its last
   // occurrence moves it, the earlier ones share its bytes.
@@ -346,15 +438,33 @@ Value Executor::Impl::RunStep(const Step& step, std::vector<Value>& slots, std::
     return std::move(*ops[k].value);
   };
   if (step.eval != nullptr) {
+    ctx.BeginInstruction(&arena, base, step.slots, step.scratch_offset, step.scratch_bytes);
     EvalArgs eval_args(ops, ctx, cache);
-    return step.eval(*step.instr, eval_args);
+    Value out = step.eval(*step.instr, eval_args);
+    Place(step, out, ops, base, ctx);
+    ctx.EndInstruction();
+    return out;
   }
   const HloInstruction& instr = *step.instr;
+  // The carry / result leaves the assignment placed: a dying init leaf, or
+  // the leaf's own place with `from` copied in.
+  auto placed = [&](size_t k, const HostTensor& from) -> HostTensor {
+    const EvalContext::OutputSlot& slot = step.slots[k];
+    if (slot.kind == EvalContext::OutputSlot::Kind::kInPlace) {
+      return (*ops[slot.operand].value)[slot.operand_leaf];
+    }
+    if (slot.kind == EvalContext::OutputSlot::Kind::kForward) return from;  // never written
+    HostTensor dst = arena.View(from.shape(), base + slot.offset);
+    if (dst.raw_data() != from.raw_data()) {
+      std::memcpy(dst.mutable_raw_data(), from.raw_data(), static_cast<size_t>(from.byte_size()));
+    }
+    return dst;
+  };
   switch (step.opcode) {
     case HloOpcode::kParameter:
       return std::move(args.at(instr.parameter_number()));
     case HloOpcode::kConstant:
-      return Value{constants.at(&instr).Borrowed(ctx.tracker())};
+      return Value{constants.at(&instr)};
     case HloOpcode::kCopy:  // values are immutable, so a copy can share bytes
       return take(0);
     case HloOpcode::kTuple: {
@@ -372,15 +482,22 @@ Value Executor::Impl::RunStep(const Step& step, std::vector<Value>& slots, std::
     }
     case HloOpcode::kCall: {
       std::vector<Value> call_args;
-      for (size_t k = 0; k < ops.size(); ++k) call_args.push_back(take(k));
-      return RunComputation(*instr.to_apply(), std::move(call_args), ctx);
+      for (size_t k = 0; k < ops.size(); ++k) call_args.push_back(*ops[k].value);
+      Value result =
+          RunComputation(*instr.to_apply(), std::move(call_args), base + step.nested_offset, ctx);
+      Value out;
+      for (size_t k = 0; k < result.size(); ++k) out.push_back(placed(k, result[k]));
+      return out;
     }
     case HloOpcode::kWhile: {
-      Value state = take(0);
+      const Value& init = *ops[0].value;
+      Value state;
+      for (size_t k = 0; k < init.size(); ++k) state.push_back(placed(k, init[k]));
+      const int64_t nested = base + step.nested_offset;
       const int64_t limit = options.max_while_iterations;
       for (int64_t trips = 0;; ++trips) {
         std::vector<Value> cond_args{state};
-        Value pred = RunComputation(*instr.while_condition(), std::move(cond_args), ctx);
+        Value pred = RunComputation(*instr.while_condition(), std::move(cond_args), nested, ctx);
         if (pred.at(0).data<uint8_t>()[0] == 0) break;
         if (trips == limit) {
           Fail(
@@ -388,9 +505,40 @@ Value Executor::Impl::RunStep(const Step& step, std::vector<Value>& slots, std::
               "at the limit of {} per loop. If the loop does end, raise the limit with {} N",
               instr.name(), trips, instr.while_condition()->name(), limit, kMaxIterationsFlag);
         }
-        std::vector<Value> body_args;
-        body_args.push_back(std::move(state));
-        state = RunComputation(*instr.while_body(), std::move(body_args), ctx);
+        std::vector<Value> body_args{state};
+        Value next = RunComputation(*instr.while_body(), std::move(body_args), nested, ctx);
+        // The body's root back into the carry: leaves that sit in another
+        // carry leaf go through staging first, so no copy reads a leaf
+        // already overwritten.
+        auto in_carry = [&](const HostTensor& t) {
+          const std::byte* p = static_cast<const std::byte*>(t.raw_data());
+          for (const HostTensor& c : state) {
+            const std::byte* q = static_cast<const std::byte*>(c.raw_data());
+            if (p >= q && p < q + c.byte_size()) return true;
+          }
+          return false;
+        };
+        std::vector<std::pair<size_t, int64_t>> staged;
+        int64_t staged_bytes = 0;
+        for (size_t k = 0; k < state.size(); ++k) {
+          if (next[k].raw_data() == state[k].raw_data() || !in_carry(next[k])) continue;
+          staged.emplace_back(k, staged_bytes);
+          staged_bytes += next[k].byte_size();
+        }
+        if (static_cast<int64_t>(staging.size()) < staged_bytes) staging.resize(staged_bytes);
+        for (const auto& [k, at] : staged) {
+          std::memcpy(staging.data() + at, next[k].raw_data(),
+                      static_cast<size_t>(next[k].byte_size()));
+        }
+        for (size_t k = 0; k < state.size(); ++k) {
+          if (next[k].raw_data() == state[k].raw_data() || in_carry(next[k])) continue;
+          std::memcpy(state[k].mutable_raw_data(), next[k].raw_data(),
+                      static_cast<size_t>(next[k].byte_size()));
+        }
+        for (const auto& [k, at] : staged) {
+          std::memcpy(state[k].mutable_raw_data(), staging.data() + at,
+                      static_cast<size_t>(state[k].byte_size()));
+        }
       }
       return state;
     }
@@ -399,7 +547,8 @@ Value Executor::Impl::RunStep(const Step& step, std::vector<Value>& slots, std::
   }
 }
 
-Executor::Executor(const HloModule& module, ExecutorOptions options)
+Executor::Executor(const HloModule& module, ExecutorOptions options,
+                   std::shared_ptr<const compiler::BufferAssignment> assignment)
     : module_(module), impl_(std::make_unique<Impl>(module, options)) {
   const HloComputation* entry = module.entry_computation();
   WEFT_CHECK(entry != nullptr, "module '{}' has no entry computation", module.name());
@@ -409,8 +558,17 @@ Executor::Executor(const HloModule& module, ExecutorOptions options)
   // MakeComputationPostOrder below checks the call graph (CheckCallGraph):
   // no recursion, calls nested at most kMaxCallDepth deep, as RunComputation
   // follows calls on the stack.
-  for (const HloComputation* computation : module.MakeComputationPostOrder()) {
-    impl_->plans.emplace(computation, MakePlan(*computation));
+  const std::vector<HloComputation*> computations = module.MakeComputationPostOrder();
+  if (assignment == nullptr) {
+    assignment = std::make_shared<const compiler::BufferAssignment>(
+        compiler::AssignBuffers(module, compiler::ScheduleComputation));
+  }
+  impl_->assignment = std::move(assignment);
+  for (const HloComputation* computation : computations) {
+    if (impl_->assignment->Has(*computation)) {
+      impl_->plans.emplace(computation,
+                           MakePlan(*computation, impl_->assignment->Of(*computation)));
+    }
     for (const HloInstruction* instr : computation->instructions()) {
       if (instr->opcode() != HloOpcode::kConstant) continue;
       const Literal& literal = instr->literal();
@@ -452,9 +610,14 @@ Executor::Executor(const HloModule& module, ExecutorOptions options)
     }
     impl_->param_leaf_counts.push_back(static_cast<int64_t>(leaves.size()));
   }
+  const compiler::InstructionAssignment& root =
+      impl_->assignment->Of(*entry->root_instruction());
+  for (const compiler::LeafAssignment& l : root.leaves) impl_->root_in_arena.push_back(l.buffer >= 0);
 }
 
 Executor::~Executor() = default;
+
+const compiler::BufferAssignment& Executor::assignment() const { return *impl_->assignment; }
 
 std::vector<Shape> Executor::InputShapes() const { return impl_->input_shapes; }
 std::vector<std::string> Executor::InputNames() const { return impl_->input_names; }
@@ -470,20 +633,12 @@ std::vector<HostTensor> Executor::Run(std::vector<HostTensor> inputs, Communicat
   WEFT_CHECK(inputs.size() == shapes.size(),
              "module '{}' takes {} inputs (its entry parameters' array leaves), got {}",
              module_.name(), shapes.size(), inputs.size());
-  auto tracker = std::make_shared<MemoryTracker>();
   for (size_t i = 0; i < inputs.size(); ++i) {
-    HostTensor& t = inputs[i];
+    const HostTensor& t = inputs[i];
     WEFT_CHECK(t.valid(), "input {} for parameter '{}' is an empty tensor", i,
                impl_->input_names[i]);
     WEFT_CHECK(t.shape() == shapes[i], "input {} for parameter '{}' is {}, expected {}", i,
                impl_->input_names[i], t.shape().ToString(), shapes[i].ToString());
-    // Inputs the caller gave away become the program's own buffers; shared
-    // ones are only read.
-    if (t.IsExclusivelyOwned()) {
-      t.storage()->Track(tracker);
-    } else {
-      t = t.Borrowed(tracker);
-    }
   }
   std::vector<Value> args;
   size_t next = 0;
@@ -498,22 +653,47 @@ std::vector<HostTensor> Executor::Run(std::vector<HostTensor> inputs, Communicat
                                                  : DefaultGemmThreads(comm));
   const CollectiveStats before = comm.stats();
   impl_->instructions = 0;
+  impl_->misplaced = 0;
   impl_->class_seconds.fill(0);
   impl_->class_instructions.fill(0);
+  // Scratch the compiler does not model, tracked while held.
+  auto tracker = std::make_shared<MemoryTracker>();
   // The context's callback (called computations) runs with the context itself.
   EvalContext real_ctx(comm, MakeDeviceIds(module_, comm), impl_->options, tracker,
                        [this, &real_ctx](const HloComputation& c, std::vector<Value> a) -> Value {
-                         return impl_->RunComputation(c, std::move(a), real_ctx);
+                         return impl_->RunComputation(c, std::move(a), 0, real_ctx);
                        });
   real_ctx.set_pool(impl_->pool);
-  Value root = impl_->RunComputation(*module_.entry_computation(), std::move(args), real_ctx);
-  // Keep what the next run will ask for: the buffers of a run of this size.
-  impl_->pool->set_capacity(std::max(kMinPoolBytes, kPoolPeaks * tracker->peak_bytes()));
+  int64_t fresh = 0, fresh_bytes = 0;
+  const int64_t arena_bytes = impl_->assignment->arena_bytes();
+  if (!impl_->arena.valid()) {  // once per executor: kept across runs
+    impl_->arena = HostTensor::Uninitialized(Shape(PrimitiveType::kPred, {arena_bytes}));
+    ++fresh;
+    fresh_bytes += arena_bytes;
+  }
+  Value root = impl_->RunComputation(*module_.entry_computation(), std::move(args), 0, real_ctx);
+  // Outputs leave the arena (the next run reuses it) into buffers of their own.
+  int64_t output_bytes = 0;
+  for (size_t k = 0; k < root.size(); ++k) {
+    if (!impl_->root_in_arena[k]) continue;
+    HostTensor out = HostTensor::Uninitialized(root[k].shape(), nullptr, impl_->pool);
+    if (!out.storage()->reused()) {
+      ++fresh;
+      fresh_bytes += out.byte_size();
+    }
+    std::memcpy(out.mutable_raw_data(), root[k].raw_data(), static_cast<size_t>(out.byte_size()));
+    output_bytes += out.byte_size();
+    root[k] = std::move(out);
+  }
+  impl_->pool->set_capacity(std::max(kMinPoolBytes, kPoolOutputs * output_bytes));
 
-  stats_.peak_bytes = tracker->peak_bytes();
+  stats_.peak_bytes = impl_->assignment->peak_bytes() + tracker->peak_bytes();
+  stats_.arena_bytes = arena_bytes;
+  stats_.unplanned_bytes = tracker->peak_bytes();
+  stats_.misplaced_results = impl_->misplaced;
   stats_.instructions = impl_->instructions;
-  stats_.allocations = real_ctx.allocations();
-  stats_.allocated_bytes = real_ctx.allocated_bytes();
+  stats_.allocations = real_ctx.allocations() + fresh;
+  stats_.allocated_bytes = real_ctx.allocated_bytes() + fresh_bytes;
   stats_.class_seconds = impl_->class_seconds;
   stats_.class_instructions = impl_->class_instructions;
   for (int k = 0; k < kNumCollectiveKinds; ++k) {

@@ -81,11 +81,15 @@ TEST(ExecutorTest, ScanOverStackedWeightsUpdatesTheCarryInPlace) {
   }
   ExpectNear(out[0], want, 1e-5, 1e-5, "scan");
 
-  // The [8,32,32] carry is updated in place: at no point do two copies of
-  // it live next to the weights.
+  // The [8,32,32] accumulator is updated in place and the weights, which the
+  // body passes through, are not copied into the loop: the arena holds one
+  // stack (the accumulator) and a few layers. The peak adds the inputs and
+  // the output copied out of the arena.
   const int64_t stack = 8 * 32 * 32 * 4, layer = 32 * 32 * 4;
-  EXPECT_GE(stats.peak_bytes, 2 * stack + layer);
-  EXPECT_LT(stats.peak_bytes, 2 * stack + 5 * layer);
+  EXPECT_GE(stats.arena_bytes, stack + layer);
+  EXPECT_LT(stats.arena_bytes, stack + 5 * layer);
+  EXPECT_EQ(stats.peak_bytes, (layer + stack) + stats.arena_bytes + stack);
+  EXPECT_EQ(stats.misplaced_results, 0);
   // 8 entry instructions + 8 bodies of 15 + 9 conditions of 4.
   EXPECT_EQ(stats.instructions, 8 + 8 * 15 + 9 * 4);
 }
@@ -108,13 +112,15 @@ ENTRY e {
   std::mt19937 rng(2);
   HostTensor p = Random("f32[256]", rng);
   Executor executor(*module);
-  // p (1024 B, shared with the caller: read-only) + b (4096 B) while
-  // broadcasting; exp then reuses b's buffer (b dies there); p is gone;
-  // the reduce holds x, zero (4 B) and r (16 B).
+  // Inputs + arena + outputs. The arena: b (4096 B); exp reuses b's buffer
+  // (b dies there); the reduce's r (64 B: sizes round up to 64) beside it.
+  // p (1024 B) is the caller's; r is copied out (64 B); zero is a constant.
   executor.Run({p});
-  EXPECT_EQ(executor.stats().peak_bytes, 1024 + 4096);
+  EXPECT_EQ(executor.stats().arena_bytes, 4096 + 64);
+  EXPECT_EQ(executor.stats().peak_bytes, 1024 + (4096 + 64) + 64);
 
-  // Same program, but b is read again after exp: both 4 KiB buffers live.
+  // Same program, but b is read again after exp: both 4 KiB buffers live;
+  // the add writes into x (its first candidate that dies).
   const char* text2 = R"(HloModule chain2
 ENTRY e {
   p = f32[256] parameter(0)
@@ -125,9 +131,9 @@ ENTRY e {
   auto module2 = testing::Parse(text2);
   Executor executor2(*module2);
   executor2.Run({p});
-  EXPECT_EQ(executor2.stats().peak_bytes, 4096 + 4096);
+  EXPECT_EQ(executor2.stats().peak_bytes, 1024 + (4096 + 4096) + 4096);
 
-  // An input given away (moved, nobody else holds it) is reused in place.
+  // The input is only read: negate writes a new buffer, tanh writes into it.
   const char* text3 = R"(HloModule chain3
 ENTRY e {
   p = f32[256] parameter(0)
@@ -136,16 +142,20 @@ ENTRY e {
 })";
   auto module3 = testing::Parse(text3);
   Executor executor3(*module3);
-  executor3.Run({p});
-  EXPECT_EQ(executor3.stats().peak_bytes, 2048);  // p is the caller's: one new buffer
-  HostTensor mine = p.Clone();
-  const double first = mine.GetDouble(0);
-  // (Not Run({std::move(mine)}): an initializer list holds a copy.)
-  std::vector<HostTensor> given;
-  given.push_back(std::move(mine));
-  std::vector<HostTensor> out = executor3.Run(std::move(given));
-  EXPECT_EQ(executor3.stats().peak_bytes, 1024);
+  const double first = p.GetDouble(0);
+  std::vector<HostTensor> out = executor3.Run({p});
+  EXPECT_EQ(executor3.stats().peak_bytes, 1024 + 1024 + 1024);
+  EXPECT_EQ(executor3.stats().allocations, 2);  // the arena and the output
+  // A second run reuses the arena; the first run's output is its own.
+  HostTensor q = p.Clone();
+  q.mutable_data<float>()[0] = 0.5f;
+  std::vector<HostTensor> out2 = executor3.Run({q});
   EXPECT_NEAR(out[0].GetDouble(0), std::tanh(-first), 1e-6);
+  EXPECT_NEAR(out2[0].GetDouble(0), std::tanh(-0.5), 1e-6);
+  EXPECT_EQ(executor3.stats().allocations, 1);  // the new output (the first is still held)
+  out.clear();
+  executor3.Run({q});
+  EXPECT_EQ(executor3.stats().allocations, 0);  // the first output's buffer came back
   EXPECT_NEAR(p.GetDouble(0), first, 0);  // the shared input is untouched
 }
 

@@ -97,7 +97,16 @@ struct TimelinePoint {
 };
 
 struct MemoryPlan {
-  int64_t peak_bytes = 0;   // device memory held by the program at its peak
+  // Device memory held by the program at its peak. With offload_saved
+  // false (the executor's accounting), exactly the
+  // executor's ExecutorStats::peak_bytes: the buffer assignment's
+  // (compiler/buffer_assignment.h) inputs + arena + outputs, sized under the
+  // precision policy; the categories then come from the liveness simulation
+  // below at its own peak, with the rest of the assignment's peak (arena
+  // packing, outputs copied out) counted as temporaries. Otherwise the
+  // simulation's peak.
+  int64_t peak_bytes = 0;
+  int64_t arena_bytes = 0;  // the buffer assignment's arena, under the policy
   int64_t peak_step = 0;    // executed instructions up to the peak (1-based)
   int64_t total_steps = 0;  // executed instructions in the step
   std::string peak_instruction, peak_computation;

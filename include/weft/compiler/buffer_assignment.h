@@ -31,9 +31,11 @@
 // buffers of their own, so the next run cannot overwrite them). Called
 // computations' parameters alias their arguments: a while body may write
 // its carry in place (the loop owns it), a condition or call body may not.
-// A while's result is its carry: the init's leaf buffers when they die at the
-// loop (else a new buffer the init is copied into); the body's root is
-// copied back into the carry after each iteration where it is elsewhere.
+// A while's result is its carry: for a leaf the body returns unchanged, the
+// init's bytes as they are (kForward: nothing writes them); else the init's
+// leaf buffer when it dies at the loop (kInPlace), or a new buffer the init
+// is copied into (kNew). The body's root is copied back into the carry after
+// each iteration where it is elsewhere.
 // A call's result leaves are new buffers the callee's root is copied into.
 //
 // Scratch: some instructions need working memory while they run (a dot's

@@ -12,19 +12,27 @@
 // tuple root gives one output per leaf), in order.
 //
 // Scheduling and memory: each computation runs in a fixed topological order
-// (compiler::ScheduleComputation: post-order from the root; parameters and
-// their get-tuple-elements first),
-// so every device makes the same collective calls in the same order. A value
-// is freed right after its last use; an op whose operand dies with it writes
-// its result into that operand's buffer when nothing else references it
-// (elementwise ops, dynamic-update-slice — a scan's stacked carry is updated
-// in place —, scatter, all-reduce, collective-permute). Reshape, copy, bitcast-like slices, tuples
-// and get-tuple-element share bytes instead of copying. stats().peak_bytes is the largest sum of
-// the bytes of distinct buffers held at once during the last Run: parameters (until their last
-// use), constants (while used), intermediates and outputs. Freed buffers
-// return to the executor's BufferPool (executor_tensor.h), bounded by twice
-// the last run's peak, and serve later allocations of the same size class:
-// repeated runs (training steps) take no fresh memory and no page faults.
+// (compiler::ScheduleComputation), so every device makes the same collective calls in
+// the same order. Where every value lives is decided before the first run
+// by the buffer assignment (compiler/buffer_assignment.h) over that order:
+// one arena per executor, allocated by the first Run and kept across runs,
+// holds every intermediate value, every while loop's carry and body, and
+// the scratch the compiler models; an instruction whose operand dies with
+// it writes into that operand's buffer when the assignment says so (never
+// when another operand reads the same buffer); reshape, copy, a same-type
+// convert, contiguous slices, tuples and get-tuple-element share bytes.
+// Inputs are only read (the caller owns them); outputs are copied out of
+// the arena into buffers of their own (from the executor's BufferPool, so
+// repeated runs reuse them once the caller lets go), so the next Run cannot
+// overwrite them.
+//
+// stats().peak_bytes = the assignment's peak_bytes() — the inputs' bytes +
+// the arena + the bytes of the outputs copied out (each rounded up to 64) —
+// + the most bytes held at once of scratch the compiler did not model
+// (bf16/f16 conversions inside dot, reduce and attention; 0 for f32
+// programs). Constants (the module's) are not counted. A run after the
+// first makes no fresh allocations (stats().allocations == 0) once the
+// caller drops the previous outputs.
 //
 // Devices and ids: with the module's num_partitions P and replica_count R
 // both > 1, device d is partition d % P of replica d / P, and replica groups
@@ -46,6 +54,7 @@
 #include <string_view>
 #include <vector>
 
+#include "weft/compiler/buffer_assignment.h"
 #include "weft/hlo/custom_call_targets.h"
 #include "weft/hlo/module.h"
 #include "weft/runtime/comm_threads.h"
@@ -108,13 +117,16 @@ inline constexpr std::string_view kMaxIterationsFlag = "--max-iterations";
 
 struct ExecutorStats {
   int64_t peak_bytes = 0;    // see the file comment
+  int64_t arena_bytes = 0;   // the buffer assignment's arena
+  int64_t unplanned_bytes = 0;  // peak of scratch outside the arena
+  // Results an evaluator did not write where the assignment placed them
+  // (moved there with a copy): 0 when evaluators and assignment agree.
+  int64_t misplaced_results = 0;
   int64_t instructions = 0;  // executed (loop bodies count every iteration)
   double seconds = 0;        // wall time of the last Run
   // Fresh buffers the executor asked the system for during the last Run
-  // (results that could neither take over a dying operand's buffer nor an
-  // idle one of the executor's pool, and the evaluators' scratch), and
-  // their bytes. A run that repeats the previous one's allocations (a
-  // training step after the first two) makes none.
+  // (the arena on the first run, outputs and unmodelled scratch the pool
+  // could not serve), and their bytes.
   int64_t allocations = 0;
   int64_t allocated_bytes = 0;
   // With ExecutorOptions::profile, per OpClass: seconds spent in its
@@ -130,16 +142,16 @@ struct ExecutorStats {
 class Executor {
  public:
   // Prepares the schedules of every computation and checks what it can
-  // statically. The module must outlive the executor.
-  explicit Executor(const HloModule& module, ExecutorOptions options = {});
+  // statically. The module must outlive the executor. `assignment` (over
+  // compiler::ScheduleComputation) is computed here when not given.
+  explicit Executor(const HloModule& module, ExecutorOptions options = {},
+                    std::shared_ptr<const compiler::BufferAssignment> assignment = nullptr);
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
   // One device alone (device 0 of 1): collectives see groups of one.
-  // Inputs nobody else references (a vector of moved tensors; note that
-  // Run({std::move(t)}) copies, as initializer lists do) are freed after
-  // their last use and their buffers reused; shared ones are only read.
+  // Inputs are only read.
   std::vector<HostTensor> Run(std::vector<HostTensor> inputs);
   // As the device comm.device_id() of comm.num_devices().
   std::vector<HostTensor> Run(std::vector<HostTensor> inputs, Communicator& comm);
@@ -147,6 +159,7 @@ class Executor {
   // Of the last Run.
   const ExecutorStats& stats() const { return stats_; }
   const HloModule& module() const { return module_; }
+  const compiler::BufferAssignment& assignment() const;
   // What Run expects: the entry parameters' array leaves in order.
   std::vector<Shape> InputShapes() const;
   // Entry parameter name per input (a tuple parameter's leaves as "p{1}").

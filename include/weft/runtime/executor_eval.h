@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "weft/compiler/buffer_assignment.h"
 #include "weft/hlo/computation.h"
 #include "weft/runtime/communicator.h"
 #include "weft/runtime/executor.h"
@@ -49,21 +50,53 @@ class EvalContext {
   const ExecutorOptions& options() const { return options_; }
   const std::shared_ptr<MemoryTracker>& tracker() const { return tracker_; }
 
-  // An uninitialized buffer counted in the run's peak bytes, from the
-  // executor's buffer pool when it has one of that size; fresh memory is
-  // counted in ExecutorStats::allocations.
-  HostTensor Allocate(const Shape& shape) const {
-    HostTensor t = HostTensor::Uninitialized(shape, tracker_, pool_);
-    if (!t.storage()->reused()) {
-      allocations_.fetch_add(1, std::memory_order_relaxed);
-      allocated_bytes_.fetch_add(shape.ByteSize(), std::memory_order_relaxed);
-    }
-    return t;
-  }
-  // The pool Allocate draws from (the executor's, kept across its runs).
+  // A buffer for the instruction being evaluated. Its results' buffers were
+  // assigned statically (compiler/buffer_assignment.h): while the current
+  // instruction has result leaves to fill, a request of the next leaf's
+  // byte size gets that leaf's place in the arena; any other request is
+  // scratch, from the instruction's scratch region of the arena, or when
+  // that is full (what the compiler does not model: bf16 conversions) from
+  // the executor's overflow pool, counted in ExecutorStats::allocations when
+  // fresh and in peak_bytes while held.
+  HostTensor Allocate(const Shape& shape) const;
+  // The pool overflow scratch and outputs come from (kept across runs).
   void set_pool(std::shared_ptr<BufferPool> pool) { pool_ = std::move(pool); }
   int64_t allocations() const { return allocations_.load(std::memory_order_relaxed); }
   int64_t allocated_bytes() const { return allocated_bytes_.load(std::memory_order_relaxed); }
+
+  // The executor's side: the current instruction's assigned result leaves
+  // and scratch region (byte offsets into `arena`).
+  struct OutputSlot {
+    enum class Kind : uint8_t { kNew, kInPlace, kForward } kind = Kind::kForward;
+    int64_t offset = 0;  // kNew: in the arena
+    int32_t operand = -1, operand_leaf = 0;  // kInPlace
+    int64_t bytes = 0;
+  };
+  // `base`: the byte offset of the computation's region in the arena.
+  void BeginInstruction(const HostTensor* arena, int64_t base, std::span<const OutputSlot> slots,
+                        int64_t scratch_offset, int64_t scratch_bytes) const {
+    arena_ = arena;
+    base_ = base;
+    slots_ = slots;
+    next_slot_ = 0;
+    scratch_begin_ = scratch_next_ = base + std::max<int64_t>(0, scratch_offset);
+    scratch_end_ = scratch_begin_ + scratch_bytes;
+  }
+  // Leaves the arena: allocations are plain pool buffers (while a called
+  // computation's results are copied, and between instructions).
+  void EndInstruction() const {
+    slots_ = {};
+    scratch_begin_ = scratch_next_ = scratch_end_ = 0;
+  }
+  const HostTensor* arena() const { return arena_; }
+  // The next unclaimed result leaf (null when all are claimed), and claiming it.
+  const OutputSlot* NextSlot() const {
+    return next_slot_ < slots_.size() ? &slots_[next_slot_] : nullptr;
+  }
+  void ClaimSlot() const { ++next_slot_; }
+  // Whether `p` lies in the current instruction's scratch region.
+  bool InScratch(const void* p) const;
+
   // Runs a called computation (while, call, interpreted reducers).
   Value Call(const HloComputation& computation, std::vector<Value> args) const {
     return call_(computation, std::move(args));
@@ -77,6 +110,11 @@ class EvalContext {
   std::shared_ptr<BufferPool> pool_;
   std::function<Value(const HloComputation&, std::vector<Value>)> call_;
   mutable std::atomic<int64_t> allocations_{0}, allocated_bytes_{0};
+  mutable const HostTensor* arena_ = nullptr;
+  mutable std::span<const OutputSlot> slots_;
+  mutable size_t next_slot_ = 0;
+  mutable int64_t base_ = 0;
+  mutable int64_t scratch_next_ = 0, scratch_end_ = 0, scratch_begin_ = 0;
 };
 
 // Per-instruction state kept across runs by one executor (e.g. a block mask
@@ -104,7 +142,8 @@ class EvalArgs {
  public:
   struct Operand {
     Value* value = nullptr;
-    bool dying = false;  // this instruction is the operand's last use
+    bool dying = false;        // this instruction is the value's last use
+    bool buffer_dies = false;  // and its buffer's (the buffer assignment's view)
   };
   EvalArgs(std::span<const Operand> operands, EvalContext& ctx, InstructionCache& cache)
       : operands_(operands), ctx_(ctx), cache_(cache) {}
@@ -115,13 +154,18 @@ class EvalArgs {
   EvalContext& ctx() const { return ctx_; }
   InstructionCache& cache() const { return cache_; }
 
-  // A buffer for a result of `shape`: the first candidate operand whose
-  // buffer can be taken over (this instruction is its last use, nobody else
-  // holds it, the byte sizes match), otherwise a new one. The caller must
-  // read element k of a candidate before writing element k of the result.
+  // A buffer for the next result leaf of `shape`: a candidate operand's
+  // buffer when the buffer assignment decided so (statically: the operand
+  // dies here, no other operand reads its buffer, the byte sizes match),
+  // otherwise the leaf's own place (ctx().Allocate). The caller must read
+  // element k of a candidate before writing element k of the result.
   HostTensor ReuseOrAllocate(const Shape& shape, std::initializer_list<int64_t> candidates) const;
-  // Operand i's buffer if it can be taken over as above, else an empty tensor.
+  // Operand i's buffer if the assignment writes the next result leaf in
+  // place of it, else an empty tensor.
   HostTensor TryReuse(int64_t i, const Shape& shape) const;
+  // Whether operand i's buffer has its last use at this instruction (and
+  // may be written): a slice of it is then copied when small.
+  bool OperandDies(int64_t i) const { return operands_[i].buffer_dies; }
 
  private:
   std::span<const Operand> operands_;
