@@ -1,14 +1,22 @@
 // dot with general dimension numbers: each operand is viewed as a batch of
 // matrices — lhs [batch, M, K], rhs [batch, K, N] — and multiplied with
-// oneDNN's sgemm. An operand already laid out that way (or as its
-// transpose, [batch, K, M] / [batch, N, K]) is used in place; otherwise it
-// is transposed into that order first. The result is [batch, M, N], which
-// is XLA's dot output order (batch dims, lhs free dims, rhs free dims).
-// bf16/f16 operands compute in f32; integer dots accumulate in int64.
-#include <oneapi/dnnl/dnnl.h>
+// oneDNN's matmul primitive. The view is strided: each of batch, rows and
+// cols is a group of the operand's dims that merges into one strided dim
+// (in any order in memory), so transposed and permuted operands, including
+// batched ones with any batch stride, are read in place. oneDNN's matmul
+// needs one of the two matrix strides to be 1; an operand whose groups do
+// not merge, or whose matrices have no unit stride, is transposed into a
+// packed [batch, rows, cols] copy first. The primitive (and the plan of
+// which operand is packed) is made once per instruction and kept in the
+// executor's InstructionCache. The result is [batch, M, N], which is XLA's
+// dot output order (batch dims, lhs free dims, rhs free dims). bf16/f16
+// operands compute in f32 (converted copies, same layout); integer dots
+// accumulate in int64.
+#include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "weft/base/error.h"
 #include "weft/runtime/executor_eval.h"
@@ -102,6 +110,101 @@ void IntegerGemm(const T* a, bool ta, const T* b, bool tb, T* c, int64_t batch, 
   }
 }
 
+
+// One group of dims (batch, rows or cols) of an operand, merged into one
+// strided dim: its extent and stride in elements. nullopt when the dims,
+// read in the given order, do not step through memory as one dim.
+std::optional<std::pair<int64_t, int64_t>> MergeGroup(const std::vector<int64_t>& group,
+                                                      const std::vector<int64_t>& dims,
+                                                      const std::vector<int64_t>& strides) {
+  int64_t size = 1, stride = 0;
+  bool any = false;
+  // From the innermost dim of the group outwards; size-1 dims are skipped.
+  for (auto it = group.rbegin(); it != group.rend(); ++it) {
+    const int64_t d = *it;
+    if (dims[d] == 1) continue;
+    if (!any) {
+      stride = strides[d];
+      any = true;
+    } else if (strides[d] != stride * size) {
+      return std::nullopt;
+    }
+    size *= dims[d];
+  }
+  return std::make_pair(size, stride);
+}
+
+// An operand as a strided 3-D view [batch, rows, cols] of its own buffer,
+// in oneDNN's terms (elements).
+struct StridedView {
+  dnnl::memory::dims dims;     // {batch, rows, cols}
+  dnnl::memory::dims strides;  // {batch stride, row stride, col stride}
+};
+
+// The view of a row-major operand of `dims`, or nullopt when it needs the
+// packed copy: a group that does not merge, or matrices with neither a
+// unit column stride (row-major) nor a unit row stride (column-major).
+std::optional<StridedView> ViewAs3D(const std::vector<int64_t>& dims,
+                                    const std::vector<int64_t>& batch,
+                                    const std::vector<int64_t>& rows,
+                                    const std::vector<int64_t>& cols) {
+  const std::vector<int64_t> strides = RowMajorStrides(dims);
+  auto b = MergeGroup(batch, dims, strides);
+  auto r = MergeGroup(rows, dims, strides);
+  auto c = MergeGroup(cols, dims, strides);
+  if (!b || !r || !c) return std::nullopt;
+  auto [bn, bs] = *b;
+  auto [rn, rs] = *r;
+  auto [cn, cs] = *c;
+  // A vector (rows or cols of size 1) fits either layout; its size-1 dim
+  // gets the stride that makes the layout plain (leading dim >= extent).
+  if (rn == 1 && cn == 1) {
+    rs = cs = 1;
+  } else if (rn == 1) {
+    if (cs == 1) {
+      rs = cn;  // row-major
+    } else {
+      rs = 1;  // column-major with leading dim cs
+    }
+  } else if (cn == 1) {
+    if (rs == 1) {
+      cs = rn;  // column-major
+    } else {
+      cs = 1;  // row-major with leading dim rs
+    }
+  } else if (cs == 1) {
+    if (rs < cn) return std::nullopt;
+  } else if (rs == 1) {
+    if (cs < rn) return std::nullopt;
+  } else {
+    return std::nullopt;  // neither matrix stride is 1
+  }
+  if (bn == 1) bs = std::max(rs * rn, cs * cn);
+  return StridedView{{bn, rn, cn}, {bs, rs, cs}};
+}
+
+const dnnl::engine& CpuEngine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// What one dot instruction keeps across runs: which operands are packed
+// before the GEMM, their memory descriptors, and the matmul primitive.
+struct DotPlan {
+  bool pack_lhs = false, pack_rhs = false;
+  dnnl::memory::desc lhs_md, rhs_md, out_md;
+  dnnl::matmul primitive;
+  std::optional<dnnl::stream> stream;
+};
+
+dnnl::memory::desc Desc(const StridedView& v) {
+  return dnnl::memory::desc(v.dims, dnnl::memory::data_type::f32, v.strides);
+}
+
+StridedView PackedView(int64_t batch, int64_t rows, int64_t cols) {
+  return StridedView{{batch, rows, cols}, {rows * cols, cols, 1}};
+}
+
 }  // namespace
 
 void CheckDot(const HloInstruction& instr) {
@@ -114,32 +217,102 @@ void CheckDot(const HloInstruction& instr) {
              PrimitiveTypeName(in), PrimitiveTypeName(out));
 }
 
+namespace {
+
+// The dims of a dot's operands by role, and the GEMM's sizes.
+struct DotGroups {
+  std::vector<int64_t> lhs_free, rhs_free;
+  int64_t batch = 1, m = 1, k = 1, n = 1;
+};
+
+DotGroups GroupsOf(const DotDimensionNumbers& dn, const std::vector<int64_t>& lhs_dims,
+                   const std::vector<int64_t>& rhs_dims) {
+  DotGroups g;
+  for (int64_t d = 0; d < static_cast<int64_t>(lhs_dims.size()); ++d) {
+    if (!Contains(dn.lhs_batch_dims, d) && !Contains(dn.lhs_contracting_dims, d)) {
+      g.lhs_free.push_back(d);
+    }
+  }
+  for (int64_t d = 0; d < static_cast<int64_t>(rhs_dims.size()); ++d) {
+    if (!Contains(dn.rhs_batch_dims, d) && !Contains(dn.rhs_contracting_dims, d)) {
+      g.rhs_free.push_back(d);
+    }
+  }
+  g.batch = Product(lhs_dims, dn.lhs_batch_dims);
+  g.m = Product(lhs_dims, g.lhs_free);
+  g.k = Product(lhs_dims, dn.lhs_contracting_dims);
+  g.n = Product(rhs_dims, g.rhs_free);
+  return g;
+}
+
+// The matmul primitive for `instr` (f32 compute), made on its first run.
+DotPlan& PlanFor(const HloInstruction& instr, const DotGroups& g, EvalArgs& args) {
+  if (DotPlan* plan = args.cache().Find<DotPlan>(instr)) return *plan;
+  const DotDimensionNumbers& dn = instr.attrs().dot;
+  const std::vector<int64_t>& lhs_dims = instr.operand(0)->shape().dimensions();
+  const std::vector<int64_t>& rhs_dims = instr.operand(1)->shape().dimensions();
+  auto plan = std::make_shared<DotPlan>();
+  const std::optional<StridedView> lv =
+      ViewAs3D(lhs_dims, dn.lhs_batch_dims, g.lhs_free, dn.lhs_contracting_dims);
+  const std::optional<StridedView> rv =
+      ViewAs3D(rhs_dims, dn.rhs_batch_dims, dn.rhs_contracting_dims, g.rhs_free);
+  auto make = [&](const StridedView& l, const StridedView& r) {
+    plan->lhs_md = Desc(l);
+    plan->rhs_md = Desc(r);
+    plan->out_md = Desc(PackedView(g.batch, g.m, g.n));
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(plan->lhs_md, plan->rhs_md, plan->out_md),
+                                    CpuEngine());
+    plan->primitive = dnnl::matmul(pd);
+  };
+  plan->pack_lhs = !lv;
+  plan->pack_rhs = !rv;
+  try {
+    make(lv ? *lv : PackedView(g.batch, g.m, g.k), rv ? *rv : PackedView(g.batch, g.k, g.n));
+  } catch (const dnnl::error&) {
+    // Strides oneDNN has no kernel for: read both operands packed.
+    plan->pack_lhs = plan->pack_rhs = true;
+    make(PackedView(g.batch, g.m, g.k), PackedView(g.batch, g.k, g.n));
+  }
+  plan->stream.emplace(CpuEngine());
+  return args.cache().Put(instr, std::move(plan));
+}
+
+// `x` as f32 (a converted copy when it is not), in its own layout.
+HostTensor AsF32(const HostTensor& x, EvalArgs& args) {
+  if (x.element_type() == PrimitiveType::kF32) return x;
+  HostTensor out = args.ctx().Allocate(x.shape().WithElementType(PrimitiveType::kF32));
+  ConvertElements(x.element_type(), x.raw_data(), PrimitiveType::kF32, out.mutable_raw_data(),
+                  x.element_count());
+  return out;
+}
+
+// `x` (f32) transposed into packed [batch, rows, cols] order.
+HostTensor Packed(const HostTensor& x, const std::vector<int64_t>& batch,
+                  const std::vector<int64_t>& rows, const std::vector<int64_t>& cols,
+                  EvalArgs& args) {
+  HostTensor packed = args.ctx().Allocate(x.shape());
+  TransposeBytes(x.raw_data(), x.dimensions(), Concat({&batch, &rows, &cols}), 4,
+                 packed.mutable_raw_data());
+  return packed;
+}
+
+}  // namespace
+
 Value EvalDot(const HloInstruction& instr, EvalArgs& args) {
   const HostTensor& lhs = args.array(0);
   const HostTensor& rhs = args.array(1);
   const DotDimensionNumbers& dn = instr.attrs().dot;
-  std::vector<int64_t> lhs_free, rhs_free;
-  for (int64_t d = 0; d < lhs.rank(); ++d) {
-    if (!Contains(dn.lhs_batch_dims, d) && !Contains(dn.lhs_contracting_dims, d)) {
-      lhs_free.push_back(d);
-    }
-  }
-  for (int64_t d = 0; d < rhs.rank(); ++d) {
-    if (!Contains(dn.rhs_batch_dims, d) && !Contains(dn.rhs_contracting_dims, d)) {
-      rhs_free.push_back(d);
-    }
-  }
-  const int64_t batch = Product(lhs.dimensions(), dn.lhs_batch_dims);
-  const int64_t m = Product(lhs.dimensions(), lhs_free);
-  const int64_t k = Product(lhs.dimensions(), dn.lhs_contracting_dims);
-  const int64_t n = Product(rhs.dimensions(), rhs_free);
+  const DotGroups g = GroupsOf(dn, lhs.dimensions(), rhs.dimensions());
+  const int64_t batch = g.batch, m = g.m, k = g.k, n = g.n;
   const PrimitiveType out_type = instr.shape().element_type();
   HostTensor out = args.ctx().Allocate(instr.shape());
 
   if (!IsFloatingPoint(out_type)) {
     const PrimitiveType t = out_type;
-    MatrixOperand a = AsMatrices(lhs, t, dn.lhs_batch_dims, lhs_free, dn.lhs_contracting_dims, args);
-    MatrixOperand b = AsMatrices(rhs, t, dn.rhs_batch_dims, dn.rhs_contracting_dims, rhs_free, args);
+    MatrixOperand a =
+        AsMatrices(lhs, t, dn.lhs_batch_dims, g.lhs_free, dn.lhs_contracting_dims, args);
+    MatrixOperand b =
+        AsMatrices(rhs, t, dn.rhs_batch_dims, dn.rhs_contracting_dims, g.rhs_free, args);
     switch (t) {
       case PrimitiveType::kS32:
         IntegerGemm(static_cast<const int32_t*>(a.data), a.transposed,
@@ -160,22 +333,29 @@ Value EvalDot(const HloInstruction& instr, EvalArgs& args) {
   }
 
   const PrimitiveType f32 = PrimitiveType::kF32;
-  MatrixOperand a = AsMatrices(lhs, f32, dn.lhs_batch_dims, lhs_free, dn.lhs_contracting_dims, args);
-  MatrixOperand b = AsMatrices(rhs, f32, dn.rhs_batch_dims, dn.rhs_contracting_dims, rhs_free, args);
-  HostTensor result = out_type == f32 ? out : args.ctx().Allocate(instr.shape().WithElementType(f32));
+  HostTensor result =
+      out_type == f32 ? out : args.ctx().Allocate(instr.shape().WithElementType(f32));
   float* c = result.mutable_data<float>();
   if (k == 0) {
     std::memset(c, 0, static_cast<size_t>(result.byte_size()));
-  } else if (m > 0 && n > 0) {
-    const float* ap = static_cast<const float*>(a.data);
-    const float* bp = static_cast<const float*>(b.data);
-    for (int64_t p = 0; p < batch; ++p) {
-      const dnnl_status_t status =
-          dnnl_sgemm(a.transposed ? 'T' : 'N', b.transposed ? 'T' : 'N', m, n, k, 1.0f,
-                     ap + p * m * k, a.transposed ? m : k, bp + p * k * n, b.transposed ? k : n,
-                     0.0f, c + p * m * n, n);
-      WEFT_CHECK(status == dnnl_success, "oneDNN sgemm failed with status {} for [{}x{}] x [{}x{}]",
-                 static_cast<int>(status), m, k, k, n);
+  } else if (m > 0 && n > 0 && batch > 0) {
+    DotPlan& plan = PlanFor(instr, g, args);
+    HostTensor a = AsF32(lhs, args);
+    HostTensor b = AsF32(rhs, args);
+    if (plan.pack_lhs) a = Packed(a, dn.lhs_batch_dims, g.lhs_free, dn.lhs_contracting_dims, args);
+    if (plan.pack_rhs) b = Packed(b, dn.rhs_batch_dims, dn.rhs_contracting_dims, g.rhs_free, args);
+    const dnnl::engine& engine = CpuEngine();
+    dnnl::memory a_mem(plan.lhs_md, engine, const_cast<void*>(a.raw_data()));
+    dnnl::memory b_mem(plan.rhs_md, engine, const_cast<void*>(b.raw_data()));
+    dnnl::memory c_mem(plan.out_md, engine, c);
+    try {
+      plan.primitive.execute(*plan.stream, {{DNNL_ARG_SRC, a_mem},
+                                            {DNNL_ARG_WEIGHTS, b_mem},
+                                            {DNNL_ARG_DST, c_mem}});
+      plan.stream->wait();
+    } catch (const dnnl::error& e) {
+      throw InternalError(fmt::format("oneDNN matmul failed ({}) for [{},{},{}] x [{},{},{}]",
+                                      e.what(), batch, m, k, batch, k, n));
     }
   }
   if (out_type != f32) {

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <numeric>
 
 #include "executor_test_util.h"
 
@@ -80,10 +81,78 @@ void CheckDot(const DotCase& c, std::mt19937& rng, double tol) {
   const bool integer = c.lhs[0] == 's';
   HostTensor a = Random(c.lhs, rng, integer ? -9 : -1, integer ? 9 : 1);
   HostTensor b = Random(c.rhs, rng, integer ? -9 : -1, integer ? 9 : 1);
-  auto out = RunNamed(text, {a, b}, {"d"});
+  const std::vector<double> want = ReferenceDot(a, b, c.dn);
   const double k = static_cast<double>(a.element_count()) / 1;  // scale the tolerance with size
-  ExpectNear(out["d"], ReferenceDot(a, b, c.dn), tol, tol * std::sqrt(k) * 0.1, text);
+  // One executor runs it twice: the second run uses the cached primitive.
+  std::unique_ptr<HloModule> module = testing::Parse(text);
+  Executor executor(*module);
+  for (int run = 0; run < 2; ++run) {
+    std::vector<HostTensor> out = executor.Run({a, b});
+    ExpectNear(out.at(0), want, tol, tol * std::sqrt(k) * 0.1, text);
+  }
 }
+
+std::string ShapeText(const std::string& type, const std::vector<int64_t>& dims) {
+  return type + fmt::format("[{}]", fmt::join(dims, ","));
+}
+
+// A random dot: batch, free and contracting dims of random sizes (1 among
+// them), placed in a random order in each operand; contracting dims paired
+// in a random order. Covers operands read in place (row-major, transposed,
+// permuted batch dims, any batch stride) and those that need the packed
+// copy (groups that do not merge, no unit stride).
+DotCase RandomDot(std::mt19937& rng, const std::string& type, const std::string& out_type) {
+  auto count = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  auto size = [&] { return std::vector<int64_t>{1, 2, 3, 5, 8, 13}[count(0, 5)]; };
+  std::vector<int64_t> bs(count(0, 2)), ms(count(0, 2)), ks(count(1, 2)), ns(count(0, 2));
+  for (auto* v : {&bs, &ms, &ks, &ns}) {
+    for (int64_t& x : *v) x = size();
+  }
+  // Places batch (role 0), free (1) and contracting (2) dims in a random
+  // order; records where each batch and contracting dim went.
+  auto place = [&](const std::vector<int64_t>& free, std::vector<int64_t>& dims,
+                   std::vector<int64_t>& batch_at, std::vector<int64_t>& contract_at) {
+    std::vector<std::pair<int, size_t>> roles;
+    for (size_t i = 0; i < bs.size(); ++i) roles.push_back({0, i});
+    for (size_t i = 0; i < free.size(); ++i) roles.push_back({1, i});
+    for (size_t i = 0; i < ks.size(); ++i) roles.push_back({2, i});
+    std::shuffle(roles.begin(), roles.end(), rng);
+    batch_at.assign(bs.size(), 0);
+    contract_at.assign(ks.size(), 0);
+    for (size_t d = 0; d < roles.size(); ++d) {
+      auto [role, i] = roles[d];
+      dims.push_back(role == 0 ? bs[i] : role == 1 ? free[i] : ks[i]);
+      if (role == 0) batch_at[i] = static_cast<int64_t>(d);
+      if (role == 2) contract_at[i] = static_cast<int64_t>(d);
+    }
+  };
+  DotCase c;
+  std::vector<int64_t> ld, rd, lb, lc, rb, rc;
+  place(ms, ld, lb, lc);
+  place(ns, rd, rb, rc);
+  // The result: batch dims, then each operand's free dims in its order.
+  std::vector<int64_t> out_dims = bs;
+  for (int64_t d = 0; d < static_cast<int64_t>(ld.size()); ++d) {
+    if (!Has(lb, d) && !Has(lc, d)) out_dims.push_back(ld[d]);
+  }
+  for (int64_t d = 0; d < static_cast<int64_t>(rd.size()); ++d) {
+    if (!Has(rb, d) && !Has(rc, d)) out_dims.push_back(rd[d]);
+  }
+  std::vector<size_t> korder(ks.size());
+  std::iota(korder.begin(), korder.end(), 0);
+  std::shuffle(korder.begin(), korder.end(), rng);
+  for (size_t i : korder) {
+    c.dn.lhs_contracting_dims.push_back(lc[i]);
+    c.dn.rhs_contracting_dims.push_back(rc[i]);
+  }
+  c.dn.lhs_batch_dims = lb;
+  c.dn.rhs_batch_dims = rb;
+  c.lhs = ShapeText(type, ld);
+  c.rhs = ShapeText(type, rd);
+  c.out = ShapeText(out_type, out_dims);
+  return c;
+}
+
 
 TEST(EvalDotTest, MatrixProductsInEveryOperandOrientation) {
   std::mt19937 rng(1);
@@ -117,6 +186,35 @@ TEST(EvalDotTest, MixedPrecisionAndIntegers) {
   CheckDot({"bf16[4,16,32]", "bf16[4,8,32]", "bf16[4,16,8]", {{0}, {2}, {0}, {2}}}, rng, 8e-3);
   CheckDot({"s32[5,7]", "s32[7,3]", "s32[5,3]", {{}, {1}, {}, {0}}}, rng, 0);
   CheckDot({"s64[2,5,7]", "s64[2,3,7]", "s64[2,5,3]", {{0}, {2}, {0}, {2}}}, rng, 0);
+}
+
+TEST(EvalDotTest, RandomDimensionNumbersAndOperandOrders) {
+  std::mt19937 rng(7);
+  for (int i = 0; i < 300; ++i) CheckDot(RandomDot(rng, "f32", "f32"), rng, 1e-5);
+}
+
+TEST(EvalDotTest, RandomBf16Operands) {
+  std::mt19937 rng(8);
+  // bf16 inputs are exact in f32; an f32 result is rounded once.
+  for (int i = 0; i < 60; ++i) CheckDot(RandomDot(rng, "bf16", "f32"), rng, 1e-5);
+  for (int i = 0; i < 30; ++i) CheckDot(RandomDot(rng, "bf16", "bf16"), rng, 8e-3);
+}
+
+TEST(EvalDotTest, StridedViewsOfLargerOperands) {
+  std::mt19937 rng(9);
+  // [B,S,H,D] x [B,T,H,D] -> [B,H,S,T]: batch dims {0,2} do not merge (packed).
+  CheckDot({"f32[2,24,3,16]", "f32[2,20,3,16]", "f32[2,3,24,20]", {{0, 2}, {3}, {0, 2}, {3}}},
+           rng, 1e-5);
+  // [B,H,S,D] x [B,H,D,T]: merged batch dims, read in place.
+  CheckDot({"f32[2,3,24,16]", "f32[2,3,16,20]", "f32[2,3,24,20]", {{0, 1}, {3}, {0, 1}, {2}}},
+           rng, 1e-5);
+  // [S,B,D] x [B,D,T]: a batch stride of D, rows strided by B*D.
+  CheckDot({"f32[24,4,16]", "f32[4,16,20]", "f32[4,24,20]", {{1}, {2}, {0}, {1}}}, rng, 1e-5);
+  // [B,S,D] x [D,B,T]: rhs rows strided by B*T, batch stride T.
+  CheckDot({"f32[4,24,16]", "f32[16,4,20]", "f32[4,24,20]", {{0}, {2}, {1}, {0}}}, rng, 1e-5);
+  // Transposed weights, either side.
+  CheckDot({"f32[40,64]", "f32[96,64]", "f32[40,96]", {{}, {1}, {}, {1}}}, rng, 1e-5);
+  CheckDot({"f32[64,40]", "f32[64,96]", "f32[40,96]", {{}, {0}, {}, {0}}}, rng, 1e-5);
 }
 
 TEST(EvalDotTest, EmptyContractionGivesZeros) {
