@@ -26,15 +26,74 @@ bool SameSharding(const HloInstruction& a, const HloInstruction& b) {
   return !a.has_sharding() || !b.has_sharding() || *a.sharding() == *b.sharding();
 }
 
+// Index maps: reshape, transpose, slice, reverse, concatenate, pad (and
+// broadcast). Inside a loop fusion they read their operands at other indices
+// than the tile's own ("gathered"), except a row-major reshape, which keeps
+// the linear index.
+bool IsIndexMap(HloOpcode op) {
+  return op == HloOpcode::kTranspose || op == HloOpcode::kSlice || op == HloOpcode::kReverse ||
+         op == HloOpcode::kConcatenate || op == HloOpcode::kPad || op == HloOpcode::kBroadcast;
+}
+
+// Where a member of a group is read: at the tile's own linear indices
+// (aligned: computed per tile, with the fusion's element count), or through
+// an index map (gathered: then it is an index map or a reshape itself).
+enum Region : uint8_t { kAligned = 1, kGathered = 2 };
+
 struct Group {
   HloInstruction* root = nullptr;
   std::vector<HloInstruction*> members;  // root included
-  std::unordered_set<const HloInstruction*> member_set;
-  bool Has(const HloInstruction* instr) const { return member_set.count(instr) > 0; }
-  void Add(HloInstruction* instr) {
-    if (member_set.insert(instr).second) members.push_back(instr);
+  std::unordered_map<const HloInstruction*, uint8_t> region;  // members' Region bits
+  int64_t count = 0;  // the fusion's element count
+  bool Has(const HloInstruction* instr) const { return region.count(instr) > 0; }
+  void Add(HloInstruction* instr, uint8_t r) {
+    auto [it, inserted] = region.emplace(instr, r);
+    if (inserted) {
+      members.push_back(instr);
+    } else {
+      it->second |= r;
+    }
   }
 };
+
+// How a member `user` of `group` reads its operand number `k`: the Region
+// bits the operand needs, or 0 when it may only be a parameter (a pad's
+// value).
+uint8_t NeededRegion(const Group& group, const HloInstruction* user, int64_t k) {
+  const HloOpcode op = user->opcode();
+  if (op == HloOpcode::kPad && k == 1) return 0;
+  if (IsIndexMap(op)) return kGathered;
+  if (op == HloOpcode::kReshape) return group.region.at(user);
+  return kAligned;  // elementwise
+}
+
+// Whether `x` may be a member of `group` in `region`.
+bool FitsRegion(const HloInstruction& x, const Group& group, uint8_t region) {
+  const HloOpcode op = x.opcode();
+  if ((region & kAligned) && x.shape().ElementsCount() != group.count) return false;
+  if (region & kGathered) {
+    // Gathered: an index map or a reshape (or a scalar constant, a source).
+    return IsIndexMap(op) || op == HloOpcode::kReshape ||
+           (op == HloOpcode::kConstant && x.shape().IsScalar());
+  }
+  return true;
+}
+
+// The Region bits `x` needs in `group` from its users there; 0 when some
+// user cannot read it inside the fusion.
+uint8_t RegionFromUsers(const HloInstruction& x, const Group& group) {
+  uint8_t needed = 0;
+  for (const HloInstruction* user : x.users()) {
+    if (!group.Has(user)) continue;
+    for (int64_t k = 0; k < user->operand_count(); ++k) {
+      if (user->operand(k) != &x) continue;
+      const uint8_t r = NeededRegion(group, user, k);
+      if (r == 0 && !(x.opcode() == HloOpcode::kConstant && x.shape().IsScalar())) return 0;
+      needed |= r;
+    }
+  }
+  return needed;
+}
 
 // The computations the pass rewrites: the entry and what while and call
 // reach from it, but no reducer (a to_apply of reduce, scatter, all-reduce,
@@ -103,15 +162,19 @@ std::vector<Group> FormGroups(const std::vector<HloInstruction*>& post_order,
         Group& group = groups[g];
         bool ok = true;
         for (const HloInstruction* user : x->users()) {
-          if (!group.Has(user)) continue;
-          ok = ok && SameSharding(*x, *user);
-          if (x->opcode() != HloOpcode::kConstant) {
-            ok = ok && user->opcode() != HloOpcode::kBroadcast &&
-                 x->shape().dimensions() == group.root->shape().dimensions();
-          }
+          if (group.Has(user)) ok = ok && SameSharding(*x, *user);
+        }
+        uint8_t r = RegionFromUsers(*x, group);
+        if (x->opcode() == HloOpcode::kConstant) {
+          r |= kGathered;  // a source: any user reads it
+        } else {
+          // A broadcast reads at its own indices where aligned; an iota is
+          // computed only at the tile's own indices.
+          ok = ok && r != 0 && FitsRegion(*x, group, r) &&
+               !(x->opcode() == HloOpcode::kIota && (r & kGathered));
         }
         if (ok) {
-          group.Add(x);
+          group.Add(x, r);
           cheap_groups[x].push_back(g);
         }
       }
@@ -120,21 +183,21 @@ std::vector<Group> FormGroups(const std::vector<HloInstruction*>& post_order,
         // iota stays unfused; see the pruning below).
         Group group;
         group.root = x;
-        group.Add(x);
+        group.count = x->shape().ElementsCount();
+        group.Add(x, kAligned);
         group_of[x] = static_cast<int64_t>(groups.size());
         groups.push_back(std::move(group));
       }
       continue;
     }
-    // Not cheap: joins a group when every user is a non-broadcast member of
-    // that one group.
+    // Not cheap: joins a group when every user is a member of that one group
+    // (not a duplicated cheap one) and reads it where it can be computed.
     int64_t target = -1;
     bool ok = x != computation_root && !x->users().empty();
     for (const HloInstruction* user : x->users()) {
       if (!ok) break;
       auto g = group_of.find(user);
-      if (g == group_of.end() || user->opcode() == HloOpcode::kBroadcast ||
-          !SameSharding(*x, *user)) {
+      if (g == group_of.end() || !SameSharding(*x, *user)) {
         ok = false;
       } else if (target == -1) {
         target = g->second;
@@ -142,15 +205,20 @@ std::vector<Group> FormGroups(const std::vector<HloInstruction*>& post_order,
         ok = false;
       }
     }
-    if (ok && x->shape().dimensions() != groups[target].root->shape().dimensions()) ok = false;
+    uint8_t region = 0;
     if (ok) {
-      groups[target].Add(x);
+      region = RegionFromUsers(*x, groups[target]);
+      ok = region != 0 && FitsRegion(*x, groups[target], region);
+    }
+    if (ok) {
+      groups[target].Add(x, region);
       group_of[x] = target;
       continue;
     }
     Group group;
     group.root = x;
-    group.Add(x);
+    group.count = x->shape().ElementsCount();
+    group.Add(x, kAligned);
     group_of[x] = static_cast<int64_t>(groups.size());
     groups.push_back(std::move(group));
   }
@@ -179,7 +247,7 @@ bool IsLoopFusible(const HloInstruction& instr) {
   }
   const HloOpcode op = instr.opcode();
   if (IsElementwise(op)) return op != HloOpcode::kCopy;
-  return op == HloOpcode::kBroadcast || op == HloOpcode::kIota ||
+  return IsIndexMap(op) || op == HloOpcode::kReshape || op == HloOpcode::kIota ||
          (op == HloOpcode::kConstant && instr.shape().IsScalar());
 }
 

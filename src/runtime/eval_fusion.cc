@@ -11,6 +11,16 @@
 //    (fast paths: a scalar, a repeated row — the operand is a suffix of the
 //    output's dimensions —, a repeated element per row — a prefix —);
 //  - iota writes the tile's coordinates along its dimension;
+//  - a reshape (row-major: the same linear indices) passes its operand's
+//    tile on; an index map read at the tile's own indices (transpose, slice,
+//    reverse, concatenate, pad, or a broadcast of one) gathers its tile
+//    through the chain of index maps below it down to the parameters and
+//    constants: each level maps the tile's linear indices to its operand's
+//    (an affine map — transpose, slice, reverse, broadcast — computed a row
+//    of the innermost dimension at a time; pad and concatenate split the
+//    elements among their operands and the padding value), and the sources
+//    are read at the composed indices (a plain copy where they are
+//    contiguous);
 //  - elementwise ops (unary, binary, compare, select, clamp, convert) call the
 //    span kernels of elementwise_kernels.h, the same ones eval_elementwise.cc
 //    runs. bf16 and f16 are computed in f32 and every result is rounded to
@@ -47,6 +57,8 @@ enum class NodeKind : uint8_t {
   kSelect,
   kClamp,
   kConvert,
+  kReshape,   // row-major: the same linear indices as its operand
+  kIndexMap,  // transpose, slice, reverse, concatenate, pad (and a general broadcast)
 };
 
 // How a tile's values are held: f32 for the float types, the storage type
@@ -79,6 +91,22 @@ struct Node {
   int64_t iota_inner = 1, iota_extent = 1;
   int32_t slot = -1;  // scratch slot; -1 none (in place, or the root into the output)
   int32_t last_use = -1;
+  // Index maps. `aligned`: computed per tile at the tile's own linear
+  // indices (the fusion's; every aligned node has its element count).
+  // `gathered`: read at other indices by an index map above it (then it is
+  // a source, a reshape or an index map itself).
+  bool aligned = false, gathered = false;
+  std::vector<int64_t> dims;  // this node's dimensions
+  // kIndexMap affine (transpose, slice, reverse, broadcast): operand linear
+  // index = offset + sum_d coord[d] * strides[d] over this node's coords.
+  bool affine = false;
+  int64_t offset = 0;
+  std::vector<int64_t> strides;
+  // pad: per dim low, interior + 1, operand dim; concatenate: the dimension
+  // and each operand's start along it.
+  std::vector<int64_t> pad_low, pad_step, operand_dims;
+  int64_t concat_dim = -1;
+  std::vector<int64_t> concat_starts;
 };
 
 struct FusionPlan {
@@ -90,8 +118,10 @@ struct FusionPlan {
   // Fusion operands read only in place with the output's dimensions: the
   // output may take one's buffer over (each element is read before written).
   std::vector<int64_t> reuse_candidates;
-  // Fusion operands some broadcast reads (at other indices than its own).
+  // Fusion operands some broadcast or index map reads (at other indices
+  // than its own).
   std::vector<int64_t> broadcast_sources;
+  int32_t max_depth = 0;  // of the gathered chains (index scratch per level)
 };
 
 HostTensor MaterializeConstant(const HloInstruction& instr) {
@@ -111,6 +141,11 @@ HostTensor MaterializeConstant(const HloInstruction& instr) {
   return t;
 }
 
+bool IsIndexMapOp(HloOpcode op) {
+  return op == HloOpcode::kTranspose || op == HloOpcode::kSlice || op == HloOpcode::kReverse ||
+         op == HloOpcode::kConcatenate || op == HloOpcode::kPad;
+}
+
 std::shared_ptr<FusionPlan> MakeFusionPlan(const HloInstruction& fusion) {
   WEFT_CHECK(fusion.attrs().fusion_kind == FusionKind::kLoop,
              "fusion kind {} is not supported by the executor (only kLoop)",
@@ -124,8 +159,7 @@ std::shared_ptr<FusionPlan> MakeFusionPlan(const HloInstruction& fusion) {
              fusion.shape().ToString());
   auto plan = std::make_shared<FusionPlan>();
   plan->shape = fusion.shape();
-  const std::vector<int64_t>& dims = fusion.shape().dimensions();
-  const int64_t rank = fusion.shape().rank();
+  const int64_t count = fusion.shape().ElementsCount();
   const std::vector<HloInstruction*> order = fused.MakeInstructionPostOrder();
   WEFT_CHECK(!order.empty() && order.back() == fused.root_instruction(),
              "fused computation '{}' has no root", fused.name());
@@ -133,6 +167,7 @@ std::shared_ptr<FusionPlan> MakeFusionPlan(const HloInstruction& fusion) {
   auto fail = [&](const HloInstruction* instr, std::string_view why) {
     Fail("fused instruction {} of '{}': {}", instr->Describe(), fused.name(), why);
   };
+  // Nodes, in post order.
   for (const HloInstruction* instr : order) {
     Node node;
     node.instr = instr;
@@ -143,8 +178,9 @@ std::shared_ptr<FusionPlan> MakeFusionPlan(const HloInstruction& fusion) {
     }
     node.type = instr->shape().element_type();
     node.repr = ReprType(node.type);
+    node.dims = instr->shape().dimensions();
+    const int64_t rank = instr->shape().rank();
     for (const HloInstruction* operand : instr->operands()) node.operands.push_back(index.at(operand));
-    const bool full = instr->shape().dimensions() == dims;
     const HloOpcode op = instr->opcode();
     if (op == HloOpcode::kParameter || op == HloOpcode::kConstant) {
       node.kind = NodeKind::kSource;
@@ -158,26 +194,19 @@ std::shared_ptr<FusionPlan> MakeFusionPlan(const HloInstruction& fusion) {
         node.constant = static_cast<int32_t>(plan->constants.size());
         plan->constants.push_back(MaterializeConstant(*instr));
       }
-      node.in_place = full;
-      node.splat = !full && instr->shape().rank() == 0;
-      node.has_tile = false;  // set below when an elementwise user reads it
+      node.has_tile = false;  // set below when an aligned user reads it
     } else if (op == HloOpcode::kBroadcast) {
       node.kind = NodeKind::kBroadcast;
-      if (!full) fail(instr, "a broadcast in a loop fusion must have the fusion's dimensions");
-      const Node& source = plan->nodes[node.operands.at(0)];
-      if (source.kind != NodeKind::kSource) {
-        fail(instr, "a broadcast in a loop fusion must read a parameter or a constant");
-      }
       const Shape& in = instr->operand(0)->shape();
       const std::vector<int64_t>& bdims = instr->dimensions();
-      WEFT_CHECK(static_cast<int64_t>(bdims.size()) == in.rank(), "broadcast dimensions {} do not match operand rank {}",
-                 bdims.size(), in.rank());
+      WEFT_CHECK(static_cast<int64_t>(bdims.size()) == in.rank(),
+                 "broadcast dimensions {} do not match operand rank {}", bdims.size(), in.rank());
       node.source_count = in.ElementsCount();
       node.source_strides.assign(rank, 0);
       const std::vector<int64_t> in_strides = RowMajorStrides(in.dimensions());
       bool suffix = true, prefix = true;
       for (int64_t i = 0; i < in.rank(); ++i) {
-        WEFT_CHECK(bdims[i] >= 0 && bdims[i] < rank && dims[bdims[i]] == in.dimensions(i),
+        WEFT_CHECK(bdims[i] >= 0 && bdims[i] < rank && node.dims[bdims[i]] == in.dimensions(i),
                    "broadcast dimension {} does not match", i);
         node.source_strides[bdims[i]] = in_strides[i];
         if (bdims[i] != rank - in.rank() + i) suffix = false;
@@ -190,17 +219,75 @@ std::shared_ptr<FusionPlan> MakeFusionPlan(const HloInstruction& fusion) {
         node.row = node.source_count;
       } else if (prefix) {
         node.mode = BroadcastMode::kPrefix;
-        node.row = plan->shape.ElementsCount() / node.source_count;
+        node.row = instr->shape().ElementsCount() / node.source_count;
       }
+      node.affine = true;
+      node.strides = node.source_strides;
+      // Read from a source directly (the fast modes) or through index maps.
+      if (plan->nodes[node.operands[0]].kind != NodeKind::kSource) node.kind = NodeKind::kIndexMap;
     } else if (op == HloOpcode::kIota) {
       node.kind = NodeKind::kIota;
-      if (!full) fail(instr, "an iota in a loop fusion must have the fusion's dimensions");
       const int64_t d = instr->attrs().iota_dimension;
       WEFT_CHECK(d >= 0 && d < rank, "iota dimension {} out of range", d);
-      node.iota_extent = dims[d];
-      for (int64_t i = d + 1; i < rank; ++i) node.iota_inner *= dims[i];
+      node.iota_extent = node.dims[d];
+      for (int64_t i = d + 1; i < rank; ++i) node.iota_inner *= node.dims[i];
+    } else if (op == HloOpcode::kReshape) {
+      node.kind = NodeKind::kReshape;
+      if (instr->operand(0)->shape().ElementsCount() != instr->shape().ElementsCount()) {
+        fail(instr, "reshape changes the element count");
+      }
+    } else if (IsIndexMapOp(op)) {
+      node.kind = NodeKind::kIndexMap;
+      const Shape& in = instr->operand(0)->shape();
+      node.operand_dims = in.dimensions();
+      const std::vector<int64_t> in_strides = RowMajorStrides(in.dimensions());
+      if (op == HloOpcode::kTranspose) {
+        const std::vector<int64_t>& perm = instr->dimensions();
+        WEFT_CHECK(static_cast<int64_t>(perm.size()) == rank, "transpose dimensions do not match");
+        node.affine = true;
+        for (int64_t i = 0; i < rank; ++i) {
+          WEFT_CHECK(perm[i] >= 0 && perm[i] < rank && in.dimensions(perm[i]) == node.dims[i],
+                     "transpose dimension {} does not match", i);
+          node.strides.push_back(in_strides[perm[i]]);
+        }
+      } else if (op == HloOpcode::kSlice) {
+        const std::vector<SliceDim>& sl = instr->attrs().slice;
+        WEFT_CHECK(static_cast<int64_t>(sl.size()) == rank, "slice dimensions do not match");
+        node.affine = true;
+        for (int64_t i = 0; i < rank; ++i) {
+          node.offset += sl[i].start * in_strides[i];
+          node.strides.push_back(sl[i].stride * in_strides[i]);
+        }
+      } else if (op == HloOpcode::kReverse) {
+        node.affine = true;
+        node.strides = in_strides;
+        for (int64_t d : instr->dimensions()) {
+          WEFT_CHECK(d >= 0 && d < rank, "reverse dimension {} out of range", d);
+          node.offset += (node.dims[d] - 1) * in_strides[d];
+          node.strides[d] = -in_strides[d];
+        }
+      } else if (op == HloOpcode::kPad) {
+        const std::vector<PadDim>& pad = instr->attrs().padding;
+        WEFT_CHECK(static_cast<int64_t>(pad.size()) == rank, "padding does not match the rank");
+        if (instr->operand(1)->opcode() != HloOpcode::kParameter &&
+            instr->operand(1)->opcode() != HloOpcode::kConstant) {
+          fail(instr, "a pad's value in a loop fusion must be a parameter or a constant");
+        }
+        for (const PadDim& p : pad) {
+          node.pad_low.push_back(p.low);
+          node.pad_step.push_back(p.interior + 1);
+        }
+      } else {  // concatenate
+        WEFT_CHECK(instr->dimensions().size() == 1, "concatenate needs one dimension");
+        node.concat_dim = instr->dimensions()[0];
+        int64_t start = 0;
+        for (const HloInstruction* operand : instr->operands()) {
+          node.concat_starts.push_back(start);
+          start += operand->shape().dimensions(node.concat_dim);
+        }
+        node.concat_starts.push_back(start);
+      }
     } else if (IsElementwise(op) && op != HloOpcode::kCopy) {
-      if (!full) fail(instr, "an elementwise op in a loop fusion must have the fusion's dimensions");
       CheckElementwise(*instr);
       node.kind = op == HloOpcode::kCompare  ? NodeKind::kCompare
                   : op == HloOpcode::kSelect ? NodeKind::kSelect
@@ -209,16 +296,6 @@ std::shared_ptr<FusionPlan> MakeFusionPlan(const HloInstruction& fusion) {
                   : IsElementwiseUnary(op)    ? NodeKind::kUnary
                                               : NodeKind::kBinary;
       node.direction = instr->attrs().comparison_direction;
-      for (int32_t k : node.operands) {
-        Node& operand = plan->nodes[k];
-        const bool operand_full = operand.instr->shape().dimensions() == dims;
-        if (operand.kind == NodeKind::kSource) {
-          if (!operand_full && !operand.splat) fail(instr, "operand shapes differ from the fusion's");
-          operand.has_tile = true;
-        } else if (!operand_full) {
-          fail(instr, "operand shapes differ from the fusion's");
-        }
-      }
     } else {
       fail(instr, fmt::format("{} is not supported in a loop fusion", HloOpcodeString(op)));
     }
@@ -230,14 +307,74 @@ std::shared_ptr<FusionPlan> MakeFusionPlan(const HloInstruction& fusion) {
   WEFT_CHECK(nodes[root].instr->shape() == fusion.shape(),
              "fusion result {} differs from its fused root {}", fusion.shape().ToString(),
              nodes[root].instr->shape().ToString());
-  if (nodes[root].kind == NodeKind::kSource) nodes[root].has_tile = true;
 
-  // Sources read in place become reuse candidates unless a broadcast reads
-  // the same operand.
+  // Regions, from the root down: aligned nodes are computed per tile; an
+  // index map's operands are gathered.
+  nodes[root].aligned = true;
+  std::vector<int32_t> depth(nodes.size(), 0);
+  for (int32_t i = root; i >= 0; --i) {
+    Node& node = nodes[i];
+    if (!node.aligned && !node.gathered) continue;  // unused
+    const HloInstruction* instr = node.instr;
+    if (node.aligned) {
+      if (node.instr->shape().ElementsCount() != count &&
+          !(node.kind == NodeKind::kSource && node.dims.empty())) {
+        fail(instr, "an aligned instruction of a loop fusion must have the fusion's element count");
+      }
+      if (node.kind == NodeKind::kSource) {
+        node.has_tile = true;
+        node.splat = instr->shape().rank() == 0 && plan->shape.rank() > 0;
+        node.in_place = !node.splat;
+      }
+    }
+    if (node.gathered && node.kind != NodeKind::kSource && node.kind != NodeKind::kReshape &&
+        node.kind != NodeKind::kIndexMap && node.kind != NodeKind::kBroadcast) {
+      fail(instr, "only parameters, constants, reshapes, broadcasts and index maps may feed an "
+                  "index map in a loop fusion");
+    }
+    for (size_t k = 0; k < node.operands.size(); ++k) {
+      Node& operand = nodes[node.operands[k]];
+      switch (node.kind) {
+        case NodeKind::kBroadcast:
+        case NodeKind::kIndexMap:
+          if (node.op == HloOpcode::kPad && k == 1) {
+            if (operand.kind != NodeKind::kSource || operand.instr->shape().rank() != 0) {
+              fail(instr, "a pad's value must be a scalar parameter or constant");
+            }
+            break;
+          }
+          operand.gathered = true;
+          depth[node.operands[k]] = std::max(depth[node.operands[k]], depth[i] + 1);
+          break;
+        case NodeKind::kReshape:
+          if (node.aligned) operand.aligned = true;
+          if (node.gathered) {
+            operand.gathered = true;
+            depth[node.operands[k]] = std::max(depth[node.operands[k]], depth[i] + 1);
+          }
+          break;
+        case NodeKind::kSource:
+          break;
+        default: {  // elementwise: operands of the same dimensions, or a splatted scalar
+          const bool same = operand.dims == node.dims;
+          if (!same && !(operand.kind == NodeKind::kSource && operand.dims.empty())) {
+            fail(instr, "operand shapes differ from the fusion's");
+          }
+          operand.aligned = true;
+        }
+      }
+    }
+    plan->max_depth = std::max(plan->max_depth, depth[i] + 1);
+  }
+  for (Node& node : nodes) {
+    if (!node.aligned && node.kind != NodeKind::kSource) node.has_tile = false;
+  }
+
+  // Sources read in place become reuse candidates unless an index map or a
+  // broadcast reads the same operand.
   for (const Node& node : nodes) {
-    if (node.kind == NodeKind::kBroadcast) {
-      const Node& source = nodes[node.operands[0]];
-      if (source.fusion_operand >= 0) plan->broadcast_sources.push_back(source.fusion_operand);
+    if (node.kind == NodeKind::kSource && node.gathered && node.fusion_operand >= 0) {
+      plan->broadcast_sources.push_back(node.fusion_operand);
     }
   }
   for (const Node& node : nodes) {
@@ -248,17 +385,29 @@ std::shared_ptr<FusionPlan> MakeFusionPlan(const HloInstruction& fusion) {
     }
   }
 
-  // Scratch slots by liveness over the walk; the root writes the output
-  // directly unless it is a source or of a half type (converted at the end).
+  // Scratch slots by liveness over the walk (aligned nodes only; a reshape
+  // passes its operand's tile on); the root writes the output directly unless
+  // it is a source, a reshape or of a half type (converted at the end).
   for (int32_t i = 0; i <= root; ++i) {
+    if (!nodes[i].has_tile) continue;
     for (int32_t k : nodes[i].operands) nodes[k].last_use = i;
   }
-  plan->root_to_output = nodes[root].kind != NodeKind::kSource && !IsHalf(nodes[root].type);
+  // A reshape's tile is its operand's: keep the operand alive while the
+  // reshape's users run.
+  for (int32_t i = root; i >= 0; --i) {
+    if (nodes[i].kind == NodeKind::kReshape && nodes[i].has_tile) {
+      int32_t& use = nodes[nodes[i].operands[0]].last_use;
+      use = std::max(use, nodes[i].last_use);
+    }
+  }
+  plan->root_to_output = nodes[root].kind != NodeKind::kSource &&
+                         nodes[root].kind != NodeKind::kReshape && !IsHalf(nodes[root].type);
   std::vector<int32_t> free_slots;
   for (int32_t i = 0; i <= root; ++i) {
     Node& node = nodes[i];
-    const bool needs_slot = node.has_tile && !(node.kind == NodeKind::kSource && node.in_place &&
-                                               !IsHalf(node.type)) &&
+    if (!node.has_tile) continue;
+    const bool needs_slot = !(node.kind == NodeKind::kSource && node.in_place && !IsHalf(node.type)) &&
+                            node.kind != NodeKind::kReshape &&
                             !(i == root && plan->root_to_output);
     if (needs_slot) {
       if (free_slots.empty()) {
@@ -358,6 +507,71 @@ void Gather(const Node& node, const std::vector<int64_t>& dims, PrimitiveType st
   }
 }
 
+// Index maps: typed gathers and scatters of storage elements.
+template <int kBytes>
+void GatherIdx(const void* src_v, const int64_t* idx, int64_t n, void* dst_v) {
+  using T = typename Bits<kBytes>::type;
+  const T* src = static_cast<const T*>(src_v);
+  T* dst = static_cast<T*>(dst_v);
+  for (int64_t j = 0; j < n; ++j) dst[j] = src[idx[j]];
+}
+template <int kBytes>
+void ScatterPos(const void* src_v, const int64_t* pos, int64_t n, void* dst_v) {
+  using T = typename Bits<kBytes>::type;
+  const T* src = static_cast<const T*>(src_v);
+  T* dst = static_cast<T*>(dst_v);
+  for (int64_t j = 0; j < n; ++j) dst[pos[j]] = src[j];
+}
+template <int kBytes>
+void FillValue(const void* value, int64_t n, void* dst_v) {
+  using T = typename Bits<kBytes>::type;
+  T v;
+  std::memcpy(&v, value, kBytes);
+  std::fill(static_cast<T*>(dst_v), static_cast<T*>(dst_v) + n, v);
+}
+template <typename F>
+void ByWidth(int64_t width, F&& f) {
+  switch (width) {
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 4:
+      return f(std::integral_constant<int, 4>{});
+    default:
+      return f(std::integral_constant<int, 8>{});
+  }
+}
+
+// Calls f(j, coord) for the n linear indices (contiguous from `base` when
+// idx is null) in row-major `dims`; coord is updated in place.
+template <typename F>
+void ForEachCoord(const std::vector<int64_t>& dims, const int64_t* idx, int64_t base, int64_t n,
+                  std::vector<int64_t>& coord, F&& f) {
+  const int64_t rank = static_cast<int64_t>(dims.size());
+  auto decompose = [&](int64_t k) {
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      coord[d] = k % dims[d];
+      k /= dims[d];
+    }
+  };
+  if (idx != nullptr) {
+    for (int64_t j = 0; j < n; ++j) {
+      decompose(idx[j]);
+      f(j, coord);
+    }
+    return;
+  }
+  decompose(base);
+  for (int64_t j = 0; j < n; ++j) {
+    f(j, coord);
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      if (++coord[d] < dims[d]) break;
+      coord[d] = 0;
+    }
+  }
+}
+
 // A thread's scratch: the plan's slots, each a tile of the widest element,
 // plus a storage tile for half broadcasts and an index tile for iota. Kept
 // per thread across calls (fusions run a tile at a time, often).
@@ -365,16 +579,21 @@ struct Scratch {
   std::vector<uint64_t> slots;
   std::vector<uint16_t> half = std::vector<uint16_t>(kTile);
   std::vector<int64_t> ints = std::vector<int64_t>(kTile);
-  void Reserve(int32_t num_slots) {
+  // Per level of a gathered chain: operand indices, positions, a value tile.
+  std::vector<int64_t> levels;
+  void Reserve(int32_t num_slots, int32_t max_depth) {
     const size_t need = static_cast<size_t>(num_slots) * kTile;
     if (slots.size() < need) slots.resize(need);
+    const size_t need_levels = static_cast<size_t>(max_depth) * 3 * kTile;
+    if (levels.size() < need_levels) levels.resize(need_levels);
   }
   void* slot(int32_t s) { return slots.data() + static_cast<size_t>(s) * kTile; }
+  int64_t* level(int32_t l, int k) { return levels.data() + (static_cast<size_t>(l) * 3 + k) * kTile; }
 };
 
-Scratch& ThreadScratch(int32_t num_slots) {
+Scratch& ThreadScratch(const FusionPlan& plan) {
   thread_local Scratch scratch;
-  scratch.Reserve(num_slots);
+  scratch.Reserve(plan.num_slots, plan.max_depth);
   return scratch;
 }
 
@@ -391,7 +610,7 @@ class TileRunner {
     std::byte* out = static_cast<std::byte*>(out_) + b * ByteWidth(out_type);
     for (int32_t i = 0; i <= root; ++i) {
       const Node& node = nodes[i];
-      if (!node.has_tile && node.kind == NodeKind::kSource) continue;
+      if (!node.has_tile) continue;
       void* dst = node.slot >= 0 ? scratch.slot(node.slot) : (i == root ? out : nullptr);
       auto in = [&](int k) { return ptr_[node.operands[k]]; };
       switch (node.kind) {
@@ -411,13 +630,24 @@ class TileRunner {
           const Node& source = nodes[node.operands[0]];
           const void* src = Source(source);
           if (IsHalf(node.type) && i != root) {
-            Gather(node, plan_.shape.dimensions(), node.type, src, scratch.half.data(), b, n);
+            Gather(node, node.dims, node.type, src, scratch.half.data(), b, n);
             HalfToFloat(node.type, scratch.half.data(), static_cast<float*>(dst), n);
           } else {  // storage elements (f32, integers, pred; or the half root)
-            Gather(node, plan_.shape.dimensions(), node.type, src, dst, b, n);
+            Gather(node, node.dims, node.type, src, dst, b, n);
           }
           break;
         }
+        case NodeKind::kIndexMap:
+          if (IsHalf(node.type) && i != root) {
+            GatherTree(scratch, i, nullptr, b, n, scratch.half.data(), 0);
+            HalfToFloat(node.type, scratch.half.data(), static_cast<float*>(dst), n);
+          } else {
+            GatherTree(scratch, i, nullptr, b, n, dst, 0);
+          }
+          break;
+        case NodeKind::kReshape:
+          dst = const_cast<void*>(in(0));
+          break;
         case NodeKind::kIota: {
           int64_t* ints = scratch.ints.data();
           int64_t v = (b / node.iota_inner) % node.iota_extent, r = b % node.iota_inner;
@@ -517,9 +747,12 @@ class TileRunner {
       }
       // A half-typed value is rounded as a store would round it; the root
       // is rounded by its conversion into the output.
-      const bool computed = node.kind != NodeKind::kSource &&
-                            !(node.kind == NodeKind::kBroadcast && i == root);
-      if (IsHalf(node.type) && computed) {
+      const bool computed =
+          node.kind != NodeKind::kSource && node.kind != NodeKind::kReshape &&
+          !((node.kind == NodeKind::kBroadcast || node.kind == NodeKind::kIndexMap) && i == root);
+      if (i == root && node.kind == NodeKind::kReshape && IsHalf(node.type)) {
+        FloatToHalf(node.type, static_cast<const float*>(dst), reinterpret_cast<uint16_t*>(out), n);
+      } else if (IsHalf(node.type) && computed) {
         if (i == root) {
           FloatToHalf(node.type, static_cast<const float*>(dst), reinterpret_cast<uint16_t*>(out), n);
         } else {
@@ -533,6 +766,105 @@ class TileRunner {
   }
 
  private:
+  // The storage elements of node `id` (gathered: a source, reshape, broadcast
+  // or index map) at its linear indices idx[0..n) — or base, base + 1, ...
+  // when idx is null — into dst. Composes the index maps down to the sources.
+  void GatherTree(Scratch& scratch, int32_t id, const int64_t* idx, int64_t base, int64_t n,
+                  void* dst, int32_t level) {
+    const Node& node = plan_.nodes[id];
+    const int64_t w = ByteWidth(node.type);
+    if (node.kind == NodeKind::kSource) {
+      const std::byte* src = static_cast<const std::byte*>(Source(node));
+      if (idx == nullptr) {
+        std::memcpy(dst, src + base * w, static_cast<size_t>(n * w));
+      } else {
+        ByWidth(w, [&](auto k) { GatherIdx<decltype(k)::value>(src, idx, n, dst); });
+      }
+      return;
+    }
+    if (node.kind == NodeKind::kReshape) {
+      return GatherTree(scratch, node.operands[0], idx, base, n, dst, level);
+    }
+    int64_t* out_idx = scratch.level(level, 0);
+    const int64_t rank = static_cast<int64_t>(node.dims.size());
+    std::vector<int64_t> coord(rank, 0);
+    if (node.affine) {
+      if (rank == 0) {
+        std::fill(out_idx, out_idx + n, node.offset);
+      } else if (idx == nullptr) {  // runs along the last dimension
+        const int64_t last = rank - 1, step = node.strides[last];
+        int64_t k = base;
+        for (int64_t d = last; d >= 0; --d) {
+          coord[d] = k % node.dims[d];
+          k /= node.dims[d];
+        }
+        int64_t j = 0;
+        while (j < n) {
+          int64_t o = node.offset;
+          for (int64_t d = 0; d < rank; ++d) o += coord[d] * node.strides[d];
+          const int64_t run = std::min(n - j, node.dims[last] - coord[last]);
+          for (int64_t r = 0; r < run; ++r) out_idx[j + r] = o + r * step;
+          j += run;
+          coord[last] += run;
+          for (int64_t d = last; d > 0 && coord[d] == node.dims[d]; --d) {
+            coord[d] = 0;
+            ++coord[d - 1];
+          }
+        }
+      } else {
+        for (int64_t j = 0; j < n; ++j) {
+          int64_t k = idx[j], o = node.offset;
+          for (int64_t d = rank - 1; d >= 0; --d) {
+            o += (k % node.dims[d]) * node.strides[d];
+            k /= node.dims[d];
+          }
+          out_idx[j] = o;
+        }
+      }
+      return GatherTree(scratch, node.operands[0], out_idx, 0, n, dst, level + 1);
+    }
+    int64_t* pos = scratch.level(level, 1);
+    void* tmp = scratch.level(level, 2);
+    auto gather_part = [&](int32_t operand, int64_t m) {
+      GatherTree(scratch, operand, out_idx, 0, m, tmp, level + 1);
+      ByWidth(w, [&](auto k) { ScatterPos<decltype(k)::value>(tmp, pos, m, dst); });
+    };
+    if (node.op == HloOpcode::kPad) {
+      const void* value = Source(plan_.nodes[node.operands[1]]);
+      ByWidth(w, [&](auto k) { FillValue<decltype(k)::value>(value, n, dst); });
+      int64_t m = 0;
+      ForEachCoord(node.dims, idx, base, n, coord, [&](int64_t j, const std::vector<int64_t>& c) {
+        int64_t o = 0;
+        for (int64_t d = 0; d < rank; ++d) {
+          int64_t t = c[d] - node.pad_low[d];
+          if (t < 0 || t % node.pad_step[d] != 0) return;
+          t /= node.pad_step[d];
+          if (t >= node.operand_dims[d]) return;
+          o = o * node.operand_dims[d] + t;
+        }
+        pos[m] = j;
+        out_idx[m++] = o;
+      });
+      return gather_part(node.operands[0], m);
+    }
+    // concatenate: each operand's elements in turn.
+    const int64_t cd = node.concat_dim;
+    for (size_t part = 0; part < node.operands.size(); ++part) {
+      const int64_t lo = node.concat_starts[part], hi = node.concat_starts[part + 1];
+      int64_t m = 0;
+      ForEachCoord(node.dims, idx, base, n, coord, [&](int64_t j, const std::vector<int64_t>& c) {
+        if (c[cd] < lo || c[cd] >= hi) return;
+        int64_t o = 0;
+        for (int64_t d = 0; d < rank; ++d) {
+          o = d == cd ? o * (hi - lo) + (c[d] - lo) : o * node.dims[d] + c[d];
+        }
+        pos[m] = j;
+        out_idx[m++] = o;
+      });
+      if (m > 0) gather_part(node.operands[part], m);
+    }
+  }
+
   const void* Source(const Node& node) const {
     return node.fusion_operand >= 0 ? sources_[node.fusion_operand]
                                     : plan_.constants[node.constant].raw_data();
@@ -584,7 +916,7 @@ Value EvalFusion(const HloInstruction& instr, EvalArgs& args) {
   const int64_t n = plan.shape.ElementsCount();
   ParallelRanges(n, kParallelChunk, args.ctx().options().use_thread_pool,
                  [&](int64_t begin, int64_t end) {
-                   Scratch& scratch = ThreadScratch(plan.num_slots);
+                   Scratch& scratch = ThreadScratch(plan);
                    TileRunner runner(plan, sources, out.mutable_raw_data());
                    for (int64_t b = begin; b < end; b += kTile) {
                      runner.Run(scratch, b, std::min(kTile, end - b));

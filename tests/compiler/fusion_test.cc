@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <random>
@@ -135,7 +136,11 @@ std::unique_ptr<HloModule> FuseAndCompare(const std::string& text, std::mt19937&
 
 class RandomProgram {
  public:
-  RandomProgram(std::mt19937& rng, PrimitiveType main) : rng_(rng), main_(TypeName(main)) {
+  // index_maps: also reshape, transpose, slice, concatenate, pad and reverse
+  // chains (each returning to the program's shape), with elementwise ops
+  // between them.
+  RandomProgram(std::mt19937& rng, PrimitiveType main, bool index_maps = false)
+      : rng_(rng), main_(TypeName(main)), index_maps_(index_maps) {
     const int rank = Pick(1, 3);
     // Sizes around and past a tile (2048) and a thread-pool chunk (32768).
     const int64_t target = std::vector<int64_t>{7, 300, 2048, 5000, 40000}[Pick(0, 4)];
@@ -277,7 +282,15 @@ class RandomProgram {
     static const char* kBinary[] = {"add", "subtract", "multiply", "divide", "maximum", "minimum",
                                     "power", "remainder"};
     static const char* kIntBinary[] = {"add", "subtract", "multiply", "maximum", "minimum"};
-    switch (Pick(0, 9)) {
+    switch (Pick(0, index_maps_ ? 15 : 9)) {
+      case 10:
+      case 11:
+      case 12:
+      case 13:
+      case 14:
+      case 15:
+        IndexMapStep();
+        return;
       case 0:
       case 1:
         Add(main_, fmt::format("{}({})", kUnary[Pick(0, 14)], Choose(main_)));
@@ -340,8 +353,107 @@ class RandomProgram {
     }
   }
 
+  std::string Dims(const std::vector<int64_t>& dims) const {
+    return fmt::format("{}[{}]", main_, fmt::join(dims, ","));
+  }
+  // Maybe an elementwise op on an intermediate value of dimensions `dims`.
+  std::string MaybeElementwise(const std::string& v, const std::vector<int64_t>& dims) {
+    switch (Pick(0, 3)) {
+      case 0:
+        return Emit(fmt::format("{} negate({})", Dims(dims), v));
+      case 1:
+        return Emit(fmt::format("{} multiply({}, {})", Dims(dims), v, v));
+      default:
+        return v;
+    }
+  }
+  void IndexMapStep() {
+    const std::string x = Choose(main_);
+    const int64_t rank = Rank();
+    const int64_t d = Pick(0, static_cast<int>(rank) - 1);
+    const int64_t size = dims_[d];
+    switch (Pick(0, 5)) {
+      case 0: {  // transpose there and back
+        std::vector<int64_t> perm(rank), inverse(rank), tdims(rank);
+        for (int64_t i = 0; i < rank; ++i) perm[i] = i;
+        std::shuffle(perm.begin(), perm.end(), rng_);
+        for (int64_t i = 0; i < rank; ++i) {
+          inverse[perm[i]] = i;
+          tdims[i] = dims_[perm[i]];
+        }
+        std::string t = Emit(fmt::format("{} transpose({}), dimensions={{{}}}", Dims(tdims), x,
+                                         fmt::join(perm, ",")));
+        t = MaybeElementwise(t, tdims);
+        Add(main_, fmt::format("transpose({}), dimensions={{{}}}", t, fmt::join(inverse, ",")));
+        return;
+      }
+      case 1: {  // reshape flat and back
+        int64_t n = 1;
+        for (int64_t v : dims_) n *= v;
+        std::string r = Emit(fmt::format("{} reshape({})", Dims({n}), x));
+        r = MaybeElementwise(r, {n});
+        Add(main_, fmt::format("reshape({})", r));
+        return;
+      }
+      case 2: {  // rotate along d: concatenate of two slices
+        if (size < 2) break;
+        const int64_t k = Pick(1, static_cast<int>(size) - 1);
+        auto slice = [&](int64_t lo, int64_t hi) {
+          std::vector<int64_t> sdims = dims_;
+          sdims[d] = hi - lo;
+          std::vector<std::string> ranges;
+          for (int64_t i = 0; i < rank; ++i) {
+            ranges.push_back(i == d ? fmt::format("[{}:{}]", lo, hi) : fmt::format("[0:{}]", dims_[i]));
+          }
+          std::string v = Emit(fmt::format("{} slice({}), slice={{{}}}", Dims(sdims), x,
+                                           fmt::join(ranges, ", ")));
+          return MaybeElementwise(v, sdims);
+        };
+        const std::string a = slice(0, k), b = slice(k, size);
+        Add(main_, fmt::format("concatenate({}, {}), dimensions={{{}}}", b, a, d));
+        return;
+      }
+      case 3: {  // every other element along d, padded back with interior padding
+        const int64_t m = (size + 1) / 2;
+        std::vector<int64_t> sdims = dims_;
+        sdims[d] = m;
+        std::vector<std::string> ranges, pads;
+        for (int64_t i = 0; i < rank; ++i) {
+          ranges.push_back(i == d ? fmt::format("[0:{}:2]", size) : fmt::format("[0:{}]", dims_[i]));
+          pads.push_back(i == d ? fmt::format("0_{}_1", size - (2 * m - 1)) : "0_0");
+        }
+        std::string v = Emit(fmt::format("{} slice({}), slice={{{}}}", Dims(sdims), x,
+                                         fmt::join(ranges, ", ")));
+        v = MaybeElementwise(v, sdims);
+        const std::string c = Emit(fmt::format("{}[] constant(0.25)", main_));
+        Add(main_, fmt::format("pad({}, {}), padding={}", v, c, fmt::join(pads, "x")));
+        return;
+      }
+      case 4: {  // shifted by one along d: a slice padded at the low end
+        if (size < 2) break;
+        std::vector<int64_t> sdims = dims_;
+        sdims[d] = size - 1;
+        std::vector<std::string> ranges, pads;
+        for (int64_t i = 0; i < rank; ++i) {
+          ranges.push_back(i == d ? fmt::format("[1:{}]", size) : fmt::format("[0:{}]", dims_[i]));
+          pads.push_back(i == d ? "1_0" : "0_0");
+        }
+        const std::string v = Emit(fmt::format("{} slice({}), slice={{{}}}", Dims(sdims), x,
+                                               fmt::join(ranges, ", ")));
+        uses_[scalar_]++;
+        Add(main_, fmt::format("pad({}, {}), padding={}", v, scalar_, fmt::join(pads, "x")));
+        return;
+      }
+      default:
+        break;
+    }
+    // reverse along d (also the fallback)
+    Add(main_, fmt::format("reverse({}), dimensions={{{}}}", x, d));
+  }
+
   std::mt19937& rng_;
   std::string main_;
+  bool index_maps_ = false;
   std::vector<int64_t> dims_;
   std::vector<std::string> lines_;
   std::vector<Value> values_;
@@ -365,6 +477,31 @@ TEST(FuseLoops, RandomProgramsGiveTheUnfusedBits) {
     fusions += stats.fusions;
   }
   EXPECT_GT(fusions, 60);  // most programs fuse something
+}
+
+TEST(FuseLoops, RandomProgramsWithIndexMapsGiveTheUnfusedBits) {
+  std::mt19937 rng(20261125);
+  int64_t fusions = 0, index_maps = 0;
+  for (int trial = 0; trial < 80; ++trial) {
+    const PrimitiveType type = trial % 2 ? PrimitiveType::kBF16 : PrimitiveType::kF32;
+    RandomProgram program(rng, type, /*index_maps=*/true);
+    const std::string text = program.Build();
+    SCOPED_TRACE(fmt::format("trial {}", trial));
+    LoopFusionStats stats;
+    std::unique_ptr<HloModule> fused = FuseAndCompare(text, rng, &stats);
+    if (HasFatalFailure() || HasFailure()) return;
+    fusions += stats.fusions;
+    for (const HloInstruction* fusion : Fusions(*fused)) {
+      for (const std::string& op : FusedOps(*fusion)) {
+        if (op == "transpose" || op == "slice" || op == "concatenate" || op == "pad" ||
+            op == "reverse" || op == "reshape") {
+          ++index_maps;
+        }
+      }
+    }
+  }
+  EXPECT_GT(fusions, 80);
+  EXPECT_GT(index_maps, 80);  // index maps are fused, not left between fusions
 }
 
 // ---------------------------------------------------------------------------

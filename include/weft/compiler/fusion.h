@@ -3,22 +3,33 @@
 // cache-sized tile at a time (src/runtime/eval_fusion.cc) instead of one
 // whole-tensor pass per instruction.
 //
-// What fuses (this first slice):
+// What fuses:
 //  - elementwise ops: unary, binary, compare, select, clamp, convert (not
 //    copy, which the executor runs as a no-op and the partitioner uses as a
 //    resharding point);
+//  - index maps: reshape, transpose, slice, concatenate, pad, reverse (XLA's
+//    loop fusion: the fused root has the fusion's shape; inside, an index map
+//    is evaluated by composing index maps down to the parameters, never
+//    materialized);
 //  - broadcast, iota and scalar constants, which are cheap and so may be
 //    duplicated into several fusions (the original stays for other users);
-//  - element types f32, bf16, f16, s32, s64, u32, pred.
+//  - element types f32, bf16, f16, s32, s64, u32, pred (IsFusibleElementType).
 // A producer merges into its consumers' fusion when every user of it is in
 // that one fusion (so a value with two users in different places is computed
-// once, unfused, unless it is cheap). Every fused instruction other than a
-// broadcast has the fusion's output dimensions (a rank-0 constant excepted);
-// a broadcast reads a parameter or a constant of the fused computation with
-// its dimension map. Reshape, transpose, slice and concatenate stay unfused
-// in this slice, as do rank-0 (scalar) computations, collectives, dots, reductions, gather/scatter, custom
-// calls, while/call, tuples and anything whose sharding differs from its
-// consumer's (a sharding boundary). A fusion never has side effects.
+// once, unfused, unless it is cheap), and when the fusion can read it where
+// its users do. Each member is either "aligned" — read at the fusion's own
+// linear indices: the elementwise ops (and iota) and the reshapes between
+// them, all with the fusion's element count (a row-major reshape keeps the
+// linear index) — or "gathered" — read at other indices by an index map or
+// a broadcast above it: then it is itself an index map, a reshape, a
+// broadcast or a scalar constant, so that a gathered chain ends at the
+// fused computation's parameters and constants (an elementwise op under a
+// transpose is computed in a fusion of its own). A pad's value is a scalar
+// parameter or constant. Rank-0 (scalar) computations, collectives, dots,
+// reductions, gather/scatter, dynamic slices, custom calls, while/call,
+// tuples and anything whose sharding differs from its consumer's (a sharding
+// boundary) stay unfused. A fusion needs some elementwise work and never has
+// side effects.
 //
 // Runs over the entry computation and the computations it reaches through
 // while (body, condition) and call; reducers (to_apply of reduce, scatter,
