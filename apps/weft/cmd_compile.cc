@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "weft/base/limits.h"
 #include "weft/compiler/compile_command.h"
 #include "weft/spmd/partition_command.h"
 #include "weft/spmd/propagate_command.h"
@@ -48,7 +49,8 @@ void AddCompile(CLI::App& app) {
   comp->add_option("file", copt->input, "HLO text module")->required();
   comp->add_option("--num-devices", copt->num_devices,
                    "Number of devices, 1 to 65536 (default: the count the module's shardings "
-                   "are written for, 1 when it has none)");
+                   "are written for, 1 when it has none)")
+      ->check(CLI::Range(int64_t{1}, kMaxDevices));
   comp->add_flag("--fuse", copt->fuse, "Run loop fusion on the per-device program");
   comp->add_option("-o,--out", copt->output,
                    "Write the program here (whole: a temporary file renamed) instead of stdout");
