@@ -45,6 +45,29 @@ void AttentionFlops(const HloInstruction& instr, double times, FlopCount& f) {
   }
 }
 
+// One instruction's FLOPs, `times` runs. A fusion's are its fused
+// computation's (which ComputationRunCounts does not reach).
+void CountInstructionFlops(const HloInstruction& instr, double times, FlopCount& f) {
+  const HloOpcode op = instr.opcode();
+  if (op == HloOpcode::kDot) {
+    const DotDimensionNumbers& dn = instr.attrs().dot;
+    const double contracted = Product(instr.operand(0)->shape(), dn.lhs_contracting_dims);
+    f.dot += times * 2 * static_cast<double>(instr.shape().ElementsCount()) * contracted;
+  } else if (op == HloOpcode::kCustomCall &&
+             (instr.attrs().custom_call_target == kFlexAttentionTarget ||
+              instr.attrs().custom_call_target == kFlexAttentionBackwardTarget)) {
+    AttentionFlops(instr, times, f);
+  } else if (IsElementwise(op) && op != HloOpcode::kCopy && op != HloOpcode::kConvert) {
+    f.other += times * static_cast<double>(instr.shape().ElementsCount());
+  } else if (op == HloOpcode::kReduce) {
+    f.other += times * static_cast<double>(instr.operand(0)->shape().ElementsCount());
+  } else if (op == HloOpcode::kFusion) {
+    for (const HloComputation* fused : instr.called_computations()) {
+      for (const HloInstruction* inner : fused->instructions()) CountInstructionFlops(*inner, times, f);
+    }
+  }
+}
+
 }  // namespace
 
 FlopCount CountFlops(const HloModule& program) {
@@ -55,20 +78,7 @@ FlopCount CountFlops(const HloModule& program) {
     if (found == runs.end()) continue;
     const double times = static_cast<double>(found->second);
     for (const HloInstruction* instr : computation->MakeInstructionPostOrder()) {
-      const HloOpcode op = instr->opcode();
-      if (op == HloOpcode::kDot) {
-        const DotDimensionNumbers& dn = instr->attrs().dot;
-        const double contracted = Product(instr->operand(0)->shape(), dn.lhs_contracting_dims);
-        f.dot += times * 2 * static_cast<double>(instr->shape().ElementsCount()) * contracted;
-      } else if (op == HloOpcode::kCustomCall &&
-                 (instr->attrs().custom_call_target == kFlexAttentionTarget ||
-                  instr->attrs().custom_call_target == kFlexAttentionBackwardTarget)) {
-        AttentionFlops(*instr, times, f);
-      } else if (IsElementwise(op) && op != HloOpcode::kCopy && op != HloOpcode::kConvert) {
-        f.other += times * static_cast<double>(instr->shape().ElementsCount());
-      } else if (op == HloOpcode::kReduce) {
-        f.other += times * static_cast<double>(instr->operand(0)->shape().ElementsCount());
-      }
+      CountInstructionFlops(*instr, times, f);
     }
   }
   return f;

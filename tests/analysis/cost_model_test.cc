@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "tiny_step.h"
+#include "weft/compiler/fusion.h"
 #include "weft/hlo/parser.h"
 
 namespace weft::analysis {
@@ -65,6 +68,33 @@ TEST(CostModelTest, AttentionCountsThePairsTheMaskKeeps) {
   const double causal = 64.0 * 65 / 2, full = 64.0 * 64;
   EXPECT_DOUBLE_EQ(f.attention_forward, 2 * 2 * 4 * causal * (32 + 16) + 2 * 2 * 4 * full * 48);
   EXPECT_DOUBLE_EQ(f.attention_backward, 2 * 2 * 4 * causal * (3 * 32 + 2 * 16));
+}
+
+// A fusion's FLOPs are its fused computation's: loop fusion of the tiny
+// training step (4 devices) changes neither the count nor the results (the
+// fused step gives the unfused bits).
+TEST(CostModelTest, AFusionCountsItsFusedComputation) {
+  StepProgram p = testing::TinyStep(ScanRemat::kNone);
+  const FlopCount before = CountFlops(*p.compiled.program);
+  runtime::LocalCluster cluster(p.num_devices);
+  const std::vector<runtime::HostTensor> inputs = runtime::RandomInputs(p.compiled.input_shapes, 11);
+  const std::vector<runtime::HostTensor> want = runtime::RunSharded(p.compiled, inputs, cluster);
+  const compiler::LoopFusionStats stats = compiler::FuseLoops(*p.compiled.program);
+  EXPECT_GT(stats.fusions, 10);
+  const FlopCount after = CountFlops(*p.compiled.program);
+  EXPECT_DOUBLE_EQ(after.dot, before.dot);
+  EXPECT_DOUBLE_EQ(after.attention_forward, before.attention_forward);
+  EXPECT_DOUBLE_EQ(after.attention_backward, before.attention_backward);
+  EXPECT_DOUBLE_EQ(after.other, before.other);
+  const std::vector<runtime::HostTensor> got = runtime::RunSharded(p.compiled, inputs, cluster);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < want.size(); ++k) {
+    ASSERT_EQ(got[k].shape(), want[k].shape()) << "output " << k;
+    EXPECT_EQ(std::memcmp(got[k].raw_data(), want[k].raw_data(),
+                          static_cast<size_t>(want[k].shape().ByteSize())),
+              0)
+        << "output " << k << " differs fused vs unfused";
+  }
 }
 
 TEST(CostModelTest, StepTimeOverlapsCommunicationWithCompute) {
