@@ -822,14 +822,16 @@ MemoryPlan PlanMemory(const HloModule& program, const MemoryPlanOptions& options
                       "the two liveness passes over '{}' disagree", program.name());
   // The executor's peak is the buffer assignment's (the same function over
   // the same schedule, sized under the precision policy). It applies where
-  // the executor's accounting does: inputs held for the whole run (weights
-  // resident or not: the executor never frees its inputs), nothing offloaded.
+  // the executor's accounting is asked for: inputs held for the whole run
+  // (weights resident or not: the executor never frees its inputs), nothing
+  // offloaded.
   const Precision precision = options.precision;
   const compiler::BufferAssignment assignment = compiler::AssignBuffers(
       program, compiler::ScheduleComputation,
       [precision](const Shape& s) { return PlannedBytes(s, precision); });
   plan.arena_bytes = assignment.arena_bytes();
-  if (!options.offload_saved) {
+  plan.live_peak_bytes = plan.peak_bytes;
+  if (options.executor_accounting && !options.offload_saved) {
     int64_t others = 0;
     for (int c = 0; c < kNumBufferCategories; ++c) {
       if (c != static_cast<int>(BufferCategory::kTemporaries)) others += plan.peak_by_category[c];

@@ -276,7 +276,9 @@ DevicePeak PlanDevicePeak(const HloModule& program, const std::set<std::string>&
   try {
     const int64_t steps = PlannedSteps(program);
     if (steps <= kMaxPlannedSteps) {
-      const analysis::MemoryPlan plan = analysis::PlanMemory(program, {});
+      analysis::MemoryPlanOptions options;
+      options.executor_accounting = true;
+      const analysis::MemoryPlan plan = analysis::PlanMemory(program, options);
       peak.bytes = plan.peak_bytes;
       peak.planned = true;
       for (const analysis::LiveBuffer& b : plan.live_at_peak) {

@@ -255,6 +255,7 @@ std::string FormatPlanJson(const StepPlan& p) {
   mem["hbm_bytes"] = p.hbm_bytes();
   mem["peak_bytes"] = p.peak_bytes();
   mem["program_peak_bytes"] = p.memory.peak_bytes;
+  mem["live_peak_bytes"] = p.memory.live_peak_bytes;
   mem["static_bytes"] = p.static_bytes();
   mem["parameter_bytes"] = p.parameter_bytes;
   mem["gradient_bytes"] = p.gradient_bytes;

@@ -217,6 +217,9 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   for (const LlamaWeight& w : program.forward.weights) mo.weight_names.push_back(w.name);
   mo.weights_resident = true;
   mo.offload_saved = plan.remat == "offload";
+  // On the executor's own machine the plan is the executor's (its buffer
+  // assignment); a chip's compiler packs its own buffers: live bytes.
+  mo.executor_accounting = options.chip == "local-cpu";
   mo.timeline_points = options.timeline_points;
   plan.memory = analysis::PlanMemory(*c.program, mo);
   int64_t weight_elements = 0;

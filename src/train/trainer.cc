@@ -527,6 +527,7 @@ void CheckFitsInMemory(const Run& run, int64_t devices_here) {
   mo.num_data_inputs = StepProgram::kNumDataInputs;
   for (const LlamaWeight& w : run.program.forward.weights) mo.weight_names.push_back(w.name);
   mo.weights_resident = true;
+  mo.executor_accounting = true;
   mo.timeline_points = 1;
   const analysis::MemoryPlan plan = analysis::PlanMemory(*c.program, mo);
   int64_t moments = 0;

@@ -26,6 +26,13 @@ int64_t ExecutorPeak(const HloModule& module) {
   return exec.stats().peak_bytes;
 }
 
+// These tests compare with weft's executor: its buffer assignment.
+MemoryPlanOptions ExecutorAccounting() {
+  MemoryPlanOptions o;
+  o.executor_accounting = true;
+  return o;
+}
+
 // The input p (1 kB), the arena: exp allocates, negate takes over exp's
 // dying buffer, the concatenate allocates 2 kB while b is still live
 // (1 + 2 = 3 kB), and the output c copied out (2 kB): 6 kB.
@@ -39,14 +46,14 @@ ENTRY e {
 
 TEST(MemoryPlanTest, ChainPeakIsComputedByHandAndMeasured) {
   auto module = ParseHloModule(kChain);
-  const MemoryPlan plan = PlanMemory(*module, {});
+  const MemoryPlan plan = PlanMemory(*module, ExecutorAccounting());
   EXPECT_EQ(plan.peak_bytes, 1024 + 3 * 1024 + 2048);
   EXPECT_EQ(plan.arena_bytes, 3 * 1024);
   EXPECT_EQ(plan.peak_instruction, "c");
   EXPECT_EQ(plan.total_steps, 4);
   EXPECT_EQ(ExecutorPeak(*module), plan.peak_bytes);
   // bf16: every float buffer at 2 bytes.
-  MemoryPlanOptions bf16;
+  MemoryPlanOptions bf16 = ExecutorAccounting();
   bf16.precision = Precision::kBf16;
   EXPECT_EQ(PlanMemory(*module, bf16).peak_bytes, 512 + 3 * 512 + 1024);
 }
@@ -65,7 +72,7 @@ ENTRY e {
 
 TEST(MemoryPlanTest, RepeatedOperandsShareOneBuffer) {
   auto module = ParseHloModule(kRepeated);
-  const MemoryPlan plan = PlanMemory(*module, {});
+  const MemoryPlan plan = PlanMemory(*module, ExecutorAccounting());
   // p; a, then a (read twice: not taken over) with s; s copied out.
   EXPECT_EQ(plan.peak_bytes, 1024 + 2 * 1024 + 1024);
   EXPECT_EQ(ExecutorPeak(*module), plan.peak_bytes);
@@ -134,7 +141,7 @@ ENTRY main {
 
 TEST(MemoryPlanTest, LoopsMatchTheExecutorAndTheStackIsSavedForTheSecondLoop) {
   auto module = ParseHloModule(kScans);
-  MemoryPlanOptions o;
+  MemoryPlanOptions o = ExecutorAccounting();
   o.num_data_inputs = 1;  // x is data, weights a weight
   o.weight_names = {"w"};
   const MemoryPlan plan = PlanMemory(*module, o);
@@ -164,7 +171,7 @@ TEST(MemoryPlanTest, LoopsMatchTheExecutorAndTheStackIsSavedForTheSecondLoop) {
 
 TEST(MemoryPlanTest, ResidentWeightsStayLiveForTheWholeStep) {
   auto module = ParseHloModule(kScans);
-  MemoryPlanOptions o;
+  MemoryPlanOptions o = ExecutorAccounting();
   o.num_data_inputs = 1;
   const MemoryPlan borrowed = PlanMemory(*module, o);
   o.weights_resident = true;
@@ -184,7 +191,7 @@ ENTRY e {
   ROOT s = f32[4] custom-call(p), custom_call_target="my.op"
 })");
   try {
-    PlanMemory(*module, {});
+    PlanMemory(*module, ExecutorAccounting());
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("'s'"), std::string::npos) << e.what();

@@ -80,7 +80,10 @@ TEST(ReportTest, JsonFollowsTheDocumentedSchema) {
   EXPECT_EQ(tl["by_category"]["saved"].size(), tl["total"].size());
   int64_t highest = 0;
   for (const auto& v : tl["total"]) highest = std::max(highest, v.get<int64_t>());
-  EXPECT_EQ(highest, m["program_peak_bytes"].get<int64_t>());
+  // The timeline counts live bytes; on local-cpu the program's peak is the
+  // executor's buffer assignment, which adds its packing and scratch.
+  EXPECT_EQ(highest, m["live_peak_bytes"].get<int64_t>());
+  EXPECT_LE(highest, m["program_peak_bytes"].get<int64_t>());
   EXPECT_EQ(j["collectives"]["by_kind"].size(), 5u);
   EXPECT_GT(j["collectives"]["bytes"].get<int64_t>(), 0);
   EXPECT_GT(j["time"]["step_s"].get<double>(), 0);

@@ -76,6 +76,13 @@ struct MemoryPlanOptions {
   bool weights_resident = false;
   // Saved-for-backward buffers live in host memory (remat offload).
   bool offload_saved = false;
+  // Whose memory: true, weft's executor (the buffer assignment's inputs +
+  // arena + outputs, scratch included, exactly ExecutorStats::peak_bytes:
+  // weft run, weft train's fit check, weft plan on the local-cpu chip);
+  // false, the most bytes live at once, for a chip whose own compiler packs
+  // the buffers (weft does not model its arena packing or scratch).
+  // Offloaded plans always count live bytes.
+  bool executor_accounting = false;
   // Samples kept of the live-memory timeline (the maximum over each bucket).
   int64_t timeline_points = 400;
 };
@@ -97,16 +104,16 @@ struct TimelinePoint {
 };
 
 struct MemoryPlan {
-  // Device memory held by the program at its peak. With offload_saved
-  // false (the executor's accounting), exactly the
-  // executor's ExecutorStats::peak_bytes: the buffer assignment's
+  // Device memory held by the program at its peak. With executor_accounting
+  // (and nothing offloaded), exactly the executor's ExecutorStats::peak_bytes: the buffer assignment's
   // (compiler/buffer_assignment.h) inputs + arena + outputs, sized under the
   // precision policy; the categories then come from the liveness simulation
   // below at its own peak, with the rest of the assignment's peak (arena
   // packing, outputs copied out) counted as temporaries. Otherwise the
-  // simulation's peak.
+  // simulation's peak (live_peak_bytes).
   int64_t peak_bytes = 0;
-  int64_t arena_bytes = 0;  // the buffer assignment's arena, under the policy
+  int64_t live_peak_bytes = 0;  // the most bytes live at once (the timeline's highest)
+  int64_t arena_bytes = 0;      // the buffer assignment's arena, under the policy
   int64_t peak_step = 0;    // executed instructions up to the peak (1-based)
   int64_t total_steps = 0;  // executed instructions in the step
   std::string peak_instruction, peak_computation;
