@@ -793,6 +793,12 @@ class TileRunner {
         std::fill(out_idx, out_idx + n, node.offset);
       } else if (idx == nullptr) {  // runs along the last dimension
         const int64_t last = rank - 1, step = node.strides[last];
+        const Node& operand = plan_.nodes[node.operands[0]];
+        // Rows contiguous in a source (a slice or a transpose that keeps the
+        // last dimension): copied a row at a time, no indices.
+        const bool copy_rows = step == 1 && operand.kind == NodeKind::kSource;
+        const std::byte* src =
+            copy_rows ? static_cast<const std::byte*>(Source(operand)) : nullptr;
         int64_t k = base;
         for (int64_t d = last; d >= 0; --d) {
           coord[d] = k % node.dims[d];
@@ -803,7 +809,12 @@ class TileRunner {
           int64_t o = node.offset;
           for (int64_t d = 0; d < rank; ++d) o += coord[d] * node.strides[d];
           const int64_t run = std::min(n - j, node.dims[last] - coord[last]);
-          for (int64_t r = 0; r < run; ++r) out_idx[j + r] = o + r * step;
+          if (copy_rows) {
+            std::memcpy(static_cast<std::byte*>(dst) + j * w, src + o * w,
+                        static_cast<size_t>(run * w));
+          } else {
+            for (int64_t r = 0; r < run; ++r) out_idx[j + r] = o + r * step;
+          }
           j += run;
           coord[last] += run;
           for (int64_t d = last; d > 0 && coord[d] == node.dims[d]; --d) {
@@ -811,6 +822,7 @@ class TileRunner {
             ++coord[d - 1];
           }
         }
+        if (copy_rows) return;
       } else {
         for (int64_t j = 0; j < n; ++j) {
           int64_t k = idx[j], o = node.offset;
