@@ -701,7 +701,7 @@ Shape InferCollective(const HloInstruction& instr) {
 
 int64_t ReplicaGroupSize(const std::vector<std::vector<int64_t>>& groups) {
   if (groups.empty()) return 0;
-  std::set<int64_t> seen;
+  std::vector<bool> seen(kMaxDevices, false);  // a bitmap: no tree per id on large meshes
   const size_t size = groups[0].size();
   for (const auto& g : groups) {
     WEFT_CHECK(g.size() == size && !g.empty(),
@@ -713,7 +713,8 @@ int64_t ReplicaGroupSize(const std::vector<std::vector<int64_t>>& groups) {
                  "replica group id {} is not below {}, the most devices weft "
                  "supports",
                  id, kMaxDevices);
-      WEFT_CHECK(seen.insert(id).second, "device {} appears in two replica groups", id);
+      WEFT_CHECK(!seen[id], "device {} appears in two replica groups", id);
+      seen[id] = true;
     }
   }
   return static_cast<int64_t>(size);

@@ -59,25 +59,6 @@ HloSharding HloSharding::Tile(TileAssignment tiles) {
   return s;
 }
 
-namespace {
-// Sorts each run of `group` consecutive devices (a replication group), so that
-// shardings equal up to replica order compare equal, as in XLA.
-TileAssignment SortMinorGroups(const TileAssignment& tiles, int64_t group) {
-  std::vector<int64_t> devices = tiles.devices();
-  bool changed = false;
-  for (size_t i = 0; i < devices.size(); i += group) {
-    auto begin = devices.begin() + i, end = begin + group;
-    if (!std::is_sorted(begin, end)) {
-      std::sort(begin, end);
-      changed = true;
-    }
-  }
-  if (!changed) return tiles;
-  TileAssignment sorted(tiles.dims(), std::move(devices));
-  return tiles.is_iota() ? sorted.AsIotaIfPossible() : sorted;
-}
-}  // namespace
-
 HloSharding HloSharding::PartialTile(TileAssignment tiles) {
   const int64_t last = tiles.dims().back();
   if (tiles.num_dims() == 1 || last == tiles.num_elements()) return Replicate();
@@ -86,7 +67,9 @@ HloSharding HloSharding::PartialTile(TileAssignment tiles) {
     return Tile(tiles.Reshape(std::move(dims)));
   }
   HloSharding s(Kind::kTiled);
-  s.tiles_ = SortMinorGroups(tiles, last);
+  // Devices within a replication group sorted, so that shardings equal up
+  // to replica order compare equal, as in XLA.
+  s.tiles_ = tiles.SortMinorGroups();
   s.replicate_on_last_tile_dim_ = true;
   return s;
 }
@@ -131,7 +114,7 @@ HloSharding HloSharding::Subgroup(TileAssignment tiles, std::vector<SubgroupType
   }
   HloSharding s(Kind::kTiled);
   s.tiles_ = new_types.back() == SubgroupType::kReplicated
-                 ? SortMinorGroups(normalized, new_dims.back())
+                 ? normalized.SortMinorGroups()
                  : std::move(normalized);
   s.subgroup_types_ = std::move(new_types);
   return s;
@@ -241,6 +224,29 @@ std::vector<int64_t> HloSharding::TileIndexForDevice(int64_t device) const {
   return *index;
 }
 
+std::vector<int64_t> HloSharding::TileIndexTable(int64_t num_devices) const {
+  WEFT_CHECK(IsTiled() || IsTileMaximal(), "sharding {} has no tiles", ToString());
+  const int64_t rank = TiledDataRank();
+  std::vector<int64_t> table(num_devices * rank, 0);
+  if (!IsTiled()) return table;
+  WEFT_CHECK(tiles_.num_elements() == num_devices, "sharding {} spans {} devices, not {}",
+             ToString(), tiles_.num_elements(), num_devices);
+  const std::vector<int64_t>& devices = tiles_.devices();
+  const int64_t full_rank = tiles_.num_dims();
+  std::vector<int64_t> index(full_rank, 0);
+  for (int64_t flat = 0; flat < num_devices; ++flat) {
+    const int64_t device = devices[flat];
+    WEFT_CHECK(device < num_devices, "device {} of sharding {} is not below {}", device,
+               ToString(), num_devices);
+    std::copy(index.begin(), index.begin() + rank, table.begin() + device * rank);
+    for (int64_t d = full_rank - 1; d >= 0; --d) {
+      if (++index[d] < tiles_.dim(d)) break;
+      index[d] = 0;
+    }
+  }
+  return table;
+}
+
 std::vector<int64_t> HloSharding::TileShape(std::span<const int64_t> dims) const {
   WEFT_CHECK(IsTiled() || IsTileMaximal(), "sharding {} has no tiles", ToString());
   if (!IsTiled()) return {dims.begin(), dims.end()};
@@ -314,7 +320,8 @@ void HloSharding::Validate(std::span<const int64_t> dims,
     WEFT_CHECK(tiles_.num_elements() == *num_devices,
                "sharding {} spans {} devices but the program runs on {}", ToString(),
                tiles_.num_elements(), *num_devices);
-    for (int64_t d : tiles_.devices()) {
+    // An iota holds devices 0..N-1 exactly.
+    for (int64_t d : tiles_.is_iota() ? std::vector<int64_t>{} : tiles_.devices()) {
       WEFT_CHECK(d < *num_devices, "sharding {} names device {} but only {} devices exist",
                  ToString(), d, *num_devices);
     }

@@ -258,9 +258,14 @@ std::optional<HloSharding> MergeShardingIfCompatible(const HloSharding& to_merge
   // tile must receive exactly `replication` devices.
   std::vector<int64_t> groups(num_tiles * manual_size, 0);
   std::vector<int64_t> devices(num_devices, -1);
-  std::vector<int64_t> sorted_devices = a.devices();
-  std::sort(sorted_devices.begin(), sorted_devices.end());
-  for (int64_t device : sorted_devices) {
+  // Devices ascending (an iota holds exactly 0..N-1).
+  std::vector<int64_t> sorted_devices;
+  if (!a.is_iota()) {
+    sorted_devices = a.devices();
+    std::sort(sorted_devices.begin(), sorted_devices.end());
+  }
+  for (int64_t i = 0; i < num_devices; ++i) {
+    const int64_t device = a.is_iota() ? i : sorted_devices[i];
     std::vector<int64_t> ia = *a.IndexOf(device);
     std::optional<std::vector<int64_t>> ib = b.IndexOf(device);
     if (!ib) return std::nullopt;

@@ -54,49 +54,88 @@ std::vector<int64_t> Strides(std::span<const int64_t> dims) {
   return strides;
 }
 
-// Flat contents of reshape(transpose(iota(reshape_dims), perm), *).
-std::vector<int64_t> IotaDevices(std::span<const int64_t> reshape_dims,
-                                 std::span<const int64_t> perm) {
-  const std::vector<int64_t> value_strides = Strides(reshape_dims);
-  const size_t rank = reshape_dims.size();
-  std::vector<int64_t> transposed(rank), stride(rank);
-  for (size_t i = 0; i < rank; ++i) {
-    transposed[i] = reshape_dims[perm[i]];
-    stride[i] = value_strides[perm[i]];
-  }
-  std::vector<int64_t> out(Product(reshape_dims));
-  std::vector<int64_t> index(rank, 0);
-  int64_t value = 0;
-  for (int64_t& o : out) {
-    o = value;
-    // Odometer increment over the transposed shape, tracking the value.
-    for (int64_t d = static_cast<int64_t>(rank) - 1; d >= 0; --d) {
-      if (++index[d] < transposed[d]) {
-        value += stride[d];
-        break;
-      }
-      value -= stride[d] * (transposed[d] - 1);
-      index[d] = 0;
+// One digit of an iota's flat order: `size` positions whose device ids step
+// by `stride`. Digits are listed major to minor; their strides are a mixed
+// radix of 0..N-1 (every device once).
+struct Digit {
+  int64_t size, stride;
+};
+
+// Drops size-1 digits and merges each digit into its major neighbour when the
+// two count in one run (XLA's canonical form: the result is unique for a
+// device order).
+std::vector<Digit> CanonicalDigits(std::span<const Digit> digits) {
+  std::vector<Digit> out;
+  for (const Digit& d : digits) {
+    if (d.size == 1) continue;
+    if (!out.empty() && out.back().stride == d.stride * d.size) {
+      out.back() = {out.back().size * d.size, d.stride};
+    } else {
+      out.push_back(d);
     }
   }
   return out;
 }
 
-struct IotaForm {
-  std::vector<int64_t> reshape_dims;
-  std::vector<int64_t> perm;
-};
+// Splits the digits (major to minor) at the boundaries of `dims` (row-major
+// over the same order): pieces[i] are dim i's digits, major to minor.
+// nullopt when some boundary falls inside a digit in a way that is not a
+// digit split (e.g. 6 positions over digits of 4).
+std::optional<std::vector<std::vector<Digit>>> SplitDigits(std::span<const Digit> digits,
+                                                           std::span<const int64_t> dims) {
+  std::vector<std::vector<Digit>> pieces(dims.size());
+  int64_t k = static_cast<int64_t>(digits.size()) - 1;
+  Digit cur = k >= 0 ? digits[k] : Digit{1, 1};
+  for (int64_t i = static_cast<int64_t>(dims.size()) - 1; i >= 0; --i) {
+    int64_t rem = dims[i];
+    while (rem > 1) {
+      while (cur.size == 1) {
+        if (--k < 0) return std::nullopt;
+        cur = digits[k];
+      }
+      const int64_t g = std::gcd(cur.size, rem);
+      if (g == 1) return std::nullopt;
+      pieces[i].push_back({g, cur.stride});
+      cur = {cur.size / g, cur.stride * g};
+      rem /= g;
+    }
+    std::reverse(pieces[i].begin(), pieces[i].end());
+  }
+  return pieces;
+}
 
-// Finds the canonical iota form of a flat device list, if it has one. The
-// list is read as a mixed-radix number (minor digit first): each maximal run
-// where value grows by a constant step is one digit. Maximal runs are exactly
-// XLA's canonical form (no size-1 dims, no mergeable neighbours).
-std::optional<IotaForm> DetectIota(const std::vector<int64_t>& v) {
+// The digits of a canonical form, major to minor.
+std::vector<Digit> FormDigits(const std::vector<int64_t>& reshape_dims,
+                                     const std::vector<int64_t>& perm) {
+  const std::vector<int64_t> strides = Strides(reshape_dims);
+  std::vector<Digit> digits;
+  digits.reserve(perm.size());
+  for (int64_t p : perm) digits.push_back({reshape_dims[p], strides[p]});
+  return digits;
+}
+
+// The canonical (reshape_dims, perm) of digits that are a mixed radix.
+std::pair<std::vector<int64_t>, std::vector<int64_t>> FormOf(std::span<const Digit> digits) {
+  std::vector<Digit> c = CanonicalDigits(digits);
+  if (c.empty()) return {{1}, {0}};
+  std::vector<size_t> by_stride(c.size());
+  std::iota(by_stride.begin(), by_stride.end(), 0);
+  std::sort(by_stride.begin(), by_stride.end(),
+            [&](size_t a, size_t b) { return c[a].stride > c[b].stride; });
+  std::vector<int64_t> reshape(c.size()), perm(c.size());
+  for (size_t i = 0; i < by_stride.size(); ++i) {
+    reshape[i] = c[by_stride[i]].size;
+    perm[by_stride[i]] = static_cast<int64_t>(i);
+  }
+  return {std::move(reshape), std::move(perm)};
+}
+
+
+// The digits of a device list read as an iota (minor digit first runs of a
+// constant step), or nullopt.
+std::optional<std::vector<Digit>> DetectDigits(const std::vector<int64_t>& v) {
   const int64_t n = static_cast<int64_t>(v.size());
   if (n == 0 || v[0] != 0) return std::nullopt;
-  struct Digit {
-    int64_t size, stride;
-  };
   std::vector<Digit> digits;  // minor to major
   int64_t block = 1;
   while (block < n) {
@@ -123,26 +162,36 @@ std::optional<IotaForm> DetectIota(const std::vector<int64_t>& v) {
     }
   }
   // The strides must form a mixed radix of the values 0..n-1.
-  std::vector<size_t> by_stride(digits.size());
-  std::iota(by_stride.begin(), by_stride.end(), 0);
+  std::vector<Digit> by_stride = digits;
   std::sort(by_stride.begin(), by_stride.end(),
-            [&](size_t a, size_t b) { return digits[a].stride > digits[b].stride; });
+            [](const Digit& a, const Digit& b) { return a.stride < b.stride; });
   int64_t expected = 1;
-  for (auto it = by_stride.rbegin(); it != by_stride.rend(); ++it) {
-    if (digits[*it].stride != expected) return std::nullopt;
-    expected *= digits[*it].size;
+  for (const Digit& d : by_stride) {
+    if (d.stride != expected) return std::nullopt;
+    expected *= d.size;
   }
-  IotaForm form;
-  if (digits.empty()) return IotaForm{{1}, {0}};
-  std::vector<int64_t> reshape_index(digits.size());
-  for (size_t i = 0; i < by_stride.size(); ++i) {
-    form.reshape_dims.push_back(digits[by_stride[i]].size);
-    reshape_index[by_stride[i]] = static_cast<int64_t>(i);
+  std::reverse(digits.begin(), digits.end());
+  return digits;
+}
+
+// Flat contents of digits (major to minor).
+std::vector<int64_t> ExpandDigits(std::span<const Digit> digits, int64_t n) {
+  std::vector<int64_t> out(n);
+  const int64_t rank = static_cast<int64_t>(digits.size());
+  std::vector<int64_t> index(rank, 0);
+  int64_t value = 0;
+  for (int64_t& o : out) {
+    o = value;
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      if (++index[d] < digits[d].size) {
+        value += digits[d].stride;
+        break;
+      }
+      value -= digits[d].stride * (digits[d].size - 1);
+      index[d] = 0;
+    }
   }
-  for (int64_t k = static_cast<int64_t>(digits.size()) - 1; k >= 0; --k) {
-    form.perm.push_back(reshape_index[k]);
-  }
-  return form;
+  return out;
 }
 
 }  // namespace
@@ -160,23 +209,31 @@ std::optional<int64_t> DeviceCountWithin(std::span<const int64_t> dims, int64_t 
   return product;
 }
 
+TileAssignment::TileAssignment() : dims_{1}, num_elements_(1), devices_(std::vector<int64_t>{0}) {}
+
+TileAssignment::TileAssignment(std::vector<int64_t> dims, IotaForm form)
+    : dims_(std::move(dims)),
+      num_elements_(Product(dims_)),
+      iota_(std::move(form)),
+      expanded_(std::make_shared<Expanded>()) {}
+
 TileAssignment::TileAssignment(std::vector<int64_t> dims, std::vector<int64_t> devices)
-    : dims_(std::move(dims)), devices_(std::move(devices)) {
-  CheckedDeviceCount(dims_, "tile assignment dims");
-  WEFT_CHECK(Product(dims_) == num_elements(),
+    : dims_(std::move(dims)) {
+  num_elements_ = CheckedDeviceCount(dims_, "tile assignment dims");
+  WEFT_CHECK(num_elements_ == static_cast<int64_t>(devices.size()),
              "tile assignment dims [{}] hold {} devices but {} were listed; list one device "
              "per tile",
-             fmt::join(dims_, ","), Product(dims_), devices_.size());
-  std::vector<int64_t> sorted = devices_;
-  std::sort(sorted.begin(), sorted.end());
-  for (size_t i = 0; i < sorted.size(); ++i) {
-    WEFT_CHECK(sorted[i] >= 0, "tile assignment device id {} is negative", sorted[i]);
-    WEFT_CHECK(sorted[i] < kMaxDevices,
-               "tile assignment device id {} is not below {}, the most devices weft supports",
-               sorted[i], kMaxDevices);
-    WEFT_CHECK(i == 0 || sorted[i] != sorted[i - 1],
-               "tile assignment lists device {} twice; each device holds one tile", sorted[i]);
+             fmt::join(dims_, ","), num_elements_, devices.size());
+  std::vector<bool> seen(kMaxDevices, false);
+  for (int64_t d : devices) {
+    WEFT_CHECK(d >= 0, "tile assignment device id {} is negative", d);
+    WEFT_CHECK(d < kMaxDevices,
+               "tile assignment device id {} is not below {}, the most devices weft supports", d,
+               kMaxDevices);
+    WEFT_CHECK(!seen[d], "tile assignment lists device {} twice; each device holds one tile", d);
+    seen[d] = true;
   }
+  devices_ = SharedDeviceList(std::move(devices));
 }
 
 TileAssignment TileAssignment::Iota(std::vector<int64_t> dims) {
@@ -189,14 +246,50 @@ TileAssignment TileAssignment::Iota(std::vector<int64_t> dims, std::vector<int64
   WEFT_CHECK(IsPermutation(transpose_perm, reshape_dims.size()),
              "iota transpose T({}) is not a permutation of the {} reshape dims",
              fmt::join(transpose_perm, ","), reshape_dims.size());
-  // Counted, without overflow, before the devices are expanded.
+  // Counted, without overflow; nothing is expanded.
   CheckedDeviceCount(dims, "tile assignment dims");
   CheckedDeviceCount(reshape_dims, "iota reshape dims");
   WEFT_CHECK(Product(dims) == Product(reshape_dims),
              "iota tile assignment [{}]<=[{}]: the two shapes hold different device counts",
              fmt::join(dims, ","), fmt::join(reshape_dims, ","));
-  TileAssignment t(std::move(dims), IotaDevices(reshape_dims, transpose_perm));
-  return t.AsIotaIfPossible();
+  auto [reshape, perm] = FormOf(FormDigits(reshape_dims, transpose_perm));
+  return TileAssignment(std::move(dims), IotaForm{std::move(reshape), std::move(perm)});
+}
+
+const std::vector<int64_t>& TileAssignment::devices() const {
+  if (devices_) return devices_->get();
+  Expanded& e = *expanded_;
+  std::call_once(e.once, [&] {
+    if (!e.list) e.list = ExpandDigits(FormDigits(iota_->reshape_dims, iota_->perm), num_elements_);
+  });
+  return e.list->get();
+}
+
+int64_t TileAssignment::DeviceAt(int64_t flat) const {
+  if (devices_) return (*devices_)[flat];
+  const std::vector<int64_t>& reshape = iota_->reshape_dims;
+  const std::vector<int64_t>& perm = iota_->perm;
+  // Digits minor to major: perm read backwards; value stride of reshape dim p.
+  int64_t value = 0;
+  int64_t stride_cache[16];
+  const size_t r = reshape.size();
+  std::vector<int64_t> big;
+  int64_t* stride = stride_cache;
+  if (r > 16) {
+    big.resize(r);
+    stride = big.data();
+  }
+  int64_t s = 1;
+  for (size_t i = r; i-- > 0;) {
+    stride[i] = s;
+    s *= reshape[i];
+  }
+  for (size_t i = perm.size(); i-- > 0;) {
+    const int64_t p = perm[i];
+    value += flat % reshape[p] * stride[p];
+    flat /= reshape[p];
+  }
+  return value;
 }
 
 int64_t TileAssignment::operator()(std::span<const int64_t> index) const {
@@ -208,7 +301,7 @@ int64_t TileAssignment::operator()(std::span<const int64_t> index) const {
                index[i], i, dims_[i]);
     flat = flat * dims_[i] + index[i];
   }
-  return devices_[flat];
+  return DeviceAt(flat);
 }
 
 int64_t SharedDeviceList::PositionOf(int64_t device) const {
@@ -232,12 +325,15 @@ std::optional<std::vector<int64_t>> TileAssignment::IndexOf(int64_t device) cons
     // on large meshes otherwise). Device d sits where its digits in the
     // reshape dims, read in transposed order, put it.
     if (device < 0 || device >= num_elements()) return std::nullopt;
-    const std::vector<int64_t>& reshape = *iota_reshape_dims_;
-    const std::vector<int64_t>& perm = *iota_transpose_perm_;
-    const std::vector<int64_t> value_strides = Strides(reshape);
-    for (int64_t p : perm) flat = flat * reshape[p] + device / value_strides[p] % reshape[p];
+    const std::vector<int64_t>& reshape = iota_->reshape_dims;
+    const std::vector<int64_t>& perm = iota_->perm;
+    for (int64_t p : perm) {
+      int64_t stride = 1;
+      for (size_t i = p + 1; i < reshape.size(); ++i) stride *= reshape[i];
+      flat = flat * reshape[p] + device / stride % reshape[p];
+    }
   } else {
-    flat = devices_.PositionOf(device);
+    flat = devices_->PositionOf(device);
     if (flat < 0) return std::nullopt;
   }
   std::vector<int64_t> index(dims_.size());
@@ -263,14 +359,26 @@ TileAssignment TileAssignment::Transpose(std::span<const int64_t> perm) const {
              dims_.size());
   std::vector<int64_t> new_dims(perm.size());
   for (size_t i = 0; i < perm.size(); ++i) new_dims[i] = dims_[perm[i]];
+  if (is_iota()) {
+    // Each dim is a run of the form's digits (split where a dim boundary
+    // falls inside one): the transpose reorders those runs.
+    const std::vector<Digit> digits = FormDigits(iota_->reshape_dims, iota_->perm);
+    if (std::optional<std::vector<std::vector<Digit>>> pieces = SplitDigits(digits, dims_)) {
+      std::vector<Digit> moved;
+      for (int64_t p : perm) moved.insert(moved.end(), (*pieces)[p].begin(), (*pieces)[p].end());
+      auto [reshape, form_perm] = FormOf(moved);
+      return TileAssignment(std::move(new_dims), IotaForm{std::move(reshape), std::move(form_perm)});
+    }
+  }
+  const std::vector<int64_t>& src_devices = devices();
   const std::vector<int64_t> old_strides = Strides(dims_);
   std::vector<int64_t> stride(perm.size());
   for (size_t i = 0; i < perm.size(); ++i) stride[i] = old_strides[perm[i]];
-  std::vector<int64_t> devices(devices_.size());
+  std::vector<int64_t> out(num_elements_);
   std::vector<int64_t> index(perm.size(), 0);
   int64_t src = 0;
-  for (int64_t& d : devices) {
-    d = devices_[src];
+  for (int64_t& d : out) {
+    d = src_devices[src];
     for (int64_t k = static_cast<int64_t>(perm.size()) - 1; k >= 0; --k) {
       if (++index[k] < new_dims[k]) {
         src += stride[k];
@@ -282,44 +390,103 @@ TileAssignment TileAssignment::Transpose(std::span<const int64_t> perm) const {
   }
   TileAssignment t;
   t.dims_ = std::move(new_dims);
-  t.devices_ = std::move(devices);
+  t.num_elements_ = num_elements_;
+  t.devices_ = SharedDeviceList(std::move(out));
+  return is_iota() ? t.AsIotaIfPossible() : t;
+}
+
+TileAssignment TileAssignment::SortMinorGroups() const {
+  const int64_t group = dims_.back();
+  if (is_iota()) {
+    // A group is sorted when its digits step down in stride; sorting a group
+    // reorders its digits, so the result is an iota again.
+    const std::vector<Digit> digits = FormDigits(iota_->reshape_dims, iota_->perm);
+    const std::vector<int64_t> split = {num_elements_ / group, group};
+    if (std::optional<std::vector<std::vector<Digit>>> pieces = SplitDigits(digits, split)) {
+      std::vector<Digit>& minor = (*pieces)[1];
+      const auto by_stride = [](const Digit& a, const Digit& b) { return a.stride > b.stride; };
+      if (std::is_sorted(minor.begin(), minor.end(), by_stride)) return *this;
+      std::sort(minor.begin(), minor.end(), by_stride);
+      std::vector<Digit> all = (*pieces)[0];
+      all.insert(all.end(), minor.begin(), minor.end());
+      auto [reshape, perm] = FormOf(all);
+      return TileAssignment(dims_, IotaForm{std::move(reshape), std::move(perm)});
+    }
+  }
+  std::vector<int64_t> sorted = devices();
+  bool changed = false;
+  for (size_t i = 0; i < sorted.size(); i += group) {
+    auto begin = sorted.begin() + i, end = begin + group;
+    if (!std::is_sorted(begin, end)) {
+      std::sort(begin, end);
+      changed = true;
+    }
+  }
+  if (!changed) return *this;
+  TileAssignment t(dims_, std::move(sorted));
   return is_iota() ? t.AsIotaIfPossible() : t;
 }
 
 TileAssignment TileAssignment::AsExplicit() const {
-  TileAssignment t = *this;
-  t.iota_reshape_dims_.reset();
-  t.iota_transpose_perm_.reset();
+  if (!is_iota()) return *this;
+  TileAssignment t;
+  t.dims_ = dims_;
+  t.num_elements_ = num_elements_;
+  t.devices_ = SharedDeviceList(devices());
   return t;
 }
 
 TileAssignment TileAssignment::AsIotaIfPossible() const {
   if (is_iota()) return *this;
-  std::optional<IotaForm> form = DetectIota(devices_);
-  if (!form) return *this;
-  TileAssignment t = *this;
-  t.iota_reshape_dims_ = std::move(form->reshape_dims);
-  t.iota_transpose_perm_ = std::move(form->perm);
+  std::optional<std::vector<Digit>> digits = DetectDigits(devices_->get());
+  if (!digits) return *this;
+  auto [reshape, perm] = FormOf(*digits);
+  TileAssignment t(dims_, IotaForm{std::move(reshape), std::move(perm)});
+  // The list is known already: no expansion later.
+  t.expanded_->list = *devices_;
   return t;
 }
 
 std::string TileAssignment::ToString() const {
   std::string out = fmt::format("devices=[{}]", fmt::join(dims_, ","));
   if (is_iota()) {
-    out += fmt::format("<=[{}]", fmt::join(*iota_reshape_dims_, ","));
-    if (iota_reshape_dims_->size() > 1) {
-      out += fmt::format("T({})", fmt::join(*iota_transpose_perm_, ","));
+    out += fmt::format("<=[{}]", fmt::join(iota_->reshape_dims, ","));
+    if (iota_->reshape_dims.size() > 1) {
+      out += fmt::format("T({})", fmt::join(iota_->perm, ","));
     }
   } else {
-    out += fmt::format("{}", fmt::join(devices_, ","));
+    out += fmt::format("{}", fmt::join(devices_->get(), ","));
   }
   return out;
+}
+
+bool TileAssignment::operator==(const TileAssignment& other) const {
+  if (dims_ != other.dims_) return false;
+  if (is_iota() && other.is_iota()) return *iota_ == *other.iota_;
+  if (!is_iota() && !other.is_iota()) return *devices_ == *other.devices_;
+  // One of each: compare position by position without expanding the iota.
+  const TileAssignment& iota = is_iota() ? *this : other;
+  const std::vector<int64_t>& list = is_iota() ? other.devices_->get() : devices_->get();
+  if (iota.expanded_->list) return iota.expanded_->list->get() == list;
+  for (int64_t i = 0; i < num_elements_; ++i) {
+    if (iota.DeviceAt(i) != list[i]) return false;
+  }
+  return true;
 }
 
 size_t TileAssignment::Hash() const {
   size_t h = 0;
   for (int64_t d : dims_) h = HashCombine(h, std::hash<int64_t>()(d));
-  for (int64_t d : devices_) h = HashCombine(h, std::hash<int64_t>()(d));
+  // A sample of positions, the same for both forms: the first few, each
+  // power of two and its predecessor, the last.
+  const int64_t n = num_elements_;
+  const auto mix = [&](int64_t i) { h = HashCombine(h, std::hash<int64_t>()(DeviceAt(i))); };
+  for (int64_t i = 0; i < std::min<int64_t>(n, 8); ++i) mix(i);
+  for (int64_t p = 8; p < n; p *= 2) {
+    mix(p - 1);
+    mix(p);
+  }
+  if (n > 8) mix(n - 1);
   return h;
 }
 

@@ -1,33 +1,58 @@
 #include "device_tiles.h"
 
 #include <algorithm>
-#include <map>
 
 #include "weft/base/error.h"
 
 namespace weft::spmd {
 
-DeviceTiles DeviceTiles::Of(const HloSharding& sharding, int64_t rank, int64_t num_devices) {
+namespace {
+DeviceTiles Blank(int64_t rank, int64_t num_devices) {
   DeviceTiles t;
   t.counts.assign(rank, 1);
-  t.index.assign(num_devices, std::vector<int64_t>(rank, 0));
+  t.num_devices_ = num_devices;
+  t.index.assign(rank * num_devices, 0);
+  return t;
+}
+}  // namespace
+
+DeviceTiles DeviceTiles::Of(const HloSharding& sharding, int64_t rank, int64_t num_devices) {
+  DeviceTiles t = Blank(rank, num_devices);
   if (!sharding.IsTiled()) return t;
   t.counts = sharding.TilesPerDim();
   WEFT_CHECK(static_cast<int64_t>(t.counts.size()) == rank, "internal: sharding {} for rank {}",
              sharding.ToString(), rank);
-  for (int64_t d = 0; d < num_devices; ++d) t.index[d] = sharding.TileIndexForDevice(d);
+  // Position by position through the tile assignment: its leading `rank`
+  // dims are the device's tile index.
+  const TileAssignment& ta = sharding.tile_assignment();
+  WEFT_CHECK(ta.num_elements() == num_devices, "internal: sharding {} on {} devices",
+             sharding.ToString(), num_devices);
+  const std::vector<int64_t>& devices = ta.devices();
+  const int64_t full_rank = ta.num_dims();
+  std::vector<int64_t> idx(full_rank, 0);
+  for (int64_t flat = 0; flat < num_devices; ++flat) {
+    WEFT_CHECK(devices[flat] < num_devices, "internal: sharding {} names device {} of {}",
+               sharding.ToString(), devices[flat], num_devices);
+    int32_t* row = &t.index[devices[flat] * rank];
+    for (int64_t d = 0; d < rank; ++d) row[d] = static_cast<int32_t>(idx[d]);
+    for (int64_t d = full_rank - 1; d >= 0; --d) {
+      if (++idx[d] < ta.dim(d)) break;
+      idx[d] = 0;
+    }
+  }
   return t;
 }
 
 DeviceTiles DeviceTiles::Map(const DeviceTiles& src, const std::vector<int64_t>& from) {
-  DeviceTiles t;
   const int64_t rank = static_cast<int64_t>(from.size());
-  t.counts.assign(rank, 1);
-  t.index.assign(src.num_devices(), std::vector<int64_t>(rank, 0));
+  DeviceTiles t = Blank(rank, src.num_devices());
+  const int64_t src_rank = src.rank();
   for (int64_t d = 0; d < rank; ++d) {
     if (from[d] < 0) continue;
     t.counts[d] = src.counts.at(from[d]);
-    for (int64_t dev = 0; dev < src.num_devices(); ++dev) t.index[dev][d] = src.index[dev][from[d]];
+    for (int64_t dev = 0; dev < src.num_devices(); ++dev) {
+      t.index[dev * rank + d] = src.index[dev * src_rank + from[d]];
+    }
   }
   return t;
 }
@@ -37,12 +62,33 @@ DeviceTiles DeviceTiles::Join(const DeviceTiles& a, const std::vector<int64_t>& 
   WEFT_CHECK(from_a.size() == from_b.size(), "internal: joining dim maps of {} and {} dims",
              from_a.size(), from_b.size());
   DeviceTiles t = Map(a, from_a);
-  for (int64_t d = 0; d < t.rank(); ++d) {
+  const int64_t rank = t.rank(), b_rank = b.rank();
+  for (int64_t d = 0; d < rank; ++d) {
     if (from_b[d] < 0) continue;
     t.counts[d] = b.counts.at(from_b[d]);
-    for (int64_t dev = 0; dev < t.num_devices(); ++dev) t.index[dev][d] = b.index[dev][from_b[d]];
+    for (int64_t dev = 0; dev < t.num_devices(); ++dev) {
+      t.index[dev * rank + d] = b.index[dev * b_rank + from_b[d]];
+    }
   }
   return t;
+}
+
+std::vector<std::vector<int64_t>> DeviceTiles::Rows() const {
+  std::vector<std::vector<int64_t>> rows(num_devices_);
+  for (int64_t dev = 0; dev < num_devices_; ++dev) {
+    for (int64_t d = 0; d < rank(); ++d) rows[dev].push_back(at(dev, d));
+  }
+  return rows;
+}
+
+void DeviceTiles::SetRows(const std::vector<std::vector<int64_t>>& rows) {
+  num_devices_ = static_cast<int64_t>(rows.size());
+  index.clear();
+  for (const std::vector<int64_t>& r : rows) {
+    WEFT_CHECK(static_cast<int64_t>(r.size()) == rank(), "internal: row of {} for rank {}",
+               r.size(), rank());
+    for (int64_t v : r) index.push_back(static_cast<int32_t>(v));
+  }
 }
 
 std::vector<int64_t> Inverse(const std::vector<int64_t>& from, int64_t rank) {
@@ -61,7 +107,8 @@ int64_t DeviceTiles::NumTiles() const {
 
 int64_t DeviceTiles::Flat(int64_t device) const {
   int64_t flat = 0;
-  for (int64_t d = 0; d < rank(); ++d) flat = flat * counts[d] + index[device][d];
+  const int32_t* row = &index[device * rank()];
+  for (int64_t d = 0; d < rank(); ++d) flat = flat * counts[d] + row[d];
   return flat;
 }
 
@@ -70,7 +117,8 @@ void DeviceTiles::Coarsen(int64_t d, int64_t m) {
              counts.at(d), m);
   const int64_t step = counts[d] / m;
   counts[d] = m;
-  for (std::vector<int64_t>& i : index) i[d] /= step;
+  const int64_t r = rank();
+  for (int64_t dev = 0; dev < num_devices_; ++dev) index[dev * r + d] /= step;
 }
 
 std::optional<HloSharding> DeviceTiles::ToSharding() const {
@@ -103,24 +151,34 @@ std::optional<HloSharding> DeviceTiles::ToSharding() const {
 std::optional<std::vector<std::vector<int64_t>>> GroupsOverKey(const DeviceTiles& result,
                                                                const DeviceTiles& key) {
   const int64_t keys = key.NumTiles();
-  // result tile -> key tile -> devices (ascending).
-  std::map<int64_t, std::vector<std::vector<int64_t>>> by_tile;
-  for (int64_t dev = 0; dev < result.num_devices(); ++dev) {
-    auto& slots = by_tile[result.Flat(dev)];
-    slots.resize(keys);
-    slots[key.Flat(dev)].push_back(dev);
-  }
-  std::vector<std::vector<int64_t>> groups;
-  for (auto& [tile, slots] : by_tile) {
-    const size_t copies = slots[0].size();
-    for (const std::vector<int64_t>& s : slots) {
-      if (s.size() != copies || copies == 0) return std::nullopt;
+  const int64_t n = result.num_devices();
+  // Devices ordered by (result tile, key tile, id): each result tile's run
+  // holds every key tile `copies` times.
+  struct Entry {
+    int64_t tile, key, device;
+    bool operator<(const Entry& o) const {
+      return tile != o.tile ? tile < o.tile : key != o.key ? key < o.key : device < o.device;
     }
-    for (size_t c = 0; c < copies; ++c) {
-      std::vector<int64_t> group;
-      for (const std::vector<int64_t>& s : slots) group.push_back(s[c]);
+  };
+  std::vector<Entry> entries(n);
+  for (int64_t dev = 0; dev < n; ++dev) entries[dev] = {result.Flat(dev), key.Flat(dev), dev};
+  std::sort(entries.begin(), entries.end());
+  std::vector<std::vector<int64_t>> groups;
+  for (int64_t begin = 0; begin < n;) {
+    int64_t end = begin;
+    while (end < n && entries[end].tile == entries[begin].tile) ++end;
+    const int64_t run = end - begin;
+    if (run % keys != 0) return std::nullopt;
+    const int64_t copies = run / keys;
+    for (int64_t i = 0; i < run; ++i) {
+      if (entries[begin + i].key != i / copies) return std::nullopt;
+    }
+    for (int64_t c = 0; c < copies; ++c) {
+      std::vector<int64_t> group(keys);
+      for (int64_t k = 0; k < keys; ++k) group[k] = entries[begin + k * copies + c].device;
       groups.push_back(std::move(group));
     }
+    begin = end;
   }
   std::sort(groups.begin(), groups.end());
   return groups;

@@ -16,8 +16,8 @@
 namespace weft::spmd {
 
 struct DeviceTiles {
-  std::vector<int64_t> counts;              // tiles per dim
-  std::vector<std::vector<int64_t>> index;  // [device][dim]
+  std::vector<int64_t> counts;  // tiles per dim
+  std::vector<int32_t> index;   // [device * rank() + dim], flat (one table, not one per device)
 
   // The tiles of `sharding` (replicated: one tile) for an array of `rank`.
   static DeviceTiles Of(const HloSharding& sharding, int64_t rank, int64_t num_devices);
@@ -30,7 +30,11 @@ struct DeviceTiles {
                           const DeviceTiles& b, const std::vector<int64_t>& from_b);
 
   int64_t rank() const { return static_cast<int64_t>(counts.size()); }
-  int64_t num_devices() const { return static_cast<int64_t>(index.size()); }
+  int64_t num_devices() const { return num_devices_; }
+  int64_t at(int64_t device, int64_t d) const { return index[device * rank() + d]; }
+  // The table as one row per device (tests).
+  std::vector<std::vector<int64_t>> Rows() const;
+  void SetRows(const std::vector<std::vector<int64_t>>& rows);
   int64_t NumTiles() const;
   // Row-major tile number of `device`.
   int64_t Flat(int64_t device) const;
@@ -44,6 +48,8 @@ struct DeviceTiles {
   std::optional<HloSharding> ToSharding() const;
 
   bool operator==(const DeviceTiles&) const = default;
+
+  int64_t num_devices_ = 0;
 };
 
 // Replica groups that combine partial results: the devices holding the same

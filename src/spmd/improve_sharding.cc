@@ -49,15 +49,21 @@ bool IsSubTilingOrEqualSharding(std::span<const int64_t> dims, const HloSharding
   for (int64_t d = 0; d < rank; ++d) {
     if (sub.tile_assignment().dim(d) < sharding.tile_assignment().dim(d)) return false;
   }
+  if (sub == sharding) return true;
   // Compare tile extents device by device (padding tiles hold no data).
-  for (int64_t device : sharding.tile_assignment().devices()) {
-    std::vector<int64_t> so = sub.TileOffsetForDevice(dims, device);
-    std::vector<int64_t> sl = sub.TileLimitForDevice(dims, device);
-    std::vector<int64_t> o = sharding.TileOffsetForDevice(dims, device);
-    std::vector<int64_t> l = sharding.TileLimitForDevice(dims, device);
+  const std::vector<int64_t> sub_tile = sub.TileShape(dims), tile = sharding.TileShape(dims);
+  const TileAssignment& ta = sharding.tile_assignment();
+  for (int64_t i = 0; i < ta.num_elements(); ++i) {
+    const int64_t device = ta.DeviceAt(i);
+    const std::vector<int64_t> si = sub.TileIndexForDevice(device);
+    const std::vector<int64_t> ti = sharding.TileIndexForDevice(device);
     for (int64_t d = 0; d < rank; ++d) {
-      if (sl[d] <= so[d]) continue;  // empty tile
-      if (so[d] < o[d] || sl[d] > l[d]) return false;
+      const int64_t so = std::min(si[d] * sub_tile[d], dims[d]);
+      const int64_t sl = std::min((si[d] + 1) * sub_tile[d], dims[d]);
+      if (sl <= so) continue;  // empty tile
+      const int64_t o = std::min(ti[d] * tile[d], dims[d]);
+      const int64_t l = std::min((ti[d] + 1) * tile[d], dims[d]);
+      if (so < o || sl > l) return false;
     }
   }
   return true;

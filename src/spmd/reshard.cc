@@ -11,16 +11,6 @@
 namespace weft::spmd {
 namespace {
 
-// Unclamped offset of `device`'s tile along each dim (padding included).
-std::vector<int64_t> PaddedOffset(const HloSharding& sharding, const Shape& base, int64_t device) {
-  std::vector<int64_t> offset(base.rank(), 0);
-  if (!sharding.IsTiled()) return offset;
-  const std::vector<int64_t> tile = sharding.TileShape(base.dimensions());
-  const std::vector<int64_t> index = sharding.TileIndexForDevice(device);
-  for (int64_t d = 0; d < base.rank(); ++d) offset[d] = index[d] * tile[d];
-  return offset;
-}
-
 bool SameSubgroups(const HloSharding& a, const HloSharding& b) {
   return a.ReplicateOnLastTileDim() == b.ReplicateOnLastTileDim() &&
          a.subgroup_types() == b.subgroup_types();
@@ -37,9 +27,19 @@ std::optional<PartitionedValue> TrySliceLocally(SpmdBuilder& b, const Partitione
   const int64_t n = b.num_partitions();
   std::vector<std::vector<int64_t>> starts(rank, std::vector<int64_t>(n, 0));
   std::vector<int64_t> high(rank, 0);
+  // Unclamped (padded) tile offsets of every device, from one table each.
+  const auto offsets = [&](const HloSharding& s) {
+    std::vector<int64_t> out(n * rank, 0);
+    if (!s.IsTiled()) return out;
+    const std::vector<int64_t> tile = s.TileShape(base.dimensions());
+    const std::vector<int64_t> table = s.TileIndexTable(n);
+    for (int64_t i = 0; i < n * rank; ++i) out[i] = table[i] * tile[i % rank];
+    return out;
+  };
+  const std::vector<int64_t> src_offsets = offsets(v.sharding), dst_offsets = offsets(target);
   for (int64_t device = 0; device < n; ++device) {
-    const std::vector<int64_t> src_off = PaddedOffset(v.sharding, base, device);
-    const std::vector<int64_t> dst_off = PaddedOffset(target, base, device);
+    const int64_t* src_off = &src_offsets[device * rank];
+    const int64_t* dst_off = &dst_offsets[device * rank];
     for (int64_t d = 0; d < rank; ++d) {
       const int64_t size = base.dimensions(d);
       const int64_t dst_lo = std::min(dst_off[d], size);

@@ -111,15 +111,24 @@ std::optional<PartialSum> ScatterThenReduce(const HloSharding& partial, const Hl
   PartialSum sum;
   sum.scatter_dim = e;
   sum.result = wanted;
+  // Every device's tiles, from one table each (groups cover every device).
+  int64_t n = 0;
+  for (const std::vector<int64_t>& group : groups) {
+    for (int64_t dev : group) n = std::max(n, dev + 1);
+  }
+  n = std::max(n, wanted.tile_assignment().num_elements());
+  const std::vector<int64_t> w_table = wanted.TileIndexTable(n);
+  const std::vector<int64_t> p_table =
+      partial.IsTiled() ? partial.TileIndexTable(n) : std::vector<int64_t>(n * rank, 0);
   for (const std::vector<int64_t>& group : groups) {
     std::vector<std::vector<int64_t>> chunk(g);
     for (int64_t dev : group) {
-      std::vector<int64_t> wi = wanted.TileIndexForDevice(dev);
-      const std::vector<int64_t> pi =
-          partial.IsTiled() ? partial.TileIndexForDevice(dev) : std::vector<int64_t>(rank, 0);
+      const int64_t* wi = &w_table[dev * rank];
+      const int64_t* pi = &p_table[dev * rank];
       const int64_t c = wi[e];
-      wi[e] = 0;
-      if (wi != pi) return std::nullopt;
+      for (int64_t d = 0; d < rank; ++d) {
+        if ((d == e ? 0 : wi[d]) != pi[d]) return std::nullopt;
+      }
       chunk[c].push_back(dev);
     }
     for (const std::vector<int64_t>& c : chunk) {
@@ -204,8 +213,10 @@ HloInstruction* ShiftIndicesIntoTile(SpmdBuilder& b, HloInstruction* indices, in
                      b.BroadcastScalar(b.ScalarConstant(t, operand.base.dimensions(d) - 1), dims));
       }
       std::vector<int64_t> offsets(b.num_partitions());
+      const std::vector<int64_t> table = operand.sharding.TileIndexTable(b.num_partitions());
+      const int64_t rank = operand.sharding.TiledDataRank();
       for (int64_t dev = 0; dev < b.num_partitions(); ++dev) {
-        offsets[dev] = operand.sharding.TileIndexForDevice(dev)[d] * local;
+        offsets[dev] = table[dev * rank + d] * local;
       }
       c = b.Binary(HloOpcode::kSubtract, c,
                    b.BroadcastScalar(b.Convert(b.DeviceValue(offsets), t), dims));

@@ -241,31 +241,26 @@ std::vector<std::vector<int64_t>> GroupsAlongTileDims(const TileAssignment& tile
   const int64_t rank = tiles.num_dims();
   std::vector<bool> in_group(rank, false);
   for (int64_t d : dims) in_group.at(d) = true;
-  // key: the row-major index over the other dims; rank within: over `dims`.
-  std::map<int64_t, std::vector<std::pair<int64_t, int64_t>>> groups;
-  std::vector<int64_t> index(rank, 0);
-  for (int64_t flat = 0; flat < tiles.num_elements(); ++flat) {
-    int64_t rem = flat;
-    for (int64_t d = rank - 1; d >= 0; --d) {
-      index[d] = rem % tiles.dim(d);
-      rem /= tiles.dim(d);
-    }
-    int64_t key = 0, position = 0;
-    for (int64_t d = 0; d < rank; ++d) {
-      if (in_group[d]) {
-        position = position * tiles.dim(d) + index[d];
-      } else {
-        key = key * tiles.dim(d) + index[d];
-      }
-    }
-    groups[key].push_back({position, tiles.devices()[flat]});
+  // Groups ordered by the row-major index over the other dims, members by
+  // the index over `dims`: the tiles transposed to (other dims, dims), read
+  // in rows (an iota stays an iota: nothing is searched or sorted).
+  std::vector<int64_t> perm;
+  int64_t group_size = 1;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (!in_group[d]) perm.push_back(d);
   }
-  std::vector<std::vector<int64_t>> result;
-  for (auto& [key, members] : groups) {
-    std::sort(members.begin(), members.end());
-    std::vector<int64_t> group;
-    for (auto& [position, device] : members) group.push_back(device);
-    result.push_back(std::move(group));
+  for (int64_t d = 0; d < rank; ++d) {
+    if (in_group[d]) {
+      perm.push_back(d);
+      group_size *= tiles.dim(d);
+    }
+  }
+  const TileAssignment moved = tiles.Transpose(perm);
+  const int64_t n = moved.num_elements();
+  std::vector<std::vector<int64_t>> result(n / group_size);
+  const std::vector<int64_t>& devices = moved.devices();
+  for (int64_t g = 0; g < n / group_size; ++g) {
+    result[g].assign(devices.begin() + g * group_size, devices.begin() + (g + 1) * group_size);
   }
   return result;
 }
@@ -280,10 +275,10 @@ HloInstruction* MaskPadding(SpmdBuilder& b, const PartitionedValue& v,
     const int64_t size = v.base.dimensions(d);
     const int64_t tile = local.dimensions(d);
     if (tile * tiles[d] == size) continue;  // not padded
-    std::vector<int64_t> offsets(b.num_partitions());
-    for (int64_t device = 0; device < b.num_partitions(); ++device) {
-      offsets[device] = v.sharding.TileIndexForDevice(device)[d] * tile;
-    }
+    const int64_t n = b.num_partitions(), rank = v.sharding.TiledDataRank();
+    const std::vector<int64_t> table = v.sharding.TileIndexTable(n);
+    std::vector<int64_t> offsets(n);
+    for (int64_t device = 0; device < n; ++device) offsets[device] = table[device * rank + d] * tile;
     Shape index_shape(PrimitiveType::kS32, local.dimensions());
     HloInstruction* index = b.Binary(HloOpcode::kAdd, b.Iota(index_shape, d),
                                      b.BroadcastScalar(b.DeviceValue(offsets), local.dimensions()));

@@ -134,5 +134,101 @@ TEST(TileAssignmentTest, DeviceCountsAreBounded) {
   EXPECT_THROW(TileAssignment::Iota({4}).Reshape({4294967296, 4294967296, 4}), Error);
 }
 
+// The iota form is never expanded: every operation on it agrees with the same
+// operation on the explicit list, on random dims, reshapes and transposes.
+TEST(TileAssignmentTest, IotaFormAgreesWithTheExpandedList) {
+  std::mt19937 rng(12);
+  const std::vector<int64_t> factors = {1, 2, 2, 3, 4};
+  for (int trial = 0; trial < 400; ++trial) {
+    // Random reshape dims and transpose of the iota.
+    std::vector<int64_t> reshape;
+    const int rank = 1 + static_cast<int>(rng() % 4);
+    for (int i = 0; i < rank; ++i) reshape.push_back(factors[rng() % factors.size()]);
+    std::vector<int64_t> perm(rank);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    const int64_t n = std::accumulate(reshape.begin(), reshape.end(), int64_t{1},
+                                      std::multiplies<>());
+    // Random dims of the same count: split n into random divisors.
+    std::vector<int64_t> dims;
+    int64_t left = n;
+    while (left > 1 && dims.size() < 4) {
+      std::vector<int64_t> divisors;
+      for (int64_t d = 1; d <= left; ++d) {
+        if (left % d == 0) divisors.push_back(d);
+      }
+      const int64_t d = divisors[rng() % divisors.size()];
+      dims.push_back(d);
+      left /= d;
+    }
+    dims.push_back(left);
+    const std::vector<int64_t> expected = NaiveIota(reshape, perm);
+    const TileAssignment iota = TileAssignment::Iota(dims, reshape, perm);
+    const TileAssignment list(dims, expected);
+    SCOPED_TRACE(iota.ToString());
+    ASSERT_TRUE(iota.is_iota());
+    ASSERT_FALSE(list.is_iota());
+    // Device at each position, and the position of each device.
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_EQ(iota.DeviceAt(i), expected[i]);
+      EXPECT_EQ(iota.IndexOf(expected[i]), list.IndexOf(expected[i]));
+    }
+    EXPECT_EQ(iota.IndexOf(n), std::nullopt);
+    // Equality and hashing across forms.
+    EXPECT_EQ(iota, list);
+    EXPECT_EQ(list, iota);
+    EXPECT_EQ(iota.Hash(), list.Hash());
+    EXPECT_EQ(iota.Hash(), list.AsIotaIfPossible().Hash());
+    EXPECT_EQ(iota.devices(), expected);
+    EXPECT_EQ(list.AsIotaIfPossible().ToString(), iota.ToString());
+    // Transpose: same devices as the list's, and an iota when the dims split
+    // the form into whole digits.
+    std::vector<int64_t> tperm(dims.size());
+    std::iota(tperm.begin(), tperm.end(), 0);
+    std::shuffle(tperm.begin(), tperm.end(), rng);
+    const TileAssignment t = iota.Transpose(tperm);
+    EXPECT_EQ(t, list.Transpose(tperm));
+    EXPECT_EQ(t.devices(), list.Transpose(tperm).devices());
+    EXPECT_EQ(t.Hash(), list.Transpose(tperm).Hash());
+    // Reshape keeps the form.
+    const TileAssignment r = iota.Reshape({n});
+    EXPECT_TRUE(r.is_iota());
+    EXPECT_EQ(r.devices(), expected);
+    // Sorted replication groups.
+    std::vector<int64_t> sorted = expected;
+    for (int64_t i = 0; i < n; i += dims.back()) {
+      std::sort(sorted.begin() + i, sorted.begin() + i + dims.back());
+    }
+    EXPECT_EQ(iota.SortMinorGroups().devices(), sorted);
+    EXPECT_EQ(list.SortMinorGroups(), iota.SortMinorGroups());
+    // Print / parse round trip, both forms.
+    for (const TileAssignment& ta : {iota, list, t}) {
+      const HloSharding parsed = HloSharding::Parse("{" + ta.ToString() + "}");
+      EXPECT_EQ(parsed.tile_assignment(), ta);
+      EXPECT_EQ(parsed.tile_assignment().ToString(), ta.ToString());
+    }
+  }
+}
+
+// A 65,536-device mesh stays in the compact form through what the planner
+// does with it (transpose, reshape, sort groups, compare, hash, index).
+TEST(TileAssignmentTest, LargeMeshStaysCompact) {
+  const TileAssignment mesh = TileAssignment::Iota({8192, 8});
+  const TileAssignment t = mesh.Transpose(std::vector<int64_t>{1, 0});
+  EXPECT_EQ(t.ToString(), "devices=[8,8192]<=[8192,8]T(1,0)");
+  const TileAssignment r = t.Reshape({8, 64, 128}).Transpose(std::vector<int64_t>{1, 0, 2});
+  EXPECT_TRUE(r.is_iota());
+  EXPECT_EQ(r.DeviceAt(1), 8);
+  EXPECT_EQ(r.DeviceAt(128), 1);
+  EXPECT_EQ(*r.IndexOf(65535), (std::vector<int64_t>{63, 7, 127}));
+  EXPECT_TRUE(r.SortMinorGroups().is_iota());
+  EXPECT_NE(r, t.Reshape({8, 64, 128}));
+  EXPECT_EQ(t.Transpose(std::vector<int64_t>{1, 0}), mesh);
+  // A transpose that cuts through a digit falls back to the list, correctly.
+  const TileAssignment odd = TileAssignment::Iota({4, 6}, {6, 4}, {1, 0}).Reshape({6, 4});
+  EXPECT_EQ(odd.Transpose(std::vector<int64_t>{1, 0}),
+            odd.AsExplicit().Transpose(std::vector<int64_t>{1, 0}));
+}
+
 }  // namespace
 }  // namespace weft

@@ -19,7 +19,7 @@ TEST(DeviceTiles, OfReadsEachDevicesTileAndReplicatedIsOneTile) {
   // [2, 2] tiles, devices listed column-major: device 2 holds tile (0, 1).
   const DeviceTiles t = DeviceTiles::Of(HloSharding::Parse("{devices=[2,2]0,2,1,3}"), 2, 4);
   EXPECT_EQ(t.counts, (std::vector<int64_t>{2, 2}));
-  EXPECT_EQ(t.index, (Index{{0, 0}, {1, 0}, {0, 1}, {1, 1}}));
+  EXPECT_EQ(t.Rows(), (Index{{0, 0}, {1, 0}, {0, 1}, {1, 1}}));
   EXPECT_EQ(t.Flat(2), 1);
   const DeviceTiles r = DeviceTiles::Of(HloSharding::Replicate(), 3, 4);
   EXPECT_EQ(r.counts, (std::vector<int64_t>{1, 1, 1}));
@@ -33,7 +33,7 @@ TEST(DeviceTiles, MapAndInverseCarryTilesBetweenArrays) {
   const std::vector<int64_t> out_from_indices = {-1, 0};
   const DeviceTiles out = DeviceTiles::Map(idx, out_from_indices);
   EXPECT_EQ(out.counts, (std::vector<int64_t>{1, 4}));
-  EXPECT_EQ(out.index[3], (std::vector<int64_t>{0, 3}));
+  EXPECT_EQ(out.Rows()[3], (std::vector<int64_t>{0, 3}));
   // And back: the indices' dim 0 from the result's dim 1, dim 1 from nothing.
   const std::vector<int64_t> back = Inverse(out_from_indices, 2);
   EXPECT_EQ(back, (std::vector<int64_t>{1, -1}));
@@ -47,14 +47,14 @@ TEST(DeviceTiles, JoinTakesTheSecondMapWhereItHasADim) {
   // Result dims: 0 <- a's 1, 1 <- b's 0, 2 <- nothing; a's map also names dim 1 (overridden).
   const DeviceTiles j = DeviceTiles::Join(a, {1, 0, -1}, b, {-1, 0, -1});
   EXPECT_EQ(j.counts, (std::vector<int64_t>{2, 4, 1}));
-  EXPECT_EQ(j.index, (Index{{0, 3, 0}, {1, 2, 0}, {0, 1, 0}, {1, 0, 0}}));
+  EXPECT_EQ(j.Rows(), (Index{{0, 3, 0}, {1, 2, 0}, {0, 1, 0}, {1, 0, 0}}));
   EXPECT_THROW(DeviceTiles::Join(a, {0}, b, {0, -1}), Error);
 }
 
 TEST(DeviceTiles, CoarsenGivesPartialReplicationAndUnequalTablesAreNotShardings) {
   DeviceTiles t = DeviceTiles::Of(HloSharding::Parse("{devices=[4]0,1,2,3}"), 1, 4);
   t.Coarsen(0, 2);  // tiles {0,1} -> 0, {2,3} -> 1
-  EXPECT_EQ(t.index, (Index{{0}, {0}, {1}, {1}}));
+  EXPECT_EQ(t.Rows(), (Index{{0}, {0}, {1}, {1}}));
   const auto s = t.ToSharding();
   ASSERT_TRUE(s.has_value());
   EXPECT_EQ(*s, HloSharding::Parse("{devices=[2,2]0,1,2,3 last_tile_dim_replicate}"));
@@ -63,7 +63,7 @@ TEST(DeviceTiles, CoarsenGivesPartialReplicationAndUnequalTablesAreNotShardings)
   // Three devices on tile 0, one on tile 1: no sharding says that.
   DeviceTiles uneven = DeviceTiles::Of(
       HloSharding::Parse("{devices=[2,2]0,1,2,3 last_tile_dim_replicate}"), 1, 4);
-  uneven.index = {{0}, {0}, {0}, {1}};
+  uneven.SetRows({{0}, {0}, {0}, {1}});
   EXPECT_FALSE(uneven.ToSharding().has_value());
   EXPECT_THROW(t.Coarsen(0, 3), Error);
 }
@@ -82,7 +82,7 @@ TEST(DeviceTiles, GroupsOverKeyCollectEachKeyTileOnce) {
   // A key tile missing from a result tile's holders: no groups.
   const DeviceTiles same = DeviceTiles::Map(key, {-1});
   DeviceTiles skewed = DeviceTiles::Map(key, {1});
-  skewed.index = {{0}, {0}, {1}, {1}};
+  skewed.SetRows({{0}, {0}, {1}, {1}});
   EXPECT_FALSE(GroupsOverKey(result, skewed).has_value());
   EXPECT_TRUE(GroupsOverKey(result, same).has_value());
 }

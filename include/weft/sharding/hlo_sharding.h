@@ -111,6 +111,11 @@ class HloSharding {
   // or empty. Tile-maximal shardings have one whole-array tile.
   // Per data dim, the shard index of `device` (throws if unused).
   std::vector<int64_t> TileIndexForDevice(int64_t device) const;
+  // TileIndexForDevice for devices 0..num_devices-1 at once, row-major:
+  // entry [device * TiledDataRank() + dim]. One pass over the tile
+  // assignment (no search, no list per device); throws if a device is
+  // missing. Empty rows when not tiled.
+  std::vector<int64_t> TileIndexTable(int64_t num_devices) const;
   // Full tile size (the padded per-device shape).
   std::vector<int64_t> TileShape(std::span<const int64_t> dims) const;
   // Actual extent held by `device`: [offset, limit) per dim.

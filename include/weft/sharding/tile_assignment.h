@@ -56,15 +56,18 @@ class SharedDeviceList {
 };
 
 // An N-d array of device ids: element [i0, ..., ik] is the device that holds
-// tile (i0, ..., ik). Stored explicitly; when it came from (or still is) an
-// iota it also remembers XLA's compact form
+// tile (i0, ..., ik). Either an explicit list, or XLA's compact iota form
 //   reshape(transpose(iota(reshape_dims), transpose_perm), dims)
-// so that it prints as `<=[reshape_dims]T(perm)`. Equality compares devices
-// only, never the form.
+// which is never expanded on its own: device at an index, the index of a
+// device, reshape, transpose (when the result is an iota, as it is for any
+// transpose that keeps whole mesh axes together), equality, hashing and
+// printing (`<=[reshape_dims]T(perm)`) all work on the form in O(rank). The
+// device list is built (once, shared by copies) only when a caller asks for
+// devices(). Equality compares devices only, never the form.
 class TileAssignment {
  public:
   // A single tile on device 0.
-  TileAssignment() : dims_{1}, devices_{0} {}
+  TileAssignment();
   // Explicit devices, row-major over `dims`. Devices must be distinct, >= 0
   // and below kMaxDevices; dims hold at most kMaxDevices devices.
   TileAssignment(std::vector<int64_t> dims, std::vector<int64_t> devices);
@@ -78,22 +81,29 @@ class TileAssignment {
   const std::vector<int64_t>& dims() const { return dims_; }
   int64_t num_dims() const { return static_cast<int64_t>(dims_.size()); }
   int64_t dim(int64_t i) const { return dims_.at(i); }
-  int64_t num_elements() const { return static_cast<int64_t>(devices_.size()); }
-  // Row-major device ids.
-  const std::vector<int64_t>& devices() const { return devices_.get(); }
+  int64_t num_elements() const { return num_elements_; }
+  // Row-major device ids. For an iota this expands the list (once; copies
+  // share it): O(devices). Prefer DeviceAt / IndexOf.
+  const std::vector<int64_t>& devices() const;
+  // The device at row-major position `flat` (0 <= flat < num_elements()).
+  int64_t DeviceAt(int64_t flat) const;
   int64_t operator()(std::span<const int64_t> index) const;
   // The tile index (one entry per dim) holding `device`, or nullopt.
   std::optional<std::vector<int64_t>> IndexOf(int64_t device) const;
 
-  bool is_iota() const { return iota_reshape_dims_.has_value(); }
+  bool is_iota() const { return iota_.has_value(); }
   // Canonical iota form (size-1 dims removed, in-order runs merged). Only when is_iota().
-  const std::vector<int64_t>& iota_reshape_dims() const { return *iota_reshape_dims_; }
-  const std::vector<int64_t>& iota_transpose_perm() const { return *iota_transpose_perm_; }
+  const std::vector<int64_t>& iota_reshape_dims() const { return iota_->reshape_dims; }
+  const std::vector<int64_t>& iota_transpose_perm() const { return iota_->perm; }
 
   // Same devices in row-major order, new dims (same element count).
   TileAssignment Reshape(std::vector<int64_t> dims) const;
   // Output dim i is input dim perm[i]. Keeps the iota form when the result is one.
   TileAssignment Transpose(std::span<const int64_t> perm) const;
+  // Each run of dims().back() consecutive devices (a replication group)
+  // sorted ascending. An iota stays an iota (no expansion) when the last dim
+  // splits into whole factors of the form.
+  TileAssignment SortMinorGroups() const;
   // The explicit form (prints every device).
   TileAssignment AsExplicit() const;
   // The iota form if the devices happen to be one, else *this.
@@ -102,16 +112,30 @@ class TileAssignment {
   // "devices=[2,2]0,1,2,3" or "devices=[4,2]<=[2,4]T(1,0)".
   std::string ToString() const;
 
-  bool operator==(const TileAssignment& other) const {
-    return dims_ == other.dims_ && devices_ == other.devices_;
-  }
+  bool operator==(const TileAssignment& other) const;
+  // Consistent with ==, from the dims and a fixed sample of positions (never
+  // the whole list).
   size_t Hash() const;
 
  private:
+  struct IotaForm {
+    std::vector<int64_t> reshape_dims;
+    std::vector<int64_t> perm;
+    bool operator==(const IotaForm&) const = default;
+  };
+  // The expanded list of an iota, built on first use and shared by copies.
+  struct Expanded {
+    std::once_flag once;
+    std::optional<SharedDeviceList> list;
+  };
+  TileAssignment(std::vector<int64_t> dims, IotaForm form);
+  static std::optional<IotaForm> Detect(const std::vector<int64_t>& devices);
+
   std::vector<int64_t> dims_;
-  SharedDeviceList devices_;
-  std::optional<std::vector<int64_t>> iota_reshape_dims_;
-  std::optional<std::vector<int64_t>> iota_transpose_perm_;
+  int64_t num_elements_ = 1;
+  std::optional<SharedDeviceList> devices_;  // explicit form
+  std::optional<IotaForm> iota_;             // iota form
+  std::shared_ptr<Expanded> expanded_;       // iota form: its list, once asked for
 };
 
 }  // namespace weft
