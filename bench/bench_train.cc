@@ -25,7 +25,7 @@ using runtime::OpClass;
 constexpr OpClass kReportedClasses[] = {OpClass::kDot,          OpClass::kAttention,
                                         OpClass::kElementwise,  OpClass::kBroadcast,
                                         OpClass::kDataMovement, OpClass::kReduction,
-                                        OpClass::kCollective};
+                                        OpClass::kCollective,   OpClass::kFusedLoops};
 
 struct Faults {
   int64_t minor = 0, major = 0, max_rss_bytes = 0;

@@ -750,6 +750,8 @@ std::string_view OpClassName(OpClass op_class) {
       return "reduction";
     case OpClass::kCollective:
       return "collective";
+    case OpClass::kFusedLoops:
+      return "fused_loops";
     case OpClass::kOther:
       return "other";
   }
@@ -791,6 +793,8 @@ OpClass ClassifyInstruction(const HloInstruction& instr) {
     case HloOpcode::kAllToAll:
     case HloOpcode::kCollectivePermute:
       return OpClass::kCollective;
+    case HloOpcode::kFusion:
+      return OpClass::kFusedLoops;
     default:
       return OpClass::kOther;
   }

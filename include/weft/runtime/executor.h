@@ -83,11 +83,12 @@ enum class OpClass : int8_t {
   kReduction,     // reduce
   kCollective,    // all-reduce, all-gather, reduce-scatter, all-to-all,
                   // collective-permute (waiting for the other devices included)
+  kFusedLoops,    // loop fusions (compiler/fusion.h), run a tile at a time
   kOther,         // parameters, constants, tuples, get-tuple-element, ids
 };
-inline constexpr int kNumOpClasses = 8;
+inline constexpr int kNumOpClasses = 9;
 // "dot", "attention", "elementwise", "broadcast", "data_movement",
-// "reduction", "collective", "other".
+// "reduction", "collective", "fused_loops", "other".
 std::string_view OpClassName(OpClass op_class);
 OpClass ClassifyInstruction(const HloInstruction& instr);
 
