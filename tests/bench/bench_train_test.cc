@@ -98,7 +98,7 @@ TEST(BenchTrainTest, JsonOfTwoMicroStepsHasEveryFieldWithSaneValues) {
   const auto& b = j.at("breakdown");
   double fractions = 0, seconds = 0;
   for (const char* name : {"dot", "attention", "elementwise", "broadcast", "data_movement",
-                           "reduction", "collective", "optimizer", "other"}) {
+                           "reduction", "collective", "fused_loops", "optimizer", "other"}) {
     ASSERT_TRUE(b.contains(name)) << name;
     const double f = b.at(name).at("fraction"), s = b.at(name).at("seconds_per_step");
     EXPECT_GE(f, 0) << name;
@@ -107,7 +107,7 @@ TEST(BenchTrainTest, JsonOfTwoMicroStepsHasEveryFieldWithSaneValues) {
     fractions += f;
     seconds += s;
   }
-  EXPECT_EQ(b.size(), 9u);
+  EXPECT_EQ(b.size(), 10u);
   EXPECT_NEAR(fractions, 1.0, 1e-6);
   // The parts are disjoint pieces of the step, so they add up to its mean time.
   const double mean = (j.at("step_seconds")[0].get<double>() + j.at("step_seconds")[1].get<double>()) / 2;
