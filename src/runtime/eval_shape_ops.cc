@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "weft/base/error.h"
+#include "weft/compiler/buffer_assignment.h"
 #include "weft/runtime/executor_eval.h"
 
 namespace weft::runtime::exec {
@@ -108,17 +109,6 @@ std::vector<Dim> RowMajorDims(const std::vector<int64_t>& sizes,
   return dims;
 }
 
-// Whether a [start, start+size) box of `dims` is one contiguous range.
-bool IsContiguousBox(const std::vector<int64_t>& dims, const std::vector<int64_t>& sizes) {
-  size_t k = 0;
-  while (k < dims.size() && sizes[k] == 1) ++k;  // leading unit dims
-  if (k == dims.size()) return true;
-  for (size_t j = k + 1; j < dims.size(); ++j) {
-    if (sizes[j] != dims[j]) return false;
-  }
-  return true;
-}
-
 // Slices `x` at starts/strides into the result; shares the bytes when the
 // slice is contiguous and sharing cannot keep much memory alive.
 Value SliceOf(const HloInstruction& instr, EvalArgs& args, const std::vector<int64_t>& starts,
@@ -133,7 +123,7 @@ Value SliceOf(const HloInstruction& instr, EvalArgs& args, const std::vector<int
     return s == 1;
   });
   const bool operand_lives_on = !args.OperandDies(0);
-  if (unit_strides && IsContiguousBox(x.dimensions(), sizes) &&
+  if (unit_strides && compiler::IsContiguousBox(x.dimensions(), sizes) &&
       (operand_lives_on || 2 * instr.shape().ByteSize() >= x.byte_size())) {
     return Value{x.View(instr.shape(), offset * elem)};
   }
