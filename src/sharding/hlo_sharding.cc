@@ -224,27 +224,20 @@ std::vector<int64_t> HloSharding::TileIndexForDevice(int64_t device) const {
   return *index;
 }
 
-std::vector<int64_t> HloSharding::TileIndexTable(int64_t num_devices) const {
+HloSharding::TileIndices HloSharding::TileIndexTable(int64_t num_devices) const {
   WEFT_CHECK(IsTiled() || IsTileMaximal(), "sharding {} has no tiles", ToString());
-  const int64_t rank = TiledDataRank();
-  std::vector<int64_t> table(num_devices * rank, 0);
-  if (!IsTiled()) return table;
+  TileIndices out;
+  if (!IsTiled()) {
+    out.table_ = std::make_shared<const std::vector<int64_t>>();
+    return out;
+  }
   WEFT_CHECK(tiles_.num_elements() == num_devices, "sharding {} spans {} devices, not {}",
              ToString(), tiles_.num_elements(), num_devices);
-  const std::vector<int64_t>& devices = tiles_.devices();
-  const int64_t full_rank = tiles_.num_dims();
-  std::vector<int64_t> index(full_rank, 0);
-  for (int64_t flat = 0; flat < num_devices; ++flat) {
-    const int64_t device = devices[flat];
-    WEFT_CHECK(device < num_devices, "device {} of sharding {} is not below {}", device,
-               ToString(), num_devices);
-    std::copy(index.begin(), index.begin() + rank, table.begin() + device * rank);
-    for (int64_t d = full_rank - 1; d >= 0; --d) {
-      if (++index[d] < tiles_.dim(d)) break;
-      index[d] = 0;
-    }
-  }
-  return table;
+  out.table_ = tiles_.IndexTable();
+  out.stride_ = tiles_.num_dims();
+  WEFT_CHECK(static_cast<int64_t>(out.table_->size()) == num_devices * out.stride_,
+             "sharding {} uses a device id not below {}", ToString(), num_devices);
+  return out;
 }
 
 std::vector<int64_t> HloSharding::TileShape(std::span<const int64_t> dims) const {

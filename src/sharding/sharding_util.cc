@@ -258,24 +258,24 @@ std::optional<HloSharding> MergeShardingIfCompatible(const HloSharding& to_merge
   // tile must receive exactly `replication` devices.
   std::vector<int64_t> groups(num_tiles * manual_size, 0);
   std::vector<int64_t> devices(num_devices, -1);
-  // Devices ascending (an iota holds exactly 0..N-1).
-  std::vector<int64_t> sorted_devices;
-  if (!a.is_iota()) {
-    sorted_devices = a.devices();
-    std::sort(sorted_devices.begin(), sorted_devices.end());
-  }
-  for (int64_t i = 0; i < num_devices; ++i) {
-    const int64_t device = a.is_iota() ? i : sorted_devices[i];
-    std::vector<int64_t> ia = *a.IndexOf(device);
-    std::optional<std::vector<int64_t>> ib = b.IndexOf(device);
-    if (!ib) return std::nullopt;
+  // Devices ascending: the tables are indexed by device id.
+  const auto shared_a = a.IndexTable(), shared_b = b.IndexTable();
+  const std::vector<int64_t>& table_a = *shared_a;
+  const std::vector<int64_t>& table_b = *shared_b;
+  const int64_t rank_a = a.num_dims(), rank_b = b.num_dims();
+  const int64_t ids_b = static_cast<int64_t>(table_b.size()) / rank_b;
+  for (int64_t device = 0; device * rank_a < static_cast<int64_t>(table_a.size()); ++device) {
+    const int64_t* ia = &table_a[device * rank_a];
+    if (ia[0] < 0) continue;
+    if (device >= ids_b || table_b[device * rank_b] < 0) return std::nullopt;
+    const int64_t* ib = &table_b[device * rank_b];
     int64_t flat = 0;
     for (int64_t d = 0; d < rank; ++d) {
-      if (a.dim(d) > 1 && b.dim(d) > 1 && ia[d] != (*ib)[d]) return std::nullopt;
-      flat = flat * merged_dims[d] + (a.dim(d) > 1 ? ia[d] : (*ib)[d]);
+      if (a.dim(d) > 1 && b.dim(d) > 1 && ia[d] != ib[d]) return std::nullopt;
+      flat = flat * merged_dims[d] + (a.dim(d) > 1 ? ia[d] : ib[d]);
     }
     if (a_manual >= 0) {
-      if (ia[a_manual] != (*ib)[b_manual]) return std::nullopt;
+      if (ia[a_manual] != ib[b_manual]) return std::nullopt;
       flat = flat * manual_size + ia[a_manual];
     }
     if (groups[flat] == replication) return std::nullopt;

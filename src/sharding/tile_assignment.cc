@@ -344,6 +344,38 @@ std::optional<std::vector<int64_t>> TileAssignment::IndexOf(int64_t device) cons
   return index;
 }
 
+std::shared_ptr<const std::vector<int64_t>> TileAssignment::IndexTable() const {
+  // Most recently used first; equality of two iotas is O(rank).
+  static std::mutex mu;
+  static std::vector<std::pair<TileAssignment, std::shared_ptr<const std::vector<int64_t>>>> recent;
+  constexpr size_t kKept = 16;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (size_t i = 0; i < recent.size(); ++i) {
+      if (recent[i].first == *this) {
+        std::rotate(recent.begin(), recent.begin() + i, recent.begin() + i + 1);
+        return recent.front().second;
+      }
+    }
+  }
+  const std::vector<int64_t>& list = devices();
+  const int64_t ids = list.empty() ? 0 : *std::max_element(list.begin(), list.end()) + 1;
+  const int64_t rank = num_dims();
+  auto table = std::make_shared<std::vector<int64_t>>(ids * rank, -1);
+  std::vector<int64_t> index(rank, 0);
+  for (const int64_t device : list) {
+    std::copy(index.begin(), index.end(), table->begin() + device * rank);
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      if (++index[d] < dims_[d]) break;
+      index[d] = 0;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  recent.insert(recent.begin(), {*this, table});
+  if (recent.size() > kKept) recent.pop_back();
+  return table;
+}
+
 TileAssignment TileAssignment::Reshape(std::vector<int64_t> dims) const {
   const std::optional<int64_t> n = DeviceCountWithin(dims);
   WEFT_CHECK(n.has_value() && *n == num_elements(), "cannot reshape tile assignment [{}] to [{}]",

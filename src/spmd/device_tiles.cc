@@ -143,26 +143,50 @@ std::optional<HloSharding> DeviceTiles::ToSharding() const {
   for (int64_t t = 0; t < tiles; ++t) next[t] = t * k;
   for (int64_t dev = 0; dev < n; ++dev) devices[next[flat[dev]]++] = dev;
   std::vector<int64_t> dims = counts;
-  if (k == 1) return HloSharding::Tile(TileAssignment(std::move(dims), std::move(devices)));
-  dims.push_back(static_cast<int64_t>(k));
-  return HloSharding::PartialTile(TileAssignment(std::move(dims), std::move(devices)));
+  if (k > 1) dims.push_back(static_cast<int64_t>(k));
+  // The iota form where the devices are one (they usually are): it prints
+  // and compares in O(rank).
+  TileAssignment assignment = TileAssignment(std::move(dims), std::move(devices)).AsIotaIfPossible();
+  if (k == 1) return HloSharding::Tile(std::move(assignment));
+  return HloSharding::PartialTile(std::move(assignment));
 }
 
 std::optional<std::vector<std::vector<int64_t>>> GroupsOverKey(const DeviceTiles& result,
                                                                const DeviceTiles& key) {
   const int64_t keys = key.NumTiles();
   const int64_t n = result.num_devices();
+  // A run (one result tile's devices) holds every key tile: more keys than
+  // devices cannot be.
+  if (keys > n) return std::nullopt;
   // Devices ordered by (result tile, key tile, id): each result tile's run
-  // holds every key tile `copies` times.
+  // holds every key tile `copies` times. Two stable counting passes (by key,
+  // then by tile) over the ascending ids: O(devices), no comparison sort.
   struct Entry {
     int64_t tile, key, device;
-    bool operator<(const Entry& o) const {
-      return tile != o.tile ? tile < o.tile : key != o.key ? key < o.key : device < o.device;
-    }
   };
-  std::vector<Entry> entries(n);
-  for (int64_t dev = 0; dev < n; ++dev) entries[dev] = {result.Flat(dev), key.Flat(dev), dev};
-  std::sort(entries.begin(), entries.end());
+  std::vector<Entry> by_key(n);
+  {
+    std::vector<int64_t> next(keys + 1, 0);
+    std::vector<int64_t> key_of(n);
+    for (int64_t dev = 0; dev < n; ++dev) ++next[(key_of[dev] = key.Flat(dev)) + 1];
+    for (int64_t k = 0; k < keys; ++k) next[k + 1] += next[k];
+    for (int64_t dev = 0; dev < n; ++dev) {
+      by_key[next[key_of[dev]]++] = {result.Flat(dev), key_of[dev], dev};
+    }
+  }
+  std::vector<Entry> entries;
+  const int64_t tiles = result.NumTiles();
+  if (tiles <= n) {
+    entries.resize(n);
+    std::vector<int64_t> next(tiles + 1, 0);
+    for (const Entry& e : by_key) ++next[e.tile + 1];
+    for (int64_t t = 0; t < tiles; ++t) next[t + 1] += next[t];
+    for (const Entry& e : by_key) entries[next[e.tile]++] = e;
+  } else {  // sparse tiles (some held by no device): a stable sort instead
+    entries = std::move(by_key);
+    std::stable_sort(entries.begin(), entries.end(),
+                     [](const Entry& a, const Entry& b) { return a.tile < b.tile; });
+  }
   std::vector<std::vector<int64_t>> groups;
   for (int64_t begin = 0; begin < n;) {
     int64_t end = begin;

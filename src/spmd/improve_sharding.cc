@@ -52,11 +52,19 @@ bool IsSubTilingOrEqualSharding(std::span<const int64_t> dims, const HloSharding
   if (sub == sharding) return true;
   // Compare tile extents device by device (padding tiles hold no data).
   const std::vector<int64_t> sub_tile = sub.TileShape(dims), tile = sharding.TileShape(dims);
-  const TileAssignment& ta = sharding.tile_assignment();
-  for (int64_t i = 0; i < ta.num_elements(); ++i) {
-    const int64_t device = ta.DeviceAt(i);
-    const std::vector<int64_t> si = sub.TileIndexForDevice(device);
-    const std::vector<int64_t> ti = sharding.TileIndexForDevice(device);
+  const auto shared_sub = sub.tile_assignment().IndexTable();
+  const auto shared = sharding.tile_assignment().IndexTable();
+  const std::vector<int64_t>& sub_table = *shared_sub;
+  const std::vector<int64_t>& table = *shared;
+  const int64_t sub_rank = sub.tile_assignment().num_dims();
+  const int64_t full_rank = sharding.tile_assignment().num_dims();
+  const int64_t sub_ids = static_cast<int64_t>(sub_table.size()) / sub_rank;
+  for (int64_t device = 0; device * full_rank < static_cast<int64_t>(table.size()); ++device) {
+    const int64_t* ti = &table[device * full_rank];
+    if (ti[0] < 0) continue;
+    WEFT_CHECK(device < sub_ids && sub_table[device * sub_rank] >= 0,
+               "device {} is not in sharding {}", device, sub.ToString());
+    const int64_t* si = &sub_table[device * sub_rank];
     for (int64_t d = 0; d < rank; ++d) {
       const int64_t so = std::min(si[d] * sub_tile[d], dims[d]);
       const int64_t sl = std::min((si[d] + 1) * sub_tile[d], dims[d]);

@@ -24,41 +24,54 @@ std::optional<PartitionedValue> TrySliceLocally(SpmdBuilder& b, const Partitione
   const int64_t rank = base.rank();
   const std::vector<int64_t> src_tile = v.hlo->shape().dimensions();
   const std::vector<int64_t> dst_tile = LocalShape(base, target).dimensions();
+  // The device holding each dim's first target tile needs min(dst, size)
+  // elements of that dim, and no device holds more than min(src, size): a
+  // coarser target is refused without looking at every device.
+  for (int64_t d = 0; d < rank; ++d) {
+    const int64_t size = base.dimensions(d);
+    if (std::min(dst_tile[d], size) > std::min(src_tile[d], size)) return std::nullopt;
+  }
   const int64_t n = b.num_partitions();
-  std::vector<std::vector<int64_t>> starts(rank, std::vector<int64_t>(n, 0));
-  std::vector<int64_t> high(rank, 0);
-  // Unclamped (padded) tile offsets of every device, from one table each.
-  const auto offsets = [&](const HloSharding& s) {
-    std::vector<int64_t> out(n * rank, 0);
-    if (!s.IsTiled()) return out;
-    const std::vector<int64_t> tile = s.TileShape(base.dimensions());
-    const std::vector<int64_t> table = s.TileIndexTable(n);
-    for (int64_t i = 0; i < n * rank; ++i) out[i] = table[i] * tile[i % rank];
-    return out;
+  // Unclamped (padded) tile offset of a device along a dim: its tile index
+  // (one table per sharding) times the tile size; 0 where not tiled.
+  struct Offsets {
+    bool tiled = false;
+    HloSharding::TileIndices table;
+    std::vector<int64_t> tile;
+    int64_t at(int64_t device, int64_t d) const { return tiled ? table[device][d] * tile[d] : 0; }
   };
-  const std::vector<int64_t> src_offsets = offsets(v.sharding), dst_offsets = offsets(target);
-  for (int64_t device = 0; device < n; ++device) {
-    const int64_t* src_off = &src_offsets[device * rank];
-    const int64_t* dst_off = &dst_offsets[device * rank];
-    for (int64_t d = 0; d < rank; ++d) {
-      const int64_t size = base.dimensions(d);
-      const int64_t dst_lo = std::min(dst_off[d], size);
-      const int64_t dst_hi = std::min(dst_off[d] + dst_tile[d], size);
-      const int64_t src_lo = std::min(src_off[d], size);
-      const int64_t src_hi = std::min(src_off[d] + src_tile[d], size);
+  const auto offsets = [&](const HloSharding& s) {
+    if (!s.IsTiled()) return Offsets{};
+    return Offsets{true, s.TileIndexTable(n), s.TileShape(base.dimensions())};
+  };
+  const Offsets src = offsets(v.sharding), dst = offsets(target);
+  std::vector<int64_t> high(rank, 0);
+  std::vector<std::vector<int64_t>> starts(rank);  // per dim; empty: 0 on every device
+  for (int64_t d = 0; d < rank; ++d) {
+    const int64_t size = base.dimensions(d);
+    std::vector<int64_t> dim_starts;
+    for (int64_t device = 0; device < n; ++device) {
+      const int64_t src_off = src.at(device, d), dst_off = dst.at(device, d);
+      const int64_t dst_lo = std::min(dst_off, size);
+      const int64_t dst_hi = std::min(dst_off + dst_tile[d], size);
+      const int64_t src_lo = std::min(src_off, size);
+      const int64_t src_hi = std::min(src_off + src_tile[d], size);
       if (dst_lo < dst_hi && (dst_lo < src_lo || dst_hi > src_hi)) return std::nullopt;
-      const int64_t start = std::max<int64_t>(0, dst_off[d] - src_off[d]);
-      starts[d][device] = start;
+      const int64_t start = std::max<int64_t>(0, dst_off - src_off);
+      if (start != 0 && dim_starts.empty()) dim_starts.assign(n, 0);
+      if (!dim_starts.empty()) dim_starts[device] = start;
       high[d] = std::max(high[d], start + dst_tile[d] - src_tile[d]);
     }
+    starts[d] = std::move(dim_starts);
   }
   HloInstruction* x = b.PadHigh(v.hlo, high);
-  bool all_zero = true;
+  const bool all_zero =
+      std::all_of(starts.begin(), starts.end(), [](const auto& s) { return s.empty(); });
   std::vector<HloInstruction*> start_hlos;
-  for (int64_t d = 0; d < rank; ++d) {
-    all_zero = all_zero && std::all_of(starts[d].begin(), starts[d].end(),
-                                       [](int64_t s) { return s == 0; });
-    start_hlos.push_back(b.DeviceValue(starts[d]));
+  if (!all_zero) {
+    for (int64_t d = 0; d < rank; ++d) {
+      start_hlos.push_back(starts[d].empty() ? b.S32Constant(0) : b.DeviceValue(starts[d]));
+    }
   }
   HloInstruction* result = all_zero ? b.Slice(x, std::vector<int64_t>(rank, 0), dst_tile)
                                     : b.DynamicSlice(x, start_hlos, dst_tile);

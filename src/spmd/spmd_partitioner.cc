@@ -142,10 +142,9 @@ PartitionedValue HandleIota(ComputationPartitioner& p, const HloInstruction& ins
   const std::vector<int64_t> tiles = TilesPerDim(sharding, instr.shape().rank());
   if (tiles[dim] > 1) {
     std::vector<int64_t> offsets(b.num_partitions());
-    const std::vector<int64_t> table = sharding.TileIndexTable(b.num_partitions());
-    const int64_t rank = sharding.TiledDataRank();
+    const HloSharding::TileIndices table = sharding.TileIndexTable(b.num_partitions());
     for (int64_t d = 0; d < b.num_partitions(); ++d) {
-      offsets[d] = table[d * rank + dim] * local.dimensions(dim);
+      offsets[d] = table[d][dim] * local.dimensions(dim);
     }
     HloInstruction* offset = b.Convert(b.DeviceValue(offsets), local.element_type());
     iota = b.Binary(HloOpcode::kAdd, iota, b.BroadcastScalar(offset, local.dimensions()));

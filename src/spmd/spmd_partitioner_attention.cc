@@ -85,9 +85,8 @@ PartitionedValue HandleAttention(ComputationPartitioner& p, const HloInstruction
   if (split_sequence) {
     std::vector<int64_t> offsets(b.num_partitions());
     const int64_t local_sq = LocalShape(q, q_target).dimensions(2);
-    const std::vector<int64_t> table = q_target.TileIndexTable(b.num_partitions());
-    const int64_t rank = q_target.TiledDataRank();
-    for (int64_t d = 0; d < b.num_partitions(); ++d) offsets[d] = table[d * rank + 2] * local_sq;
+    const HloSharding::TileIndices table = q_target.TileIndexTable(b.num_partitions());
+    for (int64_t d = 0; d < b.num_partitions(); ++d) offsets[d] = table[d][2] * local_sq;
     config["q_offset_operand"] = static_cast<int64_t>(operands.size());
     // Local rows at or past it are padding (the executor masks them).
     config["global_q_len"] = q.dimensions(2);

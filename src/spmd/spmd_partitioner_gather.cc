@@ -117,14 +117,14 @@ std::optional<PartialSum> ScatterThenReduce(const HloSharding& partial, const Hl
     for (int64_t dev : group) n = std::max(n, dev + 1);
   }
   n = std::max(n, wanted.tile_assignment().num_elements());
-  const std::vector<int64_t> w_table = wanted.TileIndexTable(n);
-  const std::vector<int64_t> p_table =
-      partial.IsTiled() ? partial.TileIndexTable(n) : std::vector<int64_t>(n * rank, 0);
+  const HloSharding::TileIndices w_table = wanted.TileIndexTable(n);
+  const HloSharding::TileIndices p_table = partial.TileIndexTable(n);
+  const std::vector<int64_t> untiled(rank, 0);
   for (const std::vector<int64_t>& group : groups) {
     std::vector<std::vector<int64_t>> chunk(g);
     for (int64_t dev : group) {
-      const int64_t* wi = &w_table[dev * rank];
-      const int64_t* pi = &p_table[dev * rank];
+      const int64_t* wi = w_table[dev];
+      const int64_t* pi = partial.IsTiled() ? p_table[dev] : untiled.data();
       const int64_t c = wi[e];
       for (int64_t d = 0; d < rank; ++d) {
         if ((d == e ? 0 : wi[d]) != pi[d]) return std::nullopt;
@@ -213,11 +213,8 @@ HloInstruction* ShiftIndicesIntoTile(SpmdBuilder& b, HloInstruction* indices, in
                      b.BroadcastScalar(b.ScalarConstant(t, operand.base.dimensions(d) - 1), dims));
       }
       std::vector<int64_t> offsets(b.num_partitions());
-      const std::vector<int64_t> table = operand.sharding.TileIndexTable(b.num_partitions());
-      const int64_t rank = operand.sharding.TiledDataRank();
-      for (int64_t dev = 0; dev < b.num_partitions(); ++dev) {
-        offsets[dev] = table[dev * rank + d] * local;
-      }
+      const HloSharding::TileIndices table = operand.sharding.TileIndexTable(b.num_partitions());
+      for (int64_t dev = 0; dev < b.num_partitions(); ++dev) offsets[dev] = table[dev][d] * local;
       c = b.Binary(HloOpcode::kSubtract, c,
                    b.BroadcastScalar(b.Convert(b.DeviceValue(offsets), t), dims));
       changed = true;

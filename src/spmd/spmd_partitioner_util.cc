@@ -275,10 +275,10 @@ HloInstruction* MaskPadding(SpmdBuilder& b, const PartitionedValue& v,
     const int64_t size = v.base.dimensions(d);
     const int64_t tile = local.dimensions(d);
     if (tile * tiles[d] == size) continue;  // not padded
-    const int64_t n = b.num_partitions(), rank = v.sharding.TiledDataRank();
-    const std::vector<int64_t> table = v.sharding.TileIndexTable(n);
+    const int64_t n = b.num_partitions();
+    const HloSharding::TileIndices table = v.sharding.TileIndexTable(n);
     std::vector<int64_t> offsets(n);
-    for (int64_t device = 0; device < n; ++device) offsets[device] = table[device * rank + d] * tile;
+    for (int64_t device = 0; device < n; ++device) offsets[device] = table[device][d] * tile;
     Shape index_shape(PrimitiveType::kS32, local.dimensions());
     HloInstruction* index = b.Binary(HloOpcode::kAdd, b.Iota(index_shape, d),
                                      b.BroadcastScalar(b.DeviceValue(offsets), local.dimensions()));

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -111,11 +112,20 @@ class HloSharding {
   // or empty. Tile-maximal shardings have one whole-array tile.
   // Per data dim, the shard index of `device` (throws if unused).
   std::vector<int64_t> TileIndexForDevice(int64_t device) const;
-  // TileIndexForDevice for devices 0..num_devices-1 at once, row-major:
-  // entry [device * TiledDataRank() + dim]. One pass over the tile
-  // assignment (no search, no list per device); throws if a device is
-  // missing. Empty rows when not tiled.
-  std::vector<int64_t> TileIndexTable(int64_t num_devices) const;
+  // TileIndexForDevice for devices 0..num_devices-1 at once: table[device][dim].
+  // Shares the tile assignment's IndexTable (no list per device); throws
+  // unless the assignment holds exactly devices 0..num_devices-1. Empty rows
+  // when not tiled.
+  class TileIndices {
+   public:
+    const int64_t* operator[](int64_t device) const { return table_->data() + device * stride_; }
+
+   private:
+    friend class HloSharding;
+    std::shared_ptr<const std::vector<int64_t>> table_;
+    int64_t stride_ = 0;
+  };
+  TileIndices TileIndexTable(int64_t num_devices) const;
   // Full tile size (the padded per-device shape).
   std::vector<int64_t> TileShape(std::span<const int64_t> dims) const;
   // Actual extent held by `device`: [offset, limit) per dim.

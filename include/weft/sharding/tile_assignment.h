@@ -90,6 +90,11 @@ class TileAssignment {
   int64_t operator()(std::span<const int64_t> index) const;
   // The tile index (one entry per dim) holding `device`, or nullopt.
   std::optional<std::vector<int64_t>> IndexOf(int64_t device) const;
+  // IndexOf for every device at once: entry device * num_dims() + d for
+  // device ids 0 to the largest present; -1 (all dims) for an id absent.
+  // O(devices) when built; the last few tables built are kept (planning asks
+  // for the same assignments' tables many times), so repeats are O(rank).
+  std::shared_ptr<const std::vector<int64_t>> IndexTable() const;
 
   bool is_iota() const { return iota_.has_value(); }
   // Canonical iota form (size-1 dims removed, in-order runs merged). Only when is_iota().
