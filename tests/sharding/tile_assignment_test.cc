@@ -174,6 +174,16 @@ TEST(TileAssignmentTest, IotaFormAgreesWithTheExpandedList) {
       EXPECT_EQ(iota.IndexOf(expected[i]), list.IndexOf(expected[i]));
     }
     EXPECT_EQ(iota.IndexOf(n), std::nullopt);
+    // The all-devices table agrees with IndexOf, in both forms.
+    for (const TileAssignment* ta : {&iota, &list}) {
+      const auto table = ta->IndexTable();
+      ASSERT_EQ(static_cast<int64_t>(table->size()), n * ta->num_dims());
+      for (int64_t device = 0; device < n; ++device) {
+        const std::vector<int64_t> row(table->begin() + device * ta->num_dims(),
+                                       table->begin() + (device + 1) * ta->num_dims());
+        EXPECT_EQ(row, *ta->IndexOf(device));
+      }
+    }
     // Equality and hashing across forms.
     EXPECT_EQ(iota, list);
     EXPECT_EQ(list, iota);
@@ -207,6 +217,27 @@ TEST(TileAssignmentTest, IotaFormAgreesWithTheExpandedList) {
       EXPECT_EQ(parsed.tile_assignment(), ta);
       EXPECT_EQ(parsed.tile_assignment().ToString(), ta.ToString());
     }
+  }
+}
+
+// Device ids need not be 0..N-1: absent ids get -1 rows, and a table asked
+// for again (kept among the recent ones) is the same one.
+TEST(TileAssignmentTest, IndexTableMarksAbsentDevices) {
+  const TileAssignment ta({2, 2}, {7, 3, 5, 0});
+  const auto table = ta.IndexTable();
+  ASSERT_EQ(table->size(), 8u * 2u);
+  const std::vector<int64_t> expected = {1, 1, -1, -1, -1, -1, 0, 1,
+                                         -1, -1, 1, 0, -1, -1, 0, 0};
+  EXPECT_EQ(*table, expected);
+  EXPECT_EQ(ta.IndexTable(), table);
+  // Equal assignments in the other form share the kept table's contents.
+  const TileAssignment iota = TileAssignment::Iota({4, 2}, {2, 4}, {1, 0});
+  const TileAssignment list = iota.AsExplicit();
+  EXPECT_EQ(*iota.IndexTable(), *list.IndexTable());
+  for (int64_t device = 0; device < 8; ++device) {
+    const auto row = list.IndexOf(device);
+    EXPECT_EQ((*iota.IndexTable())[device * 2], (*row)[0]);
+    EXPECT_EQ((*iota.IndexTable())[device * 2 + 1], (*row)[1]);
   }
 }
 

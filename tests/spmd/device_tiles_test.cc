@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
+#include <optional>
+#include <random>
 #include <vector>
 
 #include "weft/base/error.h"
@@ -85,6 +88,65 @@ TEST(DeviceTiles, GroupsOverKeyCollectEachKeyTileOnce) {
   skewed.SetRows({{0}, {0}, {1}, {1}});
   EXPECT_FALSE(GroupsOverKey(result, skewed).has_value());
   EXPECT_TRUE(GroupsOverKey(result, same).has_value());
+}
+
+// GroupsOverKey against its definition, on random tables: the holders of
+// each result tile, split into groups that hold every key tile once, members
+// in key order, copies dealt in id order; groups sorted. Includes results
+// with more tiles than devices (tiles nobody holds).
+TEST(DeviceTiles, GroupsOverKeyMatchesItsDefinitionOnRandomTables) {
+  std::mt19937 rng(7);
+  int with_groups = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t n = 1 + static_cast<int64_t>(rng() % 12);
+    DeviceTiles result = DeviceTiles::Of(HloSharding::Replicate(), 2, n);
+    DeviceTiles key = DeviceTiles::Of(HloSharding::Replicate(), 1, n);
+    result.counts = {1 + static_cast<int64_t>(rng() % 4), 1 + static_cast<int64_t>(rng() % 5)};
+    key.counts = {1 + static_cast<int64_t>(rng() % 3)};
+    Index result_rows(n), key_rows(n);
+    // Half the trials: a structured table (result tile = device / k, key
+    // cycling), which has groups; else random tiles.
+    const bool structured = trial % 2 == 0;
+    const int64_t keys = key.counts[0];
+    for (int64_t dev = 0; dev < n; ++dev) {
+      if (structured && n % keys == 0) {
+        const int64_t tile = dev / keys;
+        result_rows[dev] = {tile / result.counts[1] % result.counts[0], tile % result.counts[1]};
+        key_rows[dev] = {dev % keys};
+      } else {
+        result_rows[dev] = {static_cast<int64_t>(rng() % result.counts[0]),
+                            static_cast<int64_t>(rng() % result.counts[1])};
+        key_rows[dev] = {static_cast<int64_t>(rng() % keys)};
+      }
+    }
+    result.SetRows(result_rows);
+    key.SetRows(key_rows);
+    // The definition, by brute force.
+    std::optional<Index> expected = Index{};
+    std::map<int64_t, std::vector<int64_t>> holders;  // result tile -> devices ascending
+    for (int64_t dev = 0; dev < n; ++dev) holders[result.Flat(dev)].push_back(dev);
+    for (const auto& [tile, devs] : holders) {
+      std::vector<std::vector<int64_t>> by_key(keys);
+      for (int64_t dev : devs) by_key[key.Flat(dev)].push_back(dev);
+      const size_t copies = devs.size() / keys;
+      bool even = devs.size() % keys == 0;
+      for (const auto& k : by_key) even = even && k.size() == copies;
+      if (!even) {
+        expected.reset();
+        break;
+      }
+      for (size_t c = 0; c < copies; ++c) {
+        std::vector<int64_t> group;
+        for (const auto& k : by_key) group.push_back(k[c]);
+        expected->push_back(group);
+      }
+    }
+    if (expected) std::sort(expected->begin(), expected->end());
+    SCOPED_TRACE(trial);
+    EXPECT_EQ(GroupsOverKey(result, key), expected);
+    with_groups += expected.has_value();
+  }
+  EXPECT_GT(with_groups, 50);
 }
 
 TEST(DeviceTiles, CoarseningsListEveryDivisorFinestFirst) {
