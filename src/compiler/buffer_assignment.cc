@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "weft/base/error.h"
+#include "weft/compiler/dot_layout.h"
 #include "weft/hlo/opcode.h"
 
 namespace weft::compiler {
@@ -22,37 +23,6 @@ bool IsContiguousBox(const std::vector<int64_t>& dims, const std::vector<int64_t
 }
 
 namespace {
-
-bool Contains(const std::vector<int64_t>& v, int64_t x) {
-  return std::find(v.begin(), v.end(), x) != v.end();
-}
-
-// eval_dot.cc IsInOrder.
-bool IsInOrder(const std::vector<int64_t>& order, const std::vector<int64_t>& dims) {
-  int64_t last = -1;
-  for (int64_t d : order) {
-    if (dims[d] == 1) continue;
-    if (d < last) return false;
-    last = d;
-  }
-  return true;
-}
-
-std::vector<int64_t> Concat3(const std::vector<int64_t>& a, const std::vector<int64_t>& b,
-                             const std::vector<int64_t>& c) {
-  std::vector<int64_t> out = a;
-  out.insert(out.end(), b.begin(), b.end());
-  out.insert(out.end(), c.begin(), c.end());
-  return out;
-}
-
-// eval_dot.cc AsMatrices packs an operand in neither [batch, rows, cols] nor
-// [batch, cols, rows] order.
-bool NeedsPacking(const Shape& x, const std::vector<int64_t>& batch,
-                  const std::vector<int64_t>& rows, const std::vector<int64_t>& cols) {
-  return !IsInOrder(Concat3(batch, rows, cols), x.dimensions()) &&
-         !IsInOrder(Concat3(batch, cols, rows), x.dimensions());
-}
 
 int64_t Outer(const Shape& s, int64_t d) {
   int64_t outer = 1;
@@ -71,31 +41,20 @@ std::vector<Shape> InstructionScratch(const HloInstruction& instr) {
   std::vector<Shape> out;
   const Shape& shape = instr.shape();
   switch (instr.opcode()) {
-    case HloOpcode::kDot: {  // eval_dot.cc: f32 operands packed when transposed
+    case HloOpcode::kDot: {
+      // eval_dot.cc: f32 copies of other float types, and the packed
+      // operands of compiler::PlanDotLayout (both where oneDNN might refuse
+      // the in-place strides: dot_layout.h).
       const Shape& lhs = instr.operand(0)->shape();
       const Shape& rhs = instr.operand(1)->shape();
       if (!IsFloatingPoint(shape.element_type())) break;
-      const DotDimensionNumbers& dn = instr.attrs().dot;
-      std::vector<int64_t> lhs_free, rhs_free;
-      for (int64_t d = 0; d < lhs.rank(); ++d) {
-        if (!Contains(dn.lhs_batch_dims, d) && !Contains(dn.lhs_contracting_dims, d)) {
-          lhs_free.push_back(d);
-        }
-      }
-      for (int64_t d = 0; d < rhs.rank(); ++d) {
-        if (!Contains(dn.rhs_batch_dims, d) && !Contains(dn.rhs_contracting_dims, d)) {
-          rhs_free.push_back(d);
-        }
-      }
+      const DotLayout layout =
+          PlanDotLayout(instr.attrs().dot, lhs.dimensions(), rhs.dimensions());
       const PrimitiveType f32 = PrimitiveType::kF32;
       if (lhs.element_type() != f32) out.push_back(lhs.WithElementType(f32));
-      if (NeedsPacking(lhs, dn.lhs_batch_dims, lhs_free, dn.lhs_contracting_dims)) {
-        out.push_back(lhs.WithElementType(f32));
-      }
+      if (layout.pack_lhs() || layout.may_pack_both) out.push_back(lhs.WithElementType(f32));
       if (rhs.element_type() != f32) out.push_back(rhs.WithElementType(f32));
-      if (NeedsPacking(rhs, dn.rhs_batch_dims, dn.rhs_contracting_dims, rhs_free)) {
-        out.push_back(rhs.WithElementType(f32));
-      }
+      if (layout.pack_rhs() || layout.may_pack_both) out.push_back(rhs.WithElementType(f32));
       if (shape.element_type() != f32) out.push_back(shape.WithElementType(f32));
       break;
     }

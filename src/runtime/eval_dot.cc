@@ -6,8 +6,10 @@
 // batched ones with any batch stride, are read in place. oneDNN's matmul
 // needs one of the two matrix strides to be 1; an operand whose groups do
 // not merge, or whose matrices have no unit stride, is transposed into a
-// packed [batch, rows, cols] copy first. The primitive (and the plan of
-// which operand is packed) is made once per instruction and kept in the
+// packed [batch, rows, cols] copy first. Which operands are packed is
+// compiler::PlanDotLayout's decision (compiler/dot_layout.h), the one the
+// buffer assignment reserves their scratch by. The primitive (and the plan
+// of which operand is packed) is made once per instruction and kept in the
 // executor's InstructionCache. The result is [batch, M, N], which is XLA's
 // dot output order (batch dims, lhs free dims, rhs free dims). bf16/f16
 // operands compute in f32 (converted copies, same layout); integer dots
@@ -19,37 +21,16 @@
 #include <optional>
 
 #include "weft/base/error.h"
+#include "weft/compiler/dot_layout.h"
 #include "weft/runtime/executor_eval.h"
 
 namespace weft::runtime::exec {
 namespace {
 
-bool Contains(const std::vector<int64_t>& v, int64_t x) {
-  return std::find(v.begin(), v.end(), x) != v.end();
-}
-
-// True when reading dims in `order` visits memory in row-major order
-// (size-1 dims may sit anywhere).
-bool IsInOrder(const std::vector<int64_t>& order, const std::vector<int64_t>& dims) {
-  int64_t last = -1;
-  for (int64_t d : order) {
-    if (dims[d] == 1) continue;
-    if (d < last) return false;
-    last = d;
-  }
-  return true;
-}
-
 std::vector<int64_t> Concat(std::initializer_list<const std::vector<int64_t>*> parts) {
   std::vector<int64_t> out;
   for (const auto* p : parts) out.insert(out.end(), p->begin(), p->end());
   return out;
-}
-
-int64_t Product(const std::vector<int64_t>& dims, const std::vector<int64_t>& which) {
-  int64_t n = 1;
-  for (int64_t d : which) n *= dims[d];
-  return n;
 }
 
 // One operand as a batch of row-major matrices, transposed or not.
@@ -72,9 +53,9 @@ MatrixOperand AsMatrices(const HostTensor& x, PrimitiveType type, const std::vec
                     x.element_count());
   }
   const std::vector<int64_t>& dims = x.dimensions();
-  if (IsInOrder(Concat({&batch, &rows, &cols}), dims)) {
+  if (compiler::IsInOrder(Concat({&batch, &rows, &cols}), dims)) {
     m.data = src.raw_data();
-  } else if (IsInOrder(Concat({&batch, &cols, &rows}), dims)) {
+  } else if (compiler::IsInOrder(Concat({&batch, &cols, &rows}), dims)) {
     m.data = src.raw_data();
     m.transposed = true;
   } else {
@@ -111,78 +92,6 @@ void IntegerGemm(const T* a, bool ta, const T* b, bool tb, T* c, int64_t batch, 
 }
 
 
-// One group of dims (batch, rows or cols) of an operand, merged into one
-// strided dim: its extent and stride in elements. nullopt when the dims,
-// read in the given order, do not step through memory as one dim.
-std::optional<std::pair<int64_t, int64_t>> MergeGroup(const std::vector<int64_t>& group,
-                                                      const std::vector<int64_t>& dims,
-                                                      const std::vector<int64_t>& strides) {
-  int64_t size = 1, stride = 0;
-  bool any = false;
-  // From the innermost dim of the group outwards; size-1 dims are skipped.
-  for (auto it = group.rbegin(); it != group.rend(); ++it) {
-    const int64_t d = *it;
-    if (dims[d] == 1) continue;
-    if (!any) {
-      stride = strides[d];
-      any = true;
-    } else if (strides[d] != stride * size) {
-      return std::nullopt;
-    }
-    size *= dims[d];
-  }
-  return std::make_pair(size, stride);
-}
-
-// An operand as a strided 3-D view [batch, rows, cols] of its own buffer,
-// in oneDNN's terms (elements).
-struct StridedView {
-  dnnl::memory::dims dims;     // {batch, rows, cols}
-  dnnl::memory::dims strides;  // {batch stride, row stride, col stride}
-};
-
-// The view of a row-major operand of `dims`, or nullopt when it needs the
-// packed copy: a group that does not merge, or matrices with neither a
-// unit column stride (row-major) nor a unit row stride (column-major).
-std::optional<StridedView> ViewAs3D(const std::vector<int64_t>& dims,
-                                    const std::vector<int64_t>& batch,
-                                    const std::vector<int64_t>& rows,
-                                    const std::vector<int64_t>& cols) {
-  const std::vector<int64_t> strides = RowMajorStrides(dims);
-  auto b = MergeGroup(batch, dims, strides);
-  auto r = MergeGroup(rows, dims, strides);
-  auto c = MergeGroup(cols, dims, strides);
-  if (!b || !r || !c) return std::nullopt;
-  auto [bn, bs] = *b;
-  auto [rn, rs] = *r;
-  auto [cn, cs] = *c;
-  // A vector (rows or cols of size 1) fits either layout; its size-1 dim
-  // gets the stride that makes the layout plain (leading dim >= extent).
-  if (rn == 1 && cn == 1) {
-    rs = cs = 1;
-  } else if (rn == 1) {
-    if (cs == 1) {
-      rs = cn;  // row-major
-    } else {
-      rs = 1;  // column-major with leading dim cs
-    }
-  } else if (cn == 1) {
-    if (rs == 1) {
-      cs = rn;  // column-major
-    } else {
-      cs = 1;  // row-major with leading dim rs
-    }
-  } else if (cs == 1) {
-    if (rs < cn) return std::nullopt;
-  } else if (rs == 1) {
-    if (cs < rn) return std::nullopt;
-  } else {
-    return std::nullopt;  // neither matrix stride is 1
-  }
-  if (bn == 1) bs = std::max(rs * rn, cs * cn);
-  return StridedView{{bn, rn, cn}, {bs, rs, cs}};
-}
-
 const dnnl::engine& CpuEngine() {
   static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   return engine;
@@ -197,12 +106,9 @@ struct DotPlan {
   std::optional<dnnl::stream> stream;
 };
 
-dnnl::memory::desc Desc(const StridedView& v) {
-  return dnnl::memory::desc(v.dims, dnnl::memory::data_type::f32, v.strides);
-}
-
-StridedView PackedView(int64_t batch, int64_t rows, int64_t cols) {
-  return StridedView{{batch, rows, cols}, {rows * cols, cols, 1}};
+dnnl::memory::desc Desc(const compiler::MatrixView& v) {
+  return dnnl::memory::desc({v.batch, v.rows, v.cols}, dnnl::memory::data_type::f32,
+                            {v.batch_stride, v.row_stride, v.col_stride});
 }
 
 }  // namespace
@@ -219,59 +125,33 @@ void CheckDot(const HloInstruction& instr) {
 
 namespace {
 
-// The dims of a dot's operands by role, and the GEMM's sizes.
-struct DotGroups {
-  std::vector<int64_t> lhs_free, rhs_free;
-  int64_t batch = 1, m = 1, k = 1, n = 1;
-};
-
-DotGroups GroupsOf(const DotDimensionNumbers& dn, const std::vector<int64_t>& lhs_dims,
-                   const std::vector<int64_t>& rhs_dims) {
-  DotGroups g;
-  for (int64_t d = 0; d < static_cast<int64_t>(lhs_dims.size()); ++d) {
-    if (!Contains(dn.lhs_batch_dims, d) && !Contains(dn.lhs_contracting_dims, d)) {
-      g.lhs_free.push_back(d);
-    }
-  }
-  for (int64_t d = 0; d < static_cast<int64_t>(rhs_dims.size()); ++d) {
-    if (!Contains(dn.rhs_batch_dims, d) && !Contains(dn.rhs_contracting_dims, d)) {
-      g.rhs_free.push_back(d);
-    }
-  }
-  g.batch = Product(lhs_dims, dn.lhs_batch_dims);
-  g.m = Product(lhs_dims, g.lhs_free);
-  g.k = Product(lhs_dims, dn.lhs_contracting_dims);
-  g.n = Product(rhs_dims, g.rhs_free);
-  return g;
-}
-
-// The matmul primitive for `instr` (f32 compute), made on its first run.
-DotPlan& PlanFor(const HloInstruction& instr, const DotGroups& g, EvalArgs& args) {
+// The matmul primitive for `instr` (f32 compute), made on its first run:
+// the operands compiler::PlanDotLayout says are read in place are, unless
+// oneDNN has no kernel for their strides (then both are packed; the
+// compiler reserved scratch for that where DotLayout::may_pack_both).
+DotPlan& PlanFor(const HloInstruction& instr, const compiler::DotLayout& layout, EvalArgs& args) {
   if (DotPlan* plan = args.cache().Find<DotPlan>(instr)) return *plan;
-  const DotDimensionNumbers& dn = instr.attrs().dot;
-  const std::vector<int64_t>& lhs_dims = instr.operand(0)->shape().dimensions();
-  const std::vector<int64_t>& rhs_dims = instr.operand(1)->shape().dimensions();
+  const compiler::DotGroups& g = layout.groups;
   auto plan = std::make_shared<DotPlan>();
-  const std::optional<StridedView> lv =
-      ViewAs3D(lhs_dims, dn.lhs_batch_dims, g.lhs_free, dn.lhs_contracting_dims);
-  const std::optional<StridedView> rv =
-      ViewAs3D(rhs_dims, dn.rhs_batch_dims, dn.rhs_contracting_dims, g.rhs_free);
-  auto make = [&](const StridedView& l, const StridedView& r) {
+  auto make = [&](const compiler::MatrixView& l, const compiler::MatrixView& r) {
     plan->lhs_md = Desc(l);
     plan->rhs_md = Desc(r);
-    plan->out_md = Desc(PackedView(g.batch, g.m, g.n));
+    plan->out_md = Desc(compiler::PackedMatrices(g.batch, g.m, g.n));
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(plan->lhs_md, plan->rhs_md, plan->out_md),
                                     CpuEngine());
     plan->primitive = dnnl::matmul(pd);
   };
-  plan->pack_lhs = !lv;
-  plan->pack_rhs = !rv;
+  plan->pack_lhs = layout.pack_lhs();
+  plan->pack_rhs = layout.pack_rhs();
   try {
-    make(lv ? *lv : PackedView(g.batch, g.m, g.k), rv ? *rv : PackedView(g.batch, g.k, g.n));
+    make(layout.lhs ? *layout.lhs : compiler::PackedMatrices(g.batch, g.m, g.k),
+         layout.rhs ? *layout.rhs : compiler::PackedMatrices(g.batch, g.k, g.n));
   } catch (const dnnl::error&) {
     // Strides oneDNN has no kernel for: read both operands packed.
+    WEFT_INTERNAL_CHECK(layout.may_pack_both,
+                        "oneDNN refused the dense operand layouts of dot '{}'", instr.name());
     plan->pack_lhs = plan->pack_rhs = true;
-    make(PackedView(g.batch, g.m, g.k), PackedView(g.batch, g.k, g.n));
+    make(compiler::PackedMatrices(g.batch, g.m, g.k), compiler::PackedMatrices(g.batch, g.k, g.n));
   }
   plan->stream.emplace(CpuEngine());
   return args.cache().Put(instr, std::move(plan));
@@ -302,7 +182,9 @@ Value EvalDot(const HloInstruction& instr, EvalArgs& args) {
   const HostTensor& lhs = args.array(0);
   const HostTensor& rhs = args.array(1);
   const DotDimensionNumbers& dn = instr.attrs().dot;
-  const DotGroups g = GroupsOf(dn, lhs.dimensions(), rhs.dimensions());
+  const compiler::DotLayout layout =
+      compiler::PlanDotLayout(dn, lhs.dimensions(), rhs.dimensions());
+  const compiler::DotGroups& g = layout.groups;
   const int64_t batch = g.batch, m = g.m, k = g.k, n = g.n;
   const PrimitiveType out_type = instr.shape().element_type();
   HostTensor out = args.ctx().Allocate(instr.shape());
@@ -339,7 +221,7 @@ Value EvalDot(const HloInstruction& instr, EvalArgs& args) {
   if (k == 0) {
     std::memset(c, 0, static_cast<size_t>(result.byte_size()));
   } else if (m > 0 && n > 0 && batch > 0) {
-    DotPlan& plan = PlanFor(instr, g, args);
+    DotPlan& plan = PlanFor(instr, layout, args);
     HostTensor a = AsF32(lhs, args);
     HostTensor b = AsF32(rhs, args);
     if (plan.pack_lhs) a = Packed(a, dn.lhs_batch_dims, g.lhs_free, dn.lhs_contracting_dims, args);
