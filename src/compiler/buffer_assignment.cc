@@ -479,9 +479,18 @@ class ComputationAssigner {
       out_.buffers.push_back(
           AssignedBuffer{b.kind, b.instr, b.leaf, offset[i], b.size, b.start, std::min(b.last, n)});
     }
+    std::vector<int32_t> external(bufs_.size(), -1);
+    for (size_t i = 0; i < bufs_.size(); ++i) {
+      const Buf& b = bufs_[i];
+      if (!b.external) continue;
+      external[i] = static_cast<int32_t>(out_.external.size());
+      out_.external.push_back(
+          AssignedBuffer{b.kind, b.instr, b.leaf, -1, b.size, b.start, std::min(b.last, n)});
+    }
     for (auto& [instr, ia] : out_.instructions) {
       for (LeafAssignment& l : ia.leaves) {
         if (l.buffer < 0) continue;
+        l.external = external[l.buffer];
         l.offset = index[l.buffer] >= 0 ? offset[l.buffer] : -1;
         if (l.kind == LeafAssignment::Kind::kForward) l.offset = -1;
         l.buffer = index[l.buffer];

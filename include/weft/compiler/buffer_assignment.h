@@ -73,6 +73,9 @@ struct LeafAssignment {
   // The region buffer it uses (index into ComputationAssignment::buffers,
   // kForward leaves included); -1: outside the region (parameters, constants).
   int32_t buffer = -1;
+  // Where buffer is -1: the buffer outside the region it uses (index into
+  // ComputationAssignment::external); -1 otherwise.
+  int32_t external = -1;
 };
 
 struct InstructionAssignment {
@@ -98,6 +101,11 @@ struct ComputationAssignment {
   const HloComputation* computation = nullptr;
   std::vector<HloInstruction*> sequence;
   std::vector<AssignedBuffer> buffers;
+  // The buffers outside the region, for readers (the planner): each leaf of
+  // the computation's parameters and each constant, offset -1, sized like a
+  // region buffer, live from its instruction to its last use through the
+  // values that forward it (end == sequence size: the root's). Not placed.
+  std::vector<AssignedBuffer> external;
   std::unordered_map<const HloInstruction*, InstructionAssignment> instructions;
   int64_t size = 0;  // the region's bytes: max over buffers of offset + size
   // Largest sum of the sizes of buffers live at one position (nested regions
