@@ -3,8 +3,8 @@
 // get-tuple-element, while, call) and dispatch to the evaluators.
 #include "weft/runtime/executor.h"
 
-#include <dlfcn.h>
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -195,11 +195,12 @@ ComputationPlan MakePlan(const HloComputation& computation,
   return plan;
 }
 
-// omp_set_num_threads of the OpenMP runtime oneDNN uses, if it is loaded.
+// The team size of this device thread's OpenMP parallel regions: oneDNN's
+// GEMMs (built on libgomp, the runtime weft_base's ThreadPool runs its
+// teams in, with explicit sizes of its own) use it. The ICV is per thread,
+// so each device thread sets its own.
 void SetGemmThreads(int threads) {
-  using Fn = void (*)(int);
-  static Fn fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
-  if (fn != nullptr && threads > 0) fn(threads);
+  if (threads > 0) omp_set_num_threads(threads);
 }
 
 int DefaultGemmThreads(const Communicator& comm) {
