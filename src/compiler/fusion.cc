@@ -62,6 +62,9 @@ struct Group {
 uint8_t NeededRegion(const Group& group, const HloInstruction* user, int64_t k) {
   const HloOpcode op = user->opcode();
   if (op == HloOpcode::kPad && k == 1) return 0;
+  // An input fusion's reduce reads its input at the fusion's own (input)
+  // indices; its init value is a parameter or scalar constant.
+  if (op == HloOpcode::kReduce) return k == 0 ? kAligned : 0;
   if (IsIndexMap(op)) return kGathered;
   if (op == HloOpcode::kReshape) return group.region.at(user);
   return kAligned;  // elementwise
@@ -144,6 +147,17 @@ std::vector<Group> FormGroups(const std::vector<HloInstruction*>& post_order,
   };
   for (auto it = post_order.rbegin(); it != post_order.rend(); ++it) {
     HloInstruction* x = *it;
+    if (IsInputFusibleReduce(*x)) {
+      // The root of an input fusion: its group is computed at the reduce
+      // input's indices.
+      Group group;
+      group.root = x;
+      group.count = x->operand(0)->shape().ElementsCount();
+      group.Add(x, kAligned);
+      group_of[x] = static_cast<int64_t>(groups.size());
+      groups.push_back(std::move(group));
+      continue;
+    }
     if (!IsLoopFusible(*x)) continue;
     if (IsCheap(*x)) {
       // Into each group of its users where every user in that group can
@@ -229,7 +243,8 @@ std::vector<Group> FormGroups(const std::vector<HloInstruction*>& post_order,
     const bool has_elementwise = std::any_of(
         group.members.begin(), group.members.end(),
         [](const HloInstruction* m) { return IsElementwise(m->opcode()); });
-    if (has_elementwise && group.members.size() >= 2 && group.root->shape().rank() > 0) {
+    const bool input = group.root->opcode() == HloOpcode::kReduce;
+    if (has_elementwise && group.members.size() >= 2 && (input || group.root->shape().rank() > 0)) {
       kept.push_back(std::move(group));
     }
   }
@@ -237,6 +252,40 @@ std::vector<Group> FormGroups(const std::vector<HloInstruction*>& post_order,
 }
 
 }  // namespace
+
+bool IsInputFusibleReduce(const HloInstruction& instr) {
+  if (instr.opcode() != HloOpcode::kReduce || instr.operand_count() != 2) return false;
+  const Shape& in = instr.operand(0)->shape();
+  if (!instr.shape().IsArray() || instr.shape().element_type() != PrimitiveType::kF32 ||
+      !in.IsArray() || in.element_type() != PrimitiveType::kF32 ||
+      !instr.operand(1)->shape().IsArray() ||
+      instr.operand(1)->shape().element_type() != PrimitiveType::kF32) {
+    return false;
+  }
+  // add, multiply, max or min of the two parameters.
+  const HloComputation* reducer = instr.to_apply();
+  if (reducer == nullptr || reducer->num_parameters() != 2) return false;
+  const HloInstruction* r = reducer->root_instruction();
+  const HloOpcode op = r->opcode();
+  if (op != HloOpcode::kAdd && op != HloOpcode::kMultiply && op != HloOpcode::kMaximum &&
+      op != HloOpcode::kMinimum) {
+    return false;
+  }
+  if (r->operand(0)->opcode() != HloOpcode::kParameter ||
+      r->operand(1)->opcode() != HloOpcode::kParameter ||
+      r->operand(0) == r->operand(1) || !r->shape().IsScalar()) {
+    return false;
+  }
+  // The reduced dims are the innermost ones (rows), of at most kMaxInputFusionRow elements.
+  std::vector<int64_t> dims = instr.dimensions();
+  std::sort(dims.begin(), dims.end());
+  int64_t row = 1;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] != in.rank() - static_cast<int64_t>(dims.size() - i)) return false;
+    row *= in.dimensions(dims[i]);
+  }
+  return row >= 1 && row <= kMaxInputFusionRow && in.ElementsCount() > 1;
+}
 
 bool IsLoopFusible(const HloInstruction& instr) {
   if (!instr.shape().IsArray() || !IsFusibleElementType(instr.shape().element_type())) return false;
@@ -302,7 +351,8 @@ LoopFusionStats FuseLoops(HloModule& module) {
         std::vector<HloInstruction*> operands;
         for (HloInstruction* operand : member->operands()) operands.push_back(mapped.at(operand));
         auto clone = HloInstruction::Create(member->opcode(), member->shape(), std::move(operands),
-                                            member->attrs(), {}, member->name());
+                                            member->attrs(), member->called_computations(),
+                                            member->name());
         clone->set_sharding(member->sharding());
         clone->set_location(member->location());
         HloInstruction* added = fused_computation->AddInstruction(std::move(clone));
@@ -314,7 +364,8 @@ LoopFusionStats FuseLoops(HloModule& module) {
       HloComputation* callee = module.AddComputation(std::move(fused_computation));
 
       HloAttributes attrs;
-      attrs.fusion_kind = FusionKind::kLoop;
+      const bool input = group.root->opcode() == HloOpcode::kReduce;
+      attrs.fusion_kind = input ? FusionKind::kInput : FusionKind::kLoop;
       auto fusion = HloInstruction::Create(HloOpcode::kFusion, group.root->shape(),
                                            fusion_operands, std::move(attrs), {callee}, "fusion");
       fusion->set_sharding(group.root->sharding());
@@ -323,6 +374,7 @@ LoopFusionStats FuseLoops(HloModule& module) {
       group.root->ReplaceAllUsesWith(added);
       if (was_root) computation->set_root_instruction(added);
       ++stats.fusions;
+      stats.input_fusions += input;
       stats.fused_instructions += static_cast<int64_t>(group.members.size());
     }
 

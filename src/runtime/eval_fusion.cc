@@ -38,6 +38,7 @@
 
 #include "elementwise_kernels.h"
 #include "weft/base/error.h"
+#include "weft/compiler/fusion.h"
 #include "weft/hlo/computation.h"
 #include "weft/runtime/executor_eval.h"
 
@@ -122,7 +123,36 @@ struct FusionPlan {
   // than its own).
   std::vector<int64_t> broadcast_sources;
   int32_t max_depth = 0;  // of the gathered chains (index scratch per level)
+  // Input fusion (kInput): the nodes compute the reduce's input (`shape`);
+  // each output element folds a row of `row` of them.
+  bool input = false;
+  ReducerKind reducer = ReducerKind::kAdd;
+  int64_t row = 0;
+  int64_t init_operand = -1;  // fusion operand holding the init value, or
+  float init_value = 0;       // the init value (a fused constant)
 };
+
+// `root` and what it reads inside its computation, operands first.
+std::vector<const HloInstruction*> PostOrderFrom(const HloInstruction* root) {
+  std::vector<const HloInstruction*> order;
+  std::unordered_map<const HloInstruction*, bool> seen;
+  std::vector<std::pair<const HloInstruction*, int64_t>> stack{{root, 0}};
+  seen[root] = true;
+  while (!stack.empty()) {
+    auto& [instr, next] = stack.back();
+    if (next < instr->operand_count()) {
+      const HloInstruction* operand = instr->operand(next++);
+      if (!seen[operand]) {
+        seen[operand] = true;
+        stack.push_back({operand, 0});
+      }
+    } else {
+      order.push_back(instr);
+      stack.pop_back();
+    }
+  }
+  return order;
+}
 
 HostTensor MaterializeConstant(const HloInstruction& instr) {
   const Literal& literal = instr.literal();
@@ -146,10 +176,64 @@ bool IsIndexMapOp(HloOpcode op) {
          op == HloOpcode::kConcatenate || op == HloOpcode::kPad;
 }
 
+// An input fusion's root: a reduce of f32 rows (its innermost dims) by add,
+// multiply, max or min, its init a fused parameter or constant.
+void PlanInputRoot(const HloInstruction& fusion, const HloInstruction& reduce, FusionPlan& plan) {
+  const auto fail = [&](std::string_view why) {
+    Fail("input fusion {}: its root {} {}", fusion.Describe(), reduce.Describe(), why);
+  };
+  if (reduce.opcode() != HloOpcode::kReduce || reduce.operand_count() != 2) {
+    fail("must be a reduce of one input");
+  }
+  const Shape& in = reduce.operand(0)->shape();
+  if (!in.IsArray() || in.element_type() != PrimitiveType::kF32 ||
+      reduce.shape() != fusion.shape() || fusion.shape().element_type() != PrimitiveType::kF32) {
+    fail("must reduce f32 to the fusion's f32 shape");
+  }
+  const ReducerKind kind = ClassifyReducer(*reduce.to_apply());
+  if (kind != ReducerKind::kAdd && kind != ReducerKind::kMultiply &&
+      kind != ReducerKind::kMaximum && kind != ReducerKind::kMinimum) {
+    fail("must reduce by add, multiply, maximum or minimum");
+  }
+  std::vector<int64_t> dims = reduce.dimensions();
+  std::sort(dims.begin(), dims.end());
+  int64_t row = 1;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] != in.rank() - static_cast<int64_t>(dims.size() - i)) {
+      fail("must reduce the innermost dims");
+    }
+    row *= in.dimensions(dims[i]);
+  }
+  if (row > compiler::kMaxInputFusionRow) {
+    fail(fmt::format("reduces rows of {} elements, more than {}", row,
+                     compiler::kMaxInputFusionRow));
+  }
+  const HloInstruction* init = reduce.operand(1);
+  if (!init->shape().IsArray() || init->shape().rank() != 0 ||
+      init->shape().element_type() != PrimitiveType::kF32) {
+    fail("needs an f32 scalar init value");
+  }
+  if (init->opcode() == HloOpcode::kParameter) {
+    plan.init_operand = init->parameter_number();
+    WEFT_CHECK(plan.init_operand < fusion.operand_count() &&
+                   fusion.operand(plan.init_operand)->shape() == init->shape(),
+               "fused parameter {} does not match operand {} of the fusion", init->Describe(),
+               plan.init_operand);
+  } else if (init->opcode() == HloOpcode::kConstant) {
+    plan.init_value = MaterializeConstant(*init).data<float>()[0];
+  } else {
+    fail("needs its init value as a parameter or a constant");
+  }
+  plan.input = true;
+  plan.reducer = kind;
+  plan.row = row;
+}
+
 std::shared_ptr<FusionPlan> MakeFusionPlan(const HloInstruction& fusion) {
-  WEFT_CHECK(fusion.attrs().fusion_kind == FusionKind::kLoop,
-             "fusion kind {} is not supported by the executor (only kLoop)",
-             FusionKindString(fusion.attrs().fusion_kind));
+  const FusionKind fusion_kind = fusion.attrs().fusion_kind;
+  WEFT_CHECK(fusion_kind == FusionKind::kLoop || fusion_kind == FusionKind::kInput,
+             "fusion kind {} is not supported by the executor (kLoop and kInput are)",
+             FusionKindString(fusion_kind));
   WEFT_CHECK(fusion.called_computations().size() == 1 && fusion.called_computations()[0] != nullptr,
              "fusion needs one fused computation (calls=)");
   const HloComputation& fused = *fusion.called_computations()[0];
@@ -157,12 +241,19 @@ std::shared_ptr<FusionPlan> MakeFusionPlan(const HloInstruction& fusion) {
              "a loop fusion's result must be an array of f32, bf16, f16, s32, s64, u32 or pred; "
              "got {}",
              fusion.shape().ToString());
+  WEFT_CHECK(fused.root_instruction() != nullptr, "fused computation '{}' has no root",
+             fused.name());
   auto plan = std::make_shared<FusionPlan>();
-  plan->shape = fusion.shape();
-  const int64_t count = fusion.shape().ElementsCount();
-  const std::vector<HloInstruction*> order = fused.MakeInstructionPostOrder();
-  WEFT_CHECK(!order.empty() && order.back() == fused.root_instruction(),
-             "fused computation '{}' has no root", fused.name());
+  // The value the nodes compute a tile at a time: the fusion's result, or an
+  // input fusion's reduce input.
+  const HloInstruction* value = fused.root_instruction();
+  if (fusion_kind == FusionKind::kInput) {
+    PlanInputRoot(fusion, *value, *plan);
+    value = value->operand(0);
+  }
+  plan->shape = value->shape();
+  const int64_t count = plan->shape.ElementsCount();
+  const std::vector<const HloInstruction*> order = PostOrderFrom(value);
   std::unordered_map<const HloInstruction*, int32_t> index;
   auto fail = [&](const HloInstruction* instr, std::string_view why) {
     Fail("fused instruction {} of '{}': {}", instr->Describe(), fused.name(), why);
@@ -304,7 +395,7 @@ std::shared_ptr<FusionPlan> MakeFusionPlan(const HloInstruction& fusion) {
   }
   std::vector<Node>& nodes = plan->nodes;
   const int32_t root = static_cast<int32_t>(nodes.size()) - 1;
-  WEFT_CHECK(nodes[root].instr->shape() == fusion.shape(),
+  WEFT_CHECK(plan->input || nodes[root].instr->shape() == fusion.shape(),
              "fusion result {} differs from its fused root {}", fusion.shape().ToString(),
              nodes[root].instr->shape().ToString());
 
@@ -378,6 +469,7 @@ std::shared_ptr<FusionPlan> MakeFusionPlan(const HloInstruction& fusion) {
     }
   }
   for (const Node& node : nodes) {
+    if (plan->input) break;  // the result is smaller than its input
     if (node.kind == NodeKind::kSource && node.fusion_operand >= 0 && node.in_place &&
         std::find(plan->broadcast_sources.begin(), plan->broadcast_sources.end(),
                   node.fusion_operand) == plan->broadcast_sources.end()) {
@@ -602,12 +694,16 @@ class TileRunner {
   TileRunner(const FusionPlan& plan, std::vector<const void*> sources, void* out)
       : plan_(plan), sources_(std::move(sources)), out_(out), ptr_(plan.nodes.size()) {}
 
-  // Computes output elements [b, b + n) (n <= kTile).
+  // Element `origin` of the computed value goes to out[0] (an input
+  // fusion's row buffer holds one row); 0 by default.
+  void set_origin(int64_t origin) { origin_ = origin; }
+
+  // Computes elements [b, b + n) of the value (n <= kTile).
   void Run(Scratch& scratch, int64_t b, int64_t n) {
     const std::vector<Node>& nodes = plan_.nodes;
     const int32_t root = static_cast<int32_t>(nodes.size()) - 1;
     const PrimitiveType out_type = plan_.shape.element_type();
-    std::byte* out = static_cast<std::byte*>(out_) + b * ByteWidth(out_type);
+    std::byte* out = static_cast<std::byte*>(out_) + (b - origin_) * ByteWidth(out_type);
     for (int32_t i = 0; i <= root; ++i) {
       const Node& node = nodes[i];
       if (!node.has_tile) continue;
@@ -896,6 +992,7 @@ class TileRunner {
   const FusionPlan& plan_;
   std::vector<const void*> sources_;  // per fusion operand
   void* out_;
+  int64_t origin_ = 0;
   std::vector<const void*> ptr_;  // per node: its values for the current tile
 };
 
@@ -908,10 +1005,39 @@ const FusionPlan& GetPlan(const HloInstruction& instr, InstructionCache& cache) 
 
 void CheckFusion(const HloInstruction& instr) { MakeFusionPlan(instr); }
 
+// An input fusion: each output element folds its row of the reduce's input,
+// computed a tile at a time into a row buffer, as EvalReduce folds a
+// contiguous row (FoldRowF32): the unfused bits.
+Value EvalInputFusion(const FusionPlan& plan, const HloInstruction& instr, EvalArgs& args,
+                      const std::vector<const void*>& sources) {
+  HostTensor out = args.ctx().Allocate(instr.shape());
+  float* result = out.mutable_data<float>();
+  const int64_t rows = out.element_count(), row = plan.row;
+  const float init =
+      plan.init_operand >= 0 ? args.array(plan.init_operand).data<float>()[0] : plan.init_value;
+  ParallelRanges(rows, std::max<int64_t>(1, kParallelChunk / row),
+                 args.ctx().options().use_thread_pool, [&](int64_t begin, int64_t end) {
+                   Scratch& scratch = ThreadScratch(plan);
+                   thread_local std::vector<float> values;
+                   if (static_cast<int64_t>(values.size()) < row) values.resize(row);
+                   TileRunner runner(plan, sources, values.data());
+                   for (int64_t r = begin; r < end; ++r) {
+                     const int64_t first = r * row;
+                     runner.set_origin(first);
+                     for (int64_t b = first; b < first + row; b += kTile) {
+                       runner.Run(scratch, b, std::min(kTile, first + row - b));
+                     }
+                     result[r] = FoldRowF32(plan.reducer, init, values.data(), row);
+                   }
+                 });
+  return Value{std::move(out)};
+}
+
 Value EvalFusion(const HloInstruction& instr, EvalArgs& args) {
   const FusionPlan& plan = GetPlan(instr, args.cache());
   std::vector<const void*> sources;
   for (int64_t i = 0; i < args.size(); ++i) sources.push_back(args.array(i).raw_data());
+  if (plan.input) return EvalInputFusion(plan, instr, args, sources);
   // Take over a dying operand's buffer as eval_elementwise would; not one
   // that a broadcast also reads (through the same storage).
   HostTensor out;

@@ -416,6 +416,31 @@ void ReduceTyped(ReducerKind kind, const T* x, T* out, const std::vector<Seg>& s
   Fail("no fast reduction for this reducer and type");
 }
 
+}  // namespace
+
+float FoldRowF32(ReducerKind kind, float acc, const float* row, int64_t n) {
+  using O = Ops<float>;
+  const auto fold = [&](auto op) {
+    for (int64_t i = 0; i < n; ++i) acc = op(acc, row[i]);
+    return acc;
+  };
+  switch (kind) {
+    case ReducerKind::kAdd:
+      return acc + SumRow(row, n);
+    case ReducerKind::kMultiply:
+      return fold(O::Mul);
+    case ReducerKind::kMaximum:
+      return fold(O::Max);
+    case ReducerKind::kMinimum:
+      return fold(O::Min);
+    default:
+      break;
+  }
+  Fail("no f32 row fold for this reducer");
+}
+
+namespace {
+
 template <typename T>
 void FillInit(T* out, int64_t n, T init) {
   std::fill(out, out + n, init);

@@ -549,16 +549,25 @@ ENTRY main {
   EXPECT_EQ(FusedOps(*root), (std::multiset<std::string>{"broadcast", "broadcast", "multiply",
                                                           "multiply"}));
   EXPECT_EQ(root->called_computations()[0]->root_instruction()->name(), "y");
-  // The statistics chain: mean, eps, rsqrt in one [8] fusion; x*x alone
-  // (its one user is the reduce) stays unfused.
+  // The statistics chain: mean, eps, rsqrt in one [8] fusion, which reads
+  // the sum of squares from an input fusion: x*x (its one user is the
+  // reduce) and the reduce with its zero.
   const HloInstruction* rs = nullptr;
   for (const HloInstruction* operand : root->operands()) {
     if (operand->opcode() == HloOpcode::kFusion) rs = operand;
   }
   ASSERT_NE(rs, nullptr) << fused->ToString();
+  EXPECT_EQ(rs->attrs().fusion_kind, FusionKind::kLoop);
   EXPECT_EQ(FusedOps(*rs), (std::multiset<std::string>{"broadcast", "broadcast", "constant",
                                                         "constant", "multiply", "add", "rsqrt"}));
-  EXPECT_EQ(fused->entry_computation()->GetInstruction("sq")->opcode(), HloOpcode::kMultiply);
+  ASSERT_EQ(rs->operand_count(), 1);
+  const HloInstruction* ss = rs->operand(0);
+  ASSERT_EQ(ss->opcode(), HloOpcode::kFusion) << fused->ToString();
+  EXPECT_EQ(ss->attrs().fusion_kind, FusionKind::kInput);
+  EXPECT_EQ(FusedOps(*ss), (std::multiset<std::string>{"multiply", "constant", "reduce"}));
+  EXPECT_EQ(ss->called_computations()[0]->root_instruction()->name(), "ss");
+  EXPECT_EQ(fused->entry_computation()->GetInstruction("sq"), nullptr);
+  EXPECT_EQ(CountOutsideFusions(*fused, HloOpcode::kReduce), 0);
 }
 
 TEST(FuseLoops, Softmax) {
@@ -592,6 +601,96 @@ ENTRY main {
             ops.end())
       << fused->ToString();
   EXPECT_EQ(CountOutsideFusions(*fused, HloOpcode::kExp), 0);
+}
+
+// Input fusion on random rows: an elementwise chain of the input (and a
+// broadcast row) reduced over the innermost dims by add, multiply, max or
+// min, with rows shorter than a SIMD width, rows spanning several tiles, and
+// a reduction of everything to a scalar; the init is a parameter or a
+// constant. Every case forms one kInput fusion and gives the unfused bits.
+TEST(FuseLoops, InputFusionsOfRandomRowsGiveTheUnfusedBits) {
+  std::mt19937 rng(11);
+  const char* kReducers[] = {"add", "mul", "max", "min"};
+  const char* kRoots[] = {"add", "multiply", "maximum", "minimum"};
+  int input_fusions = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const int r = static_cast<int>(rng() % 4);
+    const int64_t rows = 1 + static_cast<int64_t>(rng() % 5);
+    const int64_t mid = 1 + static_cast<int64_t>(rng() % 3);
+    int64_t inner = std::vector<int64_t>{1, 3, 7, 16, 300, 2049, 5000}[rng() % 7];
+    if (rows * mid * inner == 1) inner = 3;  // one element: nothing to fold
+    // Reduce the last dim, the last two, or everything.
+    const int mode = static_cast<int>(rng() % 3);
+    const std::string x = fmt::format("f32[{},{},{}]", rows, mid, inner);
+    const std::string dims = mode == 0 ? "2" : mode == 1 ? "1,2" : "0,1,2";
+    const std::string out = mode == 0   ? fmt::format("f32[{},{}]", rows, mid)
+                            : mode == 1 ? fmt::format("f32[{}]", rows)
+                                        : "f32[]";
+    const bool init_param = rng() % 2 == 0;
+    // Multiplying thousands of values overflows or vanishes: keep products short.
+    const std::string scale = kReducers[r] == std::string("mul") ? "0.999" : "1.5";
+    const std::string text = fmt::format(R"(HloModule input_{0}
+{1} {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] {2}(a, b)
+}}
+ENTRY main {{
+  x = {3} parameter(0)
+  w = f32[{4}] parameter(1)
+  i = f32[] parameter(2)
+  wb = {3} broadcast(w), dimensions={{2}}
+  k = f32[] constant({5})
+  kb = {3} broadcast(k), dimensions={{}}
+  t = {3} tanh(x)
+  m = {3} multiply(t, kb)
+  v = {3} add(m, wb)
+  init = f32[] {6}
+  ROOT s = {7} reduce(v, init), dimensions={{{8}}}, to_apply={1}
+}})",
+                                         trial, kReducers[r], kRoots[r], x, inner, scale,
+                                         init_param ? "add(i, i)" : "constant(0.5)", out, dims);
+    SCOPED_TRACE(text);
+    LoopFusionStats stats;
+    std::unique_ptr<HloModule> fused = FuseAndCompare(text, rng, &stats);
+    EXPECT_EQ(stats.input_fusions, 1) << fused->ToString();
+    EXPECT_EQ(CountOutsideFusions(*fused, HloOpcode::kReduce), 0) << fused->ToString();
+    input_fusions += static_cast<int>(stats.input_fusions);
+  }
+  EXPECT_EQ(input_fusions, 40);
+}
+
+// What stays a plain reduce: its input read elsewhere too (softmax's exp),
+// outer dims reduced, a bf16 reduce, rows longer than kMaxInputFusionRow.
+TEST(FuseLoops, InputFusionOnlyForInnermostF32RowsReadByTheReduceAlone) {
+  std::mt19937 rng(12);
+  const std::string text = std::string("HloModule not_input\n") + kAddF32 + R"(
+addbf {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT s = bf16[] add(a, b)
+}
+ENTRY main {
+  x = f32[4,300] parameter(0)
+  y = bf16[4,300] parameter(1)
+  z = f32[2,70000] parameter(2)
+  e = f32[4,300] exponential(x)
+  zero = f32[] constant(0)
+  outer = f32[300] reduce(e, zero), dimensions={0}, to_apply=add
+  n = f32[4,300] negate(x)
+  inner = f32[4] reduce(n, zero), dimensions={1}, to_apply=add
+  yn = bf16[4,300] negate(y)
+  bzero = bf16[] constant(0)
+  badd = bf16[4] reduce(yn, bzero), dimensions={1}, to_apply=addbf
+  zn = f32[2,70000] negate(z)
+  long = f32[2] reduce(zn, zero), dimensions={1}, to_apply=add
+  ROOT t = (f32[300], f32[4], bf16[4], f32[2], f32[4,300]) tuple(outer, inner, badd, long, n)
+})";
+  LoopFusionStats stats;
+  std::unique_ptr<HloModule> fused = FuseAndCompare(text, rng, &stats);
+  // inner's input n is also an output: nothing fuses into that reduce.
+  EXPECT_EQ(stats.input_fusions, 0) << fused->ToString();
+  EXPECT_EQ(CountOutsideFusions(*fused, HloOpcode::kReduce), 4) << fused->ToString();
 }
 
 TEST(FuseLoops, SiluTimesUpInBf16) {

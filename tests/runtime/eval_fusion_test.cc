@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
@@ -306,21 +307,93 @@ ENTRY main {
         << e.what();
     EXPECT_NE(std::string(e.what()).find("'f' (fusion)"), std::string::npos) << e.what();
   }
-  const std::string input = R"(HloModule input
-fc {
+  // kInput fusions: a reduce root of innermost f32 rows only.
+  const auto refused = [](const std::string& root_lines, const std::string& result,
+                          const std::string& why) {
+    const std::string text = fmt::format(R"(HloModule input
+add {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}}
+fc {{
   a = f32[4,8] parameter(0)
-  ROOT n = f32[4,8] negate(a)
-}
-ENTRY main {
+  n = f32[4,8] negate(a)
+  zero = f32[] constant(0)
+  {0}
+}}
+ENTRY main {{
   x = f32[4,8] parameter(0)
-  ROOT f = f32[4,8] fusion(x), kind=kInput, calls=fc
-})";
-  try {
-    Executor executor(*Parse(input));
-    FAIL() << "a kInput fusion ran";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("kInput is not supported"), std::string::npos)
-        << e.what();
+  ROOT f = {1} fusion(x), kind=kInput, calls=fc
+}})",
+                                         root_lines, result);
+    try {
+      Executor executor(*Parse(text));
+      ADD_FAILURE() << "ran: " << text;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("input fusion"), std::string::npos) << e.what();
+    }
+  };
+  refused("ROOT r = f32[4,8] negate(n)", "f32[4,8]", "must be a reduce");
+  refused("ROOT r = f32[8] reduce(n, zero), dimensions={0}, to_apply=add", "f32[8]",
+          "innermost dims");
+}
+
+// An input fusion against a float64 reference: sum over rows of
+// (tanh(x) * 2 + w) plus the init, rows crossing tile boundaries.
+TEST(EvalFusion, InputFusionSumsRowsLikeTheReference) {
+  std::mt19937 rng(5);
+  const int64_t rows = 6, cols = 2500;
+  const std::string text = fmt::format(R"(HloModule input
+add {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}}
+fc {{
+  x = f32[{0},{1}] parameter(0)
+  w = f32[{1}] parameter(1)
+  i = f32[] parameter(2)
+  t = f32[{0},{1}] tanh(x)
+  two = f32[] constant(2)
+  tb = f32[{0},{1}] broadcast(two), dimensions={{}}
+  m = f32[{0},{1}] multiply(t, tb)
+  wb = f32[{0},{1}] broadcast(w), dimensions={{1}}
+  v = f32[{0},{1}] add(m, wb)
+  ROOT r = f32[{0}] reduce(v, i), dimensions={{1}}, to_apply=add
+}}
+ENTRY main {{
+  x = f32[{0},{1}] parameter(0)
+  w = f32[{1}] parameter(1)
+  i = f32[] parameter(2)
+  ROOT f = f32[{0}] fusion(x, w, i), kind=kInput, calls=fc
+}})",
+                                       rows, cols);
+  std::uniform_real_distribution<double> u(-2, 2);
+  std::vector<double> x(rows * cols), w(cols);
+  for (double& v : x) v = u(rng);
+  for (double& v : w) v = u(rng);
+  const double init = u(rng);
+  const auto module = Parse(text);
+  Executor executor(*module);
+  std::vector<HostTensor> inputs;
+  inputs.push_back(HostTensor::FromDoubles(Shape(PrimitiveType::kF32, {rows, cols}), x));
+  inputs.push_back(HostTensor::FromDoubles(Shape(PrimitiveType::kF32, {cols}), w));
+  const std::vector<double> init_value = {init};
+  inputs.push_back(HostTensor::FromDoubles(Shape(PrimitiveType::kF32, {}), init_value));
+  const std::vector<HostTensor> out = executor.Run(std::move(inputs));
+  ASSERT_EQ(out.size(), 1u);
+  for (int64_t r = 0; r < rows; ++r) {
+    double want = init, magnitude = std::abs(init);
+    for (int64_t c = 0; c < cols; ++c) {
+      // The inputs as float32 holds them.
+      const double v = std::tanh(static_cast<double>(static_cast<float>(x[r * cols + c]))) * 2 +
+                       static_cast<double>(static_cast<float>(w[c]));
+      want += v;
+      magnitude += std::abs(v);
+    }
+    EXPECT_NEAR(out[0].GetDouble(r), want, 1e-6 * magnitude) << "row " << r;
   }
 }
 

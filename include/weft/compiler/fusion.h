@@ -1,5 +1,5 @@
-// Loop fusion: groups elementwise work into XLA `fusion` instructions of
-// kind kLoop, each calling a fused computation that the executor runs a
+// Loop and input fusion: groups elementwise work into XLA `fusion`
+// instructions of kind kLoop (and kInput, a reduce root), each calling a fused computation that the executor runs a
 // cache-sized tile at a time (src/runtime/eval_fusion.cc) instead of one
 // whole-tensor pass per instruction.
 //
@@ -26,10 +26,20 @@
 // fused computation's parameters and constants (an elementwise op under a
 // transpose is computed in a fusion of its own). A pad's value is a scalar
 // parameter or constant. Rank-0 (scalar) computations, collectives, dots,
-// reductions, gather/scatter, dynamic slices, custom calls, while/call,
+// reductions (but an input fusion's root, below), gather/scatter, dynamic slices, custom calls, while/call,
 // tuples and anything whose sharding differs from its consumer's (a sharding
 // boundary) stay unfused. A fusion needs some elementwise work and never has
 // side effects.
+//
+//
+// Input fusion (kind kInput, XLA's name): a reduce whose reducer is add,
+// multiply, max or min of its two parameters, over the innermost dims (rows
+// of at most kMaxInputFusionRow elements), f32 in and out, is the root of a
+// fusion of its input's producers, grown by the same rules with the reduce
+// input's element count as the fusion's (RMSNorm's x*x, cross-entropy's
+// exp(x - max)). The executor computes one row's input a tile at a time
+// into a row buffer and folds it as the unfused reduce folds a row: the
+// same bits.
 //
 // Runs over the entry computation and the computations it reaches through
 // while (body, condition) and call; reducers (to_apply of reduce, scatter,
@@ -45,8 +55,13 @@
 
 namespace weft::compiler {
 
+// Longest row (reduced elements per output element) an input fusion folds:
+// the executor keeps one row per thread.
+inline constexpr int64_t kMaxInputFusionRow = 1 << 16;
+
 struct LoopFusionStats {
-  int64_t fusions = 0;             // fusion instructions made
+  int64_t fusions = 0;             // fusion instructions made (loop and input)
+  int64_t input_fusions = 0;       // of which kInput (a reduce root)
   int64_t fused_instructions = 0;  // instructions inside them (duplicates counted each time)
   int64_t duplicated = 0;          // cheap instructions copied into a fusion and kept elsewhere too
 };
@@ -58,5 +73,7 @@ LoopFusionStats FuseLoops(HloModule& module);
 // Whether `instr` may be placed in a loop fusion (its opcode and element
 // type; the shapes of its neighbours are checked by the pass).
 bool IsLoopFusible(const HloInstruction& instr);
+// Whether `instr` is a reduce that may root an input fusion (see above).
+bool IsInputFusibleReduce(const HloInstruction& instr);
 
 }  // namespace weft::compiler

@@ -207,6 +207,10 @@ enum class ReducerKind { kAdd, kMultiply, kMaximum, kMinimum, kAnd, kOr, kXor, k
 // What a two-parameter scalar computation does: add(p0, p1) etc. (either
 // operand order); kReplace for a root that is parameter 1.
 ReducerKind ClassifyReducer(const HloComputation& computation);
+// acc folded with a contiguous f32 row by kAdd, kMultiply, kMaximum or
+// kMinimum, exactly as reduce folds a row of its innermost reduced dims (add
+// keeps eight partial sums): an input fusion gives the unfused bits.
+float FoldRowF32(ReducerKind kind, float acc, const float* row, int64_t n);
 
 // Interprets a scalar computation (parameters, constants, elementwise ops,
 // compare, select, convert, tuple root) on doubles, rounding every result
