@@ -1,6 +1,6 @@
 // Loop and input fusion: groups elementwise work into XLA `fusion`
-// instructions of kind kLoop (and kInput, a reduce root), each calling a fused computation that the executor runs a
-// cache-sized tile at a time (src/runtime/eval_fusion.cc) instead of one
+// instructions of kind kLoop (and kInput, a reduce root), each calling a
+// fused computation that the executor runs a cache-sized tile at a time (src/runtime/eval_fusion.cc) instead of one
 // whole-tensor pass per instruction.
 //
 // What fuses:
