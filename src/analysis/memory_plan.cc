@@ -162,18 +162,24 @@ class Simulator {
         const std::string name = is_weight && w < static_cast<int64_t>(options_.weight_names.size())
                                      ? options_.weight_names[w]
                                      : param->name();
-        WEFT_INTERNAL_CHECK(k < static_cast<int64_t>(ids.size()) && ids[k] >= 0,
-                            "entry parameter '{}' leaf {} has no buffer in the assignment",
-                            param->name(), k);
+        // A parameter the schedule never runs (nothing reads it) has no
+        // buffer in the assignment: the executor still holds it, the live
+        // view frees it at once (unless the caller keeps it resident).
+        const int32_t e = k < static_cast<int64_t>(ids.size()) ? ids[k] : -1;
         Buffer b;
-        b.bytes = ea.external[ids[k]].size;
+        b.bytes = e >= 0 ? ea.external[e].size : Aligned(PlannedBytes(s, options_.precision));
         b.category = is_weight ? BufferCategory::kParameters : BufferCategory::kInputs;
         b.role = Role(fmt::format("{} {}", is_weight ? "weight" : "input", name));
         b.input = true;
         b.resident = is_weight && options_.weights_resident;
         b.origin = param;
         b.shape = s;
-        external[ids[k]] = NewBuffer(std::move(b));
+        const int32_t id = NewBuffer(std::move(b));
+        if (e >= 0) {
+          external[e] = id;
+        } else {
+          Free(id);
+        }
         ++k;
         ++leaf;
       }
@@ -198,16 +204,23 @@ class Simulator {
 
   // ---- static labels -------------------------------------------------------
 
-  bool Assigned(const HloInstruction* x) const {
-    return x->parent() != nullptr && assignment_.Has(*x->parent());
+  // x's assignment; nullptr for what the schedule does not run (dead code).
+  const InstructionAssignment* Find(const HloInstruction* x) const {
+    if (x->parent() == nullptr || !assignment_.Has(*x->parent())) return nullptr;
+    const auto& instructions = assignment_.Of(*x->parent()).instructions;
+    auto it = instructions.find(x);
+    return it == instructions.end() ? nullptr : &it->second;
   }
 
   // Through values that the assignment says forward their one operand whole
   // (every leaf the operand's bytes), to the value they forward.
   const HloInstruction* Unforwarded(const HloInstruction* x) const {
-    while (x->operand_count() == 1 && x->opcode() != HloOpcode::kGetTupleElement && Assigned(x)) {
-      const InstructionAssignment& ia = assignment_.Of(*x);
-      const InstructionAssignment& oa = assignment_.Of(*x->operand(0));
+    while (x->operand_count() == 1 && x->opcode() != HloOpcode::kGetTupleElement) {
+      const InstructionAssignment* ip = Find(x);
+      const InstructionAssignment* op = Find(x->operand(0));
+      if (ip == nullptr || op == nullptr) break;
+      const InstructionAssignment& ia = *ip;
+      const InstructionAssignment& oa = *op;
       if (ia.leaves.empty() || ia.leaves.size() != oa.leaves.size()) break;
       bool whole = true;
       for (size_t k = 0; k < ia.leaves.size(); ++k) {
@@ -268,12 +281,14 @@ class Simulator {
       default:
         break;
     }
-    if (!x->shape().IsArray() || !Assigned(x)) return;
-    const InstructionAssignment& ia = assignment_.Of(*x);
+    const InstructionAssignment* ia = Find(x);
+    if (!x->shape().IsArray() || ia == nullptr) return;
     for (int64_t j = 0; j < x->operand_count(); ++j) {
-      const InstructionAssignment& oa = assignment_.Of(*x->operand(j));
+      const InstructionAssignment* op = Find(x->operand(j));
+      if (op == nullptr) continue;
+      const InstructionAssignment& oa = *op;
       bool shares = false;
-      for (const LeafAssignment& l : ia.leaves) {
+      for (const LeafAssignment& l : ia->leaves) {
         if (l.kind == LeafAssignment::Kind::kInPlace && l.operand == j) shares = true;
         if (l.kind != LeafAssignment::Kind::kForward) continue;
         for (const LeafAssignment& o : oa.leaves) shares = shares || SameBytes(l, o);

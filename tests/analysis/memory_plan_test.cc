@@ -3,13 +3,19 @@
 // the tiny training step on 4 devices), and the categories a plan reports.
 #include "weft/analysis/memory_plan.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
 
 #include "tiny_step.h"
 #include "weft/base/error.h"
+#include "weft/compiler/buffer_assignment.h"
+#include "weft/compiler/schedule.h"
 #include "weft/hlo/parser.h"
 #include "weft/runtime/executor.h"
 
@@ -246,6 +252,208 @@ TEST(MemoryPlanTest, SavedForBackwardFollowsTheRematPolicy) {
     named = named || lb.role == "grad layers.feed_forward.w1";
   }
   EXPECT_TRUE(named) << "the w1 gradient accumulator is live at the peak, with its role";
+}
+
+
+// ---- the plan against the assignment on random programs -------------------
+
+// Random straight-line instructions over f32[n] and f32[n/2] values: unary and
+// binary elementwise ops (whose dying operands the assignment reuses in
+// place), slices and reshapes (views or copies), dynamic-update-slice (in
+// place on a dying operand), concatenations. Appends lines to `text`, adds
+// every result to the pools, returns the last f32[n] result.
+struct Pools {
+  std::vector<std::string> full, half;  // f32[n], f32[n/2]
+};
+
+std::string RandomChain(std::mt19937& rng, int64_t n, int steps, const std::string& prefix,
+                        Pools& pools, std::string& text) {
+  const int64_t h = n / 2;
+  auto pick = [&](const std::vector<std::string>& v) {
+    // Recent values more often: chains whose operands die.
+    const size_t k = v.size();
+    const size_t back = std::min<size_t>(k - 1, std::geometric_distribution<size_t>(0.5)(rng));
+    return v[k - 1 - back];
+  };
+  std::string last = pools.full.back();
+  for (int s = 0; s < steps; ++s) {
+    const std::string name = fmt::format("{}{}", prefix, s);
+    const int kind = static_cast<int>(rng() % 7);
+    if (kind == 0 || (kind == 5 && pools.half.size() < 2) || (kind == 6 && pools.half.empty())) {
+      static const char* unary[] = {"exponential", "negate", "tanh", "abs"};
+      text += fmt::format("  {} = f32[{}] {}({})\n", name, n, unary[rng() % 4], pick(pools.full));
+    } else if (kind == 1 || kind == 2) {
+      static const char* binary[] = {"add", "multiply", "subtract", "maximum"};
+      text += fmt::format("  {} = f32[{}] {}({}, {})\n", name, n, binary[rng() % 4],
+                          pick(pools.full), pick(pools.full));
+    } else if (kind == 3) {
+      const int64_t at = (rng() % 2) * h;
+      text += fmt::format("  {} = f32[{}] slice({}), slice={{[{}:{}]}}\n", name, h,
+                          pick(pools.full), at, at + h);
+      pools.half.push_back(name);
+      continue;
+    } else if (kind == 4) {
+      text += fmt::format("  {}r = f32[2,{}] reshape({})\n", name, h, pick(pools.full));
+      text += fmt::format("  {} = f32[{}] reshape({}r)\n", name, n, name);
+    } else if (kind == 5) {
+      text += fmt::format("  {} = f32[{}] concatenate({}, {}), dimensions={{0}}\n", name, n,
+                          pick(pools.half), pick(pools.half));
+    } else {
+      text += fmt::format("  {}i = s32[] constant({})\n", name, rng() % (h + 1));
+      text += fmt::format("  {} = f32[{}] dynamic-update-slice({}, {}, {}i)\n", name, n,
+                          pick(pools.full), pick(pools.half), name);
+    }
+    pools.full.push_back(name);
+    last = name;
+  }
+  return last;
+}
+
+// A program of `inputs` f32[n] parameters, a random chain, optionally a while
+// loop of `trips` trips whose body runs its own random chain on the carry and
+// stacks each trip's result into an f32[trips, n] carry with dynamic-update-
+// slice, then a second chain; the root returns the last value and a few
+// earlier ones.
+std::string RandomProgram(std::mt19937& rng, bool with_loop) {
+  const int64_t n = 64 * (1 + static_cast<int64_t>(rng() % 8));
+  const int inputs = 1 + static_cast<int>(rng() % 3);
+  const int64_t trips = 1 + static_cast<int64_t>(rng() % 4);
+  std::string text = "HloModule random\n";
+  if (with_loop) {
+    const std::string state = fmt::format("(s32[], f32[{}], f32[{},{}])", n, trips, n);
+    text += fmt::format(
+        "cond {{\n  s = {} parameter(0)\n  i = s32[] get-tuple-element(s), index=0\n"
+        "  t = s32[] constant({})\n  ROOT lt = pred[] compare(i, t), direction=LT\n}}\n",
+        state, trips);
+    text += fmt::format(
+        "body {{\n  s = {} parameter(0)\n  i = s32[] get-tuple-element(s), index=0\n"
+        "  h = f32[{}] get-tuple-element(s), index=1\n"
+        "  acc = f32[{},{}] get-tuple-element(s), index=2\n",
+        state, n, trips, n);
+    Pools body;
+    body.full = {"h"};
+    const std::string out = RandomChain(rng, n, 2 + static_cast<int>(rng() % 6), "b", body, text);
+    text += fmt::format(
+        "  row = f32[1,{}] reshape({})\n  zero = s32[] constant(0)\n"
+        "  acc2 = f32[{},{}] dynamic-update-slice(acc, row, i, zero)\n"
+        "  one = s32[] constant(1)\n  i2 = s32[] add(i, one)\n"
+        "  ROOT next = {} tuple(i2, {}, acc2)\n}}\n",
+        n, out, trips, n, state, out);
+  }
+  text += "ENTRY main {\n";
+  Pools pools;
+  for (int p = 0; p < inputs; ++p) {
+    text += fmt::format("  p{} = f32[{}] parameter({})\n", p, n, p);
+    pools.full.push_back(fmt::format("p{}", p));
+  }
+  std::string last = RandomChain(rng, n, 3 + static_cast<int>(rng() % 10), "e", pools, text);
+  if (with_loop) {
+    const std::string state = fmt::format("(s32[], f32[{}], f32[{},{}])", n, trips, n);
+    text += fmt::format(
+        "  izero = s32[] constant(0)\n  fzero = f32[] constant(0)\n"
+        "  stack = f32[{},{}] broadcast(fzero), dimensions={{}}\n"
+        "  init = {} tuple(izero, {}, stack)\n"
+        "  loop = {} while(init), condition=cond, body=body\n"
+        "  lh = f32[{}] get-tuple-element(loop), index=1\n"
+        "  stacked = f32[{},{}] get-tuple-element(loop), index=2\n"
+        "  flat = f32[{}] reshape(stacked)\n"
+        "  first = f32[{}] slice(flat), slice={{[0:{}]}}\n",
+        trips, n, state, last, state, n, trips, n, trips * n, n, n);
+    pools.full.push_back("first");
+    pools.full.push_back("lh");
+  }
+  last = RandomChain(rng, n, 2 + static_cast<int>(rng() % 6), "f", pools, text);
+  std::vector<std::string> outs = {last};
+  const size_t extra = rng() % 3;
+  for (size_t k = 0; k < extra; ++k) outs.push_back(pools.full[rng() % pools.full.size()]);
+  std::string types, names;
+  for (size_t k = 0; k < outs.size(); ++k) {
+    types += fmt::format("{}f32[{}]", k ? ", " : "", n);
+    names += fmt::format("{}{}", k ? ", " : "", outs[k]);
+  }
+  text += fmt::format("  ROOT out = ({}) tuple({})\n}}\n", types, names);
+  return text;
+}
+
+// The most bytes of one computation's region buffers live at one position
+// (its values and scratch; no nested regions in these programs' callees).
+int64_t MostLive(const compiler::ComputationAssignment& c) {
+  int64_t most = 0;
+  for (int64_t t = 0; t <= static_cast<int64_t>(c.sequence.size()); ++t) {
+    int64_t live = 0;
+    for (const compiler::AssignedBuffer& b : c.buffers) {
+      if (b.start <= t && t <= b.end) live += b.size;
+    }
+    most = std::max(most, live);
+  }
+  return most;
+}
+
+// Independently of the planner: at every position of the entry, the sizes of
+// the assignment's buffers live there, the inputs (held from the start until
+// their last use), and, at a while, the most its body or condition holds at
+// once in place of the nested region's reserved size.
+int64_t AssignmentLivePeak(const HloModule& module, const compiler::BufferAssignment& a) {
+  const compiler::ComputationAssignment& e = a.Of(*module.entry_computation());
+  int64_t most = 0;
+  for (int64_t t = 0; t < static_cast<int64_t>(e.sequence.size()); ++t) {
+    int64_t live = 0;
+    for (const compiler::AssignedBuffer& b : e.buffers) {
+      if (b.kind != compiler::AssignedBuffer::Kind::kNested && b.start <= t && t <= b.end) {
+        live += b.size;
+      }
+    }
+    for (const compiler::AssignedBuffer& b : e.external) {
+      if (b.instr->opcode() == HloOpcode::kParameter && t <= b.end) live += b.size;
+    }
+    int64_t nested = 0;
+    for (const HloComputation* callee : e.sequence[t]->called_computations()) {
+      nested = std::max(nested, MostLive(a.Of(*callee)));
+    }
+    most = std::max(most, live + nested);
+  }
+  return most;
+}
+
+TEST(MemoryPlanTest, RandomProgramsPlanTheAssignmentsBuffers) {
+  std::mt19937 rng(20261125);
+  for (int round = 0; round < 60; ++round) {
+    const bool with_loop = round % 2 == 1;
+    const std::string text = RandomProgram(rng, with_loop);
+    SCOPED_TRACE(text);
+    auto module = ParseHloModule(text);
+    for (Precision precision : {Precision::kF32, Precision::kBf16}) {
+      const compiler::BufferAssignment a = compiler::AssignBuffers(
+          *module, compiler::ScheduleComputation,
+          [precision](const Shape& s) { return PlannedBytes(s, precision); });
+      MemoryPlanOptions live;
+      live.precision = precision;
+      live.num_data_inputs = module->entry_computation()->num_parameters();
+      const MemoryPlan plan = PlanMemory(*module, live);
+      EXPECT_EQ(plan.live_peak_bytes, AssignmentLivePeak(*module, a));
+      EXPECT_EQ(plan.peak_bytes, plan.live_peak_bytes);
+      EXPECT_EQ(plan.arena_bytes, a.arena_bytes());
+      int64_t highest = 0;
+      for (const TimelinePoint& p : plan.timeline) highest = std::max(highest, p.total);
+      EXPECT_EQ(highest, plan.live_peak_bytes);
+      int64_t listed = 0;
+      for (const LiveBuffer& b : plan.live_at_peak) listed += b.bytes;
+      EXPECT_EQ(listed, plan.live_peak_bytes);
+
+      MemoryPlanOptions exec = live;
+      exec.executor_accounting = true;
+      const MemoryPlan e = PlanMemory(*module, exec);
+      EXPECT_EQ(e.peak_bytes, a.peak_bytes());
+      EXPECT_EQ(e.live_peak_bytes, plan.live_peak_bytes);
+      int64_t sum = 0;
+      for (int64_t b : e.peak_by_category) sum += b;
+      EXPECT_EQ(sum, e.peak_bytes);
+      EXPECT_EQ(e.peak_by_category[static_cast<int>(BufferCategory::kInputs)], a.input_bytes());
+      if (precision == Precision::kF32 && round % 6 < 2) {
+        EXPECT_EQ(e.peak_bytes, ExecutorPeak(*module));  // the executor's own measurement
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -1,26 +1,28 @@
-// Per-device memory of a per-device program, from buffer liveness over the
-// executor's schedule (runtime/executor.h), without running it.
+// Per-device memory of a per-device program, from the compiler's buffer
+// assignment (compiler/buffer_assignment.h) over its schedule, without
+// running it.
 //
-// The simulation follows the executor's policy step by step, on sizes instead
-// of data: the same post-order schedule per computation (parameters and
-// their get-tuple-elements first), a value freed right after its last use,
-// the same in-place rules (an elementwise op, dynamic-update-slice, scatter,
-// all-reduce or collective-permute writes into a dying operand's buffer when
-// nothing else references it), the same aliasing (reshape, copy, tuple,
-// get-tuple-element, a no-op convert or broadcast, and contiguous slices
-// share bytes), the same scratch inside ops (transposed dot operands,
-// interleaved collective chunks), and while loops run trip by trip: a body's
-// buffers are live during the loop, a scan's stacked carries are whole
-// buffers from the start. With options.precision = kF32 and
-// weights_resident = false, peak_bytes is what Executor::stats().peak_bytes
-// measures when the caller keeps its inputs (RunOnDevices, RunSharded and the
-// trainer do: the executor borrows them, read-only, until their last use);
-// tests check it on the training step. Not modelled: the f32 scratch copies
-// the executor makes of bf16 operands (a bf16 plan counts buffers as a
-// native bf16 accelerator holds them) and the padded-row copies of an
-// attention backward whose query length does not divide evenly.
+// One set of rules: every allocation decision (which instruction allocates,
+// forwards or aliases an operand, reuses a dying operand in place, needs
+// scratch, when a buffer dies) is the assignment's, which the executor runs
+// by. The plan walks the program's execution (while loops trip by trip,
+// calls) and at each position of each computation holds exactly the
+// assignment's buffers live there (AssignedBuffer start..end; scratch for its
+// step); a while or call is accounted by walking its called computations'
+// own buffers, not by the nested region the assignment reserves for them.
+// Entry parameters (the caller's) are held from the start until their last
+// use, or for the whole step when weights_resident; the entry root's buffers
+// until the end. Sizes are PlannedBytes under the precision policy, aligned
+// as the assignment aligns them; constants (the module's) are not counted.
+// With executor_accounting, peak_bytes is the assignment's inputs + arena +
+// outputs, exactly Executor::stats().peak_bytes (tests check it on the
+// training step). Not modelled: the f32 scratch copies the executor makes of
+// bf16 operands (a bf16 plan counts buffers as a native bf16 accelerator
+// holds them) and the padded-row copies of an attention backward whose query
+// length does not divide evenly.
 //
-// Categories come from what a buffer is:
+// Categories come from what a buffer holds (a buffer of the assignment takes
+// the label of the first labelled value that uses it):
 //   parameters       entry parameters that are weights (after the data inputs)
 //   inputs           the data inputs (tokens, targets, ...)
 //   gradients        buffers that reach the entry root's outputs 1.. (the
@@ -32,8 +34,9 @@
 //   collectives      results of collectives (all-gathered weights, ...)
 //   temporaries      everything else
 // With offload_saved, "saved" buffers live in host memory: they are counted
-// in host_peak_bytes, not in device memory, and every slice the backward
-// reads from them is a device buffer of its own (the prefetched layer).
+// in host_peak_bytes, not in device memory, and every part of them that a
+// value reads (a layer the backward slices out, a view in the assignment) is
+// a device buffer of its own, the prefetched layer, live while it is read.
 #pragma once
 
 #include <array>
@@ -71,8 +74,8 @@ struct MemoryPlanOptions {
   // Names of the weights, in input order (for the role of each buffer).
   std::vector<std::string> weight_names;
   // The caller holds the weights for the whole step (the trainer does):
-  // they are never freed. false: as the executor counts them, until their
-  // last use.
+  // they are never freed. false: until their last use (the executor's
+  // accounting holds every input for the whole run either way).
   bool weights_resident = false;
   // Saved-for-backward buffers live in host memory (remat offload).
   bool offload_saved = false;
@@ -105,12 +108,13 @@ struct TimelinePoint {
 
 struct MemoryPlan {
   // Device memory held by the program at its peak. With executor_accounting
-  // (and nothing offloaded), exactly the executor's ExecutorStats::peak_bytes: the buffer assignment's
-  // (compiler/buffer_assignment.h) inputs + arena + outputs, sized under the
-  // precision policy; the categories then come from the liveness simulation
-  // below at its own peak, with the rest of the assignment's peak (arena
-  // packing, outputs copied out) counted as temporaries. Otherwise the
-  // simulation's peak (live_peak_bytes).
+  // (and nothing offloaded), exactly the executor's ExecutorStats::peak_bytes:
+  // the buffer assignment's (compiler/buffer_assignment.h) inputs + arena +
+  // outputs, sized under the precision policy; the peak is then placed where
+  // the arena holds the most live bytes, and the categories are every input,
+  // the arena's buffers live there (its packing counted as temporaries) and
+  // the outputs copied out of it. Otherwise the most bytes live at once
+  // (live_peak_bytes), where they are first reached.
   int64_t peak_bytes = 0;
   int64_t live_peak_bytes = 0;  // the most bytes live at once (the timeline's highest)
   int64_t arena_bytes = 0;      // the buffer assignment's arena, under the policy
