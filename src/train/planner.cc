@@ -201,7 +201,9 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
         (n + plan.chip.max_slice_chips - 1) / plan.chip.max_slice_chips));
   }
 
-  // The program `weft train` would run.
+  // The program `weft train` would run; on a chip, fused as its compiler
+  // fuses (the executor's own machine: as weft train runs it, unfused).
+  po.fuse = options.chip != "local-cpu";
   const StepProgram program = BuildStepProgram(config, po);
   plan.batch_size = program.batch_size;
   plan.seq_len = program.seq_len;

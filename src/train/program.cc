@@ -247,7 +247,8 @@ StepProgram BuildStepProgram(const RunConfig& config, const StepProgramOptions& 
     PropagateShardings(*p.step, propagation);
   }
   root->set_sharding(HloSharding::Tuple(std::move(root_shardings)));
-  p.compiled = compiler::CompileForDevices(*p.step, {.num_devices = p.num_devices});
+  p.compiled =
+      compiler::CompileForDevices(*p.step, {.num_devices = p.num_devices, .fuse = options.fuse});
   return p;
 }
 

@@ -18,7 +18,6 @@
 #include "weft/base/crc32c.h"
 #include "weft/base/error.h"
 #include "weft/base/memory.h"
-#include "weft/compiler/fusion.h"
 #include "weft/analysis/memory_plan.h"
 #include "weft/runtime/comm_threads.h"
 #include "weft/runtime/executor.h"
@@ -745,9 +744,9 @@ TrainStepsInfo TrainStepsInMemory(const RunConfig& config, const TrainStepsOptio
   run->options.progress = false;
   StepProgramOptions po;
   po.expected_devices = run->config.mesh.num_devices();
+  po.fuse = options.fuse_loops;
   run->program = BuildStepProgram(run->config, po);
   CheckFitsInMemory(*run, run->program.num_devices);
-  if (options.fuse_loops) compiler::FuseLoops(*run->program.compiled.program);
   run->dataset.emplace(LoadDataset(run->config, options.cache_dir));
   SetUpUpdates(run.get());
   run->exec.profile = options.profile;
