@@ -19,6 +19,7 @@
 #include "weft/base/thread_pool.h"
 #include "weft/compiler/schedule.h"
 #include "weft/runtime/executor_eval.h"
+#include "weft/runtime/topology.h"
 
 namespace weft::runtime {
 
@@ -203,12 +204,15 @@ void SetGemmThreads(int threads) {
   if (threads > 0) omp_set_num_threads(threads);
 }
 
+// The cores of this machine shared among the devices on it: in-process
+// devices are threads of this process; MPI ranks on this host are counted
+// by the topology (discovered once, from every rank's host name).
 int DefaultGemmThreads(const Communicator& comm) {
   int64_t local_devices = 1;
   if (comm.backend() == "threads") {
     local_devices = comm.num_devices();
-  } else if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) {
-    local_devices = std::max(1, std::atoi(local));
+  } else if (comm.backend() == "mpi") {
+    local_devices = Topology::Global().DevicesOnHostOf(comm.device_id());
   }
   return static_cast<int>(std::max<int64_t>(1, GetCpuInfo().logical_cores / local_devices));
 }

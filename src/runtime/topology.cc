@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -190,6 +191,12 @@ std::vector<int64_t> Topology::SliceDevices(int64_t slice) const {
   for (const Device& d : devices_)
     if (d.slice == slice) ids[d.local_index] = d.id;
   return ids;
+}
+
+int64_t Topology::DevicesOnHostOf(int64_t id) const {
+  const std::string& host = device(id).host;
+  return std::count_if(devices_.begin(), devices_.end(),
+                       [&](const Device& d) { return d.host == host; });
 }
 
 std::string Topology::ToString() const {

@@ -104,6 +104,18 @@ TEST(Topology, SliceSizeOverridesHostsAndUnequalHostsAreAnError) {
             std::string::npos);
 }
 
+// The devices sharing a host's cores (how the executor sizes each device's
+// GEMM team): ranks on the same host under MPI, every device in-process.
+TEST(Topology, DevicesOnHostCountTheRanksSharingTheMachine) {
+  const std::vector<std::string> hosts = {"a", "a", "a", "b", "c", "c"};
+  const Topology t = Topology::FromProcesses(hosts, Config(99, 0, 2));
+  const std::vector<int64_t> expected = {3, 3, 3, 1, 2, 2};
+  for (int64_t id = 0; id < 6; ++id) EXPECT_EQ(t.DevicesOnHostOf(id), expected[id]) << id;
+  EXPECT_NE(ErrorOf([&] { t.DevicesOnHostOf(6); }).find("out of range"), std::string::npos);
+  const Topology local = Topology::FromConfig(Config(8, 2));
+  for (int64_t id = 0; id < 8; ++id) EXPECT_EQ(local.DevicesOnHostOf(id), 8);
+}
+
 TEST(Topology, ToStringIsATableWithTheDiscoveryCount) {
   const std::string text = Topology::FromConfig(Config(8, 2)).ToString();
   EXPECT_NE(text.find("8 devices (threads backend, 1 process), 2 slices of 4"), std::string::npos)

@@ -74,6 +74,10 @@ class Topology {
   const Device& device(int64_t id) const;
   // Device ids of one slice in local-index order.
   std::vector<int64_t> SliceDevices(int64_t slice) const;
+  // Devices on the host of device `id` (itself included): the devices that
+  // share that machine's cores (in-process: every device; under MPI: the
+  // ranks on that host). Throws weft::Error for an id out of range.
+  int64_t DevicesOnHostOf(int64_t id) const;
 
   // A summary line and a table of devices, with the discovery count so far.
   std::string ToString() const;
