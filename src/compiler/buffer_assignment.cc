@@ -58,6 +58,23 @@ std::vector<Shape> InstructionScratch(const HloInstruction& instr) {
       if (shape.element_type() != f32) out.push_back(shape.WithElementType(f32));
       break;
     }
+    case HloOpcode::kFusion: {
+      // An output fusion's scratch is its dot's (eval_fusion.cc runs the
+      // dot with the chain as GEMM post-ops, packing as PlanDotLayout says):
+      // the dot at the end of the root's add / multiply chain.
+      if (instr.attrs().fusion_kind != FusionKind::kOutput ||
+          instr.called_computations().size() != 1 || instr.called_computations()[0] == nullptr) {
+        break;
+      }
+      const HloInstruction* x = instr.called_computations()[0]->root_instruction();
+      while (x != nullptr &&
+             (x->opcode() == HloOpcode::kAdd || x->opcode() == HloOpcode::kMultiply) &&
+             x->operand_count() == 2) {
+        x = x->operand(0)->opcode() == HloOpcode::kParameter ? x->operand(1) : x->operand(0);
+      }
+      if (x != nullptr && x->opcode() == HloOpcode::kDot) return InstructionScratch(*x);
+      break;
+    }
     case HloOpcode::kAllGather:  // eval_collectives.cc: chunks interleaved
       if (Outer(instr.operand(0)->shape(), instr.dimensions()[0]) > 1) out.push_back(shape);
       break;

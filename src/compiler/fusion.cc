@@ -300,100 +300,171 @@ bool IsLoopFusible(const HloInstruction& instr) {
          (op == HloOpcode::kConstant && instr.shape().IsScalar());
 }
 
-LoopFusionStats FuseLoops(HloModule& module) {
+namespace {
+
+// Replaces each group of `computation` by a fusion instruction of `kind`
+// (kInput for a reduce root, else `kind`) calling a new fused computation,
+// then drops the originals nothing uses any more.
+void BuildFusions(HloModule& module, HloComputation* computation, std::vector<Group>& groups,
+                  FusionKind kind, LoopFusionStats& stats) {
+  // The clones of each original (the first takes its name back when the
+  // original goes).
+  std::unordered_map<const HloInstruction*, std::vector<HloInstruction*>> clones;
+  std::unordered_set<const HloInstruction*> fused;
+  for (Group& group : groups) {
+    // The members in post order from the root (operands left to right),
+    // and the values from outside in the order that walk meets them: the
+    // fusion's operands, as XLA orders them.
+    std::vector<HloInstruction*> members, fusion_operands;
+    {
+      std::unordered_set<const HloInstruction*> visited{group.root}, outside;
+      std::vector<std::pair<HloInstruction*, int64_t>> stack{{group.root, 0}};
+      while (!stack.empty()) {
+        auto& [instr, next] = stack.back();
+        if (next < instr->operand_count()) {
+          HloInstruction* operand = instr->operand(next++);
+          if (group.Has(operand)) {
+            if (visited.insert(operand).second) stack.push_back({operand, 0});
+          } else if (outside.insert(operand).second) {
+            fusion_operands.push_back(operand);
+          }
+        } else {
+          members.push_back(instr);
+          stack.pop_back();
+        }
+      }
+    }
+    WEFT_INTERNAL_CHECK(members.size() == group.members.size(),
+                        "fusion: {} of the {} members of the group of {} are reachable "
+                        "from it",
+                        members.size(), group.members.size(), group.root->Describe());
+    auto fused_computation = std::make_unique<HloComputation>("fused_computation");
+    std::unordered_map<const HloInstruction*, HloInstruction*> mapped;
+    for (size_t number = 0; number < fusion_operands.size(); ++number) {
+      HloAttributes attrs;
+      attrs.parameter_number = static_cast<int64_t>(number);
+      mapped[fusion_operands[number]] = fused_computation->AddInstruction(
+          HloInstruction::Create(HloOpcode::kParameter, fusion_operands[number]->shape(), {},
+                                 std::move(attrs), {}, fmt::format("param_{}", number)));
+    }
+    for (HloInstruction* member : members) {
+      std::vector<HloInstruction*> operands;
+      for (HloInstruction* operand : member->operands()) operands.push_back(mapped.at(operand));
+      auto clone = HloInstruction::Create(member->opcode(), member->shape(), std::move(operands),
+                                          member->attrs(), member->called_computations(),
+                                          member->name());
+      clone->set_sharding(member->sharding());
+      clone->set_location(member->location());
+      HloInstruction* added = fused_computation->AddInstruction(std::move(clone));
+      mapped[member] = added;
+      clones[member].push_back(added);
+      fused.insert(member);
+    }
+    fused_computation->set_root_instruction(mapped.at(group.root));
+    HloComputation* callee = module.AddComputation(std::move(fused_computation));
+
+    HloAttributes attrs;
+    const bool input = group.root->opcode() == HloOpcode::kReduce;
+    attrs.fusion_kind = input ? FusionKind::kInput : kind;
+    auto fusion = HloInstruction::Create(HloOpcode::kFusion, group.root->shape(),
+                                         fusion_operands, std::move(attrs), {callee}, "fusion");
+    fusion->set_sharding(group.root->sharding());
+    HloInstruction* added = computation->AddInstructionBefore(std::move(fusion), group.root);
+    const bool was_root = computation->root_instruction() == group.root;
+    group.root->ReplaceAllUsesWith(added);
+    if (was_root) computation->set_root_instruction(added);
+    ++stats.fusions;
+    stats.input_fusions += input;
+    stats.output_fusions += kind == FusionKind::kOutput;
+    stats.fused_instructions += static_cast<int64_t>(group.members.size());
+  }
+
+  // Drop the originals nothing uses any more (users first), and give their
+  // names to their clones.
+  const std::vector<HloInstruction*> instructions = computation->instructions();
+  for (auto it = instructions.rbegin(); it != instructions.rend(); ++it) {
+    HloInstruction* instr = *it;
+    if (fused.count(instr) == 0) continue;
+    const std::vector<HloInstruction*>& copies = clones.at(instr);
+    if (instr->users().empty() && instr != computation->root_instruction()) {
+      std::string name = instr->name();
+      stats.duplicated += static_cast<int64_t>(copies.size()) - 1;
+      computation->RemoveInstruction(instr);
+      copies.front()->set_name(std::move(name));
+    } else {
+      stats.duplicated += static_cast<int64_t>(copies.size());
+    }
+  }
+}
+
+// f32 of `shape`'s dims.
+bool IsF32Array(const Shape& shape) {
+  return shape.IsArray() && shape.element_type() == PrimitiveType::kF32;
+}
+
+// The next step of an output fusion's chain after `x` (the dot or the
+// previous step): x's only user, an add or multiply of x's shape and
+// sharding whose other operand is a different value of that full shape
+// (not a broadcast, iota or constant).
+HloInstruction* NextOutputStep(const HloInstruction& x, const HloInstruction* computation_root) {
+  if (&x == computation_root || x.users().size() != 1) return nullptr;
+  HloInstruction* user = x.users()[0];
+  if (user->opcode() != HloOpcode::kAdd && user->opcode() != HloOpcode::kMultiply) return nullptr;
+  if (user->operand_count() != 2 || user->shape() != x.shape() || !SameSharding(x, *user)) {
+    return nullptr;
+  }
+  // x exactly once (not multiply(x, x)); the other operand of x's shape.
+  const HloInstruction* other =
+      user->operand(0) == &x ? user->operand(1) : user->operand(0);
+  // A broadcast (or iota, constant) stays for loop fusion to compute inline
+  // rather than being materialized at the dot's full shape.
+  if (other == &x || other->shape() != x.shape() || IsCheap(*other)) return nullptr;
+  return user;
+}
+
+}  // namespace
+
+bool IsOutputFusibleDot(const HloInstruction& instr) {
+  return instr.opcode() == HloOpcode::kDot && instr.operand_count() == 2 &&
+         IsF32Array(instr.shape()) && IsF32Array(instr.operand(0)->shape()) &&
+         IsF32Array(instr.operand(1)->shape());
+}
+
+LoopFusionStats FuseOutputs(HloModule& module) {
   LoopFusionStats stats;
+  for (HloComputation* computation : ComputationsToFuse(module)) {
+    std::vector<Group> groups;
+    // Steps already in a chain (add(dot1, dot2): the first dot takes it).
+    std::unordered_set<const HloInstruction*> taken;
+    for (HloInstruction* instr : computation->MakeInstructionPostOrder()) {
+      if (!IsOutputFusibleDot(*instr)) continue;
+      HloInstruction* step = NextOutputStep(*instr, computation->root_instruction());
+      if (step == nullptr || taken.count(step)) continue;
+      Group group;
+      group.Add(instr, kAligned);
+      group.count = instr->shape().ElementsCount();
+      while (step != nullptr && !taken.count(step)) {
+        group.Add(step, kAligned);
+        taken.insert(step);
+        group.root = step;
+        step = NextOutputStep(*step, computation->root_instruction());
+      }
+      groups.push_back(std::move(group));
+    }
+    if (!groups.empty()) BuildFusions(module, computation, groups, FusionKind::kOutput, stats);
+  }
+  return stats;
+}
+
+LoopFusionStats FuseLoops(HloModule& module) {
+  // Output fusion first: its chains' adds and multiplies would otherwise be
+  // taken by loop fusions, and loop fusion never fuses a fusion further.
+  LoopFusionStats stats = FuseOutputs(module);
   for (HloComputation* computation : ComputationsToFuse(module)) {
     const std::vector<HloInstruction*> post_order = computation->MakeInstructionPostOrder();
     std::vector<Group> groups = FormGroups(post_order, computation->root_instruction());
     if (groups.empty()) continue;
-
-    // The clones of each original (the first takes its name back when the
-    // original goes).
-    std::unordered_map<const HloInstruction*, std::vector<HloInstruction*>> clones;
-    std::unordered_set<const HloInstruction*> fused;
-    for (Group& group : groups) {
-      // The members in post order from the root (operands left to right),
-      // and the values from outside in the order that walk meets them: the
-      // fusion's operands, as XLA orders them.
-      std::vector<HloInstruction*> members, fusion_operands;
-      {
-        std::unordered_set<const HloInstruction*> visited{group.root}, outside;
-        std::vector<std::pair<HloInstruction*, int64_t>> stack{{group.root, 0}};
-        while (!stack.empty()) {
-          auto& [instr, next] = stack.back();
-          if (next < instr->operand_count()) {
-            HloInstruction* operand = instr->operand(next++);
-            if (group.Has(operand)) {
-              if (visited.insert(operand).second) stack.push_back({operand, 0});
-            } else if (outside.insert(operand).second) {
-              fusion_operands.push_back(operand);
-            }
-          } else {
-            members.push_back(instr);
-            stack.pop_back();
-          }
-        }
-      }
-      WEFT_INTERNAL_CHECK(members.size() == group.members.size(),
-                          "loop fusion: {} of the {} members of the group of {} are reachable "
-                          "from it",
-                          members.size(), group.members.size(), group.root->Describe());
-      auto fused_computation = std::make_unique<HloComputation>("fused_computation");
-      std::unordered_map<const HloInstruction*, HloInstruction*> mapped;
-      for (size_t number = 0; number < fusion_operands.size(); ++number) {
-        HloAttributes attrs;
-        attrs.parameter_number = static_cast<int64_t>(number);
-        mapped[fusion_operands[number]] = fused_computation->AddInstruction(
-            HloInstruction::Create(HloOpcode::kParameter, fusion_operands[number]->shape(), {},
-                                   std::move(attrs), {}, fmt::format("param_{}", number)));
-      }
-      for (HloInstruction* member : members) {
-        std::vector<HloInstruction*> operands;
-        for (HloInstruction* operand : member->operands()) operands.push_back(mapped.at(operand));
-        auto clone = HloInstruction::Create(member->opcode(), member->shape(), std::move(operands),
-                                            member->attrs(), member->called_computations(),
-                                            member->name());
-        clone->set_sharding(member->sharding());
-        clone->set_location(member->location());
-        HloInstruction* added = fused_computation->AddInstruction(std::move(clone));
-        mapped[member] = added;
-        clones[member].push_back(added);
-        fused.insert(member);
-      }
-      fused_computation->set_root_instruction(mapped.at(group.root));
-      HloComputation* callee = module.AddComputation(std::move(fused_computation));
-
-      HloAttributes attrs;
-      const bool input = group.root->opcode() == HloOpcode::kReduce;
-      attrs.fusion_kind = input ? FusionKind::kInput : FusionKind::kLoop;
-      auto fusion = HloInstruction::Create(HloOpcode::kFusion, group.root->shape(),
-                                           fusion_operands, std::move(attrs), {callee}, "fusion");
-      fusion->set_sharding(group.root->sharding());
-      HloInstruction* added = computation->AddInstructionBefore(std::move(fusion), group.root);
-      const bool was_root = computation->root_instruction() == group.root;
-      group.root->ReplaceAllUsesWith(added);
-      if (was_root) computation->set_root_instruction(added);
-      ++stats.fusions;
-      stats.input_fusions += input;
-      stats.fused_instructions += static_cast<int64_t>(group.members.size());
-    }
-
-    // Drop the originals nothing uses any more (users first), and give their
-    // names to their clones.
-    const std::vector<HloInstruction*> instructions = computation->instructions();
-    for (auto it = instructions.rbegin(); it != instructions.rend(); ++it) {
-      HloInstruction* instr = *it;
-      if (fused.count(instr) == 0) continue;
-      const std::vector<HloInstruction*>& copies = clones.at(instr);
-      if (instr->users().empty() && instr != computation->root_instruction()) {
-        std::string name = instr->name();
-        stats.duplicated += static_cast<int64_t>(copies.size()) - 1;
-        computation->RemoveInstruction(instr);
-        copies.front()->set_name(std::move(name));
-      } else {
-        stats.duplicated += static_cast<int64_t>(copies.size());
-      }
-    }
+    BuildFusions(module, computation, groups, FusionKind::kLoop, stats);
   }
   return stats;
 }

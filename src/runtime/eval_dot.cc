@@ -10,7 +10,12 @@
 // compiler::PlanDotLayout's decision (compiler/dot_layout.h), the one the
 // buffer assignment reserves their scratch by. The primitive (and the plan
 // of which operand is packed) is made once per instruction and kept in the
-// executor's InstructionCache. The result is [batch, M, N], which is XLA's
+// executor's InstructionCache. An output fusion (fusion kind=kOutput,
+// eval_fusion.cc) runs its dot through the same RunDot with a oneDNN binary
+// post-op (add or mul) per step of its chain, src1 being the step's other
+// operand in the dense [batch, M, N] layout of the dot's result; its plan is
+// cached under the fusion instruction, with the post-ops in the primitive's
+// attributes. The result is [batch, M, N], which is XLA's
 // dot output order (batch dims, lhs free dims, rhs free dims). bf16/f16
 // operands compute in f32 (converted copies, same layout); integer dots
 // accumulate in int64.
@@ -19,6 +24,8 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <span>
+#include <unordered_map>
 
 #include "weft/base/error.h"
 #include "weft/compiler/dot_layout.h"
@@ -102,6 +109,7 @@ const dnnl::engine& CpuEngine() {
 struct DotPlan {
   bool pack_lhs = false, pack_rhs = false;
   dnnl::memory::desc lhs_md, rhs_md, out_md;
+  std::vector<HloOpcode> post_ops;  // binary post-ops (src1 laid out as out_md)
   dnnl::matmul primitive;
   std::optional<dnnl::stream> stream;
 };
@@ -129,16 +137,34 @@ namespace {
 // the operands compiler::PlanDotLayout says are read in place are, unless
 // oneDNN has no kernel for their strides (then both are packed; the
 // compiler reserved scratch for that where DotLayout::may_pack_both).
-DotPlan& PlanFor(const HloInstruction& instr, const compiler::DotLayout& layout, EvalArgs& args) {
-  if (DotPlan* plan = args.cache().Find<DotPlan>(instr)) return *plan;
+// `key` is the instruction the plan is kept under: the dot itself, or the
+// output fusion holding it (whose post-ops are part of the primitive).
+DotPlan& PlanFor(const HloInstruction& instr, const HloInstruction& key,
+                 const compiler::DotLayout& layout, std::span<const DotPostOp> post_ops,
+                 EvalArgs& args) {
+  if (DotPlan* plan = args.cache().Find<DotPlan>(key)) {
+    WEFT_INTERNAL_CHECK(plan->post_ops.size() == post_ops.size(),
+                        "dot '{}': cached plan has {} post-ops, the run {}", instr.name(),
+                        plan->post_ops.size(), post_ops.size());
+    return *plan;
+  }
   const compiler::DotGroups& g = layout.groups;
   auto plan = std::make_shared<DotPlan>();
+  for (const DotPostOp& p : post_ops) plan->post_ops.push_back(p.op);
   auto make = [&](const compiler::MatrixView& l, const compiler::MatrixView& r) {
     plan->lhs_md = Desc(l);
     plan->rhs_md = Desc(r);
     plan->out_md = Desc(compiler::PackedMatrices(g.batch, g.m, g.n));
+    dnnl::post_ops ops;
+    for (HloOpcode op : plan->post_ops) {
+      ops.append_binary(op == HloOpcode::kAdd ? dnnl::algorithm::binary_add
+                                              : dnnl::algorithm::binary_mul,
+                        plan->out_md);
+    }
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(ops);
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(plan->lhs_md, plan->rhs_md, plan->out_md),
-                                    CpuEngine());
+                                    attr, CpuEngine());
     plan->primitive = dnnl::matmul(pd);
   };
   plan->pack_lhs = layout.pack_lhs();
@@ -154,7 +180,7 @@ DotPlan& PlanFor(const HloInstruction& instr, const compiler::DotLayout& layout,
     make(compiler::PackedMatrices(g.batch, g.m, g.k), compiler::PackedMatrices(g.batch, g.k, g.n));
   }
   plan->stream.emplace(CpuEngine());
-  return args.cache().Put(instr, std::move(plan));
+  return args.cache().Put(key, std::move(plan));
 }
 
 // `x` as f32 (a converted copy when it is not), in its own layout.
@@ -178,9 +204,18 @@ HostTensor Packed(const HostTensor& x, const std::vector<int64_t>& batch,
 
 }  // namespace
 
-Value EvalDot(const HloInstruction& instr, EvalArgs& args) {
-  const HostTensor& lhs = args.array(0);
-  const HostTensor& rhs = args.array(1);
+Value RunDot(const HloInstruction& instr, const HloInstruction& key, const HostTensor& lhs,
+             const HostTensor& rhs, std::span<const DotPostOp> post_ops, EvalArgs& args) {
+  for (const DotPostOp& p : post_ops) {
+    WEFT_INTERNAL_CHECK(instr.shape().element_type() == PrimitiveType::kF32 &&
+                            (p.op == HloOpcode::kAdd || p.op == HloOpcode::kMultiply) &&
+                            p.src1 != nullptr &&
+                            p.src1->element_type() == PrimitiveType::kF32 &&
+                            p.src1->dimensions() == instr.shape().dimensions(),
+                        "dot '{}': a post-op must be an f32 add or multiply by a value of the "
+                        "dot's shape",
+                        instr.name());
+  }
   const DotDimensionNumbers& dn = instr.attrs().dot;
   const compiler::DotLayout layout =
       compiler::PlanDotLayout(dn, lhs.dimensions(), rhs.dimensions());
@@ -219,9 +254,16 @@ Value EvalDot(const HloInstruction& instr, EvalArgs& args) {
       out_type == f32 ? out : args.ctx().Allocate(instr.shape().WithElementType(f32));
   float* c = result.mutable_data<float>();
   if (k == 0) {
+    // Nothing to contract: zeros, then the post-ops as the unfused ops would.
     std::memset(c, 0, static_cast<size_t>(result.byte_size()));
+    for (const DotPostOp& p : post_ops) {
+      const float* s1 = p.src1->data<float>();
+      for (int64_t i = 0; i < result.element_count(); ++i) {
+        c[i] = p.op == HloOpcode::kAdd ? c[i] + s1[i] : c[i] * s1[i];
+      }
+    }
   } else if (m > 0 && n > 0 && batch > 0) {
-    DotPlan& plan = PlanFor(instr, layout, args);
+    DotPlan& plan = PlanFor(instr, key, layout, post_ops, args);
     HostTensor a = AsF32(lhs, args);
     HostTensor b = AsF32(rhs, args);
     if (plan.pack_lhs) a = Packed(a, dn.lhs_batch_dims, g.lhs_free, dn.lhs_contracting_dims, args);
@@ -230,10 +272,15 @@ Value EvalDot(const HloInstruction& instr, EvalArgs& args) {
     dnnl::memory a_mem(plan.lhs_md, engine, const_cast<void*>(a.raw_data()));
     dnnl::memory b_mem(plan.rhs_md, engine, const_cast<void*>(b.raw_data()));
     dnnl::memory c_mem(plan.out_md, engine, c);
+    std::unordered_map<int, dnnl::memory> exec_args{
+        {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
+    for (size_t i = 0; i < post_ops.size(); ++i) {
+      exec_args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1,
+                        dnnl::memory(plan.out_md, engine,
+                                     const_cast<void*>(post_ops[i].src1->raw_data())));
+    }
     try {
-      plan.primitive.execute(*plan.stream, {{DNNL_ARG_SRC, a_mem},
-                                            {DNNL_ARG_WEIGHTS, b_mem},
-                                            {DNNL_ARG_DST, c_mem}});
+      plan.primitive.execute(*plan.stream, exec_args);
       plan.stream->wait();
     } catch (const dnnl::error& e) {
       throw InternalError(fmt::format("oneDNN matmul failed ({}) for [{},{},{}] x [{},{},{}]",
@@ -244,6 +291,10 @@ Value EvalDot(const HloInstruction& instr, EvalArgs& args) {
     ConvertElements(f32, c, out_type, out.mutable_raw_data(), out.element_count());
   }
   return Value{std::move(out)};
+}
+
+Value EvalDot(const HloInstruction& instr, EvalArgs& args) {
+  return RunDot(instr, instr, args.array(0), args.array(1), {}, args);
 }
 
 }  // namespace weft::runtime::exec

@@ -1,3 +1,7 @@
+// Output fusion (kind=kOutput, a dot and its add / multiply chain) runs as
+// one oneDNN matmul with binary post-ops (EvalOutputFusion, below, through
+// eval_dot.cc's RunDot).
+//
 // Loop fusion (fusion kind=kLoop): runs the fused computation a tile of
 // the output's linear index range at a time (kTile elements), so every
 // intermediate value lives in a tile-sized scratch buffer that stays in
@@ -232,7 +236,7 @@ void PlanInputRoot(const HloInstruction& fusion, const HloInstruction& reduce, F
 std::shared_ptr<FusionPlan> MakeFusionPlan(const HloInstruction& fusion) {
   const FusionKind fusion_kind = fusion.attrs().fusion_kind;
   WEFT_CHECK(fusion_kind == FusionKind::kLoop || fusion_kind == FusionKind::kInput,
-             "fusion kind {} is not supported by the executor (kLoop and kInput are)",
+             "fusion kind {} is not supported by the executor (kLoop, kInput and kOutput are)",
              FusionKindString(fusion_kind));
   WEFT_CHECK(fusion.called_computations().size() == 1 && fusion.called_computations()[0] != nullptr,
              "fusion needs one fused computation (calls=)");
@@ -1003,7 +1007,102 @@ const FusionPlan& GetPlan(const HloInstruction& instr, InstructionCache& cache) 
 
 }  // namespace
 
-void CheckFusion(const HloInstruction& instr) { MakeFusionPlan(instr); }
+// An output fusion (kOutput): a dot of two parameters and a chain of add /
+// multiply steps, each with the previous value (the dot first) and a
+// parameter of the dot's shape; root the last step. The dot runs through
+// eval_dot.cc's RunDot with one binary post-op per step.
+struct OutputFusion {
+  const HloInstruction* dot = nullptr;
+  int64_t lhs = -1, rhs = -1;  // fusion operands
+  struct Step {
+    HloOpcode op;
+    int64_t operand;  // the fusion operand of the step's other value
+  };
+  std::vector<Step> steps;  // from the dot outwards
+};
+
+OutputFusion AnalyzeOutputFusion(const HloInstruction& fusion) {
+  auto fail = [&](std::string_view why) {
+    Fail("output fusion '{}' (kind=kOutput) cannot be run: {}", fusion.name(), why);
+  };
+  if (fusion.called_computations().size() != 1 || fusion.called_computations()[0] == nullptr) {
+    fail("it needs one fused computation (calls=)");
+  }
+  const HloComputation& fused = *fusion.called_computations()[0];
+  const HloInstruction* x = fused.root_instruction();
+  if (x == nullptr) fail(fmt::format("fused computation '{}' has no root", fused.name()));
+  if (!fusion.shape().IsArray() || fusion.shape().element_type() != PrimitiveType::kF32) {
+    fail(fmt::format("its result is {}, the executor runs f32 output fusions only",
+                     fusion.shape().ToString()));
+  }
+  // The fusion operand a fused parameter stands for, checked against it.
+  auto operand_of = [&](const HloInstruction* p) -> int64_t {
+    const int64_t number = p->attrs().parameter_number;
+    if (number < 0 || number >= fusion.operand_count()) {
+      fail(fmt::format("parameter {} has no fusion operand (the fusion has {})", number,
+                       fusion.operand_count()));
+    }
+    if (fusion.operand(number)->shape() != p->shape()) {
+      fail(fmt::format("parameter {} is {} but the fusion operand is {}", number,
+                       p->shape().ToString(), fusion.operand(number)->shape().ToString()));
+    }
+    return number;
+  };
+  OutputFusion out;
+  std::vector<OutputFusion::Step> steps;  // from the root inwards
+  while (x->opcode() != HloOpcode::kDot) {
+    if ((x->opcode() != HloOpcode::kAdd && x->opcode() != HloOpcode::kMultiply) ||
+        x->operand_count() != 2) {
+      fail(fmt::format("its root is not a chain of add / multiply over a dot ({} is in the way)",
+                       x->Describe()));
+    }
+    const bool p0 = x->operand(0)->opcode() == HloOpcode::kParameter;
+    const bool p1 = x->operand(1)->opcode() == HloOpcode::kParameter;
+    if (p0 == p1) {
+      fail(fmt::format("{} must combine the chain's value with one parameter", x->Describe()));
+    }
+    const HloInstruction* other = p0 ? x->operand(0) : x->operand(1);
+    if (x->shape() != fusion.shape() || other->shape() != fusion.shape()) {
+      fail(fmt::format("{} and its parameter must have the dot's shape {}", x->Describe(),
+                       fusion.shape().ToString()));
+    }
+    steps.push_back({x->opcode(), operand_of(other)});
+    x = p0 ? x->operand(1) : x->operand(0);
+  }
+  if (steps.empty()) fail("its root is the dot itself (no add / multiply after it)");
+  if (x->operand_count() != 2 || x->operand(0)->opcode() != HloOpcode::kParameter ||
+      x->operand(1)->opcode() != HloOpcode::kParameter) {
+    fail(fmt::format("the dot {} must read two parameters", x->Describe()));
+  }
+  if (x->shape() != fusion.shape() || x->operand(0)->shape().element_type() != PrimitiveType::kF32 ||
+      x->operand(1)->shape().element_type() != PrimitiveType::kF32) {
+    fail(fmt::format("the dot {} must be f32 of f32 operands with the fusion's shape {}",
+                     x->Describe(), fusion.shape().ToString()));
+  }
+  CheckDot(*x);
+  out.dot = x;
+  out.lhs = operand_of(x->operand(0));
+  out.rhs = operand_of(x->operand(1));
+  out.steps.assign(steps.rbegin(), steps.rend());
+  return out;
+}
+
+Value EvalOutputFusion(const HloInstruction& instr, EvalArgs& args) {
+  const OutputFusion f = AnalyzeOutputFusion(instr);
+  std::vector<DotPostOp> post_ops;
+  for (const OutputFusion::Step& step : f.steps) {
+    post_ops.push_back({step.op, &args.array(step.operand)});
+  }
+  return RunDot(*f.dot, instr, args.array(f.lhs), args.array(f.rhs), post_ops, args);
+}
+
+void CheckFusion(const HloInstruction& instr) {
+  if (instr.attrs().fusion_kind == FusionKind::kOutput) {
+    AnalyzeOutputFusion(instr);
+  } else {
+    MakeFusionPlan(instr);
+  }
+}
 
 // An input fusion: each output element folds its row of the reduce's input,
 // computed a tile at a time into a row buffer, as EvalReduce folds a
@@ -1034,6 +1133,7 @@ Value EvalInputFusion(const FusionPlan& plan, const HloInstruction& instr, EvalA
 }
 
 Value EvalFusion(const HloInstruction& instr, EvalArgs& args) {
+  if (instr.attrs().fusion_kind == FusionKind::kOutput) return EvalOutputFusion(instr, args);
   const FusionPlan& plan = GetPlan(instr, args.cache());
   std::vector<const void*> sources;
   for (int64_t i = 0; i < args.size(); ++i) sources.push_back(args.array(i).raw_data());

@@ -15,6 +15,7 @@
 #include <random>
 
 #include "weft/compiler/buffer_assignment.h"
+#include "weft/compiler/fusion.h"
 #include "weft/hlo/parser.h"
 #include "weft/runtime/executor.h"
 #include "weft/runtime/run_command.h"
@@ -261,6 +262,63 @@ TEST(DotLayoutTest, ScratchIsReservedForThePackedOperandsAndTheExecutorAgrees) {
     }
   }
   EXPECT_GT(strided_unpacked, 10);
+}
+
+
+// An output fusion (kind=kOutput) of each random dot with add(y, dot): its
+// scratch is its dot's, the executor asks for nothing beyond it, and the
+// result is the naive product plus y.
+TEST(DotLayoutTest, OutputFusionScratchIsItsDots) {
+  std::mt19937 rng(78);
+  for (int trial = 0; trial < 120; ++trial) {
+    const RandomDot d = MakeRandomDot(rng);
+    const DotLayout layout = PlanDotLayout(d.dn, d.lhs_dims, d.rhs_dims);
+    const DotGroups& g = layout.groups;
+    std::vector<int64_t> out;
+    for (int64_t x : d.dn.lhs_batch_dims) out.push_back(d.lhs_dims[x]);
+    for (int64_t x : g.lhs_free) out.push_back(d.lhs_dims[x]);
+    for (int64_t x : g.rhs_free) out.push_back(d.rhs_dims[x]);
+    std::string text = DotText(d, g);
+    const size_t root = text.find("  ROOT d = ");
+    ASSERT_NE(root, std::string::npos);
+    text.replace(root, 11, fmt::format("  y = f32[{}] parameter(2)\n  d = ", Dims(out)));
+    text.insert(text.rfind('}'), fmt::format("  ROOT s = f32[{}] add(y, d)\n", Dims(out)));
+    const std::unique_ptr<HloModule> unfused = ParseHloModule(text);
+    const std::vector<Shape> want =
+        InstructionScratch(*unfused->entry_computation()->GetInstruction("d"));
+    const std::unique_ptr<HloModule> module = ParseHloModule(text);
+    ASSERT_EQ(FuseLoops(*module).output_fusions, 1) << text;
+    const HloInstruction* fusion = module->entry_computation()->root_instruction();
+    ASSERT_EQ(fusion->attrs().fusion_kind, FusionKind::kOutput) << module->ToString();
+    EXPECT_EQ(InstructionScratch(*fusion), want) << module->ToString();
+
+    runtime::Executor exec(*module);
+    const std::vector<runtime::HostTensor> inputs =
+        runtime::RandomInputs(exec.InputShapes(), 5000 + static_cast<uint64_t>(trial));
+    const std::vector<runtime::HostTensor> result = exec.Run(inputs);
+    ASSERT_EQ(result.size(), 1u);
+    EXPECT_EQ(exec.stats().unplanned_bytes, 0) << module->ToString();
+    EXPECT_EQ(exec.stats().misplaced_results, 0) << module->ToString();
+    const std::vector<double> a = inputs[0].ToDoubles(), b = inputs[1].ToDoubles();
+    const std::vector<double> y = inputs[2].ToDoubles(), c = result[0].ToDoubles();
+    for (int64_t p = 0; p < g.batch; ++p) {
+      for (int64_t i = 0; i < g.m; ++i) {
+        for (int64_t j = 0; j < g.n; ++j) {
+          const int64_t e = (p * g.m + i) * g.n + j;
+          double ref = y[e], mag = std::abs(y[e]);
+          for (int64_t l = 0; l < g.k; ++l) {
+            const double x = a[Address(d.lhs_dims, d.dn.lhs_batch_dims, g.lhs_free,
+                                       d.dn.lhs_contracting_dims, p, i, l)];
+            const double w = b[Address(d.rhs_dims, d.dn.rhs_batch_dims,
+                                       d.dn.rhs_contracting_dims, g.rhs_free, p, l, j)];
+            ref += x * w;
+            mag += std::abs(x * w);
+          }
+          ASSERT_NEAR(c[e], ref, 1e-5 * mag + 1e-6) << module->ToString() << " at " << e;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

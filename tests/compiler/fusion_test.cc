@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <random>
@@ -800,6 +802,258 @@ ENTRY main {
   std::unique_ptr<HloModule> fused = FuseAndCompare(text, rng, &stats);
   EXPECT_EQ(stats.fusions, 1) << fused->ToString();
   EXPECT_EQ(fused->GetComputation("body")->GetInstruction("z"), nullptr);
+}
+
+// ---------------------------------------------------------------------------
+// Output fusion (kOutput): a dot and its add / multiply chain.
+
+// The largest |fused - unfused| / |unfused| over every element of every
+// output (0 when the bits agree).
+struct Closeness {
+  double max_relative = 0;
+  bool bitwise = true;
+};
+void Compare(const std::vector<HostTensor>& want, const std::vector<HostTensor>& got,
+             Closeness& c, const std::string& context) {
+  ASSERT_EQ(want.size(), got.size()) << context;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(want[i].shape(), got[i].shape()) << context;
+    if (std::memcmp(want[i].raw_data(), got[i].raw_data(), want[i].byte_size()) != 0) {
+      c.bitwise = false;
+    }
+    for (int64_t k = 0; k < want[i].element_count(); ++k) {
+      const double w = want[i].GetDouble(k), g = got[i].GetDouble(k);
+      const double rel = w == g ? 0 : std::abs(w - g) / std::abs(w);
+      c.max_relative = std::max(c.max_relative, rel);
+      if (!(rel <= 1e-6)) {
+        FAIL() << "output " << i << " element " << k << ": unfused " << w << ", fused " << g
+               << "\n" << context;
+      }
+    }
+  }
+}
+
+// FuseAndCompare within 1e-6 relative per element (the fused dot may run a
+// different oneDNN kernel): verifier, round trip, fused and reparsed runs.
+std::unique_ptr<HloModule> FuseAndCompareClose(const std::string& text, std::mt19937& rng,
+                                               LoopFusionStats& stats, Closeness& closeness) {
+  std::unique_ptr<HloModule> unfused = ParseHloModule(text);
+  std::unique_ptr<HloModule> fused = ParseHloModule(text);
+  stats = FuseLoops(*fused);
+  VerifyHloModule(*fused);
+  const std::string printed = fused->ToString();
+  std::unique_ptr<HloModule> reparsed = ParseHloModule(printed);
+  EXPECT_EQ(reparsed->ToString(), printed) << "the fused module does not round-trip";
+  const std::vector<HostTensor> inputs = RandomInputs(*unfused, rng);
+  const std::vector<HostTensor> want = Run(*unfused, inputs);
+  const std::string context = "unfused:\n" + text + "\nfused:\n" + printed;
+  Compare(want, Run(*fused, inputs), closeness, context);
+  Compare(want, Run(*reparsed, inputs), closeness, "(reparsed) " + context);
+  return fused;
+}
+
+std::string DimsText(const std::vector<int64_t>& dims) {
+  return fmt::format("f32[{}]", fmt::join(dims, ","));
+}
+
+// Random dots: a batch dim or none, one or two free dims per side, one or
+// two contracting dims, each operand's dims in a random order (transposed
+// and permuted operands), followed by a chain of 1-3 add / multiply steps
+// with random other operands (parameters, or an elementwise value) in
+// either operand order. Each forms exactly one kOutput fusion, within 1e-6
+// relative of the unfused program.
+TEST(FuseOutputs, RandomDotsWithAddMultiplyChainsMatchUnfused) {
+  std::mt19937 rng(13);
+  auto pick = [&](int lo, int hi) { return lo + static_cast<int>(rng() % (hi - lo + 1)); };
+  Closeness closeness;
+  int64_t output_fusions = 0, steps_total = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const int nb = pick(0, 1), nm = pick(1, 2), nn = pick(1, 2), nk = pick(1, 2);
+    std::vector<int64_t> b, m, n, k;
+    for (int i = 0; i < nb; ++i) b.push_back(pick(1, 3));
+    for (int i = 0; i < nm; ++i) m.push_back(pick(1, nm == 1 ? 40 : 7));
+    for (int i = 0; i < nn; ++i) n.push_back(pick(1, nn == 1 ? 40 : 7));
+    for (int i = 0; i < nk; ++i) k.push_back(pick(1, nk == 1 ? 50 : 8));
+    // Logical lhs dims: batch, m, k; rhs: batch, k, n; each permuted.
+    std::vector<int64_t> lhs_logical, rhs_logical;
+    for (int64_t v : b) lhs_logical.push_back(v);
+    for (int64_t v : m) lhs_logical.push_back(v);
+    for (int64_t v : k) lhs_logical.push_back(v);
+    for (int64_t v : b) rhs_logical.push_back(v);
+    for (int64_t v : k) rhs_logical.push_back(v);
+    for (int64_t v : n) rhs_logical.push_back(v);
+    auto permutation = [&](size_t size) {
+      std::vector<int64_t> p(size);
+      for (size_t i = 0; i < size; ++i) p[i] = static_cast<int64_t>(i);
+      if (rng() % 2) std::shuffle(p.begin(), p.end(), rng);  // half stay in order
+      return p;
+    };
+    // where[logical] = the operand dim holding it.
+    const std::vector<int64_t> lp = permutation(lhs_logical.size());
+    const std::vector<int64_t> rp = permutation(rhs_logical.size());
+    std::vector<int64_t> lhs_dims(lp.size()), rhs_dims(rp.size());
+    for (size_t i = 0; i < lp.size(); ++i) lhs_dims[lp[i]] = lhs_logical[i];
+    for (size_t i = 0; i < rp.size(); ++i) rhs_dims[rp[i]] = rhs_logical[i];
+    std::vector<int64_t> lb, lc, rb, rc;
+    for (int i = 0; i < nb; ++i) {
+      lb.push_back(lp[i]);
+      rb.push_back(rp[i]);
+    }
+    for (int i = 0; i < nk; ++i) {
+      lc.push_back(lp[nb + nm + i]);
+      rc.push_back(rp[nb + i]);
+    }
+    // XLA's dot result: batch dims, then each operand's free dims in its
+    // own dimension order.
+    std::vector<int64_t> out_dims = b;
+    for (int64_t d = 0; d < static_cast<int64_t>(lhs_dims.size()); ++d) {
+      if (std::find(lb.begin(), lb.end(), d) == lb.end() &&
+          std::find(lc.begin(), lc.end(), d) == lc.end()) {
+        out_dims.push_back(lhs_dims[d]);
+      }
+    }
+    for (int64_t d = 0; d < static_cast<int64_t>(rhs_dims.size()); ++d) {
+      if (std::find(rb.begin(), rb.end(), d) == rb.end() &&
+          std::find(rc.begin(), rc.end(), d) == rc.end()) {
+        out_dims.push_back(rhs_dims[d]);
+      }
+    }
+    const std::string out = DimsText(out_dims);
+    std::string text = fmt::format("HloModule output_{}\nENTRY main {{\n", trial);
+    text += fmt::format("  lhs = {} parameter(0)\n  rhs = {} parameter(1)\n", DimsText(lhs_dims),
+                        DimsText(rhs_dims));
+    std::string dn = fmt::format("lhs_contracting_dims={{{}}}, rhs_contracting_dims={{{}}}",
+                                 fmt::join(lc, ","), fmt::join(rc, ","));
+    if (nb > 0) {
+      dn = fmt::format("lhs_batch_dims={{{}}}, rhs_batch_dims={{{}}}, ", fmt::join(lb, ","),
+                       fmt::join(rb, ",")) + dn;
+    }
+    text += fmt::format("  d = {} dot(lhs, rhs), {}\n", out, dn);
+    const int steps = pick(1, 3);
+    std::string prev = "d";
+    for (int s = 0; s < steps; ++s) {
+      const int param = 2 + s;
+      std::string other = fmt::format("o{}", s);
+      text += fmt::format("  {} = {} parameter({})\n", other, out, param);
+      if (rng() % 3 == 0) {
+        // An elementwise value (SiLU of it): a loop fusion feeding the step.
+        text += fmt::format("  lg{0} = {1} logistic(o{0})\n  si{0} = {1} multiply(o{0}, lg{0})\n",
+                            s, out);
+        other = fmt::format("si{}", s);
+      }
+      const char* op = rng() % 2 ? "add" : "multiply";
+      const std::string name = fmt::format("s{}", s);
+      if (rng() % 2) {
+        text += fmt::format("  {} = {} {}({}, {})\n", name, out, op, prev, other);
+      } else {
+        text += fmt::format("  {} = {} {}({}, {})\n", name, out, op, other, prev);
+      }
+      prev = name;
+    }
+    text += fmt::format("  ROOT r = {} negate({})\n}}\n", out, prev);
+    SCOPED_TRACE(text);
+    LoopFusionStats stats;
+    std::unique_ptr<HloModule> fused = FuseAndCompareClose(text, rng, stats, closeness);
+    if (HasFatalFailure() || HasFailure()) return;
+    EXPECT_EQ(stats.output_fusions, 1) << fused->ToString();
+    EXPECT_EQ(CountOutsideFusions(*fused, HloOpcode::kDot), 0) << fused->ToString();
+    for (const HloInstruction* f : Fusions(*fused)) {
+      if (f->attrs().fusion_kind != FusionKind::kOutput) continue;
+      std::multiset<std::string> ops = FusedOps(*f);
+      EXPECT_EQ(ops.count("dot"), 1u);
+      EXPECT_EQ(static_cast<int>(ops.size()), 1 + steps) << fused->ToString();
+      EXPECT_EQ(f->operand_count(), 2 + steps);
+      EXPECT_NE(fused->ToString().find("kind=kOutput, calls=" + f->called_computations()[0]->name()),
+                std::string::npos);
+    }
+    output_fusions += stats.output_fusions;
+    steps_total += steps;
+  }
+  EXPECT_EQ(output_fusions, 40);
+  std::printf("output fusion: max relative difference fused vs unfused %.3g, %s\n",
+              closeness.max_relative, closeness.bitwise ? "bitwise equal" : "not bitwise equal");
+}
+
+// What stays unfused: a dot with a second user, an add of a broadcast
+// (smaller) bias, a bf16 dot, multiply(d, d); a chain stops at a value with
+// two users.
+TEST(FuseOutputs, OnlyFullShapeChainsOfSingleUserF32Dots) {
+  std::mt19937 rng(14);
+  const std::string text = R"(HloModule not_output
+ENTRY main {
+  x = f32[8,16] parameter(0)
+  w = f32[16,12] parameter(1)
+  y = f32[8,12] parameter(2)
+  bias = f32[12] parameter(3)
+  xb = bf16[8,16] parameter(4)
+  wb = bf16[16,12] parameter(5)
+  yb = bf16[8,12] parameter(6)
+  d1 = f32[8,12] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  a1 = f32[8,12] add(d1, y)
+  d2 = f32[8,12] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  bb = f32[8,12] broadcast(bias), dimensions={1}
+  a2 = f32[8,12] add(d2, bb)
+  d3 = bf16[8,12] dot(xb, wb), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  a3 = bf16[8,12] add(d3, yb)
+  d4 = f32[8,12] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  a4 = f32[8,12] multiply(d4, d4)
+  d5 = f32[8,12] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  a5 = f32[8,12] add(y, d5)
+  m5 = f32[8,12] multiply(a5, y)
+  ROOT t = (f32[8,12], f32[8,12], f32[8,12], bf16[8,12], f32[8,12], f32[8,12], f32[8,12]) tuple(d1, a1, a2, a3, a4, a5, m5)
+})";
+  Closeness closeness;
+  LoopFusionStats stats;
+  std::unique_ptr<HloModule> fused = FuseAndCompareClose(text, rng, stats, closeness);
+  // Only d5 + y (a5 has two users: the chain stops there).
+  EXPECT_EQ(stats.output_fusions, 1) << fused->ToString();
+  EXPECT_EQ(CountOutsideFusions(*fused, HloOpcode::kDot), 4) << fused->ToString();
+  for (const HloInstruction* f : Fusions(*fused)) {
+    if (f->attrs().fusion_kind == FusionKind::kOutput) {
+      EXPECT_EQ(FusedOps(*f), (std::multiset<std::string>{"dot", "add"}));
+      EXPECT_EQ(f->called_computations()[0]->root_instruction()->name(), "a5");
+    }
+  }
+}
+
+// The Llama MLP: the up projection's dot fuses with multiply(silu(gate),
+// up) (other operand first) and the down projection's with the residual
+// add; the gate dot (two users) stays, SiLU is a loop fusion.
+TEST(FuseOutputs, SiluTimesUpAndResidualAdd) {
+  std::mt19937 rng(15);
+  const std::string text = R"(HloModule mlp
+ENTRY main {
+  x = f32[16,32] parameter(0)
+  wg = f32[32,64] parameter(1)
+  wu = f32[32,64] parameter(2)
+  wd = f32[64,32] parameter(3)
+  gate = f32[16,64] dot(x, wg), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  up = f32[16,64] dot(x, wu), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  sg = f32[16,64] logistic(gate)
+  silu = f32[16,64] multiply(gate, sg)
+  h = f32[16,64] multiply(silu, up)
+  down = f32[16,32] dot(h, wd), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT out = f32[16,32] add(x, down)
+})";
+  Closeness closeness;
+  LoopFusionStats stats;
+  std::unique_ptr<HloModule> fused = FuseAndCompareClose(text, rng, stats, closeness);
+  EXPECT_EQ(stats.output_fusions, 2) << fused->ToString();
+  EXPECT_EQ(stats.fusions, 3) << fused->ToString();
+  const HloInstruction* root = fused->entry_computation()->root_instruction();
+  ASSERT_EQ(root->opcode(), HloOpcode::kFusion);
+  EXPECT_EQ(root->attrs().fusion_kind, FusionKind::kOutput);
+  ASSERT_EQ(root->operand_count(), 3);
+  EXPECT_EQ(root->operand(0)->name(), "x");  // the residual, met first from add(x, down)
+  const HloInstruction* h = root->operand(1);
+  ASSERT_EQ(h->opcode(), HloOpcode::kFusion) << fused->ToString();
+  EXPECT_EQ(h->attrs().fusion_kind, FusionKind::kOutput);
+  EXPECT_EQ(FusedOps(*h), (std::multiset<std::string>{"dot", "multiply"}));
+  EXPECT_EQ(CountOutsideFusions(*fused, HloOpcode::kDot), 1);  // gate
+  // A second run finds nothing more.
+  const std::string printed = fused->ToString();
+  EXPECT_EQ(FuseLoops(*fused).fusions, 0);
+  EXPECT_EQ(fused->ToString(), printed);
 }
 
 TEST(FuseLoops, PrintsFusedComputationsBeforeTheirUsers) {

@@ -397,5 +397,122 @@ ENTRY main {{
   }
 }
 
+
+// A hand-written output fusion (kind=kOutput): a batched dot with a
+// transposed rhs, then add(residual, dot) and multiply(dot', scale), run as
+// one matmul with two binary post-ops, against a float64 reference.
+TEST(EvalFusion, OutputFusionMatchesTheReference) {
+  std::mt19937 rng(21);
+  const int64_t b = 2, m = 9, k = 37, n = 13;
+  const std::string text = fmt::format(R"(HloModule output
+fc {{
+  l = f32[{0},{1},{2}] parameter(0)
+  r = f32[{0},{3},{2}] parameter(1)
+  res = f32[{0},{1},{3}] parameter(2)
+  sc = f32[{0},{1},{3}] parameter(3)
+  d = f32[{0},{1},{3}] dot(l, r), lhs_batch_dims={{0}}, rhs_batch_dims={{0}}, lhs_contracting_dims={{2}}, rhs_contracting_dims={{2}}
+  a = f32[{0},{1},{3}] add(res, d)
+  ROOT p = f32[{0},{1},{3}] multiply(a, sc)
+}}
+ENTRY main {{
+  l = f32[{0},{1},{2}] parameter(0)
+  r = f32[{0},{3},{2}] parameter(1)
+  res = f32[{0},{1},{3}] parameter(2)
+  sc = f32[{0},{1},{3}] parameter(3)
+  ROOT f = f32[{0},{1},{3}] fusion(l, r, res, sc), kind=kOutput, calls=fc
+}})",
+                                       b, m, k, n);
+  std::uniform_real_distribution<double> u(-2, 2);
+  auto fill = [&](int64_t size) {
+    std::vector<double> v(size);
+    for (double& x : v) x = static_cast<float>(u(rng));  // as float32 holds them
+    return v;
+  };
+  const std::vector<double> l = fill(b * m * k), r = fill(b * n * k), res = fill(b * m * n),
+                            sc = fill(b * m * n);
+  const auto module = Parse(text);
+  Executor executor(*module);
+  for (int run = 0; run < 2; ++run) {  // the second run reuses the cached primitive
+    std::vector<HostTensor> inputs;
+    inputs.push_back(HostTensor::FromDoubles(Shape(PrimitiveType::kF32, {b, m, k}), l));
+    inputs.push_back(HostTensor::FromDoubles(Shape(PrimitiveType::kF32, {b, n, k}), r));
+    inputs.push_back(HostTensor::FromDoubles(Shape(PrimitiveType::kF32, {b, m, n}), res));
+    inputs.push_back(HostTensor::FromDoubles(Shape(PrimitiveType::kF32, {b, m, n}), sc));
+    const std::vector<HostTensor> out = executor.Run(std::move(inputs));
+    ASSERT_EQ(out.size(), 1u);
+    for (int64_t p = 0; p < b; ++p) {
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          double dot = 0, magnitude = 0;
+          for (int64_t c = 0; c < k; ++c) {
+            const double term = l[(p * m + i) * k + c] * r[(p * n + j) * k + c];
+            dot += term;
+            magnitude += std::abs(term);
+          }
+          const int64_t e = (p * m + i) * n + j;
+          const double want = (res[e] + dot) * sc[e];
+          const double tol = 1e-6 * (magnitude + std::abs(res[e])) * std::abs(sc[e]) + 1e-30;
+          ASSERT_NEAR(out[0].GetDouble(e), want, tol) << "run " << run << " element " << e;
+        }
+      }
+    }
+  }
+}
+
+TEST(EvalFusion, RefusesOutputFusionsItCannotRun) {
+  const auto refused = [](const std::string& fused_lines, const std::string& why,
+                          const std::string& operands = "l, r, y, v, lb, rb") {
+    const std::string text = fmt::format(R"(HloModule output
+fc {{
+  l = f32[4,8] parameter(0)
+  r = f32[8,6] parameter(1)
+  y = f32[4,6] parameter(2)
+  v = f32[6] parameter(3)
+  lb = bf16[4,8] parameter(4)
+  rb = bf16[8,6] parameter(5)
+  {0}
+}}
+ENTRY main {{
+  l = f32[4,8] parameter(0)
+  r = f32[8,6] parameter(1)
+  y = f32[4,6] parameter(2)
+  v = f32[6] parameter(3)
+  lb = bf16[4,8] parameter(4)
+  rb = bf16[8,6] parameter(5)
+  ROOT f = f32[4,6] fusion({1}), kind=kOutput, calls=fc
+}})",
+                                         fused_lines, operands);
+    try {
+      Executor executor(*Parse(text));
+      ADD_FAILURE() << "ran: " << text;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("output fusion 'f'"), std::string::npos) << e.what();
+    }
+  };
+  const std::string dot =
+      "d = f32[4,6] dot(l, r), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n  ";
+  // Not a dot root chain: a subtract, a tanh, the dot alone, no dot at all.
+  refused(dot + "ROOT s = f32[4,6] subtract(d, y)", "not a chain of add / multiply over a dot");
+  refused(dot + "t = f32[4,6] tanh(d)\n  ROOT s = f32[4,6] add(t, y)", "'t' (tanh) at 10:3 is in the way");
+  refused(dot + "ROOT s = f32[4,6] add(d, d)", "must combine");
+  refused("ROOT s = f32[4,6] add(y, y)", "must combine");
+  refused("ROOT d = f32[4,6] dot(l, r), lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+          "its root is the dot itself");
+  refused(dot + "e = f32[4,6] add(d, y)\n  ROOT s = f32[4,6] negate(e)", "negate");
+  // A bf16 dot (converted to f32).
+  refused("d = bf16[4,6] dot(lb, rb), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+          "  c = f32[4,6] convert(d)\n  ROOT s = f32[4,6] add(c, y)",
+          "(convert) at 10:3 is in the way");
+  refused("d = f32[4,6] dot(lb, rb), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+          "  ROOT s = f32[4,6] add(d, y)",
+          "must be f32 of f32 operands");
+  // An operand not of the dot's shape (a broadcast bias).
+  refused(dot + "vb = f32[4,6] broadcast(v), dimensions={1}\n  ROOT s = f32[4,6] add(d, vb)",
+          "must combine");
+  // (A parameter whose shape differs from its fusion operand's is refused
+  // by the verifier before the executor sees it.)
+}
+
 }  // namespace
 }  // namespace weft::runtime

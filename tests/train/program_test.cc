@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 
 #include "weft/base/error.h"
@@ -177,6 +178,35 @@ TEST(ProgramTest, ParsesTheMeshFlag) {
                           "data=256,fsdp=257", "a=4294967296,b=4294967296"}) {
     EXPECT_THROW(ParseMeshFlag(bad), Error) << bad;
   }
+}
+
+
+// The fused tiny step (StepProgramOptions::fuse, as --fuse-loops runs it)
+// has kOutput fusions (a dot and its add chain), counted as FuseLoops
+// reports them. On tiny's 2x2 mesh most dots are not fusible: a
+// row-parallel dot's all-reduce stands between it and the residual add, and
+// the up projection is also saved for the backward (a second user).
+TEST(ProgramTest, FusedTinyStepHasOutputFusions) {
+  const RunConfig tiny = LoadRunConfig(kSource / "configs/tiny.toml");
+  const StepProgram p = BuildStepProgram(tiny, {.fuse = true});
+  int64_t output = 0, dots_outside = 0;
+  for (const HloComputation* c : p.compiled.program->computations()) {
+    for (const HloInstruction* instr : c->instructions()) {
+      output += instr->opcode() == HloOpcode::kFusion &&
+                instr->attrs().fusion_kind == FusionKind::kOutput;
+    }
+  }
+  for (const HloInstruction* instr : p.compiled.program->entry_computation()->instructions()) {
+    dots_outside += instr->opcode() == HloOpcode::kDot;
+  }
+  EXPECT_EQ(output, p.compiled.fusion.output_fusions);
+  EXPECT_GT(output, 0);
+  std::printf("tiny step (%lld devices): %lld fusions, %lld kOutput, %lld kInput; %lld dots "
+              "left in the entry\n",
+              static_cast<long long>(p.num_devices),
+              static_cast<long long>(p.compiled.fusion.fusions), static_cast<long long>(output),
+              static_cast<long long>(p.compiled.fusion.input_fusions),
+              static_cast<long long>(dots_outside));
 }
 
 }  // namespace

@@ -145,7 +145,8 @@ BufferAssignment AssignBuffers(const HloModule& module, const SequenceFunction& 
                                const SizeFunction& size = nullptr);
 
 // The scratch shapes an instruction's evaluator allocates after its results,
-// in order (only those the compiler models; f32 programs need no others).
+// in order (only those the compiler models; f32 programs need no others). An
+// output fusion (kind=kOutput) needs its dot's.
 std::vector<Shape> InstructionScratch(const HloInstruction& instr);
 
 // Whether a (dynamic-)slice of `operand_dims` to `sizes` is one contiguous

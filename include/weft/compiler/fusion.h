@@ -1,5 +1,6 @@
-// Loop and input fusion: groups elementwise work into XLA `fusion`
-// instructions of kind kLoop (and kInput, a reduce root), each calling a
+// Loop, input and output fusion: groups elementwise work into XLA `fusion`
+// instructions of kind kLoop (and kInput, a reduce root; kOutput, a dot and
+// its elementwise epilogue: below), each calling a
 // fused computation that the executor runs a cache-sized tile at a time (src/runtime/eval_fusion.cc) instead of one
 // whole-tensor pass per instruction.
 //
@@ -41,6 +42,25 @@
 // into a row buffer and folds it as the unfused reduce folds a row: the
 // same bits.
 //
+// Output fusion (kind kOutput, XLA's name): an f32 dot (both operands f32)
+// whose only user is an add or multiply of the dot's shape and sharding,
+// whose other operand is a different value of that full shape, not a
+// broadcast, iota or constant, which loop fusion computes inline (residual
+// add, bias add of a full-shape bias, add(carry, dot), multiply(silu(gate),
+// up_dot)), optionally followed by more such steps (a linear chain, each
+// value before the last with that one user), becomes a fusion of the dot
+// and the chain: parameters are the dot's operands and each step's other
+// operand, the root the chain's last step. The executor runs it as one
+// oneDNN matmul with a binary post-op per step (src1: the step's other
+// operand in the dot's dense [batch, M, N] layout), within 1e-6 relative
+// of the unfused program (the same float operations; oneDNN may pick a
+// different GEMM kernel with post-ops). Its scratch is its dot's
+// (compiler::InstructionScratch, dot_layout.h). FuseLoops runs output
+// fusion first (FuseOutputs), so loop fusion sees those adds and
+// multiplies inside a fusion, which it never fuses further; a broadcast
+// (smaller) other operand, a dot with a second user, bf16 dots stay as
+// they were.
+//
 // Runs over the entry computation and the computations it reaches through
 // while (body, condition) and call; reducers (to_apply of reduce, scatter,
 // all-reduce, reduce-scatter) are left alone. Fused computations are named
@@ -60,19 +80,27 @@ namespace weft::compiler {
 inline constexpr int64_t kMaxInputFusionRow = 1 << 16;
 
 struct LoopFusionStats {
-  int64_t fusions = 0;             // fusion instructions made (loop and input)
+  int64_t fusions = 0;             // fusion instructions made (loop, input and output)
   int64_t input_fusions = 0;       // of which kInput (a reduce root)
+  int64_t output_fusions = 0;      // of which kOutput (a dot and its add/multiply chain)
   int64_t fused_instructions = 0;  // instructions inside them (duplicates counted each time)
   int64_t duplicated = 0;          // cheap instructions copied into a fusion and kept elsewhere too
 };
 
-// Rewrites `module` in place. Idempotent in effect: a second run finds only
+// Output fusion alone (see above): rewrites `module` in place; FuseLoops
+// calls it first.
+LoopFusionStats FuseOutputs(HloModule& module);
+
+// Rewrites `module` in place (output fusion, then loop and input fusion). Idempotent in effect: a second run finds only
 // fusion instructions, which it does not fuse further.
 LoopFusionStats FuseLoops(HloModule& module);
 
 // Whether `instr` may be placed in a loop fusion (its opcode and element
 // type; the shapes of its neighbours are checked by the pass).
 bool IsLoopFusible(const HloInstruction& instr);
+// Whether `instr` is a dot that may start an output fusion (f32 result and
+// operands; its user chain is checked by the pass).
+bool IsOutputFusibleDot(const HloInstruction& instr);
 // Whether `instr` is a reduce that may root an input fusion (see above).
 bool IsInputFusibleReduce(const HloInstruction& instr);
 

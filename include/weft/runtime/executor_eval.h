@@ -184,6 +184,19 @@ void CheckShapeOp(const HloInstruction& instr);
 Value EvalShapeOp(const HloInstruction& instr, EvalArgs& args);
 void CheckDot(const HloInstruction& instr);
 Value EvalDot(const HloInstruction& instr, EvalArgs& args);
+// One binary post-op of a dot's GEMM (a step of an output fusion's chain):
+// result = result op src1 elementwise in f32, src1 of the dot's shape
+// (its dense [batch, M, N] layout).
+struct DotPostOp {
+  HloOpcode op = HloOpcode::kAdd;  // kAdd or kMultiply
+  const HostTensor* src1 = nullptr;
+};
+// Runs `dot` (its attributes and shapes; eval_dot.cc) on lhs and rhs, then
+// the post-ops (f32 dots only), into the instruction's result buffer. The
+// oneDNN primitive is made once and cached under `key`: the dot itself, or
+// the output fusion that holds it.
+Value RunDot(const HloInstruction& dot, const HloInstruction& key, const HostTensor& lhs,
+             const HostTensor& rhs, std::span<const DotPostOp> post_ops, EvalArgs& args);
 void CheckReduce(const HloInstruction& instr);
 Value EvalReduce(const HloInstruction& instr, EvalArgs& args);
 void CheckGatherScatter(const HloInstruction& instr);
@@ -194,7 +207,7 @@ Value EvalCollective(const HloInstruction& instr, EvalArgs& args);
 Value EvalPartitionOrReplicaId(const HloInstruction& instr, EvalArgs& args);
 void CheckCustomCall(const HloInstruction& instr);
 Value EvalCustomCall(const HloInstruction& instr, EvalArgs& args);
-void CheckFusion(const HloInstruction& instr);  // kLoop fusions (eval_fusion.cc)
+void CheckFusion(const HloInstruction& instr);  // kLoop, kInput, kOutput (eval_fusion.cc)
 Value EvalFusion(const HloInstruction& instr, EvalArgs& args);
 
 // A collective-capable stand-in for one device alone (groups of one).
