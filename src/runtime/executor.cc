@@ -799,7 +799,9 @@ OpClass ClassifyInstruction(const HloInstruction& instr) {
     case HloOpcode::kCollectivePermute:
       return OpClass::kCollective;
     case HloOpcode::kFusion:
-      return OpClass::kFusedLoops;
+      // An output fusion is a GEMM with its epilogue as post-ops.
+      return instr.attrs().fusion_kind == FusionKind::kOutput ? OpClass::kDot
+                                                              : OpClass::kFusedLoops;
     default:
       return OpClass::kOther;
   }

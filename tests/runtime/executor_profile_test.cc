@@ -143,6 +143,32 @@ ENTRY e {
   EXPECT_GT(s.class_seconds[Index(OpClass::kFusedLoops)], 0);
 }
 
+// An output fusion is a GEMM with its epilogue: timed as dot.
+TEST(ExecutorProfileTest, OutputFusionsAreTimedAsDots) {
+  auto module = testing::Parse(R"(HloModule fused
+ENTRY e {
+  p = f32[64,32] parameter(0)
+  w = f32[32,16] parameter(1)
+  r = f32[64,16] parameter(2)
+  d = f32[64,16] dot(p, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT c = f32[64,16] add(d, r)
+})");
+  std::mt19937 rng(8);
+  const HostTensor x = Random("f32[64,32]", rng), w = Random("f32[32,16]", rng),
+                   r = Random("f32[64,16]", rng);
+  ExecutorOptions options;
+  options.profile = true;
+  const compiler::LoopFusionStats fusion = compiler::FuseLoops(*module);
+  ASSERT_EQ(fusion.output_fusions, 1);
+  Executor fused(*module, options);
+  fused.Run({x, w, r});
+  const ExecutorStats& s = fused.stats();
+  EXPECT_EQ(s.class_instructions[Index(OpClass::kDot)], 1);
+  EXPECT_EQ(s.class_instructions[Index(OpClass::kFusedLoops)], 0);
+  EXPECT_EQ(s.class_instructions[Index(OpClass::kElementwise)], 0);
+  EXPECT_GT(s.class_seconds[Index(OpClass::kDot)], 0);
+}
+
 TEST(ExecutorProfileTest, ClassesHaveDistinctNames) {
   std::set<std::string> names;
   for (int k = 0; k < kNumOpClasses; ++k) {

@@ -74,7 +74,7 @@ namespace weft::runtime {
 // Profiling (ExecutorOptions::profile; `weft bench train` reads it): the
 // classes a run's time is broken into.
 enum class OpClass : int8_t {
-  kDot,           // dot (oneDNN GEMM)
+  kDot,           // dot (oneDNN GEMM), output fusions (a GEMM with post-ops)
   kAttention,     // the flex attention custom calls, forward and backward
   kElementwise,   // elementwise ops (convert, compare, select included), iota
   kBroadcast,     // broadcast (a materialized copy today)
@@ -83,7 +83,7 @@ enum class OpClass : int8_t {
   kReduction,     // reduce
   kCollective,    // all-reduce, all-gather, reduce-scatter, all-to-all,
                   // collective-permute (waiting for the other devices included)
-  kFusedLoops,    // loop fusions (compiler/fusion.h), run a tile at a time
+  kFusedLoops,    // loop and input fusions (compiler/fusion.h), run a tile at a time
   kOther,         // parameters, constants, tuples, get-tuple-element, ids
 };
 inline constexpr int kNumOpClasses = 9;
