@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -111,10 +112,13 @@ int64_t CountOutsideFusions(const HloModule& module, HloOpcode op) {
   return n;
 }
 
-// Fuses `text`, checks the verifier, the round trip and bitwise equality on
-// fresh inputs; returns the fused module.
-std::unique_ptr<HloModule> FuseAndCompare(const std::string& text, std::mt19937& rng,
-                                          LoopFusionStats* stats = nullptr) {
+// Fuses `text`, checks the verifier and the round trip, and compares the
+// fused and reparsed runs with the unfused one on fresh inputs (`compare`:
+// want, got, context); returns the fused module.
+using Comparison = std::function<void(const std::vector<HostTensor>&,
+                                      const std::vector<HostTensor>&, const std::string&)>;
+std::unique_ptr<HloModule> FuseAndCheck(const std::string& text, std::mt19937& rng,
+                                        LoopFusionStats* stats, const Comparison& compare) {
   std::unique_ptr<HloModule> unfused = ParseHloModule(text);
   std::unique_ptr<HloModule> fused = ParseHloModule(text);
   const LoopFusionStats s = FuseLoops(*fused);
@@ -126,9 +130,15 @@ std::unique_ptr<HloModule> FuseAndCompare(const std::string& text, std::mt19937&
   const std::vector<HostTensor> inputs = RandomInputs(*unfused, rng);
   const std::vector<HostTensor> want = Run(*unfused, inputs);
   const std::string context = "unfused:\n" + text + "\nfused:\n" + printed;
-  ExpectSameBits(want, Run(*fused, inputs), context);
-  ExpectSameBits(want, Run(*reparsed, inputs), "(reparsed) " + context);
+  compare(want, Run(*fused, inputs), context);
+  compare(want, Run(*reparsed, inputs), "(reparsed) " + context);
   return fused;
+}
+
+// FuseAndCheck with bitwise equality.
+std::unique_ptr<HloModule> FuseAndCompare(const std::string& text, std::mt19937& rng,
+                                          LoopFusionStats* stats = nullptr) {
+  return FuseAndCheck(text, rng, stats, ExpectSameBits);
 }
 
 // ---------------------------------------------------------------------------
@@ -833,23 +843,13 @@ void Compare(const std::vector<HostTensor>& want, const std::vector<HostTensor>&
   }
 }
 
-// FuseAndCompare within 1e-6 relative per element (the fused dot may run a
+// FuseAndCheck within 1e-6 relative per element (the fused dot may run a
 // different oneDNN kernel): verifier, round trip, fused and reparsed runs.
 std::unique_ptr<HloModule> FuseAndCompareClose(const std::string& text, std::mt19937& rng,
                                                LoopFusionStats& stats, Closeness& closeness) {
-  std::unique_ptr<HloModule> unfused = ParseHloModule(text);
-  std::unique_ptr<HloModule> fused = ParseHloModule(text);
-  stats = FuseLoops(*fused);
-  VerifyHloModule(*fused);
-  const std::string printed = fused->ToString();
-  std::unique_ptr<HloModule> reparsed = ParseHloModule(printed);
-  EXPECT_EQ(reparsed->ToString(), printed) << "the fused module does not round-trip";
-  const std::vector<HostTensor> inputs = RandomInputs(*unfused, rng);
-  const std::vector<HostTensor> want = Run(*unfused, inputs);
-  const std::string context = "unfused:\n" + text + "\nfused:\n" + printed;
-  Compare(want, Run(*fused, inputs), closeness, context);
-  Compare(want, Run(*reparsed, inputs), closeness, "(reparsed) " + context);
-  return fused;
+  return FuseAndCheck(text, rng, &stats,
+                      [&](const std::vector<HostTensor>& want, const std::vector<HostTensor>& got,
+                          const std::string& context) { Compare(want, got, closeness, context); });
 }
 
 std::string DimsText(const std::vector<int64_t>& dims) {
