@@ -1114,6 +1114,10 @@ Value EvalInputFusion(const FusionPlan& plan, const HloInstruction& instr, EvalA
   const int64_t rows = out.element_count(), row = plan.row;
   const float init =
       plan.init_operand >= 0 ? args.array(plan.init_operand).data<float>()[0] : plan.init_value;
+  if (row == 0) {  // empty rows: nothing to fold, every output is the init value
+    std::fill(result, result + rows, init);
+    return Value{std::move(out)};
+  }
   ParallelRanges(rows, std::max<int64_t>(1, kParallelChunk / row),
                  args.ctx().options().use_thread_pool, [&](int64_t begin, int64_t end) {
                    Scratch& scratch = ThreadScratch(plan);

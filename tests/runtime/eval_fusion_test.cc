@@ -340,6 +340,33 @@ ENTRY main {{
           "innermost dims");
 }
 
+// Empty rows fold nothing: every output is the init value (as the unfused
+// reduce gives).
+TEST(EvalFusion, InputFusionOfEmptyRowsIsTheInit) {
+  const auto module = Parse(R"(HloModule empty
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+fc {
+  x = f32[3,0] parameter(0)
+  n = f32[3,0] negate(x)
+  init = f32[] constant(1.25)
+  ROOT r = f32[3] reduce(n, init), dimensions={1}, to_apply=add
+}
+ENTRY main {
+  x = f32[3,0] parameter(0)
+  ROOT f = f32[3] fusion(x), kind=kInput, calls=fc
+})");
+  Executor executor(*module);
+  std::vector<HostTensor> inputs;
+  inputs.push_back(HostTensor::FromDoubles(Shape(PrimitiveType::kF32, {3, 0}), {}));
+  const std::vector<HostTensor> out = executor.Run(std::move(inputs));
+  ASSERT_EQ(out.size(), 1u);
+  for (int64_t r = 0; r < 3; ++r) EXPECT_EQ(out[0].GetDouble(r), 1.25);
+}
+
 // An input fusion against a float64 reference: sum over rows of
 // (tanh(x) * 2 + w) plus the init, rows crossing tile boundaries.
 TEST(EvalFusion, InputFusionSumsRowsLikeTheReference) {
