@@ -22,6 +22,18 @@ namespace {
 
 using testing::Parse;
 
+// The executor refuses `text` with an error that contains every one of `parts`.
+void ExpectRefused(const std::string& text, const std::vector<std::string>& parts) {
+  try {
+    Executor executor(*Parse(text));
+    ADD_FAILURE() << "ran: " << text;
+  } catch (const Error& e) {
+    for (const std::string& part : parts) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  }
+}
+
 // A fused computation's body (parameters p0, p1, ... of `params`; the last
 // line is the ROOT) as an unfused entry and as one loop fusion.
 struct Case {
@@ -327,13 +339,7 @@ ENTRY main {{
   ROOT f = {1} fusion(x), kind=kInput, calls=fc
 }})",
                                          root_lines, result);
-    try {
-      Executor executor(*Parse(text));
-      ADD_FAILURE() << "ran: " << text;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("input fusion"), std::string::npos) << e.what();
-    }
+    ExpectRefused(text, {why, "input fusion"});
   };
   refused("ROOT r = f32[4,8] negate(n)", "f32[4,8]", "must be a reduce");
   refused("ROOT r = f32[8] reduce(n, zero), dimensions={0}, to_apply=add", "f32[8]",
@@ -509,13 +515,7 @@ ENTRY main {{
   ROOT f = f32[4,6] fusion({1}), kind=kOutput, calls=fc
 }})",
                                          fused_lines, operands);
-    try {
-      Executor executor(*Parse(text));
-      ADD_FAILURE() << "ran: " << text;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("output fusion 'f'"), std::string::npos) << e.what();
-    }
+    ExpectRefused(text, {why, "output fusion 'f'"});
   };
   const std::string dot =
       "d = f32[4,6] dot(l, r), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n  ";
