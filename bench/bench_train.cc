@@ -5,12 +5,15 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <unordered_map>
 #include <nlohmann/json.hpp>
 
 #include "bench.h"
 #include "simd/primitives.h"
 #include "weft/base/error.h"
 #include "weft/base/memory.h"
+#include "weft/hlo/computation.h"
+#include "weft/runtime/executor.h"
 #include "weft/models/llama_config.h"
 #include "weft/train/planner.h"
 #include "weft/train/program.h"
@@ -54,7 +57,35 @@ std::string MeshDescription(const MeshConfig& mesh) {
 
 }  // namespace
 
+namespace {
+
+// An instruction as --top prints it: a fusion with its kind and the opcodes
+// it fuses (each once, in post order).
+InstructionTime DescribeForTop(const HloInstruction& instr) {
+  InstructionTime t;
+  t.name = instr.name();
+  t.shape = instr.shape().ToString();
+  t.op_class = std::string(runtime::OpClassName(runtime::ClassifyInstruction(instr)));
+  t.what = std::string(HloOpcodeString(instr.opcode()));
+  if (instr.opcode() == HloOpcode::kFusion && !instr.called_computations().empty()) {
+    std::vector<std::string> ops;
+    for (const HloInstruction* fused : instr.called_computations()[0]->instructions()) {
+      const std::string op(HloOpcodeString(fused->opcode()));
+      if (fused->opcode() == HloOpcode::kParameter) continue;
+      if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);
+    }
+    t.what = fmt::format("{}({}: {})", t.what, FusionKindString(instr.attrs().fusion_kind),
+                         fmt::join(ops, ","));
+  }
+  return t;
+}
+
+}  // namespace
+
 TrainBenchResult MeasureTrain(const TrainBenchOptions& options) {
+  WEFT_CHECK(options.top == 0 || options.profile,
+             "--top {} needs the executor's per-instruction timers: drop --no-profile",
+             options.top);
   WEFT_CHECK(options.steps >= 1, "--steps {}: give at least 1 timed step", options.steps);
   WEFT_CHECK(options.warmup >= 1,
              "--warmup {}: give at least 1 (the first step pays one-time costs: first touches "
@@ -83,6 +114,7 @@ TrainBenchResult MeasureTrain(const TrainBenchOptions& options) {
   double optimizer_seconds = 0, instructions = 0, allocations = 0, allocated_bytes = 0;
   Faults faults_start;
   int64_t seen = 0;
+  std::unordered_map<std::string, InstructionTime> instruction_times;  // --top, by name
   train.on_step = [&](const StepMetrics& m, const StepProfile& p) {
     ++seen;
     if (seen == options.warmup) faults_start = ProcessFaults();
@@ -92,6 +124,13 @@ TrainBenchResult MeasureTrain(const TrainBenchOptions& options) {
     r.step_seconds.push_back(m.step_seconds);
     r.tokens_per_step = static_cast<double>(m.tokens);
     for (int k = 0; k < runtime::kNumOpClasses; ++k) class_seconds[k] += p.executor.class_seconds[k];
+    if (options.top > 0) {
+      for (const auto& [instr, seconds] : p.executor.instruction_seconds) {
+        InstructionTime& t = instruction_times[instr->name()];
+        if (t.name.empty()) t = DescribeForTop(*instr);
+        t.seconds_per_step += seconds;
+      }
+    }
     optimizer_seconds += p.optimizer_seconds;
     instructions += static_cast<double>(p.executor.instructions);
     allocations += static_cast<double>(p.executor.allocations);
@@ -142,6 +181,15 @@ TrainBenchResult MeasureTrain(const TrainBenchOptions& options) {
   r.minor_faults_per_step = static_cast<double>(faults_end.minor - faults_start.minor) / n;
   r.major_faults_per_step = static_cast<double>(faults_end.major - faults_start.major) / n;
   r.max_rss_bytes = faults_end.max_rss_bytes;
+  for (auto& [name, t] : instruction_times) {
+    t.seconds_per_step /= n;
+    r.top.push_back(std::move(t));
+  }
+  std::sort(r.top.begin(), r.top.end(), [](const InstructionTime& a, const InstructionTime& b) {
+    return a.seconds_per_step != b.seconds_per_step ? a.seconds_per_step > b.seconds_per_step
+                                                    : a.name < b.name;
+  });
+  if (static_cast<int64_t>(r.top.size()) > options.top) r.top.resize(options.top);
   return r;
 }
 
@@ -191,6 +239,17 @@ int RunTrainBench(const TrainBenchOptions& options) {
     j["max_rss_bytes"] = r.max_rss_bytes;
     j["loss_first"] = r.loss_first;
     j["loss_last"] = r.loss_last;
+    if (options.top > 0) {
+      nlohmann::json top = nlohmann::json::array();
+      for (const InstructionTime& t : r.top) {
+        top.push_back({{"name", t.name},
+                       {"op", t.what},
+                       {"shape", t.shape},
+                       {"class", t.op_class},
+                       {"seconds_per_step", t.seconds_per_step}});
+      }
+      j["top"] = top;
+    }
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
@@ -223,6 +282,16 @@ int RunTrainBench(const TrainBenchOptions& options) {
              r.minor_faults_per_step, r.major_faults_per_step);
   fmt::print("peak bytes per device (device 0's executor): {}; process max RSS {}\n",
              FormatBytes(r.peak_bytes_per_device), FormatBytes(r.max_rss_bytes));
+  if (options.top > 0) {
+    fmt::print("the {} instructions of device 0 that took the most time (seconds per step, % of "
+               "the step):\n",
+               r.top.size());
+    for (const InstructionTime& t : r.top) {
+      fmt::print("  {:>8.4f} s {:>5.1f}%  {:<14} {} = {} {}\n", t.seconds_per_step,
+                 step_total > 0 ? 100 * t.seconds_per_step / step_total : 0.0, t.op_class,
+                 t.name, t.shape, t.what);
+    }
+  }
   return 0;
 }
 

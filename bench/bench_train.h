@@ -34,6 +34,14 @@ struct TrainBenchOptions {
   bool profile = true;  // per-class executor timers (--no-profile: off)
   bool fuse_loops = false;  // --fuse-loops: compiler::FuseLoops on the per-device program
   bool json = false;
+  int64_t top = 0;  // --top N: device 0's N instructions that took the most time
+};
+
+// One instruction of device 0's program and its time per timed step
+// (--top): its name, opcode (a fusion's kind and fused opcodes), shape.
+struct InstructionTime {
+  std::string name, what, shape, op_class;
+  double seconds_per_step = 0;
 };
 
 struct TrainBenchResult {
@@ -61,6 +69,7 @@ struct TrainBenchResult {
   int64_t peak_bytes_per_device = 0;  // device 0's executor, the largest over the timed steps
   int64_t max_rss_bytes = 0;
   double loss_first = 0, loss_last = 0;  // of the timed steps
+  std::vector<InstructionTime> top;       // --top, the slowest first
 };
 
 // The formula behind model_flops_per_step, as printed.

@@ -213,8 +213,8 @@ void Backward(const AttentionDims& dims, const T* q, const T* k, const T* v, con
   const int64_t q_rows_total = d.batch * d.q_heads * d.q_len;
   const int64_t k_rows_total = d.batch * d.kv_heads * d.kv_len;
   const int64_t q_heads = d.batch * d.q_heads;
-  AlignedBuffer<float> q_rows, do_rows, delta(q_rows_total), k_rows, vt;
-  AlignedBuffer<uint16_t> q_pairs, do_pairs, k_pairs, vt_pairs;
+  internal::WorkspaceBuffer<float> q_rows, do_rows, delta(q_rows_total), k_rows, vt;
+  internal::WorkspaceBuffer<uint16_t> q_pairs, do_pairs, k_pairs, vt_pairs;
   Bf16Operands y(p);
   const float* dout = nullptr;
   if constexpr (kBf16) {

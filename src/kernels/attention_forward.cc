@@ -45,8 +45,8 @@ void Forward(const AttentionDims& dims, const T* q, const T* k, const T* v,
   // float32: V per (b, kv head) as a chunked [Skv x dvp] matrix.
   // bf16: V per (b, kv head, kv tile) as a pair-packed [bk x dvp] panel (a
   // tile may start at an odd key when the mask block is odd).
-  AlignedBuffer<float> vp;
-  AlignedBuffer<uint16_t> v_pairs;
+  internal::WorkspaceBuffer<float> vp;
+  internal::WorkspaceBuffer<uint16_t> v_pairs;
   auto v_head = [&](int64_t bkvh) {
     return internal::Chunked{vp.data() + bkvh * d.kv_len * p.dvp, d.kv_len};
   };

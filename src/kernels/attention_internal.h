@@ -13,6 +13,7 @@
 #include "weft/base/bfloat16.h"
 #include "weft/kernels/attention.h"
 #include "weft/kernels/attention_config.h"
+#include "workspace.h"
 
 namespace weft::kernels::internal {
 
@@ -51,7 +52,7 @@ struct Problem {
 
   // q * scale, [B, Hq, Sq, D]: scores come out of one GEMM already scaled
   // (no extra pass over each tile), identically in forward and backward.
-  AlignedBuffer<float> q_scaled;
+  WorkspaceBuffer<float> q_scaled;
   template <typename T>
   void ScaleQ(const T* q);
   const float* QScaledRows(int64_t b, int64_t h, int64_t qb) const {
@@ -60,7 +61,7 @@ struct Problem {
 
   // K^T panels, one per (b, kv head, kv block): chunked [D x bkp] matrices
   // (see Chunked below), so Q * panel gives a score tile.
-  AlignedBuffer<float> kt;
+  WorkspaceBuffer<float> kt;
   template <typename T>
   void PackKt(const T* k);
 
@@ -68,7 +69,7 @@ struct Problem {
   // q * scale would round to bf16 once more), and K^T as pair-packed
   // [D x bkp] panels, one per (b, kv head, kv block).
   const bf16* q_bf16 = nullptr;
-  AlignedBuffer<uint16_t> kt_pairs;
+  WorkspaceBuffer<uint16_t> kt_pairs;
   void PackKtPairs(const bf16* q, const bf16* k);
   int64_t KtPairsPanelSize() const;
 };

@@ -668,6 +668,32 @@ void ForEachCoord(const std::vector<int64_t>& dims, const int64_t* idx, int64_t 
   }
 }
 
+// Calls f(j, run) for each row of the innermost dimension that the n
+// linear indices base, base + 1, ... cross (j: the first position, run: how
+// many of the row's elements), with coord at the row's first element.
+template <typename F>
+void ForEachRow(const std::vector<int64_t>& dims, int64_t base, int64_t n,
+                std::vector<int64_t>& coord, F&& f) {
+  const int64_t rank = static_cast<int64_t>(dims.size());
+  const int64_t last = rank - 1;
+  int64_t k = base;
+  for (int64_t d = last; d >= 0; --d) {
+    coord[d] = k % dims[d];
+    k /= dims[d];
+  }
+  int64_t j = 0;
+  while (j < n) {
+    const int64_t run = std::min(n - j, dims[last] - coord[last]);
+    f(j, run);
+    j += run;
+    coord[last] += run;
+    for (int64_t d = last; d > 0 && coord[d] == dims[d]; --d) {
+      coord[d] = 0;
+      ++coord[d - 1];
+    }
+  }
+}
+
 // A thread's scratch: the plan's slots, each a tile of the widest element,
 // plus a storage tile for half broadcasts and an index tile for iota. Kept
 // per thread across calls (fusions run a tile at a time, often).
@@ -944,26 +970,91 @@ class TileRunner {
     if (node.op == HloOpcode::kPad) {
       const void* value = Source(plan_.nodes[node.operands[1]]);
       ByWidth(w, [&](auto k) { FillValue<decltype(k)::value>(value, n, dst); });
-      int64_t m = 0;
+      const int64_t m = PadIndices(node, idx, base, n, coord, pos, out_idx);
+      return gather_part(node.operands[0], m);
+    }
+    // concatenate: each operand's elements in turn.
+    for (size_t part = 0; part < node.operands.size(); ++part) {
+      const int64_t m = ConcatIndices(node, part, idx, base, n, coord, pos, out_idx);
+      if (m > 0) gather_part(node.operands[part], m);
+    }
+  }
+
+  // Operand index along dim d of pad `node` for coordinate c, or -1 where c
+  // is padding. The modulo only where there is interior padding.
+  static int64_t PadCoord(const Node& node, int64_t d, int64_t c) {
+    int64_t t = c - node.pad_low[d];
+    if (t < 0) return -1;
+    if (node.pad_step[d] != 1) {
+      if (t % node.pad_step[d] != 0) return -1;
+      t /= node.pad_step[d];
+    }
+    return t < node.operand_dims[d] ? t : -1;
+  }
+
+  // The elements of pad `node` among the n linear indices (idx, or base,
+  // base + 1, ...) that come from its operand: their positions j (pos) and
+  // operand linear indices (out_idx); returns how many. The contiguous case
+  // walks rows of the innermost dimension: the outer coordinates are checked
+  // once per row.
+  static int64_t PadIndices(const Node& node, const int64_t* idx, int64_t base, int64_t n,
+                            std::vector<int64_t>& coord, int64_t* pos, int64_t* out_idx) {
+    const int64_t rank = static_cast<int64_t>(node.dims.size());
+    int64_t m = 0;
+    if (idx != nullptr || rank == 0) {
       ForEachCoord(node.dims, idx, base, n, coord, [&](int64_t j, const std::vector<int64_t>& c) {
         int64_t o = 0;
         for (int64_t d = 0; d < rank; ++d) {
-          int64_t t = c[d] - node.pad_low[d];
-          if (t < 0 || t % node.pad_step[d] != 0) return;
-          t /= node.pad_step[d];
-          if (t >= node.operand_dims[d]) return;
+          const int64_t t = PadCoord(node, d, c[d]);
+          if (t < 0) return;
           o = o * node.operand_dims[d] + t;
         }
         pos[m] = j;
         out_idx[m++] = o;
       });
-      return gather_part(node.operands[0], m);
+      return m;
     }
-    // concatenate: each operand's elements in turn.
+    const int64_t last = rank - 1, inner = node.operand_dims[last];
+    ForEachRow(node.dims, base, n, coord, [&](int64_t j, int64_t run) {
+      int64_t o = 0;
+      for (int64_t d = 0; d < last; ++d) {
+        const int64_t t = PadCoord(node, d, coord[d]);
+        if (t < 0) return;
+        o = o * node.operand_dims[d] + t;
+      }
+      o *= inner;
+      const int64_t c0 = coord[last];
+      if (node.pad_step[last] == 1) {  // the operand's part of the row is one run
+        const int64_t lo = std::max<int64_t>(0, node.pad_low[last] - c0);
+        const int64_t hi = std::min<int64_t>(run, node.pad_low[last] + inner - c0);
+        for (int64_t r = lo; r < hi; ++r) {
+          pos[m] = j + r;
+          out_idx[m++] = o + c0 + r - node.pad_low[last];
+        }
+        return;
+      }
+      for (int64_t r = 0; r < run; ++r) {
+        const int64_t t = PadCoord(node, last, c0 + r);
+        if (t < 0) continue;
+        pos[m] = j + r;
+        out_idx[m++] = o + t;
+      }
+    });
+    return m;
+  }
+
+  // The elements of concatenate `node` among the n linear indices that come
+  // from operand `part`: positions and the operand's linear indices, as
+  // PadIndices; the contiguous case a row of the innermost dimension at a
+  // time.
+  static int64_t ConcatIndices(const Node& node, size_t part, const int64_t* idx, int64_t base,
+                               int64_t n, std::vector<int64_t>& coord, int64_t* pos,
+                               int64_t* out_idx) {
+    const int64_t rank = static_cast<int64_t>(node.dims.size());
     const int64_t cd = node.concat_dim;
-    for (size_t part = 0; part < node.operands.size(); ++part) {
-      const int64_t lo = node.concat_starts[part], hi = node.concat_starts[part + 1];
-      int64_t m = 0;
+    const int64_t lo = node.concat_starts[part], hi = node.concat_starts[part + 1];
+    int64_t m = 0;
+    if (idx != nullptr) {
       ForEachCoord(node.dims, idx, base, n, coord, [&](int64_t j, const std::vector<int64_t>& c) {
         if (c[cd] < lo || c[cd] >= hi) return;
         int64_t o = 0;
@@ -973,8 +1064,36 @@ class TileRunner {
         pos[m] = j;
         out_idx[m++] = o;
       });
-      if (m > 0) gather_part(node.operands[part], m);
+      return m;
     }
+    const int64_t last = rank - 1;
+    ForEachRow(node.dims, base, n, coord, [&](int64_t j, int64_t run) {
+      int64_t o = 0;
+      for (int64_t d = 0; d < last; ++d) {
+        if (d == cd) {
+          if (coord[d] < lo || coord[d] >= hi) return;
+          o = o * (hi - lo) + (coord[d] - lo);
+        } else {
+          o = o * node.dims[d] + coord[d];
+        }
+      }
+      const int64_t c0 = coord[last];
+      if (cd == last) {  // the part's columns of the row
+        const int64_t r0 = std::max<int64_t>(0, lo - c0), r1 = std::min<int64_t>(run, hi - c0);
+        o = o * (hi - lo);
+        for (int64_t r = r0; r < r1; ++r) {
+          pos[m] = j + r;
+          out_idx[m++] = o + c0 + r - lo;
+        }
+        return;
+      }
+      o = o * node.dims[last] + c0;
+      for (int64_t r = 0; r < run; ++r) {
+        pos[m] = j + r;
+        out_idx[m++] = o + r;
+      }
+    });
+    return m;
   }
 
   const void* Source(const Node& node) const {

@@ -337,6 +337,7 @@ struct Executor::Impl {
   // ExecutorOptions::profile
   std::array<double, kNumOpClasses> class_seconds{};
   std::array<int64_t, kNumOpClasses> class_instructions{};
+  std::unordered_map<const HloInstruction*, double> instruction_seconds;
 
   Impl(const HloModule& m, ExecutorOptions o) : module(m), options(o) {}
 
@@ -414,9 +415,11 @@ Value Executor::Impl::RunComputation(const HloComputation& computation, std::vec
       if (options.profile && step.op_class >= 0) {
         const auto t0 = std::chrono::steady_clock::now();
         slots[step.out] = RunStep(step, args, step_ops, base, ctx);
-        class_seconds[step.op_class] +=
+        const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        class_seconds[step.op_class] += seconds;
         ++class_instructions[step.op_class];
+        instruction_seconds[step.instr] += seconds;
       } else {
         slots[step.out] = RunStep(step, args, step_ops, base, ctx);
       }
@@ -661,6 +664,7 @@ std::vector<HostTensor> Executor::Run(std::vector<HostTensor> inputs, Communicat
   impl_->misplaced = 0;
   impl_->class_seconds.fill(0);
   impl_->class_instructions.fill(0);
+  impl_->instruction_seconds.clear();
   // Scratch the compiler does not model, tracked while held.
   auto tracker = std::make_shared<MemoryTracker>();
   // The context's callback (called computations) runs with the context itself.
@@ -701,6 +705,7 @@ std::vector<HostTensor> Executor::Run(std::vector<HostTensor> inputs, Communicat
   stats_.allocated_bytes = real_ctx.allocated_bytes() + fresh_bytes;
   stats_.class_seconds = impl_->class_seconds;
   stats_.class_instructions = impl_->class_instructions;
+  stats_.instruction_seconds = impl_->instruction_seconds;
   for (int k = 0; k < kNumCollectiveKinds; ++k) {
     stats_.collectives.calls[k] = comm.stats().calls[k] - before.calls[k];
     stats_.collectives.bytes_sent[k] = comm.stats().bytes_sent[k] - before.bytes_sent[k];

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -136,6 +137,39 @@ TEST(BenchTrainTest, NoWarmupIsRefusedNamingTheFlag) {
   const Output o = RunWeft("bench train '" + kMicro + "' --warmup 0 --json");
   EXPECT_EQ(o.exit_code, 2) << o.err;
   EXPECT_NE(o.err.find("--warmup 0"), std::string::npos) << o.err;
+  EXPECT_TRUE(o.out.empty()) << o.out;
+}
+
+// --top N: device 0's slowest instructions, slowest first, each named once
+// with a class of the breakdown; their times fit in the step.
+TEST(BenchTrainTest, TopListsTheSlowestInstructionsWithinTheStep) {
+  const Output o =
+      RunWeft("bench train '" + kMicro + "' --steps 2 --warmup 1 --fuse-loops --top 5 --json");
+  ASSERT_EQ(o.exit_code, 0) << o.err << o.out;
+  const nlohmann::json j = nlohmann::json::parse(o.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << o.out;
+  const nlohmann::json& top = j.at("top");
+  ASSERT_EQ(top.size(), 5u);
+  double sum = 0, previous = 1e300;
+  std::set<std::string> names;
+  for (const nlohmann::json& t : top) {
+    const double s = t.at("seconds_per_step").get<double>();
+    EXPECT_GT(s, 0) << t.dump();
+    EXPECT_LE(s, previous) << "not slowest first: " << top.dump();
+    previous = s;
+    sum += s;
+    EXPECT_FALSE(t.at("name").get<std::string>().empty());
+    EXPECT_FALSE(t.at("shape").get<std::string>().empty());
+    EXPECT_TRUE(names.insert(t.at("name").get<std::string>()).second) << top.dump();
+    EXPECT_TRUE(j.at("breakdown").contains(t.at("class").get<std::string>())) << t.dump();
+  }
+  EXPECT_LE(sum, j.at("step_seconds_median").get<double>() * 1.5);
+}
+
+TEST(BenchTrainTest, TopWithoutTheProfileIsRefused) {
+  const Output o = RunWeft("bench train '" + kMicro + "' --top 3 --no-profile");
+  EXPECT_EQ(o.exit_code, 2) << o.err;
+  EXPECT_NE(o.err.find("--no-profile"), std::string::npos) << o.err;
   EXPECT_TRUE(o.out.empty()) << o.out;
 }
 

@@ -52,6 +52,7 @@
 #include <cstdint>
 #include <memory>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "weft/compiler/buffer_assignment.h"
@@ -135,6 +136,10 @@ struct ExecutorStats {
   // not timed themselves: the instructions of their computations are.
   std::array<double, kNumOpClasses> class_seconds{};
   std::array<int64_t, kNumOpClasses> class_instructions{};
+  // With ExecutorOptions::profile, seconds per timed instruction during the
+  // last Run (loop bodies summed over their iterations); the instructions
+  // belong to the executor's module.
+  std::unordered_map<const HloInstruction*, double> instruction_seconds;
   // What the communicator counted during the last Run.
   CollectiveStats collectives;
   int64_t collective_bytes() const { return collectives.TotalBytesSent(); }
