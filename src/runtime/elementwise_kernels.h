@@ -19,80 +19,37 @@ namespace weft::runtime::exec {
 
 inline bool IsHalf(PrimitiveType t) { return t == PrimitiveType::kBF16 || t == PrimitiveType::kF16; }
 
-inline void HalfToFloat(PrimitiveType t, const uint16_t* in, float* out, int64_t n) {
-  if (t == PrimitiveType::kBF16) {
-    for (int64_t i = 0; i < n; ++i) out[i] = Bf16BitsToFloat(in[i]);
-  } else {
-    for (int64_t i = 0; i < n; ++i) out[i] = F16BitsToFloat(in[i]);
-  }
-}
 
-inline void FloatToHalf(PrimitiveType t, const float* in, uint16_t* out, int64_t n) {
-  if (t == PrimitiveType::kBF16) {
-    for (int64_t i = 0; i < n; ++i) out[i] = FloatToBf16Bits(in[i]);
-  } else {
-    for (int64_t i = 0; i < n; ++i) out[i] = FloatToF16Bits(in[i]);
-  }
-}
+// The float span kernels, defined once (elementwise_spans.inc) and
+// compiled twice (elementwise_kernels.cc): `streaming` for whole buffers
+// (eval_elementwise.cc), `cached` for tiles that stay in cache
+// (eval_fusion.cc, vectorized for the CPU's widest instruction set). The
+// two give the same bits.
+#define WEFT_FLOAT_SPAN_KERNELS                                                                \
+  void HalfToFloat(PrimitiveType t, const uint16_t* in, float* out, int64_t n);               \
+  void FloatToHalf(PrimitiveType t, const float* in, uint16_t* out, int64_t n);               \
+  void UnaryFloat(HloOpcode op, const float* a, float* o, int64_t n);                         \
+  void BinaryFloat(HloOpcode op, const float* a, const float* b, float* o, int64_t n);        \
+  void Compare(ComparisonDirection d, const float* a, const float* b, uint8_t* o, int64_t n); \
+  void ClampFloat(const float* lo, bool lo_scalar, const float* x, const float* hi,           \
+                  bool hi_scalar, float* o, int64_t n);                                       \
+  /* Rounds f32 values to what bf16 / f16 `t` holds, in place. */                            \
+  void RoundToHalf(PrimitiveType t, float* x, int64_t n);
+namespace streaming {
+WEFT_FLOAT_SPAN_KERNELS
+}  // namespace streaming
+namespace cached {
+WEFT_FLOAT_SPAN_KERNELS
+}  // namespace cached
+#undef WEFT_FLOAT_SPAN_KERNELS
 
 inline float Sign(float x) { return x > 0 ? 1.0f : (x < 0 ? -1.0f : x); }  // keeps NaN and -0
 
-inline void UnaryFloat(HloOpcode op, const float* a, float* o, int64_t n) {
-  switch (op) {
-#define WEFT_UNARY(OP, EXPR)                          \
-  case HloOpcode::OP:                                 \
-    for (int64_t i = 0; i < n; ++i) {                 \
-      const float x = a[i];                           \
-      o[i] = (EXPR);                                  \
-    }                                                 \
-    return;
-    WEFT_UNARY(kAbs, std::fabs(x))
-    WEFT_UNARY(kCeil, std::ceil(x))
-    WEFT_UNARY(kCosine, std::cos(x))
-    WEFT_UNARY(kExp, std::exp(x))
-    WEFT_UNARY(kExpm1, std::expm1(x))
-    WEFT_UNARY(kFloor, std::floor(x))
-    WEFT_UNARY(kLog, std::log(x))
-    WEFT_UNARY(kLog1p, std::log1p(x))
-    WEFT_UNARY(kLogistic, 1.0f / (1.0f + std::exp(-x)))
-    WEFT_UNARY(kNegate, -x)
-    WEFT_UNARY(kRsqrt, 1.0f / std::sqrt(x))
-    WEFT_UNARY(kSign, Sign(x))
-    WEFT_UNARY(kSine, std::sin(x))
-    WEFT_UNARY(kSqrt, std::sqrt(x))
-    WEFT_UNARY(kTanh, std::tanh(x))
-#undef WEFT_UNARY
-    default:
-      Fail("{} is not a floating-point unary op", HloOpcodeString(op));
-  }
-}
 
 // XLA's maximum/minimum propagate NaN.
 inline float MaxF(float a, float b) { return a != a ? a : (b != b ? b : (a > b ? a : b)); }
 inline float MinF(float a, float b) { return a != a ? a : (b != b ? b : (a < b ? a : b)); }
 
-inline void BinaryFloat(HloOpcode op, const float* a, const float* b, float* o, int64_t n) {
-  switch (op) {
-#define WEFT_BINARY(OP, EXPR)                         \
-  case HloOpcode::OP:                                 \
-    for (int64_t i = 0; i < n; ++i) {                 \
-      const float x = a[i], y = b[i];                 \
-      o[i] = (EXPR);                                  \
-    }                                                 \
-    return;
-    WEFT_BINARY(kAdd, x + y)
-    WEFT_BINARY(kSubtract, x - y)
-    WEFT_BINARY(kMultiply, x* y)
-    WEFT_BINARY(kDivide, x / y)
-    WEFT_BINARY(kMaximum, MaxF(x, y))
-    WEFT_BINARY(kMinimum, MinF(x, y))
-    WEFT_BINARY(kPower, std::pow(x, y))
-    WEFT_BINARY(kRemainder, std::fmod(x, y))
-#undef WEFT_BINARY
-    default:
-      Fail("{} is not a floating-point binary op", HloOpcodeString(op));
-  }
-}
 
 template <typename T>
 void Compare(ComparisonDirection d, const T* a, const T* b, uint8_t* o, int64_t n) {
@@ -275,27 +232,11 @@ inline void NotPred(const uint8_t* a, uint8_t* o, int64_t n) {
 
 // clamp(lo, x, hi) = min(max(x, lo), hi); a scalar bound (stride 0) is
 // broadcast.
-inline void ClampFloat(const float* lo, bool lo_scalar, const float* x, const float* hi,
-                       bool hi_scalar, float* o, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    o[i] = MinF(MaxF(x[i], lo[lo_scalar ? 0 : i]), hi[hi_scalar ? 0 : i]);
-  }
-}
 template <typename T>
 void ClampInt(const T* lo, bool lo_scalar, const T* x, const T* hi, bool hi_scalar, T* o,
               int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     o[i] = std::min(std::max(x[i], lo[lo_scalar ? 0 : i]), hi[hi_scalar ? 0 : i]);
-  }
-}
-
-// Rounds f32 values to what bf16 / f16 `t` holds, in place (the values a
-// store to `t` and a load back would give).
-inline void RoundToHalf(PrimitiveType t, float* x, int64_t n) {
-  if (t == PrimitiveType::kBF16) {
-    for (int64_t i = 0; i < n; ++i) x[i] = Bf16BitsToFloat(FloatToBf16Bits(x[i]));
-  } else {
-    for (int64_t i = 0; i < n; ++i) x[i] = F16BitsToFloat(FloatToF16Bits(x[i]));
   }
 }
 

@@ -35,7 +35,7 @@ void FloatBlocks(PrimitiveType t, int num_in, const void* const* in, const bool*
   float scalar_value[3] = {0, 0, 0};
   float result[kBlock];
   for (int k = 0; k < num_in; ++k) {
-    if (scalar[k]) HalfToFloat(t, static_cast<const uint16_t*>(in[k]), &scalar_value[k], 1);
+    if (scalar[k]) streaming::HalfToFloat(t, static_cast<const uint16_t*>(in[k]), &scalar_value[k], 1);
   }
   for (int64_t b = begin; b < end; b += kBlock) {
     const int64_t n = std::min(kBlock, end - b);
@@ -44,13 +44,13 @@ void FloatBlocks(PrimitiveType t, int num_in, const void* const* in, const bool*
       if (scalar[k]) {
         std::fill(scratch[k], scratch[k] + n, scalar_value[k]);
       } else {
-        HalfToFloat(t, static_cast<const uint16_t*>(in[k]) + b, scratch[k], n);
+        streaming::HalfToFloat(t, static_cast<const uint16_t*>(in[k]) + b, scratch[k], n);
       }
       p[k] = scratch[k];
     }
     if (out_is_float_type) {
       kernel(p, reinterpret_cast<OutT*>(result), n);
-      FloatToHalf(t, result, static_cast<uint16_t*>(out) + b, n);
+      streaming::FloatToHalf(t, result, static_cast<uint16_t*>(out) + b, n);
     } else {
       kernel(p, static_cast<OutT*>(out) + b, n);
     }
@@ -71,7 +71,7 @@ Value EvalUnary(const HloInstruction& instr, EvalArgs& args) {
       const bool scalar[1] = {false};
       FloatBlocks<float>(t, 1, &in, scalar, o, true, b, e,
                          [&](const float* const* p, float* r, int64_t m) {
-                           UnaryFloat(op, p[0], r, m);
+                           streaming::UnaryFloat(op, p[0], r, m);
                          });
     } else if (t == PrimitiveType::kPred) {
       WEFT_CHECK(op == HloOpcode::kNot, "{} is not supported on pred", HloOpcodeString(op));
@@ -105,12 +105,12 @@ Value EvalBinary(const HloInstruction& instr, EvalArgs& args) {
       if (compare) {
         FloatBlocks<uint8_t>(t, 2, in, scalar, o, false, b, e,
                              [&](const float* const* p, uint8_t* r, int64_t m) {
-                               Compare(dir, p[0], p[1], r, m);
+                               streaming::Compare(dir, p[0], p[1], r, m);
                              });
       } else {
         FloatBlocks<float>(t, 2, in, scalar, o, true, b, e,
                            [&](const float* const* p, float* r, int64_t m) {
-                             BinaryFloat(op, p[0], p[1], r, m);
+                             streaming::BinaryFloat(op, p[0], p[1], r, m);
                            });
       }
     } else if (t == PrimitiveType::kPred) {
@@ -179,7 +179,7 @@ Value EvalClamp(const HloInstruction& instr, EvalArgs& args) {
     const bool scalar[3] = {lo_scalar, false, hi_scalar};
     FloatBlocks<float>(t, 3, in, scalar, o, true, 0, n,
                        [&](const float* const* p, float* r, int64_t m) {
-                         ClampFloat(p[0], lo_scalar, p[1], p[2], hi_scalar, r, m);
+                         streaming::ClampFloat(p[0], lo_scalar, p[1], p[2], hi_scalar, r, m);
                        });
   } else {
     WEFT_CHECK(t != PrimitiveType::kPred, "clamp of pred is not supported");
@@ -278,10 +278,10 @@ void StoreDouble(PrimitiveType type, void* data, int64_t i, double v) {
 void ConvertElements(PrimitiveType from, const void* in, PrimitiveType to, void* out, int64_t n) {
   // Fast paths for the conversions mixed precision uses.
   if (from == PrimitiveType::kF32 && IsHalf(to)) {
-    return FloatToHalf(to, static_cast<const float*>(in), static_cast<uint16_t*>(out), n);
+    return streaming::FloatToHalf(to, static_cast<const float*>(in), static_cast<uint16_t*>(out), n);
   }
   if (IsHalf(from) && to == PrimitiveType::kF32) {
-    return HalfToFloat(from, static_cast<const uint16_t*>(in), static_cast<float*>(out), n);
+    return streaming::HalfToFloat(from, static_cast<const uint16_t*>(in), static_cast<float*>(out), n);
   }
   float f[kBlock];
   int64_t ints[kBlock];

@@ -112,6 +112,16 @@ struct Node {
   std::vector<int64_t> pad_low, pad_step, operand_dims;
   int64_t concat_dim = -1;
   std::vector<int64_t> concat_starts;
+  // A pad padded only in its innermost dimension, without interior padding,
+  // or a concatenate along its innermost dimension, whose operands are
+  // sources (through reshapes): seen as rows of `row_width` elements, each
+  // operand k a band of columns [column_start[k], + column_width[k]) read
+  // from source node column_source[k]. A contiguous tile of it is copied
+  // column band by band, no indices (ColumnBands).
+  bool columns = false;
+  int64_t row_width = 0;
+  std::vector<int64_t> column_start, column_width;
+  std::vector<int32_t> column_source;
 };
 
 struct FusionPlan {
@@ -403,6 +413,41 @@ std::shared_ptr<FusionPlan> MakeFusionPlan(const HloInstruction& fusion) {
              "fusion result {} differs from its fused root {}", fusion.shape().ToString(),
              nodes[root].instr->shape().ToString());
 
+  // Pads and concatenates whose contiguous tiles are column bands.
+  for (Node& node : nodes) {
+    if (node.kind != NodeKind::kIndexMap || node.dims.empty()) continue;
+    const int64_t last = static_cast<int64_t>(node.dims.size()) - 1;
+    auto source_of = [&](int32_t id) {
+      while (nodes[id].kind == NodeKind::kReshape) id = nodes[id].operands[0];
+      return nodes[id].kind == NodeKind::kSource ? id : -1;
+    };
+    if (node.op == HloOpcode::kPad) {
+      bool inner_only = node.pad_step[last] == 1;
+      for (int64_t d = 0; d < last; ++d) {
+        inner_only = inner_only && node.pad_low[d] == 0 && node.pad_step[d] == 1 &&
+                     node.operand_dims[d] == node.dims[d];
+      }
+      const int32_t source = source_of(node.operands[0]);
+      if (!inner_only || source < 0) continue;
+      node.column_start = {node.pad_low[last]};
+      node.column_width = {node.operand_dims[last]};
+      node.column_source = {source};
+    } else if (node.op == HloOpcode::kConcatenate && node.concat_dim == last) {
+      std::vector<int32_t> sources;
+      for (int32_t operand : node.operands) sources.push_back(source_of(operand));
+      if (std::find(sources.begin(), sources.end(), -1) != sources.end()) continue;
+      for (size_t k = 0; k < node.operands.size(); ++k) {
+        node.column_start.push_back(node.concat_starts[k]);
+        node.column_width.push_back(node.concat_starts[k + 1] - node.concat_starts[k]);
+      }
+      node.column_source = std::move(sources);
+    } else {
+      continue;
+    }
+    node.columns = true;
+    node.row_width = node.dims[last];
+  }
+
   // Regions, from the root down: aligned nodes are computed per tile; an
   // index map's operands are gathered.
   nodes[root].aligned = true;
@@ -618,6 +663,36 @@ void ScatterPos(const void* src_v, const int64_t* pos, int64_t n, void* dst_v) {
   T* dst = static_cast<T*>(dst_v);
   for (int64_t j = 0; j < n; ++j) dst[pos[j]] = src[j];
 }
+// Positions [b, b + n) of rows of `row_width` elements, columns [start,
+// start + width) of each row from a source of rows of `width` elements
+// (src[r * width + c - start]); the other columns are left as they are. A
+// negative start or a band past the row crops it (a pad's negative padding).
+template <int kBytes>
+void CopyColumnBand(const void* src_v, int64_t start, int64_t width, int64_t row_width,
+                    int64_t b, int64_t n, void* dst_v) {
+  using T = typename Bits<kBytes>::type;
+  const T* src = static_cast<const T*>(src_v);
+  T* dst = static_cast<T*>(dst_v);
+  int64_t r = b / row_width, c = b % row_width, j = 0;
+  const int64_t lo = std::max<int64_t>(start, 0), hi = std::min(start + width, row_width);
+  if (width == 1 && lo < hi) {  // one column a row (RoPE's pairs): a strided copy
+    int64_t first = c <= lo ? 0 : row_width - c;  // position of the first row's column
+    first += lo - (c <= lo ? c : 0);
+    for (int64_t p = first, rr = c <= lo ? r : r + 1; p < n; p += row_width, ++rr) {
+      dst[p] = src[rr];
+    }
+    return;
+  }
+  while (j < n) {
+    const int64_t end = std::min(row_width, c + (n - j));
+    const int64_t k0 = std::max(c, lo), k1 = std::min(end, hi);
+    for (int64_t k = k0; k < k1; ++k) dst[j + k - c] = src[r * width + k - start];
+    j += end - c;
+    c = 0;
+    ++r;
+  }
+}
+
 template <int kBytes>
 void FillValue(const void* value, int64_t n, void* dst_v) {
   using T = typename Bits<kBytes>::type;
@@ -745,7 +820,7 @@ class TileRunner {
           if (node.splat) {
             FillScalar(node, src, dst, n);
           } else if (IsHalf(node.type) && i != root) {
-            HalfToFloat(node.type, reinterpret_cast<const uint16_t*>(src) + b,
+            cached::HalfToFloat(node.type, reinterpret_cast<const uint16_t*>(src) + b,
                         static_cast<float*>(dst), n);
           } else {
             dst = const_cast<std::byte*>(src) + b * ByteWidth(node.type);  // in place
@@ -757,7 +832,7 @@ class TileRunner {
           const void* src = Source(source);
           if (IsHalf(node.type) && i != root) {
             Gather(node, node.dims, node.type, src, scratch.half.data(), b, n);
-            HalfToFloat(node.type, scratch.half.data(), static_cast<float*>(dst), n);
+            cached::HalfToFloat(node.type, scratch.half.data(), static_cast<float*>(dst), n);
           } else {  // storage elements (f32, integers, pred; or the half root)
             Gather(node, node.dims, node.type, src, dst, b, n);
           }
@@ -766,7 +841,7 @@ class TileRunner {
         case NodeKind::kIndexMap:
           if (IsHalf(node.type) && i != root) {
             GatherTree(scratch, i, nullptr, b, n, scratch.half.data(), 0);
-            HalfToFloat(node.type, scratch.half.data(), static_cast<float*>(dst), n);
+            cached::HalfToFloat(node.type, scratch.half.data(), static_cast<float*>(dst), n);
           } else {
             GatherTree(scratch, i, nullptr, b, n, dst, 0);
           }
@@ -789,7 +864,7 @@ class TileRunner {
         }
         case NodeKind::kUnary:
           if (node.repr == PrimitiveType::kF32) {
-            UnaryFloat(node.op, static_cast<const float*>(in(0)), static_cast<float*>(dst), n);
+            cached::UnaryFloat(node.op, static_cast<const float*>(in(0)), static_cast<float*>(dst), n);
           } else if (node.repr == PrimitiveType::kPred) {
             NotPred(static_cast<const uint8_t*>(in(0)), static_cast<uint8_t*>(dst), n);
           } else {
@@ -801,7 +876,7 @@ class TileRunner {
           break;
         case NodeKind::kBinary:
           if (node.repr == PrimitiveType::kF32) {
-            BinaryFloat(node.op, static_cast<const float*>(in(0)), static_cast<const float*>(in(1)),
+            cached::BinaryFloat(node.op, static_cast<const float*>(in(0)), static_cast<const float*>(in(1)),
                         static_cast<float*>(dst), n);
           } else if (node.repr == PrimitiveType::kPred) {
             BinaryPred(node.op, static_cast<const uint8_t*>(in(0)),
@@ -818,7 +893,7 @@ class TileRunner {
           const PrimitiveType t = nodes[node.operands[0]].repr;
           uint8_t* o = static_cast<uint8_t*>(dst);
           if (t == PrimitiveType::kF32) {
-            Compare(node.direction, static_cast<const float*>(in(0)),
+            cached::Compare(node.direction, static_cast<const float*>(in(0)),
                     static_cast<const float*>(in(1)), o, n);
           } else if (t == PrimitiveType::kPred) {
             Compare(node.direction, static_cast<const uint8_t*>(in(0)),
@@ -851,7 +926,7 @@ class TileRunner {
         }
         case NodeKind::kClamp:
           if (node.repr == PrimitiveType::kF32) {
-            ClampFloat(static_cast<const float*>(in(0)), false, static_cast<const float*>(in(1)),
+            cached::ClampFloat(static_cast<const float*>(in(0)), false, static_cast<const float*>(in(1)),
                        static_cast<const float*>(in(2)), false, static_cast<float*>(dst), n);
           } else {
             DispatchInt(node.repr, [&](auto* tag) {
@@ -877,12 +952,12 @@ class TileRunner {
           node.kind != NodeKind::kSource && node.kind != NodeKind::kReshape &&
           !((node.kind == NodeKind::kBroadcast || node.kind == NodeKind::kIndexMap) && i == root);
       if (i == root && node.kind == NodeKind::kReshape && IsHalf(node.type)) {
-        FloatToHalf(node.type, static_cast<const float*>(dst), reinterpret_cast<uint16_t*>(out), n);
+        cached::FloatToHalf(node.type, static_cast<const float*>(dst), reinterpret_cast<uint16_t*>(out), n);
       } else if (IsHalf(node.type) && computed) {
         if (i == root) {
-          FloatToHalf(node.type, static_cast<const float*>(dst), reinterpret_cast<uint16_t*>(out), n);
+          cached::FloatToHalf(node.type, static_cast<const float*>(dst), reinterpret_cast<uint16_t*>(out), n);
         } else {
-          RoundToHalf(node.type, static_cast<float*>(dst), n);
+          cached::RoundToHalf(node.type, static_cast<float*>(dst), n);
         }
       } else if (i == root && dst != out) {
         std::memcpy(out, dst, static_cast<size_t>(n) * ByteWidth(out_type));
@@ -960,6 +1035,20 @@ class TileRunner {
         }
       }
       return GatherTree(scratch, node.operands[0], out_idx, 0, n, dst, level + 1);
+    }
+    if (node.columns && idx == nullptr) {
+      if (node.op == HloOpcode::kPad) {
+        const void* value = Source(plan_.nodes[node.operands[1]]);
+        ByWidth(w, [&](auto k) { FillValue<decltype(k)::value>(value, n, dst); });
+      }
+      for (size_t k = 0; k < node.column_source.size(); ++k) {
+        const void* src = Source(plan_.nodes[node.column_source[k]]);
+        ByWidth(w, [&](auto width) {
+          CopyColumnBand<decltype(width)::value>(src, node.column_start[k], node.column_width[k],
+                                                 node.row_width, base, n, dst);
+        });
+      }
+      return;
     }
     int64_t* pos = scratch.level(level, 1);
     void* tmp = scratch.level(level, 2);
@@ -1104,7 +1193,7 @@ class TileRunner {
   static void FillScalar(const Node& node, const std::byte* src, void* dst, int64_t n) {
     if (IsHalf(node.type)) {
       float v;
-      HalfToFloat(node.type, reinterpret_cast<const uint16_t*>(src), &v, 1);
+      cached::HalfToFloat(node.type, reinterpret_cast<const uint16_t*>(src), &v, 1);
       std::fill(static_cast<float*>(dst), static_cast<float*>(dst) + n, v);
       return;
     }

@@ -183,6 +183,44 @@ TEST(EvalFusion, IndexMapChainsMatchUnfused) {
   }
 }
 
+// Pads of the innermost dimension only and concatenates along it, of
+// parameters (through reshapes), are copied a column band at a time: RoPE's
+// pairs (one column each), several bands of different widths, negative
+// padding that crops, in every element type; rows cut by tiles.
+TEST(EvalFusion, ColumnBandsMatchUnfused) {
+  uint32_t seed = 300;
+  for (const char* t : {"f32", "bf16", "s32", "pred"}) {
+    const std::string op = std::string(t) == "pred" ? "xor" : "add";
+    auto s = [&](const std::string& dims) { return fmt::format("{}[{}]", t, dims); };
+    std::vector<Case> cases;
+    // RoPE's gradient: two single-column halves padded into pairs and added
+    cases.push_back({{s("7,8,131"), s("7,8,131"), s("")},
+                     {fmt::format("a = {} reshape(p0)", s("7,8,131,1")),
+                      fmt::format("b = {} reshape(p1)", s("7,8,131,1")),
+                      fmt::format("pa = {} pad(a, p2), padding=0_0x0_0x0_0x0_1", s("7,8,131,2")),
+                      fmt::format("pb = {} pad(b, p2), padding=0_0x0_0x0_0x1_0", s("7,8,131,2")),
+                      fmt::format("ROOT x = {} {}(pa, pb)", s("7,8,131,2"), op)},
+                     s("7,8,131,2")});
+    // three bands of widths 3, 5 and 1
+    cases.push_back({{s("9,70,3"), s("9,70,5"), s("9,70,1"), s("9,70,9")},
+                     {fmt::format("c = {} concatenate(p0, p1, p2), dimensions={{2}}", s("9,70,9")),
+                      fmt::format("ROOT x = {} {}(c, p3)", s("9,70,9"), op)},
+                     s("9,70,9")});
+    // negative low padding crops, a single column offset inside wider rows
+    cases.push_back({{s("5,301,40"), s("5,301,1"), s(""), s("5,301,44")},
+                     {fmt::format("pa = {} pad(p0, p2), padding=0_0x0_0x-3_7", s("5,301,44")),
+                      fmt::format("pb = {} pad(p1, p2), padding=0_0x0_0x2_41", s("5,301,44")),
+                      fmt::format("e = {} {}(pa, pb)", s("5,301,44"), op),
+                      fmt::format("ROOT x = {} {}(e, p3)", s("5,301,44"), op)},
+                     s("5,301,44")});
+    for (const Case& c : cases) {
+      SCOPED_TRACE(Fused(c));
+      ExpectSameBits(c, seed++);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
 TEST(EvalFusion, ChainsInBf16RoundEveryResult) {
   // Unrounded f32 intermediates would differ from the unfused bf16 program.
   Case c;
