@@ -5,16 +5,16 @@
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <unordered_map>
 #include <nlohmann/json.hpp>
+#include <unordered_map>
 
 #include "bench.h"
 #include "simd/primitives.h"
 #include "weft/base/error.h"
 #include "weft/base/memory.h"
 #include "weft/hlo/computation.h"
-#include "weft/runtime/executor.h"
 #include "weft/models/llama_config.h"
+#include "weft/runtime/executor.h"
 #include "weft/train/planner.h"
 #include "weft/train/program.h"
 #include "weft/train/trainer.h"
@@ -283,13 +283,14 @@ int RunTrainBench(const TrainBenchOptions& options) {
   fmt::print("peak bytes per device (device 0's executor): {}; process max RSS {}\n",
              FormatBytes(r.peak_bytes_per_device), FormatBytes(r.max_rss_bytes));
   if (options.top > 0) {
-    fmt::print("the {} instructions of device 0 that took the most time (seconds per step, % of "
-               "the step):\n",
-               r.top.size());
+    fmt::print(
+        "the {} instructions of device 0 that took the most time (seconds per step, % of "
+        "the step):\n",
+        r.top.size());
     for (const InstructionTime& t : r.top) {
       fmt::print("  {:>8.4f} s {:>5.1f}%  {:<14} {} = {} {}\n", t.seconds_per_step,
-                 step_total > 0 ? 100 * t.seconds_per_step / step_total : 0.0, t.op_class,
-                 t.name, t.shape, t.what);
+                 step_total > 0 ? 100 * t.seconds_per_step / step_total : 0.0, t.op_class, t.name,
+                 t.shape, t.what);
     }
   }
   return 0;

@@ -69,7 +69,7 @@ struct TrainBenchResult {
   int64_t peak_bytes_per_device = 0;  // device 0's executor, the largest over the timed steps
   int64_t max_rss_bytes = 0;
   double loss_first = 0, loss_last = 0;  // of the timed steps
-  std::vector<InstructionTime> top;       // --top, the slowest first
+  std::vector<InstructionTime> top;      // --top, the slowest first
 };
 
 // The formula behind model_flops_per_step, as printed.

@@ -108,9 +108,10 @@ void AddBench(CLI::App& app) {
   train->add_flag("--fuse-loops", train_opt->fuse_loops,
                   "Fuse elementwise loops (compiler::FuseLoops) in the per-device program");
   train->add_flag("--json", train_opt->json, "Print one JSON object instead of a table");
-  train->add_option("--top", train_opt->top,
-                    "Also list device 0's N instructions that took the most time per step "
-                    "(needs the profile)")
+  train
+      ->add_option("--top", train_opt->top,
+                   "Also list device 0's N instructions that took the most time per step "
+                   "(needs the profile)")
       ->check(CLI::NonNegativeNumber);
   train->callback([train_opt, train_no_profile] {
     train_opt->profile = !*train_no_profile;

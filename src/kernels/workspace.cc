@@ -43,10 +43,9 @@ void ReleaseWorkspace(WorkspaceBlock block) {
   std::vector<WorkspaceBlock>& blocks = ThisThread().blocks;
   blocks.push_back(block);
   if (blocks.size() > kMaxIdleWorkspaceBlocks) {
-    auto smallest = std::min_element(blocks.begin(), blocks.end(),
-                                     [](const WorkspaceBlock& a, const WorkspaceBlock& b) {
-                                       return a.bytes < b.bytes;
-                                     });
+    auto smallest = std::min_element(
+        blocks.begin(), blocks.end(),
+        [](const WorkspaceBlock& a, const WorkspaceBlock& b) { return a.bytes < b.bytes; });
     std::free(smallest->data);
     blocks.erase(smallest);
   }

@@ -19,13 +19,12 @@ namespace weft::runtime::exec {
 
 inline bool IsHalf(PrimitiveType t) { return t == PrimitiveType::kBF16 || t == PrimitiveType::kF16; }
 
-
 // The float span kernels, defined once (elementwise_spans.inc) and
 // compiled twice (elementwise_kernels.cc): `streaming` for whole buffers
 // (eval_elementwise.cc), `cached` for tiles that stay in cache
 // (eval_fusion.cc, vectorized for the CPU's widest instruction set). The
 // two give the same bits.
-#define WEFT_FLOAT_SPAN_KERNELS                                                                \
+#define WEFT_FLOAT_SPAN_KERNELS                                                               \
   void HalfToFloat(PrimitiveType t, const uint16_t* in, float* out, int64_t n);               \
   void FloatToHalf(PrimitiveType t, const float* in, uint16_t* out, int64_t n);               \
   void UnaryFloat(HloOpcode op, const float* a, float* o, int64_t n);                         \
@@ -33,7 +32,7 @@ inline bool IsHalf(PrimitiveType t) { return t == PrimitiveType::kBF16 || t == P
   void Compare(ComparisonDirection d, const float* a, const float* b, uint8_t* o, int64_t n); \
   void ClampFloat(const float* lo, bool lo_scalar, const float* x, const float* hi,           \
                   bool hi_scalar, float* o, int64_t n);                                       \
-  /* Rounds f32 values to what bf16 / f16 `t` holds, in place. */                            \
+  /* Rounds f32 values to what bf16 / f16 `t` holds, in place. */                             \
   void RoundToHalf(PrimitiveType t, float* x, int64_t n);
 namespace streaming {
 WEFT_FLOAT_SPAN_KERNELS
@@ -45,11 +44,9 @@ WEFT_FLOAT_SPAN_KERNELS
 
 inline float Sign(float x) { return x > 0 ? 1.0f : (x < 0 ? -1.0f : x); }  // keeps NaN and -0
 
-
 // XLA's maximum/minimum propagate NaN.
 inline float MaxF(float a, float b) { return a != a ? a : (b != b ? b : (a > b ? a : b)); }
 inline float MinF(float a, float b) { return a != a ? a : (b != b ? b : (a < b ? a : b)); }
-
 
 template <typename T>
 void Compare(ComparisonDirection d, const T* a, const T* b, uint8_t* o, int64_t n) {

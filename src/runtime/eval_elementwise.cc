@@ -35,7 +35,8 @@ void FloatBlocks(PrimitiveType t, int num_in, const void* const* in, const bool*
   float scalar_value[3] = {0, 0, 0};
   float result[kBlock];
   for (int k = 0; k < num_in; ++k) {
-    if (scalar[k]) streaming::HalfToFloat(t, static_cast<const uint16_t*>(in[k]), &scalar_value[k], 1);
+    if (scalar[k])
+      streaming::HalfToFloat(t, static_cast<const uint16_t*>(in[k]), &scalar_value[k], 1);
   }
   for (int64_t b = begin; b < end; b += kBlock) {
     const int64_t n = std::min(kBlock, end - b);
@@ -278,10 +279,12 @@ void StoreDouble(PrimitiveType type, void* data, int64_t i, double v) {
 void ConvertElements(PrimitiveType from, const void* in, PrimitiveType to, void* out, int64_t n) {
   // Fast paths for the conversions mixed precision uses.
   if (from == PrimitiveType::kF32 && IsHalf(to)) {
-    return streaming::FloatToHalf(to, static_cast<const float*>(in), static_cast<uint16_t*>(out), n);
+    return streaming::FloatToHalf(to, static_cast<const float*>(in), static_cast<uint16_t*>(out),
+                                  n);
   }
   if (IsHalf(from) && to == PrimitiveType::kF32) {
-    return streaming::HalfToFloat(from, static_cast<const uint16_t*>(in), static_cast<float*>(out), n);
+    return streaming::HalfToFloat(from, static_cast<const uint16_t*>(in), static_cast<float*>(out),
+                                  n);
   }
   float f[kBlock];
   int64_t ints[kBlock];

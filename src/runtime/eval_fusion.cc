@@ -116,9 +116,8 @@ struct Node {
   // or a concatenate along its innermost dimension, whose operands are
   // sources (through reshapes): seen as rows of `row_width` elements, each
   // operand k a band of columns [column_start[k], + column_width[k]) read
-  // from source node column_source[k]. A contiguous tile of it is copied
-  // column band by band, no indices (ColumnBands).
-  bool columns = false;
+  // from source node column_source[k] (none: not such a node). A contiguous
+  // tile of it is copied column band by band, no indices (CopyColumnBand).
   int64_t row_width = 0;
   std::vector<int64_t> column_start, column_width;
   std::vector<int32_t> column_source;
@@ -444,7 +443,6 @@ std::shared_ptr<FusionPlan> MakeFusionPlan(const HloInstruction& fusion) {
     } else {
       continue;
     }
-    node.columns = true;
     node.row_width = node.dims[last];
   }
 
@@ -568,6 +566,32 @@ std::shared_ptr<FusionPlan> MakeFusionPlan(const HloInstruction& fusion) {
   return plan;
 }
 
+// Calls f(j, run) for each row of the innermost dimension that the n
+// linear indices base, base + 1, ... cross (j: the first position, run: how
+// many of the row's elements), with coord at the row's first element.
+template <typename F>
+void ForEachRow(const std::vector<int64_t>& dims, int64_t base, int64_t n,
+                std::vector<int64_t>& coord, F&& f) {
+  const int64_t rank = static_cast<int64_t>(dims.size());
+  const int64_t last = rank - 1;
+  int64_t k = base;
+  for (int64_t d = last; d >= 0; --d) {
+    coord[d] = k % dims[d];
+    k /= dims[d];
+  }
+  int64_t j = 0;
+  while (j < n) {
+    const int64_t run = std::min(n - j, dims[last] - coord[last]);
+    f(j, run);
+    j += run;
+    coord[last] += run;
+    for (int64_t d = last; d > 0 && coord[d] == dims[d]; --d) {
+      coord[d] = 0;
+      ++coord[d - 1];
+    }
+  }
+}
+
 // Elements [b, b + n) of broadcast `node` (output dims `dims`), copied from
 // its source (`src`, storage elements) into `dst`.
 template <int kBytes>
@@ -606,18 +630,11 @@ void GatherBroadcast(const Node& node, const std::vector<int64_t>& dims, const v
   }
   const int64_t rank = static_cast<int64_t>(dims.size());
   std::vector<int64_t> coord(rank);
-  int64_t rem = b;
-  for (int64_t d = rank - 1; d >= 0; --d) {
-    coord[d] = rem % dims[d];
-    rem /= dims[d];
-  }
   const std::vector<int64_t>& stride = node.source_strides;
-  const int64_t last = rank - 1, inner_stride = stride[last];
-  int64_t j = 0;
-  while (j < n) {
+  const int64_t inner_stride = stride[rank - 1];
+  ForEachRow(dims, b, n, coord, [&](int64_t j, int64_t run) {
     int64_t base = 0;
     for (int64_t d = 0; d < rank; ++d) base += coord[d] * stride[d];
-    const int64_t run = std::min(n - j, dims[last] - coord[last]);
     if (inner_stride == 0) {
       std::fill(dst + j, dst + j + run, src[base]);
     } else if (inner_stride == 1) {
@@ -625,13 +642,7 @@ void GatherBroadcast(const Node& node, const std::vector<int64_t>& dims, const v
     } else {
       for (int64_t i = 0; i < run; ++i) dst[j + i] = src[base + i * inner_stride];
     }
-    j += run;
-    coord[last] += run;
-    for (int64_t d = last; d > 0 && coord[d] == dims[d]; --d) {
-      coord[d] = 0;
-      ++coord[d - 1];
-    }
-  }
+  });
 }
 
 void Gather(const Node& node, const std::vector<int64_t>& dims, PrimitiveType storage,
@@ -668,14 +679,14 @@ void ScatterPos(const void* src_v, const int64_t* pos, int64_t n, void* dst_v) {
 // (src[r * width + c - start]); the other columns are left as they are. A
 // negative start or a band past the row crops it (a pad's negative padding).
 template <int kBytes>
-void CopyColumnBand(const void* src_v, int64_t start, int64_t width, int64_t row_width,
-                    int64_t b, int64_t n, void* dst_v) {
+void CopyColumnBand(const void* src_v, int64_t start, int64_t width, int64_t row_width, int64_t b,
+                    int64_t n, void* dst_v) {
   using T = typename Bits<kBytes>::type;
   const T* src = static_cast<const T*>(src_v);
   T* dst = static_cast<T*>(dst_v);
   int64_t r = b / row_width, c = b % row_width, j = 0;
   const int64_t lo = std::max<int64_t>(start, 0), hi = std::min(start + width, row_width);
-  if (width == 1 && lo < hi) {  // one column a row (RoPE's pairs): a strided copy
+  if (width == 1 && lo < hi) {                    // one column a row (RoPE's pairs): a strided copy
     int64_t first = c <= lo ? 0 : row_width - c;  // position of the first row's column
     first += lo - (c <= lo ? c : 0);
     for (int64_t p = first, rr = c <= lo ? r : r + 1; p < n; p += row_width, ++rr) {
@@ -743,32 +754,6 @@ void ForEachCoord(const std::vector<int64_t>& dims, const int64_t* idx, int64_t 
   }
 }
 
-// Calls f(j, run) for each row of the innermost dimension that the n
-// linear indices base, base + 1, ... cross (j: the first position, run: how
-// many of the row's elements), with coord at the row's first element.
-template <typename F>
-void ForEachRow(const std::vector<int64_t>& dims, int64_t base, int64_t n,
-                std::vector<int64_t>& coord, F&& f) {
-  const int64_t rank = static_cast<int64_t>(dims.size());
-  const int64_t last = rank - 1;
-  int64_t k = base;
-  for (int64_t d = last; d >= 0; --d) {
-    coord[d] = k % dims[d];
-    k /= dims[d];
-  }
-  int64_t j = 0;
-  while (j < n) {
-    const int64_t run = std::min(n - j, dims[last] - coord[last]);
-    f(j, run);
-    j += run;
-    coord[last] += run;
-    for (int64_t d = last; d > 0 && coord[d] == dims[d]; --d) {
-      coord[d] = 0;
-      ++coord[d - 1];
-    }
-  }
-}
-
 // A thread's scratch: the plan's slots, each a tile of the widest element,
 // plus a storage tile for half broadcasts and an index tile for iota. Kept
 // per thread across calls (fusions run a tile at a time, often).
@@ -821,7 +806,7 @@ class TileRunner {
             FillScalar(node, src, dst, n);
           } else if (IsHalf(node.type) && i != root) {
             cached::HalfToFloat(node.type, reinterpret_cast<const uint16_t*>(src) + b,
-                        static_cast<float*>(dst), n);
+                                static_cast<float*>(dst), n);
           } else {
             dst = const_cast<std::byte*>(src) + b * ByteWidth(node.type);  // in place
           }
@@ -864,7 +849,8 @@ class TileRunner {
         }
         case NodeKind::kUnary:
           if (node.repr == PrimitiveType::kF32) {
-            cached::UnaryFloat(node.op, static_cast<const float*>(in(0)), static_cast<float*>(dst), n);
+            cached::UnaryFloat(node.op, static_cast<const float*>(in(0)), static_cast<float*>(dst),
+                               n);
           } else if (node.repr == PrimitiveType::kPred) {
             NotPred(static_cast<const uint8_t*>(in(0)), static_cast<uint8_t*>(dst), n);
           } else {
@@ -876,8 +862,8 @@ class TileRunner {
           break;
         case NodeKind::kBinary:
           if (node.repr == PrimitiveType::kF32) {
-            cached::BinaryFloat(node.op, static_cast<const float*>(in(0)), static_cast<const float*>(in(1)),
-                        static_cast<float*>(dst), n);
+            cached::BinaryFloat(node.op, static_cast<const float*>(in(0)),
+                                static_cast<const float*>(in(1)), static_cast<float*>(dst), n);
           } else if (node.repr == PrimitiveType::kPred) {
             BinaryPred(node.op, static_cast<const uint8_t*>(in(0)),
                        static_cast<const uint8_t*>(in(1)), static_cast<uint8_t*>(dst), n);
@@ -894,7 +880,7 @@ class TileRunner {
           uint8_t* o = static_cast<uint8_t*>(dst);
           if (t == PrimitiveType::kF32) {
             cached::Compare(node.direction, static_cast<const float*>(in(0)),
-                    static_cast<const float*>(in(1)), o, n);
+                            static_cast<const float*>(in(1)), o, n);
           } else if (t == PrimitiveType::kPred) {
             Compare(node.direction, static_cast<const uint8_t*>(in(0)),
                     static_cast<const uint8_t*>(in(1)), o, n);
@@ -926,8 +912,9 @@ class TileRunner {
         }
         case NodeKind::kClamp:
           if (node.repr == PrimitiveType::kF32) {
-            cached::ClampFloat(static_cast<const float*>(in(0)), false, static_cast<const float*>(in(1)),
-                       static_cast<const float*>(in(2)), false, static_cast<float*>(dst), n);
+            cached::ClampFloat(static_cast<const float*>(in(0)), false,
+                               static_cast<const float*>(in(1)), static_cast<const float*>(in(2)),
+                               false, static_cast<float*>(dst), n);
           } else {
             DispatchInt(node.repr, [&](auto* tag) {
               using T = std::remove_pointer_t<decltype(tag)>;
@@ -952,10 +939,12 @@ class TileRunner {
           node.kind != NodeKind::kSource && node.kind != NodeKind::kReshape &&
           !((node.kind == NodeKind::kBroadcast || node.kind == NodeKind::kIndexMap) && i == root);
       if (i == root && node.kind == NodeKind::kReshape && IsHalf(node.type)) {
-        cached::FloatToHalf(node.type, static_cast<const float*>(dst), reinterpret_cast<uint16_t*>(out), n);
+        cached::FloatToHalf(node.type, static_cast<const float*>(dst),
+                            reinterpret_cast<uint16_t*>(out), n);
       } else if (IsHalf(node.type) && computed) {
         if (i == root) {
-          cached::FloatToHalf(node.type, static_cast<const float*>(dst), reinterpret_cast<uint16_t*>(out), n);
+          cached::FloatToHalf(node.type, static_cast<const float*>(dst),
+                              reinterpret_cast<uint16_t*>(out), n);
         } else {
           cached::RoundToHalf(node.type, static_cast<float*>(dst), n);
         }
@@ -1000,29 +989,16 @@ class TileRunner {
         const bool copy_rows = step == 1 && operand.kind == NodeKind::kSource;
         const std::byte* src =
             copy_rows ? static_cast<const std::byte*>(Source(operand)) : nullptr;
-        int64_t k = base;
-        for (int64_t d = last; d >= 0; --d) {
-          coord[d] = k % node.dims[d];
-          k /= node.dims[d];
-        }
-        int64_t j = 0;
-        while (j < n) {
+        ForEachRow(node.dims, base, n, coord, [&](int64_t j, int64_t run) {
           int64_t o = node.offset;
           for (int64_t d = 0; d < rank; ++d) o += coord[d] * node.strides[d];
-          const int64_t run = std::min(n - j, node.dims[last] - coord[last]);
           if (copy_rows) {
             std::memcpy(static_cast<std::byte*>(dst) + j * w, src + o * w,
                         static_cast<size_t>(run * w));
           } else {
             for (int64_t r = 0; r < run; ++r) out_idx[j + r] = o + r * step;
           }
-          j += run;
-          coord[last] += run;
-          for (int64_t d = last; d > 0 && coord[d] == node.dims[d]; --d) {
-            coord[d] = 0;
-            ++coord[d - 1];
-          }
-        }
+        });
         if (copy_rows) return;
       } else {
         for (int64_t j = 0; j < n; ++j) {
@@ -1036,7 +1012,7 @@ class TileRunner {
       }
       return GatherTree(scratch, node.operands[0], out_idx, 0, n, dst, level + 1);
     }
-    if (node.columns && idx == nullptr) {
+    if (!node.column_source.empty() && idx == nullptr) {
       if (node.op == HloOpcode::kPad) {
         const void* value = Source(plan_.nodes[node.operands[1]]);
         ByWidth(w, [&](auto k) { FillValue<decltype(k)::value>(value, n, dst); });
