@@ -32,7 +32,7 @@ struct TrainBenchOptions {
   int64_t steps = 3;  // timed steps
   int64_t warmup = 1;  // untimed steps first (at least 1: the first pays one-time costs)
   bool profile = true;  // per-class executor timers (--no-profile: off)
-  bool fuse_loops = false;  // --fuse-loops: compiler::FuseLoops on the per-device program
+  bool fuse_loops = true;  // false: --unfused, the per-device program without fusion
   bool json = false;
   int64_t top = 0;  // --top N: device 0's N instructions that took the most time
 };

@@ -105,16 +105,19 @@ void AddBench(CLI::App& app) {
   auto train_no_profile = std::make_shared<bool>(false);
   train->add_flag("--no-profile", *train_no_profile,
                   "Do not time instructions by class (the breakdown is then optimizer and other)");
-  train->add_flag("--fuse-loops", train_opt->fuse_loops,
-                  "Fuse elementwise loops (compiler::FuseLoops) in the per-device program");
+  auto train_unfused = std::make_shared<bool>(false);
+  train->add_flag("--unfused", *train_unfused,
+                  "Run the per-device program without fusion (compiler::FuseLoops is on by "
+                  "default, as in weft train)");
   train->add_flag("--json", train_opt->json, "Print one JSON object instead of a table");
   train
       ->add_option("--top", train_opt->top,
                    "Also list device 0's N instructions that took the most time per step "
                    "(needs the profile)")
       ->check(CLI::NonNegativeNumber);
-  train->callback([train_opt, train_no_profile] {
+  train->callback([train_opt, train_no_profile, train_unfused] {
     train_opt->profile = !*train_no_profile;
+    train_opt->fuse_loops = !*train_unfused;
     SetAction([train_opt] { return bench::RunTrainBench(*train_opt); });
   });
 

@@ -201,9 +201,8 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
         (n + plan.chip.max_slice_chips - 1) / plan.chip.max_slice_chips));
   }
 
-  // The program `weft train` would run; on a chip, fused as its compiler
-  // fuses (the executor's own machine: as weft train runs it, unfused).
-  po.fuse = options.chip != "local-cpu";
+  // The program `weft train` would run: fused, as a chip's compiler fuses
+  // and as weft's executor runs it (StepProgramOptions::fuse).
   const StepProgram program = BuildStepProgram(config, po);
   plan.batch_size = program.batch_size;
   plan.seq_len = program.seq_len;

@@ -74,7 +74,7 @@ TEST(CostModelTest, AttentionCountsThePairsTheMaskKeeps) {
 // training step (4 devices) changes neither the count nor the results (the
 // fused step gives the unfused bits).
 TEST(CostModelTest, AFusionCountsItsFusedComputation) {
-  StepProgram p = testing::TinyStep(ScanRemat::kNone);
+  StepProgram p = testing::TinyStep(ScanRemat::kNone, true, "fsdp=2,tensor=2", /*fuse=*/false);
   const FlopCount before = CountFlops(*p.compiled.program);
   runtime::LocalCluster cluster(p.num_devices);
   const std::vector<runtime::HostTensor> inputs = runtime::RandomInputs(p.compiled.input_shapes, 11);

@@ -18,9 +18,10 @@ namespace weft::analysis::testing {
 inline const std::filesystem::path kSource = WEFT_SOURCE_DIR;
 
 // configs/tiny.toml on fsdp=2 x tensor=2, batch 4 x seq 64 (runs in well under
-// a second), with the given remat and shard_as.
+// a second), with the given remat and shard_as, fused as weft train runs it
+// unless fuse is false.
 inline StepProgram TinyStep(ScanRemat remat, bool shard_as = true,
-                            const std::string& mesh = "fsdp=2,tensor=2") {
+                            const std::string& mesh = "fsdp=2,tensor=2", bool fuse = true) {
   RunConfig config = LoadRunConfig(kSource / "configs/tiny.toml");
   config.mesh = ParseMeshFlag(mesh);
   StepProgramOptions o;
@@ -28,6 +29,7 @@ inline StepProgram TinyStep(ScanRemat remat, bool shard_as = true,
   o.seq_len = 64;
   o.remat = remat;
   o.shard_as = shard_as;
+  o.fuse = fuse;
   return BuildStepProgram(config, o);
 }
 

@@ -144,7 +144,7 @@ TEST(BenchTrainTest, NoWarmupIsRefusedNamingTheFlag) {
 // with a class of the breakdown; their times fit in the step.
 TEST(BenchTrainTest, TopListsTheSlowestInstructionsWithinTheStep) {
   const Output o =
-      RunWeft("bench train '" + kMicro + "' --steps 2 --warmup 1 --fuse-loops --top 5 --json");
+      RunWeft("bench train '" + kMicro + "' --steps 2 --warmup 1 --top 5 --json");
   ASSERT_EQ(o.exit_code, 0) << o.err << o.out;
   const nlohmann::json j = nlohmann::json::parse(o.out, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << o.out;

@@ -181,7 +181,7 @@ TEST(ProgramTest, ParsesTheMeshFlag) {
 }
 
 
-// The fused tiny step (StepProgramOptions::fuse, as --fuse-loops runs it)
+// The fused tiny step (StepProgramOptions::fuse, as weft train runs it)
 // has kOutput fusions (a dot and its add chain), counted as FuseLoops
 // reports them. On tiny's 2x2 mesh most dots are not fusible: a
 // row-parallel dot's all-reduce stands between it and the residual add, and

@@ -398,7 +398,7 @@ TEST(TrainerTest, LoopFusionLeavesTinysFiftyLossesUnchanged) {
   const Run unfused = run(false);
   const Run fused = run(true);
   EXPECT_EQ(unfused.fused_instructions, 0);
-  EXPECT_GT(fused.fused_instructions, 0) << "--fuse-loops ran no fusion";
+  EXPECT_GT(fused.fused_instructions, 0) << "the fused run ran no fusion";
   ASSERT_EQ(unfused.losses.size(), static_cast<size_t>(kSteps));
   ASSERT_EQ(fused.losses.size(), unfused.losses.size());
   EXPECT_LT(unfused.losses.back(), unfused.losses.front() - 0.5) << "the loss should fall";

@@ -29,9 +29,10 @@ struct StepProgramOptions {
   std::optional<int64_t> seq_len;     // unset: model.seq_len
   std::optional<ScanRemat> remat;    // unset: the config's train.remat
   bool shard_as = true;              // false: --no-shard-as
-  // Loop fusion (compiler/fusion.h) on the per-device program: what a chip's
-  // compiler does; weft train's executor runs it with --fuse-loops.
-  bool fuse = false;
+  // Output, input and loop fusion (compiler/fusion.h) on the per-device
+  // program, as a chip's compiler fuses and as weft train's executor runs
+  // it; false: the unfused program (`weft bench train --unfused`).
+  bool fuse = true;
   // When > 0, the mesh must have exactly this many devices.
   int64_t expected_devices = 0;
 };

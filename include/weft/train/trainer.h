@@ -113,9 +113,8 @@ struct TrainStepsOptions {
   std::optional<MeshConfig> mesh;  // replaces the config's [mesh]
   int64_t steps = 1;               // steps to run (the schedule spans at least these)
   bool profile = false;            // runtime::ExecutorOptions::profile on every device
-  // compiler::FuseLoops on the per-device program (after the memory check,
-  // which plans the unfused program); `weft bench train --fuse-loops`.
-  bool fuse_loops = false;
+  // StepProgramOptions::fuse; false: `weft bench train --unfused`.
+  bool fuse_loops = true;
   std::filesystem::path cache_dir;  // tokenizer cache (empty: the default)
   // Called on device 0 after every step; step_seconds and tokens_per_s are
   // set (the step's wall time, batch drawing included).
