@@ -116,8 +116,14 @@ std::optional<PartitionedValue> TryCollectivePermute(SpmdBuilder& b, const Parti
   return PartitionedValue{b.CollectivePermute(v.hlo, std::move(pairs)), v.base, target};
 }
 
-// The split of dim a (n ways) moves to dim b: an all-to-all within each group
-// of n devices, then a collective-permute if the devices end up out of order.
+// Part of dim a's split moves to dim b: dim a's s[a] tiles are t[a] major
+// times m minor ones, and the minor factor m joins dim b's split (as its
+// minor factor: t[b] = s[b] * m). An all-to-all within each group of the m
+// devices that differ only in that minor factor, then a collective-permute
+// if the devices end up out of order. With t[a] = 1 the whole split moves
+// (FSDP's batch split becoming a hidden-dim split). Tiles must line up: a
+// coarser dim-a tile is m whole source tiles (or dim a ends whole), and a
+// finer dim-b tile is an m-th of a source tile (or dim b was whole).
 std::optional<PartitionedValue> TryAllToAll(SpmdBuilder& b, const PartitionedValue& v,
                                             const HloSharding& target) {
   if (!v.sharding.IsTiled() || !target.IsTiled() || !SameSubgroups(v.sharding, target)) {
@@ -132,30 +138,38 @@ std::optional<PartitionedValue> TryAllToAll(SpmdBuilder& b, const PartitionedVal
   int64_t a = -1, dim_b = -1;
   for (int64_t d = 0; d < rank; ++d) {
     if (s[d] == t[d]) continue;
-    if (s[d] > 1 && t[d] == 1 && a < 0) {
+    if (s[d] > t[d] && a < 0) {
       a = d;
-    } else if (s[d] == 1 && t[d] > 1 && dim_b < 0) {
+    } else if (s[d] < t[d] && dim_b < 0) {
       dim_b = d;
     } else {
       return std::nullopt;
     }
   }
-  if (a < 0 || dim_b < 0 || s[a] != t[dim_b]) return std::nullopt;
-  const int64_t n = s[a];
+  if (a < 0 || dim_b < 0 || s[a] % t[a] != 0) return std::nullopt;
+  const int64_t n = s[a] / t[a];
+  if (t[dim_b] != s[dim_b] * n) return std::nullopt;
   const Shape& base = v.base;
   const int64_t size_a = base.dimensions(a), size_b = base.dimensions(dim_b);
   const int64_t ca = v.hlo->shape().dimensions(a);
-  const int64_t cb = (size_b + n - 1) / n;
+  const int64_t cb = (size_b + t[dim_b] - 1) / t[dim_b];  // the target's dim-b tile
+  if (t[a] > 1 && n * ca != (size_a + t[a] - 1) / t[a]) return std::nullopt;
+  if (s[dim_b] > 1 && v.hlo->shape().dimensions(dim_b) != n * cb) return std::nullopt;
 
   std::vector<int64_t> high(rank, 0);
-  high[dim_b] = n * cb - size_b;
+  high[dim_b] = n * cb - v.hlo->shape().dimensions(dim_b);
   HloInstruction* x = b.PadHigh(v.hlo, high);
   // Split dim b into [n, cb]; the n-part is what goes to each peer.
   std::vector<int64_t> split = x->shape().dimensions();
   split[dim_b] = cb;
   split.insert(split.begin() + dim_b, n);
   x = b.Reshape(x, split);
-  x = b.AllToAll(x, dim_b, GroupsAlongTileDims(v.sharding.tile_assignment(), {a}));
+  // The tile assignment with dim a as [t[a], n]: the groups run along n.
+  std::vector<int64_t> ta_dims = v.sharding.tile_assignment().dims();
+  ta_dims[a] = t[a];
+  ta_dims.insert(ta_dims.begin() + a + 1, n);
+  const TileAssignment ta_split = v.sharding.tile_assignment().Reshape(ta_dims);
+  x = b.AllToAll(x, dim_b, GroupsAlongTileDims(ta_split, {a + 1}));
   // Now the n-part indexes the peer's dim-a chunk: move it before dim a, merge.
   const int64_t a_pos = a < dim_b ? a : a + 1;
   std::vector<int64_t> perm;
@@ -168,15 +182,21 @@ std::optional<PartitionedValue> TryAllToAll(SpmdBuilder& b, const PartitionedVal
   std::vector<int64_t> merged = LocalShape(base, target).dimensions();
   merged[a] = n * ca;
   x = b.Reshape(x, merged);
-  std::vector<int64_t> limits = merged;
-  limits[a] = size_a;
-  x = b.Slice(x, std::vector<int64_t>(rank, 0), limits);
+  if (t[a] == 1) {
+    std::vector<int64_t> limits = merged;
+    limits[a] = size_a;
+    x = b.Slice(x, std::vector<int64_t>(rank, 0), limits);
+  }
 
-  // Same devices, tile dims a and b swapped (a device's chunk index moves).
-  std::vector<int64_t> swap(v.sharding.tile_assignment().num_dims());
-  std::iota(swap.begin(), swap.end(), 0);
-  std::swap(swap[a], swap[dim_b]);
-  TileAssignment moved = v.sharding.tile_assignment().Transpose(swap);
+  // Same devices; the n factor of dim a becomes dim b's minor factor.
+  const int64_t b_pos = dim_b < a ? dim_b : dim_b + 1;  // dim b in ta_split
+  std::vector<int64_t> ta_perm;
+  for (int64_t d = 0; d < static_cast<int64_t>(ta_dims.size()); ++d) {
+    if (d == a + 1) continue;
+    ta_perm.push_back(d);
+    if (d == b_pos) ta_perm.push_back(a + 1);
+  }
+  TileAssignment moved = ta_split.Transpose(ta_perm).Reshape(target.tile_assignment().dims());
   HloSharding after = v.sharding.ReplicateOnLastTileDim()
                           ? HloSharding::PartialTile(std::move(moved))
                           : HloSharding::Tile(std::move(moved));

@@ -9,8 +9,11 @@
 // split, so the result comes out split along them; the indices keep their
 // batch split where that is compatible (device_tiles.h): the plan is chosen
 // among coarsenings of the indices' and the table's splits by estimated
-// communication. Any other gather runs on whole arrays (operands replicated,
-// the result sliced to its sharding).
+// communication. A table not split along the vocabulary (FSDP splits only D)
+// takes the same path with no sum: each device looks up its own batch rows,
+// so no device ever holds the global batch's rows. A gather with operand
+// batching dims, or a pred result, runs on whole arrays (operands
+// replicated, the result sliced to its sharding).
 #include <algorithm>
 #include <map>
 
@@ -261,7 +264,8 @@ std::optional<LookupPlan> PlanLookup(ComputationPartitioner& p, const HloInstruc
   for (int64_t d : ld.one_wide) {
     if (o_tiles.counts[d] > 1) vocab.push_back(d);
   }
-  if (vocab.empty()) return std::nullopt;
+  // No vocabulary split (FSDP splits only the hidden dim D): no partial sum;
+  // each device looks up its own batch rows in a table coarsened as needed.
   const DeviceTiles key = DeviceTiles::Map(o_tiles, vocab);
 
   // The table: vocabulary and whole-slice dims as they are split, the rest whole.
@@ -338,9 +342,12 @@ PartitionedValue HandleGather(ComputationPartitioner& p, const HloInstruction& i
   for (int64_t d = 0; d < local.rank(); ++d) {
     if (ld->out_from_indices[d] >= 0) batch_dims.push_back(d);
   }
-  HloInstruction* mask = b.Broadcast(in_tile, local.dimensions(), batch_dims);
-  rows = b.Select(mask, rows,
-                  b.BroadcastScalar(b.ScalarConstant(local.element_type(), 0), local.dimensions()));
+  if (in_tile != nullptr) {
+    HloInstruction* mask = b.Broadcast(in_tile, local.dimensions(), batch_dims);
+    rows = b.Select(
+        mask, rows,
+        b.BroadcastScalar(b.ScalarConstant(local.element_type(), 0), local.dimensions()));
+  }
   return PartitionedValue{EmitPartialSum(b, rows, plan->sum), instr.shape(), plan->sum.result};
 }
 

@@ -9,7 +9,12 @@
 // wanted sharding (the operand is added once, on the first of them). The
 // plan is chosen among coarsenings of the batch split and of the result's
 // split along dims the windows take whole (device_tiles.h), by estimated
-// communication. Any other scatter runs on whole arrays.
+// communication. A result not split along the vocabulary (FSDP splits only
+// D) takes the same path: each device scatters its own batch rows and the
+// partial tables are reduce-scattered (or the rows are moved to the devices
+// owning their D columns, whichever moves fewer bytes), so no device gathers
+// the global batch's updates. Any other scatter (not an add, batching dims)
+// runs on whole arrays.
 #include <algorithm>
 
 #include "device_tiles.h"
@@ -113,18 +118,15 @@ std::optional<ScatterPlan> PlanScatter(ComputationPartitioner& p, const HloInstr
   // The result: split along the vocabulary as wanted, whole-window dims as
   // wanted or coarser, the rest whole.
   DeviceTiles s_base = DeviceTiles::Of(sharding, operand.rank(), n);
-  bool vocab_split = false;
   std::vector<int64_t> s_free;
   for (int64_t d = 0; d < operand.rank(); ++d) {
-    if (Contains(sd.one_wide, d) && s_base.counts[d] > 1) {
-      vocab_split = true;
-    } else if (Contains(sd.passthrough, d)) {
+    if (Contains(sd.one_wide, d)) continue;  // the vocabulary: as wanted (or whole)
+    if (Contains(sd.passthrough, d)) {
       if (s_base.counts[d] > 1) s_free.push_back(d);
     } else {
       s_base.Unsplit(d);
     }
   }
-  if (!vocab_split) return std::nullopt;
   // The indices (and updates' scatter dims): split as the indices are, or as the updates are.
   std::vector<DeviceTiles> i_bases = {DeviceTiles::Of(i_sharding, indices.rank(), n)};
   DeviceTiles from_updates = DeviceTiles::Map(DeviceTiles::Of(u_sharding, updates.rank(), n),

@@ -326,15 +326,11 @@ ENTRY e {{
   }
 }
 
-TEST(SpmdGatherTest, OtherGathersStillRunOnWholeArrays) {
+TEST(SpmdGatherTest, WindowsAlongASplitDimRunOnWholeArrays) {
   std::mt19937_64 rng(13);
   const int64_t vocab = 37, hidden = 6;
   const HostTensor table = RandomTable(vocab, hidden, rng);
   const HostTensor ids = TokenIds(4, 10, vocab, rng);
-  // Only the hidden dim split: the replicated path.
-  ExpectRuns(LookupModule(vocab, hidden, 4, 10, "{devices=[1,2]<=[2]}", "{replicated}",
-                          "{devices=[2,1,1]<=[2]}"),
-             2, {table, ids}, LookupReference(table, ids));
   // Two-row windows (not a one-wide slice) along a split dim.
   const std::string text = R"(HloModule windows
 ENTRY e {
@@ -353,6 +349,31 @@ ENTRY e {
   }
   auto program = ExpectRuns(text, 2, {table, ids}, expected);
   EXPECT_TRUE(FindAll(*program.program, HloOpcode::kAllReduce).empty());
+}
+
+// An FSDP table (the hidden dim split, the vocabulary whole) with ids split
+// along the batch: every device looks up its own rows; no device holds the
+// global batch's rows (the lookup once gathered them all, then sliced).
+TEST(SpmdGatherTest, FsdpTableLooksUpTheDevicesOwnRows) {
+  std::mt19937_64 rng(37);
+  const int64_t vocab = 37, hidden = 8, batch = 16, seq = 16;
+  const std::vector<Layout> layouts = {
+      {2, "{devices=[1,2]<=[2]}", "{devices=[2,1]<=[2]}", "{devices=[2,1,1]<=[2]}"},
+      {4, "{devices=[1,4]<=[4]}", "{devices=[4,1]<=[4]}", "{devices=[4,1,1]<=[4]}"},
+      // (data=2, fsdp=2, tensor=2) with tensor=1 in the table: D over fsdp only.
+      {8, "{devices=[1,2,4]<=[2,2,2]T(1,0,2) last_tile_dim_replicate}", kBatchDataFsdp8,
+       kRowsBatchDataFsdp8},
+  };
+  for (const Layout& l : layouts) {
+    SCOPED_TRACE(fmt::format("n={} table={} ids={} rows={}", l.n, l.table, l.ids, l.rows));
+    const HostTensor table = RandomTable(vocab, hidden, rng);
+    const HostTensor ids = TokenIds(batch, seq, vocab, rng);
+    auto program = ExpectRuns(LookupModule(vocab, hidden, batch, seq, l.table, l.ids, l.rows), l.n,
+                              {table, ids}, LookupReference(table, ids));
+    const HloModule& m = *program.program;
+    EXPECT_LT(LargestArray(m), batch * seq * hidden) << PrintModule(m);
+    EXPECT_TRUE(FindAll(m, HloOpcode::kAllReduce).empty()) << PrintModule(m);
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -461,6 +482,43 @@ TEST(SpmdScatterTest, FsdpGradientReduceScattersOverFsdpThenAllReducesOverData) 
     EXPECT_EQ(reduces[0]->shape(), ParseShape("f32[20,8]"));
     EXPECT_EQ(reduces[0]->attrs().replica_groups,
               (std::vector<std::vector<int64_t>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  }
+}
+
+// The FSDP table's gradient: each device scatters its own batch rows; no
+// device holds the global batch's cotangent rows (they were all-gathered).
+TEST(SpmdScatterTest, FsdpTableGradientScattersTheDevicesOwnRows) {
+  std::mt19937_64 rng(41);
+  // More rows than table entries, as in training: moving rows costs more.
+  const int64_t vocab = 37, hidden = 8, batch = 16, seq = 16;
+  struct GradLayout {
+    int64_t n;
+    std::string ids, grad, table;
+  };
+  const std::vector<GradLayout> layouts = {
+      {2, "{devices=[2,1]<=[2]}", "{devices=[2,1,1]<=[2]}", "{devices=[1,2]<=[2]}"},
+      {4, "{devices=[4,1]<=[4]}", "{devices=[4,1,1]<=[4]}", "{devices=[1,4]<=[4]}"},
+      {8, kBatchDataFsdp8, kRowsBatchDataFsdp8,
+       "{devices=[1,2,4]<=[2,2,2]T(1,0,2) last_tile_dim_replicate}"},
+  };
+  for (const GradLayout& l : layouts) {
+    for (bool init_param : {false, true}) {
+      SCOPED_TRACE(fmt::format("n={} ids={} grad={} table={} init_param={}", l.n, l.ids, l.grad,
+                               l.table, init_param));
+      const HostTensor ids = TokenIds(batch, seq, vocab, rng);
+      const HostTensor grad = RandomFloats({batch, seq, hidden}, rng);
+      std::vector<HostTensor> inputs = {ids, grad};
+      std::vector<double> init(vocab * hidden, 0.0);
+      if (init_param) {
+        inputs.push_back(RandomTable(vocab, hidden, rng));
+        init = inputs.back().ToDoubles();
+      }
+      auto program =
+          ExpectRuns(GradModule(vocab, hidden, batch, seq, l.ids, l.grad, l.table, init_param),
+                     l.n, inputs, GradReference(ids, grad, vocab, init));
+      const HloModule& m = *program.program;
+      EXPECT_LT(LargestArray(m), batch * seq * hidden) << PrintModule(m);
+    }
   }
 }
 
