@@ -344,9 +344,9 @@ PartitionedValue HandleGather(ComputationPartitioner& p, const HloInstruction& i
   }
   if (in_tile != nullptr) {
     HloInstruction* mask = b.Broadcast(in_tile, local.dimensions(), batch_dims);
-    rows = b.Select(
-        mask, rows,
-        b.BroadcastScalar(b.ScalarConstant(local.element_type(), 0), local.dimensions()));
+    rows =
+        b.Select(mask, rows,
+                 b.BroadcastScalar(b.ScalarConstant(local.element_type(), 0), local.dimensions()));
   }
   return PartitionedValue{EmitPartialSum(b, rows, plan->sum), instr.shape(), plan->sum.result};
 }

@@ -514,8 +514,8 @@ TEST(SpmdScatterTest, FsdpTableGradientScattersTheDevicesOwnRows) {
         init = inputs.back().ToDoubles();
       }
       auto program =
-          ExpectRuns(GradModule(vocab, hidden, batch, seq, l.ids, l.grad, l.table, init_param),
-                     l.n, inputs, GradReference(ids, grad, vocab, init));
+          ExpectRuns(GradModule(vocab, hidden, batch, seq, l.ids, l.grad, l.table, init_param), l.n,
+                     inputs, GradReference(ids, grad, vocab, init));
       const HloModule& m = *program.program;
       EXPECT_LT(LargestArray(m), batch * seq * hidden) << PrintModule(m);
     }
