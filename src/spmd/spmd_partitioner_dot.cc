@@ -1,4 +1,4 @@
-// Dot: chooses, by estimated communication, among
+// Dot: chooses, by estimated communication plus local work, among
 //   - output-driven: reshard both operands so the local dot yields the result
 //     sharding directly (batch dims split alike, each operand split on its
 //     non-contracting dims as the result is, contracting dims whole);
@@ -6,6 +6,11 @@
 //     the other to match on batch and contracting dims; the local dot gives
 //     partial sums over the split contracting dims, reduced with all-reduce,
 //     or reduce-scatter when the result is split on a dim they can scatter to.
+// Local work counts: a plan that leaves devices computing the same products
+// (a row-parallel projection whose result is wanted replicated over the
+// tensor axis, done by gathering its operands instead of summing partial
+// products) pays for its extra FLOPs at kFlopsPerByte, so splitting the work
+// wins unless the dot is too small for its FLOPs to matter.
 #include <algorithm>
 
 #include "weft/base/error.h"
@@ -14,6 +19,24 @@
 
 namespace weft::spmd {
 namespace {
+
+// A byte moved between devices is charged as much as this many local FLOPs:
+// about a CPU core's balance of FMA rate to memory bandwidth, and far below
+// an accelerator's (hundreds to thousands of FLOPs per byte of interconnect),
+// so repeated work is avoided whenever a dot's contraction is longer than a
+// few hundred elements.
+constexpr int64_t kFlopsPerByte = 64;
+
+int64_t Product(const std::vector<int64_t>& dims, const std::vector<int64_t>& which) {
+  int64_t p = 1;
+  for (int64_t d : which) p *= dims[d];
+  return p;
+}
+
+// The cost of a local dot: 2 x result elements x contracted elements.
+int64_t WorkCost(int64_t result_elements, int64_t contracted) {
+  return 2 * result_elements * contracted / kFlopsPerByte;
+}
 
 HloSharding Unsplit(const HloSharding& sharding, const std::vector<int64_t>& dims) {
   return NormalizeSharding(sharding_util::PartiallyReplicateTiledShardingOnDims(sharding, dims));
@@ -110,9 +133,12 @@ DrivenPlan PlanDriven(ComputationPartitioner& p, const HloInstruction& instr, co
   }
   plan.partial = NormalizeSharding(MapShardingDims(Unsplit(ds, plan.split_contracting),
                                                    dd.OutToOperand(driver), dd.out_rank));
-  const int64_t partial_bytes = LocalShape(instr.shape(), plan.partial).ByteSize();
-  plan.cost = ReshardCost(p.context(), other_op->shape(), p.Get(other_op).sharding,
-                          plan.other_target);
+  const Shape partial_shape = LocalShape(instr.shape(), plan.partial);
+  const int64_t partial_bytes = partial_shape.ByteSize();
+  plan.cost =
+      ReshardCost(p.context(), other_op->shape(), p.Get(other_op).sharding, plan.other_target) +
+      WorkCost(partial_shape.ElementsCount(),
+               Product(LocalShape(driver_op->shape(), ds).dimensions(), dd.contracting[driver]));
   if (plan.split_contracting.empty()) {
     plan.cost += ReshardCost(p.context(), instr.shape(), plan.partial, sharding);
     return plan;
@@ -201,6 +227,8 @@ PartitionedValue HandleDot(ComputationPartitioner& p, const HloInstruction& inst
         MapShardingDims(Unsplit(sharding, dd.OutFree(1 - s)), dd.to_out[s], op->shape().rank()));
     output_cost += ReshardCost(p.context(), op->shape(), p.Get(op).sharding, targets[s]);
   }
+  output_cost += WorkCost(LocalShape(instr.shape(), sharding).ElementsCount(),
+                          Product(instr.operand(0)->shape().dimensions(), dd.contracting[0]));
   std::optional<DrivenPlan> best;
   for (int driver = 0; driver < 2; ++driver) {
     DrivenPlan plan = PlanDriven(p, instr, dd, driver, sharding);

@@ -300,5 +300,79 @@ TEST(PlannerTest, TinyStepExecutesAboutTheModelsMatmulFlops) {
       << "the backward kernel recomputes: 2.5x the forward, against 2x in model FLOPs";
 }
 
+// Llama 3.1 8B's shapes with 2 layers (the per-layer work is what the mesh
+// splits), sharded by the 405B config's rules.
+RunConfig Llama8bShapes() {
+  RunConfig config = Llama405b();
+  config.model.dim = 4096;
+  config.model.n_layers = 2;
+  config.model.n_heads = 32;
+  config.model.n_kv_heads = 8;
+  config.model.ffn_dim = 14336;
+  return config;
+}
+
+double MatmulParameters(const LlamaConfig& m) {
+  const double q = m.n_heads * m.head_dim(), kv = m.n_kv_heads * m.head_dim();
+  return m.n_layers * (m.dim * q + 2 * m.dim * kv + q * m.dim + 3.0 * m.dim * m.ffn_dim) +
+         static_cast<double>(m.dim) * m.vocab_size;
+}
+
+// Every device does its share of the matmuls and no more, whatever splits
+// the batch and the weights: executed dot FLOPs per device = 6 x matmul
+// parameters x tokens / devices (remat none: nothing is recomputed). A
+// row-parallel projection once ran replicated on every tensor rank (1.80x
+// the model's FLOPs at tensor=8).
+TEST(PlannerTest, ExecutedMatmulFlopsAreTheModelsShareOnEveryMesh) {
+  const RunConfig config = Llama8bShapes();
+  const int64_t batch = 64, seq = 2048;
+  for (const char* mesh :
+       {"data=1,fsdp=64,tensor=1", "data=1,fsdp=32,tensor=2", "data=1,fsdp=16,tensor=4",
+        "data=1,fsdp=8,tensor=8", "data=2,fsdp=32,tensor=1", "data=2,fsdp=8,tensor=4",
+        "data=4,fsdp=2,tensor=8"}) {
+    SCOPED_TRACE(mesh);
+    PlanOptions o;
+    o.mesh = ParseMeshFlag(mesh);
+    o.batch_size = batch;
+    o.seq_len = seq;
+    o.remat = "none";
+    const StepPlan p = PlanTrainingStep(config, o);
+    const double model = 6 * MatmulParameters(config.model) * batch * seq / p.num_devices;
+    EXPECT_NEAR(p.flops.dot / model, 1.0, 0.01) << p.flops.dot << " vs " << model;
+  }
+}
+
+// The embedding's lookup and gradient use the device's own batch rows: no
+// per-device array of the step holds the global batch's activations, on an
+// FSDP table (vocabulary whole) or a vocabulary-parallel one. (The gradient
+// once all-gathered every device's cotangent rows, [batch, seq, dim].)
+TEST(PlannerTest, NoDeviceHoldsTheGlobalBatchsActivations) {
+  RunConfig config = Llama8bShapes();
+  const int64_t batch = 64, seq = 512;
+  for (const char* mesh :
+       {"data=1,fsdp=64,tensor=1", "data=2,fsdp=32,tensor=1", "data=1,fsdp=16,tensor=4"}) {
+    SCOPED_TRACE(mesh);
+    config.mesh = ParseMeshFlag(mesh);
+    StepProgramOptions o;
+    o.batch_size = batch;
+    o.seq_len = seq;
+    o.remat = ScanRemat::kNone;
+    const StepProgram p = BuildStepProgram(config, o);
+    // Rows of the whole batch may exist only as thin column slices (the
+    // device's share of the hidden dim, moved there by an all-to-all): no
+    // larger than the device's own rows [batch / (data x fsdp), seq, dim].
+    const int64_t batch_split = p.num_devices / config.mesh.axis_sizes.back();
+    const int64_t own_rows = batch / batch_split * seq * config.model.dim;
+    for (const HloComputation* c : p.compiled.program->computations()) {
+      for (const HloInstruction* i : c->instructions()) {
+        const Shape& s = i->shape();
+        if (!s.IsArray() || s.rank() < 3 || s.dimensions(0) != batch) continue;
+        EXPECT_LE(s.ElementsCount(), own_rows)
+            << i->name() << " " << s.ToString() << " in " << c->name();
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace weft
