@@ -5,7 +5,9 @@
 //   - operand-driven (lhs or rhs): keep one operand as it is split, reshard
 //     the other to match on batch and contracting dims; the local dot gives
 //     partial sums over the split contracting dims, reduced with all-reduce,
-//     or reduce-scatter when the result is split on a dim they can scatter to.
+//     or reduce-scatter when the result is split on a dim they can scatter to
+//     (over part of the group, then an all-reduce over the rest, when the
+//     result is split fewer ways than the contraction: PlanPartialSum).
 // Local work counts: a plan that leaves devices computing the same products
 // (a row-parallel projection whose result is wanted replicated over the
 // tensor axis, done by gathering its operands instead of summing partial
@@ -109,9 +111,9 @@ HloInstruction* LocalDot(ComputationPartitioner& p, const HloInstruction& instr,
 struct DrivenPlan {
   int driver = 0;
   HloSharding other_target;
-  HloSharding partial;                // result sharding before the reduction
+  HloSharding partial;                     // result sharding before the reduction
   std::vector<int64_t> split_contracting;  // driver dims
-  int64_t scatter_dim = -1;           // reduce-scatter along this result dim, or -1
+  PartialSum sum;                          // of the partial products (split contracting dims)
   int64_t cost = 0;
 };
 
@@ -134,24 +136,22 @@ DrivenPlan PlanDriven(ComputationPartitioner& p, const HloInstruction& instr, co
   plan.partial = NormalizeSharding(MapShardingDims(Unsplit(ds, plan.split_contracting),
                                                    dd.OutToOperand(driver), dd.out_rank));
   const Shape partial_shape = LocalShape(instr.shape(), plan.partial);
-  const int64_t partial_bytes = partial_shape.ByteSize();
   plan.cost =
       ReshardCost(p.context(), other_op->shape(), p.Get(other_op).sharding, plan.other_target) +
       WorkCost(partial_shape.ElementsCount(),
                Product(LocalShape(driver_op->shape(), ds).dimensions(), dd.contracting[driver]));
+  ReshardCostCache cost(p.context());
   if (plan.split_contracting.empty()) {
-    plan.cost += ReshardCost(p.context(), instr.shape(), plan.partial, sharding);
+    plan.cost += cost(instr.shape(), plan.partial, sharding);
     return plan;
   }
-  const auto groups = GroupsAlongTileDims(ds.tile_assignment(), plan.split_contracting);
-  for (int64_t e = 0; e < dd.out_rank; ++e) {
-    if (ScatterGives(plan.partial, sharding, e, groups, dd.out_rank)) {
-      plan.scatter_dim = e;
-      plan.cost += partial_bytes;
-      return plan;
-    }
-  }
-  plan.cost += 2 * partial_bytes + ReshardCost(p.context(), instr.shape(), plan.partial, sharding);
+  // Partial products summed over the devices splitting the contraction:
+  // an all-reduce, or a reduce-scatter (over part of each group, then an
+  // all-reduce over the rest: FSDP's gradient beside a data axis, HSDP)
+  // when that leaves the wanted split.
+  plan.sum = PlanPartialSum(cost, instr.shape(), plan.partial, sharding,
+                            GroupsAlongTileDims(ds.tile_assignment(), plan.split_contracting));
+  plan.cost += plan.sum.cost;
   return plan;
 }
 
@@ -177,19 +177,7 @@ PartitionedValue EmitDriven(ComputationPartitioner& p, const HloInstruction& ins
   }
   HloInstruction* result = LocalDot(p, instr, locals[0], locals[1]);
   if (plan.split_contracting.empty()) return PartitionedValue{result, instr.shape(), plan.partial};
-  const HloSharding& ds = ops[driver].sharding;
-  const auto groups = GroupsAlongTileDims(ds.tile_assignment(), plan.split_contracting);
-  HloComputation* add = b.ScalarReducer(HloOpcode::kAdd, instr.shape().element_type());
-  if (plan.scatter_dim >= 0) {
-    const int64_t e = plan.scatter_dim;
-    const int64_t g = static_cast<int64_t>(groups[0].size());
-    const int64_t size = result->shape().dimensions(e);
-    std::vector<int64_t> high(result->shape().rank(), 0);
-    high[e] = (size + g - 1) / g * g - size;
-    result = b.PadHigh(result, high);
-    return PartitionedValue{b.ReduceScatter(result, e, add, groups), instr.shape(), sharding};
-  }
-  return PartitionedValue{b.AllReduce(result, add, groups), instr.shape(), plan.partial};
+  return PartitionedValue{EmitPartialSum(p.b(), result, plan.sum), instr.shape(), plan.sum.result};
 }
 
 }  // namespace

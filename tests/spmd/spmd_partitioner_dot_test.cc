@@ -82,6 +82,27 @@ TEST(SpmdDotTest, UnevenContractingDimIsMasked) {
   EXPECT_EQ(FindAll(*m, HloOpcode::kSelect).size(), 2u);
 }
 
+TEST(SpmdDotTest, HybridShardedGradientReduceScattersThenAllReducesAShard) {
+  // A weight gradient: activations [B, K] and cotangents [B, N] split along
+  // the batch over (data=2, fsdp=4); the gradient [K, N] wanted split along
+  // K over fsdp, replicated over data (HSDP). A reduce-scatter over each
+  // fsdp group, then an all-reduce of the shard over data; never an
+  // all-reduce of the whole [K, N] over all 8 devices.
+  auto m = Dot("f32[16,24]", "f32[16,10]", "f32[24,10]",
+               "lhs_contracting_dims={0}, rhs_contracting_dims={0}", "{devices=[8,1]<=[8]}",
+               "{devices=[8,1]<=[8]}", "{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}", 8);
+  auto scatters = FindAll(*m, HloOpcode::kReduceScatter);
+  auto reduces = FindAll(*m, HloOpcode::kAllReduce);
+  ASSERT_EQ(scatters.size(), 1u);
+  ASSERT_EQ(reduces.size(), 1u);
+  EXPECT_EQ(scatters[0]->attrs().replica_groups,
+            (std::vector<std::vector<int64_t>>{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  EXPECT_EQ(reduces[0]->attrs().replica_groups,
+            (std::vector<std::vector<int64_t>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(reduces[0]->shape(), ParseShape("f32[6,10]"));
+  EXPECT_EQ(CountCollectives(*m), 2);
+}
+
 TEST(SpmdDotTest, RandomShardingsOnOneToEightDevices) {
   std::mt19937_64 rng(11);
   for (int trial = 0; trial < 60; ++trial) {

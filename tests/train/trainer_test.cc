@@ -1,4 +1,4 @@
-// The training loop: sharded runs (2D, and a 2-slice mesh) follow the
+// The training loop: sharded runs (2D, FSDP, HSDP, a 2-slice mesh) follow the
 // unsharded run's losses, the memorization config reaches ~0 loss sharded,
 // a resumed run repeats the uninterrupted one bit for bit, and bad input
 // stops before any compute without touching the output directory; loop
@@ -65,12 +65,18 @@ TEST(TrainerTest, ShardedRunsFollowTheUnshardedLosses) {
       {"fsdp2_tensor2", {{"fsdp", "tensor"}, {2, 2}}},
       // Two slices: the batch split over DCN, weights over fsdp within a slice.
       {"dcn2_fsdp2", {{"dcn", "fsdp", "tensor"}, {2, 2, 1}}},
+      // FSDP alone: the embedding table split along D only (each device
+      // looks up and scatters its own rows).
+      {"fsdp4", {{"fsdp", "tensor"}, {4, 1}}},
+      // HSDP: gradients reduce-scattered over fsdp, the shards all-reduced over data.
+      {"data2_fsdp2", {{"data", "fsdp", "tensor"}, {2, 2, 1}}},
+      {"data2_fsdp2_tensor2", {{"data", "fsdp", "tensor"}, {2, 2, 2}}},
   };
   for (const Case& c : cases) {
     TrainOptions o;
     o.mesh = c.mesh;
     const TrainResult r = Quiet(Micro(), o, c.name);
-    EXPECT_EQ(r.num_devices, 4);
+    EXPECT_EQ(r.num_devices, c.mesh.num_devices());
     const std::vector<double> losses = Losses(r);
     ASSERT_EQ(losses.size(), reference.size()) << c.name;
     for (size_t i = 0; i < losses.size(); ++i) {
