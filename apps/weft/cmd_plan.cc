@@ -22,6 +22,7 @@ namespace {
 struct PlanFlags {
   std::string config;
   std::string mesh;
+  std::string dcn;
   std::string chip = "v6e";
   std::string chips;
   std::string remat;
@@ -44,6 +45,7 @@ int RunPlan(const PlanFlags& f) {
   o.chip = f.chip;
   o.chips_file = f.chips;
   if (!f.mesh.empty()) o.mesh = ParseMeshFlag(f.mesh);
+  if (!f.dcn.empty()) o.mesh = ApplyDcnFlag(o.mesh ? *o.mesh : config.mesh, f.dcn);
   o.slices = IfGiven(f.slices_given, f.slices);
   o.batch_size = IfGiven(f.batch_given, f.batch);
   o.seq_len = IfGiven(f.seq_given, f.seq);
@@ -77,17 +79,22 @@ void AddPlan(CLI::App& app) {
       ->required();
   cmd->add_option("--mesh", f->mesh,
                   "Mesh axes, major to minor, e.g. fsdp=64,tensor=4 (replaces the config's "
-                  "[mesh])");
+                  "[mesh] and [dcn]); with --dcn, the sizes within one slice");
+  cmd->add_option("--dcn", f->dcn,
+                  "Slices each mesh axis spans, e.g. fsdp=2: with --mesh fsdp=64,tensor=4, fsdp "
+                  "has 128 devices in 2 slices of 64 (JAX's create_hybrid_device_mesh; replaces "
+                  "the config's [dcn])");
   cmd->add_option("--chip", f->chip,
                   "Chip name in the chips file (v5e, v5p, v6e, h100, h200, "
                   "local-cpu)")
       ->capture_default_str();
   cmd->add_option("--chips", f->chips,
                   "Chips file (default: chips.toml beside the config, else configs/chips.toml)");
-  f->slices_given = cmd->add_option("--slices", f->slices,
-                  "Slices of a hybrid mesh: the major axis spans them and collectives that cross "
-                  "them go over DCN (default: a major 'dcn' axis's size, else 1, or as many as "
-                  "the chip's largest slice requires)");
+  f->slices_given = cmd->add_option(
+      "--slices", f->slices,
+      "Slices of a hybrid mesh: the major axis spans them and collectives that cross "
+      "them go over DCN (default: the product of --dcn or [dcn], else a major 'dcn' "
+      "axis's size, else 1, or as many as the chip's largest slice requires)");
   f->batch_given =
       cmd->add_option("--batch", f->batch, "Global batch size (default: train.batch_size)");
   f->seq_given = cmd->add_option("--seq", f->seq, "Sequence length (default: model.seq_len)");

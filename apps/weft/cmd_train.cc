@@ -20,6 +20,7 @@ namespace {
 struct TrainFlags {
   std::string config = "configs/tiny.toml";
   std::string mesh;
+  std::string dcn;
   std::string backend = "threads";
   std::string resume, out;
   std::vector<std::string> data;
@@ -72,6 +73,7 @@ int RunTrain(const TrainFlags& f) {
   const RunConfig config = LoadRunConfig(f.config);
   TrainOptions o;
   if (!f.mesh.empty()) o.mesh = ParseMeshFlag(f.mesh);
+  if (!f.dcn.empty()) o.mesh = ApplyDcnFlag(o.mesh ? *o.mesh : config.mesh, f.dcn);
   if (f.backend == "threads") {
     // In-process devices come from the mesh; a WEFT_NUM_DEVICES that says
     // otherwise is a mistake to point out, not to ignore.
@@ -114,8 +116,12 @@ void AddTrain(CLI::App& app) {
       "fsdp=2 x tensor=2 on 4 in-process devices)");
   auto f = std::make_shared<TrainFlags>();
   cmd->add_option("config", f->config, "Run config (TOML); default configs/tiny.toml");
-  cmd->add_option("--mesh", f->mesh, "Mesh axes, major to minor, e.g. fsdp=2,tensor=2 "
-                                     "(replaces the config's [mesh])");
+  cmd->add_option("--mesh", f->mesh,
+                  "Mesh axes, major to minor, e.g. fsdp=2,tensor=2 "
+                  "(replaces the config's [mesh] and [dcn])");
+  cmd->add_option("--dcn", f->dcn,
+                  "Slices each mesh axis spans, e.g. fsdp=2 (the --mesh sizes are then per "
+                  "slice; replaces the config's [dcn])");
   cmd->add_option("--steps", f->steps, "Total steps of the run (default: train.steps)");
   cmd->add_option("--backend", f->backend, "threads (default) or mpi (under mpirun, one "
                                            "device per rank)");

@@ -390,6 +390,39 @@ void ReadMesh(const toml::table* table, const std::string& source, MeshConfig& m
   }
 }
 
+// [dcn]: how many slices each [mesh] axis spans; the axis's [mesh] size is
+// per slice, so its size over all slices is the product.
+void ReadDcn(const toml::table* table, const std::string& source, MeshConfig& mesh) {
+  if (table == nullptr) return;
+  for (const auto& [key, node] : InFileOrder(*table)) {
+    const std::string name(key->str());
+    const auto found = std::find(mesh.axis_names.begin(), mesh.axis_names.end(), name);
+    if (found == mesh.axis_names.end()) {
+      Fail(
+          "{}: [dcn] names axis '{}', which [mesh] does not define (axes: {}); [dcn] says how "
+          "many slices a [mesh] axis spans",
+          Where(source, key->source()), name,
+          mesh.axis_names.empty() ? std::string("none")
+                                  : fmt::format("{}", fmt::join(mesh.axis_names, ", ")));
+    }
+    if (!node->is_integer() || **node->as_integer() < 1) {
+      Fail("{}: [dcn] {} needs a positive integer number of slices, e.g. {} = 2",
+           Where(source, node->source()), name, name);
+    }
+    const int64_t slices = **node->as_integer();
+    if (slices > kMaxMeshDevices / mesh.num_devices()) {
+      Fail(
+          "{}: [dcn] {} = {} makes the mesh larger than {} devices, the most weft plans or runs; "
+          "check the sizes",
+          Where(source, node->source()), name, slices, kMaxMeshDevices);
+    }
+    if (mesh.dcn_sizes.empty()) mesh.dcn_sizes.assign(mesh.axis_names.size(), 1);
+    const size_t i = static_cast<size_t>(found - mesh.axis_names.begin());
+    mesh.dcn_sizes[i] = slices;
+    mesh.axis_sizes[i] *= slices;
+  }
+}
+
 void ReadSharding(const toml::table* table, const std::string& source, const MeshConfig& mesh,
                   std::vector<ShardingRule>& rules) {
   if (table == nullptr) return;
@@ -477,7 +510,18 @@ int64_t MeshConfig::num_devices() const {
   return devices;
 }
 
-Mesh MeshConfig::ToMesh() const { return Mesh(axis_names, axis_sizes); }
+int64_t MeshConfig::num_slices() const {
+  int64_t slices = 1;
+  for (int64_t size : dcn_sizes) slices *= size;
+  return slices;
+}
+
+Mesh MeshConfig::ToMesh() const {
+  if (!is_hybrid()) return Mesh(axis_names, axis_sizes);
+  std::vector<int64_t> ici(axis_sizes.size());
+  for (size_t i = 0; i < ici.size(); ++i) ici[i] = axis_sizes[i] / dcn_sizes[i];
+  return Mesh::Hybrid(axis_names, std::move(ici), dcn_sizes);
+}
 
 const ShardingRule* RunConfig::RuleFor(std::string_view parameter) const {
   for (const auto& rule : sharding) {
@@ -525,6 +569,9 @@ std::string RunConfig::CanonicalText() const {
   for (size_t i = 0; i < mesh.axis_names.size(); ++i) {
     line("mesh." + mesh.axis_names[i], mesh.axis_sizes[i]);
   }
+  for (size_t i = 0; i < mesh.dcn_sizes.size(); ++i) {
+    line("dcn." + mesh.axis_names[i], mesh.dcn_sizes[i]);
+  }
   for (const auto& rule : sharding) line("sharding." + rule.pattern, rule.spec.ToString());
   return out;
 }
@@ -550,10 +597,10 @@ RunConfig ParseRunConfig(std::string_view toml_text, std::string_view source_nam
     Fail("{}: {}", Where(config.source, error.source()), error.description());
   }
   for (const auto& [key, node] : InFileOrder(root)) {
-    static const std::set<std::string_view> kSections = {"model", "train", "data", "mesh",
-                                                         "sharding"};
+    static const std::set<std::string_view> kSections = {"model", "train",    "data",
+                                                         "mesh",  "sharding", "dcn"};
     if (!kSections.count(key->str())) {
-      Fail("{}: unknown section '{}' (sections: model, train, data, mesh, sharding)",
+      Fail("{}: unknown section '{}' (sections: model, train, data, mesh, dcn, sharding)",
            Where(config.source, node->source()), key->str());
     }
   }
@@ -564,6 +611,7 @@ RunConfig ParseRunConfig(std::string_view toml_text, std::string_view source_nam
   SectionReader data(Section(root, "data", config.source), "data", config.source);
   ReadData(data, config.data, base_dir);
   ReadMesh(Section(root, "mesh", config.source), config.source, config.mesh);
+  ReadDcn(Section(root, "dcn", config.source), config.source, config.mesh);
   ReadSharding(Section(root, "sharding", config.source), config.source, config.mesh,
                config.sharding);
   return config;

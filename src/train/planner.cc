@@ -18,16 +18,6 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// Row-major strides of the mesh's axes: device ids differing by stride[a]
-// differ only in their coordinate along axis a.
-std::vector<int64_t> AxisStrides(const MeshConfig& mesh) {
-  std::vector<int64_t> strides(mesh.axis_sizes.size(), 1);
-  for (int64_t a = static_cast<int64_t>(strides.size()) - 2; a >= 0; --a) {
-    strides[a] = strides[a + 1] * mesh.axis_sizes[a + 1];
-  }
-  return strides;
-}
-
 // The sharding of leaf `leaf` of a value (tuple shardings by element).
 const HloSharding* LeafSharding(const HloInstruction& instr, int64_t leaf) {
   if (!instr.has_sharding()) return nullptr;
@@ -41,11 +31,16 @@ const HloSharding* LeafSharding(const HloInstruction& instr, int64_t leaf) {
 std::vector<std::string> SplitAxes(const HloSharding& s, const MeshConfig& mesh) {
   std::vector<std::string> axes;
   if (!s.IsTiled()) return axes;
-  const std::vector<int64_t> strides = AxisStrides(mesh);
-  const std::vector<int64_t> origin = s.TileIndexForDevice(0);
+  // The device one step along axis a from the mesh's origin (a hybrid
+  // mesh's device order is not row-major).
+  const Mesh devices = mesh.ToMesh();
+  std::vector<int64_t> index(mesh.axis_names.size(), 0);
+  const std::vector<int64_t> origin = s.TileIndexForDevice(devices.device(index));
   for (size_t a = 0; a < mesh.axis_names.size(); ++a) {
     if (mesh.axis_sizes[a] < 2) continue;
-    if (s.TileIndexForDevice(strides[a]) != origin) axes.push_back(mesh.axis_names[a]);
+    index[a] = 1;
+    if (s.TileIndexForDevice(devices.device(index)) != origin) axes.push_back(mesh.axis_names[a]);
+    index[a] = 0;
   }
   return axes;
 }
@@ -97,14 +92,6 @@ double ModelFlopsPerStep(const LlamaConfig& m, int64_t batch, int64_t seq) {
   const double attention_forward =
       static_cast<double>(m.n_layers) * 2 * b * static_cast<double>(m.n_heads) * pairs * 2 * hd;
   return 6 * matmul_params * tokens + 3 * attention_forward;
-}
-
-std::string MeshText(const MeshConfig& mesh) {
-  std::string out;
-  for (size_t i = 0; i < mesh.axis_names.size(); ++i) {
-    out += fmt::format("{}{}={}", i ? "," : "", mesh.axis_names[i], mesh.axis_sizes[i]);
-  }
-  return out.empty() ? "(one device)" : out;
 }
 
 StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& options) {
@@ -169,7 +156,18 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   const std::string mesh_from = options.mesh ? "--mesh" : "the [mesh] of " + config.source;
   int64_t slices = 1;
   std::string slices_from;
-  if (options.slices) {
+  if (config.mesh.is_hybrid()) {
+    // The mesh says which axes span slices (--dcn or [dcn]).
+    slices = config.mesh.num_slices();
+    const std::string dcn_from = options.mesh && options.mesh->is_hybrid()
+                                     ? std::string("--dcn")
+                                     : "the [dcn] of " + config.source;
+    WEFT_CHECK(!options.slices || *options.slices == slices,
+               "--slices {} disagrees with {}, whose mesh {} spans {} slices; drop --slices (the "
+               "mesh's DCN axes say how many slices there are)",
+               options.slices.value_or(0), dcn_from, MeshText(config.mesh), slices);
+    slices_from = fmt::format("{} slices ({})", slices, dcn_from);
+  } else if (options.slices) {
     slices = *options.slices;
     slices_from = fmt::format("--slices {}", slices);
   } else if (!config.mesh.axis_names.empty() && config.mesh.axis_names[0] == "dcn") {
@@ -186,7 +184,7 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   }
   WEFT_CHECK(slices <= n, "{}: more slices than the {} devices of {}; give at most --slices {}",
              slices_from, n, mesh_from, n);
-  WEFT_CHECK(MajorAxisSize(config.mesh) % slices == 0,
+  WEFT_CHECK(config.mesh.is_hybrid() || MajorAxisSize(config.mesh) % slices == 0,
              "{}: the mesh's major axis ({} of size {}, from {}) must span the slices, so its size "
              "must be a multiple of {}; put an axis whose size is a multiple of {} first in "
              "--mesh, or give --slices",

@@ -23,15 +23,6 @@ int64_t BatchAxesProduct(const MeshConfig& mesh) {
   return n;
 }
 
-// "fsdp=64,tensor=4", as --mesh is written.
-std::string MeshOrNone(const MeshConfig& mesh) {
-  std::string out;
-  for (size_t i = 0; i < mesh.axis_names.size(); ++i) {
-    out += fmt::format("{}{}={}", i ? "," : "", mesh.axis_names[i], mesh.axis_sizes[i]);
-  }
-  return out.empty() ? std::string("(none)") : out;
-}
-
 // Every split dim of every weight must divide evenly: optimizer state lives
 // on the shards, and a padded shard would give padding a gradient. Read from
 // the rules and the mesh's axis sizes, before any sharding is built.
@@ -56,19 +47,21 @@ void CheckEvenSplits(const RunConfig& config) {
         const auto& names = config.mesh.axis_names;
         const auto found = std::find(names.begin(), names.end(), axis);
         if (found == names.end()) {
-          Fail("{}: sharding rule \"{}\" names mesh axis '{}', which the mesh {} does not have "
-               "(a --mesh replaces the config's [mesh]: keep the axis names its rules use)",
-               rule->location, rule->pattern, axis, MeshOrNone(config.mesh));
+          Fail(
+              "{}: sharding rule \"{}\" names mesh axis '{}', which the mesh {} does not have "
+              "(a --mesh replaces the config's [mesh]: keep the axis names its rules use)",
+              rule->location, rule->pattern, axis, MeshText(config.mesh));
         }
         parts *= config.mesh.axis_sizes[found - names.begin()];
       }
       const int64_t size = w.shape.dimensions(d);
       if (parts > 1 && size % parts != 0) {
-        Fail("{}: weight {} {} dim {} (size {}) is split {} ways by rule \"{}\" on the mesh {}; "
-             "{} is not divisible by {}. Change the sharding rule, the mesh or the model size so "
-             "it divides",
-             rule->location, w.name, w.shape.ToString(), d, size, parts, rule->pattern,
-             MeshOrNone(config.mesh), size, parts);
+        Fail(
+            "{}: weight {} {} dim {} (size {}) is split {} ways by rule \"{}\" on the mesh {}; "
+            "{} is not divisible by {}. Change the sharding rule, the mesh or the model size so "
+            "it divides",
+            rule->location, w.name, w.shape.ToString(), d, size, parts, rule->pattern,
+            MeshText(config.mesh), size, parts);
       }
     }
   }
@@ -109,7 +102,11 @@ void CheckActivationSizes(const RunConfig& config, int64_t batch, int64_t seq) {
 
 }  // namespace
 
-MeshConfig ParseMeshFlag(std::string_view text) {
+namespace {
+
+// "a=2,b=4" pairs of a mesh flag (`flag`: "--mesh" or "--dcn"): names
+// distinct, sizes positive, at most kMaxMeshDevices devices in all.
+MeshConfig ParseAxisPairs(std::string_view flag, std::string_view text) {
   MeshConfig mesh;
   std::string_view rest = text;
   while (!rest.empty()) {
@@ -118,9 +115,9 @@ MeshConfig ParseMeshFlag(std::string_view text) {
     rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
     const size_t eq = item.find('=');
     WEFT_CHECK(eq != std::string_view::npos && eq > 0 && eq + 1 < item.size(),
-               "--mesh '{}': expected axis=size pairs separated by commas, e.g. "
-               "--mesh fsdp=2,tensor=2",
-               text);
+               "{} '{}': expected axis=size pairs separated by commas, e.g. "
+               "{} fsdp=2,tensor=2",
+               flag, text, flag);
     const std::string name(item.substr(0, eq));
     const std::string size_text(item.substr(eq + 1));
     int64_t size = 0;
@@ -131,19 +128,66 @@ MeshConfig ParseMeshFlag(std::string_view text) {
       used = 0;
     }
     WEFT_CHECK(used == size_text.size() && size >= 1,
-               "--mesh '{}': size of axis '{}' must be a positive integer, got '{}'", text, name,
+               "{} '{}': size of axis '{}' must be a positive integer, got '{}'", flag, text, name,
                size_text);
     for (const std::string& existing : mesh.axis_names) {
-      WEFT_CHECK(existing != name, "--mesh '{}': axis '{}' appears twice", text, name);
+      WEFT_CHECK(existing != name, "{} '{}': axis '{}' appears twice", flag, text, name);
     }
     WEFT_CHECK(size <= kMaxMeshDevices / mesh.num_devices(),
-               "--mesh '{}': the mesh has more than {} devices, the most weft plans or runs; "
+               "{} '{}': the mesh has more than {} devices, the most weft plans or runs; "
                "check the axis sizes",
-               text, kMaxMeshDevices);
+               flag, text, kMaxMeshDevices);
     mesh.axis_names.push_back(name);
     mesh.axis_sizes.push_back(size);
   }
-  WEFT_CHECK(!mesh.axis_names.empty(), "--mesh is empty; give e.g. --mesh fsdp=2,tensor=2");
+  WEFT_CHECK(!mesh.axis_names.empty(), "{} is empty; give e.g. {} fsdp=2", flag, flag);
+  return mesh;
+}
+
+}  // namespace
+
+MeshConfig ParseMeshFlag(std::string_view text) { return ParseAxisPairs("--mesh", text); }
+
+std::string MeshText(const MeshConfig& mesh) {
+  std::string out;
+  for (size_t i = 0; i < mesh.axis_names.size(); ++i) {
+    out += fmt::format("{}{}={}", i ? "," : "", mesh.axis_names[i], mesh.axis_sizes[i]);
+  }
+  if (out.empty()) return "(one device)";
+  if (!mesh.is_hybrid()) return out;
+  std::string dcn;
+  for (size_t i = 0; i < mesh.dcn_sizes.size(); ++i) {
+    if (mesh.dcn_sizes[i] > 1) {
+      dcn += fmt::format("{}{}={}", dcn.empty() ? "" : ",", mesh.axis_names[i], mesh.dcn_sizes[i]);
+    }
+  }
+  return dcn.empty() ? out : fmt::format("{} (dcn {})", out, dcn);
+}
+
+MeshConfig ApplyDcnFlag(MeshConfig mesh, std::string_view text) {
+  const MeshConfig dcn = ParseAxisPairs("--dcn", text);
+  std::vector<int64_t> slices(mesh.axis_names.size(), 1);
+  for (size_t i = 0; i < dcn.axis_names.size(); ++i) {
+    const auto found = std::find(mesh.axis_names.begin(), mesh.axis_names.end(), dcn.axis_names[i]);
+    WEFT_CHECK(found != mesh.axis_names.end(),
+               "--dcn '{}': axis '{}' is not an axis of the mesh {}; --dcn says how many slices "
+               "a mesh axis spans (e.g. --mesh fsdp=64,tensor=4 --dcn fsdp=2)",
+               text, dcn.axis_names[i], MeshText(mesh));
+    slices[found - mesh.axis_names.begin()] = dcn.axis_sizes[i];
+  }
+  for (size_t i = 0; i < mesh.axis_names.size(); ++i) {
+    const int64_t per_slice = mesh.axis_sizes[i] / (mesh.is_hybrid() ? mesh.dcn_sizes[i] : 1);
+    WEFT_CHECK(slices[i] <= kMaxMeshDevices / per_slice,
+               "--dcn '{}': the mesh has more than {} devices, the most weft plans or runs; "
+               "check the sizes",
+               text, kMaxMeshDevices);
+    mesh.axis_sizes[i] = per_slice * slices[i];
+  }
+  mesh.dcn_sizes = std::move(slices);
+  WEFT_CHECK(MeshDevicesWide(mesh) <= kMaxMeshDevices,
+             "--dcn '{}': the mesh has more than {} devices, the most weft plans or runs; check "
+             "the sizes",
+             text, kMaxMeshDevices);
   return mesh;
 }
 
@@ -170,14 +214,15 @@ void CheckStepProgram(const RunConfig& config, const StepProgramOptions& options
                kMaxMeshDevices);
   }
   WEFT_CHECK(MeshDevicesWide(config.mesh) <= kMaxMeshDevices,
-             "{}: the mesh {} has more than {} devices, the most weft plans or runs",
-             config.source, MeshOrNone(config.mesh), kMaxMeshDevices);
+             "{}: the mesh {} has more than {} devices, the most weft plans or runs", config.source,
+             MeshText(config.mesh), kMaxMeshDevices);
   p.num_devices = config.mesh.num_devices();
   if (options.expected_devices > 0 && p.num_devices != options.expected_devices) {
-    Fail("{}: the mesh {} has {} devices but {} are available; give --mesh with sizes whose "
-         "product is {} (e.g. --mesh fsdp={})",
-         config.source, MeshOrNone(config.mesh), p.num_devices, options.expected_devices,
-         options.expected_devices, options.expected_devices);
+    Fail(
+        "{}: the mesh {} has {} devices but {} are available; give --mesh with sizes whose "
+        "product is {} (e.g. --mesh fsdp={})",
+        config.source, MeshText(config.mesh), p.num_devices, options.expected_devices,
+        options.expected_devices, options.expected_devices);
   }
   const int64_t batch_ways = BatchAxesProduct(config.mesh);
   if (p.batch_size % batch_ways != 0) {
@@ -185,9 +230,10 @@ void CheckStepProgram(const RunConfig& config, const StepProgramOptions& options
     const std::string batch = options.batch_size
                                   ? fmt::format("--batch {}", p.batch_size)
                                   : fmt::format("train.batch_size {}", p.batch_size);
-    Fail("{}: {} is not divisible by the {} devices of the batch axes (dcn x data x fsdp) of "
-         "the mesh {}; use a batch size that is a multiple of {}",
-         config.source, batch, batch_ways, MeshOrNone(config.mesh), batch_ways);
+    Fail(
+        "{}: {} is not divisible by the {} devices of the batch axes (dcn x data x fsdp) of "
+        "the mesh {}; use a batch size that is a multiple of {}",
+        config.source, batch, batch_ways, MeshText(config.mesh), batch_ways);
   }
   // No [mesh]: one device, no sharding annotations.
   if (config.mesh.axis_names.empty()) {

@@ -115,7 +115,7 @@ std::string TokenizerChecksum(const Dataset& dataset) {
   return Crc32cText(Crc32c(dataset.tokenizer.serialized_model()));
 }
 
-std::string MeshText(const MeshConfig& mesh) {
+std::string MeshDescription(const MeshConfig& mesh) {
   return mesh.axis_names.empty() ? std::string("no mesh") : mesh.ToMesh().ToString();
 }
 
@@ -696,7 +696,7 @@ void Finish(const Run& run, const TrainResult& result, const std::string& backen
       "device 0: step program peak {:.1f} MiB, {:.1f} MiB sent per step\n"
       "wrote {}/checkpoint, metrics.jsonl, loss.svg\n",
       result.steps.front().step, result.steps.back().step, run.program.num_devices, backend,
-      MeshText(run.config.mesh), result.steps.front().loss, result.steps.back().loss,
+      MeshDescription(run.config.mesh), result.steps.front().loss, result.steps.back().loss,
       seconds > 0 ? tokens / seconds : 0, result.peak_bytes / 1048576.0,
       result.collective_bytes_per_step / 1048576.0, run.out.string());
 }

@@ -152,6 +152,45 @@ fsdp = 4
             (PartitionSpec{AxisSpec{"fsdp", "tensor"}, std::nullopt}));
 }
 
+// [dcn]: a [mesh] axis spans slices; its [mesh] size is per slice. The
+// mesh's device order is then slice-major (JAX's create_hybrid_device_mesh).
+TEST(LlamaConfig, DcnAxesSpanSlices) {
+  const RunConfig config = ParseRunConfig(std::string(kMinimal) + R"(
+[mesh]
+data = 2
+fsdp = 1
+tensor = 2
+[dcn]
+fsdp = 2
+)",
+                                          "cfg.toml");
+  EXPECT_EQ(config.mesh.axis_sizes, (std::vector<int64_t>{2, 2, 2}));
+  EXPECT_EQ(config.mesh.dcn_sizes, (std::vector<int64_t>{1, 2, 1}));
+  EXPECT_EQ(config.mesh.num_devices(), 8);
+  EXPECT_EQ(config.mesh.num_slices(), 2);
+  const Mesh mesh = config.mesh.ToMesh();
+  // Mesh coordinate (data d, fsdp f, tensor t) is device f * 4 + d * 2 + t:
+  // the slice f holds devices 4f .. 4f + 3.
+  for (int64_t d = 0; d < 2; ++d) {
+    for (int64_t f = 0; f < 2; ++f) {
+      for (int64_t t = 0; t < 2; ++t) {
+        const std::vector<int64_t> index = {d, f, t};
+        EXPECT_EQ(mesh.device(index), f * 4 + d * 2 + t);
+        EXPECT_EQ(mesh.SliceOf(mesh.device(index)), f);
+      }
+    }
+  }
+  EXPECT_NE(config.CanonicalText().find("dcn.fsdp = 2"), std::string::npos);
+  EXPECT_NE(
+      config.Hash(),
+      ParseRunConfig(std::string(kMinimal) + "[mesh]\ndata = 2\nfsdp = 2\ntensor = 2\n", "cfg.toml")
+          .Hash());
+  ExpectError(std::string(kMinimal) + "[mesh]\nfsdp = 2\n[dcn]\ndata = 2\n", "cfg.toml:11:1",
+              "[dcn] names axis 'data', which [mesh] does not define (axes: fsdp)");
+  ExpectError(std::string(kMinimal) + "[mesh]\nfsdp = 2\n[dcn]\nfsdp = 0\n", "cfg.toml:11:8",
+              "positive integer number of slices");
+}
+
 TEST(LlamaConfig, DataFilesResolveAgainstTheConfigDirectory) {
   RunConfig config = ParseRunConfig(std::string(kMinimal) + R"(
 [data]

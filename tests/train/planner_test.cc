@@ -19,6 +19,24 @@ RunConfig Llama405b() {
   return LoadRunConfig(analysis::testing::kSource / "configs/llama3.1-405b.toml");
 }
 
+// Llama 3.1 8B's shapes with 2 layers (the per-layer work is what the mesh
+// splits), sharded by the 405B config's rules.
+RunConfig Llama8bShapes() {
+  RunConfig config = Llama405b();
+  config.model.dim = 4096;
+  config.model.n_layers = 2;
+  config.model.n_heads = 32;
+  config.model.n_kv_heads = 8;
+  config.model.ffn_dim = 14336;
+  return config;
+}
+
+double MatmulParameters(const LlamaConfig& m) {
+  const double q = m.n_heads * m.head_dim(), kv = m.n_kv_heads * m.head_dim();
+  return m.n_layers * (m.dim * q + 2 * m.dim * kv + q * m.dim + 3.0 * m.dim * m.ffn_dim) +
+         static_cast<double>(m.dim) * m.vocab_size;
+}
+
 PlanOptions V6e256(const std::string& remat, bool shard_as = true) {
   PlanOptions o;
   o.chip = "v6e";
@@ -149,6 +167,51 @@ TEST(PlannerTest, SlicesSendCrossingCollectivesOverDcn) {
   o.mesh = ParseMeshFlag("dcn=2,fsdp=64,tensor=4");
   o.batch_size = 128;
   EXPECT_EQ(PlanTrainingStep(config, o).slices, 2);
+}
+
+// --dcn: a mesh axis spans slices (JAX's hybrid mesh). Data across slices
+// (HSDP over DCN) sends only the gradient shards' all-reduce over DCN; fsdp
+// across slices sends the weights' all-gathers and gradients' reduce-scatters.
+// A major axis spanning slices plans as --slices did.
+TEST(PlannerTest, DcnAxesChooseWhatCrossesSlices) {
+  const RunConfig config = Llama8bShapes();
+  PlanOptions o;
+  o.batch_size = 64;
+  o.seq_len = 2048;
+  o.remat = "full";
+  o.mesh = ApplyDcnFlag(ParseMeshFlag("data=1,fsdp=16,tensor=4"), "data=2");
+  const StepPlan data_over_dcn = PlanTrainingStep(config, o);
+  EXPECT_EQ(data_over_dcn.slices, 2);
+  EXPECT_EQ(data_over_dcn.num_devices, 128);
+  const int64_t dcn_data =
+      data_over_dcn.collectives.per_device[data_over_dcn.collective_device].dcn_bytes();
+  EXPECT_GT(dcn_data, 0);
+  // The gradient shards (f32 in the program, the policy's bf16 on the wire)
+  // are all-reduced between two slices: about a shard's bytes each.
+  EXPECT_LE(dcn_data, 1.1 * data_over_dcn.gradient_bytes) << dcn_data;
+
+  o.mesh = ApplyDcnFlag(ParseMeshFlag("data=2,fsdp=8,tensor=4"), "fsdp=2");
+  const StepPlan fsdp_over_dcn = PlanTrainingStep(config, o);
+  EXPECT_EQ(fsdp_over_dcn.slices, 2);
+  const int64_t dcn_fsdp =
+      fsdp_over_dcn.collectives.per_device[fsdp_over_dcn.collective_device].dcn_bytes();
+  EXPECT_GT(dcn_fsdp, 10 * dcn_data);
+  EXPECT_EQ(fsdp_over_dcn.peak_bytes(), data_over_dcn.peak_bytes());
+
+  // fsdp major: the hybrid order is the row-major one, as with --slices.
+  o.mesh = ApplyDcnFlag(ParseMeshFlag("fsdp=16,tensor=4"), "fsdp=2");
+  const StepPlan hybrid = PlanTrainingStep(config, o);
+  o.mesh = ParseMeshFlag("fsdp=32,tensor=4");
+  o.slices = 2;
+  const StepPlan sliced = PlanTrainingStep(config, o);
+  EXPECT_EQ(hybrid.collectives.per_device[0].dcn_bytes(),
+            sliced.collectives.per_device[0].dcn_bytes());
+  EXPECT_EQ(hybrid.peak_bytes(), sliced.peak_bytes());
+  // --slices must agree with the mesh's DCN axes.
+  o.mesh = ApplyDcnFlag(ParseMeshFlag("fsdp=16,tensor=4"), "fsdp=2");
+  o.slices = 4;
+  EXPECT_NE(ErrorOf(config, o).find("--slices 4 disagrees"), std::string::npos)
+      << ErrorOf(config, o);
 }
 
 TEST(PlannerTest, BadInputIsReportedBeforeAnyCompute) {
@@ -298,24 +361,6 @@ TEST(PlannerTest, TinyStepExecutesAboutTheModelsMatmulFlops) {
   EXPECT_NEAR(f.dot / matmul, 1.0, 0.15) << f.dot << " vs " << matmul;
   EXPECT_NEAR((f.attention_forward + f.attention_backward) / attention, 3.5 / 3, 0.01)
       << "the backward kernel recomputes: 2.5x the forward, against 2x in model FLOPs";
-}
-
-// Llama 3.1 8B's shapes with 2 layers (the per-layer work is what the mesh
-// splits), sharded by the 405B config's rules.
-RunConfig Llama8bShapes() {
-  RunConfig config = Llama405b();
-  config.model.dim = 4096;
-  config.model.n_layers = 2;
-  config.model.n_heads = 32;
-  config.model.n_kv_heads = 8;
-  config.model.ffn_dim = 14336;
-  return config;
-}
-
-double MatmulParameters(const LlamaConfig& m) {
-  const double q = m.n_heads * m.head_dim(), kv = m.n_kv_heads * m.head_dim();
-  return m.n_layers * (m.dim * q + 2 * m.dim * kv + q * m.dim + 3.0 * m.dim * m.ffn_dim) +
-         static_cast<double>(m.dim) * m.vocab_size;
 }
 
 // Every device does its share of the matmuls and no more, whatever splits

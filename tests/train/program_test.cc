@@ -180,6 +180,20 @@ TEST(ProgramTest, ParsesTheMeshFlag) {
   }
 }
 
+TEST(ProgramTest, TheDcnFlagMakesAxesSpanSlices) {
+  const MeshConfig m = ApplyDcnFlag(ParseMeshFlag("data=2,fsdp=64,tensor=4"), "fsdp=2");
+  EXPECT_EQ(m.axis_sizes, (std::vector<int64_t>{2, 128, 4}));
+  EXPECT_EQ(m.dcn_sizes, (std::vector<int64_t>{1, 2, 1}));
+  EXPECT_EQ(m.num_slices(), 2);
+  EXPECT_EQ(MeshText(m), "data=2,fsdp=128,tensor=4 (dcn fsdp=2)");
+  // A second --dcn replaces the first: the per-slice sizes stay.
+  const MeshConfig again = ApplyDcnFlag(m, "data=2");
+  EXPECT_EQ(again.axis_sizes, (std::vector<int64_t>{4, 64, 4}));
+  EXPECT_EQ(again.dcn_sizes, (std::vector<int64_t>{2, 1, 1}));
+  for (const char* bad : {"", "model=2", "fsdp=0", "fsdp", "fsdp=2,fsdp=2", "data=65536"}) {
+    EXPECT_THROW(ApplyDcnFlag(ParseMeshFlag("data=2,fsdp=64,tensor=4"), bad), Error) << bad;
+  }
+}
 
 // The fused tiny step (StepProgramOptions::fuse, as weft train runs it)
 // has kOutput fusions (a dot and its add chain), counted as FuseLoops

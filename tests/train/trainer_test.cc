@@ -71,6 +71,8 @@ TEST(TrainerTest, ShardedRunsFollowTheUnshardedLosses) {
       // HSDP: gradients reduce-scattered over fsdp, the shards all-reduced over data.
       {"data2_fsdp2", {{"data", "fsdp", "tensor"}, {2, 2, 1}}},
       {"data2_fsdp2_tensor2", {{"data", "fsdp", "tensor"}, {2, 2, 2}}},
+      // fsdp across 2 slices (a hybrid mesh: devices slice-major, not row-major).
+      {"data2_dcn_fsdp2_tensor2", {{"data", "fsdp", "tensor"}, {2, 2, 2}, {1, 2, 1}}},
   };
   for (const Case& c : cases) {
     TrainOptions o;

@@ -91,10 +91,20 @@ struct DataConfig {
 
 struct MeshConfig {
   std::vector<std::string> axis_names;  // major to minor
-  std::vector<int64_t> axis_sizes;
+  std::vector<int64_t> axis_sizes;      // devices along each axis, over all slices
+  // A multi-slice (hybrid) mesh, as JAX's create_hybrid_device_mesh builds
+  // it: axis i spans dcn_sizes[i] slices with axis_sizes[i] / dcn_sizes[i]
+  // devices in each (the DCN factor major to the ICI factor along the axis;
+  // slices own consecutive device ids). Written [dcn] in a config and --dcn
+  // on the command line, beside the per-slice [mesh] / --mesh. Empty: one
+  // slice (or slices along a major axis named "dcn", or --slices).
+  std::vector<int64_t> dcn_sizes;
 
   int64_t num_devices() const;
-  // A single-device mesh with no axes when the config has no [mesh].
+  bool is_hybrid() const { return !dcn_sizes.empty(); }
+  int64_t num_slices() const;  // the product of dcn_sizes (1 when not hybrid)
+  // A single-device mesh with no axes when the config has no [mesh];
+  // Mesh::Hybrid's device order when is_hybrid().
   Mesh ToMesh() const;
 };
 

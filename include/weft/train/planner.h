@@ -34,6 +34,7 @@
 #include "weft/analysis/memory_plan.h"
 #include "weft/analysis/precision.h"
 #include "weft/models/llama_config.h"
+#include "weft/train/program.h"
 
 namespace weft {
 
@@ -120,8 +121,5 @@ StepPlan PlanTrainingStep(const RunConfig& config, const PlanOptions& options);
 // matmul parameters x tokens + 3 x the causal attention forward
 // (analysis/cost_model.h explains the counting).
 double ModelFlopsPerStep(const LlamaConfig& model, int64_t batch, int64_t seq);
-
-// "fsdp=64,tensor=4".
-std::string MeshText(const MeshConfig& mesh);
 
 }  // namespace weft

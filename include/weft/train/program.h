@@ -64,4 +64,14 @@ void CheckStepProgram(const RunConfig& config, const StepProgramOptions& options
 // (sizes positive, at most kMaxMeshDevices devices in all).
 MeshConfig ParseMeshFlag(std::string_view text);
 
+// `--dcn fsdp=2`: the mesh's axes span that many slices each (JAX's
+// dcn_mesh_shape); the mesh's sizes (from --mesh or [mesh]) stay per slice,
+// so axis fsdp of a --mesh fsdp=64 has 128 devices. Replaces any [dcn] of
+// the config. Throws naming the flag (an axis the mesh lacks, sizes below
+// 1, more than kMaxMeshDevices devices).
+MeshConfig ApplyDcnFlag(MeshConfig mesh, std::string_view text);
+
+// "fsdp=64,tensor=4" (over all slices), with " (dcn fsdp=2)" for a hybrid mesh.
+std::string MeshText(const MeshConfig& mesh);
+
 }  // namespace weft
