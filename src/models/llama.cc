@@ -241,6 +241,40 @@ struct Shardings {
            rule->pattern, rule->spec.ToString(), name, shape.ToString(), e.what());
     }
   }
+  // The residual stream [B, S, D] (RunConfig::activations "residual"):
+  // as configured, else batch over the batch axes (when they divide it) and
+  // seq over "tensor" (sequence parallelism, when the mesh has that axis).
+  std::optional<HloSharding> Residual(const Shape& shape) const {
+    if (!mesh) return std::nullopt;
+    if (const ShardingRule* rule = run->ActivationRule("residual")) {
+      try {
+        return ToHloSharding(*mesh, rule->spec, shape.rank());
+      } catch (const Error& e) {
+        Fail("{}: activation sharding \"residual\" = {} does not fit the residual stream {}: {}",
+             rule->location, rule->spec.ToString(), shape.ToString(), e.what());
+      }
+    }
+    if (!HasTensorAxis()) return BatchSplit(shape);
+    return ToHloSharding(*mesh, PartitionSpec({BatchAxes(shape), "tensor"}), shape.rank());
+  }
+  // A column-parallel projection's output [B, S, F] (q, k, v, the MLP's
+  // gate and up): F split over "tensor", as Megatron splits the heads and
+  // the MLP's hidden units; nullopt (left to propagation) without that axis.
+  std::optional<HloSharding> TensorColumns(const Shape& shape) const {
+    if (!HasTensorAxis()) return std::nullopt;
+    return ToHloSharding(*mesh, PartitionSpec({BatchAxes(shape), AxisSpec(), "tensor"}),
+                         shape.rank());
+  }
+  bool HasTensorAxis() const {
+    if (!mesh) return false;
+    const std::vector<std::string>& axes = mesh->axis_names();
+    return std::find(axes.begin(), axes.end(), "tensor") != axes.end() &&
+           mesh->axis_size("tensor") > 1;
+  }
+  // Dim 0's entry: the batch axes where they split it (BatchSplit), else none.
+  AxisSpec BatchAxes(const Shape& shape) const {
+    return BatchSplit(shape) ? AxisSpec(batch_axes) : AxisSpec();
+  }
   // Split on dim 0 over the batch axes (when they divide it).
   std::optional<HloSharding> BatchSplit(const Shape& shape) const {
     if (!mesh || batch_axes.empty()) return std::nullopt;
@@ -319,7 +353,7 @@ LlamaForward BuildLlamaForward(const LlamaConfig& c, const LlamaBuildOptions& op
   g.start_index_map = {0};
   g.index_vector_dim = 2;
   HloInstruction* x = b.Gather(emb, tokens, g, {1, D});
-  x->set_sharding(sh.BatchSplit(x->shape()));
+  x->set_sharding(sh.Residual(x->shape()));
 
   // RoPE angles at each token's position within its document.
   std::vector<double> inv_freq(hd / 2);
@@ -348,20 +382,26 @@ LlamaForward BuildLlamaForward(const LlamaConfig& c, const LlamaBuildOptions& op
     HloInstruction* sin = step.consts[1];
     HloInstruction* seg = step.consts[2];
     HloInstruction* h = o.RmsNorm(x, w[0], eps);
-    HloInstruction* q = o.Rope(o.SplitHeads(o.Linear(h, w[1]), hq), cos, sin);
-    HloInstruction* k = o.Rope(o.SplitHeads(o.Linear(h, w[2]), kv_heads), cos, sin);
-    HloInstruction* v = o.SplitHeads(o.Linear(h, w[3]), kv_heads);
+    // Column-parallel projections: the sequence gathered, heads split.
+    const auto columns = [&](HloInstruction* y) {
+      y->set_sharding(sh.TensorColumns(y->shape()));
+      return y;
+    };
+    HloInstruction* q = o.Rope(o.SplitHeads(columns(o.Linear(h, w[1])), hq), cos, sin);
+    HloInstruction* k = o.Rope(o.SplitHeads(columns(o.Linear(h, w[2])), kv_heads), cos, sin);
+    HloInstruction* v = o.SplitHeads(columns(o.Linear(h, w[3])), kv_heads);
     const Shape attn_shape = Shape::Tuple({Shape(kF32, {B, hq, S, hd}), Shape(kF32, {B, hq, S})});
     HloInstruction* attn =
         lb.CustomCall({q, k, v, seg}, attn_shape, "weft.flex_attention", attn_config_text);
     HloInstruction* a = o.Linear(o.MergeHeads(lb.GetTupleElement(attn, 0)), w[4]);
     HloInstruction* x1 = lb.Add(x, a);
+    x1->set_sharding(sh.Residual(x1->shape()));
     HloInstruction* h2 = o.RmsNorm(x1, w[5], eps);
-    HloInstruction* gate = o.Linear(h2, w[6]);
-    HloInstruction* up = o.Linear(h2, w[8]);
+    HloInstruction* gate = columns(o.Linear(h2, w[6]));
+    HloInstruction* up = columns(o.Linear(h2, w[8]));
     HloInstruction* silu = lb.Multiply(gate, lb.Unary(HloOpcode::kLogistic, gate));
     HloInstruction* x2 = lb.Add(x1, o.Linear(lb.Multiply(silu, up), w[7]));
-    x2->set_sharding(sh.BatchSplit(x2->shape()));
+    x2->set_sharding(sh.Residual(x2->shape()));
     return ScanStepResult{{x2}, {}};
   };
   ScanOutputs layers = Scan(m, b, "layers", layer, {x}, layer_weights, {cos, sin, segments});
@@ -381,6 +421,9 @@ LlamaForward BuildLlamaForward(const LlamaConfig& c, const LlamaBuildOptions& op
     m.AddEntryComputation(b.Build(logits));
     return out;
   }
+  // Vocabulary-parallel logits (the sequence gathered): the loss's
+  // reductions over V sum partial results over the tensor axis.
+  if (sh.HasTensorAxis()) logits->set_sharding(sh.TensorColumns(logits->shape()));
   // Mean cross-entropy over the loss_mask tokens.
   const std::vector<int64_t> bsv = {B, S, V};
   HloInstruction* row_max = ops.Max(logits, {2});

@@ -423,8 +423,10 @@ void ReadDcn(const toml::table* table, const std::string& source, MeshConfig& me
   }
 }
 
+// [sharding] rules, or [activations] (`what` = "activation sharding"): a
+// PartitionSpec per key.
 void ReadSharding(const toml::table* table, const std::string& source, const MeshConfig& mesh,
-                  std::vector<ShardingRule>& rules) {
+                  std::vector<ShardingRule>& rules, std::string_view what = "sharding rule") {
   if (table == nullptr) return;
   for (const auto& [key, node] : InFileOrder(*table)) {
     ShardingRule rule;
@@ -433,9 +435,9 @@ void ReadSharding(const toml::table* table, const std::string& source, const Mes
     const toml::array* dims = node->as_array();
     if (dims == nullptr) {
       Fail(
-          "{}: sharding rule '{}' must be a list with one entry per array dim, e.g. "
+          "{}: {} '{}' must be a list with one entry per array dim, e.g. "
           "[\"fsdp\", \"tensor\"]",
-          Where(source, node->source()), rule.pattern);
+          Where(source, node->source()), what, rule.pattern);
     }
     std::set<std::string> used;
     std::vector<AxisSpec> spec;
@@ -445,21 +447,21 @@ void ReadSharding(const toml::table* table, const std::string& source, const Mes
       if (std::find(mesh.axis_names.begin(), mesh.axis_names.end(), name) ==
           mesh.axis_names.end()) {
         Fail(
-            "{}: sharding rule '{}' names mesh axis '{}', which [mesh] does not define (axes: "
+            "{}: {} '{}' names mesh axis '{}', which [mesh] does not define (axes: "
             "{})",
-            where, rule.pattern, name,
+            where, what, rule.pattern, name,
             mesh.axis_names.empty() ? "none" : fmt::format("{}", fmt::join(mesh.axis_names, ", ")));
       }
       if (!used.insert(name).second) {
-        Fail("{}: sharding rule '{}' uses mesh axis '{}' twice", where, rule.pattern, name);
+        Fail("{}: {} '{}' uses mesh axis '{}' twice", where, what, rule.pattern, name);
       }
       return name;
     };
     for (const toml::node& item : *dims) {
       const std::string bad_entry = fmt::format(
-          "{}: sharding rule '{}': each entry is an axis name, a list of axis names, or [] / "
+          "{}: {} '{}': each entry is an axis name, a list of axis names, or [] / "
           "\"none\" for a dim that is not split",
-          Where(source, item.source()), rule.pattern);
+          Where(source, item.source()), what, rule.pattern);
       if (item.is_string()) {
         if (MeansNotSplit(**item.as_string())) {
           spec.emplace_back();
@@ -523,6 +525,13 @@ Mesh MeshConfig::ToMesh() const {
   return Mesh::Hybrid(axis_names, std::move(ici), dcn_sizes);
 }
 
+const ShardingRule* RunConfig::ActivationRule(std::string_view name) const {
+  for (const auto& rule : activations) {
+    if (rule.pattern == name) return &rule;
+  }
+  return nullptr;
+}
+
 const ShardingRule* RunConfig::RuleFor(std::string_view parameter) const {
   for (const auto& rule : sharding) {
     if (MatchesNamePattern(rule.pattern, parameter)) return &rule;
@@ -573,6 +582,7 @@ std::string RunConfig::CanonicalText() const {
     line("dcn." + mesh.axis_names[i], mesh.dcn_sizes[i]);
   }
   for (const auto& rule : sharding) line("sharding." + rule.pattern, rule.spec.ToString());
+  for (const auto& rule : activations) line("activations." + rule.pattern, rule.spec.ToString());
   return out;
 }
 
@@ -597,11 +607,13 @@ RunConfig ParseRunConfig(std::string_view toml_text, std::string_view source_nam
     Fail("{}: {}", Where(config.source, error.source()), error.description());
   }
   for (const auto& [key, node] : InFileOrder(root)) {
-    static const std::set<std::string_view> kSections = {"model", "train",    "data",
-                                                         "mesh",  "sharding", "dcn"};
+    static const std::set<std::string_view> kSections = {"model", "train",    "data",       "mesh",
+                                                         "dcn",   "sharding", "activations"};
     if (!kSections.count(key->str())) {
-      Fail("{}: unknown section '{}' (sections: model, train, data, mesh, dcn, sharding)",
-           Where(config.source, node->source()), key->str());
+      Fail(
+          "{}: unknown section '{}' (sections: model, train, data, mesh, dcn, sharding, "
+          "activations)",
+          Where(config.source, node->source()), key->str());
     }
   }
   SectionReader model(Section(root, "model", config.source), "model", config.source);
@@ -614,6 +626,22 @@ RunConfig ParseRunConfig(std::string_view toml_text, std::string_view source_nam
   ReadDcn(Section(root, "dcn", config.source), config.source, config.mesh);
   ReadSharding(Section(root, "sharding", config.source), config.source, config.mesh,
                config.sharding);
+  ReadSharding(Section(root, "activations", config.source), config.source, config.mesh,
+               config.activations, "activation sharding");
+  for (const ShardingRule& rule : config.activations) {
+    if (rule.pattern != "residual") {
+      Fail(
+          "{}: unknown activation '{}' in [activations] (known: residual, the [batch, seq, "
+          "dim] stream between blocks)",
+          rule.location, rule.pattern);
+    }
+    if (rule.spec.dims().size() > 3) {
+      Fail(
+          "{}: activation sharding 'residual' = {} has {} entries; the residual stream is "
+          "[batch, seq, dim]: give at most 3",
+          rule.location, rule.spec.ToString(), rule.spec.dims().size());
+    }
+  }
   return config;
 }
 

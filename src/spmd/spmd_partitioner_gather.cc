@@ -20,6 +20,7 @@
 #include "device_tiles.h"
 #include "spmd_partitioner_handlers.h"
 #include "weft/base/error.h"
+#include "weft/sharding/sharding_util.h"
 
 namespace weft::spmd {
 namespace {
@@ -95,14 +96,19 @@ int64_t ReshardCostCache::operator()(const Shape& base, const HloSharding& from,
 
 namespace {
 
-// Reduce-scatter along e over part of each group, then all-reduce over the
-// rest, when that leaves `wanted`: every device's wanted tile is its partial
-// tile with dim e split g ways, and each group holds each of the g chunks
-// equally often (member k of a reduce-scatter group gets chunk k; the
-// all-reduce groups are the devices of a group holding the same chunk).
-std::optional<PartialSum> ScatterThenReduce(const HloSharding& partial, const HloSharding& wanted,
-                                            const std::vector<std::vector<int64_t>>& groups,
-                                            int64_t rank, int64_t e) {
+// One reduce-scatter along e over part of each group, leaving `wanted`:
+// every device's wanted tile is its partial tile with dim e split g ways,
+// and each group holds each of the g chunks equally often (member k of a
+// reduce-scatter group gets chunk k; the remaining groups, `groups` of the
+// step, are the devices of a group holding the same chunk: empty when the
+// scatter covers the whole group).
+struct ScatterStep {
+  std::vector<std::vector<int64_t>> scatter_groups, groups;
+};
+
+std::optional<ScatterStep> ScatterThenReduce(const HloSharding& partial, const HloSharding& wanted,
+                                             const std::vector<std::vector<int64_t>>& groups,
+                                             int64_t rank, int64_t e) {
   if (!wanted.IsTiled()) return std::nullopt;
   const std::vector<int64_t> pc = TilesPerDim(partial, rank), wc = wanted.TilesPerDim();
   const int64_t g = wc[e];
@@ -111,9 +117,7 @@ std::optional<PartialSum> ScatterThenReduce(const HloSharding& partial, const Hl
   for (int64_t d = 0; d < rank; ++d) {
     if (d != e && pc[d] != wc[d]) return std::nullopt;
   }
-  PartialSum sum;
-  sum.scatter_dim = e;
-  sum.result = wanted;
+  ScatterStep step;
   // Every device's tiles, from one table each (groups cover every device).
   int64_t n = 0;
   for (const std::vector<int64_t>& group : groups) {
@@ -140,12 +144,43 @@ std::optional<PartialSum> ScatterThenReduce(const HloSharding& partial, const Hl
     for (int64_t j = 0; j < k / g; ++j) {
       std::vector<int64_t> scatter;
       for (int64_t c = 0; c < g; ++c) scatter.push_back(chunk[c][j]);
-      sum.scatter_groups.push_back(std::move(scatter));
+      step.scatter_groups.push_back(std::move(scatter));
     }
-    if (k > g) sum.groups.insert(sum.groups.end(), chunk.begin(), chunk.end());
+    if (k > g) step.groups.insert(step.groups.end(), chunk.begin(), chunk.end());
   }
-  std::sort(sum.scatter_groups.begin(), sum.scatter_groups.end());
-  std::sort(sum.groups.begin(), sum.groups.end());
+  std::sort(step.scatter_groups.begin(), step.scatter_groups.end());
+  std::sort(step.groups.begin(), step.groups.end());
+  return step;
+}
+
+// Reduce-scatters along `dims` in this order, each to the wanted split of
+// its dim (the dims after it still whole), then an all-reduce of what
+// remains summed; nullopt when a step does not apply.
+std::optional<PartialSum> ScatterChain(const HloSharding& partial, const HloSharding& wanted,
+                                       const std::vector<std::vector<int64_t>>& groups,
+                                       int64_t rank, const std::vector<int64_t>& dims,
+                                       int64_t bytes) {
+  PartialSum sum;
+  HloSharding current = partial;
+  std::vector<std::vector<int64_t>> summing = groups;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (summing.empty()) return std::nullopt;  // nothing left to scatter over
+    const std::vector<int64_t> rest(dims.begin() + static_cast<int64_t>(i) + 1, dims.end());
+    const HloSharding target =
+        rest.empty()
+            ? wanted
+            : NormalizeSharding(sharding_util::PartiallyReplicateTiledShardingOnDims(wanted, rest));
+    std::optional<ScatterStep> step = ScatterThenReduce(current, target, summing, rank, dims[i]);
+    if (!step) return std::nullopt;
+    sum.cost += bytes;
+    bytes /= static_cast<int64_t>(step->scatter_groups[0].size());
+    sum.scatters.push_back({dims[i], std::move(step->scatter_groups)});
+    summing = std::move(step->groups);
+    current = target;
+  }
+  sum.groups = std::move(summing);
+  if (!sum.groups.empty()) sum.cost += 2 * bytes;
+  sum.result = wanted;
   return sum;
 }
 
@@ -163,25 +198,33 @@ PartialSum PlanPartialSum(ReshardCostCache& cost, const Shape& base, const HloSh
   const int64_t bytes = LocalShape(base, partial).ByteSize();
   sum.groups = groups;
   sum.cost = 2 * bytes + cost(base, partial, wanted);
-  for (int64_t e = 0; e < base.rank(); ++e) {
-    std::optional<PartialSum> s = ScatterThenReduce(partial, wanted, groups, base.rank(), e);
-    if (!s) continue;
-    const int64_t g = static_cast<int64_t>(s->scatter_groups[0].size());
-    s->cost = bytes + (s->groups.empty() ? 0 : 2 * bytes / g);
-    if (s->cost <= sum.cost) sum = std::move(*s);  // on a tie: less memory, fewer bytes in a ring
+  if (!wanted.IsTiled()) return sum;
+  // The dims the wanted sharding splits and the partial does not, in every
+  // order (a chain scatters along each once).
+  const int64_t rank = base.rank();
+  const std::vector<int64_t> pc = TilesPerDim(partial, rank), wc = wanted.TilesPerDim();
+  std::vector<int64_t> dims;
+  for (int64_t e = 0; e < rank; ++e) {
+    if (pc[e] == 1 && wc[e] > 1) dims.push_back(e);
   }
+  if (dims.empty() || dims.size() > 3) return sum;
+  do {
+    std::optional<PartialSum> s = ScatterChain(partial, wanted, groups, rank, dims, bytes);
+    if (s && s->cost <= sum.cost)
+      sum = std::move(*s);  // on a tie: less memory, fewer bytes in a ring
+  } while (std::next_permutation(dims.begin(), dims.end()));
   return sum;
 }
 
 HloInstruction* EmitPartialSum(SpmdBuilder& b, HloInstruction* partial, const PartialSum& sum) {
   HloComputation* add = b.ScalarReducer(HloOpcode::kAdd, partial->shape().element_type());
-  const int64_t e = sum.scatter_dim;
-  if (e >= 0) {
-    const int64_t g = static_cast<int64_t>(sum.scatter_groups[0].size());
+  for (const PartialSum::Scatter& scatter : sum.scatters) {
+    const int64_t e = scatter.dim;
+    const int64_t g = static_cast<int64_t>(scatter.groups[0].size());
     const int64_t size = partial->shape().dimensions(e);
     std::vector<int64_t> high(partial->shape().rank(), 0);
     high[e] = (size + g - 1) / g * g - size;
-    partial = b.ReduceScatter(b.PadHigh(partial, high), e, add, sum.scatter_groups);
+    partial = b.ReduceScatter(b.PadHigh(partial, high), e, add, scatter.groups);
   }
   if (!sum.groups.empty()) partial = b.AllReduce(partial, add, sum.groups);
   return partial;

@@ -103,16 +103,22 @@ class ReshardCostCache {
 };
 
 // Summing partial results over groups of devices that each hold every
-// partial once: one all-reduce (`groups`), or a reduce-scatter along
-// `scatter_dim` (`scatter_groups`) followed, when the groups are larger than
-// the scatter, by an all-reduce over `groups` (the devices holding the same
-// chunk). The cheaper by estimated bytes (a reshard to the wanted sharding
-// after an all-reduce included).
+// partial once: one all-reduce (`groups`, then a reshard to the wanted
+// sharding), or a chain of reduce-scatters, each along one dim the wanted
+// sharding splits (over part of the devices still summing), followed, when
+// devices remain that hold the same chunks, by an all-reduce of the chunks
+// over `groups`. A weight gradient summed over (data, fsdp, tensor) and
+// wanted split [fsdp, tensor] reduce-scatters over fsdp along one dim, over
+// tensor along the other, then all-reduces the small shard over data. The
+// cheapest by estimated bytes.
 struct PartialSum {
-  std::vector<std::vector<int64_t>> groups;
-  int64_t scatter_dim = -1;
-  std::vector<std::vector<int64_t>> scatter_groups;
-  HloSharding result;  // the sharding of the sum
+  struct Scatter {
+    int64_t dim = -1;
+    std::vector<std::vector<int64_t>> groups;
+  };
+  std::vector<Scatter> scatters;             // in order
+  std::vector<std::vector<int64_t>> groups;  // the all-reduce after them (empty: none)
+  HloSharding result;                        // the sharding of the sum
   int64_t cost = 0;
 };
 PartialSum PlanPartialSum(ReshardCostCache& cost, const Shape& base, const HloSharding& partial,

@@ -194,15 +194,15 @@ PartitionedValue HandleScatter(ComputationPartitioner& p, const HloInstruction& 
   local_indices = MaskPadding(
       b, PartitionedValue{local_indices, indices.base, plan->indices}, sd->idx_batch,
       b.ScalarConstant(local_indices->shape().element_type(), static_cast<double>(past)));
-  const std::vector<std::vector<int64_t>>& groups =
-      plan->sum.scatter_dim >= 0 ? plan->sum.scatter_groups : plan->sum.groups;
   HloInstruction* into = operand.hlo;
-  if (!zeros && !groups.empty()) {
+  if (!zeros && (!plan->sum.scatters.empty() || !plan->sum.groups.empty())) {
     // The operand's values count once: on one device of each summing group
-    // (of each all-reduce group after a reduce-scatter too).
+    // (the first of its group in every reduce-scatter and in the all-reduce).
     std::vector<int64_t> first(b.num_partitions(), 1);
-    for (const std::vector<int64_t>& g : plan->sum.scatter_groups) {
-      for (size_t i = 1; i < g.size(); ++i) first[g[i]] = 0;
+    for (const PartialSum::Scatter& scatter : plan->sum.scatters) {
+      for (const std::vector<int64_t>& g : scatter.groups) {
+        for (size_t i = 1; i < g.size(); ++i) first[g[i]] = 0;
+      }
     }
     for (const std::vector<int64_t>& g : plan->sum.groups) {
       for (size_t i = 1; i < g.size(); ++i) first[g[i]] = 0;

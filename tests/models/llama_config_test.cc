@@ -191,6 +191,30 @@ fsdp = 2
               "positive integer number of slices");
 }
 
+TEST(LlamaConfig, ActivationShardingNamesTheResidualStream) {
+  const RunConfig config = ParseRunConfig(std::string(kMinimal) + R"(
+[mesh]
+fsdp = 2
+tensor = 2
+[activations]
+residual = ["fsdp", "none", "tensor"]
+)",
+                                          "cfg.toml");
+  ASSERT_NE(config.ActivationRule("residual"), nullptr);
+  EXPECT_EQ(config.ActivationRule("residual")->spec,
+            (PartitionSpec{"fsdp", std::nullopt, "tensor"}));
+  EXPECT_EQ(config.ActivationRule("logits"), nullptr);
+  EXPECT_NE(config.CanonicalText().find("activations.residual"), std::string::npos);
+  const std::string mesh = std::string(kMinimal) + "[mesh]\nfsdp = 2\n[activations]\n";
+  ExpectError(mesh + "logits = [\"fsdp\"]\n", "cfg.toml:11:1",
+              "unknown activation 'logits' in [activations] (known: residual");
+  ExpectError(mesh + "residual = [\"tensor\"]\n", "cfg.toml:11:13",
+              "activation sharding 'residual' names mesh axis 'tensor', which [mesh] does not "
+              "define");
+  ExpectError(mesh + "residual = [[], [], [], \"fsdp\"]\n", "cfg.toml:11:1",
+              "the residual stream is [batch, seq, dim]: give at most 3");
+}
+
 TEST(LlamaConfig, DataFilesResolveAgainstTheConfigDirectory) {
   RunConfig config = ParseRunConfig(std::string(kMinimal) + R"(
 [data]

@@ -103,6 +103,25 @@ TEST(SpmdDotTest, HybridShardedGradientReduceScattersThenAllReducesAShard) {
   EXPECT_EQ(CountCollectives(*m), 2);
 }
 
+TEST(SpmdDotTest, GradientWantedSplitOnTwoDimsReduceScattersAlongEach) {
+  // The batch split over (data=2, fsdp=2, tensor=2); the gradient [K, N]
+  // wanted split K over fsdp, N over tensor, replicated over data (a wk/wv
+  // gradient under FSDP x TP beside a data axis): a reduce-scatter along
+  // each dim, then an all-reduce of the [K/2, N/2] shard over data only.
+  auto m =
+      Dot("f32[16,12]", "f32[16,10]", "f32[12,10]",
+          "lhs_contracting_dims={0}, rhs_contracting_dims={0}", "{devices=[8,1]<=[8]}",
+          "{devices=[8,1]<=[8]}", "{devices=[2,2,2]<=[2,2,2]T(1,2,0) last_tile_dim_replicate}", 8);
+  auto scatters = FindAll(*m, HloOpcode::kReduceScatter);
+  auto reduces = FindAll(*m, HloOpcode::kAllReduce);
+  ASSERT_EQ(scatters.size(), 2u);
+  ASSERT_EQ(reduces.size(), 1u);
+  EXPECT_EQ(reduces[0]->shape(), ParseShape("f32[6,5]"));
+  EXPECT_EQ(reduces[0]->attrs().replica_groups,
+            (std::vector<std::vector<int64_t>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(CountCollectives(*m), 3);
+}
+
 TEST(SpmdDotTest, RandomShardingsOnOneToEightDevices) {
   std::mt19937_64 rng(11);
   for (int trial = 0; trial < 60; ++trial) {

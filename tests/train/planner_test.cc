@@ -120,8 +120,10 @@ TEST(PlannerTest, OffloadKeepsTheSavedLayerInputsInHostMemory) {
   const StepPlan full = PlanTrainingStep(Llama405b(), V6e256("full"));
   const StepPlan off = PlanTrainingStep(Llama405b(), V6e256("offload"));
   const int saved = static_cast<int>(analysis::BufferCategory::kSaved);
-  // [126 layers, 1 row, 8192, 16384] bf16 per chip.
-  EXPECT_EQ(full.memory.saved_bytes, int64_t{126} * 8192 * 16384 * 2);
+  // [126 layers, 1 row, 8192 / 4, 16384] bf16 per chip: the saved layer
+  // inputs are the residual stream, split along seq over tensor (sequence
+  // parallelism).
+  EXPECT_EQ(full.memory.saved_bytes, int64_t{126} * 8192 / 4 * 16384 * 2);
   EXPECT_GT(full.memory.peak_by_category[saved], 0);
   EXPECT_EQ(off.memory.host_peak_bytes, full.memory.saved_bytes);
   EXPECT_EQ(off.memory.peak_by_category[saved], 0);
@@ -167,6 +169,27 @@ TEST(PlannerTest, SlicesSendCrossingCollectivesOverDcn) {
   o.mesh = ParseMeshFlag("dcn=2,fsdp=64,tensor=4");
   o.batch_size = 128;
   EXPECT_EQ(PlanTrainingStep(config, o).slices, 2);
+}
+
+// Sequence parallelism by default where the mesh has a tensor axis: the
+// residual stream (and so the layer inputs remat saves) is split along seq
+// over tensor, without more matmul work; [activations] residual set to the
+// batch split alone turns it off.
+TEST(PlannerTest, SequenceParallelismSplitsTheSavedResidualStreamOverTensor) {
+  RunConfig config = Llama8bShapes();
+  PlanOptions o;
+  o.mesh = ParseMeshFlag("data=1,fsdp=16,tensor=4");
+  o.batch_size = 64;
+  o.seq_len = 2048;
+  o.remat = "full";
+  const StepPlan sp = PlanTrainingStep(config, o);
+  // [layers, rows per fsdp group, seq / tensor, dim] bf16.
+  EXPECT_EQ(sp.memory.saved_bytes, int64_t{2} * 4 * 2048 / 4 * 4096 * 2);
+  config.activations.push_back({"residual", PartitionSpec{AxisSpec{"data", "fsdp"}}, "test"});
+  const StepPlan batch_only = PlanTrainingStep(config, o);
+  EXPECT_EQ(batch_only.memory.saved_bytes, 4 * sp.memory.saved_bytes);
+  EXPECT_LT(sp.peak_bytes(), batch_only.peak_bytes());
+  EXPECT_NEAR(sp.flops.dot / batch_only.flops.dot, 1.0, 1e-9);
 }
 
 // --dcn: a mesh axis spans slices (JAX's hybrid mesh). Data across slices

@@ -60,6 +60,7 @@ TEST(TrainerTest, ShardedRunsFollowTheUnshardedLosses) {
   struct Case {
     std::string name;
     MeshConfig mesh;
+    std::vector<ShardingRule> activations = {};
   };
   const std::vector<Case> cases = {
       {"fsdp2_tensor2", {{"fsdp", "tensor"}, {2, 2}}},
@@ -73,11 +74,17 @@ TEST(TrainerTest, ShardedRunsFollowTheUnshardedLosses) {
       {"data2_fsdp2_tensor2", {{"data", "fsdp", "tensor"}, {2, 2, 2}}},
       // fsdp across 2 slices (a hybrid mesh: devices slice-major, not row-major).
       {"data2_dcn_fsdp2_tensor2", {{"data", "fsdp", "tensor"}, {2, 2, 2}, {1, 2, 1}}},
+      // Without sequence parallelism (on by default with a tensor axis).
+      {"fsdp2_tensor2_no_sp",
+       {{"fsdp", "tensor"}, {2, 2}},
+       {{"residual", PartitionSpec{"fsdp"}, "test"}}},
   };
   for (const Case& c : cases) {
     TrainOptions o;
     o.mesh = c.mesh;
-    const TrainResult r = Quiet(Micro(), o, c.name);
+    RunConfig config = Micro();
+    config.activations = c.activations;
+    const TrainResult r = Quiet(config, o, c.name);
     EXPECT_EQ(r.num_devices, c.mesh.num_devices());
     const std::vector<double> losses = Losses(r);
     ASSERT_EQ(losses.size(), reference.size()) << c.name;

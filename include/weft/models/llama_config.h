@@ -121,9 +121,19 @@ struct RunConfig {
   DataConfig data;
   MeshConfig mesh;
   std::vector<ShardingRule> sharding;  // in file order
+  // [activations]: PartitionSpecs of named activations (pattern = the name).
+  // "residual": the [batch, seq, dim] stream between and inside the blocks
+  // (the embedding's rows, each residual add, the layer outputs the scan
+  // saves). Unset: split along batch over the batch axes (dcn, data, fsdp)
+  // and, where the mesh has a "tensor" axis, along seq over it (Megatron's
+  // sequence parallelism: all-gathered before the column-parallel matmuls,
+  // reduce-scattered after the row-parallel ones).
+  std::vector<ShardingRule> activations;
 
   // The first rule matching `parameter`; nullopt when none does.
   const ShardingRule* RuleFor(std::string_view parameter) const;
+  // The [activations] entry named `name`, or nullptr.
+  const ShardingRule* ActivationRule(std::string_view name) const;
   // Every setting as "section.key = value" lines, in a fixed order.
   std::string CanonicalText() const;
   // 16 hex digits over CanonicalText(): equal for configs that differ only in
