@@ -99,8 +99,11 @@ void AddPlan(CLI::App& app) {
       cmd->add_option("--batch", f->batch, "Global batch size (default: train.batch_size)");
   f->seq_given = cmd->add_option("--seq", f->seq, "Sequence length (default: model.seq_len)");
   cmd->add_option("--remat", f->remat,
-                  "full (save each layer's input, recompute), offload (full, saved inputs in "
-                  "host memory) or none (default: train.remat)");
+                  "What the forward saves for the backward: none (everything), full (each "
+                  "layer's input; the layer recomputed), offload (full, saved inputs in host "
+                  "memory), a preset (save_qkv_proj, save_out_proj, save_dot_except_mlp, "
+                  "save_dot_except_mlpwi, save_dots) or layer activations to save, e.g. "
+                  "q_proj,attention (default: train.remat)");
   cmd->add_flag("--no-shard-as", f->no_shard_as,
                 "Do not tie scan-backward gradient carries to the weights with shard_as");
   cmd->add_option("--precision", f->precision,

@@ -4,7 +4,9 @@
 #include "weft/autodiff/grad.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <map>
 
 #include "scan_plan.h"
@@ -45,6 +47,28 @@ std::unique_ptr<HloModule> BuildTrainingStep(const HloModule& forward, const Gra
   WEFT_CHECK(loss->shape().IsScalar() && IsFloatingPoint(loss->shape().element_type()),
              "autodiff: the forward's root {} is {}; it must be a floating-point scalar loss",
              loss->Describe(), loss->shape().ToString());
+
+  // Selective remat names values of scan bodies: each must name one.
+  if (!options.remat_save.empty()) {
+    WEFT_CHECK(options.remat == ScanRemat::kFull,
+               "autodiff: remat_save ({}) needs ScanRemat::kFull (kNone saves everything)",
+               fmt::format("{}", fmt::join(options.remat_save, ", ")));
+    std::vector<std::string> known;
+    for (const HloComputation* c : forward.computations()) {
+      for (const HloInstruction* i : c->instructions()) {
+        if (i->opcode() != HloOpcode::kWhile || !ScanConfigOf(*i)) continue;
+        for (const HloInstruction* x : i->while_body()->instructions()) {
+          known.push_back(x->name());
+        }
+      }
+    }
+    for (const std::string& name : options.remat_save) {
+      WEFT_CHECK(std::find(known.begin(), known.end(), name) != known.end(),
+                 "autodiff: remat saves '{}', which no scan body of {} has; name an instruction "
+                 "of the scanned layer",
+                 name, forward.name());
+    }
+  }
 
   auto out = std::make_unique<HloModule>(forward.name() + "_train_step");
   out->set_num_partitions(forward.num_partitions());

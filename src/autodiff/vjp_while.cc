@@ -2,7 +2,8 @@
 // steps in reverse. Each backward step needs the forward step's values: with
 // ScanRemat::kNone the forward loop stacks the non-trivial ones (residuals)
 // and the backward slices them; with kFull it stacks only the step's carry
-// and the backward recomputes the step from it. Trivial values (constants,
+// (and the values GradOptions::remat_save names: selective remat) and the
+// backward recomputes the rest of the step from it. Trivial values (constants,
 // broadcasts, reshapes, slices of the stacked inputs...) are always
 // recomputed. The per-step input cotangents are written into [L, ...]
 // accumulators with dynamic-update-slice; with GradOptions::shard_as these
@@ -245,7 +246,7 @@ class BackwardBodyBuilder {
       }
     } else if (x->opcode() == HloOpcode::kGetTupleElement && !Cheap(*x->operand(0))) {
       v = ResolveElement(x->operand(0), x->tuple_index());
-    } else if (plan_remat_none() && !Cheap(*x) && x->shape().IsArray()) {
+    } else if ((plan_remat_none() || SavedByName(*x)) && !Cheap(*x) && x->shape().IsArray()) {
       v = Saved({x, -1});
     } else {
       std::vector<HloInstruction*> ops;
@@ -260,11 +261,16 @@ class BackwardBodyBuilder {
   }
 
   HloInstruction* ResolveElement(const HloInstruction* x, int64_t index) {
-    if (plan_remat_none() && !Cheap(*x)) return Saved({x, index});
+    if ((plan_remat_none() || SavedByName(*x)) && !Cheap(*x)) return Saved({x, index});
     return b_.GetTupleElement(Resolve(x), index);
   }
 
   bool plan_remat_none() const { return emitter_.options().remat == ScanRemat::kNone; }
+  // Selective remat: a value named in GradOptions::remat_save is stacked.
+  bool SavedByName(const HloInstruction& x) const {
+    const std::vector<std::string>& names = emitter_.options().remat_save;
+    return std::find(names.begin(), names.end(), x.name()) != names.end();
+  }
 
   HloInstruction* Saved(ResidualKey key) {
     if (auto it = saved_.find(key); it != saved_.end()) return it->second;

@@ -382,25 +382,34 @@ LlamaForward BuildLlamaForward(const LlamaConfig& c, const LlamaBuildOptions& op
     HloInstruction* sin = step.consts[1];
     HloInstruction* seg = step.consts[2];
     HloInstruction* h = o.RmsNorm(x, w[0], eps);
-    // Column-parallel projections: the sequence gathered, heads split.
-    const auto columns = [&](HloInstruction* y) {
-      y->set_sharding(sh.TensorColumns(y->shape()));
+    // The layer's named activations (kLayerActivations), which a selective
+    // remat policy saves by name (GradOptions::remat_save).
+    const auto named = [](HloInstruction* y, std::string_view name) {
+      y->set_name(std::string(name));
       return y;
     };
-    HloInstruction* q = o.Rope(o.SplitHeads(columns(o.Linear(h, w[1])), hq), cos, sin);
-    HloInstruction* k = o.Rope(o.SplitHeads(columns(o.Linear(h, w[2])), kv_heads), cos, sin);
-    HloInstruction* v = o.SplitHeads(columns(o.Linear(h, w[3])), kv_heads);
+    // Column-parallel projections: the sequence gathered, heads split.
+    const auto columns = [&](HloInstruction* y, std::string_view name) {
+      y->set_sharding(sh.TensorColumns(y->shape()));
+      return named(y, name);
+    };
+    HloInstruction* q = o.Rope(o.SplitHeads(columns(o.Linear(h, w[1]), "q_proj"), hq), cos, sin);
+    HloInstruction* k =
+        o.Rope(o.SplitHeads(columns(o.Linear(h, w[2]), "k_proj"), kv_heads), cos, sin);
+    HloInstruction* v = o.SplitHeads(columns(o.Linear(h, w[3]), "v_proj"), kv_heads);
     const Shape attn_shape = Shape::Tuple({Shape(kF32, {B, hq, S, hd}), Shape(kF32, {B, hq, S})});
     HloInstruction* attn =
-        lb.CustomCall({q, k, v, seg}, attn_shape, "weft.flex_attention", attn_config_text);
-    HloInstruction* a = o.Linear(o.MergeHeads(lb.GetTupleElement(attn, 0)), w[4]);
+        named(lb.CustomCall({q, k, v, seg}, attn_shape, "weft.flex_attention", attn_config_text),
+              "attention");
+    HloInstruction* a =
+        named(o.Linear(o.MergeHeads(lb.GetTupleElement(attn, 0)), w[4]), "out_proj");
     HloInstruction* x1 = lb.Add(x, a);
     x1->set_sharding(sh.Residual(x1->shape()));
     HloInstruction* h2 = o.RmsNorm(x1, w[5], eps);
-    HloInstruction* gate = columns(o.Linear(h2, w[6]));
-    HloInstruction* up = columns(o.Linear(h2, w[8]));
+    HloInstruction* gate = columns(o.Linear(h2, w[6]), "mlp_gate");
+    HloInstruction* up = columns(o.Linear(h2, w[8]), "mlp_up");
     HloInstruction* silu = lb.Multiply(gate, lb.Unary(HloOpcode::kLogistic, gate));
-    HloInstruction* x2 = lb.Add(x1, o.Linear(lb.Multiply(silu, up), w[7]));
+    HloInstruction* x2 = lb.Add(x1, named(o.Linear(lb.Multiply(silu, up), w[7]), "mlp_down"));
     x2->set_sharding(sh.Residual(x2->shape()));
     return ScanStepResult{{x2}, {}};
   };

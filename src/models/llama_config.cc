@@ -59,6 +59,7 @@ class SectionReader {
       : table_(table), section_(std::move(section)), source_(source) {}
 
   bool present() const { return table_ != nullptr; }
+  const std::string& source() const { return source_; }
   std::string where() const { return table_ ? Where(source_, table_->source()) : source_; }
   std::string WhereKey(std::string_view key) const {
     const toml::node* node = Find(key);
@@ -294,9 +295,36 @@ void ReadTrain(SectionReader& in, TrainConfig& train) {
   int64_t seed = 0;
   in.Int("seed", seed, false, 0);
   train.seed = static_cast<uint64_t>(seed);
-  std::string remat = "none";
-  in.String("remat", remat, {"none", "full"});
-  train.remat = remat == "full" ? Remat::kFull : Remat::kNone;
+  if (const toml::node* node = in.Take("remat")) {
+    // A preset name, or a list of the layer's named activations to save.
+    std::string text;
+    if (node->is_string()) {
+      text = **node->as_string();
+    } else if (const toml::array* names = node->as_array()) {
+      for (const toml::node& item : *names) {
+        if (!item.is_string()) {
+          Fail("{}: train.remat's list names activations to save (strings: {})",
+               Where(in.source(), item.source()),
+               fmt::format("{}", fmt::join(kLayerActivations, ", ")));
+        }
+        text += (text.empty() ? "" : ",") + std::string(**item.as_string());
+      }
+      if (names->empty()) text = "full";
+    } else {
+      Fail("{}: train.remat must be a preset name or a list of activation names",
+           Where(in.source(), node->source()));
+    }
+    const RematPolicy policy =
+        ParseRematPolicy(text, fmt::format("{}: train.remat", Where(in.source(), node->source())));
+    if (policy.offload) {
+      Fail(
+          "{}: train.remat = \"offload\" is planned by weft plan --remat offload; weft train "
+          "keeps saved values in memory: use \"full\"",
+          Where(in.source(), node->source()));
+    }
+    train.remat = policy.kind;
+    train.remat_save = policy.save;
+  }
   in.Int("checkpoint_every", train.checkpoint_every, false, 0);
   in.Float("beta1", train.beta1);
   in.Float("beta2", train.beta2);
@@ -512,6 +540,81 @@ int64_t MeshConfig::num_devices() const {
   return devices;
 }
 
+namespace {
+
+struct RematPreset {
+  std::string_view name;
+  std::vector<std::string_view> save;
+};
+
+const std::vector<RematPreset>& RematPresets() {
+  static const std::vector<RematPreset> presets = {
+      {"full", {}},
+      {"save_qkv_proj", {"q_proj", "k_proj", "v_proj"}},
+      {"save_out_proj", {"out_proj"}},
+      {"save_dot_except_mlp", {"q_proj", "k_proj", "v_proj", "attention", "out_proj"}},
+      {"save_dot_except_mlpwi",
+       {"q_proj", "k_proj", "v_proj", "attention", "out_proj", "mlp_down"}},
+      {"save_dots", {std::begin(kLayerActivations), std::end(kLayerActivations)}},
+  };
+  return presets;
+}
+
+}  // namespace
+
+RematPolicy ParseRematPolicy(std::string_view text, std::string_view where) {
+  RematPolicy policy;
+  if (text == "none") return policy;
+  policy.kind = Remat::kFull;
+  if (text == "full" || text == "minimal") return policy;
+  if (text == "offload") {
+    policy.offload = true;
+    return policy;
+  }
+  for (const RematPreset& preset : RematPresets()) {
+    if (text == preset.name) {
+      policy.save.assign(preset.save.begin(), preset.save.end());
+      return policy;
+    }
+  }
+  std::vector<std::string> presets = {"none", "full", "minimal", "offload"};
+  for (const RematPreset& preset : RematPresets()) {
+    if (preset.name != "full") presets.emplace_back(preset.name);
+  }
+  std::vector<bool> named(std::size(kLayerActivations), false);
+  std::string_view rest = text;
+  while (true) {
+    const size_t comma = rest.find(',');
+    const std::string_view name = rest.substr(0, comma);
+    const auto* found = std::find(std::begin(kLayerActivations), std::end(kLayerActivations), name);
+    if (found == std::end(kLayerActivations)) {
+      Fail(
+          "{} '{}': '{}' is neither a remat preset ({}) nor a layer activation to save ({}, "
+          "comma-separated)",
+          where, text, name, fmt::format("{}", fmt::join(presets, ", ")),
+          fmt::format("{}", fmt::join(kLayerActivations, ", ")));
+    }
+    named[found - std::begin(kLayerActivations)] = true;
+    if (comma == std::string_view::npos) break;
+    rest = rest.substr(comma + 1);
+  }
+  for (size_t i = 0; i < named.size(); ++i) {
+    if (named[i]) policy.save.emplace_back(kLayerActivations[i]);
+  }
+  return policy;
+}
+
+std::string RematPolicy::Text() const {
+  if (kind == Remat::kNone) return "none";
+  if (offload && save.empty()) return "offload";
+  for (const RematPreset& preset : RematPresets()) {
+    if (std::equal(save.begin(), save.end(), preset.save.begin(), preset.save.end())) {
+      return std::string(preset.name) + (offload ? " (offload)" : "");
+    }
+  }
+  return fmt::format("{}{}", fmt::join(save, ","), offload ? " (offload)" : "");
+}
+
 int64_t MeshConfig::num_slices() const {
   int64_t slices = 1;
   for (int64_t size : dcn_sizes) slices *= size;
@@ -563,6 +666,8 @@ std::string RunConfig::CanonicalText() const {
   line("train.grad_clip", train.grad_clip);
   line("train.seed", train.seed);
   line("train.remat", train.remat == Remat::kFull ? "full" : "none");
+  if (!train.remat_save.empty())
+    line("train.remat_save", fmt::format("{}", fmt::join(train.remat_save, ",")));
   line("train.checkpoint_every", train.checkpoint_every);
   line("train.beta1", train.beta1);
   line("train.beta2", train.beta2);

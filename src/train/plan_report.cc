@@ -70,10 +70,12 @@ std::string Verdict(const StepPlan& p) {
                      100 * peak / p.hbm_bytes());
 }
 
-std::string RematText(const std::string& remat) {
-  if (remat == "full") return "full (each layer's input saved, the layer recomputed)";
-  if (remat == "offload") return "offload (as full, the saved layer inputs in host memory)";
-  return "none (every residual saved)";
+std::string RematText(const RematPolicy& remat) {
+  if (remat.kind == Remat::kNone) return "none (every residual saved)";
+  if (remat.offload) return "offload (as full, the saved layer inputs in host memory)";
+  if (remat.save.empty()) return "full (each layer's input saved, the layer recomputed)";
+  return fmt::format("{} (each layer's input and {} saved, the rest recomputed)", remat.Text(),
+                     fmt::format("{}", fmt::join(remat.save, ", ")));
 }
 
 std::string PrecisionText(Precision p) {
@@ -113,7 +115,7 @@ std::string FormatPlanText(const StepPlan& p) {
       params, m.n_layers, m.dim, m.ffn_dim, m.n_heads, m.n_kv_heads, m.vocab_size));
   line(fmt::format("  step       batch {} x seq {} = {} tokens, shard_as {}", p.batch_size,
                    p.seq_len, Grouped(p.batch_size * p.seq_len), p.shard_as ? "on" : "off"));
-  line(fmt::format("  remat      {}", RematText(p.remat)));
+  line(fmt::format("  remat      {}", RematText(p.remat_policy)));
   line(fmt::format("  mesh       {} = {} devices in {} slice{}", MeshText(p.mesh), p.num_devices,
                    p.slices, p.slices == 1 ? "" : "s"));
   line(fmt::format("  chip       {}: {}", p.chip.name, p.chip.description));
@@ -143,7 +145,7 @@ std::string FormatPlanText(const StepPlan& p) {
   }
   line(fmt::format("    {:<22}{:>12}   of {} HBM", "peak", FormatBytes(p.peak_bytes()),
                    FormatBytes(p.hbm_bytes())));
-  if (p.remat == "offload") {
+  if (p.remat_policy.offload) {
     line(fmt::format("  host       {} of saved layer inputs offloaded (not in the peak)",
                      FormatBytes(p.memory.host_peak_bytes)));
   }

@@ -72,10 +72,6 @@ int64_t MajorAxisSize(const MeshConfig& mesh) {
   return mesh.axis_sizes.empty() ? 1 : mesh.axis_sizes[0];
 }
 
-ScanRemat RematOf(const std::string& remat) {
-  return remat == "none" ? ScanRemat::kNone : ScanRemat::kFull;
-}
-
 }  // namespace
 
 double ModelFlopsPerStep(const LlamaConfig& m, int64_t batch, int64_t seq) {
@@ -135,17 +131,18 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   plan.precision = options.precision.value_or(
       analysis::ParsePrecision(plan.chip.default_precision, plan.chip.name + " default_precision"));
 
-  plan.remat = options.remat.empty() ? (config.train.remat == Remat::kFull ? "full" : "none")
-                                     : options.remat;
-  WEFT_CHECK(plan.remat == "none" || plan.remat == "full" || plan.remat == "offload",
-             "--remat '{}': expected full, offload or none", plan.remat);
+  RematPolicy remat{config.train.remat, config.train.remat_save, false};
+  if (!options.remat.empty()) remat = ParseRematPolicy(options.remat, "--remat");
+  plan.remat = remat.Text();
+  plan.remat_policy = remat;
 
   // The program's own checks that need no compute (model, mesh size, batch
   // against the batch axes), before slices are derived from the mesh.
   StepProgramOptions po;
   po.batch_size = options.batch_size;
   po.seq_len = options.seq_len;
-  po.remat = RematOf(plan.remat);
+  po.remat = remat.kind == Remat::kFull ? ScanRemat::kFull : ScanRemat::kNone;
+  po.remat_save = remat.save;
   po.shard_as = options.shard_as;
   CheckStepProgram(config, po);
   plan.num_devices = config.mesh.num_devices();
@@ -215,7 +212,7 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   mo.num_data_inputs = data;
   for (const LlamaWeight& w : program.forward.weights) mo.weight_names.push_back(w.name);
   mo.weights_resident = true;
-  mo.offload_saved = plan.remat == "offload";
+  mo.offload_saved = remat.offload;
   // On the executor's own machine the plan is the executor's (its buffer
   // assignment); a chip's compiler packs its own buffers: live bytes.
   mo.executor_accounting = options.chip == "local-cpu";

@@ -273,6 +273,9 @@ StepProgram BuildStepProgram(const RunConfig& config, const StepProgramOptions& 
   grad.wrt = p.forward.WeightParameters();
   grad.remat = options.remat.value_or(config.train.remat == Remat::kFull ? ScanRemat::kFull
                                                                          : ScanRemat::kNone);
+  if (grad.remat == ScanRemat::kFull) {
+    grad.remat_save = options.remat_save.value_or(config.train.remat_save);
+  }
   grad.shard_as = options.shard_as;
   p.step = BuildTrainingStep(*p.forward.module, grad);
   // The trainer keeps optimizer state on the weights' shards: every gradient

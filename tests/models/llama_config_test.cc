@@ -215,6 +215,31 @@ residual = ["fsdp", "none", "tensor"]
               "the residual stream is [batch, seq, dim]: give at most 3");
 }
 
+TEST(LlamaConfig, RematIsAPresetOrAListOfActivations) {
+  const auto remat = [](const std::string& value) {
+    return ParseRunConfig(std::string(kMinimal) + "[train]\nremat = " + value + "\n", "cfg.toml")
+        .train;
+  };
+  EXPECT_EQ(remat("\"none\"").remat, Remat::kNone);
+  EXPECT_EQ(remat("\"full\"").remat, Remat::kFull);
+  EXPECT_TRUE(remat("\"minimal\"").remat_save.empty());
+  EXPECT_EQ(remat("\"save_qkv_proj\"").remat_save,
+            (std::vector<std::string>{"q_proj", "k_proj", "v_proj"}));
+  // A list, in any order, is kept in the layer's order.
+  const TrainConfig listed = remat("[\"out_proj\", \"q_proj\"]");
+  EXPECT_EQ(listed.remat, Remat::kFull);
+  EXPECT_EQ(listed.remat_save, (std::vector<std::string>{"q_proj", "out_proj"}));
+  EXPECT_EQ((RematPolicy{Remat::kFull, listed.remat_save, false}.Text()), "q_proj,out_proj");
+  EXPECT_EQ(ParseRematPolicy("q_proj,k_proj,v_proj", "--remat").Text(), "save_qkv_proj");
+  EXPECT_TRUE(ParseRematPolicy("offload", "--remat").offload);
+  ExpectError(std::string(kMinimal) + "[train]\nremat = \"partial\"\n", "cfg.toml:9:9",
+              "neither a remat preset");
+  ExpectError(std::string(kMinimal) + "[train]\nremat = \"offload\"\n", "cfg.toml:9:9",
+              "weft train keeps saved values in memory");
+  ExpectError(std::string(kMinimal) + "[train]\nremat = [3]\n", "cfg.toml:9:10",
+              "names activations to save");
+}
+
 TEST(LlamaConfig, DataFilesResolveAgainstTheConfigDirectory) {
   RunConfig config = ParseRunConfig(std::string(kMinimal) + R"(
 [data]
@@ -258,7 +283,7 @@ TEST(LlamaConfig, ErrorsNameFileLineAndColumn) {
   ExpectError("[model]\nvocab_size = 300\n", "cfg.toml:1:1", "missing the required key 'dim'");
   ExpectError(base + "[train]\nlr = 1e-3\nmin_lr = 1e-2\n", "cfg.toml:10:10", "min_lr");
   ExpectError(base + "[train]\nsteps = 10\nwarmup_steps = 20\n", "cfg.toml:10:16", "exceeds steps");
-  ExpectError(base + "[train]\nremat = \"partial\"\n", "cfg.toml:9:9", "\"none\", \"full\"");
+  ExpectError(base + "[train]\nremat = \"partial\"\n", "cfg.toml:9:9", "none, full, minimal");
   // Mesh and sharding.
   ExpectError(base + "[mesh]\nfsdp = 0\n", "cfg.toml:9:8", "positive integer size");
   ExpectError(base + "[mesh]\nfsdp = 2\n[sharding]\n\"wq\" = [\"fsdp\", \"tensr\"]\n",

@@ -192,6 +192,31 @@ TEST(PlannerTest, SequenceParallelismSplitsTheSavedResidualStreamOverTensor) {
   EXPECT_NEAR(sp.flops.dot / batch_only.flops.dot, 1.0, 1e-9);
 }
 
+// --remat takes presets and activation names: what they save sits between
+// full and none, and recomputing less executes fewer FLOPs.
+TEST(PlannerTest, RematPresetsSitBetweenFullAndNone) {
+  const RunConfig config = Llama8bShapes();
+  PlanOptions o;
+  o.mesh = ParseMeshFlag("data=1,fsdp=8,tensor=1");
+  o.batch_size = 8;
+  o.seq_len = 2048;
+  o.chip = "h100";
+  std::vector<StepPlan> plans;
+  for (const char* remat : {"full", "save_qkv_proj", "save_dot_except_mlp", "save_dots", "none"}) {
+    o.remat = remat;
+    plans.push_back(PlanTrainingStep(config, o));
+    EXPECT_EQ(plans.back().remat, remat);
+  }
+  for (size_t i = 1; i < plans.size(); ++i) {
+    SCOPED_TRACE(plans[i].remat);
+    EXPECT_GT(plans[i].memory.saved_bytes, plans[i - 1].memory.saved_bytes);
+    EXPECT_LE(plans[i].flops.dot, plans[i - 1].flops.dot);
+  }
+  EXPECT_LT(plans.back().flops.dot, plans.front().flops.dot);
+  o.remat = "v_proj,k_proj,q_proj";
+  EXPECT_EQ(PlanTrainingStep(config, o).remat, "save_qkv_proj");
+}
+
 // --dcn: a mesh axis spans slices (JAX's hybrid mesh). Data across slices
 // (HSDP over DCN) sends only the gradient shards' all-reduce over DCN; fsdp
 // across slices sends the weights' all-gathers and gradients' reduce-scatters.
@@ -258,7 +283,8 @@ TEST(PlannerTest, BadInputIsReportedBeforeAnyCompute) {
 
   o = V6e256("partial");
   e = ErrorOf(config, o);
-  EXPECT_NE(e.find("--remat 'partial': expected full, offload or none"), std::string::npos) << e;
+  EXPECT_NE(e.find("--remat 'partial': 'partial' is neither a remat preset"), std::string::npos)
+      << e;
 
   o = V6e256("full");
   o.slices = 3;

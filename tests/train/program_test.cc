@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <string>
 
+#include "weft/analysis/memory_plan.h"
 #include "weft/base/error.h"
+#include "weft/runtime/run_command.h"
 
 namespace weft {
 namespace {
@@ -178,6 +180,47 @@ TEST(ProgramTest, ParsesTheMeshFlag) {
                           "data=256,fsdp=257", "a=4294967296,b=4294967296"}) {
     EXPECT_THROW(ParseMeshFlag(bad), Error) << bad;
   }
+}
+
+// Selective remat: each policy computes the same loss and gradients as
+// saving everything (within float rounding: recomputation repeats the same
+// operations), and saves more than full remat and less than none.
+TEST(ProgramTest, RematPoliciesGiveTheSameGradientsAndSaveWhatTheyName) {
+  RunConfig config = Micro();
+  StepProgramOptions o;
+  o.remat = ScanRemat::kNone;
+  const StepProgram none = BuildStepProgram(config, o);
+  const std::vector<runtime::HostTensor> inputs =
+      runtime::RandomInputs(none.compiled.input_shapes, 5);
+  runtime::LocalCluster cluster(none.num_devices);
+  const std::vector<runtime::HostTensor> want = runtime::RunSharded(none.compiled, inputs, cluster);
+  const auto saved = [](const StepProgram& p) {
+    analysis::MemoryPlanOptions mo;
+    mo.num_data_inputs = StepProgram::kNumDataInputs;
+    for (const LlamaWeight& w : p.forward.weights) mo.weight_names.push_back(w.name);
+    return analysis::PlanMemory(*p.compiled.program, mo).saved_bytes;
+  };
+  int64_t previous = 0;
+  for (const char* text : {"full", "save_qkv_proj", "q_proj,attention,out_proj", "save_dots"}) {
+    SCOPED_TRACE(text);
+    const RematPolicy policy = ParseRematPolicy(text, "test");
+    o.remat = ScanRemat::kFull;
+    o.remat_save = policy.save;
+    const StepProgram p = BuildStepProgram(config, o);
+    const std::vector<runtime::HostTensor> got = runtime::RunSharded(p.compiled, inputs, cluster);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_LE(runtime::MaxRelativeError(got[i], want[i]), 1e-5) << p.compiled.output_names[i];
+    }
+    const int64_t bytes = saved(p);
+    EXPECT_GT(bytes, previous) << "each policy saves more than the one before";
+    EXPECT_LT(bytes, saved(none));
+    previous = bytes;
+  }
+  // A name the layer does not have is refused by the builder.
+  o.remat_save = std::vector<std::string>{"qkv"};
+  EXPECT_NE(ErrorOf(config, o).find("remat saves 'qkv', which no scan body"), std::string::npos)
+      << ErrorOf(config, o);
 }
 
 TEST(ProgramTest, TheDcnFlagMakesAxesSpanSlices) {

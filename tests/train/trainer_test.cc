@@ -61,6 +61,7 @@ TEST(TrainerTest, ShardedRunsFollowTheUnshardedLosses) {
     std::string name;
     MeshConfig mesh;
     std::vector<ShardingRule> activations = {};
+    std::string remat = "none";  // a RematPolicy preset or names
   };
   const std::vector<Case> cases = {
       {"fsdp2_tensor2", {{"fsdp", "tensor"}, {2, 2}}},
@@ -78,12 +79,22 @@ TEST(TrainerTest, ShardedRunsFollowTheUnshardedLosses) {
       {"fsdp2_tensor2_no_sp",
        {{"fsdp", "tensor"}, {2, 2}},
        {{"residual", PartitionSpec{"fsdp"}, "test"}}},
+      // Remat presets: the backward recomputes what they do not save.
+      {"fsdp2_tensor2_full", {{"fsdp", "tensor"}, {2, 2}}, {}, "full"},
+      {"fsdp2_tensor2_save_qkv_proj", {{"fsdp", "tensor"}, {2, 2}}, {}, "save_qkv_proj"},
+      {"data2_fsdp2_tensor2_save_dot_except_mlp",
+       {{"data", "fsdp", "tensor"}, {2, 2, 2}},
+       {},
+       "save_dot_except_mlp"},
   };
   for (const Case& c : cases) {
     TrainOptions o;
     o.mesh = c.mesh;
     RunConfig config = Micro();
     config.activations = c.activations;
+    const RematPolicy remat = ParseRematPolicy(c.remat, c.name);
+    config.train.remat = remat.kind;
+    config.train.remat_save = remat.save;
     const TrainResult r = Quiet(config, o, c.name);
     EXPECT_EQ(r.num_devices, c.mesh.num_devices());
     const std::vector<double> losses = Losses(r);

@@ -14,11 +14,13 @@
 // constants get no gradient. Whiles must be scans (autodiff/scan_config.h,
 // built by models/scan.h): their backward is a reverse while loop, either
 // over residuals the forward loop saves (ScanRemat::kNone) or recomputing each
-// step's forward from the saved step input (ScanRemat::kFull).
+// step's forward from the saved step input (ScanRemat::kFull), but for the
+// named values GradOptions::remat_save (selective remat).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "weft/hlo/module.h"
@@ -35,6 +37,11 @@ struct GradOptions {
   // in the result. Empty: every floating-point parameter.
   std::vector<int64_t> wrt;
   ScanRemat remat = ScanRemat::kNone;
+  // With kFull, selective remat: scan-body instructions named here (models
+  // name a layer's activations, e.g. "q_proj") are stacked by the forward
+  // loop like the carry and read by the backward instead of recomputed. A
+  // name no scan body has is an error.
+  std::vector<std::string> remat_save;
   // Tie each scan's gradient carries to their forward counterparts with
   // `shard_as` groups (the stacked weight-gradient accumulator to the stacked
   // weight, the carry cotangent to the carry), so propagation gives every

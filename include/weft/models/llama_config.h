@@ -57,6 +57,41 @@ struct LlamaConfig {
 
 enum class Remat { kNone, kFull };
 
+// The named activations of a Llama layer (models/llama.cc names them in the
+// scan body), which a selective remat policy saves instead of recomputing:
+// the q, k, v projections, the attention's output (with its softmax
+// statistics), the output projection, the MLP's gate, up and down
+// projections. The layer's input is always saved (remat "full").
+inline constexpr std::string_view kLayerActivations[] = {
+    "q_proj", "k_proj", "v_proj", "attention", "out_proj", "mlp_gate", "mlp_up", "mlp_down"};
+
+// What the forward saves for the backward of the layer scan (MaxText's
+// remat_policy, JAX's save_only_these_names):
+//   "none"                   everything the backward reads (no recompute)
+//   "full" / "minimal"       the layer input only; the backward recomputes the layer
+//   "save_qkv_proj"          + q_proj, k_proj, v_proj
+//   "save_out_proj"          + out_proj
+//   "save_dot_except_mlp"    + q_proj, k_proj, v_proj, attention, out_proj
+//   "save_dot_except_mlpwi"  + those and mlp_down (not the gate and up)
+//   "save_dots"              + every named activation
+//   a list of names          + those named activations (kLayerActivations)
+// `offload` ("offload": full with the layer inputs in host memory) is
+// planned by `weft plan`; weft train keeps saved values in memory.
+struct RematPolicy {
+  Remat kind = Remat::kNone;
+  std::vector<std::string>
+      save;  // with kFull: named activations also saved (kLayerActivations order)
+  bool offload = false;
+  // "none", "full", "offload", the preset whose names `save` equals, or the
+  // names joined by ",".
+  std::string Text() const;
+  bool operator==(const RematPolicy&) const = default;
+};
+
+// A preset name or comma-separated activation names; throws weft::Error
+// naming `where` (a flag or a config key) and the choices.
+RematPolicy ParseRematPolicy(std::string_view text, std::string_view where);
+
 struct TrainConfig {
   int64_t steps = 1000;
   int64_t batch_size = 8;
@@ -67,6 +102,9 @@ struct TrainConfig {
   double grad_clip = 1.0;  // global norm; 0 disables clipping
   uint64_t seed = 0;
   Remat remat = Remat::kNone;
+  // With kFull: named activations also saved (RematPolicy::save); a preset
+  // or a list in train.remat.
+  std::vector<std::string> remat_save;
   int64_t checkpoint_every = 0;  // steps; 0: only at the end
   double beta1 = 0.9;
   double beta2 = 0.95;

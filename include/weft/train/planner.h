@@ -45,7 +45,10 @@ struct PlanOptions {
   std::optional<int64_t> slices;      // unset: see the file comment; set: at least 1
   std::optional<int64_t> batch_size;  // unset: train.batch_size; set: at least 1
   std::optional<int64_t> seq_len;     // unset: model.seq_len; set: at least 1
-  std::string remat;                 // "none" | "full" | "offload"; "": train.remat
+  // A remat preset or activation list (models/llama_config.h RematPolicy:
+  // "none", "full", "offload", "save_qkv_proj", "q_proj,out_proj", ...);
+  // "": the config's train.remat.
+  std::string remat;
   bool shard_as = true;
   std::optional<analysis::Precision> precision;  // unset: the chip's default_precision
   int64_t top_buffers = 10;
@@ -78,7 +81,8 @@ struct StepPlan {
   MeshConfig mesh;
   int64_t num_devices = 1, slices = 1;
   analysis::Precision precision = analysis::Precision::kBf16;
-  std::string remat;  // "none" | "full" | "offload"
+  std::string remat;  // RematPolicy::Text(): "none", "full", "offload", a preset, names
+  RematPolicy remat_policy;
   bool shard_as = true;
   int64_t batch_size = 0, seq_len = 0;
   int64_t num_parameters = 0;

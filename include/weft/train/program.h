@@ -28,6 +28,9 @@ struct StepProgramOptions {
   std::optional<int64_t> batch_size;  // global rows per step; unset: train.batch_size
   std::optional<int64_t> seq_len;     // unset: model.seq_len
   std::optional<ScanRemat> remat;    // unset: the config's train.remat
+  // With kFull: the layer's named activations also saved (selective remat,
+  // RematPolicy::save); unset: the config's train.remat_save.
+  std::optional<std::vector<std::string>> remat_save;
   bool shard_as = true;              // false: --no-shard-as
   // Output, input and loop fusion (compiler/fusion.h) on the per-device
   // program, as a chip's compiler fuses and as weft train's executor runs
