@@ -147,6 +147,10 @@ CompiledProgram CompileForDevices(HloModule& module, const CompileOptions& optio
   for (size_t i = 0; i < p.output_shapes.size(); ++i) {
     p.output_shardings[i].Validate(p.output_shapes[i].dimensions(), num_devices);
   }
+  WEFT_CHECK(options.slices >= 1 && num_devices % options.slices == 0,
+             "{} slices do not split the {} devices into equal slices", options.slices,
+             num_devices);
+  p.hierarchy = DecomposeCrossSliceCollectives(*p.program, num_devices, options.slices);
   if (options.fuse) p.fusion = FuseLoops(*p.program);
   return p;
 }

@@ -198,6 +198,7 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
 
   // The program `weft train` would run: fused, as a chip's compiler fuses
   // and as weft's executor runs it (StepProgramOptions::fuse).
+  po.slices = slices;
   const StepProgram program = BuildStepProgram(config, po);
   plan.batch_size = program.batch_size;
   plan.seq_len = program.seq_len;

@@ -296,8 +296,10 @@ StepProgram BuildStepProgram(const RunConfig& config, const StepProgramOptions& 
     PropagateShardings(*p.step, propagation);
   }
   root->set_sharding(HloSharding::Tuple(std::move(root_shardings)));
-  p.compiled =
-      compiler::CompileForDevices(*p.step, {.num_devices = p.num_devices, .fuse = options.fuse});
+  p.compiled = compiler::CompileForDevices(
+      *p.step, {.num_devices = p.num_devices,
+                .fuse = options.fuse,
+                .slices = options.slices.value_or(config.mesh.num_slices())});
   return p;
 }
 

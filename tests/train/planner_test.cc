@@ -157,7 +157,8 @@ TEST(PlannerTest, SlicesSendCrossingCollectivesOverDcn) {
   const StepPlan two = PlanTrainingStep(config, o);
   EXPECT_EQ(two.slices, 2);
   EXPECT_GT(two.time.dcn_s, 0);
-  EXPECT_EQ(two.peak_bytes(), one.peak_bytes());
+  // The hierarchical collectives' reordering copies add a little.
+  EXPECT_NEAR(static_cast<double>(two.peak_bytes()) / one.peak_bytes(), 1.0, 0.02);
   // H100: 8 GPUs per NVLink domain, so 256 GPUs are 32 slices unless told.
   o.slices.reset();
   o.chip = "h100";
@@ -243,8 +244,14 @@ TEST(PlannerTest, DcnAxesChooseWhatCrossesSlices) {
   EXPECT_EQ(fsdp_over_dcn.slices, 2);
   const int64_t dcn_fsdp =
       fsdp_over_dcn.collectives.per_device[fsdp_over_dcn.collective_device].dcn_bytes();
-  EXPECT_GT(dcn_fsdp, 10 * dcn_data);
-  EXPECT_EQ(fsdp_over_dcn.peak_bytes(), data_over_dcn.peak_bytes());
+  EXPECT_GT(dcn_fsdp, 2 * dcn_data);
+  EXPECT_NEAR(static_cast<double>(fsdp_over_dcn.peak_bytes()) / data_over_dcn.peak_bytes(), 1.0,
+              0.02);
+  // Collectives across slices are hierarchical: what crosses is a group of
+  // one device per slice (the fsdp groups' 8 members per slice stay inside).
+  for (const analysis::CollectiveSite& site : fsdp_over_dcn.collectives.sites) {
+    if (site.crosses_slices) EXPECT_EQ(site.group_size, 2) << site.instruction;
+  }
 
   // fsdp major: the hybrid order is the row-major one, as with --slices.
   o.mesh = ApplyDcnFlag(ParseMeshFlag("fsdp=16,tensor=4"), "fsdp=2");

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "weft/compiler/fusion.h"
+#include "weft/compiler/hierarchical_collectives.h"
 #include "weft/hlo/module.h"
 #include "weft/sharding/hlo_sharding.h"
 
@@ -27,6 +28,10 @@ struct CompileOptions {
   int64_t num_devices = 1;
   // Run loop fusion (FuseLoops) on the per-device program.
   bool fuse = false;
+  // The devices form this many equal slices (device d in slice d / (n /
+  // slices)): collectives whose groups span slices are decomposed into a
+  // level inside and a level across slices (hierarchical_collectives.h).
+  int64_t slices = 1;
 };
 
 // A module compiled for `num_devices` devices. Leaves are the entry
@@ -41,6 +46,8 @@ struct CompiledProgram {
   std::vector<HloSharding> input_shardings, output_shardings;
   // What fusion did (all zero without CompileOptions::fuse).
   LoopFusionStats fusion;
+  // Collectives decomposed across slices (all zero with one slice).
+  HierarchyStats hierarchy;
 
   // --- The back end's results (schedule.cc, buffer_assignment.cc) ---------
   // The execution order of each computation of `program` and each value's

@@ -38,6 +38,9 @@ struct StepProgramOptions {
   bool fuse = true;
   // When > 0, the mesh must have exactly this many devices.
   int64_t expected_devices = 0;
+  // The devices' slices (CompileOptions::slices: collectives across slices
+  // run hierarchically); unset: the mesh's (MeshConfig::num_slices).
+  std::optional<int64_t> slices;
 };
 
 struct StepProgram {
