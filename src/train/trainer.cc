@@ -21,6 +21,7 @@
 #include "weft/analysis/memory_plan.h"
 #include "weft/runtime/comm_threads.h"
 #include "weft/runtime/executor.h"
+#include "weft/runtime/topology.h"
 #include "weft/train/checkpoint.h"
 #include "weft/train/dataset.h"
 #include "weft/train/optimizer.h"
@@ -562,6 +563,21 @@ void SetUpUpdates(Run* run) {
   run->exec.gemm_threads = static_cast<int>(std::max<int64_t>(1, cores / run->program.num_devices));
 }
 
+// The slices the step's collectives may cross (compiled hierarchically):
+// the mesh's DCN axes when it has them, else the topology's (MPI ranks: one
+// slice per host; WEFT_NUM_SLICES / WEFT_SLICE_SIZE) when it holds the
+// mesh's devices numbered slice by slice. The same on every process and
+// backend, so threads and MPI run one program.
+int64_t StepSlices(const MeshConfig& mesh) {
+  if (mesh.is_hybrid()) return mesh.num_slices();
+  const runtime::Topology& t = runtime::Topology::Global();
+  if (t.num_slices() <= 1 || t.num_devices() != mesh.num_devices()) return 1;
+  for (int64_t d = 0; d < t.num_devices(); ++d) {
+    if (t.device(d).slice != d / t.devices_per_slice()) return 1;
+  }
+  return t.num_slices();
+}
+
 // Everything before the devices start; the same on every process. `lock`
 // (null on MPI ranks other than 0) takes the output directory first;
 // `in_process`: all devices are threads of this process (else one per rank).
@@ -620,6 +636,7 @@ std::unique_ptr<Run> Prepare(const RunConfig& config, const TrainOptions& option
   StepProgramOptions po;
   po.shard_as = options.shard_as;
   po.expected_devices = available_devices;
+  po.slices = StepSlices(c.mesh);
   run->program = BuildStepProgram(c, po);
   CheckFitsInMemory(*run, in_process ? run->program.num_devices : 1);
 
