@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "weft/analysis/loops.h"
+#include "weft/autodiff/scan_config.h"
 #include "weft/base/error.h"
 #include "weft/compiler/buffer_assignment.h"
 #include "weft/compiler/schedule.h"
@@ -61,6 +62,7 @@ using compiler::LeafAssignment;
 struct Tag {
   BufferCategory category = BufferCategory::kTemporaries;
   int32_t role = -1;  // index into Simulator::roles_
+  bool host = false;  // a saved stack the program keeps in host memory (OffloadedStateOf)
 };
 
 // A buffer while the walk holds it: a region buffer of the assignment (each
@@ -109,7 +111,7 @@ class Simulator {
       : module_(module),
         options_(options),
         assignment_(assignment),
-        executor_view_(options.executor_accounting && !options.offload_saved) {
+        offloading_(options.offload_saved) {
     for (const HloComputation* c : module.MakeComputationPostOrder()) {
       if (!assignment.Has(*c)) continue;
       for (const HloInstruction* instr : c->instructions()) {
@@ -118,6 +120,7 @@ class Simulator {
     }
     TagGradients();
     TagSaved();
+    executor_view_ = options.executor_accounting && !offloading_;
     for (const auto& [c, ca] : assignment.computations()) walks_.emplace(c, MakeWalk(ca));
   }
 
@@ -194,6 +197,7 @@ class Simulator {
 
   int64_t score_peak() const { return score_peak_; }
   bool snapped() const { return snapped_; }
+  bool offloading() const { return offloading_; }
 
  private:
   int32_t Role(std::string text) {
@@ -327,8 +331,13 @@ class Simulator {
           }
           if (!FeedsWhile(user) || tags_.count(user)) continue;
           std::unordered_set<const HloInstruction*> seen;
-          const Tag tag{BufferCategory::kSaved,
-                        Role(fmt::format("saved by {} (state {})", w->name(), i))};
+          const std::vector<int64_t> offloaded = OffloadedStateOf(*w);
+          const bool host = std::find(offloaded.begin(), offloaded.end(), i) != offloaded.end();
+          offloading_ = offloading_ || host;
+          const Tag tag{
+              BufferCategory::kSaved,
+              Role(fmt::format("{} by {} (state {})", host ? "offloaded" : "saved", w->name(), i)),
+              host};
           tags_.emplace(user, tag);
           seen.insert(user);
           LabelLoopSlot(w, i, tag, seen);
@@ -454,7 +463,7 @@ class Simulator {
   // ---- buffers ----------------------------------------------------------------
 
   int32_t NewBuffer(Buffer b) {
-    b.host = options_.offload_saved && b.category == BufferCategory::kSaved;
+    b.host = b.host || (options_.offload_saved && b.category == BufferCategory::kSaved);
     b.live = true;
     buffers_.push_back(std::move(b));
     Count(buffers_.back(), +1);
@@ -631,11 +640,12 @@ class Simulator {
         x.bytes = ab.size;
         x.category = w.labels[b].category;
         x.role = w.labels[b].role;
+        x.host = w.labels[b].host;
         x.origin = ab.instr;
         x.shape = w.shapes[b];
         region[b] = NewBuffer(std::move(x));
       }
-      if (options_.offload_saved) Prefetch(instr, ia, ca, w, t, resolve, prefetched);
+      if (offloading_) Prefetch(instr, ia, ca, w, t, resolve, prefetched);
       Observe();
       if (instr.opcode() == HloOpcode::kWhile) {
         // The body and condition read the loop's state where the assignment
@@ -700,7 +710,10 @@ class Simulator {
   const HloModule& module_;
   const MemoryPlanOptions& options_;
   const BufferAssignment& assignment_;
-  const bool executor_view_;
+  // Saved values live in host memory: every saved stack (offload_saved) or
+  // those the program marks (OffloadedStateOf).
+  bool offloading_ = false;
+  bool executor_view_ = false;
   std::unordered_map<const HloComputation*, ComputationWalk> walks_;
   std::unordered_map<const HloInstruction*, int64_t> trips_;
   std::unordered_map<const HloInstruction*, Tag> tags_;
@@ -750,8 +763,8 @@ MemoryPlan PlanMemory(const HloModule& program, const MemoryPlanOptions& options
   plan.arena_bytes = assignment.arena_bytes();
   // The executor's accounting applies where it is asked for and nothing is
   // offloaded (the executor never frees its inputs).
-  plan.peak_bytes = options.executor_accounting && !options.offload_saved ? assignment.peak_bytes()
-                                                                           : plan.live_peak_bytes;
+  plan.peak_bytes = options.executor_accounting && !sim.offloading() ? assignment.peak_bytes()
+                                                                     : plan.live_peak_bytes;
   int64_t sum = 0;
   for (int64_t b : plan.peak_by_category) sum += b;
   WEFT_INTERNAL_CHECK(sum == plan.peak_bytes, "the categories of '{}' add to {}, not its peak {}",

@@ -49,10 +49,13 @@ std::unique_ptr<HloModule> BuildTrainingStep(const HloModule& forward, const Gra
              loss->Describe(), loss->shape().ToString());
 
   // Selective remat names values of scan bodies: each must name one.
-  if (!options.remat_save.empty()) {
+  std::vector<std::string> named = options.remat_save;
+  named.insert(named.end(), options.remat_offload.begin(), options.remat_offload.end());
+  if (!named.empty()) {
     WEFT_CHECK(options.remat == ScanRemat::kFull,
-               "autodiff: remat_save ({}) needs ScanRemat::kFull (kNone saves everything)",
-               fmt::format("{}", fmt::join(options.remat_save, ", ")));
+               "autodiff: remat_save / remat_offload ({}) need ScanRemat::kFull (kNone saves "
+               "everything)",
+               fmt::format("{}", fmt::join(named, ", ")));
     std::vector<std::string> known;
     for (const HloComputation* c : forward.computations()) {
       for (const HloInstruction* i : c->instructions()) {
@@ -62,7 +65,7 @@ std::unique_ptr<HloModule> BuildTrainingStep(const HloModule& forward, const Gra
         }
       }
     }
-    for (const std::string& name : options.remat_save) {
+    for (const std::string& name : named) {
       WEFT_CHECK(std::find(known.begin(), known.end(), name) != known.end(),
                  "autodiff: remat saves '{}', which no scan body of {} has; name an instruction "
                  "of the scanned layer",
@@ -123,7 +126,12 @@ std::unique_ptr<HloModule> BuildTrainingStep(const HloModule& forward, const Gra
         state.push_back(b.Broadcast(zero, dims, {}));
       }
       HloInstruction* loop = b.While(b.Tuple(state), plan->forward_condition, plan->forward_body);
-      loop->mutable_attrs().backend_config = instr->attrs().backend_config;
+      // The loop's structure: the scan's, its residuals appended (and which
+      // of them are kept in host memory).
+      ScanConfig augmented = *config;
+      augmented.num_residuals = plan->num_residuals();
+      loop->mutable_attrs().backend_config =
+          WithOffloadedState(augmented.ToJson(), plan->offloaded_state);
       loop->set_name(instr->name());
       map[instr] = loop;
       plans[instr] = std::move(plan);

@@ -266,10 +266,14 @@ class BackwardBodyBuilder {
   }
 
   bool plan_remat_none() const { return emitter_.options().remat == ScanRemat::kNone; }
-  // Selective remat: a value named in GradOptions::remat_save is stacked.
+  // Selective remat: a value named in GradOptions::remat_save or
+  // remat_offload is stacked.
   bool SavedByName(const HloInstruction& x) const {
-    const std::vector<std::string>& names = emitter_.options().remat_save;
-    return std::find(names.begin(), names.end(), x.name()) != names.end();
+    for (const std::vector<std::string>* names :
+         {&emitter_.options().remat_save, &emitter_.options().remat_offload}) {
+      if (std::find(names->begin(), names->end(), x.name()) != names->end()) return true;
+    }
+    return false;
   }
 
   HloInstruction* Saved(ResidualKey key) {
@@ -413,7 +417,11 @@ std::unique_ptr<ScanPlan> PlanScan(ModuleEmitter& emitter, const HloInstruction&
     BackwardBodyBuilder dry(emitter, w, info, *plan, /*dry=*/true, residuals);
     dry.Build();  // discarded: only the residual list is wanted
   }
+  const std::vector<std::string>& offload = emitter.options().remat_offload;
   for (const auto& [x, index] : residuals) {
+    if (std::find(offload.begin(), offload.end(), x->name()) != offload.end()) {
+      plan->offloaded_state.push_back(c.state_size() + plan->num_residuals());
+    }
     plan->residual_shapes.push_back(index < 0 ? x->shape() : x->shape().tuple_shapes(index));
   }
   BackwardBodyBuilder real(emitter, w, info, *plan, /*dry=*/false, residuals);

@@ -377,6 +377,7 @@ LlamaForward BuildLlamaForward(const LlamaConfig& c, const LlamaBuildOptions& op
   ScanBody layer = [&](HloComputationBuilder& lb, const ScanStep& step) {
     Ops o(lb, add, max);
     HloInstruction* x = step.carry[0];
+    x->set_name("layer_input");  // the saved layer input, by name (remat offload)
     const auto& w = step.xs;  // attention_norm wq wk wv wo ffn_norm w1 w2 w3
     HloInstruction* cos = step.consts[0];
     HloInstruction* sin = step.consts[1];

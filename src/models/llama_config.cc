@@ -296,10 +296,20 @@ void ReadTrain(SectionReader& in, TrainConfig& train) {
   in.Int("seed", seed, false, 0);
   train.seed = static_cast<uint64_t>(seed);
   if (const toml::node* node = in.Take("remat")) {
-    // A preset name, or a list of the layer's named activations to save.
+    // A preset name, a list of the layer's activations to save, or a table
+    // { q_proj = "save", layer_input = "offload" }.
     std::string text;
     if (node->is_string()) {
       text = **node->as_string();
+    } else if (const toml::table* table = node->as_table()) {
+      for (const auto& [key, value] : *table) {
+        if (!value.is_string()) {
+          Fail("{}: train.remat.{} must be \"save\", \"offload\" or \"recompute\"",
+               Where(in.source(), value.source()), key.str());
+        }
+        text += fmt::format("{}{}={}", text.empty() ? "" : ",", key.str(), **value.as_string());
+      }
+      if (text.empty()) text = "full";
     } else if (const toml::array* names = node->as_array()) {
       for (const toml::node& item : *names) {
         if (!item.is_string()) {
@@ -311,19 +321,16 @@ void ReadTrain(SectionReader& in, TrainConfig& train) {
       }
       if (names->empty()) text = "full";
     } else {
-      Fail("{}: train.remat must be a preset name or a list of activation names",
-           Where(in.source(), node->source()));
+      Fail(
+          "{}: train.remat must be a preset name, a list of activation names or a table of "
+          "name = \"save\" | \"offload\" | \"recompute\"",
+          Where(in.source(), node->source()));
     }
     const RematPolicy policy =
         ParseRematPolicy(text, fmt::format("{}: train.remat", Where(in.source(), node->source())));
-    if (policy.offload) {
-      Fail(
-          "{}: train.remat = \"offload\" is planned by weft plan --remat offload; weft train "
-          "keeps saved values in memory: use \"full\"",
-          Where(in.source(), node->source()));
-    }
     train.remat = policy.kind;
     train.remat_save = policy.save;
+    train.remat_offload = policy.offload;
   }
   in.Int("checkpoint_every", train.checkpoint_every, false, 0);
   in.Float("beta1", train.beta1);
@@ -568,7 +575,7 @@ RematPolicy ParseRematPolicy(std::string_view text, std::string_view where) {
   policy.kind = Remat::kFull;
   if (text == "full" || text == "minimal") return policy;
   if (text == "offload") {
-    policy.offload = true;
+    policy.offload = {"layer_input"};
     return policy;
   }
   for (const RematPreset& preset : RematPresets()) {
@@ -581,38 +588,53 @@ RematPolicy ParseRematPolicy(std::string_view text, std::string_view where) {
   for (const RematPreset& preset : RematPresets()) {
     if (preset.name != "full") presets.emplace_back(preset.name);
   }
-  std::vector<bool> named(std::size(kLayerActivations), false);
+  // name[=save|offload|recompute] entries; kept in the layer's order.
+  const size_t n = std::size(kLayerActivations);
+  std::vector<std::string_view> choice(n + 1, "recompute");  // [n]: layer_input
   std::string_view rest = text;
   while (true) {
     const size_t comma = rest.find(',');
-    const std::string_view name = rest.substr(0, comma);
+    const std::string_view entry = rest.substr(0, comma);
+    const size_t eq = entry.find('=');
+    const std::string_view name = entry.substr(0, eq);
+    const std::string_view what = eq == std::string_view::npos ? "save" : entry.substr(eq + 1);
     const auto* found = std::find(std::begin(kLayerActivations), std::end(kLayerActivations), name);
-    if (found == std::end(kLayerActivations)) {
+    const bool layer_input = name == "layer_input";
+    if (found == std::end(kLayerActivations) && !layer_input) {
       Fail(
-          "{} '{}': '{}' is neither a remat preset ({}) nor a layer activation to save ({}, "
-          "comma-separated)",
+          "{} '{}': '{}' is neither a remat preset ({}) nor a layer activation ({}, or "
+          "layer_input=offload), written name or name=save|offload|recompute, comma-separated",
           where, text, name, fmt::format("{}", fmt::join(presets, ", ")),
           fmt::format("{}", fmt::join(kLayerActivations, ", ")));
     }
-    named[found - std::begin(kLayerActivations)] = true;
+    if (what != "save" && what != "offload" && what != "recompute") {
+      Fail("{} '{}': '{}={}': say save, offload or recompute", where, text, name, what);
+    }
+    choice[layer_input ? n : static_cast<size_t>(found - std::begin(kLayerActivations))] = what;
     if (comma == std::string_view::npos) break;
     rest = rest.substr(comma + 1);
   }
-  for (size_t i = 0; i < named.size(); ++i) {
-    if (named[i]) policy.save.emplace_back(kLayerActivations[i]);
+  if (choice[n] == "offload") policy.offload.emplace_back("layer_input");
+  for (size_t i = 0; i < n; ++i) {
+    if (choice[i] == "save") policy.save.emplace_back(kLayerActivations[i]);
+    if (choice[i] == "offload") policy.offload.emplace_back(kLayerActivations[i]);
   }
   return policy;
 }
 
 std::string RematPolicy::Text() const {
   if (kind == Remat::kNone) return "none";
-  if (offload && save.empty()) return "offload";
-  for (const RematPreset& preset : RematPresets()) {
-    if (std::equal(save.begin(), save.end(), preset.save.begin(), preset.save.end())) {
-      return std::string(preset.name) + (offload ? " (offload)" : "");
+  if (offload.empty()) {
+    for (const RematPreset& preset : RematPresets()) {
+      if (std::equal(save.begin(), save.end(), preset.save.begin(), preset.save.end())) {
+        return std::string(preset.name);
+      }
     }
   }
-  return fmt::format("{}{}", fmt::join(save, ","), offload ? " (offload)" : "");
+  if (save.empty() && offload == std::vector<std::string>{"layer_input"}) return "offload";
+  std::vector<std::string> entries = save;
+  for (const std::string& name : offload) entries.push_back(name + "=offload");
+  return fmt::format("{}", fmt::join(entries, ","));
 }
 
 int64_t MeshConfig::num_slices() const {
@@ -668,6 +690,9 @@ std::string RunConfig::CanonicalText() const {
   line("train.remat", train.remat == Remat::kFull ? "full" : "none");
   if (!train.remat_save.empty())
     line("train.remat_save", fmt::format("{}", fmt::join(train.remat_save, ",")));
+  if (!train.remat_offload.empty()) {
+    line("train.remat_offload", fmt::format("{}", fmt::join(train.remat_offload, ",")));
+  }
   line("train.checkpoint_every", train.checkpoint_every);
   line("train.beta1", train.beta1);
   line("train.beta2", train.beta2);

@@ -165,8 +165,11 @@ PartitionedValue HandleWhile(ComputationPartitioner& p, const HloInstruction& in
       ComputationPartitioner(context, *instr.while_body(), instr.while_body()->name(), {sharding},
                              sharding, false)
           .Run());
-  HloInstruction* loop = p.b().Add(HloOpcode::kWhile, {init.hlo}, {}, init.hlo->shape(),
-                                   {condition, body});
+  // The backend_config stays (a scan's structure, its offloaded state).
+  HloAttributes attrs;
+  attrs.backend_config = instr.attrs().backend_config;
+  HloInstruction* loop = p.b().Add(HloOpcode::kWhile, {init.hlo}, std::move(attrs),
+                                   init.hlo->shape(), {condition, body});
   return PartitionedValue{loop, instr.shape(), sharding};
 }
 

@@ -72,10 +72,18 @@ std::string Verdict(const StepPlan& p) {
 
 std::string RematText(const RematPolicy& remat) {
   if (remat.kind == Remat::kNone) return "none (every residual saved)";
-  if (remat.offload) return "offload (as full, the saved layer inputs in host memory)";
-  if (remat.save.empty()) return "full (each layer's input saved, the layer recomputed)";
-  return fmt::format("{} (each layer's input and {} saved, the rest recomputed)", remat.Text(),
-                     fmt::format("{}", fmt::join(remat.save, ", ")));
+  if (remat.save.empty() && remat.offload.empty()) {
+    return "full (each layer's input saved, the layer recomputed)";
+  }
+  if (remat.Text() == "offload") return "offload (as full, the saved layer inputs in host memory)";
+  std::string what = remat.save.empty()
+                         ? std::string("each layer's input saved")
+                         : fmt::format("each layer's input and {} saved",
+                                       fmt::format("{}", fmt::join(remat.save, ", ")));
+  if (!remat.offload.empty()) {
+    what += fmt::format(", {} in host memory", fmt::format("{}", fmt::join(remat.offload, ", ")));
+  }
+  return fmt::format("{} ({}, the rest recomputed)", remat.Text(), what);
 }
 
 std::string PrecisionText(Precision p) {
@@ -145,7 +153,7 @@ std::string FormatPlanText(const StepPlan& p) {
   }
   line(fmt::format("    {:<22}{:>12}   of {} HBM", "peak", FormatBytes(p.peak_bytes()),
                    FormatBytes(p.hbm_bytes())));
-  if (p.remat_policy.offload) {
+  if (!p.remat_policy.offload.empty()) {
     line(fmt::format("  host       {} of saved layer inputs offloaded (not in the peak)",
                      FormatBytes(p.memory.host_peak_bytes)));
   }

@@ -131,7 +131,7 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   plan.precision = options.precision.value_or(
       analysis::ParsePrecision(plan.chip.default_precision, plan.chip.name + " default_precision"));
 
-  RematPolicy remat{config.train.remat, config.train.remat_save, false};
+  RematPolicy remat{config.train.remat, config.train.remat_save, config.train.remat_offload};
   if (!options.remat.empty()) remat = ParseRematPolicy(options.remat, "--remat");
   plan.remat = remat.Text();
   plan.remat_policy = remat;
@@ -143,6 +143,7 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   po.seq_len = options.seq_len;
   po.remat = remat.kind == Remat::kFull ? ScanRemat::kFull : ScanRemat::kNone;
   po.remat_save = remat.save;
+  po.remat_offload = remat.offload;
   po.shard_as = options.shard_as;
   CheckStepProgram(config, po);
   plan.num_devices = config.mesh.num_devices();
@@ -213,7 +214,6 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   mo.num_data_inputs = data;
   for (const LlamaWeight& w : program.forward.weights) mo.weight_names.push_back(w.name);
   mo.weights_resident = true;
-  mo.offload_saved = remat.offload;
   // On the executor's own machine the plan is the executor's (its buffer
   // assignment); a chip's compiler packs its own buffers: live bytes.
   mo.executor_accounting = options.chip == "local-cpu";

@@ -275,6 +275,7 @@ StepProgram BuildStepProgram(const RunConfig& config, const StepProgramOptions& 
                                                                          : ScanRemat::kNone);
   if (grad.remat == ScanRemat::kFull) {
     grad.remat_save = options.remat_save.value_or(config.train.remat_save);
+    grad.remat_offload = options.remat_offload.value_or(config.train.remat_offload);
   }
   grad.shard_as = options.shard_as;
   p.step = BuildTrainingStep(*p.forward.module, grad);

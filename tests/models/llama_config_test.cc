@@ -229,13 +229,23 @@ TEST(LlamaConfig, RematIsAPresetOrAListOfActivations) {
   const TrainConfig listed = remat("[\"out_proj\", \"q_proj\"]");
   EXPECT_EQ(listed.remat, Remat::kFull);
   EXPECT_EQ(listed.remat_save, (std::vector<std::string>{"q_proj", "out_proj"}));
-  EXPECT_EQ((RematPolicy{Remat::kFull, listed.remat_save, false}.Text()), "q_proj,out_proj");
+  EXPECT_EQ((RematPolicy{Remat::kFull, listed.remat_save, {}}.Text()), "q_proj,out_proj");
   EXPECT_EQ(ParseRematPolicy("q_proj,k_proj,v_proj", "--remat").Text(), "save_qkv_proj");
-  EXPECT_TRUE(ParseRematPolicy("offload", "--remat").offload);
+  EXPECT_EQ(ParseRematPolicy("offload", "--remat").offload,
+            (std::vector<std::string>{"layer_input"}));
+  EXPECT_EQ(ParseRematPolicy("layer_input=offload", "--remat").Text(), "offload");
+  // A table: save, offload or recompute per activation.
+  const RematPolicy table =
+      ParseRematPolicy("mlp_up=offload,q_proj=save,k_proj,out_proj=recompute", "--remat");
+  EXPECT_EQ(table.save, (std::vector<std::string>{"q_proj", "k_proj"}));
+  EXPECT_EQ(table.offload, (std::vector<std::string>{"mlp_up"}));
+  EXPECT_EQ(table.Text(), "q_proj,k_proj,mlp_up=offload");
+  const TrainConfig toml = remat("{ layer_input = \"offload\", attention = \"save\" }");
+  EXPECT_EQ(toml.remat_save, (std::vector<std::string>{"attention"}));
+  EXPECT_EQ(toml.remat_offload, (std::vector<std::string>{"layer_input"}));
+  EXPECT_THROW(ParseRematPolicy("q_proj=keep", "--remat"), Error);
   ExpectError(std::string(kMinimal) + "[train]\nremat = \"partial\"\n", "cfg.toml:9:9",
               "neither a remat preset");
-  ExpectError(std::string(kMinimal) + "[train]\nremat = \"offload\"\n", "cfg.toml:9:9",
-              "weft train keeps saved values in memory");
   ExpectError(std::string(kMinimal) + "[train]\nremat = [3]\n", "cfg.toml:9:10",
               "names activations to save");
 }

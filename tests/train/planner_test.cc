@@ -216,6 +216,21 @@ TEST(PlannerTest, RematPresetsSitBetweenFullAndNone) {
   EXPECT_LT(plans.back().flops.dot, plans.front().flops.dot);
   o.remat = "v_proj,k_proj,q_proj";
   EXPECT_EQ(PlanTrainingStep(config, o).remat, "save_qkv_proj");
+
+  // Offloading a named activation: stacked as when saved, but counted in
+  // host memory (and prefetched a layer at a time in the backward).
+  o.remat = "q_proj,mlp_up";
+  const StepPlan saved = PlanTrainingStep(config, o);
+  o.remat = "q_proj,mlp_up=offload";
+  const StepPlan offloaded = PlanTrainingStep(config, o);
+  EXPECT_EQ(offloaded.remat, "q_proj,mlp_up=offload");
+  // [layers, rows, seq, ffn] bf16: mlp_up's stack moves to the host.
+  const int64_t mlp_up = int64_t{2} * 1 * 2048 * 14336 * 2;
+  EXPECT_EQ(offloaded.memory.host_peak_bytes, mlp_up);
+  EXPECT_EQ(offloaded.memory.saved_bytes, saved.memory.saved_bytes);
+  EXPECT_LT(offloaded.peak_bytes(), saved.peak_bytes());
+  EXPECT_EQ(offloaded.flops.dot, saved.flops.dot);
+  EXPECT_GT(offloaded.host_transfer_bytes, 0);
 }
 
 // --dcn: a mesh axis spans slices (JAX's hybrid mesh). Data across slices

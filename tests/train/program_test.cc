@@ -201,11 +201,14 @@ TEST(ProgramTest, RematPoliciesGiveTheSameGradientsAndSaveWhatTheyName) {
     return analysis::PlanMemory(*p.compiled.program, mo).saved_bytes;
   };
   int64_t previous = 0;
-  for (const char* text : {"full", "save_qkv_proj", "q_proj,attention,out_proj", "save_dots"}) {
+  for (const char* text :
+       {"full", "save_qkv_proj", "q_proj,attention,out_proj",
+        "layer_input=offload,q_proj,attention,out_proj,mlp_gate=offload", "save_dots"}) {
     SCOPED_TRACE(text);
     const RematPolicy policy = ParseRematPolicy(text, "test");
     o.remat = ScanRemat::kFull;
     o.remat_save = policy.save;
+    o.remat_offload = policy.offload;
     const StepProgram p = BuildStepProgram(config, o);
     const std::vector<runtime::HostTensor> got = runtime::RunSharded(p.compiled, inputs, cluster);
     ASSERT_EQ(got.size(), want.size());

@@ -42,6 +42,10 @@ struct GradOptions {
   // loop like the carry and read by the backward instead of recomputed. A
   // name no scan body has is an error.
   std::vector<std::string> remat_save;
+  // With kFull: scan-body values stacked like remat_save's but kept in host
+  // memory between the forward and the backward (the forward loop's
+  // backend_config lists their state elements: OffloadedStateOf).
+  std::vector<std::string> remat_offload;
   // Tie each scan's gradient carries to their forward counterparts with
   // `shard_as` groups (the stacked weight-gradient accumulator to the stacked
   // weight, the carry cotangent to the carry), so propagation gives every

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "weft/hlo/instruction.h"
 
@@ -25,6 +26,9 @@ struct ScanConfig {
   int64_t num_xs = 0;
   int64_t num_consts = 0;
   int64_t num_ys = 0;
+  // The forward loop autodiff builds appends this many stacked residuals to
+  // the state ("residuals" in the JSON; 0 for a scan as models/scan.h writes it).
+  int64_t num_residuals = 0;
 
   // State tuple positions.
   int64_t carry_index(int64_t j) const { return 1 + j; }
@@ -39,5 +43,15 @@ struct ScanConfig {
 // The scan structure of a while, or nullopt when its backend_config has no
 // "scan" entry. Throws weft::Error for a malformed entry.
 std::optional<ScanConfig> ScanConfigOf(const HloInstruction& instr);
+
+// The forward loop autodiff builds for a scan (the scan's state, then the
+// stacked residuals) records which state elements hold values kept in host
+// memory between the forward and the backward (selective offload):
+// backend_config {"scan": ..., "offload_state": [i, ...]}. The planner reads
+// it; on a CPU the executor keeps them where they are (host memory already).
+std::vector<int64_t> OffloadedStateOf(const HloInstruction& instr);
+// `backend_config` with "offload_state" set to `state` (removed when empty).
+std::string WithOffloadedState(const std::string& backend_config,
+                               const std::vector<int64_t>& state);
 
 }  // namespace weft

@@ -66,30 +66,32 @@ inline constexpr std::string_view kLayerActivations[] = {
     "q_proj", "k_proj", "v_proj", "attention", "out_proj", "mlp_gate", "mlp_up", "mlp_down"};
 
 // What the forward saves for the backward of the layer scan (MaxText's
-// remat_policy, JAX's save_only_these_names):
+// remat_policy, JAX's save_only_these_names / offload policies):
 //   "none"                   everything the backward reads (no recompute)
 //   "full" / "minimal"       the layer input only; the backward recomputes the layer
+//   "offload"                full, the saved layer inputs in host memory
 //   "save_qkv_proj"          + q_proj, k_proj, v_proj
 //   "save_out_proj"          + out_proj
 //   "save_dot_except_mlp"    + q_proj, k_proj, v_proj, attention, out_proj
 //   "save_dot_except_mlpwi"  + those and mlp_down (not the gate and up)
 //   "save_dots"              + every named activation
-//   a list of names          + those named activations (kLayerActivations)
-// `offload` ("offload": full with the layer inputs in host memory) is
-// planned by `weft plan`; weft train keeps saved values in memory.
+//   a table, name=save|offload|recompute (a bare name: save), comma-separated
+//                            per named activation, and layer_input=offload
+// Offloaded values are stacked like saved ones and kept in host memory
+// between the forward and the backward, which `weft plan` counts apart; on a
+// CPU the executor keeps them in (host) memory where they are.
 struct RematPolicy {
   Remat kind = Remat::kNone;
-  std::vector<std::string>
-      save;  // with kFull: named activations also saved (kLayerActivations order)
-  bool offload = false;
-  // "none", "full", "offload", the preset whose names `save` equals, or the
-  // names joined by ",".
+  std::vector<std::string> save;  // with kFull: named activations saved (kLayerActivations order)
+  std::vector<std::string> offload;  // with kFull: "layer_input" and named activations offloaded
+  // "none", "full", "offload", the preset equal to it, or the table
+  // ("q_proj,out_proj=offload").
   std::string Text() const;
   bool operator==(const RematPolicy&) const = default;
 };
 
-// A preset name or comma-separated activation names; throws weft::Error
-// naming `where` (a flag or a config key) and the choices.
+// A preset name or a table; throws weft::Error naming `where` (a flag or a
+// config key) and the choices.
 RematPolicy ParseRematPolicy(std::string_view text, std::string_view where);
 
 struct TrainConfig {
@@ -105,6 +107,7 @@ struct TrainConfig {
   // With kFull: named activations also saved (RematPolicy::save); a preset
   // or a list in train.remat.
   std::vector<std::string> remat_save;
+  std::vector<std::string> remat_offload;  // RematPolicy::offload
   int64_t checkpoint_every = 0;  // steps; 0: only at the end
   double beta1 = 0.9;
   double beta2 = 0.95;

@@ -31,6 +31,9 @@ struct StepProgramOptions {
   // With kFull: the layer's named activations also saved (selective remat,
   // RematPolicy::save); unset: the config's train.remat_save.
   std::optional<std::vector<std::string>> remat_save;
+  // With kFull: what is stacked and kept in host memory (RematPolicy::offload,
+  // "layer_input" among them); unset: the config's train.remat_offload.
+  std::optional<std::vector<std::string>> remat_offload;
   bool shard_as = true;              // false: --no-shard-as
   // Output, input and loop fusion (compiler/fusion.h) on the per-device
   // program, as a chip's compiler fuses and as weft train's executor runs
