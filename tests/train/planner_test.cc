@@ -2,6 +2,7 @@
 // global batch 64, on v6e-256 (fsdp=64 x tensor=4) — and on bad input.
 #include "weft/train/planner.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -446,15 +447,18 @@ TEST(PlannerTest, ExecutedMatmulFlopsAreTheModelsShareOnEveryMesh) {
        {"data=1,fsdp=64,tensor=1", "data=1,fsdp=32,tensor=2", "data=1,fsdp=16,tensor=4",
         "data=1,fsdp=8,tensor=8", "data=2,fsdp=32,tensor=1", "data=2,fsdp=8,tensor=4",
         "data=4,fsdp=2,tensor=8"}) {
-    SCOPED_TRACE(mesh);
-    PlanOptions o;
-    o.mesh = ParseMeshFlag(mesh);
-    o.batch_size = batch;
-    o.seq_len = seq;
-    o.remat = "none";
-    const StepPlan p = PlanTrainingStep(config, o);
-    const double model = 6 * MatmulParameters(config.model) * batch * seq / p.num_devices;
-    EXPECT_NEAR(p.flops.dot / model, 1.0, 0.01) << p.flops.dot << " vs " << model;
+    for (const char* dcn : {"", "data=2", "fsdp=2"}) {
+      SCOPED_TRACE(fmt::format("{} --dcn {}", mesh, dcn));
+      PlanOptions o;
+      o.mesh = ParseMeshFlag(mesh);
+      if (*dcn) o.mesh = ApplyDcnFlag(*o.mesh, dcn);  // twice the devices, across 2 slices
+      o.batch_size = *dcn ? 2 * batch : batch;
+      o.seq_len = seq;
+      o.remat = "none";
+      const StepPlan p = PlanTrainingStep(config, o);
+      const double model = 6 * MatmulParameters(config.model) * *o.batch_size * seq / p.num_devices;
+      EXPECT_NEAR(p.flops.dot / model, 1.0, 0.01) << p.flops.dot << " vs " << model;
+    }
   }
 }
 
@@ -463,12 +467,20 @@ TEST(PlannerTest, ExecutedMatmulFlopsAreTheModelsShareOnEveryMesh) {
 // FSDP table (vocabulary whole) or a vocabulary-parallel one. (The gradient
 // once all-gathered every device's cotangent rows, [batch, seq, dim].)
 TEST(PlannerTest, NoDeviceHoldsTheGlobalBatchsActivations) {
-  RunConfig config = Llama8bShapes();
-  const int64_t batch = 64, seq = 512;
-  for (const char* mesh :
-       {"data=1,fsdp=64,tensor=1", "data=2,fsdp=32,tensor=1", "data=1,fsdp=16,tensor=4"}) {
-    SCOPED_TRACE(mesh);
-    config.mesh = ParseMeshFlag(mesh);
+  struct Case {
+    RunConfig config;
+    const char* mesh;
+    int64_t batch, seq;
+  };
+  const std::vector<Case> cases = {{Llama8bShapes(), "data=1,fsdp=64,tensor=1", 64, 512},
+                                   {Llama8bShapes(), "data=2,fsdp=32,tensor=1", 64, 512},
+                                   {Llama8bShapes(), "data=1,fsdp=16,tensor=4", 64, 512},
+                                   {Llama405b(), "data=1,fsdp=64,tensor=4", 64, 8192}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(fmt::format("dim {} on {}", c.config.model.dim, c.mesh));
+    RunConfig config = c.config;
+    const int64_t batch = c.batch, seq = c.seq;
+    config.mesh = ParseMeshFlag(c.mesh);
     StepProgramOptions o;
     o.batch_size = batch;
     o.seq_len = seq;
