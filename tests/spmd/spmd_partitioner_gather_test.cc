@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -379,11 +380,38 @@ TEST(SpmdGatherTest, FsdpTableLooksUpTheDevicesOwnRows) {
 // ---------------------------------------------------------------------------
 // Gradient (scatter-add)
 
+struct GradLayout {
+  int64_t n;
+  std::string ids, grad, table;
+};
+
+// The gradient of a [vocab, hidden] table from [batch, seq] ids, scattered
+// into zeros and into a parameter, on each layout against the float64
+// reference; `check` inspects each partitioned program.
+void ExpectGradients(const std::vector<GradLayout>& layouts, int64_t vocab, int64_t hidden,
+                     int64_t batch, int64_t seq, std::mt19937_64& rng,
+                     const std::function<void(const HloModule&)>& check) {
+  for (const GradLayout& l : layouts) {
+    for (bool init_param : {false, true}) {
+      SCOPED_TRACE(fmt::format("n={} ids={} grad={} table={} V={} D={} init_param={}", l.n, l.ids,
+                               l.grad, l.table, vocab, hidden, init_param));
+      const HostTensor ids = TokenIds(batch, seq, vocab, rng);
+      const HostTensor grad = RandomFloats({batch, seq, hidden}, rng);
+      std::vector<HostTensor> inputs = {ids, grad};
+      std::vector<double> init(vocab * hidden, 0.0);
+      if (init_param) {
+        inputs.push_back(RandomTable(vocab, hidden, rng));
+        init = inputs.back().ToDoubles();
+      }
+      auto program =
+          ExpectRuns(GradModule(vocab, hidden, batch, seq, l.ids, l.grad, l.table, init_param), l.n,
+                     inputs, GradReference(ids, grad, vocab, init));
+      check(*program.program);
+    }
+  }
+}
+
 TEST(SpmdScatterTest, GradientMatchesOnVocabSplitsWithUnevenTiles) {
-  struct GradLayout {
-    int64_t n;
-    std::string ids, grad, table;
-  };
   const std::vector<GradLayout> layouts = {
       {2, "{replicated}", "{replicated}", "{devices=[2,1]<=[2]}"},
       {4, "{devices=[4,1]<=[4]}", "{devices=[4,1,1]<=[4]}", "{devices=[4,1]<=[4]}"},
@@ -393,26 +421,11 @@ TEST(SpmdScatterTest, GradientMatchesOnVocabSplitsWithUnevenTiles) {
       {8, kBatchDataFsdp8, "{devices=[4,1,2]<=[8]}", "{devices=[8,1]<=[8]}"},
   };
   std::mt19937_64 rng(17);
-  for (const GradLayout& l : layouts) {
-    for (auto [vocab, hidden] : {std::pair<int64_t, int64_t>{37, 5}, {40, 8}}) {
-      for (bool init_param : {false, true}) {
-        SCOPED_TRACE(fmt::format("n={} ids={} grad={} table={} V={} D={} init_param={}", l.n, l.ids,
-                                 l.grad, l.table, vocab, hidden, init_param));
-        // 7 rows: the batch splits unevenly (padded ids must scatter nowhere).
-        const HostTensor ids = TokenIds(7, 9, vocab, rng);
-        const HostTensor grad = RandomFloats({7, 9, hidden}, rng);
-        std::vector<HostTensor> inputs = {ids, grad};
-        std::vector<double> init(vocab * hidden, 0.0);
-        if (init_param) {
-          inputs.push_back(RandomTable(vocab, hidden, rng));
-          init = inputs.back().ToDoubles();
-        }
-        auto program =
-            ExpectRuns(GradModule(vocab, hidden, 7, 9, l.ids, l.grad, l.table, init_param), l.n,
-                       inputs, GradReference(ids, grad, vocab, init));
-        EXPECT_LT(LongestDim(*program.program), vocab) << PrintModule(*program.program);
-      }
-    }
+  for (auto [vocab, hidden] : {std::pair<int64_t, int64_t>{37, 5}, {40, 8}}) {
+    // 7 rows: the batch splits unevenly (padded ids must scatter nowhere).
+    ExpectGradients(layouts, vocab, hidden, 7, 9, rng, [vocab = vocab](const HloModule& m) {
+      EXPECT_LT(LongestDim(m), vocab) << PrintModule(m);
+    });
   }
 }
 
@@ -491,35 +504,15 @@ TEST(SpmdScatterTest, FsdpTableGradientScattersTheDevicesOwnRows) {
   std::mt19937_64 rng(41);
   // More rows than table entries, as in training: moving rows costs more.
   const int64_t vocab = 37, hidden = 8, batch = 16, seq = 16;
-  struct GradLayout {
-    int64_t n;
-    std::string ids, grad, table;
-  };
   const std::vector<GradLayout> layouts = {
       {2, "{devices=[2,1]<=[2]}", "{devices=[2,1,1]<=[2]}", "{devices=[1,2]<=[2]}"},
       {4, "{devices=[4,1]<=[4]}", "{devices=[4,1,1]<=[4]}", "{devices=[1,4]<=[4]}"},
       {8, kBatchDataFsdp8, kRowsBatchDataFsdp8,
        "{devices=[1,2,4]<=[2,2,2]T(1,0,2) last_tile_dim_replicate}"},
   };
-  for (const GradLayout& l : layouts) {
-    for (bool init_param : {false, true}) {
-      SCOPED_TRACE(fmt::format("n={} ids={} grad={} table={} init_param={}", l.n, l.ids, l.grad,
-                               l.table, init_param));
-      const HostTensor ids = TokenIds(batch, seq, vocab, rng);
-      const HostTensor grad = RandomFloats({batch, seq, hidden}, rng);
-      std::vector<HostTensor> inputs = {ids, grad};
-      std::vector<double> init(vocab * hidden, 0.0);
-      if (init_param) {
-        inputs.push_back(RandomTable(vocab, hidden, rng));
-        init = inputs.back().ToDoubles();
-      }
-      auto program =
-          ExpectRuns(GradModule(vocab, hidden, batch, seq, l.ids, l.grad, l.table, init_param), l.n,
-                     inputs, GradReference(ids, grad, vocab, init));
-      const HloModule& m = *program.program;
-      EXPECT_LT(LargestArray(m), batch * seq * hidden) << PrintModule(m);
-    }
-  }
+  ExpectGradients(layouts, vocab, hidden, batch, seq, rng, [&](const HloModule& m) {
+    EXPECT_LT(LargestArray(m), batch * seq * hidden) << PrintModule(m);
+  });
 }
 
 // ---------------------------------------------------------------------------
