@@ -208,14 +208,21 @@ std::optional<std::vector<std::vector<int64_t>>> GroupsOverKey(const DeviceTiles
   return groups;
 }
 
-std::vector<DeviceTiles> Coarsenings(const DeviceTiles& base, const std::vector<int64_t>& dims) {
+std::vector<DeviceTiles> Coarsenings(const DeviceTiles& base, const std::vector<int64_t>& dims,
+                                     const std::vector<int64_t>& hints) {
   std::vector<DeviceTiles> out = {base};
   for (int64_t d : dims) {
     const int64_t n = base.counts.at(d);
+    std::vector<int64_t> factors;  // finest first
+    for (int64_t m = n; m >= 1; --m) {
+      if (n % m != 0) continue;
+      bool wanted = hints.empty() || m == n || m == 1;
+      for (int64_t h : hints) wanted = wanted || m == h || m * h == n;
+      if (wanted) factors.push_back(m);
+    }
     std::vector<DeviceTiles> next;
     for (const DeviceTiles& t : out) {
-      for (int64_t m = n; m >= 1; --m) {  // finest first
-        if (n % m != 0) continue;
+      for (int64_t m : factors) {
         next.push_back(t);
         next.back().Coarsen(d, m);
       }
@@ -223,6 +230,16 @@ std::vector<DeviceTiles> Coarsenings(const DeviceTiles& base, const std::vector<
     out = std::move(next);
   }
   return out;
+}
+
+std::vector<int64_t> TileCounts(std::initializer_list<const DeviceTiles*> arrays) {
+  std::vector<int64_t> counts;
+  for (const DeviceTiles* a : arrays) {
+    for (int64_t c : a->counts) {
+      if (c > 1 && std::find(counts.begin(), counts.end(), c) == counts.end()) counts.push_back(c);
+    }
+  }
+  return counts;
 }
 
 }  // namespace weft::spmd

@@ -64,8 +64,17 @@ std::optional<std::vector<std::vector<int64_t>>> GroupsOverKey(const DeviceTiles
 // those dims feeds (-1: none). Map(x, Inverse(from, rank)) carries tiles back.
 std::vector<int64_t> Inverse(const std::vector<int64_t>& from, int64_t rank);
 
-// Every coarsening of `base` along `dims` (each dim in any divisor of its
-// tile count), the finest (base itself) first.
-std::vector<DeviceTiles> Coarsenings(const DeviceTiles& base, const std::vector<int64_t>& dims);
+// Coarsenings of `base` along `dims`, the finest (base itself) first. Each
+// dim of n tiles keeps n, becomes whole (1), or — for each tile count h of
+// the other arrays a plan combines (`hints`) that divides n — h or n / h
+// tiles: coarsened just enough to free the devices another array's split
+// needs. (Every divisor would be a search over all of them per dim:
+// thousands of candidates, each O(devices), on a 65,536-chip mesh.) With no
+// hints, every divisor.
+std::vector<DeviceTiles> Coarsenings(const DeviceTiles& base, const std::vector<int64_t>& dims,
+                                     const std::vector<int64_t>& hints = {});
+
+// The tile counts above 1 of these arrays (hints for Coarsenings).
+std::vector<int64_t> TileCounts(std::initializer_list<const DeviceTiles*> arrays);
 
 }  // namespace weft::spmd

@@ -322,11 +322,17 @@ std::optional<LookupPlan> PlanLookup(ComputationPartitioner& p, const HloInstruc
     }
   }
   // The indices: split along batch dims as they are, or as the result is.
+  const DeviceTiles r_tiles = DeviceTiles::Of(sharding, out.rank(), n);
   std::vector<DeviceTiles> i_bases = {DeviceTiles::Of(i_sharding, indices.rank(), n)};
-  DeviceTiles from_result = DeviceTiles::Map(DeviceTiles::Of(sharding, out.rank(), n),
-                                             Inverse(ld.out_from_indices, indices.rank()));
+  DeviceTiles from_result = DeviceTiles::Map(r_tiles, Inverse(ld.out_from_indices, indices.rank()));
   if (!(from_result == i_bases[0])) i_bases.push_back(std::move(from_result));
 
+  // The table's candidates, once (they do not depend on the indices').
+  std::vector<std::pair<DeviceTiles, HloSharding>> tables;
+  for (DeviceTiles& ot : Coarsenings(o_base, o_free, TileCounts({&i_bases[0], &r_tiles}))) {
+    std::optional<HloSharding> o_target = ot.ToSharding();
+    if (o_target) tables.emplace_back(std::move(ot), std::move(*o_target));
+  }
   ReshardCostCache cost(p.context());
   std::optional<LookupPlan> best;
   for (DeviceTiles i_base : i_bases) {
@@ -335,12 +341,11 @@ std::optional<LookupPlan> PlanLookup(ComputationPartitioner& p, const HloInstruc
     for (int64_t d : ld.idx_batch) {
       if (i_base.counts[d] > 1) i_free.push_back(d);
     }
-    for (const DeviceTiles& it : Coarsenings(i_base, i_free)) {
+    for (const DeviceTiles& it : Coarsenings(i_base, i_free, TileCounts({&o_base, &r_tiles}))) {
       const std::optional<HloSharding> i_target = it.ToSharding();
       if (!i_target) continue;
-      for (const DeviceTiles& ot : Coarsenings(o_base, o_free)) {
-        const std::optional<HloSharding> o_target = ot.ToSharding();
-        if (!o_target) continue;
+      for (const auto& [ot, o_target_sharding] : tables) {
+        const std::optional<HloSharding> o_target = o_target_sharding;
         // The result: batch dims as the indices, whole-slice dims as the table.
         const DeviceTiles rt = DeviceTiles::Join(it, ld.out_from_indices, ot, ld.out_from_operand);
         const std::optional<HloSharding> r_partial = rt.ToSharding();

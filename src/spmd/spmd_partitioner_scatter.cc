@@ -133,6 +133,13 @@ std::optional<ScatterPlan> PlanScatter(ComputationPartitioner& p, const HloInstr
                                               Inverse(sd.upd_from_indices, indices.rank()));
   if (!(from_updates == i_bases[0])) i_bases.push_back(std::move(from_updates));
 
+  // The result's candidates, once (they do not depend on the indices').
+  const DeviceTiles u_tiles = DeviceTiles::Of(u_sharding, updates.rank(), n);
+  std::vector<std::pair<DeviceTiles, HloSharding>> results;
+  for (DeviceTiles& st : Coarsenings(s_base, s_free, TileCounts({&i_bases[0], &u_tiles}))) {
+    std::optional<HloSharding> s_target = st.ToSharding();
+    if (s_target) results.emplace_back(std::move(st), std::move(*s_target));
+  }
   const bool zeros = IsZeros(instr.operand(0));
   ReshardCostCache cost(p.context());
   std::optional<ScatterPlan> best;
@@ -142,12 +149,11 @@ std::optional<ScatterPlan> PlanScatter(ComputationPartitioner& p, const HloInstr
     for (int64_t d : sd.idx_batch) {
       if (i_base.counts[d] > 1) i_free.push_back(d);
     }
-    for (const DeviceTiles& it : Coarsenings(i_base, i_free)) {
+    for (const DeviceTiles& it : Coarsenings(i_base, i_free, TileCounts({&s_base, &u_tiles}))) {
       const std::optional<HloSharding> i_target = it.ToSharding();
       if (!i_target) continue;
-      for (const DeviceTiles& st : Coarsenings(s_base, s_free)) {
-        const std::optional<HloSharding> s_target = st.ToSharding();
-        if (!s_target) continue;
+      for (const auto& [st, s_target_sharding] : results) {
+        const std::optional<HloSharding> s_target = s_target_sharding;
         // Updates: scatter dims as the indices, whole-window dims as the result.
         const DeviceTiles ut = DeviceTiles::Join(it, sd.upd_from_indices, st, sd.upd_from_operand);
         const std::optional<HloSharding> u_target = ut.ToSharding();

@@ -162,5 +162,21 @@ TEST(DeviceTiles, CoarseningsListEveryDivisorFinestFirst) {
   EXPECT_EQ(Coarsenings(base, {}).size(), 1u);
 }
 
+// With hints (the tile counts of the arrays a plan combines) a dim of n
+// tiles keeps n, 1, and each hint h dividing n as h or n / h tiles.
+TEST(DeviceTiles, HintedCoarseningsFreeWhatAnotherSplitNeeds) {
+  const DeviceTiles base = DeviceTiles::Of(HloSharding::Parse("{devices=[64,1]<=[64]}"), 2, 64);
+  const auto counts = [](const std::vector<DeviceTiles>& all) {
+    std::vector<int64_t> c;
+    for (const DeviceTiles& t : all) c.push_back(t.counts[0]);
+    return c;
+  };
+  EXPECT_EQ(counts(Coarsenings(base, {0})), (std::vector<int64_t>{64, 32, 16, 8, 4, 2, 1}));
+  EXPECT_EQ(counts(Coarsenings(base, {0}, {4})), (std::vector<int64_t>{64, 16, 4, 1}));
+  EXPECT_EQ(counts(Coarsenings(base, {0}, {8, 3})), (std::vector<int64_t>{64, 8, 1}));
+  const DeviceTiles other = DeviceTiles::Of(HloSharding::Parse("{devices=[2,4,8]<=[64]}"), 3, 64);
+  EXPECT_EQ(TileCounts({&base, &other}), (std::vector<int64_t>{64, 2, 4, 8}));
+}
+
 }  // namespace
 }  // namespace weft::spmd
