@@ -266,7 +266,9 @@ TEST(PlannerTest, DcnAxesChooseWhatCrossesSlices) {
   // Collectives across slices are hierarchical: what crosses is a group of
   // one device per slice (the fsdp groups' 8 members per slice stay inside).
   for (const analysis::CollectiveSite& site : fsdp_over_dcn.collectives.sites) {
-    if (site.crosses_slices) EXPECT_EQ(site.group_size, 2) << site.instruction;
+    if (site.crosses_slices) {
+      EXPECT_EQ(site.group_size, 2) << site.instruction;
+    }
   }
 
   // fsdp major: the hybrid order is the row-major one, as with --slices.
