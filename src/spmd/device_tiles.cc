@@ -107,7 +107,7 @@ int64_t DeviceTiles::NumTiles() const {
 
 int64_t DeviceTiles::Flat(int64_t device) const {
   int64_t flat = 0;
-  const int32_t* row = &index[device * rank()];
+  const int32_t* row = index.data() + device * rank();  // no row at all for rank 0
   for (int64_t d = 0; d < rank(); ++d) flat = flat * counts[d] + row[d];
   return flat;
 }

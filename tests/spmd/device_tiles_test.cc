@@ -162,6 +162,18 @@ TEST(DeviceTiles, CoarseningsListEveryDivisorFinestFirst) {
   EXPECT_EQ(Coarsenings(base, {}).size(), 1u);
 }
 
+// A key with no dims (a table not split along the vocabulary) has one tile:
+// each device sums with nobody but the holders of its own result tile.
+TEST(DeviceTiles, AKeyWithNoDimsHasOneTile) {
+  const DeviceTiles result = DeviceTiles::Of(HloSharding::Parse("{devices=[4,1]<=[4]}"), 2, 4);
+  const DeviceTiles key = DeviceTiles::Map(result, {});
+  EXPECT_EQ(key.rank(), 0);
+  EXPECT_EQ(key.NumTiles(), 1);
+  EXPECT_EQ(key.Flat(3), 0);
+  EXPECT_EQ(GroupsOverKey(result, key),
+            (std::optional<std::vector<std::vector<int64_t>>>{{{0}, {1}, {2}, {3}}}));
+}
+
 // With hints (the tile counts of the arrays a plan combines) a dim of n
 // tiles keeps n, 1, and each hint h dividing n as h or n / h tiles.
 TEST(DeviceTiles, HintedCoarseningsFreeWhatAnotherSplitNeeds) {
