@@ -46,15 +46,6 @@ double Median(std::vector<double> values) {
   return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
-std::string MeshDescription(const MeshConfig& mesh) {
-  if (mesh.axis_names.empty()) return "no mesh";
-  std::string text;
-  for (size_t i = 0; i < mesh.axis_names.size(); ++i) {
-    text += fmt::format("{}{}={}", i ? "," : "", mesh.axis_names[i], mesh.axis_sizes[i]);
-  }
-  return text;
-}
-
 }  // namespace
 
 namespace {
@@ -101,7 +92,7 @@ TrainBenchResult MeasureTrain(const TrainBenchOptions& options) {
 
   TrainBenchResult r;
   r.config = options.config;
-  r.mesh = MeshDescription(mesh);
+  r.mesh = MeshText(mesh);
   r.warmup = options.warmup;
   r.profile = options.profile;
   r.parameters = config.model.NumParameters();

@@ -467,35 +467,22 @@ TEST(SpmdScatterTest, UpdatesSplitAlongTheBatchSumOverIt) {
 
 TEST(SpmdScatterTest, FsdpGradientReduceScattersOverFsdpThenAllReducesOverData) {
   std::mt19937_64 rng(31);
-  const int64_t vocab = 40, hidden = 16, batch = 16, seq = 8;
-  for (bool init_param : {false, true}) {
-    SCOPED_TRACE(init_param ? "init parameter" : "init zeros");
-    const HostTensor ids = TokenIds(batch, seq, vocab, rng);
-    const HostTensor grad = RandomFloats({batch, seq, hidden}, rng);
-    std::vector<HostTensor> inputs = {ids, grad};
-    std::vector<double> init(vocab * hidden, 0.0);
-    if (init_param) {
-      inputs.push_back(RandomTable(vocab, hidden, rng));
-      init = inputs.back().ToDoubles();
-    }
-    // (data=2, fsdp=2, tensor=2): each device scatters its batch rows into
-    // its vocabulary half [V/2, D], reduce-scatters D over fsdp and sums the
-    // [V/2, D/2] tiles over data, as FSDP reduces any weight's gradient.
-    auto program = ExpectRuns(GradModule(vocab, hidden, batch, seq, kBatchDataFsdp8,
-                                         kRowsBatchDataFsdp8, kTableTensorFsdp8, init_param),
-                              8, inputs, GradReference(ids, grad, vocab, init));
-    const HloModule& m = *program.program;
-    auto scatters = FindAll(m, HloOpcode::kReduceScatter);
-    auto reduces = FindAll(m, HloOpcode::kAllReduce);
-    ASSERT_EQ(scatters.size(), 1u) << PrintModule(m);
-    ASSERT_EQ(reduces.size(), 1u) << PrintModule(m);
-    EXPECT_EQ(scatters[0]->operand(0)->shape(), ParseShape("f32[20,16]"));
-    EXPECT_EQ(scatters[0]->attrs().replica_groups,
-              (std::vector<std::vector<int64_t>>{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
-    EXPECT_EQ(reduces[0]->shape(), ParseShape("f32[20,8]"));
-    EXPECT_EQ(reduces[0]->attrs().replica_groups,
-              (std::vector<std::vector<int64_t>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
-  }
+  // (data=2, fsdp=2, tensor=2): each device scatters its batch rows into
+  // its vocabulary half [V/2, D], reduce-scatters D over fsdp and sums the
+  // [V/2, D/2] tiles over data, as FSDP reduces any weight's gradient.
+  ExpectGradients({{8, kBatchDataFsdp8, kRowsBatchDataFsdp8, kTableTensorFsdp8}}, 40, 16, 16, 8,
+                  rng, [](const HloModule& m) {
+                    auto scatters = FindAll(m, HloOpcode::kReduceScatter);
+                    auto reduces = FindAll(m, HloOpcode::kAllReduce);
+                    ASSERT_EQ(scatters.size(), 1u) << PrintModule(m);
+                    ASSERT_EQ(reduces.size(), 1u) << PrintModule(m);
+                    EXPECT_EQ(scatters[0]->operand(0)->shape(), ParseShape("f32[20,16]"));
+                    EXPECT_EQ(scatters[0]->attrs().replica_groups,
+                              (std::vector<std::vector<int64_t>>{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+                    EXPECT_EQ(reduces[0]->shape(), ParseShape("f32[20,8]"));
+                    EXPECT_EQ(reduces[0]->attrs().replica_groups,
+                              (std::vector<std::vector<int64_t>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+                  });
 }
 
 // The FSDP table's gradient: each device scatters its own batch rows; no
