@@ -109,7 +109,7 @@ void AddPlan(CLI::App& app) {
   cmd->add_option("--precision", f->precision,
                   "bf16 (2-byte buffers, 12-byte optimizer state) or f32 (what weft train does); "
                   "default: the chip's");
-  cmd->add_flag("--json", f->json, "Print JSON (schema weft.plan/1, plan/report.h)");
+  cmd->add_flag("--json", f->json, "Print JSON (schema weft.plan/2, plan/report.h)");
   cmd->add_option("--svg", f->svg, "Write the memory breakdown and timeline as SVG");
   cmd->callback([f] { SetAction([f] { return RunPlan(*f); }); });
 }

@@ -19,17 +19,16 @@ std::string Where(std::string_view file, const toml::source_region& region) {
 }
 
 const std::set<std::string>& KnownKeys() {
-  static const std::set<std::string> keys = {"description",
-                                             "hbm_gb",
-                                             "hbm_gib",
-                                             "peak_tflops_bf16",
-                                             "peak_tflops_f32",
-                                             "ici_gbytes_per_s",
-                                             "dcn_gbytes_per_s",
-                                             "host_gbytes_per_s",
-                                             "max_slice_chips",
-                                             "default_precision",
-                                             "source"};
+  static const std::set<std::string> keys = {"description",      "hbm_gb",
+                                             "hbm_gib",          "peak_tflops_bf16",
+                                             "peak_tflops_f32",  "ici_gbytes_per_s",
+                                             "dcn_gbytes_per_s", "host_gbytes_per_s",
+                                             "max_slice_chips",  "default_precision",
+                                             "source",           "hbm_gbytes_per_s",
+                                             "ici_topology",     "ici_links",
+                                             "matrix_tile",      "matrix_efficiency",
+                                             "vector_tflops",    "ici_latency_us",
+                                             "dcn_latency_us"};
   return keys;
 }
 
@@ -112,7 +111,9 @@ ChipTable ParseChipTable(std::string_view toml_text, std::string_view source_nam
       WEFT_CHECK(KnownKeys().count(std::string(k.str())) > 0,
                  "{}: unknown key '{}' in chip '{}' (known: description, hbm_gb or hbm_gib, "
                  "peak_tflops_bf16, peak_tflops_f32, ici_gbytes_per_s, dcn_gbytes_per_s, "
-                 "host_gbytes_per_s, max_slice_chips, default_precision, source)",
+                 "host_gbytes_per_s, max_slice_chips, default_precision, source, "
+                 "hbm_gbytes_per_s, ici_topology, ici_links, matrix_tile, matrix_efficiency, "
+                 "vector_tflops, ici_latency_us, dcn_latency_us)",
                  Where(source_name, k.source()), k.str(), name);
     }
     Chip c;
@@ -138,6 +139,51 @@ ChipTable ParseChipTable(std::string_view toml_text, std::string_view source_nam
       c.default_precision = precision;
     }
     c.source = String(*t, "source", source_name, name, true);
+    c.hbm_bytes_per_s = Number(*t, "hbm_gbytes_per_s", source_name, name, true) * 1e9;
+    const std::string topology = String(*t, "ici_topology", source_name, name, true);
+    if (topology == "switch") {
+      c.ici_topology = Chip::Topology::kSwitch;
+    } else if (topology == "torus2d") {
+      c.ici_topology = Chip::Topology::kTorus2d;
+    } else if (topology == "torus3d") {
+      c.ici_topology = Chip::Topology::kTorus3d;
+    } else {
+      Fail(
+          "{}: ici_topology of chip '{}' must be \"switch\", \"torus2d\" or \"torus3d\", got "
+          "\"{}\"",
+          Where(source_name, t->source()), name, topology);
+    }
+    const double links =
+        Number(*t, "ici_links", source_name, name, c.ici_topology != Chip::Topology::kSwitch);
+    if (links > 0) {
+      WEFT_CHECK(links == static_cast<double>(static_cast<int64_t>(links)),
+                 "{}: ici_links of chip '{}' must be a whole number, got {}",
+                 Where(source_name, t->source()), name, links);
+      c.ici_links = static_cast<int64_t>(links);
+    }
+    if (const toml::node* tile = t->get("matrix_tile")) {
+      const toml::array* a = tile->as_array();
+      bool ok = a != nullptr && a->size() == 3;
+      for (size_t i = 0; ok && i < 3; ++i) {
+        const auto v = (*a)[i].value<int64_t>();
+        ok = (*a)[i].is_integer() && v && *v >= 1;
+        if (ok) c.matrix_tile[i] = *v;
+      }
+      WEFT_CHECK(ok, "{}: matrix_tile of chip '{}' must be three positive integers [M, N, K]",
+                 Where(source_name, tile->source()), name);
+    }
+    const double efficiency = Number(*t, "matrix_efficiency", source_name, name, false);
+    if (efficiency > 0) {
+      WEFT_CHECK(efficiency <= 1, "{}: matrix_efficiency of chip '{}' must be in (0, 1], got {}",
+                 Where(source_name, t->source()), name, efficiency);
+      c.matrix_efficiency = efficiency;
+    }
+    const double vector = Number(*t, "vector_tflops", source_name, name, false);
+    if (vector > 0) c.vector_flops = vector * 1e12;
+    const double ici_latency = Number(*t, "ici_latency_us", source_name, name, false);
+    if (ici_latency > 0) c.ici_latency_s = ici_latency * 1e-6;
+    const double dcn_latency = Number(*t, "dcn_latency_us", source_name, name, false);
+    if (dcn_latency > 0) c.dcn_latency_s = dcn_latency * 1e-6;
     table.chips.push_back(std::move(c));
   }
   return table;

@@ -115,6 +115,47 @@ int64_t DeviceTraffic::dcn_bytes() const {
   return n;
 }
 
+DeviceCollective CollectiveOnDevice(const HloModule& program, const HloInstruction& instr,
+                                    int64_t device, const CollectivePlanOptions& options) {
+  const int64_t n = options.num_devices;
+  WEFT_INTERNAL_CHECK(IsCollective(instr.opcode()), "{} is not a collective", instr.Describe());
+  WEFT_INTERNAL_CHECK(device >= 0 && device < n && options.slices >= 1 && n % options.slices == 0,
+                      "device {} of {} in {} slices", device, n, options.slices);
+  const int64_t per_slice = n / options.slices;
+  const IdModes ids = ModesOf(program, n);
+  DeviceCollective out;
+  out.kind = KindOf(instr.opcode());
+  if (out.kind == CollectiveKind::kCollectivePermute) {
+    out.group = {device};
+    for (auto [s, t] : DevicePairs(instr, ids)) {
+      if (s == device && t != device) out.group.push_back(t);
+    }
+    const int64_t bytes = PlannedBytes(instr.operand(0)->shape(), options.precision);
+    out.bytes_sent = runtime::CollectiveBytesSent(out.kind, out.group.size() > 1 ? 2 : 1, bytes);
+  } else {
+    ReplicaGroups groups;
+    try {
+      groups = DeviceGroups(instr, ids, n);
+    } catch (const Error& e) {
+      FailInternal("{}: {}", instr.Describe(), e.what());
+    }
+    for (const auto& g : groups) {
+      if (std::find(g.begin(), g.end(), device) != g.end()) out.group = g;
+    }
+    if (out.group.empty()) out.group = {device};
+    const int64_t operands = out.kind == CollectiveKind::kAllReduce ? instr.operand_count() : 1;
+    for (int64_t i = 0; i < operands; ++i) {
+      out.bytes_sent +=
+          runtime::CollectiveBytesSent(out.kind, static_cast<int64_t>(out.group.size()),
+                                       PlannedBytes(instr.operand(i)->shape(), options.precision));
+    }
+  }
+  for (int64_t d : out.group) {
+    out.crosses_slices = out.crosses_slices || d / per_slice != device / per_slice;
+  }
+  return out;
+}
+
 CollectivePlan PlanCollectives(const HloModule& program, const CollectivePlanOptions& options) {
   const int64_t n = options.num_devices;
   // The planner built the program and checked the mesh and the slices.

@@ -84,18 +84,10 @@ FlopCount CountFlops(const HloModule& program) {
   return f;
 }
 
-StepTime EstimateStepTime(const StepTimeInputs& in, const Chip& chip, Precision precision) {
-  StepTime t;
-  t.peak_flops = precision == Precision::kBf16 ? chip.peak_flops_bf16 : chip.peak_flops_f32;
-  t.compute_s = in.flops.timed() / t.peak_flops;
-  t.ici_s = static_cast<double>(in.ici_bytes) / chip.ici_bytes_per_s;
-  t.dcn_s = static_cast<double>(in.dcn_bytes) / chip.dcn_bytes_per_s;
-  t.host_s = static_cast<double>(in.host_bytes) / chip.host_bytes_per_s;
-  t.step_s = std::max({t.compute_s, t.ici_s + t.dcn_s, t.host_s});
-  t.serial_s = t.compute_s + t.ici_s + t.dcn_s + t.host_s;
-  if (t.step_s > 0) t.mfu = in.model_flops / (t.step_s * t.peak_flops);
-  if (t.serial_s > 0) t.mfu_serial = in.model_flops / (t.serial_s * t.peak_flops);
-  return t;
+FlopCount InstructionFlops(const HloInstruction& instr) {
+  FlopCount f;
+  CountInstructionFlops(instr, 1, f);
+  return f;
 }
 
 }  // namespace weft::analysis

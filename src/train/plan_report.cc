@@ -93,6 +93,42 @@ std::string PrecisionText(Precision p) {
              : "f32: 4-byte program buffers; optimizer state m + v = 8 bytes/parameter";
 }
 
+double TokensPerChipPerSecond(const StepPlan& p) {
+  if (p.time.step_s <= 0) return 0;
+  return static_cast<double>(p.batch_size * p.seq_len) / static_cast<double>(p.num_devices) /
+         p.time.step_s;
+}
+
+// The simulated step: the critical path, then what fills it.
+template <typename Line>
+void StepTimeText(const StepPlan& p, Line&& line) {
+  const analysis::StepTime& t = p.time;
+  line(fmt::format("Step time {} (simulated over the compiled schedule, device {})",
+                   Seconds(t.step_s), p.collective_device));
+  line(
+      fmt::format("  critical path  compute {} + exposed ICI {} + exposed DCN {} + exposed host {}",
+                  Seconds(t.compute_s), Seconds(t.exposed_ici_s), Seconds(t.exposed_dcn_s),
+                  Seconds(t.exposed_host_s)));
+  line(fmt::format("  compute        matrix (dots, attention) {}, loops and copies {}",
+                   Seconds(t.matrix_s), Seconds(t.compute_s - t.matrix_s)));
+  line(fmt::format("  links busy     ICI {}, DCN {}, host {} (hidden behind compute: {})",
+                   Seconds(t.ici_s), Seconds(t.dcn_s), Seconds(t.host_s),
+                   Seconds(std::max(0.0, t.ici_s + t.dcn_s + t.host_s - t.exposed_ici_s -
+                                             t.exposed_dcn_s - t.exposed_host_s))));
+  line(
+      fmt::format("  MFU {:.1f}%, {:.0f} tokens/s per chip ({:.1f}% and {} with no overlap at all)",
+                  100 * t.mfu, TokensPerChipPerSecond(p), 100 * t.mfu_serial, Seconds(t.serial_s)));
+  if (!t.top.empty()) {
+    line("  longest instructions (all runs):");
+    for (size_t i = 0; i < t.top.size() && i < 5; ++i) {
+      const analysis::SimInstruction& s = t.top[i];
+      line(fmt::format("    {:>10}  {:<7} {:<6} x{:<5} {} ({})", Seconds(s.seconds),
+                       analysis::StreamName(s.stream), s.bound, s.runs, s.instruction,
+                       s.computation));
+    }
+  }
+}
+
 // Category colors, shared by the SVG's bar and timeline.
 constexpr std::array<const char*, kNumBufferCategories + 1> kColors = {
     "#4e79a7", "#bab0ac", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#b07aa1"};
@@ -133,6 +169,10 @@ std::string FormatPlanText(const StepPlan& p) {
                    FormatBytes(p.chip.dcn_bytes_per_s), FormatBytes(p.chip.host_bytes_per_s)));
   line(fmt::format("  precision  {}", PrecisionText(p.precision)));
   line("");
+  line(fmt::format("VERDICT: {}", Verdict(p)));
+  line("");
+  StepTimeText(p, line);
+  line("");
 
   line("Memory per chip");
   line(fmt::format("  static     parameters {} + gradients {} + optimizer state {} = {}",
@@ -157,8 +197,6 @@ std::string FormatPlanText(const StepPlan& p) {
     line(fmt::format("  host       {} of saved layer inputs offloaded (not in the peak)",
                      FormatBytes(p.memory.host_peak_bytes)));
   }
-  line("");
-  line(fmt::format("VERDICT: {}", Verdict(p)));
   line("");
 
   line(fmt::format("Largest buffers live at the peak (shapes in the policy's types)"));
@@ -214,19 +252,10 @@ std::string FormatPlanText(const StepPlan& p) {
   line(fmt::format("  executed   {}: matmul {}, attention forward {}, backward {}",
                    Flops(p.flops.timed()), Flops(p.flops.dot), Flops(p.flops.attention_forward),
                    Flops(p.flops.attention_backward)));
-  line(fmt::format("             + vector work {} (not timed)", Flops(p.flops.other)));
+  line(fmt::format("             + vector work {}", Flops(p.flops.other)));
   line(fmt::format("  model      {} (6 x matmul parameters x tokens + 3 x causal attention)",
                    Flops(p.model_flops)));
   line("");
-  line("Step time");
-  line(fmt::format("  compute {}, ICI {}, DCN {}, host {}", Seconds(p.time.compute_s),
-                   Seconds(p.time.ici_s), Seconds(p.time.dcn_s), Seconds(p.time.host_s)));
-  line(
-      fmt::format("  estimate {}: collectives and host transfers overlap compute; without "
-                  "overlap {}",
-                  Seconds(p.time.step_s), Seconds(p.time.serial_s)));
-  line(fmt::format("  MFU {:.1f}% ({:.1f}% without overlap)", 100 * p.time.mfu,
-                   100 * p.time.mfu_serial));
   for (const std::string& w : p.warnings) line("warning: " + w);
   line(fmt::format("(planned in {:.2f} s: compile {:.2f} s, analysis {:.2f} s)",
                    p.compile_seconds + p.analysis_seconds, p.compile_seconds, p.analysis_seconds));
@@ -236,7 +265,7 @@ std::string FormatPlanText(const StepPlan& p) {
 std::string FormatPlanJson(const StepPlan& p) {
   using nlohmann::json;
   json j;
-  j["schema"] = "weft.plan/1";
+  j["schema"] = "weft.plan/2";
   j["config"] = p.config_source;
   j["chip"] = {{"name", p.chip.name},
                {"description", p.chip.description},
@@ -362,17 +391,30 @@ std::string FormatPlanJson(const StepPlan& p) {
                     {"attention_backward", p.flops.attention_backward},
                     {"other", p.flops.other}}},
                   {"model_flops", p.model_flops}};
-  j["time"] = {{"compute_s", p.time.compute_s},
+  json top = json::array();
+  for (const analysis::SimInstruction& i : p.time.top) {
+    top.push_back({{"instruction", i.instruction},
+                   {"computation", i.computation},
+                   {"stream", analysis::StreamName(i.stream)},
+                   {"bound", i.bound},
+                   {"runs", i.runs},
+                   {"seconds", i.seconds}});
+  }
+  j["time"] = {{"step_s", p.time.step_s},
+               {"compute_s", p.time.compute_s},
+               {"matrix_s", p.time.matrix_s},
+               {"exposed_ici_s", p.time.exposed_ici_s},
+               {"exposed_dcn_s", p.time.exposed_dcn_s},
+               {"exposed_host_s", p.time.exposed_host_s},
                {"ici_s", p.time.ici_s},
                {"dcn_s", p.time.dcn_s},
                {"host_s", p.time.host_s},
-               {"step_s", p.time.step_s},
                {"serial_s", p.time.serial_s},
                {"mfu", p.time.mfu},
                {"mfu_serial", p.time.mfu_serial},
-               {"overlap",
-                "collectives and host transfers overlap compute perfectly: step = max(compute, "
-                "ICI + DCN, host); serial_s is the no-overlap sum"}};
+               {"tokens_per_s_per_chip", TokensPerChipPerSecond(p)},
+               {"simulated_runs", p.time.simulated_runs},
+               {"top", top}};
   j["verdict"] = p.fits() ? "fits" : "does not fit";
   j["warnings"] = p.warnings;
   j["plan_seconds"] = {{"compile", p.compile_seconds}, {"analysis", p.analysis_seconds}};

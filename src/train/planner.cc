@@ -298,24 +298,16 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
       ModelFlopsPerStep(config.model, plan.batch_size, plan.seq_len) / static_cast<double>(n);
   // Offloaded buffers are written once in the forward and read once in the backward.
   plan.host_transfer_bytes = 2 * plan.memory.host_peak_bytes;
-  analysis::StepTimeInputs ti;
-  ti.flops = plan.flops;
-  ti.model_flops = plan.model_flops;
-  // The device whose collectives take longest sets the pace.
-  double slowest = -1;
-  for (int64_t i = 0; i < n; ++i) {
-    const analysis::DeviceTraffic& d = plan.collectives.per_device[i];
-    const double t = static_cast<double>(d.ici_bytes()) / plan.chip.ici_bytes_per_s +
-                     static_cast<double>(d.dcn_bytes()) / plan.chip.dcn_bytes_per_s;
-    if (t > slowest) {
-      slowest = t;
-      plan.collective_device = i;
-      ti.ici_bytes = d.ici_bytes();
-      ti.dcn_bytes = d.dcn_bytes();
-    }
-  }
-  ti.host_bytes = plan.host_transfer_bytes;
-  plan.time = analysis::EstimateStepTime(ti, plan.chip, plan.precision);
+  analysis::SimOptions so;
+  so.precision = plan.precision;
+  so.num_devices = n;
+  so.slices = plan.slices;
+  so.device = plan.collectives.busiest_device;
+  so.host_bytes = plan.host_transfer_bytes;
+  so.model_flops = plan.model_flops;
+  so.timeline_points = options.timeline_points;
+  plan.collective_device = so.device;
+  plan.time = analysis::SimulateStep(*c.program, plan.chip, so);
   plan.analysis_seconds = SecondsSince(analysis_start);
   return plan;
 }

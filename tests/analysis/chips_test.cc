@@ -63,6 +63,8 @@ ici_gbytes_per_s = 100
 dcn_gbytes_per_s = 10
 host_gbytes_per_s = 10
 max_slice_chips = 64
+hbm_gbytes_per_s = 1000
+ici_topology = "switch"
 source = "made up"
 )";
 

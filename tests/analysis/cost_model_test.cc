@@ -1,5 +1,5 @@
-// FLOPs of dots and attention calls (with loop trips), the model-FLOPs
-// formula, and the step-time arithmetic with its overlap assumption.
+// FLOPs of dots and attention calls (with loop trips) and the model-FLOPs
+// formula (step time: step_sim_test.cc).
 #include "weft/analysis/cost_model.h"
 
 #include <gtest/gtest.h>
@@ -95,27 +95,6 @@ TEST(CostModelTest, AFusionCountsItsFusedComputation) {
               0)
         << "output " << k << " differs fused vs unfused";
   }
-}
-
-TEST(CostModelTest, StepTimeOverlapsCommunicationWithCompute) {
-  Chip chip;
-  chip.peak_flops_bf16 = 100e12;
-  chip.peak_flops_f32 = 50e12;
-  chip.ici_bytes_per_s = 100e9;
-  chip.dcn_bytes_per_s = 10e9;
-  chip.host_bytes_per_s = 20e9;
-  StepTimeInputs in;
-  in.flops.dot = 100e12;  // 1 s at bf16
-  in.model_flops = 60e12;
-  in.ici_bytes = 50e9;   // 0.5 s
-  in.dcn_bytes = 10e9;   // 1 s
-  in.host_bytes = 20e9;  // 1 s
-  const StepTime t = EstimateStepTime(in, chip, Precision::kBf16);
-  EXPECT_DOUBLE_EQ(t.compute_s, 1.0);
-  EXPECT_DOUBLE_EQ(t.step_s, 1.5);  // ICI + DCN is the longest
-  EXPECT_DOUBLE_EQ(t.serial_s, 3.5);
-  EXPECT_DOUBLE_EQ(t.mfu, 60e12 / (1.5 * 100e12));
-  EXPECT_DOUBLE_EQ(EstimateStepTime(in, chip, Precision::kF32).compute_s, 2.0);
 }
 
 }  // namespace

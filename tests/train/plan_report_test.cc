@@ -37,7 +37,7 @@ StepPlan BigPlanWithoutShardAs() {
 TEST(ReportTest, JsonFollowsTheDocumentedSchema) {
   const StepPlan p = TinyPlan();
   const nlohmann::json j = nlohmann::json::parse(FormatPlanJson(p));
-  EXPECT_EQ(j["schema"], "weft.plan/1");
+  EXPECT_EQ(j["schema"], "weft.plan/2");
   for (const char* key :
        {"config", "chip", "chips_file", "mesh", "precision", "remat", "shard_as", "batch_size",
         "seq_len", "tokens_per_step", "parameters", "memory", "collectives", "compute", "time",

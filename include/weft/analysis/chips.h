@@ -15,11 +15,29 @@
 //   default_precision = "bf16"   # "bf16" or "f32"
 //   source = "https://..."       # where the numbers come from
 //
-// Every key is required except description and default_precision (bf16);
-// unknown keys are errors naming file:line:col, so a typo never falls back
-// to a default.
+// What the step-time simulation (analysis/step_sim.h) also reads:
+//
+//   hbm_gbytes_per_s = 1640      # memory bandwidth per chip
+//   ici_topology = "torus2d"     # "switch" (NVLink: any group at the full
+//                                # ici rate), "torus2d" or "torus3d"
+//   ici_links = 4                # torus links per chip (ici_gbytes_per_s
+//                                # is their sum); required with a torus
+//   matrix_tile = [8, 256, 256]  # a dot's [M, N, K] run padded to these
+//                                # multiples (default [1, 1, 1])
+//   matrix_efficiency = 0.8      # the fraction of the matrix peak a large
+//                                # dot reaches: one fitted number per chip
+//                                # (default 1)
+//   vector_tflops = 60           # elementwise work (default: none, loops
+//                                # are timed by their bytes alone)
+//   ici_latency_us = 2           # per ring step of a collective (default 0)
+//   dcn_latency_us = 20
+//
+// Every key is required except description, default_precision (bf16) and
+// those whose default is given above; unknown keys are errors naming
+// file:line:col, so a typo never falls back to a default.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -39,6 +57,14 @@ struct Chip {
   double host_bytes_per_s = 0;
   int64_t max_slice_chips = 0;
   std::string default_precision = "bf16";
+  double hbm_bytes_per_s = 0;
+  enum class Topology { kSwitch, kTorus2d, kTorus3d };
+  Topology ici_topology = Topology::kSwitch;
+  int64_t ici_links = 0;                        // torus links per chip
+  std::array<int64_t, 3> matrix_tile{1, 1, 1};  // [M, N, K]
+  double matrix_efficiency = 1;
+  double vector_flops = 0;  // FLOP/s; 0: not given
+  double ici_latency_s = 0, dcn_latency_s = 0;
   std::string source;
 };
 

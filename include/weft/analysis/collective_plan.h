@@ -65,6 +65,19 @@ struct CollectivePlan {
   int64_t busiest_device = 0;             // the device sending the most bytes
 };
 
+// One collective instruction as `device` runs it once: its group (a
+// collective-permute: the device and the device it sends to, or only
+// itself when it sends nothing), the bytes it sends and whether the group
+// crosses slices.
+struct DeviceCollective {
+  runtime::CollectiveKind kind = runtime::CollectiveKind::kAllReduce;
+  std::vector<int64_t> group;
+  int64_t bytes_sent = 0;
+  bool crosses_slices = false;
+};
+DeviceCollective CollectiveOnDevice(const HloModule& program, const HloInstruction& instr,
+                                    int64_t device, const CollectivePlanOptions& options);
+
 // For programs weft partitioned (`weft plan`): replica groups that do not
 // fit num_devices, or slices that do not divide it, are weft's own bugs
 // (weft::InternalError); the planner checks the mesh and slices first.

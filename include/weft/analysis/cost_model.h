@@ -13,14 +13,8 @@
 //   other      one per element of elementwise ops and reductions (vector
 //              work, not timed: it is memory bound and fused on accelerators)
 //
-// Step time: compute = (dot + attention FLOPs) / the chip's peak for the
-// precision; ICI and DCN time = the busiest device's bytes / link bandwidth;
-// host time = offloaded bytes moved (written in the forward, read back in the
-// backward) / host bandwidth. The estimate assumes collectives and host
-// transfers overlap compute perfectly (as XLA's asynchronous collectives and
-// latency-hiding scheduler aim to): step = max(compute, ICI + DCN, host).
-// The no-overlap bound is their sum. MFU = model FLOPs / (devices x step x
-// peak), with model FLOPs = 6 x matmul parameters x tokens + 3 x the causal
+// Step time is simulated from the program (analysis/step_sim.h); MFU there
+// uses model FLOPs = 6 x matmul parameters x tokens + 3 x the causal
 // attention forward (no recomputation counted: remat shows as lower MFU).
 #pragma once
 
@@ -43,23 +37,8 @@ struct FlopCount {
 // Per device, per execution of the entry.
 FlopCount CountFlops(const HloModule& program);
 
-struct StepTimeInputs {
-  FlopCount flops;         // per device
-  double model_flops = 0;  // per device
-  int64_t ici_bytes = 0;   // sent by the busiest device
-  int64_t dcn_bytes = 0;
-  int64_t host_bytes = 0;  // moved to and from host memory per device
-};
-
-struct StepTime {
-  double compute_s = 0, ici_s = 0, dcn_s = 0, host_s = 0;
-  double step_s = 0;      // the estimate (perfect overlap)
-  double serial_s = 0;    // the no-overlap bound
-  double mfu = 0;         // at step_s
-  double mfu_serial = 0;  // at serial_s
-  double peak_flops = 0;  // the rate used
-};
-
-StepTime EstimateStepTime(const StepTimeInputs& in, const Chip& chip, Precision precision);
+// One run of one instruction (a fusion: its fused computation; a while or a
+// call: nothing, their bodies are counted where they run).
+FlopCount InstructionFlops(const HloInstruction& instr);
 
 }  // namespace weft::analysis

@@ -2,9 +2,9 @@
 // schema below, and an SVG (memory breakdown at the peak + live memory over
 // the step).
 //
-// JSON schema "weft.plan/1" (bytes are per device under the precision
+// JSON schema "weft.plan/2" (bytes are per device under the precision
 // policy; times in seconds; every key is always present, null where noted):
-//   schema            "weft.plan/1"
+//   schema            "weft.plan/2"
 //   config            the run config file
 //   chip              {name, description, hbm_bytes, peak_flops (at the
 //                     policy's precision), ici_bytes_per_s, dcn_bytes_per_s,
@@ -40,8 +40,14 @@
 //                      all-to-all, collective-permute; largest is device 0's)
 //   compute           {flops: {dot, attention_forward, attention_backward,
 //                      other}, model_flops}  (per device per step)
-//   time              {compute_s, ici_s, dcn_s, host_s, step_s, serial_s, mfu,
-//                      mfu_serial, overlap (the assumption, as text)}
+//   time              the simulated step (analysis/step_sim.h): {step_s,
+//                      compute_s, matrix_s (of compute_s), exposed_ici_s,
+//                      exposed_dcn_s, exposed_host_s (step_s = compute_s +
+//                      the exposed times), ici_s, dcn_s, host_s (links busy),
+//                      serial_s (no overlap), mfu, mfu_serial,
+//                      tokens_per_s_per_chip, simulated_runs, top:
+//                      [{instruction, computation, stream, bound, runs,
+//                      seconds}] (most time first)}
 //   verdict           "fits" | "does not fit"
 //   warnings          [text]
 //   plan_seconds      {compile, analysis}

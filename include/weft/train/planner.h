@@ -33,6 +33,7 @@
 #include "weft/analysis/cost_model.h"
 #include "weft/analysis/memory_plan.h"
 #include "weft/analysis/precision.h"
+#include "weft/analysis/step_sim.h"
 #include "weft/models/llama_config.h"
 #include "weft/train/program.h"
 
@@ -104,7 +105,7 @@ struct StepPlan {
   std::vector<UnsplitStackedBuffer> unsplit_stacked;
 
   analysis::CollectivePlan collectives;
-  int64_t collective_device = 0;    // the device whose collectives take longest
+  int64_t collective_device = 0;    // the device simulated: the one sending the most bytes
   analysis::FlopCount flops;        // per device
   double model_flops = 0;           // per device
   int64_t host_transfer_bytes = 0;  // per device per step (offload)
