@@ -1,6 +1,6 @@
 // `weft plan CONFIG --mesh AXES --chip NAME [--slices N] [--batch B] [--seq S]
 // [--remat full|offload|none] [--no-shard-as] [--precision bf16|f32]
-// [--chips FILE] [--json] [--svg FILE]`: the training step `weft train` would
+// [--chips FILE] [--json] [--svg FILE] [--hlo FILE]`: the training step `weft train` would
 // run, analysed for a mesh of any size before renting it (plan/planner.h).
 #include <fmt/core.h>
 
@@ -13,6 +13,7 @@
 #include "weft/base/atomic_file.h"
 #include "weft/base/error.h"
 #include "weft/train/plan_report.h"
+#include "weft/train/plan_validation.h"
 #include "weft/train/planner.h"
 #include "weft/train/program.h"
 
@@ -28,6 +29,7 @@ struct PlanFlags {
   std::string remat;
   std::string precision;
   std::string svg;
+  std::string hlo;
   int64_t slices = 0, batch = 0, seq = 0;
   // Whether each was given: a given 0 is an error, never "the default".
   CLI::Option *slices_given = nullptr, *batch_given = nullptr, *seq_given = nullptr;
@@ -52,17 +54,28 @@ int RunPlan(const PlanFlags& f) {
   o.remat = f.remat;
   o.shard_as = !f.no_shard_as;
   if (!f.precision.empty()) o.precision = analysis::ParsePrecision(f.precision, "--precision");
-  if (!f.svg.empty()) {
-    // Before any compute: a typo in the SVG's directory should not wait for the plan.
-    const std::filesystem::path dir = std::filesystem::path(f.svg).parent_path();
+  // Before any compute: a typo in an output's directory should not wait for the plan.
+  for (const auto& [flag, path] : {std::pair{"--svg", f.svg}, std::pair{"--hlo", f.hlo}}) {
+    if (path.empty()) continue;
+    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
     std::error_code ec;
     WEFT_CHECK(dir.empty() || std::filesystem::is_directory(dir, ec),
-               "--svg {}: the directory {} does not exist; create it or give another path", f.svg,
+               "{} {}: the directory {} does not exist; create it or give another path", flag, path,
                dir.string());
   }
+  o.keep_program = !f.hlo.empty();
   const StepPlan p = PlanTrainingStep(config, o);
   if (!f.svg.empty()) WriteFileAtomically(f.svg, RenderPlanSvg(p));
+  if (!f.hlo.empty()) WriteFileAtomically(f.hlo, p.program_text);
   const std::string out = f.json ? FormatPlanJson(p) : FormatPlanText(p);
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
+int RunPlanValidate(const std::string& file) {
+  const PublishedRuns runs = LoadPublishedRuns(file);
+  const Validation v = ValidatePublishedRuns(runs);
+  const std::string out = FormatValidationMarkdown(runs, v);
   std::fwrite(out.data(), 1, out.size(), stdout);
   return 0;
 }
@@ -111,7 +124,19 @@ void AddPlan(CLI::App& app) {
                   "default: the chip's");
   cmd->add_flag("--json", f->json, "Print JSON (schema weft.plan/2, plan/report.h)");
   cmd->add_option("--svg", f->svg, "Write the memory breakdown and timeline as SVG");
+  cmd->add_option("--hlo", f->hlo,
+                  "Write the planned per-device program (fused, scheduled; XLA's HLO text)");
   cmd->callback([f] { SetAction([f] { return RunPlan(*f); }); });
+
+  auto* validate = app.add_subcommand(
+      "plan-validate",
+      "Plan each published training run of a runs file (configs/published_runs.toml) and print "
+      "published vs predicted tokens/s per chip as a Markdown table (docs/PLANNER.md)");
+  // Default: beside the chips table (./configs, else the source tree's).
+  auto file = std::make_shared<std::string>(
+      (analysis::FindChipTable("").parent_path() / "published_runs.toml").string());
+  validate->add_option("runs", *file, "Runs file (default: configs/published_runs.toml)");
+  validate->callback([file] { SetAction([file] { return RunPlanValidate(*file); }); });
 }
 
 }  // namespace weft::cli

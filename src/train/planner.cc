@@ -308,6 +308,7 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   so.timeline_points = options.timeline_points;
   plan.collective_device = so.device;
   plan.time = analysis::SimulateStep(*c.program, plan.chip, so);
+  if (options.keep_program) plan.program_text = c.program->ToString();
   plan.analysis_seconds = SecondsSince(analysis_start);
   return plan;
 }

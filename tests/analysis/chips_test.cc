@@ -93,5 +93,43 @@ TEST(ChipsTest, BadEntriesAreErrorsWithLocations) {
   }
 }
 
+TEST(ChipsTest, SimulationKeysParseAndBadOnesAreErrors) {
+  const std::string torus = std::string(kGood) +
+                            "ici_links = 4\nmatrix_tile = [8, 256, 256]\nmatrix_efficiency = "
+                            "0.5\nvector_tflops = 10\nici_latency_us = 2\ndcn_latency_us = 30\n";
+  std::string t = torus;
+  t.replace(t.find("\"switch\""), 8, "\"torus2d\"");
+  const Chip c = ParseChipTable(t, "test.toml").Find("x");
+  EXPECT_EQ(c.ici_topology, Chip::Topology::kTorus2d);
+  EXPECT_EQ(c.ici_links, 4);
+  EXPECT_EQ(c.matrix_tile, (std::array<int64_t, 3>{8, 256, 256}));
+  EXPECT_DOUBLE_EQ(c.matrix_efficiency, 0.5);
+  EXPECT_DOUBLE_EQ(c.vector_flops, 10e12);
+  EXPECT_DOUBLE_EQ(c.hbm_bytes_per_s, 1000e9);
+  EXPECT_DOUBLE_EQ(c.ici_latency_s, 2e-6);
+  EXPECT_DOUBLE_EQ(c.dcn_latency_s, 30e-6);
+  const Chip plain = ParseChipTable(kGood, "test.toml").Find("x");
+  EXPECT_EQ(plain.matrix_tile, (std::array<int64_t, 3>{1, 1, 1}));
+  EXPECT_DOUBLE_EQ(plain.matrix_efficiency, 1);
+  EXPECT_EQ(plain.vector_flops, 0);
+
+  std::string no_links = kGood;
+  no_links.replace(no_links.find("\"switch\""), 8, "\"torus3d\"");
+  EXPECT_NE(ErrorOf(no_links).find("missing the required key 'ici_links'"), std::string::npos)
+      << ErrorOf(no_links);
+  std::string ring = kGood;
+  ring.replace(ring.find("\"switch\""), 8, "\"ring\"");
+  EXPECT_NE(ErrorOf(ring).find("ici_topology of chip 'x' must be"), std::string::npos);
+  EXPECT_NE(ErrorOf(std::string(kGood) + "matrix_tile = [8, 0, 128]\n").find("three positive"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(std::string(kGood) + "matrix_efficiency = 1.5\n").find("in (0, 1]"),
+            std::string::npos);
+  std::string no_bandwidth = kGood;
+  no_bandwidth.erase(no_bandwidth.find("hbm_gbytes_per_s"),
+                     std::string("hbm_gbytes_per_s = 1000\n").size());
+  EXPECT_NE(ErrorOf(no_bandwidth).find("missing the required key 'hbm_gbytes_per_s'"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace weft::analysis

@@ -54,6 +54,7 @@ struct PlanOptions {
   std::optional<analysis::Precision> precision;  // unset: the chip's default_precision
   int64_t top_buffers = 10;
   int64_t timeline_points = 400;
+  bool keep_program = false;  // fill StepPlan::program_text
 };
 
 // A buffer live at the peak, with what the global program says about it.
@@ -112,6 +113,7 @@ struct StepPlan {
   analysis::StepTime time;
 
   std::vector<std::string> warnings;
+  std::string program_text;  // the per-device program, with PlanOptions::keep_program
   double compile_seconds = 0, analysis_seconds = 0;
 };
 

@@ -1,0 +1,91 @@
+// weft plan against the published runs of configs/published_runs.toml: each
+// run within its band, the issue's aggregate targets, and the file's errors.
+#include "weft/train/plan_validation.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "weft/base/error.h"
+
+namespace weft {
+namespace {
+
+const std::filesystem::path kRuns =
+    std::filesystem::path(WEFT_SOURCE_DIR) / "configs/published_runs.toml";
+
+TEST(PlanValidationTest, EveryPublishedRunIsPredictedWithinItsBand) {
+  const PublishedRuns runs = LoadPublishedRuns(kRuns);
+  ASSERT_GE(runs.runs.size(), 12u);
+  const Validation v = ValidatePublishedRuns(runs);
+  ASSERT_EQ(v.runs.size(), runs.runs.size());
+  for (const ValidatedRun& r : v.runs) {
+    const double band = r.run.band > 0 ? r.run.band : runs.band;
+    EXPECT_LE(std::fabs(r.error), band)
+        << r.run.name << ": predicted " << r.predicted_tokens_per_s_per_chip
+        << " tokens/s per chip, published " << r.run.tokens_per_s_per_chip;
+    EXPECT_GT(r.mfu, 0.05) << r.run.name;
+    EXPECT_LT(r.mfu, 0.9) << r.run.name;
+  }
+  // The issue's targets, over the runs not used for fitting: at least 3 in
+  // 4 within 15%, median error at most 12%.
+  ASSERT_GE(v.reported, 10);
+  EXPECT_GE(4 * v.within_band, 3 * v.reported) << v.within_band << " of " << v.reported;
+  EXPECT_LE(v.median_abs_error, 0.12);
+  // Each chip with a fitted efficiency has exactly one fitted run.
+  std::map<std::string, int> fitted;
+  for (const PublishedRun& r : runs.runs) fitted[r.chip] += r.fitted ? 1 : 0;
+  for (const auto& [chip, n] : fitted) EXPECT_EQ(n, 1) << chip;
+}
+
+TEST(PlanValidationTest, TheTableListsEveryRunAndTheSummary) {
+  const PublishedRuns runs = LoadPublishedRuns(kRuns);
+  const std::string table = FormatValidationMarkdown(runs, ValidatePublishedRuns(runs));
+  for (const PublishedRun& r : runs.runs) EXPECT_NE(table.find(r.name), std::string::npos);
+  EXPECT_NE(table.find("runs not used for fitting within 15%"), std::string::npos) << table;
+}
+
+std::string ErrorOf(const std::string& text) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "weft_plan_validation";
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path file = dir / "runs.toml";
+  std::ofstream(file) << text;
+  try {
+    LoadPublishedRuns(file);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(PlanValidationTest, BadRunsFilesNameTheLineAndTheKey) {
+  const std::string good = R"([[run]]
+name = "x"
+source = "s"
+config = "c.toml"
+chip = "v6e"
+mesh = "fsdp=8"
+batch = 8
+seq = 1024
+remat = "full"
+tokens_per_s_per_chip = 100
+)";
+  EXPECT_EQ(ErrorOf(good), "(no error)");
+  EXPECT_NE(ErrorOf(good + "speed = 1\n").find("unknown key 'speed'"), std::string::npos);
+  std::string missing = good;
+  missing.erase(missing.find("chip = "), std::string("chip = \"v6e\"\n").size());
+  EXPECT_NE(ErrorOf(missing).find("missing 'chip'"), std::string::npos) << ErrorOf(missing);
+  std::string negative = good;
+  negative.replace(negative.find("= 100"), 5, "= -3");
+  EXPECT_NE(ErrorOf(negative).find("runs.toml:10: 'tokens_per_s_per_chip' must be a positive"),
+            std::string::npos)
+      << ErrorOf(negative);
+  EXPECT_NE(ErrorOf("band = 2\n" + good).find("band must be a fraction"), std::string::npos);
+  EXPECT_NE(ErrorOf("").find("no [[run]] tables"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace weft
