@@ -1,6 +1,8 @@
 // `weft plan CONFIG --mesh AXES --chip NAME [--slices N] [--batch B] [--seq S]
-// [--remat full|offload|none] [--no-shard-as] [--precision bf16|f32]
-// [--chips FILE] [--json] [--svg FILE] [--hlo FILE]`: the training step `weft train` would
+// [--remat full|offload|none] [--grad-accum N] [--no-shard-as]
+// [--precision bf16|f32] [--chips-file FILE] [--json] [--svg FILE] [--hlo FILE]`
+// and `weft plan CONFIG --auto --chips N --chip NAME [--slices S] [--batch B]
+// [--headroom F] [--top K] [--json]` (train/plan_search.h): the training step `weft train` would
 // run, analysed for a mesh of any size before renting it (plan/planner.h).
 #include <fmt/core.h>
 
@@ -13,6 +15,7 @@
 #include "weft/base/atomic_file.h"
 #include "weft/base/error.h"
 #include "weft/train/plan_report.h"
+#include "weft/train/plan_search.h"
 #include "weft/train/plan_validation.h"
 #include "weft/train/planner.h"
 #include "weft/train/program.h"
@@ -25,27 +28,68 @@ struct PlanFlags {
   std::string mesh;
   std::string dcn;
   std::string chip = "v6e";
-  std::string chips;
+  std::string chips_file;
   std::string remat;
   std::string precision;
   std::string svg;
   std::string hlo;
-  int64_t slices = 0, batch = 0, seq = 0;
+  int64_t slices = 0, batch = 0, seq = 0, grad_accum = 1, chips = 0, top = 10;
+  double headroom = 0.1;
   // Whether each was given: a given 0 is an error, never "the default".
   CLI::Option *slices_given = nullptr, *batch_given = nullptr, *seq_given = nullptr;
+  CLI::Option *chips_given = nullptr, *headroom_given = nullptr, *top_given = nullptr;
+  CLI::Option* grad_accum_given = nullptr;
   bool no_shard_as = false;
   bool json = false;
+  bool auto_search = false;
 };
 
 std::optional<int64_t> IfGiven(const CLI::Option* option, int64_t value) {
   return option != nullptr && option->count() > 0 ? std::optional<int64_t>(value) : std::nullopt;
 }
 
+int RunAutoPlan(const PlanFlags& f) {
+  // --auto chooses what these say; giving them is a contradiction.
+  for (const auto& [flag, given] :
+       {std::pair{"--mesh", !f.mesh.empty()}, std::pair{"--dcn", !f.dcn.empty()},
+        std::pair{"--remat", !f.remat.empty()},
+        std::pair{"--grad-accum", f.grad_accum_given->count() > 0},
+        std::pair{"--svg", !f.svg.empty()}, std::pair{"--hlo", !f.hlo.empty()}}) {
+    WEFT_CHECK(!given,
+               "{} with --auto: --auto searches meshes, remat and gradient accumulation itself; "
+               "drop {} (or drop --auto to plan that one configuration)",
+               flag, flag);
+  }
+  WEFT_CHECK(f.chips_given->count() > 0,
+             "--auto needs --chips N, the number of chips to plan for (e.g. --chips 256)");
+  WEFT_CHECK(f.top >= 1, "--top {}: give at least 1", f.top);
+  const RunConfig config = LoadRunConfig(f.config);
+  AutoPlanOptions o;
+  o.chip = f.chip;
+  o.chips_file = f.chips_file;
+  o.chips = f.chips;
+  o.slices = IfGiven(f.slices_given, f.slices);
+  o.batch_size = IfGiven(f.batch_given, f.batch);
+  o.seq_len = IfGiven(f.seq_given, f.seq);
+  o.headroom = f.headroom;
+  const AutoPlan p = SearchPlans(config, o);
+  const std::string out = f.json ? FormatAutoPlanJson(p) : FormatAutoPlanText(p, f.top);
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
 int RunPlan(const PlanFlags& f) {
+  if (f.auto_search) return RunAutoPlan(f);
+  for (const auto& [flag, given] : {std::pair{"--chips", f.chips_given->count() > 0},
+                                    std::pair{"--headroom", f.headroom_given->count() > 0},
+                                    std::pair{"--top", f.top_given->count() > 0}}) {
+    WEFT_CHECK(!given, "{} is an option of --auto; add --auto, or drop {}", flag, flag);
+  }
   const RunConfig config = LoadRunConfig(f.config);
   PlanOptions o;
   o.chip = f.chip;
-  o.chips_file = f.chips;
+  o.chips_file = f.chips_file;
+  o.grad_accum = f.grad_accum;
   if (!f.mesh.empty()) o.mesh = ParseMeshFlag(f.mesh);
   if (!f.dcn.empty()) o.mesh = ApplyDcnFlag(o.mesh ? *o.mesh : config.mesh, f.dcn);
   o.slices = IfGiven(f.slices_given, f.slices);
@@ -101,8 +145,22 @@ void AddPlan(CLI::App& app) {
                   "Chip name in the chips file (v5e, v5p, v6e, h100, h200, "
                   "local-cpu)")
       ->capture_default_str();
-  cmd->add_option("--chips", f->chips,
+  cmd->add_option("--chips-file", f->chips_file,
                   "Chips file (default: chips.toml beside the config, else configs/chips.toml)");
+  f->grad_accum_given = cmd->add_option(
+      "--grad-accum", f->grad_accum,
+      "Micro-batches per optimizer step: the step is planned for batch / N sequences and run N "
+      "times (default 1)");
+  cmd->add_flag("--auto", f->auto_search,
+                "Search meshes (data x fsdp x tensor, which axis spans slices), remat presets "
+                "and gradient accumulation for the fastest step that fits; needs --chips");
+  f->chips_given =
+      cmd->add_option("--chips", f->chips, "With --auto: the number of chips to plan for");
+  f->headroom_given =
+      cmd->add_option("--headroom", f->headroom,
+                      "With --auto: the fraction of HBM a candidate must leave free (default 0.1)");
+  f->top_given =
+      cmd->add_option("--top", f->top, "With --auto: how many candidates to list (default 10)");
   f->slices_given = cmd->add_option(
       "--slices", f->slices,
       "Slices of a hybrid mesh: the major axis spans them and collectives that cross "

@@ -192,12 +192,12 @@ ChipTable ParseChipTable(std::string_view toml_text, std::string_view source_nam
 ChipTable LoadChipTable(const std::filesystem::path& path) {
   std::error_code ec;
   WEFT_CHECK(!std::filesystem::is_directory(path, ec),
-             "the chips file {} is a directory; give --chips FILE (configs/chips.toml in the "
+             "the chips file {} is a directory; give --chips-file FILE (configs/chips.toml in the "
              "source tree)",
              path.string());
   std::ifstream in(path);
   WEFT_CHECK(in.good(),
-             "cannot read the chips file {}; give --chips FILE (configs/chips.toml "
+             "cannot read the chips file {}; give --chips-file FILE (configs/chips.toml "
              "in the source tree)",
              path.string());
   std::stringstream text;

@@ -695,21 +695,27 @@ StepTime SimulateStep(const HloModule& program, const Chip& chip, const SimOptio
   // Links still busy after the last compute: exposed too.
   if (critical > compute_end && last_done >= 0)
     exposed[source[last_done]] += critical - compute_end;
-  t.exposed_ici_s = exposed[1];
-  t.exposed_dcn_s = exposed[2];
-  t.host_s = static_cast<double>(options.host_bytes) / chip.host_bytes_per_s;
-  t.exposed_host_s = std::max(0.0, t.host_s - critical);
-  t.step_s = critical + t.exposed_host_s;
+  const double r = static_cast<double>(std::max<int64_t>(options.repeats, 1));
+  t.compute_s *= r;
+  t.matrix_s *= r;
+  t.ici_s *= r;
+  t.dcn_s *= r;
+  t.exposed_ici_s = exposed[1] * r;
+  t.exposed_dcn_s = exposed[2] * r;
+  const double host_s = static_cast<double>(options.host_bytes) / chip.host_bytes_per_s;
+  t.host_s = host_s * r;
+  t.exposed_host_s = std::max(0.0, host_s - critical) * r;
+  t.step_s = (critical + std::max(0.0, host_s - critical)) * r;
   t.serial_s = t.compute_s + t.ici_s + t.dcn_s + t.host_s;
-  if (t.step_s > 0) t.mfu = options.model_flops / (t.step_s * t.peak_flops);
-  if (t.serial_s > 0) t.mfu_serial = options.model_flops / (t.serial_s * t.peak_flops);
+  if (t.step_s > 0) t.mfu = r * options.model_flops / (t.step_s * t.peak_flops);
+  if (t.serial_s > 0) t.mfu_serial = r * options.model_flops / (t.serial_s * t.peak_flops);
   t.simulated_runs = static_cast<int64_t>(n);
 
   for (size_t s = 0; s < ex.sites.size(); ++s) {
     const Site& site = ex.sites[s];
     if (seconds_of_site[s] <= 0) continue;
     t.top.push_back({site.instr->name(), site.instr->parent()->name(), site.cost.stream,
-                     site.cost.bound, site.runs, seconds_of_site[s]});
+                     site.cost.bound, site.runs * options.repeats, seconds_of_site[s] * r});
   }
   std::stable_sort(
       t.top.begin(), t.top.end(),

@@ -109,6 +109,14 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
                *options.seq_len, std::numeric_limits<int32_t>::max(), config.model.seq_len,
                config.source);
   }
+  const int64_t global_batch = options.batch_size.value_or(config.train.batch_size);
+  WEFT_CHECK(options.grad_accum >= 1,
+             "--grad-accum {}: the number of micro-batches per step must be at least 1",
+             options.grad_accum);
+  WEFT_CHECK(global_batch % options.grad_accum == 0,
+             "--grad-accum {}: the global batch of {} sequences must split into {} equal "
+             "micro-batches; give a --grad-accum that divides {}",
+             options.grad_accum, global_batch, options.grad_accum, global_batch);
   if (options.slices) {
     WEFT_CHECK(*options.slices >= 1,
                "--slices {}: the number of slices must be a positive integer (1: one slice, no "
@@ -139,7 +147,7 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   // The program's own checks that need no compute (model, mesh size, batch
   // against the batch axes), before slices are derived from the mesh.
   StepProgramOptions po;
-  po.batch_size = options.batch_size;
+  po.batch_size = global_batch / options.grad_accum;
   po.seq_len = options.seq_len;
   po.remat = remat.kind == Remat::kFull ? ScanRemat::kFull : ScanRemat::kNone;
   po.remat_save = remat.save;
@@ -201,7 +209,9 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   // and as weft's executor runs it (StepProgramOptions::fuse).
   po.slices = slices;
   const StepProgram program = BuildStepProgram(config, po);
-  plan.batch_size = program.batch_size;
+  plan.grad_accum = options.grad_accum;
+  plan.micro_batch_size = program.batch_size;
+  plan.batch_size = program.batch_size * options.grad_accum;
   plan.seq_len = program.seq_len;
   plan.compile_seconds = SecondsSince(start);
   const auto analysis_start = std::chrono::steady_clock::now();
@@ -228,6 +238,7 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
     plan.gradient_bytes += analysis::PlannedBytes(c.local_output_shapes[i], plan.precision);
   }
   plan.optimizer_bytes = weight_elements * analysis::OptimizerBytesPerElement(plan.precision);
+  if (plan.grad_accum > 1) plan.accumulator_bytes = weight_elements * 4;
 
   // The global instructions behind the largest buffers.
   std::unordered_map<std::string, const HloInstruction*> global;
@@ -293,7 +304,7 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   co.num_devices = n;
   co.slices = plan.slices;
   plan.collectives = analysis::PlanCollectives(*c.program, co);
-  plan.flops = analysis::CountFlops(*c.program);
+  plan.flops = analysis::CountFlops(*c.program);  // per micro-step, scaled below
   plan.model_flops =
       ModelFlopsPerStep(config.model, plan.batch_size, plan.seq_len) / static_cast<double>(n);
   // Offloaded buffers are written once in the forward and read once in the backward.
@@ -304,10 +315,16 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   so.slices = plan.slices;
   so.device = plan.collectives.busiest_device;
   so.host_bytes = plan.host_transfer_bytes;
-  so.model_flops = plan.model_flops;
+  so.model_flops = plan.model_flops / static_cast<double>(plan.grad_accum);
+  so.repeats = plan.grad_accum;
   so.timeline_points = options.timeline_points;
   plan.collective_device = so.device;
   plan.time = analysis::SimulateStep(*c.program, plan.chip, so);
+  const double accum = static_cast<double>(plan.grad_accum);
+  plan.flops.dot *= accum;
+  plan.flops.attention_forward *= accum;
+  plan.flops.attention_backward *= accum;
+  plan.flops.other *= accum;
   if (options.keep_program) plan.program_text = c.program->ToString();
   plan.analysis_seconds = SecondsSince(analysis_start);
   return plan;

@@ -504,5 +504,34 @@ TEST(PlannerTest, NoDeviceHoldsTheGlobalBatchsActivations) {
   }
 }
 
+TEST(PlannerTest, GradientAccumulationRunsTheMicroBatchStepThatManyTimes) {
+  const RunConfig config = Llama8bShapes();
+  PlanOptions o = V6e256("full");
+  o.batch_size = 128;
+  o.grad_accum = 2;
+  const StepPlan accumulated = PlanTrainingStep(config, o);
+  o.batch_size = 64;
+  o.grad_accum = 1;
+  const StepPlan micro = PlanTrainingStep(config, o);
+  EXPECT_EQ(accumulated.batch_size, 128);
+  EXPECT_EQ(accumulated.micro_batch_size, 64);
+  EXPECT_EQ(accumulated.grad_accum, 2);
+  EXPECT_NEAR(accumulated.time.step_s, 2 * micro.time.step_s, 1e-9 * micro.time.step_s);
+  EXPECT_NEAR(accumulated.time.mfu, micro.time.mfu, 1e-9);
+  EXPECT_NEAR(accumulated.flops.dot, 2 * micro.flops.dot, 1e-6 * micro.flops.dot);
+  // The same program, plus the float32 sums of the local gradients.
+  EXPECT_EQ(accumulated.memory.peak_bytes, micro.memory.peak_bytes);
+  EXPECT_EQ(micro.accumulator_bytes, 0);
+  EXPECT_EQ(accumulated.accumulator_bytes, 2 * micro.parameter_bytes);  // bf16 weights
+  EXPECT_EQ(accumulated.peak_bytes(), micro.peak_bytes() + accumulated.accumulator_bytes);
+  o.batch_size = 64;
+  o.grad_accum = 3;
+  EXPECT_NE(ErrorOf(config, o).find("--grad-accum 3: the global batch of 64 sequences"),
+            std::string::npos)
+      << ErrorOf(config, o);
+  o.grad_accum = 0;
+  EXPECT_NE(ErrorOf(config, o).find("--grad-accum 0"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace weft

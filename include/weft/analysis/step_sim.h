@@ -59,7 +59,10 @@ struct SimOptions {
   int64_t num_devices = 1, slices = 1;
   int64_t device = 0;             // whose replica groups (the programs are the same)
   int64_t host_bytes = 0;         // offloaded bytes moved per step
-  double model_flops = 0;         // per device, for MFU
+  double model_flops = 0;         // per device per run of the program, for MFU
+  // The program runs this many times per step, one after the other
+  // (gradient accumulation): times, busy and exposed, scale by it.
+  int64_t repeats = 1;
   int64_t top = 10;               // instructions kept in StepTime::top
   int64_t timeline_points = 400;  // busy intervals closer than step / this merge
 };

@@ -46,6 +46,9 @@ struct PlanOptions {
   std::optional<int64_t> slices;      // unset: see the file comment; set: at least 1
   std::optional<int64_t> batch_size;  // unset: train.batch_size; set: at least 1
   std::optional<int64_t> seq_len;     // unset: model.seq_len; set: at least 1
+  // Micro-batches per optimizer step (train.grad_accum_steps): the program
+  // is planned for batch / grad_accum sequences and run grad_accum times.
+  int64_t grad_accum = 1;
   // A remat preset or activation list (models/llama_config.h RematPolicy:
   // "none", "full", "offload", "save_qkv_proj", "q_proj,out_proj", ...);
   // "": the config's train.remat.
@@ -86,7 +89,8 @@ struct StepPlan {
   std::string remat;  // RematPolicy::Text(): "none", "full", "offload", a preset, names
   RematPolicy remat_policy;
   bool shard_as = true;
-  int64_t batch_size = 0, seq_len = 0;
+  int64_t batch_size = 0, seq_len = 0;           // the global batch per optimizer step
+  int64_t grad_accum = 1, micro_batch_size = 0;  // micro_batch_size x grad_accum = batch_size
   int64_t num_parameters = 0;
 
   // Memory per device.
@@ -94,8 +98,12 @@ struct StepPlan {
   int64_t parameter_bytes = 0;  // the local weight shards under the policy
   int64_t gradient_bytes = 0;   // the local gradients
   int64_t optimizer_bytes = 0;  // outside the program
-  int64_t static_bytes() const { return parameter_bytes + gradient_bytes + optimizer_bytes; }
-  int64_t peak_bytes() const { return memory.peak_bytes + optimizer_bytes; }
+  // With grad_accum > 1: the float32 sums of the local gradients, outside the program.
+  int64_t accumulator_bytes = 0;
+  int64_t static_bytes() const {
+    return parameter_bytes + gradient_bytes + optimizer_bytes + accumulator_bytes;
+  }
+  int64_t peak_bytes() const { return memory.peak_bytes + optimizer_bytes + accumulator_bytes; }
   double hbm_bytes() const { return chip.hbm_bytes; }
   bool fits() const { return static_cast<double>(peak_bytes()) <= chip.hbm_bytes; }
   double margin_bytes() const { return chip.hbm_bytes - static_cast<double>(peak_bytes()); }
@@ -110,7 +118,7 @@ struct StepPlan {
   analysis::FlopCount flops;        // per device
   double model_flops = 0;           // per device
   int64_t host_transfer_bytes = 0;  // per device per step (offload)
-  analysis::StepTime time;
+  analysis::StepTime time;          // the optimizer step: grad_accum micro-steps
 
   std::vector<std::string> warnings;
   std::string program_text;  // the per-device program, with PlanOptions::keep_program
