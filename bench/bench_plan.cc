@@ -8,16 +8,39 @@
 
 #include "timer.h"
 #include "weft/base/error.h"
+#include "weft/train/plan_search.h"
 #include "weft/train/planner.h"
 #include "weft/train/program.h"
 
 namespace weft::bench {
 namespace {
 
-std::filesystem::path Find405bConfig() {
-  const std::filesystem::path here = "configs/llama3.1-405b.toml";
+std::filesystem::path FindConfig(const char* name) {
+  const std::filesystem::path here = std::filesystem::path("configs") / name;
   if (std::filesystem::exists(here)) return here;
   return std::filesystem::path(WEFT_SOURCE_DIR) / here;
+}
+
+// `weft plan --auto` of Llama 3.1 8B on 256 v6e chips (batch 1024 x 8192):
+// every candidate planned once, one thread.
+struct AutoCase {
+  static constexpr double kTargetPerMinute = 500;
+  int64_t candidates = 0, fit = 0;
+  double seconds = 0;
+  double per_minute() const { return 60 * static_cast<double>(candidates) / seconds; }
+};
+
+AutoCase RunAutoCase() {
+  AutoPlanOptions o;
+  o.chip = "v6e";
+  o.chips = 256;
+  o.batch_size = 1024;
+  const AutoPlan p = SearchPlans(LoadRunConfig(FindConfig("llama3.1-8b.toml")), o);
+  AutoCase c;
+  c.candidates = static_cast<int64_t>(p.candidates.size());
+  c.fit = p.ranked;
+  c.seconds = p.seconds;
+  return c;
 }
 
 struct Case {
@@ -61,7 +84,7 @@ LargeCase RunLargeCase(const RunConfig& config) {
 }  // namespace
 
 int RunPlanBench(bool json) {
-  const RunConfig config = LoadRunConfig(Find405bConfig());
+  const RunConfig config = LoadRunConfig(FindConfig("llama3.1-405b.toml"));
   std::vector<Case> cases = {{"full", true}, {"offload", true}, {"full", false}};
   constexpr double kTarget = 3.0;
   for (Case& c : cases) {
@@ -81,6 +104,7 @@ int RunPlanBench(bool json) {
     });
   }
   const LargeCase large = RunLargeCase(config);
+  const AutoCase automatic = RunAutoCase();
   if (json) {
     std::printf(
         "{\"bench\": \"plan\", \"model\": \"llama3.1-405b\", \"chip\": \"v6e\", "
@@ -99,10 +123,14 @@ int RunPlanBench(bool json) {
         "], \"large_mesh\": {\"devices\": %lld, \"mesh\": \"fsdp=8192,tensor=8\", \"batch\": "
         "8192, \"slices\": %lld, \"target_seconds\": %.1f, \"seconds\": %.3f, "
         "\"compile_seconds\": %.3f, \"analysis_seconds\": %.3f, \"ratio_to_target\": %.3f, "
-        "\"peak_bytes\": %.0f}}\n",
+        "\"peak_bytes\": %.0f}, \"auto\": {\"model\": \"llama3.1-8b\", \"chips\": 256, "
+        "\"candidates\": %lld, \"fit\": %lld, \"seconds\": %.3f, \"candidates_per_minute\": "
+        "%.0f, \"target_per_minute\": %.0f}}\n",
         static_cast<long long>(LargeCase::kDevices), static_cast<long long>(large.slices),
         LargeCase::kTarget, large.seconds, large.compile, large.analysis,
-        large.seconds / LargeCase::kTarget, large.peak);
+        large.seconds / LargeCase::kTarget, large.peak,
+        static_cast<long long>(automatic.candidates), static_cast<long long>(automatic.fit),
+        automatic.seconds, automatic.per_minute(), AutoCase::kTargetPerMinute);
     return 0;
   }
   std::printf(
@@ -123,6 +151,12 @@ int RunPlanBench(bool json) {
   std::printf("  %-24s %8.3f s %8.3f s %8.3f s %9.1f%% %9.1f GB   (target %.0f s)\n",
               "65,536 chips", large.seconds, large.compile, large.analysis,
               100 * large.seconds / LargeCase::kTarget, large.peak / 1e9, LargeCase::kTarget);
+  std::printf(
+      "weft plan --auto: Llama 3.1 8B on 256 v6e chips, batch 1024 x 8192, every candidate once\n");
+  std::printf("  %lld candidates (%lld fit) in %.1f s: %.0f per minute (target %.0f, %.1fx)\n",
+              static_cast<long long>(automatic.candidates), static_cast<long long>(automatic.fit),
+              automatic.seconds, automatic.per_minute(), AutoCase::kTargetPerMinute,
+              automatic.per_minute() / AutoCase::kTargetPerMinute);
   return 0;
 }
 

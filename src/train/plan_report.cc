@@ -424,7 +424,7 @@ std::string FormatPlanJson(const StepPlan& p) {
 }
 
 std::string RenderPlanSvg(const StepPlan& p) {
-  const int width = 980, height = 620, left = 80, right = 280, plot_w = width - left - right;
+  const int width = 980, height = 800, left = 80, right = 280, plot_w = width - left - right;
   std::string s = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} "
       "{}\" font-family=\"sans-serif\" font-size=\"12\">\n"
@@ -553,6 +553,37 @@ std::string RenderPlanSvg(const StepPlan& p) {
         FormatBytes(at_peak[c]));
     ly += 20;
   }
+
+  // The simulated step: when each stream is busy (analysis/step_sim.h).
+  const analysis::StepTime& t = p.time;
+  const int sim_y = plot_y + plot_h + 60, lane_h = 26;
+  const double micro_s = t.step_s / static_cast<double>(std::max<int64_t>(1, p.grad_accum));
+  s += fmt::format(
+      "<text x=\"{}\" y=\"{}\">Simulated step{}: {} (compute {}, exposed ICI {}, DCN {}, host "
+      "{}), MFU {:.1f}%</text>\n",
+      left, sim_y - 10,
+      p.grad_accum > 1 ? fmt::format(" (one of {} micro-steps)", p.grad_accum) : "",
+      Seconds(t.step_s), Seconds(t.compute_s), Seconds(t.exposed_ici_s), Seconds(t.exposed_dcn_s),
+      Seconds(t.exposed_host_s), 100 * t.mfu);
+  const std::array<const char*, analysis::kNumStreams> lane_colors = {"#4e79a7", "#f28e2b",
+                                                                      "#e15759"};
+  for (int lane = 0; lane < analysis::kNumStreams; ++lane) {
+    const int y = sim_y + lane * (lane_h + 6);
+    s += fmt::format(
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text><rect x=\"{}\" y=\"{}\" "
+        "width=\"{}\" height=\"{}\" fill=\"#f4f4f4\"/>\n",
+        left - 6, y + lane_h / 2 + 4, analysis::StreamName(analysis::Stream(lane)), left, y, plot_w,
+        lane_h);
+    for (const analysis::Interval& i : t.busy[lane]) {
+      if (micro_s <= 0) break;
+      const double x0 = left + plot_w * i.start / micro_s, x1 = left + plot_w * i.end / micro_s;
+      s += fmt::format("<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.2f}\" height=\"{}\" fill=\"{}\"/>\n",
+                       x0, y, std::max(0.5, x1 - x0), lane_h, lane_colors[lane]);
+    }
+  }
+  s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">time (0 .. {})</text>\n",
+                   left + plot_w / 2, sim_y + analysis::kNumStreams * (lane_h + 6) + 14,
+                   Seconds(micro_s));
   s += "</svg>\n";
   return s;
 }

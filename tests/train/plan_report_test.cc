@@ -121,6 +121,37 @@ TEST(ReportTest, SvgDrawsTheBreakdownAndTheTimeline) {
   EXPECT_NE(svg.find("HBM"), std::string::npos);
   EXPECT_NE(svg.find("optimizer state"), std::string::npos);
   EXPECT_EQ(std::count(svg.begin(), svg.end(), '<'), std::count(svg.begin(), svg.end(), '>'));
+  // The simulated step's streams, with the compute stream's busy intervals.
+  EXPECT_NE(svg.find("Simulated step"), std::string::npos);
+  for (const char* lane : {">compute<", ">ici<", ">dcn<"}) {
+    EXPECT_NE(svg.find(lane), std::string::npos) << lane;
+  }
+  ASSERT_FALSE(p.time.busy[0].empty());
+  EXPECT_NE(svg.find("fill=\"#4e79a7\"/>"), std::string::npos);
+}
+
+TEST(ReportTest, TheVerdictComesFirstThenTheSimulatedStep) {
+  const StepPlan p = BigPlanWithoutShardAs();
+  const std::string text = FormatPlanText(p);
+  const size_t verdict = text.find("VERDICT:"), step = text.find("Step time "),
+               memory = text.find("Memory per chip");
+  ASSERT_NE(verdict, std::string::npos);
+  ASSERT_NE(step, std::string::npos);
+  ASSERT_NE(memory, std::string::npos);
+  EXPECT_LT(verdict, step);
+  EXPECT_LT(step, memory);
+  EXPECT_NE(text.find("critical path  compute"), std::string::npos) << text;
+  EXPECT_NE(text.find("tokens/s per chip"), std::string::npos);
+  const nlohmann::json j = nlohmann::json::parse(FormatPlanJson(p));
+  const nlohmann::json& t = j["time"];
+  EXPECT_NEAR(t["step_s"].get<double>(),
+              t["compute_s"].get<double>() + t["exposed_ici_s"].get<double>() +
+                  t["exposed_dcn_s"].get<double>() + t["exposed_host_s"].get<double>(),
+              1e-9 * t["step_s"].get<double>());
+  EXPECT_NEAR(t["tokens_per_s_per_chip"].get<double>(),
+              64.0 * 8192 / 256 / t["step_s"].get<double>(), 1e-6);
+  EXPECT_FALSE(t["top"].empty());
+  EXPECT_GT(t["ici_s"].get<double>(), 0);
 }
 
 TEST(ReportTest, BytesUseDecimalUnits) {
