@@ -1,6 +1,6 @@
-// `weft train [CONFIG] [--mesh ..] [--steps N] [--backend threads|mpi]
-// [--resume DIR] [--out DIR] [--overwrite] [--no-shard-as]`: trains the Llama the config
-// describes (train/trainer.h). Without CONFIG: configs/tiny.toml.
+// `weft train [CONFIG] [--mesh ..] [--steps N] [--grad-accum N]
+// [--backend threads|mpi] [--resume DIR] [--out DIR] [--overwrite] [--no-shard-as]`: trains the
+// Llama the config describes (train/trainer.h). Without CONFIG: configs/tiny.toml.
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -26,6 +26,7 @@ struct TrainFlags {
   std::vector<std::string> data;
   std::optional<int64_t> steps;
   std::optional<int64_t> stop_after;
+  std::optional<int64_t> grad_accum;
   std::optional<int64_t> collective_timeout;  // seconds
   bool overwrite = false;
   bool no_shard_as = false;
@@ -57,6 +58,13 @@ int RunTrain(const TrainFlags& f) {
     WEFT_CHECK(*f.stop_after >= 1,
                "--stop-after {}: give at least 1 step (leave it out to run to the end)",
                *f.stop_after);
+  }
+  if (f.grad_accum) {
+    WEFT_CHECK(*f.grad_accum >= 1,
+               "--grad-accum {}: give the number of micro-batches each step's batch is split "
+               "into, at least 1 (1: no accumulation; leave --grad-accum out to use the "
+               "config's train.grad_accum_steps)",
+               *f.grad_accum);
   }
   std::optional<runtime::ScopedConfigOverride> timeout;
   HoldCollectiveTimeout(f.collective_timeout, timeout);
@@ -90,6 +98,7 @@ int RunTrain(const TrainFlags& f) {
   }
   o.steps = f.steps.value_or(0);
   o.stop_after = f.stop_after.value_or(0);
+  o.grad_accum = f.grad_accum;
   o.overwrite = f.overwrite;
   for (const std::string& file : f.data) o.data_files.emplace_back(file);
   o.resume = f.resume;
@@ -123,6 +132,10 @@ void AddTrain(CLI::App& app) {
                   "Slices each mesh axis spans, e.g. fsdp=2 (the --mesh sizes are then per "
                   "slice; replaces the config's [dcn])");
   cmd->add_option("--steps", f->steps, "Total steps of the run (default: train.steps)");
+  cmd->add_option("--grad-accum", f->grad_accum,
+                  "Gradient accumulation: run each step's batch as N micro-batches of "
+                  "train.batch_size / N rows, one update per step (default: "
+                  "train.grad_accum_steps)");
   cmd->add_option("--backend", f->backend, "threads (default) or mpi (under mpirun, one "
                                            "device per rank)");
   cmd->add_option("--data", f->data, "UTF-8 text files to train on, one document each "

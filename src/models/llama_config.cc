@@ -283,10 +283,20 @@ void ReadModel(SectionReader& in, LlamaConfig& model) {
 }
 
 void ReadTrain(SectionReader& in, TrainConfig& train) {
-  in.Expect({"steps", "batch_size", "lr", "min_lr", "warmup_steps", "weight_decay", "grad_clip",
-             "seed", "remat", "checkpoint_every", "beta1", "beta2", "eps", "no_weight_decay"});
+  in.Expect({"steps", "batch_size", "grad_accum_steps", "lr", "min_lr", "warmup_steps",
+             "weight_decay", "grad_clip", "seed", "remat", "checkpoint_every", "beta1", "beta2",
+             "eps", "no_weight_decay"});
   in.Int("steps", train.steps, false, 1);
   in.Int("batch_size", train.batch_size, false, 1);
+  in.Int("grad_accum_steps", train.grad_accum_steps, false, 1);
+  if (train.batch_size % train.grad_accum_steps != 0) {
+    Fail(
+        "{}: train.batch_size = {} is not divisible by train.grad_accum_steps = {}; each step's "
+        "batch is split into grad_accum_steps micro-batches of equal size: use a batch_size "
+        "that is a multiple of {}, or a grad_accum_steps that divides {}",
+        in.WhereKey("grad_accum_steps"), train.batch_size, train.grad_accum_steps,
+        train.grad_accum_steps, train.batch_size);
+  }
   in.Float("lr", train.lr);
   in.Float("min_lr", train.min_lr);
   in.Int("warmup_steps", train.warmup_steps, false, 0);
@@ -681,6 +691,8 @@ std::string RunConfig::CanonicalText() const {
   line("model.tie_embeddings", model.tie_embeddings);
   line("train.steps", train.steps);
   line("train.batch_size", train.batch_size);
+  // Only when set, so the hashes of configs without it stay what they were.
+  if (train.grad_accum_steps != 1) line("train.grad_accum_steps", train.grad_accum_steps);
   line("train.lr", train.lr);
   line("train.min_lr", train.min_lr);
   line("train.warmup_steps", train.warmup_steps);

@@ -201,6 +201,21 @@ void CheckStepProgram(const RunConfig& config, const StepProgramOptions& options
   p.seq_len = options.seq_len.value_or(config.model.seq_len);
   WEFT_CHECK(p.batch_size >= 1, "{}: the batch size {} must be at least 1", config.source,
              p.batch_size);
+  // Named as the user gave it: a flag (`weft plan --batch`) or the config's key.
+  const std::string batch = options.batch_size ? fmt::format("--batch {}", p.batch_size)
+                                               : fmt::format("train.batch_size {}", p.batch_size);
+  const int64_t accum = options.grad_accum_steps;
+  WEFT_CHECK(accum >= 1,
+             "{}: gradient accumulation steps {} (train.grad_accum_steps, weft train "
+             "--grad-accum) must be at least 1; 1 runs the whole batch at once",
+             config.source, accum);
+  WEFT_CHECK(p.batch_size % accum == 0,
+             "{}: {} is not divisible by the gradient accumulation steps {} "
+             "(train.grad_accum_steps, weft train --grad-accum): each step's batch is split into "
+             "that many micro-batches of equal size; use a batch size that is a multiple of {}, "
+             "or accumulation steps that divide {}",
+             config.source, batch, accum, accum, p.batch_size);
+  p.batch_size /= accum;  // the program's rows
   WEFT_CHECK(p.seq_len >= 1 && p.seq_len <= std::numeric_limits<int32_t>::max(),
              "{}: the sequence length {} must be in [1, {}] (s32 positions)", config.source,
              p.seq_len, std::numeric_limits<int32_t>::max());
@@ -226,14 +241,20 @@ void CheckStepProgram(const RunConfig& config, const StepProgramOptions& options
   }
   const int64_t batch_ways = BatchAxesProduct(config.mesh);
   if (p.batch_size % batch_ways != 0) {
-    // Named as the user gave it: a flag (`weft plan --batch`) or the config's key.
-    const std::string batch = options.batch_size
-                                  ? fmt::format("--batch {}", p.batch_size)
-                                  : fmt::format("train.batch_size {}", p.batch_size);
+    if (accum == 1) {
+      Fail(
+          "{}: {} is not divisible by the {} devices of the batch axes (dcn x data x fsdp) of "
+          "the mesh {}; use a batch size that is a multiple of {}",
+          config.source, batch, batch_ways, MeshText(config.mesh), batch_ways);
+    }
     Fail(
-        "{}: {} is not divisible by the {} devices of the batch axes (dcn x data x fsdp) of "
-        "the mesh {}; use a batch size that is a multiple of {}",
-        config.source, batch, batch_ways, MeshText(config.mesh), batch_ways);
+        "{}: the micro-batch, {} / {} gradient accumulation steps (train.grad_accum_steps, "
+        "weft train --grad-accum) = {}, is not divisible by the {} devices of the batch axes "
+        "(dcn x data x fsdp) of the mesh {}: every device takes an equal share of each "
+        "micro-batch. Use fewer accumulation steps, a batch size that is a multiple of {} x {} = "
+        "{}, or a mesh with fewer batch devices",
+        config.source, batch, accum, p.batch_size, batch_ways, MeshText(config.mesh), accum,
+        batch_ways, accum * batch_ways);
   }
   // No [mesh]: one device, no sharding annotations.
   if (config.mesh.axis_names.empty()) {
@@ -250,7 +271,7 @@ void CheckStepProgram(const RunConfig& config, const StepProgramOptions& options
 StepProgram BuildStepProgram(const RunConfig& config, const StepProgramOptions& options) {
   CheckStepProgram(config, options);
   StepProgram p;
-  p.batch_size = options.batch_size.value_or(config.train.batch_size);
+  p.batch_size = options.batch_size.value_or(config.train.batch_size) / options.grad_accum_steps;
   p.seq_len = options.seq_len.value_or(config.model.seq_len);
   p.num_devices = config.mesh.num_devices();
 

@@ -100,6 +100,7 @@ std::map<std::string, std::string> ModelExtras(const LlamaConfig& m) {
 // The [train] settings a resume may change (each change is printed).
 std::map<std::string, std::string> TrainExtras(const TrainConfig& t) {
   return {{"train.batch_size", std::to_string(t.batch_size)},
+          {"train.grad_accum_steps", std::to_string(t.grad_accum_steps)},
           {"train.lr", fmt::format("{}", t.lr)},
           {"train.min_lr", fmt::format("{}", t.min_lr)},
           {"train.warmup_steps", std::to_string(t.warmup_steps)},
@@ -258,18 +259,45 @@ double SumOverDevices(double local, Communicator& comm) {
   return total;
 }
 
-// Writes the seconds from its construction to its destruction into *into.
+// Adds the seconds from its construction to its destruction to *into.
 struct ElapsedSeconds {
   double* into;
   Clock::time_point start = Clock::now();
-  ~ElapsedSeconds() { *into = std::chrono::duration<double>(Clock::now() - start).count(); }
+  ~ElapsedSeconds() { *into += std::chrono::duration<double>(Clock::now() - start).count(); }
 };
+
+// A step's program runs as one: `run`'s times, counts and bytes added to
+// `step`'s, peaks the larger.
+void AddRunStats(const runtime::ExecutorStats& run, runtime::ExecutorStats& step) {
+  step.peak_bytes = std::max(step.peak_bytes, run.peak_bytes);
+  step.arena_bytes = std::max(step.arena_bytes, run.arena_bytes);
+  step.unplanned_bytes = std::max(step.unplanned_bytes, run.unplanned_bytes);
+  step.misplaced_results += run.misplaced_results;
+  step.instructions += run.instructions;
+  step.seconds += run.seconds;
+  step.allocations += run.allocations;
+  step.allocated_bytes += run.allocated_bytes;
+  for (size_t c = 0; c < run.class_seconds.size(); ++c) {
+    step.class_seconds[c] += run.class_seconds[c];
+    step.class_instructions[c] += run.class_instructions[c];
+  }
+  for (const auto& [instruction, seconds] : run.instruction_seconds) {
+    step.instruction_seconds[instruction] += seconds;
+  }
+  for (size_t k = 0; k < run.collectives.calls.size(); ++k) {
+    step.collectives.calls[k] += run.collectives.calls[k];
+    step.collectives.bytes_sent[k] += run.collectives.bytes_sent[k];
+  }
+}
 
 // One device's part of the run.
 class DeviceTrainer {
  public:
   DeviceTrainer(const Run& run, Communicator& comm)
-      : run_(run), comm_(comm), device_(comm.device_id()),
+      : run_(run),
+        comm_(comm),
+        device_(comm.device_id()),
+        accum_steps_(run.config.train.grad_accum_steps),
         exec_(*run.program.compiled.program, run.exec) {
     const auto& c = run.program.compiled;
     const auto& weights = run.program.forward.weights;
@@ -282,6 +310,9 @@ class DeviceTrainer {
                                  : InitWeight(weights[k], static_cast<int64_t>(k),
                                               run.config.model, run.config.train.seed);
       params_.push_back(runtime::ShardTensor(global, s, device_, c.local_input_shapes[leaf]));
+      // The micro-batches' weighted gradient sum (gradients leave the step
+      // sharded like their weights): allocated once, reused every step.
+      if (accum_steps_ > 1) accum_.emplace_back(c.local_input_shapes[leaf]);
       for (const char* suffix : {".m", ".v"}) {
         const std::string name = weights[k].name + suffix;
         Tensor g = run.resume ? FromSafetensor(run.resume->optimizer, name, weights[k].shape,
@@ -312,8 +343,8 @@ class DeviceTrainer {
         mm.tokens_per_second = mm.step_seconds > 0 ? mm.tokens / mm.step_seconds : 0;
         reporter->Step(mm);
         metrics->push_back(mm);
-        peak_bytes_ = std::max(peak_bytes_, exec_.stats().peak_bytes);
-        collective_bytes_ = exec_.stats().collective_bytes();
+        peak_bytes_ = std::max(peak_bytes_, step_stats().peak_bytes);
+        collective_bytes_ = step_stats().collective_bytes();
         if (run_.options.on_step) run_.options.on_step(mm);
       }
       const int64_t every = run_.config.train.checkpoint_every;
@@ -324,33 +355,102 @@ class DeviceTrainer {
   }
 
  private:
-  StepMetrics Step(int64_t step, const Batch& batch) {
+  // The program on rows [k * rows, (k + 1) * rows) of the batch's `data`
+  // (the whole batch when not accumulating): this device's share of them.
+  std::vector<Tensor> RunProgram(const std::vector<Tensor>& data, int64_t k, int64_t rows) {
     const auto& c = run_.program.compiled;
+    std::vector<Tensor> inputs;
+    for (size_t i = 0; i < data.size(); ++i) {
+      const int64_t S = data[i].dimensions()[1];
+      const int64_t row_bytes = data[i].byte_size() / data[i].dimensions()[0];
+      const Tensor part = accum_steps_ == 1 ? data[i]
+                                            : data[i].View(Shape(data[i].element_type(), {rows, S}),
+                                                           k * rows * row_bytes);
+      inputs.push_back(
+          runtime::ShardTensor(part, c.input_shardings[i], device_, c.local_input_shapes[i]));
+    }
+    for (const Tensor& p : params_) inputs.push_back(p);  // shared: the executor only reads
+    return exec_.Run(std::move(inputs), comm_);
+  }
+
+  // The step's program runs (gradient accumulation): the batch's loss into
+  // m->loss and its gradient into accum_. Micro-batch k's loss and gradient
+  // are means over its n_k loss tokens; weighted by n_k / n (n: the batch's
+  // loss tokens) they sum to the batch's means, as one run over the whole
+  // batch gives them.
+  void Accumulate(const Batch& batch, const std::vector<Tensor>& data, StepMetrics* m) {
+    const int64_t rows = batch.batch_size / accum_steps_;
+    const int64_t per_micro = rows * batch.seq_len;
+    std::vector<double> tokens(static_cast<size_t>(accum_steps_), 0.0);
+    double total = 0;
+    for (int64_t k = 0; k < accum_steps_; ++k) {
+      for (int64_t i = k * per_micro; i < (k + 1) * per_micro; ++i) {
+        tokens[k] += batch.loss_mask[i];
+      }
+      total += tokens[k];
+    }
+    step_stats_ = {};
+    m->loss = 0;
+    bool written = false;  // accum_ holds this step's sum
+    for (int64_t k = 0; k < accum_steps_; ++k) {
+      if (tokens[k] == 0) continue;  // no loss token: a zero loss and gradient
+      const std::vector<Tensor> out = RunProgram(data, k, rows);
+      const ElapsedSeconds adding{&optimizer_seconds_};
+      AddRunStats(exec_.stats(), step_stats_);
+      const double weight = tokens[k] / total;
+      m->loss += weight * out[0].GetDouble(0);
+      const float w = static_cast<float>(weight);
+      for (size_t j = 0; j < accum_.size(); ++j) {
+        float* sum = accum_[j].mutable_data<float>();
+        const float* g = out[j + 1].data<float>();
+        const int64_t n = accum_[j].element_count();
+        if (written) {
+          for (int64_t i = 0; i < n; ++i) sum[i] += w * g[i];
+        } else {
+          for (int64_t i = 0; i < n; ++i) sum[i] = w * g[i];
+        }
+      }
+      written = true;
+    }
+    if (!written) {
+      for (Tensor& sum : accum_) {
+        std::fill_n(sum.mutable_data<float>(), sum.element_count(), 0.0f);
+      }
+    }
+  }
+
+  StepMetrics Step(int64_t step, const Batch& batch) {
     const int64_t B = batch.batch_size, S = batch.seq_len;
+    WEFT_INTERNAL_CHECK(B == run_.program.batch_size * accum_steps_,
+                        "a batch of {} rows for a step of {} x {} rows", B, accum_steps_,
+                        run_.program.batch_size);
     const std::vector<Tensor> data = {
         Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, batch.tokens),
         Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, batch.targets),
         Tensor::FromVector<float>(PrimitiveType::kF32, {B, S}, batch.loss_mask),
         Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, batch.segment_ids),
         Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, batch.positions)};
-    std::vector<Tensor> inputs;
-    for (size_t i = 0; i < data.size(); ++i) {
-      inputs.push_back(
-          runtime::ShardTensor(data[i], c.input_shardings[i], device_, c.local_input_shapes[i]));
-    }
-    for (const Tensor& p : params_) inputs.push_back(p);  // shared: the executor only reads
-    std::vector<Tensor> out = exec_.Run(std::move(inputs), comm_);
-    const ElapsedSeconds updating{&optimizer_seconds_};  // the rest of the step
-
+    optimizer_seconds_ = 0;
     StepMetrics m;
     m.step = step + 1;
-    m.loss = out[0].GetDouble(0);
     m.tokens = B * S;
+    std::vector<Tensor> out;  // without accumulation: the loss, then the gradients
+    if (accum_steps_ == 1) {
+      out = RunProgram(data, 0, B);
+      m.loss = out[0].GetDouble(0);
+    } else {
+      Accumulate(batch, data, &m);
+    }
+    const std::span<const Tensor> grads = accum_steps_ == 1
+                                              ? std::span<const Tensor>(out).subspan(1)
+                                              : std::span<const Tensor>(accum_);
+    const ElapsedSeconds updating{&optimizer_seconds_};  // the rest of the step
+
     double sq = 0;
     for (size_t k = 0; k < params_.size(); ++k) {
       if (owner_[k]) {
-        sq += SumOfSquares(std::span<const float>(out[k + 1].data<float>(),
-                                                  out[k + 1].element_count()));
+        sq +=
+            SumOfSquares(std::span<const float>(grads[k].data<float>(), grads[k].element_count()));
       }
     }
     const double total = SumOverDevices(sq, comm_);
@@ -371,7 +471,7 @@ class DeviceTrainer {
     for (size_t k = 0; k < params_.size() && would_overflow == 0; ++k) {
       const int64_t n = params_[k].element_count();
       if (!AdamWUpdateStaysFinite(std::span<const float>(params_[k].data<float>(), n),
-                                  std::span<const float>(out[k + 1].data<float>(), n),
+                                  std::span<const float>(grads[k].data<float>(), n),
                                   std::span<const float>(m_[k].data<float>(), n),
                                   std::span<const float>(v_[k].data<float>(), n), run_.hyper,
                                   adam_step(k))) {
@@ -385,7 +485,7 @@ class DeviceTrainer {
     for (size_t k = 0; k < params_.size(); ++k) {
       const int64_t n = params_[k].element_count();
       AdamWUpdate(std::span<float>(params_[k].mutable_data<float>(), n),
-                  std::span<const float>(out[k + 1].data<float>(), n),
+                  std::span<const float>(grads[k].data<float>(), n),
                   std::span<float>(m_[k].mutable_data<float>(), n),
                   std::span<float>(v_[k].mutable_data<float>(), n), run_.hyper, adam_step(k));
     }
@@ -433,17 +533,25 @@ class DeviceTrainer {
     m.step_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     m.tokens_per_second = m.step_seconds > 0 ? m.tokens / m.step_seconds : 0;
     if (device_ == 0 && options.on_step) {
-      options.on_step(m, StepProfile{exec_.stats(), optimizer_seconds_});
+      options.on_step(m, StepProfile{step_stats(), optimizer_seconds_});
     }
   }
 
  private:
+  // The last step's program runs.
+  const runtime::ExecutorStats& step_stats() const {
+    return accum_steps_ == 1 ? exec_.stats() : step_stats_;
+  }
+
   const Run& run_;
   Communicator& comm_;
   int64_t device_;
+  int64_t accum_steps_;  // program runs per step (train.grad_accum_steps)
   int64_t peak_bytes_ = 0, collective_bytes_ = 0;
   runtime::Executor exec_;
+  runtime::ExecutorStats step_stats_;  // with accumulation: the step's runs summed
   std::vector<Tensor> params_, m_, v_;
+  std::vector<Tensor> accum_;  // with accumulation: per weight, the gradient sum
   std::vector<bool> owner_;
   double optimizer_seconds_ = 0;  // of the last step
 };
@@ -530,19 +638,27 @@ void CheckFitsInMemory(const Run& run, int64_t devices_here) {
   mo.executor_accounting = true;
   mo.timeline_points = 1;
   const analysis::MemoryPlan plan = analysis::PlanMemory(*c.program, mo);
-  int64_t moments = 0;
+  int64_t weights = 0;
   for (size_t i = StepProgram::kNumDataInputs; i < c.local_input_shapes.size(); ++i) {
-    moments += 2 * analysis::PlannedBytes(c.local_input_shapes[i], analysis::Precision::kF32);
+    weights += analysis::PlannedBytes(c.local_input_shapes[i], analysis::Precision::kF32);
   }
-  const int64_t per_device = plan.peak_bytes + moments;
+  const int64_t moments = 2 * weights;
+  // Gradient accumulation holds one more gradient, the micro-batches' sum.
+  const int64_t accumulated = run.config.train.grad_accum_steps > 1 ? weights : 0;
+  const int64_t per_device = plan.peak_bytes + moments + accumulated;
   const int64_t need = per_device * devices_here;
   WEFT_CHECK(need <= machine,
              "{}: training needs about {} of memory ({} device(s) in this process x {}: the step "
-             "program's peak {} + Adam moments {}), but this machine has {}. Lower "
-             "train.batch_size or model.seq_len, set train.remat = \"full\", use a smaller "
-             "model, or spread the devices over MPI ranks on several hosts (--backend mpi)",
+             "program's peak {} + Adam moments {}{}), but this machine has {}. Lower "
+             "train.batch_size or model.seq_len, raise train.grad_accum_steps (the program runs "
+             "batch_size / grad_accum_steps rows at a time), set train.remat = \"full\", use a "
+             "smaller model, or spread the devices over MPI ranks on several hosts (--backend "
+             "mpi)",
              run.config.source, FormatBytes(need), devices_here, FormatBytes(per_device),
-             FormatBytes(plan.peak_bytes), FormatBytes(moments), FormatBytes(machine));
+             FormatBytes(plan.peak_bytes), FormatBytes(moments),
+             accumulated > 0 ? fmt::format(" + accumulated gradients {}", FormatBytes(accumulated))
+                             : std::string(),
+             FormatBytes(machine));
 }
 
 // The learning-rate schedule, AdamW settings and GEMM threads of `run`.
@@ -594,6 +710,14 @@ std::unique_ptr<Run> Prepare(const RunConfig& config, const TrainOptions& option
   WEFT_CHECK(options.stop_after >= 0, "--stop-after {}: give a positive number of steps",
              options.stop_after);
   if (options.steps > 0) run->config.train.steps = options.steps;
+  if (options.grad_accum) {
+    WEFT_CHECK(*options.grad_accum >= 1,
+               "--grad-accum {}: give the number of micro-batches each step's batch is split "
+               "into, at least 1 (1: no accumulation; leave --grad-accum out to use the "
+               "config's train.grad_accum_steps)",
+               *options.grad_accum);
+    run->config.train.grad_accum_steps = *options.grad_accum;
+  }
   if (!options.data_files.empty()) {
     run->config.data.source = "files";
     run->config.data.files = options.data_files;
@@ -637,6 +761,7 @@ std::unique_ptr<Run> Prepare(const RunConfig& config, const TrainOptions& option
   po.shard_as = options.shard_as;
   po.expected_devices = available_devices;
   po.slices = StepSlices(c.mesh);
+  po.grad_accum_steps = c.train.grad_accum_steps;
   run->program = BuildStepProgram(c, po);
   CheckFitsInMemory(*run, in_process ? run->program.num_devices : 1);
 
@@ -708,12 +833,16 @@ void Finish(const Run& run, const TrainResult& result, const std::string& backen
     tokens += m.tokens;
     seconds += m.step_seconds;
   }
+  const int64_t accum = run.config.train.grad_accum_steps;
+  const std::string micro = accum > 1 ? fmt::format(", {} micro-batches of {} rows per step", accum,
+                                                    run.program.batch_size)
+                                      : std::string();
   log << fmt::format(
-      "trained steps {}..{} on {} devices ({}, {}): loss {:.4f} -> {:.4f}, {:.0f} tokens/s\n"
+      "trained steps {}..{} on {} devices ({}, {}{}): loss {:.4f} -> {:.4f}, {:.0f} tokens/s\n"
       "device 0: step program peak {:.1f} MiB, {:.1f} MiB sent per step\n"
       "wrote {}/checkpoint, metrics.jsonl, loss.svg\n",
       result.steps.front().step, result.steps.back().step, run.program.num_devices, backend,
-      MeshDescription(run.config.mesh), result.steps.front().loss, result.steps.back().loss,
+      MeshDescription(run.config.mesh), micro, result.steps.front().loss, result.steps.back().loss,
       seconds > 0 ? tokens / seconds : 0, result.peak_bytes / 1048576.0,
       result.collective_bytes_per_step / 1048576.0, run.out.string());
 }
@@ -762,6 +891,7 @@ TrainStepsInfo TrainStepsInMemory(const RunConfig& config, const TrainStepsOptio
   StepProgramOptions po;
   po.expected_devices = run->config.mesh.num_devices();
   po.fuse = options.fuse_loops;
+  po.grad_accum_steps = run->config.train.grad_accum_steps;
   run->program = BuildStepProgram(run->config, po);
   CheckFitsInMemory(*run, run->program.num_devices);
   run->dataset.emplace(LoadDataset(run->config, options.cache_dir));
@@ -774,7 +904,7 @@ TrainStepsInfo TrainStepsInMemory(const RunConfig& config, const TrainStepsOptio
     for (int64_t step = 0; step < options.steps; ++step) trainer.StepInMemory(step, it, options);
   });
   return {.num_devices = run->program.num_devices,
-          .batch_size = run->program.batch_size,
+          .batch_size = run->config.train.batch_size,
           .seq_len = run->program.seq_len};
 }
 

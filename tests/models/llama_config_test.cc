@@ -133,6 +133,36 @@ TEST(LlamaConfig, DefaultsAndHash) {
   EXPECT_NE(ParseRunConfig(std::string(kMinimal) + "[train]\nseed = 1\n", "x").Hash(), hash);
 }
 
+// train.grad_accum_steps: how many micro-batches each step's batch is run
+// as; it must divide train.batch_size.
+TEST(LlamaConfig, GradAccumStepsDivideTheBatch) {
+  const RunConfig plain = ParseRunConfig(kMinimal, "cfg.toml");
+  EXPECT_EQ(plain.train.grad_accum_steps, 1);
+  const std::string train = std::string(kMinimal) + "[train]\nbatch_size = 8\n";
+  const RunConfig accum = ParseRunConfig(train + "grad_accum_steps = 4\n", "cfg.toml");
+  EXPECT_EQ(accum.train.batch_size, 8);
+  EXPECT_EQ(accum.train.grad_accum_steps, 4);
+  EXPECT_NE(accum.CanonicalText().find("train.grad_accum_steps = 4"), std::string::npos);
+  // It is a setting of the run (the hash changes); spelled-out 1 is the default.
+  const RunConfig batch8 = ParseRunConfig(train, "cfg.toml");
+  EXPECT_NE(accum.Hash(), batch8.Hash());
+  EXPECT_EQ(ParseRunConfig(train + "grad_accum_steps = 1\n", "cfg.toml").Hash(), batch8.Hash());
+  EXPECT_EQ(ParseRunConfig(train + "grad_accum_steps = 8\n", "cfg.toml").train.grad_accum_steps, 8);
+
+  ExpectError(train + "grad_accum_steps = 0\n", "cfg.toml:10:20",
+              "train.grad_accum_steps = 0 must be at least 1");
+  ExpectError(train + "grad_accum_steps = -2\n", "cfg.toml:10:20",
+              "train.grad_accum_steps = -2 must be at least 1");
+  ExpectError(train + "grad_accum_steps = \"4\"\n", "cfg.toml:10:20",
+              "train.grad_accum_steps must be an integer");
+  ExpectError(train + "grad_accum_steps = 3\n", "cfg.toml:10:20",
+              "train.batch_size = 8 is not divisible by train.grad_accum_steps = 3");
+  ExpectError(std::string(kMinimal) + "[train]\ngrad_accum_steps = 16\n", "cfg.toml:9:20",
+              "train.batch_size = 8 is not divisible by train.grad_accum_steps = 16");
+  ExpectError(train + "grad_accum_step = 2\n", "cfg.toml:10:1",
+              "unknown key 'grad_accum_step' in [train]; did you mean 'grad_accum_steps'?");
+}
+
 TEST(LlamaConfig, MeshAxesAndRulesKeepFileOrder) {
   RunConfig config = ParseRunConfig(std::string(kMinimal) + R"(
 [mesh]

@@ -1,6 +1,7 @@
-# cmake -DCOMMAND=<;-list> -DEXPECT=<;-list> -DLIMIT=<seconds> -P expect_failure.cmake
-# Passes when COMMAND exits non-zero within LIMIT seconds and its output
-# contains every string of EXPECT.
+# cmake -DCOMMAND=<;-list> -DEXPECT=<;-list> -DLIMIT=<seconds> [-DEXIT=<code>]
+#       -P expect_failure.cmake
+# Passes when COMMAND exits non-zero (with EXIT, exactly that code) within
+# LIMIT seconds and its output contains every string of EXPECT.
 string(TIMESTAMP start "%s")
 execute_process(COMMAND ${COMMAND} RESULT_VARIABLE result OUTPUT_VARIABLE out ERROR_VARIABLE err
                 TIMEOUT ${LIMIT})
@@ -12,6 +13,9 @@ if(result STREQUAL "0")
 endif()
 if(NOT result MATCHES "^[0-9]+$" OR elapsed GREATER_EQUAL LIMIT)
   message(FATAL_ERROR "the command did not exit within ${LIMIT} s: ${result}")
+endif()
+if(DEFINED EXIT AND NOT result EQUAL EXIT)
+  message(FATAL_ERROR "expected exit code ${EXIT}, got ${result}")
 endif()
 foreach(text IN LISTS EXPECT)
   string(FIND "${out}${err}" "${text}" at)

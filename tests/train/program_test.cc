@@ -96,6 +96,47 @@ TEST(ProgramTest, MismatchesAreReportedBeforeCompute) {
   EXPECT_NE(split.find("micro.toml:"), std::string::npos) << "names the rule's line: " << split;
 }
 
+// Gradient accumulation: the program takes the micro-batch, batch_size /
+// grad_accum_steps rows, split over the batch axes like a whole batch; a
+// count that does not divide the batch, or a micro-batch the batch axes do
+// not divide, is refused naming the key, the flag and what to change.
+TEST(ProgramTest, GradAccumStepsBuildTheMicroBatchsProgram) {
+  RunConfig c = Micro();
+  c.train.batch_size = 8;
+  StepProgramOptions o;
+  o.grad_accum_steps = 2;
+  const StepProgram p = BuildStepProgram(c, o);
+  EXPECT_EQ(p.batch_size, 4);
+  EXPECT_EQ(p.compiled.input_shapes[0].dimensions(), (std::vector<int64_t>{4, 64}));
+  EXPECT_EQ(p.compiled.local_input_shapes[0].dimensions(), (std::vector<int64_t>{2, 64}));
+
+  o.grad_accum_steps = 0;
+  EXPECT_NE(ErrorOf(c, o).find("gradient accumulation steps 0 (train.grad_accum_steps, weft "
+                               "train --grad-accum) must be at least 1"),
+            std::string::npos)
+      << ErrorOf(c, o);
+  o.grad_accum_steps = 3;
+  EXPECT_NE(ErrorOf(c, o).find("micro.toml: train.batch_size 8 is not divisible by the gradient "
+                               "accumulation steps 3"),
+            std::string::npos)
+      << ErrorOf(c, o);
+  o.grad_accum_steps = 8;  // micro-batches of 1 row, fsdp = 2
+  const std::string micro = ErrorOf(c, o);
+  EXPECT_NE(micro.find("the micro-batch, train.batch_size 8 / 8 gradient accumulation steps "
+                       "(train.grad_accum_steps, weft train --grad-accum) = 1, is not divisible "
+                       "by the 2 devices of the batch axes"),
+            std::string::npos)
+      << micro;
+  EXPECT_NE(micro.find("a batch size that is a multiple of 8 x 2 = 16"), std::string::npos)
+      << micro;
+  o.batch_size = 16;  // weft plan's --batch: named as the flag
+  EXPECT_EQ(ErrorOf(c, o).find("micro-batch"), std::string::npos) << "16 / 8 = 2 rows divide";
+  o.batch_size = 12;
+  EXPECT_NE(ErrorOf(c, o).find("--batch 12 is not divisible by the gradient accumulation steps 8"),
+            std::string::npos)
+      << ErrorOf(c, o);
+}
+
 // A rule that no weight uses would be silently ignored: a typo in a name,
 // a stacked layer named without its layer, one layer alone, or a rule every
 // weight of which an earlier rule takes.

@@ -3,8 +3,9 @@
 //
 //   [model]     vocab_size dim n_layers n_heads n_kv_heads ffn_dim rope_theta
 //               norm_eps seq_len tie_embeddings
-//   [train]     steps batch_size lr min_lr warmup_steps weight_decay grad_clip
-//               seed remat checkpoint_every beta1 beta2 eps no_weight_decay
+//   [train]     steps batch_size grad_accum_steps lr min_lr warmup_steps
+//               weight_decay grad_clip seed remat checkpoint_every beta1 beta2
+//               eps no_weight_decay
 //   [data]      source ("kjv" | "files" | "inline") kjv_unit files
 //               split_on_blank_lines documents max_documents tokenizer_corpus
 //   [mesh]      axis = size, in file order (major to minor), e.g. fsdp = 2
@@ -96,7 +97,13 @@ RematPolicy ParseRematPolicy(std::string_view text, std::string_view where);
 
 struct TrainConfig {
   int64_t steps = 1000;
-  int64_t batch_size = 8;
+  int64_t batch_size = 8;  // sequences per optimizer step (the global batch)
+  // Gradient accumulation: each step's batch is run as this many
+  // consecutive micro-batches of batch_size / grad_accum_steps rows (the
+  // step program's batch), their gradients summed weighted by their share of
+  // the batch's loss tokens; clipping and the update happen once per step.
+  // The same loss and gradient as the whole batch, in less memory.
+  int64_t grad_accum_steps = 1;
   double lr = 3e-4;
   double min_lr = 3e-5;
   int64_t warmup_steps = 100;

@@ -26,6 +26,11 @@ namespace weft {
 
 struct StepProgramOptions {
   std::optional<int64_t> batch_size;  // global rows per step; unset: train.batch_size
+  // Gradient accumulation (train.grad_accum_steps, `weft train --grad-accum`):
+  // the program is built for the micro-batch, batch_size / grad_accum_steps
+  // rows, which the trainer runs grad_accum_steps times per optimizer step.
+  // 1: the whole batch in one program run (the planner's default).
+  int64_t grad_accum_steps = 1;
   std::optional<int64_t> seq_len;     // unset: model.seq_len
   std::optional<ScanRemat> remat;    // unset: the config's train.remat
   // With kFull: the layer's named activations also saved (selective remat,
@@ -47,6 +52,7 @@ struct StepProgramOptions {
 };
 
 struct StepProgram {
+  // The program's rows: the micro-batch when StepProgramOptions::grad_accum_steps > 1.
   int64_t batch_size = 0, seq_len = 0, num_devices = 1;
   LlamaForward forward;               // the forward module and its weights
   std::unique_ptr<HloModule> step;    // global step module, every instruction sharded
@@ -59,7 +65,8 @@ struct StepProgram {
 // Throws weft::Error naming the config file and what to change: the model
 // config (ValidateLlamaConfig), the mesh's size (at most kMaxMeshDevices),
 // batch and sequence (at least 1; the step's largest activations must be
-// sizeable in int64 bytes), the batch against the batch axes, the sharding
+// sizeable in int64 bytes), the batch against grad_accum_steps and the
+// (micro-)batch against the batch axes, the sharding
 // rules (CheckShardingRules), every weight split against its axes — all
 // before propagation and partitioning.
 StepProgram BuildStepProgram(const RunConfig& config, const StepProgramOptions& options = {});

@@ -32,6 +32,16 @@
 // [train] settings it changes. A step whose gradient norm is not finite, or
 // whose update would make any parameter or moment non-finite, is skipped on
 // every device.
+//
+// Gradient accumulation (train.grad_accum_steps = N, --grad-accum N): a step
+// draws the same global batch of train.batch_size rows as without it, runs
+// the program (built for batch_size / N rows) on its N consecutive
+// micro-batches and sums their loss and gradients into buffers allocated
+// once, each weighted by its share of the batch's loss tokens (the program's
+// loss is a mean over its own loss tokens): the whole batch's loss and
+// gradient, then one clip, one overflow check and one update. A micro-batch
+// without loss tokens contributes nothing and is not run. The data order
+// and the checkpoint's data position do not depend on N.
 #pragma once
 
 #include <cstdint>
@@ -53,7 +63,7 @@ struct StepMetrics {
   double loss = 0;
   double grad_norm = 0;  // before clipping
   double lr = 0;
-  int64_t tokens = 0;  // tokens in the batch (B x S)
+  int64_t tokens = 0;  // tokens in the batch (B x S; the whole batch when accumulating)
   double tokens_per_second = 0;
   double step_seconds = 0;
   bool skipped = false;  // non-finite gradients: no update
@@ -61,6 +71,8 @@ struct StepMetrics {
 
 struct TrainOptions {
   std::optional<MeshConfig> mesh;   // --mesh (replaces the config's [mesh])
+  // --grad-accum N: replaces train.grad_accum_steps (at least 1).
+  std::optional<int64_t> grad_accum;
   int64_t steps = 0;                // --steps: total steps of the schedule (0: train.steps)
   // Stop after this many steps of this invocation (0: run to the end); the
   // schedule still spans `steps`. For interrupted-run tests.
@@ -105,8 +117,13 @@ std::filesystem::path DefaultOutDir(const RunConfig& config);
 
 // What one step cost on device 0, beside its StepMetrics.
 struct StepProfile {
-  runtime::ExecutorStats executor;  // device 0's executor, this step's program run
-  double optimizer_seconds = 0;     // after the program: gradient norm, checks, AdamW update
+  // Device 0's executor, this step's program runs (with gradient
+  // accumulation the micro-batches' runs summed: seconds, counts, bytes;
+  // peaks the largest).
+  runtime::ExecutorStats executor;
+  // Outside the program: accumulating micro-batch gradients, gradient norm,
+  // checks, AdamW update.
+  double optimizer_seconds = 0;
 };
 
 struct TrainStepsOptions {
@@ -122,6 +139,7 @@ struct TrainStepsOptions {
 };
 
 struct TrainStepsInfo {
+  // batch_size: rows per step (train.batch_size, however many micro-batches).
   int64_t num_devices = 0, batch_size = 0, seq_len = 0;
 };
 
