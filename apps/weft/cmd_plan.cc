@@ -89,7 +89,7 @@ int RunPlan(const PlanFlags& f) {
   PlanOptions o;
   o.chip = f.chip;
   o.chips_file = f.chips_file;
-  o.grad_accum = f.grad_accum;
+  o.grad_accum = IfGiven(f.grad_accum_given, f.grad_accum);
   if (!f.mesh.empty()) o.mesh = ParseMeshFlag(f.mesh);
   if (!f.dcn.empty()) o.mesh = ApplyDcnFlag(o.mesh ? *o.mesh : config.mesh, f.dcn);
   o.slices = IfGiven(f.slices_given, f.slices);

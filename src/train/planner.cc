@@ -109,14 +109,13 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
                *options.seq_len, std::numeric_limits<int32_t>::max(), config.model.seq_len,
                config.source);
   }
-  const int64_t global_batch = options.batch_size.value_or(config.train.batch_size);
-  WEFT_CHECK(options.grad_accum >= 1,
-             "--grad-accum {}: the number of micro-batches per step must be at least 1",
-             options.grad_accum);
-  WEFT_CHECK(global_batch % options.grad_accum == 0,
-             "--grad-accum {}: the global batch of {} sequences must split into {} equal "
-             "micro-batches; give a --grad-accum that divides {}",
-             options.grad_accum, global_batch, options.grad_accum, global_batch);
+  if (options.grad_accum) {
+    WEFT_CHECK(*options.grad_accum >= 1,
+               "--grad-accum {}: the number of micro-batches per step must be at least 1 (omit "
+               "--grad-accum to use train.grad_accum_steps = {} from {})",
+               *options.grad_accum, config.train.grad_accum_steps, config.source);
+  }
+  const int64_t accum = options.grad_accum.value_or(config.train.grad_accum_steps);
   if (options.slices) {
     WEFT_CHECK(*options.slices >= 1,
                "--slices {}: the number of slices must be a positive integer (1: one slice, no "
@@ -147,7 +146,8 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   // The program's own checks that need no compute (model, mesh size, batch
   // against the batch axes), before slices are derived from the mesh.
   StepProgramOptions po;
-  po.batch_size = global_batch / options.grad_accum;
+  po.batch_size = options.batch_size;
+  po.grad_accum_steps = accum;
   po.seq_len = options.seq_len;
   po.remat = remat.kind == Remat::kFull ? ScanRemat::kFull : ScanRemat::kNone;
   po.remat_save = remat.save;
@@ -209,9 +209,9 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   // and as weft's executor runs it (StepProgramOptions::fuse).
   po.slices = slices;
   const StepProgram program = BuildStepProgram(config, po);
-  plan.grad_accum = options.grad_accum;
+  plan.grad_accum = accum;
   plan.micro_batch_size = program.batch_size;
-  plan.batch_size = program.batch_size * options.grad_accum;
+  plan.batch_size = program.batch_size * accum;
   plan.seq_len = program.seq_len;
   plan.compile_seconds = SecondsSince(start);
   const auto analysis_start = std::chrono::steady_clock::now();
@@ -320,11 +320,11 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   so.timeline_points = options.timeline_points;
   plan.collective_device = so.device;
   plan.time = analysis::SimulateStep(*c.program, plan.chip, so);
-  const double accum = static_cast<double>(plan.grad_accum);
-  plan.flops.dot *= accum;
-  plan.flops.attention_forward *= accum;
-  plan.flops.attention_backward *= accum;
-  plan.flops.other *= accum;
+  const double runs = static_cast<double>(plan.grad_accum);
+  plan.flops.dot *= runs;
+  plan.flops.attention_forward *= runs;
+  plan.flops.attention_backward *= runs;
+  plan.flops.other *= runs;
   if (options.keep_program) plan.program_text = c.program->ToString();
   plan.analysis_seconds = SecondsSince(analysis_start);
   return plan;

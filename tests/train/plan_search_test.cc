@@ -52,7 +52,7 @@ TEST(PlanSearchTest, EveryCandidateIsPlannedAndTheFittingOnesRankFastestFirst) {
   for (const AutoCandidate& c : p.candidates) {
     batch_refused =
         batch_refused || (c.outcome == AutoCandidate::Outcome::kInvalid && c.grad_accum == 8 &&
-                          c.why.find("--batch 2") != std::string::npos);
+                          c.why.find("the micro-batch, --batch 16 / 8") != std::string::npos);
   }
   EXPECT_TRUE(batch_refused);
   const std::string text = FormatAutoPlanText(p, 5);

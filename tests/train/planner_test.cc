@@ -526,7 +526,8 @@ TEST(PlannerTest, GradientAccumulationRunsTheMicroBatchStepThatManyTimes) {
   EXPECT_EQ(accumulated.peak_bytes(), micro.peak_bytes() + accumulated.accumulator_bytes);
   o.batch_size = 64;
   o.grad_accum = 3;
-  EXPECT_NE(ErrorOf(config, o).find("--grad-accum 3: the global batch of 64 sequences"),
+  EXPECT_NE(ErrorOf(config, o).find("--batch 64 is not divisible by the gradient accumulation "
+                                    "steps 3"),
             std::string::npos)
       << ErrorOf(config, o);
   o.grad_accum = 0;

@@ -46,9 +46,10 @@ struct PlanOptions {
   std::optional<int64_t> slices;      // unset: see the file comment; set: at least 1
   std::optional<int64_t> batch_size;  // unset: train.batch_size; set: at least 1
   std::optional<int64_t> seq_len;     // unset: model.seq_len; set: at least 1
-  // Micro-batches per optimizer step (train.grad_accum_steps): the program
-  // is planned for batch / grad_accum sequences and run grad_accum times.
-  int64_t grad_accum = 1;
+  // Micro-batches per optimizer step (--grad-accum; unset: the config's
+  // train.grad_accum_steps): the program is planned for batch / grad_accum
+  // sequences and run grad_accum times.
+  std::optional<int64_t> grad_accum;
   // A remat preset or activation list (models/llama_config.h RematPolicy:
   // "none", "full", "offload", "save_qkv_proj", "q_proj,out_proj", ...);
   // "": the config's train.remat.
