@@ -1,7 +1,8 @@
-// `weft bench peak|attention|collectives|propagate|executor|plan|train`.
+// `weft bench peak|attention|collectives|propagate|executor|plan|auto|train`.
 #include <memory>
 
 #include "bench.h"
+#include "bench_auto.h"
 #include "bench_collectives.h"
 #include "bench_executor.h"
 #include "bench_plan.h"
@@ -86,6 +87,23 @@ void AddBench(CLI::App& app) {
   plan->callback([plan_json] {
     SetAction([plan_json] { return bench::RunPlanBench(*plan_json); });
   });
+
+  // `weft bench auto [CONFIG]`: bench/bench_auto.h.
+  auto* automatic = bench->add_subcommand(
+      "auto",
+      "weft plan --auto for this machine's in-process devices (chip local-cpu), then every "
+      "candidate that fits run for a few steps: the chosen candidate's step time over the "
+      "fastest measured");
+  auto auto_opt = std::make_shared<bench::AutoBenchOptions>();
+  automatic->add_option("config", auto_opt->config, "Run config (TOML)")->capture_default_str();
+  automatic->add_option("--chips", auto_opt->chips, "In-process devices")->capture_default_str();
+  automatic->add_option("--steps", auto_opt->steps, "Timed steps per candidate")
+      ->capture_default_str();
+  automatic->add_option("--remat", auto_opt->remats,
+                        "Remat presets to try (default: those of weft plan --auto)");
+  automatic->add_flag("--json", auto_opt->json, "Print JSON instead of a table");
+  automatic->callback(
+      [auto_opt] { SetAction([auto_opt] { return bench::RunAutoBench(*auto_opt); }); });
 
   // `weft bench train CONFIG`: bench/bench_train.h.
   auto* train = bench->add_subcommand(
