@@ -19,16 +19,27 @@ std::string Where(std::string_view file, const toml::source_region& region) {
 }
 
 const std::set<std::string>& KnownKeys() {
-  static const std::set<std::string> keys = {"description",      "hbm_gb",
-                                             "hbm_gib",          "peak_tflops_bf16",
-                                             "peak_tflops_f32",  "ici_gbytes_per_s",
-                                             "dcn_gbytes_per_s", "host_gbytes_per_s",
-                                             "max_slice_chips",  "default_precision",
-                                             "source",           "hbm_gbytes_per_s",
-                                             "ici_topology",     "ici_links",
-                                             "matrix_tile",      "matrix_efficiency",
-                                             "vector_tflops",    "ici_latency_us",
-                                             "dcn_latency_us"};
+  static const std::set<std::string> keys = {"description",
+                                             "hbm_gb",
+                                             "hbm_gib",
+                                             "peak_tflops_bf16",
+                                             "peak_tflops_f32",
+                                             "ici_gbytes_per_s",
+                                             "dcn_gbytes_per_s",
+                                             "host_gbytes_per_s",
+                                             "max_slice_chips",
+                                             "default_precision",
+                                             "source",
+                                             "hbm_gbytes_per_s",
+                                             "ici_topology",
+                                             "ici_links",
+                                             "matrix_tile",
+                                             "matrix_efficiency",
+                                             "vector_tflops",
+                                             "ici_latency_us",
+                                             "dcn_latency_us",
+                                             "cache_mb",
+                                             "cache_gbytes_per_s"};
   return keys;
 }
 
@@ -113,7 +124,7 @@ ChipTable ParseChipTable(std::string_view toml_text, std::string_view source_nam
                  "peak_tflops_bf16, peak_tflops_f32, ici_gbytes_per_s, dcn_gbytes_per_s, "
                  "host_gbytes_per_s, max_slice_chips, default_precision, source, "
                  "hbm_gbytes_per_s, ici_topology, ici_links, matrix_tile, matrix_efficiency, "
-                 "vector_tflops, ici_latency_us, dcn_latency_us)",
+                 "vector_tflops, ici_latency_us, dcn_latency_us, cache_mb, cache_gbytes_per_s)",
                  Where(source_name, k.source()), k.str(), name);
     }
     Chip c;
@@ -184,6 +195,15 @@ ChipTable ParseChipTable(std::string_view toml_text, std::string_view source_nam
     if (ici_latency > 0) c.ici_latency_s = ici_latency * 1e-6;
     const double dcn_latency = Number(*t, "dcn_latency_us", source_name, name, false);
     if (dcn_latency > 0) c.dcn_latency_s = dcn_latency * 1e-6;
+    const double cache_mb = Number(*t, "cache_mb", source_name, name, false);
+    const double cache_rate = Number(*t, "cache_gbytes_per_s", source_name, name, false);
+    WEFT_CHECK((cache_mb > 0) == (cache_rate > 0),
+               "{}: chip '{}' needs both cache_mb and cache_gbytes_per_s, or neither",
+               Where(source_name, t->source()), name);
+    if (cache_mb > 0) {
+      c.cache_bytes = cache_mb * 1e6;
+      c.cache_bytes_per_s = cache_rate * 1e9;
+    }
     table.chips.push_back(std::move(c));
   }
   return table;

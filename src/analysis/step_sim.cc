@@ -228,7 +228,9 @@ InstructionCost CostOfInstruction(const HloModule& program, const HloInstruction
       chip.matrix_efficiency;
   const int64_t bytes =
       op == HloOpcode::kFusion ? FusionBytes(instr, o.precision) : MemoryBytes(instr, o.precision);
-  const double memory_s = static_cast<double>(bytes) / chip.hbm_bytes_per_s;
+  const bool cached = chip.cache_bytes > 0 && static_cast<double>(bytes) <= chip.cache_bytes;
+  const double memory_s =
+      static_cast<double>(bytes) / (cached ? chip.cache_bytes_per_s : chip.hbm_bytes_per_s);
   double matrix_s = 0;
   if (const HloInstruction* dot = DotIn(instr)) {
     matrix_s = PaddedDotFlops(*dot, chip.matrix_tile) / peak;

@@ -124,6 +124,13 @@ TEST(ChipsTest, SimulationKeysParseAndBadOnesAreErrors) {
             std::string::npos);
   EXPECT_NE(ErrorOf(std::string(kGood) + "matrix_efficiency = 1.5\n").find("in (0, 1]"),
             std::string::npos);
+  EXPECT_NE(ErrorOf(std::string(kGood) + "cache_mb = 8\n").find("both cache_mb and"),
+            std::string::npos);
+  const Chip cached =
+      ParseChipTable(std::string(kGood) + "cache_mb = 8\ncache_gbytes_per_s = 90\n", "test.toml")
+          .Find("x");
+  EXPECT_DOUBLE_EQ(cached.cache_bytes, 8e6);
+  EXPECT_DOUBLE_EQ(cached.cache_bytes_per_s, 90e9);
   std::string no_bandwidth = kGood;
   no_bandwidth.erase(no_bandwidth.find("hbm_gbytes_per_s"),
                      std::string("hbm_gbytes_per_s = 1000\n").size());

@@ -91,6 +91,12 @@ ENTRY e {
   EXPECT_NEAR(t.step_s, bytes / 1e12, 1e-15);
   EXPECT_EQ(t.top.at(0).bound, "memory");
   EXPECT_EQ(t.matrix_s, 0);
+  // Within a cache level, at the cache's rate; beyond it, at HBM's.
+  chip.cache_bytes = bytes;
+  chip.cache_bytes_per_s = 4e12;
+  EXPECT_NEAR(Simulate(text, chip, Devices(1)).step_s, bytes / 4e12, 1e-15);
+  chip.cache_bytes = bytes - 1;
+  EXPECT_NEAR(Simulate(text, chip, Devices(1)).step_s, bytes / 1e12, 1e-15);
   chip.vector_flops = 1e9;  // a slow vector unit: one FLOP per element
   t = Simulate(text, chip, Devices(1));
   EXPECT_NEAR(t.step_s, 4096.0 * 4096 / 1e9, 1e-12);

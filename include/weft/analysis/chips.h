@@ -31,6 +31,9 @@
 //                                # are timed by their bytes alone)
 //   ici_latency_us = 2           # per ring step of a collective (default 0)
 //   dcn_latency_us = 20
+//   cache_mb = 8                 # an instruction moving at most this many
+//   cache_gbytes_per_s = 90      # bytes runs at this rate instead of HBM's
+//                                # (CPUs: the caches; default: none)
 //
 // Every key is required except description, default_precision (bf16) and
 // those whose default is given above; unknown keys are errors naming
@@ -65,6 +68,7 @@ struct Chip {
   double matrix_efficiency = 1;
   double vector_flops = 0;  // FLOP/s; 0: not given
   double ici_latency_s = 0, dcn_latency_s = 0;
+  double cache_bytes = 0, cache_bytes_per_s = 0;  // 0: no cache level
   std::string source;
 };
 

@@ -7,7 +7,8 @@
 //            precision x matrix_efficiency; attention calls by their FLOPs
 //            the same way; everything else (fused loops, copies, slices,
 //            reductions) by the bytes it reads and writes at HBM bandwidth
-//            or its elementwise work at vector_tflops, whichever is slower
+//            (at the cache's when they fit the chip's cache_mb) or its
+//            elementwise work at vector_tflops, whichever is slower
 //            (a dot too when its bytes take longer than its FLOPs)
 //   ici      collectives whose group stays in a slice: a ring's steps x
 //            ici_latency + bytes sent / bandwidth; the bandwidth is the
