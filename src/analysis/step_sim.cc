@@ -251,6 +251,18 @@ InstructionCost CostOfInstruction(const HloModule& program, const HloInstruction
 
 namespace {
 
+const HloInstruction* ThroughViews(const HloInstruction* i) {
+  while (i->opcode() == HloOpcode::kReshape) i = i->operand(0);
+  return i;
+}
+
+// Whether `i` is (a view of) element k of a loop body's state.
+bool IsStateElement(const HloInstruction* i, int64_t k) {
+  i = ThroughViews(i);
+  return i->opcode() == HloOpcode::kGetTupleElement && i->tuple_index() == k &&
+         i->operand(0)->opcode() == HloOpcode::kParameter;
+}
+
 // The program unrolled into runs of instructions with their dependencies.
 struct Node {
   int32_t site = -1;  // index into Expander::sites; -1: a marker (no time)
@@ -340,23 +352,14 @@ class Expander {
     if (it != deferrable_.end()) return it->second;
     std::unordered_set<const HloInstruction*> set;
     const HloInstruction* root = body.root_instruction();
-    auto through_views = [](const HloInstruction* i) {
-      while (i->opcode() == HloOpcode::kReshape) i = i->operand(0);
-      return i;
-    };
-    auto is_state = [&](const HloInstruction* i, int64_t k) {
-      i = through_views(i);
-      return i->opcode() == HloOpcode::kGetTupleElement && i->tuple_index() == k &&
-             i->operand(0)->opcode() == HloOpcode::kParameter;
-    };
     std::unordered_set<const HloInstruction*> accumulated;  // root operands updating an accumulator
     if (root->opcode() == HloOpcode::kTuple) {
       for (int64_t k = 0; k < root->operand_count(); ++k) {
-        const HloInstruction* out = through_views(root->operand(k));
+        const HloInstruction* out = ThroughViews(root->operand(k));
         const HloOpcode op = out->opcode();
-        if ((op == HloOpcode::kDynamicUpdateSlice && is_state(out->operand(0), k)) ||
+        if ((op == HloOpcode::kDynamicUpdateSlice && IsStateElement(out->operand(0), k)) ||
             (op == HloOpcode::kAdd &&
-             (is_state(out->operand(0), k) || is_state(out->operand(1), k)))) {
+             (IsStateElement(out->operand(0), k) || IsStateElement(out->operand(1), k)))) {
           accumulated.insert(root->operand(k));
         }
       }
@@ -391,24 +394,15 @@ class Expander {
     auto it = prefetchable_.find(&body);
     if (it != prefetchable_.end()) return it->second;
     const HloInstruction* root = body.root_instruction();
-    auto through_views = [](const HloInstruction* i) {
-      while (i->opcode() == HloOpcode::kReshape) i = i->operand(0);
-      return i;
-    };
-    auto is_state = [&](const HloInstruction* i, int64_t k) {
-      i = through_views(i);
-      return i->opcode() == HloOpcode::kGetTupleElement && i->tuple_index() == k &&
-             i->operand(0)->opcode() == HloOpcode::kParameter;
-    };
     std::unordered_set<int64_t> known;  // state elements known a trip ahead
     if (root->opcode() == HloOpcode::kTuple) {
       for (int64_t k = 0; k < root->operand_count(); ++k) {
-        const HloInstruction* out = through_views(root->operand(k));
+        const HloInstruction* out = ThroughViews(root->operand(k));
         const bool counter =
             out->opcode() == HloOpcode::kAdd &&
-            ((is_state(out->operand(0), k) && out->operand(1)->opcode() == HloOpcode::kConstant) ||
-             (is_state(out->operand(1), k) && out->operand(0)->opcode() == HloOpcode::kConstant));
-        if (is_state(out, k) || counter) known.insert(k);
+            ((IsStateElement(out->operand(0), k) && out->operand(1)->opcode() == HloOpcode::kConstant) ||
+             (IsStateElement(out->operand(1), k) && out->operand(0)->opcode() == HloOpcode::kConstant));
+        if (IsStateElement(out, k) || counter) known.insert(k);
       }
     }
     const std::vector<HloInstruction*> order = body.MakeInstructionPostOrder();
