@@ -398,10 +398,11 @@ class Expander {
     if (root->opcode() == HloOpcode::kTuple) {
       for (int64_t k = 0; k < root->operand_count(); ++k) {
         const HloInstruction* out = ThroughViews(root->operand(k));
-        const bool counter =
-            out->opcode() == HloOpcode::kAdd &&
-            ((IsStateElement(out->operand(0), k) && out->operand(1)->opcode() == HloOpcode::kConstant) ||
-             (IsStateElement(out->operand(1), k) && out->operand(0)->opcode() == HloOpcode::kConstant));
+        const bool counter = out->opcode() == HloOpcode::kAdd &&
+                             ((IsStateElement(out->operand(0), k) &&
+                               out->operand(1)->opcode() == HloOpcode::kConstant) ||
+                              (IsStateElement(out->operand(1), k) &&
+                               out->operand(0)->opcode() == HloOpcode::kConstant));
         if (IsStateElement(out, k) || counter) known.insert(k);
       }
     }
