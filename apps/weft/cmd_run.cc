@@ -18,10 +18,14 @@ void AddRun(CLI::App& app) {
   auto opt = std::make_shared<runtime::RunCommandOptions>();
   run->add_option("file", opt->input, "HLO text module (shardings are completed if incomplete)")
       ->required();
-  run->add_option("--seed", opt->seed, "Seed of the random inputs (default 0)");
+  run->add_option("--seed", opt->seed,
+                  "Seed of the random inputs (default 0): floats N(0, 1), pred a coin, integers "
+                  "used as gather / scatter / dynamic-slice indices uniform over the indexed "
+                  "extent and 2 past each end, other integers in [0, 3]");
   run->add_flag("--check", opt->check,
                 "Also run the unsharded module on one device and print the maximum relative "
-                "error per output; exit 3 if one exceeds 1e-5 (f32)");
+                "error per output; exit 3 if one exceeds 1e-5 (f32; 1e-2 for bf16 / f16 and for "
+                "f32 results of a module that computes in bf16 or f16)");
   run->add_option("--num-devices", opt->num_devices,
                   "Devices (default: the ranks under mpirun, else what the shardings are "
                   "written for, else WEFT_NUM_DEVICES)");

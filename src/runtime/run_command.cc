@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "weft/analysis/loops.h"
 #include "weft/analysis/memory_plan.h"
@@ -165,7 +166,7 @@ int CheckAgainstUnsharded(std::ostream& out, const HloModule& module, const Comp
   bool ok = true;
   for (size_t i = 0; i < outputs.size(); ++i) {
     const double error = MaxRelativeError(outputs[i], expected[i]);
-    const double tolerance = CheckTolerance(expected[i].element_type());
+    const double tolerance = CheckTolerance(expected[i].element_type(), NarrowestFloat(module));
     const bool good = error <= tolerance;
     ok = ok && good;
     out << fmt::format("  {:<16} {:>16.3e} {:>10.0e}  {}\n", p.output_names[i], error, tolerance,
@@ -336,7 +337,8 @@ int RunOnThreads(const RunCommandOptions& options, std::ostream& out) {
   // Before anything is allocated: all n devices live in this process.
   CheckRunFitsInMemory(EstimateRunMemory(*module, program, n, options.check), PhysicalMemoryBytes(),
                        options.input);
-  const std::vector<HostTensor> inputs = RandomInputs(program.input_shapes, options.seed);
+  const std::vector<HostTensor> inputs =
+      RandomInputs(program.input_shapes, options.seed, InputIntegerRanges(*module));
   LocalCluster cluster(n);
   std::vector<ExecutorStats> stats;
   const ExecutorOptions exec_options = MakeExecutorOptions(options);
@@ -370,7 +372,8 @@ int RunOnRank(const RunCommandOptions& options, Communicator& comm, std::ostream
                           static_cast<uint64_t>(options.check),
                       "weft run's --seed / --check");
 
-  const std::vector<HostTensor> inputs = RandomInputs(program.input_shapes, options.seed);
+  const std::vector<HostTensor> inputs =
+      RandomInputs(program.input_shapes, options.seed, InputIntegerRanges(*module));
   std::vector<HostTensor> mine;
   for (size_t i = 0; i < inputs.size(); ++i) {
     mine.push_back(
@@ -517,7 +520,84 @@ HostTensor GatherTensor(const HostTensor& piece, const HloSharding& sharding,
   return JoinTensor(pieces, sharding, global_shape);
 }
 
-std::vector<HostTensor> RandomInputs(std::span<const Shape> shapes, uint64_t seed) {
+namespace {
+
+// The largest start index `user` admits through operand `k` (-1: not an
+// index there): the indexed extent less the slice, over the dims it indexes.
+int64_t IndexExtent(const HloInstruction& user, int64_t k) {
+  const HloAttributes& a = user.attrs();
+  switch (user.opcode()) {
+    case HloOpcode::kDynamicSlice:
+      if (k == 0) return -1;
+      return user.operand(0)->shape().dimensions(k - 1) - a.dynamic_slice_sizes.at(k - 1);
+    case HloOpcode::kDynamicUpdateSlice:
+      if (k < 2) return -1;
+      return user.operand(0)->shape().dimensions(k - 2) -
+             user.operand(1)->shape().dimensions(k - 2);
+    case HloOpcode::kGather: {
+      if (k != 1) return -1;
+      int64_t most = 0;
+      for (size_t i = 0; i < a.gather.start_index_map.size(); ++i) {
+        const int64_t d = a.gather.start_index_map[i];
+        most = std::max(most, user.operand(0)->shape().dimensions(d) - a.gather_slice_sizes.at(d));
+      }
+      return most;
+    }
+    case HloOpcode::kScatter: {
+      const int64_t operands = (user.operand_count() - 1) / 2;
+      if (k != operands) return -1;
+      int64_t most = 0;
+      for (int64_t d : a.scatter.scatter_dims_to_operand_dims) {
+        most = std::max(most, user.operand(0)->shape().dimensions(d));
+      }
+      return most;
+    }
+    default:
+      return -1;
+  }
+}
+
+// Whether `op` passes its (first) operand's values through unchanged.
+bool KeepsValues(HloOpcode op) {
+  return op == HloOpcode::kConvert || op == HloOpcode::kReshape || op == HloOpcode::kBroadcast ||
+         op == HloOpcode::kSlice || op == HloOpcode::kConcatenate || op == HloOpcode::kCopy ||
+         op == HloOpcode::kTranspose;
+}
+
+}  // namespace
+
+std::vector<IntegerRange> InputIntegerRanges(const HloModule& module) {
+  std::vector<IntegerRange> out;
+  const HloComputation* entry = module.entry_computation();
+  if (entry == nullptr) return out;
+  for (const HloInstruction* p : entry->parameter_instructions()) {
+    const size_t leaves = p->shape().Leaves().size();
+    IntegerRange r;
+    if (p->shape().IsArray() && !IsFloatingPoint(p->shape().element_type()) &&
+        p->shape().element_type() != PrimitiveType::kPred) {
+      int64_t most = -1;
+      std::vector<const HloInstruction*> stack = {p};
+      std::unordered_set<const HloInstruction*> seen;
+      while (!stack.empty()) {
+        const HloInstruction* v = stack.back();
+        stack.pop_back();
+        if (!seen.insert(v).second) continue;
+        for (const HloInstruction* u : v->users()) {
+          for (int64_t k = 0; k < u->operand_count(); ++k) {
+            if (u->operand(k) == v) most = std::max(most, IndexExtent(*u, k));
+          }
+          if (KeepsValues(u->opcode())) stack.push_back(u);
+        }
+      }
+      if (most >= 0) r = IntegerRange{-2, most + 2};
+    }
+    for (size_t i = 0; i < leaves; ++i) out.push_back(r);
+  }
+  return out;
+}
+
+std::vector<HostTensor> RandomInputs(std::span<const Shape> shapes, uint64_t seed,
+                                     std::span<const IntegerRange> ranges) {
   std::vector<HostTensor> out;
   for (size_t i = 0; i < shapes.size(); ++i) {
     // One stream per leaf, independent of the other leaves' sizes.
@@ -539,8 +619,12 @@ std::vector<HostTensor> RandomInputs(std::span<const Shape> shapes, uint64_t see
       std::bernoulli_distribution coin(0.5);
       for (int64_t k = 0; k < n; ++k) exec::StoreDouble(type, data, k, coin(rng) ? 1 : 0);
     } else {
-      std::uniform_int_distribution<int> small(0, 3);
-      for (int64_t k = 0; k < n; ++k) exec::StoreDouble(type, data, k, small(rng));
+      IntegerRange r = i < ranges.size() ? ranges[i] : IntegerRange{};
+      if (!IsSignedInteger(type)) r.lo = std::max<int64_t>(r.lo, 0);  // unsigned: no negatives
+      std::uniform_int_distribution<int64_t> uniform(r.lo, r.hi);
+      for (int64_t k = 0; k < n; ++k) {
+        exec::StoreDouble(type, data, k, static_cast<double>(uniform(rng)));
+      }
     }
     out.push_back(std::move(t));
   }
@@ -659,16 +743,33 @@ double MaxRelativeError(const HostTensor& actual, const HostTensor& expected) {
   return max_expected == 0 ? kInf : max_diff / max_expected;
 }
 
-double CheckTolerance(PrimitiveType type) {
-  switch (type) {
-    case PrimitiveType::kF32:
-      return 1e-5;
-    case PrimitiveType::kBF16:
-    case PrimitiveType::kF16:
-      return 1e-2;
-    default:
-      return 0;
+double CheckTolerance(PrimitiveType type, PrimitiveType narrowest_float) {
+  auto of = [](PrimitiveType t) {
+    switch (t) {
+      case PrimitiveType::kF32:
+        return 1e-5;
+      case PrimitiveType::kBF16:
+      case PrimitiveType::kF16:
+        return 1e-2;
+      default:
+        return 0.0;
+    }
+  };
+  if (!IsFloatingPoint(type)) return of(type);
+  return std::max(of(type), IsFloatingPoint(narrowest_float) ? of(narrowest_float) : 0.0);
+}
+
+PrimitiveType NarrowestFloat(const HloModule& module) {
+  PrimitiveType narrowest = PrimitiveType::kF32;
+  for (const HloComputation* c : module.computations()) {
+    for (const HloInstruction* instr : c->instructions()) {
+      for (const Shape& leaf : instr->shape().Leaves()) {
+        const PrimitiveType t = leaf.element_type();
+        if (IsFloatingPoint(t) && ByteWidth(t) < ByteWidth(narrowest)) narrowest = t;
+      }
+    }
   }
+  return narrowest;
 }
 
 uint64_t OutputDigest(std::span<const HostTensor> outputs) {

@@ -41,7 +41,8 @@ std::vector<double> ShardedVsUnsharded(const std::string& text, int64_t n, uint6
                                        CompiledProgram* compiled = nullptr) {
   std::unique_ptr<HloModule> module = ParseHloModule(text);
   CompiledProgram program = CompileForDevices(*module, {.num_devices = n});
-  const std::vector<HostTensor> inputs = RandomInputs(program.input_shapes, seed);
+  const std::vector<HostTensor> inputs =
+      RandomInputs(program.input_shapes, seed, InputIntegerRanges(*module));
   LocalCluster cluster(n);
   const std::vector<HostTensor> sharded = RunSharded(program, inputs, cluster, nullptr, {}, kNaN);
   Executor reference(*module);
@@ -315,6 +316,99 @@ TEST(RunCommandTest, RandomInputsAreSeededPerParameter) {
   EXPECT_NEAR(sum / 1000, 0, 0.15);
   EXPECT_NEAR(squares / 1000, 1, 0.2);
   for (double x : a[1].ToDoubles()) EXPECT_TRUE(x >= 0 && x < 4) << x;
+}
+
+TEST(RunCommandTest, IntegerInputsSpanTheExtentTheirIndexUsesAdmit) {
+  const std::unique_ptr<HloModule> module = ParseHloModule(R"(HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[40,8] parameter(0)
+  i = s64[] parameter(1)
+  i32 = s32[] convert(i)
+  z = s32[] constant(0)
+  ds = f32[4,8] dynamic-slice(x, i32, z), dynamic_slice_sizes={4,8}
+  g = s32[6,1] parameter(2)
+  gather = f32[6,8] gather(x, g), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,8}
+  si = s32[5,1] parameter(3)
+  u = f32[5,8] parameter(4)
+  sc = f32[40,8] scatter(x, si, u), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add
+  seg = s32[16] parameter(5)
+  ROOT t = (f32[4,8], f32[6,8], f32[40,8], s32[16]) tuple(ds, gather, sc, seg)
+})");
+  const std::vector<IntegerRange> ranges = InputIntegerRanges(*module);
+  ASSERT_EQ(ranges.size(), 6u);
+  EXPECT_EQ(ranges[1].lo, -2);  // the dynamic-slice start, through a convert: 40 - 4 past both ends
+  EXPECT_EQ(ranges[1].hi, 38);
+  EXPECT_EQ(ranges[2].hi, 41);  // gather rows: 40 - 1
+  EXPECT_EQ(ranges[3].hi, 42);  // scatter rows: out-of-range ones are dropped
+  EXPECT_EQ(ranges[5].lo, 0);   // no index use: small segment ids
+  EXPECT_EQ(ranges[5].hi, 3);
+  std::vector<Shape> shapes = {Shape(PrimitiveType::kS32, {4000}),
+                               Shape(PrimitiveType::kS32, {4000})};
+  const std::vector<IntegerRange> two = {ranges[1], ranges[5]};
+  const std::vector<HostTensor> drawn = RandomInputs(shapes, 3, two);
+  const std::vector<double> wide = drawn[0].ToDoubles(), small = drawn[1].ToDoubles();
+  EXPECT_EQ(*std::min_element(wide.begin(), wide.end()), -2);
+  EXPECT_EQ(*std::max_element(wide.begin(), wide.end()), 38);
+  EXPECT_EQ(*std::min_element(small.begin(), small.end()), 0);
+  EXPECT_EQ(*std::max_element(small.begin(), small.end()), 3);
+}
+
+TEST(RunCommandTest, ScatterOfAnOperandIntoItselfIsComputedFromTheOldValues) {
+  // The updates are the operand: writing the result over the operand while
+  // reading the updates would feed rows already updated back in.
+  const std::string text = R"(HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[6,4] parameter(0)
+  i = s32[6,1] parameter(1)
+  ROOT sc = f32[6,4] scatter(x, i, x), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add
+})";
+  const std::unique_ptr<HloModule> module = ParseHloModule(text);
+  const CompiledProgram program = CompileForDevices(*module, {.num_devices = 1});
+  for (uint64_t seed = 0; seed < 5; ++seed) {
+    const std::vector<HostTensor> inputs =
+        RandomInputs(program.input_shapes, seed, InputIntegerRanges(*module));
+    Executor executor(*module);
+    const std::vector<double> got =
+        executor.Run(std::vector<HostTensor>(inputs.begin(), inputs.end()))[0].ToDoubles();
+    const std::vector<double> x = inputs[0].ToDoubles(), idx = inputs[1].ToDoubles();
+    std::vector<double> want = x;  // float64, from the old values only
+    for (int r = 0; r < 6; ++r) {
+      const int64_t row = static_cast<int64_t>(idx[r]);
+      if (row < 0 || row >= 6) continue;  // out of range: dropped
+      for (int c = 0; c < 4; ++c) want[row * 4 + c] += x[r * 4 + c];
+    }
+    for (size_t k = 0; k < want.size(); ++k) EXPECT_NEAR(got[k], want[k], 1e-5) << seed << " " << k;
+  }
+  // And sharded against unsharded.
+  for (int64_t n : {2, 3}) ExpectClose(ShardedVsUnsharded(text, n, 7), 1e-6, "scatter into itself");
+}
+
+TEST(RunCommandTest, CheckToleranceFollowsTheNarrowestFloatComputedIn) {
+  EXPECT_EQ(CheckTolerance(PrimitiveType::kF32), 1e-5);
+  EXPECT_EQ(CheckTolerance(PrimitiveType::kF32, PrimitiveType::kBF16), 1e-2);
+  EXPECT_EQ(CheckTolerance(PrimitiveType::kBF16), 1e-2);
+  EXPECT_EQ(CheckTolerance(PrimitiveType::kS32, PrimitiveType::kBF16), 0);
+  EXPECT_EQ(NarrowestFloat(*ParseHloModule(R"(HloModule m
+ENTRY e {
+  x = f32[8] parameter(0)
+  b = bf16[8] convert(x)
+  m = bf16[8] multiply(b, b)
+  ROOT y = f32[8] convert(m)
+})")),
+            PrimitiveType::kBF16);
+  EXPECT_EQ(
+      NarrowestFloat(*ParseHloModule("HloModule m\nENTRY e {\n  ROOT x = f32[8] parameter(0)\n}")),
+      PrimitiveType::kF32);
 }
 
 TEST(RunCommandTest, MaxRelativeErrorIsRelativeToTheLargestExpectedValue) {

@@ -14,8 +14,12 @@
 //         -> --check: run the unsharded module on one device and compare.
 //
 // Inputs: entry parameter leaf i draws from its own stream of `seed`:
-// floats N(0, 1), integers uniform in [0, 4) (small segment ids / indices),
-// pred a fair coin. Uneven tiles are padded (with zeros).
+// floats N(0, 1), pred a fair coin, integers uniform over what their uses
+// admit (InputIntegerRanges): an index of a dynamic-slice, dynamic-update-
+// slice, gather or scatter (directly or through converts, reshapes,
+// broadcasts, slices and concatenates) over the indexed extent and 2 past
+// each end (those ops clamp or drop out-of-range indices), other integers
+// in [0, 4) (small segment ids). Uneven tiles are padded (with zeros).
 // Under MPI every rank compiles the same program and exchanges its hash before
 // any compute (ranks given different files stop with "program hash ...
 // differs between ranks"); a failure on any rank ends every rank with
@@ -107,8 +111,18 @@ RunMemoryEstimate EstimateRunMemory(const HloModule& module, const compiler::Com
 void CheckRunFitsInMemory(const RunMemoryEstimate& estimate, int64_t available_bytes,
                           std::string_view input);
 
-// Seeded inputs of the given shapes (see the file comment).
-std::vector<HostTensor> RandomInputs(std::span<const Shape> shapes, uint64_t seed);
+// The inclusive range each entry parameter leaf's integers are drawn from
+// (see the file comment); [0, 3] for leaves that are not integers, tuples'
+// leaves and integers used as no index.
+struct IntegerRange {
+  int64_t lo = 0, hi = 3;
+};
+std::vector<IntegerRange> InputIntegerRanges(const HloModule& module);
+
+// Seeded inputs of the given shapes (see the file comment); integers over
+// `ranges[i]` (empty: [0, 3] for every leaf).
+std::vector<HostTensor> RandomInputs(std::span<const Shape> shapes, uint64_t seed,
+                                     std::span<const IntegerRange> ranges = {});
 
 // Device `device`'s piece of `global` under `sharding`, shaped `local_shape`
 // (the padded tile); floating-point padding is `pad`, other padding 0.
@@ -143,9 +157,14 @@ std::vector<HostTensor> RunSharded(const compiler::CompiledProgram& program,
 // and not at the same place, with the same value, in the other).
 double MaxRelativeError(const HostTensor& actual, const HostTensor& expected);
 
-// The largest MaxRelativeError --check accepts: 1e-5 for f32, 1e-2 for
-// bf16 / f16, 0 for integers and pred.
-double CheckTolerance(PrimitiveType type);
+// The largest MaxRelativeError --check accepts for an output of `type`:
+// 1e-5 for f32, 1e-2 for bf16 / f16, 0 for integers and pred; a floating
+// output of a module that computes in a narrower float (NarrowestFloat)
+// takes that type's tolerance (an f32 result of bf16 arithmetic).
+double CheckTolerance(PrimitiveType type, PrimitiveType narrowest_float = PrimitiveType::kF32);
+// The floating-point type of fewest bits any instruction of the module
+// produces (kF32 when none is narrower).
+PrimitiveType NarrowestFloat(const HloModule& module);
 
 // FNV-1a over the outputs' bytes, in order.
 uint64_t OutputDigest(std::span<const HostTensor> outputs);
