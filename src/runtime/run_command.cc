@@ -155,7 +155,15 @@ void PrintRun(std::ostream& out, const RunCommandOptions& options, const Compile
 int CheckAgainstUnsharded(std::ostream& out, const HloModule& module, const CompiledProgram& p,
                           std::span<const HostTensor> inputs, std::span<const HostTensor> outputs,
                           const ExecutorOptions& options) {
-  Executor reference(module, options);
+  // The unsharded module runs on one device: the partition and replica
+  // counts XLA's SPMD modules declare describe the partitioned program.
+  std::unique_ptr<HloModule> one_device;
+  if (module.num_partitions() != 1 || module.replica_count() != 1) {
+    one_device = ParseHloModule(module.ToString());
+    one_device->set_num_partitions(1);
+    one_device->set_replica_count(1);
+  }
+  Executor reference(one_device ? *one_device : module, options);
   const std::vector<HostTensor> expected =
       reference.Run(std::vector<HostTensor>(inputs.begin(), inputs.end()));
   WEFT_CHECK(expected.size() == outputs.size(),

@@ -676,11 +676,14 @@ class ShardingParser {
         }
         return TileAssignment::Iota(std::move(dims), std::move(reshape), std::move(perm));
       }
+      // XLA's dumps may break a long list anywhere, a line even starting with ','.
       std::vector<int64_t> devices;
       while (true) {
         devices.push_back(ParseInt("a device id in the tile assignment"));
+        SkipSpace();
         if (Peek() != ',') break;
         ++pos_;
+        SkipSpace();
       }
       return TileAssignment(std::move(dims), std::move(devices));
     } catch (const ShardingSyntaxError&) {

@@ -451,6 +451,31 @@ TEST(RunCommandTest, RunsTheExamplesAndPrintsMemoryCollectivesAndTheCheck) {
   }
 }
 
+TEST(RunCommandTest, ChecksAnXlaStyleModuleThatDeclaresItsPartitions) {
+  // As XLA's SPMD tests write them: num_partitions in the header, a device
+  // list broken across lines, a gather whose indices span the rows.
+  const std::string path = ::testing::TempDir() + "/xla_style.hlo";
+  std::ofstream(path) << R"(HloModule xla_style, num_partitions=4
+ENTRY e {
+  x = f32[16,8] parameter(0), sharding={devices=[4,1]0,1
+,2,3}
+  i = s32[6,1] parameter(1), sharding={replicated}
+  g = f32[6,8] gather(x, i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,8}, sharding={replicated}
+  ROOT y = f32[6,8] add(g, g), sharding={replicated}
+}
+)";
+  for (uint64_t seed = 0; seed < 4; ++seed) {
+    std::ostringstream out;
+    RunCommandOptions options;
+    options.input = path;
+    options.check = true;
+    options.seed = seed;
+    options.out = &out;
+    EXPECT_EQ(RunRunCommand(options), 0) << out.str();
+    EXPECT_NE(out.str().find("check passed"), std::string::npos) << out.str();
+  }
+}
+
 TEST(RunCommandTest, CheckExitsThreeWhenTheShardedResultDiffers) {
   const std::string path = std::string(WEFT_SOURCE_DIR) + "/tests/runtime/data/cancelling_sum.hlo";
   std::ostringstream out;

@@ -71,6 +71,10 @@ TEST(HloShardingTest, ParseNormalizesLikeXla) {
        "{devices=[2,2]0,1,2,3 last_tile_dim_replicate}"},
       // Degenerate partial replication.
       {"{devices=[1,4]0,1,2,3 last_tile_dim_replicate}", "{replicated}"},
+      // A device list broken across lines, the next one starting with ','.
+      {"{devices=[4,2]0,2,4,6\n,1,3,5,7}", "{devices=[4,2]0,2,4,6,1,3,5,7}"},
+      {"{devices=[2,2]0,1 ,\n 2,3 last_tile_dim_replicate}",
+       "{devices=[2,2]0,1,2,3 last_tile_dim_replicate}"},
       {"{devices=[4,1]<=[4] last_tile_dim_replicate}", "{devices=[4]<=[4]}"},
       {"{devices=[2,2]<=[4] last_tile_dims={replicated}}",
        "{devices=[2,2]<=[4] last_tile_dim_replicate}"},
