@@ -10,6 +10,7 @@
 
 #include "text_cursor.h"
 #include "weft/base/error.h"
+#include "weft/hlo/shape_inference.h"
 #include "weft/hlo/verifier.h"
 #include "weft/sharding/hlo_sharding.h"
 
@@ -274,7 +275,9 @@ class HloTextParser {
     }
     names_[name] = at;
     cur_.Expect("=", fmt::format("'=' after instruction name '{}'", name));
-    Shape shape = cur_.ParseShape();
+    // XLA's text may leave out a result shape its operands determine.
+    const bool declared = cur_.AtShape();
+    Shape shape = declared ? cur_.ParseShape() : Shape();
     const size_t opcode_at = cur_.Mark();
     const std::string opcode_name = cur_.ParseWord("an opcode");
     std::optional<Op> opcode = StringToHloOpcode(opcode_name);
@@ -327,6 +330,7 @@ class HloTextParser {
     }
     auto instr = HloInstruction::Create(*opcode, std::move(shape), std::move(operands),
                                         std::move(attrs), {}, name);
+    if (!declared) InferOmittedShape(*instr, at);
     instr->set_sharding(std::move(sharding));
     instr->set_location(cur_.LocationOf(statement_at));
     HloInstruction* raw = computation->AddInstruction(std::move(instr));
@@ -336,6 +340,28 @@ class HloTextParser {
       calls_.push_back(std::move(pending));
     }
     return raw;
+  }
+
+  // The result shape of an instruction written without one: only where the
+  // operands alone determine it (elementwise ops but convert, compare,
+  // select, clamp, copy, tuple, get-tuple-element).
+  void InferOmittedShape(HloInstruction& instr, size_t at) {
+    const Op op = instr.opcode();
+    const bool inferable = (IsElementwise(op) && op != Op::kConvert) || op == Op::kTuple ||
+                           op == Op::kGetTupleElement || op == Op::kCopy;
+    if (!inferable || (op != Op::kTuple && instr.operand_count() == 0)) {
+      cur_.FailAt(
+          at, fmt::format("'{}' ({}) has no result shape, and its operands do not "
+                          "determine it; write the shape as XLA prints it, e.g. '{} = "
+                          "f32[4,8] {}(...)'",
+                          instr.name(), HloOpcodeString(op), instr.name(), HloOpcodeString(op)));
+    }
+    try {
+      instr.set_shape(InferHloShape(instr));
+    } catch (const Error& e) {
+      cur_.FailAt(at, fmt::format("cannot infer the shape of '{}' ({}): {}", instr.name(),
+                                  HloOpcodeString(op), e.what()));
+    }
   }
 
   void ParseAttribute(Op op, HloAttributes& a, PendingCall& pending,

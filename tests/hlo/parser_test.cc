@@ -295,6 +295,36 @@ ENTRY main.10 {
   }
 }
 
+TEST(ParserTest, ResultShapesTheOperandsDetermineMayBeLeftOut) {
+  std::unique_ptr<HloModule> module = ParseHloModule(R"(HloModule m
+ENTRY e {
+  x = f32[8,4] parameter(0)
+  i = s32[8,4] parameter(1)
+  a = copy(x)
+  m = minimum(a, x)
+  c = compare(m, x), direction=LT
+  s = select(c, m, a)
+  n = negate(i)
+  t = tuple(s, n)
+  ROOT g = get-tuple-element(t), index=1
+})");
+  const HloComputation& e = *module->entry_computation();
+  auto shape_of = [&](const char* name) {
+    for (const HloInstruction* instr : e.instructions()) {
+      if (instr->name() == name) return instr->shape().ToString();
+    }
+    return std::string("(missing)");
+  };
+  EXPECT_EQ(shape_of("a"), "f32[8,4]");
+  EXPECT_EQ(shape_of("m"), "f32[8,4]");
+  EXPECT_EQ(shape_of("c"), "pred[8,4]");
+  EXPECT_EQ(shape_of("s"), "f32[8,4]");
+  EXPECT_EQ(shape_of("t"), "(f32[8,4], s32[8,4])");
+  EXPECT_EQ(shape_of("g"), "s32[8,4]");
+  // Printed with the shapes, and parsed back the same.
+  EXPECT_EQ(PrintModule(*ParseHloModule(PrintModule(*module))), PrintModule(*module));
+}
+
 TEST(ParserTest, EntryDefaultsToLastComputationAndNamesAreScopedPerComputation) {
   // No ENTRY marker: the last computation is the entry. The same name in two
   // computations is fine in text; the module renames the later one.
@@ -341,6 +371,14 @@ INSTANTIATE_TEST_SUITE_P(
         BadText{"UnknownOpcode",
                 "HloModule m\nENTRY main {\n  x = f32[] parameter(0)\n  y = f32[] frobnicate(x)\n}",
                 "4:13: unsupported opcode 'frobnicate'"},
+        BadText{"ShapelessBroadcast",
+                "HloModule m\nENTRY main {\n  x = f32[] parameter(0)\n  y = broadcast(x), "
+                "dimensions={}\n}",
+                "4:3: 'y' (broadcast) has no result shape, and its operands do not determine it"},
+        BadText{"ShapelessMismatch",
+                "HloModule m\nENTRY main {\n  x = f32[2] parameter(0)\n  y = f32[3] "
+                "parameter(1)\n  z = add(x, y)\n}",
+                "5:3: cannot infer the shape of 'z' (add)"},
         BadText{"UnknownType", "HloModule m\nENTRY main {\n  x = f64[] parameter(0)\n}",
                 "3:7: unsupported element type 'f64'; weft supports pred, s32"},
         BadText{"UndefinedOperand",
