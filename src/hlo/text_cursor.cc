@@ -304,7 +304,10 @@ Shape TextCursor::ParseShape(int depth) {
   if (std::optional<std::string> problem = ArrayShapeProblem(*type, dims)) {
     FailAt(type_at, *problem);
   }
-  // Optional layout, directly attached: {1,0}. Only the default is accepted.
+  // Optional layout, directly attached: {1,0}, {0,1}, {1,0:T(8,128)(2,1)S(1)}.
+  // Values do not depend on the layout (weft has no bitcast, the one op that
+  // would see it): a minor-to-major permutation of the dims is accepted with
+  // whatever tiling or memory space follows its ':', and dropped.
   if (pos_ < text_.size() && text_[pos_] == '{') {
     const size_t layout_at = pos_;
     ++pos_;
@@ -312,21 +315,27 @@ Shape TextCursor::ParseShape(int depth) {
     Skip();
     while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) {
       minor_to_major.push_back(ParseInt("a layout dimension"));
+      Skip();
       if (!TryConsume(",")) break;
+      Skip();
     }
-    Skip();
-    std::vector<int64_t> expected;
-    for (int64_t i = static_cast<int64_t>(dims.size()) - 1; i >= 0; --i) expected.push_back(i);
     const size_t close = text_.find('}', pos_);
     if (close == std::string_view::npos) FailAt(layout_at, "unterminated layout");
     const std::string_view layout = text_.substr(layout_at, close + 1 - layout_at);
-    if (Peek() != '}' || minor_to_major != expected) {
-      FailAt(layout_at,
-             fmt::format("layout {} of {}[{}] is not the default {{{}}}; weft supports only "
-                         "the default (row-major) layout, without tiling or memory space",
-                         layout, type_name, fmt::join(dims, ","), fmt::join(expected, ",")));
+    std::vector<int64_t> sorted = minor_to_major;
+    std::sort(sorted.begin(), sorted.end());
+    bool permutation = minor_to_major.empty() || sorted.size() == dims.size();
+    for (size_t d = 0; permutation && d < sorted.size(); ++d) {
+      permutation = sorted[d] == static_cast<int64_t>(d);
     }
-    ++pos_;
+    if (!permutation || (Peek() != '}' && Peek() != ':')) {
+      FailAt(layout_at,
+             fmt::format("layout {} of {}[{}] is not a minor-to-major order of its {} "
+                         "dims (e.g. {{{}}})",
+                         layout, type_name, fmt::join(dims, ","), dims.size(),
+                         fmt::join(std::vector<int64_t>(sorted.rbegin(), sorted.rend()), ",")));
+    }
+    pos_ = close + 1;
   }
   return Shape(*type, std::move(dims));
 }
