@@ -85,7 +85,7 @@ std::unique_ptr<HloModule> BuildTrainingStep(const HloModule& forward, const Gra
   std::unordered_set<const HloInstruction*> depends(sources.begin(), sources.end());
   const std::vector<HloInstruction*> order = entry->MakeInstructionPostOrder();
   for (const HloInstruction* instr : order) {
-    if (instr->opcode() == HloOpcode::kCompare) continue;
+    if (PassesNoGradient(*instr)) continue;
     for (const HloInstruction* op : instr->operands()) {
       if (depends.count(op)) {
         depends.insert(instr);

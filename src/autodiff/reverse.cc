@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "vjp.h"
+#include "weft/autodiff/stop_gradient.h"
 #include "weft/base/error.h"
 
 namespace weft::autodiff {
@@ -15,6 +16,10 @@ int64_t ElementCount(const Shape& shape) {
 
 const Shape& ElementShape(const Shape& shape, int64_t index) {
   return shape.IsTuple() ? shape.tuple_shapes(index) : shape;
+}
+
+bool PassesNoGradient(const HloInstruction& instr) {
+  return instr.opcode() == HloOpcode::kCompare || IsGradientStopped(instr);
 }
 
 void RemoveDeadInstructions(HloComputation& computation) {
@@ -158,12 +163,11 @@ void ReversePass::Run(
     const HloComputation& forward, const std::vector<const HloInstruction*>& sources,
     const std::vector<std::pair<const HloInstruction*, std::vector<HloInstruction*>>>& seeds) {
   const std::vector<HloInstruction*> order = forward.MakeInstructionPostOrder();
-  // Forward reachability from the sources (compare and integer values cut it:
-  // no gradient flows through them).
+  // Forward reachability from the sources (compare, integer values and
+  // stop-gradient marks cut it: no gradient flows through them).
   std::unordered_set<const HloInstruction*> from_sources(sources.begin(), sources.end());
   for (const HloInstruction* instr : order) {
-    if (from_sources.count(instr) || !CarriesGradient(instr->shape()) ||
-        instr->opcode() == HloOpcode::kCompare) {
+    if (from_sources.count(instr) || !CarriesGradient(instr->shape()) || PassesNoGradient(*instr)) {
       continue;
     }
     for (const HloInstruction* op : instr->operands()) {

@@ -140,6 +140,10 @@ class ReversePass : public VjpContext {
   std::unordered_map<const HloInstruction*, std::vector<HloInstruction*>> ct_;
 };
 
+// Whether no gradient flows from `instr` to its operands: a compare (its
+// result is pred) or a value marked with StopGradient (autodiff/stop_gradient.h).
+bool PassesNoGradient(const HloInstruction& instr);
+
 // Removes the instructions the root does not need (parameters stay), so
 // later passes never meet a dead user.
 void RemoveDeadInstructions(HloComputation& computation);

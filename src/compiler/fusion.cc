@@ -15,10 +15,30 @@
 namespace weft::compiler {
 namespace {
 
-// Cheap to recompute: may be copied into several fusions.
-bool IsCheap(const HloInstruction& instr) {
+// Sources that cost nothing to recompute: broadcast, iota, scalar constant.
+bool IsCheapSource(const HloInstruction& instr) {
   return instr.opcode() == HloOpcode::kBroadcast || instr.opcode() == HloOpcode::kIota ||
          (instr.opcode() == HloOpcode::kConstant && instr.shape().IsScalar());
+}
+
+// Cheap to recompute, so copied into every fusion that reads it rather than
+// materialized: a cheap source, or a compare, select, convert, and, or, not
+// whose operands are each cheap or a value no loop fusion computes (a
+// parameter, a dot's result, a reduce's: read by the fusion as its
+// parameter wherever the copy goes). A one-hot compare(iota,
+// broadcast(targets)) is one. `depth` bounds the walk down such chains.
+bool IsCheap(const HloInstruction& instr, int depth = 0) {
+  if (IsCheapSource(instr)) return true;
+  const HloOpcode op = instr.opcode();
+  if (op != HloOpcode::kCompare && op != HloOpcode::kSelect && op != HloOpcode::kConvert &&
+      op != HloOpcode::kAnd && op != HloOpcode::kOr && op != HloOpcode::kNot) {
+    return false;
+  }
+  if (depth >= 4 || !IsLoopFusible(instr)) return false;
+  return std::all_of(instr.operands().begin(), instr.operands().end(),
+                     [&](const HloInstruction* operand) {
+                       return !IsLoopFusible(*operand) || IsCheap(*operand, depth + 1);
+                     });
 }
 
 // No sharding boundary between a producer and its consumer.
@@ -129,33 +149,81 @@ std::vector<HloComputation*> ComputationsToFuse(const HloModule& module) {
   return out;
 }
 
+// The values of `x`'s element count that x's loop-fusible producers (up to
+// a depth) read from outside them: the buffers of its size a fusion
+// computing x reads; -1 past the depth.
+int64_t FullSizeInputs(const HloInstruction& x) {
+  std::unordered_set<const HloInstruction*> inputs, seen;
+  bool deep = false;
+  const auto walk = [&](const auto& self, const HloInstruction& v, int depth) -> void {
+    for (const HloInstruction* operand : v.operands()) {
+      if (!seen.insert(operand).second) continue;
+      const bool inline_op = IsLoopFusible(*operand);
+      if (inline_op && depth < 8) {
+        self(self, *operand, depth + 1);
+      } else if (inline_op) {
+        deep = true;
+      } else if (operand->shape().IsArray() &&
+                 operand->shape().ElementsCount() == x.shape().ElementsCount()) {
+        inputs.insert(operand);
+      }
+    }
+  };
+  walk(walk, x, 0);
+  return deep ? -1 : static_cast<int64_t>(inputs.size());
+}
+
+// Whether a value that several fusions read, one of them an input fusion
+// (`reduced`), is computed in each of them rather than materialized once:
+// an elementwise op whose producers read at most one buffer of its size
+// (the cross-entropy's exp(logits - max), read by its sum and by the
+// gradient: the fusions then hold the logits, which they read anyway,
+// instead of a second buffer). Where they read two (a residual add read by
+// an RMSNorm's statistics and its normalization) recomputing would hold
+// both inputs until the last reader instead of the one sum. A value only
+// loop fusions read is computed once: recomputing those too (SiLU and RMSNorm
+// products in the layers' backward) made small.toml's executor step 5-8%
+// slower; recomputing a reduce's operand cost nothing measurable
+// (docs/PERFORMANCE.md).
+bool IsRecomputable(const HloInstruction& instr, bool reduced) {
+  if (!reduced || !IsElementwise(instr.opcode())) return false;
+  const int64_t inputs = FullSizeInputs(instr);
+  return inputs >= 0 && inputs <= 1;
+}
+
 // Decides the groups of one computation (users before operands).
 std::vector<Group> FormGroups(const std::vector<HloInstruction*>& post_order,
                               const HloInstruction* computation_root) {
   std::vector<Group> groups;
-  // The one group a non-cheap instruction belongs to; cheap ones may be in
-  // several (listed in `cheap_groups`).
+  // The one group an instruction moved into; one copied into several
+  // (cheap, or recomputed) lists them in `copied_groups`.
   std::unordered_map<const HloInstruction*, int64_t> group_of;
-  std::unordered_map<const HloInstruction*, std::vector<int64_t>> cheap_groups;
+  std::unordered_map<const HloInstruction*, std::vector<int64_t>> copied_groups;
+  // Copied instructions whose original stays too (a user outside every
+  // fusion, or in a group that could not take the copy).
+  std::unordered_set<const HloInstruction*> kept_original;
   auto groups_of = [&](const HloInstruction* instr) {
     std::vector<int64_t> out;
     if (auto it = group_of.find(instr); it != group_of.end()) out.push_back(it->second);
-    if (auto it = cheap_groups.find(instr); it != cheap_groups.end()) {
+    if (auto it = copied_groups.find(instr); it != copied_groups.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
     }
     return out;
+  };
+  auto new_group = [&](HloInstruction* x, int64_t count) {
+    Group group;
+    group.root = x;
+    group.count = count;
+    group.Add(x, kAligned);
+    group_of[x] = static_cast<int64_t>(groups.size());
+    groups.push_back(std::move(group));
   };
   for (auto it = post_order.rbegin(); it != post_order.rend(); ++it) {
     HloInstruction* x = *it;
     if (IsInputFusibleReduce(*x)) {
       // The root of an input fusion: its group is computed at the reduce
       // input's indices.
-      Group group;
-      group.root = x;
-      group.count = x->operand(0)->shape().ElementsCount();
-      group.Add(x, kAligned);
-      group_of[x] = static_cast<int64_t>(groups.size());
-      groups.push_back(std::move(group));
+      new_group(x, x->operand(0)->shape().ElementsCount());
       continue;
     }
     if (!IsLoopFusible(*x)) continue;
@@ -165,8 +233,11 @@ std::vector<Group> FormGroups(const std::vector<HloInstruction*>& post_order,
       // broadcast or an iota has the fusion's dimensions (a scalar constant
       // may be read by a broadcast, or by clamp / select).
       std::vector<int64_t> candidates;
+      bool outside = x == computation_root;  // a reader no copy serves
       for (const HloInstruction* user : x->users()) {
-        for (int64_t g : groups_of(user)) {
+        const std::vector<int64_t> user_groups = groups_of(user);
+        outside = outside || user_groups.empty() || kept_original.count(user);
+        for (int64_t g : user_groups) {
           if (std::find(candidates.begin(), candidates.end(), g) == candidates.end()) {
             candidates.push_back(g);
           }
@@ -182,59 +253,68 @@ std::vector<Group> FormGroups(const std::vector<HloInstruction*>& post_order,
         if (x->opcode() == HloOpcode::kConstant) {
           r |= kGathered;  // a source: any user reads it
         } else {
-          // A broadcast reads at its own indices where aligned; an iota is
-          // computed only at the tile's own indices.
+          // A broadcast reads at its own indices where aligned; an iota (or
+          // a cheap elementwise op) is computed only at the tile's own
+          // indices.
           ok = ok && r != 0 && FitsRegion(*x, group, r) &&
                !(x->opcode() == HloOpcode::kIota && (r & kGathered));
         }
         if (ok) {
           group.Add(x, r);
-          cheap_groups[x].push_back(g);
+          copied_groups[x].push_back(g);
+        } else {
+          outside = true;
         }
       }
-      if (cheap_groups.count(x) == 0) {
-        // Nobody took it: the root of a group of its own (a lone broadcast or
-        // iota stays unfused; see the pruning below).
-        Group group;
-        group.root = x;
-        group.count = x->shape().ElementsCount();
-        group.Add(x, kAligned);
-        group_of[x] = static_cast<int64_t>(groups.size());
-        groups.push_back(std::move(group));
+      if (copied_groups.count(x) == 0 || (outside && IsElementwise(x->opcode()))) {
+        // Nobody took it, or a reader no copy serves needs the original:
+        // the root of a group of its own, so a cheap elementwise op computes
+        // its cheap operands inline (a lone broadcast or iota stays unfused;
+        // see the pruning below). Its readers' groups were made before it
+        // (users before operands), so their fusions are built first and
+        // read the original until this group's fusion replaces it.
+        new_group(x, x->shape().ElementsCount());
+      } else if (outside) {
+        kept_original.insert(x);
       }
       continue;
     }
-    // Not cheap: joins a group when every user is a member of that one group
-    // (not a duplicated cheap one) and reads it where it can be computed.
-    int64_t target = -1;
+    // Not cheap: goes into the groups of its users when each user is in
+    // some group and nowhere else (no original of it stays), and every
+    // such group can compute it where its users read it. In one group it
+    // moves there; in several (a value read by two fusions: exp(x - max),
+    // read by the sum's input fusion and the gradient's loop fusion) an
+    // elementwise op is recomputed in each instead of materialized.
+    std::vector<int64_t> targets;
     bool ok = x != computation_root && !x->users().empty();
     for (const HloInstruction* user : x->users()) {
       if (!ok) break;
-      auto g = group_of.find(user);
-      if (g == group_of.end() || !SameSharding(*x, *user)) {
-        ok = false;
-      } else if (target == -1) {
-        target = g->second;
-      } else if (target != g->second) {
-        ok = false;
+      const std::vector<int64_t> user_groups = groups_of(user);
+      ok = !user_groups.empty() && !kept_original.count(user) && SameSharding(*x, *user);
+      for (int64_t g : user_groups) {
+        if (std::find(targets.begin(), targets.end(), g) == targets.end()) targets.push_back(g);
       }
     }
-    uint8_t region = 0;
-    if (ok) {
-      region = RegionFromUsers(*x, groups[target]);
-      ok = region != 0 && FitsRegion(*x, groups[target], region);
+    std::vector<uint8_t> regions;
+    for (size_t k = 0; ok && k < targets.size(); ++k) {
+      regions.push_back(RegionFromUsers(*x, groups[targets[k]]));
+      ok = regions.back() != 0 && FitsRegion(*x, groups[targets[k]], regions.back());
     }
-    if (ok) {
-      groups[target].Add(x, region);
-      group_of[x] = target;
+    if (ok && targets.size() > 1) {
+      ok = IsRecomputable(*x, std::any_of(targets.begin(), targets.end(), [&](int64_t g) {
+        return groups[g].root->opcode() == HloOpcode::kReduce;
+      }));
+    }
+    if (!ok) {
+      new_group(x, x->shape().ElementsCount());
       continue;
     }
-    Group group;
-    group.root = x;
-    group.count = x->shape().ElementsCount();
-    group.Add(x, kAligned);
-    group_of[x] = static_cast<int64_t>(groups.size());
-    groups.push_back(std::move(group));
+    for (size_t k = 0; k < targets.size(); ++k) groups[targets[k]].Add(x, regions[k]);
+    if (targets.size() == 1) {
+      group_of[x] = targets[0];
+    } else {
+      copied_groups[x] = targets;
+    }
   }
   // A fusion needs some elementwise work, at least two instructions, and
   // more than one element (scalar arithmetic gains nothing from tiles).
@@ -418,7 +498,7 @@ HloInstruction* NextOutputStep(const HloInstruction& x, const HloInstruction* co
       user->operand(0) == &x ? user->operand(1) : user->operand(0);
   // A broadcast (or iota, constant) stays for loop fusion to compute inline
   // rather than being materialized at the dot's full shape.
-  if (other == &x || other->shape() != x.shape() || IsCheap(*other)) return nullptr;
+  if (other == &x || other->shape() != x.shape() || IsCheapSource(*other)) return nullptr;
   return user;
 }
 

@@ -189,16 +189,37 @@ struct Graph {
       remaining[i] = static_cast<int32_t>(readers[i].size());
       pending[i] = static_cast<int32_t>(operands[i].size());
     }
+    // Sources (they read no buffer of the region: a broadcast of a
+    // constant, an iota, an all-gather of a parameter) wait until some user
+    // of theirs waits on sources alone, so they are made when needed, not
+    // as early as they could be.
+    std::vector<bool> source(n, false), released(n, false);
+    std::vector<int32_t> waiting(n, 0);  // operands not run that are not sources
+    for (size_t i = 0; i < n; ++i) {
+      source[i] = !early[i] && bytes[i] > 0 && reads[i].empty() && !users[i].empty();
+    }
+    for (size_t i = 0; i < n; ++i) {
+      for (int32_t k : operands[i]) waiting[i] += !source[k];
+    }
     // Max-heap on (net bytes freed, earlier post-order position).
     using Entry = std::pair<int64_t, int32_t>;  // (priority, -position)
     std::priority_queue<Entry> ready;
     auto prioritize = [&](int32_t i) {
+      if (source[i] && !released[i]) return;
       int64_t freed = 0;
       for (int32_t s : reads[i]) {
         if (remaining[s] == 1 && !live_out[s]) freed += bytes[s];
       }
       priority[i] = freed - bytes[i];
       ready.emplace(priority[i], -i);
+    };
+    auto release_sources_of = [&](int32_t u) {
+      for (int32_t k : operands[u]) {
+        if (source[k] && !released[k]) {
+          released[k] = true;
+          if (pending[k] == 0 && !done[k]) prioritize(k);
+        }
+      }
     };
     std::vector<HloInstruction*> order;
     order.reserve(n);
@@ -216,20 +237,34 @@ struct Graph {
       }
       for (int32_t u : users[i]) {
         if (--pending[u] == 0 && !early[u]) prioritize(u);
+        if (!source[i] && --waiting[u] == 0) release_sources_of(u);
       }
     };
     for (size_t i = 0; i < n; ++i) {
       if (early[i]) run(static_cast<int32_t>(i));
     }
     for (size_t i = 0; i < n; ++i) {
+      if (!done[i] && waiting[i] == 0) release_sources_of(static_cast<int32_t>(i));
       if (!early[i] && pending[i] == 0 && !done[i]) prioritize(static_cast<int32_t>(i));
     }
-    while (!ready.empty()) {
-      const auto [p, neg] = ready.top();
-      ready.pop();
-      const int32_t i = -neg;
-      if (done[i] || p != priority[i]) continue;  // run, or a stale entry
-      run(i);
+    while (order.size() < n) {
+      while (!ready.empty()) {
+        const auto [p, neg] = ready.top();
+        ready.pop();
+        const int32_t i = -neg;
+        if (done[i] || p != priority[i]) continue;  // run, or a stale entry
+        run(i);
+      }
+      // Sources whose every user also waits on a value that needs them
+      // (none here in practice): released all at once.
+      bool released_any = false;
+      for (size_t i = 0; i < n; ++i) {
+        if (source[i] && !released[i] && !done[i]) {
+          released[i] = released_any = true;
+          if (pending[i] == 0) prioritize(static_cast<int32_t>(i));
+        }
+      }
+      if (!released_any) break;
     }
     WEFT_INTERNAL_CHECK(order.size() == n, "schedule of {} instructions placed {}", n,
                         order.size());

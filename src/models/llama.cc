@@ -1,7 +1,6 @@
 #include "weft/models/llama.h"
 
 #include <fmt/format.h>
-
 #include <fmt/ranges.h>
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "weft/autodiff/stop_gradient.h"
 #include "weft/base/error.h"
 #include "weft/hlo/builder.h"
 #include "weft/models/name_pattern.h"
@@ -434,9 +434,12 @@ LlamaForward BuildLlamaForward(const LlamaConfig& c, const LlamaBuildOptions& op
   // Vocabulary-parallel logits (the sequence gathered): the loss's
   // reductions over V sum partial results over the tensor axis.
   if (sh.HasTensorAxis()) logits->set_sharding(sh.TensorColumns(logits->shape()));
-  // Mean cross-entropy over the loss_mask tokens.
+  // Mean cross-entropy over the loss_mask tokens. logsumexp shifts by the
+  // row max, whose gradient cancels (d lse / d max = 1 - sum softmax = 0):
+  // stopped, as jax.nn.logsumexp does, so the backward neither computes
+  // nor holds the max's [B, S, V] mask.
   const std::vector<int64_t> bsv = {B, S, V};
-  HloInstruction* row_max = ops.Max(logits, {2});
+  HloInstruction* row_max = StopGradient(ops.Max(logits, {2}));
   HloInstruction* shifted = b.Subtract(logits, b.Broadcast(row_max, bsv, {0, 1}));
   HloInstruction* lse =
       b.Add(b.Unary(HloOpcode::kLog, ops.Sum(b.Unary(HloOpcode::kExp, shifted), {2})), row_max);

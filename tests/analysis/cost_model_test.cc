@@ -71,8 +71,12 @@ TEST(CostModelTest, AttentionCountsThePairsTheMaskKeeps) {
 }
 
 // A fusion's FLOPs are its fused computation's: loop fusion of the tiny
-// training step (4 devices) changes neither the count nor the results (the
-// fused step gives the unfused bits).
+// training step (4 devices) changes neither the matrix FLOPs nor the results
+// (the fused step gives the unfused bits); the other (vector) FLOPs grow by
+// what fusion computes in more than one place (compiler/fusion.h: cheap
+// compares, selects and converts copied into each reader, the
+// cross-entropy's exp(x - max) recomputed in its sum and its gradient), under
+// a tenth on tiny.
 TEST(CostModelTest, AFusionCountsItsFusedComputation) {
   StepProgram p = testing::TinyStep(ScanRemat::kNone, true, "fsdp=2,tensor=2", /*fuse=*/false);
   const FlopCount before = CountFlops(*p.compiled.program);
@@ -85,7 +89,8 @@ TEST(CostModelTest, AFusionCountsItsFusedComputation) {
   EXPECT_DOUBLE_EQ(after.dot, before.dot);
   EXPECT_DOUBLE_EQ(after.attention_forward, before.attention_forward);
   EXPECT_DOUBLE_EQ(after.attention_backward, before.attention_backward);
-  EXPECT_DOUBLE_EQ(after.other, before.other);
+  EXPECT_GT(after.other, before.other);
+  EXPECT_LT(after.other, 1.1 * before.other);
   const std::vector<runtime::HostTensor> got = runtime::RunSharded(p.compiled, inputs, cluster);
   ASSERT_EQ(got.size(), want.size());
   for (size_t k = 0; k < want.size(); ++k) {

@@ -598,21 +598,28 @@ ENTRY main {
   ROOT p = f32[16,300] divide(e, sb)
 })";
   std::unique_ptr<HloModule> fused = FuseAndCompare(text, rng);
-  // exp(x - broadcast(max)) is one fusion; e has two users (the reduce and
-  // the divide), so it is computed once and read by the divide's fusion.
-  const HloInstruction* e = fused->entry_computation()->GetInstruction("fusion");
-  ASSERT_NE(e, nullptr) << fused->ToString();
+  // e = exp(x - broadcast(max)) has two readers, the sum's input fusion and
+  // the divide's fusion: recomputed in both, never materialized.
   std::vector<std::multiset<std::string>> ops;
   for (const HloInstruction* f : Fusions(*fused)) ops.push_back(FusedOps(*f));
   EXPECT_EQ(ops.size(), 2u) << fused->ToString();
   EXPECT_NE(std::find(ops.begin(), ops.end(),
-                      std::multiset<std::string>{"broadcast", "subtract", "exponential"}),
+                      std::multiset<std::string>{"broadcast", "subtract", "exponential", "constant",
+                                                 "reduce"}),
             ops.end())
       << fused->ToString();
-  EXPECT_NE(std::find(ops.begin(), ops.end(), std::multiset<std::string>{"broadcast", "divide"}),
+  EXPECT_NE(std::find(ops.begin(), ops.end(),
+                      std::multiset<std::string>{"broadcast", "subtract", "exponential",
+                                                 "broadcast", "divide"}),
             ops.end())
       << fused->ToString();
   EXPECT_EQ(CountOutsideFusions(*fused, HloOpcode::kExp), 0);
+  // The [16, 300] values between fusions: x and the result.
+  int64_t full = 0;
+  for (const HloInstruction* instr : fused->entry_computation()->instructions()) {
+    full += instr->shape().IsArray() && instr->shape().ElementsCount() == 16 * 300;
+  }
+  EXPECT_EQ(full, 2) << fused->ToString();
 }
 
 // Input fusion on random rows: an elementwise chain of the input (and a
@@ -672,7 +679,7 @@ ENTRY main {{
   EXPECT_EQ(input_fusions, 40);
 }
 
-// What stays a plain reduce: its input read elsewhere too (softmax's exp),
+// What stays a plain reduce: its input read elsewhere too (an output),
 // outer dims reduced, a bf16 reduce, rows longer than kMaxInputFusionRow.
 TEST(FuseLoops, InputFusionOnlyForInnermostF32RowsReadByTheReduceAlone) {
   std::mt19937 rng(12);
@@ -685,7 +692,7 @@ addbf {
 ENTRY main {
   x = f32[4,300] parameter(0)
   y = bf16[4,300] parameter(1)
-  z = f32[2,70000] parameter(2)
+  z = f32[1,270000] parameter(2)
   e = f32[4,300] exponential(x)
   zero = f32[] constant(0)
   outer = f32[300] reduce(e, zero), dimensions={0}, to_apply=add
@@ -694,10 +701,11 @@ ENTRY main {
   yn = bf16[4,300] negate(y)
   bzero = bf16[] constant(0)
   badd = bf16[4] reduce(yn, bzero), dimensions={1}, to_apply=addbf
-  zn = f32[2,70000] negate(z)
-  long = f32[2] reduce(zn, zero), dimensions={1}, to_apply=add
-  ROOT t = (f32[300], f32[4], bf16[4], f32[2], f32[4,300]) tuple(outer, inner, badd, long, n)
+  zn = f32[1,270000] negate(z)
+  long = f32[1] reduce(zn, zero), dimensions={1}, to_apply=add
+  ROOT t = (f32[300], f32[4], bf16[4], f32[1], f32[4,300]) tuple(outer, inner, badd, long, n)
 })";
+  static_assert(270000 > kMaxInputFusionRow);
   LoopFusionStats stats;
   std::unique_ptr<HloModule> fused = FuseAndCompare(text, rng, &stats);
   // inner's input n is also an output: nothing fuses into that reduce.
@@ -763,6 +771,185 @@ ENTRY main {
   // original is gone.
   EXPECT_EQ(CountOutsideFusions(*fused, HloOpcode::kBroadcast), 0) << fused->ToString();
   EXPECT_EQ(stats.duplicated, 1);
+}
+
+// A one-hot compare(iota, broadcast(targets)), its convert, a select of it
+// and a convert of a parameter are cheap: copied into every fusion that
+// reads them (an input fusion, loop fusions, a fusion feeding a dot), so no
+// pred or converted value is materialized; the same bits as unfused.
+TEST(FuseLoops, CheapElementwiseOpsOfCheapOperandsAreCopiedIntoEachFusion) {
+  std::mt19937 rng(21);
+  const std::string text = std::string("HloModule onehot\n") + kAddF32 + R"(
+ENTRY main {
+  x = f32[6,300] parameter(0)
+  t = s32[6] parameter(1)
+  g = f32[6] parameter(2)
+  xb = bf16[6,300] parameter(3)
+  w = f32[300,4] parameter(4)
+  io = s32[6,300] iota(), iota_dimension=1
+  tb = s32[6,300] broadcast(t), dimensions={0}
+  hot = pred[6,300] compare(io, tb), direction=EQ
+  zero = f32[] constant(0)
+  zb = f32[6,300] broadcast(zero), dimensions={}
+  sel = f32[6,300] select(hot, x, zb)
+  tl = f32[6] reduce(sel, zero), dimensions={1}, to_apply=add
+  gb = f32[6,300] broadcast(g), dimensions={0}
+  dsel = f32[6,300] select(hot, gb, zb)
+  hotf = f32[6,300] convert(hot)
+  xf = f32[6,300] convert(xb)
+  a = f32[6,300] multiply(xf, dsel)
+  b = f32[6,300] add(a, hotf)
+  n = f32[6,300] negate(xf)
+  dd = f32[6,4] dot(hotf, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT out = (f32[6], f32[6,300], f32[6,300], f32[6,4]) tuple(tl, b, n, dd)
+})";
+  LoopFusionStats stats;
+  std::unique_ptr<HloModule> fused = FuseAndCompare(text, rng, &stats);
+  // Nothing of the one-hot or the converts stays between fusions: the dot
+  // reads a fusion computing convert(compare(iota, broadcast(t))).
+  for (HloOpcode op : {HloOpcode::kCompare, HloOpcode::kConvert, HloOpcode::kSelect,
+                       HloOpcode::kIota, HloOpcode::kBroadcast}) {
+    EXPECT_EQ(CountOutsideFusions(*fused, op), 0) << HloOpcodeString(op) << "\n"
+                                                  << fused->ToString();
+  }
+  for (const HloInstruction* instr : fused->entry_computation()->instructions()) {
+    EXPECT_NE(instr->shape().element_type(), PrimitiveType::kPred) << instr->Describe();
+  }
+  // tl's input fusion, b's, n's and the dot operand's: the compare is in
+  // three of them (not n's), xf in two.
+  int64_t compares = 0, converts = 0, inputs = 0;
+  for (const HloInstruction* f : Fusions(*fused)) {
+    const std::multiset<std::string> ops = FusedOps(*f);
+    compares += static_cast<int64_t>(ops.count("compare"));
+    converts += static_cast<int64_t>(ops.count("convert"));
+    inputs += f->attrs().fusion_kind == FusionKind::kInput;
+  }
+  EXPECT_EQ(Fusions(*fused).size(), 4u) << fused->ToString();
+  EXPECT_EQ(inputs, 1);
+  EXPECT_EQ(compares, 3) << fused->ToString();
+  EXPECT_EQ(converts, 4) << fused->ToString();  // hotf twice (b, the dot's), xf twice
+  const HloInstruction* dot = fused->entry_computation()->root_instruction()->operand(3);
+  ASSERT_EQ(dot->opcode(), HloOpcode::kDot);
+  EXPECT_EQ(dot->operand(0)->opcode(), HloOpcode::kFusion);
+}
+
+// A compare that is also an output: where it is cheap (of a parameter) it
+// is copied into its fusion reader as well; of an exp (not cheap) it is
+// computed once, in a fusion of its own, and read from there.
+TEST(FuseLoops, ElementwiseOfNonCheapOperandsIsNotCheap) {
+  for (const char* operand : {"x", "e"}) {
+    std::mt19937 rng(22);
+    const std::string text = fmt::format(R"(HloModule notcheap
+ENTRY main {{
+  x = f32[64,96] parameter(0)
+  e = f32[64,96] exponential(x)
+  one = f32[] constant(1)
+  ones = f32[64,96] broadcast(one), dimensions={{}}
+  big = pred[64,96] compare({}, ones), direction=GT
+  n = f32[64,96] select(big, x, ones)
+  ROOT out = (pred[64,96], f32[64,96]) tuple(big, n)
+}})",
+                                         operand);
+    SCOPED_TRACE(operand);
+    std::unique_ptr<HloModule> fused = FuseAndCompare(text, rng);
+    int64_t compares = CountOutsideFusions(*fused, HloOpcode::kCompare);
+    for (const HloInstruction* f : Fusions(*fused)) {
+      compares += static_cast<int64_t>(FusedOps(*f).count("compare"));
+    }
+    EXPECT_EQ(compares, operand == std::string("x") ? 2 : 1) << fused->ToString();
+  }
+}
+
+// The cross-entropy and its gradient as the training step computes them
+// (the max stopped: models/llama.cc): rows longer than 2^16, the sum and the
+// target logit as input fusions, the one-hot copied into the target logit's
+// and the gradient's fusions, exp(x - max) recomputed in the sum's and the
+// gradient's: of the [N, V] values only the logits and their gradient are
+// materialized. The same bits as unfused.
+TEST(FuseLoops, CrossEntropyHoldsOnlyTheLogitsAndTheirGradient) {
+  std::mt19937 rng(23);
+  const std::string text = std::string("HloModule xent\n") + kAddF32 + R"(
+ENTRY main {
+  x = f32[3,70000] parameter(0)
+  t = s32[3] parameter(1)
+  dl = f32[3] parameter(2)
+  ninf = f32[] constant(-inf)
+  m = f32[3] reduce(x, ninf), dimensions={1}, to_apply=max
+  mb = f32[3,70000] broadcast(m), dimensions={0}
+  d = f32[3,70000] subtract(x, mb)
+  e = f32[3,70000] exponential(d)
+  zero = f32[] constant(0)
+  s = f32[3] reduce(e, zero), dimensions={1}, to_apply=add
+  io = s32[3,70000] iota(), iota_dimension=1
+  tb = s32[3,70000] broadcast(t), dimensions={0}
+  hot = pred[3,70000] compare(io, tb), direction=EQ
+  zb = f32[3,70000] broadcast(zero), dimensions={}
+  sel = f32[3,70000] select(hot, x, zb)
+  tl = f32[3] reduce(sel, zero), dimensions={1}, to_apply=add
+  ls = f32[3] log(s)
+  lse = f32[3] add(ls, m)
+  nll = f32[3] subtract(lse, tl)
+  ds = f32[3] divide(dl, s)
+  dsb = f32[3,70000] broadcast(ds), dimensions={0}
+  ge = f32[3,70000] multiply(dsb, e)
+  ndl = f32[3] negate(dl)
+  ndlb = f32[3,70000] broadcast(ndl), dimensions={0}
+  gt = f32[3,70000] select(hot, ndlb, zb)
+  g = f32[3,70000] add(ge, gt)
+  ROOT out = (f32[3], f32[3,70000]) tuple(nll, g)
+})";
+  LoopFusionStats stats;
+  std::unique_ptr<HloModule> fused = FuseAndCompare(text, rng, &stats);
+  std::vector<std::string> full;  // [3, 70000] values between fusions
+  for (const HloInstruction* instr : fused->entry_computation()->instructions()) {
+    if (instr->shape().IsArray() && instr->shape().ElementsCount() == 3 * 70000) {
+      full.push_back(std::string(HloOpcodeString(instr->opcode())));
+    }
+  }
+  EXPECT_EQ(full, (std::vector<std::string>{"parameter", "fusion"})) << fused->ToString();
+  EXPECT_EQ(stats.input_fusions, 2) << fused->ToString();
+  EXPECT_EQ(CountOutsideFusions(*fused, HloOpcode::kReduce), 1);  // the max
+  int64_t exps = 0, compares = 0;
+  for (const HloInstruction* f : Fusions(*fused)) {
+    exps += static_cast<int64_t>(FusedOps(*f).count("exponential"));
+    compares += static_cast<int64_t>(FusedOps(*f).count("compare"));
+  }
+  EXPECT_EQ(exps, 2) << fused->ToString();
+  EXPECT_EQ(compares, 2) << fused->ToString();
+}
+
+// Recomputation only where it saves a reduce's operand, and only where
+// every reader can compute it: exp(x) read by a reduce's input fusion and
+// through a transpose (where only index maps are computed), or by two loop
+// fusions, is computed once.
+TEST(FuseLoops, RecomputesOnlyAReducesOperandWhereEveryReaderCanComputeIt) {
+  const char* kReaders[] = {
+      R"(  tr = f32[96,64] transpose(e), dimensions={1,0}
+  n = f32[96,64] negate(tr)
+  zero = f32[] constant(0)
+  s = f32[64] reduce(e, zero), dimensions={1}, to_apply=add
+  ROOT out = (f32[64], f32[96,64]) tuple(s, n))",
+      R"(  a = f32[64,96] add(e, bb)
+  n = f32[64,96] negate(e)
+  ROOT out = (f32[64,96], f32[64,96]) tuple(a, n))"};
+  for (const char* readers : kReaders) {
+    std::mt19937 rng(24);
+    const std::string text = std::string("HloModule once\n") + kAddF32 + R"(
+ENTRY main {
+  x = f32[64,96] parameter(0)
+  b = f32[96] parameter(1)
+  bb = f32[64,96] broadcast(b), dimensions={1}
+  xb = f32[64,96] add(x, bb)
+  e = f32[64,96] exponential(xb)
+)" + readers + "\n}";
+    SCOPED_TRACE(text);
+    std::unique_ptr<HloModule> fused = FuseAndCompare(text, rng);
+    int64_t exps = CountOutsideFusions(*fused, HloOpcode::kExp);
+    for (const HloInstruction* f : Fusions(*fused)) {
+      exps += static_cast<int64_t>(FusedOps(*f).count("exponential"));
+    }
+    EXPECT_EQ(exps, 1) << fused->ToString();
+  }
 }
 
 TEST(FuseLoops, LeavesReducersCollectivesAndLoneOpsAlone) {

@@ -215,6 +215,32 @@ TEST(ScheduleTest, ListScheduleBeatsPostOrderOnGrowThenReduceChains) {
   EXPECT_LT(now.Of(c).max_live_bytes, before.Of(c).max_live_bytes);
 }
 
+// A source (here a broadcast of a constant: it reads no buffer of the
+// computation) is made when its user needs it, not while a chain it does not
+// feed holds two buffers (e and e * e): two buffers live at most, not three.
+TEST(ScheduleTest, SourcesAreMadeWhenTheirUserNeedsThem) {
+  auto module = ParseHloModule(R"(HloModule sources
+ENTRY main {
+  x = f32[256,256] parameter(0)
+  z = f32[] constant(0)
+  zeros = f32[256,256] broadcast(z), dimensions={}
+  e = f32[256,256] exponential(x)
+  t = f32[256,256] multiply(e, e)
+  n = f32[256,256] negate(t)
+  ROOT r = f32[256,256] add(zeros, n)
+})");
+  const HloComputation& c = *module->entry_computation();
+  const std::vector<HloInstruction*> order = ScheduleComputation(c);
+  CheckOrder(c, order);
+  const std::vector<std::string> names = Names(order);
+  ASSERT_EQ(names.size(), 7u);
+  EXPECT_EQ(names[5], "zeros") << ::testing::PrintToString(names);
+  EXPECT_EQ(names[6], "r");
+  const int64_t buffer = 256 * 256 * 4;
+  EXPECT_EQ(ScheduledPeakBytes(c, order), 2 * buffer);
+  EXPECT_EQ(ScheduledPeakBytes(c, OldOrder(c)), 3 * buffer);  // zeros first
+}
+
 // A program without choices (a chain) keeps the post-order.
 TEST(ScheduleTest, ChainKeepsPostOrder) {
   HloComputationBuilder b("chain");

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "weft/autodiff/grad.h"
+#include "weft/autodiff/stop_gradient.h"
 #include "weft/runtime/executor.h"
 #include "weft/spmd/sharding_propagation.h"
 
@@ -168,6 +169,34 @@ void CheckGradients(bool tie) {
 
 TEST(LlamaTest, GradientsMatchFiniteDifferences) { CheckGradients(false); }
 TEST(LlamaTest, TiedEmbeddingGradientsMatchFiniteDifferences) { CheckGradients(true); }
+
+// The loss's logsumexp stops the gradient at the row max (its path
+// cancels): the training step compares no logits with their max, only the
+// targets' one-hot remains a [B, S, V] compare.
+TEST(LlamaTest, TheLossStopsTheGradientAtTheRowMax) {
+  const RunConfig config = MicroConfig(false);
+  LlamaForward f = Build(config, false);
+  const HloInstruction* max = nullptr;
+  for (const HloInstruction* instr : f.module->entry_computation()->instructions()) {
+    if (IsGradientStopped(*instr)) {
+      EXPECT_EQ(max, nullptr) << "a second mark: " << instr->Describe();
+      max = instr;
+    }
+  }
+  ASSERT_NE(max, nullptr) << "no value of the loss is marked with StopGradient";
+  EXPECT_EQ(max->opcode(), HloOpcode::kReduce);
+  EXPECT_EQ(max->to_apply()->root_instruction()->opcode(), HloOpcode::kMaximum);
+  EXPECT_EQ(max->shape(), Shape(PrimitiveType::kF32, {kB, kS}));
+  GradOptions o;
+  o.wrt = f.WeightParameters();
+  auto step = BuildTrainingStep(*f.module, o);
+  int64_t bsv_compares = 0;
+  for (const HloInstruction* instr : step->entry_computation()->instructions()) {
+    bsv_compares += instr->opcode() == HloOpcode::kCompare &&
+                    instr->shape().dimensions() == std::vector<int64_t>{kB, kS, 32};
+  }
+  EXPECT_EQ(bsv_compares, 1) << step->ToString();
+}
 
 TEST(LlamaTest, RematFullGivesTheSameGradients) {
   const RunConfig config = MicroConfig(false);

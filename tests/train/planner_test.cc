@@ -261,8 +261,15 @@ TEST(PlannerTest, DcnAxesChooseWhatCrossesSlices) {
   const int64_t dcn_fsdp =
       fsdp_over_dcn.collectives.per_device[fsdp_over_dcn.collective_device].dcn_bytes();
   EXPECT_GT(dcn_fsdp, 2 * dcn_data);
-  EXPECT_NEAR(static_cast<double>(fsdp_over_dcn.peak_bytes()) / data_over_dcn.peak_bytes(), 1.0,
-              0.02);
+  // Memory: the same program but for fsdp over DCN's hierarchical gather of
+  // the output layer's weight and reduce-scatter of its gradient (below),
+  // each through a transposed copy of the [dim, vocab / tensor] matrix: its
+  // peak (in the output layer's backward) is data over DCN's plus at most
+  // one such copy.
+  const int64_t copy = config.model.dim * (config.model.vocab_size / 4) * 2;  // bf16
+  EXPECT_GE(fsdp_over_dcn.peak_bytes(), data_over_dcn.peak_bytes());
+  EXPECT_LE(fsdp_over_dcn.peak_bytes(), data_over_dcn.peak_bytes() + copy)
+      << fsdp_over_dcn.peak_bytes() << " vs " << data_over_dcn.peak_bytes();
   // Collectives across slices are hierarchical: what crosses is a group of
   // one device per slice (the fsdp groups' 8 members per slice stay inside).
   for (const analysis::CollectiveSite& site : fsdp_over_dcn.collectives.sites) {

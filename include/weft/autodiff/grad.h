@@ -10,8 +10,9 @@
 // The backward is emitted by processing the forward's instructions in reverse
 // post-order; each instruction's cotangent is the sum (add) of what its users
 // hand back, and one vjp rule per opcode (src/autodiff/vjp_*.cc) turns a
-// result cotangent into operand cotangents. Compare, integer values and
-// constants get no gradient. Whiles must be scans (autodiff/scan_config.h,
+// result cotangent into operand cotangents. Compare, integer values,
+// constants and values marked with StopGradient (autodiff/stop_gradient.h)
+// get no gradient. Whiles must be scans (autodiff/scan_config.h,
 // built by models/scan.h): their backward is a reverse while loop, either
 // over residuals the forward loop saves (ScanRemat::kNone) or recomputing each
 // step's forward from the saved step input (ScanRemat::kFull), but for the

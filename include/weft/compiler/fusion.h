@@ -1,8 +1,8 @@
 // Loop, input and output fusion: groups elementwise work into XLA `fusion`
 // instructions of kind kLoop (and kInput, a reduce root; kOutput, a dot and
 // its elementwise epilogue: below), each calling a
-// fused computation that the executor runs a cache-sized tile at a time (src/runtime/eval_fusion.cc) instead of one
-// whole-tensor pass per instruction.
+// fused computation that the executor runs a cache-sized tile at a time
+// (src/runtime/eval_fusion.cc) instead of one whole-tensor pass per instruction.
 //
 // What fuses:
 //  - elementwise ops: unary, binary, compare, select, clamp, convert (not
@@ -12,13 +12,25 @@
 //    loop fusion: the fused root has the fusion's shape; inside, an index map
 //    is evaluated by composing index maps down to the parameters, never
 //    materialized);
-//  - broadcast, iota and scalar constants, which are cheap and so may be
-//    duplicated into several fusions (the original stays for other users);
+//  - broadcast, iota and scalar constants, and compare, select, convert,
+//    and, or, not whose operands are each such a cheap value or a value no
+//    loop fusion computes (a parameter, a dot's or a reduce's result, read
+//    as the fusion's parameter), e.g. a one-hot compare(iota,
+//    broadcast(targets)): cheap, so copied into every fusion that reads
+//    them instead of being materialized (where a reader outside fusions
+//    needs the value, a fusion of its own computes it for that reader);
 //  - element types f32, bf16, f16, s32, s64, u32, pred (IsFusibleElementType).
-// A producer merges into its consumers' fusion when every user of it is in
-// that one fusion (so a value with two users in different places is computed
-// once, unfused, unless it is cheap), and when the fusion can read it where
-// its users do. Each member is either "aligned" — read at the fusion's own
+// A producer that is not cheap merges into its consumers' fusion when every
+// user of it is in that one fusion and the fusion can read it where its
+// users do. A value read by several fusions is computed once, in a fusion of
+// its own, unless (recomputation) it is elementwise, one of those fusions
+// is an input fusion (below), and every reader is a fusion that can compute
+// it: then it is computed in each of them — cross-entropy's and softmax's
+// exp(x - max), which the sum's input fusion and the gradient (or the
+// normalization) both read, is never materialized; nor is its subtract,
+// copied along with it. Recomputing values only loop fusions read (SiLU and
+// RMSNorm products in the layers' backward) made small.toml's step slower
+// and is not done. Each member is either "aligned" — read at the fusion's own
 // linear indices: the elementwise ops (and iota) and the reshapes between
 // them, all with the fusion's element count (a row-major reshape keeps the
 // linear index) — or "gathered" — read at other indices by an index map or
@@ -27,20 +39,19 @@
 // fused computation's parameters and constants (an elementwise op under a
 // transpose is computed in a fusion of its own). A pad's value is a scalar
 // parameter or constant. Rank-0 (scalar) computations, collectives, dots,
-// reductions (but an input fusion's root, below), gather/scatter, dynamic slices, custom calls, while/call,
-// tuples and anything whose sharding differs from its consumer's (a sharding
-// boundary) stay unfused. A fusion needs some elementwise work and never has
-// side effects.
+// reductions (but an input fusion's root, below), gather/scatter, dynamic slices, custom calls,
+// while/call, tuples and anything whose sharding differs from its consumer's (a sharding boundary)
+// stay unfused. A fusion needs some elementwise work and never has side effects.
 //
 //
 // Input fusion (kind kInput, XLA's name): a reduce whose reducer is add,
 // multiply, max or min of its two parameters, over the innermost dims (rows
-// of at most kMaxInputFusionRow elements), f32 in and out, is the root of a
-// fusion of its input's producers, grown by the same rules with the reduce
-// input's element count as the fusion's (RMSNorm's x*x, cross-entropy's
-// exp(x - max)). The executor computes one row's input a tile at a time
-// into a row buffer and folds it as the unfused reduce folds a row: the
-// same bits.
+// of at most kMaxInputFusionRow elements: a vocabulary's), f32 in and out, is
+// the root of a fusion of its input's producers, grown by the same rules with
+// the reduce input's element count as the fusion's (RMSNorm's x*x,
+// cross-entropy's exp(x - max) and select(one-hot, logits, 0)). The executor computes one row's
+// input a tile at a time into a row buffer and folds it as the unfused reduce folds a row: the same
+// bits.
 //
 // Output fusion (kind kOutput, XLA's name): an f32 dot (both operands f32)
 // whose only user is an add or multiply of the dot's shape and sharding,
@@ -66,7 +77,7 @@
 // all-reduce, reduce-scatter) are left alone. Fused computations are named
 // fused_computation, fused_computation.1, ...; fusion instructions fusion,
 // fusion.1, ...; moved instructions keep their names, parameters are named
-// param_N, duplicated cheap instructions get a fresh name.
+// param_N, copies of cheap or recomputed instructions get a fresh name.
 #pragma once
 
 #include <cstdint>
@@ -76,15 +87,20 @@
 namespace weft::compiler {
 
 // Longest row (reduced elements per output element) an input fusion folds:
-// the executor keeps one row per thread.
-inline constexpr int64_t kMaxInputFusionRow = 1 << 16;
+// the executor keeps one row per thread (1 MiB of f32). Large enough for a
+// cross-entropy's rows over a vocabulary (Llama 3's 128,256; Gemma's
+// 256,000), whose reductions would otherwise read materialized [B, S, V]
+// inputs.
+inline constexpr int64_t kMaxInputFusionRow = 1 << 18;
 
 struct LoopFusionStats {
   int64_t fusions = 0;             // fusion instructions made (loop, input and output)
   int64_t input_fusions = 0;       // of which kInput (a reduce root)
   int64_t output_fusions = 0;      // of which kOutput (a dot and its add/multiply chain)
   int64_t fused_instructions = 0;  // instructions inside them (duplicates counted each time)
-  int64_t duplicated = 0;          // cheap instructions copied into a fusion and kept elsewhere too
+  // Extra computations of cheap or recomputed instructions: their copies in
+  // fusions, plus the original where it stays, less one each.
+  int64_t duplicated = 0;
 };
 
 // Output fusion alone (see above): rewrites `module` in place; FuseLoops

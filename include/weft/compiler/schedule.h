@@ -21,7 +21,12 @@ namespace weft::compiler {
 // as do parameters and constants) whose last remaining reader it is, unless
 // the root returns them; allocated its result's bytes. Ties go to the
 // earlier instruction in the post-order (MakeInstructionPostOrder), so a
-// program without choices keeps that order. Like XLA's default memory
+// program without choices keeps that order. A source — an instruction that
+// allocates but reads no buffer of the computation (a broadcast of a
+// constant, an iota, an all-gather of a parameter) — becomes ready only once
+// some user of it waits on sources alone, so it is made when needed rather
+// than held across work it does not feed (the embedding gradient's zeros
+// across the loss and the output layer's backward). Like XLA's default memory
 // scheduler, the result is the list schedule unless the post-order (with the
 // same hoisting) has a strictly lower peak under the same byte model.
 // The order depends only on the program text (positions, never addresses),
