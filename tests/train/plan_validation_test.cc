@@ -29,6 +29,8 @@ TEST(PlanValidationTest, EveryPublishedRunIsPredictedWithinItsBand) {
         << " tokens/s per chip, published " << r.run.tokens_per_s_per_chip;
     EXPECT_GT(r.mfu, 0.05) << r.run.name;
     EXPECT_LT(r.mfu, 0.9) << r.run.name;
+    // They ran: the verdict must be "fits".
+    EXPECT_TRUE(r.fits) << r.run.name << ": planned peak " << r.peak_bytes << " of " << r.hbm_bytes;
   }
   // The targets, over the runs not used for fitting: at least 3 in
   // 4 within 15%, median error at most 12%.
