@@ -24,13 +24,15 @@
 // user of it is in that one fusion and the fusion can read it where its
 // users do. A value read by several fusions is computed once, in a fusion of
 // its own, unless (recomputation) it is elementwise, one of those fusions
-// is an input fusion (below), and every reader is a fusion that can compute
+// is an input fusion (below), its producers read at most one buffer of its
+// size (computing it in each reader then holds that buffer, read anyway,
+// instead of a second one), and every reader is a fusion that can compute
 // it: then it is computed in each of them — cross-entropy's and softmax's
 // exp(x - max), which the sum's input fusion and the gradient (or the
 // normalization) both read, is never materialized; nor is its subtract,
 // copied along with it. Recomputing values only loop fusions read (SiLU and
 // RMSNorm products in the layers' backward) made small.toml's step slower
-// and is not done. Each member is either "aligned" — read at the fusion's own
+// and is not done (docs/PERFORMANCE.md). Each member is either "aligned" — read at the fusion's own
 // linear indices: the elementwise ops (and iota) and the reshapes between
 // them, all with the fusion's element count (a row-major reshape keeps the
 // linear index) — or "gathered" — read at other indices by an index map or
