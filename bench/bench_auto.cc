@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "timer.h"
 #include "weft/base/error.h"
 #include "weft/train/plan_search.h"
 #include "weft/train/program.h"
@@ -13,12 +14,6 @@
 
 namespace weft::bench {
 namespace {
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 // Spearman's rank correlation of two equally long series.
 double RankCorrelation(const std::vector<double>& a, const std::vector<double>& b) {

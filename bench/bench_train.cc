@@ -10,6 +10,7 @@
 
 #include "bench.h"
 #include "simd/primitives.h"
+#include "timer.h"
 #include "weft/base/error.h"
 #include "weft/base/memory.h"
 #include "weft/hlo/computation.h"
@@ -38,12 +39,6 @@ Faults ProcessFaults() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   return {usage.ru_minflt, usage.ru_majflt, static_cast<int64_t>(usage.ru_maxrss) * 1024};
-}
-
-double Median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
 }  // namespace

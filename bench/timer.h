@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <vector>
 
 namespace weft::bench {
 
@@ -19,6 +20,13 @@ double BestSeconds(int reps, Fn&& fn) {
     best = std::min(best, NowSeconds() - t0);
   }
   return best;
+}
+
+// The median of a sample (the mean of the middle two when it is even).
+inline double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
 }  // namespace weft::bench

@@ -93,12 +93,6 @@ std::string PrecisionText(Precision p) {
              : "f32: 4-byte program buffers; optimizer state m + v = 8 bytes/parameter";
 }
 
-double TokensPerChipPerSecond(const StepPlan& p) {
-  if (p.time.step_s <= 0) return 0;
-  return static_cast<double>(p.batch_size * p.seq_len) / static_cast<double>(p.num_devices) /
-         p.time.step_s;
-}
-
 // The simulated step: the critical path, then what fills it.
 template <typename Line>
 void StepTimeText(const StepPlan& p, Line&& line) {
@@ -117,7 +111,7 @@ void StepTimeText(const StepPlan& p, Line&& line) {
                                              t.exposed_dcn_s - t.exposed_host_s))));
   line(
       fmt::format("  MFU {:.1f}%, {:.0f} tokens/s per chip ({:.1f}% and {} with no overlap at all)",
-                  100 * t.mfu, TokensPerChipPerSecond(p), 100 * t.mfu_serial, Seconds(t.serial_s)));
+                  100 * t.mfu, p.tokens_per_s_per_chip(), 100 * t.mfu_serial, Seconds(t.serial_s)));
   if (!t.top.empty()) {
     line("  longest instructions (all runs):");
     for (size_t i = 0; i < t.top.size() && i < 5; ++i) {
@@ -412,7 +406,7 @@ std::string FormatPlanJson(const StepPlan& p) {
                {"serial_s", p.time.serial_s},
                {"mfu", p.time.mfu},
                {"mfu_serial", p.time.mfu_serial},
-               {"tokens_per_s_per_chip", TokensPerChipPerSecond(p)},
+               {"tokens_per_s_per_chip", p.tokens_per_s_per_chip()},
                {"simulated_runs", p.time.simulated_runs},
                {"top", top}};
   j["verdict"] = p.fits() ? "fits" : "does not fit";

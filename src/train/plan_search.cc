@@ -98,8 +98,7 @@ AutoPlan SearchPlans(const RunConfig& config, const AutoPlanOptions& options) {
         try {
           const StepPlan p = PlanTrainingStep(config, o);
           c.step_s = p.time.step_s;
-          c.tokens_per_s_per_chip = static_cast<double>(p.batch_size * p.seq_len) /
-                                    static_cast<double>(p.num_devices) / p.time.step_s;
+          c.tokens_per_s_per_chip = p.tokens_per_s_per_chip();
           c.mfu = p.time.mfu;
           c.exposed_s = p.time.exposed_ici_s + p.time.exposed_dcn_s + p.time.exposed_host_s;
           c.peak_bytes = p.peak_bytes();

@@ -130,8 +130,7 @@ Validation ValidatePublishedRuns(const PublishedRuns& runs) {
     ValidatedRun out;
     out.run = r;
     out.step_s = p.time.step_s;
-    out.predicted_tokens_per_s_per_chip = static_cast<double>(p.batch_size * p.seq_len) /
-                                          static_cast<double>(p.num_devices) / p.time.step_s;
+    out.predicted_tokens_per_s_per_chip = p.tokens_per_s_per_chip();
     out.error = out.predicted_tokens_per_s_per_chip / r.tokens_per_s_per_chip - 1;
     out.mfu = p.time.mfu;
     out.peak_bytes = static_cast<double>(p.peak_bytes());

@@ -120,6 +120,13 @@ struct StepPlan {
   double model_flops = 0;           // per device
   int64_t host_transfer_bytes = 0;  // per device per step (offload)
   analysis::StepTime time;          // the optimizer step: grad_accum micro-steps
+  // Predicted tokens/s per chip: the global batch's tokens over the devices
+  // and the step (0 when the step takes no time).
+  double tokens_per_s_per_chip() const {
+    return time.step_s > 0 ? static_cast<double>(batch_size * seq_len) /
+                                 static_cast<double>(num_devices) / time.step_s
+                           : 0;
+  }
 
   std::vector<std::string> warnings;
   std::string program_text;  // the per-device program, with PlanOptions::keep_program
