@@ -77,7 +77,10 @@ TrainBenchResult MeasureTrain(const TrainBenchOptions& options) {
              "--warmup {}: give at least 1 (the first step pays one-time costs: first touches "
              "of every buffer, oneDNN primitive creation; it is never timed)",
              options.warmup);
-  const RunConfig config = LoadRunConfig(options.config);
+  RunConfig config = LoadRunConfig(options.config);
+  if (!options.precision.empty()) {
+    config.train.precision = ParsePrecision(options.precision, "--precision");
+  }
   TrainStepsOptions train;
   if (!options.mesh.empty()) train.mesh = ParseMeshFlag(options.mesh);
   const MeshConfig& mesh = train.mesh ? *train.mesh : config.mesh;
@@ -91,9 +94,21 @@ TrainBenchResult MeasureTrain(const TrainBenchOptions& options) {
   r.warmup = options.warmup;
   r.profile = options.profile;
   r.parameters = config.model.NumParameters();
+  r.precision = PrecisionName(config.train.precision);
 
-  const char* isa = kernels::simd::GetPrimitives().isa;
-  const PeakResult before = MeasureFmaPeak(isa);
+  // bf16 runs are measured against the bf16 matrix peak where the kernels
+  // have one (GetBf16Primitives: amx, else avx512bf16), else they widen to
+  // float32 and the float32 FMA peak is theirs.
+  const kernels::simd::Primitives* bf16 = nullptr;
+  if (config.train.precision == Precision::kBf16) {
+    bf16 = &kernels::simd::GetBf16Primitives();
+    if (bf16->bf16_dot_peak_loop == nullptr) bf16 = nullptr;
+  }
+  const char* isa = bf16 ? bf16->isa : kernels::simd::GetPrimitives().isa;
+  r.peak_instruction =
+      bf16 ? (std::string(isa) == "amx" ? "tdpbf16ps" : "vdpbf16ps") : "float32 FMA";
+  const auto measure_peak = [&] { return bf16 ? MeasureBf16Peak(isa) : MeasureFmaPeak(isa); };
+  const PeakResult before = measure_peak();
 
   // Sums over the timed steps (device 0).
   std::array<double, runtime::kNumOpClasses> class_seconds{};
@@ -129,7 +144,7 @@ TrainBenchResult MeasureTrain(const TrainBenchOptions& options) {
                       "bench train: {} steps reported, {} expected", r.step_seconds.size(),
                       options.steps);
 
-  const PeakResult after = MeasureFmaPeak(isa);
+  const PeakResult after = measure_peak();
   r.peak_isa = isa;
   r.peak_threads = before.threads;
   r.peak_gflops_before = before.gflops_all_threads;
@@ -187,6 +202,7 @@ int RunTrainBench(const TrainBenchOptions& options) {
     nlohmann::json j;
     j["config"] = r.config;
     j["mesh"] = r.mesh;
+    j["precision"] = r.precision;
     j["devices"] = r.devices;
     j["batch_size"] = r.batch_size;
     j["seq_len"] = r.seq_len;
@@ -200,6 +216,7 @@ int RunTrainBench(const TrainBenchOptions& options) {
     j["tokens_per_s"] = r.tokens_per_s;
     j["tokens_per_s_best"] = r.tokens_per_s_best;
     j["peak"] = {{"isa", r.peak_isa},
+                 {"instruction", r.peak_instruction},
                  {"threads", r.peak_threads},
                  {"what", "float32 FMA, all pool threads"},
                  {"gflops", r.peak_gflops},
@@ -239,13 +256,15 @@ int RunTrainBench(const TrainBenchOptions& options) {
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
-  fmt::print("{}: {} device(s) ({}), batch {} x seq {} = {:.0f} tokens/step, {:.2f}M parameters\n",
-             r.config, r.devices, r.mesh, r.batch_size, r.seq_len, r.tokens_per_step,
-             static_cast<double>(r.parameters) / 1e6);
-  fmt::print("peak: {} float32 FMA on {} threads, {:.1f} GFLOP/s (before the steps {:.1f}, after "
-             "{:.1f}; the higher is used)\n",
-             r.peak_isa, r.peak_threads, r.peak_gflops, r.peak_gflops_before,
-             r.peak_gflops_after);
+  fmt::print(
+      "{}: {} device(s) ({}), {}, batch {} x seq {} = {:.0f} tokens/step, {:.2f}M parameters\n",
+      r.config, r.devices, r.mesh, r.precision, r.batch_size, r.seq_len, r.tokens_per_step,
+      static_cast<double>(r.parameters) / 1e6);
+  fmt::print(
+      "peak: {} {} on {} threads, {:.1f} GFLOP/s (before the steps {:.1f}, after "
+      "{:.1f}; the higher is used)\n",
+      r.peak_isa, r.peak_instruction, r.peak_threads, r.peak_gflops, r.peak_gflops_before,
+      r.peak_gflops_after);
   fmt::print("model FLOPs/step: {:.3g} = {}\n", r.model_flops_per_step, kModelFlopsFormula);
   fmt::print("{} timed step(s) after {} warmup: {:.3f} s min, {:.3f} s median (loss {:.4f} -> "
              "{:.4f})\n",

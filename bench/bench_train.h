@@ -7,9 +7,12 @@
 //   - model-FLOPs utilisation: model FLOPs per step (ModelFlopsPerStep of
 //     train/planner.h: 6 x matmul parameters x tokens + 3 x the causal
 //     attention forward, 4·B·H·S(S+1)/2·Dh per layer) over the step time,
-//     as a fraction of the float32 FMA peak of the kernels' instruction set
-//     on all pool threads, measured in the same run (before and after the
-//     steps; the higher of the two);
+//     as a fraction of the peak of the run's precision on all pool threads,
+//     measured in the same run (before and after the steps; the higher of
+//     the two): the float32 FMA peak of the kernels' instruction set for
+//     f32, the bf16 matrix peak of the bf16 kernels' (AMX tdpbf16ps or
+//     AVX512-BF16 vdpbf16ps) for bf16, or the float32 peak where this CPU
+//     has no bf16 instructions and bf16 GEMMs widen;
 //   - where device 0's step time goes: the executor's per-instruction
 //     timers by class (runtime::OpClass), the trainer's optimizer, and the
 //     rest ("other": parameters, tuples, the interpreter's own work, drawing
@@ -29,6 +32,7 @@ namespace weft::bench {
 struct TrainBenchOptions {
   std::string config;
   std::string mesh;  // --mesh; empty: the config's [mesh]
+  std::string precision;  // --precision bf16|f32; empty: the config's train.precision
   int64_t steps = 3;  // timed steps
   int64_t warmup = 1;  // untimed steps first (at least 1: the first pays one-time costs)
   bool profile = true;  // per-class executor timers (--no-profile: off)
@@ -45,15 +49,16 @@ struct InstructionTime {
 };
 
 struct TrainBenchResult {
-  std::string config, mesh;
+  std::string config, mesh, precision;
   int64_t devices = 0, batch_size = 0, seq_len = 0, parameters = 0;
   int64_t warmup = 0;
   std::vector<double> step_seconds;  // the timed steps, in order
   double step_seconds_min = 0, step_seconds_median = 0;
   double tokens_per_step = 0;
   double tokens_per_s = 0, tokens_per_s_best = 0;  // median step, best step
-  // The float32 FMA peak of the kernels' ISA on all pool threads.
-  std::string peak_isa;
+  // The peak MFU is measured against (see the file comment): its ISA and
+  // instruction ("fma" for float32, "vdpbf16ps" or "tdpbf16ps" for bf16).
+  std::string peak_isa, peak_instruction;
   int peak_threads = 0;
   double peak_gflops_before = 0, peak_gflops_after = 0, peak_gflops = 0;
   double model_flops_per_step = 0;

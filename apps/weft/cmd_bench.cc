@@ -109,14 +109,17 @@ void AddBench(CLI::App& app) {
   auto* train = bench->add_subcommand(
       "train",
       "Training steps of a config's Llama in this process: tokens/s, model-FLOPs utilization "
-      "against the float32 FMA peak measured in the same run, time by class, allocations, page "
-      "faults and peak bytes per step");
+      "against the peak of its precision measured in the same run (float32 FMA; bf16: the bf16 "
+      "matrix peak), time by class, allocations, page faults and peak bytes per step");
   auto train_opt = std::make_shared<bench::TrainBenchOptions>();
   train->add_option("config", train_opt->config, "Run config (TOML), e.g. configs/small.toml")
       ->required();
   train->add_option("--mesh", train_opt->mesh,
                     "Mesh axes, major to minor, e.g. fsdp=2,tensor=2 (replaces the config's "
                     "[mesh]; fsdp=1,tensor=1 is one device)");
+  train->add_option("--precision", train_opt->precision,
+                    "bf16 or f32 (replaces the config's train.precision; bf16 when it does not "
+                    "say)");
   train->add_option("--steps", train_opt->steps, "Timed steps")->capture_default_str();
   train->add_option("--warmup", train_opt->warmup, "Untimed steps first (at least 1)")
       ->capture_default_str();

@@ -97,7 +97,7 @@ int RunPlan(const PlanFlags& f) {
   o.seq_len = IfGiven(f.seq_given, f.seq);
   o.remat = f.remat;
   o.shard_as = !f.no_shard_as;
-  if (!f.precision.empty()) o.precision = analysis::ParsePrecision(f.precision, "--precision");
+  if (!f.precision.empty()) o.precision = ParsePrecision(f.precision, "--precision");
   // Before any compute: a typo in an output's directory should not wait for the plan.
   for (const auto& [flag, path] : {std::pair{"--svg", f.svg}, std::pair{"--hlo", f.hlo}}) {
     if (path.empty()) continue;
@@ -178,8 +178,8 @@ void AddPlan(CLI::App& app) {
   cmd->add_flag("--no-shard-as", f->no_shard_as,
                 "Do not tie scan-backward gradient carries to the weights with shard_as");
   cmd->add_option("--precision", f->precision,
-                  "bf16 (2-byte buffers, 12-byte optimizer state) or f32 (what weft train does); "
-                  "default: the chip's");
+                  "bf16 or f32: the mixed-precision policy of the planned program, as weft "
+                  "train --precision (default: the config's train.precision)");
   cmd->add_flag("--json", f->json, "Print JSON (schema weft.plan/2, plan/report.h)");
   cmd->add_option("--svg", f->svg, "Write the memory breakdown and timeline as SVG");
   cmd->add_option("--hlo", f->hlo,

@@ -24,6 +24,7 @@ struct SampleFlags {
   double temperature = 0.8;
   int64_t top_k = 0;
   uint64_t seed = 0;
+  std::string precision;  // empty: the run's
 };
 
 int RunSample(const SampleFlags& f) {
@@ -40,7 +41,9 @@ int RunSample(const SampleFlags& f) {
   WEFT_CHECK(o.top_k >= 0, "--top-k {} must be >= 0 (0: the whole vocabulary)", o.top_k);
   WEFT_CHECK(o.max_tokens >= 0, "--tokens {} must be >= 0", o.max_tokens);
 
-  Sampler sampler = Sampler::Load(f.dir);
+  std::optional<Precision> precision;
+  if (!f.precision.empty()) precision = ParsePrecision(f.precision, "--precision");
+  Sampler sampler = Sampler::Load(f.dir, precision);
   const LlamaConfig& m = sampler.config();
   fmt::print(stderr, "checkpoint {} (step {}): {} layers, dim {}, window {} tokens\n",
              sampler.checkpoint_dir().string(), sampler.step(), m.n_layers, m.dim, m.seq_len);
@@ -68,6 +71,9 @@ void AddSample(CLI::App& app) {
       ->required();
   cmd->add_option("--prompt", f->prompt, "Text to continue")->required();
   cmd->add_option("--tokens", f->tokens, "New tokens at most (default 64)");
+  cmd->add_option("--precision", f->precision,
+                  "bf16 or f32: the forward's precision policy (default: the one the run "
+                  "trained in)");
   cmd->add_option("--temperature", f->temperature, "Softmax temperature; 0 = greedy (default 0.8)");
   cmd->add_option("--top-k", f->top_k, "Sample among the K likeliest tokens (default: all)");
   cmd->add_option("--seed", f->seed, "Random seed (default 0)");

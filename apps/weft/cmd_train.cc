@@ -27,6 +27,7 @@ struct TrainFlags {
   std::optional<int64_t> steps;
   std::optional<int64_t> stop_after;
   std::optional<int64_t> grad_accum;
+  std::string precision;                      // empty: train.precision
   std::optional<int64_t> collective_timeout;  // seconds
   bool overwrite = false;
   bool no_shard_as = false;
@@ -99,6 +100,7 @@ int RunTrain(const TrainFlags& f) {
   o.steps = f.steps.value_or(0);
   o.stop_after = f.stop_after.value_or(0);
   o.grad_accum = f.grad_accum;
+  if (!f.precision.empty()) o.precision = ParsePrecision(f.precision, "--precision");
   o.overwrite = f.overwrite;
   for (const std::string& file : f.data) o.data_files.emplace_back(file);
   o.resume = f.resume;
@@ -136,6 +138,9 @@ void AddTrain(CLI::App& app) {
                   "Gradient accumulation: run each step's batch as N micro-batches of "
                   "train.batch_size / N rows, one update per step (default: "
                   "train.grad_accum_steps)");
+  cmd->add_option("--precision", f->precision,
+                  "bf16 or f32: the mixed-precision policy (default: train.precision, bf16 "
+                  "when the config does not say)");
   cmd->add_option("--backend", f->backend, "threads (default) or mpi (under mpirun, one "
                                            "device per rank)");
   cmd->add_option("--data", f->data, "UTF-8 text files to train on, one document each "

@@ -19,27 +19,12 @@ std::string Where(std::string_view file, const toml::source_region& region) {
 }
 
 const std::set<std::string>& KnownKeys() {
-  static const std::set<std::string> keys = {"description",
-                                             "hbm_gb",
-                                             "hbm_gib",
-                                             "peak_tflops_bf16",
-                                             "peak_tflops_f32",
-                                             "ici_gbytes_per_s",
-                                             "dcn_gbytes_per_s",
-                                             "host_gbytes_per_s",
-                                             "max_slice_chips",
-                                             "default_precision",
-                                             "source",
-                                             "hbm_gbytes_per_s",
-                                             "ici_topology",
-                                             "ici_links",
-                                             "matrix_tile",
-                                             "matrix_efficiency",
-                                             "vector_tflops",
-                                             "ici_latency_us",
-                                             "dcn_latency_us",
-                                             "cache_mb",
-                                             "cache_gbytes_per_s"};
+  static const std::set<std::string> keys = {
+      "description",     "hbm_gb",           "hbm_gib",           "peak_tflops_bf16",
+      "peak_tflops_f32", "ici_gbytes_per_s", "dcn_gbytes_per_s",  "host_gbytes_per_s",
+      "max_slice_chips", "source",           "hbm_gbytes_per_s",  "ici_topology",
+      "ici_links",       "matrix_tile",      "matrix_efficiency", "vector_tflops",
+      "ici_latency_us",  "dcn_latency_us",   "cache_mb",          "cache_gbytes_per_s"};
   return keys;
 }
 
@@ -122,7 +107,7 @@ ChipTable ParseChipTable(std::string_view toml_text, std::string_view source_nam
       WEFT_CHECK(KnownKeys().count(std::string(k.str())) > 0,
                  "{}: unknown key '{}' in chip '{}' (known: description, hbm_gb or hbm_gib, "
                  "peak_tflops_bf16, peak_tflops_f32, ici_gbytes_per_s, dcn_gbytes_per_s, "
-                 "host_gbytes_per_s, max_slice_chips, default_precision, source, "
+                 "host_gbytes_per_s, max_slice_chips, source, "
                  "hbm_gbytes_per_s, ici_topology, ici_links, matrix_tile, matrix_efficiency, "
                  "vector_tflops, ici_latency_us, dcn_latency_us, cache_mb, cache_gbytes_per_s)",
                  Where(source_name, k.source()), k.str(), name);
@@ -142,13 +127,6 @@ ChipTable ParseChipTable(std::string_view toml_text, std::string_view source_nam
     c.host_bytes_per_s = Number(*t, "host_gbytes_per_s", source_name, name, true) * 1e9;
     c.max_slice_chips =
         static_cast<int64_t>(Number(*t, "max_slice_chips", source_name, name, true));
-    const std::string precision = String(*t, "default_precision", source_name, name, false);
-    if (!precision.empty()) {
-      WEFT_CHECK(precision == "bf16" || precision == "f32",
-                 "{}: default_precision of chip '{}' must be \"bf16\" or \"f32\", got \"{}\"",
-                 Where(source_name, t->source()), name, precision);
-      c.default_precision = precision;
-    }
     c.source = String(*t, "source", source_name, name, true);
     c.hbm_bytes_per_s = Number(*t, "hbm_gbytes_per_s", source_name, name, true) * 1e9;
     const std::string topology = String(*t, "ici_topology", source_name, name, true);

@@ -130,7 +130,7 @@ DeviceCollective CollectiveOnDevice(const HloModule& program, const HloInstructi
     for (auto [s, t] : DevicePairs(instr, ids)) {
       if (s == device && t != device) out.group.push_back(t);
     }
-    const int64_t bytes = PlannedBytes(instr.operand(0)->shape(), options.precision);
+    const int64_t bytes = instr.operand(0)->shape().ByteSize();
     out.bytes_sent = runtime::CollectiveBytesSent(out.kind, out.group.size() > 1 ? 2 : 1, bytes);
   } else {
     ReplicaGroups groups;
@@ -145,9 +145,8 @@ DeviceCollective CollectiveOnDevice(const HloModule& program, const HloInstructi
     if (out.group.empty()) out.group = {device};
     const int64_t operands = out.kind == CollectiveKind::kAllReduce ? instr.operand_count() : 1;
     for (int64_t i = 0; i < operands; ++i) {
-      out.bytes_sent +=
-          runtime::CollectiveBytesSent(out.kind, static_cast<int64_t>(out.group.size()),
-                                       PlannedBytes(instr.operand(i)->shape(), options.precision));
+      out.bytes_sent += runtime::CollectiveBytesSent(
+          out.kind, static_cast<int64_t>(out.group.size()), instr.operand(i)->shape().ByteSize());
     }
   }
   for (int64_t d : out.group) {
@@ -187,7 +186,7 @@ CollectivePlan PlanCollectives(const HloModule& program, const CollectivePlanOpt
       site.runs = times;
       if (kind == CollectiveKind::kCollectivePermute) {
         const auto pairs = DevicePairs(*instr, ids);
-        const int64_t bytes = PlannedBytes(instr->operand(0)->shape(), options.precision);
+        const int64_t bytes = instr->operand(0)->shape().ByteSize();
         std::vector<int64_t> sends(n, 0);
         std::vector<bool> crosses(n, false);
         for (auto [s, t] : pairs) {
@@ -229,8 +228,7 @@ CollectivePlan PlanCollectives(const HloModule& program, const CollectivePlanOpt
         for (int64_t d : g) crosses = crosses || slice_of(d) != slice_of(g[0]);
         int64_t sent = 0;
         for (int64_t i = 0; i < operands; ++i) {
-          sent += runtime::CollectiveBytesSent(
-              kind, size, PlannedBytes(instr->operand(i)->shape(), options.precision));
+          sent += runtime::CollectiveBytesSent(kind, size, instr->operand(i)->shape().ByteSize());
         }
         for (int64_t d : g) {
           KindTraffic& kt = plan.per_device[d].by_kind[k];

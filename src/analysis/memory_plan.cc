@@ -170,7 +170,7 @@ class Simulator {
         // view frees it at once (unless the caller keeps it resident).
         const int32_t e = k < static_cast<int64_t>(ids.size()) ? ids[k] : -1;
         Buffer b;
-        b.bytes = e >= 0 ? ea.external[e].size : Aligned(PlannedBytes(s, options_.precision));
+        b.bytes = e >= 0 ? ea.external[e].size : Aligned(s.ByteSize());
         b.category = is_weight ? BufferCategory::kParameters : BufferCategory::kInputs;
         b.role = Role(fmt::format("{} {}", is_weight ? "weight" : "input", name));
         b.input = true;
@@ -551,8 +551,7 @@ class Simulator {
       for (size_t k = 0; k < leaves.size(); ++k) {
         const int32_t buffer = ra.leaves[k].buffer;
         if (buffer < 0) continue;
-        by[static_cast<int>(ew.labels[buffer].category)] +=
-            Aligned(PlannedBytes(leaves[k], options_.precision));
+        by[static_cast<int>(ew.labels[buffer].category)] += Aligned(leaves[k].ByteSize());
       }
       const int64_t packing = assignment_.arena_bytes() - arena_live;
       WEFT_INTERNAL_CHECK(packing >= 0, "{} bytes live in an arena of {} at '{}'", arena_live,
@@ -577,7 +576,7 @@ class Simulator {
       *id = resolve(l);
       if (*id < 0 || !buffers_[*id].host) return false;
       const std::vector<Shape> leaves = x.shape().Leaves();
-      return Aligned(PlannedBytes(leaves[k], options_.precision)) < buffers_[*id].bytes;
+      return Aligned(leaves[k].ByteSize()) < buffers_[*id].bytes;
     };
     for (size_t k = 0; k < ia.leaves.size(); ++k) {
       int32_t id = -1;
@@ -593,7 +592,7 @@ class Simulator {
       if (continued) continue;
       Buffer b;
       const Shape shape = instr.shape().Leaves()[k];
-      b.bytes = Aligned(PlannedBytes(shape, options_.precision));
+      b.bytes = Aligned(shape.ByteSize());
       const Tag tag = TagOf(&instr);
       b.category = tag.category == BufferCategory::kSaved ? BufferCategory::kTemporaries
                                                           : tag.category;
@@ -746,12 +745,10 @@ MemoryPlan PlanMemory(const HloModule& program, const MemoryPlanOptions& options
                  "{}: custom_call_target \"{}\" is not supported", instr->Describe(), target);
     }
   }
-  // One assignment, sized under the precision policy: the executor's peak
-  // (its inputs + arena + outputs) and every buffer the walk counts.
-  const Precision precision = options.precision;
-  const compiler::BufferAssignment assignment = compiler::AssignBuffers(
-      program, compiler::ScheduleComputation,
-      [precision](const Shape& s) { return PlannedBytes(s, precision); });
+  // One assignment, the executor's: its peak (inputs + arena + outputs)
+  // and every buffer the walk counts.
+  const compiler::BufferAssignment assignment =
+      compiler::AssignBuffers(program, compiler::ScheduleComputation);
   Simulator sim(program, options, assignment);
   MemoryPlan first;
   sim.Run(0, 0, 0, first);  // the peak and where it is first reached

@@ -33,7 +33,16 @@ bool TakesNoTime(HloOpcode op) {
   }
 }
 
-int64_t Bytes(const Shape& s, Precision p) { return PlannedBytes(s, p); }
+int64_t Bytes(const Shape& s) { return s.ByteSize(); }
+
+bool IsHalfFloat(PrimitiveType type) {
+  return type == PrimitiveType::kBF16 || type == PrimitiveType::kF16;
+}
+
+// The chip's matrix peak for operands of `type`: bf16's for 16-bit floats.
+double MatrixPeak(const Chip& chip, PrimitiveType type) {
+  return IsHalfFloat(type) ? chip.peak_flops_bf16 : chip.peak_flops_f32;
+}
 
 int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
@@ -64,20 +73,20 @@ double PaddedDotFlops(const HloInstruction& dot, const std::array<int64_t, 3>& t
 
 // Bytes an unfused instruction (or a fused computation's parameter's
 // users) moves to and from memory.
-int64_t MemoryBytes(const HloInstruction& instr, Precision p) {
+int64_t MemoryBytes(const HloInstruction& instr) {
   switch (instr.opcode()) {
     case HloOpcode::kSlice:
     case HloOpcode::kDynamicSlice:
-      return 2 * Bytes(instr.shape(), p);
+      return 2 * Bytes(instr.shape());
     case HloOpcode::kDynamicUpdateSlice:  // in place: read and write the update
-      return 2 * Bytes(instr.operand(1)->shape(), p);
+      return 2 * Bytes(instr.operand(1)->shape());
     case HloOpcode::kGather:
-      return 2 * Bytes(instr.shape(), p) + Bytes(instr.operand(1)->shape(), p);
+      return 2 * Bytes(instr.shape()) + Bytes(instr.operand(1)->shape());
     case HloOpcode::kScatter:
-      return 3 * Bytes(instr.operand(2)->shape(), p) + Bytes(instr.operand(1)->shape(), p);
+      return 3 * Bytes(instr.operand(2)->shape()) + Bytes(instr.operand(1)->shape());
     default: {
-      int64_t n = Bytes(instr.shape(), p);
-      for (const HloInstruction* o : instr.operands()) n += Bytes(o->shape(), p);
+      int64_t n = Bytes(instr.shape());
+      for (const HloInstruction* o : instr.operands()) n += Bytes(o->shape());
       return n;
     }
   }
@@ -86,15 +95,15 @@ int64_t MemoryBytes(const HloInstruction& instr, Precision p) {
 // A fusion's bytes: each parameter read whole, unless every use inside
 // reads part of it (slices, gathers: those parts), or it is updated in
 // place by the root's dynamic-update-slice (then only the update moves).
-int64_t FusionBytes(const HloInstruction& fusion, Precision p) {
+int64_t FusionBytes(const HloInstruction& fusion) {
   const HloComputation& c = *fusion.fused_computation();
   const HloInstruction* root = c.root_instruction();
   const HloInstruction* in_place = nullptr;
-  int64_t n = Bytes(fusion.shape(), p);
+  int64_t n = Bytes(fusion.shape());
   if (root->opcode() == HloOpcode::kDynamicUpdateSlice &&
       root->operand(0)->opcode() == HloOpcode::kParameter) {
     in_place = root->operand(0);
-    n = Bytes(root->operand(1)->shape(), p);
+    n = Bytes(root->operand(1)->shape());
   }
   for (const HloInstruction* param : c.parameter_instructions()) {
     if (param == in_place) continue;
@@ -104,15 +113,19 @@ int64_t FusionBytes(const HloInstruction& fusion, Precision p) {
       const HloOpcode op = u->opcode();
       if ((op == HloOpcode::kSlice || op == HloOpcode::kDynamicSlice || op == HloOpcode::kGather) &&
           u->operand(0) == param) {
-        partial += Bytes(u->shape(), p);
+        partial += Bytes(u->shape());
       } else {
         whole = true;
       }
     }
-    n += whole ? Bytes(param->shape(), p) : partial;
+    n += whole ? Bytes(param->shape()) : partial;
   }
   return n;
 }
+
+// MFU's peak (StepTime::peak_flops): the peak of the operand type most
+// matrix FLOPs of the program use, each instruction counted once.
+double ProgramMatrixPeak(const HloModule& program, const Chip& chip);
 
 const HloInstruction* DotIn(const HloInstruction& instr) {
   if (instr.opcode() == HloOpcode::kDot) return &instr;
@@ -127,6 +140,21 @@ bool IsAttention(const HloInstruction& instr) {
   return instr.opcode() == HloOpcode::kCustomCall &&
          (instr.attrs().custom_call_target == kFlexAttentionTarget ||
           instr.attrs().custom_call_target == kFlexAttentionBackwardTarget);
+}
+
+double ProgramMatrixPeak(const HloModule& program, const Chip& chip) {
+  double half = 0, other = 0;
+  for (const HloComputation* c : program.computations()) {
+    for (const HloInstruction* instr : c->instructions()) {
+      const HloInstruction* dot = DotIn(*instr);
+      if (dot == nullptr && !IsAttention(*instr)) continue;
+      const FlopCount f = InstructionFlops(dot ? *dot : *instr);
+      const double flops = f.dot + f.attention_forward + f.attention_backward;
+      const PrimitiveType t = (dot ? dot : instr)->operand(0)->shape().element_type();
+      (IsHalfFloat(t) ? half : other) += flops;
+    }
+  }
+  return half > other ? chip.peak_flops_bf16 : chip.peak_flops_f32;
 }
 
 // The slice's torus: near-square (2D) or near-cubic (3D) factors of its chips.
@@ -177,7 +205,6 @@ double IciBandwidth(const Chip& chip, const std::vector<int64_t>& group, int64_t
 InstructionCost CollectiveCost(const HloModule& program, const HloInstruction& instr,
                                const Chip& chip, const SimOptions& o) {
   CollectivePlanOptions co;
-  co.precision = o.precision;
   co.num_devices = o.num_devices;
   co.slices = o.slices;
   const DeviceCollective c = CollectiveOnDevice(program, instr, o.device, co);
@@ -223,21 +250,19 @@ InstructionCost CostOfInstruction(const HloModule& program, const HloInstruction
     return cost;
   }
   if (IsCollective(op)) return CollectiveCost(program, instr, chip, o);
-  const double peak =
-      (o.precision == Precision::kBf16 ? chip.peak_flops_bf16 : chip.peak_flops_f32) *
-      chip.matrix_efficiency;
-  const int64_t bytes =
-      op == HloOpcode::kFusion ? FusionBytes(instr, o.precision) : MemoryBytes(instr, o.precision);
+  const int64_t bytes = op == HloOpcode::kFusion ? FusionBytes(instr) : MemoryBytes(instr);
   const bool cached = chip.cache_bytes > 0 && static_cast<double>(bytes) <= chip.cache_bytes;
   const double memory_s =
       static_cast<double>(bytes) / (cached ? chip.cache_bytes_per_s : chip.hbm_bytes_per_s);
   double matrix_s = 0;
   if (const HloInstruction* dot = DotIn(instr)) {
-    matrix_s = PaddedDotFlops(*dot, chip.matrix_tile) / peak;
+    const double peak = MatrixPeak(chip, dot->operand(0)->shape().element_type());
+    matrix_s = PaddedDotFlops(*dot, chip.matrix_tile) / (peak * chip.matrix_efficiency);
     cost.matrix = true;
   } else if (IsAttention(instr)) {
     const FlopCount f = InstructionFlops(instr);
-    matrix_s = (f.attention_forward + f.attention_backward) / peak;
+    const double peak = MatrixPeak(chip, instr.operand(0)->shape().element_type());
+    matrix_s = (f.attention_forward + f.attention_backward) / (peak * chip.matrix_efficiency);
     cost.matrix = true;
   }
   const double vector_s =
@@ -683,7 +708,7 @@ StepTime SimulateStep(const HloModule& program, const Chip& chip, const SimOptio
   WEFT_INTERNAL_CHECK(done == n, "the step simulation finished {} of {} instruction runs", done, n);
 
   StepTime t;
-  t.peak_flops = options.precision == Precision::kBf16 ? chip.peak_flops_bf16 : chip.peak_flops_f32;
+  t.peak_flops = ProgramMatrixPeak(program, chip);
   t.compute_s = busy_s[0];
   t.matrix_s = matrix_s;
   t.ici_s = busy_s[1];

@@ -54,12 +54,22 @@ void Dot(VjpContext& c, const HloInstruction& f, std::span<HloInstruction* const
   const std::vector<int64_t> ct_batch = Iota(0, nb);
   const std::vector<int64_t> ct_lhs_free = Iota(nb, nl);
   const std::vector<int64_t> ct_rhs_free = Iota(nb + nl, nr);
+  // A dot of two operands of one floating type returning another (bf16
+  // operands, an f32 result: mixed precision) has its cotangent dots in the
+  // operands' type, the cotangent cast as the forward's operands were;
+  // otherwise the operands are cast to the cotangent's type.
+  HloInstruction* dy = ct[0];
+  const PrimitiveType operand_type = lhs->shape().element_type();
+  if (operand_type == rhs->shape().element_type() && IsFloatingPoint(operand_type) &&
+      IsFloatingPoint(f.shape().element_type())) {
+    dy = c.ConvertTo(dy, operand_type);
+  }
 
   if (c.NeedsGrad(lhs)) {
     // dlhs = dot(ct, rhs): [batch, lhs free, rhs contracting dims (ascending)].
-    HloInstruction* r = c.ConvertTo(c.Primal(rhs), ct[0]->shape().element_type());
+    HloInstruction* r = c.ConvertTo(c.Primal(rhs), dy->shape().element_type());
     DotDimensionNumbers d{ct_batch, ct_rhs_free, dn.rhs_batch_dims, rhs_free};
-    HloInstruction* g = c.b().Dot(ct[0], r, d);
+    HloInstruction* g = c.b().Dot(dy, r, d);
     std::vector<int64_t> target_of = dn.lhs_batch_dims;
     target_of.insert(target_of.end(), lhs_free.begin(), lhs_free.end());
     std::vector<int64_t> rhs_contract_sorted = dn.rhs_contracting_dims;
@@ -74,9 +84,9 @@ void Dot(VjpContext& c, const HloInstruction& f, std::span<HloInstruction* const
   if (c.NeedsGrad(rhs)) {
     // drhs = dot(lhs, ct): [batch, lhs contracting dims (ascending), rhs free]
     // (for x[in] . w[in, out] this is x^T dy without a transpose).
-    HloInstruction* l = c.ConvertTo(c.Primal(lhs), ct[0]->shape().element_type());
+    HloInstruction* l = c.ConvertTo(c.Primal(lhs), dy->shape().element_type());
     DotDimensionNumbers d{dn.lhs_batch_dims, lhs_free, ct_batch, ct_lhs_free};
-    HloInstruction* g = c.b().Dot(l, ct[0], d);
+    HloInstruction* g = c.b().Dot(l, dy, d);
     std::vector<int64_t> target_of = dn.rhs_batch_dims;
     std::vector<int64_t> lhs_contract_sorted = dn.lhs_contracting_dims;
     std::sort(lhs_contract_sorted.begin(), lhs_contract_sorted.end());

@@ -146,13 +146,20 @@ namespace {
 constexpr PrimitiveType kF32 = PrimitiveType::kF32;
 constexpr PrimitiveType kS32 = PrimitiveType::kS32;
 
-// The ops the model is made of, over one builder.
+// The ops the model is made of, over one builder, under the precision
+// policy (llama_config.h Precision): `ct` is the compute type of weights as
+// the dots read them and of activations (bf16 or f32); statistics are f32.
 class Ops {
  public:
-  Ops(HloComputationBuilder& b, HloComputation* add, HloComputation* max)
-      : b_(b), add_(add), max_(max) {}
+  Ops(HloComputationBuilder& b, HloComputation* add, HloComputation* max, PrimitiveType ct)
+      : b_(b), add_(add), max_(max), ct_(ct) {}
   HloComputationBuilder& b() { return b_; }
+  PrimitiveType ct() const { return ct_; }
 
+  // x as type t (x itself when it is t already).
+  HloInstruction* Cast(HloInstruction* x, PrimitiveType t) {
+    return x->shape().element_type() == t ? x : b_.Convert(x, t);
+  }
   HloInstruction* Sum(HloInstruction* x, std::vector<int64_t> dims) {
     return b_.Reduce(x, b_.ConstantScalar(kF32, 0), std::move(dims), add_);
   }
@@ -162,21 +169,25 @@ class Ops {
   HloInstruction* Splat(double v, const std::vector<int64_t>& dims) {
     return b_.Broadcast(b_.ConstantScalar(kF32, v), dims, {});
   }
-  // x [..., K] . w [K, N] -> [..., N]
+  // x [..., K] . w [K, N] -> [..., N] in the compute type (the f32 weight
+  // cast where it is read; dots accumulate in f32 whatever they return).
   HloInstruction* Linear(HloInstruction* x, HloInstruction* w) {
     DotDimensionNumbers d;
     d.lhs_contracting_dims = {x->shape().rank() - 1};
     d.rhs_contracting_dims = {0};
-    return b_.Dot(x, w, d);
+    return b_.Dot(x, Cast(w, ct_), d);
   }
-  // x [B,S,D] * rsqrt(mean(x^2) + eps) * w [D]
+  // x [B,S,D] * rsqrt(mean(x^2) + eps) * w [D]: the statistics and the
+  // normalization in f32, the scale by w in the compute type (MaxText's
+  // RMSNorm), so the backward saves a compute-type value.
   HloInstruction* RmsNorm(HloInstruction* x, HloInstruction* w, double eps) {
+    HloInstruction* xf = Cast(x, kF32);
     const std::vector<int64_t>& dims = x->shape().dimensions();
     const int64_t d = dims.back();
-    HloInstruction* ms = b_.Divide(Sum(b_.Multiply(x, x), {2}), Splat(d, {dims[0], dims[1]}));
+    HloInstruction* ms = b_.Divide(Sum(b_.Multiply(xf, xf), {2}), Splat(d, {dims[0], dims[1]}));
     HloInstruction* r = b_.Unary(HloOpcode::kRsqrt, b_.Add(ms, Splat(eps, {dims[0], dims[1]})));
-    HloInstruction* y = b_.Multiply(x, b_.Broadcast(r, dims, {0, 1}));
-    return b_.Multiply(y, b_.Broadcast(w, dims, {2}));
+    HloInstruction* y = Cast(b_.Multiply(xf, b_.Broadcast(r, dims, {0, 1})), ct_);
+    return b_.Multiply(y, b_.Broadcast(Cast(w, ct_), dims, {2}));
   }
   // [B,S,H*Dh] -> [B,H,S,Dh]
   HloInstruction* SplitHeads(HloInstruction* x, int64_t heads) {
@@ -191,8 +202,10 @@ class Ops {
     return b_.Reshape(t, {d[0], d[2], d[1] * d[3]});
   }
   // Meta's RoPE: pairs (x[2j], x[2j+1]) rotate by angle pos * theta^(-2j/Dh);
-  // cos/sin are [B,S,Dh/2].
-  HloInstruction* Rope(HloInstruction* x, HloInstruction* cos, HloInstruction* sin) {
+  // cos/sin are f32 [B,S,Dh/2]; the rotation runs in f32, the result is in
+  // x's type.
+  HloInstruction* Rope(HloInstruction* x_in, HloInstruction* cos, HloInstruction* sin) {
+    HloInstruction* x = Cast(x_in, kF32);
     const std::vector<int64_t> d = x->shape().dimensions();  // B,H,S,Dh
     const int64_t half = d[3] / 2;
     HloInstruction* pairs = b_.Reshape(x, {d[0], d[1], d[2], half, 2});
@@ -211,13 +224,14 @@ class Ops {
     const std::vector<int64_t> one = {d[0], d[1], d[2], half, 1};
     HloInstruction* joined =
         b_.Concatenate({b_.Reshape(new_even, one), b_.Reshape(new_odd, one)}, 4);
-    return b_.Reshape(joined, d);
+    return Cast(b_.Reshape(joined, d), x_in->shape().element_type());
   }
 
  private:
   HloComputationBuilder& b_;
   HloComputation* add_;
   HloComputation* max_;
+  PrimitiveType ct_;
 };
 
 struct Shardings {
@@ -316,7 +330,8 @@ LlamaForward BuildLlamaForward(const LlamaConfig& c, const LlamaBuildOptions& op
   HloComputation* max = m.AddComputation(MakeScalarReduction("max_f32", HloOpcode::kMaximum, kF32));
   const bool want_logits = options.output == LlamaOutput::kLogits;
   HloComputationBuilder b(want_logits ? "llama_logits" : "llama_loss");
-  Ops ops(b, add, max);
+  const PrimitiveType ct = options.precision == Precision::kBf16 ? PrimitiveType::kBF16 : kF32;
+  Ops ops(b, add, max, ct);
 
   auto data = [&](int64_t n, const char* name, PrimitiveType t) {
     HloInstruction* p = b.Parameter(n, Shape(t, {B, S}), name);
@@ -352,7 +367,7 @@ LlamaForward BuildLlamaForward(const LlamaConfig& c, const LlamaBuildOptions& op
   g.collapsed_slice_dims = {0};
   g.start_index_map = {0};
   g.index_vector_dim = 2;
-  HloInstruction* x = b.Gather(emb, tokens, g, {1, D});
+  HloInstruction* x = ops.Cast(b.Gather(emb, tokens, g, {1, D}), ct);
   x->set_sharding(sh.Residual(x->shape()));
 
   // RoPE angles at each token's position within its document.
@@ -375,7 +390,7 @@ LlamaForward BuildLlamaForward(const LlamaConfig& c, const LlamaBuildOptions& op
   const int64_t hq = c.n_heads;
 
   ScanBody layer = [&](HloComputationBuilder& lb, const ScanStep& step) {
-    Ops o(lb, add, max);
+    Ops o(lb, add, max, ct);
     HloInstruction* x = step.carry[0];
     x->set_name("layer_input");  // the saved layer input, by name (remat offload)
     const auto& w = step.xs;  // attention_norm wq wk wv wo ffn_norm w1 w2 w3
@@ -398,7 +413,7 @@ LlamaForward BuildLlamaForward(const LlamaConfig& c, const LlamaBuildOptions& op
     HloInstruction* k =
         o.Rope(o.SplitHeads(columns(o.Linear(h, w[2]), "k_proj"), kv_heads), cos, sin);
     HloInstruction* v = o.SplitHeads(columns(o.Linear(h, w[3]), "v_proj"), kv_heads);
-    const Shape attn_shape = Shape::Tuple({Shape(kF32, {B, hq, S, hd}), Shape(kF32, {B, hq, S})});
+    const Shape attn_shape = Shape::Tuple({Shape(ct, {B, hq, S, hd}), Shape(kF32, {B, hq, S})});
     HloInstruction* attn =
         named(lb.CustomCall({q, k, v, seg}, attn_shape, "weft.flex_attention", attn_config_text),
               "attention");
@@ -417,15 +432,13 @@ LlamaForward BuildLlamaForward(const LlamaConfig& c, const LlamaBuildOptions& op
   ScanOutputs layers = Scan(m, b, "layers", layer, {x}, layer_weights, {cos, sin, segments});
 
   HloInstruction* h = ops.RmsNorm(layers.carry[0], final_norm, eps);
+  // The logits in f32 straight from the head's dot (f32 accumulation, no
+  // rounding to the compute type): the loss and softmax run on them.
   HloInstruction* logits = nullptr;
-  if (head) {
-    logits = ops.Linear(h, head);
-  } else {
-    DotDimensionNumbers d;
-    d.lhs_contracting_dims = {2};
-    d.rhs_contracting_dims = {1};
-    logits = b.Dot(h, emb, d);
-  }
+  DotDimensionNumbers d;
+  d.lhs_contracting_dims = {2};
+  d.rhs_contracting_dims = {head ? 0 : 1};
+  logits = b.Dot(h, ops.Cast(head ? head : emb, ct), d, kF32);
   if (want_logits) {
     logits->set_sharding(sh.BatchSplit(logits->shape()));
     m.AddEntryComputation(b.Build(logits));

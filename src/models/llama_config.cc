@@ -283,7 +283,7 @@ void ReadModel(SectionReader& in, LlamaConfig& model) {
 }
 
 void ReadTrain(SectionReader& in, TrainConfig& train) {
-  in.Expect({"steps", "batch_size", "grad_accum_steps", "lr", "min_lr", "warmup_steps",
+  in.Expect({"steps", "batch_size", "grad_accum_steps", "precision", "lr", "min_lr", "warmup_steps",
              "weight_decay", "grad_clip", "seed", "remat", "checkpoint_every", "beta1", "beta2",
              "eps", "no_weight_decay"});
   in.Int("steps", train.steps, false, 1);
@@ -297,6 +297,9 @@ void ReadTrain(SectionReader& in, TrainConfig& train) {
         in.WhereKey("grad_accum_steps"), train.batch_size, train.grad_accum_steps,
         train.grad_accum_steps, train.batch_size);
   }
+  std::string precision(PrecisionName(train.precision));
+  in.String("precision", precision, {"bf16", "f32"});
+  train.precision = ParsePrecision(precision, in.WhereKey("precision"));
   in.Float("lr", train.lr);
   in.Float("min_lr", train.min_lr);
   in.Int("warmup_steps", train.warmup_steps, false, 0);
@@ -579,6 +582,16 @@ const std::vector<RematPreset>& RematPresets() {
 
 }  // namespace
 
+std::string_view PrecisionName(Precision precision) {
+  return precision == Precision::kBf16 ? "bf16" : "f32";
+}
+
+Precision ParsePrecision(std::string_view text, std::string_view what) {
+  if (text == "bf16") return Precision::kBf16;
+  if (text == "f32") return Precision::kF32;
+  Fail("{} '{}': expected bf16 or f32", what, text);
+}
+
 RematPolicy ParseRematPolicy(std::string_view text, std::string_view where) {
   RematPolicy policy;
   if (text == "none") return policy;
@@ -693,6 +706,8 @@ std::string RunConfig::CanonicalText() const {
   line("train.batch_size", train.batch_size);
   // Only when set, so the hashes of configs without it stay what they were.
   if (train.grad_accum_steps != 1) line("train.grad_accum_steps", train.grad_accum_steps);
+  // Only bf16: runs from before the policy existed trained in f32.
+  if (train.precision != Precision::kF32) line("train.precision", PrecisionName(train.precision));
   line("train.lr", train.lr);
   line("train.min_lr", train.min_lr);
   line("train.warmup_steps", train.warmup_steps);

@@ -14,26 +14,12 @@ namespace {
 using analysis::BufferCategory;
 using analysis::kNumBufferCategories;
 using analysis::kNumProgramCollectiveKinds;
-using analysis::Precision;
 using runtime::CollectiveKind;
 
 constexpr std::array<std::string_view, kNumProgramCollectiveKinds> kKindKeys = {
     "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute"};
 
 std::string_view KindKey(CollectiveKind kind) { return kKindKeys[static_cast<int>(kind)]; }
-
-// A shape with the element type the policy stores it in.
-std::string PolicyShape(const Shape& s, Precision precision) {
-  if (precision == Precision::kBf16 && IsFloatingPoint(s.element_type())) {
-    return s.WithElementType(PrimitiveType::kBF16).ToString();
-  }
-  return s.ToString();
-}
-
-std::string DtypeName(const Shape& s, Precision precision) {
-  if (precision == Precision::kBf16 && IsFloatingPoint(s.element_type())) return "bf16";
-  return std::string(PrimitiveTypeName(s.element_type()));
-}
 
 std::string Grouped(int64_t n) {
   std::string digits = std::to_string(n < 0 ? -n : n), out;
@@ -88,9 +74,9 @@ std::string RematText(const RematPolicy& remat) {
 
 std::string PrecisionText(Precision p) {
   return p == Precision::kBf16
-             ? "bf16: 2-byte weights, gradients, activations; f32 master + m + v = 12 "
-               "bytes/parameter"
-             : "f32: 4-byte program buffers; optimizer state m + v = 8 bytes/parameter";
+             ? "bf16: f32 master weights cast to bf16 where read, bf16 activations, f32 "
+               "weight gradients; m + v = 8 bytes/parameter"
+             : "f32: every floating value 4 bytes; m + v = 8 bytes/parameter";
 }
 
 // The simulated step: the critical path, then what fills it.
@@ -159,7 +145,7 @@ std::string FormatPlanText(const StepPlan& p) {
   line(fmt::format("  chip       {}: {}", p.chip.name, p.chip.description));
   line(fmt::format("             {} HBM, {:.4g} TFLOP/s {}; ICI {}/s, DCN {}/s, host {}/s",
                    FormatBytes(p.chip.hbm_bytes), p.time.peak_flops / 1e12,
-                   analysis::PrecisionName(p.precision), FormatBytes(p.chip.ici_bytes_per_s),
+                   PrecisionName(p.precision), FormatBytes(p.chip.ici_bytes_per_s),
                    FormatBytes(p.chip.dcn_bytes_per_s), FormatBytes(p.chip.host_bytes_per_s)));
   line(fmt::format("  precision  {}", PrecisionText(p.precision)));
   line("");
@@ -200,9 +186,9 @@ std::string FormatPlanText(const StepPlan& p) {
     line(fmt::format("  {:>2} {:>10}  {:<12} {} ({}){}", i + 1, FormatBytes(b.bytes),
                      analysis::BufferCategoryKey(b.category), b.instruction, b.computation,
                      b.role.empty() ? "" : ": " + b.role));
-    std::string where = "local " + PolicyShape(b.shape, p.precision);
+    std::string where = "local " + b.shape.ToString();
     if (pb.global_known) {
-      where += "  global " + PolicyShape(pb.global_shape, p.precision);
+      where += "  global " + pb.global_shape.ToString();
       where += pb.split_axes.empty()
                    ? "  not split"
                    : fmt::format("  split along {}", fmt::join(pb.split_axes, ", "));
@@ -221,7 +207,7 @@ std::string FormatPlanText(const StepPlan& p) {
           "  {} [{}, ...] buffer{} not split along {}; the largest:", p.unsplit_stacked.size(),
           m.n_layers, p.unsplit_stacked.size() == 1 ? " is" : "s are", p.stacked_axis));
       line(fmt::format("     {} ({}) global {}, {} per device", u.instruction, u.computation,
-                       PolicyShape(u.global_shape, p.precision), FormatBytes(u.local_bytes)));
+                       u.global_shape.ToString(), FormatBytes(u.local_bytes)));
       line(fmt::format("     sharding {}", u.sharding));
     }
   }
@@ -276,7 +262,7 @@ std::string FormatPlanJson(const StepPlan& p) {
     axes.push_back({{"name", p.mesh.axis_names[i]}, {"size", p.mesh.axis_sizes[i]}});
   }
   j["mesh"] = {{"axes", axes}, {"devices", p.num_devices}, {"slices", p.slices}};
-  j["precision"] = analysis::PrecisionName(p.precision);
+  j["precision"] = PrecisionName(p.precision);
   j["remat"] = p.remat;
   j["shard_as"] = p.shard_as;
   j["batch_size"] = p.batch_size;
@@ -316,7 +302,7 @@ std::string FormatPlanJson(const StepPlan& p) {
               {"role", b.role},
               {"category", analysis::BufferCategoryKey(b.category)},
               {"bytes", b.bytes},
-              {"dtype", DtypeName(b.shape, p.precision)},
+              {"dtype", std::string(PrimitiveTypeName(b.shape.element_type()))},
               {"local_shape", b.shape.dimensions()}};
     e["global_shape"] = pb.global_known ? json(pb.global_shape.dimensions()) : json(nullptr);
     e["sharding"] = pb.sharding.empty() ? json(nullptr) : json(pb.sharding);

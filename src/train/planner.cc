@@ -135,8 +135,7 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   const analysis::ChipTable chips = analysis::LoadChipTable(chips_file);
   plan.chip = chips.Find(options.chip);
   plan.chips_file = chips_file.string();
-  plan.precision = options.precision.value_or(
-      analysis::ParsePrecision(plan.chip.default_precision, plan.chip.name + " default_precision"));
+  plan.precision = options.precision.value_or(config.train.precision);
 
   RematPolicy remat{config.train.remat, config.train.remat_save, config.train.remat_offload};
   if (!options.remat.empty()) remat = ParseRematPolicy(options.remat, "--remat");
@@ -153,6 +152,7 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   po.remat_save = remat.save;
   po.remat_offload = remat.offload;
   po.shard_as = options.shard_as;
+  po.precision = plan.precision;
   CheckStepProgram(config, po);
   plan.num_devices = config.mesh.num_devices();
   plan.num_parameters = config.model.NumParameters();
@@ -220,7 +220,6 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
 
   // Memory.
   analysis::MemoryPlanOptions mo;
-  mo.precision = plan.precision;
   mo.num_data_inputs = data;
   for (const LlamaWeight& w : program.forward.weights) mo.weight_names.push_back(w.name);
   mo.weights_resident = true;
@@ -231,13 +230,15 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   plan.memory = analysis::PlanMemory(*c.program, mo);
   int64_t weight_elements = 0;
   for (size_t i = data; i < c.local_input_shapes.size(); ++i) {
-    plan.parameter_bytes += analysis::PlannedBytes(c.local_input_shapes[i], plan.precision);
+    plan.parameter_bytes += c.local_input_shapes[i].ByteSize();
     weight_elements += c.local_input_shapes[i].ElementsCount();
   }
   for (size_t i = 1; i < c.local_output_shapes.size(); ++i) {
-    plan.gradient_bytes += analysis::PlannedBytes(c.local_output_shapes[i], plan.precision);
+    plan.gradient_bytes += c.local_output_shapes[i].ByteSize();
   }
-  plan.optimizer_bytes = weight_elements * analysis::OptimizerBytesPerElement(plan.precision);
+  // AdamW's m and v in f32 beside the f32 weights, whatever the precision
+  // policy (the weights are the program's own inputs, counted above).
+  plan.optimizer_bytes = weight_elements * 8;
   if (plan.grad_accum > 1) plan.accumulator_bytes = weight_elements * 4;
 
   // The global instructions behind the largest buffers.
@@ -287,7 +288,7 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
           u.global_shape = s;
           u.sharding = sh ? sh->ToString() : "(none)";
           const std::vector<int64_t> tile = sh ? sh->TileShape(s.dimensions()) : s.dimensions();
-          u.local_bytes = analysis::PlannedBytes(s.WithDimensions(tile), plan.precision);
+          u.local_bytes = s.WithDimensions(tile).ByteSize();
           plan.unsplit_stacked.push_back(std::move(u));
         }
       }
@@ -300,7 +301,6 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
 
   // Collectives, FLOPs, time.
   analysis::CollectivePlanOptions co;
-  co.precision = plan.precision;
   co.num_devices = n;
   co.slices = plan.slices;
   plan.collectives = analysis::PlanCollectives(*c.program, co);
@@ -310,7 +310,6 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   // Offloaded buffers are written once in the forward and read once in the backward.
   plan.host_transfer_bytes = 2 * plan.memory.host_peak_bytes;
   analysis::SimOptions so;
-  so.precision = plan.precision;
   so.num_devices = n;
   so.slices = plan.slices;
   so.device = plan.collectives.busiest_device;

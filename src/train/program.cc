@@ -278,6 +278,7 @@ StepProgram BuildStepProgram(const RunConfig& config, const StepProgramOptions& 
   LlamaBuildOptions build;
   build.batch_size = p.batch_size;
   build.seq_len = p.seq_len;
+  build.precision = options.precision.value_or(config.train.precision);
   if (!config.mesh.axis_names.empty()) build.run = &config;
   p.forward = BuildLlamaForward(config.model, build);
 

@@ -194,7 +194,8 @@ struct Sampler::Impl {
   int64_t step = 0;
   fs::path checkpoint_dir, tokenizer_path;
 
-  Impl(const LlamaConfig& c, const TensorMap& named, Tokenizer t, const std::string& what)
+  Impl(const LlamaConfig& c, const TensorMap& named, Tokenizer t, Precision precision,
+       const std::string& what)
       : config(c), tokenizer(std::move(t)) {
     WEFT_CHECK(tokenizer.vocab_size() <= config.vocab_size,
                "{}: the tokenizer has {} pieces but the model only {} embeddings; use the "
@@ -204,6 +205,7 @@ struct Sampler::Impl {
     build.batch_size = 1;
     build.seq_len = config.seq_len;
     build.output = LlamaOutput::kLogits;
+    build.precision = precision;
     forward = BuildLlamaForward(config, build);
     for (const LlamaWeight& w : forward.weights) {
       const auto it = named.find(w.name);
@@ -247,19 +249,26 @@ struct Sampler::Impl {
 
 Sampler::Sampler(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Sampler::Sampler(const LlamaConfig& config, const TensorMap& weights, Tokenizer tokenizer,
-                 std::string what)
-    : impl_(std::make_unique<Impl>(config, weights, std::move(tokenizer), what)) {}
+                 Precision precision, std::string what)
+    : impl_(std::make_unique<Impl>(config, weights, std::move(tokenizer), precision, what)) {}
 Sampler::Sampler(Sampler&&) noexcept = default;
 Sampler& Sampler::operator=(Sampler&&) noexcept = default;
 Sampler::~Sampler() = default;
 
-Sampler Sampler::Load(const fs::path& dir) {
+Precision TrainedPrecision(const Metadata& extra, std::string_view what) {
+  const auto it = extra.find("train.precision");
+  if (it == extra.end()) return Precision::kF32;  // written before runs had a policy
+  return ParsePrecision(it->second, fmt::format("{}: state.json extra \"train.precision\"", what));
+}
+
+Sampler Sampler::Load(const fs::path& dir, std::optional<Precision> precision) {
   const RunFiles files = LocateRun(dir);
   const Checkpoint checkpoint = LoadCheckpoint(files.checkpoint);
   const std::string what = fmt::format("checkpoint {}", files.checkpoint.string());
   const LlamaConfig config = LlamaConfigFromExtras(checkpoint.state.extra, what);
-  auto impl =
-      std::make_unique<Impl>(config, checkpoint.model, Tokenizer::Load(files.tokenizer), what);
+  auto impl = std::make_unique<Impl>(
+      config, checkpoint.model, Tokenizer::Load(files.tokenizer),
+      precision.value_or(TrainedPrecision(checkpoint.state.extra, what)), what);
   impl->step = checkpoint.state.step;
   impl->checkpoint_dir = files.checkpoint;
   impl->tokenizer_path = files.tokenizer;

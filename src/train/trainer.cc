@@ -101,6 +101,7 @@ std::map<std::string, std::string> ModelExtras(const LlamaConfig& m) {
 std::map<std::string, std::string> TrainExtras(const TrainConfig& t) {
   return {{"train.batch_size", std::to_string(t.batch_size)},
           {"train.grad_accum_steps", std::to_string(t.grad_accum_steps)},
+          {"train.precision", std::string(PrecisionName(t.precision))},
           {"train.lr", fmt::format("{}", t.lr)},
           {"train.min_lr", fmt::format("{}", t.min_lr)},
           {"train.warmup_steps", std::to_string(t.warmup_steps)},
@@ -631,7 +632,6 @@ void CheckFitsInMemory(const Run& run, int64_t devices_here) {
   if (machine <= 0) return;
   const auto& c = run.program.compiled;
   analysis::MemoryPlanOptions mo;
-  mo.precision = analysis::Precision::kF32;
   mo.num_data_inputs = StepProgram::kNumDataInputs;
   for (const LlamaWeight& w : run.program.forward.weights) mo.weight_names.push_back(w.name);
   mo.weights_resident = true;
@@ -640,7 +640,7 @@ void CheckFitsInMemory(const Run& run, int64_t devices_here) {
   const analysis::MemoryPlan plan = analysis::PlanMemory(*c.program, mo);
   int64_t weights = 0;
   for (size_t i = StepProgram::kNumDataInputs; i < c.local_input_shapes.size(); ++i) {
-    weights += analysis::PlannedBytes(c.local_input_shapes[i], analysis::Precision::kF32);
+    weights += c.local_input_shapes[i].ByteSize();
   }
   const int64_t moments = 2 * weights;
   // Gradient accumulation holds one more gradient, the micro-batches' sum.
@@ -718,6 +718,7 @@ std::unique_ptr<Run> Prepare(const RunConfig& config, const TrainOptions& option
                *options.grad_accum);
     run->config.train.grad_accum_steps = *options.grad_accum;
   }
+  if (options.precision) run->config.train.precision = *options.precision;
   if (!options.data_files.empty()) {
     run->config.data.source = "files";
     run->config.data.files = options.data_files;

@@ -58,10 +58,6 @@ TEST(MemoryPlanTest, ChainPeakIsComputedByHandAndMeasured) {
   EXPECT_EQ(plan.peak_instruction, "c");
   EXPECT_EQ(plan.total_steps, 4);
   EXPECT_EQ(ExecutorPeak(*module), plan.peak_bytes);
-  // bf16: every float buffer at 2 bytes.
-  MemoryPlanOptions bf16 = ExecutorAccounting();
-  bf16.precision = Precision::kBf16;
-  EXPECT_EQ(PlanMemory(*module, bf16).peak_bytes, 512 + 3 * 512 + 1024);
 }
 
 // An operand repeated in a tuple shares its buffer; the add cannot take
@@ -423,12 +419,10 @@ TEST(MemoryPlanTest, RandomProgramsPlanTheAssignmentsBuffers) {
     const std::string text = RandomProgram(rng, with_loop);
     SCOPED_TRACE(text);
     auto module = ParseHloModule(text);
-    for (Precision precision : {Precision::kF32, Precision::kBf16}) {
-      const compiler::BufferAssignment a = compiler::AssignBuffers(
-          *module, compiler::ScheduleComputation,
-          [precision](const Shape& s) { return PlannedBytes(s, precision); });
+    {
+      const compiler::BufferAssignment a =
+          compiler::AssignBuffers(*module, compiler::ScheduleComputation);
       MemoryPlanOptions live;
-      live.precision = precision;
       live.num_data_inputs = module->entry_computation()->num_parameters();
       const MemoryPlan plan = PlanMemory(*module, live);
       EXPECT_EQ(plan.live_peak_bytes, AssignmentLivePeak(*module, a));
@@ -450,7 +444,7 @@ TEST(MemoryPlanTest, RandomProgramsPlanTheAssignmentsBuffers) {
       for (int64_t b : e.peak_by_category) sum += b;
       EXPECT_EQ(sum, e.peak_bytes);
       EXPECT_EQ(e.peak_by_category[static_cast<int>(BufferCategory::kInputs)], a.input_bytes());
-      if (precision == Precision::kF32 && round % 6 < 2) {
+      if (round % 6 < 2) {
         EXPECT_EQ(e.peak_bytes, ExecutorPeak(*module));  // the executor's own measurement
       }
     }

@@ -30,7 +30,6 @@ Chip TestChip() {
 
 SimOptions Devices(int64_t n, int64_t slices = 1) {
   SimOptions o;
-  o.precision = Precision::kBf16;
   o.num_devices = n;
   o.slices = slices;
   return o;
@@ -42,9 +41,9 @@ StepTime Simulate(const std::string& text, const Chip& chip, const SimOptions& o
 
 constexpr const char* kSum = R"(
 sum {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT s = bf16[] add(a, b)
 }
 )";
 
@@ -52,9 +51,9 @@ TEST(StepSimTest, DotIsTimedAtTheMatrixPeakWithItsTilesPadded) {
   // [1000, 4096] x [4096, 4096]: 2 x 1000 x 4096 x 4096 FLOPs.
   const std::string text = R"(HloModule m
 ENTRY e {
-  x = f32[1000,4096] parameter(0)
-  w = f32[4096,4096] parameter(1)
-  ROOT d = f32[1000,4096] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  x = bf16[1000,4096] parameter(0)
+  w = bf16[4096,4096] parameter(1)
+  ROOT d = bf16[1000,4096] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
 })";
   Chip chip = TestChip();
   const double flops = 2.0 * 1000 * 4096 * 4096;
@@ -69,21 +68,24 @@ ENTRY e {
   // The fitted efficiency scales the matrix rate.
   chip.matrix_efficiency = 0.5;
   EXPECT_NEAR(Simulate(text, chip, Devices(1)).step_s, 2 * flops * 1024 / 1000 / 100e12, 1e-12);
-  // f32 runs at the f32 peak.
-  SimOptions f32 = Devices(1);
-  f32.precision = Precision::kF32;
+  // f32 operands run at the f32 peak.
   chip.matrix_efficiency = 1;
   chip.matrix_tile = {1, 1, 1};
-  EXPECT_NEAR(Simulate(text, chip, f32).step_s, flops / 50e12, 1e-12);
+  std::string f32_text = text;
+  for (size_t at = f32_text.find("bf16["); at != std::string::npos;
+       at = f32_text.find("bf16[", at)) {
+    f32_text.replace(at, 4, "f32");
+  }
+  EXPECT_NEAR(Simulate(f32_text, chip, Devices(1)).step_s, flops / 50e12, 1e-12);
 }
 
 TEST(StepSimTest, LoopsAreTimedByTheirBytesOrTheirVectorWork) {
   // add of two bf16 [4096, 4096]: 3 x 32 MiB moved.
   const std::string text = R"(HloModule m
 ENTRY e {
-  x = f32[4096,4096] parameter(0)
-  y = f32[4096,4096] parameter(1)
-  ROOT a = f32[4096,4096] add(x, y)
+  x = bf16[4096,4096] parameter(0)
+  y = bf16[4096,4096] parameter(1)
+  ROOT a = bf16[4096,4096] add(x, y)
 })";
   Chip chip = TestChip();
   const double bytes = 3.0 * 4096 * 4096 * 2;
@@ -108,14 +110,14 @@ ENTRY e {
 std::string DotAndAllReduce(bool dependent) {
   return std::string("HloModule m\n") + kSum + R"(
 ENTRY e {
-  x = f32[8192,8192] parameter(0)
-  w = f32[8192,8192] parameter(1)
-  g = f32[67108864] parameter(2)
-  d = f32[8192,8192] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  d2 = f32[67108864] reshape(d)
-  r = f32[67108864] all-reduce()" +
+  x = bf16[8192,8192] parameter(0)
+  w = bf16[8192,8192] parameter(1)
+  g = bf16[67108864] parameter(2)
+  d = bf16[8192,8192] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  d2 = bf16[67108864] reshape(d)
+  r = bf16[67108864] all-reduce()" +
          std::string(dependent ? "d2" : "g") + R"(), replica_groups={{0,1}}, to_apply=sum
-  ROOT t = (f32[8192,8192], f32[67108864]) tuple(d, r)
+  ROOT t = (bf16[8192,8192], bf16[67108864]) tuple(d, r)
 })";
 }
 
@@ -141,12 +143,12 @@ TEST(StepSimTest, ComputeRunsOtherWorkWhileACollectiveIsInFlight) {
   // The dot runs while the all-gather is in flight.
   const std::string text = R"(HloModule m
 ENTRY e {
-  x = f32[4096,4096] parameter(0)
-  w = f32[2048,4096] parameter(1)
-  ag = f32[4096,4096] all-gather(w), replica_groups={{0,1}}, dimensions={0}
-  a = f32[4096,4096] dot(x, ag), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  b = f32[4096,4096] dot(x, x), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  ROOT t = (f32[4096,4096], f32[4096,4096]) tuple(a, b)
+  x = bf16[4096,4096] parameter(0)
+  w = bf16[2048,4096] parameter(1)
+  ag = bf16[4096,4096] all-gather(w), replica_groups={{0,1}}, dimensions={0}
+  a = bf16[4096,4096] dot(x, ag), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  b = bf16[4096,4096] dot(x, x), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT t = (bf16[4096,4096], bf16[4096,4096]) tuple(a, b)
 })";
   const Chip chip = TestChip();
   const double dot_s = 2.0 * 4096 * 4096 * 4096 / 100e12;
@@ -159,20 +161,20 @@ ENTRY e {
 // dots with it; with `grad`, a third dot makes a gradient that is
 // reduce-scattered into a stacked accumulator at the end of the trip.
 std::string LayerLoop(int trips, bool grad) {
-  std::string body_grad, state = "(s32[], f32[4096,4096], f32[16,1024,4096], f32[16,1024,4096])";
+  std::string body_grad, state = "(s32[], bf16[4096,4096], bf16[16,1024,4096], bf16[16,1024,4096])";
   if (grad) {
     // The gradient comes last in the trip, from the trip's output.
     body_grad = R"(
-  acc = f32[16,1024,4096] get-tuple-element(s), index=3
-  gy0 = f32[4096,2048] dot(x2, agt), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  gy = f32[2048,4096] reshape(gy0)
-  rs = f32[1024,4096] reduce-scatter(gy), replica_groups={{0,1}}, dimensions={0}, to_apply=sum
-  rs3 = f32[1,1024,4096] reshape(rs)
+  acc = bf16[16,1024,4096] get-tuple-element(s), index=3
+  gy0 = bf16[4096,2048] dot(x2, agt), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  gy = bf16[2048,4096] reshape(gy0)
+  rs = bf16[1024,4096] reduce-scatter(gy), replica_groups={{0,1}}, dimensions={0}, to_apply=sum
+  rs3 = bf16[1,1024,4096] reshape(rs)
   z = s32[] constant(0)
-  acc2 = f32[16,1024,4096] dynamic-update-slice(acc, rs3, i, z, z))";
+  acc2 = bf16[16,1024,4096] dynamic-update-slice(acc, rs3, i, z, z))";
   } else {
     body_grad = R"(
-  acc2 = f32[16,1024,4096] get-tuple-element(s), index=3)";
+  acc2 = bf16[16,1024,4096] get-tuple-element(s), index=3)";
   }
   std::string text = std::string("HloModule m\n") + kSum + R"(
 cond {
@@ -185,15 +187,15 @@ cond {
 body {
   s = )" + state + R"( parameter(0)
   i = s32[] get-tuple-element(s), index=0
-  x = f32[4096,4096] get-tuple-element(s), index=1
-  ws = f32[16,1024,4096] get-tuple-element(s), index=2
+  x = bf16[4096,4096] get-tuple-element(s), index=1
+  ws = bf16[16,1024,4096] get-tuple-element(s), index=2
   z0 = s32[] constant(0)
-  w1 = f32[1,1024,4096] dynamic-slice(ws, i, z0, z0), dynamic_slice_sizes={1,1024,4096}
-  w = f32[1024,4096] reshape(w1)
-  ag = f32[2048,4096] all-gather(w), replica_groups={{0,1}}, dimensions={0}
-  agt = f32[4096,2048] reshape(ag)
-  h = f32[4096,2048] dot(x, agt), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  x2 = f32[4096,4096] dot(h, ag), lhs_contracting_dims={1}, rhs_contracting_dims={0})" +
+  w1 = bf16[1,1024,4096] dynamic-slice(ws, i, z0, z0), dynamic_slice_sizes={1,1024,4096}
+  w = bf16[1024,4096] reshape(w1)
+  ag = bf16[2048,4096] all-gather(w), replica_groups={{0,1}}, dimensions={0}
+  agt = bf16[4096,2048] reshape(ag)
+  h = bf16[4096,2048] dot(x, agt), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  x2 = bf16[4096,4096] dot(h, ag), lhs_contracting_dims={1}, rhs_contracting_dims={0})" +
                      body_grad + R"(
   one = s32[] constant(1)
   i2 = s32[] add(i, one)
@@ -201,13 +203,13 @@ body {
                      R"( tuple(i2, x2, ws, acc2)
 }
 ENTRY e {
-  x = f32[4096,4096] parameter(0)
-  ws = f32[16,1024,4096] parameter(1)
-  acc = f32[16,1024,4096] parameter(2)
+  x = bf16[4096,4096] parameter(0)
+  ws = bf16[16,1024,4096] parameter(1)
+  acc = bf16[16,1024,4096] parameter(2)
   zero = s32[] constant(0)
   init = )" + state + R"( tuple(zero, x, ws, acc)
   loop = )" + state + R"( while(init), condition=cond, body=body
-  ROOT r = f32[16,1024,4096] get-tuple-element(loop), index=3
+  ROOT r = bf16[16,1024,4096] get-tuple-element(loop), index=3
 })";
   return text;
 }
@@ -252,8 +254,8 @@ TEST(StepSimTest, TorusGroupsUseTwoLinksPerAxisTheySpan) {
   auto gather = [&](const std::string& groups, int n) {
     return std::string(R"(HloModule m
 ENTRY e {
-  w = f32[1000000] parameter(0)
-  ROOT ag = f32[)") +
+  w = bf16[1000000] parameter(0)
+  ROOT ag = bf16[)") +
            std::to_string(1000000 * n) + R"(] all-gather(w), replica_groups=)" + groups +
            ", dimensions={0}\n}";
   };
@@ -279,8 +281,8 @@ ENTRY e {
 TEST(StepSimTest, HostTransfersAreExposedOnlyBeyondTheRestOfTheStep) {
   const std::string text = R"(HloModule m
 ENTRY e {
-  x = f32[4096,4096] parameter(0)
-  ROOT d = f32[4096,4096] dot(x, x), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  x = bf16[4096,4096] parameter(0)
+  ROOT d = bf16[4096,4096] dot(x, x), lhs_contracting_dims={1}, rhs_contracting_dims={0}
 })";
   const Chip chip = TestChip();
   const double dot_s = 2.0 * 4096 * 4096 * 4096 / 100e12;

@@ -46,7 +46,6 @@ inline std::vector<runtime::ExecutorStats> Execute(const StepProgram& p, uint64_
 
 inline MemoryPlanOptions ExecutorLikeOptions(const StepProgram& p) {
   MemoryPlanOptions o;
-  o.precision = Precision::kF32;
   o.executor_accounting = true;
   o.num_data_inputs = StepProgram::kNumDataInputs;
   for (const LlamaWeight& w : p.forward.weights) o.weight_names.push_back(w.name);

@@ -65,6 +65,64 @@ ENTRY e {
   for (double g : out[2].ToDoubles()) EXPECT_EQ(g, 0.0);
 }
 
+// Mixed precision: a weight kept in f32 and cast to bf16 where a dot reads
+// it. Its gradient x^T . dy is a sum over 64 rows: rounded to bf16 it would
+// be off by ~2^-9 relative; the step's dot returns f32 instead (through the
+// transpose into the weight's [out, in] layout), so it matches a float64
+// sum of the same bf16 products to f32 accuracy.
+TEST(GradTest, AWeightCastToBf16GetsItsGradientFromAnF32Dot) {
+  auto forward = ParseHloModule(R"(HloModule m
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+ENTRY e {
+  x = bf16[64,8] parameter(0)
+  w = f32[4,8] parameter(1)
+  wb = bf16[4,8] convert(w)
+  y = f32[64,4] dot(x, wb), lhs_contracting_dims={1}, rhs_contracting_dims={1}
+  sq = f32[64,4] multiply(y, y)
+  z = f32[] constant(0)
+  ROOT l = f32[] reduce(sq, z), dimensions={0,1}, to_apply=add
+})");
+  GradOptions o;
+  o.wrt = {1};
+  auto step = BuildTrainingStep(*forward, o);
+  for (const HloComputation* c : step->computations()) {
+    for (const HloInstruction* instr : c->instructions()) {
+      if (instr->opcode() != HloOpcode::kConvert) continue;
+      EXPECT_NE(instr->operand(0)->opcode(), HloOpcode::kDot) << instr->ToString();
+      EXPECT_NE(instr->operand(0)->opcode(), HloOpcode::kTranspose) << instr->ToString();
+    }
+  }
+  std::mt19937 rng(11);
+  std::vector<runtime::HostTensor> in = {
+      testing::RandomTensor(Shape(PrimitiveType::kBF16, {64, 8}), rng),
+      testing::RandomTensor(Shape(PrimitiveType::kF32, {4, 8}), rng)};
+  runtime::Executor exec(*step);
+  const auto out = exec.Run(in);
+  ASSERT_EQ(out[1].element_type(), PrimitiveType::kF32);
+  // dL/dw[j, k] = sum_i 2 y[i, j] x[i, k], y from the bf16-rounded weights;
+  // dy = 2y is rounded to bf16 as the step's cotangent is.
+  const std::vector<double> x = in[0].ToDoubles(), w = in[1].ToDoubles();
+  std::vector<double> wb(w.size());
+  for (size_t i = 0; i < w.size(); ++i) wb[i] = RoundToType(w[i], PrimitiveType::kBF16);
+  for (int j = 0; j < 4; ++j) {
+    for (int k = 0; k < 8; ++k) {
+      double g = 0, scale = 0;
+      for (int i = 0; i < 64; ++i) {
+        double y = 0;
+        for (int m = 0; m < 8; ++m) y += x[i * 8 + m] * wb[j * 8 + m];
+        const double dy = RoundToType(2 * static_cast<float>(y), PrimitiveType::kBF16);
+        g += dy * x[i * 8 + k];
+        scale += std::abs(dy * x[i * 8 + k]);
+      }
+      EXPECT_NEAR(out[1].GetDouble(j * 8 + k), g, 1e-5 * scale) << j << "," << k;
+    }
+  }
+}
+
 void ExpectError(const std::string& text, const GradOptions& options, const std::string& what) {
   auto forward = ParseHloModule(text);
   try {

@@ -163,6 +163,30 @@ TEST(LlamaConfig, GradAccumStepsDivideTheBatch) {
               "unknown key 'grad_accum_step' in [train]; did you mean 'grad_accum_steps'?");
 }
 
+// train.precision: bf16 unless the config says f32; f32 configs keep the
+// hash they had before the key existed (runs then trained in f32).
+TEST(LlamaConfig, PrecisionIsBf16UnlessTheConfigSaysF32) {
+  const RunConfig plain = ParseRunConfig(kMinimal, "cfg.toml");
+  EXPECT_EQ(plain.train.precision, Precision::kBf16);
+  EXPECT_NE(plain.CanonicalText().find("train.precision = bf16"), std::string::npos);
+  const std::string train = std::string(kMinimal) + "[train]\n";
+  const RunConfig f32 = ParseRunConfig(train + "precision = \"f32\"\n", "cfg.toml");
+  EXPECT_EQ(f32.train.precision, Precision::kF32);
+  EXPECT_EQ(f32.CanonicalText().find("train.precision"), std::string::npos);
+  EXPECT_NE(f32.Hash(), plain.Hash());
+  EXPECT_EQ(ParseRunConfig(train + "precision = \"bf16\"\n", "cfg.toml").Hash(), plain.Hash());
+  ExpectError(train + "precision = \"fp16\"\n", "cfg.toml:9:13",
+              "train.precision = \"fp16\" is not one of: \"bf16\", \"f32\"");
+  EXPECT_EQ(ParsePrecision("f32", "--precision"), Precision::kF32);
+  EXPECT_EQ(PrecisionName(Precision::kBf16), "bf16");
+  try {
+    ParsePrecision("fp8", "--precision");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "--precision 'fp8': expected bf16 or f32");
+  }
+}
+
 TEST(LlamaConfig, MeshAxesAndRulesKeepFileOrder) {
   RunConfig config = ParseRunConfig(std::string(kMinimal) + R"(
 [mesh]

@@ -69,7 +69,7 @@ TEST(PlannerTest, StaticMemoryIsSixteenBytesPerParameterOver256Chips) {
   for (const char* remat : {"full", "offload"}) {
     const StepPlan p = PlanTrainingStep(config, V6e256(remat));
     EXPECT_EQ(p.num_devices, 256);
-    EXPECT_EQ(p.precision, analysis::Precision::kBf16);
+    EXPECT_EQ(p.precision, Precision::kBf16);
     EXPECT_EQ(p.optimizer_bytes, 6 * p.parameter_bytes);  // 12 bytes vs 2
     EXPECT_EQ(p.gradient_bytes, p.parameter_bytes);
     std::printf("remat %s: static %.3f GB, expected %.3f GB (%.2f%%)\n", remat,

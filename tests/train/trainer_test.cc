@@ -53,21 +53,52 @@ TrainResult Quiet(const RunConfig& config, TrainOptions o, const std::string& na
   return Train(config, o);
 }
 
-TEST(TrainerTest, ShardedRunsFollowTheUnshardedLosses) {
+struct ShardedCase {
+  std::string name;
+  MeshConfig mesh;
+  std::vector<ShardingRule> activations = {};
+  std::string remat = "none";  // a RematPolicy preset or names
+};
+
+// Each case's losses against the unsharded run's in `precision`, within
+// `tolerance` relative.
+void ExpectShardedRunsFollowUnsharded(Precision precision, const std::vector<ShardedCase>& cases,
+                                      double tolerance) {
   RunConfig unsharded = Micro();
   unsharded.mesh = {};
   unsharded.sharding.clear();
-  const std::vector<double> reference = Losses(Quiet(unsharded, {}, "unsharded"));
+  unsharded.train.precision = precision;
+  const std::string tag(PrecisionName(precision));
+  const std::vector<double> reference = Losses(Quiet(unsharded, {}, "unsharded_" + tag));
   ASSERT_EQ(reference.size(), 20u);
   EXPECT_LT(reference.back(), reference.front() - 0.5) << "the loss should fall";
+  for (const ShardedCase& c : cases) {
+    TrainOptions o;
+    o.mesh = c.mesh;
+    RunConfig config = Micro();
+    config.train.precision = precision;
+    config.activations = c.activations;
+    const RematPolicy remat = ParseRematPolicy(c.remat, c.name);
+    config.train.remat = remat.kind;
+    config.train.remat_save = remat.save;
+    const TrainResult r = Quiet(config, o, c.name + "_" + tag);
+    EXPECT_EQ(r.num_devices, c.mesh.num_devices());
+    const std::vector<double> losses = Losses(r);
+    ASSERT_EQ(losses.size(), reference.size()) << c.name;
+    double worst = 0;
+    for (size_t i = 0; i < losses.size(); ++i) {
+      worst = std::max(worst, std::abs(losses[i] - reference[i]) / std::abs(reference[i]));
+      EXPECT_NEAR(losses[i], reference[i], tolerance * std::abs(reference[i]))
+          << c.name << " " << tag << " step " << i + 1;
+    }
+    std::printf("%s %s: worst relative loss difference %.2e\n", c.name.c_str(), tag.c_str(), worst);
+  }
+}
 
-  struct Case {
-    std::string name;
-    MeshConfig mesh;
-    std::vector<ShardingRule> activations = {};
-    std::string remat = "none";  // a RematPolicy preset or names
-  };
-  const std::vector<Case> cases = {
+// In f32 every mesh, remat policy and slice layout gives the unsharded
+// losses to 1e-5: only the order of f32 sums differs.
+TEST(TrainerTest, ShardedRunsFollowTheUnshardedLosses) {
+  const std::vector<ShardedCase> cases = {
       {"fsdp2_tensor2", {{"fsdp", "tensor"}, {2, 2}}},
       // Two slices: the batch split over DCN, weights over fsdp within a slice.
       {"dcn2_fsdp2", {{"dcn", "fsdp", "tensor"}, {2, 2, 1}}},
@@ -91,23 +122,21 @@ TEST(TrainerTest, ShardedRunsFollowTheUnshardedLosses) {
        {},
        "save_dot_except_mlp"},
   };
-  for (const Case& c : cases) {
-    TrainOptions o;
-    o.mesh = c.mesh;
-    RunConfig config = Micro();
-    config.activations = c.activations;
-    const RematPolicy remat = ParseRematPolicy(c.remat, c.name);
-    config.train.remat = remat.kind;
-    config.train.remat_save = remat.save;
-    const TrainResult r = Quiet(config, o, c.name);
-    EXPECT_EQ(r.num_devices, c.mesh.num_devices());
-    const std::vector<double> losses = Losses(r);
-    ASSERT_EQ(losses.size(), reference.size()) << c.name;
-    for (size_t i = 0; i < losses.size(); ++i) {
-      EXPECT_NEAR(losses[i], reference[i], 1e-5 * std::abs(reference[i]))
-          << c.name << " step " << i + 1;
-    }
-  }
+  ExpectShardedRunsFollowUnsharded(Precision::kF32, cases, 1e-5);
+}
+
+// In bf16 a sharded step rounds partial results to bf16 at other points
+// than the unsharded one (a tensor-parallel dot's partial sums, the
+// residual stream split by sequence), each such rounding up to 2^-9
+// relative, and 20 steps of training carry the differences on. The bound,
+// 2e-2 relative, is what that allows for; measured differences are printed.
+TEST(TrainerTest, ShardedBf16RunsFollowTheUnshardedBf16Losses) {
+  const std::vector<ShardedCase> cases = {
+      {"fsdp2_tensor2", {{"fsdp", "tensor"}, {2, 2}}},
+      {"dcn2_fsdp2", {{"dcn", "fsdp", "tensor"}, {2, 2, 1}}},
+      {"data2_fsdp2_tensor2_full", {{"data", "fsdp", "tensor"}, {2, 2, 2}}, {}, "full"},
+  };
+  ExpectShardedRunsFollowUnsharded(Precision::kBf16, cases, 2e-2);
 }
 
 TEST(TrainerTest, ResumeRepeatsTheUninterruptedRunBitForBit) {
@@ -144,7 +173,8 @@ TEST(TrainerTest, ResumeRepeatsTheUninterruptedRunBitForBit) {
 
 TEST(TrainerTest, MemorizationReachesNearZeroLossSharded) {
   // Three passages packed in one row, fsdp=2 (segment ids split with the
-  // rows). A segment-id sharding bug leaves the loss well above zero.
+  // rows), in bf16 (the config does not say). A segment-id sharding bug
+  // leaves the loss well above zero.
   const RunConfig config = LoadRunConfig(kSource / "configs/memorize.toml");
   ASSERT_EQ(config.mesh.num_devices(), 2);
   const TrainResult r = Quiet(config, {}, "memorize");
@@ -153,7 +183,8 @@ TEST(TrainerTest, MemorizationReachesNearZeroLossSharded) {
   for (const StepMetrics& m : r.steps) best = std::min(best, m.loss);
   std::printf("memorize: loss %.4f at step 1, %.4f at step 300 (best %.4f)\n",
               r.steps.front().loss, r.steps.back().loss, best);
-  EXPECT_LT(r.steps.back().loss, 0.02);
+  EXPECT_EQ(config.train.precision, Precision::kBf16);
+  EXPECT_LT(r.steps.back().loss, 0.05);
 }
 
 TEST(TrainerTest, BadInputStopsBeforeAnyCompute) {

@@ -12,7 +12,6 @@
 //   dcn_gbytes_per_s = 12.5      # egress per chip between slices
 //   host_gbytes_per_s = 64       # chip <-> host memory (offloaded buffers)
 //   max_slice_chips = 256        # largest ICI domain (pod / NVLink domain)
-//   default_precision = "bf16"   # "bf16" or "f32"
 //   source = "https://..."       # where the numbers come from
 //
 // What the step-time simulation (analysis/step_sim.h) also reads:
@@ -35,9 +34,8 @@
 //   cache_gbytes_per_s = 90      # bytes runs at this rate instead of HBM's
 //                                # (CPUs: the caches; default: none)
 //
-// Every key is required except description, default_precision (bf16) and
-// those whose default is given above; unknown keys are errors naming
-// file:line:col, so a typo never falls back to a default.
+// Every key is required except description and those whose default is given above; unknown keys are
+// errors naming file:line:col, so a typo never falls back to a default.
 #pragma once
 
 #include <array>
@@ -59,7 +57,6 @@ struct Chip {
   double dcn_bytes_per_s = 0;
   double host_bytes_per_s = 0;
   int64_t max_slice_chips = 0;
-  std::string default_precision = "bf16";
   double hbm_bytes_per_s = 0;
   enum class Topology { kSwitch, kTorus2d, kTorus3d };
   Topology ici_topology = Topology::kSwitch;

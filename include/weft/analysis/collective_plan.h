@@ -17,7 +17,6 @@
 #include <string>
 #include <vector>
 
-#include "weft/analysis/precision.h"
 #include "weft/hlo/module.h"
 #include "weft/runtime/communicator.h"
 
@@ -53,7 +52,6 @@ struct CollectiveSite {
 };
 
 struct CollectivePlanOptions {
-  Precision precision = Precision::kF32;
   int64_t num_devices = 1;
   int64_t slices = 1;
 };

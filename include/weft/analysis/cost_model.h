@@ -21,7 +21,6 @@
 #include <cstdint>
 
 #include "weft/analysis/chips.h"
-#include "weft/analysis/precision.h"
 #include "weft/hlo/module.h"
 
 namespace weft::analysis {

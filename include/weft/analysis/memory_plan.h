@@ -45,7 +45,6 @@
 #include <string_view>
 #include <vector>
 
-#include "weft/analysis/precision.h"
 #include "weft/hlo/module.h"
 
 namespace weft::analysis {
@@ -66,7 +65,6 @@ std::string_view BufferCategoryName(BufferCategory category);
 std::string_view BufferCategoryKey(BufferCategory category);
 
 struct MemoryPlanOptions {
-  Precision precision = Precision::kF32;
   // Entry parameter leaves before the weights (the batch); the rest are
   // weights. Outputs after the first (the loss) are gradients of weights
   // in the same order.

@@ -46,7 +46,6 @@
 #include <vector>
 
 #include "weft/analysis/chips.h"
-#include "weft/analysis/precision.h"
 #include "weft/hlo/module.h"
 
 namespace weft::analysis {
@@ -56,7 +55,6 @@ inline constexpr int kNumStreams = 3;
 std::string_view StreamName(Stream stream);  // "compute", "ici", "dcn"
 
 struct SimOptions {
-  Precision precision = Precision::kBf16;
   int64_t num_devices = 1, slices = 1;
   int64_t device = 0;             // whose replica groups (the programs are the same)
   int64_t host_bytes = 0;         // offloaded bytes moved per step
@@ -99,7 +97,10 @@ struct StepTime {
   // these + idle time waiting for nothing, which a dataflow never has).
   double exposed_ici_s = 0, exposed_dcn_s = 0, exposed_host_s = 0;
   double serial_s = 0;              // compute + ici + dcn + host: no overlap at all
-  double peak_flops = 0;            // the matrix peak for the precision
+  // The matrix peak MFU is measured against: the chip's bf16 peak when most
+  // of the program's matrix FLOPs (each instruction counted once) have bf16
+  // or f16 operands, else its f32 peak.
+  double peak_flops = 0;
   double mfu = 0, mfu_serial = 0;   // model FLOPs / (step x peak), at step_s / serial_s
   std::vector<SimInstruction> top;  // most time first
   std::array<std::vector<Interval>, kNumStreams> busy;  // merged busy intervals

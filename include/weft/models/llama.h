@@ -53,6 +53,10 @@ struct LlamaBuildOptions {
   // Sharding rules and mesh; null: no sharding annotations.
   const RunConfig* run = nullptr;
   LlamaOutput output = LlamaOutput::kLoss;
+  // The mixed-precision policy (llama_config.h): kBf16 casts each f32
+  // weight to bf16 where it is read and keeps activations in bf16. The
+  // builder's default is the all-f32 program; runs take train.precision.
+  Precision precision = Precision::kF32;
 };
 
 struct LlamaWeight {

@@ -3,9 +3,9 @@
 //
 //   [model]     vocab_size dim n_layers n_heads n_kv_heads ffn_dim rope_theta
 //               norm_eps seq_len tie_embeddings
-//   [train]     steps batch_size grad_accum_steps lr min_lr warmup_steps
-//               weight_decay grad_clip seed remat checkpoint_every beta1 beta2
-//               eps no_weight_decay
+//   [train]     steps batch_size grad_accum_steps precision lr min_lr
+//               warmup_steps weight_decay grad_clip seed remat checkpoint_every
+//               beta1 beta2 eps no_weight_decay
 //   [data]      source ("kjv" | "files" | "inline") kjv_unit files
 //               split_on_blank_lines documents max_documents tokenizer_corpus
 //   [mesh]      axis = size, in file order (major to minor), e.g. fsdp = 2
@@ -58,6 +58,23 @@ struct LlamaConfig {
 
 enum class Remat { kNone, kFull };
 
+// The mixed-precision policy of a run (train.precision, --precision), one
+// definition for the trainer, the sampler and the planner: it is how
+// BuildLlamaForward types the program (models/llama.h), and every analysis
+// sizes the program's own element types.
+//   bf16  the usual mixed-precision recipe: float32 master weights (the
+//         program's inputs, what the optimizer updates and checkpoints
+//         hold) cast to bf16 where the layer uses them; bf16 activations
+//         and their gradients; dots with bf16 operands and float32
+//         accumulation; RMSNorm statistics, RoPE, softmax statistics,
+//         log-sum-exp, the loss and the optimizer in float32; weight
+//         gradients leave their dots in float32 and are reduced in float32.
+//   f32   every floating value float32.
+enum class Precision { kBf16, kF32 };
+std::string_view PrecisionName(Precision precision);  // "bf16", "f32"
+// "bf16" | "f32"; throws weft::Error naming `what` (e.g. "--precision").
+Precision ParsePrecision(std::string_view text, std::string_view what);
+
 // The named activations of a Llama layer (models/llama.cc names them in the
 // scan body), which a selective remat policy saves instead of recomputing:
 // the q, k, v projections, the attention's output (with its softmax
@@ -104,6 +121,7 @@ struct TrainConfig {
   // the batch's loss tokens; clipping and the update happen once per step.
   // The same loss and gradient as the whole batch, in less memory.
   int64_t grad_accum_steps = 1;
+  Precision precision = Precision::kBf16;  // configs that do not say train in bf16
   double lr = 3e-4;
   double min_lr = 3e-5;
   int64_t warmup_steps = 100;

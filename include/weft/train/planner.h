@@ -6,7 +6,10 @@
 //
 // Memory per chip = the program's buffers at their peak (memory_plan.h, with
 // the weights resident for the whole step, as the trainer holds them) + the
-// optimizer state the trainer keeps beside them (precision.h). Static memory
+// optimizer state the trainer keeps beside them (AdamW's m and v, f32).
+// The precision policy (models/llama_config.h Precision) is the program's:
+// the planner builds the step `weft train` would run under it and sizes its
+// own element types. Static memory
 // = weights + gradients + optimizer state (what scales with the parameter
 // count, whatever the batch).
 //
@@ -32,7 +35,6 @@
 #include "weft/analysis/collective_plan.h"
 #include "weft/analysis/cost_model.h"
 #include "weft/analysis/memory_plan.h"
-#include "weft/analysis/precision.h"
 #include "weft/analysis/step_sim.h"
 #include "weft/models/llama_config.h"
 #include "weft/train/program.h"
@@ -55,7 +57,7 @@ struct PlanOptions {
   // "": the config's train.remat.
   std::string remat;
   bool shard_as = true;
-  std::optional<analysis::Precision> precision;  // unset: the chip's default_precision
+  std::optional<Precision> precision;  // unset: the config's train.precision
   int64_t top_buffers = 10;
   int64_t timeline_points = 400;
   bool keep_program = false;  // fill StepPlan::program_text
@@ -75,7 +77,7 @@ struct UnsplitStackedBuffer {
   std::string instruction, computation;
   Shape global_shape;
   std::string sharding;
-  int64_t local_bytes = 0;  // under the policy
+  int64_t local_bytes = 0;
 };
 
 struct StepPlan {
@@ -86,7 +88,7 @@ struct StepPlan {
   std::string chips_file;
   MeshConfig mesh;
   int64_t num_devices = 1, slices = 1;
-  analysis::Precision precision = analysis::Precision::kBf16;
+  Precision precision = Precision::kBf16;
   std::string remat;  // RematPolicy::Text(): "none", "full", "offload", a preset, names
   RematPolicy remat_policy;
   bool shard_as = true;
@@ -96,7 +98,7 @@ struct StepPlan {
 
   // Memory per device.
   analysis::MemoryPlan memory;  // program buffers, weights resident
-  int64_t parameter_bytes = 0;  // the local weight shards under the policy
+  int64_t parameter_bytes = 0;  // the local weight shards (f32 master weights)
   int64_t gradient_bytes = 0;   // the local gradients
   int64_t optimizer_bytes = 0;  // outside the program
   // With grad_accum > 1: the float32 sums of the local gradients, outside the program.

@@ -32,6 +32,9 @@ struct StepProgramOptions {
   // 1: the whole batch in one program run (the planner's default).
   int64_t grad_accum_steps = 1;
   std::optional<int64_t> seq_len;     // unset: model.seq_len
+  // The mixed-precision policy (llama_config.h Precision); unset:
+  // train.precision.
+  std::optional<Precision> precision;
   std::optional<ScanRemat> remat;    // unset: the config's train.remat
   // With kFull: the layer's named activations also saved (selective remat,
   // RematPolicy::save); unset: the config's train.remat_save.

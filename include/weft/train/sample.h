@@ -2,7 +2,9 @@
 //
 // The sampler rebuilds the Llama from the checkpoint's "model.*" extras
 // (state.json), builds its logits module (models/llama.h, LlamaOutput::kLogits)
-// for one row of model.seq_len tokens and runs it with the executor on one
+// under a precision policy (the run's train.precision by default, which
+// state.json records; f32 for checkpoints from before it did) for one row of
+// model.seq_len tokens and runs it with the executor on one
 // device. Each new token takes one forward over the window (no KV cache):
 // the row holds the context as one document (segment ids all 0, positions
 // 0..S-1), padded with the pad id after the last real token (the causal mask
@@ -25,6 +27,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -62,6 +65,9 @@ struct SampleResult {
 // The model the "model.*" extras of a checkpoint's state.json describe
 // (what `weft train` writes); `what` names the checkpoint in errors.
 LlamaConfig LlamaConfigFromExtras(const Metadata& extra, std::string_view what);
+// The precision the run trained in ("train.precision" among the extras; f32
+// when absent).
+Precision TrainedPrecision(const Metadata& extra, std::string_view what);
 
 // One draw from `logits` (see the file comment). Throws weft::Error for a
 // negative or non-finite temperature or a negative top_k.
@@ -73,10 +79,12 @@ class Sampler {
   // `dir`: a run directory (with checkpoint/ and tokenizer.model) or the
   // checkpoint directory itself (tokenizer.model then beside it or in its
   // parent). Errors name the directory and what to do.
-  static Sampler Load(const std::filesystem::path& dir);
+  // `precision` unset: the one the run trained in (TrainedPrecision).
+  static Sampler Load(const std::filesystem::path& dir,
+                      std::optional<Precision> precision = std::nullopt);
   // From weights in memory (by name, as in models/llama.h); for tests.
   Sampler(const LlamaConfig& config, const TensorMap& weights, Tokenizer tokenizer,
-          std::string what = "weights");
+          Precision precision = Precision::kF32, std::string what = "weights");
   Sampler(Sampler&&) noexcept;
   Sampler& operator=(Sampler&&) noexcept;
   ~Sampler();

@@ -73,6 +73,8 @@ struct TrainOptions {
   std::optional<MeshConfig> mesh;   // --mesh (replaces the config's [mesh])
   // --grad-accum N: replaces train.grad_accum_steps (at least 1).
   std::optional<int64_t> grad_accum;
+  // --precision: replaces train.precision.
+  std::optional<Precision> precision;
   int64_t steps = 0;                // --steps: total steps of the schedule (0: train.steps)
   // Stop after this many steps of this invocation (0: run to the end); the
   // schedule still spans `steps`. For interrupted-run tests.
