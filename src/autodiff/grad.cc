@@ -13,48 +13,6 @@
 #include "weft/base/error.h"
 
 namespace weft {
-namespace {
-
-bool IsLayoutOp(const HloInstruction& x) {
-  return x.opcode() == HloOpcode::kTranspose || x.opcode() == HloOpcode::kReshape ||
-         x.opcode() == HloOpcode::kCopy;
-}
-
-// Mixed precision: a weight kept in f32 and cast to bf16 where a dot reads
-// it gets as cotangent a dot's bf16 result cast back to f32 (the convert's
-// vjp), perhaps through a transpose or reshape into the weight's layout.
-// Rounding to bf16 there would throw away the f32 accumulation: the dot (and
-// the layout ops after it) return the wider type instead, so the weight
-// gradient is accumulated, and reduced across devices, in f32. Only where
-// the dot and each layout op have no other user.
-void WidenConvertedDots(HloComputation& computation) {
-  bool changed = false;
-  for (HloInstruction* convert : computation.instructions()) {
-    if (convert->opcode() != HloOpcode::kConvert) continue;
-    const PrimitiveType to = convert->shape().element_type();
-    HloInstruction* x = convert->operands()[0];
-    std::vector<HloInstruction*> chain;  // layout ops, nearest the convert first
-    while (IsLayoutOp(*x) && x->users().size() == 1) {
-      chain.push_back(x);
-      x = x->operands()[0];
-    }
-    const PrimitiveType from = x->shape().element_type();
-    if (x->opcode() != HloOpcode::kDot || x->users().size() != 1 || !IsFloatingPoint(from) ||
-        !IsFloatingPoint(to) || ByteWidth(to) <= ByteWidth(from)) {
-      continue;
-    }
-    x->set_shape(x->shape().WithElementType(to));
-    for (HloInstruction* op : chain) op->set_shape(op->shape().WithElementType(to));
-    HloInstruction* widened = chain.empty() ? x : chain.front();
-    const bool root = computation.root_instruction() == convert;
-    convert->ReplaceAllUsesWith(widened);
-    if (root) computation.set_root_instruction(widened);
-    changed = true;
-  }
-  if (changed) autodiff::RemoveDeadInstructions(computation);
-}
-
-}  // namespace
 
 std::vector<int64_t> DifferentiatedParameters(const HloModule& forward,
                                               const GradOptions& options) {
@@ -206,7 +164,6 @@ std::unique_ptr<HloModule> BuildTrainingStep(const HloModule& forward, const Gra
   std::unique_ptr<HloComputation> step = b.Build(b.Tuple(results));
   RemoveDeadInstructions(*step);
   out->AddEntryComputation(std::move(step));
-  for (HloComputation* computation : out->computations()) WidenConvertedDots(*computation);
   return out;
 }
 

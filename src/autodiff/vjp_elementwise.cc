@@ -102,8 +102,42 @@ void Power(VjpContext& c, const HloInstruction& f, std::span<HloInstruction* con
   }
 }
 
+bool IsLayoutOp(const HloInstruction& x) {
+  return x.opcode() == HloOpcode::kTranspose || x.opcode() == HloOpcode::kReshape ||
+         x.opcode() == HloOpcode::kCopy;
+}
+
+// `ct` retyped to `to` when it is a backward dot's result, perhaps through
+// layout ops into its operand's layout, that nothing else reads yet and that
+// `to` widens (a bf16 dot, f32 wanted); else nullptr. The dot then
+// accumulates into and returns the wider type directly.
+HloInstruction* WidenedDot(HloInstruction* ct, PrimitiveType to) {
+  if (!ct->users().empty()) return nullptr;
+  std::vector<HloInstruction*> chain = {ct};
+  while (IsLayoutOp(*chain.back())) {
+    HloInstruction* next = chain.back()->operands()[0];
+    if (next->users().size() != 1) return nullptr;
+    chain.push_back(next);
+  }
+  const HloInstruction* dot = chain.back();
+  const PrimitiveType from = dot->shape().element_type();
+  if (dot->opcode() != HloOpcode::kDot || !IsFloatingPoint(from) || !IsFloatingPoint(to) ||
+      ByteWidth(to) <= ByteWidth(from)) {
+    return nullptr;
+  }
+  for (HloInstruction* x : chain) x->set_shape(x->shape().WithElementType(to));
+  return ct;
+}
+
+// A narrowing cast's cotangent, cast back. Mixed precision: an f32 weight
+// cast to bf16 where a dot reads it gets its cotangent from the backward
+// dot's bf16 result; rounding that to bf16 would throw away the dot's f32
+// accumulation, so the dot returns f32 instead (WidenedDot) and the weight
+// gradient is accumulated, and reduced across devices, in f32.
 void Convert(VjpContext& c, const HloInstruction& f, std::span<HloInstruction* const> ct) {
-  c.Accumulate(f.operand(0), c.ConvertTo(ct[0], f.operand(0)->shape().element_type()));
+  const PrimitiveType to = f.operand(0)->shape().element_type();
+  HloInstruction* widened = WidenedDot(ct[0], to);
+  c.Accumulate(f.operand(0), widened ? widened : c.ConvertTo(ct[0], to));
 }
 
 void Copy(VjpContext& c, const HloInstruction& f, std::span<HloInstruction* const> ct) {

@@ -432,13 +432,14 @@ LlamaForward BuildLlamaForward(const LlamaConfig& c, const LlamaBuildOptions& op
   ScanOutputs layers = Scan(m, b, "layers", layer, {x}, layer_weights, {cos, sin, segments});
 
   HloInstruction* h = ops.RmsNorm(layers.carry[0], final_norm, eps);
-  // The logits in f32 straight from the head's dot (f32 accumulation, no
-  // rounding to the compute type): the loss and softmax run on them.
-  HloInstruction* logits = nullptr;
+  // The logits are stored in the compute type (a [B, S, V] buffer: the
+  // step's largest) and cast to f32 where the loss reads them, so the
+  // softmax statistics, log-sum-exp and the loss run in f32 (the casts fuse
+  // into their loops).
   DotDimensionNumbers d;
   d.lhs_contracting_dims = {2};
   d.rhs_contracting_dims = {head ? 0 : 1};
-  logits = b.Dot(h, ops.Cast(head ? head : emb, ct), d, kF32);
+  HloInstruction* logits = ops.Cast(b.Dot(h, ops.Cast(head ? head : emb, ct), d), kF32);
   if (want_logits) {
     logits->set_sharding(sh.BatchSplit(logits->shape()));
     m.AddEntryComputation(b.Build(logits));

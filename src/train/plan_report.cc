@@ -74,9 +74,8 @@ std::string RematText(const RematPolicy& remat) {
 
 std::string PrecisionText(Precision p) {
   return p == Precision::kBf16
-             ? "bf16: f32 master weights cast to bf16 where read, bf16 activations, f32 "
-               "weight gradients; m + v = 8 bytes/parameter"
-             : "f32: every floating value 4 bytes; m + v = 8 bytes/parameter";
+             ? "bf16 (f32 master weights and gradients, bf16 activations; m + v f32)"
+             : "f32 (every floating value; m + v f32)";
 }
 
 // The simulated step: the critical path, then what fills it.

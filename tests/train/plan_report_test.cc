@@ -55,7 +55,7 @@ TEST(ReportTest, JsonFollowsTheDocumentedSchema) {
         "peak_breakdown", "peak_at", "largest_buffers", "timeline", "unsplit_stacked"}) {
     EXPECT_TRUE(m.contains(key)) << key;
   }
-  EXPECT_EQ(j["precision"], "f32");  // local-cpu's default: what weft train does
+  EXPECT_EQ(j["precision"], "bf16");  // tiny.toml does not say: weft train's default
   EXPECT_EQ(j["mesh"]["devices"], 4);
   EXPECT_EQ(j["mesh"]["axes"][0]["name"], "fsdp");
   int64_t sum = 0;

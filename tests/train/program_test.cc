@@ -301,7 +301,8 @@ TEST(ProgramTest, TheDcnFlagMakesAxesSpanSlices) {
 // the up projection is also saved for the backward (a second user).
 TEST(ProgramTest, FusedTinyStepHasOutputFusions) {
   const RunConfig tiny = LoadRunConfig(kSource / "configs/tiny.toml");
-  const StepProgram p = BuildStepProgram(tiny, {.fuse = true});
+  // Output fusion takes f32 dots only (compiler/fusion.h).
+  const StepProgram p = BuildStepProgram(tiny, {.precision = Precision::kF32, .fuse = true});
   int64_t output = 0, dots_outside = 0;
   for (const HloComputation* c : p.compiled.program->computations()) {
     for (const HloInstruction* instr : c->instructions()) {

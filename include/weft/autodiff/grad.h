@@ -18,9 +18,9 @@
 // step's forward from the saved step input (ScanRemat::kFull), but for the
 // named values GradOptions::remat_save (selective remat).
 // Mixed precision (a forward that casts f32 weights to bf16 where its dots
-// read them): a dot whose bf16 result is only cast back to f32 — a
-// weight's gradient — returns f32 instead, so weight gradients are
-// accumulated and reduced in f32.
+// read them): the cast's vjp widens the backward dot that made its bf16
+// cotangent to return f32 (vjp_elementwise.cc), so weight gradients are
+// accumulated, and reduced across devices, in f32.
 #pragma once
 
 #include <cstdint>
