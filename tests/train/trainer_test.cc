@@ -125,18 +125,39 @@ TEST(TrainerTest, ShardedRunsFollowTheUnshardedLosses) {
   ExpectShardedRunsFollowUnsharded(Precision::kF32, cases, 1e-5);
 }
 
-// In bf16 a sharded step rounds partial results to bf16 at other points
-// than the unsharded one (a tensor-parallel dot's partial sums, the
-// residual stream split by sequence), each such rounding up to 2^-9
-// relative, and 20 steps of training carry the differences on. The bound,
-// 2e-2 relative, is what that allows for; measured differences are printed.
+// In bf16 a sharded step can round at other points than the unsharded one
+// (a tensor-parallel dot's partial sums are added in f32 before the bf16
+// rounding, the unsharded dot rounds its whole sum once), each such
+// rounding up to 2^-9 relative, and 20 steps of training carry the
+// differences on. Measured: 3e-5 to 7e-5 relative over the 20 losses; the
+// bound is 1e-3.
 TEST(TrainerTest, ShardedBf16RunsFollowTheUnshardedBf16Losses) {
   const std::vector<ShardedCase> cases = {
       {"fsdp2_tensor2", {{"fsdp", "tensor"}, {2, 2}}},
       {"dcn2_fsdp2", {{"dcn", "fsdp", "tensor"}, {2, 2, 1}}},
       {"data2_fsdp2_tensor2_full", {{"data", "fsdp", "tensor"}, {2, 2, 2}}, {}, "full"},
   };
-  ExpectShardedRunsFollowUnsharded(Precision::kBf16, cases, 2e-2);
+  ExpectShardedRunsFollowUnsharded(Precision::kBf16, cases, 1e-3);
+}
+
+// The bf16 policy trains like f32: over micro's 20 steps on the 2x2 mesh
+// every loss within 2% of f32's (measured: within 0.1%). configs/tiny.toml
+// over its 300 steps: 3.7124 in bf16, 3.7108 in f32 (docs/PERFORMANCE.md).
+TEST(TrainerTest, Bf16LossesFollowF32) {
+  std::vector<double> losses[2];
+  for (Precision precision : {Precision::kF32, Precision::kBf16}) {
+    RunConfig config = Micro();
+    config.train.precision = precision;
+    losses[precision == Precision::kBf16] =
+        Losses(Quiet(config, {}, "precision_" + std::string(PrecisionName(precision))));
+  }
+  ASSERT_EQ(losses[0].size(), 20u);
+  ASSERT_EQ(losses[1].size(), 20u);
+  EXPECT_NE(losses[0], losses[1]) << "bf16 should round somewhere";
+  for (size_t i = 0; i < 20; ++i) {
+    EXPECT_NEAR(losses[1][i], losses[0][i], 0.02 * losses[0][i]) << "step " << i + 1;
+  }
+  std::printf("final loss: bf16 %.5f, f32 %.5f\n", losses[1].back(), losses[0].back());
 }
 
 TEST(TrainerTest, ResumeRepeatsTheUninterruptedRunBitForBit) {
@@ -453,8 +474,11 @@ TEST(TrainerTest, AnUpdateThatWouldOverflowIsSkippedAndNaNMetricsAreRead) {
 // different numbers of loss tokens, some none: a micro-batch's weight in the
 // accumulated gradient matters, and a micro-batch of the empty row alone
 // contributes nothing.
+// In f32: accumulation's arithmetic is exact up to the order of f32 sums,
+// which bf16 roundings later in a run would amplify past the 1e-5 checks.
 RunConfig UnevenRows() {
   RunConfig config = Micro();
+  config.train.precision = Precision::kF32;
   config.train.batch_size = 8;
   config.train.steps = 5;
   config.train.checkpoint_every = 0;
