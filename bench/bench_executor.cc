@@ -1,12 +1,19 @@
-// `weft bench executor`: interpretation overhead per instruction.
+// `weft bench executor`: interpretation overhead per instruction, and
+// (--gemm) bf16 against f32 dots.
 #include "bench_executor.h"
 
 #include <fmt/core.h>
 
+#include <cinttypes>
+#include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
 #include <string>
 
+#include "simd/primitives.h"
 #include "timer.h"
+#include "weft/base/error.h"
 #include "weft/hlo/parser.h"
 #include "weft/runtime/executor.h"
 
@@ -29,7 +36,112 @@ std::string ChainModule(int64_t elements, int64_t length) {
   return text + "}\n";
 }
 
+// One dot [m, k] x [k, n] -> [m, n] of `type` operands and result.
+std::string DotModule(const GemmShape& s, std::string_view type) {
+  return fmt::format(
+      "HloModule gemm\n\nENTRY main {{\n  a = {0}[{1},{2}] parameter(0)\n"
+      "  b = {0}[{2},{3}] parameter(1)\n  ROOT d = {0}[{1},{3}] dot(a, b), "
+      "lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}\n}}\n",
+      type, s.m, s.k, s.n);
+}
+
+runtime::HostTensor RandomMatrix(PrimitiveType type, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  std::vector<double> values(static_cast<size_t>(rows * cols));
+  for (double& v : values) v = u(rng);
+  return runtime::HostTensor::FromDoubles(Shape(type, {rows, cols}), values);
+}
+
+struct DotTiming {
+  double gflops = 0;
+  int64_t unplanned_bytes = 0;
+};
+
+// The median time of the dot alone over `reps` runs (after one untimed run),
+// as GFLOP/s.
+DotTiming TimeDot(const GemmShape& s, PrimitiveType type, int reps) {
+  auto module = ParseHloModule(DotModule(s, PrimitiveTypeName(type)));
+  runtime::ExecutorOptions options;
+  options.profile = true;
+  runtime::Executor executor(*module, options);
+  const std::vector<runtime::HostTensor> inputs = {RandomMatrix(type, s.m, s.k, 1),
+                                                   RandomMatrix(type, s.k, s.n, 2)};
+  const int kDot = static_cast<int>(runtime::OpClass::kDot);
+  executor.Run(inputs);
+  std::vector<double> seconds;
+  for (int r = 0; r < std::max(1, reps); ++r) {
+    executor.Run(inputs);
+    seconds.push_back(executor.stats().class_seconds[kDot]);
+  }
+  const double flops =
+      2.0 * static_cast<double>(s.m) * static_cast<double>(s.k) * static_cast<double>(s.n);
+  return {flops / Median(seconds) * 1e-9, executor.stats().unplanned_bytes};
+}
+
 }  // namespace
+
+std::vector<GemmShape> DefaultGemmShapes() { return {{4096, 512, 1536}, {4096, 1536, 512}}; }
+
+GemmShape ParseGemmShape(const std::string& text) {
+  GemmShape s;
+  char x1 = 0, x2 = 0;
+  char rest = 0;
+  const int got = std::sscanf(text.c_str(), "%" SCNd64 "%c%" SCNd64 "%c%" SCNd64 "%c", &s.m, &x1,
+                              &s.k, &x2, &s.n, &rest);
+  WEFT_CHECK(got == 5 && x1 == 'x' && x2 == 'x' && s.m > 0 && s.k > 0 && s.n > 0,
+             "--gemm-shape '{}' must be MxKxN with positive sizes, e.g. 4096x512x1536", text);
+  return s;
+}
+
+std::vector<ExecutorGemmResult> MeasureExecutorGemm(const std::vector<GemmShape>& shapes,
+                                                    int reps) {
+  std::vector<ExecutorGemmResult> results;
+  for (const GemmShape& s : shapes) {
+    ExecutorGemmResult r;
+    r.shape = s;
+    r.f32_gflops = TimeDot(s, PrimitiveType::kF32, reps).gflops;
+    const DotTiming bf16 = TimeDot(s, PrimitiveType::kBF16, reps);
+    r.bf16_gflops = bf16.gflops;
+    r.bf16_native = bf16.unplanned_bytes == 0;
+    kernels::simd::ScopedIsa widen("portable");  // no bf16 instructions: widening
+    r.widened_gflops = TimeDot(s, PrimitiveType::kBF16, reps).gflops;
+    results.push_back(r);
+  }
+  return results;
+}
+
+int RunExecutorGemm(bool json, const std::vector<GemmShape>& shapes, int reps) {
+  const std::vector<ExecutorGemmResult> results = MeasureExecutorGemm(shapes, reps);
+  if (json) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& r : results) {
+      rows.push_back({{"m", r.shape.m},
+                      {"k", r.shape.k},
+                      {"n", r.shape.n},
+                      {"f32_gflops", r.f32_gflops},
+                      {"bf16_gflops", r.bf16_gflops},
+                      {"bf16_widened_gflops", r.widened_gflops},
+                      {"bf16_over_f32", r.bf16_gflops / r.f32_gflops},
+                      {"bf16_native", r.bf16_native}});
+    }
+    nlohmann::json j = {{"benchmark", "executor_gemm"}, {"reps", reps}, {"results", rows}};
+    fmt::print("{}\n", j.dump(2));
+    return 0;
+  }
+  fmt::print(
+      "executor dots [M,K] x [K,N]: GFLOP/s of the dot alone, median of {} runs; bf16 = bf16 "
+      "operands and result, widened = the same forced onto f32 copies\n",
+      reps);
+  fmt::print("{:>6} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>8}\n", "M", "K", "N", "f32", "bf16",
+             "widened", "bf16/f32", "bf16 via");
+  for (const auto& r : results) {
+    fmt::print("{:>6} {:>6} {:>6} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.2f} {:>8}\n", r.shape.m,
+               r.shape.k, r.shape.n, r.f32_gflops, r.bf16_gflops, r.widened_gflops,
+               r.bf16_gflops / r.f32_gflops, r.bf16_native ? "bf16" : "f32");
+  }
+  return 0;
+}
 
 std::vector<ExecutorOverheadResult> MeasureExecutorOverhead(const std::vector<int64_t>& elements,
                                                             int64_t chain_length) {

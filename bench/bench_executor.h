@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace weft::bench {
@@ -16,6 +17,30 @@ struct ExecutorOverheadResult {
   double us_per_instruction = 0;
   double us_per_add_direct = 0;  // the same add as a C++ loop
 };
+
+// `weft bench executor --gemm`: one dot [M, K] x [K, N] through the
+// executor in f32, in bf16 (bf16 operands and result: oneDNN's bf16 matmul
+// where it has one), and in bf16 forced onto the widening path (a
+// ScopedIsa without bf16 instructions: f32 copies, f32 matmul, rounding),
+// timed in the same run as the median over `reps` runs of the dot alone
+// (ExecutorOptions::profile).
+struct GemmShape {
+  int64_t m = 0, k = 0, n = 0;
+};
+struct ExecutorGemmResult {
+  GemmShape shape;
+  double f32_gflops = 0, bf16_gflops = 0, widened_gflops = 0;
+  // Whether the bf16 run read its operands as bf16 (no unplanned scratch:
+  // the widening path's f32 copies are not in the memory plan).
+  bool bf16_native = false;
+};
+std::vector<ExecutorGemmResult> MeasureExecutorGemm(const std::vector<GemmShape>& shapes, int reps);
+// The default shapes: a training step's projections, [4096, 512] x
+// [512, 1536] and [4096, 1536] x [1536, 512].
+std::vector<GemmShape> DefaultGemmShapes();
+// Parses "MxKxN" (e.g. 4096x512x1536); throws weft::Error naming `text`.
+GemmShape ParseGemmShape(const std::string& text);
+int RunExecutorGemm(bool json, const std::vector<GemmShape>& shapes, int reps);
 
 // Runs a chain of `chain_length` adds of f32[elements] for each size.
 std::vector<ExecutorOverheadResult> MeasureExecutorOverhead(

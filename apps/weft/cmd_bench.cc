@@ -1,5 +1,7 @@
 // `weft bench peak|attention|collectives|propagate|executor|plan|auto|train`.
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "bench.h"
 #include "bench_auto.h"
@@ -9,6 +11,7 @@
 #include "bench_propagate.h"
 #include "bench_train.h"
 #include "commands.h"
+#include "weft/base/error.h"
 
 namespace weft::cli {
 
@@ -72,11 +75,35 @@ void AddBench(CLI::App& app) {
   });
 
   auto* exec = bench->add_subcommand(
-      "executor", "Executor overhead per instruction (a chain of tiny adds), microseconds");
-  auto exec_json = std::make_shared<bool>(false);
-  exec->add_flag("--json", *exec_json, "Print JSON instead of a table");
-  exec->callback([exec_json] {
-    SetAction([exec_json] { return bench::RunExecutorOverhead(*exec_json); });
+      "executor",
+      "Executor overhead per instruction (a chain of tiny adds), microseconds; with --gemm, "
+      "bf16 against f32 dots through the executor, GFLOP/s");
+  struct ExecutorBenchOptions {
+    bool json = false, gemm = false;
+    std::vector<std::string> shapes;
+    int reps = 5;
+  };
+  auto eopt = std::make_shared<ExecutorBenchOptions>();
+  exec->add_flag("--json", eopt->json, "Print JSON instead of a table");
+  exec->add_flag("--gemm", eopt->gemm,
+                 "Time dots [M,K] x [K,N] in f32, in bf16 (oneDNN's bf16 matmul where it has "
+                 "one) and in bf16 forced onto the widening path, in the same run");
+  exec->add_option("--gemm-shape", eopt->shapes,
+                   "Dot shapes MxKxN for --gemm (default 4096x512x1536 4096x1536x512)");
+  exec->add_option("--reps", eopt->reps, "Timed runs per dot for --gemm (the median is reported)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  exec->callback([eopt] {
+    SetAction([eopt] {
+      if (!eopt->gemm) {
+        WEFT_CHECK(eopt->shapes.empty(), "--gemm-shape needs --gemm");
+        return bench::RunExecutorOverhead(eopt->json);
+      }
+      std::vector<bench::GemmShape> shapes;
+      for (const std::string& s : eopt->shapes) shapes.push_back(bench::ParseGemmShape(s));
+      if (shapes.empty()) shapes = bench::DefaultGemmShapes();
+      return bench::RunExecutorGemm(eopt->json, shapes, eopt->reps);
+    });
   });
 
   auto* plan = bench->add_subcommand(

@@ -4,10 +4,13 @@
 #include "weft/compiler/buffer_assignment.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
+#include <string>
 #include <unordered_set>
 
 #include "weft/base/error.h"
 #include "weft/compiler/dot_layout.h"
+#include "weft/hlo/custom_call_targets.h"
 #include "weft/hlo/opcode.h"
 
 namespace weft::compiler {
@@ -35,6 +38,59 @@ int64_t RoundUp(int64_t bytes) {
                            (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment);
 }
 
+// A backward attention call's backend_config says "has_dlse": true (an
+// unreadable config is the executor's error to report).
+bool HasDlse(const HloInstruction& instr) {
+  const nlohmann::json j =
+      nlohmann::json::parse(instr.attrs().backend_config, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("has_dlse") || !j["has_dlse"].is_boolean()) return false;
+  return j["has_dlse"].get<bool>();
+}
+
+// runtime/eval_custom_call.cc's scratch for weft's attention calls, in the
+// order it allocates it. The kernels compute in bf16 when q, k and v all are
+// bf16, else in f32 (f32 copies of those that are not); lse and dlse are
+// f32. A result leaf of another type is written to scratch of the kernel's
+// type and converted; a forward that returns out alone still writes its lse;
+// an operand of another type is converted into scratch. Not reserved: the
+// copies with clean padding rows of a query-sharded backward whose last
+// tile is uneven (they depend on the query offset's value at run time).
+void AttentionScratch(const HloInstruction& instr, std::vector<Shape>& out) {
+  const std::string& target = instr.attrs().custom_call_target;
+  const bool backward = target == kFlexAttentionBackwardTarget;
+  if (!backward && target != kFlexAttentionTarget) return;
+  if (instr.operand_count() < (backward ? 6 : 3)) return;
+  for (int64_t i = 0; i < instr.operand_count(); ++i) {
+    if (!instr.operand(i)->shape().IsArray()) return;  // the executor refuses it
+  }
+  auto type = [&](int64_t i) { return instr.operand(i)->shape().element_type(); };
+  const PrimitiveType bf16 = PrimitiveType::kBF16, f32 = PrimitiveType::kF32;
+  const PrimitiveType kernel = type(0) == bf16 && type(1) == bf16 && type(2) == bf16 ? bf16 : f32;
+  auto as = [&out](const Shape& s, PrimitiveType t) {
+    if (s.IsArray() && s.element_type() != t) out.push_back(s.WithElementType(t));
+  };
+  const Shape& shape = instr.shape();
+  const Shape& q = instr.operand(0)->shape();
+  if (!backward && shape.IsTuple()) {
+    if (shape.tuple_shapes().size() != 2) return;
+    as(shape.tuple_shapes(0), kernel);
+    as(shape.tuple_shapes(1), f32);
+  } else if (!backward) {
+    if (q.rank() < 3) return;
+    as(shape, kernel);
+    out.push_back(Shape(f32, {q.dimensions(0), q.dimensions(1), q.dimensions(2)}));  // lse
+  } else {
+    if (!shape.IsTuple() || shape.tuple_shapes().size() != 3) return;
+    for (const Shape& s : shape.tuple_shapes()) as(s, kernel);
+  }
+  for (int64_t i = 0; i < 3; ++i) as(instr.operand(i)->shape(), kernel);
+  if (!backward) return;
+  as(instr.operand(3)->shape(), kernel);  // out
+  as(instr.operand(4)->shape(), f32);     // lse
+  as(instr.operand(5)->shape(), kernel);  // dout
+  if (HasDlse(instr) && instr.operand_count() > 6) as(instr.operand(6)->shape(), f32);
+}
+
 }  // namespace
 
 std::vector<Shape> InstructionScratch(const HloInstruction& instr) {
@@ -42,19 +98,27 @@ std::vector<Shape> InstructionScratch(const HloInstruction& instr) {
   const Shape& shape = instr.shape();
   switch (instr.opcode()) {
     case HloOpcode::kDot: {
-      // eval_dot.cc: f32 copies of other float types, and the packed
-      // operands of compiler::PlanDotLayout (both where oneDNN might refuse
-      // the in-place strides: dot_layout.h).
+      // eval_dot.cc: the packed operands of compiler::PlanDotLayout (both
+      // where oneDNN might refuse the in-place strides: dot_layout.h), in
+      // the GEMM's element type. A bf16 GEMM (IsBf16Gemm) reads and writes
+      // bf16 as it is; other float dots compute on f32 copies.
       const Shape& lhs = instr.operand(0)->shape();
       const Shape& rhs = instr.operand(1)->shape();
       if (!IsFloatingPoint(shape.element_type())) break;
       const DotLayout layout =
           PlanDotLayout(instr.attrs().dot, lhs.dimensions(), rhs.dimensions());
+      const bool pack_lhs = layout.pack_lhs() || layout.may_pack_both;
+      const bool pack_rhs = layout.pack_rhs() || layout.may_pack_both;
+      if (IsBf16Gemm(lhs.element_type(), rhs.element_type(), shape.element_type())) {
+        if (pack_lhs) out.push_back(lhs);
+        if (pack_rhs) out.push_back(rhs);
+        break;
+      }
       const PrimitiveType f32 = PrimitiveType::kF32;
       if (lhs.element_type() != f32) out.push_back(lhs.WithElementType(f32));
-      if (layout.pack_lhs() || layout.may_pack_both) out.push_back(lhs.WithElementType(f32));
+      if (pack_lhs) out.push_back(lhs.WithElementType(f32));
       if (rhs.element_type() != f32) out.push_back(rhs.WithElementType(f32));
-      if (layout.pack_rhs() || layout.may_pack_both) out.push_back(rhs.WithElementType(f32));
+      if (pack_rhs) out.push_back(rhs.WithElementType(f32));
       if (shape.element_type() != f32) out.push_back(shape.WithElementType(f32));
       break;
     }
@@ -84,15 +148,8 @@ std::vector<Shape> InstructionScratch(const HloInstruction& instr) {
       if (Outer(x, instr.dimensions()[0]) > 1) out.push_back(x);
       break;
     }
-    case HloOpcode::kCustomCall:  // eval_custom_call.cc: an unreturned lse (f32)
-      if (!shape.IsTuple() && instr.operand_count() >= 1 && instr.operand(0)->shape().rank() >= 3 &&
-          shape.element_type() == PrimitiveType::kF32 &&
-          instr.operand(0)->shape().element_type() == PrimitiveType::kF32 &&
-          instr.attrs().custom_call_target == "weft.flex_attention") {
-        const Shape& q = instr.operand(0)->shape();
-        out.push_back(
-            Shape(PrimitiveType::kF32, {q.dimensions(0), q.dimensions(1), q.dimensions(2)}));
-      }
+    case HloOpcode::kCustomCall:
+      AttentionScratch(instr, out);
       break;
     default:
       break;

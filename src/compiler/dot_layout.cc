@@ -122,6 +122,11 @@ DotGroups GroupsOf(const DotDimensionNumbers& dn, const std::vector<int64_t>& lh
   return g;
 }
 
+bool IsBf16Gemm(PrimitiveType lhs, PrimitiveType rhs, PrimitiveType out) {
+  return lhs == PrimitiveType::kBF16 && rhs == PrimitiveType::kBF16 &&
+         (out == PrimitiveType::kBF16 || out == PrimitiveType::kF32);
+}
+
 DotLayout PlanDotLayout(const DotDimensionNumbers& dn, const std::vector<int64_t>& lhs_dims,
                         const std::vector<int64_t>& rhs_dims) {
   DotLayout layout;

@@ -268,4 +268,9 @@ const Primitives& GetBf16Primitives() {
   return *PrimitivesFor(GetTable().available[0]);
 }
 
+bool Bf16InstructionsAllowed() {
+  const Primitives* forced = t_forced != nullptr ? t_forced : EnvForced();
+  return forced == nullptr || forced->bf16_dot_peak_loop != nullptr;
+}
+
 }  // namespace weft::kernels::simd

@@ -1,11 +1,17 @@
 // custom-call: weft's attention targets (the convention is documented in
-// executor.h). The backend_config JSON is parsed once per instruction; the
-// block mask is built once per instruction when it depends on no tensor
-// operand (it then depends only on the shapes), else on every call.
+// hlo/custom_call_targets.h). The backend_config JSON is parsed once per
+// instruction; the block mask is built once per instruction when it depends
+// on no tensor operand (it then depends only on the shapes), else on every
+// call. When q, k and v are all bf16 the bf16 kernels run on them as they
+// are (out, dout, dq, dk, dv bf16; lse, dlse f32); otherwise the f32
+// kernels run on f32 copies of whatever is not f32. A result of another
+// type than the kernel writes goes through scratch of the kernel's type and
+// is converted; compiler::InstructionScratch reserves the same scratch.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -343,48 +349,82 @@ BlockMask MakeBlockMask(const AttentionCallConfig& c, const AttentionDims& d,
                            c.kv_block);
 }
 
-// An f32 copy of a bf16/f16 tensor (or the tensor itself).
-HostTensor AsF32(const HostTensor& t, EvalArgs& args) {
-  if (t.element_type() == PrimitiveType::kF32) return t;
-  HostTensor out = args.ctx().Allocate(t.shape().WithElementType(PrimitiveType::kF32));
-  ConvertElements(t.element_type(), t.raw_data(), PrimitiveType::kF32, out.mutable_raw_data(),
-                  t.element_count());
+// The attention kernels' element type for q, k, v, out, dout and dq, dk, dv:
+// bf16 when q, k and v all are (FlexAttention*Bf16), else f32. lse and dlse
+// are f32 either way.
+PrimitiveType KernelType(const EvalArgs& args) {
+  for (int64_t i = 0; i < 3; ++i) {
+    if (args.array(i).element_type() != PrimitiveType::kBF16) return PrimitiveType::kF32;
+  }
+  return PrimitiveType::kBF16;
+}
+
+// `t` in element type `type`: itself, or a converted copy.
+HostTensor As(const HostTensor& t, PrimitiveType type, EvalArgs& args) {
+  if (t.element_type() == type) return t;
+  HostTensor out = args.ctx().Allocate(t.shape().WithElementType(type));
+  ConvertElements(t.element_type(), t.raw_data(), type, out.mutable_raw_data(), t.element_count());
   return out;
 }
 
-// A copy of f32 tensor t ([B, H, S, ...], query rows on dim 2) whose rows
-// from `valid` on hold `value`.
+const bf16* Bf16(const HostTensor& t) { return reinterpret_cast<const bf16*>(t.data<uint16_t>()); }
+bf16* MutableBf16(const HostTensor& t) {
+  return reinterpret_cast<bf16*>(t.mutable_data<uint16_t>());
+}
+
+// A copy of t ([B, H, S, ...], query rows on dim 2) whose rows from `valid`
+// on hold `value` (in t's element type).
 HostTensor WithPaddingRows(const HostTensor& t, int64_t valid, float value, EvalArgs& args) {
   HostTensor copy = args.ctx().Allocate(t.shape());
-  float* dst = copy.mutable_data<float>();
-  std::copy_n(t.data<float>(), t.element_count(), dst);
+  std::byte* dst = static_cast<std::byte*>(copy.mutable_raw_data());
+  std::memcpy(dst, t.raw_data(), static_cast<size_t>(t.byte_size()));
   const std::vector<int64_t>& dims = t.dimensions();
   const int64_t rows = dims[2];
   int64_t inner = 1;
   for (size_t i = 3; i < dims.size(); ++i) inner *= dims[i];
+  const int64_t row_bytes = inner * ByteWidth(t.element_type());
+  // One padding row.
+  std::vector<std::byte> pad(static_cast<size_t>(row_bytes));
+  const std::vector<float> values(static_cast<size_t>(inner), value);
+  ConvertElements(PrimitiveType::kF32, values.data(), t.element_type(), pad.data(), inner);
   for (int64_t outer = 0; outer < dims[0] * dims[1]; ++outer) {
-    std::fill(dst + (outer * rows + valid) * inner, dst + (outer + 1) * rows * inner, value);
+    for (int64_t r = valid; r < rows; ++r) {
+      std::memcpy(dst + (outer * rows + r) * row_bytes, pad.data(), pad.size());
+    }
   }
   return copy;
 }
 
-// A result buffer of `shape`: f32 scratch when the result is not f32.
-struct Result {
-  HostTensor out, f32;
-  Result(const Shape& shape, EvalArgs& args) : out(args.ctx().Allocate(shape)) {
-    f32 = shape.element_type() == PrimitiveType::kF32
-              ? out
-              : args.ctx().Allocate(shape.WithElementType(PrimitiveType::kF32));
-  }
-  float* data() { return f32.mutable_data<float>(); }
+// One result leaf and the buffer the kernel writes it to: the leaf itself
+// when the kernel writes its type, else scratch of the kernel's type that
+// Finish converts into the leaf.
+struct KernelResult {
+  HostTensor out, kernel;
   HostTensor Finish() {
-    if (f32.storage() != out.storage()) {
-      ConvertElements(PrimitiveType::kF32, f32.raw_data(), out.element_type(),
+    if (kernel.raw_data() != out.raw_data()) {
+      ConvertElements(kernel.element_type(), kernel.raw_data(), out.element_type(),
                       out.mutable_raw_data(), out.element_count());
     }
     return out;
   }
 };
+
+// The instruction's result leaves (`leaves`) and the kernel's buffers for
+// them (of `kernel_types`). Every leaf is allocated before any scratch, so
+// no scratch request takes a later leaf's place (EvalContext::Allocate gives
+// a request of the next leaf's size that leaf's buffer).
+std::vector<KernelResult> AllocateResults(const std::vector<Shape>& leaves,
+                                          const std::vector<PrimitiveType>& kernel_types,
+                                          EvalArgs& args) {
+  std::vector<KernelResult> r(leaves.size());
+  for (size_t i = 0; i < leaves.size(); ++i) r[i].out = args.ctx().Allocate(leaves[i]);
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    r[i].kernel = leaves[i].element_type() == kernel_types[i]
+                      ? r[i].out
+                      : args.ctx().Allocate(leaves[i].WithElementType(kernel_types[i]));
+  }
+  return r;
+}
 
 void CheckFloat(const Shape& s, std::string_view what) {
   WEFT_CHECK(s.IsArray() && IsFloatingPoint(s.element_type()), "{} must be a float array, got {}",
@@ -455,6 +495,74 @@ void CheckCustomCall(const HloInstruction& instr) {
   kernels::ValidateAttention(d, options);
 }
 
+namespace {
+
+// The forward: out in the kernel's type (KernelType), lse in f32 (scratch
+// when the call returns out alone).
+Value RunForward(const HloInstruction& instr, const AttentionDims& d,
+                 const AttentionOptions& options, EvalArgs& args) {
+  const PrimitiveType f32 = PrimitiveType::kF32, type = KernelType(args);
+  const Shape& shape = instr.shape();
+  std::vector<KernelResult> r =
+      shape.IsTuple()
+          ? AllocateResults({shape.tuple_shapes(0), shape.tuple_shapes(1)}, {type, f32}, args)
+          : AllocateResults({shape}, {type}, args);
+  const HostTensor lse = shape.IsTuple()
+                             ? r[1].kernel
+                             : args.ctx().Allocate(Shape(f32, {d.batch, d.q_heads, d.q_len}));
+  const HostTensor q = As(args.array(0), type, args), k = As(args.array(1), type, args),
+                   v = As(args.array(2), type, args);
+  if (type == PrimitiveType::kBF16) {
+    kernels::FlexAttentionForwardBf16(d, Bf16(q), Bf16(k), Bf16(v), options,
+                                      MutableBf16(r[0].kernel), lse.mutable_data<float>());
+  } else {
+    kernels::FlexAttentionForward(d, q.data<float>(), k.data<float>(), v.data<float>(), options,
+                                  r[0].kernel.mutable_data<float>(), lse.mutable_data<float>());
+  }
+  if (!shape.IsTuple()) return Value{r[0].Finish()};
+  return Value{r[0].Finish(), r[1].Finish()};
+}
+
+// The backward: q, k, v, out, dout and dq, dk, dv in the kernel's type, lse
+// and dlse in f32. Query rows from `valid_rows` on are padding.
+Value RunBackward(const HloInstruction& instr, const AttentionCallConfig& c, const AttentionDims& d,
+                  const AttentionOptions& options, int64_t valid_rows, EvalArgs& args) {
+  const PrimitiveType f32 = PrimitiveType::kF32, type = KernelType(args);
+  const Shape& shape = instr.shape();
+  std::vector<KernelResult> r =
+      AllocateResults({shape.tuple_shapes(0), shape.tuple_shapes(1), shape.tuple_shapes(2)},
+                      {type, type, type}, args);
+  HostTensor q = As(args.array(0), type, args);
+  const HostTensor k = As(args.array(1), type, args), v = As(args.array(2), type, args);
+  HostTensor out = As(args.array(3), type, args), lse = As(args.array(4), f32, args),
+             dout = As(args.array(5), type, args), dlse;
+  if (c.has_dlse) dlse = As(args.array(6), f32, args);
+  // Padding rows are masked, but the backward's GEMMs still multiply their
+  // zero probabilities with whatever the rows hold: make them clean zeros
+  // (lse -inf, as for any fully masked row), so garbage never reaches dk, dv.
+  if (valid_rows < d.q_len) {
+    q = WithPaddingRows(q, valid_rows, 0.0f, args);
+    out = WithPaddingRows(out, valid_rows, 0.0f, args);
+    lse = WithPaddingRows(lse, valid_rows, -std::numeric_limits<float>::infinity(), args);
+    dout = WithPaddingRows(dout, valid_rows, 0.0f, args);
+    if (c.has_dlse) dlse = WithPaddingRows(dlse, valid_rows, 0.0f, args);
+  }
+  const float* dlse_data = c.has_dlse ? dlse.data<float>() : nullptr;
+  if (type == PrimitiveType::kBF16) {
+    kernels::FlexAttentionBackwardBf16(d, Bf16(q), Bf16(k), Bf16(v), Bf16(out), lse.data<float>(),
+                                       Bf16(dout), dlse_data, options, MutableBf16(r[0].kernel),
+                                       MutableBf16(r[1].kernel), MutableBf16(r[2].kernel));
+  } else {
+    kernels::FlexAttentionBackward(
+        d, q.data<float>(), k.data<float>(), v.data<float>(), out.data<float>(), lse.data<float>(),
+        dout.data<float>(), dlse_data, options, r[0].kernel.mutable_data<float>(),
+        r[1].kernel.mutable_data<float>(), r[2].kernel.mutable_data<float>());
+  }
+  return Value{r[0].Finish(), r[1].Finish(), r[2].Finish()};
+}
+
+}  // namespace
+
 Value EvalCustomCall(const HloInstruction& instr, EvalArgs& args) {
   AttentionCallConfig* config = args.cache().Find<AttentionCallConfig>(instr);
   if (config == nullptr) {
@@ -491,47 +599,13 @@ Value EvalCustomCall(const HloInstruction& instr, EvalArgs& args) {
   options.block_mask = block_mask;
   options.enable_gqa = c.enable_gqa.value_or(d.q_heads != d.kv_heads);
 
-  HostTensor q = AsF32(args.array(0), args);
-  const HostTensor k = AsF32(args.array(1), args);
-  const HostTensor v = AsF32(args.array(2), args);
-  const Shape& shape = instr.shape();
-  if (!c.backward) {
-    Result out(shape.IsTuple() ? shape.tuple_shapes(0) : shape, args);
-    const Shape lse_shape = shape.IsTuple()
-                                ? shape.tuple_shapes(1)
-                                : Shape(PrimitiveType::kF32, {d.batch, d.q_heads, d.q_len});
-    Result lse(lse_shape, args);
-    kernels::FlexAttentionForward(d, q.data<float>(), k.data<float>(), v.data<float>(), options,
-                                  out.data(), lse.data());
-    if (!shape.IsTuple()) return Value{out.Finish()};
-    return Value{out.Finish(), lse.Finish()};
-  }
-  HostTensor out = AsF32(args.array(3), args);
-  HostTensor lse = AsF32(args.array(4), args);
-  HostTensor dout = AsF32(args.array(5), args);
-  HostTensor dlse;
-  if (c.has_dlse) dlse = AsF32(args.array(6), args);
-  // Padding rows are masked, but the backward's GEMMs still multiply their
-  // zero probabilities with whatever the rows hold: make them clean zeros
-  // (lse -inf, as for any fully masked row), so garbage never reaches dk, dv.
+  if (!c.backward) return RunForward(instr, d, options, args);
+  // The query rows past the global length (padding), if any.
   const int64_t valid_rows = c.q_offset_operand < 0
                                  ? d.q_len
                                  : std::clamp<int64_t>(GlobalQueryLength(c, d, q_offset) - q_offset,
                                                        0, d.q_len);
-  if (valid_rows < d.q_len) {
-    q = WithPaddingRows(q, valid_rows, 0.0f, args);
-    out = WithPaddingRows(out, valid_rows, 0.0f, args);
-    lse = WithPaddingRows(lse, valid_rows, -std::numeric_limits<float>::infinity(), args);
-    dout = WithPaddingRows(dout, valid_rows, 0.0f, args);
-    if (c.has_dlse) dlse = WithPaddingRows(dlse, valid_rows, 0.0f, args);
-  }
-  Result dq(shape.tuple_shapes(0), args), dk(shape.tuple_shapes(1), args),
-      dv(shape.tuple_shapes(2), args);
-  kernels::FlexAttentionBackward(d, q.data<float>(), k.data<float>(), v.data<float>(),
-                                 out.data<float>(), lse.data<float>(), dout.data<float>(),
-                                 c.has_dlse ? dlse.data<float>() : nullptr, options, dq.data(),
-                                 dk.data(), dv.data());
-  return Value{dq.Finish(), dk.Finish(), dv.Finish()};
+  return RunBackward(instr, c, d, options, valid_rows, args);
 }
 
 }  // namespace weft::runtime::exec

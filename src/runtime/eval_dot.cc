@@ -15,18 +15,24 @@
 // post-op (add or mul) per step of its chain, src1 being the step's other
 // operand in the dense [batch, M, N] layout of the dot's result; its plan is
 // cached under the fusion instruction, with the post-ops in the primitive's
-// attributes. The result is [batch, M, N], which is XLA's
-// dot output order (batch dims, lhs free dims, rhs free dims). bf16/f16
-// operands compute in f32 (converted copies, same layout); integer dots
-// accumulate in int64.
-#include <oneapi/dnnl/dnnl.hpp>
-
+// attributes (output fusions are f32 only). The result is [batch, M, N],
+// which is XLA's dot output order (batch dims, lhs free dims, rhs free dims).
+// Element types: a dot of two bf16 operands to bf16 or f32
+// (compiler::IsBf16Gemm) runs oneDNN's bf16 matmul on the operands as they
+// are (packed copies at 2 bytes; f32 accumulation, the result written in its
+// own type), unless oneDNN has no bf16 kernel here (primitive creation
+// fails) or WEFT_ISA / a ScopedIsa forces an instruction set without bf16
+// instructions (kernels::simd::Bf16InstructionsAllowed): then, like every
+// other float dot, it computes in f32 on converted copies (same layout) and
+// rounds the f32 result into its type. Integer dots accumulate in int64.
 #include <algorithm>
 #include <cstring>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
 #include <span>
 #include <unordered_map>
 
+#include "simd/primitives.h"
 #include "weft/base/error.h"
 #include "weft/compiler/dot_layout.h"
 #include "weft/runtime/executor_eval.h"
@@ -98,15 +104,28 @@ void IntegerGemm(const T* a, bool ta, const T* b, bool tb, T* c, int64_t batch, 
   }
 }
 
-
 const dnnl::engine& CpuEngine() {
   static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   return engine;
 }
 
-// What one dot instruction keeps across runs: which operands are packed
-// before the GEMM, their memory descriptors, and the matmul primitive.
+using DataType = dnnl::memory::data_type;
+
+// The element types one dot's GEMM reads (both operands) and writes.
+struct GemmTypes {
+  DataType src = DataType::f32, dst = DataType::f32;
+};
+
+// What one dot instruction keeps across runs: the element types its GEMM
+// computes in, which operands are packed before it, their memory
+// descriptors, and the matmul primitive.
 struct DotPlan {
+  // The GEMM reads the bf16 operands as they are and writes the result's
+  // type (else f32 copies in, an f32 result out).
+  bool bf16 = false;
+  // simd::Bf16InstructionsAllowed() when the plan was made: a run that sees
+  // another answer (a ScopedIsa in between) makes a new plan.
+  bool bf16_allowed = false;
   bool pack_lhs = false, pack_rhs = false;
   dnnl::memory::desc lhs_md, rhs_md, out_md;
   std::vector<HloOpcode> post_ops;  // binary post-ops (src1 laid out as out_md)
@@ -114,9 +133,44 @@ struct DotPlan {
   std::optional<dnnl::stream> stream;
 };
 
-dnnl::memory::desc Desc(const compiler::MatrixView& v) {
-  return dnnl::memory::desc({v.batch, v.rows, v.cols}, dnnl::memory::data_type::f32,
+dnnl::memory::desc Desc(const compiler::MatrixView& v, DataType type) {
+  return dnnl::memory::desc({v.batch, v.rows, v.cols}, type,
                             {v.batch_stride, v.row_stride, v.col_stride});
+}
+
+// Makes `plan`'s primitive for `types`, the operands read as `layout` says,
+// or both packed where oneDNN has no kernel for the in-place strides and the
+// compiler reserved scratch for that (DotLayout::may_pack_both). False when
+// oneDNN has no kernel for either.
+bool MakePrimitive(DotPlan& plan, const compiler::DotLayout& layout, GemmTypes types) {
+  const compiler::DotGroups& g = layout.groups;
+  auto make = [&](bool pack_lhs, bool pack_rhs) {
+    plan.pack_lhs = pack_lhs;
+    plan.pack_rhs = pack_rhs;
+    plan.lhs_md =
+        Desc(pack_lhs ? compiler::PackedMatrices(g.batch, g.m, g.k) : *layout.lhs, types.src);
+    plan.rhs_md =
+        Desc(pack_rhs ? compiler::PackedMatrices(g.batch, g.k, g.n) : *layout.rhs, types.src);
+    plan.out_md = Desc(compiler::PackedMatrices(g.batch, g.m, g.n), types.dst);
+    dnnl::post_ops ops;
+    for (HloOpcode op : plan.post_ops) {
+      ops.append_binary(
+          op == HloOpcode::kAdd ? dnnl::algorithm::binary_add : dnnl::algorithm::binary_mul,
+          plan.out_md);
+    }
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(ops);
+    try {
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(plan.lhs_md, plan.rhs_md, plan.out_md),
+                                      attr, CpuEngine());
+      plan.primitive = dnnl::matmul(pd);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  };
+  if (make(layout.pack_lhs(), layout.pack_rhs())) return true;
+  return layout.may_pack_both && make(true, true);
 }
 
 }  // namespace
@@ -133,51 +187,38 @@ void CheckDot(const HloInstruction& instr) {
 
 namespace {
 
-// The matmul primitive for `instr` (f32 compute), made on its first run:
-// the operands compiler::PlanDotLayout says are read in place are, unless
-// oneDNN has no kernel for their strides (then both are packed; the
-// compiler reserved scratch for that where DotLayout::may_pack_both).
-// `key` is the instruction the plan is kept under: the dot itself, or the
-// output fusion holding it (whose post-ops are part of the primitive).
+// The matmul primitive for `instr`, made on its first run (and again when
+// simd::Bf16InstructionsAllowed() has changed since): bf16 when the dot's
+// types allow it (compiler::IsBf16Gemm), bf16 instructions are allowed and
+// oneDNN has a bf16 kernel here, else f32. `key` is the instruction the plan
+// is kept under: the dot itself, or the output fusion holding it (whose
+// post-ops are part of the primitive).
 DotPlan& PlanFor(const HloInstruction& instr, const HloInstruction& key,
                  const compiler::DotLayout& layout, std::span<const DotPostOp> post_ops,
                  EvalArgs& args) {
-  if (DotPlan* plan = args.cache().Find<DotPlan>(key)) {
+  const bool bf16_allowed = kernels::simd::Bf16InstructionsAllowed();
+  if (DotPlan* plan = args.cache().Find<DotPlan>(key); plan && plan->bf16_allowed == bf16_allowed) {
     WEFT_INTERNAL_CHECK(plan->post_ops.size() == post_ops.size(),
                         "dot '{}': cached plan has {} post-ops, the run {}", instr.name(),
                         plan->post_ops.size(), post_ops.size());
     return *plan;
   }
-  const compiler::DotGroups& g = layout.groups;
   auto plan = std::make_shared<DotPlan>();
+  plan->bf16_allowed = bf16_allowed;
   for (const DotPostOp& p : post_ops) plan->post_ops.push_back(p.op);
-  auto make = [&](const compiler::MatrixView& l, const compiler::MatrixView& r) {
-    plan->lhs_md = Desc(l);
-    plan->rhs_md = Desc(r);
-    plan->out_md = Desc(compiler::PackedMatrices(g.batch, g.m, g.n));
-    dnnl::post_ops ops;
-    for (HloOpcode op : plan->post_ops) {
-      ops.append_binary(op == HloOpcode::kAdd ? dnnl::algorithm::binary_add
-                                              : dnnl::algorithm::binary_mul,
-                        plan->out_md);
-    }
-    dnnl::primitive_attr attr;
-    attr.set_post_ops(ops);
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(plan->lhs_md, plan->rhs_md, plan->out_md),
-                                    attr, CpuEngine());
-    plan->primitive = dnnl::matmul(pd);
-  };
-  plan->pack_lhs = layout.pack_lhs();
-  plan->pack_rhs = layout.pack_rhs();
-  try {
-    make(layout.lhs ? *layout.lhs : compiler::PackedMatrices(g.batch, g.m, g.k),
-         layout.rhs ? *layout.rhs : compiler::PackedMatrices(g.batch, g.k, g.n));
-  } catch (const dnnl::error&) {
-    // Strides oneDNN has no kernel for: read both operands packed.
-    WEFT_INTERNAL_CHECK(layout.may_pack_both,
-                        "oneDNN refused the dense operand layouts of dot '{}'", instr.name());
-    plan->pack_lhs = plan->pack_rhs = true;
-    make(compiler::PackedMatrices(g.batch, g.m, g.k), compiler::PackedMatrices(g.batch, g.k, g.n));
+  const PrimitiveType out_type = instr.shape().element_type();
+  const DataType dst = out_type == PrimitiveType::kBF16 ? DataType::bf16 : DataType::f32;
+  plan->bf16 = bf16_allowed && post_ops.empty() &&
+               compiler::IsBf16Gemm(instr.operand(0)->shape().element_type(),
+                                    instr.operand(1)->shape().element_type(), out_type) &&
+               MakePrimitive(*plan, layout, {DataType::bf16, dst});
+  if (!plan->bf16) {
+    const compiler::DotGroups& g = layout.groups;
+    const bool made = MakePrimitive(*plan, layout, {});
+    WEFT_INTERNAL_CHECK(made,
+                        "oneDNN has no f32 matmul for the operand layouts of dot '{}' "
+                        "([{},{},{}] x [{},{},{}])",
+                        instr.name(), g.batch, g.m, g.k, g.batch, g.k, g.n);
   }
   plan->stream.emplace(CpuEngine());
   return args.cache().Put(key, std::move(plan));
@@ -192,14 +233,108 @@ HostTensor AsF32(const HostTensor& x, EvalArgs& args) {
   return out;
 }
 
-// `x` (f32) transposed into packed [batch, rows, cols] order.
-HostTensor Packed(const HostTensor& x, const std::vector<int64_t>& batch,
-                  const std::vector<int64_t>& rows, const std::vector<int64_t>& cols,
-                  EvalArgs& args) {
-  HostTensor packed = args.ctx().Allocate(x.shape());
-  TransposeBytes(x.raw_data(), x.dimensions(), Concat({&batch, &rows, &cols}), 4,
-                 packed.mutable_raw_data());
+// One GEMM operand: `x` (an f32 copy unless the plan reads bf16), transposed
+// into packed [batch, rows, cols] order when `pack`.
+HostTensor GemmOperand(const HostTensor& x, bool bf16, bool pack, const std::vector<int64_t>& batch,
+                       const std::vector<int64_t>& rows, const std::vector<int64_t>& cols,
+                       EvalArgs& args) {
+  HostTensor y = bf16 ? x : AsF32(x, args);
+  if (!pack) return y;
+  HostTensor packed = args.ctx().Allocate(y.shape());
+  TransposeBytes(y.raw_data(), y.dimensions(), Concat({&batch, &rows, &cols}),
+                 ByteWidth(y.element_type()), packed.mutable_raw_data());
   return packed;
+}
+
+// Runs the plan's primitive: c = a x b (then the post-ops).
+void Execute(DotPlan& plan, const HostTensor& a, const HostTensor& b, void* c,
+             std::span<const DotPostOp> post_ops, const compiler::DotGroups& g) {
+  const dnnl::engine& engine = CpuEngine();
+  std::unordered_map<int, dnnl::memory> exec_args{
+      {DNNL_ARG_SRC, dnnl::memory(plan.lhs_md, engine, const_cast<void*>(a.raw_data()))},
+      {DNNL_ARG_WEIGHTS, dnnl::memory(plan.rhs_md, engine, const_cast<void*>(b.raw_data()))},
+      {DNNL_ARG_DST, dnnl::memory(plan.out_md, engine, c)}};
+  for (size_t i = 0; i < post_ops.size(); ++i) {
+    exec_args.emplace(
+        DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1,
+        dnnl::memory(plan.out_md, engine, const_cast<void*>(post_ops[i].src1->raw_data())));
+  }
+  try {
+    plan.primitive.execute(*plan.stream, exec_args);
+    plan.stream->wait();
+  } catch (const dnnl::error& e) {
+    throw InternalError(fmt::format("oneDNN {} matmul failed ({}) for [{},{},{}] x [{},{},{}]",
+                                    plan.bf16 ? "bf16" : "f32", e.what(), g.batch, g.m, g.k,
+                                    g.batch, g.k, g.n));
+  }
+}
+
+// An empty contraction: zeros (the same bits in every float type), then the
+// post-ops as the unfused ops would.
+void ZeroResult(HostTensor& out, std::span<const DotPostOp> post_ops) {
+  std::memset(out.mutable_raw_data(), 0, static_cast<size_t>(out.byte_size()));
+  for (const DotPostOp& p : post_ops) {
+    float* c = out.mutable_data<float>();
+    const float* s1 = p.src1->data<float>();
+    for (int64_t i = 0; i < out.element_count(); ++i) {
+      c[i] = p.op == HloOpcode::kAdd ? c[i] + s1[i] : c[i] * s1[i];
+    }
+  }
+}
+
+// A float dot: the plan's GEMM into `out` (through an f32 result when the
+// plan computes in f32 and `out` is not f32).
+void FloatDot(const HloInstruction& instr, const HloInstruction& key, const HostTensor& lhs,
+              const HostTensor& rhs, std::span<const DotPostOp> post_ops, HostTensor& out,
+              EvalArgs& args) {
+  const DotDimensionNumbers& dn = instr.attrs().dot;
+  const compiler::DotLayout layout =
+      compiler::PlanDotLayout(dn, lhs.dimensions(), rhs.dimensions());
+  const compiler::DotGroups& g = layout.groups;
+  if (g.k == 0) return ZeroResult(out, post_ops);
+  if (g.m == 0 || g.n == 0 || g.batch == 0) return;
+  DotPlan& plan = PlanFor(instr, key, layout, post_ops, args);
+  const PrimitiveType f32 = PrimitiveType::kF32;
+  HostTensor result = plan.bf16 || out.element_type() == f32
+                          ? out
+                          : args.ctx().Allocate(out.shape().WithElementType(f32));
+  const HostTensor a = GemmOperand(lhs, plan.bf16, plan.pack_lhs, dn.lhs_batch_dims, g.lhs_free,
+                                   dn.lhs_contracting_dims, args);
+  const HostTensor b = GemmOperand(rhs, plan.bf16, plan.pack_rhs, dn.rhs_batch_dims,
+                                   dn.rhs_contracting_dims, g.rhs_free, args);
+  Execute(plan, a, b, result.mutable_raw_data(), post_ops, g);
+  if (result.raw_data() != out.raw_data()) {
+    ConvertElements(f32, result.raw_data(), out.element_type(), out.mutable_raw_data(),
+                    out.element_count());
+  }
+}
+
+// An integer dot (int64 accumulation, wrapped to the result type).
+void IntegerDot(const HloInstruction& instr, const HostTensor& lhs, const HostTensor& rhs,
+                HostTensor& out, EvalArgs& args) {
+  const DotDimensionNumbers& dn = instr.attrs().dot;
+  const compiler::DotGroups g = compiler::GroupsOf(dn, lhs.dimensions(), rhs.dimensions());
+  const PrimitiveType t = out.element_type();
+  MatrixOperand a =
+      AsMatrices(lhs, t, dn.lhs_batch_dims, g.lhs_free, dn.lhs_contracting_dims, args);
+  MatrixOperand b =
+      AsMatrices(rhs, t, dn.rhs_batch_dims, dn.rhs_contracting_dims, g.rhs_free, args);
+  switch (t) {
+    case PrimitiveType::kS32:
+      IntegerGemm(static_cast<const int32_t*>(a.data), a.transposed,
+                  static_cast<const int32_t*>(b.data), b.transposed, out.mutable_data<int32_t>(),
+                  g.batch, g.m, g.n, g.k);
+      break;
+    case PrimitiveType::kS64:
+      IntegerGemm(static_cast<const int64_t*>(a.data), a.transposed,
+                  static_cast<const int64_t*>(b.data), b.transposed, out.mutable_data<int64_t>(),
+                  g.batch, g.m, g.n, g.k);
+      break;
+    default:
+      IntegerGemm(static_cast<const uint32_t*>(a.data), a.transposed,
+                  static_cast<const uint32_t*>(b.data), b.transposed, out.mutable_data<uint32_t>(),
+                  g.batch, g.m, g.n, g.k);
+  }
 }
 
 }  // namespace
@@ -208,87 +343,20 @@ Value RunDot(const HloInstruction& instr, const HloInstruction& key, const HostT
              const HostTensor& rhs, std::span<const DotPostOp> post_ops, EvalArgs& args) {
   for (const DotPostOp& p : post_ops) {
     WEFT_INTERNAL_CHECK(instr.shape().element_type() == PrimitiveType::kF32 &&
+                            lhs.element_type() == PrimitiveType::kF32 &&
+                            rhs.element_type() == PrimitiveType::kF32 &&
                             (p.op == HloOpcode::kAdd || p.op == HloOpcode::kMultiply) &&
-                            p.src1 != nullptr &&
-                            p.src1->element_type() == PrimitiveType::kF32 &&
+                            p.src1 != nullptr && p.src1->element_type() == PrimitiveType::kF32 &&
                             p.src1->dimensions() == instr.shape().dimensions(),
                         "dot '{}': a post-op must be an f32 add or multiply by a value of the "
-                        "dot's shape",
+                        "dot's shape, after a dot of f32 operands",
                         instr.name());
   }
-  const DotDimensionNumbers& dn = instr.attrs().dot;
-  const compiler::DotLayout layout =
-      compiler::PlanDotLayout(dn, lhs.dimensions(), rhs.dimensions());
-  const compiler::DotGroups& g = layout.groups;
-  const int64_t batch = g.batch, m = g.m, k = g.k, n = g.n;
-  const PrimitiveType out_type = instr.shape().element_type();
   HostTensor out = args.ctx().Allocate(instr.shape());
-
-  if (!IsFloatingPoint(out_type)) {
-    const PrimitiveType t = out_type;
-    MatrixOperand a =
-        AsMatrices(lhs, t, dn.lhs_batch_dims, g.lhs_free, dn.lhs_contracting_dims, args);
-    MatrixOperand b =
-        AsMatrices(rhs, t, dn.rhs_batch_dims, dn.rhs_contracting_dims, g.rhs_free, args);
-    switch (t) {
-      case PrimitiveType::kS32:
-        IntegerGemm(static_cast<const int32_t*>(a.data), a.transposed,
-                    static_cast<const int32_t*>(b.data), b.transposed, out.mutable_data<int32_t>(),
-                    batch, m, n, k);
-        break;
-      case PrimitiveType::kS64:
-        IntegerGemm(static_cast<const int64_t*>(a.data), a.transposed,
-                    static_cast<const int64_t*>(b.data), b.transposed, out.mutable_data<int64_t>(),
-                    batch, m, n, k);
-        break;
-      default:
-        IntegerGemm(static_cast<const uint32_t*>(a.data), a.transposed,
-                    static_cast<const uint32_t*>(b.data), b.transposed,
-                    out.mutable_data<uint32_t>(), batch, m, n, k);
-    }
-    return Value{std::move(out)};
-  }
-
-  const PrimitiveType f32 = PrimitiveType::kF32;
-  HostTensor result =
-      out_type == f32 ? out : args.ctx().Allocate(instr.shape().WithElementType(f32));
-  float* c = result.mutable_data<float>();
-  if (k == 0) {
-    // Nothing to contract: zeros, then the post-ops as the unfused ops would.
-    std::memset(c, 0, static_cast<size_t>(result.byte_size()));
-    for (const DotPostOp& p : post_ops) {
-      const float* s1 = p.src1->data<float>();
-      for (int64_t i = 0; i < result.element_count(); ++i) {
-        c[i] = p.op == HloOpcode::kAdd ? c[i] + s1[i] : c[i] * s1[i];
-      }
-    }
-  } else if (m > 0 && n > 0 && batch > 0) {
-    DotPlan& plan = PlanFor(instr, key, layout, post_ops, args);
-    HostTensor a = AsF32(lhs, args);
-    HostTensor b = AsF32(rhs, args);
-    if (plan.pack_lhs) a = Packed(a, dn.lhs_batch_dims, g.lhs_free, dn.lhs_contracting_dims, args);
-    if (plan.pack_rhs) b = Packed(b, dn.rhs_batch_dims, dn.rhs_contracting_dims, g.rhs_free, args);
-    const dnnl::engine& engine = CpuEngine();
-    dnnl::memory a_mem(plan.lhs_md, engine, const_cast<void*>(a.raw_data()));
-    dnnl::memory b_mem(plan.rhs_md, engine, const_cast<void*>(b.raw_data()));
-    dnnl::memory c_mem(plan.out_md, engine, c);
-    std::unordered_map<int, dnnl::memory> exec_args{
-        {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
-    for (size_t i = 0; i < post_ops.size(); ++i) {
-      exec_args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1,
-                        dnnl::memory(plan.out_md, engine,
-                                     const_cast<void*>(post_ops[i].src1->raw_data())));
-    }
-    try {
-      plan.primitive.execute(*plan.stream, exec_args);
-      plan.stream->wait();
-    } catch (const dnnl::error& e) {
-      throw InternalError(fmt::format("oneDNN matmul failed ({}) for [{},{},{}] x [{},{},{}]",
-                                      e.what(), batch, m, k, batch, k, n));
-    }
-  }
-  if (out_type != f32) {
-    ConvertElements(f32, c, out_type, out.mutable_raw_data(), out.element_count());
+  if (IsFloatingPoint(out.element_type())) {
+    FloatDot(instr, key, lhs, rhs, post_ops, out, args);
+  } else {
+    IntegerDot(instr, lhs, rhs, out, args);
   }
   return Value{std::move(out)};
 }

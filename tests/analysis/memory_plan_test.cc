@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "simd/primitives.h"
 #include "tiny_step.h"
+#include "weft/base/cpu.h"
 #include "weft/base/error.h"
 #include "weft/compiler/buffer_assignment.h"
 #include "weft/compiler/schedule.h"
@@ -169,6 +171,54 @@ TEST(MemoryPlanTest, LoopsMatchTheExecutorAndTheStackIsSavedForTheSecondLoop) {
   EXPECT_EQ(off.host_peak_bytes, 8 * 16 * 16 * 4);
   EXPECT_EQ(off.peak_by_category[static_cast<int>(BufferCategory::kSaved)], 0);
   EXPECT_LT(off.peak_bytes, plan.peak_bytes);
+}
+
+// bf16 dots (a transposed weight read in place, bf16 to f32, batch dims
+// that do not merge so both operands are packed, a strided batch view) and
+// bf16 attention (out returned alone, so its lse is scratch; a backward):
+// the executor's bf16 paths allocate exactly the scratch the compiler
+// reserves (packed copies at 2 bytes, no f32 copies), so the plan is the
+// executor's peak with nothing outside it.
+constexpr const char* kBf16Program = R"(HloModule bf16_program
+ENTRY e {
+  x = bf16[64,32] parameter(0)
+  w = bf16[48,32] parameter(1)
+  h = bf16[64,48] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={1}
+  u = bf16[48,40] parameter(2)
+  y = f32[64,40] dot(h, u), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  q = bf16[2,16,4,8] parameter(3)
+  s = bf16[2,4,16,16] dot(q, q), lhs_batch_dims={0,2}, lhs_contracting_dims={3}, rhs_batch_dims={0,2}, rhs_contracting_dims={3}
+  z = bf16[16,2,8] parameter(4)
+  t = bf16[2,16,16] dot(z, z), lhs_batch_dims={1}, lhs_contracting_dims={2}, rhs_batch_dims={1}, rhs_contracting_dims={2}
+  qa = bf16[1,2,24,8] parameter(5)
+  a = bf16[1,2,24,8] custom-call(qa, qa, qa), custom_call_target="weft.flex_attention", backend_config={"mask": "q_idx >= kv_idx"}
+  fa = (bf16[1,2,24,8], f32[1,2,24]) custom-call(qa, qa, a), custom_call_target="weft.flex_attention", backend_config={"mask": "q_idx >= kv_idx"}
+  o = bf16[1,2,24,8] get-tuple-element(fa), index=0
+  l = f32[1,2,24] get-tuple-element(fa), index=1
+  g = (bf16[1,2,24,8], bf16[1,2,24,8], bf16[1,2,24,8]) custom-call(qa, qa, a, o, l, a), custom_call_target="weft.flex_attention_backward", backend_config={"mask": "q_idx >= kv_idx"}
+  dv = bf16[1,2,24,8] get-tuple-element(g), index=2
+  ROOT r = (f32[64,40], bf16[2,4,16,16], bf16[2,16,16], bf16[1,2,24,8]) tuple(y, s, t, dv)
+})";
+
+TEST(MemoryPlanTest, Bf16DotsAndAttentionPeakEqualsTheExecutors) {
+  auto module = ParseHloModule(kBf16Program);
+  const MemoryPlan plan = PlanMemory(*module, ExecutorAccounting());
+  runtime::Executor exec(*module);
+  const std::vector<HostTensor> inputs = runtime::RandomInputs(exec.InputShapes(), 4);
+  exec.Run(inputs);
+  const bool native = kernels::simd::Bf16InstructionsAllowed() && GetCpuInfo().HasAvx512();
+  if (native) {  // oneDNN has bf16 kernels here (avx512_core) and may use them
+    EXPECT_EQ(exec.stats().unplanned_bytes, 0);
+    EXPECT_EQ(exec.stats().peak_bytes, plan.peak_bytes);
+  }
+  EXPECT_EQ(exec.stats().misplaced_results, 0);
+  // Forced widening: the dots' f32 copies are scratch the plan does not
+  // hold (the compiler's reservation does not depend on the machine).
+  kernels::simd::ScopedIsa widen("portable");
+  runtime::Executor widened(*module);
+  widened.Run(inputs);
+  EXPECT_GT(widened.stats().unplanned_bytes, 0);
+  EXPECT_EQ(widened.stats().peak_bytes, plan.peak_bytes + widened.stats().unplanned_bytes);
 }
 
 TEST(MemoryPlanTest, ResidentWeightsStayLiveForTheWholeStep) {

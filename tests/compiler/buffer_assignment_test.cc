@@ -1,11 +1,13 @@
 #include "weft/compiler/buffer_assignment.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <random>
 
 #include "weft/hlo/builder.h"
 #include "weft/hlo/module.h"
+#include "weft/hlo/parser.h"
 
 namespace weft::compiler {
 namespace {
@@ -272,6 +274,63 @@ TEST(BufferAssignmentTest, WhileCarryIsUpdatedInPlace) {
     }
   }
   EXPECT_GT(saw_while, 0);
+}
+
+// The attention calls' scratch (runtime/eval_custom_call.cc): the kernels
+// compute in bf16 when q, k and v all are bf16, else in f32; lse and dlse
+// in f32. Scratch holds what the kernel writes for a result of another type,
+// an out-alone forward's lse, and operands converted to the kernel's types.
+std::vector<Shape> CallScratch(const std::string& operands, const std::string& result,
+                               const std::string& call, const std::string& target,
+                               const std::string& config = "{}") {
+  const std::string text = fmt::format(
+      "HloModule m\nENTRY e {{\n{}  ROOT r = {} custom-call({}), custom_call_target=\"{}\", "
+      "backend_config={}\n}}\n",
+      operands, result, call, target, config);
+  const std::unique_ptr<HloModule> module = ParseHloModule(text);
+  return InstructionScratch(*module->entry_computation()->root_instruction());
+}
+
+std::string Qkv(const char* q, const char* k, const char* v) {
+  return fmt::format(
+      "  q = {}[1,2,8,4] parameter(0)\n  k = {}[1,2,8,4] parameter(1)\n"
+      "  v = {}[1,2,8,4] parameter(2)\n",
+      q, k, v);
+}
+
+TEST(BufferAssignmentTest, AttentionScratchFollowsTheKernelsTypes) {
+  const std::string fwd = "weft.flex_attention", bwd = "weft.flex_attention_backward";
+  const Shape lse(PrimitiveType::kF32, {1, 2, 8});
+  const Shape f32_out(PrimitiveType::kF32, {1, 2, 8, 4});
+  const Shape bf16_out(PrimitiveType::kBF16, {1, 2, 8, 4});
+  using V = std::vector<Shape>;
+  const std::string bf16 = Qkv("bf16", "bf16", "bf16");
+  // bf16 kernels writing what is returned: nothing; out alone: its lse.
+  EXPECT_EQ(CallScratch(bf16, "(bf16[1,2,8,4], f32[1,2,8])", "q, k, v", fwd), V{});
+  EXPECT_EQ(CallScratch(bf16, "bf16[1,2,8,4]", "q, k, v", fwd), V{lse});
+  // Results of other types: the kernel's buffers (bf16 out, f32 lse).
+  EXPECT_EQ(CallScratch(bf16, "(f32[1,2,8,4], bf16[1,2,8])", "q, k, v", fwd), (V{bf16_out, lse}));
+  // f32 kernels, as before bf16 kernels ran in the executor.
+  EXPECT_EQ(CallScratch(Qkv("f32", "f32", "f32"), "f32[1,2,8,4]", "q, k, v", fwd), V{lse});
+  // Mixed q, k, v: f32 kernels on f32 copies of the others.
+  EXPECT_EQ(CallScratch(Qkv("f32", "bf16", "f32"), "(f32[1,2,8,4], f32[1,2,8])", "q, k, v", fwd),
+            V{f32_out});
+  // The backward: bf16 kernels read an f32 out as a bf16 copy, a bf16 lse
+  // and dlse as f32 copies, and write an f32 result to bf16 scratch.
+  const std::string back = bf16 +
+                           "  o = f32[1,2,8,4] parameter(3)\n  l = bf16[1,2,8] parameter(4)\n"
+                           "  d = bf16[1,2,8,4] parameter(5)\n  dl = bf16[1,2,8] parameter(6)\n";
+  EXPECT_EQ(CallScratch(back, "(bf16[1,2,8,4], f32[1,2,8,4], bf16[1,2,8,4])",
+                        "q, k, v, o, l, d, dl", bwd, R"({"has_dlse": true})"),
+            (V{bf16_out, bf16_out, lse, lse}));
+  // Without has_dlse the seventh operand is not dlse (here: a score tensor,
+  // which the score mod reads as it is).
+  EXPECT_EQ(
+      CallScratch(back, "(bf16[1,2,8,4], bf16[1,2,8,4], bf16[1,2,8,4])", "q, k, v, o, l, d, dl",
+                  bwd, R"({"score_mod": "score + t[b, h, q_idx]", "score_tensors": ["t"]})"),
+      (V{bf16_out, lse}));
+  // Other custom calls reserve nothing.
+  EXPECT_EQ(CallScratch(Qkv("f32", "f32", "f32"), "f32[1,2,8,4]", "q, k, v", "my.op"), V{});
 }
 
 }  // namespace

@@ -8,12 +8,14 @@
 // and the naive product's values.
 #include "weft/compiler/dot_layout.h"
 
-#include <gtest/gtest.h>
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 
+#include "simd/primitives.h"
+#include "weft/base/cpu.h"
 #include "weft/compiler/buffer_assignment.h"
 #include "weft/compiler/fusion.h"
 #include "weft/hlo/parser.h"
@@ -165,16 +167,18 @@ void CheckView(const std::optional<MatrixView>& view, const std::vector<int64_t>
 
 std::string Dims(const std::vector<int64_t>& v) { return fmt::format("{}", fmt::join(v, ",")); }
 
-std::string DotText(const RandomDot& d, const DotGroups& g) {
+// The dot as a module: operands of type `in`, result of type `out`.
+std::string DotText(const RandomDot& d, const DotGroups& g, std::string_view in = "f32",
+                    std::string_view out_type = "f32") {
   std::vector<int64_t> out;
   for (int64_t x : d.dn.lhs_batch_dims) out.push_back(d.lhs_dims[x]);
   for (int64_t x : g.lhs_free) out.push_back(d.lhs_dims[x]);
   for (int64_t x : g.rhs_free) out.push_back(d.rhs_dims[x]);
   return fmt::format(
-      "HloModule dot\nENTRY e {{\n  a = f32[{}] parameter(0)\n  b = f32[{}] parameter(1)\n"
-      "  ROOT d = f32[{}] dot(a, b), lhs_batch_dims={{{}}}, lhs_contracting_dims={{{}}}, "
-      "rhs_batch_dims={{{}}}, rhs_contracting_dims={{{}}}\n}}\n",
-      Dims(d.lhs_dims), Dims(d.rhs_dims), Dims(out), Dims(d.dn.lhs_batch_dims),
+      "HloModule dot\nENTRY e {{\n  a = {0}[{2}] parameter(0)\n  b = {0}[{3}] parameter(1)\n"
+      "  ROOT d = {1}[{4}] dot(a, b), lhs_batch_dims={{{5}}}, lhs_contracting_dims={{{6}}}, "
+      "rhs_batch_dims={{{7}}}, rhs_contracting_dims={{{8}}}\n}}\n",
+      in, out_type, Dims(d.lhs_dims), Dims(d.rhs_dims), Dims(out), Dims(d.dn.lhs_batch_dims),
       Dims(d.dn.lhs_contracting_dims), Dims(d.dn.rhs_batch_dims), Dims(d.dn.rhs_contracting_dims));
 }
 
@@ -213,22 +217,29 @@ TEST(DotLayoutTest, DecisionMatchesABruteForceWalkOfEveryAddress) {
 }
 
 // The compiler reserves scratch for exactly the operands the decision packs
-// (both where oneDNN might refuse the strides), the executor asks for no
-// scratch beyond it, and its product is the naive one.
-TEST(DotLayoutTest, ScratchIsReservedForThePackedOperandsAndTheExecutorAgrees) {
-  std::mt19937 rng(77);
+// (both where oneDNN might refuse the strides), as copies in the operands'
+// own type (f32, or bf16 for a bf16 GEMM: compiler::IsBf16Gemm), the
+// executor asks for no scratch beyond it, and its product is the naive one:
+// within 1e-5 of the sum of |products| (f32 accumulation of exact
+// products), and for a bf16 result half a bf16 ulp (2^-8 relative) beyond.
+// `expect_planned`: whether the executor's path is the one planned (for
+// bf16, oneDNN's bf16 matmul: where bf16 instructions are allowed on a CPU
+// with avx512_core).
+void CheckScratchAgainstTheExecutor(std::string_view in, std::string_view out_type,
+                                    bool expect_planned, uint32_t seed) {
+  std::mt19937 rng(seed);
   int strided_unpacked = 0;
   for (int trial = 0; trial < 300; ++trial) {
     const RandomDot d = MakeRandomDot(rng);
     const DotLayout layout = PlanDotLayout(d.dn, d.lhs_dims, d.rhs_dims);
     const DotGroups& g = layout.groups;
-    const std::string text = DotText(d, g);
+    const std::string text = DotText(d, g, in, out_type);
     const std::unique_ptr<HloModule> module = ParseHloModule(text);
     const HloInstruction* dot = module->entry_computation()->root_instruction();
-    const std::vector<Shape> scratch = InstructionScratch(*dot);
-    const size_t expected =
-        layout.may_pack_both ? 2 : size_t{layout.pack_lhs()} + size_t{layout.pack_rhs()};
-    ASSERT_EQ(scratch.size(), expected) << text;
+    std::vector<Shape> want;
+    if (layout.pack_lhs() || layout.may_pack_both) want.push_back(dot->operand(0)->shape());
+    if (layout.pack_rhs() || layout.may_pack_both) want.push_back(dot->operand(1)->shape());
+    ASSERT_EQ(InstructionScratch(*dot), want) << text;
     if (layout.may_pack_both && layout.lhs && layout.rhs) ++strided_unpacked;
 
     runtime::Executor exec(*module);
@@ -237,9 +248,12 @@ TEST(DotLayoutTest, ScratchIsReservedForThePackedOperandsAndTheExecutorAgrees) {
         runtime::RandomInputs(shapes, 1000 + static_cast<uint64_t>(trial));
     const std::vector<runtime::HostTensor> out = exec.Run(inputs);
     ASSERT_EQ(out.size(), 1u);
-    EXPECT_EQ(exec.stats().unplanned_bytes, 0) << text;
+    if (expect_planned) {
+      EXPECT_EQ(exec.stats().unplanned_bytes, 0) << text;
+    }
     EXPECT_EQ(exec.stats().misplaced_results, 0) << text;
 
+    const bool bf16_result = out_type == "bf16";
     const std::vector<double> a = inputs[0].ToDoubles(), b = inputs[1].ToDoubles();
     const std::vector<double> c = out[0].ToDoubles();
     ASSERT_EQ(static_cast<int64_t>(c.size()), g.batch * g.m * g.n) << text;
@@ -255,7 +269,9 @@ TEST(DotLayoutTest, ScratchIsReservedForThePackedOperandsAndTheExecutorAgrees) {
             ref += x * y;
             mag += std::abs(x * y);
           }
-          ASSERT_NEAR(c[(p * g.m + i) * g.n + j], ref, 1e-5 * mag + 1e-6)
+          const double bound =
+              1e-5 * mag + 1e-6 + (bf16_result ? std::ldexp(std::abs(ref), -8) : 0.0);
+          ASSERT_NEAR(c[(p * g.m + i) * g.n + j], ref, bound)
               << text << " at " << p << "," << i << "," << j;
         }
       }
@@ -264,6 +280,24 @@ TEST(DotLayoutTest, ScratchIsReservedForThePackedOperandsAndTheExecutorAgrees) {
   EXPECT_GT(strided_unpacked, 10);
 }
 
+TEST(DotLayoutTest, ScratchIsReservedForThePackedOperandsAndTheExecutorAgrees) {
+  CheckScratchAgainstTheExecutor("f32", "f32", true, 77);
+}
+
+TEST(DotLayoutTest, Bf16GemmsReserveBf16PackedCopiesOnlyAndTheExecutorAgrees) {
+  const bool native = kernels::simd::Bf16InstructionsAllowed() && GetCpuInfo().HasAvx512();
+  CheckScratchAgainstTheExecutor("bf16", "bf16", native, 79);
+  CheckScratchAgainstTheExecutor("bf16", "f32", native, 80);
+  // Other float dots of half types still compute on f32 copies, reserved.
+  const std::unique_ptr<HloModule> module = ParseHloModule(R"(HloModule m
+ENTRY e {
+  a = f16[4,6] parameter(0)
+  b = f16[6,5] parameter(1)
+  ROOT d = f32[4,5] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+})");
+  EXPECT_EQ(InstructionScratch(*module->entry_computation()->root_instruction()),
+            (std::vector<Shape>{ParseShape("f32[4,6]"), ParseShape("f32[6,5]")}));
+}
 
 // An output fusion (kind=kOutput) of each random dot with add(y, dot): its
 // scratch is its dot's, the executor asks for nothing beyond it, and the

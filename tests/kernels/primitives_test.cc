@@ -14,6 +14,7 @@
 
 #include "weft/base/bfloat16.h"
 #include "weft/base/cpu.h"
+#include "weft/base/env.h"
 #include "weft/base/error.h"
 
 namespace weft::kernels::simd {
@@ -341,6 +342,22 @@ TEST(Primitives, Bf16CallsUseTheBf16IsaWhereTheCpuHasIt) {
   EXPECT_STREQ(GetBf16Primitives().isa, Isas().front().c_str());
   ScopedIsa forced("portable");
   EXPECT_STREQ(GetBf16Primitives().isa, "portable");
+}
+
+// Bf16InstructionsAllowed: true unless the forced instruction set has no
+// bf16 dot instruction (portable, avx2, avx512, the AMX model); the tests
+// run without WEFT_ISA, and with it the forced set decides.
+TEST(Primitives, Bf16InstructionsAreAllowedUnlessAnIsaWithoutThemIsForced) {
+  if (!GetEnv("WEFT_ISA")) EXPECT_TRUE(Bf16InstructionsAllowed());
+  for (const std::string& isa : Isas()) {
+    ScopedIsa forced(isa.c_str());
+    EXPECT_EQ(Bf16InstructionsAllowed(), isa == "amx" || isa == "avx512bf16") << isa;
+    {
+      ScopedIsa emulated(EmulatedAmxPrimitives());
+      EXPECT_FALSE(Bf16InstructionsAllowed());
+    }
+    EXPECT_EQ(Bf16InstructionsAllowed(), isa == "amx" || isa == "avx512bf16") << isa;
+  }
 }
 
 }  // namespace

@@ -1,12 +1,13 @@
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <numeric>
 
 #include "executor_test_util.h"
+#include "simd/primitives.h"
+#include "weft/base/cpu.h"
 
 namespace weft::runtime {
 namespace {
@@ -69,15 +70,19 @@ struct DotCase {
 
 std::string DimsText(const std::vector<int64_t>& v) { return fmt::format("{{{}}}", fmt::join(v, ",")); }
 
-void CheckDot(const DotCase& c, std::mt19937& rng, double tol) {
+std::string DotModuleText(const DotCase& c) {
   std::string text = "HloModule m\nENTRY e {\n  a = " + c.lhs + " parameter(0)\n  b = " + c.rhs +
                      " parameter(1)\n  ROOT d = " + c.out + " dot(a, b)";
   if (!c.dn.lhs_batch_dims.empty()) {
     text += ", lhs_batch_dims=" + DimsText(c.dn.lhs_batch_dims) +
             ", rhs_batch_dims=" + DimsText(c.dn.rhs_batch_dims);
   }
-  text += ", lhs_contracting_dims=" + DimsText(c.dn.lhs_contracting_dims) +
-          ", rhs_contracting_dims=" + DimsText(c.dn.rhs_contracting_dims) + "\n}\n";
+  return text + ", lhs_contracting_dims=" + DimsText(c.dn.lhs_contracting_dims) +
+         ", rhs_contracting_dims=" + DimsText(c.dn.rhs_contracting_dims) + "\n}\n";
+}
+
+void CheckDot(const DotCase& c, std::mt19937& rng, double tol) {
+  const std::string text = DotModuleText(c);
   const bool integer = c.lhs[0] == 's';
   HostTensor a = Random(c.lhs, rng, integer ? -9 : -1, integer ? 9 : 1);
   HostTensor b = Random(c.rhs, rng, integer ? -9 : -1, integer ? 9 : 1);
@@ -198,6 +203,117 @@ TEST(EvalDotTest, RandomBf16Operands) {
   // bf16 inputs are exact in f32; an f32 result is rounded once.
   for (int i = 0; i < 60; ++i) CheckDot(RandomDot(rng, "bf16", "f32"), rng, 1e-5);
   for (int i = 0; i < 30; ++i) CheckDot(RandomDot(rng, "bf16", "bf16"), rng, 8e-3);
+}
+
+// bf16 dots against float64 dots of the same bf16 values. bf16 inputs are
+// exact in f32 and their products too, so only the f32 accumulation rounds:
+// an f32 result is within 1e-5 * sum_k |a_k b_k| of the float64 one (above
+// the worst case K * 2^-24 for the K <= 64 here); a bf16 result is that
+// rounded once more, within half a bf16 ulp, 2^-8 * |want|, beyond it.
+struct Bf16Check {
+  DotCase c;
+  std::string name;
+};
+
+std::vector<Bf16Check> Bf16Layouts(const std::string& out) {
+  auto t = [&](std::string dims) { return "bf16" + dims; };
+  auto o = [&](std::string dims) { return out + dims; };
+  return {
+      {{t("[24,40]"), t("[40,32]"), o("[24,32]"), {{}, {1}, {}, {0}}}, "row-major"},
+      {{t("[40,24]"), t("[40,32]"), o("[24,32]"), {{}, {0}, {}, {0}}}, "lhs transposed"},
+      {{t("[24,40]"), t("[32,40]"), o("[24,32]"), {{}, {1}, {}, {1}}}, "rhs transposed"},
+      {{t("[40,24]"), t("[32,40]"), o("[24,32]"), {{}, {0}, {}, {1}}}, "both transposed"},
+      {{t("[2,3,24,16]"), t("[2,3,20,16]"), o("[2,3,24,20]"), {{0, 1}, {3}, {0, 1}, {3}}},
+       "batched scores"},
+      {{t("[24,4,16]"), t("[4,16,20]"), o("[4,24,20]"), {{1}, {2}, {0}, {1}}},
+       "strided batch (not dense)"},
+      {{t("[2,24,3,16]"), t("[2,20,3,16]"), o("[2,3,24,20]"), {{0, 2}, {3}, {0, 2}, {3}}},
+       "batch dims that do not merge (packed)"},
+      {{t("[3,4,5]"), t("[5,6,4]"), o("[3,6]"), {{}, {1, 2}, {}, {2, 0}}},
+       "contracting dims swapped (packed)"},
+  };
+}
+
+HostTensor Abs(const HostTensor& x) {
+  std::vector<double> v = x.ToDoubles();
+  for (double& e : v) e = std::fabs(e);
+  return HostTensor::FromDoubles(x.shape(), v);
+}
+
+// Runs c on `executor`'s module and checks it against float64; returns
+// the run's stats.
+ExecutorStats CheckBf16Dot(const DotCase& c, Executor& executor, const HostTensor& a,
+                           const HostTensor& b, const std::string& what) {
+  const std::vector<double> want = ReferenceDot(a, b, c.dn);
+  const std::vector<double> magnitude = ReferenceDot(Abs(a), Abs(b), c.dn);  // sum |a_k b_k|
+  const HostTensor got = executor.Run({a, b}).at(0);
+  const bool bf16_result = got.element_type() == PrimitiveType::kBF16;
+  int64_t misses = 0;
+  for (int64_t i = 0; i < got.element_count(); ++i) {
+    const double bound =
+        1e-5 * magnitude[i] + (bf16_result ? std::ldexp(std::fabs(want[i]), -8) : 0.0);
+    if (!(std::fabs(got.GetDouble(i) - want[i]) <= bound) && misses++ < 5) {
+      ADD_FAILURE() << what << " element " << i << ": got " << got.GetDouble(i) << ", want "
+                    << want[i] << " (bound " << bound << ")";
+    }
+  }
+  EXPECT_EQ(misses, 0) << what;
+  return executor.stats();
+}
+
+// The path a bf16 dot took, seen in its scratch: the native one reads the
+// bf16 operands in place (packed copies at 2 bytes, reserved by the
+// compiler), so nothing outside the plan; the widening one makes f32 copies
+// the compiler did not reserve. Native where bf16 instructions are allowed
+// (no WEFT_ISA or ScopedIsa without them) on a CPU oneDNN has bf16 kernels
+// for (avx512_core); widened wherever they are not allowed.
+void ExpectPath(const ExecutorStats& stats, const std::string& what) {
+  if (!kernels::simd::Bf16InstructionsAllowed()) {
+    EXPECT_GT(stats.unplanned_bytes, 0) << what << ": expected the widening path";
+  } else if (GetCpuInfo().HasAvx512()) {
+    EXPECT_EQ(stats.unplanned_bytes, 0) << what << ": expected oneDNN's bf16 matmul";
+  }
+}
+
+TEST(EvalDotTest, Bf16DotsMatchFloat64NativeAndWidened) {
+  std::mt19937 rng(21);
+  for (const std::string out : {"bf16", "f32"}) {
+    for (const Bf16Check& check : Bf16Layouts(out)) {
+      const DotCase& c = check.c;
+      const std::string what = check.name + " to " + out;
+      std::unique_ptr<HloModule> module = testing::Parse(DotModuleText(c));
+      const HostTensor a = Random(c.lhs, rng), b = Random(c.rhs, rng);
+      Executor executor(*module);
+      ExpectPath(CheckBf16Dot(c, executor, a, b, what + " (default)"), what + " (default)");
+      {
+        // The same executor makes a new plan when the forcing changes.
+        kernels::simd::ScopedIsa widen("portable");
+        ExpectPath(CheckBf16Dot(c, executor, a, b, what + " (widened)"), what + " (widened)");
+      }
+      const ExecutorStats stats = CheckBf16Dot(c, executor, a, b, what + " (default again)");
+      ExpectPath(stats, what + " (default again)");
+      EXPECT_EQ(stats.misplaced_results, 0) << what;
+    }
+  }
+}
+
+TEST(EvalDotTest, Bf16DotOfEmptyContractionGivesZeros) {
+  for (const char* out : {"bf16", "f32"}) {
+    const std::string text = fmt::format(R"(HloModule m
+ENTRY e {{
+  a = bf16[3,0] parameter(0)
+  b = bf16[0,2] parameter(1)
+  ROOT d = {}[3,2] dot(a, b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+}})",
+                                         out);
+    ExecutorStats stats;
+    auto module = testing::Parse(text);
+    const HostTensor result = testing::Run(
+        *module, {HostTensor(ParseShape("bf16[3,0]")), HostTensor(ParseShape("bf16[0,2]"))},
+        &stats)[0];
+    testing::ExpectEqual(result, std::vector<double>(6, 0.0), out);
+    EXPECT_EQ(stats.unplanned_bytes, 0) << out;
+  }
 }
 
 TEST(EvalDotTest, StridedViewsOfLargerOperands) {

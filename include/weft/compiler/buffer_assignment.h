@@ -145,8 +145,11 @@ BufferAssignment AssignBuffers(const HloModule& module, const SequenceFunction& 
                                const SizeFunction& size = nullptr);
 
 // The scratch shapes an instruction's evaluator allocates after its results,
-// in order (only those the compiler models; f32 programs need no others). An
-// output fusion (kind=kOutput) needs its dot's.
+// in order (only those the compiler models: dots' packed operands and f32
+// copies, attention's conversions and unreturned lse; not the widening
+// fallback of a bf16 dot where oneDNN has no bf16 kernel, nor attention's
+// copies with clean padding rows). An output fusion (kind=kOutput) needs its
+// dot's.
 std::vector<Shape> InstructionScratch(const HloInstruction& instr);
 
 // Whether a (dynamic-)slice of `operand_dims` to `sizes` is one contiguous

@@ -13,6 +13,11 @@
 // oneDNN's matmul accepts); otherwise it is packed into row-major
 // [batch, rows, cols] order.
 //
+// Operands are read in their own element type when both are bf16 and the
+// result is bf16 or f32 (IsBf16Gemm: oneDNN's bf16 matmul, f32
+// accumulation), so packed copies are 2 bytes an element; other float dots
+// read f32 copies (converted in their own layout first).
+//
 // oneDNN decides at run time whether it has a kernel for the strides it is
 // given; where it has none, the executor packs both operands. This pure
 // function cannot ask oneDNN (the compiler does not link it), so it rules
@@ -63,6 +68,15 @@ struct DotGroups {
 };
 DotGroups GroupsOf(const DotDimensionNumbers& dn, const std::vector<int64_t>& lhs_dims,
                    const std::vector<int64_t>& rhs_dims);
+
+// Whether the executor's GEMM reads a dot of these element types as bf16,
+// in place of f32 copies: both operands bf16, the result bf16 or f32. Where
+// oneDNN has no bf16 kernel at run time, or WEFT_ISA / a ScopedIsa forces an
+// instruction set without bf16 instructions, the executor widens to f32
+// after all; the compiler reserves no scratch for that (it would make the
+// schedule depend on the machine), so those copies are the executor's
+// unplanned scratch.
+bool IsBf16Gemm(PrimitiveType lhs, PrimitiveType rhs, PrimitiveType out);
 
 // The decision for one dot.
 struct DotLayout {

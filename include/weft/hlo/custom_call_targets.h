@@ -28,9 +28,11 @@ namespace weft {
 //             "has_dlse" is true, then the mask tensors and score tensors as
 //             in the forward.
 //   result    (dq, dk, dv), shaped like q, k, v (dk, dv summed over GQA groups).
-// q/k/v/out/dout/dlse and the results may be f32 or bf16 (the kernels compute
-// in f32; bf16 is converted on the way in and rounded on the way out); lse is
-// f32 or bf16 likewise.
+// q/k/v/out/dout/dlse and the results may be f32 or bf16; lse is f32 or bf16
+// likewise. The executor runs the bf16 kernels (bf16 storage, f32
+// accumulation and softmax statistics) when q, k and v are all bf16 — they
+// read and write out, dout, dq, dk, dv in bf16 and lse, dlse in f32 — and
+// the f32 kernels otherwise; other types are converted on the way in and out.
 // backend_config is a JSON object; every key is optional:
 //   "mask"          mask expression text (kernels/mod_expr.h), "" = no mask
 //   "score_mod"     score expression text, "" = identity

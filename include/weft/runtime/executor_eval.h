@@ -55,7 +55,8 @@ class EvalContext {
   // instruction has result leaves to fill, a request of the next leaf's
   // byte size gets that leaf's place in the arena; any other request is
   // scratch, from the instruction's scratch region of the arena, or when
-  // that is full (what the compiler does not model: bf16 conversions) from
+  // that is full (what the compiler does not model: a bf16 dot's f32 copies
+  // on the widening fallback, attention's copies with clean padding rows) from
   // the executor's overflow pool, counted in ExecutorStats::allocations when
   // fresh and in peak_bytes while held.
   HostTensor Allocate(const Shape& shape) const;

@@ -103,6 +103,14 @@ const Primitives& GetPrimitives();
 // both.
 const Primitives& GetBf16Primitives();
 
+// False while WEFT_ISA or a ScopedIsa forces an instruction set without
+// bf16 dot instructions (portable, avx2, avx512, or the AMX model, whose
+// float32 code is portable's); true otherwise. Code outside these kernels
+// with a bf16 path of its own (the executor's oneDNN bf16 GEMM,
+// runtime/eval_dot.cc) takes its widening path when false, so the one
+// switch forces every bf16 path in the process to widen.
+bool Bf16InstructionsAllowed();
+
 // amx's bf16 GEMM on the software model of the tile instructions, with the
 // portable float32 code: runs on every machine, so tests cover the AMX
 // blocking where there is no AMX. Not selectable by name; tests force it
