@@ -253,20 +253,25 @@ ENTRY e {
 
 // The acceptance check: the predicted per-device peak of the training step
 // is exactly the executor's (both read the same buffer assignment), on 4
-// devices for both remat policies with and without shard_as, and on 1.
+// devices for both remat policies with and without shard_as, and on 1, in
+// bf16 and in f32.
 TEST(MemoryPlanTest, TrainingStepPeakEqualsTheExecutorsOn1And4Devices) {
   for (const char* mesh : {"fsdp=2,tensor=2", "fsdp=1,tensor=1"}) {
     for (ScanRemat remat : {ScanRemat::kNone, ScanRemat::kFull}) {
       for (bool shard_as : {true, false}) {
-        const StepProgram p = testing::TinyStep(remat, shard_as, mesh);
+        const Precision precision = shard_as ? Precision::kBf16 : Precision::kF32;
+        const StepProgram p = testing::TinyStep(remat, shard_as, mesh, true, precision);
         const MemoryPlan plan = PlanMemory(*p.compiled.program, testing::ExecutorLikeOptions(p));
         const std::vector<runtime::ExecutorStats> stats = testing::Execute(p);
         ASSERT_EQ(static_cast<int64_t>(stats.size()), p.num_devices);
         for (size_t d = 0; d < stats.size(); ++d) {
-          std::printf("%s remat %s shard_as %d device %zu: predicted %lld, measured %lld\n", mesh,
-                      remat == ScanRemat::kFull ? "full" : "none", shard_as, d,
-                      static_cast<long long>(plan.peak_bytes),
-                      static_cast<long long>(stats[d].peak_bytes));
+          std::printf(
+              "%s %s remat %s shard_as %d device %zu: predicted %lld, measured %lld "
+              "(unplanned scratch %lld)\n",
+              mesh, PrecisionName(precision).data(), remat == ScanRemat::kFull ? "full" : "none",
+              shard_as, d, static_cast<long long>(plan.peak_bytes),
+              static_cast<long long>(stats[d].peak_bytes),
+              static_cast<long long>(stats[d].unplanned_bytes));
           EXPECT_EQ(plan.peak_bytes, stats[d].peak_bytes) << "device " << d;
           EXPECT_EQ(plan.arena_bytes, stats[d].arena_bytes) << "device " << d;
           EXPECT_EQ(stats[d].misplaced_results, 0) << "device " << d;
@@ -283,8 +288,8 @@ TEST(MemoryPlanTest, SavedForBackwardFollowsTheRematPolicy) {
   const MemoryPlan a = PlanMemory(*none.compiled.program, testing::ExecutorLikeOptions(none));
   const MemoryPlan b = PlanMemory(*full.compiled.program, testing::ExecutorLikeOptions(full));
   // remat full saves each layer's input: [layers, local batch, seq / tensor,
-  // dim] f32 (the residual stream, split along seq: sequence parallelism).
-  EXPECT_EQ(b.saved_bytes, 4 * 2 * 64 / 2 * 128 * 4);
+  // dim] bf16 (the residual stream, split along seq: sequence parallelism).
+  EXPECT_EQ(b.saved_bytes, 4 * 2 * 64 / 2 * 128 * 2);
   EXPECT_GT(a.saved_bytes, 4 * b.saved_bytes);
   // The stacked weight gradients are live (as gradients) in the backward loop.
   int64_t stacked_gradients = 0;

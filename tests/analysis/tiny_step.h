@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,9 +20,10 @@ inline const std::filesystem::path kSource = WEFT_SOURCE_DIR;
 
 // configs/tiny.toml on fsdp=2 x tensor=2, batch 4 x seq 64 (runs in well under
 // a second), with the given remat and shard_as, fused as weft train runs it
-// unless fuse is false.
+// unless fuse is false, in the config's precision (bf16) unless told.
 inline StepProgram TinyStep(ScanRemat remat, bool shard_as = true,
-                            const std::string& mesh = "fsdp=2,tensor=2", bool fuse = true) {
+                            const std::string& mesh = "fsdp=2,tensor=2", bool fuse = true,
+                            std::optional<Precision> precision = std::nullopt) {
   RunConfig config = LoadRunConfig(kSource / "configs/tiny.toml");
   config.mesh = ParseMeshFlag(mesh);
   StepProgramOptions o;
@@ -30,6 +32,7 @@ inline StepProgram TinyStep(ScanRemat remat, bool shard_as = true,
   o.remat = remat;
   o.shard_as = shard_as;
   o.fuse = fuse;
+  o.precision = precision;
   return BuildStepProgram(config, o);
 }
 

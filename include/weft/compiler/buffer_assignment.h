@@ -146,7 +146,8 @@ BufferAssignment AssignBuffers(const HloModule& module, const SequenceFunction& 
 
 // The scratch shapes an instruction's evaluator allocates after its results,
 // in order (only those the compiler models: dots' packed operands and f32
-// copies, attention's conversions and unreturned lse; not the widening
+// copies, attention's conversions and unreturned lse, a bf16/f16 reduce's f32
+// copy; not the widening
 // fallback of a bf16 dot where oneDNN has no bf16 kernel, nor attention's
 // copies with clean padding rows). An output fusion (kind=kOutput) needs its
 // dot's.
