@@ -230,7 +230,10 @@ TEST(PlannerTest, RematPresetsSitBetweenFullAndNone) {
   const int64_t mlp_up = int64_t{2} * 1 * 2048 * 14336 * 2;
   EXPECT_EQ(offloaded.memory.host_peak_bytes, mlp_up);
   EXPECT_EQ(offloaded.memory.saved_bytes, saved.memory.saved_bytes);
-  EXPECT_LT(offloaded.peak_bytes(), saved.peak_bytes());
+  // Never higher; here not lower either: the step's peak is at its end, the
+  // head's f32 gradient [D, V] before its reduce-scatter, when the saved
+  // stacks are freed.
+  EXPECT_LE(offloaded.peak_bytes(), saved.peak_bytes());
   EXPECT_EQ(offloaded.flops.dot, saved.flops.dot);
   EXPECT_GT(offloaded.host_transfer_bytes, 0);
 }
@@ -530,7 +533,7 @@ TEST(PlannerTest, GradientAccumulationRunsTheMicroBatchStepThatManyTimes) {
   // The same program, plus the float32 sums of the local gradients.
   EXPECT_EQ(accumulated.memory.peak_bytes, micro.memory.peak_bytes);
   EXPECT_EQ(micro.accumulator_bytes, 0);
-  EXPECT_EQ(accumulated.accumulator_bytes, 2 * micro.parameter_bytes);  // bf16 weights
+  EXPECT_EQ(accumulated.accumulator_bytes, micro.parameter_bytes);  // f32, as the weights
   EXPECT_EQ(accumulated.peak_bytes(), micro.peak_bytes() + accumulated.accumulator_bytes);
   o.batch_size = 64;
   o.grad_accum = 3;
