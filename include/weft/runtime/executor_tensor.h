@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "weft/base/bfloat16.h"
 #include "weft/hlo/shape.h"
 
 namespace weft::runtime {
@@ -217,8 +218,10 @@ class HostTensor {
 };
 
 // bfloat16 and IEEE half conversions (round to nearest even; NaN stays NaN).
-float Bf16BitsToFloat(uint16_t bits);
-uint16_t FloatToBf16Bits(float value);
+// The bf16 ones are base/bfloat16.h's, inline so that the elementwise span
+// loops vectorize them.
+inline float Bf16BitsToFloat(uint16_t bits) { return bf16::ToFloat(bits); }
+inline uint16_t FloatToBf16Bits(float value) { return bf16::FromFloatBits(value); }
 float F16BitsToFloat(uint16_t bits);
 uint16_t FloatToF16Bits(float value);
 
