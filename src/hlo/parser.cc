@@ -366,16 +366,16 @@ class HloTextParser {
 
   // The result shape of an instruction written without one: only where the
   // operands alone determine it (elementwise ops but convert, compare,
-  // select, clamp, copy, tuple, get-tuple-element, sort, topk, reduce-window,
-  // select-and-scatter, after-all, outfeed). Called computations are not
-  // resolved yet, so the ones that need them are inferred after the parse.
+  // select, clamp, copy, tuple, get-tuple-element, topk, after-all, outfeed).
+  // Ops with called computations (sort, reduce-window, ...) need their shape
+  // written: the computations are resolved only after the whole text.
   void InferOmittedShape(HloInstruction& instr, size_t at) {
     const Op op = instr.opcode();
     const bool inferable = (IsElementwise(op) && op != Op::kConvert) || op == Op::kTuple ||
-                           op == Op::kGetTupleElement || op == Op::kCopy || op == Op::kSort ||
-                           op == Op::kTopK || op == Op::kReduceWindow ||
-                           op == Op::kSelectAndScatter || op == Op::kAfterAll || op == Op::kOutfeed;
-    if (!inferable || (op != Op::kTuple && instr.operand_count() == 0)) {
+                           op == Op::kGetTupleElement || op == Op::kCopy || op == Op::kTopK ||
+                           op == Op::kAfterAll || op == Op::kOutfeed;
+    const bool no_operands_needed = op == Op::kTuple || op == Op::kAfterAll;
+    if (!inferable || (!no_operands_needed && instr.operand_count() == 0)) {
       cur_.FailAt(
           at, fmt::format("'{}' ({}) has no result shape, and its operands do not "
                           "determine it; write the shape as XLA prints it, e.g. '{} = "

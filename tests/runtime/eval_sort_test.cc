@@ -15,10 +15,13 @@
 namespace weft::runtime {
 namespace {
 
+std::vector<HostTensor> RunText(const std::string& text, std::vector<HostTensor> inputs) {
+  return testing::Run(*testing::Parse(text), std::move(inputs));
+}
+
 using testing::ExpectEqual;
 using testing::ExpectErrorContaining;
 using testing::Random;
-using testing::Run;
 using testing::Unravel;
 
 // The rows of `dims` along `dim`: the flat indices of each row's elements.
@@ -77,7 +80,7 @@ TEST(EvalSortTest, SortsEveryRowAlongEachDimension) {
         const auto want = SortRows({v}, dims, dim, [&](int64_t a, int64_t b) {
           return ascending ? v[a] < v[b] : v[a] > v[b];
         });
-        ExpectEqual(Run(*testing::Parse(text), {x}).at(0), want[0]);
+        ExpectEqual(RunText(text, {x}).at(0), want[0]);
       }
     }
   }
@@ -111,7 +114,7 @@ ENTRY e {
   for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<double>(i % 40);
   const auto want =
       SortRows({k, v, pos}, {6, 40}, 1, [&](int64_t a, int64_t b) { return k[a] < k[b]; });
-  const std::vector<HostTensor> out = Run(*testing::Parse(text), {keys, vals});
+  const std::vector<HostTensor> out = RunText(text, {keys, vals});
   ASSERT_EQ(out.size(), 3u);
   for (size_t t = 0; t < 3; ++t) ExpectEqual(out[t], want[t], "operand " + std::to_string(t));
 }
@@ -132,7 +135,7 @@ ENTRY e {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const std::vector<float> in = {0.0f, -nan, 1.0f, -0.0f, INFINITY, nan, -1.0f, -INFINITY};
   const HostTensor x = HostTensor::FromVector<float>(PrimitiveType::kF32, {8}, in);
-  const HostTensor out = Run(*testing::Parse(text), {x}).at(0);
+  const HostTensor out = RunText(text, {x}).at(0);
   const std::vector<float> want = {nan, INFINITY, 1.0f, 0.0f, -0.0f, -1.0f, -INFINITY, -nan};
   for (int64_t i = 0; i < 8; ++i) {
     EXPECT_EQ(std::bit_cast<uint32_t>(out.data<float>()[i]), std::bit_cast<uint32_t>(want[i]))
@@ -173,7 +176,7 @@ TEST(EvalSortTest, TopKTakesTheLargestOrSmallestWithTheirIndices) {
           "[3,4,5], s32[3,4,5]) topk(x), k=5, largest=" + (largest ? "true" : "false") + "\n}\n";
       // s32 values from a small range: ties, which go to the lower index.
       const HostTensor x = Random(t + "[3,4,17]", rng, t == "s32" ? 0 : -1, t == "s32" ? 6 : 1);
-      ExpectTopK(Run(*testing::Parse(text), {x}), x, 5, largest);
+      ExpectTopK(RunText(text, {x}), x, 5, largest);
     }
   }
 }
@@ -192,7 +195,7 @@ ENTRY e {
 )";
   std::mt19937 rng(9);
   const HostTensor x = Random("f32[6,33]", rng);
-  ExpectTopK(Run(*testing::Parse(text), {x}), x, 4, true);
+  ExpectTopK(RunText(text, {x}), x, 4, true);
 }
 
 TEST(EvalSortTest, TopKCustomCallWithAWrongResultIsRefusedByName) {

@@ -12,10 +12,13 @@
 namespace weft::runtime {
 namespace {
 
+std::vector<HostTensor> RunText(const std::string& text, std::vector<HostTensor> inputs) {
+  return testing::Run(*testing::Parse(text), std::move(inputs));
+}
+
 using testing::ExpectNear;
 using testing::Random;
 using testing::Ravel;
-using testing::Run;
 using testing::Unravel;
 
 struct Win {
@@ -121,7 +124,7 @@ TEST(EvalWindowTest, ReduceWindowFoldsTheCoveredElements) {
         sums.push_back(s);
         maxes.push_back(m);
       }
-      const std::vector<HostTensor> out = Run(*testing::Parse(text), {x, init});
+      const std::vector<HostTensor> out = RunText(text, {x, init});
       const double tol = t == "f32" ? 1e-6 : 1e-14;
       ExpectNear(out.at(0), sums, tol, tol, "sum");
       ExpectNear(out.at(1), maxes, 0, 0, "max");
@@ -164,7 +167,7 @@ ENTRY e {
     values.push_back(v[best]);
     indices.push_back(static_cast<double>(best));
   }
-  const std::vector<HostTensor> out = Run(*testing::Parse(text), {x});
+  const std::vector<HostTensor> out = RunText(text, {x});
   ExpectNear(out.at(0), values, 0, 0, "values");
   ExpectNear(out.at(1), indices, 0, 0, "indices");
 }
@@ -213,7 +216,7 @@ ENTRY e {
       }
       want[chosen] += sv[s];
     }
-    ExpectNear(Run(*testing::Parse(text), {x, src, init}).at(0), want, 1e-6, 1e-6);
+    ExpectNear(RunText(text, {x, src, init}).at(0), want, 1e-6, 1e-6);
   }
 }
 

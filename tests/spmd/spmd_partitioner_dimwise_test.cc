@@ -5,7 +5,11 @@
 // and compared with the unsharded module on one device (the executor's own
 // tests check that against float64 references): bit for bit where the
 // sharded program computes each value exactly as the unsharded one does.
-// The per-device program is checked to keep the other dims split.
+// The per-device program is checked to keep the other dims split. The
+// ops are annotated with the operand's sharding (which splits the dims
+// they compute along too): a module's root is otherwise replicated, as
+// XLA's propagation leaves outputs; op_sharding_rule_test.cc checks what
+// propagation gives them.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -84,7 +88,7 @@ by_key {{
 ENTRY e {{
   keys = s32[9,12] parameter(0), sharding={0}
   vals = f32[9,12] parameter(1), sharding={0}
-  ROOT s = (s32[9,12], f32[9,12]) sort(keys, vals), dimensions={{1}}, is_stable=true, to_apply=by_key
+  ROOT s = (s32[9,12], f32[9,12]) sort(keys, vals), dimensions={{1}}, is_stable=true, to_apply=by_key, sharding={{{0}, {0}}}
 }}
 )",
                                            c.sharding);
@@ -102,7 +106,7 @@ TEST(SpmdDimwiseTest, TopKKeepsRowsSplit) {
       const std::string text = fmt::format(R"(HloModule t
 ENTRY e {{
   x = f32[9,20] parameter(0), sharding={0}
-  ROOT k = (f32[9,3], s32[9,3]) topk(x), k=3, largest=true
+  ROOT k = (f32[9,3], s32[9,3]) topk(x), k=3, largest=true, sharding={{{0}, {0}}}
 }}
 )",
                                            c.sharding);
@@ -133,7 +137,7 @@ max {{
 ENTRY e {{
   x = f32[9,12,6] parameter(0), sharding={0}
   lo = f32[] constant(-inf)
-  ROOT r = f32[9,6,6] reduce-window(x, lo), window={{size=1x3x1 stride=1x2x1 pad=0_0x1_0x0_0}}, to_apply=max
+  ROOT r = f32[9,6,6] reduce-window(x, lo), window={{size=1x3x1 stride=1x2x1 pad=0_0x1_0x0_0}}, to_apply=max, sharding={0}
 }}
 )",
                                            c.sharding);
@@ -165,7 +169,7 @@ ENTRY e {{
   x = f32[9,12] parameter(0), sharding={0}
   src = f32[9,6] parameter(1)
   zero = f32[] constant(0)
-  ROOT s = f32[9,12] select-and-scatter(x, src, zero), window={{size=1x3 stride=1x2 pad=0_0x1_0}}, select=ge, scatter=add
+  ROOT s = f32[9,12] select-and-scatter(x, src, zero), window={{size=1x3 stride=1x2 pad=0_0x1_0}}, select=ge, scatter=add, sharding={0}
 }}
 )",
                                            c.sharding);
@@ -184,7 +188,7 @@ ENTRY e {
   one = u16[] constant(1)
   ones = u16[9,10,2] broadcast(one), dimensions={}
   bumped = u16[9,10,2] add(halves, ones)
-  ROOT y = f32[9,10] bitcast-convert(bumped)
+  ROOT y = f32[9,10] bitcast-convert(bumped), sharding={devices=[2,2]<=[4]}
 }
 )";
   for (uint64_t seed : {1, 2, 3}) {
