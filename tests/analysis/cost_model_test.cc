@@ -105,14 +105,14 @@ TEST(CostModelTest, AFusionCountsItsFusedComputation) {
 TEST(CostModelTest, SortTopKAndWindowsCountTheirWork) {
   std::unique_ptr<HloModule> m = ParseHloModule(R"(HloModule m
 lt {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT r = pred[] compare(a, b), direction=LT
+  lt_a = f32[] parameter(0)
+  lt_b = f32[] parameter(1)
+  ROOT lt_r = pred[] compare(lt_a, lt_b), direction=LT
 }
 add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT r = f32[] add(a, b)
+  add_a = f32[] parameter(0)
+  add_b = f32[] parameter(1)
+  ROOT add_r = f32[] add(add_a, add_b)
 }
 ENTRY e {
   x = f32[4,16] parameter(0)
