@@ -1,6 +1,7 @@
 #include "weft/analysis/cost_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "weft/analysis/loops.h"
@@ -45,6 +46,28 @@ void AttentionFlops(const HloInstruction& instr, double times, FlopCount& f) {
   }
 }
 
+// Elements each window of a reduce-window / select-and-scatter covers at most.
+double WindowElements(const HloInstruction& instr) {
+  double n = 1;
+  for (const WindowDim& w : instr.attrs().window) n *= static_cast<double>(w.size);
+  return n;
+}
+
+// A sort's comparisons, n log2 n per row, each running the comparator's
+// instructions; a top-k's n log2 k.
+double SortWork(const HloInstruction& instr) {
+  const Shape& x = instr.operand(0)->shape();
+  const double elements = static_cast<double>(x.ElementsCount());
+  if (instr.opcode() != HloOpcode::kSort) {
+    const double k = static_cast<double>(instr.shape().tuple_shapes(0).dimensions().back());
+    return elements * std::ceil(std::log2(std::max(2.0, k)));
+  }
+  const double len = static_cast<double>(x.dimensions(instr.dimensions().at(0)));
+  const double steps = static_cast<double>(instr.to_apply()->instruction_count() -
+                                           instr.to_apply()->num_parameters());
+  return elements * std::ceil(std::log2(std::max(2.0, len))) * std::max(1.0, steps);
+}
+
 // One instruction's FLOPs, `times` runs. A fusion's are its fused
 // computation's (which ComputationRunCounts does not reach).
 void CountInstructionFlops(const HloInstruction& instr, double times, FlopCount& f) {
@@ -61,6 +84,16 @@ void CountInstructionFlops(const HloInstruction& instr, double times, FlopCount&
     f.other += times * static_cast<double>(instr.shape().ElementsCount());
   } else if (op == HloOpcode::kReduce) {
     f.other += times * static_cast<double>(instr.operand(0)->shape().ElementsCount());
+  } else if (op == HloOpcode::kReduceWindow) {
+    const double outputs = static_cast<double>(instr.shape().Leaves()[0].ElementsCount());
+    f.other +=
+        times * outputs * WindowElements(instr) * static_cast<double>(instr.operand_count() / 2);
+  } else if (op == HloOpcode::kSelectAndScatter) {  // a select per covered element, a scatter
+    const double sources = static_cast<double>(instr.operand(1)->shape().ElementsCount());
+    f.other += times * sources * (WindowElements(instr) + 1);
+  } else if (op == HloOpcode::kSort || op == HloOpcode::kTopK ||
+             (op == HloOpcode::kCustomCall && instr.attrs().custom_call_target == kTopKTarget)) {
+    f.other += times * SortWork(instr);
   } else if (op == HloOpcode::kFusion) {
     for (const HloComputation* fused : instr.called_computations()) {
       for (const HloInstruction* inner : fused->instructions()) CountInstructionFlops(*inner, times, f);

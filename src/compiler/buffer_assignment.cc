@@ -392,6 +392,7 @@ class ComputationAssigner {
       case HloOpcode::kCopy:  // the executor shares the bytes (values are immutable)
         return Forward(instr, leaves_.at(instr.operand(0)), ia);
       case HloOpcode::kReshape:
+      case HloOpcode::kBitcastConvert:  // the executor reinterprets the same bytes
         return Forward(instr, view_of(0, 0), ia);
       case HloOpcode::kBroadcast: {
         const std::vector<int64_t>& dims = instr.dimensions();

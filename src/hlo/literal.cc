@@ -20,6 +20,9 @@ void CheckIntInRange(PrimitiveType type, int64_t v) {
     case PrimitiveType::kS32:
       lo = std::numeric_limits<int32_t>::min(), hi = std::numeric_limits<int32_t>::max();
       break;
+    case PrimitiveType::kU16:
+      lo = 0, hi = std::numeric_limits<uint16_t>::max();
+      break;
     case PrimitiveType::kU32:
       lo = 0, hi = std::numeric_limits<uint32_t>::max();
       break;
@@ -37,6 +40,9 @@ Literal::Literal(Shape shape, const std::vector<double>& values) : shape_(std::m
              "constant of shape {} needs {} values, got {}", shape_.ToString(),
              shape_.ElementsCount(), values.size());
   const PrimitiveType type = shape_.element_type();
+  WEFT_CHECK(!IsComplex(type) && type != PrimitiveType::kToken,
+             "constants of {} are not supported; weft reads real and integer constants",
+             PrimitiveTypeName(type));
   for (double v : values) {
     if (IsIntegral()) {
       WEFT_CHECK(std::isfinite(v) && std::trunc(v) == v && std::fabs(v) < 9.3e18,
@@ -89,6 +95,7 @@ std::string Literal::ToString() const {
     if (!std::isfinite(v) || type == PrimitiveType::kF32) {
       return fmt::format("{}", static_cast<float>(v));
     }
+    if (type == PrimitiveType::kF64) return fmt::format("{}", v);  // shortest round trip
     for (int digits = 1; digits < 9; ++digits) {
       std::string text = fmt::format("{:.{}g}", v, digits);
       if (RoundToType(std::strtod(text.c_str(), nullptr), type) == v) return text;

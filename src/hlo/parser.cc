@@ -25,7 +25,19 @@ const std::map<std::string_view, std::vector<Op>>& AttributeOpcodes() {
   static const auto* table = new std::map<std::string_view, std::vector<Op>>{
       {"dimensions",
        {Op::kBroadcast, Op::kTranspose, Op::kReverse, Op::kReduce, Op::kConcatenate, Op::kAllGather,
-        Op::kReduceScatter, Op::kAllToAll}},
+        Op::kReduceScatter, Op::kAllToAll, Op::kSort}},
+      {"is_stable", {Op::kSort}},
+      {"k", {Op::kTopK}},
+      {"largest", {Op::kTopK}},
+      {"window", {Op::kReduceWindow, Op::kSelectAndScatter}},
+      {"select", {Op::kSelectAndScatter}},
+      {"scatter", {Op::kSelectAndScatter}},
+      {"true_computation", {Op::kConditional}},
+      {"false_computation", {Op::kConditional}},
+      {"branch_computations", {Op::kConditional}},
+      {"infeed_config", {Op::kInfeed}},
+      {"outfeed_config", {Op::kOutfeed}},
+      {"outfeed_shape", {Op::kOutfeed}},
       {"iota_dimension", {Op::kIota}},
       {"index", {Op::kGetTupleElement}},
       {"slice", {Op::kSlice}},
@@ -33,7 +45,9 @@ const std::map<std::string_view, std::vector<Op>>& AttributeOpcodes() {
       {"padding", {Op::kPad}},
       {"direction", {Op::kCompare}},
       {"type", {Op::kCompare}},
-      {"to_apply", {Op::kReduce, Op::kScatter, Op::kCall, Op::kAllReduce, Op::kReduceScatter}},
+      {"to_apply",
+       {Op::kReduce, Op::kScatter, Op::kCall, Op::kAllReduce, Op::kReduceScatter, Op::kSort,
+        Op::kReduceWindow}},
       {"kind", {Op::kFusion}},
       {"calls", {Op::kFusion}},
       {"condition", {Op::kWhile}},
@@ -59,6 +73,7 @@ const std::map<std::string_view, std::vector<Op>>& AttributeOpcodes() {
       {"scatter_indices_batching_dims", {Op::kScatter}},
       {"unique_indices", {Op::kScatter}},
       {"custom_call_target", {Op::kCustomCall}},
+      {"called_computations", {Op::kCustomCall}},
       {"custom_call_has_side_effect", {Op::kCustomCall}},
       {"api_version", {Op::kCustomCall}},
       {"replica_groups", {Op::kAllReduce, Op::kAllGather, Op::kReduceScatter, Op::kAllToAll}},
@@ -87,7 +102,14 @@ std::vector<std::string_view> RequiredAttributes(Op op) {
       return {"dimensions"};
     case Op::kReduce:
     case Op::kReduceScatter:
+    case Op::kSort:
       return {"dimensions", "to_apply"};
+    case Op::kTopK:
+      return {"k"};
+    case Op::kReduceWindow:
+      return {"window", "to_apply"};
+    case Op::kSelectAndScatter:
+      return {"window", "select", "scatter"};
     case Op::kIota:
       return {"iota_dimension"};
     case Op::kGetTupleElement:
@@ -344,12 +366,16 @@ class HloTextParser {
 
   // The result shape of an instruction written without one: only where the
   // operands alone determine it (elementwise ops but convert, compare,
-  // select, clamp, copy, tuple, get-tuple-element).
+  // select, clamp, copy, tuple, get-tuple-element, topk, after-all, outfeed).
+  // Ops with called computations (sort, reduce-window, ...) need their shape
+  // written: the computations are resolved only after the whole text.
   void InferOmittedShape(HloInstruction& instr, size_t at) {
     const Op op = instr.opcode();
     const bool inferable = (IsElementwise(op) && op != Op::kConvert) || op == Op::kTuple ||
-                           op == Op::kGetTupleElement || op == Op::kCopy;
-    if (!inferable || (op != Op::kTuple && instr.operand_count() == 0)) {
+                           op == Op::kGetTupleElement || op == Op::kCopy || op == Op::kTopK ||
+                           op == Op::kAfterAll || op == Op::kOutfeed;
+    const bool no_operands_needed = op == Op::kTuple || op == Op::kAfterAll;
+    if (!inferable || (!no_operands_needed && instr.operand_count() == 0)) {
       cur_.FailAt(
           at, fmt::format("'{}' ({}) has no result shape, and its operands do not "
                           "determine it; write the shape as XLA prints it, e.g. '{} = "
@@ -409,8 +435,29 @@ class HloTextParser {
       a.comparison_direction = *d;
     } else if (key == "type") {
       a.comparison_type = cur_.ParseWord("a comparison type");
-    } else if (key == "to_apply" || key == "condition") {
+    } else if (key == "to_apply" || key == "condition" || key == "select" ||
+               key == "true_computation") {
+      // The first called computation, whichever order the attributes come in.
       pending.names.insert(pending.names.begin(), {cur_.ParseName("a computation name"), at});
+    } else if (key == "scatter" || key == "false_computation") {
+      pending.names.push_back({cur_.ParseName("a computation name"), at});
+    } else if (key == "branch_computations" || key == "called_computations") {
+      cur_.Expect("{", fmt::format("'{{' to start {}", key));
+      if (!cur_.TryConsume("}")) {
+        do {
+          const size_t name_at = cur_.Mark();
+          pending.names.push_back({cur_.ParseName("a computation name"), name_at});
+        } while (cur_.TryConsume(","));
+        cur_.Expect("}", fmt::format("',' or '}}' in {}", key));
+      }
+    } else if (key == "is_stable") {
+      flag(a.is_stable);
+    } else if (key == "k") {
+      a.k = cur_.ParseInt(key);
+    } else if (key == "largest") {
+      flag(a.largest);
+    } else if (key == "window") {
+      a.window = ParseWindow();
     } else if (key == "calls") {
       pending.names.push_back({cur_.ParseName("a computation name"), at});
     } else if (key == "kind") {
@@ -575,6 +622,66 @@ class HloTextParser {
       slice.push_back(s);
     } while (cur_.TryConsume(","));
     cur_.Expect("}", "',' or '}' in the slice ranges");
+  }
+
+  // XLA's window={size=3x3 stride=2x1 pad=0_1x1_1 lhs_dilate=1x1
+  // rhs_dilate=2x1}; every part but size is optional, {} for rank 0.
+  std::vector<WindowDim> ParseWindow() {
+    const size_t at = cur_.Mark();
+    cur_.Expect("{", "'{' to start the window");
+    std::vector<WindowDim> window;
+    std::map<std::string, size_t> seen;
+    auto fill = [&](const std::string& key, size_t n, size_t key_at) {
+      if (window.empty()) window.resize(n);
+      if (window.size() != n) {
+        cur_.FailAt(key_at, fmt::format("window {} has {} dims but an earlier part has {}", key, n,
+                                        window.size()));
+      }
+    };
+    while (!cur_.TryConsume("}")) {
+      const size_t key_at = cur_.Mark();
+      const std::string key = cur_.ParseWord(
+          "a window part (size, stride, pad, lhs_dilate, "
+          "rhs_dilate) or '}'");
+      if (!seen.emplace(key, key_at).second) cur_.FailAt(key_at, "window part given twice");
+      cur_.Expect("=", fmt::format("'=' after window {}", key));
+      if (key == "pad") {
+        std::vector<PadDim> pads;
+        ParsePadding(pads);
+        fill(key, pads.size(), key_at);
+        for (size_t d = 0; d < pads.size(); ++d) {
+          if (pads[d].interior != 0) cur_.FailAt(key_at, "window padding is low_high per dim");
+          window[d].padding_low = pads[d].low;
+          window[d].padding_high = pads[d].high;
+        }
+        continue;
+      }
+      int64_t WindowDim::*field = nullptr;
+      if (key == "size") field = &WindowDim::size;
+      if (key == "stride") field = &WindowDim::stride;
+      if (key == "lhs_dilate") field = &WindowDim::base_dilation;
+      if (key == "rhs_dilate") field = &WindowDim::window_dilation;
+      if (field == nullptr) {
+        cur_.FailAt(key_at, fmt::format("unknown window part '{}'; weft reads size, stride, pad, "
+                                        "lhs_dilate and rhs_dilate",
+                                        key));
+      }
+      const std::vector<int64_t> values = ParseTimesList(key);
+      fill(key, values.size(), key_at);
+      for (size_t d = 0; d < values.size(); ++d) window[d].*field = values[d];
+    }
+    if (!window.empty() && !seen.count("size")) cur_.FailAt(at, "the window needs size=");
+    return window;
+  }
+
+  // Integers joined by 'x': 3x3x1.
+  std::vector<int64_t> ParseTimesList(std::string_view what) {
+    std::vector<int64_t> values{cur_.ParseInt(what)};
+    while (cur_.pos() < cur_.text().size() && cur_.text()[cur_.pos()] == 'x') {
+      cur_.set_pos(cur_.pos() + 1);
+      values.push_back(cur_.ParseInt(what));
+    }
+    return values;
   }
 
   // low_high[_interior] per dim, joined by 'x': 0_0x1_2_0.

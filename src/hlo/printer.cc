@@ -50,6 +50,35 @@ void AddDotAttributes(const DotDimensionNumbers& d, std::vector<std::string>* at
   add("rhs_contracting_dims", d.rhs_contracting_dims);
 }
 
+// XLA's window text: size, then stride, pad and dilations where any dim
+// differs from the default.
+std::string WindowToString(const std::vector<WindowDim>& window) {
+  std::vector<std::string> parts;
+  auto part = [&](const char* key, int64_t WindowDim::*field, int64_t default_value) {
+    std::vector<int64_t> values;
+    bool all_default = true;
+    for (const WindowDim& w : window) {
+      values.push_back(w.*field);
+      all_default = all_default && w.*field == default_value;
+    }
+    if (!all_default || default_value < 0) {
+      parts.push_back(fmt::format("{}={}", key, fmt::join(values, "x")));
+    }
+  };
+  part("size", &WindowDim::size, -1);
+  part("stride", &WindowDim::stride, 1);
+  std::vector<PadDim> pads;
+  bool padded = false;
+  for (const WindowDim& w : window) {
+    pads.push_back({w.padding_low, w.padding_high, 0});
+    padded = padded || w.padding_low != 0 || w.padding_high != 0;
+  }
+  if (padded) parts.push_back("pad=" + PaddingToString(pads));
+  part("lhs_dilate", &WindowDim::base_dilation, 1);
+  part("rhs_dilate", &WindowDim::window_dilation, 1);
+  return fmt::format("{{{}}}", fmt::join(parts, " "));
+}
+
 // XLA's attribute order: op-specific attributes, called computations,
 // sharding, then the verbatim extras and backend_config.
 std::vector<std::string> Attributes(const HloInstruction& instr, const HloPrintOptions& options) {
@@ -101,6 +130,35 @@ std::vector<std::string> Attributes(const HloInstruction& instr, const HloPrintO
       add_list("dimensions", a.dimensions);
       add("to_apply=" + comp(0));
       break;
+    case HloOpcode::kSort:
+      add_list("dimensions", a.dimensions);
+      if (a.is_stable) add("is_stable=true");
+      add("to_apply=" + comp(0));
+      break;
+    case HloOpcode::kTopK:
+      add(fmt::format("k={}", a.k));
+      add(fmt::format("largest={}", a.largest));
+      break;
+    case HloOpcode::kReduceWindow:
+      add("window=" + WindowToString(a.window));
+      add("to_apply=" + comp(0));
+      break;
+    case HloOpcode::kSelectAndScatter:
+      add("window=" + WindowToString(a.window));
+      add("select=" + comp(0));
+      add("scatter=" + comp(1));
+      break;
+    case HloOpcode::kConditional:
+      if (instr.operand_count() > 0 &&
+          instr.operand(0)->shape().element_type() == PrimitiveType::kPred) {
+        add("true_computation=" + comp(0));
+        add("false_computation=" + comp(1));
+      } else {
+        std::vector<std::string> names;
+        for (size_t i = 0; i < instr.called_computations().size(); ++i) names.push_back(comp(i));
+        add(fmt::format("branch_computations={{{}}}", fmt::join(names, ", ")));
+      }
+      break;
     case HloOpcode::kDot:
       AddDotAttributes(a.dot, &out);
       break;
@@ -141,6 +199,11 @@ std::vector<std::string> Attributes(const HloInstruction& instr, const HloPrintO
       break;
     case HloOpcode::kCustomCall:
       add("custom_call_target=" + Quote(a.custom_call_target));
+      if (!instr.called_computations().empty()) {
+        std::vector<std::string> names;
+        for (size_t i = 0; i < instr.called_computations().size(); ++i) names.push_back(comp(i));
+        add(fmt::format("called_computations={{{}}}", fmt::join(names, ", ")));
+      }
       if (a.custom_call_has_side_effect) add("custom_call_has_side_effect=true");
       if (!a.custom_call_api_version.empty()) add("api_version=" + a.custom_call_api_version);
       break;

@@ -21,14 +21,18 @@ struct TypeInfo {
   int64_t bytes;
 };
 
-constexpr std::array<TypeInfo, 7> kTypes = {{
+constexpr std::array<TypeInfo, 11> kTypes = {{
     {PrimitiveType::kPred, "pred", 1},
     {PrimitiveType::kS32, "s32", 4},
     {PrimitiveType::kS64, "s64", 8},
+    {PrimitiveType::kU16, "u16", 2},
     {PrimitiveType::kU32, "u32", 4},
     {PrimitiveType::kF16, "f16", 2},
     {PrimitiveType::kBF16, "bf16", 2},
     {PrimitiveType::kF32, "f32", 4},
+    {PrimitiveType::kF64, "f64", 8},
+    {PrimitiveType::kC64, "c64", 8},
+    {PrimitiveType::kToken, "token", 0},
 }};
 
 }  // namespace
@@ -48,15 +52,21 @@ std::optional<PrimitiveType> PrimitiveTypeFromName(std::string_view name) {
   return std::nullopt;
 }
 
-std::string_view SupportedPrimitiveTypeNames() { return "pred, s32, s64, u32, f16, bf16, f32"; }
+std::string_view SupportedPrimitiveTypeNames() {
+  return "pred, s32, s64, u16, u32, f16, bf16, f32, f64, c64, token";
+}
 
 bool IsFloatingPoint(PrimitiveType type) {
-  return type == PrimitiveType::kF32 || type == PrimitiveType::kBF16 || type == PrimitiveType::kF16;
+  return type == PrimitiveType::kF32 || type == PrimitiveType::kBF16 ||
+         type == PrimitiveType::kF16 || type == PrimitiveType::kF64;
 }
 
 bool IsInteger(PrimitiveType type) {
-  return type == PrimitiveType::kS32 || type == PrimitiveType::kS64 || type == PrimitiveType::kU32;
+  return type == PrimitiveType::kS32 || type == PrimitiveType::kS64 ||
+         type == PrimitiveType::kU16 || type == PrimitiveType::kU32;
 }
+
+bool IsComplex(PrimitiveType type) { return type == PrimitiveType::kC64; }
 
 bool IsSignedInteger(PrimitiveType type) {
   return type == PrimitiveType::kS32 || type == PrimitiveType::kS64;
@@ -226,6 +236,8 @@ double RoundToType(double value, PrimitiveType type) {
       return RoundToBf16(static_cast<float>(value));
     case PrimitiveType::kF16:
       return RoundToF16(value);
+    case PrimitiveType::kF64:
+      return value;
     default:
       return value;
   }

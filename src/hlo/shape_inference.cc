@@ -79,8 +79,8 @@ Shape InferElementwise(const HloInstruction& instr) {
         WEFT_CHECK(t != PrimitiveType::kPred, "{} needs numbers, got {}", name, x.ToString());
         break;
       default:
-        WEFT_CHECK(IsFloatingPoint(t), "{} needs a floating-point operand, got {}", name,
-                   x.ToString());
+        WEFT_CHECK(IsFloatingPoint(t) || IsComplex(t),
+                   "{} needs a floating-point or complex operand, got {}", name, x.ToString());
     }
     return x;
   }
@@ -697,6 +697,217 @@ Shape InferCollective(const HloInstruction& instr) {
   return declared;
 }
 
+// bitcast-convert: the bytes reinterpreted. Equal widths keep the dims; a
+// wider operand gains a last dim of width ratio, a narrower one loses its
+// last dim, which must be the ratio (XLA's rule).
+Shape InferBitcastConvert(const HloInstruction& instr) {
+  ExpectOperandCount(instr, 1);
+  const Shape& x = ArrayOperand(instr, 0);
+  const Shape& declared = Declared(instr, "the element type to reinterpret as");
+  WEFT_CHECK(declared.IsArray(), "bitcast-convert result {} must be an array", declared.ToString());
+  const PrimitiveType from = x.element_type(), to = declared.element_type();
+  for (PrimitiveType t : {from, to}) {
+    WEFT_CHECK(t != PrimitiveType::kPred && t != PrimitiveType::kToken,
+               "bitcast-convert of {} is not allowed; it reinterprets numbers' bytes",
+               PrimitiveTypeName(t));
+  }
+  const int64_t wf = ByteWidth(from), wt = ByteWidth(to);
+  Dims dims = x.dimensions();
+  if (wf > wt) {
+    dims.push_back(wf / wt);
+  } else if (wf < wt) {
+    WEFT_CHECK(!dims.empty() && dims.back() == wt / wf,
+               "bitcast-convert from {} to {} needs a last dim of {} ({} / {} bytes), got {}",
+               x.ToString(), PrimitiveTypeName(to), wt / wf, wt, wf, x.ToString());
+    dims.pop_back();
+  }
+  return Shape(to, dims);
+}
+
+// The comparator of sort / topk's custom call: 2n scalar parameters (two
+// per operand, of its type) returning pred[].
+void CheckComparator(const HloComputation* c, std::span<const PrimitiveType> types,
+                     std::string_view what) {
+  WEFT_CHECK(c != nullptr, "{} needs a comparator computation", what);
+  const int64_t n = static_cast<int64_t>(types.size());
+  WEFT_CHECK(c->num_parameters() == 2 * n,
+             "{} comparator '{}' must take {} scalar parameters (two per operand), takes {}", what,
+             c->name(), 2 * n, c->num_parameters());
+  for (int64_t i = 0; i < 2 * n; ++i) {
+    const HloInstruction* p = c->parameter_instruction(i);
+    WEFT_CHECK(p != nullptr && p->shape() == Shape::Scalar(types[i / 2]),
+               "{} comparator '{}' parameter {} must be {}[], got {}", what, c->name(), i,
+               PrimitiveTypeName(types[i / 2]), p ? p->shape().ToString() : "nothing");
+  }
+  const Shape& root = c->root_instruction()->shape();
+  WEFT_CHECK(root == Shape::Scalar(PrimitiveType::kPred),
+             "{} comparator '{}' must return pred[], returns {}", what, c->name(), root.ToString());
+}
+
+Shape InferSort(const HloInstruction& instr) {
+  WEFT_CHECK(instr.operand_count() >= 1, "sort needs at least one operand");
+  const Shape& first = ArrayOperand(instr, 0);
+  WEFT_CHECK(instr.dimensions().size() == 1, "sort takes one dimension, got {}",
+             DimsString(instr.dimensions()));
+  CheckDims(instr.dimensions(), first.rank(), "sort dimensions");
+  std::vector<Shape> results;
+  std::vector<PrimitiveType> types;
+  for (int64_t i = 0; i < instr.operand_count(); ++i) {
+    const Shape& x = ArrayOperand(instr, i);
+    WEFT_CHECK(x.dimensions() == first.dimensions(),
+               "sort operands must have the same dimensions, got {} and {}", first.ToString(),
+               x.ToString());
+    results.push_back(x);
+    types.push_back(x.element_type());
+  }
+  CheckComparator(instr.called_computations().empty() ? nullptr : instr.to_apply(), types, "sort");
+  return results.size() == 1 ? results[0] : Shape::Tuple(results);
+}
+
+// topk(x), k=N: the N largest (or smallest) along the last dim, and their
+// s32 indices.
+Shape InferTopK(const HloInstruction& instr) {
+  ExpectOperandCount(instr, 1);
+  const Shape& x = ArrayOperand(instr, 0);
+  WEFT_CHECK(x.rank() >= 1, "topk needs an operand of rank >= 1, got {}", x.ToString());
+  const int64_t k = instr.attrs().k;
+  WEFT_CHECK(k >= 0 && k <= x.dimensions().back(),
+             "topk k={} must be in [0, {}], the last dim of {}", k, x.dimensions().back(),
+             x.ToString());
+  Dims dims = x.dimensions();
+  dims.back() = k;
+  return Shape::Tuple({Shape(x.element_type(), dims), Shape(PrimitiveType::kS32, dims)});
+}
+
+// The dims of a window slid over `in` (XLA's reduce-window output shape).
+Dims WindowedDims(const Shape& in, const std::vector<WindowDim>& window, std::string_view what) {
+  WEFT_CHECK(static_cast<int64_t>(window.size()) == in.rank(),
+             "{} window has {} dims but the operand {} has {}", what, window.size(), in.ToString(),
+             in.rank());
+  Dims out;
+  for (int64_t d = 0; d < in.rank(); ++d) {
+    const WindowDim& w = window[d];
+    WEFT_CHECK(w.size >= 1 && w.stride >= 1 && w.base_dilation >= 1 && w.window_dilation >= 1,
+               "{} window dim {}: size, stride and dilations must be >= 1", what, d);
+    WEFT_CHECK(w.padding_low >= 0 && w.padding_high >= 0,
+               "{} window dim {}: negative padding is not supported", what, d);
+    const int64_t base = in.dimensions(d) == 0 ? 0 : (in.dimensions(d) - 1) * w.base_dilation + 1;
+    const int64_t span = (w.size - 1) * w.window_dilation + 1;
+    const int64_t padded = base + w.padding_low + w.padding_high;
+    out.push_back(padded < span ? 0 : (padded - span) / w.stride + 1);
+  }
+  return out;
+}
+
+Shape InferReduceWindow(const HloInstruction& instr) {
+  WEFT_CHECK(instr.operand_count() >= 2 && instr.operand_count() % 2 == 0,
+             "reduce-window takes N inputs then N init values, got {} operands",
+             instr.operand_count());
+  const int64_t n = instr.operand_count() / 2;
+  const Shape& first = ArrayOperand(instr, 0);
+  const Dims out = WindowedDims(first, instr.attrs().window, "reduce-window");
+  std::vector<PrimitiveType> types;
+  std::vector<Shape> results;
+  for (int64_t i = 0; i < n; ++i) {
+    const Shape& input = ArrayOperand(instr, i);
+    const Shape& init = ArrayOperand(instr, n + i);
+    WEFT_CHECK(input.dimensions() == first.dimensions(),
+               "reduce-window inputs must have the same dimensions, got {} and {}",
+               first.ToString(), input.ToString());
+    WEFT_CHECK(init.IsScalar() && init.element_type() == input.element_type(),
+               "reduce-window init value {} must be a scalar of the input type {}", init.ToString(),
+               PrimitiveTypeName(input.element_type()));
+    types.push_back(input.element_type());
+    results.push_back(Shape(input.element_type(), out));
+  }
+  CheckScalarComputation(instr.called_computations().empty() ? nullptr : instr.to_apply(), types,
+                         "reduce-window");
+  return n == 1 ? results[0] : Shape::Tuple(results);
+}
+
+// select-and-scatter(operand, source, init): source has the shape of the
+// window slid over operand; select (T, T) -> pred, scatter (T, T) -> T.
+Shape InferSelectAndScatter(const HloInstruction& instr) {
+  ExpectOperandCount(instr, 3);
+  const Shape& operand = ArrayOperand(instr, 0);
+  const Shape& source = ArrayOperand(instr, 1);
+  const Shape& init = ArrayOperand(instr, 2);
+  const PrimitiveType t = operand.element_type();
+  const Dims windows = WindowedDims(operand, instr.attrs().window, "select-and-scatter");
+  WEFT_CHECK(source.element_type() == t && source.dimensions() == windows,
+             "select-and-scatter source {} must be {}[{}], one value per window position",
+             source.ToString(), PrimitiveTypeName(t), fmt::join(windows, ","));
+  WEFT_CHECK(init.IsScalar() && init.element_type() == t,
+             "select-and-scatter init value {} must be a {}[] scalar", init.ToString(),
+             PrimitiveTypeName(t));
+  WEFT_CHECK(instr.called_computations().size() == 2,
+             "select-and-scatter needs select= and scatter= computations");
+  const HloComputation* select = instr.called_computations()[0];
+  WEFT_CHECK(select->num_parameters() == 2 &&
+                 select->parameter_instruction(0)->shape() == Shape::Scalar(t) &&
+                 select->parameter_instruction(1)->shape() == Shape::Scalar(t) &&
+                 select->root_instruction()->shape() == Shape::Scalar(PrimitiveType::kPred),
+             "select-and-scatter select '{}' must take ({}[], {}[]) and return pred[]",
+             select->name(), PrimitiveTypeName(t), PrimitiveTypeName(t));
+  CheckScalarComputation(instr.called_computations()[1], std::span(&t, 1),
+                         "select-and-scatter scatter");
+  return operand;
+}
+
+// conditional(pred, true_arg, false_arg) or conditional(index, arg0, ...):
+// branch i takes argument i; every branch returns the result's shape.
+Shape InferConditional(const HloInstruction& instr) {
+  WEFT_CHECK(instr.operand_count() >= 1, "conditional needs a predicate or branch index");
+  const Shape& selector = ArrayOperand(instr, 0);
+  const std::vector<HloComputation*>& branches = instr.called_computations();
+  const bool is_pred = selector.element_type() == PrimitiveType::kPred;
+  WEFT_CHECK(selector.IsScalar() && (is_pred || selector.element_type() == PrimitiveType::kS32),
+             "conditional's first operand must be pred[] or s32[], got {}", selector.ToString());
+  WEFT_CHECK(!branches.empty() && (!is_pred || branches.size() == 2),
+             "conditional on {} needs {}, got {} computations", selector.ToString(),
+             is_pred ? "true_computation and false_computation" : "branch_computations",
+             branches.size());
+  WEFT_CHECK(instr.operand_count() == static_cast<int64_t>(branches.size()) + 1,
+             "conditional has {} branches, so it takes {} branch arguments after the selector, "
+             "got {}",
+             branches.size(), branches.size(), instr.operand_count() - 1);
+  const Shape& result = branches[0]->root_instruction()->shape();
+  for (size_t i = 0; i < branches.size(); ++i) {
+    const HloComputation* c = branches[i];
+    const Shape& arg = instr.operand(i + 1)->shape();
+    WEFT_CHECK(c->num_parameters() == 1 && c->parameter_instruction(0) != nullptr &&
+                   c->parameter_instruction(0)->shape() == arg,
+               "conditional branch {} '{}' must take one parameter of its argument's shape {}", i,
+               c->name(), arg.ToString());
+    WEFT_CHECK(c->root_instruction()->shape() == result,
+               "conditional branches must return the same shape: '{}' returns {}, '{}' {}",
+               branches[0]->name(), result.ToString(), c->name(),
+               c->root_instruction()->shape().ToString());
+  }
+  return result;
+}
+
+bool IsToken(const Shape& s) { return s.IsArray() && s.element_type() == PrimitiveType::kToken; }
+
+// after-all(tokens...) -> token[]; infeed(token) -> (data, token[]);
+// outfeed(data, token) -> token[].
+Shape InferTokenOp(const HloInstruction& instr) {
+  const Shape token = Shape::Scalar(PrimitiveType::kToken);
+  const std::string_view name = HloOpcodeString(instr.opcode());
+  const int64_t first_token = instr.opcode() == HloOpcode::kOutfeed ? 1 : 0;
+  if (instr.opcode() != HloOpcode::kAfterAll) ExpectOperandCount(instr, first_token + 1);
+  for (int64_t i = first_token; i < instr.operand_count(); ++i) {
+    WEFT_CHECK(IsToken(instr.operand(i)->shape()), "{} operand {} must be token[], got {}", name, i,
+               instr.operand(i)->shape().ToString());
+  }
+  if (instr.opcode() != HloOpcode::kInfeed) return token;
+  const Shape& declared = Declared(instr, "the data the infeed reads");
+  WEFT_CHECK(declared.IsTuple() && declared.tuple_shapes().size() == 2 &&
+                 declared.tuple_shapes(1) == token,
+             "infeed result {} must be (data, token[])", declared.ToString());
+  return declared;
+}
+
 }  // namespace
 
 int64_t ReplicaGroupSize(const std::vector<std::vector<int64_t>>& groups) {
@@ -780,6 +991,22 @@ Shape InferHloShape(const HloInstruction& instr) {
       return InferControlFlow(instr);
     case HloOpcode::kFusion:
       return InferFusion(instr);
+    case HloOpcode::kBitcastConvert:
+      return InferBitcastConvert(instr);
+    case HloOpcode::kSort:
+      return InferSort(instr);
+    case HloOpcode::kTopK:
+      return InferTopK(instr);
+    case HloOpcode::kReduceWindow:
+      return InferReduceWindow(instr);
+    case HloOpcode::kSelectAndScatter:
+      return InferSelectAndScatter(instr);
+    case HloOpcode::kConditional:
+      return InferConditional(instr);
+    case HloOpcode::kAfterAll:
+    case HloOpcode::kInfeed:
+    case HloOpcode::kOutfeed:
+      return InferTokenOp(instr);
     case HloOpcode::kCustomCall:
       return Declared(instr, "custom-call results are opaque");
     case HloOpcode::kPartitionId:

@@ -40,8 +40,10 @@ int64_t DataTypeSize(DataType dtype) {
     case DataType::kI32:
       return 4;
     case DataType::kBF16:
+    case DataType::kU16:
       return 2;
     case DataType::kI64:
+    case DataType::kF64:
       return 8;
     case DataType::kU8:
       return 1;
@@ -61,6 +63,10 @@ std::string_view DataTypeName(DataType dtype) {
       return "s64";
     case DataType::kU8:
       return "u8";
+    case DataType::kF64:
+      return "f64";
+    case DataType::kU16:
+      return "u16";
   }
   return "?";
 }

@@ -42,14 +42,85 @@ WEFT_FLOAT_SPAN_KERNELS
 }  // namespace cached
 #undef WEFT_FLOAT_SPAN_KERNELS
 
-inline float Sign(float x) { return x > 0 ? 1.0f : (x < 0 ? -1.0f : x); }  // keeps NaN and -0
-
-// XLA's maximum/minimum propagate NaN.
-inline float MaxF(float a, float b) { return a != a ? a : (b != b ? b : (a > b ? a : b)); }
-inline float MinF(float a, float b) { return a != a ? a : (b != b ? b : (a < b ? a : b)); }
+// Real (f32, f64) formulas, one definition each: the f32 span kernels
+// (elementwise_spans.inc) instantiate them under every target (always
+// inlined, so each clone vectorizes them), f64 calls them directly.
+#define WEFT_REAL_KERNEL inline __attribute__((always_inline))
 
 template <typename T>
-void Compare(ComparisonDirection d, const T* a, const T* b, uint8_t* o, int64_t n) {
+WEFT_REAL_KERNEL T Sign(T x) {  // keeps NaN and -0
+  return x > 0 ? T(1) : (x < 0 ? T(-1) : x);
+}
+
+// XLA's maximum/minimum propagate NaN.
+template <typename T>
+WEFT_REAL_KERNEL T MaxF(T a, T b) {
+  return a != a ? a : (b != b ? b : (a > b ? a : b));
+}
+template <typename T>
+WEFT_REAL_KERNEL T MinF(T a, T b) {
+  return a != a ? a : (b != b ? b : (a < b ? a : b));
+}
+
+template <typename T>
+WEFT_REAL_KERNEL void UnaryReal(HloOpcode op, const T* a, T* o, int64_t n) {
+  switch (op) {
+#define WEFT_UNARY(OP, EXPR)          \
+  case HloOpcode::OP:                 \
+    for (int64_t i = 0; i < n; ++i) { \
+      const T x = a[i];               \
+      o[i] = (EXPR);                  \
+    }                                 \
+    return;
+    WEFT_UNARY(kAbs, std::fabs(x))
+    WEFT_UNARY(kCeil, std::ceil(x))
+    WEFT_UNARY(kCosine, std::cos(x))
+    WEFT_UNARY(kExp, std::exp(x))
+    WEFT_UNARY(kExpm1, std::expm1(x))
+    WEFT_UNARY(kFloor, std::floor(x))
+    WEFT_UNARY(kLog, std::log(x))
+    WEFT_UNARY(kLog1p, std::log1p(x))
+    WEFT_UNARY(kLogistic, T(1) / (T(1) + std::exp(-x)))
+    WEFT_UNARY(kNegate, -x)
+    WEFT_UNARY(kRsqrt, T(1) / std::sqrt(x))
+    WEFT_UNARY(kSign, Sign(x))
+    WEFT_UNARY(kSine, std::sin(x))
+    WEFT_UNARY(kSqrt, std::sqrt(x))
+    WEFT_UNARY(kTanh, std::tanh(x))
+#undef WEFT_UNARY
+    default:
+      Fail("{} is not a floating-point unary op", HloOpcodeString(op));
+  }
+}
+
+template <typename T>
+WEFT_REAL_KERNEL void BinaryReal(HloOpcode op, const T* a, const T* b, T* o, int64_t n) {
+  switch (op) {
+#define WEFT_BINARY(OP, EXPR)         \
+  case HloOpcode::OP:                 \
+    for (int64_t i = 0; i < n; ++i) { \
+      const T x = a[i], y = b[i];     \
+      o[i] = (EXPR);                  \
+    }                                 \
+    return;
+    WEFT_BINARY(kAdd, x + y)
+    WEFT_BINARY(kSubtract, x - y)
+    WEFT_BINARY(kMultiply, x * y)
+    WEFT_BINARY(kDivide, x / y)
+    WEFT_BINARY(kMaximum, MaxF(x, y))
+    WEFT_BINARY(kMinimum, MinF(x, y))
+    WEFT_BINARY(kPower, std::pow(x, y))
+    WEFT_BINARY(kRemainder, std::fmod(x, y))
+#undef WEFT_BINARY
+    default:
+      Fail("{} is not a floating-point binary op", HloOpcodeString(op));
+  }
+}
+
+// Any ordered element type (floats, integers, pred bytes).
+template <typename T>
+WEFT_REAL_KERNEL void CompareValues(ComparisonDirection d, const T* a, const T* b, uint8_t* o,
+                                    int64_t n) {
   switch (d) {
     case ComparisonDirection::kEq:
       for (int64_t i = 0; i < n; ++i) o[i] = a[i] == b[i];
@@ -71,6 +142,40 @@ void Compare(ComparisonDirection d, const T* a, const T* b, uint8_t* o, int64_t 
       return;
   }
 }
+
+// clamp(lo, x, hi) = min(max(x, lo), hi); a scalar bound is broadcast.
+template <typename T>
+WEFT_REAL_KERNEL void ClampReal(const T* lo, bool lo_scalar, const T* x, const T* hi,
+                                bool hi_scalar, T* o, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    o[i] = MinF(MaxF(x[i], lo[lo_scalar ? 0 : i]), hi[hi_scalar ? 0 : i]);
+  }
+}
+
+// The f32 span kernels' f64 overloads (computed in double, rounded to
+// nothing narrower), so code generic over the element type calls one name.
+namespace streaming {
+inline void UnaryFloat(HloOpcode op, const double* a, double* o, int64_t n) {
+  UnaryReal(op, a, o, n);
+}
+inline void BinaryFloat(HloOpcode op, const double* a, const double* b, double* o, int64_t n) {
+  BinaryReal(op, a, b, o, n);
+}
+inline void Compare(ComparisonDirection d, const double* a, const double* b, uint8_t* o,
+                    int64_t n) {
+  CompareValues(d, a, b, o, n);
+}
+inline void ClampFloat(const double* lo, bool lo_scalar, const double* x, const double* hi,
+                       bool hi_scalar, double* o, int64_t n) {
+  ClampReal(lo, lo_scalar, x, hi, hi_scalar, o, n);
+}
+}  // namespace streaming
+
+// Unsigned arithmetic for T's wrap-around that never promotes to (signed)
+// int: u16 * u16 in int could overflow.
+template <typename T>
+using WrapUnsigned =
+    std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
 
 // Integer semantics follow XLA: wrap-around arithmetic, x / 0 = -1 (all
 // bits set), x % 0 = x, INT_MIN / -1 = INT_MIN, INT_MIN % -1 = 0.
@@ -95,7 +200,7 @@ T IntPow(T base, T exp) {
   if constexpr (std::is_signed_v<T>) {
     if (exp < 0) return base == 1 ? 1 : (base == -1 ? ((exp & 1) ? -1 : 1) : 0);
   }
-  using U = std::make_unsigned_t<T>;
+  using U = WrapUnsigned<T>;
   U result = 1, b = static_cast<U>(base);
   for (U e = static_cast<U>(exp); e != 0; e >>= 1) {
     if (e & 1) result *= b;
@@ -106,7 +211,7 @@ T IntPow(T base, T exp) {
 
 template <typename T>
 void BinaryInt(HloOpcode op, const T* a, const T* b, T* o, int64_t n) {
-  using U = std::make_unsigned_t<T>;
+  using U = WrapUnsigned<T>;
   switch (op) {
 #define WEFT_BINARY(OP, EXPR)                         \
   case HloOpcode::OP:                                 \
@@ -134,14 +239,18 @@ void BinaryInt(HloOpcode op, const T* a, const T* b, T* o, int64_t n) {
 
 template <typename T>
 void UnaryInt(HloOpcode op, const T* a, T* o, int64_t n) {
-  using U = std::make_unsigned_t<T>;
+  using U = WrapUnsigned<T>;
   switch (op) {
     case HloOpcode::kNegate:
       for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(U(0) - static_cast<U>(a[i]));
       return;
     case HloOpcode::kAbs:
       for (int64_t i = 0; i < n; ++i) {
-        o[i] = a[i] < 0 ? static_cast<T>(U(0) - static_cast<U>(a[i])) : a[i];
+        if constexpr (std::is_signed_v<T>) {
+          o[i] = a[i] < 0 ? static_cast<T>(U(0) - static_cast<U>(a[i])) : a[i];
+        } else {
+          o[i] = a[i];
+        }
       }
       return;
     case HloOpcode::kSign:
@@ -181,10 +290,29 @@ void DispatchInt(PrimitiveType t, Fn&& fn) {
       return fn(static_cast<int32_t*>(nullptr));
     case PrimitiveType::kS64:
       return fn(static_cast<int64_t*>(nullptr));
+    case PrimitiveType::kU16:
+      return fn(static_cast<uint16_t*>(nullptr));
     case PrimitiveType::kU32:
       return fn(static_cast<uint32_t*>(nullptr));
     default:
       Fail("element type {} is not an integer type", PrimitiveTypeName(t));
+  }
+}
+
+// Calls fn with a null pointer of the C++ type of `t` for every type whose
+// values are computed as stored: f32, f64, the integers and pred (uint8_t).
+// bf16, f16 (computed in f32), c64 and token are refused.
+template <typename Fn>
+void DispatchStored(PrimitiveType t, Fn&& fn) {
+  switch (t) {
+    case PrimitiveType::kF32:
+      return fn(static_cast<float*>(nullptr));
+    case PrimitiveType::kF64:
+      return fn(static_cast<double*>(nullptr));
+    case PrimitiveType::kPred:
+      return fn(static_cast<uint8_t*>(nullptr));
+    default:
+      return DispatchInt(t, fn);
   }
 }
 

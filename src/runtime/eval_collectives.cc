@@ -51,6 +51,10 @@ DataType CommType(PrimitiveType t, bool reduces) {
       return DataType::kI32;
     case PrimitiveType::kS64:
       return DataType::kI64;
+    case PrimitiveType::kF64:
+      return DataType::kF64;
+    case PrimitiveType::kU16:
+      return DataType::kU16;
     case PrimitiveType::kPred:
       return DataType::kU8;
     default:

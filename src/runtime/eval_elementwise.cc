@@ -18,11 +18,21 @@ constexpr int64_t kBlock = 512;            // f32 scratch per bf16/f16 block
 constexpr int64_t kParallelChunk = 1 << 15;  // elements per thread-pool task
 
 // Runs kernel(inputs as float*, out as OutT*, n) over [begin, end) of
-// buffers of float type `t`, converting bf16/f16 through f32 scratch.
+// buffers of float type `t`, converting bf16/f16 through f32 scratch; f64
+// runs as kernel(inputs as double*, out as double* (OutT float) or OutT*, n).
 // A scalar input (stride 0) is broadcast.
 template <typename OutT, typename Kernel>
 void FloatBlocks(PrimitiveType t, int num_in, const void* const* in, const bool* scalar, void* out,
                  bool out_is_float_type, int64_t begin, int64_t end, Kernel kernel) {
+  if (t == PrimitiveType::kF64) {
+    using R = std::conditional_t<std::is_same_v<OutT, float>, double, OutT>;
+    const double* p[3];
+    for (int k = 0; k < num_in; ++k) {
+      p[k] = static_cast<const double*>(in[k]) + (scalar[k] ? 0 : begin);
+    }
+    kernel(p, static_cast<R*>(out) + begin, end - begin);
+    return;
+  }
   if (!IsHalf(t)) {
     const float* p[3];
     for (int k = 0; k < num_in; ++k) {
@@ -70,10 +80,9 @@ Value EvalUnary(const HloInstruction& instr, EvalArgs& args) {
                                                                               int64_t e) {
     if (IsFloatingPoint(t)) {
       const bool scalar[1] = {false};
-      FloatBlocks<float>(t, 1, &in, scalar, o, true, b, e,
-                         [&](const float* const* p, float* r, int64_t m) {
-                           streaming::UnaryFloat(op, p[0], r, m);
-                         });
+      FloatBlocks<float>(
+          t, 1, &in, scalar, o, true, b, e,
+          [&](const auto* const* p, auto* r, int64_t m) { streaming::UnaryFloat(op, p[0], r, m); });
     } else if (t == PrimitiveType::kPred) {
       WEFT_CHECK(op == HloOpcode::kNot, "{} is not supported on pred", HloOpcodeString(op));
       NotPred(static_cast<const uint8_t*>(in) + b, static_cast<uint8_t*>(o) + b, e - b);
@@ -105,12 +114,12 @@ Value EvalBinary(const HloInstruction& instr, EvalArgs& args) {
     if (IsFloatingPoint(t)) {
       if (compare) {
         FloatBlocks<uint8_t>(t, 2, in, scalar, o, false, b, e,
-                             [&](const float* const* p, uint8_t* r, int64_t m) {
+                             [&](const auto* const* p, uint8_t* r, int64_t m) {
                                streaming::Compare(dir, p[0], p[1], r, m);
                              });
       } else {
         FloatBlocks<float>(t, 2, in, scalar, o, true, b, e,
-                           [&](const float* const* p, float* r, int64_t m) {
+                           [&](const auto* const* p, auto* r, int64_t m) {
                              streaming::BinaryFloat(op, p[0], p[1], r, m);
                            });
       }
@@ -119,7 +128,7 @@ Value EvalBinary(const HloInstruction& instr, EvalArgs& args) {
       const uint8_t* pb = static_cast<const uint8_t*>(in[1]) + b;
       uint8_t* r = static_cast<uint8_t*>(o) + b;
       if (compare) {
-        Compare(dir, pa, pb, r, e - b);
+        CompareValues(dir, pa, pb, r, e - b);
       } else {
         BinaryPred(op, pa, pb, r, e - b);
       }
@@ -129,7 +138,7 @@ Value EvalBinary(const HloInstruction& instr, EvalArgs& args) {
         const T* pa = static_cast<const T*>(in[0]) + b;
         const T* pb = static_cast<const T*>(in[1]) + b;
         if (compare) {
-          Compare(dir, pa, pb, static_cast<uint8_t*>(o) + b, e - b);
+          CompareValues(dir, pa, pb, static_cast<uint8_t*>(o) + b, e - b);
         } else {
           BinaryInt(op, pa, pb, static_cast<T*>(o) + b, e - b);
         }
@@ -179,7 +188,7 @@ Value EvalClamp(const HloInstruction& instr, EvalArgs& args) {
     const void* in[3] = {lo.raw_data(), x.raw_data(), hi.raw_data()};
     const bool scalar[3] = {lo_scalar, false, hi_scalar};
     FloatBlocks<float>(t, 3, in, scalar, o, true, 0, n,
-                       [&](const float* const* p, float* r, int64_t m) {
+                       [&](const auto* const* p, auto* r, int64_t m) {
                          streaming::ClampFloat(p[0], lo_scalar, p[1], p[2], hi_scalar, r, m);
                        });
   } else {
@@ -211,14 +220,29 @@ Value EvalConvert(const HloInstruction& instr, EvalArgs& args) {
 
 // Float to integer: truncate toward zero, saturate, NaN -> 0.
 template <typename T>
-T SaturateToInt(float v) {
+T SaturateToInt(double v) {
   if (v != v) return 0;
   constexpr double lo = static_cast<double>(std::numeric_limits<T>::min());
   constexpr double hi = static_cast<double>(std::numeric_limits<T>::max());
-  const double d = std::trunc(static_cast<double>(v));
+  const double d = std::trunc(v);
   if (d <= lo) return std::numeric_limits<T>::min();
   if (d >= hi) return std::numeric_limits<T>::max();
   return static_cast<T>(d);
+}
+
+// n values of C++ type From converted to To by convert's rules (uint8_t is
+// pred: != 0; float to integer saturates; integers wrap).
+template <typename From, typename To>
+void ConvertSpan(const From* in, To* out, int64_t n) {
+  for (int64_t k = 0; k < n; ++k) {
+    if constexpr (std::is_same_v<To, uint8_t>) {
+      out[k] = in[k] != 0;
+    } else if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To>) {
+      out[k] = SaturateToInt<To>(in[k]);
+    } else {
+      out[k] = static_cast<To>(in[k]);
+    }
+  }
 }
 
 }  // namespace
@@ -227,6 +251,8 @@ double LoadAsDouble(PrimitiveType type, const void* data, int64_t i) {
   switch (type) {
     case PrimitiveType::kF32:
       return static_cast<const float*>(data)[i];
+    case PrimitiveType::kF64:
+      return static_cast<const double*>(data)[i];
     case PrimitiveType::kBF16:
       return Bf16BitsToFloat(static_cast<const uint16_t*>(data)[i]);
     case PrimitiveType::kF16:
@@ -237,18 +263,14 @@ double LoadAsDouble(PrimitiveType type, const void* data, int64_t i) {
 }
 
 int64_t LoadAsInt(PrimitiveType type, const void* data, int64_t i) {
-  switch (type) {
-    case PrimitiveType::kS32:
-      return static_cast<const int32_t*>(data)[i];
-    case PrimitiveType::kS64:
-      return static_cast<const int64_t*>(data)[i];
-    case PrimitiveType::kU32:
-      return static_cast<const uint32_t*>(data)[i];
-    case PrimitiveType::kPred:
-      return static_cast<const uint8_t*>(data)[i] != 0;
-    default:
-      return static_cast<int64_t>(LoadAsDouble(type, data, i));
-  }
+  if (IsFloatingPoint(type)) return static_cast<int64_t>(LoadAsDouble(type, data, i));
+  if (type == PrimitiveType::kPred) return static_cast<const uint8_t*>(data)[i] != 0;
+  int64_t v = 0;
+  DispatchInt(type, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    v = static_cast<int64_t>(static_cast<const T*>(data)[i]);
+  });
+  return v;
 }
 
 void StoreDouble(PrimitiveType type, void* data, int64_t i, double v) {
@@ -256,26 +278,36 @@ void StoreDouble(PrimitiveType type, void* data, int64_t i, double v) {
     case PrimitiveType::kF32:
       static_cast<float*>(data)[i] = static_cast<float>(v);
       return;
+    case PrimitiveType::kF64:
+      static_cast<double*>(data)[i] = v;
+      return;
     case PrimitiveType::kBF16:
       static_cast<uint16_t*>(data)[i] = FloatToBf16Bits(static_cast<float>(v));
       return;
     case PrimitiveType::kF16:
       static_cast<uint16_t*>(data)[i] = FloatToF16Bits(static_cast<float>(v));
       return;
-    case PrimitiveType::kPred:
-      static_cast<uint8_t*>(data)[i] = v != 0;
-      return;
-    default: {
+    default:
       // Integers: truncate toward zero, then wrap to the type's width.
-      const int64_t w = std::isfinite(v) && std::fabs(v) < 9.2e18 ? static_cast<int64_t>(v) : 0;
-      if (type == PrimitiveType::kS32) static_cast<int32_t*>(data)[i] = static_cast<int32_t>(w);
-      if (type == PrimitiveType::kU32) static_cast<uint32_t*>(data)[i] = static_cast<uint32_t>(w);
-      if (type == PrimitiveType::kS64) static_cast<int64_t*>(data)[i] = w;
-      return;
-    }
+      StoreInt(type, data, i,
+               std::isfinite(v) && std::fabs(v) < 9.2e18 ? static_cast<int64_t>(v) : 0);
   }
 }
 
+void StoreInt(PrimitiveType type, void* data, int64_t i, int64_t v) {
+  if (type == PrimitiveType::kPred) {
+    static_cast<uint8_t*>(data)[i] = v != 0;
+    return;
+  }
+  DispatchInt(type, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    static_cast<T*>(data)[i] = static_cast<T>(v);
+  });
+}
+
+// bf16 and f16 go through f32 a block at a time (so f64 to bf16 rounds
+// twice, as a conversion through f32 would); the other types convert
+// directly, one type dispatch per block.
 void ConvertElements(PrimitiveType from, const void* in, PrimitiveType to, void* out, int64_t n) {
   // Fast paths for the conversions mixed precision uses.
   if (from == PrimitiveType::kF32 && IsHalf(to)) {
@@ -286,49 +318,26 @@ void ConvertElements(PrimitiveType from, const void* in, PrimitiveType to, void*
     return streaming::HalfToFloat(from, static_cast<const uint16_t*>(in), static_cast<float*>(out),
                                   n);
   }
-  float f[kBlock];
-  int64_t ints[kBlock];
-  const bool float_source = IsFloatingPoint(from);
+  const PrimitiveType from_repr = IsHalf(from) ? PrimitiveType::kF32 : from;
+  const PrimitiveType to_repr = IsHalf(to) ? PrimitiveType::kF32 : to;
+  float src[kBlock], dst[kBlock];
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t m = std::min(kBlock, n - b);
-    // Floats load exactly into f32, integers into int64.
-    for (int64_t i = 0; i < m; ++i) {
-      if (float_source) {
-        f[i] = static_cast<float>(LoadAsDouble(from, in, b + i));
-      } else {
-        ints[i] = LoadAsInt(from, in, b + i);
-      }
+    const void* s = static_cast<const std::byte*>(in) + b * ByteWidth(from);
+    if (IsHalf(from)) {
+      streaming::HalfToFloat(from, static_cast<const uint16_t*>(s), src, m);
+      s = src;
     }
-    for (int64_t i = 0; i < m; ++i) {
-      const int64_t k = b + i;
-      switch (to) {
-        case PrimitiveType::kF32:
-          static_cast<float*>(out)[k] = float_source ? f[i] : static_cast<float>(ints[i]);
-          break;
-        case PrimitiveType::kBF16:
-        case PrimitiveType::kF16: {
-          const float v = float_source ? f[i] : static_cast<float>(ints[i]);
-          static_cast<uint16_t*>(out)[k] = to == PrimitiveType::kBF16 ? FloatToBf16Bits(v) : FloatToF16Bits(v);
-          break;
-        }
-        case PrimitiveType::kPred:
-          static_cast<uint8_t*>(out)[k] = float_source ? f[i] != 0 : ints[i] != 0;
-          break;
-        case PrimitiveType::kS32:
-          static_cast<int32_t*>(out)[k] =
-              float_source ? SaturateToInt<int32_t>(f[i]) : static_cast<int32_t>(ints[i]);
-          break;
-        case PrimitiveType::kS64:
-          static_cast<int64_t*>(out)[k] = float_source ? SaturateToInt<int64_t>(f[i]) : ints[i];
-          break;
-        case PrimitiveType::kU32:
-          static_cast<uint32_t*>(out)[k] =
-              float_source ? SaturateToInt<uint32_t>(f[i]) : static_cast<uint32_t>(ints[i]);
-          break;
-        default:
-          Fail("cannot convert to {}", PrimitiveTypeName(to));
-      }
-    }
+    void* d =
+        IsHalf(to) ? static_cast<void*>(dst) : static_cast<std::byte*>(out) + b * ByteWidth(to);
+    DispatchStored(from_repr, [&](auto* from_tag) {
+      DispatchStored(to_repr, [&](auto* to_tag) {
+        using From = std::remove_pointer_t<decltype(from_tag)>;
+        using To = std::remove_pointer_t<decltype(to_tag)>;
+        ConvertSpan(static_cast<const From*>(s), static_cast<To*>(d), m);
+      });
+    });
+    if (IsHalf(to)) streaming::FloatToHalf(to, dst, static_cast<uint16_t*>(out) + b, m);
   }
 }
 

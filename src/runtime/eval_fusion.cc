@@ -882,13 +882,13 @@ class TileRunner {
             cached::Compare(node.direction, static_cast<const float*>(in(0)),
                             static_cast<const float*>(in(1)), o, n);
           } else if (t == PrimitiveType::kPred) {
-            Compare(node.direction, static_cast<const uint8_t*>(in(0)),
-                    static_cast<const uint8_t*>(in(1)), o, n);
+            CompareValues(node.direction, static_cast<const uint8_t*>(in(0)),
+                          static_cast<const uint8_t*>(in(1)), o, n);
           } else {
             DispatchInt(t, [&](auto* tag) {
               using T = std::remove_pointer_t<decltype(tag)>;
-              Compare(node.direction, static_cast<const T*>(in(0)), static_cast<const T*>(in(1)),
-                      o, n);
+              CompareValues(node.direction, static_cast<const T*>(in(0)),
+                            static_cast<const T*>(in(1)), o, n);
             });
           }
           break;

@@ -10,9 +10,11 @@
 // kept one combines the row elementwise into an output row. Floats (bf16 and
 // f16 too) accumulate in f32, integers in their own type with wrap-around.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 
+#include "elementwise_kernels.h"
 #include "weft/base/error.h"
 #include "weft/runtime/executor_eval.h"
 
@@ -29,11 +31,21 @@ struct ScalarFunction::Program {
     double constant = 0;
     int64_t parameter = 0;
     ComparisonDirection direction = ComparisonDirection::kEq;
+    bool total_order = false;  // compare's type=TOTALORDER
   };
   std::vector<Op> ops;
   std::vector<int> results;  // op indices of the root's leaves
   int64_t num_params = 0;
 };
+
+int64_t TotalOrderKey(double v) {
+  // IEEE bits of a double order like sign-magnitude integers: flipping the
+  // magnitude of negatives makes them two's complement (-NaN < -inf < ...
+  // < -0 < +0 < ... < inf < NaN). f32 values widen to double exactly,
+  // NaN signs included.
+  const int64_t bits = std::bit_cast<int64_t>(v);
+  return bits < 0 ? bits ^ std::numeric_limits<int64_t>::max() : bits;
+}
 
 namespace {
 
@@ -41,6 +53,8 @@ double Wrap(double v, PrimitiveType t) {
   switch (t) {
     case PrimitiveType::kS32:
       return static_cast<int32_t>(static_cast<int64_t>(v));
+    case PrimitiveType::kU16:
+      return static_cast<uint16_t>(static_cast<int64_t>(v));
     case PrimitiveType::kU32:
       return static_cast<uint32_t>(static_cast<int64_t>(v));
     case PrimitiveType::kPred:
@@ -50,6 +64,25 @@ double Wrap(double v, PrimitiveType t) {
     default:
       return RoundToType(v, t);
   }
+}
+
+template <typename T>
+bool CompareOrdered(ComparisonDirection d, T a, T b) {
+  switch (d) {
+    case ComparisonDirection::kEq:
+      return a == b;
+    case ComparisonDirection::kNe:
+      return a != b;
+    case ComparisonDirection::kLt:
+      return a < b;
+    case ComparisonDirection::kLe:
+      return a <= b;
+    case ComparisonDirection::kGt:
+      return a > b;
+    case ComparisonDirection::kGe:
+      return a >= b;
+  }
+  return false;
 }
 
 double ApplyScalar(const ScalarFunction::Program::Op& op, const double* x) {
@@ -121,21 +154,11 @@ double ApplyScalar(const ScalarFunction::Program::Op& op, const double* x) {
       if (IsInteger(op.type) && std::isnan(x[0])) return 0;
       return IsInteger(op.type) ? std::trunc(x[0]) : x[0];
     case HloOpcode::kCompare:
-      switch (op.direction) {
-        case ComparisonDirection::kEq:
-          return x[0] == x[1];
-        case ComparisonDirection::kNe:
-          return x[0] != x[1];
-        case ComparisonDirection::kLt:
-          return x[0] < x[1];
-        case ComparisonDirection::kLe:
-          return x[0] <= x[1];
-        case ComparisonDirection::kGt:
-          return x[0] > x[1];
-        case ComparisonDirection::kGe:
-          return x[0] >= x[1];
+      if (op.total_order) {
+        const int64_t a = TotalOrderKey(x[0]), b = TotalOrderKey(x[1]);
+        return CompareOrdered(op.direction, a, b);
       }
-      return 0;
+      return CompareOrdered(op.direction, x[0], x[1]);
     default:
       Fail("{} cannot be interpreted on scalars", HloOpcodeString(op.opcode));
   }
@@ -168,6 +191,7 @@ ScalarFunction::ScalarFunction(const HloComputation& computation)
     if (op == HloOpcode::kConstant) o.constant = instr->literal().Get(0);
     if (op == HloOpcode::kParameter) o.parameter = instr->parameter_number();
     o.direction = instr->attrs().comparison_direction;
+    o.total_order = instr->attrs().comparison_type == "TOTALORDER";
     index[instr] = static_cast<int>(program_->ops.size());
     program_->ops.push_back(std::move(o));
   }
@@ -337,7 +361,7 @@ template <typename T>
 struct Ops {
   static T Add(T a, T b) {
     if constexpr (std::is_integral_v<T>) {
-      using U = std::make_unsigned_t<T>;
+      using U = WrapUnsigned<T>;
       return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
     } else {
       return a + b;
@@ -345,7 +369,7 @@ struct Ops {
   }
   static T Mul(T a, T b) {
     if constexpr (std::is_integral_v<T>) {
-      using U = std::make_unsigned_t<T>;
+      using U = WrapUnsigned<T>;
       return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
     } else {
       return a * b;
@@ -533,10 +557,6 @@ Value EvalReduce(const HloInstruction& instr, EvalArgs& args) {
     return Value{std::move(out)};
   }
   switch (t) {
-    case PrimitiveType::kF32:
-      FillInit(out.mutable_data<float>(), n, init.data<float>()[0]);
-      ReduceTyped(kind, x.data<float>(), out.mutable_data<float>(), segs, pool);
-      break;
     case PrimitiveType::kBF16:
     case PrimitiveType::kF16: {
       // Accumulate in f32, round once at the end.
@@ -549,24 +569,13 @@ Value EvalReduce(const HloInstruction& instr, EvalArgs& args) {
       ConvertElements(PrimitiveType::kF32, acc.data(), t, out.mutable_raw_data(), n);
       break;
     }
-    case PrimitiveType::kS32:
-      FillInit(out.mutable_data<int32_t>(), n, init.data<int32_t>()[0]);
-      ReduceTyped(kind, x.data<int32_t>(), out.mutable_data<int32_t>(), segs, pool);
-      break;
-    case PrimitiveType::kS64:
-      FillInit(out.mutable_data<int64_t>(), n, init.data<int64_t>()[0]);
-      ReduceTyped(kind, x.data<int64_t>(), out.mutable_data<int64_t>(), segs, pool);
-      break;
-    case PrimitiveType::kU32:
-      FillInit(out.mutable_data<uint32_t>(), n, init.data<uint32_t>()[0]);
-      ReduceTyped(kind, x.data<uint32_t>(), out.mutable_data<uint32_t>(), segs, pool);
-      break;
-    case PrimitiveType::kPred:
-      FillInit(out.mutable_data<uint8_t>(), n, init.data<uint8_t>()[0]);
-      ReduceTyped(kind, x.data<uint8_t>(), out.mutable_data<uint8_t>(), segs, pool);
-      break;
     default:
-      Fail("reduce of {} is not supported", PrimitiveTypeName(t));
+      DispatchStored(t, [&](auto* tag) {
+        using T = std::remove_pointer_t<decltype(tag)>;
+        T* o = static_cast<T*>(out.mutable_raw_data());
+        FillInit(o, n, static_cast<const T*>(init.raw_data())[0]);
+        ReduceTyped(kind, static_cast<const T*>(x.raw_data()), o, segs, pool);
+      });
   }
   return Value{std::move(out)};
 }

@@ -343,6 +343,7 @@ void CheckShapeOp(const HloInstruction& instr) {
 Value EvalShapeOp(const HloInstruction& instr, EvalArgs& args) {
   switch (instr.opcode()) {
     case HloOpcode::kReshape:
+    case HloOpcode::kBitcastConvert:  // the same bytes, reinterpreted
       return Value{args.array(0).Reshaped(instr.shape())};
     case HloOpcode::kBroadcast:
       return EvalBroadcast(instr, args);

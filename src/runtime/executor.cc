@@ -61,10 +61,29 @@ struct ComputationPlan {
   size_t max_operands = 0, max_dying = 0;
 };
 
+// c64 values are parsed but never computed with.
+void CheckNoComplex(const HloInstruction& instr) {
+  auto complex = [](const Shape& shape) {
+    for (const Shape& leaf : shape.Leaves()) {
+      if (IsComplex(leaf.element_type())) return true;
+    }
+    return false;
+  };
+  bool any = complex(instr.shape());
+  for (const HloInstruction* operand : instr.operands()) any = any || complex(operand->shape());
+  if (any) {
+    Fail(
+        "{} on complex (c64) values is not supported: weft computes with real and integer "
+        "types only; split the values into real and imaginary f32 parts",
+        HloOpcodeString(instr.opcode()));
+  }
+}
+
 // The evaluator of an opcode the scheduler does not handle itself, after
 // its static checks.
 EvalFn SelectEval(const HloInstruction& instr) {
   const HloOpcode op = instr.opcode();
+  CheckNoComplex(instr);
   if (op == HloOpcode::kCopy) return nullptr;
   if (IsElementwise(op)) {
     exec::CheckElementwise(instr);
@@ -88,8 +107,21 @@ EvalFn SelectEval(const HloInstruction& instr) {
     case HloOpcode::kPad:
     case HloOpcode::kIota:
     case HloOpcode::kReverse:
+    case HloOpcode::kBitcastConvert:
       exec::CheckShapeOp(instr);
       return &exec::EvalShapeOp;
+    case HloOpcode::kSort:
+      exec::CheckSort(instr);
+      return &exec::EvalSort;
+    case HloOpcode::kTopK:
+      exec::CheckSort(instr);
+      return &exec::EvalTopK;
+    case HloOpcode::kReduceWindow:
+      exec::CheckWindowOp(instr);
+      return &exec::EvalReduceWindow;
+    case HloOpcode::kSelectAndScatter:
+      exec::CheckWindowOp(instr);
+      return &exec::EvalSelectAndScatter;
     case HloOpcode::kDot:
       exec::CheckDot(instr);
       return &exec::EvalDot;
@@ -116,6 +148,10 @@ EvalFn SelectEval(const HloInstruction& instr) {
     case HloOpcode::kReplicaId:
       return &exec::EvalPartitionOrReplicaId;
     case HloOpcode::kCustomCall:
+      if (instr.attrs().custom_call_target == kTopKTarget) {
+        exec::CheckSort(instr);
+        return &exec::EvalTopK;
+      }
       exec::CheckCustomCall(instr);
       return &exec::EvalCustomCall;
     default:
@@ -587,20 +623,7 @@ Executor::Executor(const HloModule& module, ExecutorOptions options,
         t = HostTensor::FromDoubles(instr->shape(), values);
       } else {  // exact 64-bit integers
         for (int64_t i = 0; i < literal.size(); ++i) {
-          const int64_t v = literal.GetInt(i);
-          switch (instr->shape().element_type()) {
-            case PrimitiveType::kS64:
-              t.mutable_data<int64_t>()[i] = v;
-              break;
-            case PrimitiveType::kS32:
-              t.mutable_data<int32_t>()[i] = static_cast<int32_t>(v);
-              break;
-            case PrimitiveType::kU32:
-              t.mutable_data<uint32_t>()[i] = static_cast<uint32_t>(v);
-              break;
-            default:
-              t.mutable_data<uint8_t>()[i] = v != 0;
-          }
+          exec::StoreInt(instr->shape().element_type(), t.mutable_raw_data(), i, literal.GetInt(i));
         }
       }
       impl_->constants.emplace(instr, std::move(t));
@@ -796,6 +819,7 @@ OpClass ClassifyInstruction(const HloInstruction& instr) {
     case HloOpcode::kScatter:
       return OpClass::kDataMovement;
     case HloOpcode::kReduce:
+    case HloOpcode::kReduceWindow:
       return OpClass::kReduction;
     case HloOpcode::kAllReduce:
     case HloOpcode::kAllGather:

@@ -107,6 +107,12 @@ void ReduceBuffers(DataType dtype, ReduceOp op, const std::byte* const* inputs, 
       auto same = [](uint8_t v) { return v; };
       return ReduceWithOp<uint8_t, uint8_t>(op, inputs, n, out, count, same, same);
     }
+    case DataType::kF64: {
+      auto same = [](double v) { return v; };
+      return ReduceWithOp<double, double>(op, inputs, n, out, count, same, same);
+    }
+    case DataType::kU16:
+      return ReduceInteger<uint16_t>(op, inputs, n, out, count);
   }
 }
 

@@ -185,6 +185,30 @@ int CheckAgainstUnsharded(std::ostream& out, const HloModule& module, const Comp
   return ok ? 0 : kCheckFailedExitCode;
 }
 
+// What the module may hold but `weft run` cannot compute: complex values,
+// and infeed / outfeed (no host feeds or drains the devices). Refused before
+// anything is compiled, naming the first such instruction.
+void RefuseWhatRunCannotCompute(const HloModule& module, const std::string& path) {
+  for (const HloComputation* c : module.computations()) {
+    for (const HloInstruction* instr : c->instructions()) {
+      const HloOpcode op = instr->opcode();
+      if (op == HloOpcode::kInfeed || op == HloOpcode::kOutfeed) {
+        Fail(
+            "{}: {}: weft run has no host to {} the devices; give the values as entry "
+            "parameters (weft run makes random inputs) or results instead",
+            path, instr->Describe(), op == HloOpcode::kInfeed ? "feed" : "drain");
+      }
+      for (const Shape& leaf : instr->shape().Leaves()) {
+        if (!IsComplex(leaf.element_type())) continue;
+        Fail(
+            "{}: {} has {}: weft run computes with real and integer types only; complex (c64) "
+            "values are parsed but not run",
+            path, instr->Describe(), instr->shape().ToString());
+      }
+    }
+  }
+}
+
 std::unique_ptr<HloModule> ReadModule(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   WEFT_CHECK(in.good(), "cannot read '{}'; give the path of an HLO text module", path);
@@ -192,7 +216,9 @@ std::unique_ptr<HloModule> ReadModule(const std::string& path) {
   text << in.rdbuf();
   HloParseOptions parse;
   parse.source_name = path;
-  return ParseHloModule(text.str(), parse);
+  std::unique_ptr<HloModule> module = ParseHloModule(text.str(), parse);
+  RefuseWhatRunCannotCompute(*module, path);
+  return module;
 }
 
 uint64_t Fnv1a(uint64_t hash, const void* data, size_t n) {
@@ -754,6 +780,8 @@ double MaxRelativeError(const HostTensor& actual, const HostTensor& expected) {
 double CheckTolerance(PrimitiveType type, PrimitiveType narrowest_float) {
   auto of = [](PrimitiveType t) {
     switch (t) {
+      case PrimitiveType::kF64:
+        return 1e-10;
       case PrimitiveType::kF32:
         return 1e-5;
       case PrimitiveType::kBF16:
@@ -768,7 +796,7 @@ double CheckTolerance(PrimitiveType type, PrimitiveType narrowest_float) {
 }
 
 PrimitiveType NarrowestFloat(const HloModule& module) {
-  PrimitiveType narrowest = PrimitiveType::kF32;
+  PrimitiveType narrowest = PrimitiveType::kF64;
   for (const HloComputation* c : module.computations()) {
     for (const HloInstruction* instr : c->instructions()) {
       for (const Shape& leaf : instr->shape().Leaves()) {

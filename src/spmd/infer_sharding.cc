@@ -186,6 +186,13 @@ std::optional<HloSharding> Propagator::ShardingFromUser(const HloInstruction& in
     }
     case HloOpcode::kScatter:
       return k == 0 ? std::optional(user_sharding) : std::nullopt;
+    // Ops that compute along some dims (their rules need those whole) read
+    // their rules like custom calls, leaf by leaf.
+    case HloOpcode::kSort:
+    case HloOpcode::kTopK:
+    case HloOpcode::kReduceWindow:
+    case HloOpcode::kSelectAndScatter:
+    case HloOpcode::kBitcastConvert:
     case HloOpcode::kCustomCall: {
       if (IsCustomCall(user, "Sharding")) {
         return SameDims(instr.shape(), user.shape()) ? std::optional(user_sharding) : std::nullopt;
@@ -418,6 +425,11 @@ bool Propagator::InferFromOperands(HloInstruction* instr, int level) {
       if (auto s = from(0)) changed |= Improve(instr, *s, may_combine, false, why(instr->operand(0)));
       return changed;
     }
+    case HloOpcode::kSort:
+    case HloOpcode::kTopK:
+    case HloOpcode::kReduceWindow:
+    case HloOpcode::kSelectAndScatter:
+    case HloOpcode::kBitcastConvert:
     case HloOpcode::kCustomCall: {
       if (IsCustomCall(*instr, "Sharding")) {
         auto s = from(0);

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "weft/base/error.h"
+#include "weft/hlo/custom_call_targets.h"
 
 namespace weft {
 namespace {
@@ -224,6 +225,63 @@ OpShardingRule ScatterRule(const HloInstruction& instr) {
   return rule;
 }
 
+// Ops whose operands and results have one rank and whose dims correspond
+// one to one, some of which must stay whole (sort's dimension, top-k's last
+// dim, a window's moving dims): `whole[d]` dims get a need-replication
+// factor per tensor (sizes may differ), the others one shared pass-through
+// factor. Scalar operands (init values) have none.
+OpShardingRule DimwiseRule(const HloInstruction& instr, std::string name,
+                           const std::vector<bool>& whole) {
+  OpShardingRule rule;
+  rule.name = std::move(name);
+  const int64_t rank = static_cast<int64_t>(whole.size());
+  std::vector<int64_t> shared(rank, -1);
+  for (int64_t d = 0; d < rank; ++d) {
+    if (!whole[d]) shared[d] = rule.AddFactor(instr.operand(0)->shape().dimensions(d));
+  }
+  auto factors = [&](const Shape& s) {
+    TensorFactors t;
+    if (!s.IsArray() || s.rank() != rank) return t;
+    for (int64_t d = 0; d < rank; ++d) {
+      t.push_back(
+          {whole[d] ? rule.AddFactor(s.dimensions(d), FactorKind::kNeedReplication) : shared[d]});
+    }
+    return t;
+  };
+  for (const HloInstruction* op : instr.operands()) rule.operands.push_back(factors(op->shape()));
+  for (const Shape& leaf : ResultLeaves(instr)) rule.results.push_back(factors(leaf));
+  return rule;
+}
+
+// The dims of a windowed op's operand the window moves along (any size,
+// stride, padding or dilation but 1, 1, 0, 1).
+std::vector<bool> WindowedDims(const std::vector<WindowDim>& window) {
+  std::vector<bool> moving;
+  for (const WindowDim& w : window) moving.push_back(!(w == WindowDim{}));
+  return moving;
+}
+
+// bitcast-convert: same widths are elementwise; otherwise the dims both
+// sides share pass through and the narrower side's extra last dim stays
+// whole.
+OpShardingRule BitcastConvertRule(const HloInstruction& instr) {
+  const Shape& in = instr.operand(0)->shape();
+  if (in.rank() == instr.shape().rank()) {
+    return ElementwiseRule("bitcast-convert", instr.shape(), instr.operands());
+  }
+  OpShardingRule rule;
+  rule.name = "bitcast-convert";
+  const Shape& wide = in.rank() < instr.shape().rank() ? in : instr.shape();
+  const Shape& narrow = in.rank() < instr.shape().rank() ? instr.shape() : in;
+  TensorFactors w = FreshFactors(rule, wide.dimensions());
+  TensorFactors n = w;
+  n.push_back({rule.AddFactor(narrow.dimensions().back(), FactorKind::kNeedReplication)});
+  const bool narrows = &narrow == &instr.shape();
+  rule.operands.push_back(narrows ? w : n);
+  rule.results.push_back(narrows ? n : w);
+  return rule;
+}
+
 // all-gather, reduce-scatter, all-to-all: the collective's dims change size.
 OpShardingRule CollectiveRule(const HloInstruction& instr) {
   OpShardingRule rule;
@@ -420,6 +478,21 @@ std::optional<OpShardingRule> GetOpShardingRule(const HloInstruction& instr) {
       for (int64_t d : instr.dimensions()) moved.at(d) = true;
       return SameRankRule(instr, opname, moved, 1);
     }
+    case HloOpcode::kSort: {
+      std::vector<bool> whole(instr.operand(0)->shape().rank(), false);
+      whole.at(instr.dimensions().at(0)) = true;
+      return DimwiseRule(instr, opname, whole);
+    }
+    case HloOpcode::kTopK: {
+      std::vector<bool> whole(instr.operand(0)->shape().rank(), false);
+      whole.back() = true;
+      return DimwiseRule(instr, opname, whole);
+    }
+    case HloOpcode::kReduceWindow:
+    case HloOpcode::kSelectAndScatter:
+      return DimwiseRule(instr, opname, WindowedDims(instr.attrs().window));
+    case HloOpcode::kBitcastConvert:
+      return BitcastConvertRule(instr);
     case HloOpcode::kGather:
       return GatherRule(instr);
     case HloOpcode::kScatter:
@@ -441,6 +514,11 @@ std::optional<OpShardingRule> GetOpShardingRule(const HloInstruction& instr) {
     case HloOpcode::kCustomCall: {
       const std::string& target = instr.attrs().custom_call_target;
       if (target == "Sharding") return ElementwiseRule("Sharding", instr.shape(), instr.operands());
+      if (target == kTopKTarget) {
+        std::vector<bool> whole(instr.operand(0)->shape().rank(), false);
+        whole.back() = true;
+        return DimwiseRule(instr, target, whole);
+      }
       static std::once_flag once;
       std::call_once(once, RegisterAttentionShardingRules);
       OpShardingRuleBuilder builder;

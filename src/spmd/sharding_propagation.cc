@@ -228,6 +228,11 @@ bool Propagator::SupportsSpatialPartitioning(const HloInstruction* instr, bool a
     case HloOpcode::kReduce:
     case HloOpcode::kReverse:
     case HloOpcode::kCall:
+    case HloOpcode::kSort:
+    case HloOpcode::kTopK:
+    case HloOpcode::kReduceWindow:
+    case HloOpcode::kSelectAndScatter:
+    case HloOpcode::kBitcastConvert:
       return true;
     case HloOpcode::kAllReduce:
     case HloOpcode::kReduceScatter:

@@ -8,8 +8,9 @@
 
 #include <algorithm>
 
-#include "weft/base/error.h"
 #include "spmd_partitioner_handlers.h"
+#include "weft/base/error.h"
+#include "weft/hlo/custom_call_targets.h"
 
 namespace weft::spmd {
 
@@ -262,7 +263,15 @@ PartitionedValue ComputationPartitioner::Partition(const HloInstruction& instr,
       return HandleGather(*this, instr, sharding);
     case HloOpcode::kScatter:
       return HandleScatter(*this, instr, sharding);
+    case HloOpcode::kSort:
+    case HloOpcode::kTopK:
+    case HloOpcode::kReduceWindow:
+    case HloOpcode::kSelectAndScatter:
+    case HloOpcode::kBitcastConvert:
+      return HandleDimwise(*this, instr, sharding);
     case HloOpcode::kCustomCall:
+      if (instr.attrs().custom_call_target == kTopKTarget)
+        return HandleDimwise(*this, instr, sharding);
       if (instr.attrs().custom_call_target == "weft.flex_attention" ||
           instr.attrs().custom_call_target == "weft.flex_attention_backward") {
         return HandleAttention(*this, instr, sharding);

@@ -17,10 +17,6 @@
 namespace weft::spmd {
 namespace {
 
-HloSharding Unsplit(const HloSharding& sharding, const std::vector<int64_t>& dims) {
-  return NormalizeSharding(sharding_util::PartiallyReplicateTiledShardingOnDims(sharding, dims));
-}
-
 const HloSharding& Element(const HloSharding& s, int64_t i) {
   return s.IsTuple() ? s.tuple_elements().at(i) : s;
 }

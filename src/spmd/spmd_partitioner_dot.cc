@@ -40,10 +40,6 @@ int64_t WorkCost(int64_t result_elements, int64_t contracted) {
   return 2 * result_elements * contracted / kFlopsPerByte;
 }
 
-HloSharding Unsplit(const HloSharding& sharding, const std::vector<int64_t>& dims) {
-  return NormalizeSharding(sharding_util::PartiallyReplicateTiledShardingOnDims(sharding, dims));
-}
-
 // Dim bookkeeping of one dot (XLA's result order: batch, lhs free, rhs free).
 struct DotDims {
   int64_t out_rank = 0;

@@ -81,6 +81,19 @@ PartitionedValue HandleScatter(ComputationPartitioner& p, const HloInstruction& 
                                const HloSharding& sharding);
 PartitionedValue HandleAttention(ComputationPartitioner& p, const HloInstruction& instr,
                                  const HloSharding& sharding);
+// sort, topk (and the TopK custom call), reduce-window, select-and-scatter,
+// bitcast-convert (spmd_partitioner_dimwise.cc): the dims the op computes
+// along whole, the others split as the instruction is.
+PartitionedValue HandleDimwise(ComputationPartitioner& p, const HloInstruction& instr,
+                               const HloSharding& sharding);
+// The op on pieces whose dims `whole` are whole and whose other dims are
+// split as the (first leaf of the) instruction's sharding; scalar operands
+// replicated; every result leaf laid out alike.
+PartitionedValue HandleWithDimsWhole(ComputationPartitioner& p, const HloInstruction& instr,
+                                     const HloSharding& sharding,
+                                     const std::vector<int64_t>& whole);
+// `sharding` replicated along `dims` (normalized).
+HloSharding Unsplit(const HloSharding& sharding, const std::vector<int64_t>& dims);
 // Any op: operands replicated, the op on whole arrays, result replicated.
 PartitionedValue HandleReplicated(ComputationPartitioner& p, const HloInstruction& instr);
 

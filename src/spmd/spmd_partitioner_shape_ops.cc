@@ -15,10 +15,6 @@ int64_t Product(const std::vector<int64_t>& v) {
   return std::accumulate(v.begin(), v.end(), int64_t{1}, std::multiplies<>());
 }
 
-HloSharding Unsplit(const HloSharding& sharding, const std::vector<int64_t>& dims) {
-  return NormalizeSharding(sharding_util::PartiallyReplicateTiledShardingOnDims(sharding, dims));
-}
-
 }  // namespace
 
 PartitionedValue HandleBroadcast(ComputationPartitioner& p, const HloInstruction& instr,

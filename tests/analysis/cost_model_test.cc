@@ -102,5 +102,36 @@ TEST(CostModelTest, AFusionCountsItsFusedComputation) {
   }
 }
 
+TEST(CostModelTest, SortTopKAndWindowsCountTheirWork) {
+  std::unique_ptr<HloModule> m = ParseHloModule(R"(HloModule m
+lt {
+  lt_a = f32[] parameter(0)
+  lt_b = f32[] parameter(1)
+  ROOT lt_r = pred[] compare(lt_a, lt_b), direction=LT
+}
+add {
+  add_a = f32[] parameter(0)
+  add_b = f32[] parameter(1)
+  ROOT add_r = f32[] add(add_a, add_b)
+}
+ENTRY e {
+  x = f32[4,16] parameter(0)
+  s = f32[4,16] sort(x), dimensions={1}, to_apply=lt
+  k = (f32[4,4], s32[4,4]) topk(x), k=4
+  z = f32[] constant(0)
+  r = f32[4,8] reduce-window(x, z), window={size=1x3 stride=1x2 pad=0_0x1_0}, to_apply=add
+  src = f32[4,8] parameter(1)
+  ss = f32[4,16] select-and-scatter(x, src, z), window={size=1x3 stride=1x2 pad=0_0x1_0}, select=lt, scatter=add
+  ROOT t = tuple(s, k, r, ss)
+})");
+  const HloComputation* e = m->entry_computation();
+  // 64 elements, log2(16) = 4 comparisons each, one comparator step.
+  EXPECT_DOUBLE_EQ(InstructionFlops(*e->GetInstruction("s")).other, 64 * 4);
+  EXPECT_DOUBLE_EQ(InstructionFlops(*e->GetInstruction("k")).other, 64 * 2);  // log2(k = 4)
+  EXPECT_DOUBLE_EQ(InstructionFlops(*e->GetInstruction("r")).other, 32 * 3);  // outputs x window
+  EXPECT_DOUBLE_EQ(InstructionFlops(*e->GetInstruction("ss")).other, 32 * (3 + 1));
+  EXPECT_DOUBLE_EQ(CountFlops(*m).other, 64 * 4 + 64 * 2 + 32 * 3 + 32 * 4);
+}
+
 }  // namespace
 }  // namespace weft::analysis

@@ -166,6 +166,90 @@ TEST(ParserTest, EveryOpRoundTrips) {
   EXPECT_EQ(entry->GetInstruction("dus")->attrs().passthrough[0].first, "metadata");
 }
 
+// The ops of issue 16 as XLA prints them: sort (several operands, stable),
+// topk, the TopK custom call, reduce-window (padding, both dilations,
+// variadic), select-and-scatter, bitcast-convert between widths,
+// conditional (predicate and branch-index forms), tokens, and the element
+// types f64, u16 and c64.
+constexpr const char* kWindowAndSortModule = R"(HloModule more_ops
+
+lt {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  c = s32[] parameter(2)
+  d = s32[] parameter(3)
+  ROOT r = pred[] compare(a, b), direction=LT, type=TOTALORDER
+}
+
+gt {
+  a_gt = f32[] parameter(0)
+  b_gt = f32[] parameter(1)
+  ROOT r_gt = pred[] compare(a_gt, b_gt), direction=GT
+}
+
+add {
+  a_add = f64[] parameter(0)
+  b_add = f64[] parameter(1)
+  ROOT r_add = f64[] add(a_add, b_add)
+}
+
+ge {
+  a_ge = f64[] parameter(0)
+  b_ge = f64[] parameter(1)
+  ROOT r_ge = pred[] compare(a_ge, b_ge), direction=GE
+}
+
+neg {
+  a_neg = f32[4] parameter(0)
+  ROOT r_neg = f32[4] negate(a_neg)
+}
+
+same {
+  ROOT a_same = f32[4] parameter(0)
+}
+
+ENTRY e {
+  x = f32[4,8] parameter(0)
+  i = s32[4,8] iota(), iota_dimension=1
+  s = (f32[4,8], s32[4,8]) sort(x, i), dimensions={1}, is_stable=true, to_apply=lt
+  k = (f32[4,3], s32[4,3]) topk(x), k=3, largest=false
+  kc = (f32[4,2], s32[4,2]) custom-call(x), custom_call_target="TopK", called_computations={gt}
+  dd = f64[9,7] parameter(1)
+  z = f64[] constant(0)
+  rw = f64[5,4] reduce-window(dd, z), window={size=3x2 stride=2x2 pad=1_1x0_1}, to_apply=add
+  rd = f64[9,12] reduce-window(dd, z), window={size=1x3 pad=0_0x1_2 lhs_dilate=1x2 rhs_dilate=1x2}, to_apply=add
+  src = f64[5,4] parameter(2)
+  ss = f64[9,7] select-and-scatter(dd, src, z), window={size=3x2 stride=2x2 pad=1_1x0_1}, select=ge, scatter=add
+  h = u16[4,8,2] bitcast-convert(x)
+  w = f32[4,8] bitcast-convert(h)
+  p = pred[] parameter(3)
+  v = f32[4] parameter(4)
+  c1 = f32[4] conditional(p, v, v), true_computation=neg, false_computation=same
+  idx = s32[] parameter(5)
+  c2 = f32[4] conditional(idx, v, v, v), branch_computations={neg, same, neg}
+  cx = c64[2] parameter(6)
+  t = token[] after-all()
+  k0 = f32[4,3] get-tuple-element(k), index=0
+  kc1 = s32[4,2] get-tuple-element(kc), index=1
+  ROOT o = (f32[4,8], f32[4,3], s32[4,2], f64[5,4], f64[9,12], f64[9,7], f32[4,8], f32[4], f32[4], c64[2], token[]) tuple(x, k0, kc1, rw, rd, ss, w, c1, c2, cx, t)
+}
+)";
+
+TEST(ParserTest, SortWindowAndControlOpsRoundTrip) {
+  std::unique_ptr<HloModule> module = ParseHloModule(kWindowAndSortModule);
+  EXPECT_EQ(PrintModule(*module), kWindowAndSortModule);
+  const HloComputation* entry = module->entry_computation();
+  const HloInstruction* rd = entry->GetInstruction("rd");
+  EXPECT_EQ(rd->attrs().window[1].base_dilation, 2);
+  EXPECT_EQ(rd->attrs().window[1].window_dilation, 2);
+  EXPECT_EQ(rd->attrs().window[1].padding_high, 2);
+  EXPECT_TRUE(entry->GetInstruction("s")->attrs().is_stable);
+  EXPECT_FALSE(entry->GetInstruction("k")->attrs().largest);
+  EXPECT_EQ(entry->GetInstruction("ss")->called_computations()[0]->name(), "ge");
+  EXPECT_EQ(entry->GetInstruction("c2")->called_computations().size(), 3u);
+  EXPECT_EQ(entry->GetInstruction("cx")->shape().ByteSize(), 16);
+}
+
 TEST(ParserTest, ScanModuleStructure) {
   std::unique_ptr<HloModule> module = ParseHloModule(kScanModule);
   EXPECT_EQ(module->name(), "scan_mlp");
@@ -370,8 +454,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "HloModule m\nENTRY main {\n  x = f32[2] parameter(0)\n  y = f32[3] "
                 "parameter(1)\n  z = add(x, y)\n}",
                 "5:3: cannot infer the shape of 'z' (add)"},
-        BadText{"UnknownType", "HloModule m\nENTRY main {\n  x = f64[] parameter(0)\n}",
-                "3:7: unsupported element type 'f64'; weft supports pred, s32"},
+        BadText{"UnknownType", "HloModule m\nENTRY main {\n  x = f8e4m3[] parameter(0)\n}",
+                "3:7: unsupported element type 'f8e4m3'; weft supports pred, s32"},
         BadText{"UndefinedOperand",
                 "HloModule m\nENTRY main {\n  x = f32[] parameter(0)\n  y = f32[] add(x, z)\n}",
                 "4:20: operand 'z' is not defined before this use"},

@@ -288,6 +288,116 @@ TEST(ShapeInferenceTest, TheBuilderRefusesResultsThatOverflow) {
   EXPECT_THROW(b.Parameter(1, Shape(PrimitiveType::kF32, {3, 6148914691236517206})), Error);
 }
 
+// The message of parsing (and verifying) `text`, or "" when it parses.
+std::string ParseProblem(const std::string& text) {
+  try {
+    ParseHloModule(text);
+    return "";
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
+constexpr const char* kComparators = R"(HloModule m
+lt {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = pred[] compare(a, b), direction=LT
+}
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] add(a, b)
+}
+)";
+
+std::string Entry(const std::string& body) {
+  return std::string(kComparators) +
+         "ENTRY e {\n  x = f32[6,8] parameter(0)\n  z = f32[] constant(0)\n" + body + "\n}\n";
+}
+
+TEST(ShapeInferenceTest, SortTopKAndWindows) {
+  EXPECT_EQ(ParseProblem(Entry("  ROOT s = f32[6,8] sort(x), dimensions={0}, to_apply=lt")), "");
+  EXPECT_EQ(ParseProblem(Entry("  ROOT k = topk(x), k=8")), "");  // the shape may be left out
+  EXPECT_EQ(ParseProblem(Entry("  ROOT r = f32[3,6] reduce-window(x, z), window={size=2x3 "
+                               "stride=2x1}, to_apply=add")),
+            "");
+  // Ops with called computations need their shape written.
+  EXPECT_TRUE(Contains(ParseProblem(Entry("  ROOT s = sort(x), dimensions={0}, to_apply=lt")),
+                       "has no result shape"));
+  EXPECT_TRUE(
+      Contains(ParseProblem(Entry("  ROOT s = f32[6,8] sort(x), dimensions={2}, to_apply=lt")),
+               "out of range for rank 2"));
+  EXPECT_TRUE(Contains(
+      ParseProblem(
+          Entry("  i = s32[6,8] iota(), iota_dimension=0\n"
+                "  ROOT s = (f32[6,8], s32[6,8]) sort(x, i), dimensions={0}, to_apply=lt")),
+      "comparator 'lt' must take 4 scalar parameters"));
+  EXPECT_TRUE(
+      Contains(ParseProblem(Entry("  ROOT s = f32[6,8] sort(x), dimensions={0}, to_apply=add")),
+               "must return pred[]"));
+  EXPECT_TRUE(Contains(ParseProblem(Entry("  ROOT k = (f32[6,9], s32[6,9]) topk(x), k=9")),
+                       "k=9 must be in [0, 8]"));
+  EXPECT_TRUE(Contains(ParseProblem(Entry("  ROOT r = f32[3,8] reduce-window(x, z), "
+                                          "window={size=3x1}, to_apply=add")),
+                       "result f32[3,8] does not match f32[4,8] inferred"));
+  EXPECT_TRUE(Contains(ParseProblem(Entry("  ROOT r = f32[6] reduce-window(x, z), window={size=2}, "
+                                          "to_apply=add")),
+                       "window has 1 dims but the operand f32[6,8] has 2"));
+  EXPECT_TRUE(
+      Contains(ParseProblem(Entry("  ROOT r = f32[5,7] reduce-window(x, z), window={size=2x2 "
+                                  "rhs_reversal=0x1}, to_apply=add")),
+               "unknown window part 'rhs_reversal'"));
+  EXPECT_TRUE(Contains(
+      ParseProblem(
+          Entry("  s = f32[3,8] parameter(1)\n  ROOT r = f32[6,8] select-and-scatter(x, s, z), "
+                "window={size=2x2 stride=2x1}, select=lt, scatter=add")),
+      "source f32[3,8] must be f32[3,7]"));
+}
+
+TEST(ShapeInferenceTest, BitcastConvertConditionalAndTokens) {
+  EXPECT_EQ(ParseProblem(Entry("  ROOT b = u16[6,8,2] bitcast-convert(x)")), "");
+  EXPECT_EQ(
+      ParseProblem(Entry("  y = f32[6,4,2] reshape(x)\n  ROOT b = f64[6,4] bitcast-convert(y)")),
+      "");
+  EXPECT_TRUE(Contains(ParseProblem(Entry("  ROOT b = f64[6,8] bitcast-convert(x)")),
+                       "needs a last dim of 2"));
+  EXPECT_TRUE(Contains(ParseProblem(Entry("  ROOT b = pred[6,8,4] bitcast-convert(x)")),
+                       "bitcast-convert of pred is not allowed"));
+  const std::string branches = R"(HloModule m
+one {
+  a = f32[2] parameter(0)
+  ROOT r = f32[2] negate(a)
+}
+two {
+  a = s32[] parameter(0)
+  one = f32[] constant(1)
+  ROOT r = f32[2] broadcast(one), dimensions={}
+}
+)";
+  EXPECT_TRUE(Contains(ParseProblem(branches + R"(ENTRY e {
+  p = pred[] parameter(0)
+  v = f32[2] parameter(1)
+  ROOT c = f32[2] conditional(p, v, v), true_computation=one, false_computation=two
+})"),
+                       "branch 1 'two' must take one parameter of its argument's shape f32[2]"));
+  EXPECT_TRUE(Contains(ParseProblem(branches + R"(ENTRY e {
+  p = f32[] parameter(0)
+  v = f32[2] parameter(1)
+  ROOT c = f32[2] conditional(p, v), branch_computations={one}
+})"),
+                       "must be pred[] or s32[]"));
+  EXPECT_EQ(ParseProblem(R"(HloModule m
+ENTRY e {
+  a = token[] after-all()
+  b = token[] after-all(a, a)
+  in = (f32[4], token[]) infeed(b)
+  d = f32[4] get-tuple-element(in), index=0
+  ROOT o = token[] outfeed(d, b), outfeed_shape=f32[4]
+})"),
+            "");
+}
+
 TEST(ReplicaGroupSizeTest, SizesAndErrors) {
   EXPECT_EQ(ReplicaGroupSize({}), 0);
   EXPECT_EQ(ReplicaGroupSize({{0, 1}, {2, 3}}), 2);

@@ -88,11 +88,20 @@ TEST(ShapeTest, SizesThatOverflowInt64AreRefused) {
 
 TEST(ShapeTest, TypeNames) {
   for (PrimitiveType t :
-       {PrimitiveType::kPred, PrimitiveType::kS32, PrimitiveType::kS64, PrimitiveType::kU32,
-        PrimitiveType::kF16, PrimitiveType::kBF16, PrimitiveType::kF32}) {
+       {PrimitiveType::kPred, PrimitiveType::kS32, PrimitiveType::kS64, PrimitiveType::kU16,
+        PrimitiveType::kU32, PrimitiveType::kF16, PrimitiveType::kBF16, PrimitiveType::kF32,
+        PrimitiveType::kF64, PrimitiveType::kC64, PrimitiveType::kToken}) {
     EXPECT_EQ(PrimitiveTypeFromName(PrimitiveTypeName(t)), t);
   }
-  EXPECT_FALSE(PrimitiveTypeFromName("f64").has_value());
+  EXPECT_FALSE(PrimitiveTypeFromName("f8e4m3").has_value());
+  EXPECT_TRUE(IsFloatingPoint(PrimitiveType::kF64));
+  EXPECT_FALSE(IsFloatingPoint(PrimitiveType::kC64));
+  EXPECT_TRUE(IsComplex(PrimitiveType::kC64));
+  EXPECT_TRUE(IsInteger(PrimitiveType::kU16));
+  EXPECT_EQ(ByteWidth(PrimitiveType::kF64), 8);
+  EXPECT_EQ(ByteWidth(PrimitiveType::kC64), 8);
+  EXPECT_EQ(ByteWidth(PrimitiveType::kToken), 0);
+  EXPECT_EQ(RoundToType(0.1, PrimitiveType::kF64), 0.1);
   EXPECT_TRUE(IsFloatingPoint(PrimitiveType::kBF16));
   EXPECT_TRUE(IsInteger(PrimitiveType::kU32));
   EXPECT_FALSE(IsSignedInteger(PrimitiveType::kU32));

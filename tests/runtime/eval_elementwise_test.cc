@@ -39,14 +39,18 @@ TEST(EvalElementwiseTest, FloatUnaryOpsMatchFloat64) {
       {"tanh", [](double x) { return std::tanh(x); }, -3, 3},
   };
   std::mt19937 rng(1);
-  for (const UnaryCase& c : cases) {
-    const std::string text = "HloModule m\nENTRY e {\n  x = f32[5,37] parameter(0)\n  ROOT y = f32[5,37] " +
-                             c.op + "(x)\n}\n";
-    HostTensor x = Random("f32[5,37]", rng, c.lo, c.hi);
-    auto out = RunNamed(text, {x}, {"y"});
-    std::vector<double> want;
-    for (double v : x.ToDoubles()) want.push_back(c.ref(v));
-    ExpectNear(out["y"], want, 2e-6, 1e-6, c.op);
+  for (const std::string t : {"f32", "f64"}) {
+    const double tol = t == "f32" ? 2e-6 : 1e-14;
+    for (const UnaryCase& c : cases) {
+      const std::string text = "HloModule m\nENTRY e {\n  x = " + t +
+                               "[5,37] parameter(0)\n  ROOT y = " + t + "[5,37] " + c.op +
+                               "(x)\n}\n";
+      HostTensor x = Random(t + "[5,37]", rng, c.lo, c.hi);
+      auto out = RunNamed(text, {x}, {"y"});
+      std::vector<double> want;
+      for (double v : x.ToDoubles()) want.push_back(c.ref(v));
+      ExpectNear(out["y"], want, tol, tol / 2, t + " " + c.op);
+    }
   }
 }
 
@@ -67,16 +71,20 @@ TEST(EvalElementwiseTest, FloatBinaryOpsMatchFloat64) {
       {"remainder", [](double a, double b) { return std::fmod(a, b); }},
   };
   std::mt19937 rng(2);
-  for (const BinaryCase& c : cases) {
-    const std::string text =
-        "HloModule m\nENTRY e {\n  a = f32[3,50] parameter(0)\n  b = f32[3,50] parameter(1)\n"
-        "  ROOT y = f32[3,50] " + c.op + "(a, b)\n}\n";
-    HostTensor a = Random("f32[3,50]", rng, 0.5, 3);
-    HostTensor b = Random("f32[3,50]", rng, 0.5, 3);
-    auto out = RunNamed(text, {a, b}, {"y"});
-    std::vector<double> want;
-    for (int64_t i = 0; i < a.element_count(); ++i) want.push_back(c.ref(a.GetDouble(i), b.GetDouble(i)));
-    ExpectNear(out["y"], want, 2e-6, 1e-6, c.op);
+  for (const std::string t : {"f32", "f64"}) {
+    const double tol = t == "f32" ? 2e-6 : 1e-14;
+    for (const BinaryCase& c : cases) {
+      const std::string text =
+          "HloModule m\nENTRY e {\n  a = " + t + "[3,50] parameter(0)\n  b = " + t +
+          "[3,50] parameter(1)\n  ROOT y = " + t + "[3,50] " + c.op + "(a, b)\n}\n";
+      HostTensor a = Random(t + "[3,50]", rng, 0.5, 3);
+      HostTensor b = Random(t + "[3,50]", rng, 0.5, 3);
+      auto out = RunNamed(text, {a, b}, {"y"});
+      std::vector<double> want;
+      for (int64_t i = 0; i < a.element_count(); ++i)
+        want.push_back(c.ref(a.GetDouble(i), b.GetDouble(i)));
+      ExpectNear(out["y"], want, tol, tol / 2, t + " " + c.op);
+    }
   }
 }
 
@@ -199,6 +207,80 @@ ENTRY e {
   EXPECT_EQ(out["d"].data<uint32_t>()[0], 4000000000u / 3);
   EXPECT_EQ(out["d"].data<uint32_t>()[1], 0xffffffffu);  // x / 0 = all ones
   EXPECT_EQ(out["s"].data<uint32_t>()[2], 0xffffffffu);  // 1 - 2 wraps
+}
+
+TEST(EvalElementwiseTest, F64AndU16ThroughCompareSelectClampAndConvert) {
+  const char* text = R"(HloModule m
+ENTRY e {
+  x = f64[6] parameter(0)
+  y = f64[6] parameter(1)
+  lt = pred[6] compare(x, y), direction=LT
+  lo = f64[] constant(-0.5)
+  hi = f64[] constant(0.5)
+  c = f64[6] clamp(lo, x, hi)
+  s = f64[6] select(lt, x, y)
+  to_f32 = f32[6] convert(x)
+  back = f64[6] convert(to_f32)
+  to_u16 = u16[6] convert(x)
+  u = u16[6] parameter(2)
+  v = u16[6] parameter(3)
+  m = u16[6] multiply(u, v)
+  a = u16[6] add(u, v)
+  d = u16[6] subtract(u, v)
+  q = u16[6] divide(u, v)
+  ug = pred[6] compare(u, v), direction=GT
+  u_f64 = f64[6] convert(u)
+  ROOT u_s32 = s32[6] convert(u)
+})";
+  const std::vector<double> xv = {0.1234567890123, -2.5e-9, 7.25, -1e300, 70000.7, -0.75};
+  const std::vector<double> yv = {0.2, -3e-9, 7.25, 1, 0, 1e-300};
+  const HostTensor x = HostTensor::FromDoubles(ParseShape("f64[6]"), xv);
+  const HostTensor y = HostTensor::FromDoubles(ParseShape("f64[6]"), yv);
+  const std::vector<uint16_t> uv = {65535, 300, 0, 12345, 2, 40000};
+  const std::vector<uint16_t> vv = {2, 300, 1, 54321, 0, 40001};
+  const HostTensor u = HostTensor::FromVector<uint16_t>(PrimitiveType::kU16, {6}, uv);
+  const HostTensor v = HostTensor::FromVector<uint16_t>(PrimitiveType::kU16, {6}, vv);
+  auto out = RunNamed(
+      text, {x, y, u, v},
+      {"lt", "c", "s", "to_f32", "back", "to_u16", "m", "a", "d", "q", "ug", "u_f64", "u_s32"});
+  std::vector<double> lt, c, s, f32, u16, m, a, d, q, ug, uf;
+  for (size_t i = 0; i < 6; ++i) {
+    lt.push_back(xv[i] < yv[i]);
+    c.push_back(std::clamp(xv[i], -0.5, 0.5));
+    s.push_back(xv[i] < yv[i] ? xv[i] : yv[i]);
+    f32.push_back(static_cast<float>(xv[i]));
+    u16.push_back(std::clamp(std::trunc(xv[i]), 0.0, 65535.0));   // saturates
+    m.push_back(static_cast<uint16_t>(uint32_t{uv[i]} * vv[i]));  // wraps mod 2^16
+    a.push_back(static_cast<uint16_t>(uv[i] + vv[i]));
+    d.push_back(static_cast<uint16_t>(uv[i] - vv[i]));
+    q.push_back(vv[i] == 0 ? 65535 : uv[i] / vv[i]);  // x / 0 = all ones
+    ug.push_back(uv[i] > vv[i]);
+    uf.push_back(uv[i]);
+  }
+  ExpectEqual(out["lt"], lt, "lt");
+  ExpectEqual(out["c"], c, "clamp");
+  ExpectEqual(out["s"], s, "select");
+  ExpectEqual(out["to_f32"], f32, "to_f32");
+  ExpectEqual(out["back"], f32, "back");
+  ExpectEqual(out["to_u16"], u16, "to_u16");
+  ExpectEqual(out["m"], m, "multiply");
+  ExpectEqual(out["a"], a, "add");
+  ExpectEqual(out["d"], d, "subtract");
+  ExpectEqual(out["q"], q, "divide");
+  ExpectEqual(out["ug"], ug, "compare");
+  ExpectEqual(out["u_f64"], uf, "u_f64");
+  ExpectEqual(out["u_s32"], uf, "u_s32");
+}
+
+TEST(EvalElementwiseTest, ComplexValuesAreRefusedNamingTheInstruction) {
+  const char* text = R"(HloModule m
+ENTRY e {
+  a = c64[4] parameter(0)
+  ROOT t = c64[4] add(a, a)
+})";
+  auto module = ParseHloModule(text);
+  testing::ExpectErrorContaining([&] { Executor executor(*module); },
+                                 {"'a' (parameter)", "complex (c64)"});
 }
 
 TEST(EvalElementwiseTest, PredLogic) {

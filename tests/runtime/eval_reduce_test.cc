@@ -148,6 +148,47 @@ ENTRY e {
                                          [](double a, double b) { return std::max(a, b); }));
 }
 
+TEST(EvalReduceTest, F64SumsInDoubleAndU16Wraps) {
+  const char* text = R"(HloModule m
+addd {
+  a = f64[] parameter(0)
+  b = f64[] parameter(1)
+  ROOT s = f64[] add(a, b)
+}
+addu {
+  a = u16[] parameter(0)
+  b = u16[] parameter(1)
+  ROOT s = u16[] add(a, b)
+}
+maxu {
+  a = u16[] parameter(0)
+  b = u16[] parameter(1)
+  ROOT s = u16[] maximum(a, b)
+}
+ENTRY e {
+  x = f64[6,300] parameter(0)
+  zd = f64[] constant(0.25)
+  sd = f64[300] reduce(x, zd), dimensions={0}, to_apply=addd
+  u = u16[5,7] parameter(1)
+  zu = u16[] constant(3)
+  su = u16[7] reduce(u, zu), dimensions={0}, to_apply=addu
+  ROOT mu = u16[5] reduce(u, zu), dimensions={1}, to_apply=maxu
+})";
+  std::mt19937 rng(8);
+  HostTensor x = Random("f64[6,300]", rng, -1e6, 1e6);
+  HostTensor u = Random("u16[5,7]", rng, 0, 65535);
+  auto out = RunNamed(text, {x, u}, {"sd", "su", "mu"});
+  // f64 accumulates in double: agreement far below f32's precision.
+  ExpectNear(out["sd"], ReferenceReduce(x, {0}, 0.25, [](double a, double b) { return a + b; }),
+             1e-14, 1e-8, "f64 sum");
+  std::vector<double> su = ReferenceReduce(u, {0}, 3, [](double a, double b) { return a + b; });
+  for (double& v : su) v = std::fmod(v, 65536.0);  // wraps
+  ExpectEqual(out["su"], su, "u16 sum");
+  ExpectEqual(out["mu"],
+              ReferenceReduce(u, {1}, 3, [](double a, double b) { return std::max(a, b); }),
+              "u16 max");
+}
+
 TEST(EvalReduceTest, PredAndOr) {
   const char* text = R"(HloModule m
 and {

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <functional>
 
 #include "executor_test_util.h"
@@ -189,6 +190,38 @@ ENTRY e {
   ExpectEqual(out["a"], a);
   ExpectEqual(out["b"], b);
   ExpectEqual(out["c"], c);
+}
+
+TEST(EvalShapeOpsTest, BitcastConvertReinterpretsTheBytes) {
+  const char* text = R"(HloModule m
+ENTRY e {
+  x = f32[3,4] parameter(0)
+  i = s32[3,4] bitcast-convert(x)
+  halves = u16[3,4,2] bitcast-convert(x)
+  back = f32[3,4] bitcast-convert(halves)
+  d = f64[3,2] parameter(1)
+  ROOT words = u32[3,2,2] bitcast-convert(d)
+})";
+  std::mt19937 rng(6);
+  HostTensor x = Random("f32[3,4]", rng, -100, 100);
+  HostTensor d = Random("f64[3,2]", rng, -1e10, 1e10);
+  auto out = RunNamed(text, {x, d}, {"i", "halves", "back", "words"});
+  std::vector<double> bits, halves, words;
+  for (int64_t k = 0; k < x.element_count(); ++k) {
+    const uint32_t b = std::bit_cast<uint32_t>(x.data<float>()[k]);
+    bits.push_back(static_cast<int32_t>(b));
+    halves.push_back(b & 0xffff);  // memory order: the low half first (little-endian)
+    halves.push_back(b >> 16);
+  }
+  for (int64_t k = 0; k < d.element_count(); ++k) {
+    const uint64_t b = std::bit_cast<uint64_t>(d.data<double>()[k]);
+    words.push_back(static_cast<double>(b & 0xffffffffu));
+    words.push_back(static_cast<double>(b >> 32));
+  }
+  ExpectEqual(out["i"], bits, "s32");
+  ExpectEqual(out["halves"], halves, "u16 halves");
+  ExpectEqual(out["back"], x.ToDoubles(), "round trip");
+  ExpectEqual(out["words"], words, "u32 words");
 }
 
 TEST(EvalShapeOpsTest, Reverse) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "weft/hlo/parser.h"
+#include "weft/spmd/sharding_propagation.h"
 
 namespace weft {
 namespace {
@@ -72,6 +73,64 @@ ENTRY main {
   EXPECT_EQ(b->ToString(), "broadcast: ([f1]) -> ([f0, f1])");
   auto r = GetOpShardingRule(*m->entry_computation()->GetInstruction("r"));
   EXPECT_EQ(r->ToString(), "reduce: ([f0, f1], []) -> ([f1]) {f0: reduction}");
+}
+
+TEST(OpShardingRuleTest, SortTopKAndWindowsKeepTheirComputedDimsWhole) {
+  auto m = ParseHloModule(R"(HloModule m
+lt {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  c = s32[] parameter(2)
+  d = s32[] parameter(3)
+  ROOT r = pred[] compare(a, b), direction=LT
+}
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] add(a, b)
+}
+lt2 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = pred[] compare(a, b), direction=GE
+}
+ENTRY e {
+  x = f32[8,16] parameter(0), sharding={devices=[2,2]<=[4]}
+  i = s32[8,16] parameter(1)
+  srt = (f32[8,16], s32[8,16]) sort(x, i), dimensions={1}, to_apply=lt
+  top = (f32[8,3], s32[8,3]) topk(x), k=3
+  z = f32[] constant(0)
+  rw = f32[8,8] reduce-window(x, z), window={size=1x3 stride=1x2 pad=0_0x1_0}, to_apply=add
+  sas = f32[8,16] select-and-scatter(x, rw, z), window={size=1x3 stride=1x2 pad=0_0x1_0}, select=lt2, scatter=add
+  bc = u16[8,16,2] bitcast-convert(x)
+  ROOT out = tuple(srt, top, rw, sas, bc)
+}
+)");
+  HloComputation* e = m->entry_computation();
+  auto rule = [&](const char* name) {
+    const HloInstruction* instr = e->GetInstruction(name);
+    if (instr == nullptr) return std::string("no ") + name;
+    std::optional<OpShardingRule> r = GetOpShardingRule(*instr);
+    return r ? r->ToString() : std::string("no rule");
+  };
+  EXPECT_EQ(rule("srt"),
+            "sort: ([f0, f1], [f0, f2]) -> ([f0, f3], [f0, f4]) {f1: need-replication, f2: "
+            "need-replication, f3: need-replication, f4: need-replication}");
+  EXPECT_EQ(rule("top"),
+            "topk: ([f0, f1]) -> ([f0, f2], [f0, f3]) {f1: need-replication, f2: "
+            "need-replication, f3: need-replication}");
+  EXPECT_EQ(rule("rw"),
+            "reduce-window: ([f0, f1], []) -> ([f0, f2]) {f1: need-replication, f2: "
+            "need-replication}");
+  EXPECT_EQ(rule("bc"), "bitcast-convert: ([f0, f1]) -> ([f0, f1, f2]) {f2: need-replication}");
+  // Propagation: the split rows reach every op, the computed dim stays whole.
+  PropagateShardings(*m);
+  const std::string rows = "{devices=[2,1,2]<=[4] last_tile_dim_replicate}";
+  EXPECT_EQ(e->GetInstruction("srt")->sharding()->ToString(), "{" + rows + ", " + rows + "}");
+  EXPECT_EQ(e->GetInstruction("top")->sharding()->ToString(), "{" + rows + ", " + rows + "}");
+  EXPECT_EQ(e->GetInstruction("rw")->sharding()->ToString(), rows);
+  EXPECT_EQ(e->GetInstruction("sas")->sharding()->ToString(), rows);
+  EXPECT_EQ(e->GetInstruction("bc")->sharding()->ToString(), "{devices=[2,2,1]<=[4]}");
 }
 
 TEST(OpShardingRuleTest, CustomCallsRegisterTheirRule) {

@@ -52,4 +52,11 @@ namespace weft {
 inline constexpr const char* kFlexAttentionTarget = "weft.flex_attention";
 inline constexpr const char* kFlexAttentionBackwardTarget = "weft.flex_attention_backward";
 
+// XLA's TopK custom call: custom-call(x), custom_call_target="TopK",
+// called_computations={comparator}, result (T[..., k], s32[..., k]): the k
+// largest along the last dim (k from the result shape) and their indices.
+// weft runs it as the topk op with largest=true; the comparator (a
+// greater-than) is checked, not interpreted.
+inline constexpr const char* kTopKTarget = "TopK";
+
 }  // namespace weft

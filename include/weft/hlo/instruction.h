@@ -62,6 +62,15 @@ struct PadDim {
   bool operator==(const PadDim&) const = default;
 };
 
+// One dimension of a reduce-window / select-and-scatter window (XLA's
+// window={size=2x2 stride=2x1 pad=0_1x0_0 lhs_dilate=1x1 rhs_dilate=1x1}):
+// base_dilation is lhs_dilate, window_dilation rhs_dilate.
+struct WindowDim {
+  int64_t size = 1, stride = 1, padding_low = 0, padding_high = 0;
+  int64_t base_dilation = 1, window_dilation = 1;
+  bool operator==(const WindowDim&) const = default;
+};
+
 // Where an instruction was written in HLO text (line/col from 1; 0 = built in C++).
 struct SourceLocation {
   int64_t line = 0, col = 0;
@@ -76,7 +85,7 @@ struct HloAttributes {
   int64_t iota_dimension = 0;    // iota
   int64_t tuple_index = 0;       // get-tuple-element (index=)
   // broadcast, transpose, reverse, reduce, concatenate, all-gather,
-  // reduce-scatter, all-to-all (dimensions=)
+  // reduce-scatter, all-to-all, sort (dimensions=)
   std::vector<int64_t> dimensions;
   std::vector<SliceDim> slice;                                          // slice
   std::vector<int64_t> dynamic_slice_sizes;                             // dynamic-slice
@@ -89,6 +98,10 @@ struct HloAttributes {
   ScatterDimensionNumbers scatter;                                      // scatter
   bool indices_are_sorted = false;                                      // gather, scatter
   bool unique_indices = false;                                          // scatter
+  bool is_stable = false;                                               // sort
+  int64_t k = 0;                                                        // topk
+  bool largest = true;                                                  // topk
+  std::vector<WindowDim> window;  // reduce-window, select-and-scatter
   // Collectives: device groups ({} = all), channel, global ids.
   std::vector<std::vector<int64_t>> replica_groups;
   std::optional<int64_t> channel_id;
@@ -111,8 +124,10 @@ class HloInstruction {
  public:
   // Creates a detached instruction; a computation takes ownership with
   // AddInstruction. `called` are the called computations in XLA's order:
-  // to_apply (reduce, scatter, call, all-reduce, reduce-scatter), calls
-  // (fusion: the fused computation) or {condition, body} (while).
+  // to_apply (reduce, scatter, call, all-reduce, reduce-scatter, sort,
+  // reduce-window), calls (fusion: the fused computation), {condition, body}
+  // (while), {select, scatter} (select-and-scatter), or the branches
+  // (conditional: {true, false} or branch_computations in order).
   static std::unique_ptr<HloInstruction> Create(HloOpcode opcode, Shape shape,
                                                 std::vector<HloInstruction*> operands,
                                                 HloAttributes attrs = {},

@@ -13,8 +13,10 @@ namespace weft {
   X(kAdd, "add")                                 \
   X(kAllGather, "all-gather")                    \
   X(kAllReduce, "all-reduce")                    \
+  X(kAfterAll, "after-all")                      \
   X(kAllToAll, "all-to-all")                     \
   X(kAnd, "and")                                 \
+  X(kBitcastConvert, "bitcast-convert")          \
   X(kBroadcast, "broadcast")                     \
   X(kCall, "call")                               \
   X(kCeil, "ceil")                               \
@@ -22,6 +24,7 @@ namespace weft {
   X(kCollectivePermute, "collective-permute")    \
   X(kCompare, "compare")                         \
   X(kConcatenate, "concatenate")                 \
+  X(kConditional, "conditional")                 \
   X(kConstant, "constant")                       \
   X(kConvert, "convert")                         \
   X(kCopy, "copy")                               \
@@ -37,6 +40,7 @@ namespace weft {
   X(kFusion, "fusion")                           \
   X(kGather, "gather")                           \
   X(kGetTupleElement, "get-tuple-element")       \
+  X(kInfeed, "infeed")                           \
   X(kIota, "iota")                               \
   X(kLog, "log")                                 \
   X(kLog1p, "log-plus-one")                      \
@@ -47,11 +51,13 @@ namespace weft {
   X(kNegate, "negate")                           \
   X(kNot, "not")                                 \
   X(kOr, "or")                                   \
+  X(kOutfeed, "outfeed")                         \
   X(kPad, "pad")                                 \
   X(kParameter, "parameter")                     \
   X(kPartitionId, "partition-id")                \
   X(kPower, "power")                             \
   X(kReduce, "reduce")                           \
+  X(kReduceWindow, "reduce-window")              \
   X(kReduceScatter, "reduce-scatter")            \
   X(kRemainder, "remainder")                     \
   X(kReplicaId, "replica-id")                    \
@@ -60,12 +66,15 @@ namespace weft {
   X(kRsqrt, "rsqrt")                             \
   X(kScatter, "scatter")                         \
   X(kSelect, "select")                           \
+  X(kSelectAndScatter, "select-and-scatter")     \
   X(kSign, "sign")                               \
   X(kSine, "sine")                               \
   X(kSlice, "slice")                             \
+  X(kSort, "sort")                               \
   X(kSqrt, "sqrt")                               \
   X(kSubtract, "subtract")                       \
   X(kTanh, "tanh")                               \
+  X(kTopK, "topk")                               \
   X(kTranspose, "transpose")                     \
   X(kTuple, "tuple")                             \
   X(kWhile, "while")                             \

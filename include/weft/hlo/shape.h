@@ -11,7 +11,24 @@
 
 namespace weft {
 
-enum class PrimitiveType { kInvalid, kPred, kS32, kS64, kU32, kF16, kBF16, kF32, kTuple };
+// c64 is parsed, printed and sized (two f32s) but no pass computes with it:
+// the executor refuses it by name. token (zero bytes, `token[]`) orders
+// side effects (after-all, infeed, outfeed) and carries no data.
+enum class PrimitiveType {
+  kInvalid,
+  kPred,
+  kS32,
+  kS64,
+  kU16,
+  kU32,
+  kF16,
+  kBF16,
+  kF32,
+  kF64,
+  kC64,
+  kToken,
+  kTuple
+};
 
 // "f32", "bf16", "pred", ...; "tuple" for kTuple.
 std::string_view PrimitiveTypeName(PrimitiveType type);
@@ -19,8 +36,9 @@ std::string_view PrimitiveTypeName(PrimitiveType type);
 std::optional<PrimitiveType> PrimitiveTypeFromName(std::string_view name);
 // The element type names weft supports, for error messages.
 std::string_view SupportedPrimitiveTypeNames();
-bool IsFloatingPoint(PrimitiveType type);
-bool IsInteger(PrimitiveType type);  // s32, s64, u32
+bool IsFloatingPoint(PrimitiveType type);  // f16, bf16, f32, f64
+bool IsInteger(PrimitiveType type);        // s32, s64, u16, u32
+bool IsComplex(PrimitiveType type);        // c64
 bool IsSignedInteger(PrimitiveType type);
 int64_t ByteWidth(PrimitiveType type);
 

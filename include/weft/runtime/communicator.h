@@ -51,9 +51,10 @@
 
 namespace weft::runtime {
 
-enum class DataType : uint8_t { kF32, kBF16, kI32, kI64, kU8 };
+enum class DataType : uint8_t { kF32, kBF16, kI32, kI64, kU8, kF64, kU16 };
 int64_t DataTypeSize(DataType dtype);
-std::string_view DataTypeName(DataType dtype);  // "f32", "bf16", "s32", "s64", "u8"
+// "f32", "bf16", "s32", "s64", "u8", "f64", "u16"
+std::string_view DataTypeName(DataType dtype);
 
 // The element type of a C++ type; bfloat16 values travel as uint16_t bits.
 template <typename T>
@@ -66,6 +67,8 @@ constexpr DataType DataTypeOf() {
     return DataType::kI32;
   } else if constexpr (std::is_same_v<T, int64_t>) {
     return DataType::kI64;
+  } else if constexpr (std::is_same_v<T, double>) {
+    return DataType::kF64;
   } else {
     static_assert(std::is_same_v<T, uint8_t>, "unsupported collective element type");
     return DataType::kU8;

@@ -208,6 +208,12 @@ Value EvalCollective(const HloInstruction& instr, EvalArgs& args);
 Value EvalPartitionOrReplicaId(const HloInstruction& instr, EvalArgs& args);
 void CheckCustomCall(const HloInstruction& instr);
 Value EvalCustomCall(const HloInstruction& instr, EvalArgs& args);
+void CheckWindowOp(const HloInstruction& instr);  // reduce-window, select-and-scatter
+Value EvalReduceWindow(const HloInstruction& instr, EvalArgs& args);
+Value EvalSelectAndScatter(const HloInstruction& instr, EvalArgs& args);
+void CheckSort(const HloInstruction& instr);  // sort, topk (eval_sort.cc)
+Value EvalSort(const HloInstruction& instr, EvalArgs& args);
+Value EvalTopK(const HloInstruction& instr, EvalArgs& args);
 void CheckFusion(const HloInstruction& instr);  // kLoop, kInput, kOutput (eval_fusion.cc)
 Value EvalFusion(const HloInstruction& instr, EvalArgs& args);
 
@@ -245,6 +251,10 @@ class ScalarFunction {
   std::unique_ptr<Program> program_;
 };
 
+// An integer whose order is compare's type=TOTALORDER on `v` (-NaN < -inf <
+// ... < -0 < +0 < ... < inf < NaN).
+int64_t TotalOrderKey(double v);
+
 // ---------------------------------------------------------------------------
 // Helpers shared by the evaluators.
 
@@ -266,6 +276,8 @@ double LoadAsDouble(PrimitiveType type, const void* data, int64_t index);
 int64_t LoadAsInt(PrimitiveType type, const void* data, int64_t index);
 // Writes `value` (rounded / wrapped to `type`) as element `index`.
 void StoreDouble(PrimitiveType type, void* data, int64_t index, double value);
+// Writes integer `value` wrapped to integer `type` (pred: value != 0).
+void StoreInt(PrimitiveType type, void* data, int64_t index, int64_t value);
 // Converts n elements between element types (XLA convert semantics: float to
 // integer truncates toward zero, saturates, NaN gives 0; to pred is != 0).
 void ConvertElements(PrimitiveType from, const void* in, PrimitiveType to, void* out, int64_t n);

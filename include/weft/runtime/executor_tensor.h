@@ -5,8 +5,8 @@
 // Clone() copies them. The executor never writes into storage that anyone
 // else can see: it reuses a buffer in place only when it holds the only
 // reference, so tensors handed to Run() stay unchanged. Element encodings:
-// f32 float, bf16 and f16 uint16_t bits, s32 int32_t, s64 int64_t,
-// u32 uint32_t, pred one byte (0 or 1).
+// f32 float, f64 double, bf16 and f16 uint16_t bits, s32 int32_t, s64
+// int64_t, u16 uint16_t, u32 uint32_t, pred one byte (0 or 1).
 #pragma once
 
 #include <atomic>
@@ -125,8 +125,11 @@ constexpr bool IsElementTypeOf(PrimitiveType type) {
   switch (type) {
     case PrimitiveType::kF32:
       return std::is_same_v<T, float>;
+    case PrimitiveType::kF64:
+      return std::is_same_v<T, double>;
     case PrimitiveType::kBF16:
     case PrimitiveType::kF16:
+    case PrimitiveType::kU16:
       return std::is_same_v<T, uint16_t>;
     case PrimitiveType::kS32:
       return std::is_same_v<T, int32_t>;

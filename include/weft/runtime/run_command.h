@@ -158,12 +158,13 @@ std::vector<HostTensor> RunSharded(const compiler::CompiledProgram& program,
 double MaxRelativeError(const HostTensor& actual, const HostTensor& expected);
 
 // The largest MaxRelativeError --check accepts for an output of `type`:
-// 1e-5 for f32, 1e-2 for bf16 / f16, 0 for integers and pred; a floating
-// output of a module that computes in a narrower float (NarrowestFloat)
-// takes that type's tolerance (an f32 result of bf16 arithmetic).
-double CheckTolerance(PrimitiveType type, PrimitiveType narrowest_float = PrimitiveType::kF32);
+// 1e-10 for f64, 1e-5 for f32, 1e-2 for bf16 / f16, 0 for integers and
+// pred; a floating output of a module that computes in a narrower float
+// (NarrowestFloat) takes that type's tolerance (an f32 result of bf16
+// arithmetic).
+double CheckTolerance(PrimitiveType type, PrimitiveType narrowest_float = PrimitiveType::kF64);
 // The floating-point type of fewest bits any instruction of the module
-// produces (kF32 when none is narrower).
+// produces (kF64 when none is narrower, or the module has no floats).
 PrimitiveType NarrowestFloat(const HloModule& module);
 
 // FNV-1a over the outputs' bytes, in order.
