@@ -39,24 +39,6 @@ const HloInstruction* TupleElement(const HloInstruction* x, int64_t k) {
   return x->operand(k);
 }
 
-bool Holds(ComparisonDirection dir, int64_t a, int64_t b) {
-  switch (dir) {
-    case ComparisonDirection::kEq:
-      return a == b;
-    case ComparisonDirection::kNe:
-      return a != b;
-    case ComparisonDirection::kLt:
-      return a < b;
-    case ComparisonDirection::kLe:
-      return a <= b;
-    case ComparisonDirection::kGt:
-      return a > b;
-    case ComparisonDirection::kGe:
-      return a >= b;
-  }
-  return false;
-}
-
 ComparisonDirection Mirrored(ComparisonDirection dir) {
   switch (dir) {
     case ComparisonDirection::kLt:

@@ -66,25 +66,6 @@ double Wrap(double v, PrimitiveType t) {
   }
 }
 
-template <typename T>
-bool CompareOrdered(ComparisonDirection d, T a, T b) {
-  switch (d) {
-    case ComparisonDirection::kEq:
-      return a == b;
-    case ComparisonDirection::kNe:
-      return a != b;
-    case ComparisonDirection::kLt:
-      return a < b;
-    case ComparisonDirection::kLe:
-      return a <= b;
-    case ComparisonDirection::kGt:
-      return a > b;
-    case ComparisonDirection::kGe:
-      return a >= b;
-  }
-  return false;
-}
-
 double ApplyScalar(const ScalarFunction::Program::Op& op, const double* x) {
   const bool is_float = IsFloatingPoint(op.type);
   auto as_int = [](double v) { return static_cast<int64_t>(v); };
@@ -156,9 +137,9 @@ double ApplyScalar(const ScalarFunction::Program::Op& op, const double* x) {
     case HloOpcode::kCompare:
       if (op.total_order) {
         const int64_t a = TotalOrderKey(x[0]), b = TotalOrderKey(x[1]);
-        return CompareOrdered(op.direction, a, b);
+        return Holds(op.direction, a, b);
       }
-      return CompareOrdered(op.direction, x[0], x[1]);
+      return Holds(op.direction, x[0], x[1]);
     default:
       Fail("{} cannot be interpreted on scalars", HloOpcodeString(op.opcode));
   }

@@ -22,6 +22,25 @@ class HloComputation;
 enum class ComparisonDirection { kEq, kNe, kLt, kLe, kGt, kGe };
 std::string_view ComparisonDirectionString(ComparisonDirection direction);  // "LT"
 std::optional<ComparisonDirection> StringToComparisonDirection(std::string_view name);
+// `a direction b` for one pair of ordered values (a loop bound, a comparator).
+template <typename T>
+bool Holds(ComparisonDirection direction, T a, T b) {
+  switch (direction) {
+    case ComparisonDirection::kEq:
+      return a == b;
+    case ComparisonDirection::kNe:
+      return a != b;
+    case ComparisonDirection::kLt:
+      return a < b;
+    case ComparisonDirection::kLe:
+      return a <= b;
+    case ComparisonDirection::kGt:
+      return a > b;
+    case ComparisonDirection::kGe:
+      return a >= b;
+  }
+  return false;
+}
 
 // fusion's kind= (XLA's names: "kLoop", "kInput", "kOutput", "kCustom").
 // weft's passes make kLoop fusions (weft/compiler/fusion.h); all four parse.
