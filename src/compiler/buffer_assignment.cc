@@ -191,9 +191,9 @@ struct VLeaf {
 class ComputationAssigner {
  public:
   ComputationAssigner(const HloComputation& c, std::vector<HloInstruction*> sequence, bool is_entry,
-                      bool params_writable, const SizeFunction& size,
+                      bool params_writable,
                       const std::unordered_map<const HloComputation*, ComputationAssignment>& done)
-      : c_(c), is_entry_(is_entry), params_writable_(params_writable), size_(size), done_(done) {
+      : c_(c), is_entry_(is_entry), params_writable_(params_writable), done_(done) {
     out_.computation = &c;
     out_.sequence = std::move(sequence);
   }
@@ -227,7 +227,7 @@ class ComputationAssigner {
     return static_cast<int32_t>(bufs_.size() - 1);
   }
 
-  int64_t Size(const Shape& s) const { return RoundUp(size_ ? size_(s) : s.ByteSize()); }
+  int64_t Size(const Shape& s) const { return RoundUp(s.ByteSize()); }
 
   // A region buffer for leaf `leaf` of `instr` at t.
   VLeaf Fresh(const HloInstruction& instr, int64_t leaf, const Shape& s, int64_t t) {
@@ -601,7 +601,6 @@ class ComputationAssigner {
 
   const HloComputation& c_;
   const bool is_entry_, params_writable_;
-  const SizeFunction& size_;
   const std::unordered_map<const HloComputation*, ComputationAssignment>& done_;
   ComputationAssignment out_;
   std::vector<Buf> bufs_;
@@ -627,8 +626,7 @@ const InstructionAssignment& BufferAssignment::Of(const HloInstruction& instr) c
   return *it->second;
 }
 
-BufferAssignment AssignBuffers(const HloModule& module, const SequenceFunction& sequence,
-                               const SizeFunction& size) {
+BufferAssignment AssignBuffers(const HloModule& module, const SequenceFunction& sequence) {
   const HloComputation* entry = module.entry_computation();
   WEFT_INTERNAL_CHECK(entry != nullptr, "module '{}' has no entry computation", module.name());
   // The computations the executor runs (entry, while and call callees) and
@@ -656,7 +654,7 @@ BufferAssignment AssignBuffers(const HloModule& module, const SequenceFunction& 
   for (const HloComputation* c : module.MakeComputationPostOrder()) {  // callees first
     auto it = writable.find(c);
     if (it == writable.end()) continue;
-    ComputationAssigner assigner(*c, sequence(*c), c == entry, it->second, size, out.computations_);
+    ComputationAssigner assigner(*c, sequence(*c), c == entry, it->second, out.computations_);
     out.computations_.emplace(c, assigner.Run());
   }
   for (const auto& [c, ca] : out.computations_) {
@@ -664,7 +662,7 @@ BufferAssignment AssignBuffers(const HloModule& module, const SequenceFunction& 
   }
   const ComputationAssignment& e = out.computations_.at(entry);
   out.arena_bytes_ = e.size;
-  auto bytes = [&](const Shape& s) { return RoundUp(size ? size(s) : s.ByteSize()); };
+  auto bytes = [&](const Shape& s) { return RoundUp(s.ByteSize()); };
   for (int64_t p = 0; p < entry->num_parameters(); ++p) {
     for (const Shape& s : entry->parameter_instruction(p)->shape().Leaves()) {
       out.input_bytes_ += bytes(s);

@@ -182,25 +182,6 @@ TEST(BufferAssignmentTest, UniformStraightLineCodePacksPerfectly) {
   }
 }
 
-// A size function (the planner's precision policy) changes sizes, never
-// decisions.
-TEST(BufferAssignmentTest, SizeFunctionScalesSizesNotDecisions) {
-  auto module = RandomModule(7, true, false);
-  const BufferAssignment a = AssignBuffers(*module, PostOrder);
-  const BufferAssignment h =
-      AssignBuffers(*module, PostOrder, [](const Shape& s) { return s.ByteSize() / 2; });
-  CheckAssignment(*module, h);
-  for (const auto& [c, ca] : a.computations()) {
-    for (const HloInstruction* instr : ca.sequence) {
-      const auto& x = a.Of(*instr).leaves;
-      const auto& y = h.Of(*instr).leaves;
-      ASSERT_EQ(x.size(), y.size());
-      for (size_t k = 0; k < x.size(); ++k) EXPECT_EQ(x[k].kind, y[k].kind) << instr->name();
-    }
-  }
-  EXPECT_LE(h.arena_bytes(), a.arena_bytes());
-}
-
 LeafAssignment::Kind KindOf(const BufferAssignment& a, const HloInstruction* instr) {
   return a.Of(*instr).leaves.at(0).kind;
 }

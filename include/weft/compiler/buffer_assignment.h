@@ -56,9 +56,6 @@
 
 namespace weft::compiler {
 
-// Bytes a buffer of an array shape takes (the planner's precision policy
-// passes its own; default Shape::ByteSize). Rounded up to 64 by the caller.
-using SizeFunction = std::function<int64_t(const Shape&)>;
 // The order a computation runs in (every instruction once, operands first).
 using SequenceFunction = std::function<std::vector<HloInstruction*>(const HloComputation&)>;
 
@@ -131,18 +128,15 @@ class BufferAssignment {
   }
 
  private:
-  friend BufferAssignment AssignBuffers(const HloModule&, const SequenceFunction&,
-                                        const SizeFunction&);
+  friend BufferAssignment AssignBuffers(const HloModule&, const SequenceFunction&);
   std::unordered_map<const HloComputation*, ComputationAssignment> computations_;
   std::unordered_map<const HloInstruction*, const InstructionAssignment*> index_;
   int64_t arena_bytes_ = 0, input_bytes_ = 0, output_bytes_ = 0;
 };
 
-// Assigns every computation reachable from the entry. `size` defaults to
-// Shape::ByteSize. In-place and view decisions use the real byte sizes, so
-// they do not depend on `size`.
-BufferAssignment AssignBuffers(const HloModule& module, const SequenceFunction& sequence,
-                               const SizeFunction& size = nullptr);
+// Assigns every computation reachable from the entry, each buffer
+// Shape::ByteSize rounded up to kBufferAlignment.
+BufferAssignment AssignBuffers(const HloModule& module, const SequenceFunction& sequence);
 
 // The scratch shapes an instruction's evaluator allocates after its results,
 // in order (only those the compiler models: dots' packed operands and f32
