@@ -178,7 +178,7 @@ std::string FormatPlanText(const StepPlan& p) {
   }
   line("");
 
-  line(fmt::format("Largest buffers live at the peak (shapes in the policy's types)"));
+  line(fmt::format("Largest buffers live at the peak"));
   for (size_t i = 0; i < p.top_buffers.size(); ++i) {
     const PeakBuffer& pb = p.top_buffers[i];
     const analysis::LiveBuffer& b = pb.buffer;

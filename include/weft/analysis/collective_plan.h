@@ -2,7 +2,7 @@
 // calls and bytes sent per kind, counted as the communicator counts them
 // (runtime/communicator.h: CollectiveBytesSent, the ring model, one call per
 // all-reduce operand, a call in a loop body once per trip), with the input
-// sizes under the precision policy.
+// sizes of the program's own element types.
 //
 // ICI or DCN: with `slices` > 1 the devices form a hybrid mesh of equal
 // slices, slice-major (device d is in slice d / (N / slices), as

@@ -12,8 +12,8 @@
 // own buffers, not by the nested region the assignment reserves for them.
 // Entry parameters (the caller's) are held from the start until their last
 // use, or for the whole step when weights_resident; the entry root's buffers
-// until the end. Sizes are PlannedBytes under the precision policy, aligned
-// as the assignment aligns them; constants (the module's) are not counted.
+// until the end. Sizes are the program's own (Shape::ByteSize), aligned as
+// the assignment aligns them; constants (the module's) are not counted.
 // With executor_accounting, peak_bytes is the assignment's inputs + arena +
 // outputs, exactly Executor::stats().peak_bytes (tests check it on the
 // training step). Not modelled: the f32 scratch copies the executor makes of
@@ -94,7 +94,7 @@ struct LiveBuffer {
   std::string computation;  // where that instruction lives
   std::string role;         // "grad layers.attention.wq", "weight norm", "" ...
   Shape shape;              // the per-device (local) shape, element type as compiled
-  int64_t bytes = 0;        // under the precision policy
+  int64_t bytes = 0;
   BufferCategory category = BufferCategory::kTemporaries;
 };
 
@@ -108,14 +108,14 @@ struct MemoryPlan {
   // Device memory held by the program at its peak. With executor_accounting
   // (and nothing offloaded), exactly the executor's ExecutorStats::peak_bytes:
   // the buffer assignment's (compiler/buffer_assignment.h) inputs + arena +
-  // outputs, sized under the precision policy; the peak is then placed where
+  // outputs; the peak is then placed where
   // the arena holds the most live bytes, and the categories are every input,
   // the arena's buffers live there (its packing counted as temporaries) and
   // the outputs copied out of it. Otherwise the most bytes live at once
   // (live_peak_bytes), where they are first reached.
   int64_t peak_bytes = 0;
   int64_t live_peak_bytes = 0;  // the most bytes live at once (the timeline's highest)
-  int64_t arena_bytes = 0;      // the buffer assignment's arena, under the policy
+  int64_t arena_bytes = 0;      // the buffer assignment's arena
   int64_t peak_step = 0;    // executed instructions up to the peak (1-based)
   int64_t total_steps = 0;  // executed instructions in the step
   std::string peak_instruction, peak_computation;

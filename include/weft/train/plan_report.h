@@ -2,12 +2,13 @@
 // schema below, and an SVG (memory breakdown at the peak + live memory over
 // the step).
 //
-// JSON schema "weft.plan/2" (bytes are per device under the precision
-// policy; times in seconds; every key is always present, null where noted):
+// JSON schema "weft.plan/2" (bytes are per device, of the program's own
+// element types; times in seconds; every key is always present, null where noted):
 //   schema            "weft.plan/2"
 //   config            the run config file
-//   chip              {name, description, hbm_bytes, peak_flops (at the
-//                     policy's precision), ici_bytes_per_s, dcn_bytes_per_s,
+//   chip              {name, description, hbm_bytes, peak_flops (the
+//                     matrix peak MFU is measured against: bf16's when most
+//                     of the program's dot FLOPs read bf16), ici_bytes_per_s, dcn_bytes_per_s,
 //                     host_bytes_per_s, max_slice_chips, source}
 //   chips_file        where the chip came from
 //   mesh              {axes: [{name, size}], devices, slices}
