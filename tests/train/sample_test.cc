@@ -17,6 +17,7 @@
 #include "weft/base/error.h"
 #include "weft/models/llama.h"
 #include "weft/runtime/executor.h"
+#include "weft/train/checkpoint.h"
 #include "weft/train/trainer.h"
 
 namespace weft {
@@ -241,6 +242,35 @@ TEST_F(MemorizedModel, GreedyRecitesPsalm23AndStopsAtItsEnd) {
   EXPECT_EQ(short_run.ids, std::vector<int32_t>(r.ids.begin(), r.ids.begin() + 10));
   EXPECT_TRUE(r.continuation.starts_with(short_run.continuation));
   EXPECT_TRUE(short_run.continuation.starts_with("; I shall not want."));
+}
+
+// The checkpoint records the run's precision (memorize.toml's: bf16), which
+// sampling takes unless told; the f32 forward of the same f32 weights
+// recites the passage too. A checkpoint without it trained in f32.
+TEST_F(MemorizedModel, SamplingRunsInTheRunsPrecisionUnlessTold) {
+  const Checkpoint checkpoint = LoadCheckpoint(*run_dir_ / "checkpoint");
+  EXPECT_EQ(TrainedPrecision(checkpoint.state.extra, "ck"), Precision::kBf16);
+  EXPECT_EQ(TrainedPrecision({}, "ck"), Precision::kF32);
+  try {
+    TrainedPrecision({{"train.precision", "fp8"}}, "ck");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ck: state.json extra \"train.precision\" 'fp8'"),
+              std::string::npos)
+        << e.what();
+  }
+  Sampler bf16 = Sampler::Load(*run_dir_);
+  Sampler f32 = Sampler::Load(*run_dir_, Precision::kF32);
+  SampleOptions o;
+  o.prompt = "The LORD is my shepherd";
+  o.max_tokens = 12;
+  o.temperature = 0;
+  const SampleResult a = bf16.Generate(o), b = f32.Generate(o);
+  EXPECT_TRUE(Passage(1).substr(o.prompt.size()).starts_with(a.continuation)) << a.continuation;
+  EXPECT_TRUE(Passage(1).substr(o.prompt.size()).starts_with(b.continuation)) << b.continuation;
+  const std::vector<float> la = bf16.NextTokenLogits(a.prompt_ids);
+  const std::vector<float> lb = f32.NextTokenLogits(a.prompt_ids);
+  EXPECT_NE(la, lb) << "the bf16 forward should round somewhere";
 }
 
 TEST_F(MemorizedModel, ALongPromptEndsItsPassage) {
