@@ -202,10 +202,9 @@ class Ops {
     return b_.Reshape(t, {d[0], d[2], d[1] * d[3]});
   }
   // Meta's RoPE: pairs (x[2j], x[2j+1]) rotate by angle pos * theta^(-2j/Dh);
-  // cos/sin are f32 [B,S,Dh/2]; the rotation runs in f32, the result is in
-  // x's type.
-  HloInstruction* Rope(HloInstruction* x_in, HloInstruction* cos, HloInstruction* sin) {
-    HloInstruction* x = Cast(x_in, kF32);
+  // cos/sin are [B,S,Dh/2] in x's type (computed in f32 and rounded once,
+  // as Hugging Face's Llama does), and the rotation runs in it.
+  HloInstruction* Rope(HloInstruction* x, HloInstruction* cos, HloInstruction* sin) {
     const std::vector<int64_t> d = x->shape().dimensions();  // B,H,S,Dh
     const int64_t half = d[3] / 2;
     HloInstruction* pairs = b_.Reshape(x, {d[0], d[1], d[2], half, 2});
@@ -224,7 +223,7 @@ class Ops {
     const std::vector<int64_t> one = {d[0], d[1], d[2], half, 1};
     HloInstruction* joined =
         b_.Concatenate({b_.Reshape(new_even, one), b_.Reshape(new_odd, one)}, 4);
-    return Cast(b_.Reshape(joined, d), x_in->shape().element_type());
+    return b_.Reshape(joined, d);
   }
 
  private:
@@ -378,8 +377,8 @@ LlamaForward BuildLlamaForward(const LlamaConfig& c, const LlamaBuildOptions& op
   HloInstruction* freq = b.Constant(Literal(Shape(kF32, {hd / 2}), inv_freq));
   HloInstruction* angles = b.Multiply(b.Broadcast(b.Convert(positions, kF32), {B, S, hd / 2}, {0, 1}),
                                       b.Broadcast(freq, {B, S, hd / 2}, {2}));
-  HloInstruction* cos = b.Unary(HloOpcode::kCosine, angles);
-  HloInstruction* sin = b.Unary(HloOpcode::kSine, angles);
+  HloInstruction* cos = ops.Cast(b.Unary(HloOpcode::kCosine, angles), ct);
+  HloInstruction* sin = ops.Cast(b.Unary(HloOpcode::kSine, angles), ct);
 
   nlohmann::json attn_config = {
       {"mask", "q_idx >= kv_idx && seg[b, q_idx] == seg[b, kv_idx]"},

@@ -66,9 +66,10 @@ enum class Remat { kNone, kFull };
 //         program's inputs, what the optimizer updates and checkpoints
 //         hold) cast to bf16 where the layer uses them; bf16 activations
 //         and their gradients; dots with bf16 operands and float32
-//         accumulation; RMSNorm statistics, RoPE, softmax statistics,
-//         log-sum-exp, the loss and the optimizer in float32; weight
-//         gradients leave their dots in float32 and are reduced in float32.
+//         accumulation; RMSNorm statistics, softmax statistics,
+//         log-sum-exp, the loss and the optimizer in float32 (RoPE's
+//         cos/sin computed in float32, rounded once); weight gradients
+//         leave their dots in float32 and are reduced in float32.
 //   f32   every floating value float32.
 enum class Precision { kBf16, kF32 };
 std::string_view PrecisionName(Precision precision);  // "bf16", "f32"
