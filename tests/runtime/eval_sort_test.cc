@@ -15,13 +15,10 @@
 namespace weft::runtime {
 namespace {
 
-std::vector<HostTensor> RunText(const std::string& text, std::vector<HostTensor> inputs) {
-  return testing::Run(*testing::Parse(text), std::move(inputs));
-}
-
 using testing::ExpectEqual;
 using testing::ExpectErrorContaining;
 using testing::Random;
+using testing::RunText;
 using testing::Unravel;
 
 // The rows of `dims` along `dim`: the flat indices of each row's elements.

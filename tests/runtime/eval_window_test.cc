@@ -12,13 +12,10 @@
 namespace weft::runtime {
 namespace {
 
-std::vector<HostTensor> RunText(const std::string& text, std::vector<HostTensor> inputs) {
-  return testing::Run(*testing::Parse(text), std::move(inputs));
-}
-
 using testing::ExpectNear;
 using testing::Random;
 using testing::Ravel;
+using testing::RunText;
 using testing::Unravel;
 
 struct Win {

@@ -52,6 +52,11 @@ inline std::vector<HostTensor> Run(const HloModule& module, std::vector<HostTens
   return out;
 }
 
+// Parses HLO text and runs it on one device.
+inline std::vector<HostTensor> RunText(std::string_view text, std::vector<HostTensor> inputs) {
+  return Run(*Parse(text), std::move(inputs));
+}
+
 // Runs the module with its entry's root replaced by a tuple of the named
 // instructions (arrays), and returns them by name: per-instruction results.
 inline std::map<std::string, HostTensor> RunNamed(std::string_view text,
