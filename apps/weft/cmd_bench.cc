@@ -5,6 +5,7 @@
 
 #include "bench.h"
 #include "bench_auto.h"
+#include "bench_checkpoint.h"
 #include "bench_collectives.h"
 #include "bench_executor.h"
 #include "bench_plan.h"
@@ -131,6 +132,26 @@ void AddBench(CLI::App& app) {
   automatic->add_flag("--json", auto_opt->json, "Print JSON instead of a table");
   automatic->callback(
       [auto_opt] { SetAction([auto_opt] { return bench::RunAutoBench(*auto_opt); }); });
+
+  // `weft bench checkpoint [CONFIG]`: bench/bench_checkpoint.h.
+  auto* ckpt = bench->add_subcommand(
+      "checkpoint",
+      "Saving and loading a config's parameters and AdamW moments sharded over in-process "
+      "devices, as weft train does: MB/s against this disk's sequential write (and read) "
+      "measured in the same run");
+  auto ckpt_opt = std::make_shared<bench::CheckpointBenchOptions>();
+  ckpt->add_option("config", ckpt_opt->config, "Run config (TOML)")->capture_default_str();
+  ckpt->add_option("--mesh", ckpt_opt->mesh, "The saving mesh")->capture_default_str();
+  ckpt->add_option("--load-mesh", ckpt_opt->load_mesh,
+                   "The mesh of the resharding load (default: fsdp over every device)");
+  ckpt->add_option("--dir", ckpt_opt->dir,
+                   "Where to write (default: a fresh temporary directory, removed after)");
+  ckpt->add_option("--reps", ckpt_opt->reps, "Runs of each; the best counts")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  ckpt->add_flag("--json", ckpt_opt->json, "Print JSON instead of a table");
+  ckpt->callback(
+      [ckpt_opt] { SetAction([ckpt_opt] { return bench::RunCheckpointBench(*ckpt_opt); }); });
 
   // `weft bench train CONFIG`: bench/bench_train.h.
   auto* train = bench->add_subcommand(

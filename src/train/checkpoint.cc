@@ -18,6 +18,7 @@
 #include "weft/base/crc32c.h"
 #include "weft/base/error.h"
 #include "weft/runtime/communicator.h"
+#include "weft/sharding/hlo_sharding.h"
 
 namespace weft {
 namespace {
@@ -649,6 +650,25 @@ int64_t TensorBox::num_elements() const {
   int64_t n = 1;
   for (int64_t e : extent) n *= e;
   return n;
+}
+
+TensorBox ShardBox(const HloSharding& sharding, std::span<const int64_t> dims, int64_t device) {
+  TensorBox box;
+  box.offset = sharding.TileOffsetForDevice(dims, device);
+  const std::vector<int64_t> limit = sharding.TileLimitForDevice(dims, device);
+  for (size_t d = 0; d < dims.size(); ++d) {
+    box.offset[d] = std::min(box.offset[d], dims[d]);
+    box.extent.push_back(std::max<int64_t>(0, limit[d] - box.offset[d]));
+  }
+  return box;
+}
+
+bool OwnsTile(const HloSharding& sharding, std::span<const int64_t> dims, int64_t device) {
+  const std::vector<int64_t> offset = sharding.TileOffsetForDevice(dims, device);
+  for (int64_t d = 0; d < device; ++d) {
+    if (sharding.TileOffsetForDevice(dims, d) == offset) return false;
+  }
+  return true;
 }
 
 void SaveShardedCheckpoint(const fs::path& dir, std::span<const SavePiece> pieces,

@@ -59,19 +59,6 @@ Tensor InitWeight(const LlamaWeight& w, int64_t index, const LlamaConfig& model,
   return Tensor::FromDoubles(w.shape, values);
 }
 
-// Device `device`'s tile of a tensor of `dims` under `sharding`: its box of
-// the tensor (empty where the tile is all padding).
-TensorBox TileBox(const HloSharding& sharding, std::span<const int64_t> dims, int64_t device) {
-  TensorBox box;
-  box.offset = sharding.TileOffsetForDevice(dims, device);
-  const std::vector<int64_t> limit = sharding.TileLimitForDevice(dims, device);
-  for (size_t d = 0; d < dims.size(); ++d) {
-    box.offset[d] = std::min(box.offset[d], dims[d]);
-    box.extent.push_back(std::max<int64_t>(0, limit[d] - box.offset[d]));
-  }
-  return box;
-}
-
 std::span<std::byte> Bytes(const Tensor& t) {
   return {static_cast<std::byte*>(t.mutable_raw_data()), static_cast<size_t>(t.byte_size())};
 }
@@ -316,7 +303,7 @@ class DeviceTrainer {
       const size_t leaf = StepProgram::kNumDataInputs + k;
       const HloSharding& s = c.input_shardings[leaf];
       const Shape& local = c.local_input_shapes[leaf];
-      const TensorBox box = TileBox(s, weights[k].shape.dimensions(), device_);
+      const TensorBox box = ShardBox(s, weights[k].shape.dimensions(), device_);
       if (run.resume) {
         params_.emplace_back(local);
         ReadTensorBox(*run.resume, CheckpointPart::kModel, weights[k].name, box,
@@ -336,12 +323,8 @@ class DeviceTrainer {
                       weights[k].name + (moments == &m_ ? ".m" : ".v"), box, Bytes(moments->back()),
                       local.dimensions());
       }
-      // Counted in the norm by the lowest device holding this tile.
-      const auto offset = s.TileOffsetForDevice(weights[k].shape.dimensions(), device_);
-      bool owner = true;
-      for (int64_t d = 0; d < device_ && owner; ++d) {
-        owner = s.TileOffsetForDevice(weights[k].shape.dimensions(), d) != offset;
-      }
+      // Counted in the norm, and saved, by the lowest device holding this tile.
+      const bool owner = OwnsTile(s, weights[k].shape.dimensions(), device_);
       owner_.push_back(owner);
     }
   }
@@ -515,7 +498,7 @@ class DeviceTrainer {
     for (size_t k = 0; k < weights.size(); ++k) {
       if (!owner_[k]) continue;
       const HloSharding& s = c.input_shardings[StepProgram::kNumDataInputs + k];
-      const TensorBox box = TileBox(s, weights[k].shape.dimensions(), device_);
+      const TensorBox box = ShardBox(s, weights[k].shape.dimensions(), device_);
       const TensorSpec global{TensorDType::kF32, weights[k].shape.dimensions()};
       for (const auto& [part, suffix, tensors] :
            {std::tuple{CheckpointPart::kModel, "", &params_},

@@ -52,6 +52,7 @@
 #include "weft/train/safetensors.h"
 
 namespace weft {
+class HloSharding;
 namespace runtime {
 class Communicator;
 }
@@ -97,6 +98,13 @@ struct TensorBox {
   int64_t num_elements() const;
   bool operator==(const TensorBox&) const = default;
 };
+
+// Device `device`'s tile of a tensor of `dims` under `sharding`, as a box of
+// the tensor (empty where the tile is all padding).
+TensorBox ShardBox(const HloSharding& sharding, std::span<const int64_t> dims, int64_t device);
+// Whether `device` is the lowest device holding its tile: the one that saves
+// it (and counts it once in sums over devices).
+bool OwnsTile(const HloSharding& sharding, std::span<const int64_t> dims, int64_t device);
 
 // A box of a tensor that one device writes, read from a row-major buffer of
 // `buffer_dims` elements per dim (at least the extent: a padded tile) with the
