@@ -3,7 +3,6 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <memory>
 
@@ -70,21 +69,39 @@ void ForEachRun(std::span<const int64_t> extent, const Placement& a, const Place
 
 std::vector<int64_t> Zeros(size_t n) { return std::vector<int64_t>(n, 0); }
 
-// The first non-finite element of `n` elements of `dtype` at `data`, if any.
-std::optional<int64_t> FirstNonFinite(TensorDType dtype, const std::byte* data, int64_t n) {
-  if (dtype == TensorDType::kF32) {
-    for (int64_t i = 0; i < n; ++i) {
-      float x;
-      std::memcpy(&x, data + i * 4, 4);
-      if (!std::isfinite(x)) return i;
-    }
-  } else if (dtype == TensorDType::kBF16) {
-    for (int64_t i = 0; i < n; ++i) {
-      uint16_t bits;
-      std::memcpy(&bits, data + i * 2, 2);
-      if ((bits & 0x7F80u) == 0x7F80u) return i;  // exponent all ones
+// Whether any of `n` values of `Bits` at `data` has all of `exponent`'s bits
+// set (NaN or infinity); branch-free, so the compiler vectorizes it.
+template <typename Bits>
+bool AnyNonFinite(const std::byte* data, int64_t n, Bits exponent) {
+  Bits bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    Bits bits;
+    std::memcpy(&bits, data + i * static_cast<int64_t>(sizeof(Bits)), sizeof(Bits));
+    bad |= static_cast<Bits>((bits & exponent) == exponent);
+  }
+  return bad != 0;
+}
+
+template <typename Bits>
+std::optional<int64_t> FirstNonFiniteOf(const std::byte* data, int64_t n, Bits exponent) {
+  constexpr int64_t kBlock = 4096;
+  for (int64_t begin = 0; begin < n; begin += kBlock) {
+    const int64_t count = std::min(kBlock, n - begin);
+    const std::byte* block = data + begin * static_cast<int64_t>(sizeof(Bits));
+    if (!AnyNonFinite(block, count, exponent)) continue;
+    for (int64_t i = 0; i < count; ++i) {
+      if (AnyNonFinite(block + i * static_cast<int64_t>(sizeof(Bits)), 1, exponent)) {
+        return begin + i;
+      }
     }
   }
+  return std::nullopt;
+}
+
+// The first non-finite element of `n` elements of `dtype` at `data`, if any.
+std::optional<int64_t> FirstNonFinite(TensorDType dtype, const std::byte* data, int64_t n) {
+  if (dtype == TensorDType::kF32) return FirstNonFiniteOf<uint32_t>(data, n, 0x7F800000u);
+  if (dtype == TensorDType::kBF16) return FirstNonFiniteOf<uint16_t>(data, n, 0x7F80u);
   return std::nullopt;
 }
 
