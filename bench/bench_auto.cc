@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "timer.h"
+#include "weft/base/data_files.h"
 #include "weft/base/error.h"
 #include "weft/train/plan_search.h"
 #include "weft/train/program.h"
@@ -41,7 +42,7 @@ struct Measured {
 
 int RunAutoBench(const AutoBenchOptions& options) {
   WEFT_CHECK(options.steps >= 1, "--steps {}: give at least 1 timed step", options.steps);
-  const RunConfig config = LoadRunConfig(options.config);
+  const RunConfig config = LoadRunConfig(FindDataFile(options.config));
   AutoPlanOptions o;
   o.chip = "local-cpu";
   o.chips = options.chips;

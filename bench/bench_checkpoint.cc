@@ -13,6 +13,7 @@
 
 #include "timer.h"
 #include "weft/base/atomic_file.h"
+#include "weft/base/data_files.h"
 #include "weft/base/error.h"
 #include "weft/models/llama_config.h"
 #include "weft/runtime/comm_threads.h"
@@ -25,12 +26,6 @@ namespace weft::bench {
 namespace {
 
 namespace fs = std::filesystem;
-
-fs::path FindConfig(const std::string& name) {
-  if (fs::exists(name)) return name;
-  const fs::path in_source = fs::path(WEFT_SOURCE_DIR) / name;
-  return fs::exists(in_source) ? in_source : fs::path(name);
-}
 
 // The step program's weights and their shardings on `mesh`.
 StepProgram ProgramOn(RunConfig config, const std::string& mesh) {
@@ -141,7 +136,7 @@ int64_t DirectoryBytes(const fs::path& dir) {
 }  // namespace
 
 int RunCheckpointBench(const CheckpointBenchOptions& options) {
-  const RunConfig config = LoadRunConfig(FindConfig(options.config));
+  const RunConfig config = LoadRunConfig(FindDataFile(options.config));
   const StepProgram program = ProgramOn(config, options.mesh);
   const std::string load_mesh = options.load_mesh.empty()
                                     ? fmt::format("fsdp={},tensor=1", program.num_devices)

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "timer.h"
+#include "weft/base/data_files.h"
 #include "weft/base/error.h"
 #include "weft/train/plan_search.h"
 #include "weft/train/planner.h"
@@ -16,9 +17,7 @@ namespace weft::bench {
 namespace {
 
 std::filesystem::path FindConfig(const char* name) {
-  const std::filesystem::path here = std::filesystem::path("configs") / name;
-  if (std::filesystem::exists(here)) return here;
-  return std::filesystem::path(WEFT_SOURCE_DIR) / here;
+  return FindDataFile(std::string("configs/") + name);
 }
 
 // `weft plan --auto` of Llama 3.1 8B on 256 v6e chips (batch 1024 x 8192):

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "weft/base/data_files.h"
 #include "weft/base/error.h"
 #include "weft/runtime/comm_mpi.h"
 #include "weft/runtime/config.h"
@@ -79,7 +80,7 @@ int RunTrain(const TrainFlags& f) {
                "--backend mpi (one device per rank), or run weft train without mpirun",
                *ranks, *ranks);
   }
-  const RunConfig config = LoadRunConfig(f.config);
+  const RunConfig config = LoadRunConfig(FindDataFile(f.config));
   TrainOptions o;
   if (!f.mesh.empty()) o.mesh = ParseMeshFlag(f.mesh);
   if (!f.dcn.empty()) o.mesh = ApplyDcnFlag(o.mesh ? *o.mesh : config.mesh, f.dcn);

@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "weft/base/data_files.h"
 #include "weft/base/error.h"
 
 namespace weft::analysis {
@@ -210,8 +211,7 @@ std::filesystem::path FindChipTable(const std::filesystem::path& config_file) {
   // filesystem_error; LoadChipTable then names the file it could not read.
   std::error_code ec;
   if (!config_file.empty() && fs::exists(beside, ec)) return beside;
-  if (fs::exists("configs/chips.toml", ec)) return "configs/chips.toml";
-  return fs::path(WEFT_SOURCE_DIR) / "configs" / "chips.toml";
+  return FindDataFile("configs/chips.toml");
 }
 
 }  // namespace weft::analysis
