@@ -152,7 +152,10 @@ int RunCheckpointBench(const CheckpointBenchOptions& options) {
     root = pattern;
   }
   CheckDirectoryWritable(root, "--dir");
-  fs::create_directories(root);
+  std::error_code error;
+  fs::create_directories(root, error);
+  WEFT_CHECK(!error, "--dir {}: cannot create it ({}); give a writable directory", root.string(),
+             error.message());
   const fs::path dir = root / "checkpoint";
   TrainState train_state;
   train_state.step = 1;

@@ -1,7 +1,6 @@
 // `weft bench train`: runs the weft binary on the micro config and checks
 // that its JSON has every field with sane values (structure, not speed).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cmath>
 #include <cstdio>
@@ -12,35 +11,12 @@
 #include <sstream>
 #include <string>
 
+#include "run_weft.h"
+
 namespace {
 
-struct Output {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-// Runs `weft <args>`, capturing stdout and stderr apart.
-Output RunWeft(const std::string& args) {
-  const std::filesystem::path err_file =
-      std::filesystem::temp_directory_path() /
-      ("bench_train_test_" + std::to_string(::getpid()) + ".err");
-  const std::string command =
-      std::string("'") + WEFT_BINARY + "' " + args + " 2> '" + err_file.string() + "'";
-  Output o;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return o;
-  char buffer[4096];
-  size_t n = 0;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) o.out.append(buffer, n);
-  const int status = pclose(pipe);
-  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream err(err_file);
-  std::stringstream text;
-  text << err.rdbuf();
-  o.err = text.str();
-  std::filesystem::remove(err_file);
-  return o;
-}
+using weft::testing::Output;
+using weft::testing::RunWeft;
 
 const std::string kMicro = std::string(WEFT_SOURCE_DIR) + "/tests/train/data/micro.toml";
 
