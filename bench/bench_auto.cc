@@ -57,10 +57,7 @@ int RunAutoBench(const AutoBenchOptions& options) {
     const AutoCandidate& c = plan.candidates[i];
     RunConfig run = config;
     run.mesh = c.mesh;
-    const RematPolicy remat = ParseRematPolicy(c.remat, "--remat");
-    run.train.remat = remat.kind;
-    run.train.remat_save = remat.save;
-    run.train.remat_offload = remat.offload;
+    run.train.remat = ParseRematPolicy(c.remat, "--remat");
     run.train.grad_accum_steps = c.grad_accum;
     std::vector<double> seconds;
     TrainStepsOptions t;

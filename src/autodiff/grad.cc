@@ -49,11 +49,11 @@ std::unique_ptr<HloModule> BuildTrainingStep(const HloModule& forward, const Gra
              loss->Describe(), loss->shape().ToString());
 
   // Selective remat names values of scan bodies: each must name one.
-  std::vector<std::string> named = options.remat_save;
-  named.insert(named.end(), options.remat_offload.begin(), options.remat_offload.end());
+  std::vector<std::string> named = options.remat.save;
+  named.insert(named.end(), options.remat.offload.begin(), options.remat.offload.end());
   if (!named.empty()) {
-    WEFT_CHECK(options.remat == ScanRemat::kFull,
-               "autodiff: remat_save / remat_offload ({}) need ScanRemat::kFull (kNone saves "
+    WEFT_CHECK(options.remat.kind == Remat::kFull,
+               "autodiff: remat.save / remat.offload ({}) need Remat::kFull (kNone saves "
                "everything)",
                fmt::format("{}", fmt::join(named, ", ")));
     std::vector<std::string> known;

@@ -1,8 +1,8 @@
 // The backward of a scan (autodiff/scan_config.h): a while loop running the
 // steps in reverse. Each backward step needs the forward step's values: with
-// ScanRemat::kNone the forward loop stacks the non-trivial ones (residuals)
+// Remat::kNone the forward loop stacks the non-trivial ones (residuals)
 // and the backward slices them; with kFull it stacks only the step's carry
-// (and the values GradOptions::remat_save names: selective remat) and the
+// (and the values GradOptions::remat.save names: selective remat) and the
 // backward recomputes the rest of the step from it. Trivial values (constants,
 // broadcasts, reshapes, slices of the stacked inputs...) are always
 // recomputed. The per-step input cotangents are written into [L, ...]
@@ -265,12 +265,12 @@ class BackwardBodyBuilder {
     return b_.GetTupleElement(Resolve(x), index);
   }
 
-  bool plan_remat_none() const { return emitter_.options().remat == ScanRemat::kNone; }
-  // Selective remat: a value named in GradOptions::remat_save or
-  // remat_offload is stacked.
+  bool plan_remat_none() const { return emitter_.options().remat.kind == Remat::kNone; }
+  // Selective remat: a value named in GradOptions::remat.save or
+  // remat.offload is stacked.
   bool SavedByName(const HloInstruction& x) const {
     for (const std::vector<std::string>* names :
-         {&emitter_.options().remat_save, &emitter_.options().remat_offload}) {
+         {&emitter_.options().remat.save, &emitter_.options().remat.offload}) {
       if (std::find(names->begin(), names->end(), x.name()) != names->end()) return true;
     }
     return false;
@@ -417,7 +417,7 @@ std::unique_ptr<ScanPlan> PlanScan(ModuleEmitter& emitter, const HloInstruction&
     BackwardBodyBuilder dry(emitter, w, info, *plan, /*dry=*/true, residuals);
     dry.Build();  // discarded: only the residual list is wanted
   }
-  const std::vector<std::string>& offload = emitter.options().remat_offload;
+  const std::vector<std::string>& offload = emitter.options().remat.offload;
   for (const auto& [x, index] : residuals) {
     if (std::find(offload.begin(), offload.end(), x->name()) != offload.end()) {
       plan->offloaded_state.push_back(c.state_size() + plan->num_residuals());

@@ -398,7 +398,7 @@ LlamaForward BuildLlamaForward(const LlamaConfig& c, const LlamaBuildOptions& op
     HloInstruction* seg = step.consts[2];
     HloInstruction* h = o.RmsNorm(x, w[0], eps);
     // The layer's named activations (kLayerActivations), which a selective
-    // remat policy saves by name (GradOptions::remat_save).
+    // remat policy saves by name (GradOptions::remat.save).
     const auto named = [](HloInstruction* y, std::string_view name) {
       y->set_name(std::string(name));
       return y;

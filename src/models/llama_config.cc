@@ -339,11 +339,8 @@ void ReadTrain(SectionReader& in, TrainConfig& train) {
           "name = \"save\" | \"offload\" | \"recompute\"",
           Where(in.source(), node->source()));
     }
-    const RematPolicy policy =
+    train.remat =
         ParseRematPolicy(text, fmt::format("{}: train.remat", Where(in.source(), node->source())));
-    train.remat = policy.kind;
-    train.remat_save = policy.save;
-    train.remat_offload = policy.offload;
   }
   in.Int("checkpoint_every", train.checkpoint_every, false, 0);
   in.Float("beta1", train.beta1);
@@ -645,7 +642,8 @@ RematPolicy ParseRematPolicy(std::string_view text, std::string_view where) {
   return policy;
 }
 
-std::string RematPolicy::Text() const {
+std::string RematText(const RematPolicy& policy) {
+  const auto& [kind, save, offload] = policy;
   if (kind == Remat::kNone) return "none";
   if (offload.empty()) {
     for (const RematPreset& preset : RematPresets()) {
@@ -714,11 +712,13 @@ std::string RunConfig::CanonicalText() const {
   line("train.weight_decay", train.weight_decay);
   line("train.grad_clip", train.grad_clip);
   line("train.seed", train.seed);
-  line("train.remat", train.remat == Remat::kFull ? "full" : "none");
-  if (!train.remat_save.empty())
-    line("train.remat_save", fmt::format("{}", fmt::join(train.remat_save, ",")));
-  if (!train.remat_offload.empty()) {
-    line("train.remat_offload", fmt::format("{}", fmt::join(train.remat_offload, ",")));
+  // The lines of the three fields train.remat once was (hashes stay put).
+  line("train.remat", train.remat.kind == Remat::kFull ? "full" : "none");
+  if (!train.remat.save.empty()) {
+    line("train.remat_save", fmt::format("{}", fmt::join(train.remat.save, ",")));
+  }
+  if (!train.remat.offload.empty()) {
+    line("train.remat_offload", fmt::format("{}", fmt::join(train.remat.offload, ",")));
   }
   line("train.checkpoint_every", train.checkpoint_every);
   line("train.beta1", train.beta1);

@@ -56,12 +56,14 @@ std::string Verdict(const StepPlan& p) {
                      100 * peak / p.hbm_bytes());
 }
 
-std::string RematText(const RematPolicy& remat) {
+// The policy in words, for the report.
+std::string RematDescription(const RematPolicy& remat) {
   if (remat.kind == Remat::kNone) return "none (every residual saved)";
   if (remat.save.empty() && remat.offload.empty()) {
     return "full (each layer's input saved, the layer recomputed)";
   }
-  if (remat.Text() == "offload") return "offload (as full, the saved layer inputs in host memory)";
+  if (RematText(remat) == "offload")
+    return "offload (as full, the saved layer inputs in host memory)";
   std::string what = remat.save.empty()
                          ? std::string("each layer's input saved")
                          : fmt::format("each layer's input and {} saved",
@@ -69,7 +71,7 @@ std::string RematText(const RematPolicy& remat) {
   if (!remat.offload.empty()) {
     what += fmt::format(", {} in host memory", fmt::format("{}", fmt::join(remat.offload, ", ")));
   }
-  return fmt::format("{} ({}, the rest recomputed)", remat.Text(), what);
+  return fmt::format("{} ({}, the rest recomputed)", RematText(remat), what);
 }
 
 std::string PrecisionText(Precision p) {
@@ -138,7 +140,7 @@ std::string FormatPlanText(const StepPlan& p) {
       params, m.n_layers, m.dim, m.ffn_dim, m.n_heads, m.n_kv_heads, m.vocab_size));
   line(fmt::format("  step       batch {} x seq {} = {} tokens, shard_as {}", p.batch_size,
                    p.seq_len, Grouped(p.batch_size * p.seq_len), p.shard_as ? "on" : "off"));
-  line(fmt::format("  remat      {}", RematText(p.remat_policy)));
+  line(fmt::format("  remat      {}", RematDescription(p.remat_policy)));
   line(fmt::format("  mesh       {} = {} devices in {} slice{}", MeshText(p.mesh), p.num_devices,
                    p.slices, p.slices == 1 ? "" : "s"));
   line(fmt::format("  chip       {}: {}", p.chip.name, p.chip.description));

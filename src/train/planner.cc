@@ -137,9 +137,9 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   plan.chips_file = chips_file.string();
   plan.precision = options.precision.value_or(config.train.precision);
 
-  RematPolicy remat{config.train.remat, config.train.remat_save, config.train.remat_offload};
+  RematPolicy remat = config.train.remat;
   if (!options.remat.empty()) remat = ParseRematPolicy(options.remat, "--remat");
-  plan.remat = remat.Text();
+  plan.remat = RematText(remat);
   plan.remat_policy = remat;
 
   // The program's own checks that need no compute (model, mesh size, batch
@@ -148,9 +148,7 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   po.batch_size = options.batch_size;
   po.grad_accum_steps = accum;
   po.seq_len = options.seq_len;
-  po.remat = remat.kind == Remat::kFull ? ScanRemat::kFull : ScanRemat::kNone;
-  po.remat_save = remat.save;
-  po.remat_offload = remat.offload;
+  po.remat = remat;
   po.shard_as = options.shard_as;
   po.precision = plan.precision;
   CheckStepProgram(config, po);

@@ -293,12 +293,7 @@ StepProgram BuildStepProgram(const RunConfig& config, const StepProgramOptions& 
 
   GradOptions grad;
   grad.wrt = p.forward.WeightParameters();
-  grad.remat = options.remat.value_or(config.train.remat == Remat::kFull ? ScanRemat::kFull
-                                                                         : ScanRemat::kNone);
-  if (grad.remat == ScanRemat::kFull) {
-    grad.remat_save = options.remat_save.value_or(config.train.remat_save);
-    grad.remat_offload = options.remat_offload.value_or(config.train.remat_offload);
-  }
+  grad.remat = options.remat.value_or(config.train.remat);
   grad.shard_as = options.shard_as;
   p.step = BuildTrainingStep(*p.forward.module, grad);
   // The trainer keeps optimizer state on the weights' shards: every gradient

@@ -15,7 +15,7 @@ namespace {
 using runtime::CollectiveKind;
 
 TEST(CollectivePlanTest, TrainingStepBytesEqualTheExecutorsCountOnEveryDevice) {
-  for (ScanRemat remat : {ScanRemat::kNone, ScanRemat::kFull}) {
+  for (Remat remat : {Remat::kNone, Remat::kFull}) {
     for (bool shard_as : {true, false}) {
       const StepProgram p = testing::TinyStep(remat, shard_as);
       CollectivePlanOptions o;
@@ -40,7 +40,7 @@ TEST(CollectivePlanTest, TrainingStepBytesEqualTheExecutorsCountOnEveryDevice) {
 }
 
 TEST(CollectivePlanTest, GroupsThatCrossSlicesGoOverDcn) {
-  const StepProgram p = testing::TinyStep(ScanRemat::kFull);
+  const StepProgram p = testing::TinyStep(Remat::kFull);
   CollectivePlanOptions o;
   o.num_devices = 4;
   const CollectivePlan one = PlanCollectives(*p.compiled.program, o);

@@ -78,7 +78,7 @@ TEST(CostModelTest, AttentionCountsThePairsTheMaskKeeps) {
 // cross-entropy's exp(x - max) recomputed in its sum and its gradient), under
 // a tenth on tiny.
 TEST(CostModelTest, AFusionCountsItsFusedComputation) {
-  StepProgram p = testing::TinyStep(ScanRemat::kNone, true, "fsdp=2,tensor=2", /*fuse=*/false);
+  StepProgram p = testing::TinyStep(Remat::kNone, true, "fsdp=2,tensor=2", /*fuse=*/false);
   const FlopCount before = CountFlops(*p.compiled.program);
   runtime::LocalCluster cluster(p.num_devices);
   const std::vector<runtime::HostTensor> inputs = runtime::RandomInputs(p.compiled.input_shapes, 11);

@@ -257,7 +257,7 @@ ENTRY e {
 // bf16 and in f32.
 TEST(MemoryPlanTest, TrainingStepPeakEqualsTheExecutorsOn1And4Devices) {
   for (const char* mesh : {"fsdp=2,tensor=2", "fsdp=1,tensor=1"}) {
-    for (ScanRemat remat : {ScanRemat::kNone, ScanRemat::kFull}) {
+    for (Remat remat : {Remat::kNone, Remat::kFull}) {
       for (bool shard_as : {true, false}) {
         const Precision precision = shard_as ? Precision::kBf16 : Precision::kF32;
         const StepProgram p = testing::TinyStep(remat, shard_as, mesh, true, precision);
@@ -268,7 +268,7 @@ TEST(MemoryPlanTest, TrainingStepPeakEqualsTheExecutorsOn1And4Devices) {
           std::printf(
               "%s %s remat %s shard_as %d device %zu: predicted %lld, measured %lld "
               "(unplanned scratch %lld)\n",
-              mesh, PrecisionName(precision).data(), remat == ScanRemat::kFull ? "full" : "none",
+              mesh, PrecisionName(precision).data(), remat == Remat::kFull ? "full" : "none",
               shard_as, d, static_cast<long long>(plan.peak_bytes),
               static_cast<long long>(stats[d].peak_bytes),
               static_cast<long long>(stats[d].unplanned_bytes));
@@ -283,8 +283,8 @@ TEST(MemoryPlanTest, TrainingStepPeakEqualsTheExecutorsOn1And4Devices) {
 }
 
 TEST(MemoryPlanTest, SavedForBackwardFollowsTheRematPolicy) {
-  const StepProgram none = testing::TinyStep(ScanRemat::kNone);
-  const StepProgram full = testing::TinyStep(ScanRemat::kFull);
+  const StepProgram none = testing::TinyStep(Remat::kNone);
+  const StepProgram full = testing::TinyStep(Remat::kFull);
   const MemoryPlan a = PlanMemory(*none.compiled.program, testing::ExecutorLikeOptions(none));
   const MemoryPlan b = PlanMemory(*full.compiled.program, testing::ExecutorLikeOptions(full));
   // remat full saves each layer's input: [layers, local batch, seq / tensor,

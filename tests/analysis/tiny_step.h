@@ -21,7 +21,7 @@ inline const std::filesystem::path kSource = WEFT_SOURCE_DIR;
 // configs/tiny.toml on fsdp=2 x tensor=2, batch 4 x seq 64 (runs in well under
 // a second), with the given remat and shard_as, fused as weft train runs it
 // unless fuse is false, in the config's precision (bf16) unless told.
-inline StepProgram TinyStep(ScanRemat remat, bool shard_as = true,
+inline StepProgram TinyStep(Remat remat, bool shard_as = true,
                             const std::string& mesh = "fsdp=2,tensor=2", bool fuse = true,
                             std::optional<Precision> precision = std::nullopt) {
   RunConfig config = LoadRunConfig(kSource / "configs/tiny.toml");
@@ -29,7 +29,7 @@ inline StepProgram TinyStep(ScanRemat remat, bool shard_as = true,
   StepProgramOptions o;
   o.batch_size = 4;
   o.seq_len = 64;
-  o.remat = remat;
+  o.remat = RematPolicy{remat};
   o.shard_as = shard_as;
   o.fuse = fuse;
   o.precision = precision;

@@ -301,10 +301,10 @@ ENTRY e {
       module->GetComputation("body")->GetInstruction("ts")->mutable_attrs().passthrough.clear();
     }
     const std::vector<double> want = reference(stop ? 1.0 : 2.0);
-    for (ScanRemat remat : {ScanRemat::kNone, ScanRemat::kFull}) {
+    for (Remat remat : {Remat::kNone, Remat::kFull}) {
       GradOptions options;
       options.wrt = {0, 1};
-      options.remat = remat;
+      options.remat.kind = remat;
       auto step = BuildTrainingStep(*module, options);
       Executor exec(*step);
       const auto out = exec.Run(in);

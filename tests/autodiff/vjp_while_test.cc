@@ -65,10 +65,10 @@ TEST(WhileVjpTest, TextScanMatchesFiniteDifferencesForBothRematModes) {
     inputs.push_back(testing::RandomTensor(
         module->entry_computation()->parameter_instruction(i)->shape(), rng, 0.6));
   }
-  for (ScanRemat remat : {ScanRemat::kNone, ScanRemat::kFull}) {
+  for (Remat remat : {Remat::kNone, Remat::kFull}) {
     GradOptions options;
     options.wrt = {0, 1};
-    options.remat = remat;
+    options.remat.kind = remat;
     auto r = testing::CheckGradients(*module, inputs, options, 1e-3);
     EXPECT_LT(r.max_rel_error, 2e-3);
   }

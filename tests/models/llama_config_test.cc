@@ -58,7 +58,7 @@ TEST(LlamaConfig, TinyConfig) {
   EXPECT_TRUE(config.model.tie_embeddings);
   EXPECT_EQ(config.train.batch_size, 8);
   EXPECT_DOUBLE_EQ(config.train.lr, 3e-3);
-  EXPECT_EQ(config.train.remat, Remat::kNone);
+  EXPECT_EQ(config.train.remat, RematPolicy{});
   EXPECT_EQ(config.data.source, "kjv");
   EXPECT_EQ(config.mesh.axis_names, (std::vector<std::string>{"fsdp", "tensor"}));
   EXPECT_EQ(config.mesh.num_devices(), 4);
@@ -108,7 +108,7 @@ TEST(LlamaConfig, Llama405bConfig) {
   EXPECT_DOUBLE_EQ(config.model.rope_theta, 500000.0);
   EXPECT_DOUBLE_EQ(config.model.norm_eps, 1e-5);
   EXPECT_EQ(config.model.seq_len, 8192);
-  EXPECT_EQ(config.train.remat, Remat::kFull);
+  EXPECT_EQ(config.train.remat.kind, Remat::kFull);
   // The published size: 405B parameters.
   EXPECT_NEAR(static_cast<double>(config.model.NumParameters()), 405.85e9, 0.1e9);
   EXPECT_EQ(config.mesh.num_devices(), 8192);
@@ -274,29 +274,29 @@ TEST(LlamaConfig, RematIsAPresetOrAListOfActivations) {
     return ParseRunConfig(std::string(kMinimal) + "[train]\nremat = " + value + "\n", "cfg.toml")
         .train;
   };
-  EXPECT_EQ(remat("\"none\"").remat, Remat::kNone);
-  EXPECT_EQ(remat("\"full\"").remat, Remat::kFull);
-  EXPECT_TRUE(remat("\"minimal\"").remat_save.empty());
-  EXPECT_EQ(remat("\"save_qkv_proj\"").remat_save,
+  EXPECT_EQ(remat("\"none\"").remat.kind, Remat::kNone);
+  EXPECT_EQ(remat("\"full\"").remat.kind, Remat::kFull);
+  EXPECT_TRUE(remat("\"minimal\"").remat.save.empty());
+  EXPECT_EQ(remat("\"save_qkv_proj\"").remat.save,
             (std::vector<std::string>{"q_proj", "k_proj", "v_proj"}));
   // A list, in any order, is kept in the layer's order.
   const TrainConfig listed = remat("[\"out_proj\", \"q_proj\"]");
-  EXPECT_EQ(listed.remat, Remat::kFull);
-  EXPECT_EQ(listed.remat_save, (std::vector<std::string>{"q_proj", "out_proj"}));
-  EXPECT_EQ((RematPolicy{Remat::kFull, listed.remat_save, {}}.Text()), "q_proj,out_proj");
-  EXPECT_EQ(ParseRematPolicy("q_proj,k_proj,v_proj", "--remat").Text(), "save_qkv_proj");
+  EXPECT_EQ(listed.remat.kind, Remat::kFull);
+  EXPECT_EQ(listed.remat.save, (std::vector<std::string>{"q_proj", "out_proj"}));
+  EXPECT_EQ(RematText(RematPolicy{Remat::kFull, listed.remat.save, {}}), "q_proj,out_proj");
+  EXPECT_EQ(RematText(ParseRematPolicy("q_proj,k_proj,v_proj", "--remat")), "save_qkv_proj");
   EXPECT_EQ(ParseRematPolicy("offload", "--remat").offload,
             (std::vector<std::string>{"layer_input"}));
-  EXPECT_EQ(ParseRematPolicy("layer_input=offload", "--remat").Text(), "offload");
+  EXPECT_EQ(RematText(ParseRematPolicy("layer_input=offload", "--remat")), "offload");
   // A table: save, offload or recompute per activation.
   const RematPolicy table =
       ParseRematPolicy("mlp_up=offload,q_proj=save,k_proj,out_proj=recompute", "--remat");
   EXPECT_EQ(table.save, (std::vector<std::string>{"q_proj", "k_proj"}));
   EXPECT_EQ(table.offload, (std::vector<std::string>{"mlp_up"}));
-  EXPECT_EQ(table.Text(), "q_proj,k_proj,mlp_up=offload");
+  EXPECT_EQ(RematText(table), "q_proj,k_proj,mlp_up=offload");
   const TrainConfig toml = remat("{ layer_input = \"offload\", attention = \"save\" }");
-  EXPECT_EQ(toml.remat_save, (std::vector<std::string>{"attention"}));
-  EXPECT_EQ(toml.remat_offload, (std::vector<std::string>{"layer_input"}));
+  EXPECT_EQ(toml.remat.save, (std::vector<std::string>{"attention"}));
+  EXPECT_EQ(toml.remat.offload, (std::vector<std::string>{"layer_input"}));
   EXPECT_THROW(ParseRematPolicy("q_proj=keep", "--remat"), Error);
   ExpectError(std::string(kMinimal) + "[train]\nremat = \"partial\"\n", "cfg.toml:9:9",
               "neither a remat preset");

@@ -203,16 +203,16 @@ TEST(LlamaTest, RematFullGivesTheSameGradients) {
   const RunConfig config = MicroConfig(false);
   LlamaForward f = Build(config, false);
   auto in = Inputs(f, 3);
-  auto grads = [&](ScanRemat remat) {
+  auto grads = [&](Remat remat) {
     GradOptions o;
     o.wrt = f.WeightParameters();
-    o.remat = remat;
+    o.remat.kind = remat;
     auto step = BuildTrainingStep(*f.module, o);
     Executor exec(*step);
     return exec.Run(in);
   };
-  const auto none = grads(ScanRemat::kNone);
-  const auto full = grads(ScanRemat::kFull);
+  const auto none = grads(Remat::kNone);
+  const auto full = grads(Remat::kFull);
   ASSERT_EQ(none.size(), full.size());
   for (size_t k = 0; k < none.size(); ++k) {
     const auto a = none[k].ToDoubles(), b = full[k].ToDoubles();

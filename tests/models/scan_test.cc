@@ -102,10 +102,10 @@ TEST(ScanTest, ForwardMatchesReference) {
 }
 
 std::vector<std::vector<double>> Grads(const HloModule& m, const std::vector<HostTensor>& in,
-                                       ScanRemat remat) {
+                                       Remat remat) {
   GradOptions o;
   o.wrt = {0, 1, 2};
-  o.remat = remat;
+  o.remat.kind = remat;
   auto step = BuildTrainingStep(m, o);
   Executor exec(*step);
   std::vector<std::vector<double>> g;
@@ -118,8 +118,8 @@ TEST(ScanTest, BackwardMatchesFloat64ReferenceWithAndWithoutRemat) {
   auto in = Inputs(*m, 2);
   std::vector<std::vector<double>> p;
   for (const auto& t : in) p.push_back(t.ToDoubles());
-  const auto none = Grads(*m, in, ScanRemat::kNone);
-  const auto full = Grads(*m, in, ScanRemat::kFull);
+  const auto none = Grads(*m, in, Remat::kNone);
+  const auto full = Grads(*m, in, Remat::kFull);
   double max_err = 0;
   for (int k = 0; k < 3; ++k) {
     ASSERT_EQ(none[k + 1].size(), p[k].size());
@@ -143,8 +143,8 @@ TEST(ScanTest, BackwardMatchesFloat64ReferenceWithAndWithoutRemat) {
 TEST(ScanTest, RematFullSavesOnlyTheCarry) {
   auto m = ScanModel();
   GradOptions none, full;
-  none.remat = ScanRemat::kNone;
-  full.remat = ScanRemat::kFull;
+  none.remat.kind = Remat::kNone;
+  full.remat.kind = Remat::kFull;
   auto loop_state = [&](const GradOptions& o) {
     auto step = BuildTrainingStep(*m, o);
     for (const HloInstruction* i : step->entry_computation()->instructions()) {

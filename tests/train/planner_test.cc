@@ -404,8 +404,8 @@ TEST(PlannerTest, AnImpossibleLargeMeshIsAnError) {
 // shardings propagation picks inside, the step computes the same loss and
 // gradients as with shard_as.
 TEST(PlannerTest, WithoutShardAsTheStepComputesTheSameGradients) {
-  const StepProgram on = analysis::testing::TinyStep(ScanRemat::kFull, true);
-  const StepProgram off = analysis::testing::TinyStep(ScanRemat::kFull, false);
+  const StepProgram on = analysis::testing::TinyStep(Remat::kFull, true);
+  const StepProgram off = analysis::testing::TinyStep(Remat::kFull, false);
   const std::vector<runtime::HostTensor> inputs =
       runtime::RandomInputs(on.compiled.input_shapes, 11);
   runtime::LocalCluster cluster(4);
@@ -435,7 +435,7 @@ TEST(PlannerTest, ModelFlopsAreSixTimesMatmulParametersPerToken) {
 // executed dot FLOPs of the tiny step are the model's matmul FLOPs, up to
 // what the partitioner computes redundantly.
 TEST(PlannerTest, TinyStepExecutesAboutTheModelsMatmulFlops) {
-  const StepProgram p = analysis::testing::TinyStep(ScanRemat::kNone);
+  const StepProgram p = analysis::testing::TinyStep(Remat::kNone);
   const analysis::FlopCount f = analysis::CountFlops(*p.compiled.program);
   const RunConfig config = LoadRunConfig(analysis::testing::kSource / "configs/tiny.toml");
   const double model = ModelFlopsPerStep(config.model, 4, 64) / 4;
@@ -497,7 +497,7 @@ TEST(PlannerTest, NoDeviceHoldsTheGlobalBatchsActivations) {
     StepProgramOptions o;
     o.batch_size = batch;
     o.seq_len = seq;
-    o.remat = ScanRemat::kNone;
+    o.remat = RematPolicy{Remat::kNone};
     const StepProgram p = BuildStepProgram(config, o);
     // Rows of the whole batch may exist only as thin column slices (the
     // device's share of the hidden dim, moved there by an all-to-all): no

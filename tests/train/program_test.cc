@@ -230,7 +230,7 @@ TEST(ProgramTest, ParsesTheMeshFlag) {
 TEST(ProgramTest, RematPoliciesGiveTheSameGradientsAndSaveWhatTheyName) {
   RunConfig config = Micro();
   StepProgramOptions o;
-  o.remat = ScanRemat::kNone;
+  o.remat = RematPolicy{Remat::kNone};
   const StepProgram none = BuildStepProgram(config, o);
   const std::vector<runtime::HostTensor> inputs =
       runtime::RandomInputs(none.compiled.input_shapes, 5);
@@ -246,9 +246,7 @@ TEST(ProgramTest, RematPoliciesGiveTheSameGradientsAndSaveWhatTheyName) {
   const auto check = [&](const char* text) {
     SCOPED_TRACE(text);
     const RematPolicy policy = ParseRematPolicy(text, "test");
-    o.remat = ScanRemat::kFull;
-    o.remat_save = policy.save;
-    o.remat_offload = policy.offload;
+    o.remat = policy;
     StepProgram p = BuildStepProgram(config, o);
     const std::vector<runtime::HostTensor> got = runtime::RunSharded(p.compiled, inputs, cluster);
     EXPECT_EQ(got.size(), want.size());
@@ -274,7 +272,7 @@ TEST(ProgramTest, RematPoliciesGiveTheSameGradientsAndSaveWhatTheyName) {
     previous = bytes;
   }
   // A name the layer does not have is refused by the builder.
-  o.remat_save = std::vector<std::string>{"qkv"};
+  o.remat = RematPolicy{Remat::kFull, {"qkv"}, {}};
   EXPECT_NE(ErrorOf(config, o).find("remat saves 'qkv', which no scan body"), std::string::npos)
       << ErrorOf(config, o);
 }

@@ -79,9 +79,7 @@ void ExpectShardedRunsFollowUnsharded(Precision precision, const std::vector<Sha
     RunConfig config = Micro();
     config.train.precision = precision;
     config.activations = c.activations;
-    const RematPolicy remat = ParseRematPolicy(c.remat, c.name);
-    config.train.remat = remat.kind;
-    config.train.remat_save = remat.save;
+    config.train.remat = ParseRematPolicy(c.remat, c.name);
     const TrainResult r = Quiet(config, o, c.name + "_" + tag);
     EXPECT_EQ(r.num_devices, c.mesh.num_devices());
     const std::vector<double> losses = Losses(r);

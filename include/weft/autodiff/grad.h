@@ -14,9 +14,9 @@
 // constants and values marked with StopGradient (autodiff/stop_gradient.h)
 // get no gradient. Whiles must be scans (autodiff/scan_config.h,
 // built by models/scan.h): their backward is a reverse while loop, either
-// over residuals the forward loop saves (ScanRemat::kNone) or recomputing each
-// step's forward from the saved step input (ScanRemat::kFull), but for the
-// named values GradOptions::remat_save (selective remat).
+// over residuals the forward loop saves (Remat::kNone) or recomputing each
+// step's forward from the saved step input (Remat::kFull), but for the
+// named values GradOptions::remat.save (selective remat).
 // Mixed precision (a forward that casts f32 weights to bf16 where its dots
 // read them): the cast's vjp widens the backward dot that made its bf16
 // cotangent to return f32 (vjp_elementwise.cc), so weight gradients are
@@ -32,25 +32,33 @@
 
 namespace weft {
 
-enum class ScanRemat {
+// How the backward of a scan gets the forward's values (selective remat):
+// the one representation of a remat choice, from a config's train.remat
+// (models/llama_config.h parses and prints it) to the gradient.
+enum class Remat {
   kNone,  // the forward loop stacks every non-trivial value the backward needs
   kFull,  // the forward loop stacks only each step's carry; the backward recomputes
+};
+struct RematPolicy {
+  Remat kind = Remat::kNone;
+  // With kFull, scan-body instructions named here (models name a layer's
+  // activations, e.g. "q_proj") are stacked by the forward loop like the
+  // carry and read by the backward instead of recomputed. A name no scan
+  // body has is an error.
+  std::vector<std::string> save;
+  // With kFull: values stacked like `save`'s but kept in host memory between
+  // the forward and the backward ("layer_input": the carry itself; the
+  // forward loop's backend_config lists their state elements:
+  // OffloadedStateOf).
+  std::vector<std::string> offload;
+  bool operator==(const RematPolicy&) const = default;
 };
 
 struct GradOptions {
   // Entry parameter numbers to differentiate, in the order of the gradients
   // in the result. Empty: every floating-point parameter.
   std::vector<int64_t> wrt;
-  ScanRemat remat = ScanRemat::kNone;
-  // With kFull, selective remat: scan-body instructions named here (models
-  // name a layer's activations, e.g. "q_proj") are stacked by the forward
-  // loop like the carry and read by the backward instead of recomputed. A
-  // name no scan body has is an error.
-  std::vector<std::string> remat_save;
-  // With kFull: scan-body values stacked like remat_save's but kept in host
-  // memory between the forward and the backward (the forward loop's
-  // backend_config lists their state elements: OffloadedStateOf).
-  std::vector<std::string> remat_offload;
+  RematPolicy remat;
   // Tie each scan's gradient carries to their forward counterparts with
   // `shard_as` groups (the stacked weight-gradient accumulator to the stacked
   // weight, the carry cotangent to the carry), so propagation gives every

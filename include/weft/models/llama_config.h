@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "weft/autodiff/grad.h"
 #include "weft/sharding/mesh.h"
 
 namespace weft {
@@ -55,8 +56,6 @@ struct LlamaConfig {
   // projection unless tied.
   int64_t NumParameters() const;
 };
-
-enum class Remat { kNone, kFull };
 
 // The mixed-precision policy of a run (train.precision, --precision), one
 // definition for the trainer, the sampler and the planner: it is how
@@ -99,15 +98,9 @@ inline constexpr std::string_view kLayerActivations[] = {
 // Offloaded values are stacked like saved ones and kept in host memory
 // between the forward and the backward, which `weft plan` counts apart; on a
 // CPU the executor keeps them in (host) memory where they are.
-struct RematPolicy {
-  Remat kind = Remat::kNone;
-  std::vector<std::string> save;  // with kFull: named activations saved (kLayerActivations order)
-  std::vector<std::string> offload;  // with kFull: "layer_input" and named activations offloaded
-  // "none", "full", "offload", the preset equal to it, or the table
-  // ("q_proj,out_proj=offload").
-  std::string Text() const;
-  bool operator==(const RematPolicy&) const = default;
-};
+// The policy's name: "none", "full", "offload", the preset equal to it, or
+// the table ("q_proj,out_proj=offload"); ParseRematPolicy reads it back.
+std::string RematText(const RematPolicy& policy);
 
 // A preset name or a table; throws weft::Error naming `where` (a flag or a
 // config key) and the choices.
@@ -129,11 +122,7 @@ struct TrainConfig {
   double weight_decay = 0.1;
   double grad_clip = 1.0;  // global norm; 0 disables clipping
   uint64_t seed = 0;
-  Remat remat = Remat::kNone;
-  // With kFull: named activations also saved (RematPolicy::save); a preset
-  // or a list in train.remat.
-  std::vector<std::string> remat_save;
-  std::vector<std::string> remat_offload;  // RematPolicy::offload
+  RematPolicy remat;             // train.remat: a preset or a table (ParseRematPolicy)
   int64_t checkpoint_every = 0;  // steps; 0: only at the end
   double beta1 = 0.9;
   double beta2 = 0.95;

@@ -35,13 +35,7 @@ struct StepProgramOptions {
   // The mixed-precision policy (llama_config.h Precision); unset:
   // train.precision.
   std::optional<Precision> precision;
-  std::optional<ScanRemat> remat;    // unset: the config's train.remat
-  // With kFull: the layer's named activations also saved (selective remat,
-  // RematPolicy::save); unset: the config's train.remat_save.
-  std::optional<std::vector<std::string>> remat_save;
-  // With kFull: what is stacked and kept in host memory (RematPolicy::offload,
-  // "layer_input" among them); unset: the config's train.remat_offload.
-  std::optional<std::vector<std::string>> remat_offload;
+  std::optional<RematPolicy> remat;  // unset: the config's train.remat
   bool shard_as = true;              // false: --no-shard-as
   // Output, input and loop fusion (compiler/fusion.h) on the per-device
   // program, as a chip's compiler fuses and as weft train's executor runs
