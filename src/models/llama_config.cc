@@ -690,16 +690,7 @@ std::string RunConfig::CanonicalText() const {
   auto line = [&](std::string_view key, const auto& value) {
     out += fmt::format("{} = {}\n", key, value);
   };
-  line("model.vocab_size", model.vocab_size);
-  line("model.dim", model.dim);
-  line("model.n_layers", model.n_layers);
-  line("model.n_heads", model.n_heads);
-  line("model.n_kv_heads", model.n_kv_heads);
-  line("model.ffn_dim", model.ffn_dim);
-  line("model.rope_theta", model.rope_theta);
-  line("model.norm_eps", model.norm_eps);
-  line("model.seq_len", model.seq_len);
-  line("model.tie_embeddings", model.tie_embeddings);
+  for (const auto& [key, value] : ModelConfigFields(model)) line(key, value);
   line("train.steps", train.steps);
   line("train.batch_size", train.batch_size);
   // Only when set, so the hashes of configs without it stay what they were.
@@ -800,6 +791,42 @@ RunConfig ParseRunConfig(std::string_view toml_text, std::string_view source_nam
     }
   }
   return config;
+}
+
+std::vector<std::pair<std::string, std::string>> ModelConfigFields(const LlamaConfig& m) {
+  // fmt's shortest round-trip form: the TOML reader gives back the same numbers.
+  return {{"model.vocab_size", fmt::format("{}", m.vocab_size)},
+          {"model.dim", fmt::format("{}", m.dim)},
+          {"model.n_layers", fmt::format("{}", m.n_layers)},
+          {"model.n_heads", fmt::format("{}", m.n_heads)},
+          {"model.n_kv_heads", fmt::format("{}", m.n_kv_heads)},
+          {"model.ffn_dim", fmt::format("{}", m.ffn_dim)},
+          {"model.rope_theta", fmt::format("{}", m.rope_theta)},
+          {"model.norm_eps", fmt::format("{}", m.norm_eps)},
+          {"model.seq_len", fmt::format("{}", m.seq_len)},
+          {"model.tie_embeddings", m.tie_embeddings ? "true" : "false"}};
+}
+
+LlamaConfig ParseModelConfigFields(const std::map<std::string, std::string>& fields,
+                                   std::string_view what) {
+  std::string text = "[model]\n";
+  for (const auto& [key, unused] : ModelConfigFields(LlamaConfig{})) {
+    const auto it = fields.find(key);
+    WEFT_CHECK(it != fields.end(), "{}: \"{}\" is missing; use a checkpoint written by weft train",
+               what, key);
+    text += fmt::format("{} = {}\n", key.substr(std::string_view("model.").size()), it->second);
+  }
+  const std::string source(what);
+  toml::table root;
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& error) {
+    Fail("{}: the model settings are not valid: {}", what, error.description());
+  }
+  SectionReader in(Section(root, "model", source), "model", source);
+  LlamaConfig model;
+  ReadModel(in, model);
+  return model;
 }
 
 RunConfig LoadRunConfig(const std::filesystem::path& path) {

@@ -18,36 +18,6 @@ namespace {
 namespace fs = std::filesystem;
 using Tensor = runtime::HostTensor;
 
-int64_t ParseInt(const Metadata& extra, const std::string& key, std::string_view what) {
-  const auto it = extra.find(key);
-  WEFT_CHECK(it != extra.end(),
-             "{}: state.json has no \"{}\" among its extras, so the model cannot be rebuilt; "
-             "sample from a checkpoint written by `weft train`",
-             what, key);
-  try {
-    size_t used = 0;
-    const int64_t v = std::stoll(it->second, &used);
-    if (used == it->second.size()) return v;
-  } catch (const std::exception&) {
-  }
-  Fail("{}: state.json extra \"{}\" = \"{}\" is not an integer", what, key, it->second);
-}
-
-double ParseDouble(const Metadata& extra, const std::string& key, std::string_view what) {
-  const auto it = extra.find(key);
-  WEFT_CHECK(it != extra.end(),
-             "{}: state.json has no \"{}\" among its extras, so the model cannot be rebuilt; "
-             "sample from a checkpoint written by `weft train`",
-             what, key);
-  try {
-    size_t used = 0;
-    const double v = std::stod(it->second, &used);
-    if (used == it->second.size()) return v;
-  } catch (const std::exception&) {
-  }
-  Fail("{}: state.json extra \"{}\" = \"{}\" is not a number", what, key, it->second);
-}
-
 // Where `dir` keeps its checkpoint and tokenizer (see Sampler::Load).
 struct RunFiles {
   fs::path checkpoint;
@@ -113,28 +83,7 @@ size_t IncompleteTail(std::string_view text) {
 }  // namespace
 
 LlamaConfig LlamaConfigFromExtras(const Metadata& extra, std::string_view what) {
-  LlamaConfig c;
-  c.vocab_size = ParseInt(extra, "model.vocab_size", what);
-  c.dim = ParseInt(extra, "model.dim", what);
-  c.n_layers = ParseInt(extra, "model.n_layers", what);
-  c.n_heads = ParseInt(extra, "model.n_heads", what);
-  c.n_kv_heads = ParseInt(extra, "model.n_kv_heads", what);
-  c.ffn_dim = ParseInt(extra, "model.ffn_dim", what);
-  c.rope_theta = ParseDouble(extra, "model.rope_theta", what);
-  c.norm_eps = ParseDouble(extra, "model.norm_eps", what);
-  c.seq_len = ParseInt(extra, "model.seq_len", what);
-  const auto tie = extra.find("model.tie_embeddings");
-  WEFT_CHECK(tie != extra.end() && (tie->second == "true" || tie->second == "false"),
-             "{}: state.json extra \"model.tie_embeddings\" must be \"true\" or \"false\"; "
-             "sample from a checkpoint written by `weft train`",
-             what);
-  c.tie_embeddings = tie->second == "true";
-  WEFT_CHECK(c.vocab_size >= 1 && c.dim >= 1 && c.n_layers >= 1 && c.n_heads >= 1 &&
-                 c.ffn_dim >= 1 && c.seq_len >= 1,
-             "{}: the model settings in state.json are not a model (vocab_size {}, dim {}, "
-             "n_layers {}, n_heads {}, ffn_dim {}, seq_len {})",
-             what, c.vocab_size, c.dim, c.n_layers, c.n_heads, c.ffn_dim, c.seq_len);
-  return c;
+  return ParseModelConfigFields(extra, fmt::format("{}: state.json's extra", what));
 }
 
 int32_t SampleToken(std::span<const float> logits, double temperature, int64_t top_k,

@@ -82,16 +82,8 @@ void CheckCheckpointTensor(const CheckpointIndex& index, CheckpointPart part,
 }
 
 std::map<std::string, std::string> ModelExtras(const LlamaConfig& m) {
-  return {{"model.vocab_size", std::to_string(m.vocab_size)},
-          {"model.dim", std::to_string(m.dim)},
-          {"model.n_layers", std::to_string(m.n_layers)},
-          {"model.n_heads", std::to_string(m.n_heads)},
-          {"model.n_kv_heads", std::to_string(m.n_kv_heads)},
-          {"model.ffn_dim", std::to_string(m.ffn_dim)},
-          {"model.rope_theta", fmt::format("{}", m.rope_theta)},
-          {"model.norm_eps", fmt::format("{}", m.norm_eps)},
-          {"model.seq_len", std::to_string(m.seq_len)},
-          {"model.tie_embeddings", m.tie_embeddings ? "true" : "false"}};
+  const auto fields = ModelConfigFields(m);
+  return {fields.begin(), fields.end()};
 }
 
 // The [train] settings a resume may change (each change is printed).

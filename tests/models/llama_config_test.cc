@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
+#include <random>
+#include <string>
 
 #include "weft/base/error.h"
 #include "weft/kernels/attention.h"
@@ -446,6 +449,54 @@ TEST(LlamaConfig, MissingFileIsAClearError) {
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("is a directory"), std::string::npos) << error.what();
   }
+}
+
+}  // namespace
+}  // namespace weft
+
+namespace weft {
+namespace {
+
+// The one serialization of [model] besides the file: every field round-trips
+// through the same reader and checks as a config file's.
+TEST(LlamaConfig, ModelFieldsRoundTripThroughTheConfigReader) {
+  std::mt19937_64 rng(std::random_device{}());
+  LlamaConfig m;
+  m.n_heads = 2 + static_cast<int64_t>(rng() % 6);
+  m.n_kv_heads = 1;
+  m.dim = 16 * m.n_heads;
+  m.n_layers = 1 + static_cast<int64_t>(rng() % 4);
+  m.vocab_size = 100 + static_cast<int64_t>(rng() % 1000);
+  m.ffn_dim = 3 * m.dim + static_cast<int64_t>(rng() % 7);
+  m.seq_len = 64 + static_cast<int64_t>(rng() % 100);
+  m.rope_theta = 500000.0 + static_cast<double>(rng() % 1000) / 7;
+  m.norm_eps = 1e-6 * (1 + static_cast<double>(rng() % 9));
+  m.tie_embeddings = rng() % 2 == 0;
+  const auto fields = ModelConfigFields(m);
+  const std::map<std::string, std::string> map(fields.begin(), fields.end());
+  const LlamaConfig back = ParseModelConfigFields(map, "state.json");
+  EXPECT_EQ(ModelConfigFields(back), fields);
+  EXPECT_EQ(back.rope_theta, m.rope_theta);
+  EXPECT_EQ(back.norm_eps, m.norm_eps);
+
+  std::map<std::string, std::string> missing = map;
+  missing.erase("model.ffn_dim");
+  EXPECT_THROW(
+      {
+        try {
+          ParseModelConfigFields(missing, "ckpt/state.json");
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("\"model.ffn_dim\" is missing"), std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      Error);
+  std::map<std::string, std::string> odd = map;
+  odd["model.n_kv_heads"] = "3";  // does not divide n_heads unless it does
+  odd["model.n_heads"] = "4";
+  odd["model.dim"] = "64";
+  EXPECT_THROW(ParseModelConfigFields(odd, "ckpt/state.json"), Error);
 }
 
 }  // namespace

@@ -20,9 +20,11 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "weft/autodiff/grad.h"
@@ -207,6 +209,16 @@ struct RunConfig {
 // [model] keys, their values and `source`. ParseRunConfig runs the same
 // checks, with each key's line:col.
 void ValidateLlamaConfig(const LlamaConfig& model, std::string_view source);
+
+// The [model] section as ("model.<key>", value) pairs, in the order of the
+// section's keys: the one serialization of a LlamaConfig besides the config
+// file, used by checkpoints (state.json's extra), the config hash and resume
+// checks. ParseModelConfigFields reads it back through the same reader and
+// checks as a config file's [model] (a field missing from `fields` is an
+// error naming it and `what`).
+std::vector<std::pair<std::string, std::string>> ModelConfigFields(const LlamaConfig& model);
+LlamaConfig ParseModelConfigFields(const std::map<std::string, std::string>& fields,
+                                   std::string_view what);
 
 RunConfig LoadRunConfig(const std::filesystem::path& path);
 // `source_name` names the text in errors; relative data files are resolved
