@@ -87,7 +87,11 @@ compiler::CompiledProgram CompileEvalProgram(const RunConfig& run, int64_t B, in
 
 EvalModel LoadEvalModel(const fs::path& dir) {
   EvalModel m;
-  if (IsHfDirectory(dir)) {
+  std::error_code error;
+  // A directory of Hugging Face weights without its config.json is one too
+  // (LoadHf says what is missing).
+  if (IsHfDirectory(dir) || fs::exists(dir / "model.safetensors", error) ||
+      fs::exists(dir / "model.safetensors.index.json", error)) {
     HfModel hf = LoadHf(dir);
     WEFT_CHECK(!hf.tokenizer.empty(),
                "{} has no tokenizer.model; weft eval tokenizes the text with the model's "
