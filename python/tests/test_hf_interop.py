@@ -21,6 +21,7 @@ import subprocess
 import numpy as np
 import pytest
 
+from conftest import rel_err
 from test_safetensors_interop import build_dir, read_safetensors, write_safetensors
 
 SOURCE = pathlib.Path(__file__).resolve().parents[2]
@@ -134,11 +135,6 @@ def cross_entropy(logits, ids):
     z = logits[:-1]
     lse = np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1)) + z.max(-1)
     return float(np.mean(lse - z[np.arange(len(ids) - 1), np.asarray(ids[1:])]))
-
-
-def rel_err(actual, expected):
-    expected = np.asarray(expected, dtype=np.float64)
-    return float(np.max(np.abs(np.asarray(actual, dtype=np.float64) - expected)) / np.max(np.abs(expected)))
 
 
 def weft_logits(run_dir, tmp):
