@@ -1,6 +1,7 @@
 #include "weft/base/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -94,6 +95,36 @@ void WriteFileAtomically(const std::filesystem::path& path, std::string_view con
   AtomicOutputFile file(path);
   file.Write(contents);
   file.Commit();
+}
+
+InputFile::InputFile(const std::filesystem::path& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) Fail("cannot open {}: {}", path.string(), ErrnoText(errno));
+  struct stat info {};
+  if (::fstat(fd_, &info) != 0) {
+    const int error = errno;
+    ::close(fd_);
+    Fail("cannot read {}: {}", path.string(), ErrnoText(error));
+  }
+  size_ = static_cast<uint64_t>(info.st_size);
+}
+
+InputFile::~InputFile() { ::close(fd_); }
+
+void InputFile::ReadAt(uint64_t offset, void* data, size_t size) const {
+  char* bytes = static_cast<char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::pread(fd_, bytes, size, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) Fail("cannot read {}: {}", path_.string(), ErrnoText(errno));
+    if (n == 0) {
+      Fail("{} ends at byte {}, before the {} bytes expected there (truncated)", path_.string(),
+           offset, size);
+    }
+    bytes += n;
+    offset += static_cast<uint64_t>(n);
+    size -= static_cast<size_t>(n);
+  }
 }
 
 std::string ReadFileToString(const std::filesystem::path& path) {

@@ -47,13 +47,17 @@ std::vector<T> Copy(const HostTensor& tensor, TensorDType expected) {
   return out;
 }
 
-std::optional<TensorDType> DTypeFromName(std::string_view name) {
+}  // namespace
+
+std::optional<TensorDType> TensorDTypeFromName(std::string_view name) {
   for (TensorDType dtype : {TensorDType::kF32, TensorDType::kBF16, TensorDType::kF16,
                             TensorDType::kI32, TensorDType::kI64}) {
     if (TensorDTypeName(dtype) == name) return dtype;
   }
   return std::nullopt;
 }
+
+namespace {
 
 // Product of dims times the element size; nullopt on overflow or a negative dim.
 std::optional<uint64_t> ByteSize(std::span<const int64_t> shape, int64_t element_size) {
@@ -69,19 +73,17 @@ std::optional<uint64_t> ByteSize(std::span<const int64_t> shape, int64_t element
 }
 
 // The JSON header, padded with spaces so that the data section is 8-byte aligned.
-std::string Header(const TensorMap& tensors, const Metadata& metadata, std::string_view what) {
+std::string Header(const TensorSpecs& specs, const Metadata& metadata, std::string_view what) {
   Json header = Json::object();
   uint64_t offset = 0;
-  for (const auto& [name, tensor] : tensors) {
+  for (const auto& [name, spec] : specs) {
     WEFT_CHECK(!name.empty() && name != kMetadataKey,
                "{}: '{}' cannot name a tensor (empty or reserved)", what, name);
-    auto size = ByteSize(tensor.shape, TensorDTypeSize(tensor.dtype));
-    WEFT_CHECK(size && *size == tensor.bytes.size(),
-               "{}: tensor '{}' has {} bytes but its shape [{}] of {} needs {}", what, name,
-               tensor.bytes.size(), fmt::join(tensor.shape, ", "), TensorDTypeName(tensor.dtype),
-               size ? *size : 0);
-    header[name] = {{"dtype", TensorDTypeName(tensor.dtype)},
-                    {"shape", tensor.shape},
+    auto size = ByteSize(spec.shape, TensorDTypeSize(spec.dtype));
+    WEFT_CHECK(size.has_value(), "{}: tensor '{}' has an impossible shape [{}]", what, name,
+               fmt::join(spec.shape, ", "));
+    header[name] = {{"dtype", TensorDTypeName(spec.dtype)},
+                    {"shape", spec.shape},
                     {"data_offsets", {offset, offset + *size}}};
     offset += *size;
   }
@@ -94,6 +96,20 @@ std::string Header(const TensorMap& tensors, const Metadata& metadata, std::stri
   }
   text.resize((text.size() + 8 + 7) / 8 * 8 - 8, ' ');
   return text;
+}
+
+// The specs of `tensors`, after checking each one's bytes match its shape.
+TensorSpecs SpecsOf(const TensorMap& tensors, std::string_view what) {
+  TensorSpecs specs;
+  for (const auto& [name, tensor] : tensors) {
+    auto size = ByteSize(tensor.shape, TensorDTypeSize(tensor.dtype));
+    WEFT_CHECK(size && *size == tensor.bytes.size(),
+               "{}: tensor '{}' has {} bytes but its shape [{}] of {} needs {}", what, name,
+               tensor.bytes.size(), fmt::join(tensor.shape, ", "), TensorDTypeName(tensor.dtype),
+               size ? *size : 0);
+    specs[name] = {tensor.dtype, tensor.shape};
+  }
+  return specs;
 }
 
 std::string LengthPrefix(uint64_t length) {
@@ -184,10 +200,21 @@ std::vector<uint16_t> HostTensor::BF16Bits() const {
 std::vector<int32_t> HostTensor::ToI32() const { return Copy<int32_t>(*this, TensorDType::kI32); }
 std::vector<int64_t> HostTensor::ToI64() const { return Copy<int64_t>(*this, TensorDType::kI64); }
 
+int64_t TensorSpec::num_bytes() const {
+  int64_t n = TensorDTypeSize(dtype);
+  for (int64_t dim : shape) n *= dim;
+  return n;
+}
+
+std::string SafetensorsPrefix(const TensorSpecs& specs, const Metadata& metadata,
+                              std::string_view what) {
+  std::string header = Header(specs, metadata, what);
+  return LengthPrefix(header.size()) + header;
+}
+
 std::string SerializeSafetensors(const TensorMap& tensors, const Metadata& metadata,
                                  std::string_view what) {
-  std::string header = Header(tensors, metadata, what);
-  std::string out = LengthPrefix(header.size()) + header;
+  std::string out = SafetensorsPrefix(SpecsOf(tensors, what), metadata, what);
   for (const auto& [name, tensor] : tensors) {
     out.append(reinterpret_cast<const char*>(tensor.bytes.data()), tensor.bytes.size());
   }
@@ -196,10 +223,10 @@ std::string SerializeSafetensors(const TensorMap& tensors, const Metadata& metad
 
 void WriteSafetensors(const std::filesystem::path& path, const TensorMap& tensors,
                       const Metadata& metadata) {
-  std::string header = Header(tensors, metadata, path.string());
+  const std::string prefix =
+      SafetensorsPrefix(SpecsOf(tensors, path.string()), metadata, path.string());
   AtomicOutputFile file(path);
-  file.Write(LengthPrefix(header.size()));
-  file.Write(header);
+  file.Write(prefix);
   for (const auto& [name, tensor] : tensors) file.Write(tensor.bytes.data(), tensor.bytes.size());
   file.Commit();
 }
@@ -209,9 +236,43 @@ SafetensorsFile ReadSafetensors(const std::filesystem::path& path) {
 }
 
 SafetensorsFile ParseSafetensors(std::string_view bytes, std::string_view what) {
+  SafetensorsHeader header = ParseSafetensorsHeader(bytes, bytes.size(), what);
+  SafetensorsFile file;
+  file.metadata = std::move(header.metadata);
+  for (auto& [name, entry] : header.tensors) {
+    HostTensor tensor;
+    tensor.dtype = entry.spec.dtype;
+    tensor.shape = std::move(entry.spec.shape);
+    tensor.bytes.resize(entry.end - entry.begin);
+    if (!tensor.bytes.empty()) {
+      std::memcpy(tensor.bytes.data(), bytes.data() + entry.begin, tensor.bytes.size());
+    }
+    file.tensors.emplace(name, std::move(tensor));
+  }
+  return file;
+}
+
+SafetensorsHeader ReadSafetensorsHeader(const std::filesystem::path& path) {
+  InputFile file(path);
+  const uint64_t size = file.size();
+  std::string prefix(static_cast<size_t>(std::min<uint64_t>(size, 8)), '\0');
+  file.ReadAt(0, prefix.data(), prefix.size());
+  if (size >= 8) {
+    uint64_t header_length = 0;
+    std::memcpy(&header_length, prefix.data(), 8);
+    if (header_length <= kMaxHeaderBytes && header_length <= size - 8) {
+      prefix.resize(8 + header_length);
+      file.ReadAt(8, prefix.data() + 8, header_length);
+    }
+  }
+  return ParseSafetensorsHeader(prefix, size, path.string());
+}
+
+SafetensorsHeader ParseSafetensorsHeader(std::string_view bytes, uint64_t file_bytes,
+                                         std::string_view what) {
   auto fail = [&](const std::string& problem) { Invalid(what, problem); };
-  if (bytes.size() < 8) {
-    fail(fmt::format("truncated: {} bytes, less than the 8-byte header length", bytes.size()));
+  if (file_bytes < 8 || bytes.size() < 8) {
+    fail(fmt::format("truncated: {} bytes, less than the 8-byte header length", file_bytes));
   }
   uint64_t header_length = 0;
   std::memcpy(&header_length, bytes.data(), 8);
@@ -219,9 +280,9 @@ SafetensorsFile ParseSafetensors(std::string_view bytes, std::string_view what) 
     fail(fmt::format("the header length {} is implausible (over {} bytes)", header_length,
                      kMaxHeaderBytes));
   }
-  if (header_length > bytes.size() - 8) {
+  if (header_length > file_bytes - 8 || header_length > bytes.size() - 8) {
     fail(fmt::format("truncated: the header length is {} bytes but only {} follow", header_length,
-                     bytes.size() - 8));
+                     file_bytes - 8));
   }
   std::string_view header_text = bytes.substr(8, header_length);
   if (header_text.empty() || header_text[0] != '{') fail("the header does not start with '{'");
@@ -246,9 +307,9 @@ SafetensorsFile ParseSafetensors(std::string_view bytes, std::string_view what) 
   if (!duplicate.empty()) fail(fmt::format("the header names '{}' twice", duplicate));
   if (!header.is_object()) fail("the header is not a JSON object");
 
-  const uint64_t data_size = bytes.size() - 8 - header_length;
-  const char* data = bytes.data() + 8 + header_length;
-  SafetensorsFile file;
+  const uint64_t data_start = 8 + header_length;
+  const uint64_t data_size = file_bytes - data_start;
+  SafetensorsHeader file;
   std::vector<Entry> entries;
   for (const auto& [name, info] : header.items()) {
     if (name == kMetadataKey) {
@@ -270,12 +331,12 @@ SafetensorsFile ParseSafetensors(std::string_view bytes, std::string_view what) 
     }
     if (!info.contains("dtype") || !info["dtype"].is_string()) bad("no dtype string");
     std::string dtype_name = info["dtype"].get<std::string>();
-    auto dtype = DTypeFromName(dtype_name);
+    auto dtype = TensorDTypeFromName(dtype_name);
     if (!dtype) {
       bad(fmt::format("unknown dtype '{}' (weft reads F32, BF16, F16, I32, I64)", dtype_name));
     }
     if (!info.contains("shape") || !info["shape"].is_array()) bad("no shape list");
-    HostTensor tensor;
+    TensorSpec tensor;
     tensor.dtype = *dtype;
     for (const Json& dim : info["shape"]) {
       if (!dim.is_number_unsigned())
@@ -303,10 +364,7 @@ SafetensorsFile ParseSafetensors(std::string_view bytes, std::string_view what) 
                       fmt::join(tensor.shape, ", "), dtype_name, size ? *size : 0,
                       entry.end - entry.begin));
     }
-    tensor.bytes.resize(entry.end - entry.begin);
-    if (!tensor.bytes.empty())
-      std::memcpy(tensor.bytes.data(), data + entry.begin, tensor.bytes.size());
-    file.tensors.emplace(name, std::move(tensor));
+    file.tensors[name] = {std::move(tensor), data_start + entry.begin, data_start + entry.end};
     entries.push_back(std::move(entry));
   }
   // The data section must be covered exactly: no overlaps, no holes.

@@ -60,29 +60,39 @@ Tensor InitWeight(const LlamaWeight& w, int64_t index, const LlamaConfig& model,
   return Tensor::FromDoubles(w.shape, values);
 }
 
-weft::HostTensor ToSafetensor(const Tensor& t) {
-  return weft::HostTensor::F32(t.dimensions(),
-                               std::span<const float>(t.data<float>(), t.element_count()));
+// Device `device`'s tile of a tensor of `dims` under `sharding`: its box of
+// the tensor (empty where the tile is all padding).
+TensorBox TileBox(const HloSharding& sharding, std::span<const int64_t> dims, int64_t device) {
+  TensorBox box;
+  box.offset = sharding.TileOffsetForDevice(dims, device);
+  const std::vector<int64_t> limit = sharding.TileLimitForDevice(dims, device);
+  for (size_t d = 0; d < dims.size(); ++d) {
+    box.offset[d] = std::min(box.offset[d], dims[d]);
+    box.extent.push_back(std::max<int64_t>(0, limit[d] - box.offset[d]));
+  }
+  return box;
 }
 
-// The checkpoint's tensor `name` (from `file`) as a weight of `shape`.
-Tensor FromSafetensor(const TensorMap& tensors, const std::string& name, const Shape& shape,
-                      const std::filesystem::path& file) {
+std::span<std::byte> Bytes(const Tensor& t) {
+  return {static_cast<std::byte*>(t.mutable_raw_data()), static_cast<size_t>(t.byte_size())};
+}
+
+// The checkpoint's tensor `name` has the type and shape the model needs.
+void CheckCheckpointTensor(const CheckpointIndex& index, CheckpointPart part,
+                           const std::string& name, const Shape& shape) {
+  const auto& tensors = index.part(part);
   const auto found = tensors.find(name);
+  const std::string state = (index.dir / "state.json").string();
   WEFT_CHECK(found != tensors.end(),
-             "{} has no tensor '{}', which this model needs; resume with the config the "
+             "{} has no {} tensor '{}', which this model needs; resume with the config the "
              "checkpoint was written with",
-             file.string(), name);
-  const weft::HostTensor& t = found->second;
-  WEFT_CHECK(t.dtype == TensorDType::kF32 && t.shape == shape.dimensions(),
-             "{}: tensor '{}' is {} [{}], this model needs F32 {}; resume with the config the "
+             state, CheckpointPartName(part), name);
+  const TensorSpec& spec = found->second.spec;
+  WEFT_CHECK(spec.dtype == TensorDType::kF32 && spec.shape == shape.dimensions(),
+             "{}: {} tensor '{}' is {} [{}], this model needs F32 {}; resume with the config the "
              "checkpoint was written with",
-             file.string(), name, TensorDTypeName(t.dtype), fmt::join(t.shape, ","),
-             shape.ToString());
-  std::vector<float> values = t.ToF32();
-  Tensor out = Tensor::Uninitialized(shape);
-  std::memcpy(out.mutable_raw_data(), values.data(), values.size() * sizeof(float));
-  return out;
+             state, CheckpointPartName(part), name, TensorDTypeName(spec.dtype),
+             fmt::join(spec.shape, ","), shape.ToString());
 }
 
 std::map<std::string, std::string> ModelExtras(const LlamaConfig& m) {
@@ -129,7 +139,7 @@ struct Run {
   TrainOptions options;
   StepProgram program;
   std::optional<Dataset> dataset;  // always set by Prepare
-  std::optional<Checkpoint> resume;
+  std::optional<CheckpointIndex> resume;  // its tensors are read by each device
   std::filesystem::path resume_dir;  // where `resume` was read from
   std::optional<HfModel> init;       // --init-from's weights
   std::optional<Tokenizer> init_tokenizer;  // and its tokenizer.model, when it has one
@@ -308,24 +318,31 @@ class DeviceTrainer {
     for (size_t k = 0; k < weights.size(); ++k) {
       const size_t leaf = StepProgram::kNumDataInputs + k;
       const HloSharding& s = c.input_shardings[leaf];
-      Tensor global =
-          run.resume ? FromSafetensor(run.resume->model, weights[k].name, weights[k].shape,
-                                      run.resume_dir / "model.safetensors")
-          : run.init
-              ? FromSafetensor(run.init->weights, weights[k].name, weights[k].shape, run.init->dir)
-              : InitWeight(weights[k], static_cast<int64_t>(k), run.config.model,
-                           run.config.train.seed);
-      params_.push_back(runtime::ShardTensor(global, s, device_, c.local_input_shapes[leaf]));
+      const Shape& local = c.local_input_shapes[leaf];
+      const TensorBox box = TileBox(s, weights[k].shape.dimensions(), device_);
+      if (run.resume) {
+        params_.emplace_back(local);
+        ReadTensorBox(*run.resume, CheckpointPart::kModel, weights[k].name, box,
+                      Bytes(params_.back()), local.dimensions());
+      } else {
+        // --init-from's weights were checked against the model when read.
+        const Tensor global =
+            run.init ? Tensor::FromVector<float>(PrimitiveType::kF32,
+                                                 weights[k].shape.dimensions(),
+                                                 run.init->weights.at(weights[k].name).ToF32())
+                     : InitWeight(weights[k], static_cast<int64_t>(k), run.config.model,
+                                  run.config.train.seed);
+        params_.push_back(runtime::ShardTensor(global, s, device_, local));
+      }
       // The micro-batches' weighted gradient sum (gradients leave the step
       // sharded like their weights): allocated once, reused every step.
-      if (accum_steps_ > 1) accum_.emplace_back(c.local_input_shapes[leaf]);
-      for (const char* suffix : {".m", ".v"}) {
-        const std::string name = weights[k].name + suffix;
-        Tensor g = run.resume ? FromSafetensor(run.resume->optimizer, name, weights[k].shape,
-                                               run.resume_dir / "optimizer.safetensors")
-                              : Tensor(weights[k].shape);
-        (suffix[1] == 'm' ? m_ : v_)
-            .push_back(runtime::ShardTensor(g, s, device_, c.local_input_shapes[leaf]));
+      if (accum_steps_ > 1) accum_.emplace_back(local);
+      for (std::vector<Tensor>* moments : {&m_, &v_}) {
+        moments->emplace_back(local);
+        if (!run.resume) continue;
+        ReadTensorBox(*run.resume, CheckpointPart::kOptimizer,
+                      weights[k].name + (moments == &m_ ? ".m" : ".v"), box, Bytes(moments->back()),
+                      local.dimensions());
       }
       // Counted in the norm by the lowest device holding this tile.
       const auto offset = s.TileOffsetForDevice(weights[k].shape.dimensions(), device_);
@@ -498,35 +515,38 @@ class DeviceTrainer {
     return m;
   }
 
+  // Every device writes the tiles it owns (collective).
   void SaveCheckpointCollective(int64_t steps_done, int64_t data_position) {
     const auto& c = run_.program.compiled;
     const auto& weights = run_.program.forward.weights;
-    Checkpoint ck;
+    std::vector<SavePiece> pieces;
     for (size_t k = 0; k < weights.size(); ++k) {
+      if (!owner_[k]) continue;
       const HloSharding& s = c.input_shardings[StepProgram::kNumDataInputs + k];
-      const Tensor p = runtime::GatherTensor(params_[k], s, weights[k].shape, comm_);
-      const Tensor m = runtime::GatherTensor(m_[k], s, weights[k].shape, comm_);
-      const Tensor v = runtime::GatherTensor(v_[k], s, weights[k].shape, comm_);
-      if (device_ != 0) continue;
-      ck.model[weights[k].name] = ToSafetensor(p);
-      ck.optimizer[weights[k].name + ".m"] = ToSafetensor(m);
-      ck.optimizer[weights[k].name + ".v"] = ToSafetensor(v);
+      const TensorBox box = TileBox(s, weights[k].shape.dimensions(), device_);
+      const TensorSpec global{TensorDType::kF32, weights[k].shape.dimensions()};
+      for (const auto& [part, suffix, tensors] :
+           {std::tuple{CheckpointPart::kModel, "", &params_},
+            std::tuple{CheckpointPart::kOptimizer, ".m", &m_},
+            std::tuple{CheckpointPart::kOptimizer, ".v", &v_}}) {
+        const Tensor& t = (*tensors)[k];
+        pieces.push_back({part, weights[k].name + suffix, global, box,
+                          static_cast<const std::byte*>(t.raw_data()), t.dimensions()});
+      }
     }
+    TrainState state;
     if (device_ == 0) {
-      ck.state.step = steps_done;
-      ck.state.data_position = data_position;
-      ck.state.config_hash = run_.config.Hash();
-      ck.state.extra = ModelExtras(run_.config.model);
-      ck.state.extra.merge(TrainExtras(run_.config.train));
-      ck.state.extra["total_steps"] = std::to_string(run_.schedule.total_steps);
-      ck.state.extra["tokenizer.crc32c"] = TokenizerChecksum(*run_.dataset);
-      ck.state.extra["tokenizer.vocab_size"] =
-          std::to_string(run_.dataset->tokenizer.vocab_size());
-      SaveCheckpoint(run_.out / "checkpoint", ck);
+      state.step = steps_done;
+      state.data_position = data_position;
+      state.config_hash = run_.config.Hash();
+      state.extra = ModelExtras(run_.config.model);
+      state.extra.merge(TrainExtras(run_.config.train));
+      state.extra["total_steps"] = std::to_string(run_.schedule.total_steps);
+      state.extra["tokenizer.crc32c"] = TokenizerChecksum(*run_.dataset);
+      state.extra["tokenizer.vocab_size"] = std::to_string(run_.dataset->tokenizer.vocab_size());
     }
-    comm_.Barrier();  // nobody races ahead of a checkpoint that failed
+    SaveShardedCheckpoint(run_.out / "checkpoint", pieces, state, comm_);
   }
-
 
  public:
   int64_t peak_bytes() const { return peak_bytes_; }
@@ -746,7 +766,7 @@ std::unique_ptr<Run> Prepare(const RunConfig& config, const TrainOptions& option
 
   if (auto dir = ChooseResume(options, run->out, log, speak)) {
     run->resume_dir = *dir;
-    run->resume = LoadCheckpoint(*dir);
+    run->resume = OpenCheckpoint(*dir);
     const auto& extra = run->resume->state.extra;
     for (const auto& [key, value] : ModelExtras(c.model)) {
       const auto it = extra.find(key);
@@ -782,6 +802,13 @@ std::unique_ptr<Run> Prepare(const RunConfig& config, const TrainOptions& option
   po.grad_accum_steps = c.train.grad_accum_steps;
   run->program = BuildStepProgram(c, po);
   CheckFitsInMemory(*run, in_process ? run->program.num_devices : 1);
+  if (run->resume) {
+    for (const auto& w : run->program.forward.weights) {
+      CheckCheckpointTensor(*run->resume, CheckpointPart::kModel, w.name, w.shape);
+      CheckCheckpointTensor(*run->resume, CheckpointPart::kOptimizer, w.name + ".m", w.shape);
+      CheckCheckpointTensor(*run->resume, CheckpointPart::kOptimizer, w.name + ".v", w.shape);
+    }
+  }
 
   run->dataset.emplace(LoadDataset(c, options.cache_dir, run->init_tokenizer));
   if (run->resume) {
@@ -821,7 +848,11 @@ int64_t EndStep(const Run& run) {
 // The device body, shared by both backends.
 void RunDevice(const Run& run, Communicator& comm, TrainResult* result) {
   const int64_t start = StartStep(run), end = EndStep(run);
+  // Every device has read its tiles of the checkpoint (each chunk checked)
+  // before anything in the run directory is written.
   DeviceTrainer trainer(run, comm);
+  comm.Barrier();
+  if (comm.device_id() == 0) PrepareOutDir(run, start);
   BatchIterator it = MakeBatchIterator(*run.dataset, run.config);
   if (run.resume) it.Seek(run.resume->state.data_position);
   std::optional<Reporter> reporter;
@@ -885,7 +916,6 @@ TrainResult Train(const RunConfig& config, const TrainOptions& options) {
     return nothing;
   }
   lock->Keep();
-  PrepareOutDir(*run, StartStep(*run));
   TrainResult result;
   result.out = run->out;
   result.num_devices = run->program.num_devices;
@@ -942,8 +972,6 @@ TrainResult TrainOnMpiRank(const RunConfig& config, const TrainOptions& options,
   comm.VerifySameHash(std::hash<std::string>{}(run->program.compiled.program->ToString()),
                       "the training step program (give every rank the same config and flags)");
   if (lock) lock->Keep();
-  if (comm.device_id() == 0) PrepareOutDir(*run, StartStep(*run));
-  comm.Barrier();
   TrainResult result;
   result.out = run->out;
   result.num_devices = run->program.num_devices;

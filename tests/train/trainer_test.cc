@@ -197,6 +197,33 @@ TEST(TrainerTest, ResumeRepeatsTheUninterruptedRunBitForBit) {
   EXPECT_TRUE(fs::exists(first.out / "tokenizer.model"));
 }
 
+// A checkpoint saved on one mesh resumes on others: each device reads only
+// its tiles of the new sharding, cut from the old one's slices.
+TEST(TrainerTest, AResumeOnAnotherMeshFollowsTheUninterruptedRun) {
+  // f32: in bf16 another mesh rounds its partial sums differently from the
+  // first step on (1e-4 on micro), resumed or not.
+  RunConfig config = Micro();  // fsdp=2 x tensor=2
+  config.train.precision = Precision::kF32;
+  TrainOptions whole;
+  whole.steps = 8;
+  const std::vector<double> uninterrupted = Losses(Quiet(config, whole, "whole"));
+  for (const char* mesh : {"fsdp=4,tensor=1", "fsdp=1,tensor=2", "fsdp=1,tensor=1"}) {
+    SCOPED_TRACE(mesh);
+    TrainOptions first = whole;
+    first.stop_after = 5;  // a checkpoint at step 5
+    first.out = TempDir("resharded");
+    Quiet(config, first, "resharded");
+    TrainOptions second = whole;
+    second.out = first.out;
+    second.mesh = ParseMeshFlag(mesh);
+    const TrainResult b = Quiet(config, second, "resharded");
+    ASSERT_EQ(b.steps.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_NEAR(b.steps[i].loss, uninterrupted[5 + i], 1e-5) << "step " << 6 + i;
+    }
+  }
+}
+
 TEST(TrainerTest, MemorizationReachesNearZeroLossSharded) {
   // Three passages packed in one row, fsdp=2 (segment ids split with the
   // rows), in bf16 (the config does not say). A segment-id sharding bug
@@ -318,13 +345,13 @@ TEST(TrainerTest, ASecondRunInTheSameOutDirContinuesInsteadOfStartingOver) {
 
   // Once more: the run is complete; nothing is trained and nothing changes.
   const std::string metrics = ReadFileToString(o.out / "metrics.jsonl");
-  const std::string model = ReadFileToString(o.out / "checkpoint" / "model.safetensors");
+  const std::string index = ReadFileToString(o.out / "checkpoint" / "state.json");
   std::ostringstream log3;
   EXPECT_TRUE(Logged(config, o, log3).steps.empty());
   EXPECT_NE(log3.str().find("already trained to step 6 of 6: nothing to do"), std::string::npos)
       << log3.str();
   EXPECT_EQ(ReadFileToString(o.out / "metrics.jsonl"), metrics);
-  EXPECT_EQ(ReadFileToString(o.out / "checkpoint" / "model.safetensors"), model);
+  EXPECT_EQ(ReadFileToString(o.out / "checkpoint" / "state.json"), index);  // its checksums too
 
   // --overwrite is the one way to start over in place.
   o.overwrite = true;
@@ -363,12 +390,12 @@ TEST(TrainerTest, AnOutDirThatWouldLoseWorkIsRefusedUntouched) {
   second.out = TempDir("own");
   second.steps = 2;
   Logged(config, second, log);
-  const std::string own_model = ReadFileToString(second.out / "checkpoint" / "model.safetensors");
+  const std::string own_model = ReadFileToString(second.out / "checkpoint" / "state.json");
   second.resume = other;
   second.steps = 4;
   message = ErrorOf([&] { Logged(config, second, log); });
   EXPECT_NE(message.find("holds a checkpoint of its own"), std::string::npos) << message;
-  EXPECT_EQ(ReadFileToString(second.out / "checkpoint" / "model.safetensors"), own_model);
+  EXPECT_EQ(ReadFileToString(second.out / "checkpoint" / "state.json"), own_model);
   second.overwrite = true;
   message = ErrorOf([&] { Logged(config, second, log); });
   EXPECT_NE(message.find("contradict"), std::string::npos) << message;
@@ -481,6 +508,26 @@ TEST(TrainerTest, InitFromAHuggingFaceExportStartsFromTheExportedWeights) {
   EXPECT_NE(message.find("model.ffn_dim = 128"), std::string::npos) << message;
   EXPECT_NE(message.find("\"intermediate_size\": 64"), std::string::npos) << message;
   EXPECT_FALSE(fs::exists(out));
+}
+
+// Every device checks the chunks it reads before anything is written.
+TEST(TrainerTest, ADamagedShardIsRefusedBeforeAnythingIsWritten) {
+  const RunConfig config = Micro();
+  TrainOptions o;
+  o.out = TempDir("damaged");
+  o.steps = 5;
+  Quiet(config, o, "damaged");
+  const fs::path shard = o.out / "checkpoint" / "optimizer-00003-of-00004.safetensors";
+  std::string bytes = ReadFileToString(shard);
+  bytes[bytes.size() - 5] ^= 0x01;
+  WriteFileAtomically(shard, bytes);
+  const std::string metrics = ReadFileToString(o.out / "metrics.jsonl");
+  o.steps = 8;
+  const std::string message = ErrorOf([&] { Quiet(config, o, "damaged"); });
+  EXPECT_NE(message.find("optimizer-00003-of-00004.safetensors is damaged: tensor '"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(ReadFileToString(o.out / "metrics.jsonl"), metrics);
 }
 
 TEST(TrainerTest, ARunThatCannotFitInMemoryIsRefusedBeforeAllocating) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -30,6 +31,26 @@ class OutputFile {
  private:
   std::filesystem::path path_;
   int fd_ = -1;
+};
+
+// A file opened for reading at offsets. Errors throw weft::Error naming it.
+class InputFile {
+ public:
+  explicit InputFile(const std::filesystem::path& path);
+  ~InputFile();
+  InputFile(const InputFile&) = delete;
+  InputFile& operator=(const InputFile&) = delete;
+
+  uint64_t size() const { return size_; }
+  // Exactly `size` bytes from `offset`; reading past the end is an error
+  // naming the file (truncated).
+  void ReadAt(uint64_t offset, void* data, size_t size) const;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
 };
 
 // Writes to "<path>.tmp-<pid>-<n>"; Commit() fsyncs, renames over `path` and

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -27,6 +28,8 @@ enum class TensorDType { kF32, kBF16, kF16, kI32, kI64 };
 
 std::string_view TensorDTypeName(TensorDType dtype);  // "F32", "BF16", "F16", "I32", "I64"
 int64_t TensorDTypeSize(TensorDType dtype);
+// The dtype a name of TensorDTypeName stands for; nullopt for any other text.
+std::optional<TensorDType> TensorDTypeFromName(std::string_view name);
 
 // A dense host array with its bytes (little-endian, row-major).
 struct HostTensor {
@@ -71,5 +74,37 @@ std::string SerializeSafetensors(const TensorMap& tensors, const Metadata& metad
 SafetensorsFile ReadSafetensors(const std::filesystem::path& path);
 // Parses bytes already in memory; `what` names them in errors.
 SafetensorsFile ParseSafetensors(std::string_view bytes, std::string_view what);
+
+// A tensor's type and shape, without its bytes.
+struct TensorSpec {
+  TensorDType dtype = TensorDType::kF32;
+  std::vector<int64_t> shape;
+  int64_t num_bytes() const;
+  bool operator==(const TensorSpec&) const = default;
+};
+using TensorSpecs = std::map<std::string, TensorSpec>;
+
+// The first bytes of a file holding `specs` (the length and the padded JSON
+// header); the tensors' bytes follow in name order, each num_bytes() long.
+// For writers that stream the data instead of holding it.
+std::string SafetensorsPrefix(const TensorSpecs& specs, const Metadata& metadata,
+                              std::string_view what);
+
+// Where a tensor's bytes lie in a safetensors file (offsets from the file's start).
+struct SafetensorsEntry {
+  TensorSpec spec;
+  uint64_t begin = 0, end = 0;
+};
+struct SafetensorsHeader {
+  std::map<std::string, SafetensorsEntry> tensors;
+  Metadata metadata;
+};
+// Validates a file's header as ParseSafetensors does (the entries cover the
+// data section exactly) from `prefix`, its first bytes (at least the header),
+// and `file_bytes`, its size; reads no tensor data.
+SafetensorsHeader ParseSafetensorsHeader(std::string_view prefix, uint64_t file_bytes,
+                                         std::string_view what);
+// Reads only the header of the file at `path`.
+SafetensorsHeader ReadSafetensorsHeader(const std::filesystem::path& path);
 
 }  // namespace weft
