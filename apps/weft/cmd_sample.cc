@@ -1,14 +1,17 @@
 // `weft sample DIR --prompt TEXT [--tokens N] [--temperature T] [--top-k K]
-// [--seed S]`: continues TEXT with the model of a `weft train` checkpoint
-// (train/sample.h). DIR is the run's output directory or its checkpoint/.
+// [--seed S] [--logits FILE]`: continues TEXT with the model of a `weft train`
+// checkpoint (train/sample.h). DIR is the run's output directory or its checkpoint/.
 // The text (prompt, then the continuation as it is generated) goes to stdout;
 // a line about the checkpoint and why generation stopped goes to stderr.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "commands.h"
 #include "weft/base/error.h"
@@ -25,7 +28,21 @@ struct SampleFlags {
   int64_t top_k = 0;
   uint64_t seed = 0;
   std::string precision;  // empty: the run's
+  std::string logits;     // --logits FILE
 };
+
+// The logits after each token of the prompt's window (BOS + the prompt's ids,
+// its last seq_len), as safetensors: "tokens" I32 [n], "logits" F32 [n, vocab].
+void WriteWindowLogits(Sampler& sampler, const std::string& prompt, const std::string& path) {
+  const Tokenizer& tok = sampler.tokenizer();
+  std::vector<int32_t> ids = {tok.bos_id()};
+  for (int32_t id : tok.Encode(prompt)) ids.push_back(id);
+  const int64_t n = std::min<int64_t>(ids.size(), sampler.config().seq_len);
+  const std::vector<float> logits = sampler.WindowLogits(ids);
+  const std::span<const int32_t> window = std::span<const int32_t>(ids).last(n);
+  WriteSafetensors(path, {{"tokens", HostTensor::I32({n}, window)},
+                          {"logits", HostTensor::F32({n, sampler.config().vocab_size}, logits)}});
+}
 
 int RunSample(const SampleFlags& f) {
   SampleOptions o;
@@ -47,6 +64,7 @@ int RunSample(const SampleFlags& f) {
   const LlamaConfig& m = sampler.config();
   fmt::print(stderr, "checkpoint {} (step {}): {} layers, dim {}, window {} tokens\n",
              sampler.checkpoint_dir().string(), sampler.step(), m.n_layers, m.dim, m.seq_len);
+  if (!f.logits.empty()) WriteWindowLogits(sampler, o.prompt, f.logits);
   o.on_text = [](std::string_view piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
@@ -77,6 +95,9 @@ void AddSample(CLI::App& app) {
   cmd->add_option("--temperature", f->temperature, "Softmax temperature; 0 = greedy (default 0.8)");
   cmd->add_option("--top-k", f->top_k, "Sample among the K likeliest tokens (default: all)");
   cmd->add_option("--seed", f->seed, "Random seed (default 0)");
+  cmd->add_option("--logits", f->logits,
+                  "Also write the logits after each token of the prompt's window (BOS + prompt) "
+                  "to this safetensors file: tokens I32 [n], logits F32 [n, vocab]");
   cmd->callback([f] { SetAction([f] { return RunSample(*f); }); });
 }
 

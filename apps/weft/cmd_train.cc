@@ -1,5 +1,6 @@
 // `weft train [CONFIG] [--mesh ..] [--steps N] [--grad-accum N]
-// [--backend threads|mpi] [--resume DIR] [--out DIR] [--overwrite] [--no-shard-as]`: trains the
+// [--backend threads|mpi] [--resume DIR] [--init-from HF_DIR] [--out DIR]
+// [--overwrite] [--no-shard-as]`: trains the
 // Llama the config describes (train/trainer.h). Without CONFIG: configs/tiny.toml.
 #include <cstdlib>
 #include <memory>
@@ -23,7 +24,7 @@ struct TrainFlags {
   std::string mesh;
   std::string dcn;
   std::string backend = "threads";
-  std::string resume, out;
+  std::string resume, out, init_from;
   std::vector<std::string> data;
   std::optional<int64_t> steps;
   std::optional<int64_t> stop_after;
@@ -105,6 +106,7 @@ int RunTrain(const TrainFlags& f) {
   o.overwrite = f.overwrite;
   for (const std::string& file : f.data) o.data_files.emplace_back(file);
   o.resume = f.resume;
+  o.init_from = f.init_from;
   o.out = f.out;
   o.shard_as = !f.no_shard_as;
   o.progress = !f.no_progress;
@@ -147,6 +149,9 @@ void AddTrain(CLI::App& app) {
   cmd->add_option("--data", f->data, "UTF-8 text files to train on, one document each "
                                      "(replaces the config's [data] source)");
   cmd->add_option("--resume", f->resume, "Resume from a run directory or its checkpoint/");
+  cmd->add_option("--init-from", f->init_from,
+                  "Fine-tune: start from a Hugging Face Llama directory's weights (its "
+                  "config.json must match [model]; its tokenizer.model, if any, is used)");
   cmd->add_option("--out", f->out,
                   "Output directory (default runs/<config name>); when it holds a checkpoint, "
                   "the run continues from it");

@@ -21,6 +21,8 @@ void AddRun(CLI::App& app);
 void AddTrain(CLI::App& app);
 void AddPlan(CLI::App& app);
 void AddSample(CLI::App& app);
+void AddExport(CLI::App& app);
+void AddEval(CLI::App& app);
 
 // `--collective-timeout SECONDS` for the commands that run devices: the
 // flag, and the override it sets (validated, naming the flag), which the

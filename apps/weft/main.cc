@@ -23,6 +23,8 @@ int main(int argc, char** argv) {
   weft::cli::AddTrain(app);
   weft::cli::AddPlan(app);
   weft::cli::AddSample(app);
+  weft::cli::AddExport(app);
+  weft::cli::AddEval(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

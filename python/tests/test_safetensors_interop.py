@@ -16,7 +16,7 @@ import subprocess
 import numpy as np
 import pytest
 
-NUMPY_DTYPES = {"F32": "<f4", "I32": "<i4", "I64": "<i8"}
+NUMPY_DTYPES = {"F32": "<f4", "F16": "<f2", "I32": "<i4", "I64": "<i8"}
 
 
 def build_dir():

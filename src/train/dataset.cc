@@ -29,15 +29,22 @@ std::vector<Document> LoadConfiguredDocuments(const DataConfig& data) {
   return documents;
 }
 
-Dataset LoadDataset(const RunConfig& config, const std::filesystem::path& cache_dir) {
+Dataset LoadDataset(const RunConfig& config, const std::filesystem::path& cache_dir,
+                    std::optional<Tokenizer> given) {
   std::vector<Document> documents = LoadConfiguredDocuments(config.data);
+  if (given) {
+    WEFT_CHECK(given->vocab_size() <= config.model.vocab_size,
+               "{}: the model's tokenizer has {} pieces but model.vocab_size is only {}",
+               config.source, given->vocab_size(), config.model.vocab_size);
+  }
   TokenizerOptions options;
   options.vocab_size = static_cast<int>(config.model.vocab_size);
   options.cache_dir = cache_dir;
-  Tokenizer tokenizer = config.data.tokenizer_corpus == "kjv"
+  Tokenizer tokenizer = given ? std::move(*given)
+                        : config.data.tokenizer_corpus == "kjv"
                             ? Tokenizer::TrainOrLoad(LoadKjvBible(KjvUnit::kBook), options)
                             : Tokenizer::TrainOrLoad(documents, options);
-  WEFT_CHECK(tokenizer.vocab_size() == config.model.vocab_size,
+  WEFT_CHECK(given || tokenizer.vocab_size() == config.model.vocab_size,
              "{}: the tokenizer has {} pieces but model.vocab_size is {}", config.source,
              tokenizer.vocab_size(), config.model.vocab_size);
   auto corpus = std::make_shared<const TokenizedCorpus>(TokenizeDocuments(documents, tokenizer));

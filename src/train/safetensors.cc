@@ -9,8 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "weft/base/error.h"
 #include "weft/base/atomic_file.h"
+#include "weft/base/error.h"
+#include "weft/runtime/executor_tensor.h"
 
 namespace weft {
 namespace {
@@ -49,8 +50,8 @@ std::vector<T> Copy(const HostTensor& tensor, TensorDType expected) {
 }  // namespace
 
 std::optional<TensorDType> TensorDTypeFromName(std::string_view name) {
-  for (TensorDType dtype :
-       {TensorDType::kF32, TensorDType::kBF16, TensorDType::kI32, TensorDType::kI64}) {
+  for (TensorDType dtype : {TensorDType::kF32, TensorDType::kBF16, TensorDType::kF16,
+                            TensorDType::kI32, TensorDType::kI64}) {
     if (TensorDTypeName(dtype) == name) return dtype;
   }
   return std::nullopt;
@@ -134,6 +135,8 @@ std::string_view TensorDTypeName(TensorDType dtype) {
       return "F32";
     case TensorDType::kBF16:
       return "BF16";
+    case TensorDType::kF16:
+      return "F16";
     case TensorDType::kI32:
       return "I32";
     case TensorDType::kI64:
@@ -147,6 +150,7 @@ int64_t TensorDTypeSize(TensorDType dtype) {
     case TensorDType::kF32:
       return 4;
     case TensorDType::kBF16:
+    case TensorDType::kF16:
       return 2;
     case TensorDType::kI32:
       return 4;
@@ -162,6 +166,9 @@ HostTensor HostTensor::F32(std::vector<int64_t> shape, std::span<const float> va
 HostTensor HostTensor::BF16(std::vector<int64_t> shape, std::span<const uint16_t> bits) {
   return Make(TensorDType::kBF16, std::move(shape), bits);
 }
+HostTensor HostTensor::F16(std::vector<int64_t> shape, std::span<const uint16_t> bits) {
+  return Make(TensorDType::kF16, std::move(shape), bits);
+}
 HostTensor HostTensor::I32(std::vector<int64_t> shape, std::span<const int32_t> values) {
   return Make(TensorDType::kI32, std::move(shape), values);
 }
@@ -176,11 +183,14 @@ int64_t HostTensor::num_elements() const {
 }
 
 std::vector<float> HostTensor::ToF32() const {
-  if (dtype != TensorDType::kBF16) return Copy<float>(*this, TensorDType::kF32);
-  std::vector<uint16_t> bits = BF16Bits();
+  if (dtype != TensorDType::kBF16 && dtype != TensorDType::kF16) {
+    return Copy<float>(*this, TensorDType::kF32);
+  }
+  const std::vector<uint16_t> bits = Copy<uint16_t>(*this, dtype);
   std::vector<float> out(bits.size());
   for (size_t i = 0; i < bits.size(); ++i) {
-    out[i] = std::bit_cast<float>(static_cast<uint32_t>(bits[i]) << 16);
+    out[i] = dtype == TensorDType::kBF16 ? runtime::Bf16BitsToFloat(bits[i])
+                                         : runtime::F16BitsToFloat(bits[i]);
   }
   return out;
 }
@@ -323,7 +333,7 @@ SafetensorsHeader ParseSafetensorsHeader(std::string_view bytes, uint64_t file_b
     std::string dtype_name = info["dtype"].get<std::string>();
     auto dtype = TensorDTypeFromName(dtype_name);
     if (!dtype) {
-      bad(fmt::format("unknown dtype '{}' (weft reads F32, BF16, I32, I64)", dtype_name));
+      bad(fmt::format("unknown dtype '{}' (weft reads F32, BF16, F16, I32, I64)", dtype_name));
     }
     if (!info.contains("shape") || !info["shape"].is_array()) bad("no shape list");
     TensorSpec tensor;

@@ -18,13 +18,25 @@ namespace {
 namespace fs = std::filesystem;
 using Tensor = runtime::HostTensor;
 
-// Where `dir` keeps its checkpoint and tokenizer (see Sampler::Load).
-struct RunFiles {
-  fs::path checkpoint;
-  fs::path tokenizer;
-};
+// Bytes at the end of `text` that start an incomplete UTF-8 character, or
+// the replacement character a byte-fallback decoder emits for one.
+size_t IncompleteTail(std::string_view text) {
+  if (text.ends_with("\xEF\xBF\xBD")) return 3;
+  size_t n = 0;
+  while (n < text.size() && n < 4) {
+    const auto c = static_cast<unsigned char>(text[text.size() - 1 - n]);
+    if ((c & 0xC0) != 0x80) {
+      const size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+      return need > n + 1 ? n + 1 : 0;
+    }
+    ++n;
+  }
+  return 0;
+}
 
-RunFiles LocateRun(const fs::path& dir) {
+}  // namespace
+
+RunFiles LocateRunFiles(const fs::path& dir) {
   std::error_code error;
   WEFT_CHECK(fs::exists(dir, error),
              "{} does not exist; give a `weft train` output directory (--out) or its "
@@ -63,24 +75,6 @@ RunFiles LocateRun(const fs::path& dir) {
       "(written by `weft train` into its output directory) there",
       files.checkpoint.string(), fmt::join(names, " and "));
 }
-
-// Bytes at the end of `text` that start an incomplete UTF-8 character, or
-// the replacement character a byte-fallback decoder emits for one.
-size_t IncompleteTail(std::string_view text) {
-  if (text.ends_with("\xEF\xBF\xBD")) return 3;
-  size_t n = 0;
-  while (n < text.size() && n < 4) {
-    const auto c = static_cast<unsigned char>(text[text.size() - 1 - n]);
-    if ((c & 0xC0) != 0x80) {
-      const size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-      return need > n + 1 ? n + 1 : 0;
-    }
-    ++n;
-  }
-  return 0;
-}
-
-}  // namespace
 
 LlamaConfig LlamaConfigFromExtras(const Metadata& extra, std::string_view what) {
   return ParseModelConfigFields(extra, fmt::format("{}: state.json's extra", what));
@@ -174,6 +168,14 @@ struct Sampler::Impl {
   }
 
   std::vector<float> Logits(std::span<const int32_t> context) {
+    std::vector<float> all = WindowLogits(context);
+    const int64_t V = config.vocab_size;
+    return std::vector<float>(all.end() - V, all.end());
+  }
+
+  // [n, V]: the logits after each of the window's n tokens (the last seq_len
+  // of `context`).
+  std::vector<float> WindowLogits(std::span<const int32_t> context) {
     const int64_t S = config.seq_len;
     WEFT_CHECK(!context.empty(), "no context to continue");
     // The window: the last S tokens.
@@ -191,8 +193,8 @@ struct Sampler::Impl {
     for (const Tensor& w : weights) inputs.push_back(w);  // shared: only read
     const std::vector<Tensor> out = executor->Run(std::move(inputs));
     const int64_t V = config.vocab_size;
-    const float* row = out.at(0).data<float>() + (n - 1) * V;
-    return std::vector<float>(row, row + V);
+    const float* rows = out.at(0).data<float>();
+    return std::vector<float>(rows, rows + n * V);
   }
 };
 
@@ -211,7 +213,7 @@ Precision TrainedPrecision(const Metadata& extra, std::string_view what) {
 }
 
 Sampler Sampler::Load(const fs::path& dir, std::optional<Precision> precision) {
-  const RunFiles files = LocateRun(dir);
+  const RunFiles files = LocateRunFiles(dir);
   const Checkpoint checkpoint = LoadCheckpoint(files.checkpoint);
   const std::string what = fmt::format("checkpoint {}", files.checkpoint.string());
   const LlamaConfig config = LlamaConfigFromExtras(checkpoint.state.extra, what);
@@ -226,6 +228,10 @@ Sampler Sampler::Load(const fs::path& dir, std::optional<Precision> precision) {
 
 std::vector<float> Sampler::NextTokenLogits(std::span<const int32_t> context) {
   return impl_->Logits(context);
+}
+
+std::vector<float> Sampler::WindowLogits(std::span<const int32_t> context) {
+  return impl_->WindowLogits(context);
 }
 
 SampleResult Sampler::Generate(const SampleOptions& o) {

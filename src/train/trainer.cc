@@ -1,7 +1,6 @@
 #include "weft/train/trainer.h"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <chrono>
@@ -10,20 +9,22 @@
 #include <fstream>
 #include <iostream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <thread>
 
+#include "weft/analysis/memory_plan.h"
 #include "weft/base/atomic_file.h"
 #include "weft/base/crc32c.h"
 #include "weft/base/error.h"
 #include "weft/base/memory.h"
-#include "weft/analysis/memory_plan.h"
 #include "weft/runtime/comm_threads.h"
 #include "weft/runtime/executor.h"
 #include "weft/runtime/topology.h"
 #include "weft/train/checkpoint.h"
 #include "weft/train/dataset.h"
+#include "weft/train/hf_checkpoint.h"
 #include "weft/train/optimizer.h"
 #include "weft/train/program.h"
 #include "weft/train/run_dir.h"
@@ -119,6 +120,8 @@ struct Run {
   std::optional<Dataset> dataset;  // always set by Prepare
   std::optional<CheckpointIndex> resume;  // its tensors are read by each device
   std::filesystem::path resume_dir;  // where `resume` was read from
+  std::optional<HfModel> init;       // --init-from's weights
+  std::optional<Tokenizer> init_tokenizer;  // and its tokenizer.model, when it has one
   bool complete = false;             // --out's checkpoint is at the last step already
   std::filesystem::path out;
   LrSchedule schedule;
@@ -301,8 +304,13 @@ class DeviceTrainer {
         ReadTensorBox(*run.resume, CheckpointPart::kModel, weights[k].name, box,
                       Bytes(params_.back()), local.dimensions());
       } else {
-        const Tensor global = InitWeight(weights[k], static_cast<int64_t>(k), run.config.model,
-                                         run.config.train.seed);
+        // --init-from's weights were checked against the model when read.
+        const Tensor global =
+            run.init ? Tensor::FromVector<float>(PrimitiveType::kF32,
+                                                 weights[k].shape.dimensions(),
+                                                 run.init->weights.at(weights[k].name).ToF32())
+                     : InitWeight(weights[k], static_cast<int64_t>(k), run.config.model,
+                                  run.config.train.seed);
         params_.push_back(runtime::ShardTensor(global, s, device_, local));
       }
       // The micro-batches' weighted gradient sum (gradients leave the step
@@ -717,6 +725,16 @@ std::unique_ptr<Run> Prepare(const RunConfig& config, const TrainOptions& option
   }
   const RunConfig& c = run->config;
   WEFT_CHECK(c.train.steps >= 1, "{}: train.steps must be at least 1", c.source);
+  if (!options.init_from.empty()) {  // read and checked before anything is written
+    WEFT_CHECK(options.resume.empty(),
+               "--init-from {} and --resume {} contradict each other: --init-from starts a new "
+               "run from a Hugging Face model's weights, --resume continues a run; give one",
+               options.init_from.string(), options.resume.string());
+    run->init = LoadHf(options.init_from);
+    CheckModelMatchesHf(c.model, c.source, run->init->config,
+                        (options.init_from / "config.json").string());
+    if (!run->init->tokenizer.empty()) run->init_tokenizer = Tokenizer::Load(run->init->tokenizer);
+  }
   run->out = options.out.empty() ? DefaultOutDir(c) : options.out;
   CheckDirectoryWritable(run->out, "--out");
   if (lock) lock->emplace(run->out);
@@ -736,9 +754,11 @@ std::unique_ptr<Run> Prepare(const RunConfig& config, const TrainOptions& option
     if (options.resume.empty()) {  // continuing the run in --out
       run->complete = run->resume->state.step >= c.train.steps;
       if (speak && !run->complete) {
-        log << fmt::format("{} holds a checkpoint at step {}: continuing from it to step {} "
-                           "(--overwrite starts over, --out DIR starts elsewhere)\n",
-                           run->out.string(), run->resume->state.step, c.train.steps);
+        log << fmt::format(
+            "{} holds a checkpoint at step {}: continuing from it to step {} "
+            "(--overwrite starts over, --out DIR starts elsewhere){}\n",
+            run->out.string(), run->resume->state.step, c.train.steps,
+            run->init ? "; --init-from's weights are not used, its tokenizer is" : "");
       }
       if (run->complete) return run;
     } else {
@@ -765,7 +785,7 @@ std::unique_ptr<Run> Prepare(const RunConfig& config, const TrainOptions& option
     }
   }
 
-  run->dataset.emplace(LoadDataset(c, options.cache_dir));
+  run->dataset.emplace(LoadDataset(c, options.cache_dir, run->init_tokenizer));
   if (run->resume) {
     const auto& extra = run->resume->state.extra;
     const auto crc = extra.find("tokenizer.crc32c");

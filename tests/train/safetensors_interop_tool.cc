@@ -45,6 +45,7 @@ nlohmann::json Describe(const weft::SafetensorsFile& file) {
     switch (tensor.dtype) {
       case weft::TensorDType::kF32:
       case weft::TensorDType::kBF16:
+      case weft::TensorDType::kF16:
         values = tensor.ToF32();
         break;
       case weft::TensorDType::kI32:

@@ -3,7 +3,8 @@
 // a resumed run repeats the uninterrupted one bit for bit, and bad input
 // stops before any compute without touching the output directory; loop
 // fusion leaves configs/tiny.toml's 50 losses unchanged; gradient
-// accumulation gives the whole batch's losses and weights.
+// accumulation gives the whole batch's losses and weights; fine-tuning from
+// a Hugging Face export of a run starts from that run's weights exactly.
 #include "weft/train/trainer.h"
 
 #include <gtest/gtest.h>
@@ -19,9 +20,12 @@
 
 #include "weft/base/atomic_file.h"
 #include "weft/base/error.h"
+#include "weft/runtime/comm_threads.h"
 #include "weft/runtime/executor.h"
+#include "weft/runtime/run_command.h"
 #include "weft/train/checkpoint.h"
 #include "weft/train/dataset.h"
+#include "weft/train/hf_checkpoint.h"
 #include "weft/train/program.h"
 #include "weft/train/run_dir.h"
 
@@ -444,6 +448,64 @@ TEST(TrainerTest, AResumeIsCheckedAgainstTheConfigBeforeAnythingIsWritten) {
   EXPECT_NE(changed.str().find("resume: train.lr was 0.003 in"), std::string::npos)
       << changed.str();
   EXPECT_NE(changed.str().find("is 0.001 now"), std::string::npos) << changed.str();
+}
+
+// weft export hf, then weft train --init-from: the first step's loss is the
+// loss of the exported checkpoint's weights on the first batch, bit for bit
+// (the same step program on the same mesh, run on those weights here).
+TEST(TrainerTest, InitFromAHuggingFaceExportStartsFromTheExportedWeights) {
+  RunConfig config = Micro();
+  TrainOptions source;
+  source.steps = 3;
+  const TrainResult trained = Quiet(config, source, "hf_source");
+  const fs::path hf = TempDir("hf_export");
+  ExportRunToHf(trained.out, hf, {});
+
+  TrainOptions tune;
+  tune.steps = 2;
+  tune.init_from = hf;
+  const TrainResult tuned = Quiet(config, tune, "hf_tuned");
+  ASSERT_EQ(tuned.steps.size(), 2u);
+
+  config.train.steps = tune.steps;  // the data order of the tuned run
+  const StepProgram p = BuildStepProgram(config);
+  const Dataset data = LoadDataset(config);
+  BatchIterator it = MakeBatchIterator(data, config);
+  const Batch b = it.Next();
+  using Tensor = runtime::HostTensor;
+  const int64_t B = b.batch_size, S = b.seq_len;
+  std::vector<Tensor> inputs = {
+      Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, b.tokens),
+      Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, b.targets),
+      Tensor::FromVector<float>(PrimitiveType::kF32, {B, S}, b.loss_mask),
+      Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, b.segment_ids),
+      Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, b.positions)};
+  const Checkpoint exported = LoadCheckpoint(trained.out / "checkpoint");
+  for (const LlamaWeight& w : p.forward.weights) {
+    inputs.push_back(Tensor::FromVector<float>(PrimitiveType::kF32, w.shape.dimensions(),
+                                               exported.model.at(w.name).ToF32()));
+  }
+  runtime::LocalCluster cluster(p.num_devices);
+  const double want = runtime::RunSharded(p.compiled, inputs, cluster).at(0).GetDouble(0);
+  EXPECT_EQ(tuned.steps[0].loss, want);
+  EXPECT_NE(tuned.steps[0].loss, trained.steps[0].loss) << "not the random init's loss";
+
+  // Refused before anything is written: with --resume, and a [model] that
+  // is not the exported one (named by field).
+  const fs::path out = TempDir("hf_refused");
+  TrainOptions both = tune;
+  both.resume = trained.out;
+  both.out = out;
+  EXPECT_NE(ErrorOf([&] { Quiet(Micro(), both, "hf_refused"); }).find("contradict"),
+            std::string::npos);
+  RunConfig wider = Micro();
+  wider.model.ffn_dim = 128;
+  TrainOptions mismatch = tune;
+  mismatch.out = out;
+  const std::string message = ErrorOf([&] { Quiet(wider, mismatch, "hf_refused"); });
+  EXPECT_NE(message.find("model.ffn_dim = 128"), std::string::npos) << message;
+  EXPECT_NE(message.find("\"intermediate_size\": 64"), std::string::npos) << message;
+  EXPECT_FALSE(fs::exists(out));
 }
 
 // Every device checks the chunks it reads before anything is written.

@@ -156,7 +156,7 @@ struct MeshConfig {
   // slices own consecutive device ids). Written [dcn] in a config and --dcn
   // on the command line, beside the per-slice [mesh] / --mesh. Empty: one
   // slice (or slices along a major axis named "dcn", or --slices).
-  std::vector<int64_t> dcn_sizes;
+  std::vector<int64_t> dcn_sizes = {};
 
   int64_t num_devices() const;
   bool is_hybrid() const { return !dcn_sizes.empty(); }

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "weft/data/batch_iterator.h"
@@ -28,8 +29,11 @@ std::vector<Document> LoadConfiguredDocuments(const DataConfig& data);
 // Documents, then a tokenizer of exactly model.vocab_size pieces trained on
 // them (tokenizer_corpus = "data") or on the whole Bible by book
 // (tokenizer_corpus = "kjv"), cached under `cache_dir` (empty: the default
-// cache), then the tokenized corpus.
-Dataset LoadDataset(const RunConfig& config, const std::filesystem::path& cache_dir = {});
+// cache), then the tokenized corpus. A given `tokenizer` (a fine-tuned
+// model's, `weft train --init-from`) is used instead; it may have fewer
+// pieces than model.vocab_size (a padded embedding table), not more.
+Dataset LoadDataset(const RunConfig& config, const std::filesystem::path& cache_dir = {},
+                    std::optional<Tokenizer> tokenizer = std::nullopt);
 
 // Batches of train.batch_size rows of model.seq_len tokens for train.steps
 // steps, shuffled from train.seed.

@@ -24,9 +24,9 @@
 
 namespace weft {
 
-enum class TensorDType { kF32, kBF16, kI32, kI64 };
+enum class TensorDType { kF32, kBF16, kF16, kI32, kI64 };
 
-std::string_view TensorDTypeName(TensorDType dtype);  // "F32", "BF16", "I32", "I64"
+std::string_view TensorDTypeName(TensorDType dtype);  // "F32", "BF16", "F16", "I32", "I64"
 int64_t TensorDTypeSize(TensorDType dtype);
 // The dtype a name of TensorDTypeName stands for; nullopt for any other text.
 std::optional<TensorDType> TensorDTypeFromName(std::string_view name);
@@ -40,12 +40,14 @@ struct HostTensor {
   static HostTensor F32(std::vector<int64_t> shape, std::span<const float> values);
   // bfloat16 given as raw 16-bit patterns.
   static HostTensor BF16(std::vector<int64_t> shape, std::span<const uint16_t> bits);
+  // IEEE half precision given as raw 16-bit patterns.
+  static HostTensor F16(std::vector<int64_t> shape, std::span<const uint16_t> bits);
   static HostTensor I32(std::vector<int64_t> shape, std::span<const int32_t> values);
   static HostTensor I64(std::vector<int64_t> shape, std::span<const int64_t> values);
 
   int64_t num_elements() const;
   // Typed copies; throw weft::Error when the dtype differs.
-  std::vector<float> ToF32() const;  // F32, or BF16 widened exactly
+  std::vector<float> ToF32() const;  // F32, or BF16 / F16 widened exactly
   std::vector<uint16_t> BF16Bits() const;
   std::vector<int32_t> ToI32() const;
   std::vector<int64_t> ToI64() const;

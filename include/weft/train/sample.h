@@ -62,6 +62,15 @@ struct SampleResult {
   StopReason stop = StopReason::kMaxTokens;
 };
 
+// Where a run directory (or its checkpoint/, the tokenizer then beside it or
+// in its parent) keeps its checkpoint and tokenizer.model. Throws
+// weft::Error naming the directory and what to do.
+struct RunFiles {
+  std::filesystem::path checkpoint;
+  std::filesystem::path tokenizer;
+};
+RunFiles LocateRunFiles(const std::filesystem::path& dir);
+
 // The model the "model.*" extras of a checkpoint's state.json describe
 // (what `weft train` writes); `what` names the checkpoint in errors.
 LlamaConfig LlamaConfigFromExtras(const Metadata& extra, std::string_view what);
@@ -91,6 +100,9 @@ class Sampler {
 
   // The logits [vocab] of the token after `context` (its last seq_len ids).
   std::vector<float> NextTokenLogits(std::span<const int32_t> context);
+  // [n, vocab], row-major: the logits after each of the last n = min(size,
+  // seq_len) ids of `context` (NextTokenLogits is the last row).
+  std::vector<float> WindowLogits(std::span<const int32_t> context);
   // Throws weft::Error for an empty prompt, a bad temperature or top_k, or a
   // negative max_tokens.
   SampleResult Generate(const SampleOptions& options);

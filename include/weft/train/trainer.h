@@ -83,6 +83,13 @@ struct TrainOptions {
   // instead of the config's [data] source.
   std::vector<std::filesystem::path> data_files;
   std::filesystem::path resume;     // --resume DIR (an out dir or its checkpoint/)
+  // --init-from DIR (fine-tuning): a Hugging Face Llama directory
+  // (train/hf_checkpoint.h) whose weights replace the random initialisation
+  // (its config.json must match the config's [model]) and whose
+  // tokenizer.model, when it has one, is the run's tokenizer; the optimizer
+  // starts fresh. Refused with --resume, and when --out holds a checkpoint
+  // (unless --overwrite).
+  std::filesystem::path init_from;
   std::filesystem::path out;        // --out DIR; empty: runs/<config stem>
   // --overwrite: start over in `out` even though it holds an earlier run.
   bool overwrite = false;

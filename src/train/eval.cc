@@ -1,0 +1,205 @@
+#include "weft/train/eval.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <thread>
+
+#include "weft/base/error.h"
+#include "weft/compiler/compile.h"
+#include "weft/data/corpus.h"
+#include "weft/data/tokenizer.h"
+#include "weft/models/llama.h"
+#include "weft/runtime/comm_threads.h"
+#include "weft/runtime/executor.h"
+#include "weft/runtime/run_command.h"
+#include "weft/sharding/hlo_sharding.h"
+#include "weft/train/checkpoint.h"
+#include "weft/train/hf_checkpoint.h"
+#include "weft/train/program.h"
+#include "weft/train/sample.h"
+
+namespace weft {
+namespace {
+
+namespace fs = std::filesystem;
+using Tensor = runtime::HostTensor;
+
+// The product of the mesh's batch axes (dcn, data, fsdp), which must divide
+// the batch (CheckStepProgram).
+int64_t BatchWays(const MeshConfig& mesh) {
+  int64_t n = 1;
+  for (size_t i = 0; i < mesh.axis_names.size(); ++i) {
+    const std::string& a = mesh.axis_names[i];
+    if (a == "dcn" || a == "data" || a == "fsdp") n *= mesh.axis_sizes[i];
+  }
+  return n;
+}
+
+// The program's five data inputs for windows [first, first + B) (rows past
+// the last window are padding: no segment, no loss) and the number of
+// predicted tokens among them.
+std::vector<Tensor> WindowBatch(const std::vector<std::vector<int32_t>>& windows, size_t first,
+                                int64_t B, int64_t S, int64_t* predicted) {
+  Batch b = Batch::Zeros(B, S);
+  *predicted = 0;
+  for (int64_t r = 0; r < B && first + r < windows.size(); ++r) {
+    const std::vector<int32_t>& w = windows[first + r];
+    const int64_t n = static_cast<int64_t>(w.size());
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t i = r * S + t;
+      b.tokens[i] = w[t];
+      b.segment_ids[i] = 1;
+      b.positions[i] = static_cast<int32_t>(t);
+      if (t + 1 < n) {
+        b.targets[i] = w[t + 1];
+        b.loss_mask[i] = 1;
+      }
+    }
+    *predicted += n - 1;
+  }
+  return {Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, b.tokens),
+          Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, b.targets),
+          Tensor::FromVector<float>(PrimitiveType::kF32, {B, S}, b.loss_mask),
+          Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, b.segment_ids),
+          Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, b.positions)};
+}
+
+// The forward loss program for `run` (model, mesh, rules) on [B, S],
+// compiled as training compiles its step; `forward` keeps its weights' order.
+compiler::CompiledProgram CompileEvalProgram(const RunConfig& run, int64_t B, int64_t S,
+                                             Precision precision, LlamaForward* forward) {
+  LlamaBuildOptions build;
+  build.batch_size = B;
+  build.seq_len = S;
+  build.precision = precision;
+  build.output = LlamaOutput::kLoss;
+  if (!run.mesh.axis_names.empty()) build.run = &run;
+  *forward = BuildLlamaForward(run.model, build);
+  forward->module->entry_computation()->root_instruction()->set_sharding(HloSharding::Replicate());
+  return compiler::CompileForDevices(
+      *forward->module,
+      {.num_devices = run.mesh.num_devices(), .fuse = true, .slices = run.mesh.num_slices()});
+}
+
+}  // namespace
+
+EvalModel LoadEvalModel(const fs::path& dir) {
+  EvalModel m;
+  std::error_code error;
+  // A directory of Hugging Face weights without its config.json is one too
+  // (LoadHf says what is missing).
+  if (IsHfDirectory(dir) || fs::exists(dir / "model.safetensors", error) ||
+      fs::exists(dir / "model.safetensors.index.json", error)) {
+    HfModel hf = LoadHf(dir);
+    WEFT_CHECK(!hf.tokenizer.empty(),
+               "{} has no tokenizer.model; weft eval tokenizes the text with the model's "
+               "SentencePiece model: copy it into the directory",
+               dir.string());
+    m.config = hf.config;
+    m.weights = std::move(hf.weights);
+    m.tokenizer = hf.tokenizer;
+    m.what = fmt::format("Hugging Face model {}", dir.string());
+    return m;
+  }
+  const RunFiles files = LocateRunFiles(dir);
+  Checkpoint checkpoint = LoadCheckpoint(files.checkpoint);
+  m.what = fmt::format("checkpoint {}", files.checkpoint.string());
+  m.config = LlamaConfigFromExtras(checkpoint.state.extra, m.what);
+  m.precision = TrainedPrecision(checkpoint.state.extra, m.what);
+  m.weights = std::move(checkpoint.model);
+  m.tokenizer = files.tokenizer;
+  return m;
+}
+
+std::vector<std::vector<int32_t>> EvalWindows(const TokenizedCorpus& corpus, int64_t seq_len) {
+  WEFT_CHECK(seq_len >= 2, "--seq {}: a window needs at least 2 tokens to predict one", seq_len);
+  std::vector<std::vector<int32_t>> windows;
+  for (int64_t d = 0; d < corpus.num_documents(); ++d) {
+    const std::span<const int32_t> doc = corpus.document(d);
+    for (size_t start = 0; start < doc.size(); start += static_cast<size_t>(seq_len)) {
+      const size_t n = std::min(doc.size() - start, static_cast<size_t>(seq_len));
+      if (n >= 2) windows.emplace_back(doc.begin() + start, doc.begin() + start + n);
+    }
+  }
+  return windows;
+}
+
+EvalResult Evaluate(const EvalModel& model, const EvalOptions& o) {
+  WEFT_CHECK(!o.data_files.empty(), "no text to evaluate on; give --data FILE (one document each)");
+  WEFT_CHECK(o.seq_len >= 0 && o.batch_size >= 0, "--seq {} and --batch {} must be positive",
+             o.seq_len, o.batch_size);
+  const Tokenizer tokenizer = Tokenizer::Load(model.tokenizer);
+  WEFT_CHECK(tokenizer.vocab_size() <= model.config.vocab_size,
+             "{}: the tokenizer {} has {} pieces but the model only {} embeddings; use the "
+             "model's own tokenizer.model",
+             model.what, model.tokenizer.string(), tokenizer.vocab_size(), model.config.vocab_size);
+  const std::vector<Document> documents = LoadTextFiles(o.data_files);
+  WEFT_CHECK(!documents.empty(), "the --data files are empty; give text to evaluate on");
+  const std::vector<std::vector<int32_t>> windows = EvalWindows(
+      TokenizeDocuments(documents, tokenizer), o.seq_len > 0 ? o.seq_len : model.config.seq_len);
+
+  WEFT_CHECK(!windows.empty(), "the --data files give no token to predict");
+  EvalResult r;
+  r.windows = static_cast<int64_t>(windows.size());
+  for (const auto& w : windows) r.seq_len = std::max<int64_t>(r.seq_len, w.size());
+  RunConfig run = o.layout.value_or(RunConfig{});
+  if (run.source.empty()) run.source = "weft eval";
+  if (o.mesh) run.mesh = *o.mesh;
+  run.model = model.config;
+  run.model.seq_len = r.seq_len;
+  const int64_t ways = BatchWays(run.mesh);
+  r.batch_size = o.batch_size > 0 ? o.batch_size : (8 + ways - 1) / ways * ways;
+  r.num_devices = run.mesh.num_devices();
+  StepProgramOptions shape;
+  shape.batch_size = r.batch_size;
+  shape.seq_len = r.seq_len;
+  CheckStepProgram(run, shape);
+
+  LlamaForward forward;
+  const compiler::CompiledProgram program = CompileEvalProgram(
+      run, r.batch_size, r.seq_len, o.precision.value_or(model.precision), &forward);
+  std::vector<Tensor> weights;
+  for (const LlamaWeight& w : forward.weights) {
+    const auto it = model.weights.find(w.name);
+    WEFT_CHECK(it != model.weights.end() && it->second.shape == w.shape.dimensions(),
+               "{}: no weight '{}' {} (the model needs it)", model.what, w.name,
+               w.shape.ToString());
+    weights.push_back(
+        Tensor::FromVector<float>(PrimitiveType::kF32, w.shape.dimensions(), it->second.ToF32()));
+  }
+  runtime::ExecutorOptions exec;
+  const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  exec.gemm_threads = static_cast<int>(std::max<int64_t>(1, cores / r.num_devices));
+  double nll = 0;  // device 0's sum over the batches
+  runtime::LocalCluster cluster(r.num_devices);
+  cluster.Run([&](int64_t device, runtime::Communicator& comm) {
+    std::vector<Tensor> local;
+    for (size_t k = 0; k < weights.size(); ++k) {
+      const size_t leaf = LlamaForward::kNumDataInputs + k;
+      local.push_back(runtime::ShardTensor(weights[k], program.input_shardings[leaf], device,
+                                           program.local_input_shapes[leaf]));
+    }
+    runtime::Executor executor(*program.program, exec);
+    for (size_t first = 0; first < windows.size(); first += r.batch_size) {
+      int64_t predicted = 0;
+      std::vector<Tensor> data = WindowBatch(windows, first, r.batch_size, r.seq_len, &predicted);
+      std::vector<Tensor> inputs;
+      for (size_t i = 0; i < data.size(); ++i) {
+        inputs.push_back(runtime::ShardTensor(data[i], program.input_shardings[i], device,
+                                              program.local_input_shapes[i]));
+      }
+      for (const Tensor& w : local) inputs.push_back(w);  // shared: only read
+      const std::vector<Tensor> out = executor.Run(std::move(inputs), comm);
+      // The program's loss is the mean over the batch's predicted tokens.
+      if (device == 0) nll += out.at(0).GetDouble(0) * static_cast<double>(predicted);
+      if (device == 0) r.tokens += predicted;
+    }
+  });
+  r.loss = nll / static_cast<double>(r.tokens);
+  r.perplexity = std::exp(r.loss);
+  return r;
+}
+
+}  // namespace weft
