@@ -29,7 +29,7 @@ inline StepProgram TinyStep(Remat remat, bool shard_as = true,
   StepProgramOptions o;
   o.batch_size = 4;
   o.seq_len = 64;
-  o.remat = RematPolicy{remat};
+  o.remat = RematPolicy{remat, {}, {}};
   o.shard_as = shard_as;
   o.fuse = fuse;
   o.precision = precision;

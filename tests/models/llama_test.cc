@@ -242,14 +242,18 @@ TEST(LlamaTest, WeightGradientsKeepTheWeightShardingOnlyWithShardAs) {
       ASSERT_TRUE(g->has_sharding()) << w.name;
       const HloSharding got = g->sharding()->WithShardGroup(std::nullopt);
       if (got == want) ++same;
-      if (shard_as) EXPECT_EQ(got, want) << w.name << ": " << got.ToString();
+      if (shard_as) {
+        EXPECT_EQ(got, want) << w.name << ": " << got.ToString();
+      }
       if (!shard_as && got != want) {
         std::printf("without shard_as d%s: %s (weight %s)\n", w.name.c_str(),
                     got.ToString().c_str(), want.ToString().c_str());
       }
     }
     EXPECT_EQ(stacked, 7);
-    if (!shard_as) EXPECT_LT(same, stacked) << "some weight gradient should lose its sharding";
+    if (!shard_as) {
+      EXPECT_LT(same, stacked) << "some weight gradient should lose its sharding";
+    }
   }
 }
 

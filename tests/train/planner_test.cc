@@ -497,7 +497,7 @@ TEST(PlannerTest, NoDeviceHoldsTheGlobalBatchsActivations) {
     StepProgramOptions o;
     o.batch_size = batch;
     o.seq_len = seq;
-    o.remat = RematPolicy{Remat::kNone};
+    o.remat = RematPolicy{};
     const StepProgram p = BuildStepProgram(config, o);
     // Rows of the whole batch may exist only as thin column slices (the
     // device's share of the hidden dim, moved there by an all-to-all): no

@@ -230,7 +230,7 @@ TEST(ProgramTest, ParsesTheMeshFlag) {
 TEST(ProgramTest, RematPoliciesGiveTheSameGradientsAndSaveWhatTheyName) {
   RunConfig config = Micro();
   StepProgramOptions o;
-  o.remat = RematPolicy{Remat::kNone};
+  o.remat = RematPolicy{};
   const StepProgram none = BuildStepProgram(config, o);
   const std::vector<runtime::HostTensor> inputs =
       runtime::RandomInputs(none.compiled.input_shapes, 5);
