@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 
+#include "shape_inference_internal.h"
 #include "weft/base/error.h"
 #include "weft/hlo/computation.h"
 #include "weft/sharding/tile_assignment.h"
@@ -91,8 +92,21 @@ Shape InferElementwise(const HloInstruction& instr) {
              b.ToString());
   const PrimitiveType t = a.element_type();
   switch (op) {
-    case HloOpcode::kCompare:
+    case HloOpcode::kCompare: {
+      // XLA's Comparison::Type: FLOAT or TOTALORDER on floats, SIGNED on
+      // signed integers, UNSIGNED on unsigned integers and pred.
+      const std::string& type = instr.attrs().comparison_type;
+      const bool fits =
+          type.empty() || (IsFloatingPoint(t)   ? type == "FLOAT" || type == "TOTALORDER"
+                           : IsSignedInteger(t) ? type == "SIGNED"
+                                                : type == "UNSIGNED");
+      WEFT_CHECK(fits,
+                 "compare type={} does not fit {} operands; XLA's types are FLOAT or "
+                 "TOTALORDER for floats, SIGNED for signed integers, UNSIGNED for unsigned "
+                 "integers and pred",
+                 type, PrimitiveTypeName(t));
       return a.WithElementType(PrimitiveType::kPred);
+    }
     case HloOpcode::kAnd:
     case HloOpcode::kOr:
     case HloOpcode::kXor:
@@ -1009,6 +1023,10 @@ Shape InferHloShape(const HloInstruction& instr) {
       return InferTokenOp(instr);
     case HloOpcode::kCustomCall:
       return Declared(instr, "custom-call results are opaque");
+    case HloOpcode::kRng:
+      return shape_inference_internal::InferRng(instr);
+    case HloOpcode::kRngBitGenerator:
+      return shape_inference_internal::InferRngBitGenerator(instr);
     case HloOpcode::kPartitionId:
     case HloOpcode::kReplicaId:
       ExpectOperandCount(instr, 0);

@@ -377,4 +377,10 @@ Value EvalShapeOp(const HloInstruction& instr, EvalArgs& args) {
   }
 }
 
+Value EvalAfterAll(const HloInstruction& instr, EvalArgs& args) {
+  // A token orders side effects and holds no bytes; the executor runs in
+  // schedule order, which already respects the tokens' data dependencies.
+  return Value{args.ctx().Allocate(instr.shape())};
+}
+
 }  // namespace weft::runtime::exec

@@ -96,7 +96,16 @@ EvalFn SelectEval(const HloInstruction& instr) {
     case HloOpcode::kGetTupleElement:
     case HloOpcode::kWhile:
     case HloOpcode::kCall:
+    case HloOpcode::kConditional:
       return nullptr;
+    case HloOpcode::kAfterAll:
+      return &exec::EvalAfterAll;
+    case HloOpcode::kRng:
+      exec::CheckRng(instr);
+      return &exec::EvalRng;
+    case HloOpcode::kRngBitGenerator:
+      exec::CheckRng(instr);
+      return &exec::EvalRngBitGenerator;
     case HloOpcode::kBroadcast:
     case HloOpcode::kReshape:
     case HloOpcode::kTranspose:
@@ -199,7 +208,7 @@ ComputationPlan MakePlan(const HloComputation& computation,
       step.dying_index.push_back(index);
     }
     step.result_unused = last_use[i] < 0 && step.out != plan.root_slot;
-    if (step.opcode != HloOpcode::kWhile && step.opcode != HloOpcode::kCall) {
+    if (!RunsCalledComputations(step.opcode)) {
       step.op_class = static_cast<int8_t>(ClassifyInstruction(*instr));
     }
     if (step.opcode == HloOpcode::kGetTupleElement) {
@@ -529,6 +538,24 @@ Value Executor::Impl::RunStep(const Step& step, std::vector<Value>& args,
       for (size_t k = 0; k < ops.size(); ++k) call_args.push_back(*ops[k].value);
       Value result =
           RunComputation(*instr.to_apply(), std::move(call_args), base + step.nested_offset, ctx);
+      Value out;
+      for (size_t k = 0; k < result.size(); ++k) out.push_back(placed(k, result[k]));
+      return out;
+    }
+    case HloOpcode::kConditional: {
+      // XLA's semantics: pred true runs branch 0 (true_computation); an s32
+      // index outside [0, N) runs the last branch.
+      const HostTensor& selector = (*ops[0].value)[0];
+      const int64_t n = static_cast<int64_t>(instr.called_computations().size());
+      int64_t branch = exec::LoadAsInt(selector.element_type(), selector.raw_data(), 0);
+      if (selector.element_type() == PrimitiveType::kPred) {
+        branch = branch != 0 ? 0 : 1;
+      } else if (branch < 0 || branch >= n) {
+        branch = n - 1;
+      }
+      std::vector<Value> branch_args{*ops[branch + 1].value};
+      Value result = RunComputation(*instr.called_computations()[branch], std::move(branch_args),
+                                    base + step.nested_offset, ctx);
       Value out;
       for (size_t k = 0; k < result.size(); ++k) out.push_back(placed(k, result[k]));
       return out;

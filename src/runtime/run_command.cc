@@ -586,6 +586,8 @@ int64_t IndexExtent(const HloInstruction& user, int64_t k) {
       }
       return most;
     }
+    case HloOpcode::kConditional:  // a branch index: N branches
+      return k == 0 ? static_cast<int64_t>(user.called_computations().size()) - 1 : -1;
     default:
       return -1;
   }
@@ -646,7 +648,9 @@ std::vector<HostTensor> RandomInputs(std::span<const Shape> shapes, uint64_t see
     const PrimitiveType type = shape.element_type();
     void* data = t.mutable_raw_data();
     const int64_t n = shape.ElementsCount();
-    if (IsFloatingPoint(type)) {
+    if (type == PrimitiveType::kToken) {
+      // No bytes to fill.
+    } else if (IsFloatingPoint(type)) {
       std::normal_distribution<double> normal(0.0, 1.0);
       for (int64_t k = 0; k < n; ++k) exec::StoreDouble(type, data, k, normal(rng));
     } else if (type == PrimitiveType::kPred) {
@@ -761,6 +765,7 @@ std::vector<HostTensor> RunSharded(const CompiledProgram& program,
 double MaxRelativeError(const HostTensor& actual, const HostTensor& expected) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   if (actual.shape() != expected.shape()) return kInf;
+  if (actual.element_type() == PrimitiveType::kToken) return 0;  // tokens hold nothing
   const std::vector<double> a = actual.ToDoubles();
   const std::vector<double> b = expected.ToDoubles();
   double max_diff = 0, max_expected = 0;

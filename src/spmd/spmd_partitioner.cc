@@ -1,7 +1,7 @@
 // The partitioner's driver: walks each computation, dispatches per opcode, and
 // reshards every result to its instruction's sharding. Simple ops (parameter,
-// constant, iota, tuple, get-tuple-element, while, elementwise) live here; the
-// others in spmd_partitioner_<kind>.cc.
+// constant, iota, tuple, get-tuple-element, while, conditional, elementwise)
+// live here; the others in spmd_partitioner_<kind>.cc.
 #include "weft/spmd/spmd_partitioner.h"
 
 #include <fmt/format.h>
@@ -174,6 +174,30 @@ PartitionedValue HandleWhile(ComputationPartitioner& p, const HloInstruction& in
   return PartitionedValue{loop, instr.shape(), sharding};
 }
 
+// Each branch partitioned as a computation of its own: its parameter as
+// propagation sharded it (its argument resharded to that), its root to the
+// conditional's sharding, so every branch returns the same local shape. The
+// selector is replicated: every device takes the same branch.
+PartitionedValue HandleConditional(ComputationPartitioner& p, const HloInstruction& instr,
+                                   const HloSharding& sharding) {
+  PartitionContext* context = p.context();
+  std::vector<HloInstruction*> operands = {p.GetAs(instr.operand(0), HloSharding::Replicate()).hlo};
+  std::vector<HloComputation*> branches;
+  for (size_t i = 0; i < instr.called_computations().size(); ++i) {
+    const HloComputation& branch = *instr.called_computations()[i];
+    const HloSharding param = ShardingOf(*branch.parameter_instruction(0));
+    operands.push_back(p.GetAs(instr.operand(i + 1), param).hlo);
+    branches.push_back(context->module->AddComputation(
+        ComputationPartitioner(context, branch, branch.name(), {param}, sharding, false).Run()));
+  }
+  HloAttributes attrs;
+  attrs.backend_config = instr.attrs().backend_config;
+  HloInstruction* conditional =
+      p.b().Add(HloOpcode::kConditional, std::move(operands), std::move(attrs),
+                LocalShapeOf(instr.shape(), sharding), std::move(branches));
+  return PartitionedValue{conditional, instr.shape(), sharding};
+}
+
 }  // namespace
 
 PartitionedValue HandleElementwise(ComputationPartitioner& p, const HloInstruction& instr,
@@ -240,6 +264,17 @@ PartitionedValue ComputationPartitioner::Partition(const HloInstruction& instr,
     }
     case HloOpcode::kWhile:
       return HandleWhile(*this, instr, sharding);
+    case HloOpcode::kConditional:
+      return HandleConditional(*this, instr, sharding);
+    case HloOpcode::kRng: {
+      // Drawn whole on every device; its stream stays the unsharded
+      // instruction's (the executor keys it by this name, eval_rng.cc).
+      PartitionedValue v = HandleReplicated(*this, instr);
+      if (v.hlo->attrs().backend_config.empty()) {
+        v.hlo->mutable_attrs().backend_config = RngStreamConfig(instr);
+      }
+      return v;
+    }
     case HloOpcode::kBroadcast:
       return HandleBroadcast(*this, instr, sharding);
     case HloOpcode::kReshape:
