@@ -508,7 +508,7 @@ class ComputationAssigner {
     int64_t k = 0;
     for (const Shape& s : shape.Leaves()) {
       std::vector<int64_t> c = candidates;
-      if (op == HloOpcode::kAllReduce) c = {k};
+      if (op == HloOpcode::kAllReduce || op == HloOpcode::kScatter) c = {k};  // leaf k, operand k
       v.push_back(NewOrInPlace(instr, k, s, c, t, ia));
       ++k;
     }

@@ -184,8 +184,8 @@ std::optional<HloSharding> Propagator::ShardingFromUser(const HloInstruction& in
       }
       return sharding;
     }
-    case HloOpcode::kScatter:
-      return k == 0 ? std::optional(user_sharding) : std::nullopt;
+    case HloOpcode::kScatter:  // a variadic scatter has no rule: it runs replicated
+      return k == 0 && user.operand_count() == 3 ? std::optional(user_sharding) : std::nullopt;
     // Ops that compute along some dims (their rules need those whole) read
     // their rules like custom calls, leaf by leaf.
     case HloOpcode::kSort:
@@ -466,6 +466,7 @@ bool Propagator::InferFromOperands(HloInstruction* instr, int level) {
     }
     case HloOpcode::kGather:
     case HloOpcode::kScatter: {
+      if (op == HloOpcode::kScatter && instr->operand_count() != 3) return false;
       bool changed = false;
       for (int64_t k = op == HloOpcode::kGather ? 1 : 0; k >= 0 && k < instr->operand_count();
            k += op == HloOpcode::kGather ? -1 : 3) {

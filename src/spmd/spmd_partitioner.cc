@@ -297,6 +297,8 @@ PartitionedValue ComputationPartitioner::Partition(const HloInstruction& instr,
     case HloOpcode::kGather:
       return HandleGather(*this, instr, sharding);
     case HloOpcode::kScatter:
+      // Several operands and updates: replicated (no sharding rule yet).
+      if (instr.operand_count() > 3) return HandleReplicated(*this, instr);
       return HandleScatter(*this, instr, sharding);
     case HloOpcode::kSort:
     case HloOpcode::kTopK:

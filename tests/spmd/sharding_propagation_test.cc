@@ -304,6 +304,31 @@ ENTRY main {
   EXPECT_SHARDING(p, "e", "{devices=[1,4]<=[4]}");
 }
 
+// Backward into a reduce-window's operand: the result's split of the dims
+// the window does not move along reaches the operand; a split of the moving
+// dim does not (it is replicated there instead).
+TEST(ShardingPropagationTest, ReduceWindowOperandTakesTheResultsSplitOfItsStillDims) {
+  auto p = Propagate(R"(HloModule m, num_partitions=4
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY main {
+  x = f32[8,16] parameter(0)
+  e = f32[8,16] exponential(x)
+  z = f32[] constant(0)
+  rw = f32[8,15] reduce-window(e, z), window={size=1x2}, to_apply=add, sharding={devices=[2,2]<=[4]}
+  y = f32[8,16] parameter(1)
+  f = f32[8,16] exponential(y)
+  rv = f32[4,16] reduce-window(f, z), window={size=2x1 stride=2x1}, to_apply=add, sharding={devices=[1,4]<=[4]}
+  ROOT t = (f32[8,15], f32[4,16]) tuple(rw, rv)
+}
+)");
+  EXPECT_SHARDING(p, "e", "{devices=[2,1,2]<=[4] last_tile_dim_replicate}");
+  EXPECT_SHARDING(p, "f", "{devices=[1,4]<=[4]}");
+}
+
 TEST(ShardingPropagationTest, TupleAndGetTupleElement) {
   auto p = Propagate(Module(R"(
   a = f32[8] parameter(0), sharding={devices=[4]<=[4]}
