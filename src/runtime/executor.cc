@@ -161,6 +161,15 @@ EvalFn SelectEval(const HloInstruction& instr) {
         exec::CheckSort(instr);
         return &exec::EvalTopK;
       }
+      if (instr.attrs().custom_call_target == kShardingTarget) return &exec::EvalShardingAnnotation;
+      if (instr.attrs().custom_call_target == kFullToShardTarget ||
+          instr.attrs().custom_call_target == kShardToFullTarget) {
+        Fail(
+            "{} is an edge of a manual region (jax.shard_map): the values inside are per "
+            "device, so the module runs only partitioned (weft run on its devices), never as "
+            "one unsharded program",
+            instr.attrs().custom_call_target);
+      }
       exec::CheckCustomCall(instr);
       return &exec::EvalCustomCall;
     default:

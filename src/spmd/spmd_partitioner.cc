@@ -24,8 +24,9 @@ HloSharding ShardingOf(const HloInstruction& instr) {
     if (!instr.has_sharding() || !instr.sharding()->IsTuple()) {
       const HloSharding leaf =
           instr.has_sharding() ? NormalizeSharding(*instr.sharding()) : HloSharding::Replicate();
-      WEFT_CHECK(leaf.IsReplicated(), "{}: tiled sharding {} on tuple shape; give one per element",
-                 instr.Describe(), leaf.ToString());
+      WEFT_CHECK(leaf.IsReplicated() || leaf.IsManual(),
+                 "{}: tiled sharding {} on tuple shape; give one per element", instr.Describe(),
+                 leaf.ToString());
       return HloSharding::Tuple(std::vector<HloSharding>(shape.tuple_shapes().size(), leaf));
     }
   }
@@ -224,6 +225,7 @@ PartitionedValue HandleReplicated(ComputationPartitioner& p, const HloInstructio
 
 PartitionedValue ComputationPartitioner::Partition(const HloInstruction& instr,
                                                    const HloSharding& sharding) {
+  if (IsManualRegionOp(instr, sharding)) return HandleManualRegionOp(*this, instr, sharding);
   switch (instr.opcode()) {
     case HloOpcode::kParameter: {
       const int64_t number = instr.parameter_number();

@@ -184,6 +184,8 @@ Value EvalElementwise(const HloInstruction& instr, EvalArgs& args);  // incl. co
 void CheckShapeOp(const HloInstruction& instr);
 Value EvalShapeOp(const HloInstruction& instr, EvalArgs& args);
 Value EvalAfterAll(const HloInstruction& instr, EvalArgs& args);  // a token (eval_shape_ops.cc)
+// custom_call_target="Sharding" unpartitioned: the operand's value.
+Value EvalShardingAnnotation(const HloInstruction& instr, EvalArgs& args);
 void CheckDot(const HloInstruction& instr);
 Value EvalDot(const HloInstruction& instr, EvalArgs& args);
 // One binary post-op of a dot's GEMM (a step of an output fusion's chain):
