@@ -410,6 +410,7 @@ struct Executor::Impl {
                        EvalContext& ctx);
   Value RunStep(const Step& step, std::vector<Value>& args, std::span<EvalArgs::Operand> ops,
                 int64_t base, EvalContext& ctx);
+  void CopyIntoCarry(Value& state, const Value& next);
   // Puts each evaluated result leaf where the assignment placed it.
   void Place(const Step& step, Value& out, std::span<EvalArgs::Operand> ops, int64_t base,
              EvalContext& ctx);
@@ -485,6 +486,40 @@ Value Executor::Impl::RunComputation(const HloComputation& computation, std::vec
     if (step.result_unused) slots[step.out].clear();
   }
   return std::move(slots[plan.root_slot]);
+}
+
+// The body's root back into the carry: leaves that sit in another carry
+// leaf go through staging first, so no copy reads a leaf already
+// overwritten.
+void Executor::Impl::CopyIntoCarry(Value& state, const Value& next) {
+  auto in_carry = [&](const HostTensor& t) {
+    const std::byte* p = static_cast<const std::byte*>(t.raw_data());
+    for (const HostTensor& c : state) {
+      const std::byte* q = static_cast<const std::byte*>(c.raw_data());
+      if (p >= q && p < q + c.byte_size()) return true;
+    }
+    return false;
+  };
+  std::vector<std::pair<size_t, int64_t>> staged;
+  int64_t staged_bytes = 0;
+  for (size_t k = 0; k < state.size(); ++k) {
+    if (next[k].raw_data() == state[k].raw_data() || !in_carry(next[k])) continue;
+    staged.emplace_back(k, staged_bytes);
+    staged_bytes += next[k].byte_size();
+  }
+  if (static_cast<int64_t>(staging.size()) < staged_bytes) staging.resize(staged_bytes);
+  for (const auto& [k, at] : staged) {
+    std::memcpy(staging.data() + at, next[k].raw_data(), static_cast<size_t>(next[k].byte_size()));
+  }
+  for (size_t k = 0; k < state.size(); ++k) {
+    if (next[k].raw_data() == state[k].raw_data() || in_carry(next[k])) continue;
+    std::memcpy(state[k].mutable_raw_data(), next[k].raw_data(),
+                static_cast<size_t>(next[k].byte_size()));
+  }
+  for (const auto& [k, at] : staged) {
+    std::memcpy(state[k].mutable_raw_data(), staging.data() + at,
+                static_cast<size_t>(state[k].byte_size()));
+  }
 }
 
 Value Executor::Impl::RunStep(const Step& step, std::vector<Value>& args,
@@ -587,38 +622,7 @@ Value Executor::Impl::RunStep(const Step& step, std::vector<Value>& args,
         }
         std::vector<Value> body_args{state};
         Value next = RunComputation(*instr.while_body(), std::move(body_args), nested, ctx);
-        // The body's root back into the carry: leaves that sit in another
-        // carry leaf go through staging first, so no copy reads a leaf
-        // already overwritten.
-        auto in_carry = [&](const HostTensor& t) {
-          const std::byte* p = static_cast<const std::byte*>(t.raw_data());
-          for (const HostTensor& c : state) {
-            const std::byte* q = static_cast<const std::byte*>(c.raw_data());
-            if (p >= q && p < q + c.byte_size()) return true;
-          }
-          return false;
-        };
-        std::vector<std::pair<size_t, int64_t>> staged;
-        int64_t staged_bytes = 0;
-        for (size_t k = 0; k < state.size(); ++k) {
-          if (next[k].raw_data() == state[k].raw_data() || !in_carry(next[k])) continue;
-          staged.emplace_back(k, staged_bytes);
-          staged_bytes += next[k].byte_size();
-        }
-        if (static_cast<int64_t>(staging.size()) < staged_bytes) staging.resize(staged_bytes);
-        for (const auto& [k, at] : staged) {
-          std::memcpy(staging.data() + at, next[k].raw_data(),
-                      static_cast<size_t>(next[k].byte_size()));
-        }
-        for (size_t k = 0; k < state.size(); ++k) {
-          if (next[k].raw_data() == state[k].raw_data() || in_carry(next[k])) continue;
-          std::memcpy(state[k].mutable_raw_data(), next[k].raw_data(),
-                      static_cast<size_t>(next[k].byte_size()));
-        }
-        for (const auto& [k, at] : staged) {
-          std::memcpy(state[k].mutable_raw_data(), staging.data() + at,
-                      static_cast<size_t>(state[k].byte_size()));
-        }
+        CopyIntoCarry(state, next);
       }
       return state;
     }
