@@ -20,8 +20,9 @@ void AddRun(CLI::App& app) {
       ->required();
   run->add_option("--seed", opt->seed,
                   "Seed of the random inputs (default 0): floats N(0, 1), pred a coin, integers "
-                  "used as gather / scatter / dynamic-slice indices uniform over the indexed "
-                  "extent and 2 past each end, other integers in [0, 3]");
+                  "used as gather / scatter / dynamic-slice indices or conditional branch indices "
+                  "uniform over the indexed extent (the branches) and 2 past each end, other "
+                  "integers in [0, 3]");
   run->add_flag("--check", opt->check,
                 "Also run the unsharded module on one device and print the maximum relative "
                 "error per output; exit 3 if one exceeds 1e-5 (f32; 1e-2 for bf16 / f16 and for "

@@ -121,6 +121,9 @@ std::unordered_map<const HloComputation*, int64_t> ComputationRunCounts(const Hl
         runs[instr->while_condition()] += n * (trips + 1);
       } else if (instr->opcode() == HloOpcode::kCall) {
         runs[instr->to_apply()] += n;
+      } else if (instr->opcode() == HloOpcode::kConditional) {
+        // One branch runs; which is known only then: each counts (an upper bound).
+        for (const HloComputation* branch : instr->called_computations()) runs[branch] += n;
       }
     }
   }

@@ -665,6 +665,17 @@ class Simulator {
         }
         WalkCallee(*instr.to_apply(), args);
         current_ = &instr;
+      } else if (instr.opcode() == HloOpcode::kConditional) {
+        // Which branch runs is known only when it runs: each is walked in
+        // turn, so the peak is the largest branch's.
+        for (size_t b = 0; b < instr.called_computations().size(); ++b) {
+          std::vector<int32_t> args;
+          for (const LeafAssignment& l : ca.instructions.at(instr.operand(b + 1)).leaves) {
+            args.push_back(resolve(l));
+          }
+          WalkCallee(*instr.called_computations()[b], args);
+        }
+        current_ = &instr;
       }
       ++step_;
       Sample();

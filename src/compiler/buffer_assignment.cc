@@ -434,7 +434,8 @@ class ComputationAssigner {
         break;
       }
       case HloOpcode::kWhile:
-      case HloOpcode::kCall: {
+      case HloOpcode::kCall:
+      case HloOpcode::kConditional: {  // a conditional's region fits its largest branch
         std::vector<VLeaf> v;
         int64_t nested = 0;
         for (const HloComputation* callee : instr.called_computations()) {
@@ -507,7 +508,7 @@ class ComputationAssigner {
     int64_t k = 0;
     for (const Shape& s : shape.Leaves()) {
       std::vector<int64_t> c = candidates;
-      if (op == HloOpcode::kAllReduce) c = {k};
+      if (op == HloOpcode::kAllReduce || op == HloOpcode::kScatter) c = {k};  // leaf k, operand k
       v.push_back(NewOrInPlace(instr, k, s, c, t, ia));
       ++k;
     }
@@ -629,7 +630,8 @@ const InstructionAssignment& BufferAssignment::Of(const HloInstruction& instr) c
 BufferAssignment AssignBuffers(const HloModule& module, const SequenceFunction& sequence) {
   const HloComputation* entry = module.entry_computation();
   WEFT_INTERNAL_CHECK(entry != nullptr, "module '{}' has no entry computation", module.name());
-  // The computations the executor runs (entry, while and call callees) and
+  // The computations the executor runs (entry, while, call and conditional
+  // callees) and
   // whether their parameters may be written (only a while body's carry).
   std::unordered_map<const HloComputation*, bool> writable;
   std::vector<const HloComputation*> stack = {entry};
@@ -638,7 +640,7 @@ BufferAssignment AssignBuffers(const HloModule& module, const SequenceFunction& 
     const HloComputation* c = stack.back();
     stack.pop_back();
     for (const HloInstruction* instr : c->instructions()) {
-      if (instr->opcode() != HloOpcode::kWhile && instr->opcode() != HloOpcode::kCall) continue;
+      if (!RunsCalledComputations(instr->opcode())) continue;
       for (const HloComputation* callee : instr->called_computations()) {
         const bool w = instr->opcode() == HloOpcode::kWhile && callee == instr->while_body();
         auto [it, fresh] = writable.emplace(callee, w);

@@ -118,15 +118,15 @@ uint8_t RegionFromUsers(const HloInstruction& x, const Group& group) {
   return needed;
 }
 
-// The computations the pass rewrites: the entry and what while and call
-// reach from it, but no reducer (a to_apply of reduce, scatter, all-reduce,
+// The computations the pass rewrites: the entry and what while, call and
+// conditional reach from it, but no reducer (a to_apply of reduce, scatter, all-reduce,
 // reduce-scatter) and no fused computation.
 std::vector<HloComputation*> ComputationsToFuse(const HloModule& module) {
   std::unordered_set<const HloComputation*> reducers;
   for (const HloComputation* c : module.computations()) {
     for (const HloInstruction* instr : c->instructions()) {
       const HloOpcode op = instr->opcode();
-      if (op != HloOpcode::kWhile && op != HloOpcode::kCall) {
+      if (!RunsCalledComputations(op)) {
         for (const HloComputation* callee : instr->called_computations()) reducers.insert(callee);
       }
     }
@@ -141,7 +141,7 @@ std::vector<HloComputation*> ComputationsToFuse(const HloModule& module) {
     if (!seen.insert(c).second || reducers.count(c)) continue;
     out.push_back(c);
     for (const HloInstruction* instr : c->instructions()) {
-      if (instr->opcode() == HloOpcode::kWhile || instr->opcode() == HloOpcode::kCall) {
+      if (RunsCalledComputations(instr->opcode())) {
         for (HloComputation* callee : instr->called_computations()) stack.push_back(callee);
       }
     }

@@ -59,6 +59,57 @@ std::optional<FusionKind> StringToFusionKind(std::string_view name) {
   return std::nullopt;
 }
 
+namespace {
+constexpr std::pair<RngAlgorithm, std::string_view> kRngAlgorithms[] = {
+    {RngAlgorithm::kDefault, "rng_default"},
+    {RngAlgorithm::kThreeFry, "rng_three_fry"},
+    {RngAlgorithm::kPhilox, "rng_philox"},
+};
+constexpr std::pair<RngDistribution, std::string_view> kRngDistributions[] = {
+    {RngDistribution::kUniform, "rng_uniform"},
+    {RngDistribution::kNormal, "rng_normal"},
+};
+
+template <typename E, size_t N>
+std::string_view NameOf(const std::pair<E, std::string_view> (&table)[N], E value) {
+  for (const auto& [v, name] : table) {
+    if (v == value) return name;
+  }
+  return "?";
+}
+template <typename E, size_t N>
+std::optional<E> ValueOf(const std::pair<E, std::string_view> (&table)[N], std::string_view name) {
+  for (const auto& [v, n] : table) {
+    if (n == name) return v;
+  }
+  return std::nullopt;
+}
+}  // namespace
+
+std::string_view RngAlgorithmString(RngAlgorithm algorithm) {
+  return NameOf(kRngAlgorithms, algorithm);
+}
+std::optional<RngAlgorithm> StringToRngAlgorithm(std::string_view name) {
+  return ValueOf(kRngAlgorithms, name);
+}
+std::string_view RngDistributionString(RngDistribution distribution) {
+  return NameOf(kRngDistributions, distribution);
+}
+std::optional<RngDistribution> StringToRngDistribution(std::string_view name) {
+  return ValueOf(kRngDistributions, name);
+}
+
+std::string RngStreamConfig(const HloInstruction& rng) {
+  return "rng_stream=" + std::string(RngStreamName(rng));
+}
+
+std::string_view RngStreamName(const HloInstruction& rng) {
+  constexpr std::string_view kPrefix = "rng_stream=";
+  const std::string& config = rng.attrs().backend_config;
+  if (config.starts_with(kPrefix)) return std::string_view(config).substr(kPrefix.size());
+  return rng.name();
+}
+
 bool IsFusibleElementType(PrimitiveType type) {
   switch (type) {
     case PrimitiveType::kF32:

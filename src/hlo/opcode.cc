@@ -101,4 +101,9 @@ bool IsCollective(HloOpcode opcode) {
   }
 }
 
+bool RunsCalledComputations(HloOpcode opcode) {
+  return opcode == HloOpcode::kWhile || opcode == HloOpcode::kCall ||
+         opcode == HloOpcode::kConditional;
+}
+
 }  // namespace weft

@@ -57,7 +57,8 @@ const std::map<std::string_view, std::vector<Op>>& AttributeOpcodes() {
       {"rhs_batch_dims", {Op::kDot}},
       {"rhs_contracting_dims", {Op::kDot}},
       {"operand_precision", {Op::kDot}},
-      {"algorithm", {Op::kDot}},
+      {"algorithm", {Op::kDot, Op::kRngBitGenerator}},
+      {"distribution", {Op::kRng}},
       {"offset_dims", {Op::kGather}},
       {"collapsed_slice_dims", {Op::kGather}},
       {"start_index_map", {Op::kGather}},
@@ -89,6 +90,19 @@ const std::map<std::string_view, std::vector<Op>>& AttributeOpcodes() {
       {"statistics", {}},
   };
   return *table;
+}
+
+// Whether an array laid out minor-to-major as `layout` (empty: the default)
+// holds its elements in row-major order: its dims of size > 1 run from
+// major to minor in increasing order.
+bool IsRowMajor(const std::vector<int64_t>& layout, const Shape& shape) {
+  int64_t last = -1;
+  for (auto it = layout.rbegin(); it != layout.rend(); ++it) {
+    if (shape.dimensions(*it) <= 1) continue;
+    if (*it < last) return false;
+    last = *it;
+  }
+  return true;
 }
 
 std::vector<std::string_view> RequiredAttributes(Op op) {
@@ -139,6 +153,8 @@ std::vector<std::string_view> RequiredAttributes(Op op) {
       return {"custom_call_target"};
     case Op::kCollectivePermute:
       return {"source_target_pairs"};
+    case Op::kRng:
+      return {"distribution"};
     default:
       return {};
   }
@@ -241,6 +257,7 @@ class HloTextParser {
     // module renames clashes across computations when adding them.
     std::unordered_map<std::string, HloInstruction*> scope;
     names_.clear();
+    layouts_.clear();
     HloInstruction* root = nullptr;
     while (!cur_.TryConsume("}")) {
       if (cur_.AtEnd()) cur_.Expected(fmt::format("'}}' to end computation '{}'", name));
@@ -300,9 +317,12 @@ class HloTextParser {
     // XLA's text may leave out a result shape its operands determine.
     const bool declared = cur_.AtShape();
     Shape shape = declared ? cur_.ParseShape() : Shape();
+    const std::vector<int64_t> layout = declared ? cur_.last_layout() : std::vector<int64_t>{};
     const size_t opcode_at = cur_.Mark();
     const std::string opcode_name = cur_.ParseWord("an opcode");
-    std::optional<Op> opcode = StringToHloOpcode(opcode_name);
+    // A bitcast that keeps every element where a reshape puts it is one.
+    const bool bitcast = opcode_name == "bitcast";
+    std::optional<Op> opcode = bitcast ? Op::kReshape : StringToHloOpcode(opcode_name);
     if (!opcode) {
       cur_.FailAt(opcode_at, fmt::format("unsupported opcode '{}'; weft supports {}", opcode_name,
                                          SupportedHloOpcodeNames()));
@@ -350,6 +370,8 @@ class HloTextParser {
         cur_.FailAt(at, fmt::format("{} '{}' is missing attribute {}=", opcode_name, name, key));
       }
     }
+    if (bitcast) CheckBitcastIsAReshape(name, shape, layout, operands, at);
+    if (shape.IsArray() && !IsRowMajor(layout, shape)) layouts_[name] = layout;
     auto instr = HloInstruction::Create(*opcode, std::move(shape), std::move(operands),
                                         std::move(attrs), {}, name);
     if (!declared) InferOmittedShape(*instr, at);
@@ -362,6 +384,39 @@ class HloTextParser {
       calls_.push_back(std::move(pending));
     }
     return raw;
+  }
+
+  // weft computes on logical values, so a bitcast runs only where it is a
+  // reshape: the same element type and count, both sides in row-major order.
+  void CheckBitcastIsAReshape(const std::string& name, const Shape& shape,
+                              const std::vector<int64_t>& layout,
+                              const std::vector<HloInstruction*>& operands, size_t at) {
+    if (!shape.IsArray() || operands.size() != 1 || !operands[0]->shape().IsArray()) {
+      cur_.FailAt(at, fmt::format("bitcast '{}' needs its array shape written and one array "
+                                  "operand",
+                                  name));
+    }
+    const Shape& in = operands[0]->shape();
+    auto it = layouts_.find(operands[0]->name());
+    const std::vector<int64_t> in_layout =
+        it == layouts_.end() ? std::vector<int64_t>{} : it->second;
+    if (in.element_type() == shape.element_type() && in.ElementsCount() == shape.ElementsCount() &&
+        IsRowMajor(in_layout, in) && IsRowMajor(layout, shape)) {
+      return;
+    }
+    auto text = [](const Shape& s, const std::vector<int64_t>& l) {
+      return l.empty() ? s.ToString() : fmt::format("{}{{{}}}", s.ToString(), fmt::join(l, ","));
+    };
+    cur_.FailAt(at, fmt::format("bitcast '{}' from {} to {} is not a reshape: it {}; weft "
+                                "computes on logical values and does not model layouts. Use "
+                                "the module as XLA dumps it before layout assignment (e.g. "
+                                "*.before_optimizations.txt), or write the transpose and "
+                                "reshape (bitcast-convert for a change of element type)",
+                                name, text(in, in_layout), text(shape, layout),
+                                in.element_type() != shape.element_type() ||
+                                        in.ElementsCount() != shape.ElementsCount()
+                                    ? "changes the element type or count"
+                                    : "changes the layout"));
   }
 
   // The result shape of an instruction written without one: only where the
@@ -517,6 +572,18 @@ class HloTextParser {
       a.replica_groups = ParseReplicaGroups();
     } else if (key == "source_target_pairs") {
       a.source_target_pairs = ParsePairs();
+    } else if (key == "algorithm" && op == Op::kRngBitGenerator) {
+      const size_t value_at = cur_.Mark();
+      std::optional<RngAlgorithm> algorithm = StringToRngAlgorithm(cur_.ParseWord(key));
+      if (!algorithm) {
+        cur_.FailAt(value_at, "algorithm must be one of rng_default, rng_three_fry, rng_philox");
+      }
+      a.rng_algorithm = *algorithm;
+    } else if (key == "distribution") {
+      const size_t value_at = cur_.Mark();
+      std::optional<RngDistribution> d = StringToRngDistribution(cur_.ParseWord(key));
+      if (!d) cur_.FailAt(value_at, "distribution must be rng_uniform or rng_normal");
+      a.rng_distribution = *d;
     } else if (key == "sharding") {
       sharding = ParseSharding();
     } else {
@@ -824,6 +891,9 @@ class HloTextParser {
   TextCursor cur_;
   std::unique_ptr<HloModule> module_;
   std::unordered_map<std::string, size_t> names_;  // name -> offset, current computation
+  // Layouts other than row-major, by instruction name (current computation),
+  // for bitcast.
+  std::unordered_map<std::string, std::vector<int64_t>> layouts_;
   std::vector<PendingCall> calls_;
   // By the name written in the text (a hash map: modules may hold thousands).
   std::unordered_map<std::string, HloComputation*> computations_;

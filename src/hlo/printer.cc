@@ -162,6 +162,12 @@ std::vector<std::string> Attributes(const HloInstruction& instr, const HloPrintO
     case HloOpcode::kDot:
       AddDotAttributes(a.dot, &out);
       break;
+    case HloOpcode::kRngBitGenerator:
+      add(fmt::format("algorithm={}", RngAlgorithmString(a.rng_algorithm)));
+      break;
+    case HloOpcode::kRng:
+      add(fmt::format("distribution={}", RngDistributionString(a.rng_distribution)));
+      break;
     case HloOpcode::kGather:
       add_list("offset_dims", a.gather.offset_dims);
       add_list("collapsed_slice_dims", a.gather.collapsed_slice_dims);

@@ -21,12 +21,13 @@ struct TypeInfo {
   int64_t bytes;
 };
 
-constexpr std::array<TypeInfo, 11> kTypes = {{
+constexpr std::array<TypeInfo, 12> kTypes = {{
     {PrimitiveType::kPred, "pred", 1},
     {PrimitiveType::kS32, "s32", 4},
     {PrimitiveType::kS64, "s64", 8},
     {PrimitiveType::kU16, "u16", 2},
     {PrimitiveType::kU32, "u32", 4},
+    {PrimitiveType::kU64, "u64", 8},
     {PrimitiveType::kF16, "f16", 2},
     {PrimitiveType::kBF16, "bf16", 2},
     {PrimitiveType::kF32, "f32", 4},
@@ -53,7 +54,7 @@ std::optional<PrimitiveType> PrimitiveTypeFromName(std::string_view name) {
 }
 
 std::string_view SupportedPrimitiveTypeNames() {
-  return "pred, s32, s64, u16, u32, f16, bf16, f32, f64, c64, token";
+  return "pred, s32, s64, u16, u32, u64, f16, bf16, f32, f64, c64, token";
 }
 
 bool IsFloatingPoint(PrimitiveType type) {
@@ -63,7 +64,7 @@ bool IsFloatingPoint(PrimitiveType type) {
 
 bool IsInteger(PrimitiveType type) {
   return type == PrimitiveType::kS32 || type == PrimitiveType::kS64 ||
-         type == PrimitiveType::kU16 || type == PrimitiveType::kU32;
+         type == PrimitiveType::kU16 || type == PrimitiveType::kU32 || type == PrimitiveType::kU64;
 }
 
 bool IsComplex(PrimitiveType type) { return type == PrimitiveType::kC64; }

@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 
+#include "shape_inference_internal.h"
 #include "weft/base/error.h"
 #include "weft/hlo/computation.h"
 #include "weft/sharding/tile_assignment.h"
@@ -91,8 +92,21 @@ Shape InferElementwise(const HloInstruction& instr) {
              b.ToString());
   const PrimitiveType t = a.element_type();
   switch (op) {
-    case HloOpcode::kCompare:
+    case HloOpcode::kCompare: {
+      // XLA's Comparison::Type: FLOAT or TOTALORDER on floats, SIGNED on
+      // signed integers, UNSIGNED on unsigned integers and pred.
+      const std::string& type = instr.attrs().comparison_type;
+      const bool fits =
+          type.empty() || (IsFloatingPoint(t)   ? type == "FLOAT" || type == "TOTALORDER"
+                           : IsSignedInteger(t) ? type == "SIGNED"
+                                                : type == "UNSIGNED");
+      WEFT_CHECK(fits,
+                 "compare type={} does not fit {} operands; XLA's types are FLOAT or "
+                 "TOTALORDER for floats, SIGNED for signed integers, UNSIGNED for unsigned "
+                 "integers and pred",
+                 type, PrimitiveTypeName(t));
       return a.WithElementType(PrimitiveType::kPred);
+    }
     case HloOpcode::kAnd:
     case HloOpcode::kOr:
     case HloOpcode::kXor:
@@ -306,15 +320,33 @@ Shape InferGather(const HloInstruction& instr) {
   return Shape(operand.element_type(), out);
 }
 
+// scatter(operands..., indices, updates...): N operands of one shape, N
+// updates of one shape, each update of its operand's element type; the
+// combiner takes N accumulators and N updates; N > 1 returns a tuple.
 Shape InferScatter(const HloInstruction& instr) {
-  ExpectOperandCount(instr, 3);
+  WEFT_CHECK(instr.operand_count() >= 3 && instr.operand_count() % 2 == 1,
+             "scatter takes N operands, the indices, then N updates; got {} operands",
+             instr.operand_count());
+  const int64_t n = (instr.operand_count() - 1) / 2;
   const Shape& operand = ArrayOperand(instr, 0);
-  const Shape& indices = ArrayOperand(instr, 1);
-  const Shape& updates = ArrayOperand(instr, 2);
+  const Shape& indices = ArrayOperand(instr, n);
+  const Shape& updates = ArrayOperand(instr, n + 1);
   const ScatterDimensionNumbers& s = instr.attrs().scatter;
-  WEFT_CHECK(updates.element_type() == operand.element_type(),
-             "scatter updates {} must have the operand's element type {}", updates.ToString(),
-             PrimitiveTypeName(operand.element_type()));
+  std::vector<PrimitiveType> types;
+  std::vector<Shape> results;
+  for (int64_t i = 0; i < n; ++i) {
+    const Shape& op = ArrayOperand(instr, i);
+    const Shape& up = ArrayOperand(instr, n + 1 + i);
+    WEFT_CHECK(op.dimensions() == operand.dimensions() && up.dimensions() == updates.dimensions(),
+               "scatter operand {} {} and updates {} must have the dims of operand 0 {} and "
+               "updates 0 {}",
+               i, op.ToString(), up.ToString(), operand.ToString(), updates.ToString());
+    WEFT_CHECK(up.element_type() == op.element_type(),
+               "scatter updates {} must have the operand's element type {}", up.ToString(),
+               PrimitiveTypeName(op.element_type()));
+    types.push_back(op.element_type());
+    results.push_back(op);
+  }
   auto [batch, vector_size] = IndexBatch(indices, s.index_vector_dim, "scatter");
   WEFT_CHECK(static_cast<int64_t>(s.scatter_dims_to_operand_dims.size()) == vector_size,
              "scatter_dims_to_operand_dims {} must have one entry per index vector element ({})",
@@ -353,10 +385,9 @@ Shape InferScatter(const HloInstruction& instr) {
       ++next_batch;
     }
   }
-  const PrimitiveType t = operand.element_type();
-  CheckScalarComputation(instr.called_computations().empty() ? nullptr : instr.to_apply(),
-                         std::span(&t, 1), "scatter");
-  return operand;
+  CheckScalarComputation(instr.called_computations().empty() ? nullptr : instr.to_apply(), types,
+                         "scatter");
+  return n == 1 ? operand : Shape::Tuple(results);
 }
 
 Shape InferSlicing(const HloInstruction& instr) {
@@ -1009,6 +1040,10 @@ Shape InferHloShape(const HloInstruction& instr) {
       return InferTokenOp(instr);
     case HloOpcode::kCustomCall:
       return Declared(instr, "custom-call results are opaque");
+    case HloOpcode::kRng:
+      return shape_inference_internal::InferRng(instr);
+    case HloOpcode::kRngBitGenerator:
+      return shape_inference_internal::InferRngBitGenerator(instr);
     case HloOpcode::kPartitionId:
     case HloOpcode::kReplicaId:
       ExpectOperandCount(instr, 0);

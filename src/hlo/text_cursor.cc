@@ -305,9 +305,11 @@ Shape TextCursor::ParseShape(int depth) {
     FailAt(type_at, *problem);
   }
   // Optional layout, directly attached: {1,0}, {0,1}, {1,0:T(8,128)(2,1)S(1)}.
-  // Values do not depend on the layout (weft has no bitcast, the one op that
-  // would see it): a minor-to-major permutation of the dims is accepted with
-  // whatever tiling or memory space follows its ':', and dropped.
+  // Values do not depend on the layout (only bitcast would see it: the
+  // parser refuses one that changes it): a minor-to-major permutation of the
+  // dims is accepted with whatever tiling or memory space follows its ':',
+  // and kept only as last_layout().
+  last_layout_.clear();
   if (pos_ < text_.size() && text_[pos_] == '{') {
     const size_t layout_at = pos_;
     ++pos_;
@@ -336,6 +338,7 @@ Shape TextCursor::ParseShape(int depth) {
                          fmt::join(std::vector<int64_t>(sorted.rbegin(), sorted.rend()), ",")));
     }
     pos_ = close + 1;
+    last_layout_ = std::move(minor_to_major);
   }
   return Shape(*type, std::move(dims));
 }

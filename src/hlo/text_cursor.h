@@ -60,10 +60,14 @@ class TextCursor {
   // token up to ',' / whitespace. Returns the exact text.
   std::string ParseRawValue(std::string_view what);
 
-  // f32[4,8]{1,0}, pred[], (f32[4], s32[]). Layouts must be the default.
+  // f32[4,8]{1,0}, pred[], (f32[4], s32[]). A layout may be any
+  // minor-to-major order of the dims (values do not depend on it).
   // Sizes that overflow int64 (ArrayShapeProblem) and tuples nested more
   // than kMaxTupleNesting deep are errors at the shape's line:col.
   Shape ParseShape();
+  // The minor-to-major order the last array shape parsed gave, or empty
+  // when it gave none (the default, {rank-1,...,0}).
+  const std::vector<int64_t>& last_layout() const { return last_layout_; }
   static constexpr int kMaxTupleNesting = 64;
   // True if a shape starts here: '(' or a type name directly followed by '['.
   bool AtShape();
@@ -76,6 +80,7 @@ class TextCursor {
   std::string source_name_;
   size_t pos_ = 0;
   std::vector<size_t> line_starts_;
+  std::vector<int64_t> last_layout_;
 };
 
 }  // namespace weft::hlo_text

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -140,6 +141,30 @@ WEFT_REAL_KERNEL void CompareValues(ComparisonDirection d, const T* a, const T* 
     case ComparisonDirection::kGe:
       for (int64_t i = 0; i < n; ++i) o[i] = a[i] >= b[i];
       return;
+  }
+}
+
+// compare's type=TOTALORDER on floats (f32, f64; bf16 and f16 widen to f32
+// exactly, NaN payloads in order): the IEEE bits read as sign-magnitude
+// integers, so -NaN < -inf < ... < -0 < +0 < ... < inf < +NaN, and EQ holds
+// for equal bits (NaN == NaN, -0 != +0), as XLA defines the total order.
+template <typename F>
+inline void CompareTotalOrder(ComparisonDirection d, const F* a, const F* b, uint8_t* o,
+                              int64_t n) {
+  using I = std::conditional_t<sizeof(F) == 8, int64_t, int32_t>;
+  auto key = [](F v) {
+    const I bits = std::bit_cast<I>(v);
+    return bits < 0 ? static_cast<I>(bits ^ std::numeric_limits<I>::max()) : bits;
+  };
+  constexpr int64_t kBlock = 256;
+  I ka[kBlock], kb[kBlock];
+  for (int64_t s = 0; s < n; s += kBlock) {
+    const int64_t m = std::min(kBlock, n - s);
+    for (int64_t i = 0; i < m; ++i) {
+      ka[i] = key(a[s + i]);
+      kb[i] = key(b[s + i]);
+    }
+    CompareValues(d, ka, kb, o + s, m);
   }
 }
 
@@ -294,6 +319,8 @@ void DispatchInt(PrimitiveType t, Fn&& fn) {
       return fn(static_cast<uint16_t*>(nullptr));
     case PrimitiveType::kU32:
       return fn(static_cast<uint32_t*>(nullptr));
+    case PrimitiveType::kU64:
+      return fn(static_cast<uint64_t*>(nullptr));
     default:
       Fail("element type {} is not an integer type", PrimitiveTypeName(t));
   }

@@ -50,6 +50,7 @@ DataType CommType(PrimitiveType t, bool reduces) {
     case PrimitiveType::kU32:
       return DataType::kI32;
     case PrimitiveType::kS64:
+    case PrimitiveType::kU64:
       return DataType::kI64;
     case PrimitiveType::kF64:
       return DataType::kF64;
@@ -66,7 +67,7 @@ ReduceOp CommReduceOp(const HloInstruction& instr, PrimitiveType t) {
   const ReducerKind kind = ClassifyReducer(*instr.to_apply());
   const bool pred = t == PrimitiveType::kPred;
   // Unsigned max/min would compare as signed on the wire.
-  const bool ordered = t != PrimitiveType::kU32;
+  const bool ordered = t != PrimitiveType::kU32 && t != PrimitiveType::kU64;
   switch (kind) {
     case ReducerKind::kAdd:
       if (!pred) return ReduceOp::kSum;

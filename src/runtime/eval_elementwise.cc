@@ -105,6 +105,7 @@ Value EvalBinary(const HloInstruction& instr, EvalArgs& args) {
   HostTensor out = compare ? args.ctx().Allocate(instr.shape())
                            : args.ReuseOrAllocate(instr.shape(), {0, 1});
   const ComparisonDirection dir = instr.attrs().comparison_direction;
+  const bool total_order = instr.attrs().comparison_type == "TOTALORDER";
   const int64_t n = x.element_count();
   const void* in[2] = {x.raw_data(), y.raw_data()};
   void* o = out.mutable_raw_data();
@@ -115,7 +116,11 @@ Value EvalBinary(const HloInstruction& instr, EvalArgs& args) {
       if (compare) {
         FloatBlocks<uint8_t>(t, 2, in, scalar, o, false, b, e,
                              [&](const auto* const* p, uint8_t* r, int64_t m) {
-                               streaming::Compare(dir, p[0], p[1], r, m);
+                               if (total_order) {
+                                 CompareTotalOrder(dir, p[0], p[1], r, m);
+                               } else {
+                                 streaming::Compare(dir, p[0], p[1], r, m);
+                               }
                              });
       } else {
         FloatBlocks<float>(t, 2, in, scalar, o, true, b, e,
@@ -257,6 +262,8 @@ double LoadAsDouble(PrimitiveType type, const void* data, int64_t i) {
       return Bf16BitsToFloat(static_cast<const uint16_t*>(data)[i]);
     case PrimitiveType::kF16:
       return F16BitsToFloat(static_cast<const uint16_t*>(data)[i]);
+    case PrimitiveType::kU64:  // not through int64: values past 2^63 stay positive
+      return static_cast<double>(static_cast<const uint64_t*>(data)[i]);
     default:
       return static_cast<double>(LoadAsInt(type, data, i));
   }

@@ -80,6 +80,7 @@ struct Node {
   PrimitiveType repr = PrimitiveType::kInvalid;  // in tiles
   std::vector<int32_t> operands;                 // node indices
   ComparisonDirection direction = ComparisonDirection::kEq;
+  bool total_order = false;  // compare's type=TOTALORDER
   // kSource: the fusion operand (parameter number), or -1 for a constant
   // (constant: its index into FusionPlan::constants).
   int64_t fusion_operand = -1;
@@ -400,6 +401,7 @@ std::shared_ptr<FusionPlan> MakeFusionPlan(const HloInstruction& fusion) {
                   : IsElementwiseUnary(op)    ? NodeKind::kUnary
                                               : NodeKind::kBinary;
       node.direction = instr->attrs().comparison_direction;
+      node.total_order = instr->attrs().comparison_type == "TOTALORDER";
     } else {
       fail(instr, fmt::format("{} is not supported in a loop fusion", HloOpcodeString(op)));
     }
@@ -878,7 +880,10 @@ class TileRunner {
         case NodeKind::kCompare: {
           const PrimitiveType t = nodes[node.operands[0]].repr;
           uint8_t* o = static_cast<uint8_t*>(dst);
-          if (t == PrimitiveType::kF32) {
+          if (t == PrimitiveType::kF32 && node.total_order) {
+            CompareTotalOrder(node.direction, static_cast<const float*>(in(0)),
+                              static_cast<const float*>(in(1)), o, n);
+          } else if (t == PrimitiveType::kF32) {
             cached::Compare(node.direction, static_cast<const float*>(in(0)),
                             static_cast<const float*>(in(1)), o, n);
           } else if (t == PrimitiveType::kPred) {

@@ -112,13 +112,14 @@ void ForEachRun(const std::vector<CopyDim>& dims, Fn&& fn) {
 
 void CheckGatherScatter(const HloInstruction& instr) {
   if (instr.opcode() == HloOpcode::kScatter) {
-    WEFT_CHECK(instr.operand_count() == 3, "scatter of {} operands is not supported (only one)",
-               (instr.operand_count() - 1) / 2);
-    if (ClassifyReducer(*instr.to_apply()) == ReducerKind::kOther) {
-      ScalarFunction check(*instr.to_apply());
+    const int64_t n = (instr.operand_count() - 1) / 2;
+    if (n > 1 || ClassifyReducer(*instr.to_apply()) == ReducerKind::kOther) {
+      ScalarFunction check(*instr.to_apply());  // variadic: always interpreted
     }
   }
-  const PrimitiveType t = instr.operand(1)->shape().element_type();
+  const int64_t index_operand =
+      instr.opcode() == HloOpcode::kScatter ? (instr.operand_count() - 1) / 2 : 1;
+  const PrimitiveType t = instr.operand(index_operand)->shape().element_type();
   WEFT_CHECK(IsInteger(t), "{} indices must be integers, got {}", HloOpcodeString(instr.opcode()),
              PrimitiveTypeName(t));
 }
@@ -186,48 +187,33 @@ void CombineRun(T* dst, const T* src, int64_t n, int64_t ds, int64_t ss, Op op) 
   for (int64_t i = 0; i < n; ++i) dst[i * ds] = op(dst[i * ds], src[i * ss]);
 }
 
-}  // namespace
-
-Value EvalScatter(const HloInstruction& instr, EvalArgs& args) {
-  const HostTensor& operand = args.array(0);
-  const HostTensor& indices = args.array(1);
-  const HostTensor& updates = args.array(2);
+// Where each in-bounds window of a scatter lands: `fn(op_offset,
+// up_offset)` in elements of the operand and the updates, for every index
+// position in order; `window` gets the window's dims (src strides the
+// updates', dst the operand's).
+template <typename Fn>
+void ForEachScatterWindow(const HloInstruction& instr, const HostTensor& operand,
+                          const HostTensor& indices, const HostTensor& updates,
+                          std::vector<CopyDim>* window, Fn&& fn) {
   const ScatterDimensionNumbers& dn = instr.attrs().scatter;
-  HostTensor out = args.TryReuse(0, instr.shape());
-  if (!out.valid()) {
-    out = args.ctx().Allocate(instr.shape());
-    std::memcpy(out.mutable_raw_data(), operand.raw_data(), static_cast<size_t>(out.byte_size()));
-  }
-  const PrimitiveType t = operand.element_type();
-  const int64_t elem = ByteWidth(t);
   const std::vector<int64_t> op_strides = RowMajorStrides(operand.dimensions());
   const std::vector<int64_t> up_strides = RowMajorStrides(updates.dimensions());
-
   // Window: operand dims not inserted and not batching, matched in order
-  // with update_window_dims; src = updates, dst = operand.
-  std::vector<CopyDim> window;
+  // with update_window_dims.
   std::vector<int64_t> window_size(operand.rank(), 1);
   size_t next = 0;
   for (int64_t d = 0; d < operand.rank(); ++d) {
     if (Contains(dn.inserted_window_dims, d) || Contains(dn.input_batching_dims, d)) continue;
     const int64_t ud = dn.update_window_dims.at(next++);
     window_size[d] = updates.dimensions()[ud];
-    window.push_back({window_size[d], up_strides[ud], op_strides[d]});
+    window->push_back({window_size[d], up_strides[ud], op_strides[d]});
   }
   std::vector<int64_t> scatter_update_dims;
   for (int64_t d = 0; d < updates.rank(); ++d) {
     if (!Contains(dn.update_window_dims, d)) scatter_update_dims.push_back(d);
   }
-  const ReducerKind kind = ClassifyReducer(*instr.to_apply());
-  std::optional<ScalarFunction> fn;
-  if (kind == ReducerKind::kOther || (IsFloatingPoint(t) && t != PrimitiveType::kF32 &&
-                                      kind != ReducerKind::kReplace)) {
-    fn.emplace(*instr.to_apply());
-  }
   IndexWalker walker(indices, dn.index_vector_dim);
   std::vector<int64_t> pos(walker.sizes().size(), 0);
-  std::byte* dst = static_cast<std::byte*>(out.mutable_raw_data());
-  const std::byte* src = static_cast<const std::byte*>(updates.raw_data());
   for (int64_t p = 0; p < walker.count(); ++p, Next(pos, walker.sizes())) {
     const int64_t at = walker.Offset(pos);
     int64_t up_offset = 0;
@@ -249,63 +235,129 @@ Value EvalScatter(const HloInstruction& instr, EvalArgs& args) {
       fits = fits && start[d] >= 0 && start[d] + window_size[d] <= operand.dimensions()[d];
       op_offset += start[d] * op_strides[d];
     }
-    if (!fits) continue;
-    if (kind == ReducerKind::kReplace) {
-      std::vector<CopyDim> w = window;
-      StridedCopy(src + up_offset * elem, dst + op_offset * elem, std::move(w), elem);
-      continue;
-    }
-    ForEachRun(window, [&](int64_t d_off, int64_t s_off, int64_t n, int64_t ds, int64_t ss) {
-      const int64_t o = op_offset + d_off, u = up_offset + s_off;
-      if (fn.has_value()) {
-        double call_args[2], result[1];
-        for (int64_t i = 0; i < n; ++i) {
-          call_args[0] = LoadAsDouble(t, dst, o + i * ds);
-          call_args[1] = LoadAsDouble(t, src, u + i * ss);
-          fn->Call(call_args, result);
-          StoreDouble(t, dst, o + i * ds, result[0]);
-        }
-        return;
-      }
-      auto run = [&](auto* tag) {
-        using T = std::remove_pointer_t<decltype(tag)>;
-        T* dp = reinterpret_cast<T*>(dst) + o;
-        const T* sp = reinterpret_cast<const T*>(src) + u;
-        switch (kind) {
-          case ReducerKind::kAdd:
-            return CombineRun(dp, sp, n, ds, ss, [](T a, T b) -> T { return a + b; });
-          case ReducerKind::kMultiply:
-            return CombineRun(dp, sp, n, ds, ss, [](T a, T b) -> T { return a * b; });
-          case ReducerKind::kMaximum:
-            return CombineRun(dp, sp, n, ds, ss, [](T a, T b) -> T { return a > b ? a : b; });
-          case ReducerKind::kMinimum:
-            return CombineRun(dp, sp, n, ds, ss, [](T a, T b) -> T { return a < b ? a : b; });
-          default:
-            Fail("scatter combiner is not supported for {}", PrimitiveTypeName(t));
-        }
-      };
-      switch (t) {
-        case PrimitiveType::kF32:
-          return run(static_cast<float*>(nullptr));
-        case PrimitiveType::kS32:
-          return run(static_cast<int32_t*>(nullptr));
-        case PrimitiveType::kS64:
-          return run(static_cast<int64_t*>(nullptr));
-        case PrimitiveType::kU32:
-          return run(static_cast<uint32_t*>(nullptr));
-        default: {  // pred and the rest: through the interpreter
-          ScalarFunction f(*instr.to_apply());
-          double call_args[2], result[1];
-          for (int64_t i = 0; i < n; ++i) {
-            call_args[0] = LoadAsDouble(t, dst, o + i * ds);
-            call_args[1] = LoadAsDouble(t, src, u + i * ss);
-            f.Call(call_args, result);
-            StoreDouble(t, dst, o + i * ds, result[0]);
-          }
-        }
-      }
-    });
+    if (fits) fn(op_offset, up_offset);
   }
+}
+
+// The result leaf of operand i: in place of it when the buffer assignment
+// says so, else a copy of it.
+HostTensor ScatterResult(EvalArgs& args, int64_t i, const Shape& shape) {
+  HostTensor out = args.TryReuse(i, shape);
+  if (!out.valid()) {
+    out = args.ctx().Allocate(shape);
+    std::memcpy(out.mutable_raw_data(), args.array(i).raw_data(),
+                static_cast<size_t>(out.byte_size()));
+  }
+  return out;
+}
+
+// Several operands and updates: the combiner takes the N accumulators then
+// the N updates and returns N values, interpreted per element.
+Value EvalVariadicScatter(const HloInstruction& instr, EvalArgs& args) {
+  const int64_t n = (args.size() - 1) / 2;
+  Value out;
+  for (int64_t i = 0; i < n; ++i)
+    out.push_back(ScatterResult(args, i, instr.shape().tuple_shapes(i)));
+  ScalarFunction fn(*instr.to_apply());
+  std::vector<CopyDim> window;
+  std::vector<double> call_args(2 * n), result(n);
+  ForEachScatterWindow(
+      instr, args.array(0), args.array(n), args.array(n + 1), &window,
+      [&](int64_t op_offset, int64_t up_offset) {
+        ForEachRun(window, [&](int64_t d_off, int64_t s_off, int64_t m, int64_t ds, int64_t ss) {
+          for (int64_t e = 0; e < m; ++e) {
+            const int64_t o = op_offset + d_off + e * ds, u = up_offset + s_off + e * ss;
+            for (int64_t i = 0; i < n; ++i) {
+              call_args[i] = LoadAsDouble(out[i].element_type(), out[i].raw_data(), o);
+              const HostTensor& up = args.array(n + 1 + i);
+              call_args[n + i] = LoadAsDouble(up.element_type(), up.raw_data(), u);
+            }
+            fn.Call(call_args, result);
+            for (int64_t i = 0; i < n; ++i) {
+              StoreDouble(out[i].element_type(), out[i].mutable_raw_data(), o, result[i]);
+            }
+          }
+        });
+      });
+  return out;
+}
+
+}  // namespace
+
+Value EvalScatter(const HloInstruction& instr, EvalArgs& args) {
+  if (args.size() > 3) return EvalVariadicScatter(instr, args);
+  const HostTensor& updates = args.array(2);
+  HostTensor out = ScatterResult(args, 0, instr.shape());
+  const PrimitiveType t = out.element_type();
+  const int64_t elem = ByteWidth(t);
+  const ReducerKind kind = ClassifyReducer(*instr.to_apply());
+  std::optional<ScalarFunction> fn;
+  if (kind == ReducerKind::kOther ||
+      (IsFloatingPoint(t) && t != PrimitiveType::kF32 && kind != ReducerKind::kReplace)) {
+    fn.emplace(*instr.to_apply());
+  }
+  std::byte* dst = static_cast<std::byte*>(out.mutable_raw_data());
+  const std::byte* src = static_cast<const std::byte*>(updates.raw_data());
+  std::vector<CopyDim> window;
+  ForEachScatterWindow(
+      instr, args.array(0), args.array(1), updates, &window,
+      [&](int64_t op_offset, int64_t up_offset) {
+        if (kind == ReducerKind::kReplace) {
+          std::vector<CopyDim> w = window;
+          StridedCopy(src + up_offset * elem, dst + op_offset * elem, std::move(w), elem);
+          return;
+        }
+        ForEachRun(window, [&](int64_t d_off, int64_t s_off, int64_t n, int64_t ds, int64_t ss) {
+          const int64_t o = op_offset + d_off, u = up_offset + s_off;
+          if (fn.has_value()) {
+            double call_args[2], result[1];
+            for (int64_t i = 0; i < n; ++i) {
+              call_args[0] = LoadAsDouble(t, dst, o + i * ds);
+              call_args[1] = LoadAsDouble(t, src, u + i * ss);
+              fn->Call(call_args, result);
+              StoreDouble(t, dst, o + i * ds, result[0]);
+            }
+            return;
+          }
+          auto run = [&](auto* tag) {
+            using T = std::remove_pointer_t<decltype(tag)>;
+            T* dp = reinterpret_cast<T*>(dst) + o;
+            const T* sp = reinterpret_cast<const T*>(src) + u;
+            switch (kind) {
+              case ReducerKind::kAdd:
+                return CombineRun(dp, sp, n, ds, ss, [](T a, T b) -> T { return a + b; });
+              case ReducerKind::kMultiply:
+                return CombineRun(dp, sp, n, ds, ss, [](T a, T b) -> T { return a * b; });
+              case ReducerKind::kMaximum:
+                return CombineRun(dp, sp, n, ds, ss, [](T a, T b) -> T { return a > b ? a : b; });
+              case ReducerKind::kMinimum:
+                return CombineRun(dp, sp, n, ds, ss, [](T a, T b) -> T { return a < b ? a : b; });
+              default:
+                Fail("scatter combiner is not supported for {}", PrimitiveTypeName(t));
+            }
+          };
+          switch (t) {
+            case PrimitiveType::kF32:
+              return run(static_cast<float*>(nullptr));
+            case PrimitiveType::kS32:
+              return run(static_cast<int32_t*>(nullptr));
+            case PrimitiveType::kS64:
+              return run(static_cast<int64_t*>(nullptr));
+            case PrimitiveType::kU32:
+              return run(static_cast<uint32_t*>(nullptr));
+            default: {  // pred and the rest: through the interpreter
+              ScalarFunction f(*instr.to_apply());
+              double call_args[2], result[1];
+              for (int64_t i = 0; i < n; ++i) {
+                call_args[0] = LoadAsDouble(t, dst, o + i * ds);
+                call_args[1] = LoadAsDouble(t, src, u + i * ss);
+                f.Call(call_args, result);
+                StoreDouble(t, dst, o + i * ds, result[0]);
+              }
+            }
+          }
+        });
+      });
   return Value{std::move(out)};
 }
 

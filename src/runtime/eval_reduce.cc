@@ -61,6 +61,8 @@ double Wrap(double v, PrimitiveType t) {
       return v != 0;
     case PrimitiveType::kS64:
       return static_cast<double>(static_cast<int64_t>(v));
+    case PrimitiveType::kU64:
+      return static_cast<double>(static_cast<uint64_t>(static_cast<int64_t>(v)));
     default:
       return RoundToType(v, t);
   }

@@ -377,4 +377,18 @@ Value EvalShapeOp(const HloInstruction& instr, EvalArgs& args) {
   }
 }
 
+Value EvalShardingAnnotation(const HloInstruction& instr, EvalArgs& args) {
+  // custom_call_target="Sharding" only pins a sharding: the value passes.
+  HostTensor out = args.ctx().Allocate(instr.shape());
+  std::memcpy(out.mutable_raw_data(), args.array(0).raw_data(),
+              static_cast<size_t>(out.byte_size()));
+  return Value{std::move(out)};
+}
+
+Value EvalAfterAll(const HloInstruction& instr, EvalArgs& args) {
+  // A token orders side effects and holds no bytes; the executor runs in
+  // schedule order, which already respects the tokens' data dependencies.
+  return Value{args.ctx().Allocate(instr.shape())};
+}
+
 }  // namespace weft::runtime::exec

@@ -96,7 +96,16 @@ EvalFn SelectEval(const HloInstruction& instr) {
     case HloOpcode::kGetTupleElement:
     case HloOpcode::kWhile:
     case HloOpcode::kCall:
+    case HloOpcode::kConditional:
       return nullptr;
+    case HloOpcode::kAfterAll:
+      return &exec::EvalAfterAll;
+    case HloOpcode::kRng:
+      exec::CheckRng(instr);
+      return &exec::EvalRng;
+    case HloOpcode::kRngBitGenerator:
+      exec::CheckRng(instr);
+      return &exec::EvalRngBitGenerator;
     case HloOpcode::kBroadcast:
     case HloOpcode::kReshape:
     case HloOpcode::kTranspose:
@@ -152,6 +161,15 @@ EvalFn SelectEval(const HloInstruction& instr) {
         exec::CheckSort(instr);
         return &exec::EvalTopK;
       }
+      if (instr.attrs().custom_call_target == kShardingTarget) return &exec::EvalShardingAnnotation;
+      if (instr.attrs().custom_call_target == kFullToShardTarget ||
+          instr.attrs().custom_call_target == kShardToFullTarget) {
+        Fail(
+            "{} is an edge of a manual region (jax.shard_map): the values inside are per "
+            "device, so the module runs only partitioned (weft run on its devices), never as "
+            "one unsharded program",
+            instr.attrs().custom_call_target);
+      }
       exec::CheckCustomCall(instr);
       return &exec::EvalCustomCall;
     default:
@@ -199,7 +217,7 @@ ComputationPlan MakePlan(const HloComputation& computation,
       step.dying_index.push_back(index);
     }
     step.result_unused = last_use[i] < 0 && step.out != plan.root_slot;
-    if (step.opcode != HloOpcode::kWhile && step.opcode != HloOpcode::kCall) {
+    if (!RunsCalledComputations(step.opcode)) {
       step.op_class = static_cast<int8_t>(ClassifyInstruction(*instr));
     }
     if (step.opcode == HloOpcode::kGetTupleElement) {
@@ -392,6 +410,7 @@ struct Executor::Impl {
                        EvalContext& ctx);
   Value RunStep(const Step& step, std::vector<Value>& args, std::span<EvalArgs::Operand> ops,
                 int64_t base, EvalContext& ctx);
+  void CopyIntoCarry(Value& state, const Value& next);
   // Puts each evaluated result leaf where the assignment placed it.
   void Place(const Step& step, Value& out, std::span<EvalArgs::Operand> ops, int64_t base,
              EvalContext& ctx);
@@ -469,6 +488,40 @@ Value Executor::Impl::RunComputation(const HloComputation& computation, std::vec
   return std::move(slots[plan.root_slot]);
 }
 
+// The body's root back into the carry: leaves that sit in another carry
+// leaf go through staging first, so no copy reads a leaf already
+// overwritten.
+void Executor::Impl::CopyIntoCarry(Value& state, const Value& next) {
+  auto in_carry = [&](const HostTensor& t) {
+    const std::byte* p = static_cast<const std::byte*>(t.raw_data());
+    for (const HostTensor& c : state) {
+      const std::byte* q = static_cast<const std::byte*>(c.raw_data());
+      if (p >= q && p < q + c.byte_size()) return true;
+    }
+    return false;
+  };
+  std::vector<std::pair<size_t, int64_t>> staged;
+  int64_t staged_bytes = 0;
+  for (size_t k = 0; k < state.size(); ++k) {
+    if (next[k].raw_data() == state[k].raw_data() || !in_carry(next[k])) continue;
+    staged.emplace_back(k, staged_bytes);
+    staged_bytes += next[k].byte_size();
+  }
+  if (static_cast<int64_t>(staging.size()) < staged_bytes) staging.resize(staged_bytes);
+  for (const auto& [k, at] : staged) {
+    std::memcpy(staging.data() + at, next[k].raw_data(), static_cast<size_t>(next[k].byte_size()));
+  }
+  for (size_t k = 0; k < state.size(); ++k) {
+    if (next[k].raw_data() == state[k].raw_data() || in_carry(next[k])) continue;
+    std::memcpy(state[k].mutable_raw_data(), next[k].raw_data(),
+                static_cast<size_t>(next[k].byte_size()));
+  }
+  for (const auto& [k, at] : staged) {
+    std::memcpy(state[k].mutable_raw_data(), staging.data() + at,
+                static_cast<size_t>(state[k].byte_size()));
+  }
+}
+
 Value Executor::Impl::RunStep(const Step& step, std::vector<Value>& args,
                               std::span<EvalArgs::Operand> ops, int64_t base, EvalContext& ctx) {
   // Moves a dying operand's value, copies (shares) a live one. An operand
@@ -533,6 +586,24 @@ Value Executor::Impl::RunStep(const Step& step, std::vector<Value>& args,
       for (size_t k = 0; k < result.size(); ++k) out.push_back(placed(k, result[k]));
       return out;
     }
+    case HloOpcode::kConditional: {
+      // XLA's semantics: pred true runs branch 0 (true_computation); an s32
+      // index outside [0, N) runs the last branch.
+      const HostTensor& selector = (*ops[0].value)[0];
+      const int64_t n = static_cast<int64_t>(instr.called_computations().size());
+      int64_t branch = exec::LoadAsInt(selector.element_type(), selector.raw_data(), 0);
+      if (selector.element_type() == PrimitiveType::kPred) {
+        branch = branch != 0 ? 0 : 1;
+      } else if (branch < 0 || branch >= n) {
+        branch = n - 1;
+      }
+      std::vector<Value> branch_args{*ops[branch + 1].value};
+      Value result = RunComputation(*instr.called_computations()[branch], std::move(branch_args),
+                                    base + step.nested_offset, ctx);
+      Value out;
+      for (size_t k = 0; k < result.size(); ++k) out.push_back(placed(k, result[k]));
+      return out;
+    }
     case HloOpcode::kWhile: {
       const Value& init = *ops[0].value;
       Value state;
@@ -551,38 +622,7 @@ Value Executor::Impl::RunStep(const Step& step, std::vector<Value>& args,
         }
         std::vector<Value> body_args{state};
         Value next = RunComputation(*instr.while_body(), std::move(body_args), nested, ctx);
-        // The body's root back into the carry: leaves that sit in another
-        // carry leaf go through staging first, so no copy reads a leaf
-        // already overwritten.
-        auto in_carry = [&](const HostTensor& t) {
-          const std::byte* p = static_cast<const std::byte*>(t.raw_data());
-          for (const HostTensor& c : state) {
-            const std::byte* q = static_cast<const std::byte*>(c.raw_data());
-            if (p >= q && p < q + c.byte_size()) return true;
-          }
-          return false;
-        };
-        std::vector<std::pair<size_t, int64_t>> staged;
-        int64_t staged_bytes = 0;
-        for (size_t k = 0; k < state.size(); ++k) {
-          if (next[k].raw_data() == state[k].raw_data() || !in_carry(next[k])) continue;
-          staged.emplace_back(k, staged_bytes);
-          staged_bytes += next[k].byte_size();
-        }
-        if (static_cast<int64_t>(staging.size()) < staged_bytes) staging.resize(staged_bytes);
-        for (const auto& [k, at] : staged) {
-          std::memcpy(staging.data() + at, next[k].raw_data(),
-                      static_cast<size_t>(next[k].byte_size()));
-        }
-        for (size_t k = 0; k < state.size(); ++k) {
-          if (next[k].raw_data() == state[k].raw_data() || in_carry(next[k])) continue;
-          std::memcpy(state[k].mutable_raw_data(), next[k].raw_data(),
-                      static_cast<size_t>(next[k].byte_size()));
-        }
-        for (const auto& [k, at] : staged) {
-          std::memcpy(state[k].mutable_raw_data(), staging.data() + at,
-                      static_cast<size_t>(state[k].byte_size()));
-        }
+        CopyIntoCarry(state, next);
       }
       return state;
     }

@@ -21,6 +21,7 @@
 #include "weft/base/error.h"
 #include "weft/base/memory.h"
 #include "weft/compiler/compile.h"
+#include "weft/hlo/custom_call_targets.h"
 #include "weft/hlo/parser.h"
 #include "weft/runtime/comm_mpi.h"
 #include "weft/runtime/executor_eval.h"
@@ -209,6 +210,24 @@ void RefuseWhatRunCannotCompute(const HloModule& module, const std::string& path
   }
 }
 
+// --check runs the module unsharded on one device; a manual region's values
+// are per device, so a module with one has no such run.
+void RefuseCheckOfManualRegions(const HloModule& module, const std::string& path) {
+  for (const HloComputation* c : module.computations()) {
+    for (const HloInstruction* instr : c->instructions()) {
+      const std::string& target = instr->attrs().custom_call_target;
+      if (instr->opcode() != HloOpcode::kCustomCall ||
+          (target != kFullToShardTarget && target != kShardToFullTarget)) {
+        continue;
+      }
+      Fail(
+          "{}: {} starts or ends a manual region (jax.shard_map), whose values are per device: "
+          "the module has no unsharded run for --check to compare with; run it without --check",
+          path, instr->Describe());
+    }
+  }
+}
+
 std::unique_ptr<HloModule> ReadModule(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   WEFT_CHECK(in.good(), "cannot read '{}'; give the path of an HLO text module", path);
@@ -362,6 +381,7 @@ int64_t LeafBytes(std::span<const Shape> shapes) {
 
 int RunOnThreads(const RunCommandOptions& options, std::ostream& out) {
   std::unique_ptr<HloModule> module = ReadModule(options.input);
+  if (options.check) RefuseCheckOfManualRegions(*module, options.input);
   int64_t n = options.num_devices;
   if (n == 0) {
     n = ShardingDeviceCount(*module);
@@ -394,6 +414,7 @@ int RunOnRank(const RunCommandOptions& options, Communicator& comm, std::ostream
              "mpirun -np {}",
              options.num_devices, n, options.num_devices);
   std::unique_ptr<HloModule> module = ReadModule(options.input);
+  if (options.check) RefuseCheckOfManualRegions(*module, options.input);
   const CompiledProgram program = CompileForDevices(*module, {.num_devices = n});
   // Before anything is allocated: one device per rank, and every rank on
   // this machine holds as much (every rank computes the same refusal).
@@ -586,6 +607,8 @@ int64_t IndexExtent(const HloInstruction& user, int64_t k) {
       }
       return most;
     }
+    case HloOpcode::kConditional:  // a branch index: N branches
+      return k == 0 ? static_cast<int64_t>(user.called_computations().size()) - 1 : -1;
     default:
       return -1;
   }
@@ -646,7 +669,9 @@ std::vector<HostTensor> RandomInputs(std::span<const Shape> shapes, uint64_t see
     const PrimitiveType type = shape.element_type();
     void* data = t.mutable_raw_data();
     const int64_t n = shape.ElementsCount();
-    if (IsFloatingPoint(type)) {
+    if (type == PrimitiveType::kToken) {
+      // No bytes to fill.
+    } else if (IsFloatingPoint(type)) {
       std::normal_distribution<double> normal(0.0, 1.0);
       for (int64_t k = 0; k < n; ++k) exec::StoreDouble(type, data, k, normal(rng));
     } else if (type == PrimitiveType::kPred) {
@@ -761,6 +786,7 @@ std::vector<HostTensor> RunSharded(const CompiledProgram& program,
 double MaxRelativeError(const HostTensor& actual, const HostTensor& expected) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   if (actual.shape() != expected.shape()) return kInf;
+  if (actual.element_type() == PrimitiveType::kToken) return 0;  // tokens hold nothing
   const std::vector<double> a = actual.ToDoubles();
   const std::vector<double> b = expected.ToDoubles();
   double max_diff = 0, max_expected = 0;

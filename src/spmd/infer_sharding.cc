@@ -184,8 +184,8 @@ std::optional<HloSharding> Propagator::ShardingFromUser(const HloInstruction& in
       }
       return sharding;
     }
-    case HloOpcode::kScatter:
-      return k == 0 ? std::optional(user_sharding) : std::nullopt;
+    case HloOpcode::kScatter:  // a variadic scatter has no rule: it runs replicated
+      return k == 0 && user.operand_count() == 3 ? std::optional(user_sharding) : std::nullopt;
     // Ops that compute along some dims (their rules need those whole) read
     // their rules like custom calls, leaf by leaf.
     case HloOpcode::kSort:
@@ -323,12 +323,29 @@ bool Propagator::InferFromOperands(HloInstruction* instr, int level) {
       if (instr->has_sharding()) MergeSharding(*instr->sharding(), &s, may_combine);
       return Improve(instr, s, may_combine, false, {DecisionKind::kForward, operand, "while"});
     }
+    case HloOpcode::kConditional: {
+      // From the branches' roots (agreement keeps them equal; a branch
+      // computation shared by several conditionals agrees with one of them).
+      for (const HloComputation* branch : instr->called_computations()) {
+        const HloInstruction* root = branch->root_instruction();
+        if (!root->has_sharding()) continue;
+        HloSharding s = *root->sharding();
+        if (instr->has_sharding()) MergeSharding(*instr->sharding(), &s, may_combine);
+        return Improve(instr, s, may_combine, false, {DecisionKind::kForward, root, "conditional"});
+      }
+      return false;
+    }
     case HloOpcode::kParameter: {
       auto it = computation_map_.find(instr->parent());
-      if (it == computation_map_.end() || it->second->opcode() != HloOpcode::kCall) return false;
-      const HloInstruction* arg = it->second->operand(instr->parameter_number());
+      if (it == computation_map_.end() || it->second->opcode() == HloOpcode::kWhile) return false;
+      const HloInstruction* caller = it->second;
+      const HloInstruction* arg =
+          caller->opcode() == HloOpcode::kCall
+              ? caller->operand(instr->parameter_number())
+              : caller->operand(BranchArgumentIndex(*caller, *instr->parent()));
       if (!arg->has_sharding()) return false;
-      return Improve(instr, *arg->sharding(), may_combine, false, {DecisionKind::kForward, arg, "call"});
+      return Improve(instr, *arg->sharding(), may_combine, false,
+                     {DecisionKind::kForward, arg, HloOpcodeString(caller->opcode())});
     }
     case HloOpcode::kDot: {
       auto improved = [&](int64_t k) -> std::optional<HloSharding> {
@@ -449,6 +466,7 @@ bool Propagator::InferFromOperands(HloInstruction* instr, int level) {
     }
     case HloOpcode::kGather:
     case HloOpcode::kScatter: {
+      if (op == HloOpcode::kScatter && instr->operand_count() != 3) return false;
       bool changed = false;
       for (int64_t k = op == HloOpcode::kGather ? 1 : 0; k >= 0 && k < instr->operand_count();
            k += op == HloOpcode::kGather ? -1 : 3) {

@@ -107,6 +107,9 @@ class Propagator {
 std::optional<std::vector<int64_t>> ParseUnspecifiedDims(const HloInstruction& instr);
 
 bool IsCustomCall(const HloInstruction& instr, std::string_view target);
+// The operand of `conditional` that `branch`'s parameter receives: 1 + the
+// first branch index that runs `branch`.
+int64_t BranchArgumentIndex(const HloInstruction& conditional, const HloComputation& branch);
 // Leaves of tuple element `index` start at this leaf.
 int64_t LeafOffset(const Shape& tuple, int64_t index);
 // Leaf `leaf` of `sharding` on `shape` (a non-tuple sharding applies to all).

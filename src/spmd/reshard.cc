@@ -252,6 +252,10 @@ PartitionedValue Reshard(SpmdBuilder& b, const PartitionedValue& value, const Hl
   const HloSharding to = NormalizeSharding(target);
   const int64_t rank = value.base.rank();
   if (value.sharding == to) return value;
+  WEFT_CHECK(!to.IsManual() && !value.sharding.IsManual(),
+             "a value of sharding {} is used where {} is wanted: values enter and leave a "
+             "manual region only through SPMDFullToShardShape and SPMDShardToFullShape",
+             value.sharding.ToString(), to.ToString());
   if (to.IsReplicated()) return AllGatherDims(b, value, SplitDims(value.sharding, rank));
   if (auto r = TryWithoutGather(b, value, to)) return *r;
   // Gather only the dims whose split changes, then try again.

@@ -36,6 +36,14 @@ bool IsCustomCall(const HloInstruction& instr, std::string_view target) {
   return instr.opcode() == HloOpcode::kCustomCall && instr.attrs().custom_call_target == target;
 }
 
+int64_t BranchArgumentIndex(const HloInstruction& conditional, const HloComputation& branch) {
+  const std::vector<HloComputation*>& branches = conditional.called_computations();
+  const auto it = std::find(branches.begin(), branches.end(), &branch);
+  WEFT_INTERNAL_CHECK(it != branches.end(), "'{}' is not a branch of {}", branch.name(),
+                      conditional.Describe());
+  return 1 + (it - branches.begin());
+}
+
 int64_t LeafOffset(const Shape& tuple, int64_t index) {
   int64_t offset = 0;
   for (int64_t i = 0; i < index; ++i) offset += tuple.tuple_shapes(i).LeafCount();
@@ -228,6 +236,7 @@ bool Propagator::SupportsSpatialPartitioning(const HloInstruction* instr, bool a
     case HloOpcode::kReduce:
     case HloOpcode::kReverse:
     case HloOpcode::kCall:
+    case HloOpcode::kConditional:
     case HloOpcode::kSort:
     case HloOpcode::kTopK:
     case HloOpcode::kReduceWindow:
@@ -260,10 +269,20 @@ std::vector<HloInstruction*> Related(
             instr->while_condition()->parameter_instruction(0)};
   }
   if (instr->opcode() == HloOpcode::kCall) return {instr, instr->to_apply()->root_instruction()};
+  if (instr->opcode() == HloOpcode::kConditional) {
+    std::vector<HloInstruction*> related = {instr};
+    for (HloComputation* branch : instr->called_computations()) {
+      related.push_back(branch->root_instruction());
+    }
+    return related;
+  }
   if (instr->opcode() == HloOpcode::kParameter) {
     auto it = computation_map.find(instr->parent());
     if (it != computation_map.end() && it->second->opcode() == HloOpcode::kCall) {
       return {instr, it->second->operand(instr->parameter_number())};
+    }
+    if (it != computation_map.end() && it->second->opcode() == HloOpcode::kConditional) {
+      return {instr, it->second->operand(BranchArgumentIndex(*it->second, *instr->parent()))};
     }
   }
   return {};
@@ -347,7 +366,7 @@ void Propagator::Run() {
 
   for (HloComputation* c : computations_) {
     for (HloInstruction* i : c->instructions()) {
-      if (i->opcode() != HloOpcode::kWhile && i->opcode() != HloOpcode::kCall) continue;
+      if (!RunsCalledComputations(i->opcode())) continue;
       std::vector<HloInstruction*> related = Related(i, computation_map_);
       HloInstruction* sharded = nullptr;
       for (HloInstruction* r : related) {
@@ -414,13 +433,19 @@ void Propagator::Run() {
     std::function<void(HloInstruction*)> agree = [&](HloInstruction* instr) {
       std::vector<HloInstruction*> related;
       const HloOpcode op = instr->opcode();
-      if (op == HloOpcode::kWhile || op == HloOpcode::kCall) {
+      if (RunsCalledComputations(op)) {
         related = Related(instr, computation_map_);
       } else if (op == HloOpcode::kParameter || instr->parent()->root_instruction() == instr) {
         auto it = computation_map_.find(instr->parent());
         if (it != computation_map_.end()) {
-          related = Related(it->second, computation_map_);
-          if (op == HloOpcode::kParameter && it->second->opcode() == HloOpcode::kCall) {
+          // A call's or branch's parameter agrees with its argument; the
+          // result with the root (a while's state with both).
+          const bool argument =
+              op == HloOpcode::kParameter && it->second->opcode() != HloOpcode::kWhile;
+          if (!argument || instr->parent()->root_instruction() == instr) {
+            related = Related(it->second, computation_map_);
+          }
+          if (argument) {
             auto more = Related(instr, computation_map_);
             related.insert(related.end(), more.begin(), more.end());
           }

@@ -1,7 +1,7 @@
 // The partitioner's driver: walks each computation, dispatches per opcode, and
 // reshards every result to its instruction's sharding. Simple ops (parameter,
-// constant, iota, tuple, get-tuple-element, while, elementwise) live here; the
-// others in spmd_partitioner_<kind>.cc.
+// constant, iota, tuple, get-tuple-element, while, conditional, elementwise)
+// live here; the others in spmd_partitioner_<kind>.cc.
 #include "weft/spmd/spmd_partitioner.h"
 
 #include <fmt/format.h>
@@ -24,8 +24,9 @@ HloSharding ShardingOf(const HloInstruction& instr) {
     if (!instr.has_sharding() || !instr.sharding()->IsTuple()) {
       const HloSharding leaf =
           instr.has_sharding() ? NormalizeSharding(*instr.sharding()) : HloSharding::Replicate();
-      WEFT_CHECK(leaf.IsReplicated(), "{}: tiled sharding {} on tuple shape; give one per element",
-                 instr.Describe(), leaf.ToString());
+      WEFT_CHECK(leaf.IsReplicated() || leaf.IsManual(),
+                 "{}: tiled sharding {} on tuple shape; give one per element", instr.Describe(),
+                 leaf.ToString());
       return HloSharding::Tuple(std::vector<HloSharding>(shape.tuple_shapes().size(), leaf));
     }
   }
@@ -174,6 +175,30 @@ PartitionedValue HandleWhile(ComputationPartitioner& p, const HloInstruction& in
   return PartitionedValue{loop, instr.shape(), sharding};
 }
 
+// Each branch partitioned as a computation of its own: its parameter as
+// propagation sharded it (its argument resharded to that), its root to the
+// conditional's sharding, so every branch returns the same local shape. The
+// selector is replicated: every device takes the same branch.
+PartitionedValue HandleConditional(ComputationPartitioner& p, const HloInstruction& instr,
+                                   const HloSharding& sharding) {
+  PartitionContext* context = p.context();
+  std::vector<HloInstruction*> operands = {p.GetAs(instr.operand(0), HloSharding::Replicate()).hlo};
+  std::vector<HloComputation*> branches;
+  for (size_t i = 0; i < instr.called_computations().size(); ++i) {
+    const HloComputation& branch = *instr.called_computations()[i];
+    const HloSharding param = ShardingOf(*branch.parameter_instruction(0));
+    operands.push_back(p.GetAs(instr.operand(i + 1), param).hlo);
+    branches.push_back(context->module->AddComputation(
+        ComputationPartitioner(context, branch, branch.name(), {param}, sharding, false).Run()));
+  }
+  HloAttributes attrs;
+  attrs.backend_config = instr.attrs().backend_config;
+  HloInstruction* conditional =
+      p.b().Add(HloOpcode::kConditional, std::move(operands), std::move(attrs),
+                LocalShapeOf(instr.shape(), sharding), std::move(branches));
+  return PartitionedValue{conditional, instr.shape(), sharding};
+}
+
 }  // namespace
 
 PartitionedValue HandleElementwise(ComputationPartitioner& p, const HloInstruction& instr,
@@ -200,6 +225,7 @@ PartitionedValue HandleReplicated(ComputationPartitioner& p, const HloInstructio
 
 PartitionedValue ComputationPartitioner::Partition(const HloInstruction& instr,
                                                    const HloSharding& sharding) {
+  if (IsManualRegionOp(instr, sharding)) return HandleManualRegionOp(*this, instr, sharding);
   switch (instr.opcode()) {
     case HloOpcode::kParameter: {
       const int64_t number = instr.parameter_number();
@@ -240,6 +266,17 @@ PartitionedValue ComputationPartitioner::Partition(const HloInstruction& instr,
     }
     case HloOpcode::kWhile:
       return HandleWhile(*this, instr, sharding);
+    case HloOpcode::kConditional:
+      return HandleConditional(*this, instr, sharding);
+    case HloOpcode::kRng: {
+      // Drawn whole on every device; its stream stays the unsharded
+      // instruction's (the executor keys it by this name, eval_rng.cc).
+      PartitionedValue v = HandleReplicated(*this, instr);
+      if (v.hlo->attrs().backend_config.empty()) {
+        v.hlo->mutable_attrs().backend_config = RngStreamConfig(instr);
+      }
+      return v;
+    }
     case HloOpcode::kBroadcast:
       return HandleBroadcast(*this, instr, sharding);
     case HloOpcode::kReshape:
@@ -262,6 +299,8 @@ PartitionedValue ComputationPartitioner::Partition(const HloInstruction& instr,
     case HloOpcode::kGather:
       return HandleGather(*this, instr, sharding);
     case HloOpcode::kScatter:
+      // Several operands and updates: replicated (no sharding rule yet).
+      if (instr.operand_count() > 3) return HandleReplicated(*this, instr);
       return HandleScatter(*this, instr, sharding);
     case HloOpcode::kSort:
     case HloOpcode::kTopK:

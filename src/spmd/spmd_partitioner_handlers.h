@@ -96,6 +96,12 @@ PartitionedValue HandleWithDimsWhole(ComputationPartitioner& p, const HloInstruc
 HloSharding Unsplit(const HloSharding& sharding, const std::vector<int64_t>& dims);
 // Any op: operands replicated, the op on whole arrays, result replicated.
 PartitionedValue HandleReplicated(ComputationPartitioner& p, const HloInstruction& instr);
+// Manual regions (spmd_partitioner_manual.cc): whether `instr` is handled
+// there (a Sharding custom call, a region edge, or of sharding {manual}),
+// and its handler.
+bool IsManualRegionOp(const HloInstruction& instr, const HloSharding& sharding);
+PartitionedValue HandleManualRegionOp(ComputationPartitioner& p, const HloInstruction& instr,
+                                      const HloSharding& sharding);
 
 // Whether reduce-scattering a value laid out by `partial` along dim e over
 // `groups` yields `target` (group member k gets chunk k of dim e).

@@ -22,10 +22,11 @@ HloSharding NormalizeSharding(const HloSharding& sharding) {
     for (const HloSharding& e : sharding.tuple_elements()) elements.push_back(NormalizeSharding(e));
     return HloSharding::Tuple(std::move(elements));
   }
-  WEFT_CHECK(!sharding.IsManual() && sharding.SubgroupManualDim() < 0,
-             "manual sharding {} is not supported by the partitioner; partition that region "
-             "by hand before partitioning the rest",
+  WEFT_CHECK(sharding.SubgroupManualDim() < 0,
+             "partly manual sharding {} (last_tile_dims={{manual}}) is not supported by the "
+             "partitioner; make the region manual over all devices",
              sharding.ToString());
+  if (sharding.IsManual()) return sharding;
   WEFT_CHECK(!sharding.IsUnknown(),
              "sharding {} is still unknown; run sharding propagation before partitioning",
              sharding.ToString());

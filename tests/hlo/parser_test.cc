@@ -250,6 +250,69 @@ TEST(ParserTest, SortWindowAndControlOpsRoundTrip) {
   EXPECT_EQ(entry->GetInstruction("cx")->shape().ByteSize(), 16);
 }
 
+// rng and rng-bit-generator print as XLA prints them; u64 is a type.
+TEST(ParserTest, RandomOpsRoundTrip) {
+  const char* text = R"(HloModule rng
+
+ENTRY e {
+  s = u64[2] parameter(0)
+  g = (u64[2], u32[4,3]) rng-bit-generator(s), algorithm=rng_three_fry
+  a = f32[] constant(0)
+  b = f32[] constant(1)
+  u = f32[5] rng(a, b), distribution=rng_normal
+  s3 = u64[3] parameter(1)
+  h = (u64[3], s64[2]) rng-bit-generator(s3), algorithm=rng_philox
+  ROOT t = ((u64[2], u32[4,3]), f32[5], (u64[3], s64[2])) tuple(g, u, h)
+}
+)";
+  std::unique_ptr<HloModule> module = ParseHloModule(text);
+  EXPECT_EQ(PrintModule(*module), text);
+  const HloComputation* entry = module->entry_computation();
+  EXPECT_EQ(entry->GetInstruction("g")->attrs().rng_algorithm, RngAlgorithm::kThreeFry);
+  EXPECT_EQ(entry->GetInstruction("u")->attrs().rng_distribution, RngDistribution::kNormal);
+  EXPECT_EQ(entry->GetInstruction("s")->shape().ByteSize(), 16);
+}
+
+// A bitcast that keeps row-major order on both sides is the reshape it is
+// (size-1 dims may sit anywhere in the layout); one that changes the layout,
+// the element type or the count is refused by name.
+TEST(ParserTest, BitcastIsAReshapeOnlyWhereTheLayoutsAllowIt) {
+  std::unique_ptr<HloModule> module = ParseHloModule(R"(HloModule m
+ENTRY e {
+  x = f32[4,8]{1,0} parameter(0)
+  r = f32[32]{0} bitcast(x)
+  y = f32[4,1,8]{2,1,0} parameter(1)
+  ROOT s = f32[4,8] bitcast(y)
+})");
+  const HloComputation* entry = module->entry_computation();
+  EXPECT_EQ(entry->GetInstruction("r")->opcode(), HloOpcode::kReshape);
+  EXPECT_EQ(entry->GetInstruction("s")->opcode(), HloOpcode::kReshape);
+  EXPECT_EQ(ParseHloModule(R"(HloModule m
+ENTRY e {
+  y = f32[4,1,8]{2,0,1} parameter(0)
+  ROOT s = f32[32] bitcast(y)
+})")
+                ->entry_computation()
+                ->root_instruction()
+                ->opcode(),
+            HloOpcode::kReshape);
+  for (const auto& [text, fragment] : std::vector<std::pair<std::string, std::string>>{
+           {"x = f32[4,8]{0,1} parameter(0)\n  ROOT r = f32[32] bitcast(x)",
+            "bitcast 'r' from f32[4,8]{0,1} to f32[32] is not a reshape: it changes the layout"},
+           {"x = f32[4,8] parameter(0)\n  ROOT r = f32[8,4]{0,1} bitcast(x)",
+            "bitcast 'r' from f32[4,8] to f32[8,4]{0,1} is not a reshape"},
+           {"x = f32[4,8] parameter(0)\n  ROOT r = s32[32] bitcast(x)",
+            "changes the element type or count"}}) {
+    try {
+      ParseHloModule("HloModule m\nENTRY e {\n  " + text + "\n}");
+      ADD_FAILURE() << "accepted " << text;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("before layout assignment"), std::string::npos);
+    }
+  }
+}
+
 TEST(ParserTest, ScanModuleStructure) {
   std::unique_ptr<HloModule> module = ParseHloModule(kScanModule);
   EXPECT_EQ(module->name(), "scan_mlp");

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "weft/hlo/builder.h"
 #include "weft/hlo/computation.h"
 #include "weft/hlo/parser.h"
@@ -53,6 +55,22 @@ TEST(ShapeInferenceTest, Elementwise) {
   HloAttributes cmp;
   cmp.comparison_direction = ComparisonDirection::kGt;
   EXPECT_EQ(infer(HloOpcode::kCompare, {0, 1}, cmp), "pred[4,8]");
+  // compare's type= must fit the operands, as XLA's Comparison::Type.
+  for (const auto& [type, ok_float, ok_s32, ok_pred] :
+       std::vector<std::tuple<std::string, bool, bool, bool>>{
+           {"FLOAT", true, false, false},
+           {"TOTALORDER", true, false, false},
+           {"SIGNED", false, true, false},
+           {"UNSIGNED", false, false, true},
+           {"PARTIALORDER", false, false, false}}) {
+    cmp.comparison_type = type;
+    EXPECT_EQ(infer(HloOpcode::kCompare, {0, 1}, cmp) == "pred[4,8]", ok_float) << type;
+    EXPECT_EQ(infer(HloOpcode::kCompare, {2, 2}, cmp) == "pred[4,8]", ok_s32) << type;
+    EXPECT_EQ(infer(HloOpcode::kCompare, {3, 3}, cmp) == "pred[4,8]", ok_pred) << type;
+  }
+  cmp.comparison_type = "SIGNED";
+  EXPECT_TRUE(Contains(infer(HloOpcode::kCompare, {0, 1}, cmp),
+                       "compare type=SIGNED does not fit f32 operands"));
   EXPECT_EQ(infer(HloOpcode::kSelect, {3, 0, 1}), "f32[4,8]");
   EXPECT_EQ(infer(HloOpcode::kSelect, {5, 0, 1}), "f32[4,8]");  // scalar predicate
   EXPECT_TRUE(Contains(infer(HloOpcode::kAdd, {0, 4}), "same shape, got f32[4,8] and f32[8]"));

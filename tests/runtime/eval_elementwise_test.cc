@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -135,6 +136,68 @@ TEST(EvalElementwiseTest, CompareEveryDirectionOnFloatsAndIntegers) {
                                    : x >= y);
       }
       ExpectEqual(out["c"], want, shape + " " + d);
+    }
+  }
+}
+
+// The values of TotalOrderValues() in XLA's total order, each paired with
+// each: a[i*n + j] = v[i], b[i*n + j] = v[j].
+std::vector<double> TotalOrderValues() {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  return {-nan, -inf, -2.5, -0.25, -0.0, 0.0, 0.25, 3, inf, nan};
+}
+
+bool HoldsOnRanks(const std::string& d, size_t x, size_t y) {
+  return d == "EQ"   ? x == y
+         : d == "NE" ? x != y
+         : d == "LT" ? x < y
+         : d == "LE" ? x <= y
+         : d == "GT" ? x > y
+                     : x >= y;
+}
+
+// type=TOTALORDER orders -NaN < -inf < ... < -0 < +0 < ... < inf < +NaN
+// with EQ on equal bits only (-0 != +0, NaN == NaN); the default (FLOAT)
+// is IEEE's partial order (-0 == +0, NaN unordered).
+TEST(EvalElementwiseTest, CompareTotalOrderOrdersSignedZerosAndNans) {
+  const std::vector<double> v = TotalOrderValues();
+  const size_t n = v.size();
+  std::vector<double> a, b;
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      a.push_back(v[i]);
+      b.push_back(v[j]);
+    }
+  }
+  for (const char* type : {"f32", "bf16", "f16", "f64"}) {
+    const std::string shape = fmt::format("{}[{}]", type, n * n);
+    for (const char* dir : {"EQ", "NE", "LT", "LE", "GT", "GE"}) {
+      const std::string text = fmt::format(
+          "HloModule m\nENTRY e {{\n  a = {0} parameter(0)\n  b = {0} parameter(1)\n"
+          "  t = pred[{1}] compare(a, b), direction={2}, type=TOTALORDER\n"
+          "  f = pred[{1}] compare(a, b), direction={2}, type=FLOAT\n"
+          "  ROOT r = (pred[{1}], pred[{1}]) tuple(t, f)\n}}\n",
+          shape, n * n, dir);
+      const HostTensor ta = HostTensor::FromDoubles(ParseShape(shape), a);
+      const HostTensor tb = HostTensor::FromDoubles(ParseShape(shape), b);
+      auto out = RunNamed(text, {ta, tb}, {"t", "f"});
+      std::vector<double> total, ieee;
+      for (size_t i = 0; i < n; ++i) {
+        for (size_t j = 0; j < n; ++j) {
+          total.push_back(HoldsOnRanks(dir, i, j));
+          const double x = v[i], y = v[j];
+          const std::string d = dir;
+          ieee.push_back(d == "EQ"   ? x == y
+                         : d == "NE" ? x != y
+                         : d == "LT" ? x < y
+                         : d == "LE" ? x <= y
+                         : d == "GT" ? x > y
+                                     : x >= y);
+        }
+      }
+      ExpectEqual(out["t"], total, shape + " TOTALORDER " + dir);
+      ExpectEqual(out["f"], ieee, shape + " FLOAT " + dir);
     }
   }
 }

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -256,6 +257,36 @@ TEST(EvalFusion, IotaConvertsAndIntegers) {
     c.result = "f32[6,50,41]";
     SCOPED_TRACE(d);
     ExpectSameBits(c, 11 + static_cast<uint32_t>(d));
+  }
+}
+
+// compare's type=TOTALORDER inside a fusion: -NaN < -inf < ... < -0 < +0
+// < ... < inf < +NaN (bf16 widened to f32 keeps the order), as unfused.
+TEST(EvalFusion, CompareInTotalOrder) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> v = {-nan, -inf, -2.5, -0.25, -0.0, 0.0, 0.25, 3, inf, nan};
+  const size_t n = v.size();
+  std::vector<double> a, b, want;
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      a.push_back(v[i]);
+      b.push_back(v[j]);
+      want.push_back(i < j ? 1 : 0);  // LT on ranks; a float compare would differ at -0/+0 and NaN
+    }
+  }
+  for (const char* type : {"f32", "bf16"}) {
+    const std::string shape = fmt::format("{}[{}]", type, n * n);
+    Case c;
+    c.params = {shape, shape};
+    c.body = {fmt::format("lt = pred[{}] compare(p0, p1), direction=LT, type=TOTALORDER", n * n),
+              fmt::format("ROOT r = s32[{}] convert(lt)", n * n)};
+    c.result = fmt::format("s32[{}]", n * n);
+    const HostTensor ta = HostTensor::FromDoubles(ParseShape(shape), a);
+    const HostTensor tb = HostTensor::FromDoubles(ParseShape(shape), b);
+    const HostTensor got = testing::Run(*Parse(Fused(c)), {ta.Clone(), tb.Clone()}).at(0);
+    testing::ExpectEqual(got, want, shape);
+    ExpectSameBits(c, 21);
   }
 }
 

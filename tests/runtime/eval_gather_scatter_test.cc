@@ -199,6 +199,81 @@ ENTRY e {
   ExpectEqual(out["si"], si);
 }
 
+// Variadic scatter: two operands (values and their source positions) and
+// two updates, combined by a tuple-returning max-with-position (ties keep
+// the lower position), rows clamped out of bounds dropped; and an operand
+// that is also an update (the result must not overwrite what it reads).
+TEST(EvalGatherScatterTest, VariadicScatterCombinesTuples) {
+  const char* text = R"(HloModule m
+argmax {
+  v0 = f32[] parameter(0)
+  i0 = s32[] parameter(1)
+  v1 = f32[] parameter(2)
+  i1 = s32[] parameter(3)
+  gt = pred[] compare(v1, v0), direction=GT
+  eq = pred[] compare(v1, v0), direction=EQ
+  lt = pred[] compare(i1, i0), direction=LT
+  tie = pred[] and(eq, lt)
+  take = pred[] or(gt, tie)
+  v = f32[] select(take, v1, v0)
+  i = s32[] select(take, i1, i0)
+  ROOT r = (f32[], s32[]) tuple(v, i)
+}
+ENTRY e {
+  vals = f32[5,3] parameter(0)
+  pos = s32[5,3] parameter(1)
+  idx = s32[7,1] parameter(2)
+  uv = f32[7,3] parameter(3)
+  up = s32[7,3] parameter(4)
+  s = (f32[5,3], s32[5,3]) scatter(vals, pos, idx, uv, up), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=argmax
+  sv = f32[5,3] get-tuple-element(s), index=0
+  si = s32[5,3] get-tuple-element(s), index=1
+  idx5 = s32[5,1] slice(idx), slice={[0:5], [0:1]}
+  self = (f32[5,3], s32[5,3]) scatter(vals, pos, idx5, vals, pos), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=argmax
+  tv = f32[5,3] get-tuple-element(self), index=0
+  ti = s32[5,3] get-tuple-element(self), index=1
+  ROOT r = (f32[5,3], s32[5,3], f32[5,3], s32[5,3]) tuple(sv, si, tv, ti)
+})";
+  std::mt19937 rng(31);
+  const HostTensor vals = Random("f32[5,3]", rng);
+  const HostTensor pos = Random("s32[5,3]", rng, 0, 20);
+  // Rows -1 and 5 are out of bounds (dropped); repeats combine.
+  const HostTensor idx =
+      HostTensor::FromDoubles(ParseShape("s32[7,1]"), std::vector<double>{2, 0, 2, -1, 5, 4, 0});
+  HostTensor uv = Random("f32[7,3]", rng);
+  {  // a tie with the operand's value at row 2, column 1
+    std::vector<double> v = uv.ToDoubles();
+    v[0 * 3 + 1] = vals.GetDouble(2 * 3 + 1);
+    uv = HostTensor::FromDoubles(uv.shape(), v);
+  }
+  const HostTensor up = Random("s32[7,3]", rng, 0, 20);
+  const std::vector<HostTensor> out = testing::RunText(text, {vals, pos, idx, uv, up});
+  ASSERT_EQ(out.size(), 4u);
+  auto combine = [](double& v0, double& i0, double v1, double i1) {
+    if (v1 > v0 || (v1 == v0 && i1 < i0)) {
+      v0 = v1;
+      i0 = i1;
+    }
+  };
+  std::vector<double> wv = vals.ToDoubles(), wi = pos.ToDoubles();
+  std::vector<double> tv = wv, ti = wi;
+  for (int64_t p = 0; p < 7; ++p) {
+    const int64_t row = static_cast<int64_t>(idx.GetDouble(p));
+    if (row < 0 || row >= 5) continue;
+    for (int64_t c = 0; c < 3; ++c) {
+      combine(wv[row * 3 + c], wi[row * 3 + c], uv.GetDouble(p * 3 + c), up.GetDouble(p * 3 + c));
+      if (p < 5) {  // updates = the operands themselves, their first five rows
+        combine(tv[row * 3 + c], ti[row * 3 + c], vals.GetDouble(p * 3 + c),
+                pos.GetDouble(p * 3 + c));
+      }
+    }
+  }
+  ExpectEqual(out[0], wv, "values");
+  ExpectEqual(out[1], wi, "positions");
+  ExpectEqual(out[2], tv, "values scattered into themselves");
+  ExpectEqual(out[3], ti, "positions scattered into themselves");
+}
+
 TEST(EvalGatherScatterTest, FloatIndicesAreRejected) {
   const char* text = R"(HloModule m
 ENTRY e {

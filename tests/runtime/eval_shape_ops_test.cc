@@ -236,5 +236,31 @@ ENTRY e {
   ExpectEqual(out["r"], Gather(x, {3, 4, 2}, [](auto i) { return std::vector<int64_t>{2 - i[0], i[1], 1 - i[2]}; }));
 }
 
+// Tokens thread through after-all (from nothing, one or several tokens), a
+// token parameter and the root: they hold no bytes and the data beside them
+// is computed as if they were absent.
+TEST(EvalShapeOpsTest, AfterAllMakesTokensThatThreadThroughTheProgram) {
+  const char* text = R"(HloModule tokens
+ENTRY e {
+  x = f32[6] parameter(0)
+  given = token[] parameter(1)
+  t0 = token[] after-all()
+  n = f32[6] negate(x)
+  t1 = token[] after-all(t0)
+  t2 = token[] after-all(t0, t1, given)
+  ROOT r = (f32[6], token[]) tuple(n, t2)
+})";
+  std::mt19937 rng(5);
+  const HostTensor x = Random("f32[6]", rng);
+  const std::vector<HostTensor> out =
+      testing::RunText(text, {x, HostTensor(Shape::Scalar(PrimitiveType::kToken))});
+  ASSERT_EQ(out.size(), 2u);
+  std::vector<double> want;
+  for (double v : x.ToDoubles()) want.push_back(-v);
+  ExpectEqual(out[0], want);
+  EXPECT_EQ(out[1].shape(), Shape::Scalar(PrimitiveType::kToken));
+  EXPECT_EQ(out[1].byte_size(), 0);
+}
+
 }  // namespace
 }  // namespace weft::runtime

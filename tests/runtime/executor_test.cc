@@ -195,6 +195,145 @@ ENTRY e {
   ExpectEqual(out[2], x.ToDoubles());
 }
 
+// conditional with a predicate: true runs true_computation on the first
+// branch argument (here a tuple), false the other on its own argument.
+TEST(ExecutorTest, ConditionalOnAPredicateRunsTheChosenBranchOnItsArgument) {
+  const char* text = R"(HloModule cond_pred
+on_true {
+  t = (f32[5,3], f32[3]) parameter(0)
+  x = f32[5,3] get-tuple-element(t), index=0
+  b = f32[3] get-tuple-element(t), index=1
+  bb = f32[5,3] broadcast(b), dimensions={1}
+  s = f32[5,3] add(x, bb)
+  ROOT r = f32[5,3] tanh(s)
+}
+on_false {
+  y = f32[5,3] parameter(0)
+  ROOT r = f32[5,3] exponential(y)
+}
+ENTRY e {
+  p = pred[] parameter(0)
+  x = f32[5,3] parameter(1)
+  b = f32[3] parameter(2)
+  y = f32[5,3] parameter(3)
+  t = (f32[5,3], f32[3]) tuple(x, b)
+  ROOT c = f32[5,3] conditional(p, t, y), true_computation=on_true, false_computation=on_false
+})";
+  auto module = testing::Parse(text);
+  std::mt19937 rng(11);
+  const HostTensor x = Random("f32[5,3]", rng), b = Random("f32[3]", rng),
+                   y = Random("f32[5,3]", rng);
+  for (bool p : {true, false}) {
+    const HostTensor pred = HostTensor::Scalar(PrimitiveType::kPred, p ? 1 : 0);
+    std::vector<double> want;
+    for (int64_t i = 0; i < 15; ++i) {
+      want.push_back(p ? std::tanh(x.GetDouble(i) + b.GetDouble(i % 3)) : std::exp(y.GetDouble(i)));
+    }
+    ExpectNear(testing::Run(*module, {pred, x, b, y})[0], want, 1e-6, 0,
+               p ? "true branch" : "false branch");
+  }
+}
+
+// branch_computations: index i runs branch i; an index outside [0, N)
+// runs the last branch, as XLA defines it. A branch may return its
+// parameter (the result is then a copy of the argument).
+TEST(ExecutorTest, ConditionalOnABranchIndexRunsTheLastBranchOutOfRange) {
+  const char* text = R"(HloModule cond_index
+b0 {
+  x = f32[4] parameter(0)
+  n = f32[4] negate(x)
+  k = s32[] constant(0)
+  ROOT r = (f32[4], s32[]) tuple(n, k)
+}
+b1 {
+  x = f32[4] parameter(0)
+  m = f32[4] multiply(x, x)
+  k = s32[] constant(1)
+  ROOT r = (f32[4], s32[]) tuple(m, k)
+}
+b2 {
+  x = f32[4] parameter(0)
+  k = s32[] constant(2)
+  ROOT r = (f32[4], s32[]) tuple(x, k)
+}
+ENTRY e {
+  i = s32[] parameter(0)
+  x = f32[4] parameter(1)
+  y = f32[4] parameter(2)
+  z = f32[4] parameter(3)
+  ROOT c = (f32[4], s32[]) conditional(i, x, y, z), branch_computations={b0, b1, b2}
+})";
+  auto module = testing::Parse(text);
+  std::mt19937 rng(12);
+  const std::vector<HostTensor> args = {Random("f32[4]", rng), Random("f32[4]", rng),
+                                        Random("f32[4]", rng)};
+  for (const auto& [index, branch] :
+       std::vector<std::pair<int, int>>{{0, 0}, {1, 1}, {2, 2}, {-3, 2}, {7, 2}}) {
+    const std::vector<HostTensor> out = testing::Run(
+        *module, {HostTensor::Scalar(PrimitiveType::kS32, index), args[0], args[1], args[2]});
+    ASSERT_EQ(out.size(), 2u);
+    std::vector<double> want;
+    for (int64_t k = 0; k < 4; ++k) {
+      const double v = args[branch].GetDouble(k);
+      want.push_back(branch == 0 ? -v : branch == 1 ? static_cast<float>(v * v) : v);
+    }
+    const std::string what = "index " + std::to_string(index);
+    ExpectEqual(out[0], want, what);
+    ExpectEqual(out[1], {static_cast<double>(branch)}, what);
+  }
+}
+
+// A conditional in a while body: the branch's region nests in the body's,
+// and the carry is updated by whichever branch ran on each trip.
+TEST(ExecutorTest, ConditionalInsideAWhileBodyAlternatesBranches) {
+  const char* text = R"(HloModule cond_loop
+double {
+  a = f32[8] parameter(0)
+  ROOT d = f32[8] add(a, a)
+}
+plus_one {
+  a = f32[8] parameter(0)
+  one = f32[] constant(1)
+  ones = f32[8] broadcast(one), dimensions={}
+  ROOT s = f32[8] add(a, ones)
+}
+cond {
+  s = (s32[], f32[8]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(6)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+body {
+  s = (s32[], f32[8]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  acc = f32[8] get-tuple-element(s), index=1
+  two = s32[] constant(2)
+  r = s32[] remainder(i, two)
+  zero = s32[] constant(0)
+  even = pred[] compare(r, zero), direction=EQ
+  next = f32[8] conditional(even, acc, acc), true_computation=double, false_computation=plus_one
+  one = s32[] constant(1)
+  i2 = s32[] add(i, one)
+  ROOT t = (s32[], f32[8]) tuple(i2, next)
+}
+ENTRY e {
+  x = f32[8] parameter(0)
+  zero = s32[] constant(0)
+  init = (s32[], f32[8]) tuple(zero, x)
+  loop = (s32[], f32[8]) while(init), condition=cond, body=body
+  ROOT out = f32[8] get-tuple-element(loop), index=1
+})";
+  std::mt19937 rng(13);
+  const HostTensor x = Random("f32[8]", rng);
+  std::vector<double> want;
+  for (int64_t k = 0; k < 8; ++k) {
+    double v = x.GetDouble(k);
+    for (int trip = 0; trip < 6; ++trip) v = trip % 2 == 0 ? 2 * v : v + 1;
+    want.push_back(v);
+  }
+  ExpectNear(testing::RunText(text, {x})[0], want, 1e-6, 0);
+}
+
 // A root tuple may name one value several times (autodiff's gradients of
 // two weights that share a cotangent): every output gets the value.
 TEST(ExecutorTest, AValueNamedTwiceInTheRootIsReturnedTwice) {

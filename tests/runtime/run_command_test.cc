@@ -19,6 +19,7 @@
 
 #include "../hlo/hostile_hlo.h"
 #include "partitioner_random.h"
+#include "sharded_run_test_util.h"
 #include "weft/base/error.h"
 #include "weft/base/memory.h"
 #include "weft/hlo/opcode.h"
@@ -35,27 +36,7 @@ using compiler::CompileForDevices;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// Max relative error per output of the sharded run (n devices) against the
-// unsharded module, on seeded inputs.
-std::vector<double> ShardedVsUnsharded(const std::string& text, int64_t n, uint64_t seed,
-                                       CompiledProgram* compiled = nullptr) {
-  std::unique_ptr<HloModule> module = ParseHloModule(text);
-  CompiledProgram program = CompileForDevices(*module, {.num_devices = n});
-  const std::vector<HostTensor> inputs =
-      RandomInputs(program.input_shapes, seed, InputIntegerRanges(*module));
-  LocalCluster cluster(n);
-  const std::vector<HostTensor> sharded = RunSharded(program, inputs, cluster, nullptr, {}, kNaN);
-  Executor reference(*module);
-  const std::vector<HostTensor> expected =
-      reference.Run(std::vector<HostTensor>(inputs.begin(), inputs.end()));
-  EXPECT_EQ(sharded.size(), expected.size());
-  std::vector<double> errors;
-  for (size_t i = 0; i < std::min(sharded.size(), expected.size()); ++i) {
-    errors.push_back(MaxRelativeError(sharded[i], expected[i]));
-  }
-  if (compiled != nullptr) *compiled = std::move(program);
-  return errors;
-}
+using weft::testing::ShardedVsUnsharded;
 
 void ExpectClose(const std::vector<double>& errors, double tolerance, const std::string& what) {
   for (size_t i = 0; i < errors.size(); ++i) {

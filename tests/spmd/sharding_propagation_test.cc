@@ -267,6 +267,68 @@ ENTRY main {
   EXPECT_SHARDING(p, "h", "{devices=[4,1]<=[4]}");
 }
 
+// conditional: a branch's parameter takes its argument's sharding (and an
+// argument without one the branch parameter's), the result agrees with the
+// branches' roots, also for a second conditional sharing the branches.
+TEST(ShardingPropagationTest, ConditionalBranchesAgreeWithArgumentsAndResult) {
+  auto p = Propagate(R"(HloModule m, num_partitions=4
+on_true {
+  t_x = f32[8,16] parameter(0)
+  ROOT t_r = f32[8,16] tanh(t_x)
+}
+on_false {
+  f_y = f32[8,16] parameter(0)
+  ROOT f_r = f32[8,16] exponential(f_y)
+}
+other {
+  o_x = f32[8,16] parameter(0), sharding={devices=[1,4]<=[4]}
+  ROOT o_r = f32[8,16] negate(o_x)
+}
+ENTRY main {
+  pred = pred[] parameter(0), sharding={replicated}
+  x = f32[8,16] parameter(1), sharding={devices=[4,1]<=[4]}
+  y = f32[8,16] parameter(2)
+  yy = f32[8,16] negate(y)
+  c = f32[8,16] conditional(pred, x, x), true_computation=on_true, false_computation=on_false
+  d = f32[8,16] conditional(pred, x, x), true_computation=on_true, false_computation=on_false
+  i = s32[] parameter(3), sharding={replicated}
+  e = f32[8,16] conditional(i, yy), branch_computations={other}
+  ROOT r = (f32[8,16], f32[8,16], f32[8,16]) tuple(c, d, e)
+}
+)");
+  for (const char* name : {"t_x", "t_r", "f_y", "f_r", "c", "d"}) {
+    EXPECT_SHARDING(p, name, "{devices=[4,1]<=[4]}");
+  }
+  // Backward into the argument from the branch's annotated parameter.
+  EXPECT_SHARDING(p, "yy", "{devices=[1,4]<=[4]}");
+  EXPECT_SHARDING(p, "e", "{devices=[1,4]<=[4]}");
+}
+
+// Backward into a reduce-window's operand: the result's split of the dims
+// the window does not move along reaches the operand; a split of the moving
+// dim does not (it is replicated there instead).
+TEST(ShardingPropagationTest, ReduceWindowOperandTakesTheResultsSplitOfItsStillDims) {
+  auto p = Propagate(R"(HloModule m, num_partitions=4
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY main {
+  x = f32[8,16] parameter(0)
+  e = f32[8,16] exponential(x)
+  z = f32[] constant(0)
+  rw = f32[8,15] reduce-window(e, z), window={size=1x2}, to_apply=add, sharding={devices=[2,2]<=[4]}
+  y = f32[8,16] parameter(1)
+  f = f32[8,16] exponential(y)
+  rv = f32[4,16] reduce-window(f, z), window={size=2x1 stride=2x1}, to_apply=add, sharding={devices=[1,4]<=[4]}
+  ROOT t = (f32[8,15], f32[4,16]) tuple(rw, rv)
+}
+)");
+  EXPECT_SHARDING(p, "e", "{devices=[2,1,2]<=[4] last_tile_dim_replicate}");
+  EXPECT_SHARDING(p, "f", "{devices=[1,4]<=[4]}");
+}
+
 TEST(ShardingPropagationTest, TupleAndGetTupleElement) {
   auto p = Propagate(Module(R"(
   a = f32[8] parameter(0), sharding={devices=[4]<=[4]}

@@ -15,35 +15,14 @@
 
 #include <limits>
 
+#include "sharded_run_test_util.h"
 #include "weft/hlo/parser.h"
-#include "weft/hlo/printer.h"
-#include "weft/runtime/run_command.h"
 
 namespace weft {
 namespace {
 
 using runtime::HostTensor;
-
-// Compiles `text` for n devices, runs it sharded and unsharded on random
-// inputs drawn as `weft run` draws them, and expects equal outputs.
-compiler::CompiledProgram ExpectShardedMatches(const std::string& text, int64_t n, uint64_t seed) {
-  std::unique_ptr<HloModule> module = ParseHloModule(text);
-  compiler::CompiledProgram program = compiler::CompileForDevices(*module, {.num_devices = n});
-  const std::vector<HostTensor> inputs =
-      runtime::RandomInputs(program.input_shapes, seed, runtime::InputIntegerRanges(*module));
-  runtime::LocalCluster cluster(n);
-  const std::vector<HostTensor> sharded = runtime::RunSharded(
-      program, inputs, cluster, nullptr, {}, std::numeric_limits<double>::quiet_NaN());
-  runtime::Executor reference(*module);
-  const std::vector<HostTensor> whole =
-      reference.Run(std::vector<HostTensor>(inputs.begin(), inputs.end()));
-  EXPECT_EQ(sharded.size(), whole.size());
-  for (size_t i = 0; i < std::min(sharded.size(), whole.size()); ++i) {
-    EXPECT_EQ(runtime::MaxRelativeError(sharded[i], whole[i]), 0) << "output " << i;
-  }
-  if (::testing::Test::HasFailure()) ADD_FAILURE() << PrintModule(*program.program);
-  return program;
-}
+using testing::ExpectShardedMatches;
 
 // The dims of operand `k` of the per-device program's first `opcode`.
 std::vector<int64_t> LocalOperandDims(const compiler::CompiledProgram& program, HloOpcode opcode,

@@ -1,8 +1,10 @@
 #include "weft/spmd/spmd_partitioner.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "partitioner_test_util.h"
+#include "sharded_run_test_util.h"
 
 namespace weft::spmd_test {
 namespace {
@@ -217,6 +219,144 @@ ENTRY main {
   auto m = ExpectShardedEqualsUnsharded(text, 4);
   EXPECT_EQ(CountCollectives(*m), 0);
   EXPECT_EQ(FindNamed(*m, "loop")->shape(), ParseShape("(s32[], f32[2,6], f32[3,2,6])"));
+}
+
+// conditional: each branch is partitioned as its own computation (its
+// parameter as propagation shards it, its root to the conditional's
+// sharding), the selector replicated. Both branches run (two conditionals
+// on p and not p), on 2-8 devices with uneven rows, partial replication and
+// an odd device order; the per-device program keeps the rows split.
+TEST(SpmdPartitionerTest, ConditionalBranchesArePartitionedAndAgreeWithTheUnshardedRun) {
+  struct Case {
+    int64_t n;
+    std::string sharding;  // of x and y, f32[10, .]
+    int64_t rows, cols;    // of y per device
+  };
+  const std::vector<Case> cases = {
+      {2, "{devices=[2,1]<=[2]}", 5, 4},
+      {3, "{devices=[3,1]<=[3]}", 4, 4},
+      {4, "{devices=[2,2]0,2,1,3}", 5, 2},
+      {8, "{devices=[4,1,2]<=[8] last_tile_dim_replicate}", 3, 4},
+  };
+  for (const Case& c : cases) {
+    for (uint64_t seed : {1, 2, 3}) {
+      SCOPED_TRACE(fmt::format("n={} {} seed {}", c.n, c.sharding, seed));
+      const std::string text = fmt::format(R"(HloModule cond
+add {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}}
+on_true {{
+  t = (f32[10,6], f32[6,4]) parameter(0)
+  x = f32[10,6] get-tuple-element(t), index=0
+  w = f32[6,4] get-tuple-element(t), index=1
+  d = f32[10,4] dot(x, w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  ROOT r = f32[10,4] tanh(d)
+}}
+on_false {{
+  y = f32[10,4] parameter(0)
+  z = f32[] constant(0)
+  s = f32[10] reduce(y, z), dimensions={{1}}, to_apply=add
+  sb = f32[10,4] broadcast(s), dimensions={{0}}
+  ROOT r = f32[10,4] subtract(y, sb)
+}}
+ENTRY e {{
+  x = f32[10,6] parameter(0), sharding={0}
+  w = f32[6,4] parameter(1), sharding={{replicated}}
+  y = f32[10,4] parameter(2), sharding={0}
+  p = pred[] parameter(3)
+  t = (f32[10,6], f32[6,4]) tuple(x, w)
+  c1 = f32[10,4] conditional(p, t, y), true_computation=on_true, false_computation=on_false
+  q = pred[] not(p)
+  c2 = f32[10,4] conditional(q, t, y), true_computation=on_true, false_computation=on_false
+  ROOT r = (f32[10,4], f32[10,4]) tuple(c1, c2)
+}}
+)",
+                                           c.sharding);
+      const compiler::CompiledProgram program =
+          testing::ExpectShardedMatches(text, c.n, seed, 1e-6);
+      int conditionals = 0;
+      for (const HloInstruction* i : program.program->entry_computation()->instructions()) {
+        if (i->opcode() != HloOpcode::kConditional) continue;
+        ++conditionals;
+        EXPECT_EQ(i->operand(2)->shape().dimensions(), (std::vector<int64_t>{c.rows, c.cols}));
+        EXPECT_EQ(i->shape().dimensions(0), c.rows) << "the result stays split";
+      }
+      EXPECT_EQ(conditionals, 2);
+    }
+  }
+}
+
+// branch_computations with the index drawn over [-2, N+1] (out of range
+// runs the last branch); a branch whose parameter is annotated otherwise
+// than its argument gets the argument resharded, and a branch that
+// reduces over the split dim all-reduces inside the branch.
+TEST(SpmdPartitionerTest, ConditionalOnABranchIndexReshardsArgumentsToTheBranches) {
+  for (int64_t n : {2, 4, 8}) {
+    for (uint64_t seed : {1, 2, 3, 4}) {
+      SCOPED_TRACE(fmt::format("n={} seed {}", n, seed));
+      const std::string text = fmt::format(R"(HloModule cond_index
+add {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}}
+b0 {{
+  x = f32[12,5] parameter(0), sharding={{devices=[1,{0}]<=[{0}]}}
+  ROOT e = f32[12,5] exponential(x)
+}}
+b1 {{
+  x = f32[12,5] parameter(0)
+  z = f32[] constant(0)
+  s = f32[5] reduce(x, z), dimensions={{0}}, to_apply=add
+  ROOT b = f32[12,5] broadcast(s), dimensions={{1}}
+}}
+b2 {{
+  ROOT x = f32[12,5] parameter(0)
+}}
+ENTRY e {{
+  i = s32[] parameter(0)
+  x = f32[12,5] parameter(1), sharding={{devices=[{0},1]<=[{0}]}}
+  c = f32[12,5] conditional(i, x, x, x), branch_computations={{b0, b1, b2}}, sharding={{devices=[{0},1]<=[{0}]}}
+  one = s32[] constant(1)
+  d = f32[12,5] conditional(one, x, x, x), branch_computations={{b0, b1, b2}}
+  ROOT r = (f32[12,5], f32[12,5]) tuple(c, d)
+}}
+)",
+                                           n);
+      testing::ExpectShardedMatches(text, n, seed, 1e-6);
+    }
+  }
+}
+
+// rng-bit-generator and rng run replicated (every device draws the whole
+// value from the same state or key and keeps its piece), so a sharded run
+// gives the unsharded bits; the results feed sharded elementwise ops.
+TEST(SpmdPartitionerTest, RandomNumbersAreTheUnshardedOnesOnEveryMesh) {
+  for (int64_t n : {2, 3, 4, 8}) {
+    for (const char* algorithm : {"rng_philox", "rng_three_fry", "rng_default"}) {
+      SCOPED_TRACE(fmt::format("n={} {}", n, algorithm));
+      const std::string text = fmt::format(R"(HloModule rng
+ENTRY e {{
+  s = u64[2] parameter(0)
+  x = f32[12,5] parameter(1), sharding={{devices=[{0},1]<=[{0}]}}
+  g = (u64[2], u32[12,5]) rng-bit-generator(s), algorithm={1}, sharding={{{{replicated}}, {{devices=[{0},1]<=[{0}]}}}}
+  bits = u32[12,5] get-tuple-element(g), index=1
+  f = f32[12,5] convert(bits)
+  y = f32[12,5] add(f, x), sharding={{devices=[{0},1]<=[{0}]}}
+  lo = f32[] constant(-1)
+  hi = f32[] constant(1)
+  u = f32[12,5] rng(lo, hi), distribution=rng_uniform, sharding={{devices=[1,{0}]<=[{0}]}}
+  z = f32[12,5] multiply(u, x)
+  ns = u64[2] get-tuple-element(g), index=0
+  ROOT r = (u32[12,5], f32[12,5], f32[12,5], u64[2]) tuple(bits, y, z, ns)
+}}
+)",
+                                           n, algorithm);
+      testing::ExpectShardedMatches(text, n, 7);
+    }
+  }
 }
 
 TEST(SpmdPartitionerTest, ErrorsNameTheInstruction) {

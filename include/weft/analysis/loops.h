@@ -22,7 +22,8 @@ namespace weft::analysis {
 int64_t WhileTripCount(const HloInstruction& while_instr);
 
 // Runs per execution of the entry for every computation reached through
-// while and call (reducers and other to_apply computations are not listed).
+// while, call and conditional (every branch of a conditional counts once:
+// an upper bound; reducers and other to_apply computations are not listed).
 std::unordered_map<const HloComputation*, int64_t> ComputationRunCounts(const HloModule& module);
 
 }  // namespace weft::analysis

@@ -59,4 +59,16 @@ inline constexpr const char* kFlexAttentionBackwardTarget = "weft.flex_attention
 // greater-than) is checked, not interpreted.
 inline constexpr const char* kTopKTarget = "TopK";
 
+// XLA's sharding annotations and the edges of a manual region (what
+// jax.shard_map emits): custom-call(x), custom_call_target="Sharding" pins
+// x's sharding (an identity on values); "SPMDFullToShardShape" takes a value
+// of a tiled sharding to its per-device piece, a value of sharding {manual}
+// whose shape is the piece's; "SPMDShardToFullShape" takes the per-device
+// pieces back to the full value of the instruction's tiled sharding. Between
+// the two, instructions of sharding {manual} run per device as written (the
+// partitioner passes them through, collectives included).
+inline constexpr const char* kShardingTarget = "Sharding";
+inline constexpr const char* kFullToShardTarget = "SPMDFullToShardShape";
+inline constexpr const char* kShardToFullTarget = "SPMDShardToFullShape";
+
 }  // namespace weft

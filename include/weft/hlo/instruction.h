@@ -18,6 +18,7 @@
 namespace weft {
 
 class HloComputation;
+class HloInstruction;
 
 enum class ComparisonDirection { kEq, kNe, kLt, kLe, kGt, kGe };
 std::string_view ComparisonDirectionString(ComparisonDirection direction);  // "LT"
@@ -41,6 +42,21 @@ bool Holds(ComparisonDirection direction, T a, T b) {
   }
   return false;
 }
+
+// rng-bit-generator's algorithm= (XLA's rng_default, rng_three_fry,
+// rng_philox) and rng's distribution= (rng_uniform, rng_normal).
+enum class RngAlgorithm { kDefault, kThreeFry, kPhilox };
+std::string_view RngAlgorithmString(RngAlgorithm algorithm);  // "rng_philox"
+std::optional<RngAlgorithm> StringToRngAlgorithm(std::string_view name);
+enum class RngDistribution { kUniform, kNormal };
+// rng's numbers are weft's own (XLA leaves them to the implementation): a
+// stream keyed by the name in its backend_config "rng_stream=NAME", or by
+// the instruction's own name without one. The partitioner writes the
+// unsharded instruction's name there, so devices draw its numbers.
+std::string RngStreamConfig(const HloInstruction& rng);
+std::string_view RngStreamName(const HloInstruction& rng);
+std::string_view RngDistributionString(RngDistribution distribution);  // "rng_uniform"
+std::optional<RngDistribution> StringToRngDistribution(std::string_view name);
 
 // fusion's kind= (XLA's names: "kLoop", "kInput", "kOutput", "kCustom").
 // weft's passes make kLoop fusions (weft/compiler/fusion.h); all four parse.
@@ -121,6 +137,8 @@ struct HloAttributes {
   int64_t k = 0;                                                        // topk
   bool largest = true;                                                  // topk
   std::vector<WindowDim> window;  // reduce-window, select-and-scatter
+  RngAlgorithm rng_algorithm = RngAlgorithm::kDefault;           // rng-bit-generator
+  RngDistribution rng_distribution = RngDistribution::kUniform;  // rng
   // Collectives: device groups ({} = all), channel, global ids.
   std::vector<std::vector<int64_t>> replica_groups;
   std::optional<int64_t> channel_id;

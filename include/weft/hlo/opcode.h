@@ -63,6 +63,8 @@ namespace weft {
   X(kReplicaId, "replica-id")                    \
   X(kReshape, "reshape")                         \
   X(kReverse, "reverse")                         \
+  X(kRng, "rng")                                 \
+  X(kRngBitGenerator, "rng-bit-generator")       \
   X(kRsqrt, "rsqrt")                             \
   X(kScatter, "scatter")                         \
   X(kSelect, "select")                           \
@@ -100,5 +102,9 @@ bool IsElementwiseBinary(HloOpcode opcode);
 bool IsElementwise(HloOpcode opcode);
 // Ops that talk to other devices.
 bool IsCollective(HloOpcode opcode);
+// while, call, conditional: their called computations are programs the
+// executor runs (with buffers of their own), not scalar functions applied
+// per element (reduce, sort, scatter's to_apply) or fused loops.
+bool RunsCalledComputations(HloOpcode opcode);
 
 }  // namespace weft

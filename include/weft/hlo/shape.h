@@ -21,6 +21,7 @@ enum class PrimitiveType {
   kS64,
   kU16,
   kU32,
+  kU64,
   kF16,
   kBF16,
   kF32,
@@ -37,7 +38,7 @@ std::optional<PrimitiveType> PrimitiveTypeFromName(std::string_view name);
 // The element type names weft supports, for error messages.
 std::string_view SupportedPrimitiveTypeNames();
 bool IsFloatingPoint(PrimitiveType type);  // f16, bf16, f32, f64
-bool IsInteger(PrimitiveType type);        // s32, s64, u16, u32
+bool IsInteger(PrimitiveType type);        // s32, s64, u16, u32, u64
 bool IsComplex(PrimitiveType type);        // c64
 bool IsSignedInteger(PrimitiveType type);
 int64_t ByteWidth(PrimitiveType type);

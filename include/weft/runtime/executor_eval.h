@@ -183,6 +183,9 @@ void CheckElementwise(const HloInstruction& instr);
 Value EvalElementwise(const HloInstruction& instr, EvalArgs& args);  // incl. convert
 void CheckShapeOp(const HloInstruction& instr);
 Value EvalShapeOp(const HloInstruction& instr, EvalArgs& args);
+Value EvalAfterAll(const HloInstruction& instr, EvalArgs& args);  // a token (eval_shape_ops.cc)
+// custom_call_target="Sharding" unpartitioned: the operand's value.
+Value EvalShardingAnnotation(const HloInstruction& instr, EvalArgs& args);
 void CheckDot(const HloInstruction& instr);
 Value EvalDot(const HloInstruction& instr, EvalArgs& args);
 // One binary post-op of a dot's GEMM (a step of an output fusion's chain):
@@ -214,6 +217,9 @@ Value EvalSelectAndScatter(const HloInstruction& instr, EvalArgs& args);
 void CheckSort(const HloInstruction& instr);  // sort, topk (eval_sort.cc)
 Value EvalSort(const HloInstruction& instr, EvalArgs& args);
 Value EvalTopK(const HloInstruction& instr, EvalArgs& args);
+void CheckRng(const HloInstruction& instr);  // rng, rng-bit-generator (eval_rng.cc)
+Value EvalRng(const HloInstruction& instr, EvalArgs& args);
+Value EvalRngBitGenerator(const HloInstruction& instr, EvalArgs& args);
 void CheckFusion(const HloInstruction& instr);  // kLoop, kInput, kOutput (eval_fusion.cc)
 Value EvalFusion(const HloInstruction& instr, EvalArgs& args);
 

@@ -137,6 +137,8 @@ constexpr bool IsElementTypeOf(PrimitiveType type) {
       return std::is_same_v<T, int64_t>;
     case PrimitiveType::kU32:
       return std::is_same_v<T, uint32_t>;
+    case PrimitiveType::kU64:
+      return std::is_same_v<T, uint64_t>;
     case PrimitiveType::kPred:
       return std::is_same_v<T, uint8_t> || std::is_same_v<T, bool>;
     default:

@@ -18,8 +18,10 @@
 // admit (InputIntegerRanges): an index of a dynamic-slice, dynamic-update-
 // slice, gather or scatter (directly or through converts, reshapes,
 // broadcasts, slices and concatenates) over the indexed extent and 2 past
-// each end (those ops clamp or drop out-of-range indices), other integers
-// in [0, 4) (small segment ids). Uneven tiles are padded (with zeros).
+// each end (those ops clamp or drop out-of-range indices), a conditional's
+// branch index over its branches and 2 past each end (out of range runs
+// the last branch), other integers in [0, 4) (small segment ids); tokens
+// hold nothing. Uneven tiles are padded (with zeros).
 // Under MPI every rank compiles the same program and exchanges its hash before
 // any compute (ranks given different files stop with "program hash ...
 // differs between ranks"); a failure on any rank ends every rank with

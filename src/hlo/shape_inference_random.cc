@@ -1,0 +1,53 @@
+// Shape rules of rng and rng-bit-generator (XLA's: the result shape is
+// declared; the operands must fit it).
+#include "shape_inference_internal.h"
+#include "weft/base/error.h"
+
+namespace weft::shape_inference_internal {
+
+Shape InferRng(const HloInstruction& instr) {
+  WEFT_CHECK(instr.operand_count() == 2,
+             "rng takes 2 operands (the distribution's parameters), "
+             "got {}",
+             instr.operand_count());
+  const Shape& out = instr.shape();
+  WEFT_CHECK(out.IsArray(), "rng needs its result shape given, an array");
+  const PrimitiveType t = out.element_type();
+  const bool normal = instr.attrs().rng_distribution == RngDistribution::kNormal;
+  WEFT_CHECK(IsFloatingPoint(t) || (!normal && IsInteger(t)), "rng {} of {} is not defined: {}",
+             RngDistributionString(instr.attrs().rng_distribution), PrimitiveTypeName(t),
+             normal ? "rng_normal makes floats" : "rng_uniform makes floats or integers");
+  for (int64_t i = 0; i < 2; ++i) {
+    const Shape& p = instr.operand(i)->shape();
+    WEFT_CHECK(p == Shape::Scalar(t),
+               "rng operand {} must be a {}[] scalar like the result {}, "
+               "got {}",
+               i, PrimitiveTypeName(t), out.ToString(), p.ToString());
+  }
+  return out;
+}
+
+Shape InferRngBitGenerator(const HloInstruction& instr) {
+  WEFT_CHECK(instr.operand_count() == 1, "rng-bit-generator takes the state, 1 operand; got {}",
+             instr.operand_count());
+  const Shape& state = instr.operand(0)->shape();
+  const RngAlgorithm algorithm = instr.attrs().rng_algorithm;
+  const bool three_fry = algorithm == RngAlgorithm::kThreeFry;
+  WEFT_CHECK(state.IsArray() && state.element_type() == PrimitiveType::kU64 && state.rank() == 1 &&
+                 (state.dimensions(0) == 2 || (!three_fry && state.dimensions(0) == 3)),
+             "rng-bit-generator {} needs a state of u64[2]{}, got {}",
+             RngAlgorithmString(algorithm), three_fry ? "" : " or u64[3]", state.ToString());
+  const Shape& out = instr.shape();
+  WEFT_CHECK(out.IsTuple() && out.tuple_shapes().size() == 2 && out.tuple_shapes(0) == state &&
+                 out.tuple_shapes(1).IsArray(),
+             "rng-bit-generator returns (state, bits): give its shape as ({}, u32[...]), got {}",
+             state.ToString(), out.IsValid() ? out.ToString() : "none");
+  const PrimitiveType t = out.tuple_shapes(1).element_type();
+  WEFT_CHECK(t == PrimitiveType::kU16 || t == PrimitiveType::kU32 || t == PrimitiveType::kS32 ||
+                 t == PrimitiveType::kU64 || t == PrimitiveType::kS64,
+             "rng-bit-generator makes u16, u32, s32, u64 or s64 bits, not {}",
+             PrimitiveTypeName(t));
+  return out;
+}
+
+}  // namespace weft::shape_inference_internal

@@ -1,0 +1,94 @@
+// rng-bit-generator: XLA's bits (random_bits.h). rng: weft's own generator,
+// as XLA leaves rng's numbers to the implementation: Philox4x32-10 keyed by
+// a hash of its stream name (RngStreamName: the instruction's name unless
+// the partitioner recorded the unsharded one), one block per element, its counter's
+// high word the instruction's evaluation count in this executor (so a rng
+// in a loop draws fresh numbers each trip, and an executor run again
+// continues the stream; a new executor starts it over: runs repeat). The
+// partitioner runs rng replicated, so every device draws the whole value
+// and keeps its piece: sharded and unsharded runs agree.
+#include <atomic>
+#include <cmath>
+#include <numbers>
+#include <vector>
+
+#include "random_bits.h"
+#include "weft/base/error.h"
+#include "weft/runtime/executor_eval.h"
+
+namespace weft::runtime::exec {
+namespace {
+
+uint64_t NameKey(std::string_view name) {
+  uint64_t hash = 0xcbf29ce484222325ULL;  // FNV-1a
+  for (unsigned char c : name) hash = (hash ^ c) * 0x100000001b3ULL;
+  return hash;
+}
+
+// [0, 1) with 53 random bits.
+double Unit(uint32_t hi, uint32_t lo) {
+  return static_cast<double>((static_cast<uint64_t>(hi) << 21) ^ (lo >> 11)) * 0x1p-53;
+}
+
+}  // namespace
+
+void CheckRng(const HloInstruction& instr) {
+  const PrimitiveType t = instr.shape().IsTuple() ? instr.shape().tuple_shapes(1).element_type()
+                                                  : instr.shape().element_type();
+  WEFT_CHECK(t != PrimitiveType::kPred && t != PrimitiveType::kC64, "{} of {} is not supported",
+             HloOpcodeString(instr.opcode()), PrimitiveTypeName(t));
+}
+
+Value EvalRngBitGenerator(const HloInstruction& instr, EvalArgs& args) {
+  const HostTensor& state = args.array(0);
+  const Shape& bits_shape = instr.shape().tuple_shapes(1);
+  HostTensor new_state = args.ctx().Allocate(state.shape());
+  HostTensor bits = args.ctx().Allocate(bits_shape);
+  const int64_t words = state.element_count();
+  // Copied first: the new state may be written where the old one was read.
+  std::vector<uint64_t> old(state.data<uint64_t>(), state.data<uint64_t>() + words);
+  RngBitGenerator(instr.attrs().rng_algorithm, old, bits_shape.element_type(),
+                  bits_shape.dimensions(), bits.mutable_raw_data(),
+                  std::span<uint64_t>(new_state.mutable_data<uint64_t>(), words));
+  return Value{std::move(new_state), std::move(bits)};
+}
+
+Value EvalRng(const HloInstruction& instr, EvalArgs& args) {
+  const PrimitiveType t = instr.shape().element_type();
+  const double a = args.array(0).GetDouble(0), b = args.array(1).GetDouble(0);
+  const int64_t ia = LoadAsInt(t, args.array(0).raw_data(), 0);
+  const int64_t ib = LoadAsInt(t, args.array(1).raw_data(), 0);
+  auto* count = args.cache().Find<std::atomic<uint64_t>>(instr);
+  if (count == nullptr)
+    count = &args.cache().Put(instr, std::make_shared<std::atomic<uint64_t>>(0));
+  const uint64_t evaluation = count->fetch_add(1);
+  const uint64_t key = NameKey(RngStreamName(instr));
+  const std::array<uint32_t, 2> k = {static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32)};
+  HostTensor out = args.ctx().Allocate(instr.shape());
+  void* data = out.mutable_raw_data();
+  const bool normal = instr.attrs().rng_distribution == RngDistribution::kNormal;
+  const int64_t n = out.element_count();
+  for (int64_t e = 0; e < n; ++e) {
+    const uint64_t block = static_cast<uint64_t>(e);
+    const std::array<uint32_t, 4> w =
+        Philox4x32({static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
+                    static_cast<uint32_t>(evaluation), static_cast<uint32_t>(evaluation >> 32)},
+                   k);
+    if (normal) {                                // Box-Muller: mean a, standard deviation b
+      const double u1 = 1.0 - Unit(w[0], w[1]);  // (0, 1]
+      const double z =
+          std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * Unit(w[2], w[3]));
+      StoreDouble(t, data, e, a + b * z);
+    } else if (IsFloatingPoint(t)) {  // [a, b): a value rounded up to b is taken as a
+      StoreDouble(t, data, e, a + (b - a) * Unit(w[0], w[1]));
+      if (b > a && LoadAsDouble(t, data, e) >= b) StoreDouble(t, data, e, a);
+    } else {  // [a, b) over the integers
+      const uint64_t range = static_cast<uint64_t>(ib) - static_cast<uint64_t>(ia);
+      const uint64_t bits = static_cast<uint64_t>(w[1]) << 32 | w[0];
+      StoreInt(t, data, e, ib > ia ? ia + static_cast<int64_t>(bits % range) : ia);
+    }
+  }
+  return Value{std::move(out)};
+}
+
+}  // namespace weft::runtime::exec
