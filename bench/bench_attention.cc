@@ -63,8 +63,10 @@ double Pairs(const std::string& name, int64_t S) {
 
 int RunAttention(const AttentionBenchOptions& opt) {
   const bool use_bf16 = opt.dtype == "bf16";
-  WEFT_CHECK(use_bf16 || opt.dtype == "f32", "weft bench attention: --dtype {} is not supported; use "
-             "f32 or bf16", opt.dtype);
+  WEFT_CHECK(use_bf16 || opt.dtype == "f32",
+             "weft bench attention: --dtype {} is not supported; use "
+             "f32 or bf16",
+             opt.dtype);
   auto peaks = MeasurePeak(0.2);
   // bf16 is stated against the peak of the units its GEMMs run on: AMX tiles
   // or AVX512-BF16 (vdpbf16ps) when the bf16 kernels use them, else the
@@ -85,10 +87,9 @@ int RunAttention(const AttentionBenchOptions& opt) {
         "flex attention {}, B={} H={}, {} threads, isa {}, measured {} peak {:.1f} "
         "GFLOP/s{}\n",
         use_bf16 ? "bfloat16" : "float32", opt.batch, opt.heads, threads, isa, peak_name, peak,
-        use_bf16
-            ? fmt::format(" (float32 FMA peak {:.1f}{})", peaks[0].gflops_all_threads,
-                          bf16_isa == "amx" ? "" : "; no AMX here")
-            : "");
+        use_bf16 ? fmt::format(" (float32 FMA peak {:.1f}{})", peaks[0].gflops_all_threads,
+                               bf16_isa == "amx" ? "" : "; no AMX here")
+                 : "");
     fmt::print("{:>6} {:>4} {:<15} {:>10} {:>9} {:>6} {:>10} {:>9} {:>6}{}\n", "S", "D", "mask",
                "fwd ms", "GFLOP/s", "%peak", "fwd+bwd ms", "GFLOP/s", "%peak",
                use_bf16 ? "  fwd x f32  all x f32" : "");
@@ -126,13 +127,11 @@ int RunAttention(const AttentionBenchOptions& opt) {
         // Repeat short runs to reduce noise; long runs once.
         const int reps = fwd_flops < 2e10 ? 5 : (fwd_flops < 2e11 ? 2 : 1);
         auto forward = [&] {
-          kernels::FlexAttentionForward(d, q.data(), k.data(), v.data(), o, out.data(),
-                                        lse.data());
+          kernels::FlexAttentionForward(d, q.data(), k.data(), v.data(), o, out.data(), lse.data());
         };
         auto backward = [&] {
           kernels::FlexAttentionBackward(d, q.data(), k.data(), v.data(), out.data(), lse.data(),
-                                         dout.data(), nullptr, o, dq.data(), dk.data(),
-                                         dv.data());
+                                         dout.data(), nullptr, o, dq.data(), dk.data(), dv.data());
         };
         auto forward_bf16 = [&] {
           kernels::FlexAttentionForwardBf16(d, qh.data(), kh.data(), vh.data(), o, outh.data(),
@@ -150,13 +149,16 @@ int RunAttention(const AttentionBenchOptions& opt) {
           f32_fwd = BestSeconds(reps, forward);
           f32_all = f32_fwd + (opt.backward ? BestSeconds(reps, backward) : 0);
         }
-        if (use_bf16) forward_bf16(); else forward();  // warm up (and the backward's output)
-        double t_fwd = BestSeconds(reps, use_bf16 ? std::function<void()>(forward_bf16)
-                                              : std::function<void()>(forward));
+        if (use_bf16)
+          forward_bf16();
+        else
+          forward();  // warm up (and the backward's output)
+        double t_fwd = BestSeconds(
+            reps, use_bf16 ? std::function<void()>(forward_bf16) : std::function<void()>(forward));
         double t_bwd = 0;
         if (opt.backward) {
           t_bwd = BestSeconds(reps, use_bf16 ? std::function<void()>(backward_bf16)
-                                         : std::function<void()>(backward));
+                                             : std::function<void()>(backward));
         }
         double gf_fwd = fwd_flops / t_fwd / 1e9;
         double t_all = t_fwd + t_bwd;

@@ -3,8 +3,8 @@
 // (TDPBF16PS on tiles).
 #include <fmt/core.h>
 
-#include <nlohmann/json.hpp>
 #include <atomic>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
 

@@ -28,7 +28,8 @@ class GraphBuilder {
     const int64_t n = g.fsdp * g.tensor;
     // Mesh (fsdp, tensor): weights [in, out] split (fsdp, tensor); [out, in] the transpose.
     w_in_out_ = HloSharding::Tile(TileAssignment::Iota({g.fsdp, g.tensor}));
-    w_out_in_ = HloSharding::Tile(TileAssignment::Iota({g.tensor, g.fsdp}, {g.fsdp, g.tensor}, {1, 0}));
+    w_out_in_ =
+        HloSharding::Tile(TileAssignment::Iota({g.tensor, g.fsdp}, {g.fsdp, g.tensor}, {1, 0}));
     batch_ = HloSharding::PartialTile(TileAssignment::Iota({g.fsdp, 1, g.tensor}));
     vec_ = HloSharding::PartialTile(TileAssignment::Iota({g.fsdp, g.tensor}));
     (void)n;
@@ -57,9 +58,7 @@ class GraphBuilder {
     dn.rhs_contracting_dims = {0, 1};
     return b_.Dot(x, dy, dn);
   }
-  HloInstruction* RowSum(HloInstruction* x) {
-    return b_.Reduce(x, Scalar(0), {2}, add_);
-  }
+  HloInstruction* RowSum(HloInstruction* x) { return b_.Reduce(x, Scalar(0), {2}, add_); }
 
   struct NormOut {
     HloInstruction* y;
@@ -70,8 +69,8 @@ class GraphBuilder {
     const std::vector<int64_t> bsd = {g_.batch, g_.seq, g_.d_model};
     HloInstruction* ms = b_.Multiply(RowSum(b_.Multiply(x, x)),
                                      Bcast(Scalar(1.0 / g_.d_model), {g_.batch, g_.seq}, {}));
-    HloInstruction* rs = b_.Unary(HloOpcode::kRsqrt,
-                                  b_.Add(ms, Bcast(Scalar(1e-6), {g_.batch, g_.seq}, {})));
+    HloInstruction* rs =
+        b_.Unary(HloOpcode::kRsqrt, b_.Add(ms, Bcast(Scalar(1e-6), {g_.batch, g_.seq}, {})));
     HloInstruction* xhat = b_.Multiply(x, Bcast(rs, bsd, {0, 1}));
     return {b_.Multiply(xhat, Bcast(w, bsd, {2})), rs, xhat};
   }
@@ -93,7 +92,8 @@ class GraphBuilder {
     HloInstruction* x1 = b_.Slice(x, {0, 0, 0, 0}, {g_.batch, g_.seq, h, half});
     HloInstruction* x2 = b_.Slice(x, {0, 0, 0, half}, {g_.batch, g_.seq, h, dh});
     HloInstruction* rot = b_.Concatenate({b_.Unary(HloOpcode::kNegate, x2), x1}, 3);
-    return b_.Add(b_.Multiply(x, Bcast(cos, shape, {1, 3})), b_.Multiply(rot, Bcast(sin, shape, {1, 3})));
+    return b_.Add(b_.Multiply(x, Bcast(cos, shape, {1, 3})),
+                  b_.Multiply(rot, Bcast(sin, shape, {1, 3})));
   }
   // [B,S,H*Dh] <-> [B,H,S,Dh]
   HloInstruction* ToHeads(HloInstruction* x, int64_t h) {
@@ -147,10 +147,10 @@ class GraphBuilder {
       L.q = b_.Transpose(Rope(ToHeads(Dot(L.n1.y, L.wq, 2, 0), H), cos, sin, H), {0, 2, 1, 3});
       L.k = b_.Transpose(Rope(ToHeads(Dot(L.n1.y, L.wk, 2, 0), Hkv), cos, sin, Hkv), {0, 2, 1, 3});
       L.v = b_.Transpose(ToHeads(Dot(L.n1.y, L.wv, 2, 0), Hkv), {0, 2, 1, 3});
-      HloInstruction* attn = b_.CustomCall(
-          {L.q, L.k, L.v, seg, seg},
-          Shape::Tuple({Shape(kF32, {B, H, S, Dh}), Shape(kF32, {B, H, S})}),
-          "weft.flex_attention", config);
+      HloInstruction* attn =
+          b_.CustomCall({L.q, L.k, L.v, seg, seg},
+                        Shape::Tuple({Shape(kF32, {B, H, S, Dh}), Shape(kF32, {B, H, S})}),
+                        "weft.flex_attention", config);
       L.out = b_.GetTupleElement(attn, 0);
       L.lse = b_.GetTupleElement(attn, 1);
       L.attn_flat = FromHeads(L.out, H);
@@ -187,7 +187,8 @@ class GraphBuilder {
       HloInstruction* dbb = b_.Multiply(dm, L.g);
       HloInstruction* dg = b_.Multiply(dm, L.bb);
       HloInstruction* one = Bcast(Scalar(1), {B, S, F}, {});
-      HloInstruction* dsilu = b_.Multiply(L.sig, b_.Add(one, b_.Multiply(L.a, b_.Subtract(one, L.sig))));
+      HloInstruction* dsilu =
+          b_.Multiply(L.sig, b_.Add(one, b_.Multiply(L.a, b_.Subtract(one, L.sig))));
       HloInstruction* da = b_.Multiply(dg, dsilu);
       update(L.w1, WeightGrad(L.n2.y, da));
       update(L.w3, WeightGrad(L.n2.y, dbb));
@@ -198,10 +199,10 @@ class GraphBuilder {
       // Attention.
       update(L.wo, WeightGrad(L.attn_flat, dh));
       HloInstruction* dout = b_.Transpose(ToHeads(Dot(dh, L.wo, 2, 1), H), {0, 2, 1, 3});
-      HloInstruction* grads = b_.CustomCall(
-          {L.q, L.k, L.v, L.out, L.lse, dout, seg, seg},
-          Shape::Tuple({L.q->shape(), L.k->shape(), L.v->shape()}),
-          "weft.flex_attention_backward", config);
+      HloInstruction* grads =
+          b_.CustomCall({L.q, L.k, L.v, L.out, L.lse, dout, seg, seg},
+                        Shape::Tuple({L.q->shape(), L.k->shape(), L.v->shape()}),
+                        "weft.flex_attention_backward", config);
       auto back = [&](int64_t i, int64_t h, bool rope) {
         HloInstruction* d = b_.Transpose(b_.GetTupleElement(grads, i), {0, 2, 1, 3});
         if (rope) d = Rope(d, cos, sin, h);  // the transpose of a rotation, up to sign
@@ -221,8 +222,8 @@ class GraphBuilder {
     }
     // Embedding gradient: tokens one-hot (as a compare against iota) . dx.
     HloInstruction* onehot = b_.Convert(
-        b_.Compare(Bcast(tokens, {B, S, V}, {0, 1}), b_.Iota(Shape(PrimitiveType::kS32, {B, S, V}), 2),
-                   ComparisonDirection::kEq),
+        b_.Compare(Bcast(tokens, {B, S, V}, {0, 1}),
+                   b_.Iota(Shape(PrimitiveType::kS32, {B, S, V}), 2), ComparisonDirection::kEq),
         kF32);
     update(embed, WeightGrad(onehot, dx));
     return b_.Build(b_.Tuple(outputs));
@@ -265,14 +266,17 @@ int RunPropagateBench(bool json) {
   if (json) {
     std::printf(
         "{\"bench\": \"propagate\", \"layers\": %lld, \"devices\": %lld, \"instructions\": %lld, "
-        "\"sharded\": %lld, \"rounds\": %lld, \"build_seconds\": %.3f, \"propagate_seconds\": %.3f}\n",
+        "\"sharded\": %lld, \"rounds\": %lld, \"build_seconds\": %.3f, \"propagate_seconds\": "
+        "%.3f}\n",
         static_cast<long long>(graph.layers), static_cast<long long>(graph.fsdp * graph.tensor),
         static_cast<long long>(instructions), static_cast<long long>(sharded),
         static_cast<long long>(rounds), build_seconds, propagate_seconds);
   } else {
-    std::printf("sharding propagation: %lld-layer Llama training step on %lld devices (fsdp %lld x tensor %lld), one thread\n",
-                static_cast<long long>(graph.layers), static_cast<long long>(graph.fsdp * graph.tensor),
-                static_cast<long long>(graph.fsdp), static_cast<long long>(graph.tensor));
+    std::printf(
+        "sharding propagation: %lld-layer Llama training step on %lld devices (fsdp %lld x tensor "
+        "%lld), one thread\n",
+        static_cast<long long>(graph.layers), static_cast<long long>(graph.fsdp * graph.tensor),
+        static_cast<long long>(graph.fsdp), static_cast<long long>(graph.tensor));
     std::printf("  %-14s %12lld\n", "instructions", static_cast<long long>(instructions));
     std::printf("  %-14s %12lld\n", "sharded", static_cast<long long>(sharded));
     std::printf("  %-14s %12lld\n", "rounds", static_cast<long long>(rounds));

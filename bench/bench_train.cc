@@ -26,10 +26,9 @@ namespace {
 using runtime::OpClass;
 
 // The executor classes reported on their own, in report order.
-constexpr OpClass kReportedClasses[] = {OpClass::kDot,          OpClass::kAttention,
-                                        OpClass::kElementwise,  OpClass::kBroadcast,
-                                        OpClass::kDataMovement, OpClass::kReduction,
-                                        OpClass::kCollective,   OpClass::kFusedLoops};
+constexpr OpClass kReportedClasses[] = {
+    OpClass::kDot,          OpClass::kAttention, OpClass::kElementwise, OpClass::kBroadcast,
+    OpClass::kDataMovement, OpClass::kReduction, OpClass::kCollective,  OpClass::kFusedLoops};
 
 struct Faults {
   int64_t minor = 0, major = 0, max_rss_bytes = 0;
@@ -124,7 +123,8 @@ TrainBenchResult MeasureTrain(const TrainBenchOptions& options) {
     r.loss_last = m.loss;
     r.step_seconds.push_back(m.step_seconds);
     r.tokens_per_step = static_cast<double>(m.tokens);
-    for (int k = 0; k < runtime::kNumOpClasses; ++k) class_seconds[k] += p.executor.class_seconds[k];
+    for (int k = 0; k < runtime::kNumOpClasses; ++k)
+      class_seconds[k] += p.executor.class_seconds[k];
     if (options.top > 0) {
       for (const auto& [instr, seconds] : p.executor.instruction_seconds) {
         InstructionTime& t = instruction_times[instr->name()];
@@ -266,25 +266,28 @@ int RunTrainBench(const TrainBenchOptions& options) {
       r.peak_isa, r.peak_instruction, r.peak_threads, r.peak_gflops, r.peak_gflops_before,
       r.peak_gflops_after);
   fmt::print("model FLOPs/step: {:.3g} = {}\n", r.model_flops_per_step, kModelFlopsFormula);
-  fmt::print("{} timed step(s) after {} warmup: {:.3f} s min, {:.3f} s median (loss {:.4f} -> "
-             "{:.4f})\n",
-             r.step_seconds.size(), r.warmup, r.step_seconds_min, r.step_seconds_median,
-             r.loss_first, r.loss_last);
-  fmt::print("tokens/s: {:.0f} (median step), {:.0f} (best)    MFU: {:.1f}% of the peak "
-             "({:.1f} model GFLOP/s)\n",
-             r.tokens_per_s, r.tokens_per_s_best, 100 * r.mfu,
-             r.model_flops_per_step / r.step_seconds_median / 1e9);
+  fmt::print(
+      "{} timed step(s) after {} warmup: {:.3f} s min, {:.3f} s median (loss {:.4f} -> "
+      "{:.4f})\n",
+      r.step_seconds.size(), r.warmup, r.step_seconds_min, r.step_seconds_median, r.loss_first,
+      r.loss_last);
+  fmt::print(
+      "tokens/s: {:.0f} (median step), {:.0f} (best)    MFU: {:.1f}% of the peak "
+      "({:.1f} model GFLOP/s)\n",
+      r.tokens_per_s, r.tokens_per_s_best, 100 * r.mfu,
+      r.model_flops_per_step / r.step_seconds_median / 1e9);
   fmt::print("time per step on device 0{}:\n",
              r.profile ? "" : " (--no-profile: the executor's classes are not timed)");
   for (const auto& [name, seconds] : r.breakdown) {
     fmt::print("  {:<14} {:>9.4f} s {:>6.1f}%\n", name, seconds,
                step_total > 0 ? 100 * seconds / step_total : 0.0);
   }
-  fmt::print("per step: {:.0f} instructions, {:.0f} buffer allocations ({}), {:.0f} minor and {:.0f} "
-             "major page faults (whole process)\n",
-             r.instructions_per_step, r.allocations_per_step,
-             FormatBytes(static_cast<int64_t>(r.allocated_bytes_per_step)),
-             r.minor_faults_per_step, r.major_faults_per_step);
+  fmt::print(
+      "per step: {:.0f} instructions, {:.0f} buffer allocations ({}), {:.0f} minor and {:.0f} "
+      "major page faults (whole process)\n",
+      r.instructions_per_step, r.allocations_per_step,
+      FormatBytes(static_cast<int64_t>(r.allocated_bytes_per_step)), r.minor_faults_per_step,
+      r.major_faults_per_step);
   fmt::print("peak bytes per device (device 0's executor): {}; process max RSS {}\n",
              FormatBytes(r.peak_bytes_per_device), FormatBytes(r.max_rss_bytes));
   if (options.top > 0) {

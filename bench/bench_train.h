@@ -31,11 +31,11 @@ namespace weft::bench {
 
 struct TrainBenchOptions {
   std::string config;
-  std::string mesh;  // --mesh; empty: the config's [mesh]
-  std::string precision;  // --precision bf16|f32; empty: the config's train.precision
-  int64_t steps = 3;  // timed steps
-  int64_t warmup = 1;  // untimed steps first (at least 1: the first pays one-time costs)
-  bool profile = true;  // per-class executor timers (--no-profile: off)
+  std::string mesh;        // --mesh; empty: the config's [mesh]
+  std::string precision;   // --precision bf16|f32; empty: the config's train.precision
+  int64_t steps = 3;       // timed steps
+  int64_t warmup = 1;      // untimed steps first (at least 1: the first pays one-time costs)
+  bool profile = true;     // per-class executor timers (--no-profile: off)
   bool fuse_loops = true;  // false: --unfused, the per-device program without fusion
   bool json = false;
   int64_t top = 0;  // --top N: device 0's N instructions that took the most time

@@ -41,7 +41,8 @@ int RunTuneAttention(const TuneOptions& t) {
     bm.emplace(kernels::BlockMask::Create(mask, 1, 1, t.seq, t.seq));
     base.block_mask = &*bm;
   }
-  const auto dtype = use_bf16 ? kernels::AttentionDtype::kBfloat16 : kernels::AttentionDtype::kFloat32;
+  const auto dtype =
+      use_bf16 ? kernels::AttentionDtype::kBfloat16 : kernels::AttentionDtype::kFloat32;
   kernels::ConfigProblem problem = kernels::ConfigProblem::From(d, base, dtype);
   // The ISA the kernels will look the entry up under (bf16 calls have their own).
   problem.isa =
@@ -119,32 +120,37 @@ int RunTuneAttention(const TuneOptions& t) {
   kernels::StoreTuneEntry(key, entry);
 
   if (t.json) {
-    nlohmann::json j = {{"key", key}, {"cache", kernels::TuneCachePath().string()},
-                        {"limit_bytes", limit}};
+    nlohmann::json j = {
+        {"key", key}, {"cache", kernels::TuneCachePath().string()}, {"limit_bytes", limit}};
     for (auto* list : {&fwd, &bwd})
       for (const auto& r : *list) {
         nlohmann::json c = {{"kernel", r.c.backward ? "backward" : "forward"},
-                            {"BLOCK_M", r.c.tiles.block_m}, {"BLOCK_N", r.c.tiles.block_n},
-                            {"working_set_bytes", r.c.Bytes()}, {"fits", r.c.fits},
+                            {"BLOCK_M", r.c.tiles.block_m},
+                            {"BLOCK_N", r.c.tiles.block_n},
+                            {"working_set_bytes", r.c.Bytes()},
+                            {"fits", r.c.fits},
                             {"reason", r.c.reason}};
         if (r.ms >= 0) c["ms"] = r.ms;
         j["candidates"].push_back(c);
       }
-    j["winner"] = {{"BLOCK_M", bf.c.tiles.block_m}, {"BLOCK_N", bf.c.tiles.block_n},
-                   {"BLOCK_M_BWD", bb.c.tiles.block_m}, {"BLOCK_N_BWD", bb.c.tiles.block_n}};
+    j["winner"] = {{"BLOCK_M", bf.c.tiles.block_m},
+                   {"BLOCK_N", bf.c.tiles.block_n},
+                   {"BLOCK_M_BWD", bb.c.tiles.block_m},
+                   {"BLOCK_N_BWD", bb.c.tiles.block_n}};
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
-  fmt::print("tune attention B={} H={} S={} D={} dtype {} mask {} isa {}; cache limit {:.1f} "
-             "KiB\n",
-             t.batch, t.heads, t.seq, t.head_dim, t.dtype, t.mask, problem.isa,
-             double(limit) / 1024);
+  fmt::print(
+      "tune attention B={} H={} S={} D={} dtype {} mask {} isa {}; cache limit {:.1f} "
+      "KiB\n",
+      t.batch, t.heads, t.seq, t.head_dim, t.dtype, t.mask, problem.isa, double(limit) / 1024);
   if (t.explain) {
     if (problem.isa == "amx") {
       const CpuInfo& cpu = GetCpuInfo();
-      fmt::print("AMX palette 1: {} tiles of {} rows x {} bytes; the GEMM keeps a 32 x 32 float32 "
-                 "block of C in 4 tiles, 2 A and 2 B tiles; working sets include its scratch\n",
-                 cpu.amx_max_tiles, cpu.amx_max_rows, cpu.amx_bytes_per_row);
+      fmt::print(
+          "AMX palette 1: {} tiles of {} rows x {} bytes; the GEMM keeps a 32 x 32 float32 "
+          "block of C in 4 tiles, 2 A and 2 B tiles; working sets include its scratch\n",
+          cpu.amx_max_tiles, cpu.amx_max_rows, cpu.amx_bytes_per_row);
     }
     fmt::print("{:<9} {:>7} {:>7} {:>12} {:>10}  {}\n", "kernel", "BLOCK_M", "BLOCK_N",
                "working set", "ms", "verdict");
@@ -156,10 +162,11 @@ int RunTuneAttention(const TuneOptions& t) {
                    r.c.fits ? "accepted, " : "", r.c.reason);
       }
   }
-  fmt::print("winner: BLOCK_M={} BLOCK_N={} ({:.2f} ms), BLOCK_M_BWD={} BLOCK_N_BWD={} ({:.2f} "
-             "ms)\nstored under '{}' in {}\n",
-             bf.c.tiles.block_m, bf.c.tiles.block_n, bf.ms, bb.c.tiles.block_m,
-             bb.c.tiles.block_n, bb.ms, key, kernels::TuneCachePath().string());
+  fmt::print(
+      "winner: BLOCK_M={} BLOCK_N={} ({:.2f} ms), BLOCK_M_BWD={} BLOCK_N_BWD={} ({:.2f} "
+      "ms)\nstored under '{}' in {}\n",
+      bf.c.tiles.block_m, bf.c.tiles.block_n, bf.ms, bb.c.tiles.block_m, bb.c.tiles.block_n, bb.ms,
+      key, kernels::TuneCachePath().string());
   return 0;
 }
 

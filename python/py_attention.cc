@@ -29,16 +29,16 @@ struct FloatArray {
 
 FloatArray CheckFloatArray(py::handle obj, const char* name, size_t rank, const char* layout) {
   if (!py::isinstance<py::array>(obj)) {
-    throw py::value_error(fmt::format(
-        "{} must be a numpy float32 array {}, got an object of type {}; pass "
-        "np.asarray({}, dtype=np.float32)",
-        name, layout, TypeName(obj), name));
+    throw py::value_error(
+        fmt::format("{} must be a numpy float32 array {}, got an object of type {}; pass "
+                    "np.asarray({}, dtype=np.float32)",
+                    name, layout, TypeName(obj), name));
   }
   auto array = py::reinterpret_borrow<py::array>(obj);
   if (!py::isinstance<py::array_t<float>>(array)) {
-    throw py::value_error(fmt::format(
-        "{} has dtype {}; pass float32 arrays, e.g. {}.astype(np.float32)", name,
-        py::str(array.dtype()).cast<std::string>(), name));
+    throw py::value_error(
+        fmt::format("{} has dtype {}; pass float32 arrays, e.g. {}.astype(np.float32)", name,
+                    py::str(array.dtype()).cast<std::string>(), name));
   }
   std::vector<int64_t> shape = ShapeOf(array);
   if (shape.size() != rank) {
@@ -47,15 +47,14 @@ FloatArray CheckFloatArray(py::handle obj, const char* name, size_t rank, const 
   }
   const int flags = array.flags();
   if (!(flags & py::array::c_style)) {
-    throw py::value_error(fmt::format(
-        "{} is not C-contiguous (a transposed or sliced view?); pass "
-        "np.ascontiguousarray({})",
-        name, name));
+    throw py::value_error(
+        fmt::format("{} is not C-contiguous (a transposed or sliced view?); pass "
+                    "np.ascontiguousarray({})",
+                    name, name));
   }
   if (!(flags & py::detail::npy_api::NPY_ARRAY_ALIGNED_)) {
-    throw py::value_error(
-        fmt::format("{} is not aligned for float32; pass np.require({}, np.float32, 'CA')", name,
-                    name));
+    throw py::value_error(fmt::format(
+        "{} is not aligned for float32; pass np.require({}, np.float32, 'CA')", name, name));
   }
   return FloatArray{py::reinterpret_borrow<py::array_t<float>>(array), std::move(shape)};
 }
@@ -111,9 +110,9 @@ const BlockMask* BlockMaskArg(py::handle obj, const AttentionDims& dims) {
         mask->q_len(), mask->kv_len(), dims.q_len, dims.kv_len, dims.q_len, dims.kv_len));
   }
   if (mask->batch() != 1 && mask->batch() != dims.batch) {
-    throw py::value_error(fmt::format(
-        "block_mask has B={} but q has batch {}; build it with B=1 (broadcast) or B={}",
-        mask->batch(), dims.batch, dims.batch));
+    throw py::value_error(
+        fmt::format("block_mask has B={} but q has batch {}; build it with B=1 (broadcast) or B={}",
+                    mask->batch(), dims.batch, dims.batch));
   }
   if (mask->heads() != 1 && mask->heads() != dims.q_heads) {
     throw py::value_error(fmt::format(
@@ -136,14 +135,14 @@ AttentionDims CheckQkv(const FloatArray& q, const FloatArray& k, const FloatArra
   dims.kv_len = k.shape[2];
   dims.value_dim = v.shape[3];
   if (k.shape[0] != dims.batch || v.shape[0] != dims.batch) {
-    throw py::value_error(fmt::format(
-        "q, k and v must have the same batch size B (dim 0), got q {}, k {}, v {}",
-        ShapeString(q.shape), ShapeString(k.shape), ShapeString(v.shape)));
+    throw py::value_error(
+        fmt::format("q, k and v must have the same batch size B (dim 0), got q {}, k {}, v {}",
+                    ShapeString(q.shape), ShapeString(k.shape), ShapeString(v.shape)));
   }
   if (k.shape[3] != dims.head_dim) {
-    throw py::value_error(fmt::format(
-        "q and k must have the same head dim D (dim 3), got q {} and k {}", ShapeString(q.shape),
-        ShapeString(k.shape)));
+    throw py::value_error(
+        fmt::format("q and k must have the same head dim D (dim 3), got q {} and k {}",
+                    ShapeString(q.shape), ShapeString(k.shape)));
   }
   if (v.shape[1] != dims.kv_heads || v.shape[2] != dims.kv_len) {
     throw py::value_error(fmt::format(
@@ -165,15 +164,14 @@ AttentionDims CheckQkv(const FloatArray& q, const FloatArray& k, const FloatArra
     }
   }
   if (dims.head_dim > kernels::kMaxHeadDim || dims.value_dim > kernels::kMaxHeadDim) {
-    throw py::value_error(fmt::format("head dims D={} and Dv={} must be at most {}",
-                                      dims.head_dim, dims.value_dim, kernels::kMaxHeadDim));
+    throw py::value_error(fmt::format("head dims D={} and Dv={} must be at most {}", dims.head_dim,
+                                      dims.value_dim, kernels::kMaxHeadDim));
   }
   return dims;
 }
 
-AttentionOptions MakeOptions(const AttentionDims& dims, py::handle score_mod,
-                             py::handle block_mask, std::optional<double> scale,
-                             bool enable_gqa) {
+AttentionOptions MakeOptions(const AttentionDims& dims, py::handle score_mod, py::handle block_mask,
+                             std::optional<double> scale, bool enable_gqa) {
   AttentionOptions options;
   if (scale) {
     if (!std::isfinite(*scale)) {
@@ -197,8 +195,8 @@ bool IsInteger(py::handle obj);
 bool Bf16Precision(const std::string& precision) {
   if (precision == "bf16" || precision == "bfloat16") return true;
   if (precision == "f32" || precision == "float32") return false;
-  throw py::value_error(fmt::format(
-      "precision must be \"f32\" or \"bf16\", got \"{}\"", precision));
+  throw py::value_error(
+      fmt::format("precision must be \"f32\" or \"bf16\", got \"{}\"", precision));
 }
 
 // kernel_options (FlexAttention's name) -> a forced AttentionConfig.
@@ -239,10 +237,10 @@ std::optional<kernels::AttentionConfig> KernelOptionsArg(py::handle obj) {
     } else if (key == "ISA") {
       config.isa = py::str(value).cast<std::string>();
     } else {
-      throw py::value_error(fmt::format(
-          "kernel_options has an unknown key \"{}\"; known keys: BLOCK_M, BLOCK_N, "
-          "BLOCK_M_BWD, BLOCK_N_BWD, BACKWARD_SPLIT, ISA",
-          key));
+      throw py::value_error(
+          fmt::format("kernel_options has an unknown key \"{}\"; known keys: BLOCK_M, BLOCK_N, "
+                      "BLOCK_M_BWD, BLOCK_N_BWD, BACKWARD_SPLIT, ISA",
+                      key));
     }
   }
   return config;
@@ -284,14 +282,13 @@ py::object Forward(py::object q_obj, py::object k_obj, py::object v_obj, py::obj
     std::vector<bf16> outh(static_cast<size_t>(out.size()));
     {
       py::gil_scoped_release release;
-      kernels::FlexAttentionForwardBf16(dims, qh.data(), kh.data(), vh.data(), options,
-                                        outh.data(), lse_data);
+      kernels::FlexAttentionForwardBf16(dims, qh.data(), kh.data(), vh.data(), options, outh.data(),
+                                        lse_data);
     }
     FromBf16(outh, out_data);
   } else {
     py::gil_scoped_release release;
-    kernels::FlexAttentionForward(dims, q.data(), k.data(), v.data(), options, out_data,
-                                  lse_data);
+    kernels::FlexAttentionForward(dims, q.data(), k.data(), v.data(), options, out_data, lse_data);
   }
   if (return_lse) return py::make_tuple(out, lse);
   return out;
@@ -300,8 +297,7 @@ py::object Forward(py::object q_obj, py::object k_obj, py::object v_obj, py::obj
 py::tuple Backward(py::object q_obj, py::object k_obj, py::object v_obj, py::object out_obj,
                    py::object lse_obj, py::object dout_obj, py::object score_mod,
                    py::object block_mask, std::optional<double> scale, bool enable_gqa,
-                   py::object dlse_obj, const std::string& precision,
-                   py::object kernel_options) {
+                   py::object dlse_obj, const std::string& precision, py::object kernel_options) {
   const bool use_bf16 = Bf16Precision(precision);
   const FloatArray q = CheckFloatArray(q_obj, "q", 4, "[B, Hq, Sq, D]");
   const FloatArray k = CheckFloatArray(k_obj, "k", 4, "[B, Hkv, Skv, D]");
@@ -337,8 +333,8 @@ py::tuple Backward(py::object q_obj, py::object k_obj, py::object v_obj, py::obj
     {
       py::gil_scoped_release release;
       kernels::FlexAttentionBackwardBf16(dims, qh.data(), kh.data(), vh.data(), outh.data(),
-                                         lse.data(), douth.data(), dlse_data, options,
-                                         dqh.data(), dkh.data(), dvh.data());
+                                         lse.data(), douth.data(), dlse_data, options, dqh.data(),
+                                         dkh.data(), dvh.data());
     }
     FromBf16(dqh, dq_data);
     FromBf16(dkh, dk_data);
@@ -383,9 +379,9 @@ PyBlockMask CreateBlockMask(py::object mask_obj, int64_t batch, int64_t heads, i
                             int64_t kv_len, py::object block_size) {
   const auto [q_block, kv_block] = BlockSizeArg(block_size);
   if (batch <= 0 || heads <= 0 || q_len <= 0 || kv_len <= 0) {
-    throw py::value_error(fmt::format(
-        "create_block_mask needs positive sizes, got B={}, H={}, Q_LEN={}, KV_LEN={}", batch,
-        heads, q_len, kv_len));
+    throw py::value_error(
+        fmt::format("create_block_mask needs positive sizes, got B={}, H={}, Q_LEN={}, KV_LEN={}",
+                    batch, heads, q_len, kv_len));
   }
   if (mask_obj.is_none()) {
     return PyBlockMask{
@@ -420,9 +416,9 @@ py::array_t<int32_t> BlockKinds(const BlockMask& mask) {
 py::array CreateMask(py::object mask_obj, int64_t batch, int64_t heads, int64_t q_len,
                      int64_t kv_len) {
   if (batch <= 0 || heads <= 0 || q_len <= 0 || kv_len <= 0) {
-    throw py::value_error(fmt::format(
-        "create_mask needs positive sizes, got B={}, H={}, Q_LEN={}, KV_LEN={}", batch, heads,
-        q_len, kv_len));
+    throw py::value_error(
+        fmt::format("create_mask needs positive sizes, got B={}, H={}, Q_LEN={}, KV_LEN={}", batch,
+                    heads, q_len, kv_len));
   }
   kernels::MaskModPtr mod = MaskModArg(mask_obj, "mask_mod");
   mod->Validate(batch, heads, q_len, kv_len);
@@ -433,8 +429,7 @@ py::array CreateMask(py::object mask_obj, int64_t batch, int64_t heads, int64_t 
     py::gil_scoped_release release;
     for (int64_t b = 0; b < batch; ++b) {
       for (int64_t h = 0; h < heads; ++h) {
-        mod->Evaluate(b, h, 0, q_len, 0, kv_len, data + (b * heads + h) * q_len * kv_len,
-                      kv_len);
+        mod->Evaluate(b, h, 0, q_len, 0, kv_len, data + (b * heads + h) * q_len * kv_len, kv_len);
       }
     }
   }
@@ -496,9 +491,8 @@ void RegisterAttention(py::module_& m) {
         "The mask as a dense bool array [B, H, Q_LEN, KV_LEN] (for inspection and tests).");
   m.def("flex_attention", &Forward, py::arg("q"), py::arg("k"), py::arg("v"),
         py::arg("score_mod") = py::none(), py::arg("block_mask") = py::none(),
-        py::arg("scale") = py::none(), py::arg("enable_gqa") = false,
-        py::arg("return_lse") = false, py::arg("precision") = "f32",
-        py::arg("kernel_options") = py::none(),
+        py::arg("scale") = py::none(), py::arg("enable_gqa") = false, py::arg("return_lse") = false,
+        py::arg("precision") = "f32", py::arg("kernel_options") = py::none(),
         "softmax(score_mod(q @ k^T * scale) masked by block_mask) @ v.\n\n"
         "q [B, Hq, Sq, D], k [B, Hkv, Skv, D], v [B, Hkv, Skv, Dv]: float32, C-contiguous.\n"
         "scale defaults to 1/sqrt(D). enable_gqa allows Hq a multiple of Hkv. Returns out\n"
@@ -513,8 +507,8 @@ void RegisterAttention(py::module_& m) {
   m.def("flex_attention_backward", &Backward, py::arg("q"), py::arg("k"), py::arg("v"),
         py::arg("out"), py::arg("lse"), py::arg("dout"), py::arg("score_mod") = py::none(),
         py::arg("block_mask") = py::none(), py::arg("scale") = py::none(),
-        py::arg("enable_gqa") = false, py::arg("dlse") = py::none(),
-        py::arg("precision") = "f32", py::arg("kernel_options") = py::none(),
+        py::arg("enable_gqa") = false, py::arg("dlse") = py::none(), py::arg("precision") = "f32",
+        py::arg("kernel_options") = py::none(),
         "Gradients (dq, dk, dv) of flex_attention given out and lse from the forward and the\n"
         "gradients dout [B, Hq, Sq, Dv] and optionally dlse [B, Hq, Sq] (gradient through\n"
         "the LSE). dk and dv are summed over each GQA group. Same options as the forward\n"

@@ -35,10 +35,10 @@ py::dict TensorsToDict(const std::map<std::string, kernels::ModTensor<T>>& tenso
 
 std::vector<kernels::MaskModPtr> MaskList(const py::args& masks, const char* function) {
   if (masks.empty()) {
-    throw py::value_error(fmt::format(
-        "{}() needs at least one mask, e.g. weft.{}(weft.causal_mask(), "
-        "weft.sliding_window_mask(128, 0))",
-        function, function));
+    throw py::value_error(
+        fmt::format("{}() needs at least one mask, e.g. weft.{}(weft.causal_mask(), "
+                    "weft.sliding_window_mask(128, 0))",
+                    function, function));
   }
   std::vector<kernels::MaskModPtr> list;
   for (size_t i = 0; i < masks.size(); ++i) {
@@ -81,12 +81,11 @@ PyMaskMod Wrap(kernels::MaskModPtr mod) { return PyMaskMod{std::move(mod)}; }
 PyScoreMod Wrap(kernels::ScoreModPtr mod) { return PyScoreMod{std::move(mod)}; }
 
 // One element of a mask, evaluated the way the kernels do (a 1x1 tile).
-bool EvaluateOne(const kernels::MaskMod& mod, int64_t b, int64_t h, int64_t q_idx,
-                 int64_t kv_idx) {
+bool EvaluateOne(const kernels::MaskMod& mod, int64_t b, int64_t h, int64_t q_idx, int64_t kv_idx) {
   if (b < 0 || h < 0 || q_idx < 0 || kv_idx < 0) {
-    throw py::value_error(fmt::format(
-        "mask indices must be non-negative, got b={}, h={}, q_idx={}, kv_idx={}", b, h, q_idx,
-        kv_idx));
+    throw py::value_error(
+        fmt::format("mask indices must be non-negative, got b={}, h={}, q_idx={}, kv_idx={}", b, h,
+                    q_idx, kv_idx));
   }
   uint8_t keep = 0;
   mod.Evaluate(b, h, q_idx, 1, kv_idx, 1, &keep, 1);
@@ -98,9 +97,9 @@ bool EvaluateOne(const kernels::MaskMod& mod, int64_t b, int64_t h, int64_t q_id
 kernels::MaskModPtr MaskModArg(py::handle obj, const std::string& name) {
   if (py::isinstance<PyMaskMod>(obj)) return obj.cast<const PyMaskMod&>().mod;
   if (py::isinstance<PyScoreMod>(obj)) {
-    throw py::value_error(fmt::format(
-        "{} is a score mod ({}), not a mask; pass it as score_mod= to flex_attention", name,
-        obj.cast<const PyScoreMod&>().mod->ToString()));
+    throw py::value_error(
+        fmt::format("{} is a score mod ({}), not a mask; pass it as score_mod= to flex_attention",
+                    name, obj.cast<const PyScoreMod&>().mod->ToString()));
   }
   if (PyCallable_Check(obj.ptr())) {
     throw py::value_error(fmt::format(
@@ -109,9 +108,9 @@ kernels::MaskModPtr MaskModArg(py::handle obj, const std::string& name) {
         "expression, e.g. weft.mask_expr('q_idx >= kv_idx')",
         name));
   }
-  throw py::value_error(fmt::format(
-      "{} must be a weft mask (weft.causal_mask(), weft.mask_expr(...), ...), got {}", name,
-      TypeName(obj)));
+  throw py::value_error(
+      fmt::format("{} must be a weft mask (weft.causal_mask(), weft.mask_expr(...), ...), got {}",
+                  name, TypeName(obj)));
 }
 
 void RegisterMods(py::module_& m) {
@@ -178,17 +177,17 @@ void RegisterMods(py::module_& m) {
       "document_mask",
       [](py::object q_segment_ids, py::object kv_segment_ids) {
         IndexTensor q_ids = ToIndexTensor(q_segment_ids, "q_segment_ids");
-        IndexTensor kv_ids = kv_segment_ids.is_none()
-                                 ? q_ids
-                                 : ToIndexTensor(kv_segment_ids, "kv_segment_ids");
+        IndexTensor kv_ids =
+            kv_segment_ids.is_none() ? q_ids : ToIndexTensor(kv_segment_ids, "kv_segment_ids");
         if (q_ids.rank() != 2) {
           throw py::value_error(fmt::format(
               "q_segment_ids must have shape [B, Q_LEN], got shape {}", ShapeString(q_ids.shape)));
         }
         if (kv_ids.rank() != 2) {
-          throw py::value_error(fmt::format("kv_segment_ids must have shape [B, KV_LEN], got "
-                                            "shape {}",
-                                            ShapeString(kv_ids.shape)));
+          throw py::value_error(
+              fmt::format("kv_segment_ids must have shape [B, KV_LEN], got "
+                          "shape {}",
+                          ShapeString(kv_ids.shape)));
         }
         if (q_ids.shape[0] != kv_ids.shape[0]) {
           throw py::value_error(fmt::format(
@@ -206,17 +205,20 @@ void RegisterMods(py::module_& m) {
       "chunked_causal_mask", [](int64_t chunk) { return Wrap(kernels::ChunkedCausalMask(chunk)); },
       py::arg("chunk"), "q_idx // chunk == kv_idx // chunk and q_idx >= kv_idx.");
   m.def(
-      "and_masks", [](py::args masks) { return Wrap(kernels::AndMasks(MaskList(masks, "and_masks"))); },
+      "and_masks",
+      [](py::args masks) { return Wrap(kernels::AndMasks(MaskList(masks, "and_masks"))); },
       "The conjunction of one or more masks: attend where every mask allows.");
   m.def(
-      "or_masks", [](py::args masks) { return Wrap(kernels::OrMasks(MaskList(masks, "or_masks"))); },
+      "or_masks",
+      [](py::args masks) { return Wrap(kernels::OrMasks(MaskList(masks, "or_masks"))); },
       "The disjunction of one or more masks: attend where any mask allows.");
   m.def(
       "mask_expr",
       [](py::args args, py::kwargs tensors) {
         return Wrap(kernels::MaskExpr(ExprText(args, "mask_expr"), IndexTensors(tensors)));
       },
-      "mask_expr(text, **tensors)\n\nA mask written as an expression over b, h, q_idx, kv_idx and named integer tensors "
+      "mask_expr(text, **tensors)\n\nA mask written as an expression over b, h, q_idx, kv_idx and "
+      "named integer tensors "
       "passed as keywords, e.g. mask_expr('q_idx >= kv_idx && seg[b, q_idx] == seg[b, "
       "kv_idx]', seg=segment_ids).");
 
@@ -251,7 +253,8 @@ void RegisterMods(py::module_& m) {
       [](py::args args, py::kwargs tensors) {
         return Wrap(kernels::ScoreExpr(ExprText(args, "score_expr"), ValueTensors(tensors)));
       },
-      "score_expr(text, **tensors)\n\nA score mod written as an expression over score, b, h, q_idx, kv_idx and named float "
+      "score_expr(text, **tensors)\n\nA score mod written as an expression over score, b, h, "
+      "q_idx, kv_idx and named float "
       "tensors passed as keywords, e.g. score_expr('score + bias[h, q_idx - kv_idx + 127]', "
       "bias=table).");
 }

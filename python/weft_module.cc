@@ -64,9 +64,9 @@ kernels::IndexTensor ToIndexTensor(py::handle obj, const std::string& name) {
   py::array array = AsArray(obj, name, "an integer numpy array (int32 or int64)");
   const char kind = array.dtype().kind();
   if (kind != 'i' && kind != 'u' && kind != 'b') {
-    throw py::value_error(fmt::format(
-        "{} has dtype {}; pass integers, e.g. np.asarray({}, dtype=np.int64)", name,
-        DtypeName(array), name));
+    throw py::value_error(
+        fmt::format("{} has dtype {}; pass integers, e.g. np.asarray({}, dtype=np.int64)", name,
+                    DtypeName(array), name));
   }
   return CopyTensor<int64_t>(array);
 }
@@ -75,9 +75,9 @@ kernels::ValueTensor ToValueTensor(py::handle obj, const std::string& name) {
   py::array array = AsArray(obj, name, "a float numpy array (float32 or float64)");
   const char kind = array.dtype().kind();
   if (kind != 'f' && kind != 'i' && kind != 'u') {
-    throw py::value_error(fmt::format(
-        "{} has dtype {}; pass real numbers, e.g. np.asarray({}, dtype=np.float32)", name,
-        DtypeName(array), name));
+    throw py::value_error(
+        fmt::format("{} has dtype {}; pass real numbers, e.g. np.asarray({}, dtype=np.float32)",
+                    name, DtypeName(array), name));
   }
   return CopyTensor<float>(array);
 }

@@ -21,7 +21,8 @@ void AddBench(CLI::App& app) {
       "bench", "Benchmarks; performance is reported as a ratio to this machine's measured peak");
   bench->require_subcommand(1);
 
-  auto* peak = bench->add_subcommand("peak", "Measure this machine's float32 FMA peak (and the AMX bf16 peak where present)");
+  auto* peak = bench->add_subcommand(
+      "peak", "Measure this machine's float32 FMA peak (and the AMX bf16 peak where present)");
   auto peak_json = std::make_shared<bool>(false);
   peak->add_flag("--json", *peak_json, "Print JSON instead of a table");
   peak->callback([peak_json] { SetAction([peak_json] { return bench::RunPeak(*peak_json); }); });
@@ -71,9 +72,8 @@ void AddBench(CLI::App& app) {
       "Sharding propagation of a 126-layer unrolled Llama-style training graph, one thread");
   auto prop_json = std::make_shared<bool>(false);
   prop->add_flag("--json", *prop_json, "Print JSON instead of a table");
-  prop->callback([prop_json] {
-    SetAction([prop_json] { return bench::RunPropagateBench(*prop_json); });
-  });
+  prop->callback(
+      [prop_json] { SetAction([prop_json] { return bench::RunPropagateBench(*prop_json); }); });
 
   auto* exec = bench->add_subcommand(
       "executor",
@@ -108,13 +108,13 @@ void AddBench(CLI::App& app) {
   });
 
   auto* plan = bench->add_subcommand(
-      "plan", "Planning Llama 3.1 405B's training step on v6e-256 (weft plan), one thread; "
-              "target < 3 s");
+      "plan",
+      "Planning Llama 3.1 405B's training step on v6e-256 (weft plan), one thread; "
+      "target < 3 s");
   auto plan_json = std::make_shared<bool>(false);
   plan->add_flag("--json", *plan_json, "Print JSON instead of a table");
-  plan->callback([plan_json] {
-    SetAction([plan_json] { return bench::RunPlanBench(*plan_json); });
-  });
+  plan->callback(
+      [plan_json] { SetAction([plan_json] { return bench::RunPlanBench(*plan_json); }); });
 
   // `weft bench auto [CONFIG]`: bench/bench_auto.h.
   auto* automatic = bench->add_subcommand(

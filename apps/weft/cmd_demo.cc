@@ -64,14 +64,15 @@ int RunDemo() {
       FlexAttentionForward(d, q.data(), k.data(), v.data(), o, out.data(), lse.data());
     });
     double t_bwd = bench::BestSeconds(2, [&] {
-      FlexAttentionBackward(d, q.data(), k.data(), v.data(), out.data(), lse.data(),
-                            dout.data(), nullptr, o, dq.data(), dk.data(), dv.data());
+      FlexAttentionBackward(d, q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(),
+                            nullptr, o, dq.data(), dk.data(), dv.data());
     });
     double flops = 4.0 * p * D;
-    fmt::print("{:<20} B=1 H={} S={} D={}: forward {:7.1f} ms ({:5.1f}% of peak), backward "
-               "{:7.1f} ms ({:5.1f}% of peak)\n",
-               name, H, S, D, t_fwd * 1e3, 100 * flops / t_fwd / 1e9 / peaks[0].gflops_all_threads,
-               t_bwd * 1e3, 100 * 2.5 * flops / t_bwd / 1e9 / peaks[0].gflops_all_threads);
+    fmt::print(
+        "{:<20} B=1 H={} S={} D={}: forward {:7.1f} ms ({:5.1f}% of peak), backward "
+        "{:7.1f} ms ({:5.1f}% of peak)\n",
+        name, H, S, D, t_fwd * 1e3, 100 * flops / t_fwd / 1e9 / peaks[0].gflops_all_threads,
+        t_bwd * 1e3, 100 * 2.5 * flops / t_bwd / 1e9 / peaks[0].gflops_all_threads);
   }
   fmt::print("\nMore: weft bench attention --help\n");
   return 0;

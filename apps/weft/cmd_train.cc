@@ -95,8 +95,8 @@ int RunTrain(const TrainFlags& f) {
                  "WEFT_NUM_DEVICES={} but the mesh of {} ({}) has {} devices; weft train runs "
                  "one in-process device per mesh device: unset WEFT_NUM_DEVICES, or give a "
                  "--mesh of {} devices",
-                 env, o.mesh ? "--mesh" : config.source, o.mesh ? f.mesh : "[mesh]",
-                 mesh_devices, env);
+                 env, o.mesh ? "--mesh" : config.source, o.mesh ? f.mesh : "[mesh]", mesh_devices,
+                 env);
     }
   }
   o.steps = f.steps.value_or(0);
@@ -144,10 +144,12 @@ void AddTrain(CLI::App& app) {
   cmd->add_option("--precision", f->precision,
                   "bf16 or f32: the mixed-precision policy (default: train.precision, bf16 "
                   "when the config does not say)");
-  cmd->add_option("--backend", f->backend, "threads (default) or mpi (under mpirun, one "
-                                           "device per rank)");
-  cmd->add_option("--data", f->data, "UTF-8 text files to train on, one document each "
-                                     "(replaces the config's [data] source)");
+  cmd->add_option("--backend", f->backend,
+                  "threads (default) or mpi (under mpirun, one "
+                  "device per rank)");
+  cmd->add_option("--data", f->data,
+                  "UTF-8 text files to train on, one document each "
+                  "(replaces the config's [data] source)");
   cmd->add_option("--resume", f->resume, "Resume from a run directory or its checkpoint/");
   cmd->add_option("--init-from", f->init_from,
                   "Fine-tune: start from a Hugging Face Llama directory's weights (its "

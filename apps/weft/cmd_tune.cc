@@ -37,9 +37,10 @@ void AddTune(CLI::App& app) {
           v.push_back(std::stoll(part, &used));
           if (used != part.size()) throw std::invalid_argument(part);
         } catch (const std::exception&) {
-          Fail("weft tune attention: --shape {} must be four integers B,H,S,D, e.g. "
-               "1,8,4096,128",
-               *shape);
+          Fail(
+              "weft tune attention: --shape {} must be four integers B,H,S,D, e.g. "
+              "1,8,4096,128",
+              *shape);
         }
       }
       WEFT_CHECK(v.size() == 4,

@@ -40,10 +40,11 @@ IdModes ModesOf(const HloModule& module, int64_t num_devices) {
     m.partitions = num_devices;
     return m;
   }
-  WEFT_INTERNAL_CHECK(p * r == num_devices,
-             "module '{}' has num_partitions={} and replica_count={} ({} devices) but is planned "
-             "for {} devices",
-             module.name(), p, r, p * r, num_devices);
+  WEFT_INTERNAL_CHECK(
+      p * r == num_devices,
+      "module '{}' has num_partitions={} and replica_count={} ({} devices) but is planned "
+      "for {} devices",
+      module.name(), p, r, p * r, num_devices);
   m.partitions = p;
   m.replicas = r;
   m.xla_modes = p > 1 && r > 1;
@@ -160,7 +161,8 @@ CollectivePlan PlanCollectives(const HloModule& program, const CollectivePlanOpt
   // The planner built the program and checked the mesh and the slices.
   WEFT_INTERNAL_CHECK(n >= 1, "the plan needs at least one device, got {}", n);
   WEFT_INTERNAL_CHECK(options.slices >= 1 && n % options.slices == 0,
-             "--slices {} does not divide the {} devices into equal slices", options.slices, n);
+                      "--slices {} does not divide the {} devices into equal slices",
+                      options.slices, n);
   CollectivePlan plan;
   plan.num_devices = n;
   plan.slices = options.slices;
@@ -191,8 +193,8 @@ CollectivePlan PlanCollectives(const HloModule& program, const CollectivePlanOpt
         std::vector<bool> crosses(n, false);
         for (auto [s, t] : pairs) {
           WEFT_INTERNAL_CHECK(s >= 0 && s < n && t >= 0 && t < n,
-                     "{}: source-target pair {{{},{}}} is outside the {} devices",
-                     instr->Describe(), s, t, n);
+                              "{}: source-target pair {{{},{}}} is outside the {} devices",
+                              instr->Describe(), s, t, n);
           if (s != t) {
             sends[s] = 1;
             crosses[s] = crosses[s] || slice_of(s) != slice_of(t);

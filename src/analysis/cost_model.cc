@@ -96,7 +96,8 @@ void CountInstructionFlops(const HloInstruction& instr, double times, FlopCount&
     f.other += times * SortWork(instr);
   } else if (op == HloOpcode::kFusion) {
     for (const HloComputation* fused : instr.called_computations()) {
-      for (const HloInstruction* inner : fused->instructions()) CountInstructionFlops(*inner, times, f);
+      for (const HloInstruction* inner : fused->instructions())
+        CountInstructionFlops(*inner, times, f);
     }
   }
 }

@@ -400,13 +400,13 @@ class Simulator {
     }
     for (size_t i = 0; i < ca.external.size(); ++i) {
       const AssignedBuffer& b = ca.external[i];
-      WEFT_INTERNAL_CHECK(b.end >= 0 && b.end <= n, "outside buffer {} of '{}' ends at {} of {}",
-                          i, c.name(), b.end, n);
+      WEFT_INTERNAL_CHECK(b.end >= 0 && b.end <= n, "outside buffer {} of '{}' ends at {} of {}", i,
+                          c.name(), b.end, n);
       w.external_ends[b.end].push_back(static_cast<int32_t>(i));
-      w.external_arg.push_back(b.instr->opcode() == HloOpcode::kParameter
-                                   ? static_cast<int32_t>(
-                                         arg_offset.at(b.instr->parameter_number()) + b.leaf)
-                                   : -1);
+      w.external_arg.push_back(
+          b.instr->opcode() == HloOpcode::kParameter
+              ? static_cast<int32_t>(arg_offset.at(b.instr->parameter_number()) + b.leaf)
+              : -1);
     }
     w.labels.resize(ca.buffers.size());
     std::vector<bool> labelled(ca.buffers.size(), false), collective(ca.buffers.size(), false);
@@ -435,7 +435,8 @@ class Simulator {
       }
       if (b.kind == AssignedBuffer::Kind::kValue) {
         const std::vector<Shape> leaves = b.instr->shape().Leaves();
-        w.shapes[i] = b.leaf < static_cast<int64_t>(leaves.size()) ? leaves[b.leaf] : b.instr->shape();
+        w.shapes[i] =
+            b.leaf < static_cast<int64_t>(leaves.size()) ? leaves[b.leaf] : b.instr->shape();
       }
       if (!labelled[i] && collective[i]) w.labels[i] = {BufferCategory::kCollectives, -1};
     }
@@ -450,7 +451,8 @@ class Simulator {
         end = std::max(end, p);
         const std::vector<LeafAssignment>& leaves = it->second.leaves;
         const bool forwards =
-            !leaves.empty() && std::all_of(leaves.begin(), leaves.end(), [](const LeafAssignment& l) {
+            !leaves.empty() &&
+            std::all_of(leaves.begin(), leaves.end(), [](const LeafAssignment& l) {
               return l.kind == LeafAssignment::Kind::kForward;
             });
         if (forwards && p > t) end = std::max(end, w.view_end[p]);
@@ -594,8 +596,8 @@ class Simulator {
       const Shape shape = instr.shape().Leaves()[k];
       b.bytes = Aligned(shape.ByteSize());
       const Tag tag = TagOf(&instr);
-      b.category = tag.category == BufferCategory::kSaved ? BufferCategory::kTemporaries
-                                                          : tag.category;
+      b.category =
+          tag.category == BufferCategory::kSaved ? BufferCategory::kTemporaries : tag.category;
       b.role = tag.role >= 0 && tag.category != BufferCategory::kSaved
                    ? tag.role
                    : Role("layer prefetched from host");

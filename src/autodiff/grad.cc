@@ -21,8 +21,8 @@ std::vector<int64_t> DifferentiatedParameters(const HloModule& forward,
   if (!options.wrt.empty()) {
     for (int64_t p : options.wrt) {
       WEFT_CHECK(p >= 0 && p < entry->num_parameters() && entry->parameter_instruction(p),
-                 "autodiff: GradOptions::wrt names parameter {}, but '{}' has {} parameters",
-                 p, entry->name(), entry->num_parameters());
+                 "autodiff: GradOptions::wrt names parameter {}, but '{}' has {} parameters", p,
+                 entry->name(), entry->num_parameters());
       const Shape& s = entry->parameter_instruction(p)->shape();
       WEFT_CHECK(s.IsArray() && IsFloatingPoint(s.element_type()),
                  "autodiff: parameter {} ('{}') is {}; only floating-point arrays can be "

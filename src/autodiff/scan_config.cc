@@ -8,8 +8,11 @@ namespace weft {
 
 std::string ScanConfig::ToJson() const {
   nlohmann::json j;
-  j["scan"] = {{"length", length},  {"carry", num_carry}, {"xs", num_xs},
-               {"consts", num_consts}, {"ys", num_ys}};
+  j["scan"] = {{"length", length},
+               {"carry", num_carry},
+               {"xs", num_xs},
+               {"consts", num_consts},
+               {"ys", num_ys}};
   if (num_residuals > 0) j["scan"]["residuals"] = num_residuals;
   return j.dump();
 }
@@ -30,9 +33,10 @@ std::optional<ScanConfig> ScanConfigOf(const HloInstruction& instr) {
     c.num_ys = s.at("ys").get<int64_t>();
     c.num_residuals = s.value("residuals", int64_t{0});
   } catch (const nlohmann::json::exception& e) {
-    Fail("{}: malformed scan backend_config ({}); expected {{\"scan\": {{\"length\", \"carry\", "
-         "\"xs\", \"consts\", \"ys\"}}}}",
-         instr.Describe(), e.what());
+    Fail(
+        "{}: malformed scan backend_config ({}); expected {{\"scan\": {{\"length\", \"carry\", "
+        "\"xs\", \"consts\", \"ys\"}}}}",
+        instr.Describe(), e.what());
   }
   const Shape& state = instr.shape();
   WEFT_CHECK(

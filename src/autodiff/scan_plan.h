@@ -23,9 +23,9 @@ struct ScanPlan {
   std::vector<Shape> residual_shapes;  // per step; stacked [L, ...] in the states
   HloComputation* backward_condition = nullptr;
   HloComputation* backward_body = nullptr;
-  std::vector<int64_t> diff_xs;       // xs indices with an accumulator
-  std::vector<int64_t> xs_group;      // shard_as id per diff_xs entry (-1: none)
-  std::vector<int64_t> carry_group;   // shard_as id per carry (-1: none)
+  std::vector<int64_t> diff_xs;          // xs indices with an accumulator
+  std::vector<int64_t> xs_group;         // shard_as id per diff_xs entry (-1: none)
+  std::vector<int64_t> carry_group;      // shard_as id per carry (-1: none)
   std::vector<int64_t> offloaded_state;  // forward state elements kept in host memory
 
   int64_t num_residuals() const { return static_cast<int64_t>(residual_shapes.size()); }

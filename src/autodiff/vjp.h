@@ -115,8 +115,9 @@ class ReversePass : public VjpContext {
   ReversePass(HloComputationBuilder& b, ModuleEmitter& emitter, PrimalFn primal,
               PrimalElementFn primal_element, PlanFn plan);
 
-  void Run(const HloComputation& forward, const std::vector<const HloInstruction*>& sources,
-           const std::vector<std::pair<const HloInstruction*, std::vector<HloInstruction*>>>& seeds);
+  void Run(
+      const HloComputation& forward, const std::vector<const HloInstruction*>& sources,
+      const std::vector<std::pair<const HloInstruction*, std::vector<HloInstruction*>>>& seeds);
   // The accumulated cotangent (null = zero).
   HloInstruction* Cotangent(const HloInstruction* fwd, int64_t index = 0) const;
 

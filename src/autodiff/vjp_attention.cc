@@ -44,8 +44,8 @@ void CustomCall(VjpContext& c, const HloInstruction& f, std::span<HloInstruction
   operands.push_back(ct[0] ? ct[0] : c.Zeros(f.shape().tuple_shapes(0)));
   if (has_dlse) operands.push_back(ct[1]);
   for (int64_t i = 3; i < f.operand_count(); ++i) operands.push_back(c.Primal(f.operand(i)));
-  const Shape result = Shape::Tuple(
-      {f.operand(0)->shape(), f.operand(1)->shape(), f.operand(2)->shape()});
+  const Shape result =
+      Shape::Tuple({f.operand(0)->shape(), f.operand(1)->shape(), f.operand(2)->shape()});
   HloInstruction* grads = c.b().CustomCall(operands, result, kBackward, config.dump());
   for (int64_t k = 0; k < 3; ++k) {
     if (c.NeedsGrad(f.operand(k))) c.Accumulate(f.operand(k), c.b().GetTupleElement(grads, k));

@@ -17,8 +17,8 @@ void Gather(VjpContext& c, const HloInstruction& f, std::span<HloInstruction* co
   s.index_vector_dim = g.index_vector_dim;
   const PrimitiveType type = ct[0]->shape().element_type();
   HloInstruction* zeros = c.Zeros(f.operand(0)->shape().WithElementType(type));
-  HloInstruction* scattered = c.b().Scatter(zeros, c.Primal(f.operand(1)), ct[0], s,
-                                            c.emitter().AddReducer(type));
+  HloInstruction* scattered =
+      c.b().Scatter(zeros, c.Primal(f.operand(1)), ct[0], s, c.emitter().AddReducer(type));
   c.Accumulate(f.operand(0), scattered);
 }
 

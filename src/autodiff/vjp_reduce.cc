@@ -15,8 +15,8 @@ HloOpcode ReducerOpcode(const HloInstruction& f) {
   const bool binary_of_params = root->operand_count() == 2 &&
                                 root->operand(0)->opcode() == HloOpcode::kParameter &&
                                 root->operand(1)->opcode() == HloOpcode::kParameter;
-  WEFT_CHECK(binary_of_params && (root->opcode() == HloOpcode::kAdd ||
-                                  root->opcode() == HloOpcode::kMaximum),
+  WEFT_CHECK(binary_of_params &&
+                 (root->opcode() == HloOpcode::kAdd || root->opcode() == HloOpcode::kMaximum),
              "autodiff: {} reduces with '{}'; only add and maximum reductions are "
              "differentiable",
              f.Describe(), r->name());
@@ -24,8 +24,10 @@ HloOpcode ReducerOpcode(const HloInstruction& f) {
 }
 
 void Reduce(VjpContext& c, const HloInstruction& f, std::span<HloInstruction* const> ct) {
-  WEFT_CHECK(f.operand_count() == 2, "autodiff: {} is a variadic reduce; only single-operand "
-             "reductions are differentiable", f.Describe());
+  WEFT_CHECK(f.operand_count() == 2,
+             "autodiff: {} is a variadic reduce; only single-operand "
+             "reductions are differentiable",
+             f.Describe());
   const HloOpcode op = ReducerOpcode(f);
   const Shape& in = f.operand(0)->shape();
   std::vector<int64_t> kept;

@@ -26,7 +26,8 @@ void Broadcast(VjpContext& c, const HloInstruction& f, std::span<HloInstruction*
   std::sort(sorted.begin(), sorted.end());
   if (sorted != kept) {
     std::vector<int64_t> perm;
-    for (int64_t d : kept) perm.push_back(std::find(sorted.begin(), sorted.end(), d) - sorted.begin());
+    for (int64_t d : kept)
+      perm.push_back(std::find(sorted.begin(), sorted.end(), d) - sorted.begin());
     g = c.b().Transpose(g, perm);
   }
   c.Accumulate(f.operand(0), g);
@@ -59,7 +60,8 @@ void Slice(VjpContext& c, const HloInstruction& f, std::span<HloInstruction* con
 }
 
 void DynamicSlice(VjpContext& c, const HloInstruction& f, std::span<HloInstruction* const> ct) {
-  HloInstruction* zeros = c.Zeros(f.operand(0)->shape().WithElementType(ct[0]->shape().element_type()));
+  HloInstruction* zeros =
+      c.Zeros(f.operand(0)->shape().WithElementType(ct[0]->shape().element_type()));
   c.Accumulate(f.operand(0), c.b().DynamicUpdateSlice(zeros, ct[0], PrimalIndices(c, f, 1)));
 }
 

@@ -67,8 +67,8 @@ std::vector<HloInstruction*> StepIndices(HloComputationBuilder& b, HloInstructio
 
 HloInstruction* StepOf(HloComputationBuilder& b, HloInstruction* stacked, HloInstruction* i,
                        const Shape& step) {
-  HloInstruction* s = b.DynamicSlice(stacked, StepIndices(b, i, stacked->shape().rank()),
-                                     WithLeadingOne(step));
+  HloInstruction* s =
+      b.DynamicSlice(stacked, StepIndices(b, i, stacked->shape().rank()), WithLeadingOne(step));
   return b.Reshape(s, step.dimensions());
 }
 
@@ -146,9 +146,11 @@ class BackwardBodyBuilder {
   std::unique_ptr<HloComputation> Build() {
     const Shape& fwd_state = w_.shape();
     std::vector<Shape> state = {fwd_state.tuple_shapes(0)};
-    for (int64_t j = 0; j < c_.num_carry; ++j) state.push_back(fwd_state.tuple_shapes(c_.carry_index(j)));
+    for (int64_t j = 0; j < c_.num_carry; ++j)
+      state.push_back(fwd_state.tuple_shapes(c_.carry_index(j)));
     for (int64_t j = 0; j < c_.num_xs; ++j) state.push_back(fwd_state.tuple_shapes(c_.xs_index(j)));
-    for (int64_t j = 0; j < c_.num_consts; ++j) state.push_back(fwd_state.tuple_shapes(c_.consts_index(j)));
+    for (int64_t j = 0; j < c_.num_consts; ++j)
+      state.push_back(fwd_state.tuple_shapes(c_.consts_index(j)));
     if (!dry_) {
       for (const Shape& s : plan_.residual_shapes) state.push_back(Stacked(c_.length, s));
     }
@@ -240,9 +242,10 @@ class BackwardBodyBuilder {
       } else if (k < c_.ys_index(0)) {
         v = b_.GetTupleElement(state_, k);  // xs and consts sit at the same positions
       } else {
-        Fail("autodiff: the scan body of {} reads its stacked output {} for something other "
-             "than writing it; not supported",
-             w_.Describe(), k);
+        Fail(
+            "autodiff: the scan body of {} reads its stacked output {} for something other "
+            "than writing it; not supported",
+            w_.Describe(), k);
       }
     } else if (x->opcode() == HloOpcode::kGetTupleElement && !Cheap(*x->operand(0))) {
       v = ResolveElement(x->operand(0), x->tuple_index());
@@ -287,7 +290,7 @@ class BackwardBodyBuilder {
     } else {
       const auto it = std::find(residuals_.begin(), residuals_.end(), key);
       WEFT_INTERNAL_CHECK(it != residuals_.end(), "autodiff: residual {} was not planned",
-                 key.first->Describe());
+                          key.first->Describe());
       const int64_t r = it - residuals_.begin();
       v = StepOf(b_, b_.GetTupleElement(state_, plan_.bwd_res(r)), i_, shape);
     }
@@ -349,8 +352,8 @@ HloComputation* AugmentBody(ModuleEmitter& emitter, const BodyInfo& info, const 
       JoinShardGroup(map.at(it->second), plan.carry_group[j]);
     }
   }
-  HloInstruction* i = info.param_gte.count(0) ? map.at(info.param_gte.at(0))
-                                              : b.GetTupleElement(param, 0);
+  HloInstruction* i =
+      info.param_gte.count(0) ? map.at(info.param_gte.at(0)) : b.GetTupleElement(param, 0);
   std::vector<HloInstruction*> out;
   for (const HloInstruction* op : root->operands()) out.push_back(map.at(op));
   const int64_t n = plan.config.state_size();
@@ -403,7 +406,7 @@ std::unique_ptr<ScanPlan> PlanScan(ModuleEmitter& emitter, const HloInstruction&
     if (groups) {
       const HloInstruction* xs = init->operand(c.xs_index(j));
       id = xs->has_sharding() && xs->sharding()->shard_group() ? xs->sharding()->shard_group()->id
-                                                                : emitter.NewShardGroupId();
+                                                               : emitter.NewShardGroupId();
     }
     plan->xs_group.push_back(id);
   }
@@ -479,8 +482,7 @@ void While(VjpContext& ctx, const HloInstruction& f, std::span<HloInstruction* c
     JoinShardGroup(state[1 + c.num_carry + j], plan->xs_group[a]);
     state.push_back(acc);
   }
-  HloInstruction* loop =
-      b.While(b.Tuple(state), plan->backward_condition, plan->backward_body);
+  HloInstruction* loop = b.While(b.Tuple(state), plan->backward_condition, plan->backward_body);
   for (int64_t j = 0; j < c.num_carry; ++j) {
     ctx.Accumulate(init, b.GetTupleElement(loop, 1 + j), c.carry_index(j));
   }

@@ -6,7 +6,6 @@
 
 #include <cerrno>
 #include <cstring>
-
 #include <fstream>
 #include <string>
 #include <thread>
@@ -117,8 +116,9 @@ AmxStatus RequestAmx() {
     constexpr long kArchReqXcompPerm = 0x1023;  // <asm/prctl.h>
     constexpr long kXfeatureXtiledata = 18;
     if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) {
-      s.why_not = std::string("Linux refused the AMX tile-data permission (arch_prctl "
-                              "ARCH_REQ_XCOMP_PERM: ") +
+      s.why_not = std::string(
+                      "Linux refused the AMX tile-data permission (arch_prctl "
+                      "ARCH_REQ_XCOMP_PERM: ") +
                   std::strerror(errno) + "; kernel 5.16 or later is needed)";
     } else {
       s.usable = true;

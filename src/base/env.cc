@@ -39,9 +39,10 @@ int64_t GetEnvInt(const std::string& name, int64_t default_value, int64_t min_va
   const bool negative = (*text)[0] == '-';
   int64_t magnitude = 0;
   if (!ParseDigits(negative ? text->substr(1) : *text, &magnitude)) {
-    Fail("environment variable {}='{}' is not an integer; set it to a whole number in [{}, {}] "
-         "or unset it",
-         name, *text, min_value, max_value);
+    Fail(
+        "environment variable {}='{}' is not an integer; set it to a whole number in [{}, {}] "
+        "or unset it",
+        name, *text, min_value, max_value);
   }
   const int64_t value = negative ? -magnitude : magnitude;
   if (value < min_value || value > max_value) {
@@ -65,9 +66,10 @@ int64_t ParseByteSize(const std::string& text, const std::string& what, int64_t 
   if (unit == "T" || unit == "TB" || unit == "TIB") scale = 1024LL * 1024 * 1024 * 1024;
   int64_t number = 0;
   if (i == 0 || scale == 0 || !ParseDigits(text.substr(0, i), &number)) {
-    Fail("{}='{}' is not a byte size; write a number with an optional unit (K, M, G, T), e.g. "
-         "8K, 512K, 2M, in [{}, {}] bytes",
-         what, text, min_bytes, max_bytes);
+    Fail(
+        "{}='{}' is not a byte size; write a number with an optional unit (K, M, G, T), e.g. "
+        "8K, 512K, 2M, in [{}, {}] bytes",
+        what, text, min_bytes, max_bytes);
   }
   if (number > max_bytes / scale || number * scale < min_bytes || number * scale > max_bytes) {
     Fail("{}='{}' is out of range; use a byte size in [{}, {}] bytes", what, text, min_bytes,

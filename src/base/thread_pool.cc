@@ -29,8 +29,8 @@ struct ThreadPool::State {
 };
 
 ThreadPool& ThreadPool::Global() {
-  static ThreadPool pool(static_cast<int>(
-      GetEnvInt("WEFT_NUM_THREADS", GetCpuInfo().logical_cores, 1, 1024)));
+  static ThreadPool pool(
+      static_cast<int>(GetEnvInt("WEFT_NUM_THREADS", GetCpuInfo().logical_cores, 1, 1024)));
   return pool;
 }
 

@@ -105,8 +105,7 @@ std::vector<Shape> InstructionScratch(const HloInstruction& instr) {
       const Shape& lhs = instr.operand(0)->shape();
       const Shape& rhs = instr.operand(1)->shape();
       if (!IsFloatingPoint(shape.element_type())) break;
-      const DotLayout layout =
-          PlanDotLayout(instr.attrs().dot, lhs.dimensions(), rhs.dimensions());
+      const DotLayout layout = PlanDotLayout(instr.attrs().dot, lhs.dimensions(), rhs.dimensions());
       const bool pack_lhs = layout.pack_lhs() || layout.may_pack_both;
       const bool pack_rhs = layout.pack_rhs() || layout.may_pack_both;
       if (IsBf16Gemm(lhs.element_type(), rhs.element_type(), shape.element_type())) {

@@ -33,10 +33,11 @@ std::string CompileSummary(const CompiledProgram& program) {
   std::string out = fmt::format("// weft compile: {} device{}{}\n", program.num_devices,
                                 program.num_devices == 1 ? "" : "s",
                                 program.propagated ? ", shardings propagated" : "");
-  out += fmt::format("// {} instructions (entry {}), {} fusion{} of {} instructions ({} duplicated)\n",
-                     instructions, module.entry_computation()->instruction_count(),
-                     program.fusion.fusions, program.fusion.fusions == 1 ? "" : "s",
-                     program.fusion.fused_instructions, program.fusion.duplicated);
+  out +=
+      fmt::format("// {} instructions (entry {}), {} fusion{} of {} instructions ({} duplicated)\n",
+                  instructions, module.entry_computation()->instruction_count(),
+                  program.fusion.fusions, program.fusion.fusions == 1 ? "" : "s",
+                  program.fusion.fused_instructions, program.fusion.duplicated);
   return out;
 }
 
@@ -63,8 +64,8 @@ int RunCompileCommand(const CompileCommandOptions& options) {
   compile.fuse = options.fuse;
   const CompiledProgram program = CompileForDevices(*module, compile);
   const std::string printed =
-      PrintModule(*program.program, options.xla_style ? HloPrintOptions::XlaStyle()
-                                                      : HloPrintOptions::Canonical()) +
+      PrintModule(*program.program,
+                  options.xla_style ? HloPrintOptions::XlaStyle() : HloPrintOptions::Canonical()) +
       CompileSummary(program);
 
   if (options.output.empty()) {

@@ -134,8 +134,8 @@ DotLayout PlanDotLayout(const DotDimensionNumbers& dn, const std::vector<int64_t
   const DotGroups& g = layout.groups;
   layout.lhs = ViewAsMatrices(lhs_dims, dn.lhs_batch_dims, g.lhs_free, dn.lhs_contracting_dims);
   layout.rhs = ViewAsMatrices(rhs_dims, dn.rhs_batch_dims, dn.rhs_contracting_dims, g.rhs_free);
-  layout.may_pack_both = (layout.lhs && !layout.lhs->IsDense()) ||
-                         (layout.rhs && !layout.rhs->IsDense());
+  layout.may_pack_both =
+      (layout.lhs && !layout.lhs->IsDense()) || (layout.rhs && !layout.rhs->IsDense());
   return layout;
 }
 

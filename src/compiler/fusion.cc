@@ -62,9 +62,9 @@ enum Region : uint8_t { kAligned = 1, kGathered = 2 };
 
 struct Group {
   HloInstruction* root = nullptr;
-  std::vector<HloInstruction*> members;  // root included
+  std::vector<HloInstruction*> members;                       // root included
   std::unordered_map<const HloInstruction*, uint8_t> region;  // members' Region bits
-  int64_t count = 0;  // the fusion's element count
+  int64_t count = 0;                                          // the fusion's element count
   bool Has(const HloInstruction* instr) const { return region.count(instr) > 0; }
   void Add(HloInstruction* instr, uint8_t r) {
     auto [it, inserted] = region.emplace(instr, r);
@@ -320,9 +320,9 @@ std::vector<Group> FormGroups(const std::vector<HloInstruction*>& post_order,
   // more than one element (scalar arithmetic gains nothing from tiles).
   std::vector<Group> kept;
   for (Group& group : groups) {
-    const bool has_elementwise = std::any_of(
-        group.members.begin(), group.members.end(),
-        [](const HloInstruction* m) { return IsElementwise(m->opcode()); });
+    const bool has_elementwise =
+        std::any_of(group.members.begin(), group.members.end(),
+                    [](const HloInstruction* m) { return IsElementwise(m->opcode()); });
     const bool input = group.root->opcode() == HloOpcode::kReduce;
     if (has_elementwise && group.members.size() >= 2 && (input || group.root->shape().rank() > 0)) {
       kept.push_back(std::move(group));
@@ -352,8 +352,8 @@ bool IsInputFusibleReduce(const HloInstruction& instr) {
     return false;
   }
   if (r->operand(0)->opcode() != HloOpcode::kParameter ||
-      r->operand(1)->opcode() != HloOpcode::kParameter ||
-      r->operand(0) == r->operand(1) || !r->shape().IsScalar()) {
+      r->operand(1)->opcode() != HloOpcode::kParameter || r->operand(0) == r->operand(1) ||
+      !r->shape().IsScalar()) {
     return false;
   }
   // The reduced dims are the innermost ones (rows), of at most kMaxInputFusionRow elements.
@@ -430,9 +430,9 @@ void BuildFusions(HloModule& module, HloComputation* computation, std::vector<Gr
     for (HloInstruction* member : members) {
       std::vector<HloInstruction*> operands;
       for (HloInstruction* operand : member->operands()) operands.push_back(mapped.at(operand));
-      auto clone = HloInstruction::Create(member->opcode(), member->shape(), std::move(operands),
-                                          member->attrs(), member->called_computations(),
-                                          member->name());
+      auto clone =
+          HloInstruction::Create(member->opcode(), member->shape(), std::move(operands),
+                                 member->attrs(), member->called_computations(), member->name());
       clone->set_sharding(member->sharding());
       clone->set_location(member->location());
       HloInstruction* added = fused_computation->AddInstruction(std::move(clone));
@@ -446,8 +446,8 @@ void BuildFusions(HloModule& module, HloComputation* computation, std::vector<Gr
     HloAttributes attrs;
     const bool input = group.root->opcode() == HloOpcode::kReduce;
     attrs.fusion_kind = input ? FusionKind::kInput : kind;
-    auto fusion = HloInstruction::Create(HloOpcode::kFusion, group.root->shape(),
-                                         fusion_operands, std::move(attrs), {callee}, "fusion");
+    auto fusion = HloInstruction::Create(HloOpcode::kFusion, group.root->shape(), fusion_operands,
+                                         std::move(attrs), {callee}, "fusion");
     fusion->set_sharding(group.root->sharding());
     HloInstruction* added = computation->AddInstructionBefore(std::move(fusion), group.root);
     const bool was_root = computation->root_instruction() == group.root;
@@ -494,8 +494,7 @@ HloInstruction* NextOutputStep(const HloInstruction& x, const HloInstruction* co
     return nullptr;
   }
   // x exactly once (not multiply(x, x)); the other operand of x's shape.
-  const HloInstruction* other =
-      user->operand(0) == &x ? user->operand(1) : user->operand(0);
+  const HloInstruction* other = user->operand(0) == &x ? user->operand(1) : user->operand(0);
   // A broadcast (or iota, constant) stays for loop fusion to compute inline
   // rather than being materialized at the dot's full shape.
   if (other == &x || other->shape() != x.shape() || IsCheapSource(*other)) return nullptr;

@@ -2,8 +2,8 @@
 
 #include <cstdint>
 
-#include "weft/base/error.h"
 #include "weft/base/atomic_file.h"
+#include "weft/base/error.h"
 
 namespace weft {
 namespace {

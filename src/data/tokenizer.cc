@@ -7,9 +7,9 @@
 #include <system_error>
 #include <unordered_map>
 
+#include "weft/base/atomic_file.h"
 #include "weft/base/env.h"
 #include "weft/base/error.h"
-#include "weft/base/atomic_file.h"
 #include "weft/data/shuffle.h"
 
 namespace weft {

@@ -188,8 +188,8 @@ void HloInstruction::ReplaceAllUsesWith(HloInstruction* replacement) {
 }
 
 HloComputation* HloInstruction::fused_computation() const {
-  WEFT_CHECK(opcode_ == HloOpcode::kFusion && called_.size() == 1,
-             "{} has no fused computation", Describe());
+  WEFT_CHECK(opcode_ == HloOpcode::kFusion && called_.size() == 1, "{} has no fused computation",
+             Describe());
   return called_[0];
 }
 

@@ -193,8 +193,8 @@ template void Problem::PackKt(const float*);
 template void Problem::PackKt(const bf16*);
 
 template <typename T>
-void Chunked::SetRows(const simd::Primitives& s, int64_t r0, const T* x, int64_t n,
-                      int64_t cols, int64_t ld, int64_t padded_cols) const {
+void Chunked::SetRows(const simd::Primitives& s, int64_t r0, const T* x, int64_t n, int64_t cols,
+                      int64_t ld, int64_t padded_cols) const {
   constexpr int64_t C = simd::kPadN;
   for (int64_t c0 = 0; c0 < padded_cols; c0 += C) {
     float* chunk = data + c0 * rows + r0 * C;
@@ -220,8 +220,8 @@ void Chunked::SetTransposed(const T* x, int64_t n, int64_t cols, int64_t ld,
   }
 }
 
-template void Chunked::SetRows(const simd::Primitives&, int64_t, const float*, int64_t,
-                               int64_t, int64_t, int64_t) const;
+template void Chunked::SetRows(const simd::Primitives&, int64_t, const float*, int64_t, int64_t,
+                               int64_t, int64_t) const;
 template void Chunked::SetRows(const simd::Primitives&, int64_t, const bf16*, int64_t, int64_t,
                                int64_t, int64_t) const;
 template void Chunked::SetTransposed(const float*, int64_t, int64_t, int64_t, int64_t) const;

@@ -176,8 +176,7 @@ void TileBackward(const Problem& p, const BackwardOperands& x, const Bf16Operand
     internal::Transpose(dP, nq, nk, p.bkp, w.dst.data(), p.bq);
     internal::BOperand qr =
         internal::Chunked{x.q_rows + bh * d.q_len * p.dp, d.q_len}.Rows(qb * p.bq);
-    p.simd.gemm(nk, p.dp, nq, w.dst.data(), p.bq, qr.data, qr.ldb, qr.chunk_stride, dk, p.dp,
-                true);
+    p.simd.gemm(nk, p.dp, nq, w.dst.data(), p.bq, qr.data, qr.ldb, qr.chunk_stride, dk, p.dp, true);
   }
   if (dq != nullptr) {
     internal::BOperand kr =
@@ -281,8 +280,8 @@ void Backward(const AttentionDims& dims, const T* q, const T* k, const T* v, con
           v + row0 * d.value_dim, rows, d.value_dim, d.value_dim, p.bkp);
     });
   }
-  BackwardOperands x{lse,         dout,          delta.data(), q_rows.data(),
-                     do_rows.data(), k_rows.data(), vt.data()};
+  BackwardOperands x{lse,           dout,     delta.data(), q_rows.data(), do_rows.data(),
+                     k_rows.data(), vt.data()};
 
   std::vector<BackwardScratch> scratch(pool.num_threads());
   auto store_kv_block = [&](BackwardScratch& w, int64_t b, int64_t kvh, int64_t kb) {
@@ -361,16 +360,16 @@ void Backward(const AttentionDims& dims, const T* q, const T* k, const T* v, con
 }  // namespace
 
 void FlexAttentionBackward(const AttentionDims& dims, const float* q, const float* k,
-                           const float* v, const float* out, const float* lse,
-                           const float* dout, const float* dlse, const AttentionOptions& options,
-                           float* dq, float* dk, float* dv) {
+                           const float* v, const float* out, const float* lse, const float* dout,
+                           const float* dlse, const AttentionOptions& options, float* dq, float* dk,
+                           float* dv) {
   Backward(dims, q, k, v, out, lse, dout, dlse, options, AttentionDtype::kFloat32, dq, dk, dv);
 }
 
 void FlexAttentionBackwardBf16(const AttentionDims& dims, const bf16* q, const bf16* k,
-                               const bf16* v, const bf16* out, const float* lse,
-                               const bf16* dout, const float* dlse,
-                               const AttentionOptions& options, bf16* dq, bf16* dk, bf16* dv) {
+                               const bf16* v, const bf16* out, const float* lse, const bf16* dout,
+                               const float* dlse, const AttentionOptions& options, bf16* dq,
+                               bf16* dk, bf16* dv) {
   Backward(dims, q, k, v, out, lse, dout, dlse, options, AttentionDtype::kBfloat16, dq, dk, dv);
 }
 

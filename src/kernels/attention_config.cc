@@ -96,8 +96,8 @@ std::vector<Candidate> MakeCandidates(const ConfigProblem& p, int64_t limit, boo
     if (c.fits) {
       c.reason = fmt::format("fits: {} <= limit {}", sets, Kib(limit));
     } else if (c.minimal) {
-      c.reason = fmt::format("minimal configuration: runs although {} > limit {}", sets,
-                             Kib(limit));
+      c.reason =
+          fmt::format("minimal configuration: runs although {} > limit {}", sets, Kib(limit));
     } else {
       c.reason = fmt::format("rejected: {} > limit {}", sets, Kib(limit));
     }
@@ -181,9 +181,8 @@ int64_t WorkingSetBytes(AttentionKernel kernel, const AttentionDims& d, TileSize
     case AttentionKernel::kBackwardDkDv:
       // dP, score-mod gradient, P^T and dS^T, dO rows (row-major and
       // packed), Q rows, V^T panel, dk and dv accumulators.
-      bytes += m * np * f + (has_score_mod ? m * np * f : 0) + 2 * n * m * f +
-               m * d.value_dim * f + m * dvp * f + m * dp * f + d.value_dim * np * f +
-               n * dp * f + n * dvp * f;
+      bytes += m * np * f + (has_score_mod ? m * np * f : 0) + 2 * n * m * f + m * d.value_dim * f +
+               m * dvp * f + m * dp * f + d.value_dim * np * f + n * dp * f + n * dvp * f;
       break;
   }
   return bytes;
@@ -262,22 +261,24 @@ ChosenTiles ChooseTiles(const ConfigProblem& p, const AttentionOptions& options,
       std::string ms, ns;
       for (int64_t t : TileChoices(p.dims.q_len, p.mask_q_block)) ms += fmt::format(" {}", t);
       for (int64_t t : TileChoices(p.dims.kv_len, p.mask_kv_block)) ns += fmt::format(" {}", t);
-      Fail("flex_attention: forced tiles {} are not allowed: a kernel tile must divide the "
-           "block mask's block ({} x {}; 0 = no mask) and be a multiple of 16 up to {}; "
-           "allowed query tiles:{}; key tiles:{}",
-           TilesText(forced, backward), p.mask_q_block, p.mask_kv_block, kMaxTile, ms, ns);
+      Fail(
+          "flex_attention: forced tiles {} are not allowed: a kernel tile must divide the "
+          "block mask's block ({} x {}; 0 = no mask) and be a multiple of 16 up to {}; "
+          "allowed query tiles:{}; key tiles:{}",
+          TilesText(forced, backward), p.mask_q_block, p.mask_kv_block, kMaxTile, ms, ns);
     }
     const Candidate& pick = HeuristicPick(matching);
     if (!pick.fits && !pick.minimal) {
       const Candidate* largest = nullptr;
       for (const Candidate& c : cands)
         if (c.fits && (largest == nullptr || c.Bytes() > largest->Bytes())) largest = &c;
-      Fail("flex_attention: forced {} needs a {} working set of {}, over the cache limit {} "
-           "(L2, or WEFT_CACHE_LIMIT); the largest configuration that fits is {}",
-           TilesText(pick.tiles, backward), backward ? "backward" : "forward",
-           Kib(pick.Bytes()), Kib(limit),
-           largest ? TilesText(largest->tiles, backward) + " (" + Kib(largest->Bytes()) + ")"
-                   : TilesText(cands.front().tiles, backward) + " (the minimal one)");
+      Fail(
+          "flex_attention: forced {} needs a {} working set of {}, over the cache limit {} "
+          "(L2, or WEFT_CACHE_LIMIT); the largest configuration that fits is {}",
+          TilesText(pick.tiles, backward), backward ? "backward" : "forward", Kib(pick.Bytes()),
+          Kib(limit),
+          largest ? TilesText(largest->tiles, backward) + " (" + Kib(largest->Bytes()) + ")"
+                  : TilesText(cands.front().tiles, backward) + " (the minimal one)");
     }
     return chosen(pick, ConfigSource::kForced);
   }
@@ -292,9 +293,10 @@ ChosenTiles ChooseTiles(const ConfigProblem& p, const AttentionOptions& options,
         return t;
       }
     }
-    WarnOnce(fmt::format("tune cache entry '{}' ({}) is stale: it does not fit the limit {} or "
-                         "this mask's blocks; using the heuristic (rerun `weft tune attention`)",
-                         key, TilesText(want, backward), Kib(limit)));
+    WarnOnce(
+        fmt::format("tune cache entry '{}' ({}) is stale: it does not fit the limit {} or "
+                    "this mask's blocks; using the heuristic (rerun `weft tune attention`)",
+                    key, TilesText(want, backward), Kib(limit)));
   }
   return chosen(HeuristicPick(cands), ConfigSource::kHeuristic);
 }

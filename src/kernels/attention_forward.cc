@@ -20,7 +20,7 @@ namespace {
 struct ForwardScratch {
   AlignedBuffer<float> s, o, m, l;
   AlignedBuffer<uint8_t> keep;
-  AlignedBuffer<float> v;  // one kv block of V, Dv padded
+  AlignedBuffer<float> v;          // one kv block of V, Dv padded
   AlignedBuffer<uint16_t> p_bf16;  // bf16 calls: P rounded to bf16, [bq x bkp]
 };
 
@@ -127,7 +127,7 @@ void Forward(const AttentionDims& dims, const T* q, const T* k, const T* v,
     for (int64_t i = 0; i < nq; ++i) {
       T* dst = out_rows + i * d.value_dim;
       float* row = w.o.data() + i * p.dvp;  // normalized in place, then stored
-      if (w.l[i] == 0.0f) {  // fully masked row: out 0, lse -inf
+      if (w.l[i] == 0.0f) {                 // fully masked row: out 0, lse -inf
         std::fill(row, row + d.value_dim, 0.0f);
         lse_rows[i] = kNegInf;
       } else {
@@ -142,9 +142,8 @@ void Forward(const AttentionDims& dims, const T* q, const T* k, const T* v,
 
 }  // namespace
 
-void FlexAttentionForward(const AttentionDims& dims, const float* q, const float* k,
-                          const float* v, const AttentionOptions& options, float* out,
-                          float* lse) {
+void FlexAttentionForward(const AttentionDims& dims, const float* q, const float* k, const float* v,
+                          const AttentionOptions& options, float* out, float* lse) {
   Forward(dims, q, k, v, options, AttentionDtype::kFloat32, out, lse);
 }
 

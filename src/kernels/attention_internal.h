@@ -29,19 +29,19 @@ struct Problem {
   AttentionDims d;
   float scale = 1;
   const ScoreMod* score_mod = nullptr;
-  const BlockMask* mask = nullptr;   // never null: `dense` when no mask was given
+  const BlockMask* mask = nullptr;  // never null: `dense` when no mask was given
   std::optional<BlockMask> dense;
   const simd::Primitives& simd;
   // bfloat16 call: the GEMMs take bf16 operands (simd gemm_bf16, pair-packed
   // B panels) and accumulate in float32; see ScoreTile.
   bool use_bf16 = false;
-  ChosenTiles chosen;              // the tiles and where they came from
-  int64_t group = 1;               // query heads per kv head
-  int64_t bq = 0, bk = 0;          // kernel tile sizes (divide the mask's blocks)
-  int64_t rq = 1, rk = 1;          // tiles per mask block (rows, columns)
-  int64_t bkp = 0;                 // bk padded to kPadN
-  int64_t dp = 0, dvp = 0;         // D and Dv padded to kPadN
-  int64_t nqb = 0, nkb = 0;        // number of query / kv tiles
+  ChosenTiles chosen;        // the tiles and where they came from
+  int64_t group = 1;         // query heads per kv head
+  int64_t bq = 0, bk = 0;    // kernel tile sizes (divide the mask's blocks)
+  int64_t rq = 1, rk = 1;    // tiles per mask block (rows, columns)
+  int64_t bkp = 0;           // bk padded to kPadN
+  int64_t dp = 0, dvp = 0;   // D and Dv padded to kPadN
+  int64_t nqb = 0, nkb = 0;  // number of query / kv tiles
 
   // Number of queries / keys in tile qb / kb (the last may be short).
   int64_t QRows(int64_t qb) const;

@@ -107,10 +107,11 @@ class RelativeBiasScoreMod final : public ScoreMod {
                "relative_bias: the table has {} entries but the attention (q_len {}, kv_len {}) "
                "needs q_len + kv_len - 1 = {}",
                n, q_len, kv_len, q_len + kv_len - 1);
-    WEFT_CHECK(kv_len == kv_len_,
-               "relative_bias: the mod was made for kv_len {} but the attention has kv_len {}; "
-               "pass kv_len (Python: relative_bias(table, kv_len=...); C++: RelativeBias(table, kv_len))",
-               kv_len_, kv_len);
+    WEFT_CHECK(
+        kv_len == kv_len_,
+        "relative_bias: the mod was made for kv_len {} but the attention has kv_len {}; "
+        "pass kv_len (Python: relative_bias(table, kv_len=...); C++: RelativeBias(table, kv_len))",
+        kv_len_, kv_len);
   }
   std::string ToString() const override {
     const int64_t offset = kv_len_ - 1;
@@ -150,7 +151,8 @@ ScoreModPtr RelativeBias(std::vector<float> table) {
   const int64_t n = static_cast<int64_t>(table.size());
   WEFT_CHECK(n % 2 == 1,
              "relative_bias: a table of {} entries cannot serve q_len == kv_len (it needs "
-             "2 * S - 1 entries); for q_len != kv_len pass kv_len (Python: relative_bias(table, kv_len=...); C++: "
+             "2 * S - 1 entries); for q_len != kv_len pass kv_len (Python: relative_bias(table, "
+             "kv_len=...); C++: "
              "RelativeBias(table, kv_len))",
              n);
   return std::make_shared<RelativeBiasScoreMod>(std::move(table), (n + 1) / 2);

@@ -1,10 +1,10 @@
 // Chooses the SIMD primitives for this machine once (see simd/primitives.h).
+#include <fmt/core.h>
+
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
-
-#include <fmt/core.h>
 
 #include "simd/primitives.h"
 #include "weft/base/cpu.h"
@@ -204,9 +204,10 @@ thread_local const Primitives* t_forced = nullptr;
 void CheckIsaName(const std::string& isa, const char* origin) {
   const CpuInfo& cpu = GetCpuInfo();
   if (isa == "amx" && PrimitivesFor("amx") == nullptr) {
-    Fail("{}={}: AMX cannot run here: {}; use avx512bf16, avx512, avx2 or portable (whichever "
-         "this CPU has)",
-         origin, isa, AmxUnavailableReason());
+    Fail(
+        "{}={}: AMX cannot run here: {}; use avx512bf16, avx512, avx2 or portable (whichever "
+        "this CPU has)",
+        origin, isa, AmxUnavailableReason());
   }
   if (isa == "avx512bf16" && !(cpu.avx512_bf16 && cpu.HasAvx512())) {
     Fail(
@@ -244,9 +245,7 @@ ScopedIsa::ScopedIsa(const char* isa) : previous_(t_forced) {
   t_forced = p;
 }
 
-ScopedIsa::ScopedIsa(const Primitives& primitives) : previous_(t_forced) {
-  t_forced = &primitives;
-}
+ScopedIsa::ScopedIsa(const Primitives& primitives) : previous_(t_forced) { t_forced = &primitives; }
 
 ScopedIsa::~ScopedIsa() { t_forced = previous_; }
 

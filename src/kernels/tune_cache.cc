@@ -51,9 +51,10 @@ json ReadEntries(const std::filesystem::path& path, bool explicit_path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) {
     if (explicit_path) {
-      WarnOnceLocked(fmt::format("WEFT_TUNE_CACHE={} does not exist; using the heuristic "
-                                 "configurations (run `weft tune attention` to create it)",
-                                 path.string()));
+      WarnOnceLocked(
+          fmt::format("WEFT_TUNE_CACHE={} does not exist; using the heuristic "
+                      "configurations (run `weft tune attention` to create it)",
+                      path.string()));
     }
     return json::object();
   }
@@ -65,10 +66,11 @@ json ReadEntries(const std::filesystem::path& path, bool explicit_path) {
     }
     return j["entries"];
   } catch (const std::exception& e) {
-    WarnOnceLocked(fmt::format("tune cache {} is unreadable ({}); ignoring it and using the "
-                               "heuristic configurations (rerun `weft tune attention` to "
-                               "rewrite it)",
-                               path.string(), e.what()));
+    WarnOnceLocked(
+        fmt::format("tune cache {} is unreadable ({}); ignoring it and using the "
+                    "heuristic configurations (rerun `weft tune attention` to "
+                    "rewrite it)",
+                    path.string(), e.what()));
     return json::object();
   }
 }
@@ -112,9 +114,8 @@ std::filesystem::path TuneCachePath() {
 }
 
 std::string TuneKey(const ConfigProblem& p) {
-  return fmt::format("{}|{}|{}|D{}|Dv{}|{}|S{}", GetCpuInfo().model_name, p.isa,
-                     DtypeName(p.dtype), p.dims.head_dim, p.dims.value_dim, p.MaskClass(),
-                     p.SizeBucket());
+  return fmt::format("{}|{}|{}|D{}|Dv{}|{}|S{}", GetCpuInfo().model_name, p.isa, DtypeName(p.dtype),
+                     p.dims.head_dim, p.dims.value_dim, p.MaskClass(), p.SizeBucket());
 }
 
 std::optional<TuneEntry> LookupTuneEntry(const std::string& key) {
@@ -141,9 +142,9 @@ void StoreTuneEntry(const std::string& key, const TuneEntry& e) {
   std::lock_guard<std::mutex> lock(g_mutex);
   const std::filesystem::path path = TuneCachePath();
   json entries = CurrentEntries();
-  entries[key] = {{"BLOCK_M", e.forward.block_m},         {"BLOCK_N", e.forward.block_n},
-                  {"BLOCK_M_BWD", e.backward.block_m},    {"BLOCK_N_BWD", e.backward.block_n},
-                  {"split", SplitName(e.split)},          {"forward_ms", e.forward_ms},
+  entries[key] = {{"BLOCK_M", e.forward.block_m},      {"BLOCK_N", e.forward.block_n},
+                  {"BLOCK_M_BWD", e.backward.block_m}, {"BLOCK_N_BWD", e.backward.block_n},
+                  {"split", SplitName(e.split)},       {"forward_ms", e.forward_ms},
                   {"backward_ms", e.backward_ms}};
   json file = {{"version", 1}, {"entries", entries}};
   std::error_code ec;

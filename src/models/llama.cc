@@ -28,7 +28,7 @@ namespace {
 
 // The stacked layer weights, in parameter (and scan xs) order.
 constexpr std::array<std::string_view, 9> kLayerWeights = {
-    "attention_norm", "attention.wq",   "attention.wk",   "attention.wv",  "attention.wo",
+    "attention_norm", "attention.wq",    "attention.wk",    "attention.wv",   "attention.wo",
     "ffn_norm",       "feed_forward.w1", "feed_forward.w2", "feed_forward.w3"};
 
 }  // namespace
@@ -114,29 +114,30 @@ void CheckShardingRules(const RunConfig& run) {
       const std::string hint =
           close.empty() ? std::string()
                         : fmt::format("Did you mean \"{}\"? ", fmt::join(close, "\" or \""));
-      const bool layer_number = rule.pattern.rfind("layers.", 0) == 0 &&
-                                rule.pattern.size() > 7 &&
+      const bool layer_number = rule.pattern.rfind("layers.", 0) == 0 && rule.pattern.size() > 7 &&
                                 std::isdigit(static_cast<unsigned char>(rule.pattern[7])) &&
                                 rule.pattern.rfind("layers.0.", 0) != 0;
-      Fail("{}: sharding rule \"{}\" in {} matches no weight of the model, so it would be "
-           "ignored{}. {}Weights: {}",
-           rule.location, rule.pattern, run.source,
-           layer_number ? " (the layers are stacked and share one layout: a rule names every "
-                          "layer, e.g. \"layers.*.attention.wq\")"
-                        : "",
-           hint, listing);
+      Fail(
+          "{}: sharding rule \"{}\" in {} matches no weight of the model, so it would be "
+          "ignored{}. {}Weights: {}",
+          rule.location, rule.pattern, run.source,
+          layer_number ? " (the layers are stacked and share one layout: a rule names every "
+                         "layer, e.g. \"layers.*.attention.wq\")"
+                       : "",
+          hint, listing);
     }
     if (!owns_one) {
       std::string taken;
       for (size_t i = 0; i < names.size(); ++i) {
         if (!MatchesNamePattern(rule.pattern, names[i])) continue;
-        taken += fmt::format("{}{} by \"{}\" ({})", taken.empty() ? "" : ", ",
-                             as_pattern(names[i]), owner[i]->pattern, owner[i]->location);
+        taken += fmt::format("{}{} by \"{}\" ({})", taken.empty() ? "" : ", ", as_pattern(names[i]),
+                             owner[i]->pattern, owner[i]->location);
       }
-      Fail("{}: sharding rule \"{}\" in {} is never used: every weight it matches is taken by "
-           "an earlier rule (the first matching rule in file order wins): {}. Move it above "
-           "those rules, or remove it",
-           rule.location, rule.pattern, run.source, taken);
+      Fail(
+          "{}: sharding rule \"{}\" in {} is never used: every weight it matches is taken by "
+          "an earlier rule (the first matching rule in file order wins): {}. Move it above "
+          "those rules, or remove it",
+          rule.location, rule.pattern, run.source, taken);
     }
   }
 }
@@ -209,8 +210,7 @@ class Ops {
     const int64_t half = d[3] / 2;
     HloInstruction* pairs = b_.Reshape(x, {d[0], d[1], d[2], half, 2});
     auto part = [&](int64_t k) {
-      HloInstruction* s =
-          b_.Slice(pairs, {0, 0, 0, 0, k}, {d[0], d[1], d[2], half, k + 1});
+      HloInstruction* s = b_.Slice(pairs, {0, 0, 0, 0, k}, {d[0], d[1], d[2], half, k + 1});
       return b_.Reshape(s, {d[0], d[1], d[2], half});
     };
     HloInstruction* even = part(0);
@@ -375,15 +375,15 @@ LlamaForward BuildLlamaForward(const LlamaConfig& c, const LlamaBuildOptions& op
     inv_freq[j] = std::pow(c.rope_theta, -2.0 * static_cast<double>(j) / static_cast<double>(hd));
   }
   HloInstruction* freq = b.Constant(Literal(Shape(kF32, {hd / 2}), inv_freq));
-  HloInstruction* angles = b.Multiply(b.Broadcast(b.Convert(positions, kF32), {B, S, hd / 2}, {0, 1}),
-                                      b.Broadcast(freq, {B, S, hd / 2}, {2}));
+  HloInstruction* angles =
+      b.Multiply(b.Broadcast(b.Convert(positions, kF32), {B, S, hd / 2}, {0, 1}),
+                 b.Broadcast(freq, {B, S, hd / 2}, {2}));
   HloInstruction* cos = ops.Cast(b.Unary(HloOpcode::kCosine, angles), ct);
   HloInstruction* sin = ops.Cast(b.Unary(HloOpcode::kSine, angles), ct);
 
-  nlohmann::json attn_config = {
-      {"mask", "q_idx >= kv_idx && seg[b, q_idx] == seg[b, kv_idx]"},
-      {"mask_tensors", {"seg"}},
-      {"scale", 1.0 / std::sqrt(static_cast<double>(hd))}};
+  nlohmann::json attn_config = {{"mask", "q_idx >= kv_idx && seg[b, q_idx] == seg[b, kv_idx]"},
+                                {"mask_tensors", {"seg"}},
+                                {"scale", 1.0 / std::sqrt(static_cast<double>(hd))}};
   const std::string attn_config_text = attn_config.dump();
   const double eps = c.norm_eps;
   const int64_t hq = c.n_heads;
@@ -392,7 +392,7 @@ LlamaForward BuildLlamaForward(const LlamaConfig& c, const LlamaBuildOptions& op
     Ops o(lb, add, max, ct);
     HloInstruction* x = step.carry[0];
     x->set_name("layer_input");  // the saved layer input, by name (remat offload)
-    const auto& w = step.xs;  // attention_norm wq wk wv wo ffn_norm w1 w2 w3
+    const auto& w = step.xs;     // attention_norm wq wk wv wo ffn_norm w1 w2 w3
     HloInstruction* cos = step.consts[0];
     HloInstruction* sin = step.consts[1];
     HloInstruction* seg = step.consts[2];
@@ -456,10 +456,9 @@ LlamaForward BuildLlamaForward(const LlamaConfig& c, const LlamaBuildOptions& op
   HloInstruction* shifted = b.Subtract(logits, b.Broadcast(row_max, bsv, {0, 1}));
   HloInstruction* lse =
       b.Add(b.Unary(HloOpcode::kLog, ops.Sum(b.Unary(HloOpcode::kExp, shifted), {2})), row_max);
-  HloInstruction* is_target = b.Compare(b.Iota(Shape(kS32, bsv), 2),
-                                        b.Broadcast(targets, bsv, {0, 1}), ComparisonDirection::kEq);
-  HloInstruction* target_logit =
-      ops.Sum(b.Select(is_target, logits, ops.Splat(0, bsv)), {2});
+  HloInstruction* is_target = b.Compare(
+      b.Iota(Shape(kS32, bsv), 2), b.Broadcast(targets, bsv, {0, 1}), ComparisonDirection::kEq);
+  HloInstruction* target_logit = ops.Sum(b.Select(is_target, logits, ops.Splat(0, bsv)), {2});
   HloInstruction* nll = b.Multiply(b.Subtract(lse, target_logit), loss_mask);
   HloInstruction* count = b.Maximum(ops.Sum(loss_mask, {0, 1}), b.ConstantScalar(kF32, 1));
   b.Divide(ops.Sum(nll, {0, 1}), count);

@@ -200,10 +200,12 @@ class SectionReader {
 // ValidateLlamaConfig with `where(key)` locating a [model] key in errors.
 template <typename Where>
 void CheckModel(const LlamaConfig& m, const Where& where) {
-  for (auto [key, value] :
-       {std::pair<const char*, int64_t>{"vocab_size", m.vocab_size}, {"dim", m.dim},
-        {"n_layers", m.n_layers}, {"n_heads", m.n_heads}, {"ffn_dim", m.ffn_dim},
-        {"seq_len", m.seq_len}}) {
+  for (auto [key, value] : {std::pair<const char*, int64_t>{"vocab_size", m.vocab_size},
+                            {"dim", m.dim},
+                            {"n_layers", m.n_layers},
+                            {"n_heads", m.n_heads},
+                            {"ffn_dim", m.ffn_dim},
+                            {"seq_len", m.seq_len}}) {
     if (value < 1) Fail("{}: model.{} = {} must be at least 1", where(key), key, value);
   }
   if (m.n_kv_heads < 0) {
@@ -211,26 +213,31 @@ void CheckModel(const LlamaConfig& m, const Where& where) {
   }
   const int64_t kv_heads = m.n_kv_heads > 0 ? m.n_kv_heads : m.n_heads;
   if (m.n_heads % kv_heads != 0) {
-    Fail("{}: model.n_heads = {} is not a multiple of model.n_kv_heads = {} (each KV head serves "
-         "a whole group of query heads); use an n_kv_heads that divides n_heads",
-         where("n_kv_heads"), m.n_heads, kv_heads);
+    Fail(
+        "{}: model.n_heads = {} is not a multiple of model.n_kv_heads = {} (each KV head serves "
+        "a whole group of query heads); use an n_kv_heads that divides n_heads",
+        where("n_kv_heads"), m.n_heads, kv_heads);
   }
   if (m.dim % m.n_heads != 0) {
-    Fail("{}: model.dim = {} is not divisible by model.n_heads = {}; the head dimension is "
-         "dim / n_heads",
-         where("n_heads"), m.dim, m.n_heads);
+    Fail(
+        "{}: model.dim = {} is not divisible by model.n_heads = {}; the head dimension is "
+        "dim / n_heads",
+        where("n_heads"), m.dim, m.n_heads);
   }
   const int64_t hd = m.dim / m.n_heads;
   if (hd % 2 != 0) {
-    Fail("{}: the head dimension model.dim / model.n_heads = {} / {} = {} must be even for "
-         "rotary embeddings",
-         where("dim"), m.dim, m.n_heads, hd);
+    Fail(
+        "{}: the head dimension model.dim / model.n_heads = {} / {} = {} must be even for "
+        "rotary embeddings",
+        where("dim"), m.dim, m.n_heads, hd);
   }
   if (hd > kernels::kMaxHeadDim) {
-    Fail("{}: the head dimension model.dim / model.n_heads = {} / {} = {} is larger than the "
-         "attention kernel supports ({} at most; Llama uses 128); raise n_heads to at least {} "
-         "(dividing dim) or lower dim",
-         where("dim"), m.dim, m.n_heads, hd, kernels::kMaxHeadDim, (m.dim + kernels::kMaxHeadDim - 1) / kernels::kMaxHeadDim);
+    Fail(
+        "{}: the head dimension model.dim / model.n_heads = {} / {} = {} is larger than the "
+        "attention kernel supports ({} at most; Llama uses 128); raise n_heads to at least {} "
+        "(dividing dim) or lower dim",
+        where("dim"), m.dim, m.n_heads, hd, kernels::kMaxHeadDim,
+        (m.dim + kernels::kMaxHeadDim - 1) / kernels::kMaxHeadDim);
   }
   constexpr int64_t kMaxS32 = std::numeric_limits<int32_t>::max();
   if (m.vocab_size > kMaxS32) {
@@ -249,15 +256,15 @@ void CheckModel(const LlamaConfig& m, const Where& where) {
   const Wide params =
       Wide{m.vocab_size} * dim * (m.tie_embeddings ? 1 : 2) + Wide{m.n_layers} * per_layer + dim;
   if (params > kMaxModelParameters) {
-    Fail("{}: the model is too large to size: vocab_size = {}, dim = {}, n_layers = {}, ffn_dim "
-         "= {} give about {:.3g} parameters, more than {:.3g} (2^56); check these keys for a "
-         "typo",
-         where("dim"), m.vocab_size, m.dim, m.n_layers, m.ffn_dim, static_cast<double>(params),
-         static_cast<double>(kMaxModelParameters));
+    Fail(
+        "{}: the model is too large to size: vocab_size = {}, dim = {}, n_layers = {}, ffn_dim "
+        "= {} give about {:.3g} parameters, more than {:.3g} (2^56); check these keys for a "
+        "typo",
+        where("dim"), m.vocab_size, m.dim, m.n_layers, m.ffn_dim, static_cast<double>(params),
+        static_cast<double>(kMaxModelParameters));
   }
   if (!(std::isfinite(m.rope_theta) && m.rope_theta > 0)) {
-    Fail("{}: model.rope_theta = {} must be a positive number", where("rope_theta"),
-         m.rope_theta);
+    Fail("{}: model.rope_theta = {} must be a positive number", where("rope_theta"), m.rope_theta);
   }
   if (!(m.norm_eps > 0 && m.norm_eps < 1)) {
     Fail("{}: model.norm_eps = {} must be in (0, 1)", where("norm_eps"), m.norm_eps);
@@ -426,9 +433,10 @@ void ReadMesh(const toml::table* table, const std::string& source, MeshConfig& m
     }
     const int64_t size = **node->as_integer();
     if (size > kMaxMeshDevices / mesh.num_devices()) {
-      Fail("{}: mesh axis {} = {} makes the [mesh] larger than {} devices, the most weft plans "
-           "or runs; check the axis sizes",
-           Where(source, node->source()), name, size, kMaxMeshDevices);
+      Fail(
+          "{}: mesh axis {} = {} makes the [mesh] larger than {} devices, the most weft plans "
+          "or runs; check the axis sizes",
+          Where(source, node->source()), name, size, kMaxMeshDevices);
     }
     mesh.axis_names.push_back(name);
     mesh.axis_sizes.push_back(size);

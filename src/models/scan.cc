@@ -12,7 +12,8 @@ std::vector<int64_t> Prepend(int64_t n, const std::vector<int64_t>& dims) {
   return out;
 }
 
-std::vector<HloInstruction*> StepIndices(HloComputationBuilder& b, HloInstruction* i, int64_t rank) {
+std::vector<HloInstruction*> StepIndices(HloComputationBuilder& b, HloInstruction* i,
+                                         int64_t rank) {
   std::vector<HloInstruction*> idx = {i};
   HloInstruction* zero = b.ConstantScalar(PrimitiveType::kS32, 0);
   for (int64_t d = 1; d < rank; ++d) idx.push_back(zero);
@@ -27,22 +28,24 @@ ScanOutputs Scan(HloModule& module, HloComputationBuilder& b, const std::string&
                  int64_t length) {
   for (HloInstruction* x : xs) {
     WEFT_INTERNAL_CHECK(x->shape().IsArray() && x->shape().rank() >= 1,
-               "Scan '{}': stacked input {} is {}; it needs a leading step dim", name,
-               x->Describe(), x->shape().ToString());
+                        "Scan '{}': stacked input {} is {}; it needs a leading step dim", name,
+                        x->Describe(), x->shape().ToString());
     const int64_t n = x->shape().dimensions(0);
-    WEFT_INTERNAL_CHECK(length == 0 || length == n,
-               "Scan '{}': stacked input {} has {} steps but the scan has {}; stack every input "
-               "over the same steps",
-               name, x->Describe(), n, length);
+    WEFT_INTERNAL_CHECK(
+        length == 0 || length == n,
+        "Scan '{}': stacked input {} has {} steps but the scan has {}; stack every input "
+        "over the same steps",
+        name, x->Describe(), n, length);
     length = n;
   }
   WEFT_INTERNAL_CHECK(length >= 1, "Scan '{}': give a length (no stacked inputs) of at least 1",
                       name);
   for (HloInstruction* c : carry_init) {
-    WEFT_INTERNAL_CHECK(c->shape().IsArray() && IsFloatingPoint(c->shape().element_type()),
-               "Scan '{}': carry {} is {}; carries must be floating-point arrays (pass integer "
-               "values as consts)",
-               name, c->Describe(), c->shape().ToString());
+    WEFT_INTERNAL_CHECK(
+        c->shape().IsArray() && IsFloatingPoint(c->shape().element_type()),
+        "Scan '{}': carry {} is {}; carries must be floating-point arrays (pass integer "
+        "values as consts)",
+        name, c->Describe(), c->shape().ToString());
   }
   ScanConfig config;
   config.length = length;
@@ -81,15 +84,16 @@ ScanOutputs Scan(HloModule& module, HloComputationBuilder& b, const std::string&
   step.consts = consts_in;
   ScanStepResult result = body(bb, step);
   WEFT_INTERNAL_CHECK(result.carry.size() == carry_init.size(),
-             "Scan '{}': the step returned {} carries for {} initial ones", name,
-             result.carry.size(), carry_init.size());
+                      "Scan '{}': the step returned {} carries for {} initial ones", name,
+                      result.carry.size(), carry_init.size());
   for (size_t j = 0; j < carry_init.size(); ++j) {
     WEFT_INTERNAL_CHECK(result.carry[j]->shape() == carry_init[j]->shape(),
-               "Scan '{}': carry {} enters as {} but the step returns {}", name, j,
-               carry_init[j]->shape().ToString(), result.carry[j]->shape().ToString());
+                        "Scan '{}': carry {} enters as {} but the step returns {}", name, j,
+                        carry_init[j]->shape().ToString(), result.carry[j]->shape().ToString());
   }
   config.num_ys = static_cast<int64_t>(result.ys.size());
-  for (HloInstruction* y : result.ys) state.push_back(y->shape().WithDimensions(Prepend(length, y->shape().dimensions())));
+  for (HloInstruction* y : result.ys)
+    state.push_back(y->shape().WithDimensions(Prepend(length, y->shape().dimensions())));
   param->set_shape(Shape::Tuple(state));
   std::vector<HloInstruction*> out = {
       bb.Add(step.index, bb.ConstantScalar(PrimitiveType::kS32, 1))};
@@ -100,8 +104,8 @@ ScanOutputs Scan(HloModule& module, HloComputationBuilder& b, const std::string&
     HloInstruction* stacked = bb.GetTupleElement(param, config.ys_index(j));
     HloInstruction* y = result.ys[j];
     HloInstruction* y1 = bb.Reshape(y, Prepend(1, y->shape().dimensions()));
-    out.push_back(bb.DynamicUpdateSlice(stacked, y1,
-                                        StepIndices(bb, step.index, stacked->shape().rank())));
+    out.push_back(
+        bb.DynamicUpdateSlice(stacked, y1, StepIndices(bb, step.index, stacked->shape().rank())));
   }
   HloComputation* body_c = module.AddComputation(bb.Build(bb.Tuple(out)));
 

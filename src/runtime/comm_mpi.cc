@@ -97,8 +97,7 @@ struct MpiCommunicator::Impl {
   // weft::Error saying so.
   void Wait(std::vector<MPI_Request>& requests, const CollectiveCall& call,
             const std::vector<int>& peers, const char* what);
-  std::string Diagnose(const CollectiveCall& call, const std::vector<int>& peers,
-                       const char* what);
+  std::string Diagnose(const CollectiveCall& call, const std::vector<int>& peers, const char* what);
   // Keeps answering for the grace after a timeout, before the abort.
   void AnswerUntil(Clock::time_point until);
   std::vector<int> AllPeers() const {
@@ -261,8 +260,8 @@ bool MpiCommunicator::Impl::AnswerQuestions() {
              "MPI_Recv");
     answers.push_back({sequence, static_cast<int64_t>(kind), static_cast<int64_t>(state)});
     answer_requests.emplace_back();
-    CheckMpi(MPI_Isend(answers.back().data(), 3, MPI_INT64_T, status.MPI_SOURCE, kReplyTag,
-                       control, &answer_requests.back()),
+    CheckMpi(MPI_Isend(answers.back().data(), 3, MPI_INT64_T, status.MPI_SOURCE, kReplyTag, control,
+                       &answer_requests.back()),
              "MPI_Isend");
     asked = true;
   }
@@ -284,9 +283,9 @@ void MpiCommunicator::Impl::Wait(std::vector<MPI_Request>& requests, const Colle
   const auto deadline = Clock::now() + timeout;
   for (int64_t spins = 0;; ++spins) {
     int done = 0;
-    CheckMpi(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done,
-                         MPI_STATUSES_IGNORE),
-             "MPI_Testall");
+    CheckMpi(
+        MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE),
+        "MPI_Testall");
     if (done) break;
     // A question means a peer gave up on a collective this rank waits in too:
     // report at once, so every waiting rank prints before the job aborts.
@@ -355,11 +354,10 @@ std::string MpiCommunicator::Impl::Diagnose(const CollectiveCall& call,
       continue;
     }
     missing.push_back(peer);
-    whereabouts +=
-        their_sequence == 0
-            ? fmt::format("; rank {} has entered no collective yet", peer)
-            : fmt::format("; rank {} waits in {} #{}", peer, CollectiveKindName(their_kind),
-                          their_sequence);
+    whereabouts += their_sequence == 0
+                       ? fmt::format("; rank {} has entered no collective yet", peer)
+                       : fmt::format("; rank {} waits in {} #{}", peer,
+                                     CollectiveKindName(their_kind), their_sequence);
   }
   std::sort(arrived.begin(), arrived.end());
   const std::string where =

@@ -263,8 +263,8 @@ void LocalCluster::Shared::Arrive(int64_t device, const CollectiveCall& call, bo
   if (generation != my_generation) return;
   if (aborted) throw ClusterAborted{};
   if (!finished.empty()) never_arrives();
-  WEFT_INTERNAL_CHECK(watchdog, "LocalCluster: device {} released from {} without a cause",
-                      device, call.Describe());
+  WEFT_INTERNAL_CHECK(watchdog, "LocalCluster: device {} released from {} without a cause", device,
+                      call.Describe());
   // The watchdog: this device is the first to give up (the others are still
   // waiting, or see `aborted`). Its error is the run's error.
   const std::string message = TimeoutMessage(call);
@@ -390,9 +390,9 @@ void LocalCluster::Run(const DeviceFn& fn) {
   try {
     for (int64_t d = 0; d < s.n; ++d) threads.emplace_back(device_main, d);
   } catch (const std::exception& e) {
-    s.RecordError(fmt::format("LocalCluster: could not start device thread {}: {}", threads.size(),
-                              e.what()),
-                  /*internal=*/false);
+    s.RecordError(
+        fmt::format("LocalCluster: could not start device thread {}: {}", threads.size(), e.what()),
+        /*internal=*/false);
     std::lock_guard<std::mutex> lock(s.mu);
     for (size_t d = threads.size(); d < static_cast<size_t>(s.n); ++d) s.exited[d] = 1;
   }

@@ -234,8 +234,7 @@ CollectiveCall Communicator::Prepare(CollectiveKind kind, DataType dtype, Reduce
   // The buffers come from weft's own code (the executor, the trainer), never
   // from a user: a bad one is a bug.
   WEFT_INTERNAL_CHECK(call.in_bytes == 0 || in != nullptr, "{}: the input buffer is null", name);
-  WEFT_INTERNAL_CHECK(call.out_bytes == 0 || out != nullptr, "{}: the output buffer is null",
-                      name);
+  WEFT_INTERNAL_CHECK(call.out_bytes == 0 || out != nullptr, "{}: the output buffer is null", name);
   if (!(AllowsInPlace(kind) && in == out)) {
     WEFT_INTERNAL_CHECK(!Overlap(in, call.in_bytes, out, call.out_bytes),
                         "{}: the input and output buffers overlap; use separate buffers{}", name,

@@ -33,8 +33,7 @@ constexpr std::array<KeyInfo, kNumConfigKeys> kKeys{{
 
 const KeyInfo& Info(ConfigKey key) {
   int index = static_cast<int>(key);
-  WEFT_INTERNAL_CHECK(index >= 0 && index < kNumConfigKeys, "unknown runtime ConfigKey {}",
-                      index);
+  WEFT_INTERNAL_CHECK(index >= 0 && index < kNumConfigKeys, "unknown runtime ConfigKey {}", index);
   return kKeys[index];
 }
 
@@ -136,8 +135,8 @@ int64_t CurrentConfigValue(ConfigKey key) {
 ScopedConfigOverride::ScopedConfigOverride(ConfigKey key, int64_t value) : key_(key) {
   const KeyInfo& info = Info(key);
   WEFT_CHECK(value >= info.min_value && value <= info.max_value,
-             "{}={} is out of range; use a value in [{}, {}] (the range of {})", info.name,
-             value, info.min_value, info.max_value, info.env_var);
+             "{}={} is out of range; use a value in [{}, {}] (the range of {})", info.name, value,
+             info.min_value, info.max_value, info.env_var);
   OverrideStack& stack = Overrides();
   std::lock_guard<std::mutex> lock(stack.mu);
   id_ = stack.next_id++;

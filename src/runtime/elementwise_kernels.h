@@ -18,7 +18,9 @@
 
 namespace weft::runtime::exec {
 
-inline bool IsHalf(PrimitiveType t) { return t == PrimitiveType::kBF16 || t == PrimitiveType::kF16; }
+inline bool IsHalf(PrimitiveType t) {
+  return t == PrimitiveType::kBF16 || t == PrimitiveType::kF16;
+}
 
 // The float span kernels, defined once (elementwise_spans.inc) and
 // compiled twice (elementwise_kernels.cc): `streaming` for whole buffers
@@ -238,12 +240,12 @@ template <typename T>
 void BinaryInt(HloOpcode op, const T* a, const T* b, T* o, int64_t n) {
   using U = WrapUnsigned<T>;
   switch (op) {
-#define WEFT_BINARY(OP, EXPR)                         \
-  case HloOpcode::OP:                                 \
-    for (int64_t i = 0; i < n; ++i) {                 \
-      const T x = a[i], y = b[i];                     \
-      o[i] = static_cast<T>(EXPR);                    \
-    }                                                 \
+#define WEFT_BINARY(OP, EXPR)         \
+  case HloOpcode::OP:                 \
+    for (int64_t i = 0; i < n; ++i) { \
+      const T x = a[i], y = b[i];     \
+      o[i] = static_cast<T>(EXPR);    \
+    }                                 \
     return;
     WEFT_BINARY(kAdd, static_cast<U>(x) + static_cast<U>(y))
     WEFT_BINARY(kSubtract, static_cast<U>(x) - static_cast<U>(y))
@@ -252,7 +254,7 @@ void BinaryInt(HloOpcode op, const T* a, const T* b, T* o, int64_t n) {
     WEFT_BINARY(kRemainder, IntRem(x, y))
     WEFT_BINARY(kMaximum, x > y ? x : y)
     WEFT_BINARY(kMinimum, x < y ? x : y)
-    WEFT_BINARY(kAnd, x& y)
+    WEFT_BINARY(kAnd, x & y)
     WEFT_BINARY(kOr, x | y)
     WEFT_BINARY(kXor, x ^ y)
     WEFT_BINARY(kPower, IntPow(x, y))

@@ -87,9 +87,10 @@ ReduceOp CommReduceOp(const HloInstruction& instr, PrimitiveType t) {
     default:
       break;
   }
-  Fail("{} with to_apply '{}' on {} is not supported: the reducer must be add, maximum or "
-       "minimum (and/or on pred)",
-       HloOpcodeString(instr.opcode()), instr.to_apply()->name(), PrimitiveTypeName(t));
+  Fail(
+      "{} with to_apply '{}' on {} is not supported: the reducer must be add, maximum or "
+      "minimum (and/or on pred)",
+      HloOpcodeString(instr.opcode()), instr.to_apply()->name(), PrimitiveTypeName(t));
 }
 
 // The instruction's replica groups as communicator device ids (executor.h).
@@ -144,10 +145,12 @@ void SwapLeading(const void* in, void* out, int64_t outer, int64_t n, int64_t re
                  bool to_chunk_major) {
   std::vector<CopyDim> dims;
   if (to_chunk_major) {  // in [outer, n, rest] -> out [n, outer, rest]
-    dims = {{n, rest_bytes, outer * rest_bytes}, {outer, n * rest_bytes, rest_bytes},
+    dims = {{n, rest_bytes, outer * rest_bytes},
+            {outer, n * rest_bytes, rest_bytes},
             {rest_bytes, 1, 1}};
   } else {  // in [n, outer, rest] -> out [outer, n, rest]
-    dims = {{outer, rest_bytes, n * rest_bytes}, {n, outer * rest_bytes, rest_bytes},
+    dims = {{outer, rest_bytes, n * rest_bytes},
+            {n, outer * rest_bytes, rest_bytes},
             {rest_bytes, 1, 1}};
   }
   StridedCopy(in, out, std::move(dims), 1);
@@ -203,8 +206,7 @@ Value ReduceScatter(const HloInstruction& instr, EvalArgs& args, const ReplicaGr
   HostTensor packed;
   if (outer > 1) {  // chunk i must be contiguous: [outer, n, rest] -> [n, outer, rest]
     packed = args.ctx().Allocate(x.shape());
-    SwapLeading(x.raw_data(), packed.mutable_raw_data(), outer, n, x.byte_size() / outer / n,
-                true);
+    SwapLeading(x.raw_data(), packed.mutable_raw_data(), outer, n, x.byte_size() / outer / n, true);
     in = packed.raw_data();
   }
   comm.ReduceScatter(in, out.mutable_raw_data(), x.element_count(), CommType(t, true),

@@ -141,9 +141,9 @@ AttentionCallConfig ParseConfig(const HloInstruction& instr) {
   WEFT_CHECK(instr.operand_count() == expected,
              "{} takes {} operands ({}{} mask tensors, {} score tensors{}), got {}",
              instr.attrs().custom_call_target, expected,
-             c.backward ? (c.has_dlse ? "q, k, v, out, lse, dout, dlse, "
-                                      : "q, k, v, out, lse, dout, ")
-                        : "q, k, v, ",
+             c.backward
+                 ? (c.has_dlse ? "q, k, v, out, lse, dout, dlse, " : "q, k, v, out, lse, dout, ")
+                 : "q, k, v, ",
              c.mask_tensors.size(), c.score_tensors.size(),
              c.q_offset_operand >= 0 ? ", the query offset" : "", instr.operand_count());
   return c;
@@ -154,10 +154,10 @@ AttentionDims DimsOf(const HloInstruction& instr) {
   const Shape& q = instr.operand(0)->shape();
   const Shape& k = instr.operand(1)->shape();
   const Shape& v = instr.operand(2)->shape();
-  WEFT_CHECK(q.IsArray() && k.IsArray() && v.IsArray() && q.rank() == 4 && k.rank() == 4 &&
-                 v.rank() == 4,
-             "q, k, v must be [B, H, S, D] arrays, got {}, {}, {}", q.ToString(), k.ToString(),
-             v.ToString());
+  WEFT_CHECK(
+      q.IsArray() && k.IsArray() && v.IsArray() && q.rank() == 4 && k.rank() == 4 && v.rank() == 4,
+      "q, k, v must be [B, H, S, D] arrays, got {}, {}, {}", q.ToString(), k.ToString(),
+      v.ToString());
   AttentionDims d;
   d.batch = q.dimensions(0);
   d.q_heads = q.dimensions(1);
@@ -169,8 +169,8 @@ AttentionDims DimsOf(const HloInstruction& instr) {
   WEFT_CHECK(k.dimensions(0) == d.batch && v.dimensions(0) == d.batch &&
                  k.dimensions(3) == d.head_dim && v.dimensions(1) == d.kv_heads &&
                  v.dimensions(2) == d.kv_len,
-             "q {}, k {}, v {} do not fit [B,Hq,Sq,D], [B,Hkv,Skv,D], [B,Hkv,Skv,Dv]",
-             q.ToString(), k.ToString(), v.ToString());
+             "q {}, k {}, v {} do not fit [B,Hq,Sq,D], [B,Hkv,Skv,D], [B,Hkv,Skv,Dv]", q.ToString(),
+             k.ToString(), v.ToString());
   return d;
 }
 
@@ -250,8 +250,8 @@ class GlobalRowsMask final : public kernels::MaskMod {
   GlobalRowsMask(kernels::MaskModPtr inner, int64_t offset, int64_t global_len)
       : inner_(std::move(inner)), offset_(offset), global_len_(global_len) {}
 
-  void Evaluate(int64_t b, int64_t h, int64_t q0, int64_t nq, int64_t k0, int64_t nk,
-                uint8_t* keep, int64_t ld) const override {
+  void Evaluate(int64_t b, int64_t h, int64_t q0, int64_t nq, int64_t k0, int64_t nk, uint8_t* keep,
+                int64_t ld) const override {
     const int64_t valid = ValidRows(q0, nq);
     if (inner_ != nullptr) {
       if (valid > 0) inner_->Evaluate(b, h, q0 + offset_, valid, k0, nk, keep, ld);
@@ -309,9 +309,7 @@ class GlobalRowsScoreMod final : public kernels::ScoreMod {
     inner_->Validate(batch, heads, global_len_, kv_len);
   }
   std::string ToString() const override { return inner_->ToString(); }
-  std::map<std::string, kernels::ValueTensor> Tensors() const override {
-    return inner_->Tensors();
-  }
+  std::map<std::string, kernels::ValueTensor> Tensors() const override { return inner_->Tensors(); }
 
  private:
   kernels::ScoreModPtr inner_;
@@ -345,8 +343,7 @@ BlockMask MakeBlockMask(const AttentionCallConfig& c, const AttentionDims& d,
   // A mask that ignores b or h is classified once for all batch rows / heads.
   const int64_t batch = UsesIdentifier(c.mask, "b") ? d.batch : 1;
   const int64_t heads = UsesIdentifier(c.mask, "h") ? d.q_heads : 1;
-  return BlockMask::Create(std::move(mask), batch, heads, d.q_len, d.kv_len, c.q_block,
-                           c.kv_block);
+  return BlockMask::Create(std::move(mask), batch, heads, d.q_len, d.kv_len, c.q_block, c.kv_block);
 }
 
 // The attention kernels' element type for q, k, v, out, dout and dq, dk, dv:
@@ -448,12 +445,12 @@ void CheckCustomCall(const HloInstruction& instr) {
     return s.IsArray() && IsFloatingPoint(s.element_type()) && s.dimensions() == want.dimensions();
   };
   if (!c.backward) {
-    const bool ok = same_dims(shape, out_shape) ||
-                    (shape.IsTuple() && shape.tuple_shapes().size() == 2 &&
-                     same_dims(shape.tuple_shapes(0), out_shape) &&
-                     same_dims(shape.tuple_shapes(1), lse_shape));
-    WEFT_CHECK(ok, "{} must return (out {}, lse {}) or out alone (any float type), not {}",
-               target, out_shape.ToString(), lse_shape.ToString(), shape.ToString());
+    const bool ok =
+        same_dims(shape, out_shape) || (shape.IsTuple() && shape.tuple_shapes().size() == 2 &&
+                                        same_dims(shape.tuple_shapes(0), out_shape) &&
+                                        same_dims(shape.tuple_shapes(1), lse_shape));
+    WEFT_CHECK(ok, "{} must return (out {}, lse {}) or out alone (any float type), not {}", target,
+               out_shape.ToString(), lse_shape.ToString(), shape.ToString());
   } else {
     WEFT_CHECK(same_dims(instr.operand(3)->shape(), out_shape) &&
                    same_dims(instr.operand(4)->shape(), lse_shape) &&
@@ -601,10 +598,10 @@ Value EvalCustomCall(const HloInstruction& instr, EvalArgs& args) {
 
   if (!c.backward) return RunForward(instr, d, options, args);
   // The query rows past the global length (padding), if any.
-  const int64_t valid_rows = c.q_offset_operand < 0
-                                 ? d.q_len
-                                 : std::clamp<int64_t>(GlobalQueryLength(c, d, q_offset) - q_offset,
-                                                       0, d.q_len);
+  const int64_t valid_rows =
+      c.q_offset_operand < 0
+          ? d.q_len
+          : std::clamp<int64_t>(GlobalQueryLength(c, d, q_offset) - q_offset, 0, d.q_len);
   return RunBackward(instr, c, d, options, valid_rows, args);
 }
 

@@ -7,14 +7,14 @@
 #include <limits>
 #include <type_traits>
 
+#include "elementwise_kernels.h"
 #include "weft/base/error.h"
 #include "weft/runtime/executor_eval.h"
-#include "elementwise_kernels.h"
 
 namespace weft::runtime::exec {
 namespace {
 
-constexpr int64_t kBlock = 512;            // f32 scratch per bf16/f16 block
+constexpr int64_t kBlock = 512;              // f32 scratch per bf16/f16 block
 constexpr int64_t kParallelChunk = 1 << 15;  // elements per thread-pool task
 
 // Runs kernel(inputs as float*, out as OutT*, n) over [begin, end) of
@@ -76,23 +76,24 @@ Value EvalUnary(const HloInstruction& instr, EvalArgs& args) {
   const int64_t n = x.element_count();
   const void* in = x.raw_data();
   void* o = out.mutable_raw_data();
-  ParallelRanges(n, kParallelChunk, args.ctx().options().use_thread_pool, [&](int64_t b,
-                                                                              int64_t e) {
-    if (IsFloatingPoint(t)) {
-      const bool scalar[1] = {false};
-      FloatBlocks<float>(
-          t, 1, &in, scalar, o, true, b, e,
-          [&](const auto* const* p, auto* r, int64_t m) { streaming::UnaryFloat(op, p[0], r, m); });
-    } else if (t == PrimitiveType::kPred) {
-      WEFT_CHECK(op == HloOpcode::kNot, "{} is not supported on pred", HloOpcodeString(op));
-      NotPred(static_cast<const uint8_t*>(in) + b, static_cast<uint8_t*>(o) + b, e - b);
-    } else {
-      DispatchInt(t, [&](auto* tag) {
-        using T = std::remove_pointer_t<decltype(tag)>;
-        UnaryInt(op, static_cast<const T*>(in) + b, static_cast<T*>(o) + b, e - b);
+  ParallelRanges(
+      n, kParallelChunk, args.ctx().options().use_thread_pool, [&](int64_t b, int64_t e) {
+        if (IsFloatingPoint(t)) {
+          const bool scalar[1] = {false};
+          FloatBlocks<float>(t, 1, &in, scalar, o, true, b, e,
+                             [&](const auto* const* p, auto* r, int64_t m) {
+                               streaming::UnaryFloat(op, p[0], r, m);
+                             });
+        } else if (t == PrimitiveType::kPred) {
+          WEFT_CHECK(op == HloOpcode::kNot, "{} is not supported on pred", HloOpcodeString(op));
+          NotPred(static_cast<const uint8_t*>(in) + b, static_cast<uint8_t*>(o) + b, e - b);
+        } else {
+          DispatchInt(t, [&](auto* tag) {
+            using T = std::remove_pointer_t<decltype(tag)>;
+            UnaryInt(op, static_cast<const T*>(in) + b, static_cast<T*>(o) + b, e - b);
+          });
+        }
       });
-    }
-  });
   return Value{std::move(out)};
 }
 
@@ -102,54 +103,54 @@ Value EvalBinary(const HloInstruction& instr, EvalArgs& args) {
   const PrimitiveType t = x.element_type();
   const HloOpcode op = instr.opcode();
   const bool compare = op == HloOpcode::kCompare;
-  HostTensor out = compare ? args.ctx().Allocate(instr.shape())
-                           : args.ReuseOrAllocate(instr.shape(), {0, 1});
+  HostTensor out =
+      compare ? args.ctx().Allocate(instr.shape()) : args.ReuseOrAllocate(instr.shape(), {0, 1});
   const ComparisonDirection dir = instr.attrs().comparison_direction;
   const bool total_order = instr.attrs().comparison_type == "TOTALORDER";
   const int64_t n = x.element_count();
   const void* in[2] = {x.raw_data(), y.raw_data()};
   void* o = out.mutable_raw_data();
-  ParallelRanges(n, kParallelChunk, args.ctx().options().use_thread_pool, [&](int64_t b,
-                                                                              int64_t e) {
-    const bool scalar[2] = {false, false};
-    if (IsFloatingPoint(t)) {
-      if (compare) {
-        FloatBlocks<uint8_t>(t, 2, in, scalar, o, false, b, e,
-                             [&](const auto* const* p, uint8_t* r, int64_t m) {
-                               if (total_order) {
-                                 CompareTotalOrder(dir, p[0], p[1], r, m);
-                               } else {
-                                 streaming::Compare(dir, p[0], p[1], r, m);
-                               }
-                             });
-      } else {
-        FloatBlocks<float>(t, 2, in, scalar, o, true, b, e,
-                           [&](const auto* const* p, auto* r, int64_t m) {
-                             streaming::BinaryFloat(op, p[0], p[1], r, m);
-                           });
-      }
-    } else if (t == PrimitiveType::kPred) {
-      const uint8_t* pa = static_cast<const uint8_t*>(in[0]) + b;
-      const uint8_t* pb = static_cast<const uint8_t*>(in[1]) + b;
-      uint8_t* r = static_cast<uint8_t*>(o) + b;
-      if (compare) {
-        CompareValues(dir, pa, pb, r, e - b);
-      } else {
-        BinaryPred(op, pa, pb, r, e - b);
-      }
-    } else {
-      DispatchInt(t, [&](auto* tag) {
-        using T = std::remove_pointer_t<decltype(tag)>;
-        const T* pa = static_cast<const T*>(in[0]) + b;
-        const T* pb = static_cast<const T*>(in[1]) + b;
-        if (compare) {
-          CompareValues(dir, pa, pb, static_cast<uint8_t*>(o) + b, e - b);
-        } else {
-          BinaryInt(op, pa, pb, static_cast<T*>(o) + b, e - b);
-        }
-      });
-    }
-  });
+  ParallelRanges(n, kParallelChunk, args.ctx().options().use_thread_pool,
+                 [&](int64_t b, int64_t e) {
+                   const bool scalar[2] = {false, false};
+                   if (IsFloatingPoint(t)) {
+                     if (compare) {
+                       FloatBlocks<uint8_t>(t, 2, in, scalar, o, false, b, e,
+                                            [&](const auto* const* p, uint8_t* r, int64_t m) {
+                                              if (total_order) {
+                                                CompareTotalOrder(dir, p[0], p[1], r, m);
+                                              } else {
+                                                streaming::Compare(dir, p[0], p[1], r, m);
+                                              }
+                                            });
+                     } else {
+                       FloatBlocks<float>(t, 2, in, scalar, o, true, b, e,
+                                          [&](const auto* const* p, auto* r, int64_t m) {
+                                            streaming::BinaryFloat(op, p[0], p[1], r, m);
+                                          });
+                     }
+                   } else if (t == PrimitiveType::kPred) {
+                     const uint8_t* pa = static_cast<const uint8_t*>(in[0]) + b;
+                     const uint8_t* pb = static_cast<const uint8_t*>(in[1]) + b;
+                     uint8_t* r = static_cast<uint8_t*>(o) + b;
+                     if (compare) {
+                       CompareValues(dir, pa, pb, r, e - b);
+                     } else {
+                       BinaryPred(op, pa, pb, r, e - b);
+                     }
+                   } else {
+                     DispatchInt(t, [&](auto* tag) {
+                       using T = std::remove_pointer_t<decltype(tag)>;
+                       const T* pa = static_cast<const T*>(in[0]) + b;
+                       const T* pb = static_cast<const T*>(in[1]) + b;
+                       if (compare) {
+                         CompareValues(dir, pa, pb, static_cast<uint8_t*>(o) + b, e - b);
+                       } else {
+                         BinaryInt(op, pa, pb, static_cast<T*>(o) + b, e - b);
+                       }
+                     });
+                   }
+                 });
   return Value{std::move(out)};
 }
 
@@ -200,8 +201,8 @@ Value EvalClamp(const HloInstruction& instr, EvalArgs& args) {
     WEFT_CHECK(t != PrimitiveType::kPred, "clamp of pred is not supported");
     DispatchInt(t, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
-      ClampInt(lo.data<T>(), lo_scalar, x.data<T>(), hi.data<T>(), hi_scalar,
-               static_cast<T*>(o), n);
+      ClampInt(lo.data<T>(), lo_scalar, x.data<T>(), hi.data<T>(), hi_scalar, static_cast<T*>(o),
+               n);
     });
   }
   return Value{std::move(out)};
@@ -217,8 +218,9 @@ Value EvalConvert(const HloInstruction& instr, EvalArgs& args) {
   void* o = out.mutable_raw_data();
   ParallelRanges(x.element_count(), kParallelChunk, args.ctx().options().use_thread_pool,
                  [&](int64_t b, int64_t e) {
-                   ConvertElements(x.element_type(), static_cast<const std::byte*>(in) + b * from_width,
-                                   to, static_cast<std::byte*>(o) + b * to_width, e - b);
+                   ConvertElements(x.element_type(),
+                                   static_cast<const std::byte*>(in) + b * from_width, to,
+                                   static_cast<std::byte*>(o) + b * to_width, e - b);
                  });
   return Value{std::move(out)};
 }
@@ -389,8 +391,9 @@ void CheckElementwise(const HloInstruction& instr) {
     default:
       if (!is_float) unsupported();  // transcendental and rounding ops
   }
-  WEFT_CHECK(instr.shape().IsArray() && PrimitiveTypeName(instr.shape().element_type()) != "invalid",
-             "{} result {} is not supported", HloOpcodeString(op), instr.shape().ToString());
+  WEFT_CHECK(
+      instr.shape().IsArray() && PrimitiveTypeName(instr.shape().element_type()) != "invalid",
+      "{} result {} is not supported", HloOpcodeString(op), instr.shape().ToString());
 }
 
 Value EvalElementwise(const HloInstruction& instr, EvalArgs& args) {

@@ -177,9 +177,9 @@ HostTensor MaterializeConstant(const HloInstruction& instr) {
       StoreDouble(shape.element_type(), t.mutable_raw_data(), i, literal.Get(i));
     } else {  // exact 64-bit integers, wrapped to the type
       const int64_t v = literal.GetInt(i);
-      ConvertElements(PrimitiveType::kS64, &v, shape.element_type(),
-                      static_cast<std::byte*>(t.mutable_raw_data()) + i * ByteWidth(shape.element_type()),
-                      1);
+      ConvertElements(
+          PrimitiveType::kS64, &v, shape.element_type(),
+          static_cast<std::byte*>(t.mutable_raw_data()) + i * ByteWidth(shape.element_type()), 1);
     }
   }
   return t;
@@ -285,7 +285,8 @@ std::shared_ptr<FusionPlan> MakeFusionPlan(const HloInstruction& fusion) {
     node.repr = ReprType(node.type);
     node.dims = instr->shape().dimensions();
     const int64_t rank = instr->shape().rank();
-    for (const HloInstruction* operand : instr->operands()) node.operands.push_back(index.at(operand));
+    for (const HloInstruction* operand : instr->operands())
+      node.operands.push_back(index.at(operand));
     const HloOpcode op = instr->opcode();
     if (op == HloOpcode::kParameter || op == HloOpcode::kConstant) {
       node.kind = NodeKind::kSource;
@@ -394,9 +395,9 @@ std::shared_ptr<FusionPlan> MakeFusionPlan(const HloInstruction& fusion) {
       }
     } else if (IsElementwise(op) && op != HloOpcode::kCopy) {
       CheckElementwise(*instr);
-      node.kind = op == HloOpcode::kCompare  ? NodeKind::kCompare
-                  : op == HloOpcode::kSelect ? NodeKind::kSelect
-                  : op == HloOpcode::kClamp  ? NodeKind::kClamp
+      node.kind = op == HloOpcode::kCompare   ? NodeKind::kCompare
+                  : op == HloOpcode::kSelect  ? NodeKind::kSelect
+                  : op == HloOpcode::kClamp   ? NodeKind::kClamp
                   : op == HloOpcode::kConvert ? NodeKind::kConvert
                   : IsElementwiseUnary(op)    ? NodeKind::kUnary
                                               : NodeKind::kBinary;
@@ -469,8 +470,9 @@ std::shared_ptr<FusionPlan> MakeFusionPlan(const HloInstruction& fusion) {
     }
     if (node.gathered && node.kind != NodeKind::kSource && node.kind != NodeKind::kReshape &&
         node.kind != NodeKind::kIndexMap && node.kind != NodeKind::kBroadcast) {
-      fail(instr, "only parameters, constants, reshapes, broadcasts and index maps may feed an "
-                  "index map in a loop fusion");
+      fail(instr,
+           "only parameters, constants, reshapes, broadcasts and index maps may feed an "
+           "index map in a loop fusion");
     }
     for (size_t k = 0; k < node.operands.size(); ++k) {
       Node& operand = nodes[node.operands[k]];
@@ -547,9 +549,9 @@ std::shared_ptr<FusionPlan> MakeFusionPlan(const HloInstruction& fusion) {
   for (int32_t i = 0; i <= root; ++i) {
     Node& node = nodes[i];
     if (!node.has_tile) continue;
-    const bool needs_slot = !(node.kind == NodeKind::kSource && node.in_place && !IsHalf(node.type)) &&
-                            node.kind != NodeKind::kReshape &&
-                            !(i == root && plan->root_to_output);
+    const bool needs_slot =
+        !(node.kind == NodeKind::kSource && node.in_place && !IsHalf(node.type)) &&
+        node.kind != NodeKind::kReshape && !(i == root && plan->root_to_output);
     if (needs_slot) {
       if (free_slots.empty()) {
         node.slot = plan->num_slots++;
@@ -772,7 +774,9 @@ struct Scratch {
     if (levels.size() < need_levels) levels.resize(need_levels);
   }
   void* slot(int32_t s) { return slots.data() + static_cast<size_t>(s) * kTile; }
-  int64_t* level(int32_t l, int k) { return levels.data() + (static_cast<size_t>(l) * 3 + k) * kTile; }
+  int64_t* level(int32_t l, int k) {
+    return levels.data() + (static_cast<size_t>(l) * 3 + k) * kTile;
+  }
 };
 
 Scratch& ThreadScratch(const FusionPlan& plan) {
@@ -992,8 +996,7 @@ class TileRunner {
         // Rows contiguous in a source (a slice or a transpose that keeps the
         // last dimension): copied a row at a time, no indices.
         const bool copy_rows = step == 1 && operand.kind == NodeKind::kSource;
-        const std::byte* src =
-            copy_rows ? static_cast<const std::byte*>(Source(operand)) : nullptr;
+        const std::byte* src = copy_rows ? static_cast<const std::byte*>(Source(operand)) : nullptr;
         ForEachRow(node.dims, base, n, coord, [&](int64_t j, int64_t run) {
           int64_t o = node.offset;
           for (int64_t d = 0; d < rank; ++d) o += coord[d] * node.strides[d];
@@ -1263,7 +1266,8 @@ OutputFusion AnalyzeOutputFusion(const HloInstruction& fusion) {
       x->operand(1)->opcode() != HloOpcode::kParameter) {
     fail(fmt::format("the dot {} must read two parameters", x->Describe()));
   }
-  if (x->shape() != fusion.shape() || x->operand(0)->shape().element_type() != PrimitiveType::kF32 ||
+  if (x->shape() != fusion.shape() ||
+      x->operand(0)->shape().element_type() != PrimitiveType::kF32 ||
       x->operand(1)->shape().element_type() != PrimitiveType::kF32) {
     fail(fmt::format("the dot {} must be f32 of f32 operands with the fusion's shape {}",
                      x->Describe(), fusion.shape().ToString()));
@@ -1336,9 +1340,8 @@ Value EvalFusion(const HloInstruction& instr, EvalArgs& args) {
   HostTensor out;
   for (int64_t i : plan.reuse_candidates) {
     const bool read_elsewhere =
-        std::any_of(plan.broadcast_sources.begin(), plan.broadcast_sources.end(), [&](int64_t k) {
-          return args.array(k).storage() == args.array(i).storage();
-        });
+        std::any_of(plan.broadcast_sources.begin(), plan.broadcast_sources.end(),
+                    [&](int64_t k) { return args.array(k).storage() == args.array(i).storage(); });
     if (read_elsewhere) continue;
     out = args.TryReuse(i, plan.shape);
     if (out.valid()) break;

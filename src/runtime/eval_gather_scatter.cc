@@ -82,7 +82,8 @@ void ForEachRun(const std::vector<CopyDim>& dims, Fn&& fn) {
   for (const CopyDim& d : dims) {
     if (d.size == 0) return;
     if (d.size == 1) continue;
-    if (!canon.empty() && canon.back().src == d.src * d.size && canon.back().dst == d.dst * d.size) {
+    if (!canon.empty() && canon.back().src == d.src * d.size &&
+        canon.back().dst == d.dst * d.size) {
       canon.back() = {canon.back().size * d.size, d.src, d.dst};
     } else {
       canon.push_back(d);
@@ -217,7 +218,8 @@ void ForEachScatterWindow(const HloInstruction& instr, const HostTensor& operand
   for (int64_t p = 0; p < walker.count(); ++p, Next(pos, walker.sizes())) {
     const int64_t at = walker.Offset(pos);
     int64_t up_offset = 0;
-    for (size_t k = 0; k < pos.size(); ++k) up_offset += pos[k] * up_strides[scatter_update_dims[k]];
+    for (size_t k = 0; k < pos.size(); ++k)
+      up_offset += pos[k] * up_strides[scatter_update_dims[k]];
     std::vector<int64_t> start(operand.rank(), 0);
     for (size_t k = 0; k < dn.scatter_dims_to_operand_dims.size(); ++k) {
       start[dn.scatter_dims_to_operand_dims[k]] = walker.Component(at, static_cast<int64_t>(k));

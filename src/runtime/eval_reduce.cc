@@ -178,7 +178,8 @@ ScalarFunction::ScalarFunction(const HloComputation& computation)
     index[instr] = static_cast<int>(program_->ops.size());
     program_->ops.push_back(std::move(o));
   }
-  if (program_->results.empty()) program_->results.push_back(index.at(computation.root_instruction()));
+  if (program_->results.empty())
+    program_->results.push_back(index.at(computation.root_instruction()));
 }
 
 ScalarFunction::~ScalarFunction() = default;
@@ -287,8 +288,7 @@ float SumRow(const float* x, int64_t n) {
 // out (pre-filled with the init value) = op over the reduced segments of x.
 // fold(acc, row, n) folds a contiguous row into acc.
 template <typename T, typename Op, typename Fold>
-void ReduceFast(const T* x, T* out, const std::vector<Seg>& segs, Op op, Fold fold,
-                bool use_pool) {
+void ReduceFast(const T* x, T* out, const std::vector<Seg>& segs, Op op, Fold fold, bool use_pool) {
   if (segs.empty()) {  // a single element
     out[0] = op(out[0], x[0]);
     return;
@@ -404,17 +404,20 @@ void ReduceTyped(ReducerKind kind, const T* x, T* out, const std::vector<Seg>& s
       return ReduceWith(x, out, segs, O::Min, use_pool);
     case ReducerKind::kAnd:
       if constexpr (std::is_integral_v<T>) {
-        return ReduceWith(x, out, segs, [](T a, T b) -> T { return a & b; }, use_pool);
+        return ReduceWith(
+            x, out, segs, [](T a, T b) -> T { return a & b; }, use_pool);
       }
       break;
     case ReducerKind::kOr:
       if constexpr (std::is_integral_v<T>) {
-        return ReduceWith(x, out, segs, [](T a, T b) -> T { return a | b; }, use_pool);
+        return ReduceWith(
+            x, out, segs, [](T a, T b) -> T { return a | b; }, use_pool);
       }
       break;
     case ReducerKind::kXor:
       if constexpr (std::is_integral_v<T>) {
-        return ReduceWith(x, out, segs, [](T a, T b) -> T { return a ^ b; }, use_pool);
+        return ReduceWith(
+            x, out, segs, [](T a, T b) -> T { return a ^ b; }, use_pool);
       }
       break;
     default:

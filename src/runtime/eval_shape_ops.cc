@@ -119,9 +119,8 @@ Value SliceOf(const HloInstruction& instr, EvalArgs& args, const std::vector<int
   const int64_t elem = ByteWidth(x.element_type());
   int64_t offset = 0;
   for (size_t i = 0; i < starts.size(); ++i) offset += starts[i] * in_strides[i];
-  const bool unit_strides = std::all_of(strides.begin(), strides.end(), [](int64_t s) {
-    return s == 1;
-  });
+  const bool unit_strides =
+      std::all_of(strides.begin(), strides.end(), [](int64_t s) { return s == 1; });
   const bool operand_lives_on = !args.OperandDies(0);
   if (unit_strides && compiler::IsContiguousBox(x.dimensions(), sizes) &&
       (operand_lives_on || 2 * instr.shape().ByteSize() >= x.byte_size())) {
@@ -136,8 +135,7 @@ Value SliceOf(const HloInstruction& instr, EvalArgs& args, const std::vector<int
 }
 
 // Dynamic start indices (operands first..), clamped so the box fits.
-std::vector<int64_t> DynamicStarts(EvalArgs& args, int64_t first,
-                                   const std::vector<int64_t>& dims,
+std::vector<int64_t> DynamicStarts(EvalArgs& args, int64_t first, const std::vector<int64_t>& dims,
                                    const std::vector<int64_t>& sizes) {
   std::vector<int64_t> starts(dims.size());
   for (size_t i = 0; i < dims.size(); ++i) {
@@ -183,8 +181,7 @@ Value EvalDynamicUpdateSlice(const HloInstruction& instr, EvalArgs& args) {
     out = args.ctx().Allocate(instr.shape());
     std::memcpy(out.mutable_raw_data(), x.raw_data(), static_cast<size_t>(x.byte_size()));
   }
-  const std::vector<int64_t> starts =
-      DynamicStarts(args, 2, x.dimensions(), update.dimensions());
+  const std::vector<int64_t> starts = DynamicStarts(args, 2, x.dimensions(), update.dimensions());
   const std::vector<int64_t> strides = RowMajorStrides(x.dimensions());
   const int64_t elem = ByteWidth(x.element_type());
   int64_t offset = 0;
@@ -336,8 +333,7 @@ void CheckShapeOp(const HloInstruction& instr) {
   WEFT_CHECK(shape.IsArray(), "{} with a tuple result is not supported",
              HloOpcodeString(instr.opcode()));
   const int64_t width = ByteWidth(shape.element_type());
-  WEFT_CHECK(width == 1 || width == 2 || width == 4 || width == 8, "{}-byte elements",
-             width);
+  WEFT_CHECK(width == 1 || width == 2 || width == 4 || width == 8, "{}-byte elements", width);
 }
 
 Value EvalShapeOp(const HloInstruction& instr, EvalArgs& args) {

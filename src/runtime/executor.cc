@@ -681,9 +681,9 @@ Executor::Executor(const HloModule& module, ExecutorOptions options,
     }
     impl_->param_leaf_counts.push_back(static_cast<int64_t>(leaves.size()));
   }
-  const compiler::InstructionAssignment& root =
-      impl_->assignment->Of(*entry->root_instruction());
-  for (const compiler::LeafAssignment& l : root.leaves) impl_->root_in_arena.push_back(l.buffer >= 0);
+  const compiler::InstructionAssignment& root = impl_->assignment->Of(*entry->root_instruction());
+  for (const compiler::LeafAssignment& l : root.leaves)
+    impl_->root_in_arena.push_back(l.buffer >= 0);
 }
 
 Executor::~Executor() = default;

@@ -165,14 +165,13 @@ HostTensor HostTensor::Uninitialized(Shape shape, std::shared_ptr<MemoryTracker>
                                      const std::shared_ptr<BufferPool>& pool) {
   WEFT_CHECK(shape.IsArray(), "a HostTensor must have an array shape, not {}", shape.ToString());
   const int64_t bytes = shape.ByteSize();
-  return HostTensor(std::move(shape), TensorStorage::Allocate(bytes, std::move(tracker), pool),
-                    0);
+  return HostTensor(std::move(shape), TensorStorage::Allocate(bytes, std::move(tracker), pool), 0);
 }
 
 HostTensor HostTensor::FromDoubles(Shape shape, std::span<const double> values) {
   HostTensor t = Uninitialized(std::move(shape));
-  WEFT_CHECK(static_cast<int64_t>(values.size()) == t.element_count(),
-             "{} needs {} values, got {}", t.shape().ToString(), t.element_count(), values.size());
+  WEFT_CHECK(static_cast<int64_t>(values.size()) == t.element_count(), "{} needs {} values, got {}",
+             t.shape().ToString(), t.element_count(), values.size());
   for (int64_t i = 0; i < t.element_count(); ++i) {
     exec::StoreDouble(t.element_type(), t.mutable_raw_data(), i, values[i]);
   }
@@ -188,8 +187,8 @@ void HostTensor::CheckType(bool ok, size_t size) const {
   if (size == 0) {
     Fail("values do not match the tensor's {} elements", element_count());
   }
-  Fail("tensor of {} accessed as a {}-byte type that is not its element type",
-       shape_.ToString(), size);
+  Fail("tensor of {} accessed as a {}-byte type that is not its element type", shape_.ToString(),
+       size);
 }
 
 std::vector<double> HostTensor::ToDoubles() const {

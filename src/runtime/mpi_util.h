@@ -2,10 +2,9 @@
 // the MPI code paths.
 #pragma once
 
-#include <mpi.h>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <mpi.h>
 
 #include <algorithm>
 #include <chrono>
@@ -57,9 +56,9 @@ inline void AllGatherPointToPoint(MPI_Comm comm, int tag, const void* send, int 
   std::vector<MPI_Request> recvs(size, MPI_REQUEST_NULL), sends(size, MPI_REQUEST_NULL);
   for (int r = 0; r < size; ++r) {
     if (r == rank) continue;
-    CheckMpi(MPI_Irecv(out + static_cast<size_t>(r) * bytes, bytes, MPI_BYTE, r, tag, comm,
-                       &recvs[r]),
-             "MPI_Irecv");
+    CheckMpi(
+        MPI_Irecv(out + static_cast<size_t>(r) * bytes, bytes, MPI_BYTE, r, tag, comm, &recvs[r]),
+        "MPI_Irecv");
     CheckMpi(MPI_Isend(send, bytes, MPI_BYTE, r, tag, comm, &sends[r]), "MPI_Isend");
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -84,10 +83,11 @@ inline void AllGatherPointToPoint(MPI_Comm comm, int tag, const void* send, int 
         for (MPI_Request& send_request : sends) {
           if (send_request != MPI_REQUEST_NULL) MPI_Request_free(&send_request);
         }
-        Fail("collective timeout: rank{} {} did not arrive at {} within {} while rank{} {} waited "
-             "there. {}",
-             missing.size() == 1 ? "" : "s", fmt::join(missing, ","), what, FormatTimeout(timeout),
-             present.size() == 1 ? "" : "s", fmt::join(present, ","), kTimeoutAdvice);
+        Fail(
+            "collective timeout: rank{} {} did not arrive at {} within {} while rank{} {} waited "
+            "there. {}",
+            missing.size() == 1 ? "" : "s", fmt::join(missing, ","), what, FormatTimeout(timeout),
+            present.size() == 1 ? "" : "s", fmt::join(present, ","), kTimeoutAdvice);
       }
     }
     if (spins > 1000) std::this_thread::yield();

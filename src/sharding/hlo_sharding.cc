@@ -113,9 +113,8 @@ HloSharding HloSharding::Subgroup(TileAssignment tiles, std::vector<SubgroupType
     return PartialTile(std::move(normalized));
   }
   HloSharding s(Kind::kTiled);
-  s.tiles_ = new_types.back() == SubgroupType::kReplicated
-                 ? normalized.SortMinorGroups()
-                 : std::move(normalized);
+  s.tiles_ = new_types.back() == SubgroupType::kReplicated ? normalized.SortMinorGroups()
+                                                           : std::move(normalized);
   s.subgroup_types_ = std::move(new_types);
   return s;
 }

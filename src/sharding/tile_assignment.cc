@@ -106,7 +106,7 @@ std::optional<std::vector<std::vector<Digit>>> SplitDigits(std::span<const Digit
 
 // The digits of a canonical form, major to minor.
 std::vector<Digit> FormDigits(const std::vector<int64_t>& reshape_dims,
-                                     const std::vector<int64_t>& perm) {
+                              const std::vector<int64_t>& perm) {
   const std::vector<int64_t> strides = Strides(reshape_dims);
   std::vector<Digit> digits;
   digits.reserve(perm.size());
@@ -129,7 +129,6 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> FormOf(std::span<const Dig
   }
   return {std::move(reshape), std::move(perm)};
 }
-
 
 // The digits of a device list read as an iota (minor digit first runs of a
 // constant step), or nullopt.
@@ -399,7 +398,8 @@ TileAssignment TileAssignment::Transpose(std::span<const int64_t> perm) const {
       std::vector<Digit> moved;
       for (int64_t p : perm) moved.insert(moved.end(), (*pieces)[p].begin(), (*pieces)[p].end());
       auto [reshape, form_perm] = FormOf(moved);
-      return TileAssignment(std::move(new_dims), IotaForm{std::move(reshape), std::move(form_perm)});
+      return TileAssignment(std::move(new_dims),
+                            IotaForm{std::move(reshape), std::move(form_perm)});
     }
   }
   const std::vector<int64_t>& src_devices = devices();

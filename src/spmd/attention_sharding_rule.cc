@@ -1,7 +1,6 @@
 #include "weft/spmd/attention_sharding_rule.h"
 
 #include <nlohmann/json.hpp>
-
 #include <string>
 #include <vector>
 

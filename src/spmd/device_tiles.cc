@@ -146,7 +146,8 @@ std::optional<HloSharding> DeviceTiles::ToSharding() const {
   if (k > 1) dims.push_back(static_cast<int64_t>(k));
   // The iota form where the devices are one (they usually are): it prints
   // and compares in O(rank).
-  TileAssignment assignment = TileAssignment(std::move(dims), std::move(devices)).AsIotaIfPossible();
+  TileAssignment assignment =
+      TileAssignment(std::move(dims), std::move(devices)).AsIotaIfPossible();
   if (k == 1) return HloSharding::Tile(std::move(assignment));
   return HloSharding::PartialTile(std::move(assignment));
 }

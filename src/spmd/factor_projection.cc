@@ -14,8 +14,7 @@ std::optional<HloSharding> ProjectSharding(const OpShardingRule& rule, TensorRef
   const auto& from_factors = rule.tensor(from);
   const auto& to_factors = rule.tensor(to);
   const int64_t rank = static_cast<int64_t>(from_dims.size());
-  if (from_sharding.TiledDataRank() != rank ||
-      static_cast<int64_t>(from_factors.size()) != rank ||
+  if (from_sharding.TiledDataRank() != rank || static_cast<int64_t>(from_factors.size()) != rank ||
       to_factors.size() != to_dims.size()) {
     return std::nullopt;
   }

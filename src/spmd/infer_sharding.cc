@@ -121,7 +121,8 @@ std::optional<HloSharding> Propagator::ShardingFromUser(const HloInstruction& in
       const int64_t count = instr.shape().LeafCount();
       if (instr.shape().IsTuple()) {
         std::vector<HloSharding> leaves;
-        for (int64_t j = 0; j < count; ++j) leaves.push_back(LeafSharding(user_sharding, offset + j));
+        for (int64_t j = 0; j < count; ++j)
+          leaves.push_back(LeafSharding(user_sharding, offset + j));
         return HloSharding::Tuple(std::move(leaves));
       }
       HloSharding best = LeafSharding(user_sharding, offset);
@@ -208,9 +209,11 @@ std::optional<HloSharding> Propagator::ShardingFromUser(const HloInstruction& in
         for (int64_t j = 0; j < user.operand_count(); ++j) {
           const HloInstruction* other = user.operand(j);
           if (j == k || other == &instr || !HasSpatialSharding(other)) continue;
-          auto from_other = Project(&user, TensorRef::Operand(j), *other->sharding(), TensorRef::Operand(k));
+          auto from_other =
+              Project(&user, TensorRef::Operand(j), *other->sharding(), TensorRef::Operand(k));
           if (!from_other || from_other->IsTuple()) continue;
-          if (!best || MergeSharding(*best, &*from_other, may_combine)) best = std::move(from_other);
+          if (!best || MergeSharding(*best, &*from_other, may_combine))
+            best = std::move(from_other);
         }
         return best;
       }
@@ -283,7 +286,8 @@ bool Propagator::InferFromOperands(HloInstruction* instr, int level) {
         SetSharding(instr, s, {DecisionKind::kManual, operand, "get-tuple-element"});
         return true;
       }
-      return Improve(instr, s, may_combine, aggressive, {DecisionKind::kForward, operand, "get-tuple-element"});
+      return Improve(instr, s, may_combine, aggressive,
+                     {DecisionKind::kForward, operand, "get-tuple-element"});
     }
     case HloOpcode::kTuple: {
       if (std::none_of(instr->operands().begin(), instr->operands().end(), HasSpatialSharding)) {
@@ -351,9 +355,8 @@ bool Propagator::InferFromOperands(HloInstruction* instr, int level) {
       auto improved = [&](int64_t k) -> std::optional<HloSharding> {
         const HloInstruction* operand = instr->operand(k);
         if (!HasSpatialSharding(operand)) return std::nullopt;
-        std::optional<HloSharding> s = operand->sharding()->IsTileMaximal()
-                                           ? operand->sharding()
-                                           : from(k);
+        std::optional<HloSharding> s =
+            operand->sharding()->IsTileMaximal() ? operand->sharding() : from(k);
         if (!s) return std::nullopt;
         return ReturnImprovedSharding(*s, instr->has_sharding() ? &*instr->sharding() : nullptr,
                                       instr->shape().dimensions(), may_combine, false);
@@ -378,7 +381,8 @@ bool Propagator::InferFromOperands(HloInstruction* instr, int level) {
           decided = true;
         }
       }
-      if (!decided && instr->operand(0)->shape().ByteSize() < instr->operand(1)->shape().ByteSize()) {
+      if (!decided &&
+          instr->operand(0)->shape().ByteSize() < instr->operand(1)->shape().ByteSize()) {
         first = 1;
       }
       HloSharding primary = first == 0 ? *s0 : *s1;
@@ -398,8 +402,8 @@ bool Propagator::InferFromOperands(HloInstruction* instr, int level) {
     case HloOpcode::kConcatenate: {
       const HloInstruction* best = nullptr;
       for (const HloInstruction* operand : instr->operands()) {
-        if (operand->has_sharding() &&
-            (!best || sharding_util::IsShardingMoreSpecific(*operand->sharding(), *best->sharding()))) {
+        if (operand->has_sharding() && (!best || sharding_util::IsShardingMoreSpecific(
+                                                     *operand->sharding(), *best->sharding()))) {
           best = operand;
         }
       }
@@ -438,8 +442,10 @@ bool Propagator::InferFromOperands(HloInstruction* instr, int level) {
     }
     case HloOpcode::kDynamicUpdateSlice: {
       bool changed = false;
-      if (auto s = from(1)) changed |= Improve(instr, *s, may_combine, aggressive, why(instr->operand(1)));
-      if (auto s = from(0)) changed |= Improve(instr, *s, may_combine, false, why(instr->operand(0)));
+      if (auto s = from(1))
+        changed |= Improve(instr, *s, may_combine, aggressive, why(instr->operand(1)));
+      if (auto s = from(0))
+        changed |= Improve(instr, *s, may_combine, false, why(instr->operand(0)));
       return changed;
     }
     case HloOpcode::kSort:
@@ -458,7 +464,8 @@ bool Propagator::InferFromOperands(HloInstruction* instr, int level) {
       for (int64_t leaf = 0; leaf < static_cast<int64_t>(rule->results.size()); ++leaf) {
         for (int64_t k = 0; k < instr->operand_count(); ++k) {
           if (auto s = from(k, leaf)) {
-            changed |= ImproveLeaf(instr, leaf, *s, may_combine, aggressive, why(instr->operand(k)));
+            changed |=
+                ImproveLeaf(instr, leaf, *s, may_combine, aggressive, why(instr->operand(k)));
           }
         }
       }
@@ -470,7 +477,8 @@ bool Propagator::InferFromOperands(HloInstruction* instr, int level) {
       bool changed = false;
       for (int64_t k = op == HloOpcode::kGather ? 1 : 0; k >= 0 && k < instr->operand_count();
            k += op == HloOpcode::kGather ? -1 : 3) {
-        if (auto s = from(k)) changed |= Improve(instr, *s, may_combine, false, why(instr->operand(k)));
+        if (auto s = from(k))
+          changed |= Improve(instr, *s, may_combine, false, why(instr->operand(k)));
       }
       return changed;
     }
@@ -491,7 +499,8 @@ bool Propagator::InferFromOperands(HloInstruction* instr, int level) {
   // One representative operand: the first for pad/slice/reverse, else the
   // most specific.
   int64_t best = -1;
-  const bool first_only = op == HloOpcode::kPad || op == HloOpcode::kSlice || op == HloOpcode::kReverse;
+  const bool first_only =
+      op == HloOpcode::kPad || op == HloOpcode::kSlice || op == HloOpcode::kReverse;
   for (int64_t k = 0; k < (first_only ? 1 : instr->operand_count()); ++k) {
     const HloInstruction* operand = instr->operand(k);
     if (operand->has_sharding() &&

@@ -54,8 +54,8 @@ OpShardingRule ReduceRule(const HloInstruction& instr) {
   for (int64_t d = 0; d < in.rank(); ++d) {
     const bool reduced = std::find(instr.dimensions().begin(), instr.dimensions().end(), d) !=
                          instr.dimensions().end();
-    const int64_t f = rule.AddFactor(
-        in.dimensions(d), reduced ? FactorKind::kReduction : FactorKind::kPassThrough);
+    const int64_t f = rule.AddFactor(in.dimensions(d),
+                                     reduced ? FactorKind::kReduction : FactorKind::kPassThrough);
     input.push_back({f});
     if (!reduced) result.push_back({f});
   }
@@ -346,7 +346,8 @@ std::string OpShardingRule::ToString() const {
       kinds.push_back(fmt::format("f{}: {}", f, FactorKindName(factor_kinds[f])));
     }
   }
-  std::string text = fmt::format("{}: ({}) -> ({})", name, fmt::join(ops, ", "), fmt::join(res, ", "));
+  std::string text =
+      fmt::format("{}: ({}) -> ({})", name, fmt::join(ops, ", "), fmt::join(res, ", "));
   if (!kinds.empty()) text += fmt::format(" {{{}}}", fmt::join(kinds, ", "));
   return text;
 }
@@ -358,9 +359,8 @@ OpShardingRule ElementwiseRule(std::string name, const Shape& result,
   const Shape leaf = result.IsTuple() ? result.tuple_shapes(0) : result;
   const TensorFactors t = FreshFactors(rule, leaf.dimensions());
   for (const HloInstruction* op : operands) {
-    rule.operands.push_back(op->shape().IsArray() && op->shape().rank() == leaf.rank()
-                                ? t
-                                : TensorFactors{});
+    rule.operands.push_back(
+        op->shape().IsArray() && op->shape().rank() == leaf.rank() ? t : TensorFactors{});
   }
   for (int64_t i = 0; i < std::max<int64_t>(1, result.LeafCount()); ++i) rule.results.push_back(t);
   return rule;

@@ -239,10 +239,9 @@ PartitionedValue AllGatherDims(SpmdBuilder& b, const PartitionedValue& value,
     limits[d] = size;
     x = b.Slice(x, std::vector<int64_t>(limits.size(), 0), limits);
     const int64_t dim = d;
-    v = PartitionedValue{
-        x, v.base,
-        NormalizeSharding(sharding_util::PartiallyReplicateTiledShardingOnDims(
-            v.sharding, std::span<const int64_t>(&dim, 1)))};
+    v = PartitionedValue{x, v.base,
+                         NormalizeSharding(sharding_util::PartiallyReplicateTiledShardingOnDims(
+                             v.sharding, std::span<const int64_t>(&dim, 1)))};
   }
   return v;
 }

@@ -153,7 +153,8 @@ void Propagator::AlignShardAsGroups() {
     const HloInstruction* best = nullptr;
     for (const HloInstruction* m : group.members) {
       if (!m->has_sharding()) continue;
-      if (!best || sharding_util::IsShardingMoreSpecific(*m->sharding(), *best->sharding())) best = m;
+      if (!best || sharding_util::IsShardingMoreSpecific(*m->sharding(), *best->sharding()))
+        best = m;
     }
     if (!best) continue;
     HloSharding common = *best->sharding();

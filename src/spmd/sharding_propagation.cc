@@ -16,16 +16,26 @@ namespace weft {
 
 std::string_view DecisionKindName(DecisionKind kind) {
   switch (kind) {
-    case DecisionKind::kAnnotation: return "annotation";
-    case DecisionKind::kForward: return "forward";
-    case DecisionKind::kBackward: return "backward";
-    case DecisionKind::kShardGroup: return "shard group";
-    case DecisionKind::kGroupAlignment: return "shard_as alignment";
-    case DecisionKind::kUnspecifiedDims: return "unspecified dims";
-    case DecisionKind::kWhileAgreement: return "while agreement";
-    case DecisionKind::kManual: return "manual";
-    case DecisionKind::kOutputOrParameter: return "output/parameter option";
-    case DecisionKind::kDefault: return "default";
+    case DecisionKind::kAnnotation:
+      return "annotation";
+    case DecisionKind::kForward:
+      return "forward";
+    case DecisionKind::kBackward:
+      return "backward";
+    case DecisionKind::kShardGroup:
+      return "shard group";
+    case DecisionKind::kGroupAlignment:
+      return "shard_as alignment";
+    case DecisionKind::kUnspecifiedDims:
+      return "unspecified dims";
+    case DecisionKind::kWhileAgreement:
+      return "while agreement";
+    case DecisionKind::kManual:
+      return "manual";
+    case DecisionKind::kOutputOrParameter:
+      return "output/parameter option";
+    case DecisionKind::kDefault:
+      return "default";
   }
   return "?";
 }
@@ -175,7 +185,8 @@ bool Propagator::Improve(HloInstruction* instr, HloSharding proposed, bool may_c
   const HloSharding* current = instr->has_sharding() ? &*instr->sharding() : nullptr;
   std::span<const int64_t> dims;
   if (instr->shape().IsArray()) dims = instr->shape().dimensions();
-  auto improved = ReturnImprovedSharding(std::move(proposed), current, dims, may_combine, aggressive);
+  auto improved =
+      ReturnImprovedSharding(std::move(proposed), current, dims, may_combine, aggressive);
   if (!improved) return false;
   SetSharding(instr, std::move(*improved), why);
   return true;
@@ -183,7 +194,8 @@ bool Propagator::Improve(HloInstruction* instr, HloSharding proposed, bool may_c
 
 bool Propagator::ImproveLeaf(HloInstruction* instr, int64_t leaf, HloSharding proposed,
                              bool may_combine, bool aggressive, const DecisionSource& why) {
-  if (!instr->shape().IsTuple()) return Improve(instr, std::move(proposed), may_combine, aggressive, why);
+  if (!instr->shape().IsTuple())
+    return Improve(instr, std::move(proposed), may_combine, aggressive, why);
   std::optional<HloSharding> current;
   if (instr->has_sharding()) current = LeafSharding(*instr->sharding(), leaf);
   const Shape& leaf_shape = instr->shape().tuple_shapes(leaf);
@@ -208,8 +220,8 @@ const std::vector<int64_t>* Propagator::UnspecifiedDims(const HloInstruction* in
 bool Propagator::SupportsSpatialPartitioning(const HloInstruction* instr, bool allow_output,
                                              bool allow_params) const {
   const HloComputation* parent = instr->parent();
-  const bool is_entry_root = parent == module_.entry_computation() &&
-                             parent->root_instruction() == instr;
+  const bool is_entry_root =
+      parent == module_.entry_computation() && parent->root_instruction() == instr;
   if (parent->root_instruction() == instr && !InComputationMap(parent) &&
       !(is_entry_root && allow_output)) {
     return false;
@@ -249,7 +261,8 @@ bool Propagator::SupportsSpatialPartitioning(const HloInstruction* instr, bool a
     case HloOpcode::kParameter:
       return allow_params || InComputationMap(parent);
     case HloOpcode::kCustomCall:
-      return IsCustomCall(*instr, "Sharding") || HasCustomCallRule(instr->attrs().custom_call_target) ||
+      return IsCustomCall(*instr, "Sharding") ||
+             HasCustomCallRule(instr->attrs().custom_call_target) ||
              const_cast<Propagator*>(this)->Rule(instr) != nullptr;
     default:
       return false;
@@ -505,7 +518,8 @@ void Propagator::Run() {
         for (auto it = order.rbegin(); it != order.rend(); ++it) {
           HloInstruction* i = *it;
           const int32_t k = Index(i);
-          if ((IsCustomCall(*i, "SPMDFullToShardShape") || IsCustomCall(*i, "SPMDShardToFullShape")) &&
+          if ((IsCustomCall(*i, "SPMDFullToShardShape") ||
+               IsCustomCall(*i, "SPMDShardToFullShape")) &&
               !done_bwd[k]) {
             done_bwd[Index(i->operand(0))] = 0;
           }
@@ -564,7 +578,8 @@ void Propagator::Run() {
   if (allow_params_any_) {
     for (int64_t p = 0; p < entry->num_parameters(); ++p) {
       HloInstruction* param = entry->parameter_instruction(p);
-      const bool allowed = param_flags.size() == 1 ? param_flags[0] : static_cast<bool>(param_flags[p]);
+      const bool allowed =
+          param_flags.size() == 1 ? param_flags[0] : static_cast<bool>(param_flags[p]);
       std::optional<HloSharding> want = param->sharding();
       if (!allowed) {
         want = saved_params[p] && !saved_params[p]->IsUnknown() ? saved_params[p] : std::nullopt;

@@ -18,7 +18,8 @@ HloSharding ShardingOf(const HloInstruction& instr) {
   const Shape& shape = instr.shape();
   if (shape.IsTuple()) {
     for (const Shape& e : shape.tuple_shapes()) {
-      WEFT_CHECK(!e.IsTuple(), "{}: nested tuple {} is not supported by the partitioner; flatten it",
+      WEFT_CHECK(!e.IsTuple(),
+                 "{}: nested tuple {} is not supported by the partitioner; flatten it",
                  instr.Describe(), shape.ToString());
     }
     if (!instr.has_sharding() || !instr.sharding()->IsTuple()) {
@@ -158,11 +159,10 @@ PartitionedValue HandleWhile(ComputationPartitioner& p, const HloInstruction& in
                              const HloSharding& sharding) {
   PartitionContext* context = p.context();
   PartitionedValue init = p.GetAs(instr.operand(0), sharding);
-  HloComputation* condition =
-      context->module->AddComputation(ComputationPartitioner(
-          context, *instr.while_condition(), instr.while_condition()->name(), {sharding},
-          HloSharding::Replicate(), false)
-                                          .Run());
+  HloComputation* condition = context->module->AddComputation(
+      ComputationPartitioner(context, *instr.while_condition(), instr.while_condition()->name(),
+                             {sharding}, HloSharding::Replicate(), false)
+          .Run());
   HloComputation* body = context->module->AddComputation(
       ComputationPartitioner(context, *instr.while_body(), instr.while_body()->name(), {sharding},
                              sharding, false)
@@ -210,8 +210,8 @@ PartitionedValue HandleElementwise(ComputationPartitioner& p, const HloInstructi
     operands.push_back(p.GetAs(op, scalar ? HloSharding::Replicate() : sharding).hlo);
   }
   return PartitionedValue{
-      EmitLike(p, instr, std::move(operands), LocalShape(instr.shape(), sharding)),
-      instr.shape(), sharding};
+      EmitLike(p, instr, std::move(operands), LocalShape(instr.shape(), sharding)), instr.shape(),
+      sharding};
 }
 
 PartitionedValue HandleReplicated(ComputationPartitioner& p, const HloInstruction& instr) {
@@ -323,9 +323,10 @@ PartitionedValue ComputationPartitioner::Partition(const HloInstruction& instr,
     case HloOpcode::kAllToAll:
     case HloOpcode::kCollectivePermute:
     case HloOpcode::kReduceScatter:
-      Fail("{}: the module is already partitioned (it contains {}); partition the unsharded "
-           "module instead",
-           instr.Describe(), HloOpcodeString(instr.opcode()));
+      Fail(
+          "{}: the module is already partitioned (it contains {}); partition the unsharded "
+          "module instead",
+          instr.Describe(), HloOpcodeString(instr.opcode()));
     default:
       if (IsElementwise(instr.opcode())) return HandleElementwise(*this, instr, sharding);
       return HandleReplicated(*this, instr);
@@ -417,7 +418,8 @@ std::unique_ptr<HloModule> PartitionModule(const HloModule& module,
   const HloComputation* entry = module.entry_computation();
   WEFT_CHECK(entry != nullptr, "module '{}' has no entry computation", module.name());
   int64_t n = options.num_partitions;
-  if (n <= 0) n = module.num_partitions() > 1 ? module.num_partitions() : DevicesInShardings(module);
+  if (n <= 0)
+    n = module.num_partitions() > 1 ? module.num_partitions() : DevicesInShardings(module);
   CheckShardings(module, n);
 
   auto result = std::make_unique<HloModule>(module.name());

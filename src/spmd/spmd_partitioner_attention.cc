@@ -10,9 +10,9 @@
 // result's kv sharding, or all-reduced when that is not a scatter of them.
 #include <nlohmann/json.hpp>
 
+#include "spmd_partitioner_handlers.h"
 #include "weft/base/error.h"
 #include "weft/sharding/sharding_util.h"
-#include "spmd_partitioner_handlers.h"
 
 namespace weft::spmd {
 namespace {
@@ -27,9 +27,8 @@ PartitionedValue HandleAttention(ComputationPartitioner& p, const HloInstruction
                                  const HloSharding& sharding) {
   SpmdBuilder& b = p.b();
   const bool backward = instr.attrs().custom_call_target == "weft.flex_attention_backward";
-  WEFT_CHECK(instr.operand_count() >= (backward ? 6 : 3),
-             "{}: attention needs q, k, v{} operands", instr.Describe(),
-             backward ? ", out, lse, dout" : "");
+  WEFT_CHECK(instr.operand_count() >= (backward ? 6 : 3), "{}: attention needs q, k, v{} operands",
+             instr.Describe(), backward ? ", out, lse, dout" : "");
   const Shape& q = instr.operand(0)->shape();
   const Shape& k = instr.operand(1)->shape();
   WEFT_CHECK(q.rank() == 4 && k.rank() == 4, "{}: q and k must be [B,H,S,D], got {} and {}",
@@ -48,13 +47,13 @@ PartitionedValue HandleAttention(ComputationPartitioner& p, const HloInstruction
     q_target = Unsplit(q_target, {1});
   }
   const bool split_sequence = TilesPerDim(q_target, 4)[2] > 1;
-  const HloSharding kv_target = NormalizeSharding(MapShardingDims(Unsplit(q_target, {2, 3}),
-                                                                  {0, 1, -1, -1}, 4));
-  const HloSharding lse_target =
-      NormalizeSharding(MapShardingDims(q_target, {0, 1, 2}, 3));
+  const HloSharding kv_target =
+      NormalizeSharding(MapShardingDims(Unsplit(q_target, {2, 3}), {0, 1, -1, -1}, 4));
+  const HloSharding lse_target = NormalizeSharding(MapShardingDims(q_target, {0, 1, 2}, 3));
   const HloSharding batch_only = Unsplit(q_target, {1, 2, 3});
   auto named_target = [&](const Shape& shape) {
-    if (shape.rank() == 0 || shape.dimensions(0) != q.dimensions(0)) return HloSharding::Replicate();
+    if (shape.rank() == 0 || shape.dimensions(0) != q.dimensions(0))
+      return HloSharding::Replicate();
     std::vector<int64_t> map(shape.rank(), -1);
     map[0] = 0;
     return NormalizeSharding(MapShardingDims(batch_only, map, shape.rank()));
@@ -103,11 +102,12 @@ PartitionedValue HandleAttention(ComputationPartitioner& p, const HloInstruction
     }
   } else {
     shardings = {q_target, kv_target, kv_target};
-    for (int64_t i = 0; i < 3; ++i) locals.push_back(LocalShape(result.tuple_shapes(i), shardings[i]));
+    for (int64_t i = 0; i < 3; ++i)
+      locals.push_back(LocalShape(result.tuple_shapes(i), shardings[i]));
   }
   const Shape local_shape = result.IsTuple() ? Shape::Tuple(locals) : locals[0];
-  HloInstruction* call = b.Add(HloOpcode::kCustomCall, std::move(operands), std::move(attrs),
-                               local_shape);
+  HloInstruction* call =
+      b.Add(HloOpcode::kCustomCall, std::move(operands), std::move(attrs), local_shape);
   if (!result.IsTuple()) return PartitionedValue{call, result, shardings[0]};
   if (!backward || !split_sequence) {
     return PartitionedValue{call, result, HloSharding::Tuple(shardings)};

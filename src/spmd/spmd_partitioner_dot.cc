@@ -15,9 +15,9 @@
 // wins unless the dot is too small for its FLOPs to matter.
 #include <algorithm>
 
+#include "spmd_partitioner_handlers.h"
 #include "weft/base/error.h"
 #include "weft/sharding/sharding_util.h"
-#include "spmd_partitioner_handlers.h"
 
 namespace weft::spmd {
 namespace {
@@ -129,8 +129,8 @@ DrivenPlan PlanDriven(ComputationPartitioner& p, const HloInstruction& instr, co
   for (int64_t d : dd.contracting[driver]) {
     if (tiles[d] > 1) plan.split_contracting.push_back(d);
   }
-  plan.partial = NormalizeSharding(MapShardingDims(Unsplit(ds, plan.split_contracting),
-                                                   dd.OutToOperand(driver), dd.out_rank));
+  plan.partial = NormalizeSharding(
+      MapShardingDims(Unsplit(ds, plan.split_contracting), dd.OutToOperand(driver), dd.out_rank));
   const Shape partial_shape = LocalShape(instr.shape(), plan.partial);
   plan.cost =
       ReshardCost(p.context(), other_op->shape(), p.Get(other_op).sharding, plan.other_target) +
@@ -190,8 +190,8 @@ bool ScatterGives(const HloSharding& partial, const HloSharding& target, int64_t
   if (target.TilesPerDim() != expect) return false;
   for (const std::vector<int64_t>& group : groups) {
     for (int64_t k = 0; k < g; ++k) {
-      std::vector<int64_t> index = partial.IsTiled() ? partial.TileIndexForDevice(group[k])
-                                                     : std::vector<int64_t>(rank, 0);
+      std::vector<int64_t> index =
+          partial.IsTiled() ? partial.TileIndexForDevice(group[k]) : std::vector<int64_t>(rank, 0);
       index[e] = k;
       if (target.TileIndexForDevice(group[k]) != index) return false;
     }

@@ -20,8 +20,8 @@ class ComputationPartitioner {
  public:
   // `param_shardings` per parameter (tuple shardings for tuple parameters);
   // the root is resharded to `root_sharding` (nullopt: its own sharding).
-  ComputationPartitioner(PartitionContext* context, const HloComputation& source,
-                         std::string name, std::vector<HloSharding> param_shardings,
+  ComputationPartitioner(PartitionContext* context, const HloComputation& source, std::string name,
+                         std::vector<HloSharding> param_shardings,
                          std::optional<HloSharding> root_sharding, bool is_entry);
 
   // Partitions every instruction and returns the per-device computation.

@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <numeric>
 
+#include "spmd_partitioner_handlers.h"
 #include "weft/base/error.h"
 #include "weft/sharding/sharding_util.h"
-#include "spmd_partitioner_handlers.h"
 
 namespace weft::spmd {
 namespace {
@@ -48,19 +48,19 @@ PartitionedValue HandleReshape(ComputationPartitioner& p, const HloInstruction& 
   };
   auto emit = [&](const HloSharding& from, const HloSharding& to) {
     PartitionedValue x = p.GetAs(instr.operand(0), from);
-    return PartitionedValue{p.b().Reshape(x.hlo, LocalShape(out_shape, to).dimensions()),
-                            out_shape, to};
+    return PartitionedValue{p.b().Reshape(x.hlo, LocalShape(out_shape, to).dimensions()), out_shape,
+                            to};
   };
   // Option 1: keep the operand's sharding; the result's follows from it.
-  std::optional<HloSharding> forward = sharding_util::ReshapeSharding(in_dims, out_dims, in.sharding);
+  std::optional<HloSharding> forward =
+      sharding_util::ReshapeSharding(in_dims, out_dims, in.sharding);
   if (forward) forward = NormalizeSharding(*forward);
   if (forward && !local_fits(in.sharding, *forward)) forward.reset();
   // Option 2: reshard the operand to the sharding that reshapes into ours.
   std::optional<HloSharding> backward = sharding_util::ReshapeSharding(out_dims, in_dims, sharding);
   if (backward) {
     backward = NormalizeSharding(*backward);
-    std::optional<HloSharding> check =
-        sharding_util::ReshapeSharding(in_dims, out_dims, *backward);
+    std::optional<HloSharding> check = sharding_util::ReshapeSharding(in_dims, out_dims, *backward);
     if (!check || NormalizeSharding(*check) != sharding || !local_fits(*backward, sharding)) {
       backward.reset();
     }
@@ -210,8 +210,8 @@ PartitionedValue HandleReduce(ComputationPartitioner& p, const HloInstruction& i
   for (int64_t d : reduced) {
     if (tiles[d] > 1) split_reduced.push_back(d);
   }
-  const HloSharding a_result = NormalizeSharding(sharding_util::RemoveShapeDimensions(
-      Unsplit(in.sharding, split_reduced), reduced));
+  const HloSharding a_result = NormalizeSharding(
+      sharding_util::RemoveShapeDimensions(Unsplit(in.sharding, split_reduced), reduced));
   const HloSharding b_operand =
       NormalizeSharding(MapShardingDims(sharding, in_to_out, in_shape.rank()));
   const int64_t result_bytes = LocalShape(instr.shape(), a_result).ByteSize();

@@ -283,8 +283,9 @@ HloInstruction* MaskPadding(SpmdBuilder& b, const PartitionedValue& v,
     Shape index_shape(PrimitiveType::kS32, local.dimensions());
     HloInstruction* index = b.Binary(HloOpcode::kAdd, b.Iota(index_shape, d),
                                      b.BroadcastScalar(b.DeviceValue(offsets), local.dimensions()));
-    HloInstruction* in_range = b.Compare(
-        index, b.BroadcastScalar(b.S32Constant(size), local.dimensions()), ComparisonDirection::kLt);
+    HloInstruction* in_range =
+        b.Compare(index, b.BroadcastScalar(b.S32Constant(size), local.dimensions()),
+                  ComparisonDirection::kLt);
     mask = mask == nullptr ? in_range : b.Binary(HloOpcode::kAnd, mask, in_range);
   }
   if (mask == nullptr) return v.hlo;

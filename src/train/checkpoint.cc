@@ -531,14 +531,15 @@ CheckpointIndex ParseState(const std::string& text, const fs::path& path, const 
   }
   const int64_t version = r.Int(json, "version", "the state");
   if (version < kOldestVersion || version > kVersion) {
-    r.Bad(fmt::format("version {} is not one this weft reads ({} to {})", version,
-                      kOldestVersion, kVersion));
+    r.Bad(fmt::format("version {} is not one this weft reads ({} to {})", version, kOldestVersion,
+                      kVersion));
   }
   CheckpointIndex index;
   index.dir = dir;
   TrainState& state = index.state;
   state.step = r.Int(json, "step", "the state");
-  if (state.step < 0) r.Bad(fmt::format("\"step\" is {}; it counts steps done, from 0", state.step));
+  if (state.step < 0)
+    r.Bad(fmt::format("\"step\" is {}; it counts steps done, from 0", state.step));
   state.rng_state = r.Text(json, "rng_state", "the state");
   state.data_position = r.Int(json, "data_position", "the state");
   if (state.data_position < 0) {

@@ -177,8 +177,7 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   } else if (!config.mesh.axis_names.empty() && config.mesh.axis_names[0] == "dcn") {
     slices = MajorAxisSize(config.mesh);
     slices_from = fmt::format(
-        "{} slices (no --slices given: the size of the major axis 'dcn' of {})", slices,
-        mesh_from);
+        "{} slices (no --slices given: the size of the major axis 'dcn' of {})", slices, mesh_from);
   } else if (n > plan.chip.max_slice_chips && n % plan.chip.max_slice_chips == 0) {
     slices = n / plan.chip.max_slice_chips;
     slices_from = fmt::format(

@@ -35,10 +35,11 @@ void CheckEvenSplits(const RunConfig& config) {
     const std::vector<AxisSpec>& spec = rule->spec.dims();
     const int64_t rank = w.shape.rank() - (stacked ? 1 : 0);  // as the rule sees it
     if (static_cast<int64_t>(spec.size()) > rank) {
-      Fail("{}: sharding rule \"{}\" = {} has {} entries but weight {} {} has {} dims{}; give "
-           "at most {} entries",
-           rule->location, rule->pattern, rule->spec.ToString(), spec.size(), w.name,
-           w.shape.ToString(), rank, stacked ? " per layer" : "", rank);
+      Fail(
+          "{}: sharding rule \"{}\" = {} has {} entries but weight {} {} has {} dims{}; give "
+          "at most {} entries",
+          rule->location, rule->pattern, rule->spec.ToString(), spec.size(), w.name,
+          w.shape.ToString(), rank, stacked ? " per layer" : "", rank);
     }
     for (size_t i = 0; i < spec.size(); ++i) {
       const int64_t d = static_cast<int64_t>(i) + (stacked ? 1 : 0);
@@ -77,7 +78,6 @@ __int128 MeshDevicesWide(const MeshConfig& mesh) {
   return n;
 }
 
-
 // The step's largest buffers must be sizeable in int64 bytes: the logits
 // [B, S, V] and the layer activations the forward saves for the backward
 // ([L, B, S, x] for x up to max(dim, ffn_dim, the q/k/v width)), a few
@@ -91,12 +91,13 @@ void CheckActivationSizes(const RunConfig& config, int64_t batch, int64_t seq) {
   // 16 bytes per element leaves room for gradients and f32 sizes.
   constexpr Wide kMaxElements = Wide{1} << 58;
   if (elements > kMaxElements) {
-    Fail("{}: the step is too large to size: batch size {} x sequence length {} with "
-         "vocab_size = {}, n_layers = {}, dim = {}, ffn_dim = {} needs about {:.3g} activation "
-         "elements, more than {:.3g} (2^58); use a smaller batch or sequence (--batch, --seq, "
-         "train.batch_size, model.seq_len)",
-         config.source, batch, seq, m.vocab_size, m.n_layers, m.dim, m.ffn_dim,
-         static_cast<double>(elements), static_cast<double>(kMaxElements));
+    Fail(
+        "{}: the step is too large to size: batch size {} x sequence length {} with "
+        "vocab_size = {}, n_layers = {}, dim = {}, ffn_dim = {} needs about {:.3g} activation "
+        "elements, more than {:.3g} (2^58); use a smaller batch or sequence (--batch, --seq, "
+        "train.batch_size, model.seq_len)",
+        config.source, batch, seq, m.vocab_size, m.n_layers, m.dim, m.ffn_dim,
+        static_cast<double>(elements), static_cast<double>(kMaxElements));
   }
 }
 

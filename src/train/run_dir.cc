@@ -41,8 +41,10 @@ fs::path NearestExisting(const fs::path& dir) {
 void CheckDirectoryWritable(const fs::path& dir, std::string_view flag) {
   std::error_code error;
   if (fs::exists(dir, error)) {
-    WEFT_CHECK(fs::is_directory(dir, error), "{} {}: exists and is not a directory; give a "
-               "directory (or a path that does not exist yet)", flag, dir.string());
+    WEFT_CHECK(fs::is_directory(dir, error),
+               "{} {}: exists and is not a directory; give a "
+               "directory (or a path that does not exist yet)",
+               flag, dir.string());
     WEFT_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0,
                "{} {}: this process cannot write into it ({}); give a writable directory", flag,
                dir.string(), ErrnoText(errno));
@@ -88,9 +90,10 @@ RunDirLock::RunDirLock(const fs::path& dir) : dir_(dir) {
     ::close(fd_);
     fd_ = -1;
     if (saved == EWOULDBLOCK) {
-      Fail("{} is in use by another weft process (pid {}, holding {}); wait for it to end, or "
-           "give another --out",
-           dir.string(), holder, lock.string());
+      Fail(
+          "{} is in use by another weft process (pid {}, holding {}); wait for it to end, or "
+          "give another --out",
+          dir.string(), holder, lock.string());
     }
     Fail("cannot lock {}: {}", lock.string(), ErrnoText(saved));
   }

@@ -117,12 +117,12 @@ struct Run {
   RunConfig config;  // with the --mesh / --steps overrides applied
   TrainOptions options;
   StepProgram program;
-  std::optional<Dataset> dataset;  // always set by Prepare
-  std::optional<CheckpointIndex> resume;  // its tensors are read by each device
-  std::filesystem::path resume_dir;  // where `resume` was read from
-  std::optional<HfModel> init;       // --init-from's weights
+  std::optional<Dataset> dataset;           // always set by Prepare
+  std::optional<CheckpointIndex> resume;    // its tensors are read by each device
+  std::filesystem::path resume_dir;         // where `resume` was read from
+  std::optional<HfModel> init;              // --init-from's weights
   std::optional<Tokenizer> init_tokenizer;  // and its tokenizer.model, when it has one
-  bool complete = false;             // --out's checkpoint is at the last step already
+  bool complete = false;                    // --out's checkpoint is at the last step already
   std::filesystem::path out;
   LrSchedule schedule;
   AdamWHyperParams hyper;
@@ -183,7 +183,9 @@ std::string FormatDuration(double seconds) {
 class Reporter {
  public:
   Reporter(const Run& run, int64_t start_step, int64_t end_step)
-      : run_(run), start_(start_step), end_(end_step),
+      : run_(run),
+        start_(start_step),
+        end_(end_step),
         log_(run.options.log ? *run.options.log : std::cout),
         bar_(run.options.progress && isatty(STDERR_FILENO)),
         metrics_(run.out / "metrics.jsonl", std::ios::app) {
@@ -192,7 +194,7 @@ class Reporter {
   }
 
   void Step(const StepMetrics& m) {
-    nlohmann::json j = {{"step", m.step},         {"loss", m.loss},
+    nlohmann::json j = {{"step", m.step},           {"loss", m.loss},
                         {"grad_norm", m.grad_norm}, {"lr", m.lr},
                         {"tokens", m.tokens},       {"tokens_per_s", m.tokens_per_second},
                         {"step_s", m.step_seconds}, {"skipped", m.skipped}};
@@ -211,7 +213,8 @@ class Reporter {
     }
     if (bar_) {
       const int width = 24;
-      const int filled = static_cast<int>(width * (m.step - start_) / std::max<int64_t>(1, end_ - start_));
+      const int filled =
+          static_cast<int>(width * (m.step - start_) / std::max<int64_t>(1, end_ - start_));
       std::cerr << fmt::format("\r[{}{}] step {}/{}  loss {:.4f}  {:.0f} tok/s  ETA {}   ",
                                std::string(filled, '#'), std::string(width - filled, '.'), m.step,
                                end_, m.loss, tps, FormatDuration(eta))
@@ -220,9 +223,10 @@ class Reporter {
     } else {
       const int64_t every = std::max<int64_t>(1, (end_ - start_) / 20);
       if (m.step == start_ + 1 || m.step % every == 0 || m.step == end_) {
-        log_ << fmt::format("step {:>5}/{}  loss {:.4f}  grad norm {:.3f}  lr {:.2e}  {:.0f} tok/s  "
-                            "ETA {}\n",
-                            m.step, end_, m.loss, m.grad_norm, m.lr, tps, FormatDuration(eta));
+        log_ << fmt::format(
+            "step {:>5}/{}  loss {:.4f}  grad norm {:.3f}  lr {:.2e}  {:.0f} tok/s  "
+            "ETA {}\n",
+            m.step, end_, m.loss, m.grad_norm, m.lr, tps, FormatDuration(eta));
         log_.flush();
       }
     }
@@ -306,8 +310,7 @@ class DeviceTrainer {
       } else {
         // --init-from's weights were checked against the model when read.
         const Tensor global =
-            run.init ? Tensor::FromVector<float>(PrimitiveType::kF32,
-                                                 weights[k].shape.dimensions(),
+            run.init ? Tensor::FromVector<float>(PrimitiveType::kF32, weights[k].shape.dimensions(),
                                                  run.init->weights.at(weights[k].name).ToF32())
                      : InitWeight(weights[k], static_cast<int64_t>(k), run.config.model,
                                   run.config.train.seed);
@@ -460,8 +463,8 @@ class DeviceTrainer {
     }
     const double scale = ClipScale(total, run_.config.train.grad_clip);
     auto adam_step = [&](size_t k) {
-      return AdamWStep{.lr = m.lr, .step = step + 1, .grad_scale = scale,
-                       .apply_weight_decay = run_.decay[k]};
+      return AdamWStep{
+          .lr = m.lr, .step = step + 1, .grad_scale = scale, .apply_weight_decay = run_.decay[k]};
     };
     // A finite gradient can still overflow an update; every device checks
     // its shards first and all skip the step together if any would.
@@ -596,9 +599,10 @@ std::optional<std::filesystem::path> ChooseResume(const TrainOptions& options,
   }
   if (options.overwrite) {
     if (speak && (has_own || HoldsMetrics(out))) {
-      log << fmt::format("--overwrite: starting over in {}; its checkpoint and metrics will be "
-                         "replaced\n",
-                         out.string());
+      log << fmt::format(
+          "--overwrite: starting over in {}; its checkpoint and metrics will be "
+          "replaced\n",
+          out.string());
     }
     return std::nullopt;
   }
@@ -806,9 +810,10 @@ std::unique_ptr<Run> Prepare(const RunConfig& config, const TrainOptions& option
 
 void ReportComplete(const Run& run) {
   std::ostream& log = run.options.log ? *run.options.log : std::cout;
-  log << fmt::format("{} is already trained to step {} of {}: nothing to do (--steps N trains "
-                     "further, --overwrite starts over, --out DIR starts elsewhere)\n",
-                     run.out.string(), run.resume->state.step, run.config.train.steps);
+  log << fmt::format(
+      "{} is already trained to step {} of {}: nothing to do (--steps N trains "
+      "further, --overwrite starts over, --out DIR starts elsewhere)\n",
+      run.out.string(), run.resume->state.step, run.config.train.steps);
 }
 
 int64_t StartStep(const Run& run) { return run.resume ? run.resume->state.step : 0; }
@@ -880,8 +885,7 @@ std::filesystem::path DefaultOutDir(const RunConfig& config) {
 }
 
 TrainResult Train(const RunConfig& config, const TrainOptions& options) {
-  const int64_t devices =
-      (options.mesh ? *options.mesh : config.mesh).num_devices();
+  const int64_t devices = (options.mesh ? *options.mesh : config.mesh).num_devices();
   std::optional<RunDirLock> lock;
   std::unique_ptr<Run> run = Prepare(config, options, devices, &lock, /*in_process=*/true);
   if (run->complete) {

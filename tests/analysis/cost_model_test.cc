@@ -81,7 +81,8 @@ TEST(CostModelTest, AFusionCountsItsFusedComputation) {
   StepProgram p = testing::TinyStep(Remat::kNone, true, "fsdp=2,tensor=2", /*fuse=*/false);
   const FlopCount before = CountFlops(*p.compiled.program);
   runtime::LocalCluster cluster(p.num_devices);
-  const std::vector<runtime::HostTensor> inputs = runtime::RandomInputs(p.compiled.input_shapes, 11);
+  const std::vector<runtime::HostTensor> inputs =
+      runtime::RandomInputs(p.compiled.input_shapes, 11);
   const std::vector<runtime::HostTensor> want = runtime::RunSharded(p.compiled, inputs, cluster);
   const compiler::LoopFusionStats stats = compiler::FuseLoops(*p.compiled.program);
   EXPECT_GT(stats.fusions, 10);

@@ -306,7 +306,6 @@ TEST(MemoryPlanTest, SavedForBackwardFollowsTheRematPolicy) {
   EXPECT_TRUE(named) << "the w1 gradient accumulator is live at the peak, with its role";
 }
 
-
 // ---- the plan against the assignment on random programs -------------------
 
 // Random straight-line instructions over f32[n] and f32[n/2] values: unary and

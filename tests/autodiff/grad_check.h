@@ -41,8 +41,9 @@ struct GradCheckResult {
 
 // For each differentiated parameter p: <dL/dp, v> from the training step
 // against (L(p + h v) - L(p - h v)) / 2h with a random direction v.
-inline GradCheckResult CheckGradients(const HloModule& forward, const std::vector<HostTensor>& inputs,
-                                      GradOptions options, double h = 1e-2, uint32_t seed = 7) {
+inline GradCheckResult CheckGradients(const HloModule& forward,
+                                      const std::vector<HostTensor>& inputs, GradOptions options,
+                                      double h = 1e-2, uint32_t seed = 7) {
   std::unique_ptr<HloModule> step = BuildTrainingStep(forward, options);
   const std::vector<int64_t> wrt = DifferentiatedParameters(forward, options);
   Executor exec(*step);
@@ -95,8 +96,8 @@ inline std::string LossModule(const std::string& body, const std::string& r_shap
   return "HloModule m\n\nadd {\n  ax = f32[] parameter(0)\n  ay = f32[] parameter(1)\n  ROOT as = "
          "f32[] add(ax, ay)\n}\n\nmax {\n  mx = f32[] parameter(0)\n  my = f32[] parameter(1)\n  "
          "ROOT ms = f32[] maximum(mx, my)\n}\n" +
-         extra + "\nENTRY e {\n" + body + "\n  w = " + r_shape + " parameter(" +
-         std::to_string(n) + ")\n  rw = " + r_shape + " multiply(r, w)\n  z = f32[] constant(0)\n" +
+         extra + "\nENTRY e {\n" + body + "\n  w = " + r_shape + " parameter(" + std::to_string(n) +
+         ")\n  rw = " + r_shape + " multiply(r, w)\n  z = f32[] constant(0)\n" +
          "  ROOT loss = f32[] reduce(rw, z), dimensions={" + dims + "}, to_apply=add\n}\n";
 }
 

@@ -140,8 +140,9 @@ TEST(GradTest, ErrorsNameTheProblem) {
   GradOptions int_wrt;
   int_wrt.wrt = {1};
   ExpectError(kForward, int_wrt, "only floating-point arrays");
-  ExpectError("HloModule m\nENTRY e {\n  a = f32[2] parameter(0)\n  ROOT r = f32[2] exponential(a)\n}",
-              {}, "must be a floating-point scalar loss");
+  ExpectError(
+      "HloModule m\nENTRY e {\n  a = f32[2] parameter(0)\n  ROOT r = f32[2] exponential(a)\n}", {},
+      "must be a floating-point scalar loss");
   ExpectError("HloModule m\nENTRY e {\n  a = f32[] parameter(0)\n  ROOT r = f32[] sine(a)\n}", {},
               "no vjp rule for");
 }

@@ -34,7 +34,8 @@ void Check(bool use_lse) {
   std::mt19937 rng(23);
   const HloComputation* e = module->entry_computation();
   std::vector<runtime::HostTensor> inputs;
-  for (int i = 0; i < 4; ++i) inputs.push_back(RandomTensor(e->parameter_instruction(i)->shape(), rng));
+  for (int i = 0; i < 4; ++i)
+    inputs.push_back(RandomTensor(e->parameter_instruction(i)->shape(), rng));
   GradOptions options;
   options.wrt = {0, 1, 2};
   auto r = CheckGradients(*module, inputs, options);

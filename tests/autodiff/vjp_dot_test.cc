@@ -17,28 +17,34 @@ struct Case {
 };
 
 const Case kCases[] = {
-    {"matmul", "a = f32[3,4] parameter(0)\n  b = f32[4,5] parameter(1)\n"
-               "  r = f32[3,5] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+    {"matmul",
+     "a = f32[3,4] parameter(0)\n  b = f32[4,5] parameter(1)\n"
+     "  r = f32[3,5] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}",
      "f32[3,5]"},
-    {"weights_in_out", "a = f32[2,3,4] parameter(0)\n  b = f32[4,5] parameter(1)\n"
-                       "  r = f32[2,3,5] dot(a, b), lhs_contracting_dims={2}, "
-                       "rhs_contracting_dims={0}",
+    {"weights_in_out",
+     "a = f32[2,3,4] parameter(0)\n  b = f32[4,5] parameter(1)\n"
+     "  r = f32[2,3,5] dot(a, b), lhs_contracting_dims={2}, "
+     "rhs_contracting_dims={0}",
      "f32[2,3,5]"},
-    {"transposed_operands", "a = f32[4,3] parameter(0)\n  b = f32[5,4] parameter(1)\n"
-                            "  r = f32[3,5] dot(a, b), lhs_contracting_dims={0}, "
-                            "rhs_contracting_dims={1}",
+    {"transposed_operands",
+     "a = f32[4,3] parameter(0)\n  b = f32[5,4] parameter(1)\n"
+     "  r = f32[3,5] dot(a, b), lhs_contracting_dims={0}, "
+     "rhs_contracting_dims={1}",
      "f32[3,5]"},
-    {"batched", "a = f32[2,3,4] parameter(0)\n  b = f32[2,4,5] parameter(1)\n"
-                "  r = f32[2,3,5] dot(a, b), lhs_batch_dims={0}, lhs_contracting_dims={2}, "
-                "rhs_batch_dims={0}, rhs_contracting_dims={1}",
+    {"batched",
+     "a = f32[2,3,4] parameter(0)\n  b = f32[2,4,5] parameter(1)\n"
+     "  r = f32[2,3,5] dot(a, b), lhs_batch_dims={0}, lhs_contracting_dims={2}, "
+     "rhs_batch_dims={0}, rhs_contracting_dims={1}",
      "f32[2,3,5]"},
-    {"batch_not_leading", "a = f32[3,2,4] parameter(0)\n  b = f32[4,5,2] parameter(1)\n"
-                          "  r = f32[2,3,5] dot(a, b), lhs_batch_dims={1}, "
-                          "lhs_contracting_dims={2}, rhs_batch_dims={2}, rhs_contracting_dims={0}",
+    {"batch_not_leading",
+     "a = f32[3,2,4] parameter(0)\n  b = f32[4,5,2] parameter(1)\n"
+     "  r = f32[2,3,5] dot(a, b), lhs_batch_dims={1}, "
+     "lhs_contracting_dims={2}, rhs_batch_dims={2}, rhs_contracting_dims={0}",
      "f32[2,3,5]"},
-    {"two_contracting", "a = f32[3,4,2] parameter(0)\n  b = f32[2,5,4] parameter(1)\n"
-                        "  r = f32[3,5] dot(a, b), lhs_contracting_dims={1,2}, "
-                        "rhs_contracting_dims={2,0}",
+    {"two_contracting",
+     "a = f32[3,4,2] parameter(0)\n  b = f32[2,5,4] parameter(1)\n"
+     "  r = f32[3,5] dot(a, b), lhs_contracting_dims={1,2}, "
+     "rhs_contracting_dims={2,0}",
      "f32[3,5]"},
 };
 
@@ -50,7 +56,8 @@ TEST_P(DotVjpTest, MatchesFiniteDifferences) {
   std::mt19937 rng(9);
   const HloComputation* e = module->entry_computation();
   std::vector<runtime::HostTensor> inputs;
-  for (int i = 0; i < 3; ++i) inputs.push_back(RandomTensor(e->parameter_instruction(i)->shape(), rng));
+  for (int i = 0; i < 3; ++i)
+    inputs.push_back(RandomTensor(e->parameter_instruction(i)->shape(), rng));
   GradOptions options;
   options.wrt = {0, 1};
   auto r = CheckGradients(*module, inputs, options);

@@ -14,7 +14,7 @@ struct Case {
   const char* name;
   const char* body;  // defines r = f32[3,4] from a (and b) = f32[3,4]
   int num_inputs;
-  bool positive;     // inputs must be > 0 (log, sqrt, rsqrt, power)
+  bool positive;  // inputs must be > 0 (log, sqrt, rsqrt, power)
 };
 
 const Case kCases[] = {
@@ -35,8 +35,10 @@ const Case kCases[] = {
     {"copy", "r = f32[3,4] copy(a)", 1, false},
     {"select", "c = pred[3,4] compare(a, b), direction=GT\n  r = f32[3,4] select(c, a, b)", 2,
      false},
-    {"convert", "a16 = bf16[3,4] convert(a)\n  a32 = f32[3,4] convert(a16)\n  r = f32[3,4] "
-                "multiply(a32, b)", 2, false},
+    {"convert",
+     "a16 = bf16[3,4] convert(a)\n  a32 = f32[3,4] convert(a16)\n  r = f32[3,4] "
+     "multiply(a32, b)",
+     2, false},
 };
 
 class ElementwiseVjpTest : public ::testing::TestWithParam<Case> {};

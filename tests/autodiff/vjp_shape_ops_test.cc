@@ -59,8 +59,8 @@ TEST_P(ShapeOpVjpTest, MatchesFiniteDifferences) {
   GradOptions options;
   options.wrt = {0};
   auto r = CheckGradients(*module, inputs, options);
-  EXPECT_LT(r.max_rel_error, 2e-3) << c.name << ": analytic " << r.analytic[0] << " numeric "
-                                   << r.numeric[0];
+  EXPECT_LT(r.max_rel_error, 2e-3)
+      << c.name << ": analytic " << r.analytic[0] << " numeric " << r.numeric[0];
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, ShapeOpVjpTest, ::testing::ValuesIn(kCases),

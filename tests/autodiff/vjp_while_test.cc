@@ -51,7 +51,8 @@ ENTRY e {
 })";
 }
 
-const char* kScan = R"(, backend_config={"scan": {"length": 4, "carry": 1, "xs": 1, "consts": 0, "ys": 0}})";
+const char* kScan =
+    R"(, backend_config={"scan": {"length": 4, "carry": 1, "xs": 1, "consts": 0, "ys": 0}})";
 
 TEST(WhileVjpTest, TextScanMatchesFiniteDifferencesForBothRematModes) {
   auto module = ParseHloModule(Module(kScan));

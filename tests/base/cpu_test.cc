@@ -18,7 +18,9 @@ TEST(Cpu, FeaturesAgreeWithProcCpuinfo) {
       break;
     }
   if (flags.empty()) GTEST_SKIP() << "no /proc/cpuinfo flags";
-  auto has = [&](const std::string& name) { return flags.find(" " + name + " ") != std::string::npos; };
+  auto has = [&](const std::string& name) {
+    return flags.find(" " + name + " ") != std::string::npos;
+  };
   const CpuInfo& cpu = GetCpuInfo();
   EXPECT_EQ(cpu.avx2, has("avx2"));
   EXPECT_EQ(cpu.fma, has("fma"));

@@ -42,8 +42,8 @@ TEST(Env, IntegerVariablesAreParsedAndCheckedWithClearErrors) {
 }
 
 TEST(Env, MalformedIntegersNameTheVariableTheValueAndTheRange) {
-  for (const char* bad : {"abc", "4x", " 4", "4 ", "+4", "0x10", "1e3", "-", "4.0",
-                          "99999999999999999999999"}) {
+  for (const char* bad :
+       {"abc", "4x", " 4", "4 ", "+4", "0x10", "1e3", "-", "4.0", "99999999999999999999999"}) {
     setenv("WEFT_TEST_INT", bad, 1);
     const std::string message = ErrorOf([] { GetEnvInt("WEFT_TEST_INT", 7, 1, 10); });
     EXPECT_TRUE(Has(message, std::string("WEFT_TEST_INT='") + bad + "'")) << bad << ": " << message;

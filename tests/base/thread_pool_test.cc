@@ -51,9 +51,8 @@ TEST(ThreadPool, NestedAndConcurrentCallersRunInlineWithoutDeadlock) {
   std::vector<std::thread> callers;
   for (int c = 0; c < 4; ++c) {
     callers.emplace_back([&] {
-      pool.ParallelFor(8, [&](int64_t, int) {
-        pool.ParallelFor(5, [&](int64_t t, int) { total += t; });
-      });
+      pool.ParallelFor(
+          8, [&](int64_t, int) { pool.ParallelFor(5, [&](int64_t t, int) { total += t; }); });
     });
   }
   for (auto& t : callers) t.join();

@@ -50,8 +50,7 @@ TEST(BenchTrainTest, JsonOfTwoMicroStepsHasEveryFieldWithSaneValues) {
   const double matmul_params =
       layers * (2 * dim * heads * hd + 2 * dim * kv_heads * hd + 3 * dim * ffn) + dim * vocab;
   const double attention = 3 * layers * 2 * 4 * heads * (64.0 * 65 / 2) * 2 * hd;
-  EXPECT_DOUBLE_EQ(j.at("model_flops_per_step").get<double>(),
-                   6 * matmul_params * 256 + attention);
+  EXPECT_DOUBLE_EQ(j.at("model_flops_per_step").get<double>(), 6 * matmul_params * 256 + attention);
   EXPECT_FALSE(j.at("model_flops_formula").get<std::string>().empty());
 
   const auto& peak = j.at("peak");
@@ -59,15 +58,15 @@ TEST(BenchTrainTest, JsonOfTwoMicroStepsHasEveryFieldWithSaneValues) {
   EXPECT_GE(peak.at("threads").get<int>(), 1);
   EXPECT_GT(peak.at("gflops_before").get<double>(), 0);
   EXPECT_GT(peak.at("gflops_after").get<double>(), 0);
-  EXPECT_EQ(peak.at("gflops").get<double>(),
-            std::max(peak.at("gflops_before").get<double>(),
-                     peak.at("gflops_after").get<double>()));
+  EXPECT_EQ(peak.at("gflops").get<double>(), std::max(peak.at("gflops_before").get<double>(),
+                                                      peak.at("gflops_after").get<double>()));
   const double mfu = j.at("mfu");
   EXPECT_GT(mfu, 0);
   EXPECT_LE(mfu, 1);
-  EXPECT_NEAR(mfu, j.at("model_flops_per_step").get<double>() / median /
-                       (peak.at("gflops").get<double>() * 1e9),
-              1e-9);
+  EXPECT_NEAR(
+      mfu,
+      j.at("model_flops_per_step").get<double>() / median / (peak.at("gflops").get<double>() * 1e9),
+      1e-9);
 
   // The breakdown: every class, fractions summing to 1; on 4 devices with
   // profiling every kind of work shows up.
@@ -87,7 +86,8 @@ TEST(BenchTrainTest, JsonOfTwoMicroStepsHasEveryFieldWithSaneValues) {
   EXPECT_EQ(b.size(), 10u);
   EXPECT_NEAR(fractions, 1.0, 1e-6);
   // The parts are disjoint pieces of the step, so they add up to its mean time.
-  const double mean = (j.at("step_seconds")[0].get<double>() + j.at("step_seconds")[1].get<double>()) / 2;
+  const double mean =
+      (j.at("step_seconds")[0].get<double>() + j.at("step_seconds")[1].get<double>()) / 2;
   EXPECT_NEAR(seconds, mean, 0.02 * mean);
   for (const char* name :
        {"dot", "attention", "elementwise", "broadcast", "collective", "optimizer"}) {
@@ -119,8 +119,7 @@ TEST(BenchTrainTest, NoWarmupIsRefusedNamingTheFlag) {
 // --top N: device 0's slowest instructions, slowest first, each named once
 // with a class of the breakdown; their times fit in the step.
 TEST(BenchTrainTest, TopListsTheSlowestInstructionsWithinTheStep) {
-  const Output o =
-      RunWeft("bench train '" + kMicro + "' --steps 2 --warmup 1 --top 5 --json");
+  const Output o = RunWeft("bench train '" + kMicro + "' --steps 2 --warmup 1 --top 5 --json");
   ASSERT_EQ(o.exit_code, 0) << o.err << o.out;
   const nlohmann::json j = nlohmann::json::parse(o.out, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << o.out;

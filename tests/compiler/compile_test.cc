@@ -38,8 +38,7 @@ int64_t ExpectFusedMatchesUnfused(const std::string& text, int64_t n, uint64_t s
   std::unique_ptr<HloModule> plain_module = ParseHloModule(text);
   std::unique_ptr<HloModule> fused_module = ParseHloModule(text);
   const CompiledProgram plain = CompileForDevices(*plain_module, {.num_devices = n});
-  const CompiledProgram fused =
-      CompileForDevices(*fused_module, {.num_devices = n, .fuse = true});
+  const CompiledProgram fused = CompileForDevices(*fused_module, {.num_devices = n, .fuse = true});
   EXPECT_EQ(plain.fusion.fusions, 0);
   EXPECT_EQ(CountFusions(*plain.program), 0);
   EXPECT_EQ(CountFusions(*fused.program), fused.fusion.fusions);

@@ -93,10 +93,10 @@ int64_t Address(const std::vector<int64_t>& dims, const std::vector<int64_t>& ba
 // What the brute force finds for one operand.
 struct Walk {
   int64_t bn = 1, rn = 1, cn = 1;
-  bool affine = true;     // address = b bs + r rs + c cs for all elements
+  bool affine = true;              // address = b bs + r rs + c cs for all elements
   int64_t bs = 0, rs = 0, cs = 0;  // (where the extent is > 1)
-  bool row_major = true;  // address = (b rn + r) cn + c
-  bool transposed = true;  // address = (b cn + c) rn + r
+  bool row_major = true;           // address = (b rn + r) cn + c
+  bool transposed = true;          // address = (b cn + c) rn + r
 };
 
 Walk WalkOperand(const std::vector<int64_t>& dims, const std::vector<int64_t>& batch,
@@ -105,7 +105,9 @@ Walk WalkOperand(const std::vector<int64_t>& dims, const std::vector<int64_t>& b
   w.bn = Product(dims, batch);
   w.rn = Product(dims, rows);
   w.cn = Product(dims, cols);
-  auto at = [&](int64_t b, int64_t r, int64_t c) { return Address(dims, batch, rows, cols, b, r, c); };
+  auto at = [&](int64_t b, int64_t r, int64_t c) {
+    return Address(dims, batch, rows, cols, b, r, c);
+  };
   const int64_t base = at(0, 0, 0);
   EXPECT_EQ(base, 0);
   if (w.bn > 1) w.bs = at(1, 0, 0);
@@ -141,8 +143,8 @@ void CheckView(const std::optional<MatrixView>& view, const std::vector<int64_t>
   EXPECT_EQ(IsInOrder(Concat(batch, cols, rows), dims), w.transposed) << what;
   // oneDNN's matmul: a unit stride one way, the leading dim covering the
   // other extent; vectors fit either way.
-  const bool unit = w.rn == 1 || w.cn == 1 || (w.cs == 1 && w.rs >= w.cn) ||
-                    (w.rs == 1 && w.cs >= w.rn);
+  const bool unit =
+      w.rn == 1 || w.cn == 1 || (w.cs == 1 && w.rs >= w.cn) || (w.rs == 1 && w.cs >= w.rn);
   const bool in_place = w.affine && unit;
   ASSERT_EQ(view.has_value(), in_place) << what;
   if (!view) return;
@@ -199,12 +201,12 @@ TEST(DotLayoutTest, DecisionMatchesABruteForceWalkOfEveryAddress) {
     EXPECT_EQ(g.lhs_free.size() + d.dn.lhs_batch_dims.size() + d.dn.lhs_contracting_dims.size(),
               d.lhs_dims.size());
     EXPECT_TRUE(std::is_sorted(g.lhs_free.begin(), g.lhs_free.end()));
-    CheckView(layout.lhs, d.lhs_dims, d.dn.lhs_batch_dims, g.lhs_free,
-              d.dn.lhs_contracting_dims, "lhs of " + what);
-    CheckView(layout.rhs, d.rhs_dims, d.dn.rhs_batch_dims, d.dn.rhs_contracting_dims,
-              g.rhs_free, "rhs of " + what);
-    EXPECT_EQ(layout.may_pack_both, (layout.lhs && !layout.lhs->IsDense()) ||
-                                        (layout.rhs && !layout.rhs->IsDense()))
+    CheckView(layout.lhs, d.lhs_dims, d.dn.lhs_batch_dims, g.lhs_free, d.dn.lhs_contracting_dims,
+              "lhs of " + what);
+    CheckView(layout.rhs, d.rhs_dims, d.dn.rhs_batch_dims, d.dn.rhs_contracting_dims, g.rhs_free,
+              "rhs of " + what);
+    EXPECT_EQ(layout.may_pack_both,
+              (layout.lhs && !layout.lhs->IsDense()) || (layout.rhs && !layout.rhs->IsDense()))
         << what;
     packed += layout.pack_lhs() + layout.pack_rhs();
     in_place += !layout.pack_lhs() + !layout.pack_rhs();
@@ -264,8 +266,8 @@ void CheckScratchAgainstTheExecutor(std::string_view in, std::string_view out_ty
           for (int64_t l = 0; l < g.k; ++l) {
             const double x = a[Address(d.lhs_dims, d.dn.lhs_batch_dims, g.lhs_free,
                                        d.dn.lhs_contracting_dims, p, i, l)];
-            const double y = b[Address(d.rhs_dims, d.dn.rhs_batch_dims,
-                                       d.dn.rhs_contracting_dims, g.rhs_free, p, l, j)];
+            const double y = b[Address(d.rhs_dims, d.dn.rhs_batch_dims, d.dn.rhs_contracting_dims,
+                                       g.rhs_free, p, l, j)];
             ref += x * y;
             mag += std::abs(x * y);
           }
@@ -343,8 +345,8 @@ TEST(DotLayoutTest, OutputFusionScratchIsItsDots) {
           for (int64_t l = 0; l < g.k; ++l) {
             const double x = a[Address(d.lhs_dims, d.dn.lhs_batch_dims, g.lhs_free,
                                        d.dn.lhs_contracting_dims, p, i, l)];
-            const double w = b[Address(d.rhs_dims, d.dn.rhs_batch_dims,
-                                       d.dn.rhs_contracting_dims, g.rhs_free, p, l, j)];
+            const double w = b[Address(d.rhs_dims, d.dn.rhs_batch_dims, d.dn.rhs_contracting_dims,
+                                       g.rhs_free, p, l, j)];
             ref += x * w;
             mag += std::abs(x * w);
           }

@@ -5,6 +5,8 @@
 // parser.
 #include "weft/compiler/fusion.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,9 +19,6 @@
 #include <set>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "weft/base/error.h"
 #include "weft/hlo/parser.h"
@@ -158,8 +157,10 @@ class RandomProgram {
     const int64_t target = std::vector<int64_t>{7, 300, 2048, 5000, 40000}[Pick(0, 4)];
     int64_t left = target;
     for (int d = 0; d < rank; ++d) {
-      const int64_t size = d + 1 == rank ? std::max<int64_t>(1, left)
-                                         : std::max<int64_t>(1, Pick(1, static_cast<int>(std::min<int64_t>(left, 40))));
+      const int64_t size =
+          d + 1 == rank
+              ? std::max<int64_t>(1, left)
+              : std::max<int64_t>(1, Pick(1, static_cast<int>(std::min<int64_t>(left, 40))));
       dims_.push_back(size);
       left = std::max<int64_t>(1, left / size);
     }
@@ -203,8 +204,8 @@ class RandomProgram {
     }
     outs.push_back(sum);
     types.push_back(fmt::format("{}[]", main_));
-    lines_.push_back(fmt::format("  ROOT out = ({}) tuple({})", fmt::join(types, ", "),
-                                 fmt::join(outs, ", ")));
+    lines_.push_back(
+        fmt::format("  ROOT out = ({}) tuple({})", fmt::join(types, ", "), fmt::join(outs, ", ")));
     std::string text = "HloModule random\n\n";
     for (const char* t : {"f32", "bf16"}) {
       text += fmt::format(
@@ -241,8 +242,8 @@ class RandomProgram {
   }
   std::string Param(const std::string& type, const std::vector<int64_t>& dims, bool full = true) {
     const std::string name = fmt::format("p{}", params_);
-    lines_.push_back(fmt::format("  {} = {}[{}] parameter({})", name, type, fmt::join(dims, ","),
-                                 params_++));
+    lines_.push_back(
+        fmt::format("  {} = {}[{}] parameter({})", name, type, fmt::join(dims, ","), params_++));
     if (full) values_.push_back({name, type, true});
     return name;
   }
@@ -272,13 +273,14 @@ class RandomProgram {
   }
   std::string Broadcast() {
     if (Pick(0, 3) == 0) {
-      const std::string c = Emit(fmt::format("{}[] constant({})", main_,
-                                             std::vector<std::string>{"0.5", "-1.25", "3"}[Pick(0, 2)]));
+      const std::string c = Emit(fmt::format(
+          "{}[] constant({})", main_, std::vector<std::string>{"0.5", "-1.25", "3"}[Pick(0, 2)]));
       return Add(main_, fmt::format("broadcast({}), dimensions={{}}", c));
     }
     const Small& s = smalls_[Pick(0, static_cast<int>(smalls_.size()) - 1)];
     uses_[s.name]++;
-    return Add(main_, fmt::format("broadcast({}), dimensions={{{}}}", s.name, fmt::join(s.dims, ",")));
+    return Add(main_,
+               fmt::format("broadcast({}), dimensions={{{}}}", s.name, fmt::join(s.dims, ",")));
   }
   std::string Convert(const std::string& x, const std::string& type) {
     return Add(type, fmt::format("convert({})", x));
@@ -288,11 +290,16 @@ class RandomProgram {
     return Add("pred", fmt::format("compare({}, {}), direction={}", a, b, kDirs[Pick(0, 5)]));
   }
   void Step() {
-    static const char* kUnary[] = {"tanh", "logistic", "sine", "cosine", "negate", "abs",
-                                   "floor", "ceil", "sign", "exponential", "sqrt", "rsqrt",
-                                   "log", "exponential-minus-one", "log-plus-one"};
-    static const char* kBinary[] = {"add", "subtract", "multiply", "divide", "maximum", "minimum",
-                                    "power", "remainder"};
+    static const char* kUnary[] = {"tanh",        "logistic",
+                                   "sine",        "cosine",
+                                   "negate",      "abs",
+                                   "floor",       "ceil",
+                                   "sign",        "exponential",
+                                   "sqrt",        "rsqrt",
+                                   "log",         "exponential-minus-one",
+                                   "log-plus-one"};
+    static const char* kBinary[] = {"add",     "subtract", "multiply", "divide",
+                                    "maximum", "minimum",  "power",    "remainder"};
     static const char* kIntBinary[] = {"add", "subtract", "multiply", "maximum", "minimum"};
     switch (Pick(0, index_maps_ ? 15 : 9)) {
       case 10:
@@ -342,7 +349,8 @@ class RandomProgram {
       case 8: {  // integers: iota and converts
         std::string i;
         if (Pick(0, 1)) {
-          i = Add("s32", fmt::format("iota(), iota_dimension={}", Pick(0, static_cast<int>(Rank()) - 1)));
+          i = Add("s32",
+                  fmt::format("iota(), iota_dimension={}", Pick(0, static_cast<int>(Rank()) - 1)));
         } else {
           i = Convert(Choose(main_), "s32");
         }
@@ -355,8 +363,9 @@ class RandomProgram {
       }
       default: {  // pred logic
         const std::string a = Choose("pred"), b = Choose("pred");
-        const std::string c = Add("pred", fmt::format("{}({}, {})",
-                                                      std::vector<std::string>{"and", "or", "xor"}[Pick(0, 2)], a, b));
+        const std::string c = Add(
+            "pred", fmt::format("{}({}, {})",
+                                std::vector<std::string>{"and", "or", "xor"}[Pick(0, 2)], a, b));
         uses_[c]++;
         const std::string x = Choose(main_), y = Choose(main_);
         Add(main_, fmt::format("select({}, {}, {})", Add("pred", fmt::format("not({})", c)), x, y));
@@ -415,10 +424,11 @@ class RandomProgram {
           sdims[d] = hi - lo;
           std::vector<std::string> ranges;
           for (int64_t i = 0; i < rank; ++i) {
-            ranges.push_back(i == d ? fmt::format("[{}:{}]", lo, hi) : fmt::format("[0:{}]", dims_[i]));
+            ranges.push_back(i == d ? fmt::format("[{}:{}]", lo, hi)
+                                    : fmt::format("[0:{}]", dims_[i]));
           }
-          std::string v = Emit(fmt::format("{} slice({}), slice={{{}}}", Dims(sdims), x,
-                                           fmt::join(ranges, ", ")));
+          std::string v = Emit(
+              fmt::format("{} slice({}), slice={{{}}}", Dims(sdims), x, fmt::join(ranges, ", ")));
           return MaybeElementwise(v, sdims);
         };
         const std::string a = slice(0, k), b = slice(k, size);
@@ -431,11 +441,12 @@ class RandomProgram {
         sdims[d] = m;
         std::vector<std::string> ranges, pads;
         for (int64_t i = 0; i < rank; ++i) {
-          ranges.push_back(i == d ? fmt::format("[0:{}:2]", size) : fmt::format("[0:{}]", dims_[i]));
+          ranges.push_back(i == d ? fmt::format("[0:{}:2]", size)
+                                  : fmt::format("[0:{}]", dims_[i]));
           pads.push_back(i == d ? fmt::format("0_{}_1", size - (2 * m - 1)) : "0_0");
         }
-        std::string v = Emit(fmt::format("{} slice({}), slice={{{}}}", Dims(sdims), x,
-                                         fmt::join(ranges, ", ")));
+        std::string v = Emit(
+            fmt::format("{} slice({}), slice={{{}}}", Dims(sdims), x, fmt::join(ranges, ", ")));
         v = MaybeElementwise(v, sdims);
         const std::string c = Emit(fmt::format("{}[] constant(0.25)", main_));
         Add(main_, fmt::format("pad({}, {}), padding={}", v, c, fmt::join(pads, "x")));
@@ -450,8 +461,8 @@ class RandomProgram {
           ranges.push_back(i == d ? fmt::format("[1:{}]", size) : fmt::format("[0:{}]", dims_[i]));
           pads.push_back(i == d ? "1_0" : "0_0");
         }
-        const std::string v = Emit(fmt::format("{} slice({}), slice={{{}}}", Dims(sdims), x,
-                                               fmt::join(ranges, ", ")));
+        const std::string v = Emit(
+            fmt::format("{} slice({}), slice={{{}}}", Dims(sdims), x, fmt::join(ranges, ", ")));
         uses_[scalar_]++;
         Add(main_, fmt::format("pad({}, {}), padding={}", v, scalar_, fmt::join(pads, "x")));
         return;
@@ -558,8 +569,8 @@ ENTRY main {
   ASSERT_EQ(root->opcode(), HloOpcode::kFusion);
   EXPECT_EQ(root->name(), "fusion") << fused->ToString();
   EXPECT_EQ(root->attrs().fusion_kind, FusionKind::kLoop);
-  EXPECT_EQ(FusedOps(*root), (std::multiset<std::string>{"broadcast", "broadcast", "multiply",
-                                                          "multiply"}));
+  EXPECT_EQ(FusedOps(*root),
+            (std::multiset<std::string>{"broadcast", "broadcast", "multiply", "multiply"}));
   EXPECT_EQ(root->called_computations()[0]->root_instruction()->name(), "y");
   // The statistics chain: mean, eps, rsqrt in one [8] fusion, which reads
   // the sum of squares from an input fusion: x*x (its one user is the
@@ -571,7 +582,7 @@ ENTRY main {
   ASSERT_NE(rs, nullptr) << fused->ToString();
   EXPECT_EQ(rs->attrs().fusion_kind, FusionKind::kLoop);
   EXPECT_EQ(FusedOps(*rs), (std::multiset<std::string>{"broadcast", "broadcast", "constant",
-                                                        "constant", "multiply", "add", "rsqrt"}));
+                                                       "constant", "multiply", "add", "rsqrt"}));
   ASSERT_EQ(rs->operand_count(), 1);
   const HloInstruction* ss = rs->operand(0);
   ASSERT_EQ(ss->opcode(), HloOpcode::kFusion) << fused->ToString();
@@ -727,8 +738,8 @@ ENTRY main {
   std::unique_ptr<HloModule> fused = FuseAndCompare(text, rng);
   const std::vector<const HloInstruction*> fusions = Fusions(*fused);
   ASSERT_EQ(fusions.size(), 1u) << fused->ToString();
-  EXPECT_EQ(FusedOps(*fusions[0]), (std::multiset<std::string>{"logistic", "multiply", "multiply",
-                                                                "convert"}));
+  EXPECT_EQ(FusedOps(*fusions[0]),
+            (std::multiset<std::string>{"logistic", "multiply", "multiply", "convert"}));
   // gate is read twice inside, passed once.
   EXPECT_EQ(fusions[0]->operand_count(), 2);
 }
@@ -1010,8 +1021,8 @@ struct Closeness {
   double max_relative = 0;
   bool bitwise = true;
 };
-void Compare(const std::vector<HostTensor>& want, const std::vector<HostTensor>& got,
-             Closeness& c, const std::string& context) {
+void Compare(const std::vector<HostTensor>& want, const std::vector<HostTensor>& got, Closeness& c,
+             const std::string& context) {
   ASSERT_EQ(want.size(), got.size()) << context;
   for (size_t i = 0; i < want.size(); ++i) {
     ASSERT_EQ(want[i].shape(), got[i].shape()) << context;
@@ -1023,8 +1034,8 @@ void Compare(const std::vector<HostTensor>& want, const std::vector<HostTensor>&
       const double rel = w == g ? 0 : std::abs(w - g) / std::abs(w);
       c.max_relative = std::max(c.max_relative, rel);
       if (!(rel <= 1e-6)) {
-        FAIL() << "output " << i << " element " << k << ": unfused " << w << ", fused " << g
-               << "\n" << context;
+        FAIL() << "output " << i << " element " << k << ": unfused " << w << ", fused " << g << "\n"
+               << context;
       }
     }
   }
@@ -1113,7 +1124,8 @@ TEST(FuseOutputs, RandomDotsWithAddMultiplyChainsMatchUnfused) {
                                  fmt::join(lc, ","), fmt::join(rc, ","));
     if (nb > 0) {
       dn = fmt::format("lhs_batch_dims={{{}}}, rhs_batch_dims={{{}}}, ", fmt::join(lb, ","),
-                       fmt::join(rb, ",")) + dn;
+                       fmt::join(rb, ",")) +
+           dn;
     }
     text += fmt::format("  d = {} dot(lhs, rhs), {}\n", out, dn);
     const int steps = pick(1, 3);
@@ -1150,8 +1162,9 @@ TEST(FuseOutputs, RandomDotsWithAddMultiplyChainsMatchUnfused) {
       EXPECT_EQ(ops.count("dot"), 1u);
       EXPECT_EQ(static_cast<int>(ops.size()), 1 + steps) << fused->ToString();
       EXPECT_EQ(f->operand_count(), 2 + steps);
-      EXPECT_NE(fused->ToString().find("kind=kOutput, calls=" + f->called_computations()[0]->name()),
-                std::string::npos);
+      EXPECT_NE(
+          fused->ToString().find("kind=kOutput, calls=" + f->called_computations()[0]->name()),
+          std::string::npos);
     }
     output_fusions += stats.output_fusions;
     steps_total += steps;

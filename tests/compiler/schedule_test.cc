@@ -9,8 +9,8 @@
 
 #include "weft/compiler/buffer_assignment.h"
 #include "weft/hlo/builder.h"
-#include "weft/hlo/parser.h"
 #include "weft/hlo/module.h"
+#include "weft/hlo/parser.h"
 
 namespace weft::compiler {
 namespace {
@@ -81,8 +81,8 @@ std::unique_ptr<HloModule> RandomModule(uint32_t seed) {
         for (size_t i = pick(3); i > 0; --i) {
           big = b.Multiply(big, b.Broadcast(pool[pick(pool.size())], {k, 8, 16}, {1, 2}));
         }
-        r = b.Reduce(b.Unary(HloOpcode::kExp, big), b.ConstantScalar(PrimitiveType::kF32, 0),
-                     {0}, add);
+        r = b.Reduce(b.Unary(HloOpcode::kExp, big), b.ConstantScalar(PrimitiveType::kF32, 0), {0},
+                     add);
         break;
       }
       case 4: {
@@ -113,7 +113,8 @@ std::unique_ptr<HloModule> RandomModule(uint32_t seed) {
     pool.push_back(r);
   }
   std::vector<HloInstruction*> outs;
-  for (size_t i = 0, m = 1 + pick(3); i < m; ++i) outs.push_back(pool[pool.size() - 1 - pick(8 < pool.size() ? 8 : pool.size())]);
+  for (size_t i = 0, m = 1 + pick(3); i < m; ++i)
+    outs.push_back(pool[pool.size() - 1 - pick(8 < pool.size() ? 8 : pool.size())]);
   b.Tuple(outs);
   module->AddEntryComputation(b.Build());
   return module;

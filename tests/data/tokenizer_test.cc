@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <random>
 
-#include "weft/base/error.h"
 #include "weft/base/atomic_file.h"
+#include "weft/base/error.h"
 
 namespace weft {
 namespace {

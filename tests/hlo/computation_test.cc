@@ -36,8 +36,7 @@ TEST(ComputationTest, RejectsForeignOperandsAndDuplicateParameters) {
   EXPECT_THROW(b.Parameter(0, Shape::Scalar(PrimitiveType::kF32)), Error);
   // Found by the fuzzer: a huge parameter number must be an error, not an
   // attempt to allocate a table that large.
-  EXPECT_THROW(b.Parameter(int64_t{5124095576030431}, Shape::Scalar(PrimitiveType::kF32)),
-               Error);
+  EXPECT_THROW(b.Parameter(int64_t{5124095576030431}, Shape::Scalar(PrimitiveType::kF32)), Error);
 }
 
 }  // namespace

@@ -766,8 +766,9 @@ TEST(ParserTest, ShardingDeviceListsAreSharedAndBoundedInAll) {
   auto module_text = [](int n, bool distinct) {
     std::string text = "HloModule m\nENTRY e {\n  p0 = f32[65536] parameter(0)\n";
     for (int i = 1; i <= n; ++i) {
-      text += fmt::format("  p{} = f32[65536] negate(p{}), sharding={{devices=[65536]<=[65536]{}}}\n",
-                          i, i - 1, distinct ? fmt::format(" shard_as {}", i) : "");
+      text +=
+          fmt::format("  p{} = f32[65536] negate(p{}), sharding={{devices=[65536]<=[65536]{}}}\n",
+                      i, i - 1, distinct ? fmt::format(" shard_as {}", i) : "");
     }
     return text + "}\n";
   };

@@ -63,7 +63,8 @@ ENTRY %main (x: f32[4,8]{1,0}, t: (f32[4,8]{1,0}, s32[])) -> (f32[4]{0}, f32[4,8
 // shapes, layouts, signatures): parsed, then printed back the same, in both
 // styles; every fusion kind parses.
 TEST(PrinterTest, FusionRoundTripsInXlaStyle) {
-  constexpr const char* kXla = R"(HloModule m, entry_computation_layout={(f32[8,128]{1,0}, f32[128]{0})->f32[8,128]{1,0}}
+  constexpr const char* kXla =
+      R"(HloModule m, entry_computation_layout={(f32[8,128]{1,0}, f32[128]{0})->f32[8,128]{1,0}}
 
 %fused_computation.3 (param_0: f32[8,128], param_1: f32[128]) -> f32[8,128] {
   %param_0 = f32[8,128]{1,0} parameter(0)

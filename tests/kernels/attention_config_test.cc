@@ -4,7 +4,6 @@
 #include "weft/kernels/attention_config.h"
 
 #include <gtest/gtest.h>
-
 #include <stdlib.h>
 
 #include <algorithm>
@@ -39,8 +38,7 @@ void CheckCausal(const AttentionDims& d, const AttentionOptions& base, uint32_t 
   AttentionOptions o = base;
   o.block_mask = &bm;
   std::vector<float> out(d.batch * d.q_heads * d.q_len * d.value_dim);
-  std::vector<float> lse(d.batch * d.q_heads * d.q_len), dq(q.size()), dk(k.size()),
-      dv(v.size());
+  std::vector<float> lse(d.batch * d.q_heads * d.q_len), dq(q.size()), dk(k.size()), dv(v.size());
   FlexAttentionForward(d, q.data(), k.data(), v.data(), o, out.data(), lse.data());
   FlexAttentionBackward(d, q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(),
                         nullptr, o, dq.data(), dk.data(), dv.data());
@@ -65,11 +63,14 @@ TEST(AttentionConfig, ForcedTilesSmallerThanMaskBlocksAreCorrect) {
 TEST(AttentionConfig, TinyCacheLimitStillRunsCorrectly) {
   ScopedEnv limit("WEFT_CACHE_LIMIT", "8K");
   EXPECT_EQ(CacheLimitBytes(), 8192);
-  CheckCausal(AttentionDims{1, 2, 1, 100, 100, 256, 256}, [] {
-    AttentionOptions o;
-    o.enable_gqa = true;
-    return o;
-  }(), 42);
+  CheckCausal(
+      AttentionDims{1, 2, 1, 100, 100, 256, 256},
+      [] {
+        AttentionOptions o;
+        o.enable_gqa = true;
+        return o;
+      }(),
+      42);
   ConfigProblem p;
   p.dims = AttentionDims{1, 1, 1, 4096, 4096, 256, 256};
   ChosenTiles t = ChooseTiles(p, AttentionOptions{}, /*backward=*/true);
@@ -99,8 +100,8 @@ TEST(AttentionConfig, ChosenWorkingSetNeverExceedsTheLimit) {
               p.mask_q_block = p.mask_kv_block = block;
               for (bool backward : {false, true}) {
                 ChosenTiles t = ChooseTiles(p, AttentionOptions{}, backward);
-                SCOPED_TRACE(fmt::format("limit {} D {} S {} block {} backward {} {}", limit, D,
-                                         S, block, backward, variant));
+                SCOPED_TRACE(fmt::format("limit {} D {} S {} block {} backward {} {}", limit, D, S,
+                                         block, backward, variant));
                 const auto cands =
                     backward ? BackwardCandidates(p, bytes) : ForwardCandidates(p, bytes);
                 if (t.fits) {
@@ -123,8 +124,8 @@ TEST(AttentionConfig, MinimalWorkingSetForTheLargestHeadDim) {
   // D = Dv = 256 need at most this much, so any limit >= it fits every head dim.
   AttentionDims d{1, 1, 1, 4096, 4096, 256, 256};
   int64_t worst = 0;
-  for (auto k : {AttentionKernel::kForward, AttentionKernel::kBackwardDq,
-                 AttentionKernel::kBackwardDkDv})
+  for (auto k :
+       {AttentionKernel::kForward, AttentionKernel::kBackwardDq, AttentionKernel::kBackwardDkDv})
     worst = std::max(worst, WorkingSetBytes(k, d, {16, 16}, true));
   EXPECT_LE(worst, 160 * 1024);
   EXPECT_GT(worst, 64 * 1024);

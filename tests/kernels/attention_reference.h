@@ -40,7 +40,7 @@ class ScopedEnv {
 };
 
 struct RefMods {
-  std::function<bool(int64_t b, int64_t h, int64_t q, int64_t k)> mask;         // null: all
+  std::function<bool(int64_t b, int64_t h, int64_t q, int64_t k)> mask;               // null: all
   std::function<double(double s, int64_t b, int64_t h, int64_t q, int64_t k)> score;  // null: id
   std::function<double(double s, int64_t b, int64_t h, int64_t q, int64_t k)> dscore;
 };
@@ -91,7 +91,8 @@ inline RefResult ReferenceAttention(const AttentionDims& d, const std::vector<fl
         }
         if (m == ninf) continue;  // fully masked: out 0, lse -inf, no gradient
         double sum = 0;
-        for (int64_t j = 0; j < d.kv_len; ++j) sum += (p[j] = s[j] == ninf ? 0 : std::exp(s[j] - m));
+        for (int64_t j = 0; j < d.kv_len; ++j)
+          sum += (p[j] = s[j] == ninf ? 0 : std::exp(s[j] - m));
         r.lse[qi] = m + std::log(sum);
         for (int64_t j = 0; j < d.kv_len; ++j) {
           p[j] /= sum;

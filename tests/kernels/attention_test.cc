@@ -30,9 +30,9 @@ using testing::ScopedEnv;
 
 struct Case {
   AttentionDims d;
-  MaskModPtr mask;          // null: no mask
+  MaskModPtr mask;  // null: no mask
   RefMods ref;
-  ScoreModPtr score;        // null: none
+  ScoreModPtr score;  // null: none
   int64_t block = 64;
   bool mask_per_batch = false;  // BlockMask with B = batch instead of 1
   bool mask_per_head = false;
@@ -68,8 +68,8 @@ struct Outputs {
 };
 
 Outputs RunCase(const Case& c, const std::vector<float>& q, const std::vector<float>& k,
-            const std::vector<float>& v, const std::vector<float>& dout,
-            const std::vector<float>& dlse, BackwardSplit split) {
+                const std::vector<float>& v, const std::vector<float>& dout,
+                const std::vector<float>& dlse, BackwardSplit split) {
   const AttentionDims& d = c.d;
   std::optional<BlockMask> bm;
   AttentionOptions o;
@@ -387,7 +387,6 @@ TEST(Attention, NanScoresPropagate) {
   EXPECT_TRUE(std::isfinite(lse[0]) && std::isfinite(lse[2]));
 }
 
-
 // ---- bfloat16 (FlexAttentionForwardBf16 / FlexAttentionBackwardBf16) ----
 // Against the float64 reference on the bf16-rounded inputs, on every
 // instruction set this machine has (amx runs its GEMMs on tiles, avx512bf16
@@ -395,7 +394,6 @@ TEST(Attention, NanScoresPropagate) {
 // software model: masks, score mods, GQA, fully masked rows, odd tiles, a
 // tiny cache limit, the backward and both work splits. Plus the bf16
 // conversions and the ISA choice.
-
 
 std::vector<bf16> ToBf16(const std::vector<float>& x) {
   std::vector<bf16> y(x.size());
@@ -408,7 +406,6 @@ std::vector<float> ToF32(const std::vector<bf16>& x) {
   for (size_t i = 0; i < x.size(); ++i) y[i] = static_cast<float>(x[i]);
   return y;
 }
-
 
 struct Bf16Outputs {
   std::vector<bf16> out, dq, dk, dv;
@@ -425,8 +422,8 @@ Bf16Outputs CheckBf16(const Case& c, uint32_t seed) {
   auto dout = ToBf16(RandomVector(d.batch * d.q_heads * d.q_len * d.value_dim, rng));
   auto dlse = RandomVector(d.batch * d.q_heads * d.q_len, rng);
   // The reference sees exactly the bf16 values the kernel sees.
-  auto ref = ReferenceAttention(d, ToF32(q), ToF32(k), ToF32(v), 1.0 / std::sqrt(d.head_dim),
-                                c.ref, ToF32(dout), dlse);
+  auto ref = ReferenceAttention(d, ToF32(q), ToF32(k), ToF32(v), 1.0 / std::sqrt(d.head_dim), c.ref,
+                                ToF32(dout), dlse);
 
   std::optional<BlockMask> bm;
   AttentionOptions o;
@@ -472,7 +469,6 @@ Bf16Outputs CheckBf16(const Case& c, uint32_t seed) {
   return r;
 }
 
-
 class Bf16Isa : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -494,12 +490,13 @@ std::vector<std::string> IsasAndEmulatedAmx() {
   return isas;
 }
 
-INSTANTIATE_TEST_SUITE_P(Isa, Bf16Isa, ::testing::ValuesIn(IsasAndEmulatedAmx()), [](const auto& info) {
-  std::string name = info.param;
-  for (char& c : name)
-    if (c == '-') c = '_';
-  return name;
-});
+INSTANTIATE_TEST_SUITE_P(Isa, Bf16Isa, ::testing::ValuesIn(IsasAndEmulatedAmx()),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name)
+                             if (c == '-') c = '_';
+                           return name;
+                         });
 
 TEST_P(Bf16Isa, DenseOddSizes) {
   CheckBf16({AttentionDims{2, 3, 3, 37, 70, 24, 40}}, 31);
@@ -523,8 +520,7 @@ TEST_P(Bf16Isa, SlidingWindowWithSmallBlocks) {
 TEST_P(Bf16Isa, DocumentMaskGqaPerBatchRow) {
   const int64_t B = 2, S = 150;
   const IndexTensor seg = RandomDocuments(B, S, 36, 19);
-  Case c{AttentionDims{B, 4, 2, S, S, 64, 64},
-             AndMasks({CausalMask(), DocumentMask(seg, seg)})};
+  Case c{AttentionDims{B, 4, 2, S, S, 64, 64}, AndMasks({CausalMask(), DocumentMask(seg, seg)})};
   c.mask_per_batch = true;
   c.block = 32;
   c.ref.mask = [seg, S](int64_t b, int64_t, int64_t q, int64_t k) {

@@ -90,7 +90,8 @@ TEST_P(PrimitivesTest, GemmReadsChunkedB) {
   // Chunked layout: [N / kPadN][K][kPadN].
   std::vector<float> chunked(K * N);
   for (int64_t k = 0; k < K; ++k)
-    for (int64_t n = 0; n < N; ++n) chunked[(n / kPadN) * K * kPadN + k * kPadN + n % kPadN] = B[k * N + n];
+    for (int64_t n = 0; n < N; ++n)
+      chunked[(n / kPadN) * K * kPadN + k * kPadN + n % kPadN] = B[k * N + n];
   std::vector<float> C1(M * N), C2(M * N);
   P().gemm(M, N, K, A.data(), K, B.data(), N, kPadN, C1.data(), N, false);
   P().gemm(M, N, K, A.data(), K, chunked.data(), kPadN, K * kPadN, C2.data(), N, false);

@@ -23,8 +23,8 @@ using testing::RandomVector;
 class TuneCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("weft_tune_test_" + std::to_string(::getpid()));
+    dir_ =
+        std::filesystem::temp_directory_path() / ("weft_tune_test_" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir_);
     // A fresh file per test: warnings are printed once per message.
     path_ = dir_ / (std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) +

@@ -372,8 +372,7 @@ TEST(LlamaConfig, ErrorsNameFileLineAndColumn) {
 // Sizes that only a compile would have found (a custom call's head dim, an
 // overflowing byte count) are refused at the keys that give them.
 TEST(LlamaConfig, SizesTheBuildCannotUseAreRefusedByKey) {
-  const std::string head =
-      "[model]\nvocab_size = 300\nn_layers = 2\nffn_dim = 96\nseq_len = 32\n";
+  const std::string head = "[model]\nvocab_size = 300\nn_layers = 2\nffn_dim = 96\nseq_len = 32\n";
   // dim = 1000000 over 4 heads: a head dim of 250000, beyond the kernel's 256.
   std::string e = ErrorOf(head + "dim = 1000000\nn_heads = 4\n");
   EXPECT_EQ(e.rfind("cfg.toml:6:7:", 0), 0u) << e;

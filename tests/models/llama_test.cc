@@ -30,7 +30,8 @@ n_heads = 2
 n_kv_heads = 1
 ffn_dim = 32
 seq_len = 16
-tie_embeddings = )") + (tie ? "true" : "false") + R"(
+tie_embeddings = )") + (tie ? "true" : "false") +
+                            R"(
 
 [mesh]
 fsdp = 2
@@ -79,7 +80,8 @@ std::vector<HostTensor> Inputs(const LlamaForward& f, uint32_t seed) {
   for (const LlamaWeight& w : f.weights) {
     std::vector<double> v(w.shape.ElementsCount());
     const bool norm = w.name.find("norm") != std::string::npos;
-    for (double& x : v) x = norm ? 1.0 + (sign(rng) ? 1 : -1) * 0.5 * mag(rng) : (sign(rng) ? 1 : -1) * mag(rng);
+    for (double& x : v)
+      x = norm ? 1.0 + (sign(rng) ? 1 : -1) * 0.5 * mag(rng) : (sign(rng) ? 1 : -1) * mag(rng);
     in.push_back(HostTensor::FromDoubles(w.shape, v));
   }
   return in;
@@ -237,7 +239,8 @@ TEST(LlamaTest, WeightGradientsKeepTheWeightShardingOnlyWithShardAs) {
       if (w.name.rfind("layers.", 0) != 0 || w.name.find("norm") != std::string::npos) continue;
       ++stacked;
       const HloSharding want = entry->parameter_instruction(w.parameter_number)
-                                   ->sharding()->WithShardGroup(std::nullopt);
+                                   ->sharding()
+                                   ->WithShardGroup(std::nullopt);
       const HloInstruction* g = root->operand(k + 1);
       ASSERT_TRUE(g->has_sharding()) << w.name;
       const HloSharding got = g->sharding()->WithShardGroup(std::nullopt);

@@ -148,7 +148,8 @@ TEST(ScanTest, RematFullSavesOnlyTheCarry) {
   auto loop_state = [&](const GradOptions& o) {
     auto step = BuildTrainingStep(*m, o);
     for (const HloInstruction* i : step->entry_computation()->instructions()) {
-      if (i->opcode() == HloOpcode::kWhile && i->name() == "while") return i->shape().tuple_shapes().size();
+      if (i->opcode() == HloOpcode::kWhile && i->name() == "while")
+        return i->shape().tuple_shapes().size();
     }
     return size_t{0};
   };

@@ -60,8 +60,7 @@ TEST_F(ConfigTest, EveryMalformedOrOutOfRangeVariableIsAnErrorNamingValueAndRang
   for (int k = 0; k < kNumConfigKeys; ++k) {
     const auto key = static_cast<ConfigKey>(k);
     const std::string var(ConfigEnvVar(key));
-    const std::string range =
-        fmt::format("[{}, {}]", ConfigMinValue(key), ConfigMaxValue(key));
+    const std::string range = fmt::format("[{}, {}]", ConfigMinValue(key), ConfigMaxValue(key));
     const std::string below = std::to_string(ConfigMinValue(key) - 1);
     const std::string above = std::to_string(ConfigMaxValue(key) + 1);
     for (const std::string& bad : {std::string("abc"), std::string("4x"), std::string("1.5"),
@@ -113,8 +112,7 @@ TEST_F(ConfigTest, CollectiveTimeoutFromEnvironmentAndOverride) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("collective_timeout=0"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("WEFT_COLLECTIVE_TIMEOUT"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("WEFT_COLLECTIVE_TIMEOUT"), std::string::npos) << e.what();
   }
 }
 

@@ -118,12 +118,14 @@ ENTRY e {
     for (int64_t r = 0; r < 3; ++r) {
       for (int64_t c = 0; c < 2; ++c) {
         float s = 0;
-        for (int64_t k = 0; k < kDevices; ++k) s += run.inputs[k][0].data<float>()[r * 8 + d * 2 + c];
+        for (int64_t k = 0; k < kDevices; ++k)
+          s += run.inputs[k][0].data<float>()[r * 8 + d * 2 + c];
         rs.push_back(s);
       }
       // Chunk j of member i becomes chunk i of member j.
       for (int64_t i = 0; i < kDevices; ++i) {
-        for (int64_t c = 0; c < 2; ++c) a2a.push_back(run.inputs[i][0].GetDouble(r * 8 + d * 2 + c));
+        for (int64_t c = 0; c < 2; ++c)
+          a2a.push_back(run.inputs[i][0].GetDouble(r * 8 + d * 2 + c));
       }
     }
     for (int64_t i = 0; i < kDevices; ++i) {
@@ -155,7 +157,8 @@ ENTRY e {
 
 TEST(EvalCollectivesTest, XlaGroupModesWithReplicasAndPartitions) {
   // 2 replicas x 2 partitions: device = replica * 2 + partition.
-  const std::string text = std::string("HloModule m, replica_count=2, num_partitions=2\n") + kSum + R"(
+  const std::string text =
+      std::string("HloModule m, replica_count=2, num_partitions=2\n") + kSum + R"(
 ENTRY e {
   x = f32[4] parameter(0)
   cross_partition = f32[4] all-reduce(x), channel_id=1, replica_groups={{0,1}}, to_apply=sum
@@ -245,8 +248,9 @@ ENTRY e {
   ROOT ar = f32[4] all-reduce(x), replica_groups={}, to_apply=mul
 })";
   auto module = testing::Parse(text);
-  testing::ExpectErrorContaining([&] { Executor executor(*module); },
-                                 {"'ar' (all-reduce)", "to_apply 'mul'", "add, maximum or minimum"});
+  testing::ExpectErrorContaining(
+      [&] { Executor executor(*module); },
+      {"'ar' (all-reduce)", "to_apply 'mul'", "add, maximum or minimum"});
 }
 
 }  // namespace

@@ -82,8 +82,8 @@ TEST(EvalCustomCallTest, AttentionForwardAndBackwardMatchTheKernels) {
   kernels::IndexTensor seg_t{{B, S}, {}};
   for (double x : seg.ToDoubles()) seg_t.values.push_back(static_cast<int64_t>(x));
   kernels::ValueTensor bias_t{{Hq, 2 * S - 1}, Floats(bias)};
-  auto mask = kernels::MaskExpr("q_idx >= kv_idx && seg[b, q_idx] == seg[b, kv_idx]",
-                                {{"seg", seg_t}});
+  auto mask =
+      kernels::MaskExpr("q_idx >= kv_idx && seg[b, q_idx] == seg[b, kv_idx]", {{"seg", seg_t}});
   auto score = kernels::ScoreExpr("score + bias[h, q_idx - kv_idx + 39]", {{"bias", bias_t}});
   auto block_mask = kernels::BlockMask::Create(mask, B, Hq, S, S, 16, 16);
   kernels::AttentionDims dims{B, Hq, Hkv, S, S, D, D};
@@ -361,20 +361,25 @@ ENTRY e {
   q = f32[1,2,8,4] parameter(0)
   k = f32[1,2,8,4] parameter(1)
   v = f32[1,2,8,4] parameter(2)
-  ROOT fa = f32[1,2,8,4] )" + call + "\n}\n";
+  ROOT fa = f32[1,2,8,4] )" + call +
+                             "\n}\n";
     auto module = testing::Parse(text);
     testing::ExpectErrorContaining([&] { Executor executor(*module); }, fragments);
   };
   expect_error(R"(custom-call(q, k, v), custom_call_target="my.op")",
                {"'fa' (custom-call)", "\"my.op\" is not supported", "weft.flex_attention"});
-  expect_error(R"(custom-call(q, k, v), custom_call_target="weft.flex_attention", backend_config="{\"mask\": ")",
-               {"'fa' (custom-call)", "not valid JSON"});
-  expect_error(R"(custom-call(q, k, v), custom_call_target="weft.flex_attention", backend_config={"mask": "q_idx >= "})",
-               {"'fa' (custom-call)", "mask_expr"});
-  expect_error(R"(custom-call(q, k, v), custom_call_target="weft.flex_attention", backend_config={"mask": "seg[b, q_idx] == 0", "mask_tensors": ["seg"]})",
-               {"'fa' (custom-call)", "takes 4 operands"});
-  expect_error(R"(custom-call(q, k, v), custom_call_target="weft.flex_attention", backend_config={"causal": true})",
-               {"unknown key 'causal'"});
+  expect_error(
+      R"(custom-call(q, k, v), custom_call_target="weft.flex_attention", backend_config="{\"mask\": ")",
+      {"'fa' (custom-call)", "not valid JSON"});
+  expect_error(
+      R"(custom-call(q, k, v), custom_call_target="weft.flex_attention", backend_config={"mask": "q_idx >= "})",
+      {"'fa' (custom-call)", "mask_expr"});
+  expect_error(
+      R"(custom-call(q, k, v), custom_call_target="weft.flex_attention", backend_config={"mask": "seg[b, q_idx] == 0", "mask_tensors": ["seg"]})",
+      {"'fa' (custom-call)", "takes 4 operands"});
+  expect_error(
+      R"(custom-call(q, k, v), custom_call_target="weft.flex_attention", backend_config={"causal": true})",
+      {"unknown key 'causal'"});
   // Values of the wrong type are named by key, in weft's words: never the
   // JSON library's exception text.
   const std::pair<const char*, const char*> kWrongTypes[] = {

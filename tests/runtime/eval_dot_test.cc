@@ -18,7 +18,9 @@ using testing::Ravel;
 using testing::RunNamed;
 using testing::Unravel;
 
-bool Has(const std::vector<int64_t>& v, int64_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+bool Has(const std::vector<int64_t>& v, int64_t x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
 
 // XLA's dot in float64: result dims are batch, lhs free, rhs free.
 std::vector<double> ReferenceDot(const HostTensor& lhs, const HostTensor& rhs,
@@ -56,7 +58,8 @@ std::vector<double> ReferenceDot(const HostTensor& lhs, const HostTensor& rhs,
         li[dn.lhs_contracting_dims[c]] = ki[c];
         ri[dn.rhs_contracting_dims[c]] = ki[c];
       }
-      acc += lhs.GetDouble(Ravel(li, lhs.dimensions())) * rhs.GetDouble(Ravel(ri, rhs.dimensions()));
+      acc +=
+          lhs.GetDouble(Ravel(li, lhs.dimensions())) * rhs.GetDouble(Ravel(ri, rhs.dimensions()));
     }
     out.push_back(acc);
   }
@@ -68,7 +71,9 @@ struct DotCase {
   DotDimensionNumbers dn;
 };
 
-std::string DimsText(const std::vector<int64_t>& v) { return fmt::format("{{{}}}", fmt::join(v, ",")); }
+std::string DimsText(const std::vector<int64_t>& v) {
+  return fmt::format("{{{}}}", fmt::join(v, ","));
+}
 
 std::string DotModuleText(const DotCase& c) {
   std::string text = "HloModule m\nENTRY e {\n  a = " + c.lhs + " parameter(0)\n  b = " + c.rhs +
@@ -158,7 +163,6 @@ DotCase RandomDot(std::mt19937& rng, const std::string& type, const std::string&
   return c;
 }
 
-
 TEST(EvalDotTest, MatrixProductsInEveryOperandOrientation) {
   std::mt19937 rng(1);
   CheckDot({"f32[7,9]", "f32[9,5]", "f32[7,5]", {{}, {1}, {}, {0}}}, rng, 1e-5);
@@ -181,8 +185,7 @@ TEST(EvalDotTest, BatchAndContractingDimsAnywhere) {
   // Free dims on both sides of a contracting dim: [M1,K,M2] x [K,N] -> [M1,M2,N].
   CheckDot({"f32[3,8,4]", "f32[8,5]", "f32[3,4,5]", {{}, {1}, {}, {0}}}, rng, 1e-5);
   // Batch dims out of order: lhs batch {2,0}, rhs batch {0,1}.
-  CheckDot({"f32[3,6,2,5]", "f32[2,3,5,4]", "f32[2,3,6,4]", {{2, 0}, {3}, {0, 1}, {2}}}, rng,
-           1e-5);
+  CheckDot({"f32[3,6,2,5]", "f32[2,3,5,4]", "f32[2,3,6,4]", {{2, 0}, {3}, {0, 1}, {2}}}, rng, 1e-5);
 }
 
 TEST(EvalDotTest, MixedPrecisionAndIntegers) {
@@ -319,11 +322,11 @@ ENTRY e {{
 TEST(EvalDotTest, StridedViewsOfLargerOperands) {
   std::mt19937 rng(9);
   // [B,S,H,D] x [B,T,H,D] -> [B,H,S,T]: batch dims {0,2} do not merge (packed).
-  CheckDot({"f32[2,24,3,16]", "f32[2,20,3,16]", "f32[2,3,24,20]", {{0, 2}, {3}, {0, 2}, {3}}},
-           rng, 1e-5);
+  CheckDot({"f32[2,24,3,16]", "f32[2,20,3,16]", "f32[2,3,24,20]", {{0, 2}, {3}, {0, 2}, {3}}}, rng,
+           1e-5);
   // [B,H,S,D] x [B,H,D,T]: merged batch dims, read in place.
-  CheckDot({"f32[2,3,24,16]", "f32[2,3,16,20]", "f32[2,3,24,20]", {{0, 1}, {3}, {0, 1}, {2}}},
-           rng, 1e-5);
+  CheckDot({"f32[2,3,24,16]", "f32[2,3,16,20]", "f32[2,3,24,20]", {{0, 1}, {3}, {0, 1}, {2}}}, rng,
+           1e-5);
   // [S,B,D] x [B,D,T]: a batch stride of D, rows strided by B*D.
   CheckDot({"f32[24,4,16]", "f32[4,16,20]", "f32[4,24,20]", {{1}, {2}, {0}, {1}}}, rng, 1e-5);
   // [B,S,D] x [D,B,T]: rhs rows strided by B*T, batch stride T.
@@ -340,8 +343,8 @@ ENTRY e {
   b = f32[0,2] parameter(1)
   ROOT d = f32[3,2] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
 })";
-  auto out = RunNamed(text, {HostTensor(ParseShape("f32[3,0]")), HostTensor(ParseShape("f32[0,2]"))},
-                      {"d"});
+  auto out = RunNamed(
+      text, {HostTensor(ParseShape("f32[3,0]")), HostTensor(ParseShape("f32[0,2]"))}, {"d"});
   testing::ExpectEqual(out["d"], std::vector<double>(6, 0.0));
 }
 

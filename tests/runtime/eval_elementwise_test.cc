@@ -110,9 +110,9 @@ TEST(EvalElementwiseTest, CompareEveryDirectionOnFloatsAndIntegers) {
   for (const char* type : {"f32", "s32", "bf16", "s64", "u32"}) {
     for (const char* dir : {"EQ", "NE", "LT", "LE", "GT", "GE"}) {
       const std::string shape = std::string(type) + "[64]";
-      const std::string text = "HloModule m\nENTRY e {\n  a = " + shape + " parameter(0)\n  b = " +
-                               shape + " parameter(1)\n  ROOT c = pred[64] compare(a, b), direction=" +
-                               dir + "\n}\n";
+      const std::string text =
+          "HloModule m\nENTRY e {\n  a = " + shape + " parameter(0)\n  b = " + shape +
+          " parameter(1)\n  ROOT c = pred[64] compare(a, b), direction=" + dir + "\n}\n";
       // Small integer ranges so that equal values occur.
       HostTensor a = Random(shape, rng, 0, 3);
       HostTensor b = Random(shape, rng, 0, 3);
@@ -414,8 +414,8 @@ ENTRY e {
       ParseShape("f32[8]"), std::vector<double>{1.00390625, -2.7, 0.0, 3e9, -3e9, nan, inf, 0.3});
   HostTensor i = HostTensor::FromDoubles(
       ParseShape("s32[8]"), std::vector<double>{-5, 16777217, 0, 1, -2147483648.0, 7, 8, 9});
-  auto out = RunNamed(text, {x, i}, {"to_bf16", "back", "to_s32", "to_pred", "to_f16", "to_f32",
-                                     "to_s64"});
+  auto out = RunNamed(text, {x, i},
+                      {"to_bf16", "back", "to_s32", "to_pred", "to_f16", "to_f32", "to_s64"});
   std::vector<double> bf16, f16;
   for (double v : x.ToDoubles()) {
     bf16.push_back(RoundToType(v, PrimitiveType::kBF16));

@@ -64,8 +64,8 @@ std::string Unfused(const Case& c) {
 std::string Fused(const Case& c) {
   std::vector<std::string> names;
   for (size_t i = 0; i < c.params.size(); ++i) names.push_back(fmt::format("p{}", i));
-  return "HloModule fused\nfused_computation {\n" + ParamLines(c) + Body(c) +
-         "}\nENTRY main {\n" + ParamLines(c) +
+  return "HloModule fused\nfused_computation {\n" + ParamLines(c) + Body(c) + "}\nENTRY main {\n" +
+         ParamLines(c) +
          fmt::format("  ROOT f = {} fusion({}), kind=kLoop, calls=fused_computation\n}}\n",
                      c.result, fmt::join(names, ", "));
 }
@@ -226,12 +226,9 @@ TEST(EvalFusion, ChainsInBf16RoundEveryResult) {
   // Unrounded f32 intermediates would differ from the unfused bf16 program.
   Case c;
   c.params = {"bf16[33,257]", "bf16[257]", "bf16[33,257]"};
-  c.body = {"e = bf16[33,257] exponential(p0)",
-            "b = bf16[33,257] broadcast(p1), dimensions={1}",
-            "m = bf16[33,257] multiply(e, b)",
-            "t = bf16[33,257] tanh(m)",
-            "d = bf16[33,257] divide(t, p2)",
-            "s = bf16[33,257] subtract(d, e)",
+  c.body = {"e = bf16[33,257] exponential(p0)", "b = bf16[33,257] broadcast(p1), dimensions={1}",
+            "m = bf16[33,257] multiply(e, b)",  "t = bf16[33,257] tanh(m)",
+            "d = bf16[33,257] divide(t, p2)",   "s = bf16[33,257] subtract(d, e)",
             "ROOT r = bf16[33,257] add(s, m)"};
   c.result = "bf16[33,257]";
   ExpectSameBits(c, 7);
@@ -293,14 +290,12 @@ TEST(EvalFusion, CompareInTotalOrder) {
 TEST(EvalFusion, ScalarOperandsAreSplatted) {
   Case c;
   c.params = {"f32[9,300]", "f32[]", "f32[]", "pred[]", "f32[9,300]"};
-  c.body = {"cl = f32[9,300] clamp(p1, p0, p2)",
-            "ROOT s = f32[9,300] select(p3, cl, p4)"};
+  c.body = {"cl = f32[9,300] clamp(p1, p0, p2)", "ROOT s = f32[9,300] select(p3, cl, p4)"};
   c.result = "f32[9,300]";
   ExpectSameBits(c, 21);
   Case h = c;
   h.params = {"bf16[9,300]", "bf16[]", "bf16[]", "pred[]", "bf16[9,300]"};
-  h.body = {"cl = bf16[9,300] clamp(p1, p0, p2)",
-            "ROOT s = bf16[9,300] select(p3, cl, p4)"};
+  h.body = {"cl = bf16[9,300] clamp(p1, p0, p2)", "ROOT s = bf16[9,300] select(p3, cl, p4)"};
   h.result = "bf16[9,300]";
   ExpectSameBits(h, 22);
 }
@@ -499,7 +494,6 @@ ENTRY main {{
   }
 }
 
-
 // A hand-written output fusion (kind=kOutput): a batched dot with a
 // transposed rhs, then add(residual, dot) and multiply(dot', scale), run as
 // one matmul with two binary post-ops, against a float64 reference.
@@ -590,19 +584,22 @@ ENTRY main {{
       "d = f32[4,6] dot(l, r), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n  ";
   // Not a dot root chain: a subtract, a tanh, the dot alone, no dot at all.
   refused(dot + "ROOT s = f32[4,6] subtract(d, y)", "not a chain of add / multiply over a dot");
-  refused(dot + "t = f32[4,6] tanh(d)\n  ROOT s = f32[4,6] add(t, y)", "'t' (tanh) at 10:3 is in the way");
+  refused(dot + "t = f32[4,6] tanh(d)\n  ROOT s = f32[4,6] add(t, y)",
+          "'t' (tanh) at 10:3 is in the way");
   refused(dot + "ROOT s = f32[4,6] add(d, d)", "must combine");
   refused("ROOT s = f32[4,6] add(y, y)", "must combine");
   refused("ROOT d = f32[4,6] dot(l, r), lhs_contracting_dims={1}, rhs_contracting_dims={0}",
           "its root is the dot itself");
   refused(dot + "e = f32[4,6] add(d, y)\n  ROOT s = f32[4,6] negate(e)", "negate");
   // A bf16 dot (converted to f32).
-  refused("d = bf16[4,6] dot(lb, rb), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
-          "  c = f32[4,6] convert(d)\n  ROOT s = f32[4,6] add(c, y)",
-          "(convert) at 10:3 is in the way");
-  refused("d = f32[4,6] dot(lb, rb), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
-          "  ROOT s = f32[4,6] add(d, y)",
-          "must be f32 of f32 operands");
+  refused(
+      "d = bf16[4,6] dot(lb, rb), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+      "  c = f32[4,6] convert(d)\n  ROOT s = f32[4,6] add(c, y)",
+      "(convert) at 10:3 is in the way");
+  refused(
+      "d = f32[4,6] dot(lb, rb), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+      "  ROOT s = f32[4,6] add(d, y)",
+      "must be f32 of f32 operands");
   // An operand not of the dot's shape (a broadcast bias).
   refused(dot + "vb = f32[4,6] broadcast(v), dimensions={1}\n  ROOT s = f32[4,6] add(d, vb)",
           "must combine");

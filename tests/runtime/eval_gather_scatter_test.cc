@@ -88,8 +88,8 @@ ENTRY e {
 })";
   std::mt19937 rng(3);
   HostTensor x = Random("f32[6,8]", rng);
-  HostTensor starts = HostTensor::FromDoubles(
-      ParseShape("s32[4,2]"), std::vector<double>{0, 0, 2, 5, 5, 7, -3, 4});
+  HostTensor starts =
+      HostTensor::FromDoubles(ParseShape("s32[4,2]"), std::vector<double>{0, 0, 2, 5, 5, 7, -3, 4});
   auto out = RunNamed(text, {x, starts}, {"w"});
   std::vector<double> want;
   for (int64_t k = 0; k < 4; ++k) {

@@ -17,8 +17,7 @@ using testing::Unravel;
 
 // Reduces x over `dims` in float64, visiting elements in row-major order.
 std::vector<double> ReferenceReduce(const HostTensor& x, const std::vector<int64_t>& dims,
-                                    double init,
-                                    const std::function<double(double, double)>& op) {
+                                    double init, const std::function<double(double, double)>& op) {
   std::vector<int64_t> kept;
   for (int64_t d = 0; d < x.rank(); ++d) {
     if (std::find(dims.begin(), dims.end(), d) == dims.end()) kept.push_back(x.dimensions()[d]);
@@ -86,9 +85,12 @@ ENTRY e {
   ExpectNear(out["s0"], ReferenceReduce(x, {0}, 0, add), 1e-6, 0, "s0");
   ExpectNear(out["s13"], ReferenceReduce(x, {1, 3}, 0, add), 1e-6, 0, "s13");
   ExpectNear(out["all"], ReferenceReduce(x, {0, 1, 2, 3}, 0, add), 1e-6, 0, "all");
-  ExpectEqual(out["mx"], ReferenceReduce(x, {1, 2}, -INFINITY, [](double a, double b) { return std::max(a, b); }));
-  ExpectEqual(out["mn"], ReferenceReduce(x, {0, 1, 3}, INFINITY, [](double a, double b) { return std::min(a, b); }));
-  ExpectNear(out["pr"], ReferenceReduce(x, {2, 3}, 1, [](double a, double b) { return a * b; }), 1e-5, 0, "pr");
+  ExpectEqual(out["mx"], ReferenceReduce(x, {1, 2}, -INFINITY,
+                                         [](double a, double b) { return std::max(a, b); }));
+  ExpectEqual(out["mn"], ReferenceReduce(x, {0, 1, 3}, INFINITY,
+                                         [](double a, double b) { return std::min(a, b); }));
+  ExpectNear(out["pr"], ReferenceReduce(x, {2, 3}, 1, [](double a, double b) { return a * b; }),
+             1e-5, 0, "pr");
 }
 
 TEST(EvalReduceTest, LargeReductionsSplitOverThreads) {
@@ -211,8 +213,10 @@ ENTRY e {
   std::mt19937 rng(4);
   HostTensor x = Random("pred[6,5]", rng);
   auto out = RunNamed(text, {x}, {"all", "any"});
-  ExpectEqual(out["all"], ReferenceReduce(x, {1}, 1, [](double a, double b) { return double(a && b); }));
-  ExpectEqual(out["any"], ReferenceReduce(x, {0}, 0, [](double a, double b) { return double(a || b); }));
+  ExpectEqual(out["all"],
+              ReferenceReduce(x, {1}, 1, [](double a, double b) { return double(a && b); }));
+  ExpectEqual(out["any"],
+              ReferenceReduce(x, {0}, 0, [](double a, double b) { return double(a || b); }));
 }
 
 TEST(EvalReduceTest, VariadicArgmaxIsInterpreted) {

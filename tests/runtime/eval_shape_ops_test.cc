@@ -21,7 +21,8 @@ std::vector<double> Gather(const HostTensor& x, const std::vector<int64_t>& out_
   int64_t n = 1;
   for (int64_t d : out_dims) n *= d;
   std::vector<double> out;
-  for (int64_t i = 0; i < n; ++i) out.push_back(x.GetDouble(Ravel(f(Unravel(i, out_dims)), x.dimensions())));
+  for (int64_t i = 0; i < n; ++i)
+    out.push_back(x.GetDouble(Ravel(f(Unravel(i, out_dims)), x.dimensions())));
   return out;
 }
 
@@ -41,10 +42,15 @@ ENTRY e {
   HostTensor s = Random("f32[]", rng), v = Random("f32[5]", rng), m = Random("f32[3,5]", rng);
   auto out = RunNamed(text, {s, v, m}, {"scalar", "lead", "trail", "middle", "outer"});
   ExpectEqual(out["scalar"], std::vector<double>(6, s.GetDouble(0)));
-  ExpectEqual(out["lead"], Gather(m, {4, 3, 5}, [](auto i) { return std::vector<int64_t>{i[1], i[2]}; }));
+  ExpectEqual(out["lead"], Gather(m, {4, 3, 5}, [](auto i) {
+                return std::vector<int64_t>{i[1], i[2]};
+              }));
   ExpectEqual(out["trail"], Gather(v, {5, 7}, [](auto i) { return std::vector<int64_t>{i[0]}; }));
-  ExpectEqual(out["middle"], Gather(v, {2, 5, 3}, [](auto i) { return std::vector<int64_t>{i[1]}; }));
-  ExpectEqual(out["outer"], Gather(m, {3, 2, 5}, [](auto i) { return std::vector<int64_t>{i[0], i[2]}; }));
+  ExpectEqual(out["middle"],
+              Gather(v, {2, 5, 3}, [](auto i) { return std::vector<int64_t>{i[1]}; }));
+  ExpectEqual(out["outer"], Gather(m, {3, 2, 5}, [](auto i) {
+                return std::vector<int64_t>{i[0], i[2]};
+              }));
 }
 
 TEST(EvalShapeOpsTest, TransposeAndReshape) {
@@ -64,7 +70,9 @@ ENTRY e {
                 return std::vector<int64_t>{i[1], i[3], i[2], i[0]};
               }));
   ExpectEqual(out["r"], x.ToDoubles());
-  ExpectEqual(out["bt"], Gather(big, {130, 70}, [](auto i) { return std::vector<int64_t>{i[1], i[0]}; }));
+  ExpectEqual(out["bt"], Gather(big, {130, 70}, [](auto i) {
+                return std::vector<int64_t>{i[1], i[0]};
+              }));
   ExpectEqual(out["inner"], Gather(x, {2, 3, 5, 4}, [](auto i) {
                 return std::vector<int64_t>{i[0], i[1], i[3], i[2]};
               }));
@@ -82,10 +90,18 @@ ENTRY e {
   std::mt19937 rng(3);
   HostTensor x = Random("s32[6,8]", rng, -100, 100);
   auto out = RunNamed(text, {x}, {"strided", "rows", "cols", "one"});
-  ExpectEqual(out["strided"], Gather(x, {2, 3}, [](auto i) { return std::vector<int64_t>{1 + 3 * i[0], 3 * i[1]}; }));
-  ExpectEqual(out["rows"], Gather(x, {2, 8}, [](auto i) { return std::vector<int64_t>{2 + i[0], i[1]}; }));
-  ExpectEqual(out["cols"], Gather(x, {6, 2}, [](auto i) { return std::vector<int64_t>{i[0], 5 + i[1]}; }));
-  ExpectEqual(out["one"], Gather(x, {1, 3}, [](auto i) { return std::vector<int64_t>{4, 2 + i[1]}; }));
+  ExpectEqual(out["strided"], Gather(x, {2, 3}, [](auto i) {
+                return std::vector<int64_t>{1 + 3 * i[0], 3 * i[1]};
+              }));
+  ExpectEqual(out["rows"], Gather(x, {2, 8}, [](auto i) {
+                return std::vector<int64_t>{2 + i[0], i[1]};
+              }));
+  ExpectEqual(out["cols"], Gather(x, {6, 2}, [](auto i) {
+                return std::vector<int64_t>{i[0], 5 + i[1]};
+              }));
+  ExpectEqual(out["one"], Gather(x, {1, 3}, [](auto i) {
+                return std::vector<int64_t>{4, 2 + i[1]};
+              }));
 }
 
 TEST(EvalShapeOpsTest, DynamicSliceAndUpdateClampStarts) {
@@ -107,7 +123,9 @@ ENTRY e {
                         {x, HostTensor::Scalar(PrimitiveType::kS32, i),
                          HostTensor::Scalar(PrimitiveType::kS32, j), u},
                         {"ds", "dus"});
-    ExpectEqual(out["ds"], Gather(x, {2, 3}, [&](auto k) { return std::vector<int64_t>{ci + k[0], cj + k[1]}; }));
+    ExpectEqual(out["ds"], Gather(x, {2, 3}, [&](auto k) {
+                  return std::vector<int64_t>{ci + k[0], cj + k[1]};
+                }));
     std::vector<double> want = x.ToDoubles();
     for (int64_t a = 0; a < 2; ++a) {
       for (int64_t b = 0; b < 3; ++b) want[(ci + a) * 6 + cj + b] = u.GetDouble(a * 3 + b);
@@ -143,8 +161,12 @@ ENTRY e {
     }
   }
   ExpectEqual(out["mid"], mid);
-  ExpectEqual(out["first"], Gather(a, {4, 3, 4}, [](auto i) { return std::vector<int64_t>{i[0] % 2, i[1], i[2]}; }));
-  ExpectEqual(out["last"], Gather(a, {2, 3, 8}, [](auto i) { return std::vector<int64_t>{i[0], i[1], i[2] % 4}; }));
+  ExpectEqual(out["first"], Gather(a, {4, 3, 4}, [](auto i) {
+                return std::vector<int64_t>{i[0] % 2, i[1], i[2]};
+              }));
+  ExpectEqual(out["last"], Gather(a, {2, 3, 8}, [](auto i) {
+                return std::vector<int64_t>{i[0], i[1], i[2] % 4};
+              }));
 }
 
 TEST(EvalShapeOpsTest, PadWithInteriorAndNegativeEdges) {
@@ -159,7 +181,8 @@ ENTRY e {
   HostTensor x = Random("f32[3,4]", rng), v = Random("f32[]", rng);
   auto out = RunNamed(text, {x, v}, {"grow", "crop"});
   // Element (i, j) of x lands at (low + i * (interior + 1), ...).
-  auto padded = [&](int64_t rows, int64_t cols, int64_t lo0, int64_t in0, int64_t lo1, int64_t in1) {
+  auto padded = [&](int64_t rows, int64_t cols, int64_t lo0, int64_t in0, int64_t lo1,
+                    int64_t in1) {
     std::vector<double> want(rows * cols, v.GetDouble(0));
     for (int64_t i = 0; i < 3; ++i) {
       for (int64_t j = 0; j < 4; ++j) {
@@ -233,7 +256,9 @@ ENTRY e {
   std::mt19937 rng(7);
   HostTensor x = Random("s64[3,4,2]", rng, -1000, 1000);
   auto out = RunNamed(text, {x}, {"r"});
-  ExpectEqual(out["r"], Gather(x, {3, 4, 2}, [](auto i) { return std::vector<int64_t>{2 - i[0], i[1], 1 - i[2]}; }));
+  ExpectEqual(out["r"], Gather(x, {3, 4, 2}, [](auto i) {
+                return std::vector<int64_t>{2 - i[0], i[1], 1 - i[2]};
+              }));
 }
 
 // Tokens thread through after-all (from nothing, one or several tokens), a

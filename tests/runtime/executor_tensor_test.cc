@@ -30,9 +30,9 @@ TEST(HostTensorTest, BuffersAre64ByteAlignedAndLargeOnesAvoid4KAliasing) {
 
 TEST(HostTensorTest, ValuesRoundTripThroughEveryElementType) {
   const std::vector<double> values = {1.5, -2.25, 3.0, 100.75};
-  for (PrimitiveType t : {PrimitiveType::kF32, PrimitiveType::kBF16, PrimitiveType::kF16,
-                          PrimitiveType::kS32, PrimitiveType::kS64, PrimitiveType::kU32,
-                          PrimitiveType::kPred}) {
+  for (PrimitiveType t :
+       {PrimitiveType::kF32, PrimitiveType::kBF16, PrimitiveType::kF16, PrimitiveType::kS32,
+        PrimitiveType::kS64, PrimitiveType::kU32, PrimitiveType::kPred}) {
     HostTensor x = HostTensor::FromDoubles(Shape(t, {2, 2}), values);
     for (int64_t i = 0; i < 4; ++i) {
       double want = RoundToType(values[i], t);
@@ -50,7 +50,8 @@ TEST(HostTensorTest, HalfConversionsRoundToNearestEven) {
   for (int i = 0; i < 20000; ++i) {
     const float x = i < 10000 ? dist(rng) : dist(rng) * 1e-7f;  // normals and subnormals
     EXPECT_EQ(Bf16BitsToFloat(FloatToBf16Bits(x)), RoundToType(x, PrimitiveType::kBF16)) << x;
-    EXPECT_EQ(F16BitsToFloat(FloatToF16Bits(x)), static_cast<float>(RoundToType(x, PrimitiveType::kF16)))
+    EXPECT_EQ(F16BitsToFloat(FloatToF16Bits(x)),
+              static_cast<float>(RoundToType(x, PrimitiveType::kF16)))
         << x;
   }
   EXPECT_TRUE(std::isnan(Bf16BitsToFloat(FloatToBf16Bits(NAN))));

@@ -156,7 +156,7 @@ ENTRY e {
   out.clear();
   executor3.Run({q});
   EXPECT_EQ(executor3.stats().allocations, 0);  // the first output's buffer came back
-  EXPECT_NEAR(p.GetDouble(0), first, 0);  // the shared input is untouched
+  EXPECT_NEAR(p.GetDouble(0), first, 0);        // the shared input is untouched
 }
 
 TEST(ExecutorTest, CallTuplesAndTupleParameters) {
@@ -417,8 +417,11 @@ TEST(ExecutorTest, InputErrorsNameTheParameter) {
   std::mt19937 rng(4);
   HostTensor x = Random("f32[32,32]", rng);
   ExpectErrorContaining([&] { executor.Run({x}); }, {"takes 2 inputs", "got 1"});
-  ExpectErrorContaining([&] { executor.Run({x, Random("f32[8,32,31]", rng)}); },
-                        {"input 1 for parameter 'weights'", "f32[8,32,31]", "expected f32[8,32,32]"});
+  ExpectErrorContaining(
+      [&] {
+        executor.Run({x, Random("f32[8,32,31]", rng)});
+      },
+      {"input 1 for parameter 'weights'", "f32[8,32,31]", "expected f32[8,32,32]"});
   ExpectErrorContaining([&] { executor.Run({x, HostTensor()}); }, {"input 1", "empty"});
 }
 

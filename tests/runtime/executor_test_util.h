@@ -20,8 +20,7 @@ inline std::unique_ptr<HloModule> Parse(std::string_view text) { return ParseHlo
 
 // Uniform in [lo, hi) for floats, [lo, hi] for integers, random bits for
 // pred. Values are rounded to the element type.
-inline HostTensor Random(const Shape& shape, std::mt19937& rng, double lo = -1.0,
-                         double hi = 1.0) {
+inline HostTensor Random(const Shape& shape, std::mt19937& rng, double lo = -1.0, double hi = 1.0) {
   HostTensor t = HostTensor::Uninitialized(shape);
   std::vector<double> values(static_cast<size_t>(t.element_count()));
   const PrimitiveType type = shape.element_type();
@@ -111,7 +110,8 @@ inline void ExpectEqual(const HostTensor& got, const std::vector<double>& want,
 // Row-major multi-index helpers for the references.
 inline std::vector<int64_t> Strides(const std::vector<int64_t>& dims) {
   std::vector<int64_t> s(dims.size(), 1);
-  for (int64_t i = static_cast<int64_t>(dims.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * dims[i + 1];
+  for (int64_t i = static_cast<int64_t>(dims.size()) - 2; i >= 0; --i)
+    s[i] = s[i + 1] * dims[i + 1];
   return s;
 }
 

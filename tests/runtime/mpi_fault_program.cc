@@ -10,8 +10,8 @@
 //   stop_start  rank 1 stops after MPI_Init, before the communicator exists
 // A stopping rank first writes its pid to $WEFT_STOPPED_PID_FILE (when set),
 // so the test can kill it.
-#include <signal.h>
 #include <mpi.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>

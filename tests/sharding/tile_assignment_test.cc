@@ -147,8 +147,8 @@ TEST(TileAssignmentTest, IotaFormAgreesWithTheExpandedList) {
     std::vector<int64_t> perm(rank);
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), rng);
-    const int64_t n = std::accumulate(reshape.begin(), reshape.end(), int64_t{1},
-                                      std::multiplies<>());
+    const int64_t n =
+        std::accumulate(reshape.begin(), reshape.end(), int64_t{1}, std::multiplies<>());
     // Random dims of the same count: split n into random divisors.
     std::vector<int64_t> dims;
     int64_t left = n;
@@ -226,8 +226,7 @@ TEST(TileAssignmentTest, IndexTableMarksAbsentDevices) {
   const TileAssignment ta({2, 2}, {7, 3, 5, 0});
   const auto table = ta.IndexTable();
   ASSERT_EQ(table->size(), 8u * 2u);
-  const std::vector<int64_t> expected = {1, 1, -1, -1, -1, -1, 0, 1,
-                                         -1, -1, 1, 0, -1, -1, 0, 0};
+  const std::vector<int64_t> expected = {1, 1, -1, -1, -1, -1, 0, 1, -1, -1, 1, 0, -1, -1, 0, 0};
   EXPECT_EQ(*table, expected);
   EXPECT_EQ(ta.IndexTable(), table);
   // Equal assignments in the other form share the kept table's contents.

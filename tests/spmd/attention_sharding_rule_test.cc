@@ -17,7 +17,8 @@ HloSharding ShardingOf(const HloModule& m, std::string_view name) {
   return i && i->has_sharding() ? *i->sharding() : HloSharding::Unknown();
 }
 
-constexpr const char* kConfig = R"(backend_config="{\"tensors\": [\"q_segment_ids\", \"kv_segment_ids\"]}")";
+constexpr const char* kConfig =
+    R"(backend_config="{\"tensors\": [\"q_segment_ids\", \"kv_segment_ids\"]}")";
 
 std::string AttentionModule(const std::string& q_sharding, const std::string& qs_sharding,
                             const std::string& ks_sharding) {
@@ -27,13 +28,16 @@ ENTRY main {
   pq = f32[2,4,8,16] parameter(0)
   pk = f32[2,4,8,16] parameter(1)
   pv = f32[2,4,8,16] parameter(2)
-  q = f32[2,4,8,16] exponential(pq))hlo") + q_sharding + R"hlo(
+  q = f32[2,4,8,16] exponential(pq))hlo") +
+         q_sharding + R"hlo(
   k = f32[2,4,8,16] exponential(pk)
   v = f32[2,4,8,16] exponential(pv)
   pqs = s32[2,8] parameter(3)
   pks = s32[2,8] parameter(4)
-  qs = s32[2,8] copy(pqs))hlo" + qs_sharding + R"hlo(
-  ks = s32[2,8] copy(pks))hlo" + ks_sharding + R"hlo(
+  qs = s32[2,8] copy(pqs))hlo" +
+         qs_sharding + R"hlo(
+  ks = s32[2,8] copy(pks))hlo" +
+         ks_sharding + R"hlo(
   attn = (f32[2,4,8,16], f32[2,4,8]) custom-call(q, k, v, qs, ks), custom_call_target="weft.flex_attention", )hlo" +
          kConfig + R"hlo(
   out = f32[2,4,8,16] get-tuple-element(attn), index=0
@@ -44,22 +48,22 @@ ENTRY main {
 }
 
 TEST(AttentionShardingRuleTest, QueryShardingReachesSegmentIdsAndOutputs) {
-  auto m = ParseHloModule(
-      AttentionModule(", sharding={devices=[2,1,2,1]<=[4]}", "", ""));
+  auto m = ParseHloModule(AttentionModule(", sharding={devices=[2,1,2,1]<=[4]}", "", ""));
   PropagateShardings(*m);
   // q split on batch and sequence: q segment ids get [batch, seq].
   EXPECT_EQ(ShardingOf(*m, "qs"), HloSharding::Parse("{devices=[2,2]<=[4]}"));
   EXPECT_EQ(ShardingOf(*m, "out"), HloSharding::Parse("{devices=[2,1,2,1]<=[4]}"));
   EXPECT_EQ(ShardingOf(*m, "lse"), HloSharding::Parse("{devices=[2,1,2]<=[4]}"));
   // k/v and kv segment ids share only the batch factor with q.
-  EXPECT_EQ(ShardingOf(*m, "ks"), HloSharding::Parse("{devices=[2,1,2]<=[4] last_tile_dim_replicate}"));
+  EXPECT_EQ(ShardingOf(*m, "ks"),
+            HloSharding::Parse("{devices=[2,1,2]<=[4] last_tile_dim_replicate}"));
   EXPECT_EQ(ShardingOf(*m, "k"),
             HloSharding::Parse("{devices=[2,1,1,1,2]<=[4] last_tile_dim_replicate}"));
 }
 
 TEST(AttentionShardingRuleTest, SegmentIdAnnotationsReachQueryKeyValue) {
-  auto m = ParseHloModule(AttentionModule("", ", sharding={devices=[2,2]<=[4]}",
-                                          ", sharding={devices=[2,2]<=[4]}"));
+  auto m = ParseHloModule(
+      AttentionModule("", ", sharding={devices=[2,2]<=[4]}", ", sharding={devices=[2,2]<=[4]}"));
   PropagateShardings(*m);
   const HloSharding want = HloSharding::Parse("{devices=[2,1,2,1]<=[4]}");
   EXPECT_EQ(ShardingOf(*m, "q"), want);
@@ -83,9 +87,10 @@ ENTRY main {
   EXPECT_EQ(rule->operands[0][1].size(), 2u);  // q heads = kv heads * group
   const std::vector<int64_t> q_dims = {2, 8, 8, 16}, k_dims = {2, 2, 8, 16};
   // q heads split 2 ways: k heads split 2 ways.
-  auto k2 = ProjectSharding(*rule, TensorRef::Operand(0), q_dims,
-                            HloSharding::Parse("{devices=[1,2,1,1,2]<=[4] last_tile_dim_replicate}"),
-                            TensorRef::Operand(1), k_dims);
+  auto k2 =
+      ProjectSharding(*rule, TensorRef::Operand(0), q_dims,
+                      HloSharding::Parse("{devices=[1,2,1,1,2]<=[4] last_tile_dim_replicate}"),
+                      TensorRef::Operand(1), k_dims);
   ASSERT_TRUE(k2.has_value());
   EXPECT_EQ(*k2, HloSharding::Parse("{devices=[1,2,1,1,2]<=[4] last_tile_dim_replicate}"));
   // q heads split 4 ways (beyond the 2 kv heads): k heads split 2, replicated 2.

@@ -64,8 +64,8 @@ TEST(DeviceTiles, CoarsenGivesPartialReplicationAndUnequalTablesAreNotShardings)
   t.Unsplit(0);
   EXPECT_EQ(*t.ToSharding(), HloSharding::Replicate());
   // Three devices on tile 0, one on tile 1: no sharding says that.
-  DeviceTiles uneven = DeviceTiles::Of(
-      HloSharding::Parse("{devices=[2,2]0,1,2,3 last_tile_dim_replicate}"), 1, 4);
+  DeviceTiles uneven =
+      DeviceTiles::Of(HloSharding::Parse("{devices=[2,2]0,1,2,3 last_tile_dim_replicate}"), 1, 4);
   uneven.SetRows({{0}, {0}, {0}, {1}});
   EXPECT_FALSE(uneven.ToSharding().has_value());
   EXPECT_THROW(t.Coarsen(0, 3), Error);
@@ -74,11 +74,10 @@ TEST(DeviceTiles, CoarsenGivesPartialReplicationAndUnequalTablesAreNotShardings)
 TEST(DeviceTiles, GroupsOverKeyCollectEachKeyTileOnce) {
   // Result [2] x key [2] over 4 devices: devices 0,1 hold result tile 0 and
   // key tiles 0,1; devices 2,3 result tile 1 and key tiles 0,1.
-  const DeviceTiles key = DeviceTiles::Of(
-      HloSharding::Parse("{devices=[1,2,2]0,2,1,3 last_tile_dim_replicate}"), 2, 4);
+  const DeviceTiles key =
+      DeviceTiles::Of(HloSharding::Parse("{devices=[1,2,2]0,2,1,3 last_tile_dim_replicate}"), 2, 4);
   const DeviceTiles result =
-      DeviceTiles::Of(HloSharding::Parse("{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}"),
-                      2, 4);
+      DeviceTiles::Of(HloSharding::Parse("{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}"), 2, 4);
   const auto groups = GroupsOverKey(result, DeviceTiles::Map(key, {1}));
   ASSERT_TRUE(groups.has_value());
   EXPECT_EQ(*groups, (Index{{0, 1}, {2, 3}}));

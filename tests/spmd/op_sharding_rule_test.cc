@@ -20,7 +20,8 @@ TEST(OpShardingRuleTest, DotHasBatchFreeAndReductionFactors) {
 )");
   auto rule = GetOpShardingRule(*m->entry_computation()->root_instruction());
   ASSERT_TRUE(rule);
-  EXPECT_EQ(rule->ToString(), "dot: ([f0, f2, f1], [f0, f1, f3]) -> ([f0, f2, f3]) {f1: reduction}");
+  EXPECT_EQ(rule->ToString(),
+            "dot: ([f0, f2, f1], [f0, f1, f3]) -> ([f0, f2, f3]) {f1: reduction}");
 }
 
 TEST(OpShardingRuleTest, ReshapeRefinesSplitsAndMerges) {

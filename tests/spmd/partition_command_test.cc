@@ -68,13 +68,15 @@ TEST(PartitionCommandTest, BadInputNamesTheFile) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/model.hlo"), std::string::npos);
   }
-  const auto input = WriteTemp("weft_partition_bad.hlo", "HloModule m\nENTRY main {\n  ROOT x = f32[ parameter(0)\n}\n");
+  const auto input = WriteTemp("weft_partition_bad.hlo",
+                               "HloModule m\nENTRY main {\n  ROOT x = f32[ parameter(0)\n}\n");
   options.input = input.string();
   try {
     RunPartitionCommand(options);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("weft_partition_bad.hlo:3:"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("weft_partition_bad.hlo:3:"), std::string::npos)
+        << e.what();
   }
   std::filesystem::remove(input);
 }

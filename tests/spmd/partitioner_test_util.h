@@ -34,7 +34,8 @@ struct Value {
 
 inline std::vector<int64_t> Strides(const std::vector<int64_t>& dims) {
   std::vector<int64_t> s(dims.size(), 1);
-  for (int64_t i = static_cast<int64_t>(dims.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * dims[i + 1];
+  for (int64_t i = static_cast<int64_t>(dims.size()) - 2; i >= 0; --i)
+    s[i] = s[i + 1] * dims[i + 1];
   return s;
 }
 
@@ -64,37 +65,63 @@ inline double ToInt(double x) {
 
 inline double ApplyBinary(HloOpcode op, double a, double b) {
   switch (op) {
-    case HloOpcode::kAdd: return a + b;
-    case HloOpcode::kSubtract: return a - b;
-    case HloOpcode::kMultiply: return a * b;
-    case HloOpcode::kDivide: return a / b;
-    case HloOpcode::kMaximum: return std::max(a, b);
-    case HloOpcode::kMinimum: return std::min(a, b);
-    case HloOpcode::kPower: return std::pow(a, b);
-    case HloOpcode::kAnd: return (a != 0 && b != 0) ? 1 : 0;
-    case HloOpcode::kOr: return (a != 0 || b != 0) ? 1 : 0;
-    case HloOpcode::kRemainder: return std::fmod(a, b);
-    default: Fail("reference interpreter: no binary op {}", HloOpcodeString(op));
+    case HloOpcode::kAdd:
+      return a + b;
+    case HloOpcode::kSubtract:
+      return a - b;
+    case HloOpcode::kMultiply:
+      return a * b;
+    case HloOpcode::kDivide:
+      return a / b;
+    case HloOpcode::kMaximum:
+      return std::max(a, b);
+    case HloOpcode::kMinimum:
+      return std::min(a, b);
+    case HloOpcode::kPower:
+      return std::pow(a, b);
+    case HloOpcode::kAnd:
+      return (a != 0 && b != 0) ? 1 : 0;
+    case HloOpcode::kOr:
+      return (a != 0 || b != 0) ? 1 : 0;
+    case HloOpcode::kRemainder:
+      return std::fmod(a, b);
+    default:
+      Fail("reference interpreter: no binary op {}", HloOpcodeString(op));
   }
 }
 
 inline double ApplyUnary(HloOpcode op, double x) {
   switch (op) {
-    case HloOpcode::kAbs: return std::abs(x);
-    case HloOpcode::kNegate: return -x;
-    case HloOpcode::kExp: return std::exp(x);
-    case HloOpcode::kLog: return std::log(x);
-    case HloOpcode::kTanh: return std::tanh(x);
-    case HloOpcode::kSqrt: return std::sqrt(x);
-    case HloOpcode::kRsqrt: return 1 / std::sqrt(x);
-    case HloOpcode::kSine: return std::sin(x);
-    case HloOpcode::kCosine: return std::cos(x);
-    case HloOpcode::kLogistic: return 1 / (1 + std::exp(-x));
-    case HloOpcode::kNot: return x == 0 ? 1 : 0;
-    case HloOpcode::kFloor: return std::floor(x);
-    case HloOpcode::kCeil: return std::ceil(x);
-    case HloOpcode::kSign: return x > 0 ? 1 : (x < 0 ? -1 : 0);
-    default: Fail("reference interpreter: no unary op {}", HloOpcodeString(op));
+    case HloOpcode::kAbs:
+      return std::abs(x);
+    case HloOpcode::kNegate:
+      return -x;
+    case HloOpcode::kExp:
+      return std::exp(x);
+    case HloOpcode::kLog:
+      return std::log(x);
+    case HloOpcode::kTanh:
+      return std::tanh(x);
+    case HloOpcode::kSqrt:
+      return std::sqrt(x);
+    case HloOpcode::kRsqrt:
+      return 1 / std::sqrt(x);
+    case HloOpcode::kSine:
+      return std::sin(x);
+    case HloOpcode::kCosine:
+      return std::cos(x);
+    case HloOpcode::kLogistic:
+      return 1 / (1 + std::exp(-x));
+    case HloOpcode::kNot:
+      return x == 0 ? 1 : 0;
+    case HloOpcode::kFloor:
+      return std::floor(x);
+    case HloOpcode::kCeil:
+      return std::ceil(x);
+    case HloOpcode::kSign:
+      return x > 0 ? 1 : (x < 0 ? -1 : 0);
+    default:
+      Fail("reference interpreter: no unary op {}", HloOpcodeString(op));
   }
 }
 
@@ -107,12 +134,18 @@ inline HloOpcode ReducerOp(const HloComputation* c) {
 
 inline bool Compare(ComparisonDirection d, double a, double b) {
   switch (d) {
-    case ComparisonDirection::kEq: return a == b;
-    case ComparisonDirection::kNe: return a != b;
-    case ComparisonDirection::kLt: return a < b;
-    case ComparisonDirection::kLe: return a <= b;
-    case ComparisonDirection::kGt: return a > b;
-    case ComparisonDirection::kGe: return a >= b;
+    case ComparisonDirection::kEq:
+      return a == b;
+    case ComparisonDirection::kNe:
+      return a != b;
+    case ComparisonDirection::kLt:
+      return a < b;
+    case ComparisonDirection::kLe:
+      return a <= b;
+    case ComparisonDirection::kGt:
+      return a > b;
+    case ComparisonDirection::kGe:
+      return a >= b;
   }
   return false;
 }
@@ -298,7 +331,9 @@ class Interpreter {
         return r;
       case HloOpcode::kClamp:
         for (int64_t i = 0; i < count; ++i) {
-          auto at = [&](int k) { return ops[k].data.size() == 1 ? ops[k].data[0] : ops[k].data[i]; };
+          auto at = [&](int k) {
+            return ops[k].data.size() == 1 ? ops[k].data[0] : ops[k].data[i];
+          };
           r.data[i] = std::min(std::max(at(1), at(0)), at(2));
         }
         return r;
@@ -337,7 +372,8 @@ class Interpreter {
       case HloOpcode::kSlice:
         for (int64_t i = 0; i < count; ++i) {
           std::vector<int64_t> idx = idx_of(i);
-          for (size_t k = 0; k < idx.size(); ++k) idx[k] = a.slice[k].start + idx[k] * a.slice[k].stride;
+          for (size_t k = 0; k < idx.size(); ++k)
+            idx[k] = a.slice[k].start + idx[k] * a.slice[k].stride;
           r.data[i] = ops[0].data[Flatten(idx, ops[0].shape.dimensions())];
         }
         return r;
@@ -390,7 +426,8 @@ class Interpreter {
         }
         return r;
       }
-      case HloOpcode::kDot: return Dot(instr, ops);
+      case HloOpcode::kDot:
+        return Dot(instr, ops);
       case HloOpcode::kReduce: {
         const HloOpcode reducer = ReducerOp(instr.to_apply());
         std::fill(r.data.begin(), r.data.end(), ops[1].data[0]);
@@ -415,7 +452,8 @@ class Interpreter {
       return r;
     }
     if (IsElementwiseBinary(op)) {
-      for (int64_t i = 0; i < count; ++i) r.data[i] = ApplyBinary(op, ops[0].data[i], ops[1].data[i]);
+      for (int64_t i = 0; i < count; ++i)
+        r.data[i] = ApplyBinary(op, ops[0].data[i], ops[1].data[i]);
       return r;
     }
     Fail("reference interpreter: unsupported op {}", instr.Describe());
@@ -425,10 +463,12 @@ class Interpreter {
     const DotDimensionNumbers& dn = instr.attrs().dot;
     const Shape& ls = ops[0].shape;
     const Shape& rs = ops[1].shape;
-    auto free_dims = [](const Shape& s, const std::vector<int64_t>& b, const std::vector<int64_t>& c) {
+    auto free_dims = [](const Shape& s, const std::vector<int64_t>& b,
+                        const std::vector<int64_t>& c) {
       std::vector<int64_t> f;
       for (int64_t d = 0; d < s.rank(); ++d) {
-        if (std::find(b.begin(), b.end(), d) == b.end() && std::find(c.begin(), c.end(), d) == c.end()) {
+        if (std::find(b.begin(), b.end(), d) == b.end() &&
+            std::find(c.begin(), c.end(), d) == c.end()) {
           f.push_back(d);
         }
       }
@@ -458,7 +498,8 @@ class Interpreter {
           li[dn.lhs_contracting_dims[k]] = ci[k];
           ri[dn.rhs_contracting_dims[k]] = ci[k];
         }
-        acc += ops[0].data[Flatten(li, ls.dimensions())] * ops[1].data[Flatten(ri, rs.dimensions())];
+        acc +=
+            ops[0].data[Flatten(li, ls.dimensions())] * ops[1].data[Flatten(ri, rs.dimensions())];
       }
       r.data[i] = acc;
     }
@@ -494,7 +535,8 @@ inline Value ShardValue(const Value& global, const HloSharding& sharding, int64_
   if (!sharding.IsTiled()) return global;
   const std::vector<int64_t> tile = sharding.TileShape(dims);
   const std::vector<int64_t> index = sharding.TileIndexForDevice(device);
-  Value local = MakeArray(global.shape.WithDimensions(tile), std::numeric_limits<double>::quiet_NaN());
+  Value local =
+      MakeArray(global.shape.WithDimensions(tile), std::numeric_limits<double>::quiet_NaN());
   for (int64_t i = 0; i < static_cast<int64_t>(local.data.size()); ++i) {
     std::vector<int64_t> idx = Unflatten(i, tile);
     bool inside = true;
@@ -551,7 +593,8 @@ inline void ExpectNear(const Value& expected, const Value& actual, double tolera
   if (expected.shape.IsTuple()) {
     ASSERT_EQ(expected.elements.size(), actual.elements.size()) << what;
     for (size_t i = 0; i < expected.elements.size(); ++i) {
-      ExpectNear(expected.elements[i], actual.elements[i], tolerance, what + "{" + std::to_string(i) + "}");
+      ExpectNear(expected.elements[i], actual.elements[i], tolerance,
+                 what + "{" + std::to_string(i) + "}");
     }
     return;
   }
@@ -570,7 +613,8 @@ inline void ExpectNear(const Value& expected, const Value& actual, double tolera
 inline Value RandomValue(const Shape& shape, std::mt19937_64& rng, int64_t int_limit = 4) {
   if (shape.IsTuple()) {
     Value t{shape, {}, {}};
-    for (const Shape& s : shape.tuple_shapes()) t.elements.push_back(RandomValue(s, rng, int_limit));
+    for (const Shape& s : shape.tuple_shapes())
+      t.elements.push_back(RandomValue(s, rng, int_limit));
     return t;
   }
   Value v = MakeArray(shape);
@@ -596,9 +640,10 @@ inline HloSharding ShardingOrReplicated(const HloInstruction* instr) {
 // Partitions `module` for `n` devices, runs both on random inputs and checks
 // the sharded result equals the unsharded one. Returns the partitioned module
 // (already verified and round-tripped through text).
-inline std::unique_ptr<HloModule> ExpectShardedEqualsUnsharded(
-    const HloModule& module, int64_t n, uint64_t seed = 1, CustomCallFn custom_call = nullptr,
-    std::vector<Value> inputs = {}) {
+inline std::unique_ptr<HloModule> ExpectShardedEqualsUnsharded(const HloModule& module, int64_t n,
+                                                               uint64_t seed = 1,
+                                                               CustomCallFn custom_call = nullptr,
+                                                               std::vector<Value> inputs = {}) {
   std::mt19937_64 rng(seed);
   const HloComputation* entry = module.entry_computation();
   for (size_t i = inputs.size(); i < entry->parameter_instructions().size(); ++i) {
@@ -616,7 +661,8 @@ inline std::unique_ptr<HloModule> ExpectShardedEqualsUnsharded(
   std::vector<std::vector<Value>> args(n);
   for (int64_t d = 0; d < n; ++d) {
     for (size_t i = 0; i < inputs.size(); ++i) {
-      args[d].push_back(ShardValue(inputs[i], ShardingOrReplicated(entry->parameter_instruction(i)), d));
+      args[d].push_back(
+          ShardValue(inputs[i], ShardingOrReplicated(entry->parameter_instruction(i)), d));
     }
   }
   std::vector<Value> locals = Interpreter(*reparsed, n, custom_call).Run(args);

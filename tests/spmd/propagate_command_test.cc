@@ -59,14 +59,17 @@ TEST(PropagateCommandTest, WritesOutputFileAndExplains) {
 
 TEST(PropagateCommandTest, BadInputIsAClearError) {
   EXPECT_THROW(ParseBoolList("true,maybe", "--allow-output"), Error);
-  EXPECT_EQ(ParseBoolList("true, false,1", "--allow-params"), (std::vector<bool>{true, false, true}));
+  EXPECT_EQ(ParseBoolList("true, false,1", "--allow-params"),
+            (std::vector<bool>{true, false, true}));
   PropagateCommandOptions options;
-  options.input = WriteTemp("weft_propagate_bad.hlo", "HloModule m\n\nENTRY main {\n  p = f32[4 parameter(0)\n}\n");
+  options.input = WriteTemp("weft_propagate_bad.hlo",
+                            "HloModule m\n\nENTRY main {\n  p = f32[4 parameter(0)\n}\n");
   try {
     RunPropagateCommand(options);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("weft_propagate_bad.hlo:4:"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("weft_propagate_bad.hlo:4:"), std::string::npos)
+        << e.what();
   }
   options.input = "/nonexistent/x.hlo";
   EXPECT_THROW(RunPropagateCommand(options), Error);

@@ -1,8 +1,7 @@
 #include "weft/spmd/reshard.h"
 
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include "partitioner_random.h"
 #include "partitioner_test_util.h"
@@ -46,9 +45,11 @@ TEST(ReshardTest, TiledToReplicatedAllGathersEachSplitDim) {
   auto gathers = FindAll(*m, HloOpcode::kAllGather);
   ASSERT_EQ(gathers.size(), 2u);
   EXPECT_EQ(gathers[0]->dimensions(), std::vector<int64_t>{0});
-  EXPECT_EQ(gathers[0]->attrs().replica_groups, (std::vector<std::vector<int64_t>>{{0, 2}, {1, 3}}));
+  EXPECT_EQ(gathers[0]->attrs().replica_groups,
+            (std::vector<std::vector<int64_t>>{{0, 2}, {1, 3}}));
   EXPECT_EQ(gathers[1]->dimensions(), std::vector<int64_t>{1});
-  EXPECT_EQ(gathers[1]->attrs().replica_groups, (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}}));
+  EXPECT_EQ(gathers[1]->attrs().replica_groups,
+            (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}}));
 }
 
 TEST(ReshardTest, UnevenTiledToReplicatedDropsThePadding) {
@@ -88,7 +89,8 @@ TEST(ReshardTest, AddingPartialReplicationGathersWithinSubgroups) {
   auto gathers = FindAll(*m, HloOpcode::kAllGather);
   ASSERT_EQ(gathers.size(), 1u);
   EXPECT_EQ(gathers[0]->dimensions(), std::vector<int64_t>{1});
-  EXPECT_EQ(gathers[0]->attrs().replica_groups, (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}}));
+  EXPECT_EQ(gathers[0]->attrs().replica_groups,
+            (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}}));
   EXPECT_EQ(CountCollectives(*m), 1);
 }
 
@@ -116,7 +118,8 @@ TEST(ReshardTest, CostPrefersSubgroupGatherOverFullGather) {
   EXPECT_EQ(spmd::ReshardCost(&context, shape, tiled, tiled), 0);
   EXPECT_EQ(spmd::ReshardCost(&context, shape, HloSharding::Replicate(), tiled), 0);
   EXPECT_EQ(spmd::ReshardCost(&context, shape, tiled, partial), 4 * 8 * 4);
-  EXPECT_EQ(spmd::ReshardCost(&context, shape, tiled, HloSharding::Replicate()), 4 * 8 * 4 + 8 * 8 * 4);
+  EXPECT_EQ(spmd::ReshardCost(&context, shape, tiled, HloSharding::Replicate()),
+            4 * 8 * 4 + 8 * 8 * 4);
 }
 
 // Property: any sharding to any other, 1..8 devices, even and uneven dims.
@@ -126,11 +129,13 @@ TEST(ReshardTest, RandomPairsOfShardingsPreserveValues) {
     const int64_t n = std::uniform_int_distribution<int64_t>(1, 8)(rng);
     const int64_t rank = std::uniform_int_distribution<int64_t>(1, 3)(rng);
     std::vector<int64_t> dims;
-    for (int64_t d = 0; d < rank; ++d) dims.push_back(std::uniform_int_distribution<int64_t>(1, 9)(rng));
+    for (int64_t d = 0; d < rank; ++d)
+      dims.push_back(std::uniform_int_distribution<int64_t>(1, 9)(rng));
     const Shape shape(PrimitiveType::kF32, dims);
     const HloSharding from = RandomSharding(n, rank, rng);
     const HloSharding to = RandomSharding(n, rank, rng);
-    SCOPED_TRACE(fmt::format("n={} {} {} -> {}", n, shape.ToString(), from.ToString(), to.ToString()));
+    SCOPED_TRACE(
+        fmt::format("n={} {} {} -> {}", n, shape.ToString(), from.ToString(), to.ToString()));
     Check(shape.ToString(), from.ToString(), to.ToString(), n);
     if (::testing::Test::HasFailure()) return;
   }

@@ -147,7 +147,8 @@ TEST(ShardGroupsTest, ScanWeightGradientKeepsWeightShardingOnlyWithShardAs) {
   const HloSharding dw_plain = ShardingOf(*without, "dw");
   EXPECT_NE(dw_plain, w) << dw_plain.ToString();
   ASSERT_TRUE(dw_plain.IsTiled()) << dw_plain.ToString();
-  EXPECT_EQ(dw_plain.tile_assignment().dim(1), 1) << "dW is not fsdp-split on d: " << dw_plain.ToString();
+  EXPECT_EQ(dw_plain.tile_assignment().dim(1), 1)
+      << "dW is not fsdp-split on d: " << dw_plain.ToString();
 
   auto with = ParseHloModule(ScanModule(true));
   PropagateShardings(*with);

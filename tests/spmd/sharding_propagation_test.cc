@@ -33,13 +33,13 @@ Propagated Propagate(const std::string& text, PropagationOptions options = {}) {
 }
 
 // Expects instruction `name` to have sharding `expected` (compared as shardings).
-#define EXPECT_SHARDING(p, name, expected)                                         \
-  do {                                                                             \
-    const HloInstruction* _i = (p).Get(name);                                      \
-    ASSERT_NE(_i, nullptr);                                                        \
-    ASSERT_TRUE(_i->has_sharding()) << name << " has no sharding";                 \
-    EXPECT_EQ(*_i->sharding(), HloSharding::Parse(expected))                       \
-        << name << ": " << _i->sharding()->ToString() << " vs " << (expected);     \
+#define EXPECT_SHARDING(p, name, expected)                                     \
+  do {                                                                         \
+    const HloInstruction* _i = (p).Get(name);                                  \
+    ASSERT_NE(_i, nullptr);                                                    \
+    ASSERT_TRUE(_i->has_sharding()) << name << " has no sharding";             \
+    EXPECT_EQ(*_i->sharding(), HloSharding::Parse(expected))                   \
+        << name << ": " << _i->sharding()->ToString() << " vs " << (expected); \
   } while (0)
 
 std::string Module(const std::string& body) {

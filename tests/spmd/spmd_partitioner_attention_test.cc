@@ -1,8 +1,8 @@
 // The attention custom calls, checked against a naive float64 attention that
 // honours the partitioner's "q_offset_operand" convention.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "partitioner_test_util.h"
@@ -20,7 +20,7 @@ struct Attention {
 
   Attention(const HloInstruction& i, const std::vector<Value>& o) : instr(i), ops(o) {
     config = i.attrs().backend_config.empty() ? nlohmann::json::object()
-                                               : nlohmann::json::parse(i.attrs().backend_config);
+                                              : nlohmann::json::parse(i.attrs().backend_config);
     if (config.contains("q_offset_operand")) {
       q_offset = static_cast<int64_t>(ops.at(config["q_offset_operand"].get<int64_t>()).data[0]);
     }
@@ -64,7 +64,8 @@ struct Attention {
     const Value& v = ops[2];
     const int64_t B = q.shape.dimensions(0), Hq = q.shape.dimensions(1), Sq = q.shape.dimensions(2),
                   D = q.shape.dimensions(3);
-    const int64_t Hkv = k.shape.dimensions(1), Skv = k.shape.dimensions(2), Dv = v.shape.dimensions(3);
+    const int64_t Hkv = k.shape.dimensions(1), Skv = k.shape.dimensions(2),
+                  Dv = v.shape.dimensions(3);
     const double scale = config.value("scale", 1.0 / std::sqrt(static_cast<double>(D)));
     const bool has_dlse = config.value("has_dlse", false);
     const int64_t first = backward ? (has_dlse ? 7 : 6) : 3;
@@ -173,8 +174,8 @@ TEST(SpmdAttentionTest, BatchAndHeadShardingRunLocally) {
 
 TEST(SpmdAttentionTest, QuerySequenceShardingGathersKeysAndPassesTheOffset) {
   auto m = ExpectShardedEqualsUnsharded(
-      ForwardModule("{devices=[1,1,4,1]<=[4]}", "{devices=[1,1,4,1]<=[4]}",
-                    "{devices=[1,4]<=[4]}", "{devices=[1,1,4,1]<=[4]}", "{devices=[1,1,4]<=[4]}"),
+      ForwardModule("{devices=[1,1,4,1]<=[4]}", "{devices=[1,1,4,1]<=[4]}", "{devices=[1,4]<=[4]}",
+                    "{devices=[1,1,4,1]<=[4]}", "{devices=[1,1,4]<=[4]}"),
       4, 5, ReferenceAttention);
   const HloInstruction* fa = FindNamed(*m, "fa");
   ASSERT_NE(fa, nullptr);
@@ -210,7 +211,8 @@ ENTRY main {
   auto scatters = FindAll(*m, HloOpcode::kReduceScatter);
   ASSERT_EQ(scatters.size(), 2u);
   EXPECT_EQ(scatters[0]->dimensions(), std::vector<int64_t>{2});
-  EXPECT_EQ(scatters[0]->attrs().replica_groups, (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}}));
+  EXPECT_EQ(scatters[0]->attrs().replica_groups,
+            (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}}));
   EXPECT_EQ(FindAll(*m, HloOpcode::kAllReduce).size(), 0u);
 }
 

@@ -1,6 +1,5 @@
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include "partitioner_random.h"
 #include "partitioner_test_util.h"
@@ -9,8 +8,9 @@ namespace weft::spmd_test {
 namespace {
 
 std::unique_ptr<HloModule> Dot(const std::string& lhs, const std::string& rhs,
-                               const std::string& out, const std::string& dnums, const std::string& ls,
-                               const std::string& rs, const std::string& os, int64_t n) {
+                               const std::string& out, const std::string& dnums,
+                               const std::string& ls, const std::string& rs, const std::string& os,
+                               int64_t n) {
   return ExpectShardedEqualsUnsharded(fmt::format(R"(
 HloModule dot
 ENTRY main {{
@@ -24,7 +24,8 @@ ENTRY main {{
 }
 
 const char* kMatmul = "lhs_contracting_dims={1}, rhs_contracting_dims={0}";
-const char* kBatched = "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}";
+const char* kBatched =
+    "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}";
 
 TEST(SpmdDotTest, BatchDimsShardedAlikeRunLocally) {
   auto m = Dot("f32[4,8,6]", "f32[4,6,5]", "f32[4,8,5]", kBatched, "{devices=[4,1,1]<=[4]}",
@@ -54,24 +55,25 @@ TEST(SpmdDotTest, PartialSumsReduceScatterWhenTheResultIsSharded) {
 }
 
 TEST(SpmdDotTest, ReduceScatterOverAnUnevenResultDim) {
-  Dot("f32[7,12]", "f32[12,6]", "f32[7,6]", kMatmul, "{devices=[1,4]<=[4]}",
-      "{devices=[4,1]<=[4]}", "{devices=[4,1]<=[4]}", 4);
+  Dot("f32[7,12]", "f32[12,6]", "f32[7,6]", kMatmul, "{devices=[1,4]<=[4]}", "{devices=[4,1]<=[4]}",
+      "{devices=[4,1]<=[4]}", 4);
 }
 
 TEST(SpmdDotTest, NonContractingShardingFlowsToTheResult) {
   auto m = Dot("f32[8,12]", "f32[12,6]", "f32[8,6]", kMatmul, "{devices=[4,1]<=[4]}",
                "{replicated}", "{devices=[4,1]<=[4]}", 4);
   EXPECT_EQ(CountCollectives(*m), 0);
-  m = Dot("f32[8,12]", "f32[12,6]", "f32[8,6]", kMatmul, "{devices=[2,1,2]<=[4] last_tile_dim_replicate}",
+  m = Dot("f32[8,12]", "f32[12,6]", "f32[8,6]", kMatmul,
+          "{devices=[2,1,2]<=[4] last_tile_dim_replicate}",
           "{devices=[1,2,2]<=[2,2]T(1,0) last_tile_dim_replicate}", "{devices=[2,2]<=[4]}", 4);
   EXPECT_EQ(CountCollectives(*m), 0);
 }
 
 TEST(SpmdDotTest, MismatchedOperandsAreReshardedFirst) {
-  Dot("f32[8,12]", "f32[12,6]", "f32[8,6]", kMatmul, "{devices=[4,1]<=[4]}",
-      "{devices=[1,4]<=[4]}", "{devices=[2,2]<=[4]}", 4);
-  Dot("f32[8,12]", "f32[12,6]", "f32[8,6]", kMatmul, "{devices=[1,4]<=[4]}",
-      "{devices=[1,4]<=[4]}", "{devices=[1,4]<=[4]}", 4);
+  Dot("f32[8,12]", "f32[12,6]", "f32[8,6]", kMatmul, "{devices=[4,1]<=[4]}", "{devices=[1,4]<=[4]}",
+      "{devices=[2,2]<=[4]}", 4);
+  Dot("f32[8,12]", "f32[12,6]", "f32[8,6]", kMatmul, "{devices=[1,4]<=[4]}", "{devices=[1,4]<=[4]}",
+      "{devices=[1,4]<=[4]}", 4);
   Dot("f32[2,8,12]", "f32[2,12,6]", "f32[2,8,6]", kBatched, "{devices=[2,1,2]<=[4]}",
       "{devices=[1,1,4]<=[4]}", "{devices=[2,2,1]<=[4]}", 4);
 }

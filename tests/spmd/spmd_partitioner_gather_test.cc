@@ -137,8 +137,8 @@ std::vector<double> GradReference(const HostTensor& ids, const HostTensor& grad,
 // Partitions `text` for n devices, runs it on n threads (NaN padding) and the
 // unsharded module on one, and checks both against `expected`.
 compiler::CompiledProgram ExpectRuns(const std::string& text, int64_t n,
-                                   const std::vector<HostTensor>& inputs,
-                                   const std::vector<double>& expected) {
+                                     const std::vector<HostTensor>& inputs,
+                                     const std::vector<double>& expected) {
   std::unique_ptr<HloModule> module = ParseHloModule(text);
   compiler::CompiledProgram program = compiler::CompileForDevices(*module, {.num_devices = n});
   runtime::LocalCluster cluster(n);

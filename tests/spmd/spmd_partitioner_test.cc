@@ -29,7 +29,8 @@ ENTRY main {
   c = pred[8,6] compare(e, b), direction=LT, sharding={devices=[4,1]<=[4]}
   ROOT s = f32[8,6] select(c, e, m), sharding={devices=[4,1]<=[4]}
 }
-)"), 4);
+)"),
+                                        4);
   EXPECT_EQ(CountCollectives(*m), 0);
   EXPECT_EQ(FindNamed(*m, "m")->shape(), ParseShape("f32[2,6]"));
   EXPECT_EQ(m->num_partitions(), 4);
@@ -41,7 +42,8 @@ ENTRY main {
   a = f32[8] parameter(0), sharding={devices=[2]0,1}
   ROOT n = f32[8] negate(a), sharding={replicated}
 }
-)"), 2);
+)"),
+                                        2);
   EXPECT_EQ(FindNamed(*m, "a")->sharding()->ToString(), "{devices=[2]0,1}");
   EXPECT_TRUE(m->entry_computation()->root_instruction()->sharding()->IsReplicated());
   EXPECT_EQ(FindAll(*m, HloOpcode::kAllGather).size(), 1u);
@@ -55,7 +57,8 @@ ENTRY main {
   t = f32[6,3,8] transpose(b), dimensions={2,0,1}, sharding={devices=[2,1,2]<=[2,2]T(1,0)}
   ROOT r = f32[6,24] reshape(t), sharding={devices=[2,1,2]<=[2,2]T(1,0) last_tile_dim_replicate}
 }
-)"), 4);
+)"),
+                                        4);
   EXPECT_EQ(FindNamed(*m, "b")->shape(), ParseShape("f32[3,4,3]"));
   EXPECT_EQ(FindNamed(*m, "t")->shape(), ParseShape("f32[3,3,4]"));
 }
@@ -66,7 +69,8 @@ ENTRY main {
   a = f32[16,3] parameter(0), sharding={devices=[4,1]<=[4]}
   ROOT r = f32[4,4,3] reshape(a), sharding={devices=[4,1,1]<=[4]}
 }
-)"), 4);
+)"),
+                                        4);
   EXPECT_EQ(CountCollectives(*m), 0);
   EXPECT_EQ(FindNamed(*m, "r")->shape(), ParseShape("f32[1,4,3]"));
   // Incompatible: the minor dim is split but the reshape merges it.
@@ -75,7 +79,8 @@ ENTRY main {
   a = f32[4,6] parameter(0), sharding={devices=[1,2]<=[2]}
   ROOT r = f32[24] reshape(a), sharding={devices=[2]<=[2]}
 }
-)"), 2);
+)"),
+                               2);
 }
 
 TEST(SpmdPartitionerTest, ReduceOverAShardedDimAllReduces) {
@@ -85,10 +90,12 @@ ENTRY main {
   z = f32[] constant(0)
   ROOT r = f32[6] reduce(a, z), dimensions={0}, to_apply=add, sharding={devices=[2,2]<=[4] last_tile_dim_replicate}
 }
-)"), 4);
+)"),
+                                        4);
   auto reduces = FindAll(*m, HloOpcode::kAllReduce);
   ASSERT_EQ(reduces.size(), 1u);
-  EXPECT_EQ(reduces[0]->attrs().replica_groups, (std::vector<std::vector<int64_t>>{{0, 2}, {1, 3}}));
+  EXPECT_EQ(reduces[0]->attrs().replica_groups,
+            (std::vector<std::vector<int64_t>>{{0, 2}, {1, 3}}));
 }
 
 TEST(SpmdPartitionerTest, UnevenReduceMasksPaddingWithTheInit) {
@@ -105,7 +112,8 @@ ENTRY main {
   z = f32[] constant(-inf)
   ROOT r = f32[5] reduce(a, z), dimensions={0}, to_apply=max, sharding={replicated}
 }
-)", 4);
+)",
+                                        4);
   EXPECT_EQ(FindAll(*m, HloOpcode::kSelect).size(), 1u);
   ASSERT_EQ(FindAll(*m, HloOpcode::kAllReduce).size(), 1u);
   EXPECT_EQ(FindAll(*m, HloOpcode::kAllReduce)[0]->to_apply()->root_instruction()->opcode(),
@@ -122,7 +130,8 @@ ENTRY main {
   c = f32[21,9] concatenate(p, p, p), dimensions={0}, sharding={devices=[4,1]<=[4]}
   ROOT r = f32[21,9] reverse(c), dimensions={0}, sharding={devices=[1,4]<=[4]}
 }
-)"), 4);
+)"),
+                               4);
 }
 
 TEST(SpmdPartitionerTest, SliceOfAnUnshardedDimStaysLocal) {
@@ -131,7 +140,8 @@ ENTRY main {
   a = f32[8,6] parameter(0), sharding={devices=[4,1]<=[4]}
   ROOT s = f32[8,3] slice(a), slice={[0:8], [1:6:2]}, sharding={devices=[4,1]<=[4]}
 }
-)"), 4);
+)"),
+                                        4);
   EXPECT_EQ(CountCollectives(*m), 0);
 }
 
@@ -142,7 +152,8 @@ ENTRY main {
   c = f32[7,3] constant({{1,2,3},{4,5,6},{7,8,9},{10,11,12},{13,14,15},{16,17,18},{19,20,21}}), sharding={devices=[4,1]<=[4]}
   ROOT a = f32[7,3] add(i, c), sharding={devices=[4,1]<=[4]}
 }
-)"), 4);
+)"),
+                                        4);
   EXPECT_EQ(CountCollectives(*m), 0);
   EXPECT_EQ(FindNamed(*m, "i")->shape(), ParseShape("f32[2,3]"));
 }
@@ -156,7 +167,8 @@ ENTRY main {
   z = s32[] constant(0)
   ROOT l = f32[1,8,6] dynamic-slice(w, i, z, z), dynamic_slice_sizes={1,8,6}, sharding={devices=[1,2,2]<=[4]}
 }
-)"), 4);
+)"),
+                                        4);
   EXPECT_EQ(CountCollectives(*m), 0);
   EXPECT_EQ(FindNamed(*m, "l")->shape(), ParseShape("f32[1,4,3]"));
 }
@@ -169,7 +181,8 @@ ENTRY main {
   z = s32[] constant(0)
   ROOT l = f32[2,6] dynamic-slice(w, i, z), dynamic_slice_sizes={2,6}, sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
 }
-)"), 4);
+)"),
+                               4);
 }
 
 TEST(SpmdPartitionerTest, DynamicUpdateSliceIntoAStackedBuffer) {
@@ -181,7 +194,8 @@ ENTRY main {
   z = s32[] constant(0)
   ROOT l = f32[3,8,6] dynamic-update-slice(w, u, i, z, z), sharding={devices=[1,2,2]<=[4]}
 }
-)"), 4);
+)"),
+                                        4);
   EXPECT_EQ(CountCollectives(*m), 0);
 }
 

@@ -242,7 +242,8 @@ TEST_F(CheckpointTest, AUsersBackupBesideTheCheckpointIsNeverTouched) {
     fs::copy(dir_, renamed, fs::copy_options::recursive);
     WriteFileAtomically(renamed / ".weft-owned", "checkpoint.old-1234-0");
     for (int64_t step = 20; step <= 40; step += 10) {
-      SaveCheckpoint(dir_, RandomCheckpoint(12 + step, step), {.after_stage = {}, .exchange = exchange});
+      SaveCheckpoint(dir_, RandomCheckpoint(12 + step, step),
+                     {.after_stage = {}, .exchange = exchange});
     }
     ExpectSame(LoadCheckpoint(backup), first);
     EXPECT_EQ(ReadFileToString(notes / "todo.txt"), "keep me");
@@ -316,8 +317,8 @@ TEST_F(CheckpointTest, NonFiniteTensorsAreNeitherLoadedNorWritten) {
   SaveCheckpoint(dir_, good);
   std::mt19937_64 rng(std::random_device{}());
   for (const char* file : {kModelFile, kOptimizerFile}) {
-    for (float bad : {std::numeric_limits<float>::quiet_NaN(),
-                      std::numeric_limits<float>::infinity()}) {
+    for (float bad :
+         {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
       // A NaN written by another tool, with a checksum that agrees.
       Checkpoint poisoned = good;
       TensorMap& tensors = std::string(file) == kModelFile ? poisoned.model : poisoned.optimizer;
@@ -336,8 +337,8 @@ TEST_F(CheckpointTest, NonFiniteTensorsAreNeitherLoadedNorWritten) {
       const std::string saved_state = ReadFileToString(dir_ / "state.json");
       WriteSafetensors(dir_ / file, tensors, {{"format", "pt"}});
       const TensorMap& good_tensors = std::string(file) == kModelFile ? good.model : good.optimizer;
-      const uint32_t old_crc = Crc32c(good_tensors.at(it->first).bytes.data(),
-                                      good_tensors.at(it->first).bytes.size());
+      const uint32_t old_crc =
+          Crc32c(good_tensors.at(it->first).bytes.data(), good_tensors.at(it->first).bytes.size());
       EditState(dir_, Crc32cText(old_crc),
                 Crc32cText(Crc32c(it->second.bytes.data(), it->second.bytes.size())));
       message = ErrorOf([&] { LoadCheckpoint(dir_); });

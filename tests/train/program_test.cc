@@ -76,8 +76,7 @@ TEST(ProgramTest, MismatchesAreReportedBeforeCompute) {
   o.batch_size = 6;  // fsdp = 2 divides it: fine
   EXPECT_EQ(ErrorOf(c, o), "(no error)");
   o.batch_size = 5;
-  EXPECT_NE(ErrorOf(c, o).find("--batch 5 is not divisible by the 2 devices"),
-            std::string::npos)
+  EXPECT_NE(ErrorOf(c, o).find("--batch 5 is not divisible by the 2 devices"), std::string::npos)
       << ErrorOf(c, o);
   RunConfig from_key = Micro();
   from_key.train.batch_size = 5;  // no flag: the config's key is named
@@ -202,8 +201,7 @@ TEST(ProgramTest, SizesAreCheckedBeforeAnythingIsBuilt) {
   // A mesh past the device bound; a rule naming an axis the mesh lacks.
   RunConfig huge = Micro();
   huge.mesh.axis_sizes = {int64_t{1} << 15, 4};
-  EXPECT_NE(ErrorOf(huge).find("has more than 65536 devices"), std::string::npos)
-      << ErrorOf(huge);
+  EXPECT_NE(ErrorOf(huge).find("has more than 65536 devices"), std::string::npos) << ErrorOf(huge);
   RunConfig renamed = Micro();
   renamed.mesh = ParseMeshFlag("fsdp=2,model=2");
   e = ErrorOf(renamed);
@@ -313,12 +311,12 @@ TEST(ProgramTest, FusedTinyStepHasOutputFusions) {
   }
   EXPECT_EQ(output, p.compiled.fusion.output_fusions);
   EXPECT_GT(output, 0);
-  std::printf("tiny step (%lld devices): %lld fusions, %lld kOutput, %lld kInput; %lld dots "
-              "left in the entry\n",
-              static_cast<long long>(p.num_devices),
-              static_cast<long long>(p.compiled.fusion.fusions), static_cast<long long>(output),
-              static_cast<long long>(p.compiled.fusion.input_fusions),
-              static_cast<long long>(dots_outside));
+  std::printf(
+      "tiny step (%lld devices): %lld fusions, %lld kOutput, %lld kInput; %lld dots "
+      "left in the entry\n",
+      static_cast<long long>(p.num_devices), static_cast<long long>(p.compiled.fusion.fusions),
+      static_cast<long long>(output), static_cast<long long>(p.compiled.fusion.input_fusions),
+      static_cast<long long>(dots_outside));
 }
 
 }  // namespace

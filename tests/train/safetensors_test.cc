@@ -162,7 +162,8 @@ TEST(Safetensors, RejectsBrokenFilesNamingTheProblem) {
                 "data_offsets end at 16 but the data section has 12 bytes");
   std::string huge(8, '\xff');
   ExpectInvalid(huge + "{}", "implausible");
-  ExpectInvalid(HandMade(R"({"a": {"dtype": "F32",)", data), "its JSON header is malformed near byte");
+  ExpectInvalid(HandMade(R"({"a": {"dtype": "F32",)", data),
+                "its JSON header is malformed near byte");
   ExpectInvalid(HandMade(R"([1, 2])", ""), "does not start with '{'");
   ExpectInvalid(HandMade(R"({"a":{"dtype":"F64","shape":[2],"data_offsets":[0,16]}})", data),
                 "tensor 'a': unknown dtype 'F64' (weft reads F32, BF16, F16, I32, I64)");

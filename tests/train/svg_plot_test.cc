@@ -8,8 +8,8 @@
 #include <random>
 #include <regex>
 
-#include "weft/base/error.h"
 #include "weft/base/atomic_file.h"
+#include "weft/base/error.h"
 
 namespace weft {
 namespace {

@@ -232,8 +232,8 @@ TEST(TrainerTest, MemorizationReachesNearZeroLossSharded) {
   ASSERT_EQ(r.steps.size(), 300u);
   double best = r.steps.front().loss;
   for (const StepMetrics& m : r.steps) best = std::min(best, m.loss);
-  std::printf("memorize: loss %.4f at step 1, %.4f at step 300 (best %.4f)\n",
-              r.steps.front().loss, r.steps.back().loss, best);
+  std::printf("memorize: loss %.4f at step 1, %.4f at step 300 (best %.4f)\n", r.steps.front().loss,
+              r.steps.back().loss, best);
   EXPECT_EQ(config.train.precision, Precision::kBf16);
   EXPECT_LT(r.steps.back().loss, 0.05);
 }

@@ -116,8 +116,8 @@ struct MemoryPlan {
   int64_t peak_bytes = 0;
   int64_t live_peak_bytes = 0;  // the most bytes live at once (the timeline's highest)
   int64_t arena_bytes = 0;      // the buffer assignment's arena
-  int64_t peak_step = 0;    // executed instructions up to the peak (1-based)
-  int64_t total_steps = 0;  // executed instructions in the step
+  int64_t peak_step = 0;        // executed instructions up to the peak (1-based)
+  int64_t total_steps = 0;      // executed instructions in the step
   std::string peak_instruction, peak_computation;
   std::array<int64_t, kNumBufferCategories> peak_by_category{};
   int64_t host_peak_bytes = 0;           // offloaded buffers (offload_saved)

@@ -56,9 +56,9 @@ std::string_view StreamName(Stream stream);  // "compute", "ici", "dcn"
 
 struct SimOptions {
   int64_t num_devices = 1, slices = 1;
-  int64_t device = 0;             // whose replica groups (the programs are the same)
-  int64_t host_bytes = 0;         // offloaded bytes moved per step
-  double model_flops = 0;         // per device per run of the program, for MFU
+  int64_t device = 0;      // whose replica groups (the programs are the same)
+  int64_t host_bytes = 0;  // offloaded bytes moved per step
+  double model_flops = 0;  // per device per run of the program, for MFU
   // The program runs this many times per step, one after the other
   // (gradient accumulation): times, busy and exposed, scale by it.
   int64_t repeats = 1;
@@ -96,7 +96,7 @@ struct StepTime {
   // Compute-stream idle time waiting for each link (step_s = compute_s +
   // these + idle time waiting for nothing, which a dataflow never has).
   double exposed_ici_s = 0, exposed_dcn_s = 0, exposed_host_s = 0;
-  double serial_s = 0;              // compute + ici + dcn + host: no overlap at all
+  double serial_s = 0;  // compute + ici + dcn + host: no overlap at all
   // The matrix peak MFU is measured against: the chip's bf16 peak when most
   // of the program's matrix FLOPs (each instruction counted once) have bf16
   // or f16 operands, else its f32 peak.

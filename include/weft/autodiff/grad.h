@@ -76,7 +76,6 @@ std::unique_ptr<HloModule> BuildTrainingStep(const HloModule& forward,
 
 // The parameter numbers BuildTrainingStep differentiates for `options`
 // (resolves the empty default).
-std::vector<int64_t> DifferentiatedParameters(const HloModule& forward,
-                                              const GradOptions& options);
+std::vector<int64_t> DifferentiatedParameters(const HloModule& forward, const GradOptions& options);
 
 }  // namespace weft

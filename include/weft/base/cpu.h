@@ -16,15 +16,15 @@ struct CpuInfo {
   bool avx512dq = false;
   bool avx512vl = false;
   bool avx512_bf16 = false;
-  bool amx_tile = false;   // cpuid: the CPU has AMX tiles
-  bool amx_bf16 = false;   // ... and TDPBF16PS
-  bool amx_os = false;     // the OS saves tile state (XCR0 XTILECFG | XTILEDATA)
+  bool amx_tile = false;  // cpuid: the CPU has AMX tiles
+  bool amx_bf16 = false;  // ... and TDPBF16PS
+  bool amx_os = false;    // the OS saves tile state (XCR0 XTILECFG | XTILEDATA)
   // Palette 1's limits (cpuid 0x1D/1): tile registers, rows per tile, bytes
   // per row; 0 without AMX. Sapphire Rapids: 8 tiles of 16 rows x 64 bytes.
   int amx_max_tiles = 0;
   int amx_max_rows = 0;
   int amx_bytes_per_row = 0;
-  int64_t l1d_bytes = 32 * 1024;  // per core
+  int64_t l1d_bytes = 32 * 1024;   // per core
   int64_t l2_bytes = 1024 * 1024;  // per core
   int64_t l3_bytes = 0;            // shared
 

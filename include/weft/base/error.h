@@ -42,8 +42,8 @@ template <typename... Args>
 
 // WEFT_CHECK(cond, "format", args...): throws weft::Error when cond is false.
 // For conditions the user's input decides.
-#define WEFT_CHECK(cond, ...)        \
-  do {                               \
+#define WEFT_CHECK(cond, ...)               \
+  do {                                      \
     if (!(cond)) ::weft::Fail(__VA_ARGS__); \
   } while (0)
 

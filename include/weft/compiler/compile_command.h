@@ -17,7 +17,7 @@
 namespace weft::compiler {
 
 struct CompileCommandOptions {
-  std::string input;            // FILE.hlo
+  std::string input;  // FILE.hlo
   // --num-devices; 0: the device count the module's shardings are written
   // for (ShardingDeviceCount), 1 when it has none.
   int64_t num_devices = 0;

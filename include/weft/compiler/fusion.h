@@ -109,8 +109,8 @@ struct LoopFusionStats {
 // calls it first.
 LoopFusionStats FuseOutputs(HloModule& module);
 
-// Rewrites `module` in place (output fusion, then loop and input fusion). Idempotent in effect: a second run finds only
-// fusion instructions, which it does not fuse further.
+// Rewrites `module` in place (output fusion, then loop and input fusion). Idempotent in effect: a
+// second run finds only fusion instructions, which it does not fuse further.
 LoopFusionStats FuseLoops(HloModule& module);
 
 // Whether `instr` may be placed in a loop fusion (its opcode and element

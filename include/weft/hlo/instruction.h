@@ -136,8 +136,8 @@ struct HloAttributes {
   bool is_stable = false;                                               // sort
   int64_t k = 0;                                                        // topk
   bool largest = true;                                                  // topk
-  std::vector<WindowDim> window;  // reduce-window, select-and-scatter
-  RngAlgorithm rng_algorithm = RngAlgorithm::kDefault;           // rng-bit-generator
+  std::vector<WindowDim> window;                        // reduce-window, select-and-scatter
+  RngAlgorithm rng_algorithm = RngAlgorithm::kDefault;  // rng-bit-generator
   RngDistribution rng_distribution = RngDistribution::kUniform;  // rng
   // Collectives: device groups ({} = all), channel, global ids.
   std::vector<std::vector<int64_t>> replica_groups;
@@ -147,9 +147,9 @@ struct HloAttributes {
   std::vector<std::pair<int64_t, int64_t>> source_target_pairs;  // collective-permute
   std::string custom_call_target;                                // custom-call
   bool custom_call_has_side_effect = false;                      // custom-call
-  std::string custom_call_api_version;  // custom-call (api_version=, optional)
+  std::string custom_call_api_version;         // custom-call (api_version=, optional)
   FusionKind fusion_kind = FusionKind::kLoop;  // fusion (kind=; calls= is the called computation)
-  std::string backend_config;           // any op (mostly custom-call)
+  std::string backend_config;                  // any op (mostly custom-call)
   // Attributes kept verbatim for round trips but not interpreted
   // (metadata, frontend_attributes, operand_precision, ...): key, raw value.
   std::vector<std::pair<std::string, std::string>> passthrough;

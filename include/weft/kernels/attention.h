@@ -14,7 +14,6 @@
 #include <string>
 
 #include "weft/base/bfloat16.h"
-
 #include "weft/kernels/block_mask.h"
 #include "weft/kernels/score_mod.h"
 
@@ -68,15 +67,14 @@ inline constexpr int64_t kMaxHeadDim = 256;
 // Throws weft::Error when dims and options do not fit together.
 void ValidateAttention(const AttentionDims& dims, const AttentionOptions& options);
 
-void FlexAttentionForward(const AttentionDims& dims, const float* q, const float* k,
-                          const float* v, const AttentionOptions& options, float* out,
-                          float* lse);
+void FlexAttentionForward(const AttentionDims& dims, const float* q, const float* k, const float* v,
+                          const AttentionOptions& options, float* out, float* lse);
 
 // dlse may be null (treated as zero). dk and dv are summed over each GQA group.
 void FlexAttentionBackward(const AttentionDims& dims, const float* q, const float* k,
-                           const float* v, const float* out, const float* lse,
-                           const float* dout, const float* dlse, const AttentionOptions& options,
-                           float* dq, float* dk, float* dv);
+                           const float* v, const float* out, const float* lse, const float* dout,
+                           const float* dlse, const AttentionOptions& options, float* dq, float* dk,
+                           float* dv);
 
 // bfloat16 inputs and outputs (q, k, v, out, dout, dq, dk, dv); lse and
 // dlse stay float32. Same semantics and options as the float32 kernels.
@@ -85,8 +83,8 @@ void FlexAttentionForwardBf16(const AttentionDims& dims, const bf16* q, const bf
                               float* lse);
 
 void FlexAttentionBackwardBf16(const AttentionDims& dims, const bf16* q, const bf16* k,
-                               const bf16* v, const bf16* out, const float* lse,
-                               const bf16* dout, const float* dlse,
-                               const AttentionOptions& options, bf16* dq, bf16* dk, bf16* dv);
+                               const bf16* v, const bf16* out, const float* lse, const bf16* dout,
+                               const float* dlse, const AttentionOptions& options, bf16* dq,
+                               bf16* dk, bf16* dv);
 
 }  // namespace weft::kernels

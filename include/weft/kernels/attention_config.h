@@ -47,7 +47,7 @@ int64_t WorkingSetBytes(AttentionKernel kernel, const AttentionDims& dims, TileS
 // Everything a configuration depends on, taken from one call.
 struct ConfigProblem {
   AttentionDims dims;
-  int64_t mask_q_block = 0;   // 0: no block mask (any tile goes)
+  int64_t mask_q_block = 0;  // 0: no block mask (any tile goes)
   int64_t mask_kv_block = 0;
   double mask_density = 1.0;  // fraction of mask blocks that need work
   bool has_mask = false;

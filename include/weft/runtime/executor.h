@@ -118,8 +118,8 @@ struct ExecutorOptions {
 inline constexpr std::string_view kMaxIterationsFlag = "--max-iterations";
 
 struct ExecutorStats {
-  int64_t peak_bytes = 0;    // see the file comment
-  int64_t arena_bytes = 0;   // the buffer assignment's arena
+  int64_t peak_bytes = 0;       // see the file comment
+  int64_t arena_bytes = 0;      // the buffer assignment's arena
   int64_t unplanned_bytes = 0;  // peak of scratch outside the arena
   // Results an evaluator did not write where the assignment placed them
   // (moved there with a copy): 0 when evaluators and assignment agree.

@@ -69,7 +69,7 @@ class EvalContext {
   // and scratch region (byte offsets into `arena`).
   struct OutputSlot {
     enum class Kind : uint8_t { kNew, kInPlace, kForward } kind = Kind::kForward;
-    int64_t offset = 0;  // kNew: in the arena
+    int64_t offset = 0;                      // kNew: in the arena
     int32_t operand = -1, operand_leaf = 0;  // kInPlace
     int64_t bytes = 0;
   };

@@ -104,8 +104,9 @@ struct RunMemoryEstimate {
 // this process (threads), or, with mpi_ranks_here > 0, one device per MPI
 // rank with that many ranks on this machine; `check` adds --check's run of
 // the unsharded module.
-RunMemoryEstimate EstimateRunMemory(const HloModule& module, const compiler::CompiledProgram& program,
-                                    int64_t devices, bool check, int64_t mpi_ranks_here = 0);
+RunMemoryEstimate EstimateRunMemory(const HloModule& module,
+                                    const compiler::CompiledProgram& program, int64_t devices,
+                                    bool check, int64_t mpi_ranks_here = 0);
 
 // Throws weft::Error when the estimate exceeds `available_bytes` (weft run:
 // the physical memory; <= 0: unknown, never refuses), stating both figures,

@@ -28,7 +28,6 @@
 
 namespace weft {
 
-
 void RegisterAttentionShardingRules();
 
 std::optional<OpShardingRule> FlexAttentionRule(const HloInstruction& instr);

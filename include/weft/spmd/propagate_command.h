@@ -11,12 +11,12 @@
 namespace weft {
 
 struct PropagateCommandOptions {
-  std::string input;          // FILE.hlo
-  std::string allow_output;   // "true", "false", "true,false"; empty: false
-  std::string allow_params;   // same, per entry parameter
-  std::string output;         // -o: write here (temp file + rename); empty: stdout
-  std::string explain;        // --explain NAME: print the decision chain of NAME
-  bool xla_style = false;     // print with XLA's default options (%names, layouts)
+  std::string input;            // FILE.hlo
+  std::string allow_output;     // "true", "false", "true,false"; empty: false
+  std::string allow_params;     // same, per entry parameter
+  std::string output;           // -o: write here (temp file + rename); empty: stdout
+  std::string explain;          // --explain NAME: print the decision chain of NAME
+  bool xla_style = false;       // print with XLA's default options (%names, layouts)
   std::ostream* out = nullptr;  // stdout when null
 };
 

@@ -42,16 +42,16 @@ struct PropagationOptions {
 };
 
 enum class DecisionKind {
-  kAnnotation,       // written by the user
-  kForward,          // from an operand, through the op's rule
-  kBackward,         // from a user, through the user's rule
-  kShardGroup,       // from another member of a shard_as / shard_like group
-  kGroupAlignment,   // a shard_as group settled on one sharding
-  kUnspecifiedDims,  // a Sharding custom call refined its unspecified dims
-  kWhileAgreement,   // while / body parameter / body root / condition parameter
-  kManual,           // manual sharding spreading through a manual region
+  kAnnotation,         // written by the user
+  kForward,            // from an operand, through the op's rule
+  kBackward,           // from a user, through the user's rule
+  kShardGroup,         // from another member of a shard_as / shard_like group
+  kGroupAlignment,     // a shard_as group settled on one sharding
+  kUnspecifiedDims,    // a Sharding custom call refined its unspecified dims
+  kWhileAgreement,     // while / body parameter / body root / condition parameter
+  kManual,             // manual sharding spreading through a manual region
   kOutputOrParameter,  // restored or replicated by the output/parameter options
-  kDefault,          // replicate_unsharded
+  kDefault,            // replicate_unsharded
 };
 std::string_view DecisionKindName(DecisionKind kind);
 

@@ -14,9 +14,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <utility>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "weft/hlo/builder.h"
@@ -80,7 +80,8 @@ class SpmdBuilder {
   HloInstruction* BroadcastScalar(HloInstruction* scalar, const std::vector<int64_t>& dims);
   HloInstruction* Reshape(HloInstruction* x, std::vector<int64_t> dims);
   HloInstruction* Transpose(HloInstruction* x, std::vector<int64_t> perm);
-  HloInstruction* Slice(HloInstruction* x, std::vector<int64_t> starts, std::vector<int64_t> limits);
+  HloInstruction* Slice(HloInstruction* x, std::vector<int64_t> starts,
+                        std::vector<int64_t> limits);
   // Pads the high end of each dim with `value` (no-op if all zero).
   HloInstruction* PadHigh(HloInstruction* x, std::vector<int64_t> high, double value = 0);
   HloInstruction* DynamicSlice(HloInstruction* x, std::vector<HloInstruction*> starts,
@@ -98,12 +99,14 @@ class SpmdBuilder {
   HloInstruction* DeviceValue(const std::vector<int64_t>& values);
 
   // Collectives (a fresh channel id each).
-  HloInstruction* AllGather(HloInstruction* x, int64_t dim, std::vector<std::vector<int64_t>> groups);
+  HloInstruction* AllGather(HloInstruction* x, int64_t dim,
+                            std::vector<std::vector<int64_t>> groups);
   HloInstruction* AllReduce(HloInstruction* x, HloComputation* reducer,
                             std::vector<std::vector<int64_t>> groups);
   HloInstruction* ReduceScatter(HloInstruction* x, int64_t dim, HloComputation* reducer,
                                 std::vector<std::vector<int64_t>> groups);
-  HloInstruction* AllToAll(HloInstruction* x, int64_t dim, std::vector<std::vector<int64_t>> groups);
+  HloInstruction* AllToAll(HloInstruction* x, int64_t dim,
+                           std::vector<std::vector<int64_t>> groups);
   HloInstruction* CollectivePermute(HloInstruction* x,
                                     std::vector<std::pair<int64_t, int64_t>> pairs);
 

@@ -43,8 +43,8 @@ namespace weft {
 
 struct PlanOptions {
   std::string chip = "v6e";
-  std::filesystem::path chips_file;  // empty: analysis::FindChipTable(config file)
-  std::optional<MeshConfig> mesh;    // replaces the config's [mesh]
+  std::filesystem::path chips_file;   // empty: analysis::FindChipTable(config file)
+  std::optional<MeshConfig> mesh;     // replaces the config's [mesh]
   std::optional<int64_t> slices;      // unset: see the file comment; set: at least 1
   std::optional<int64_t> batch_size;  // unset: train.batch_size; set: at least 1
   std::optional<int64_t> seq_len;     // unset: model.seq_len; set: at least 1

@@ -31,7 +31,7 @@ struct StepProgramOptions {
   // rows, which the trainer runs grad_accum_steps times per optimizer step.
   // 1: the whole batch in one program run (the planner's default).
   int64_t grad_accum_steps = 1;
-  std::optional<int64_t> seq_len;     // unset: model.seq_len
+  std::optional<int64_t> seq_len;  // unset: model.seq_len
   // The mixed-precision policy (llama_config.h Precision); unset:
   // train.precision.
   std::optional<Precision> precision;
@@ -51,9 +51,9 @@ struct StepProgramOptions {
 struct StepProgram {
   // The program's rows: the micro-batch when StepProgramOptions::grad_accum_steps > 1.
   int64_t batch_size = 0, seq_len = 0, num_devices = 1;
-  LlamaForward forward;               // the forward module and its weights
-  std::unique_ptr<HloModule> step;    // global step module, every instruction sharded
-  compiler::CompiledProgram compiled; // the per-device program and its leaves
+  LlamaForward forward;                // the forward module and its weights
+  std::unique_ptr<HloModule> step;     // global step module, every instruction sharded
+  compiler::CompiledProgram compiled;  // the per-device program and its leaves
   // Leaves: inputs are the 5 data inputs then the weights (forward.weights
   // order); outputs are the loss then one gradient per weight.
   static constexpr int64_t kNumDataInputs = LlamaForward::kNumDataInputs;

@@ -70,19 +70,19 @@ struct StepMetrics {
 };
 
 struct TrainOptions {
-  std::optional<MeshConfig> mesh;   // --mesh (replaces the config's [mesh])
+  std::optional<MeshConfig> mesh;  // --mesh (replaces the config's [mesh])
   // --grad-accum N: replaces train.grad_accum_steps (at least 1).
   std::optional<int64_t> grad_accum;
   // --precision: replaces train.precision.
   std::optional<Precision> precision;
-  int64_t steps = 0;                // --steps: total steps of the schedule (0: train.steps)
+  int64_t steps = 0;  // --steps: total steps of the schedule (0: train.steps)
   // Stop after this many steps of this invocation (0: run to the end); the
   // schedule still spans `steps`. For interrupted-run tests.
   int64_t stop_after = 0;
   // --data FILE...: train on these UTF-8 text files (one document each)
   // instead of the config's [data] source.
   std::vector<std::filesystem::path> data_files;
-  std::filesystem::path resume;     // --resume DIR (an out dir or its checkpoint/)
+  std::filesystem::path resume;  // --resume DIR (an out dir or its checkpoint/)
   // --init-from DIR (fine-tuning): a Hugging Face Llama directory
   // (train/hf_checkpoint.h) whose weights replace the random initialisation
   // (its config.json must match the config's [model]) and whose
@@ -90,7 +90,7 @@ struct TrainOptions {
   // starts fresh. Refused with --resume, and when --out holds a checkpoint
   // (unless --overwrite).
   std::filesystem::path init_from;
-  std::filesystem::path out;        // --out DIR; empty: runs/<config stem>
+  std::filesystem::path out;  // --out DIR; empty: runs/<config stem>
   // --overwrite: start over in `out` even though it holds an earlier run.
   bool overwrite = false;
   bool shard_as = true;             // --no-shard-as

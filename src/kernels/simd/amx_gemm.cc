@@ -69,17 +69,17 @@ struct Tiles {
   static void Dot();
 };
 
-#define WEFT_TILE_OPS(n)                                                            \
-  template <>                                                                       \
-  inline void Tiles::Load<n>(const void* p, int64_t stride) {                       \
-    __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #n ::"r"(p), "r"(stride) : "memory"); \
-  }                                                                                 \
-  template <>                                                                       \
-  inline void Tiles::Zero<n>() {                                                    \
-    __asm__ volatile("tilezero %%tmm" #n ::);                                       \
-  }                                                                                 \
-  template <>                                                                       \
-  inline void Tiles::Store<n>(void* p, int64_t stride) {                            \
+#define WEFT_TILE_OPS(n)                                                                    \
+  template <>                                                                               \
+  inline void Tiles::Load<n>(const void* p, int64_t stride) {                               \
+    __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #n ::"r"(p), "r"(stride) : "memory");     \
+  }                                                                                         \
+  template <>                                                                               \
+  inline void Tiles::Zero<n>() {                                                            \
+    __asm__ volatile("tilezero %%tmm" #n ::);                                               \
+  }                                                                                         \
+  template <>                                                                               \
+  inline void Tiles::Store<n>(void* p, int64_t stride) {                                    \
     __asm__ volatile("tilestored %%tmm" #n ", (%0,%1,1)" ::"r"(p), "r"(stride) : "memory"); \
   }
 WEFT_TILE_OPS(0)
@@ -93,9 +93,9 @@ WEFT_TILE_OPS(7)
 #undef WEFT_TILE_OPS
 
 // C += A * B (AT&T operand order: B, A, C).
-#define WEFT_TILE_DOT(c, a, b)                                   \
-  template <>                                                    \
-  inline void Tiles::Dot<c, a, b>() {                            \
+#define WEFT_TILE_DOT(c, a, b)                                           \
+  template <>                                                            \
+  inline void Tiles::Dot<c, a, b>() {                                    \
     __asm__ volatile("tdpbf16ps %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::); \
   }
 WEFT_TILE_DOT(0, 4, 6)
@@ -200,16 +200,16 @@ void EnsureConfigured() {
 // Byte strides throughout. The k steps below k_full read A and B in place;
 // the tail step (when present) reads the zero-padded copies.
 struct BlockArgs {
-  int64_t k_full;                  // multiple of 32
-  const uint8_t* a;                // A rows (row i*16 at a + i*16*a_stride)
+  int64_t k_full;    // multiple of 32
+  const uint8_t* a;  // A rows (row i*16 at a + i*16*a_stride)
   int64_t a_stride;
-  const uint8_t* a_tail;           // [rows][32] bf16 k tail, or null
+  const uint8_t* a_tail;  // [rows][32] bf16 k tail, or null
   int64_t a_tail_stride;
-  const uint8_t* b;                // chunk j at b + j * b_chunk
+  const uint8_t* b;  // chunk j at b + j * b_chunk
   int64_t b_chunk;
-  const uint8_t* b_tail;           // [chunk][16 pair rows][32] bf16, or null
+  const uint8_t* b_tail;  // [chunk][16 pair rows][32] bf16, or null
   int64_t b_tail_chunk;
-  uint8_t* c;                      // C rows (row i*16 at c + i*16*c_stride)
+  uint8_t* c;  // C rows (row i*16 at c + i*16*c_stride)
   int64_t c_stride;
   bool accumulate;
 };

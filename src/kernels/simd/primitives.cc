@@ -22,12 +22,12 @@ namespace weft::kernels::simd::WEFT_ISA_NAME {
 // peak), float32 attention S 4096 D 128 causal 1.17x forward and 1.11x
 // forward + backward (medians); 12 or 14 rows x 2 chunks were no faster.
 #if defined(__AVX512F__)
-constexpr int L = 16;   // lanes
-constexpr int MR = 8;   // at most 8: RowsTail has cases 1 .. 7
+constexpr int L = 16;  // lanes
+constexpr int MR = 8;  // at most 8: RowsTail has cases 1 .. 7
 constexpr int kChunks = 2;
 #elif defined(__AVX2__)
 constexpr int L = 8;
-constexpr int MR = 6;   // 6 x 2 vectors = 12 of the 16 ymm registers
+constexpr int MR = 6;  // 6 x 2 vectors = 12 of the 16 ymm registers
 constexpr int kChunks = 1;
 #else
 constexpr int L = 4;
@@ -79,37 +79,35 @@ static inline void MicroKernel(int64_t K, const float* __restrict A, int64_t lda
 }
 
 template <int W>
-static void RowsTail(int rows, int64_t K, const float* A, int64_t lda, const float* B,
-                     int64_t ldb, int64_t cs, float* C, int64_t ldc, bool acc) {
+static void RowsTail(int rows, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
+                     int64_t cs, float* C, int64_t ldc, bool acc) {
   switch (rows) {
-#define WEFT_CASE(n)                                                              \
-  case n:                                                                         \
+#define WEFT_CASE(n)                                                             \
+  case n:                                                                        \
     if constexpr (n < MR) MicroKernel<n, W>(K, A, lda, B, ldb, cs, C, ldc, acc); \
     break;
-    WEFT_CASE(1) WEFT_CASE(2) WEFT_CASE(3) WEFT_CASE(4) WEFT_CASE(5) WEFT_CASE(6)
-    WEFT_CASE(7)
+    WEFT_CASE(1) WEFT_CASE(2) WEFT_CASE(3) WEFT_CASE(4) WEFT_CASE(5) WEFT_CASE(6) WEFT_CASE(7)
 #undef WEFT_CASE
   }
 }
 
 template <int W>
-static void Columns(int64_t M, int64_t K, const float* A, int64_t lda, const float* B,
-                    int64_t ldb, int64_t cs, float* C, int64_t ldc, bool acc) {
+static void Columns(int64_t M, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
+                    int64_t cs, float* C, int64_t ldc, bool acc) {
   int64_t m0 = 0;
   for (; m0 + MR <= M; m0 += MR)
     MicroKernel<MR, W>(K, A + m0 * lda, lda, B, ldb, cs, C + m0 * ldc, ldc, acc);
   if (m0 < M)
-    RowsTail<W>(static_cast<int>(M - m0), K, A + m0 * lda, lda, B, ldb, cs, C + m0 * ldc, ldc,
-                acc);
+    RowsTail<W>(static_cast<int>(M - m0), K, A + m0 * lda, lda, B, ldb, cs, C + m0 * ldc, ldc, acc);
 }
 
-void Gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-          int64_t ldb, int64_t b_chunk_stride, float* C, int64_t ldc, bool accumulate) {
+void Gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
+          int64_t b_chunk_stride, float* C, int64_t ldc, bool accumulate) {
   int64_t n0 = 0;
   if constexpr (kChunks > 1) {
     for (; n0 + kChunks * kPadN <= N; n0 += kChunks * kPadN)
-      Columns<kChunks>(M, K, A, lda, B + (n0 / kPadN) * b_chunk_stride, ldb, b_chunk_stride,
-                       C + n0, ldc, accumulate);
+      Columns<kChunks>(M, K, A, lda, B + (n0 / kPadN) * b_chunk_stride, ldb, b_chunk_stride, C + n0,
+                       ldc, accumulate);
   }
   for (; n0 < N; n0 += kPadN)
     Columns<1>(M, K, A, lda, B + (n0 / kPadN) * b_chunk_stride, ldb, b_chunk_stride, C + n0, ldc,
@@ -232,9 +230,10 @@ static void Bf16RowsTail(int rows, int64_t K, const uint16_t* A, int64_t lda, co
   case n:                                                                              \
     if constexpr (n < kBf16Rows) Bf16MicroKernel<n, W>(K, A, lda, B, cs, C, ldc, acc); \
     break;
-    WEFT_CASE(1)
-    WEFT_CASE(2) WEFT_CASE(3) WEFT_CASE(4) WEFT_CASE(5) WEFT_CASE(6) WEFT_CASE(7) WEFT_CASE(8)
-        WEFT_CASE(9) WEFT_CASE(10) WEFT_CASE(11)
+    // clang-format off
+    WEFT_CASE(1) WEFT_CASE(2) WEFT_CASE(3) WEFT_CASE(4) WEFT_CASE(5) WEFT_CASE(6)
+    WEFT_CASE(7) WEFT_CASE(8) WEFT_CASE(9) WEFT_CASE(10) WEFT_CASE(11)
+    // clang-format on
 #undef WEFT_CASE
   }
 }
@@ -382,8 +381,7 @@ float Dot(const float* x, const float* y, int64_t n) {
   return sum;
 }
 
-void SoftmaxGrad(const float* p, const float* dp, float delta, float s, float* ds,
-                        int64_t n) {
+void SoftmaxGrad(const float* p, const float* dp, float delta, float s, float* ds, int64_t n) {
   int64_t i = 0;
   for (; i + L <= n; i += L) Store(ds + i, Load(p + i) * (Load(dp + i) - delta) * s);
   for (; i < n; ++i) ds[i] = p[i] * (dp[i] - delta) * s;
