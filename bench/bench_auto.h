@@ -3,7 +3,7 @@
 // this machine's in-process devices (chip local-cpu), then runs each that
 // fits for a few training steps with the executor and compares the step
 // time of the candidate the planner ranked first with the best measured
-// one (issue 15's target: within 20%). Also the rank correlation of
+// one (the target: within 20%). Also the rank correlation of
 // predicted and measured step times.
 #pragma once
 

@@ -180,7 +180,7 @@ void AddPlan(CLI::App& app) {
   cmd->add_option("--precision", f->precision,
                   "bf16 or f32: the mixed-precision policy of the planned program, as weft "
                   "train --precision (default: the config's train.precision)");
-  cmd->add_flag("--json", f->json, "Print JSON (schema weft.plan/2, plan/report.h)");
+  cmd->add_flag("--json", f->json, "Print JSON (schema weft.plan/2, train/plan_report.h)");
   cmd->add_option("--svg", f->svg, "Write the memory breakdown and timeline as SVG");
   cmd->add_option("--hlo", f->hlo,
                   "Write the planned per-device program (fused, scheduled; XLA's HLO text)");

@@ -166,7 +166,7 @@ TEST(ParserTest, EveryOpRoundTrips) {
   EXPECT_EQ(entry->GetInstruction("dus")->attrs().passthrough[0].first, "metadata");
 }
 
-// The ops of issue 16 as XLA prints them: sort (several operands, stable),
+// Operations as XLA prints them: sort (several operands, stable),
 // topk, the TopK custom call, reduce-window (padding, both dilations,
 // variadic), select-and-scatter, bitcast-convert between widths,
 // conditional (predicate and branch-index forms), tokens, and the element

@@ -1,5 +1,5 @@
 // weft plan against the published runs of configs/published_runs.toml: each
-// run within its band, the aggregate targets, and the file's errors.
+// run within its band, the aggregate targets, and the file's errors.
 #include "weft/train/plan_validation.h"
 
 #include <gtest/gtest.h>
