@@ -62,12 +62,13 @@ std::vector<DeviceState> MakeStates(const StepProgram& program) {
         float* values = t.mutable_data<float>();
         for (int64_t i = 0; i < t.element_count(); ++i) values[i] = normal(rng);
         if (!owner) continue;
-        state.pieces.push_back({*suffix ? CheckpointPart::kOptimizer : CheckpointPart::kModel,
-                                weights[k].name + suffix,
-                                {TensorDType::kF32, dims},
-                                box,
-                                static_cast<const std::byte*>(t.raw_data()),
-                                t.dimensions()});
+        SavePiece& piece = state.pieces.emplace_back();
+        piece.part = *suffix ? CheckpointPart::kOptimizer : CheckpointPart::kModel;
+        piece.name = weights[k].name + suffix;
+        piece.global = TensorSpec{TensorDType::kF32, dims};
+        piece.box = box;
+        piece.data = static_cast<const std::byte*>(t.raw_data());
+        piece.buffer_dims = t.dimensions();
         state.bytes += box.num_elements() * 4;
       }
     }

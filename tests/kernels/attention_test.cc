@@ -30,9 +30,9 @@ using testing::ScopedEnv;
 
 struct Case {
   AttentionDims d;
-  MaskModPtr mask;  // null: no mask
-  RefMods ref;
-  ScoreModPtr score;  // null: none
+  MaskModPtr mask = nullptr;  // null: no mask
+  RefMods ref = {};
+  ScoreModPtr score = nullptr;  // null: none
   int64_t block = 64;
   bool mask_per_batch = false;  // BlockMask with B = batch instead of 1
   bool mask_per_head = false;

@@ -349,7 +349,9 @@ TEST(Primitives, Bf16CallsUseTheBf16IsaWhereTheCpuHasIt) {
 // bf16 dot instruction (portable, avx2, avx512, the AMX model); the tests
 // run without WEFT_ISA, and with it the forced set decides.
 TEST(Primitives, Bf16InstructionsAreAllowedUnlessAnIsaWithoutThemIsForced) {
-  if (!GetEnv("WEFT_ISA")) EXPECT_TRUE(Bf16InstructionsAllowed());
+  if (!GetEnv("WEFT_ISA")) {
+    EXPECT_TRUE(Bf16InstructionsAllowed());
+  }
   for (const std::string& isa : Isas()) {
     ScopedIsa forced(isa.c_str());
     EXPECT_EQ(Bf16InstructionsAllowed(), isa == "amx" || isa == "avx512bf16") << isa;

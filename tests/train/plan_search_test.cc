@@ -41,7 +41,9 @@ TEST(PlanSearchTest, EveryCandidateIsPlannedAndTheFittingOnesRankFastestFirst) {
       EXPECT_EQ(c.outcome, AutoCandidate::Outcome::kRanked);
       EXPECT_LE(static_cast<double>(c.peak_bytes), p.budget_bytes);
       EXPECT_GT(c.tokens_per_s_per_chip, 0);
-      if (i > 0) EXPECT_LE(c.tokens_per_s_per_chip, p.candidates[i - 1].tokens_per_s_per_chip);
+      if (i > 0) {
+        EXPECT_LE(c.tokens_per_s_per_chip, p.candidates[i - 1].tokens_per_s_per_chip);
+      }
     } else {
       EXPECT_NE(c.outcome, AutoCandidate::Outcome::kRanked);
       EXPECT_FALSE(c.why.empty());

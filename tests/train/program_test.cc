@@ -298,7 +298,10 @@ TEST(ProgramTest, TheDcnFlagMakesAxesSpanSlices) {
 TEST(ProgramTest, FusedTinyStepHasOutputFusions) {
   const RunConfig tiny = LoadRunConfig(kSource / "configs/tiny.toml");
   // Output fusion takes f32 dots only (compiler/fusion.h).
-  const StepProgram p = BuildStepProgram(tiny, {.precision = Precision::kF32, .fuse = true});
+  StepProgramOptions options;
+  options.precision = Precision::kF32;
+  options.fuse = true;
+  const StepProgram p = BuildStepProgram(tiny, options);
   int64_t output = 0, dots_outside = 0;
   for (const HloComputation* c : p.compiled.program->computations()) {
     for (const HloInstruction* instr : c->instructions()) {
