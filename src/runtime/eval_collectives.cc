@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "weft/base/error.h"
-#include "weft/runtime/executor_eval.h"
+#include "executor_eval.h"
 
 namespace weft::runtime::exec {
 namespace {

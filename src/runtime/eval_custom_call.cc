@@ -21,7 +21,7 @@
 #include "weft/base/error.h"
 #include "weft/kernels/attention.h"
 #include "weft/kernels/mod_expr.h"
-#include "weft/runtime/executor_eval.h"
+#include "executor_eval.h"
 
 namespace weft::runtime::exec {
 namespace {

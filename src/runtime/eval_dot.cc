@@ -35,7 +35,7 @@
 #include "simd/primitives.h"
 #include "weft/base/error.h"
 #include "weft/compiler/dot_layout.h"
-#include "weft/runtime/executor_eval.h"
+#include "executor_eval.h"
 
 namespace weft::runtime::exec {
 namespace {

@@ -44,7 +44,7 @@
 #include "weft/base/error.h"
 #include "weft/compiler/fusion.h"
 #include "weft/hlo/computation.h"
-#include "weft/runtime/executor_eval.h"
+#include "executor_eval.h"
 
 namespace weft::runtime::exec {
 namespace {

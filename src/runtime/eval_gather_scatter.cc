@@ -12,7 +12,7 @@
 #include <optional>
 
 #include "weft/base/error.h"
-#include "weft/runtime/executor_eval.h"
+#include "executor_eval.h"
 
 namespace weft::runtime::exec {
 namespace {

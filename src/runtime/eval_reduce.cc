@@ -16,7 +16,7 @@
 
 #include "elementwise_kernels.h"
 #include "weft/base/error.h"
-#include "weft/runtime/executor_eval.h"
+#include "executor_eval.h"
 
 namespace weft::runtime::exec {
 

@@ -14,7 +14,7 @@
 
 #include "random_bits.h"
 #include "weft/base/error.h"
-#include "weft/runtime/executor_eval.h"
+#include "executor_eval.h"
 
 namespace weft::runtime::exec {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "weft/base/error.h"
 #include "weft/compiler/buffer_assignment.h"
-#include "weft/runtime/executor_eval.h"
+#include "executor_eval.h"
 
 namespace weft::runtime::exec {
 namespace {

@@ -8,7 +8,7 @@
 #include <algorithm>
 
 #include "weft/base/error.h"
-#include "weft/runtime/executor_eval.h"
+#include "executor_eval.h"
 
 namespace weft::runtime::exec {
 namespace {

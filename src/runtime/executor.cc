@@ -18,7 +18,7 @@
 #include "weft/base/error.h"
 #include "weft/base/thread_pool.h"
 #include "weft/compiler/schedule.h"
-#include "weft/runtime/executor_eval.h"
+#include "executor_eval.h"
 #include "weft/runtime/topology.h"
 
 namespace weft::runtime {

@@ -24,7 +24,7 @@
 #include "weft/hlo/custom_call_targets.h"
 #include "weft/hlo/parser.h"
 #include "weft/runtime/comm_mpi.h"
-#include "weft/runtime/executor_eval.h"
+#include "executor_eval.h"
 #include "weft/runtime/topology.h"
 
 namespace weft::runtime {
