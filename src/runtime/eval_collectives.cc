@@ -9,8 +9,8 @@
 // unpacked afterwards — one strided copy each.
 #include <cstring>
 
-#include "weft/base/error.h"
 #include "executor_eval.h"
+#include "weft/base/error.h"
 
 namespace weft::runtime::exec {
 namespace {

@@ -18,10 +18,10 @@
 #include <optional>
 #include <set>
 
+#include "executor_eval.h"
 #include "weft/base/error.h"
 #include "weft/kernels/attention.h"
 #include "weft/kernels/mod_expr.h"
-#include "executor_eval.h"
 
 namespace weft::runtime::exec {
 namespace {

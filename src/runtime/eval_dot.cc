@@ -32,10 +32,10 @@
 #include <span>
 #include <unordered_map>
 
+#include "executor_eval.h"
 #include "simd/primitives.h"
 #include "weft/base/error.h"
 #include "weft/compiler/dot_layout.h"
-#include "executor_eval.h"
 
 namespace weft::runtime::exec {
 namespace {

@@ -8,8 +8,8 @@
 #include <type_traits>
 
 #include "elementwise_kernels.h"
-#include "weft/base/error.h"
 #include "executor_eval.h"
+#include "weft/base/error.h"
 
 namespace weft::runtime::exec {
 namespace {

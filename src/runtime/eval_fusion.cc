@@ -41,10 +41,10 @@
 #include <vector>
 
 #include "elementwise_kernels.h"
+#include "executor_eval.h"
 #include "weft/base/error.h"
 #include "weft/compiler/fusion.h"
 #include "weft/hlo/computation.h"
-#include "executor_eval.h"
 
 namespace weft::runtime::exec {
 namespace {

@@ -11,8 +11,8 @@
 #include <cstring>
 #include <optional>
 
-#include "weft/base/error.h"
 #include "executor_eval.h"
+#include "weft/base/error.h"
 
 namespace weft::runtime::exec {
 namespace {

@@ -15,8 +15,8 @@
 #include <limits>
 
 #include "elementwise_kernels.h"
-#include "weft/base/error.h"
 #include "executor_eval.h"
+#include "weft/base/error.h"
 
 namespace weft::runtime::exec {
 

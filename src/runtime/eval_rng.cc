@@ -12,9 +12,9 @@
 #include <numbers>
 #include <vector>
 
+#include "executor_eval.h"
 #include "random_bits.h"
 #include "weft/base/error.h"
-#include "executor_eval.h"
 
 namespace weft::runtime::exec {
 namespace {

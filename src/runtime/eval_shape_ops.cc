@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "executor_eval.h"
 #include "weft/base/error.h"
 #include "weft/compiler/buffer_assignment.h"
-#include "executor_eval.h"
 
 namespace weft::runtime::exec {
 namespace {

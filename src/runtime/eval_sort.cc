@@ -8,8 +8,8 @@
 #include <cstring>
 #include <numeric>
 
-#include "weft/base/error.h"
 #include "executor_eval.h"
+#include "weft/base/error.h"
 
 namespace weft::runtime::exec {
 namespace {

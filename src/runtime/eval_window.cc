@@ -7,8 +7,8 @@
 // through the scalar interpreter, rounding every step to the element type.
 #include <algorithm>
 
-#include "weft/base/error.h"
 #include "executor_eval.h"
+#include "weft/base/error.h"
 
 namespace weft::runtime::exec {
 namespace {

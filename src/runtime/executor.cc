@@ -14,11 +14,11 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "executor_eval.h"
 #include "weft/base/cpu.h"
 #include "weft/base/error.h"
 #include "weft/base/thread_pool.h"
 #include "weft/compiler/schedule.h"
-#include "executor_eval.h"
 #include "weft/runtime/topology.h"
 
 namespace weft::runtime {

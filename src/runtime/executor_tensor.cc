@@ -9,8 +9,8 @@
 #include <cstring>
 #include <limits>
 
-#include "weft/base/error.h"
 #include "executor_eval.h"
+#include "weft/base/error.h"
 
 namespace weft::runtime {
 

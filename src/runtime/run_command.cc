@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "executor_eval.h"
 #include "weft/analysis/loops.h"
 #include "weft/analysis/memory_plan.h"
 #include "weft/base/error.h"
@@ -24,7 +25,6 @@
 #include "weft/hlo/custom_call_targets.h"
 #include "weft/hlo/parser.h"
 #include "weft/runtime/comm_mpi.h"
-#include "executor_eval.h"
 #include "weft/runtime/topology.h"
 
 namespace weft::runtime {
