@@ -10,7 +10,7 @@
 
 namespace weft::autodiff {
 
-int64_t ElementCount(const Shape& shape) {
+int64_t ValueArity(const Shape& shape) {
   return shape.IsTuple() ? static_cast<int64_t>(shape.tuple_shapes().size()) : 1;
 }
 
@@ -221,7 +221,7 @@ void ReversePass::Accumulate(const HloInstruction* fwd, HloInstruction* ct, int6
              ct->shape().ToString(), fwd->Describe(), index, want.ToString());
   ct = ConvertTo(ct, want.element_type());
   std::vector<HloInstruction*>& slot = ct_[fwd];
-  if (slot.empty()) slot.resize(ElementCount(fwd->shape()), nullptr);
+  if (slot.empty()) slot.resize(ValueArity(fwd->shape()), nullptr);
   slot[index] = slot[index] ? b_.Add(slot[index], ct) : ct;
 }
 

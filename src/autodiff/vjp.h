@@ -149,8 +149,9 @@ bool PassesNoGradient(const HloInstruction& instr);
 // later passes never meet a dead user.
 void RemoveDeadInstructions(HloComputation& computation);
 
-// Elements of a value: 1 for arrays, the tuple size for tuples.
-int64_t ElementCount(const Shape& shape);
+// How many values an instruction gives: 1 for an array, the tuple size for
+// a tuple (not the number of array elements: Shape::ElementsCount).
+int64_t ValueArity(const Shape& shape);
 const Shape& ElementShape(const Shape& shape, int64_t index);
 
 }  // namespace weft::autodiff
