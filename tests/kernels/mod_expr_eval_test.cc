@@ -8,6 +8,7 @@
 #include <functional>
 #include <random>
 
+#include "error_of.h"
 #include "weft/base/error.h"
 #include "weft/kernels/mod_expr.h"
 
@@ -197,14 +198,7 @@ IndexTensor RandomTensor(std::mt19937& rng, std::vector<int64_t> shape) {
   return t;
 }
 
-std::string ErrorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::ErrorOf;
 
 TEST(ModExprEvalTest, RandomMaskExpressionsMatchAScalarReference) {
   std::mt19937 rng(21);

@@ -11,6 +11,7 @@
 #include <functional>
 #include <random>
 
+#include "error_of.h"
 #include "weft/base/error.h"
 
 namespace weft::kernels {
@@ -26,14 +27,7 @@ float ScoreAt(const std::string& text, float score = 0.0f, int64_t b = 0, int64_
 }
 
 // The message of the weft::Error that fn throws ("" if none).
-std::string ErrorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::ErrorOf;
 
 TEST(ModExprTest, PrecedenceAndAssociativity) {
   struct Case {

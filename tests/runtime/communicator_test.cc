@@ -6,6 +6,8 @@
 
 #include <cstring>
 
+#include "error_of.h"
+
 namespace weft::runtime {
 namespace {
 
@@ -30,14 +32,7 @@ class FakeCommunicator final : public Communicator {
   int64_t device_, n_;
 };
 
-std::string ErrorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::ErrorOf;
 
 // The message of the weft::InternalError fn throws ("" when none).
 std::string InternalErrorOf(const std::function<void()>& fn) {

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "error_of.h"
 #include "weft/base/error.h"
 #include "weft/runtime/comm_threads.h"
 #include "weft/runtime/hybrid_mesh.h"
@@ -14,14 +15,7 @@
 namespace weft::runtime {
 namespace {
 
-std::string ErrorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::ErrorOf;
 
 RuntimeConfig Config(int64_t devices, int64_t slices = 0, int64_t slice_size = 0) {
   RuntimeConfig config;

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <random>
 
+#include "error_of.h"
 #include "weft/base/atomic_file.h"
 #include "weft/base/error.h"
 #include "weft/data/kjv.h"
@@ -32,18 +33,7 @@ fs::path TempDir(const std::string& name) {
   return dir;
 }
 
-template <typename F>
-void ExpectError(F&& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one mentioning " << parts.front();
-  } catch (const Error& e) {
-    for (const std::string& p : parts) {
-      EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
-          << "'" << e.what() << "' does not mention '" << p << "'";
-    }
-  }
-}
+using testing::ExpectError;
 
 TEST(EvalTest, DocumentsAreCutIntoConsecutiveWindows) {
   TokenizedCorpus corpus;

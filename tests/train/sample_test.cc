@@ -14,6 +14,7 @@
 #include <random>
 #include <sstream>
 
+#include "error_of.h"
 #include "weft/base/error.h"
 #include "weft/models/llama.h"
 #include "weft/runtime/executor.h"
@@ -34,18 +35,7 @@ fs::path TempDir(const std::string& name) {
   return dir;
 }
 
-template <typename F>
-void ExpectError(F&& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one mentioning " << parts.front();
-  } catch (const Error& e) {
-    for (const std::string& p : parts) {
-      EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
-          << "'" << e.what() << "' does not mention '" << p << "'";
-    }
-  }
-}
+using testing::ExpectError;
 
 LlamaConfig Micro(bool tie) {
   LlamaConfig c;

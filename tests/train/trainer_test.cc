@@ -18,6 +18,7 @@
 #include <optional>
 #include <sstream>
 
+#include "error_of.h"
 #include "weft/base/atomic_file.h"
 #include "weft/base/error.h"
 #include "weft/runtime/comm_threads.h"
@@ -312,14 +313,7 @@ std::vector<int64_t> MetricSteps(const fs::path& out) {
   return steps;
 }
 
-std::string ErrorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::ErrorOf;
 
 TEST(TrainerTest, ASecondRunInTheSameOutDirContinuesInsteadOfStartingOver) {
   const RunConfig config = Micro();
