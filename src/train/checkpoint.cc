@@ -597,11 +597,14 @@ void Save(const fs::path& target, std::span<const SavePiece> pieces, const Train
   const fs::path dir = Normalize(target);
   const bool lead = group.device == 0;
   fs::path temp;
+  // Every device's pieces are finite before anything is made on disk.
   group.Together([&] {
     if (auto bad = FirstNonFinitePiece(pieces)) {
       Fail("refusing to write checkpoint {} at step {}: {}; the previous checkpoint is kept",
            dir.string(), state.step, *bad);
     }
+  });
+  group.Together([&] {
     if (lead) temp = PrepareTemp(dir);
   });
   temp = group.Gather(lead ? temp.string() : std::string())[0];

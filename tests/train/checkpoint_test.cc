@@ -606,6 +606,20 @@ TEST_F(ShardedCheckpointTest, AFailureOnAnyDeviceKeepsTheLastCheckpoint) {
   }
 }
 
+// A device whose tiles hold a NaN stops every device's save before anything
+// is made on disk.
+TEST_F(ShardedCheckpointTest, ANonFiniteTileOnAnyDeviceStopsTheSaveEverywhere) {
+  SaveOnFourDevices(10);
+  const Checkpoint before = LoadCheckpoint(dir_);
+  tensors_.at("big").tile_data[3][17] = std::numeric_limits<float>::infinity();
+  const std::string message = ErrorOf([&] { SaveOnFourDevices(20); });
+  EXPECT_NE(message.find("refusing to write checkpoint"), std::string::npos) << message;
+  EXPECT_NE(message.find("tensor 'big' (model) holds a non-finite value"), std::string::npos)
+      << message;
+  ExpectSame(LoadCheckpoint(dir_), before);
+  EXPECT_EQ(Siblings(), std::vector<std::string>{"checkpoint"});
+}
+
 // A real crash: the process dies (SIGKILL) mid-save, on device 1 after it
 // wrote its shards, or on device 0 after the index is written or synced.
 TEST_F(ShardedCheckpointTest, AKilledSaveLeavesThePreviousCheckpointLoadable) {
