@@ -132,24 +132,6 @@ inline HloOpcode ReducerOp(const HloComputation* c) {
   return root->opcode();
 }
 
-inline bool Compare(ComparisonDirection d, double a, double b) {
-  switch (d) {
-    case ComparisonDirection::kEq:
-      return a == b;
-    case ComparisonDirection::kNe:
-      return a != b;
-    case ComparisonDirection::kLt:
-      return a < b;
-    case ComparisonDirection::kLe:
-      return a <= b;
-    case ComparisonDirection::kGt:
-      return a > b;
-    case ComparisonDirection::kGe:
-      return a >= b;
-  }
-  return false;
-}
-
 // Hook for custom calls: (instruction, operands, device) -> result.
 using CustomCallFn = std::function<Value(const HloInstruction&, const std::vector<Value>&)>;
 
@@ -320,7 +302,7 @@ class Interpreter {
         return r;
       case HloOpcode::kCompare:
         for (int64_t i = 0; i < count; ++i) {
-          r.data[i] = Compare(a.comparison_direction, ops[0].data[i], ops[1].data[i]) ? 1 : 0;
+          r.data[i] = Holds(a.comparison_direction, ops[0].data[i], ops[1].data[i]) ? 1 : 0;
         }
         return r;
       case HloOpcode::kSelect:
