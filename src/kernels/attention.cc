@@ -250,10 +250,21 @@ void ScoreTile(const Problem& p, int64_t b, int64_t h, int64_t qb, int64_t kb, b
   }
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   if (partial) {
-    p.mask->mask_mod()->Evaluate(b, h, q0, nq, k0, nk, keep, p.bkp);
+    // The block's mask as the BlockMask kept it (this tile is a part of
+    // it), else evaluated here.
+    const int64_t mq = qb / p.rq, mk = kb / p.rk;
+    const uint8_t* kept = p.mask->PartialKeep(b, h, mq, mk);
+    int64_t ld = p.mask->kv_block();
+    if (kept != nullptr) {
+      kept += (q0 - mq * p.mask->q_block()) * ld + (k0 - mk * p.mask->kv_block());
+    } else {
+      p.mask->mask_mod()->Evaluate(b, h, q0, nq, k0, nk, keep, p.bkp);
+      kept = keep;
+      ld = p.bkp;
+    }
     for (int64_t i = 0; i < nq; ++i) {
       float* row = s + i * p.bkp;
-      const uint8_t* k = keep + i * p.bkp;
+      const uint8_t* k = kept + i * ld;
       for (int64_t j = 0; j < nk; ++j) row[j] = k[j] ? row[j] : kNegInf;
     }
   }

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
+#include <memory>
 
 #include "weft/base/error.h"
 #include "weft/base/thread_pool.h"
@@ -120,27 +122,53 @@ BlockMask BlockMask::Create(MaskModPtr mask_mod, int64_t batch, int64_t heads, i
   const int64_t nqb = m.num_q_blocks(), nkb = m.num_kv_blocks();
   std::vector<BlockKind> kinds(static_cast<size_t>(batch * heads * nqb * nkb));
   const MaskMod& mask = *m.mask_mod_;
+  // Each row's partial blocks evaluated, in kv order (the CSR order), while
+  // their bytes stay under kMaxPartialTileBytes in all.
+  const int64_t tile_bytes = q_block * kv_block;
+  std::vector<std::vector<uint8_t>> row_tiles(static_cast<size_t>(batch * heads * nqb));
+  std::atomic<int64_t> stored_bytes{0};
+  std::atomic<bool> keep_tiles{true};
   // One task per (b, h, query block); each writes only its own row of kinds.
   ThreadPool::Global().ParallelFor(batch * heads * nqb, [&](int64_t task, int) {
     const int64_t b = task / (heads * nqb), h = task / nqb % heads, qb = task % nqb;
     const int64_t q0 = qb * q_block, q1 = std::min(q0 + q_block, q_len);
-    std::vector<uint8_t> tile;  // only for blocks that Classify cannot tell
+    std::vector<uint8_t> tile(static_cast<size_t>(tile_bytes));
+    std::vector<uint8_t>& kept_tiles = row_tiles[task];
     BlockKind* row = kinds.data() + task * nkb;
     for (int64_t kb = 0; kb < nkb; ++kb) {
       const int64_t k0 = kb * kv_block, k1 = std::min(k0 + kv_block, kv_len);
-      if (std::optional<BlockKind> kind = mask.Classify(b, h, q0, q1, k0, k1)) {
-        row[kb] = *kind;
+      const int64_t nq = q1 - q0, nk = k1 - k0;
+      const std::optional<BlockKind> told = mask.Classify(b, h, q0, q1, k0, k1);
+      if (told && *told != BlockKind::kPartial) {
+        row[kb] = *told;
         continue;
       }
-      const int64_t n = (q1 - q0) * (k1 - k0);
-      tile.resize(static_cast<size_t>(n));
-      mask.Evaluate(b, h, q0, q1 - q0, k0, k1 - k0, tile.data(), k1 - k0);
+      mask.Evaluate(b, h, q0, nq, k0, nk, tile.data(), kv_block);
       int64_t kept = 0;
-      for (uint8_t keep : tile) kept += keep != 0;
-      row[kb] = kept == 0 ? BlockKind::kEmpty : kept == n ? BlockKind::kFull : BlockKind::kPartial;
+      for (int64_t i = 0; i < nq; ++i) {
+        for (int64_t j = 0; j < nk; ++j) kept += tile[i * kv_block + j] != 0;
+      }
+      row[kb] = kept == 0         ? BlockKind::kEmpty
+                : kept == nq * nk ? BlockKind::kFull
+                                  : BlockKind::kPartial;
+      if (row[kb] != BlockKind::kPartial || !keep_tiles.load(std::memory_order_relaxed)) continue;
+      if (stored_bytes.fetch_add(tile_bytes) + tile_bytes > kMaxPartialTileBytes) {
+        keep_tiles = false;
+        continue;
+      }
+      kept_tiles.insert(kept_tiles.end(), tile.begin(), tile.end());
     }
   });
   BlockMaskBuilder::Fill(m, kinds);
+  if (keep_tiles && m.num_partial() > 0) {
+    std::vector<uint8_t> tiles;
+    tiles.reserve(static_cast<size_t>(m.num_partial() * tile_bytes));
+    for (std::vector<uint8_t>& r : row_tiles) {
+      tiles.insert(tiles.end(), r.begin(), r.end());
+      std::vector<uint8_t>().swap(r);
+    }
+    m.partial_tiles_ = std::make_shared<const std::vector<uint8_t>>(std::move(tiles));
+  }
   return m;
 }
 
@@ -180,6 +208,15 @@ BlockMask::BlockList BlockMask::KvBlocks(int64_t b, int64_t h, int64_t qb) const
 BlockMask::BlockList BlockMask::QBlocks(int64_t b, int64_t h, int64_t kb) const {
   const int64_t row = RowIndex(batch_, heads_, b, h, kb, num_kv_blocks(), "kv block");
   return BlockMaskBuilder::List(by_kv_, row);
+}
+
+const uint8_t* BlockMask::PartialKeep(int64_t b, int64_t h, int64_t qb, int64_t kb) const {
+  if (partial_tiles_ == nullptr) return nullptr;
+  const BlockList list = KvBlocks(b, h, qb);
+  const int32_t* end = list.partial + list.num_partial;
+  const int32_t* at = std::lower_bound(list.partial, end, static_cast<int32_t>(kb));
+  if (at == end || *at != kb) return nullptr;
+  return partial_tiles_->data() + (at - by_q_.partial.data()) * q_block_ * kv_block_;
 }
 
 BlockKind BlockMask::Kind(int64_t b, int64_t h, int64_t qb, int64_t kb) const {

@@ -410,6 +410,13 @@ class ExprMaskMod final : public MaskMod {
                 int64_t ld) const override {
     expr_.EvaluateMask(b, h, q0, nq, k0, nk, keep, ld);
   }
+  std::optional<BlockKind> Classify(int64_t b, int64_t h, int64_t q0, int64_t q1, int64_t k0,
+                                    int64_t k1) const override {
+    if (q1 <= q0 || k1 <= k0) return BlockKind::kEmpty;
+    const std::optional<bool> all = expr_.ClassifyMask(b, h, q0, q1, k0, k1);
+    if (!all) return std::nullopt;
+    return *all ? BlockKind::kFull : BlockKind::kEmpty;
+  }
   std::string ToString() const override { return expr_.text(); }
   std::map<std::string, IndexTensor> Tensors() const override { return expr_.index_tensors(); }
 

@@ -550,6 +550,15 @@ void ModExpr::EvaluateMask(int64_t b, int64_t h, int64_t q0, int64_t nq, int64_t
   EvaluateMaskTile(*impl_, b, h, q0, nq, k0, nk, keep, ld);
 }
 
+std::optional<bool> ModExpr::ClassifyMask(int64_t b, int64_t h, int64_t q0, int64_t q1, int64_t k0,
+                                          int64_t k1) const {
+  WEFT_CHECK(impl_->kind == Kind::kMask, "{}: ClassifyMask on a score expression '{}'", impl_->what,
+             impl_->text);
+  WEFT_CHECK(q1 > q0 && k1 > k0, "{}: ClassifyMask of an empty block [{}, {}) x [{}, {})",
+             impl_->what, q0, q1, k0, k1);
+  return ClassifyMaskBlock(*impl_, b, h, q0, q1, k0, k1);
+}
+
 void ModExpr::ApplyScore(int64_t b, int64_t h, int64_t q0, int64_t nq, int64_t k0, int64_t nk,
                          float* scores, int64_t ld, float* grad) const {
   WEFT_CHECK(impl_->kind == Kind::kScore, "{}: ApplyScore on a mask expression '{}'", impl_->what,

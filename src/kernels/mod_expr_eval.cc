@@ -221,8 +221,26 @@ class Evaluator {
     std::fill_n(need, Size(s), uint8_t{0});
     const uint8_t u = s | active->shape;
     const uint8_t* a = active->as<uint8_t>();
+    // Row strides (0 where a buffer has one row); the loops below are
+    // specialised on which of the two vary along the row, so they vectorize.
+    const int64_t a_row = active->shape & kRow ? Cols(active->shape) : 0;
+    const int64_t n_row = s & kRow ? Cols(s) : 0;
+    const bool a_col = active->shape & kCol, n_col = s & kCol;
+    const int64_t cols = Cols(u);
     for (int64_t i = 0; i < Rows(u); ++i) {
-      for (int64_t j = 0; j < Cols(u); ++j) need[At(s, i, j)] |= a[At(active->shape, i, j)];
+      const uint8_t* ar = a + i * a_row;
+      uint8_t* nr = need + i * n_row;
+      if (n_col && a_col) {
+        for (int64_t j = 0; j < cols; ++j) nr[j] |= ar[j];
+      } else if (n_col) {
+        if (ar[0]) std::fill_n(nr, cols, uint8_t{1});
+      } else if (a_col) {
+        uint8_t any = 0;
+        for (int64_t j = 0; j < cols; ++j) any |= ar[j];
+        nr[0] |= any;
+      } else {
+        nr[0] |= ar[0];
+      }
     }
     return need;
   }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -74,6 +75,9 @@ void EvaluateMaskTile(const ModExpr::Impl& p, int64_t b, int64_t h, int64_t q0, 
                       int64_t k0, int64_t nk, uint8_t* keep, int64_t ld);
 void ApplyScoreTile(const ModExpr::Impl& p, int64_t b, int64_t h, int64_t q0, int64_t nq,
                     int64_t k0, int64_t nk, float* scores, int64_t ld, float* grad);
+// Behind ModExpr::ClassifyMask (mod_expr_classify.cc); a non-empty block.
+std::optional<bool> ClassifyMaskBlock(const ModExpr::Impl& p, int64_t b, int64_t h, int64_t q0,
+                                      int64_t q1, int64_t k0, int64_t k1);
 
 }  // namespace mod_expr_internal
 }  // namespace weft::kernels

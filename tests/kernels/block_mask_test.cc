@@ -124,6 +124,15 @@ void ExpectMatchesBruteForce(const BlockMask& m, const Case& c) {
           ASSERT_EQ(by_q[qb * nkb + kb], truth)
               << c.name << " b=" << b << " h=" << h << " qb=" << qb << " kb=" << kb;
           ASSERT_EQ(static_cast<int>(m.Kind(b, h, qb, kb)), truth);
+          // A partial block's kept mask is the formula's; other blocks have none.
+          const uint8_t* tile = m.PartialKeep(b, h, qb, kb);
+          ASSERT_EQ(tile != nullptr, truth == 1) << c.name << " qb=" << qb << " kb=" << kb;
+          for (int64_t q = q0; tile != nullptr && q < q1; ++q) {
+            for (int64_t kv = k0; kv < k1; ++kv) {
+              ASSERT_EQ(tile[(q - q0) * m.kv_block() + (kv - k0)], c.formula(b, h, q, kv) ? 1 : 0)
+                  << c.name << " b=" << b << " h=" << h << " q=" << q << " kv=" << kv;
+            }
+          }
         }
       }
     }
@@ -173,6 +182,27 @@ TEST(BlockMaskTest, BatchAndHeadsBroadcastWhenOne) {
   const BlockMask batched = BlockMask::Create(PrefixLmMask({1, 2}), 2, 1, 64, 64);
   EXPECT_THROW(batched.KvBlocks(2, 0, 0), Error);
   EXPECT_NO_THROW(batched.KvBlocks(1, 7, 0));
+}
+
+TEST(BlockMaskTest, PartialMasksAreKeptOnlyUnderTheBound) {
+  // 2 x 8 x (2048 / 16)^2 blocks of a mask no Classify can tell: all of them
+  // partial, 16 x 16 bytes each, 8 MiB in all (under the bound): kept.
+  const BlockMask kept =
+      BlockMask::Create(MaskExpr("(q_idx + kv_idx + b + h) % 2 == 0"), 2, 8, 2048, 2048, 16, 16);
+  EXPECT_EQ(kept.num_partial(), 2 * 8 * 128 * 128);
+  const uint8_t* tile = kept.PartialKeep(1, 5, 3, 7);
+  ASSERT_NE(tile, nullptr);
+  EXPECT_EQ(tile[0], (48 + 112 + 1 + 5) % 2 == 0 ? 1 : 0);
+  EXPECT_EQ(tile[17], (49 + 113 + 1 + 5) % 2 == 0 ? 1 : 0);
+  // 257^2 partial blocks of 64 x 64 bytes are 258 MiB, over the bound: not
+  // kept (the kernels evaluate those blocks themselves).
+  const int64_t n = 257 * 64;
+  static_assert(257 * 257 * 64 * 64 > kMaxPartialTileBytes);
+  const BlockMask big =
+      BlockMask::Create(MaskExpr("(q_idx + kv_idx) % 2 == 0"), 1, 1, n, n, 64, 64);
+  EXPECT_EQ(big.num_partial(), 257 * 257);
+  EXPECT_EQ(big.PartialKeep(0, 0, 3, 7), nullptr);
+  EXPECT_EQ(BlockMask::Dense(128, 128).PartialKeep(0, 0, 0, 0), nullptr);
 }
 
 TEST(BlockMaskTest, DenseIsAllFull) {

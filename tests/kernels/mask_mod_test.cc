@@ -180,8 +180,8 @@ TEST(MaskModTest, ClassifyIsExactWhenItAnswers) {
     std::mt19937 rng(200 + seed);
     for (const Named& m : RandomMasks(rng)) {
       const int answered = ExpectClassifyExact(m, rng, 300);
-      // Structural masks always answer; documents answer for some blocks;
-      // expressions and lambdas never.
+      // Structural masks always answer; documents and expressions (by
+      // interval analysis) answer for some blocks; lambdas never.
       if (m.name.rfind("causal", 0) == 0 || m.name.rfind("sliding", 0) == 0 ||
           m.name == "prefix_lm" || m.name == "chunked") {
         EXPECT_EQ(answered, 300) << m.name;
@@ -189,7 +189,10 @@ TEST(MaskModTest, ClassifyIsExactWhenItAnswers) {
       if (m.name == "document_sorted" || m.name == "document_broadcast") {
         EXPECT_GT(answered, 30) << m.name;
       }
-      if (m.name == "expr" || m.name == "lambda") {
+      if (m.name == "expr") {
+        EXPECT_GT(answered, 30) << m.name;
+      }
+      if (m.name == "lambda") {
         EXPECT_EQ(answered, 0) << m.name;
       }
     }

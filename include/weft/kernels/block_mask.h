@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,11 +17,16 @@
 namespace weft::kernels {
 
 inline constexpr int64_t kDefaultBlockSize = 64;
+// Create keeps partial blocks' masks up to this many bytes in all.
+inline constexpr int64_t kMaxPartialTileBytes = int64_t{256} << 20;
 
 class BlockMask {
  public:
   // Classifies every block of mask_mod (Classify() where it can tell,
-  // per-element evaluation otherwise). Throws weft::Error on bad sizes.
+  // per-element evaluation otherwise) and keeps the mask of each partial
+  // block (PartialKeep) while they fit in kMaxPartialTileBytes, so the
+  // kernels read them instead of evaluating the mask again for every head
+  // and call. Throws weft::Error on bad sizes.
   static BlockMask Create(MaskModPtr mask_mod, int64_t batch, int64_t heads, int64_t q_len,
                           int64_t kv_len, int64_t q_block = kDefaultBlockSize,
                           int64_t kv_block = kDefaultBlockSize);
@@ -40,6 +46,12 @@ class BlockMask {
   BlockList KvBlocks(int64_t b, int64_t h, int64_t qb) const;
   // query blocks of kv block kb for batch row b and query head h.
   BlockList QBlocks(int64_t b, int64_t h, int64_t kb) const;
+
+  // The mask of partial block (qb, kb) for (b, h) as Create evaluated it:
+  // q_block() rows of kv_block() bytes (1 keep, 0 masked; rows and columns
+  // past q_len / kv_len are not set). Null when the block is not partial or
+  // the tiles were not kept (Dense, or more than kMaxPartialTileBytes).
+  const uint8_t* PartialKeep(int64_t b, int64_t h, int64_t qb, int64_t kb) const;
 
   // The kind of block (qb, kb) for (b, h).
   BlockKind Kind(int64_t b, int64_t h, int64_t qb, int64_t kb) const;
@@ -79,7 +91,10 @@ class BlockMask {
     std::vector<int64_t> full_offsets, partial_offsets;  // size rows + 1
     std::vector<int32_t> full, partial;
   };
-  Csr by_q_;   // rows: (b, h, qb)
+  Csr by_q_;  // rows: (b, h, qb)
+  // Partial blocks' masks, q_block_ x kv_block_ bytes each, in by_q_.partial
+  // order (shared: copies of a BlockMask are cheap).
+  std::shared_ptr<const std::vector<uint8_t>> partial_tiles_;
   Csr by_kv_;  // rows: (b, h, kb)
   friend class BlockMaskBuilder;
 };

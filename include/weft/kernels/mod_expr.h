@@ -52,6 +52,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -79,6 +80,13 @@ class ModExpr {
   // for i < nq, j < nk, as 0 or 1.
   void EvaluateMask(int64_t b, int64_t h, int64_t q0, int64_t nq, int64_t k0, int64_t nk,
                     uint8_t* keep, int64_t ld) const;
+  // Mask expressions: whether the expression holds everywhere (true) or
+  // nowhere (false) on the block q0 <= q_idx < q1, k0 <= kv_idx < k1 at
+  // (b, h), when interval analysis can tell without evaluating it; nullopt
+  // when it cannot (then evaluate the block). Never answers for a block where
+  // evaluation would fail (an index out of range, a division by zero).
+  std::optional<bool> ClassifyMask(int64_t b, int64_t h, int64_t q0, int64_t q1, int64_t k0,
+                                   int64_t k1) const;
   // Score expressions: scores[i * ld + j] (the raw score) is replaced by the
   // expression's value; when grad is not null, grad[i * ld + j] receives
   // d(value)/d(score).
