@@ -65,6 +65,51 @@ WEFT_REAL_KERNEL T MinF(T a, T b) {
   return a != a ? a : (b != b ? b : (a < b ? a : b));
 }
 
+// e^x in f32, branch-free so that loops of it vectorize (libm's expf is a
+// call per element): x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two, so
+// n * kLn2Hi is exact), a degree-6 polynomial for e^r (Cephes' expf
+// coefficients; within 2 ulp of e^x over the normal range), and 2^n applied
+// as two exact power-of-two factors, so results in the subnormal range round
+// once and e^x overflows to inf where it should. NaN gives NaN, -inf 0.
+// Plain multiplies and adds, and elementwise_kernels.cc is compiled with
+// -ffp-contract=off (no FMAs in the AVX2 / AVX-512 clones only), so every
+// target clone of a loop of it gives the same bits.
+WEFT_REAL_KERNEL float ExpF(float x) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  // Past these, e^x is inf or rounds to 0 (n stays within [-150, 129]).
+  const float c = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
+  const float t = c * kLog2e + kRound;
+  const int32_t n = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(kRound);
+  const float fn = t - kRound;
+  float r = c - fn * kLn2Hi;
+  r = r - fn * kLn2Lo;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  const int32_t n1 = n / 2, n2 = n - n1;  // each in [-75, 65]: normal powers of two
+  const float s1 = std::bit_cast<float>((n1 + 127) << 23);
+  const float s2 = std::bit_cast<float>((n2 + 127) << 23);
+  const float y = p * s1 * s2;
+  // NaN in, the default quiet NaN out: the sign of a NaN (of -x in logistic)
+  // is not kept the same way by every target's code.
+  return x != x ? std::numeric_limits<float>::quiet_NaN() : y;
+}
+
+template <typename T>
+WEFT_REAL_KERNEL T Exp(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return ExpF(x);
+  } else {
+    return std::exp(x);
+  }
+}
+
 template <typename T>
 WEFT_REAL_KERNEL void UnaryReal(HloOpcode op, const T* a, T* o, int64_t n) {
   switch (op) {
@@ -78,12 +123,12 @@ WEFT_REAL_KERNEL void UnaryReal(HloOpcode op, const T* a, T* o, int64_t n) {
     WEFT_UNARY(kAbs, std::fabs(x))
     WEFT_UNARY(kCeil, std::ceil(x))
     WEFT_UNARY(kCosine, std::cos(x))
-    WEFT_UNARY(kExp, std::exp(x))
+    WEFT_UNARY(kExp, Exp(x))
     WEFT_UNARY(kExpm1, std::expm1(x))
     WEFT_UNARY(kFloor, std::floor(x))
     WEFT_UNARY(kLog, std::log(x))
     WEFT_UNARY(kLog1p, std::log1p(x))
-    WEFT_UNARY(kLogistic, T(1) / (T(1) + std::exp(-x)))
+    WEFT_UNARY(kLogistic, T(1) / (T(1) + Exp(-x)))
     WEFT_UNARY(kNegate, -x)
     WEFT_UNARY(kRsqrt, T(1) / std::sqrt(x))
     WEFT_UNARY(kSign, Sign(x))
