@@ -10,9 +10,13 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <iostream>
 #include <map>
+#include <random>
 #include <tuple>
 
+#include "partitioner_random.h"
 #include "sharded_run_test_util.h"
 #include "weft/hlo/parser.h"
 
@@ -216,6 +220,99 @@ TEST(SpmdConvolutionTest, GroupsSplitWholeGroups) {
 TEST(SpmdConvolutionTest, PropagatedShardings) {
   Check({8, "f32[6,12,7,3]", "f32[3,3,3,5]", kSame, "{devices=[2,4,1,1]<=[8]}", "", ""});
   Check({4, "f32[6,12,7,4]", "f32[3,3,4,5]", kSame, "", "{devices=[1,1,2,2]<=[4]}", "", 1e-5});
+}
+
+// Property: random convolutions (1-2 spatial dims, strides, padding from -1
+// to 3, both dilations, reversal, feature or batch groups, dims in random
+// orders) with random shardings of the input, the kernel and the result on
+// 1-8 devices give the unsharded answer.
+TEST(SpmdConvolutionTest, RandomConvolutionsAndShardings) {
+  std::mt19937_64 rng(2026);
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  auto dims_text = [](const std::vector<int64_t>& d) {
+    std::string t;
+    for (size_t i = 0; i < d.size(); ++i) t += (i ? "," : "") + std::to_string(d[i]);
+    return t;
+  };
+  int64_t cases = 0, halos = 0, sums = 0;
+  while (cases < 64) {
+    const int64_t n = std::vector<int64_t>{1, 2, 3, 4, 6, 8}[pick(0, 5)];
+    const int64_t spatial = pick(1, 2);
+    const int64_t mode = pick(0, 2);  // 0: one group, 1: feature groups, 2: batch groups
+    const int64_t groups = mode == 0 ? 1 : pick(2, 3);
+    const int64_t batch = (mode == 2 ? groups : 1) * pick(1, 3);
+    const int64_t group_in = pick(1, 3);
+    const int64_t features = (mode == 1 ? groups : 1) * group_in;
+    const int64_t kernel_in = mode == 1 ? group_in : features;
+    const int64_t out_features = (mode == 0 ? 1 : groups) * pick(1, 3);
+    std::vector<int64_t> in_size, kernel_size, out_size;
+    std::string size, stride, pad, lhs_dilate, rhs_dilate, reversal;
+    bool empty = false;
+    for (int64_t k = 0; k < spatial; ++k) {
+      const int64_t window = pick(1, 4), step = pick(1, 3), lo = pick(-1, 3), hi = pick(-1, 3);
+      const int64_t dl = pick(0, 3) == 0 ? 2 : 1, dr = pick(0, 3) == 0 ? 2 : 1;
+      const int64_t in = pick(window, 13);
+      const int64_t padded = (in - 1) * dl + 1 + lo + hi, span = (window - 1) * dr + 1;
+      const int64_t out = padded < span ? 0 : (padded - span) / step + 1;
+      empty = empty || out < 1;
+      in_size.push_back(in);
+      kernel_size.push_back(window);
+      out_size.push_back(out);
+      const std::string x = k ? "x" : "";
+      size += x + std::to_string(window);
+      stride += x + std::to_string(step);
+      pad += x + std::to_string(lo) + "_" + std::to_string(hi);
+      lhs_dilate += x + std::to_string(dl);
+      rhs_dilate += x + std::to_string(dr);
+      reversal += x + std::to_string(pick(0, 1));
+    }
+    if (empty) continue;
+    // Labels in random orders; each tensor's dims follow its labels.
+    auto labels = [&](char a, char b) {
+      std::string l{a, b};
+      for (int64_t k = 0; k < spatial; ++k) l += static_cast<char>('0' + k);
+      std::shuffle(l.begin(), l.end(), rng);
+      return l;
+    };
+    auto shape = [&](const std::string& l, char a, int64_t a_size, char b, int64_t b_size,
+                     const std::vector<int64_t>& sp) {
+      std::vector<int64_t> d;
+      for (char c : l) d.push_back(c == a ? a_size : c == b ? b_size : sp[c - '0']);
+      return d;
+    };
+    const std::string ll = labels('b', 'f'), rl = labels('i', 'o'), ol = labels('b', 'f');
+    const std::vector<int64_t> ld = shape(ll, 'b', batch, 'f', features, in_size);
+    const std::vector<int64_t> rd = shape(rl, 'i', kernel_in, 'o', out_features, kernel_size);
+    const std::vector<int64_t> od =
+        shape(ol, 'b', batch / (mode == 2 ? groups : 1), 'f', out_features, out_size);
+    auto maybe_sharding = [&](int64_t rank) -> std::string {
+      if (pick(0, 3) == 0) return "";
+      return ", sharding=" + spmd_test::RandomSharding(n, rank, rng).ToString();
+    };
+    const std::string text = fmt::format(
+        "HloModule random_conv\nENTRY e {{\n  x = f32[{}] parameter(0){}\n  w = f32[{}] "
+        "parameter(1){}\n  ROOT c = f32[{}] convolution(x, w), window={{size={} stride={} "
+        "pad={} lhs_dilate={} rhs_dilate={} rhs_reversal={}}}, dim_labels={}_{}->{}{}{}\n}}\n",
+        dims_text(ld), maybe_sharding(spatial + 2), dims_text(rd), maybe_sharding(spatial + 2),
+        dims_text(od), size, stride, pad, lhs_dilate, rhs_dilate, reversal, ll, rl, ol,
+        mode == 1   ? fmt::format(", feature_group_count={}", groups)
+        : mode == 2 ? fmt::format(", batch_group_count={}", groups)
+                    : "",
+        maybe_sharding(spatial + 2));
+    SCOPED_TRACE(fmt::format("case {} on {} devices:\n{}", cases, n, text));
+    const auto program = ExpectShardedMatches(text, n, static_cast<uint64_t>(cases + 1), 1e-5);
+    if (::testing::Test::HasFailure()) return;
+    const std::map<HloOpcode, int64_t> ops = Opcodes(program);
+    halos += ops.count(HloOpcode::kConcatenate) > 0;  // only a halo concatenates
+    sums += ops.count(HloOpcode::kAllReduce) + ops.count(HloOpcode::kReduceScatter) > 0;
+    ++cases;
+  }
+  // The cases reach the halo and partial-sum plans, not only gathers.
+  EXPECT_GE(halos, cases / 10) << "of " << cases;
+  EXPECT_GE(sums, cases / 20) << "of " << cases;
+  std::cout << halos << " of " << cases << " exchanged halos, " << sums << " summed\n";
 }
 
 }  // namespace
