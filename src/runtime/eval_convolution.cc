@@ -3,10 +3,10 @@
 // holes lhs dilation opens hold zeros, so they add nothing) and over the
 // input features of its group, of input x kernel. The reference evaluator:
 // the operands are packed once into accumulator-typed copies laid out
-// [batch, spatial..., feature] and [window..., output feature, input
-// feature], so the innermost loop is a contiguous dot over a feature group;
-// each (result batch, result position) finds its covered window positions
-// once. f32 accumulates bf16/f16/f32, f64 accumulates f64, s64 integers.
+// [batch, spatial..., feature] and [window..., input feature, output
+// feature], so the innermost loop is a contiguous axpy along a group's
+// output features; each (result batch, result position) finds its covered
+// window positions once. f32 accumulates bf16/f16/f32, f64 accumulates f64, s64 integers.
 #include <algorithm>
 
 #include "executor_eval.h"
@@ -43,8 +43,6 @@ struct ConvGeometry {
   int64_t batch = 0, out_batch = 0;    // input batch, result batch (batch / batch groups)
   int64_t features = 0, group_in = 0;  // input features, per feature group
   int64_t out_features = 0;            // kernel output features
-  int64_t per_feature_group = 0;       // output features per feature group
-  int64_t per_batch_group = 0;         // output features per batch group
   std::vector<int64_t> in_spatial, out_spatial, window;
   int64_t in_positions = 1, out_positions = 1, window_positions = 1;
 };
@@ -60,8 +58,6 @@ ConvGeometry Geometry(const HloInstruction& instr) {
   g.features = lhs.dimensions(dn.input_feature_dimension);
   g.group_in = rhs.dimensions(dn.kernel_input_feature_dimension);
   g.out_features = rhs.dimensions(dn.kernel_output_feature_dimension);
-  g.per_feature_group = g.out_features / instr.attrs().feature_group_count;
-  g.per_batch_group = g.out_features / instr.attrs().batch_group_count;
   for (int64_t k = 0; k < g.n; ++k) {
     g.in_spatial.push_back(lhs.dimensions(dn.input_spatial_dimensions[k]));
     g.out_spatial.push_back(instr.shape().dimensions(dn.output_spatial_dimensions[k]));
@@ -109,9 +105,16 @@ template <typename Acc>
 void Convolve(const HloInstruction& instr, const ConvGeometry& g, const Acc* lhs, const Acc* rhs,
               Acc* out, bool use_pool) {
   const std::vector<WindowDim>& window = instr.attrs().window;
-  const int64_t batch_groups = instr.attrs().batch_group_count;
+  const bool feature_groups = instr.attrs().feature_group_count > 1;
+  const bool batch_groups = instr.attrs().batch_group_count > 1;
+  const int64_t groups =
+      std::max(instr.attrs().feature_group_count, instr.attrs().batch_group_count);
+  const int64_t per_group = g.out_features / groups;
   // One task per (result batch, result position); out is [out_batch,
-  // positions..., out_features].
+  // positions..., out_features]. Each output feature sums its taps in
+  // window order and, per tap, its group's input features in order; the
+  // innermost loop runs along the output features of a group (an axpy with
+  // the kernel's row for one input feature, [window, in, out] packed).
   ParallelRanges(g.out_batch * g.out_positions, 16, use_pool, [&](int64_t begin, int64_t end) {
     std::vector<Tap> taps;
     std::vector<int64_t> out_index(g.n);
@@ -124,18 +127,22 @@ void Convolve(const HloInstruction& instr, const ConvGeometry& g, const Acc* lhs
       }
       TapsAt(g, window, out_index, taps);
       Acc* row = out + item * g.out_features;
-      for (int64_t o = 0; o < g.out_features; ++o) {
-        const int64_t feature0 = (o / g.per_feature_group) * g.group_in;
-        const int64_t in_batch = batch_groups > 1 ? (o / g.per_batch_group) * g.out_batch + b : b;
+      std::fill(row, row + g.out_features, Acc{0});
+      for (int64_t group = 0; group < groups; ++group) {
+        const int64_t o0 = group * per_group;
+        const int64_t feature0 = feature_groups ? group * g.group_in : 0;
+        const int64_t in_batch = batch_groups ? group * g.out_batch + b : b;
         const Acc* in_base = lhs + in_batch * g.in_positions * g.features + feature0;
-        const Acc* kernel_base = rhs + o * g.group_in;
-        Acc sum = 0;
+        Acc* acc = row + o0;
         for (const Tap& t : taps) {
           const Acc* x = in_base + t.input * g.features;
-          const Acc* w = kernel_base + t.kernel * g.out_features * g.group_in;
-          for (int64_t c = 0; c < g.group_in; ++c) sum += x[c] * w[c];
+          const Acc* w = rhs + t.kernel * g.group_in * g.out_features + o0;
+          for (int64_t c = 0; c < g.group_in; ++c) {
+            const Acc xc = x[c];
+            const Acc* wc = w + c * g.out_features;
+            for (int64_t o = 0; o < per_group; ++o) acc[o] += xc * wc[o];
+          }
         }
-        row[o] = sum;
       }
     }
   });
@@ -166,8 +173,8 @@ Value EvalConvolution(const HloInstruction& instr, EvalArgs& args) {
   lhs_perm.insert(lhs_perm.end(), dn.input_spatial_dimensions.begin(),
                   dn.input_spatial_dimensions.end());
   lhs_perm.push_back(dn.input_feature_dimension);
-  rhs_perm.push_back(dn.kernel_output_feature_dimension);
   rhs_perm.push_back(dn.kernel_input_feature_dimension);
+  rhs_perm.push_back(dn.kernel_output_feature_dimension);
   const HostTensor lhs = PackedCopy(args.ctx(), args.array(0), acc, lhs_perm);
   const HostTensor rhs = PackedCopy(args.ctx(), args.array(1), acc, rhs_perm);
   // The packed result [out_batch, positions..., out_features].
