@@ -157,6 +157,9 @@ TEST(SpmdConvolutionTest, SpatialSplitsExchangeHalos) {
       {2, "f32[2,8,3]", "f32[3,3,2]",
        "window={size=3 pad=1_1 lhs_dilate=2}, dim_labels=b0f_0io->b0f", "{devices=[1,2,1]<=[2]}",
        "", "{devices=[1,2,1]<=[2]}"},
+      // bf16, the halo's zeros in the operands' type.
+      {4, "bf16[2,12,7,4]", "bf16[3,3,4,6]", kSame, "{devices=[1,2,2,1]<=[4]}", "",
+       "{devices=[1,2,2,1]<=[4]}"},
       // 3-D, split along the middle spatial dim, features first.
       {2, "f32[2,2,5,6,4]", "f32[3,2,2,3,3]",
        "window={size=2x3x3 pad=0_1x1_1x1_1}, dim_labels=fb012_oi012->fb012",
