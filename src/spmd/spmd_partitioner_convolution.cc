@@ -17,8 +17,10 @@
 // input (the convolution's padding, and the padding of uneven tiles), takes
 // the part its outputs read (a dynamic-slice where tiles start at different
 // phases of the stride) and convolves it with padding adjusted to its tile.
-// A spatial split whose halo would come from beyond the neighbours, or whose
-// tiles start at different phases of the lhs dilation, is gathered instead:
+// A window reaching past the neighbours takes its halo from as many tiles
+// away as it reaches. A spatial split whose halo would come from the
+// farthest tiles (about the whole dim), or whose tiles start at different
+// phases of the lhs dilation, is gathered instead:
 // the dim is made whole on every device (the instructions doing that are
 // named "<conv>.whole_spatial.*" in the per-device program).
 #include <algorithm>
@@ -36,7 +38,9 @@ constexpr int64_t kFlopsPerByte = 64;
 int64_t CeilDiv(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
 int64_t FloorDiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
-// The halo of one spatial dim split into `tiles` (input and result alike).
+// The halo of one spatial dim split into `tiles` (input and result alike):
+// the elements a tile's windows read beyond it, received from the tiles on
+// either side (from as many tiles away as the window reaches).
 struct SpatialHalo {
   int64_t tiles = 1;
   int64_t in_tile = 0;          // input elements per tile
@@ -55,6 +59,7 @@ std::optional<SpatialHalo> PlanSpatialHalo(int64_t in, int64_t out, int64_t tile
   h.tiles = tiles;
   h.window = w;
   h.in_tile = CeilDiv(in, tiles);
+  if (h.in_tile == 0) return std::nullopt;
   const int64_t out_tile = CeilDiv(out, tiles);
   const int64_t dl = w.base_dilation;
   const int64_t reach = (w.size - 1) * w.window_dilation;  // last tap's distance from the first
@@ -75,7 +80,9 @@ std::optional<SpatialHalo> PlanSpatialHalo(int64_t in, int64_t out, int64_t tile
     h.left = std::max(h.left, j * h.in_tile - start[j]);
     h.right = std::max(h.right, start[j] + h.length - (j + 1) * h.in_tile);
   }
-  if (h.left > h.in_tile || h.right > h.in_tile) return std::nullopt;
+  // A halo from the farthest tiles is about the whole dim: gathered instead.
+  const int64_t hops = std::max(CeilDiv(h.left, h.in_tile), CeilDiv(h.right, h.in_tile));
+  if (hops > 1 && hops >= tiles - 1) return std::nullopt;
   for (int64_t j = 0; j < tiles; ++j) h.offset.push_back(start[j] - (j * h.in_tile - h.left));
   // The local convolution yields out_tile positions from `length` elements.
   const int64_t padded = (out_tile - 1) * w.stride + reach + 1;
@@ -100,20 +107,27 @@ HloInstruction* ExchangeHalo(SpmdBuilder& b, HloInstruction* x, const Shape& lhs
     limits[dim] = to;
     return b.Slice(x, starts, limits);
   };
-  if (h.left > 0) {  // each tile's last elements to its right neighbour
+  // Tile j's elements to tile j + hops (hops < 0: to the left).
+  auto shift = [&](HloInstruction* piece, int64_t hops) {
     std::vector<std::pair<int64_t, int64_t>> pairs;
     for (const auto& g : groups) {
-      for (size_t j = 0; j + 1 < g.size(); ++j) pairs.push_back({g[j], g[j + 1]});
+      const int64_t t = static_cast<int64_t>(g.size());
+      for (int64_t j = 0; j < t; ++j) {
+        if (j + hops >= 0 && j + hops < t) pairs.push_back({g[j], g[j + hops]});
+      }
     }
-    parts.push_back(b.CollectivePermute(edge(ci - h.left, ci), std::move(pairs)));
+    return b.CollectivePermute(piece, std::move(pairs));
+  };
+  // The left halo, farthest tile first: from tile j - d, its elements past
+  // d * ci - left (a whole tile but for the farthest).
+  for (int64_t d = CeilDiv(h.left, ci); d >= 1; --d) {
+    parts.push_back(shift(edge(std::max<int64_t>(0, d * ci - h.left), ci), d));
   }
   parts.push_back(x);
-  if (h.right > 0) {  // each tile's first elements to its left neighbour
-    std::vector<std::pair<int64_t, int64_t>> pairs;
-    for (const auto& g : groups) {
-      for (size_t j = 0; j + 1 < g.size(); ++j) pairs.push_back({g[j + 1], g[j]});
-    }
-    parts.push_back(b.CollectivePermute(edge(0, h.right), std::move(pairs)));
+  // The right halo, nearest tile first: from tile j + d, its first
+  // right - (d - 1) * ci elements (at most a tile).
+  for (int64_t d = 1; d <= CeilDiv(h.right, ci); ++d) {
+    parts.push_back(shift(edge(0, std::min(ci, h.right - (d - 1) * ci)), -d));
   }
   HloInstruction* extended = x;
   if (parts.size() > 1) {

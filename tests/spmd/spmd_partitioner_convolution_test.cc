@@ -172,12 +172,29 @@ TEST(SpmdConvolutionTest, SpatialSplitsExchangeHalos) {
   }
 }
 
-TEST(SpmdConvolutionTest, SpatialSplitsBeyondTheNeighboursAreGathered) {
-  // A 7-wide window over tiles of 2 rows reaches two tiles away; and lhs
-  // dilation whose tiles start at different phases.
+// A window reaching two tiles away (7 wide over tiles of 2 rows, 4 tiles;
+// 11 wide over tiles of 2, 8 tiles) takes its halo from two (three) tiles
+// on each side, still without a gather.
+TEST(SpmdConvolutionTest, HalosFromTilesFartherAway) {
   for (const ConvCase& c : std::vector<ConvCase>{
            {4, "f32[2,8,3]", "f32[7,3,2]", "window={size=7 pad=3_3}, dim_labels=b0f_0io->b0f",
             "{devices=[1,4,1]<=[4]}", "", "{devices=[1,4,1]<=[4]}"},
+           {8, "f32[2,15,3]", "f32[11,3,2]", "window={size=11 pad=5_4}, dim_labels=b0f_0io->b0f",
+            "{devices=[1,8,1]7,6,5,4,3,2,1,0}", "", "{devices=[1,8,1]7,6,5,4,3,2,1,0}"},
+       }) {
+    const auto program = Check(c);
+    EXPECT_GE(Opcodes(program)[HloOpcode::kCollectivePermute], 4) << Text(c);
+    EXPECT_EQ(Opcodes(program)[HloOpcode::kAllGather], 0) << Text(c);
+  }
+}
+
+// A halo from the farthest tiles (a 7-wide window over 3 tiles of 2 rows),
+// or tiles starting at different phases of the lhs dilation: the dim is
+// gathered, under the convolution's name.
+TEST(SpmdConvolutionTest, SpatialSplitsOtherwiseAreGathered) {
+  for (const ConvCase& c : std::vector<ConvCase>{
+           {3, "f32[2,6,3]", "f32[7,3,2]", "window={size=7 pad=3_3}, dim_labels=b0f_0io->b0f",
+            "{devices=[1,3,1]<=[3]}", "", "{devices=[1,3,1]<=[3]}"},
            {4, "f32[2,9,3]", "f32[3,3,2]",
             "window={size=3 pad=1_1 lhs_dilate=2}, dim_labels=b0f_0io->b0f",
             "{devices=[1,4,1]<=[4]}", "", "{devices=[1,4,1]<=[4]}"},
