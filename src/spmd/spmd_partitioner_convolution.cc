@@ -5,11 +5,13 @@
 //     computes its own tile with no reduction. Feature groups (batch groups)
 //     split whole groups: the input's features (batch) follow the result's
 //     features and each device runs the local convolution on its groups.
-//   - contraction-driven (input or kernel): the input features split as the
-//     kernel's input features (one group only); each device convolves its
-//     share of the features and the partial results are summed over the
-//     devices splitting them (all-reduce, or reduce-scatter chains:
-//     PlanPartialSum, as dot).
+//   - operand-driven (input or kernel; one group only): the operand keeps its
+//     sharding, the other follows on the contracted features; each device
+//     convolves its share of the features and the partial results are
+//     summed over the devices splitting them (all-reduce, or reduce-scatter
+//     chains: PlanPartialSum, as dot), or, with no such split, resharded to
+//     the result's sharding (a result wanted replicated from an input split
+//     along its batch: convolve the batch split, gather the result).
 // A spatial dim the result (and so the input) is split along needs a halo:
 // the window at a tile's first and last positions reads input elements of
 // the neighbouring tiles. Each device receives them from its neighbours
@@ -268,12 +270,16 @@ struct ContractionPlan {
   HloSharding lhs_target, rhs_target;
   HloSharding partial;             // the local results' sharding before the sum
   std::vector<SpatialHalo> halos;  // input-driven: the split spatial dims
+  bool summed = false;             // whether the driver splits the contracted features
   PartialSum sum;
   int64_t cost = 0;
 };
 
-// Driven by the split of the contracted features on operand `driver`
-// (convolutions of one group only).
+// Driven by operand `driver`'s sharding (convolutions of one group only):
+// the input keeps its batch, spatial and feature splits, or the kernel its
+// feature splits; the other operand follows on the contracted features; the
+// local results are summed over a split of the contracted features, then
+// resharded to the result's sharding.
 std::optional<ContractionPlan> PlanContraction(ComputationPartitioner& p,
                                                const HloInstruction& instr, const ConvDims& cd,
                                                int driver, const HloSharding& sharding) {
@@ -283,9 +289,7 @@ std::optional<ContractionPlan> PlanContraction(ComputationPartitioner& p,
   const int64_t contracted[2] = {dn.input_feature_dimension, dn.kernel_input_feature_dimension};
   const HloInstruction* op = instr.operand(driver);
   const HloSharding& ds = p.Get(op).sharding;
-  if (!ds.IsTiled() || TilesPerDim(ds, op->shape().rank())[contracted[driver]] <= 1) {
-    return std::nullopt;
-  }
+  if (!ds.IsTiled()) return std::nullopt;
   ContractionPlan plan;
   plan.driver = driver;
   std::vector<int64_t> other_to_driver(cd.lhs_rank, -1);
@@ -330,11 +334,17 @@ std::optional<ContractionPlan> PlanContraction(ComputationPartitioner& p,
       MapShardingDims(Unsplit(working, {contracted[driver]}), out_to_driver, cd.out_rank));
   const int64_t group_in = CeilDiv(rhs->shape().dimensions(dn.kernel_input_feature_dimension),
                                    TilesPerDim(working, op->shape().rank())[contracted[driver]]);
-  plan.sum = PlanPartialSum(cost, instr.shape(), plan.partial, sharding,
-                            GroupsAlongTileDims(working.tile_assignment(), {contracted[driver]}));
   plan.cost = cost(lhs->shape(), p.Get(lhs).sharding, plan.lhs_target) +
               cost(rhs->shape(), p.Get(rhs).sharding, plan.rhs_target) +
-              WorkCost(instr, LocalShape(instr.shape(), plan.partial), group_in) + plan.sum.cost;
+              WorkCost(instr, LocalShape(instr.shape(), plan.partial), group_in);
+  plan.summed = TilesPerDim(working, op->shape().rank())[contracted[driver]] > 1;
+  if (!plan.summed) {  // the local results, resharded to the result's sharding
+    plan.cost += cost(instr.shape(), plan.partial, sharding);
+    return plan;
+  }
+  plan.sum = PlanPartialSum(cost, instr.shape(), plan.partial, sharding,
+                            GroupsAlongTileDims(working.tile_assignment(), {contracted[driver]}));
+  plan.cost += plan.sum.cost;
   return plan;
 }
 
@@ -351,6 +361,7 @@ PartitionedValue EmitContraction(ComputationPartitioner& p, const HloInstruction
   l = WithHalos(b, instr, cd, l, plan.lhs_target, plan.halos);
   HloInstruction* partial =
       LocalConvolution(b, instr, l, r, plan.halos, 1, LocalShape(instr.shape(), plan.partial));
+  if (!plan.summed) return PartitionedValue{partial, instr.shape(), plan.partial};
   return PartitionedValue{EmitPartialSum(b, partial, plan.sum), instr.shape(), plan.sum.result};
 }
 

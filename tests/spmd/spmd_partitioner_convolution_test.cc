@@ -129,6 +129,18 @@ TEST(SpmdConvolutionTest, ContractedFeatureSplitsSumPartialResults) {
          "{devices=[2,1,1,1,4]<=[8] last_tile_dim_replicate}", 1e-5});
 }
 
+// A result wanted replicated from an input split along its batch: each
+// device convolves its rows of the batch and the (4x smaller) result is
+// gathered, rather than gathering the input and repeating the work.
+TEST(SpmdConvolutionTest, InputDrivenWhenTheResultIsWantedReplicated) {
+  const auto program =
+      Check({4, "f32[8,16,16,8]", "f32[3,3,8,8]",
+             "window={size=3x3 stride=2x2 pad=1_1x1_1}, dim_labels=b01f_01io->b01f",
+             "{devices=[4,1,1,1]<=[4]}", "", "{replicated}"});
+  EXPECT_EQ(LocalConvOperand(program, 0), (std::vector<int64_t>{2, 16, 16, 8}));
+  EXPECT_EQ(Opcodes(program)[HloOpcode::kAllGather], 1);
+}
+
 TEST(SpmdConvolutionTest, SpatialSplitsExchangeHalos) {
   const std::vector<ConvCase> cases = {
       // "same" 3x3: one row from each neighbour.
