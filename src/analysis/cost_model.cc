@@ -46,7 +46,8 @@ void AttentionFlops(const HloInstruction& instr, double times, FlopCount& f) {
   }
 }
 
-// Elements each window of a reduce-window / select-and-scatter covers at most.
+// Elements each window of a reduce-window / select-and-scatter / convolution
+// covers at most.
 double WindowElements(const HloInstruction& instr) {
   double n = 1;
   for (const WindowDim& w : instr.attrs().window) n *= static_cast<double>(w.size);
@@ -76,6 +77,15 @@ void CountInstructionFlops(const HloInstruction& instr, double times, FlopCount&
     const DotDimensionNumbers& dn = instr.attrs().dot;
     const double contracted = Product(instr.operand(0)->shape(), dn.lhs_contracting_dims);
     f.dot += times * 2 * static_cast<double>(instr.shape().ElementsCount()) * contracted;
+  } else if (op == HloOpcode::kConvolution) {
+    // 2 x result elements x window elements x a group's input features (the
+    // kernel's input feature dim); window positions over padding included,
+    // as a dense kernel computes them.
+    const Shape& rhs = instr.operand(1)->shape();
+    const double group_in = static_cast<double>(
+        rhs.dimensions(instr.attrs().convolution.kernel_input_feature_dimension));
+    f.dot += times * 2 * static_cast<double>(instr.shape().ElementsCount()) *
+             WindowElements(instr) * group_in;
   } else if (op == HloOpcode::kCustomCall &&
              (instr.attrs().custom_call_target == kFlexAttentionTarget ||
               instr.attrs().custom_call_target == kFlexAttentionBackwardTarget)) {

@@ -147,7 +147,9 @@ double ProgramMatrixPeak(const HloModule& program, const Chip& chip) {
   for (const HloComputation* c : program.computations()) {
     for (const HloInstruction* instr : c->instructions()) {
       const HloInstruction* dot = DotIn(*instr);
-      if (dot == nullptr && !IsAttention(*instr)) continue;
+      if (dot == nullptr && !IsAttention(*instr) && instr->opcode() != HloOpcode::kConvolution) {
+        continue;
+      }
       const FlopCount f = InstructionFlops(dot ? *dot : *instr);
       const double flops = f.dot + f.attention_forward + f.attention_backward;
       const PrimitiveType t = (dot ? dot : instr)->operand(0)->shape().element_type();
@@ -259,10 +261,12 @@ InstructionCost CostOfInstruction(const HloModule& program, const HloInstruction
     const double peak = MatrixPeak(chip, dot->operand(0)->shape().element_type());
     matrix_s = PaddedDotFlops(*dot, chip.matrix_tile) / (peak * chip.matrix_efficiency);
     cost.matrix = true;
-  } else if (IsAttention(instr)) {
+  } else if (IsAttention(instr) || op == HloOpcode::kConvolution) {
+    // A convolution at its counted FLOPs (no tile padding modelled).
     const FlopCount f = InstructionFlops(instr);
     const double peak = MatrixPeak(chip, instr.operand(0)->shape().element_type());
-    matrix_s = (f.attention_forward + f.attention_backward) / (peak * chip.matrix_efficiency);
+    matrix_s =
+        (f.dot + f.attention_forward + f.attention_backward) / (peak * chip.matrix_efficiency);
     cost.matrix = true;
   }
   const double vector_s =

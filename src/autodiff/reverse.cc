@@ -127,6 +127,7 @@ const VjpTable& Vjps() {
     RegisterElementwiseVjps(t);
     RegisterShapeOpVjps(t);
     RegisterDotVjps(t);
+    RegisterConvolutionVjps(t);
     RegisterReduceVjps(t);
     RegisterGatherVjps(t);
     RegisterAttentionVjps(t);

@@ -96,6 +96,7 @@ class VjpTable {
 void RegisterElementwiseVjps(VjpTable& table);
 void RegisterShapeOpVjps(VjpTable& table);
 void RegisterDotVjps(VjpTable& table);
+void RegisterConvolutionVjps(VjpTable& table);  // vjp_convolution.cc
 void RegisterReduceVjps(VjpTable& table);
 void RegisterGatherVjps(VjpTable& table);
 void RegisterAttentionVjps(VjpTable& table);

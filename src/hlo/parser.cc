@@ -29,7 +29,10 @@ const std::map<std::string_view, std::vector<Op>>& AttributeOpcodes() {
       {"is_stable", {Op::kSort}},
       {"k", {Op::kTopK}},
       {"largest", {Op::kTopK}},
-      {"window", {Op::kReduceWindow, Op::kSelectAndScatter}},
+      {"window", {Op::kReduceWindow, Op::kSelectAndScatter, Op::kConvolution}},
+      {"dim_labels", {Op::kConvolution}},
+      {"feature_group_count", {Op::kConvolution}},
+      {"batch_group_count", {Op::kConvolution}},
       {"select", {Op::kSelectAndScatter}},
       {"scatter", {Op::kSelectAndScatter}},
       {"true_computation", {Op::kConditional}},
@@ -56,7 +59,7 @@ const std::map<std::string_view, std::vector<Op>>& AttributeOpcodes() {
       {"lhs_contracting_dims", {Op::kDot}},
       {"rhs_batch_dims", {Op::kDot}},
       {"rhs_contracting_dims", {Op::kDot}},
-      {"operand_precision", {Op::kDot}},
+      {"operand_precision", {Op::kDot, Op::kConvolution}},
       {"algorithm", {Op::kDot, Op::kRngBitGenerator}},
       {"distribution", {Op::kRng}},
       {"offset_dims", {Op::kGather}},
@@ -124,6 +127,8 @@ std::vector<std::string_view> RequiredAttributes(Op op) {
       return {"window", "to_apply"};
     case Op::kSelectAndScatter:
       return {"window", "select", "scatter"};
+    case Op::kConvolution:
+      return {"dim_labels"};
     case Op::kIota:
       return {"iota_dimension"};
     case Op::kGetTupleElement:
@@ -421,14 +426,15 @@ class HloTextParser {
 
   // The result shape of an instruction written without one: only where the
   // operands alone determine it (elementwise ops but convert, compare,
-  // select, clamp, copy, tuple, get-tuple-element, topk, after-all, outfeed).
+  // select, clamp, copy, tuple, get-tuple-element, topk, after-all, outfeed,
+  // convolution).
   // Ops with called computations (sort, reduce-window, ...) need their shape
   // written: the computations are resolved only after the whole text.
   void InferOmittedShape(HloInstruction& instr, size_t at) {
     const Op op = instr.opcode();
     const bool inferable = (IsElementwise(op) && op != Op::kConvert) || op == Op::kTuple ||
                            op == Op::kGetTupleElement || op == Op::kCopy || op == Op::kTopK ||
-                           op == Op::kAfterAll || op == Op::kOutfeed;
+                           op == Op::kAfterAll || op == Op::kOutfeed || op == Op::kConvolution;
     const bool no_operands_needed = op == Op::kTuple || op == Op::kAfterAll;
     if (!inferable || (!no_operands_needed && instr.operand_count() == 0)) {
       cur_.FailAt(
@@ -513,6 +519,18 @@ class HloTextParser {
       flag(a.largest);
     } else if (key == "window") {
       a.window = ParseWindow();
+    } else if (key == "dim_labels") {
+      const size_t value_at = cur_.Mark();
+      std::string error;
+      std::optional<ConvolutionDimensionNumbers> dn =
+          ParseConvolutionDimLabels(cur_.ParseRawValue(key), &error);
+      if (!dn) cur_.FailAt(value_at, error);
+      a.convolution = *dn;
+    } else if (key == "feature_group_count" || key == "batch_group_count") {
+      const size_t value_at = cur_.Mark();
+      const int64_t count = cur_.ParseInt(key);
+      if (count < 1) cur_.FailAt(value_at, fmt::format("{} must be >= 1, got {}", key, count));
+      (key == "feature_group_count" ? a.feature_group_count : a.batch_group_count) = count;
     } else if (key == "calls") {
       pending.names.push_back({cur_.ParseName("a computation name"), at});
     } else if (key == "kind") {
@@ -709,7 +727,7 @@ class HloTextParser {
       const size_t key_at = cur_.Mark();
       const std::string key = cur_.ParseWord(
           "a window part (size, stride, pad, lhs_dilate, "
-          "rhs_dilate) or '}'");
+          "rhs_dilate, rhs_reversal) or '}'");
       if (!seen.emplace(key, key_at).second) cur_.FailAt(key_at, "window part given twice");
       cur_.Expect("=", fmt::format("'=' after window {}", key));
       if (key == "pad") {
@@ -723,6 +741,17 @@ class HloTextParser {
         }
         continue;
       }
+      if (key == "rhs_reversal") {
+        const std::vector<int64_t> values = ParseTimesList(key);
+        fill(key, values.size(), key_at);
+        for (size_t d = 0; d < values.size(); ++d) {
+          if (values[d] != 0 && values[d] != 1) {
+            cur_.FailAt(key_at, "window rhs_reversal is 0 or 1 per dim (e.g. rhs_reversal=1x0)");
+          }
+          window[d].window_reversal = values[d] == 1;
+        }
+        continue;
+      }
       int64_t WindowDim::*field = nullptr;
       if (key == "size") field = &WindowDim::size;
       if (key == "stride") field = &WindowDim::stride;
@@ -730,7 +759,7 @@ class HloTextParser {
       if (key == "rhs_dilate") field = &WindowDim::window_dilation;
       if (field == nullptr) {
         cur_.FailAt(key_at, fmt::format("unknown window part '{}'; weft reads size, stride, pad, "
-                                        "lhs_dilate and rhs_dilate",
+                                        "lhs_dilate, rhs_dilate and rhs_reversal",
                                         key));
       }
       const std::vector<int64_t> values = ParseTimesList(key);

@@ -76,6 +76,13 @@ std::string WindowToString(const std::vector<WindowDim>& window) {
   if (padded) parts.push_back("pad=" + PaddingToString(pads));
   part("lhs_dilate", &WindowDim::base_dilation, 1);
   part("rhs_dilate", &WindowDim::window_dilation, 1);
+  std::vector<int64_t> reversal;
+  bool reversed = false;
+  for (const WindowDim& w : window) {
+    reversal.push_back(w.window_reversal ? 1 : 0);
+    reversed = reversed || w.window_reversal;
+  }
+  if (reversed) parts.push_back(fmt::format("rhs_reversal={}", fmt::join(reversal, "x")));
   return fmt::format("{{{}}}", fmt::join(parts, " "));
 }
 
@@ -161,6 +168,15 @@ std::vector<std::string> Attributes(const HloInstruction& instr, const HloPrintO
       break;
     case HloOpcode::kDot:
       AddDotAttributes(a.dot, &out);
+      break;
+    case HloOpcode::kConvolution:
+      // XLA leaves out the window of a convolution without spatial dims.
+      if (!a.window.empty()) add("window=" + WindowToString(a.window));
+      add("dim_labels=" + ConvolutionDimLabelsString(a.convolution));
+      if (a.feature_group_count != 1) {
+        add(fmt::format("feature_group_count={}", a.feature_group_count));
+      }
+      if (a.batch_group_count != 1) add(fmt::format("batch_group_count={}", a.batch_group_count));
       break;
     case HloOpcode::kRngBitGenerator:
       add(fmt::format("algorithm={}", RngAlgorithmString(a.rng_algorithm)));

@@ -822,6 +822,8 @@ Dims WindowedDims(const Shape& in, const std::vector<WindowDim>& window, std::st
                "{} window dim {}: size, stride and dilations must be >= 1", what, d);
     WEFT_CHECK(w.padding_low >= 0 && w.padding_high >= 0,
                "{} window dim {}: negative padding is not supported", what, d);
+    WEFT_CHECK(!w.window_reversal, "{} window dim {}: rhs_reversal applies to convolution only",
+               what, d);
     const int64_t base = in.dimensions(d) == 0 ? 0 : (in.dimensions(d) - 1) * w.base_dilation + 1;
     const int64_t span = (w.size - 1) * w.window_dilation + 1;
     const int64_t padded = base + w.padding_low + w.padding_high;
@@ -1044,6 +1046,8 @@ Shape InferHloShape(const HloInstruction& instr) {
       return shape_inference_internal::InferRng(instr);
     case HloOpcode::kRngBitGenerator:
       return shape_inference_internal::InferRngBitGenerator(instr);
+    case HloOpcode::kConvolution:
+      return shape_inference_internal::InferConvolution(instr);
     case HloOpcode::kPartitionId:
     case HloOpcode::kReplicaId:
       ExpectOperandCount(instr, 0);

@@ -10,5 +10,12 @@ namespace weft::shape_inference_internal {
 Shape InferRng(const HloInstruction& instr);
 // rng-bit-generator(state): (state, bits), state u64[2] (u64[3] for philox).
 Shape InferRngBitGenerator(const HloInstruction& instr);
+// convolution(lhs, rhs), window=, dim_labels=, feature_group_count=,
+// batch_group_count= (shape_inference_convolution.cc).
+Shape InferConvolution(const HloInstruction& instr);
+// The number of positions a window dim takes over a base of `base` elements
+// (XLA's window output size; padding may be negative, 0 when the padded,
+// dilated base is shorter than the dilated window).
+int64_t WindowOutputSize(int64_t base, const WindowDim& w);
 
 }  // namespace weft::shape_inference_internal

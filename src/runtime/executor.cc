@@ -134,6 +134,9 @@ EvalFn SelectEval(const HloInstruction& instr) {
     case HloOpcode::kDot:
       exec::CheckDot(instr);
       return &exec::EvalDot;
+    case HloOpcode::kConvolution:
+      exec::CheckConvolution(instr);
+      return &exec::EvalConvolution;
     case HloOpcode::kReduce:
       exec::CheckReduce(instr);
       return &exec::EvalReduce;
@@ -836,6 +839,7 @@ OpClass ClassifyInstruction(const HloInstruction& instr) {
   if (IsElementwise(op)) return OpClass::kElementwise;
   switch (op) {
     case HloOpcode::kDot:
+    case HloOpcode::kConvolution:  // matrix work, as a dot's
       return OpClass::kDot;
     case HloOpcode::kCustomCall:
       return instr.attrs().custom_call_target == kFlexAttentionTarget ||

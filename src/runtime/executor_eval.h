@@ -201,6 +201,8 @@ struct DotPostOp {
 // the output fusion that holds it.
 Value RunDot(const HloInstruction& dot, const HloInstruction& key, const HostTensor& lhs,
              const HostTensor& rhs, std::span<const DotPostOp> post_ops, EvalArgs& args);
+void CheckConvolution(const HloInstruction& instr);  // eval_convolution.cc
+Value EvalConvolution(const HloInstruction& instr, EvalArgs& args);
 void CheckReduce(const HloInstruction& instr);
 Value EvalReduce(const HloInstruction& instr, EvalArgs& args);
 void CheckGatherScatter(const HloInstruction& instr);

@@ -151,7 +151,8 @@ std::optional<HloSharding> Propagator::ShardingFromUser(const HloInstruction& in
       }
       return HloSharding::Tuple(std::move(leaves));
     }
-    case HloOpcode::kDot: {
+    case HloOpcode::kDot:
+    case HloOpcode::kConvolution: {
       // From the result, then refined by the other operand's contracting and
       // batch dims (XLA's InferDotOperandSharding with consider_other_operand).
       std::optional<HloSharding> sharding = project();
@@ -351,7 +352,8 @@ bool Propagator::InferFromOperands(HloInstruction* instr, int level) {
       return Improve(instr, *arg->sharding(), may_combine, false,
                      {DecisionKind::kForward, arg, HloOpcodeString(caller->opcode())});
     }
-    case HloOpcode::kDot: {
+    case HloOpcode::kDot:
+    case HloOpcode::kConvolution: {
       auto improved = [&](int64_t k) -> std::optional<HloSharding> {
         const HloInstruction* operand = instr->operand(k);
         if (!HasSpatialSharding(operand)) return std::nullopt;

@@ -109,6 +109,58 @@ OpShardingRule DotRule(const HloInstruction& instr) {
   return rule;
 }
 
+// convolution: the input's batch is the result's (the batch groups, when
+// several, are a major factor of the input batch shared with the kernel's and
+// the result's output features); the kernel's output features are the
+// result's (a major feature-group factor shared with the input features);
+// the input features of a group are contracted with the kernel's input
+// features (a reduction, as a dot's contracting dim); input spatial dim k is
+// result spatial dim k, a pass-through where the window does not move
+// (size, stride and dilations 1, no padding), otherwise a permutation (the
+// partitioner exchanges halos); the kernel's spatial dims stay whole.
+OpShardingRule ConvolutionRule(const HloInstruction& instr) {
+  OpShardingRule rule;
+  rule.name = "convolution";
+  const ConvolutionDimensionNumbers& dn = instr.attrs().convolution;
+  const Shape& lhs = instr.operand(0)->shape();
+  const Shape& rhs = instr.operand(1)->shape();
+  const Shape& out = instr.shape();
+  const int64_t fgc = instr.attrs().feature_group_count;
+  const int64_t bgc = instr.attrs().batch_group_count;
+  TensorFactors l(lhs.rank()), r(rhs.rank()), o(out.rank());
+  const int64_t batch = rule.AddFactor(out.dimensions(dn.output_batch_dimension));
+  const int64_t features =
+      rule.AddFactor(rhs.dimensions(dn.kernel_input_feature_dimension), FactorKind::kReduction);
+  const int64_t groups = std::max(fgc, bgc);
+  const int64_t group = groups > 1 ? rule.AddFactor(groups) : -1;
+  const int64_t out_features =
+      rule.AddFactor(rhs.dimensions(dn.kernel_output_feature_dimension) / groups);
+  l[dn.input_batch_dimension] = bgc > 1 ? std::vector<int64_t>{group, batch} : std::vector{batch};
+  l[dn.input_feature_dimension] =
+      fgc > 1 ? std::vector<int64_t>{group, features} : std::vector{features};
+  r[dn.kernel_input_feature_dimension] = {features};
+  const std::vector<int64_t> grouped =
+      groups > 1 ? std::vector<int64_t>{group, out_features} : std::vector{out_features};
+  r[dn.kernel_output_feature_dimension] = grouped;
+  o[dn.output_feature_dimension] = grouped;
+  o[dn.output_batch_dimension] = {batch};
+  for (int64_t k = 0; k < dn.num_spatial_dims(); ++k) {
+    const int64_t in_dim = dn.input_spatial_dimensions[k];
+    const int64_t out_dim = dn.output_spatial_dimensions[k];
+    const WindowDim& w = instr.attrs().window.at(k);
+    const bool still = w == WindowDim{} && lhs.dimensions(in_dim) == out.dimensions(out_dim);
+    const int64_t f = rule.AddFactor(out.dimensions(out_dim),
+                                     still ? FactorKind::kPassThrough : FactorKind::kPermutation);
+    l[in_dim] = {f};
+    o[out_dim] = {f};
+    r[dn.kernel_spatial_dimensions[k]] = {rule.AddFactor(
+        rhs.dimensions(dn.kernel_spatial_dimensions[k]), FactorKind::kNeedReplication)};
+  }
+  rule.operands = {std::move(l), std::move(r)};
+  rule.results = {std::move(o)};
+  return rule;
+}
+
 // dynamic-slice / dynamic-update-slice: dims cut by the slice need replication.
 OpShardingRule DynamicSliceRule(const HloInstruction& instr) {
   OpShardingRule rule;
@@ -450,6 +502,8 @@ std::optional<OpShardingRule> GetOpShardingRule(const HloInstruction& instr) {
       return ReshapeRule(instr.operand(0)->shape().dimensions(), instr.shape().dimensions());
     case HloOpcode::kDot:
       return DotRule(instr);
+    case HloOpcode::kConvolution:
+      return ConvolutionRule(instr);
     case HloOpcode::kDynamicSlice:
     case HloOpcode::kDynamicUpdateSlice:
       return DynamicSliceRule(instr);

@@ -232,6 +232,7 @@ bool Propagator::SupportsSpatialPartitioning(const HloInstruction* instr, bool a
     case HloOpcode::kBroadcast:
     case HloOpcode::kConcatenate:
     case HloOpcode::kConstant:
+    case HloOpcode::kConvolution:
     case HloOpcode::kDot:
     case HloOpcode::kDynamicSlice:
     case HloOpcode::kDynamicUpdateSlice:

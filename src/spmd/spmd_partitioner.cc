@@ -296,6 +296,8 @@ PartitionedValue ComputationPartitioner::Partition(const HloInstruction& instr,
       return HandleReduce(*this, instr, sharding);
     case HloOpcode::kDot:
       return HandleDot(*this, instr, sharding);
+    case HloOpcode::kConvolution:
+      return HandleConvolution(*this, instr, sharding);
     case HloOpcode::kGather:
       return HandleGather(*this, instr, sharding);
     case HloOpcode::kScatter:

@@ -75,6 +75,11 @@ PartitionedValue HandleReduce(ComputationPartitioner& p, const HloInstruction& i
                               const HloSharding& sharding);
 PartitionedValue HandleDot(ComputationPartitioner& p, const HloInstruction& instr,
                            const HloSharding& sharding);
+// Convolution (spmd_partitioner_convolution.cc): batch, output-feature and
+// whole-group splits locally, contracted-feature splits summed, spatial
+// splits with halos exchanged between neighbours.
+PartitionedValue HandleConvolution(ComputationPartitioner& p, const HloInstruction& instr,
+                                   const HloSharding& sharding);
 PartitionedValue HandleGather(ComputationPartitioner& p, const HloInstruction& instr,
                               const HloSharding& sharding);
 PartitionedValue HandleScatter(ComputationPartitioner& p, const HloInstruction& instr,

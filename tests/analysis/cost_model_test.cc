@@ -134,5 +134,26 @@ ENTRY e {
   EXPECT_DOUBLE_EQ(CountFlops(*m).other, 64 * 4 + 64 * 2 + 32 * 3 + 32 * 4);
 }
 
+// A convolution's FLOPs are matrix FLOPs: 2 x result elements x window
+// elements x a group's input features.
+TEST(CostModelTest, ConvolutionCountsWindowTimesGroupFeatures) {
+  std::unique_ptr<HloModule> m = ParseHloModule(R"(HloModule m
+ENTRY e {
+  x = f32[8,32,32,16] parameter(0)
+  w = f32[3,3,16,64] parameter(1)
+  c = f32[8,16,16,64] convolution(x, w), window={size=3x3 stride=2x2 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  g = f32[3,3,4,64] parameter(2)
+  d = f32[8,32,32,64] convolution(x, g), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f, feature_group_count=4
+  ROOT t = tuple(c, d)
+})");
+  const HloComputation* e = m->entry_computation();
+  const double c = 2.0 * 8 * 16 * 16 * 64 * 9 * 16;
+  const double d = 2.0 * 8 * 32 * 32 * 64 * 9 * 4;
+  EXPECT_DOUBLE_EQ(InstructionFlops(*e->GetInstruction("c")).dot, c);
+  EXPECT_DOUBLE_EQ(InstructionFlops(*e->GetInstruction("d")).dot, d);
+  EXPECT_DOUBLE_EQ(InstructionFlops(*e->GetInstruction("c")).other, 0);
+  EXPECT_DOUBLE_EQ(CountFlops(*m).dot, c + d);
+}
+
 }  // namespace
 }  // namespace weft::analysis

@@ -190,5 +190,46 @@ TEST(PrinterTest, BackendConfigQuotingAndEscapes) {
             "a \"quoted\"\nline\\");
 }
 
+// XLA's text round-trips: window parts (negative padding and reversal
+// included), dim_labels, group counts and operand_precision.
+TEST(PrinterTest, ConvolutionRoundTrips) {
+  const char* text = R"(HloModule convs
+
+ENTRY e {
+  x = f32[8,32,32,16] parameter(0)
+  w = f32[3,3,16,64] parameter(1)
+  c = f32[8,32,32,64] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  y = f32[2,4,10,7] parameter(2)
+  v = f32[6,4,3,2] parameter(3)
+  d = f32[2,6,7,4] convolution(y, v), window={size=3x2 stride=2x2 pad=-1_0x2_-1 lhs_dilate=2x1 rhs_dilate=2x1 rhs_reversal=1x0}, dim_labels=bf01_oi01->bf01, operand_precision={highest,highest}
+  g = f32[3,3,8,64] parameter(4)
+  gc = f32[8,30,30,64] convolution(x, g), window={size=3x3}, dim_labels=b01f_01io->b01f, feature_group_count=2
+  k = f32[3,3,16,64] parameter(5)
+  bc = f32[4,30,30,64] convolution(x, k), window={size=3x3}, dim_labels=b01f_01io->b01f, batch_group_count=2
+  a = f32[4,6] parameter(6)
+  b = f32[6,5] parameter(7)
+  ROOT dc = f32[4,5] convolution(a, b), dim_labels=bf_io->bf
+}
+)";
+  std::unique_ptr<HloModule> module = ParseHloModule(text);
+  EXPECT_EQ(PrintModule(*module), text);
+  const HloInstruction* d = module->entry_computation()->GetInstruction("d");
+  EXPECT_EQ(d->attrs().window[0].padding_low, -1);
+  EXPECT_EQ(d->attrs().window[1].padding_high, -1);
+  EXPECT_TRUE(d->attrs().window[0].window_reversal);
+  EXPECT_FALSE(d->attrs().window[1].window_reversal);
+  EXPECT_EQ(module->entry_computation()->GetInstruction("gc")->attrs().feature_group_count, 2);
+  EXPECT_EQ(module->entry_computation()->GetInstruction("bc")->attrs().batch_group_count, 2);
+  // XLA writes operand shapes before the names; the shape may be left out.
+  std::unique_ptr<HloModule> written = ParseHloModule(R"(HloModule m
+ENTRY e {
+  %lhs = f32[8,32,32,16]{3,2,1,0} parameter(0)
+  %rhs = f32[3,3,16,64]{3,2,1,0} parameter(1)
+  ROOT %conv = convolution(f32[8,32,32,16]{3,2,1,0} %lhs, f32[3,3,16,64]{3,2,1,0} %rhs), window={size=3x3 stride=2x2 pad=0_1x0_1}, dim_labels=b01f_01io->b01f
+})");
+  EXPECT_EQ(written->entry_computation()->root_instruction()->shape().ToString(),
+            "f32[8,16,16,64]");
+}
+
 }  // namespace
 }  // namespace weft

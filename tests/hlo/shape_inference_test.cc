@@ -365,7 +365,7 @@ TEST(ShapeInferenceTest, SortTopKAndWindows) {
   EXPECT_TRUE(
       Contains(ParseProblem(Entry("  ROOT r = f32[5,7] reduce-window(x, z), window={size=2x2 "
                                   "rhs_reversal=0x1}, to_apply=add")),
-               "unknown window part 'rhs_reversal'"));
+               "rhs_reversal applies to convolution only"));
   EXPECT_TRUE(Contains(
       ParseProblem(
           Entry("  s = f32[3,8] parameter(1)\n  ROOT r = f32[6,8] select-and-scatter(x, s, z), "

@@ -24,6 +24,43 @@ TEST(OpShardingRuleTest, DotHasBatchFreeAndReductionFactors) {
             "dot: ([f0, f2, f1], [f0, f1, f3]) -> ([f0, f2, f3]) {f1: reduction}");
 }
 
+// convolution: batch with the result's batch, the input features contracted
+// with the kernel's, the kernel's output features with the result's, a
+// moving window's spatial dims a permutation, a still one's a pass-through;
+// the kernel's window dims whole. Groups are a major factor shared by the
+// input's features (batch) and the output features.
+TEST(OpShardingRuleTest, ConvolutionFactors) {
+  auto m = Parse(R"(
+  x = f32[8,32,32,16] parameter(0)
+  w = f32[3,1,16,64] parameter(1)
+  c = f32[8,32,32,64] convolution(x, w), window={size=3x1 pad=1_1x0_0}, dim_labels=b01f_01io->b01f
+  y = f32[16,5,12] parameter(2)
+  v = f32[12,4,3] parameter(3)
+  g = f32[5,12,10] convolution(y, v), window={size=3}, dim_labels=fb0_oi0->bf0, feature_group_count=4
+  k = f32[3,5,8] parameter(4)
+  bg = f32[4,8,10] convolution(y, k), window={size=3}, dim_labels=bf0_0io->bf0, batch_group_count=4
+  ROOT t = (f32[8,32,32,64], f32[5,12,10], f32[4,8,10]) tuple(c, g, bg)
+)");
+  const HloComputation* e = m->entry_computation();
+  auto c = GetOpShardingRule(*e->GetInstruction("c"));
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->ToString(),
+            "convolution: ([f0, f3, f5, f1], [f4, f6, f1, f2]) -> ([f0, f3, f5, f2]) "
+            "{f1: reduction, f3: permutation, f4: need-replication, f6: need-replication}");
+  auto g = GetOpShardingRule(*e->GetInstruction("g"));
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->ToString(),
+            "convolution: ([f2*f1, f0, f4], [f2*f3, f1, f5]) -> ([f0, f2*f3, f4]) "
+            "{f1: reduction, f4: permutation, f5: need-replication}");
+  auto bg = GetOpShardingRule(*e->GetInstruction("bg"));
+  ASSERT_TRUE(bg);
+  EXPECT_EQ(bg->ToString(),
+            "convolution: ([f2*f0, f1, f4], [f5, f1, f2*f3]) -> ([f0, f2*f3, f4]) "
+            "{f1: reduction, f4: permutation, f5: need-replication}");
+  EXPECT_EQ(bg->factor_sizes[bg->operands[0][0][0]], 4);
+  EXPECT_EQ(bg->factor_sizes[bg->operands[0][0][1]], 4);
+}
+
 TEST(OpShardingRuleTest, ReshapeRefinesSplitsAndMerges) {
   OpShardingRule split = ReshapeRule({6, 4}, {2, 3, 4});
   EXPECT_EQ(split.ToString(), "reshape: ([f0*f1, f2]) -> ([f0, f1, f2])");

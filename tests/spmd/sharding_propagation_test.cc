@@ -191,6 +191,33 @@ TEST(ShardingPropagationTest, DotBothOperandsMergeNonContracting) {
   EXPECT_SHARDING(p, "d", "{devices=[2,2]<=[4]}");
 }
 
+// convolution: the input's batch and spatial splits reach the result, its
+// feature split does not (it is contracted) but reaches the kernel's input
+// features; backward, the result's output-feature split reaches the kernel
+// and its batch and spatial splits the input.
+TEST(ShardingPropagationTest, ConvolutionForwardAndBackward) {
+  auto p = Propagate(Module(R"(
+  x = f32[8,32,32,16] parameter(0), sharding={devices=[2,2,1,1]<=[4]}
+  w = f32[3,3,16,64] parameter(1)
+  c = f32[8,32,32,64] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  y = f32[8,32,32,16] parameter(2), sharding={devices=[1,1,1,4]<=[4]}
+  p3 = f32[3,3,16,64] parameter(3)
+  v = f32[3,3,16,64] exponential(p3)
+  d = f32[8,32,32,64] convolution(y, v), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  nd = f32[8,32,32,64] negate(d)
+  p4 = f32[8,32,32,16] parameter(4)
+  z = f32[8,32,32,16] exponential(p4)
+  p5 = f32[1,1,16,64] parameter(5)
+  u = f32[1,1,16,64] exponential(p5)
+  e = f32[8,32,32,64] convolution(z, u), window={size=1x1}, dim_labels=b01f_01io->b01f, sharding={devices=[2,1,1,2]<=[4]}
+  ROOT t = (f32[8,32,32,64], f32[8,32,32,64], f32[8,32,32,64]) tuple(c, nd, e)
+)"));
+  EXPECT_SHARDING(p, "c", "{devices=[2,2,1,1]<=[4]}");
+  EXPECT_SHARDING(p, "v", "{devices=[1,1,4,1]<=[4]}");
+  EXPECT_SHARDING(p, "z", "{devices=[2,1,1,1,2]<=[4] last_tile_dim_replicate}");
+  EXPECT_SHARDING(p, "u", "{devices=[1,1,1,2,2]<=[2,2]T(1,0) last_tile_dim_replicate}");
+}
+
 TEST(ShardingPropagationTest, DynamicSliceAndUpdateSlice) {
   auto p = Propagate(Module(R"(
   p = f32[8,16] parameter(0), sharding={devices=[2,2]<=[4]}

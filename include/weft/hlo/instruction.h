@@ -97,14 +97,39 @@ struct PadDim {
   bool operator==(const PadDim&) const = default;
 };
 
-// One dimension of a reduce-window / select-and-scatter window (XLA's
-// window={size=2x2 stride=2x1 pad=0_1x0_0 lhs_dilate=1x1 rhs_dilate=1x1}):
-// base_dilation is lhs_dilate, window_dilation rhs_dilate.
+// One dimension of a reduce-window / select-and-scatter / convolution window
+// (XLA's window={size=2x2 stride=2x1 pad=0_1x0_0 lhs_dilate=1x1 rhs_dilate=1x1
+// rhs_reversal=0x1}): base_dilation is lhs_dilate, window_dilation
+// rhs_dilate, window_reversal rhs_reversal (convolution only: the kernel is
+// read back to front along the dim). A convolution's padding may be
+// negative (elements cut from the base's edge).
 struct WindowDim {
   int64_t size = 1, stride = 1, padding_low = 0, padding_high = 0;
   int64_t base_dilation = 1, window_dilation = 1;
+  bool window_reversal = false;
   bool operator==(const WindowDim&) const = default;
 };
+
+// convolution's dim_labels (XLA's ConvolutionDimensionNumbers), written
+// lhs_rhs->out as b01f_01io->b01f: which dim of the input (lhs) is the batch
+// (b), the feature (f) and spatial dim i (digit i); of the kernel (rhs) the
+// input feature (i), output feature (o) and spatial dims; of the result the
+// batch, feature and spatial dims.
+struct ConvolutionDimensionNumbers {
+  int64_t input_batch_dimension = 0, input_feature_dimension = 1;
+  std::vector<int64_t> input_spatial_dimensions;
+  int64_t kernel_input_feature_dimension = 0, kernel_output_feature_dimension = 1;
+  std::vector<int64_t> kernel_spatial_dimensions;
+  int64_t output_batch_dimension = 0, output_feature_dimension = 1;
+  std::vector<int64_t> output_spatial_dimensions;
+  int64_t num_spatial_dims() const { return static_cast<int64_t>(input_spatial_dimensions.size()); }
+  bool operator==(const ConvolutionDimensionNumbers&) const = default;
+};
+// "b01f_01io->b01f".
+std::string ConvolutionDimLabelsString(const ConvolutionDimensionNumbers& dn);
+// Parses dim_labels; on failure returns nullopt and says why in `error`.
+std::optional<ConvolutionDimensionNumbers> ParseConvolutionDimLabels(std::string_view text,
+                                                                     std::string* error);
 
 // Where an instruction was written in HLO text (line/col from 1; 0 = built in C++).
 struct SourceLocation {
@@ -136,8 +161,11 @@ struct HloAttributes {
   bool is_stable = false;                                               // sort
   int64_t k = 0;                                                        // topk
   bool largest = true;                                                  // topk
-  std::vector<WindowDim> window;                        // reduce-window, select-and-scatter
-  RngAlgorithm rng_algorithm = RngAlgorithm::kDefault;  // rng-bit-generator
+  std::vector<WindowDim> window;            // reduce-window, select-and-scatter, convolution
+  ConvolutionDimensionNumbers convolution;  // convolution (dim_labels=)
+  int64_t feature_group_count = 1;          // convolution
+  int64_t batch_group_count = 1;            // convolution
+  RngAlgorithm rng_algorithm = RngAlgorithm::kDefault;           // rng-bit-generator
   RngDistribution rng_distribution = RngDistribution::kUniform;  // rng
   // Collectives: device groups ({} = all), channel, global ids.
   std::vector<std::vector<int64_t>> replica_groups;

@@ -27,6 +27,7 @@ namespace weft {
   X(kConditional, "conditional")                 \
   X(kConstant, "constant")                       \
   X(kConvert, "convert")                         \
+  X(kConvolution, "convolution")                 \
   X(kCopy, "copy")                               \
   X(kCosine, "cosine")                           \
   X(kCustomCall, "custom-call")                  \
