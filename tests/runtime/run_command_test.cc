@@ -19,6 +19,7 @@
 
 #include "../hlo/hostile_hlo.h"
 #include "partitioner_random.h"
+#include "random_bits_reference.h"
 #include "sharded_run_test_util.h"
 #include "weft/base/error.h"
 #include "weft/base/memory.h"
@@ -372,6 +373,99 @@ ENTRY e {
   }
   // And sharded against unsharded.
   for (int64_t n : {2, 3}) ExpectClose(ShardedVsUnsharded(text, n, 7), 1e-6, "scatter into itself");
+}
+
+// data/ops/threefry.hlo, written for 4 devices, rewritten for `n` (1: no
+// shardings; 2: each split halved).
+std::string ThreefryModuleFor(int64_t n) {
+  std::ifstream file(std::string(WEFT_SOURCE_DIR) + "/tests/runtime/data/ops/threefry.hlo");
+  std::stringstream read;
+  read << file.rdbuf();
+  std::string text = read.str();
+  if (n == 4) return text;
+  const std::vector<std::pair<std::string, std::string>> rewrites = {
+      {"num_partitions=4", n == 1 ? "num_partitions=1" : "num_partitions=2"},
+      {", sharding={devices=[2,2]<=[4]}", n == 1 ? "" : ", sharding={devices=[2,1]<=[2]}"},
+      {", sharding={devices=[1,2,2]<=[4] last_tile_dim_replicate}",
+       n == 1 ? "" : ", sharding={devices=[1,2]<=[2]}"},
+      {", sharding={devices=[4,1]<=[4]}", n == 1 ? "" : ", sharding={devices=[2,1]<=[2]}"}};
+  for (const auto& [from, to] : rewrites) {
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) text.replace(at, from.size(), to);
+  }
+  EXPECT_EQ(text.find("<=[4]"), std::string::npos) << text;
+  return text;
+}
+
+// JAX's default PRNG as JAX lowers it, rotations written with shift-left
+// and shift-right-logical (data/ops/threefry.hlo, whose counters are split
+// unevenly): for fixed keys and counters, on 1, 2 and 4 devices, fused
+// into loops and not, the words are threefry2x32's (Random123's known
+// answers, and the reference for the rest) and the uniform floats are the
+// words' top 23 bits over 2^23; `weft run --check` passes on 2 and 4.
+TEST(RunCommandTest, ThreefryWrittenWithShiftsGivesThreefryWordsShardedOrNot) {
+  struct Known {
+    std::array<uint32_t, 2> key, counter, words;
+  };
+  // Random123's threefry2x32_20 known-answer vectors (zeros, ones, pi).
+  const std::vector<Known> known = {
+      {{0, 0}, {0, 0}, {0x6b200159u, 0x99ba4efeu}},
+      {{0xffffffffu, 0xffffffffu}, {0xffffffffu, 0xffffffffu}, {0x1cb996fcu, 0xbb002be7u}},
+      {{0x13198a2eu, 0x03707344u}, {0x243f6a88u, 0x85a308d3u}, {0xc4923a9cu, 0x483df7a0u}}};
+  std::mt19937_64 rng(16);
+  for (const Known& k : known) {
+    const int64_t n = 7 * 6;
+    std::vector<uint32_t> c0(n), c1(n);
+    for (int64_t i = 0; i < n; ++i) c0[i] = static_cast<uint32_t>(rng()), c1[i] = rng() >> 32;
+    c0[0] = k.counter[0];
+    c1[0] = k.counter[1];
+    const std::vector<HostTensor> inputs = {
+        HostTensor::FromVector<uint32_t>(PrimitiveType::kU32, {}, {k.key[0]}),
+        HostTensor::FromVector<uint32_t>(PrimitiveType::kU32, {}, {k.key[1]}),
+        HostTensor::FromVector<uint32_t>(PrimitiveType::kU32, {7, 6}, c0),
+        HostTensor::FromVector<uint32_t>(PrimitiveType::kU32, {7, 6}, c1)};
+    for (const auto& [devices, fuse] : std::vector<std::pair<int64_t, bool>>{
+             {1, false}, {1, true}, {2, false}, {4, false}, {4, true}}) {
+      const std::unique_ptr<HloModule> module = ParseHloModule(ThreefryModuleFor(devices));
+      const CompiledProgram program =
+          CompileForDevices(*module, {.num_devices = devices, .fuse = fuse});
+      LocalCluster cluster(devices);
+      const std::vector<HostTensor> out = RunSharded(program, inputs, cluster, nullptr, {}, kNaN);
+      ASSERT_EQ(out.size(), 3u);
+      const std::string what =
+          fmt::format("key {:#x} on {} devices{}", k.key[0], devices, fuse ? ", fused" : "");
+      if (fuse) {
+        EXPECT_NE(program.program->ToString().find("shift-left"), std::string::npos);
+        EXPECT_NE(program.program->ToString().find("kind=kLoop"), std::string::npos) << what;
+      }
+      EXPECT_EQ(out[0].data<uint32_t>()[0], k.words[0]) << what;
+      EXPECT_EQ(out[1].data<uint32_t>()[0], k.words[1]) << what;
+      for (int64_t i = 0; i < n; ++i) {
+        const std::array<uint32_t, 2> want = testing::RefThreeFry({c0[i], c1[i]}, k.key);
+        EXPECT_EQ(out[0].data<uint32_t>()[i], want[0]) << what << ", element " << i;
+        EXPECT_EQ(out[1].data<uint32_t>()[i], want[1]) << what << ", element " << i;
+        EXPECT_EQ(out[2].data<float>()[i], std::ldexp(static_cast<double>(want[0] >> 9), -23))
+            << what << ", element " << i;
+      }
+    }
+  }
+  for (int64_t devices : {2, 4}) {
+    const std::string path = ::testing::TempDir() + fmt::format("/threefry{}.hlo", devices);
+    std::ofstream(path) << ThreefryModuleFor(devices);
+    for (uint64_t seed : {11, 12}) {
+      std::ostringstream out;
+      RunCommandOptions options;
+      options.input = path;
+      options.check = true;
+      options.seed = seed;
+      options.out = &out;
+      EXPECT_EQ(RunRunCommand(options), 0) << out.str();
+      EXPECT_NE(out.str().find(fmt::format("{} devices (threads)", devices)), std::string::npos)
+          << out.str();
+      EXPECT_NE(out.str().find("check passed"), std::string::npos) << out.str();
+    }
+  }
 }
 
 TEST(RunCommandTest, CheckToleranceFollowsTheNarrowestFloatComputedIn) {
