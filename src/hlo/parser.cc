@@ -837,16 +837,42 @@ class HloTextParser {
     return pairs;
   }
 
+  // Integer constants are read exactly (s64 and u64 values beyond 2^53
+  // included: a u64 value is kept as its bits, Literal::GetInt); an
+  // integer written as a float (2.0) goes through Literal's checks.
   Literal ParseLiteral(const Shape& shape) {
     const size_t at = cur_.Mark();
+    const PrimitiveType type = shape.element_type();
+    const bool is_pred = type == PrimitiveType::kPred;
+    const bool exact = IsInteger(type) || is_pred;
+    const std::string what = fmt::format("a {} value", PrimitiveTypeName(type));
     std::vector<double> values;
-    const bool is_pred = shape.element_type() == PrimitiveType::kPred;
+    std::vector<int64_t> ints;
     auto element = [&] {
+      cur_.Skip();
+      const size_t element_at = cur_.Mark();
       if (is_pred && (cur_.Peek() == 't' || cur_.Peek() == 'f')) {
-        values.push_back(cur_.ParseBool("true or false") ? 1 : 0);
+        ints.push_back(cur_.ParseBool("true or false") ? 1 : 0);
+      } else if (!exact) {
+        values.push_back(cur_.ParseNumber(what));
+      } else if (const auto v = cur_.TryParseExactInteger(what)) {
+        const uint64_t kSignBit = uint64_t{1} << 63;
+        const bool fits =
+            type == PrimitiveType::kU64
+                ? !v->negative || v->magnitude == 0
+                : v->magnitude < kSignBit || (v->negative && v->magnitude == kSignBit);
+        if (!fits) {
+          cur_.FailAt(element_at,
+                      fmt::format("constant {}{} does not fit in {}", v->negative ? "-" : "",
+                                  v->magnitude, PrimitiveTypeName(type)));
+        }
+        ints.push_back(static_cast<int64_t>(v->negative ? 0 - v->magnitude : v->magnitude));
       } else {
-        values.push_back(
-            cur_.ParseNumber(fmt::format("a {} value", PrimitiveTypeName(shape.element_type()))));
+        try {
+          ints.push_back(Literal::Scalar(type, cur_.ParseNumber(what)).GetInt(0));
+        } catch (const Error& e) {
+          cur_.FailAt(element_at, e.what());
+        }
       }
     };
     auto level = [&](auto&& self, int64_t dim) -> void {
@@ -868,7 +894,7 @@ class HloTextParser {
     };
     shape.rank() == 0 ? element() : level(level, 0);
     try {
-      return Literal(shape, values);
+      return exact ? Literal::FromInts(shape, std::move(ints)) : Literal(shape, values);
     } catch (const Error& e) {
       cur_.FailAt(at, e.what());
     }
