@@ -153,6 +153,28 @@ void PrintRun(std::ostream& out, const RunCommandOptions& options, const Compile
 }
 
 // Compares against the unsharded module on one device; returns the exit code.
+// Prints each output's error against `expected` and the verdict.
+int CompareOutputs(std::ostream& out, const HloModule& module, const CompiledProgram& p,
+                   std::span<const HostTensor> outputs, std::span<const HostTensor> expected,
+                   std::string_view against, std::string_view differs) {
+  WEFT_CHECK(expected.size() == outputs.size(),
+             "internal: the reference run gave {} outputs, the sharded one {}", expected.size(),
+             outputs.size());
+  out << fmt::format("check against {}:\n", against);
+  out << fmt::format("  {:<16} {:>16} {:>10}\n", "output", "max rel error", "tolerance");
+  bool ok = true;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const double error = MaxRelativeError(outputs[i], expected[i]);
+    const double tolerance = CheckTolerance(expected[i].element_type(), NarrowestFloat(module));
+    const bool good = error <= tolerance;
+    ok = ok && good;
+    out << fmt::format("  {:<16} {:>16.3e} {:>10.0e}  {}\n", p.output_names[i], error, tolerance,
+                       good ? "ok" : "FAILED");
+  }
+  out << (ok ? std::string("check passed\n") : fmt::format("check FAILED: {}\n", differs));
+  return ok ? 0 : kCheckFailedExitCode;
+}
+
 int CheckAgainstUnsharded(std::ostream& out, const HloModule& module, const CompiledProgram& p,
                           std::span<const HostTensor> inputs, std::span<const HostTensor> outputs,
                           const ExecutorOptions& options) {
@@ -167,24 +189,14 @@ int CheckAgainstUnsharded(std::ostream& out, const HloModule& module, const Comp
   Executor reference(one_device ? *one_device : module, options);
   const std::vector<HostTensor> expected =
       reference.Run(std::vector<HostTensor>(inputs.begin(), inputs.end()));
-  WEFT_CHECK(expected.size() == outputs.size(),
-             "internal: the unsharded module gave {} outputs, the sharded one {}", expected.size(),
-             outputs.size());
-  out << "check against the unsharded module on one device:\n";
-  out << fmt::format("  {:<16} {:>16} {:>10}\n", "output", "max rel error", "tolerance");
-  bool ok = true;
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    const double error = MaxRelativeError(outputs[i], expected[i]);
-    const double tolerance = CheckTolerance(expected[i].element_type(), NarrowestFloat(module));
-    const bool good = error <= tolerance;
-    ok = ok && good;
-    out << fmt::format("  {:<16} {:>16.3e} {:>10.0e}  {}\n", p.output_names[i], error, tolerance,
-                       good ? "ok" : "FAILED");
-  }
-  out << (ok ? "check passed\n"
-             : "check FAILED: the sharded result differs from the unsharded one\n");
-  return ok ? 0 : kCheckFailedExitCode;
+  return CompareOutputs(out, module, p, outputs, expected, "the unsharded module on one device",
+                        "the sharded result differs from the unsharded one");
 }
+
+constexpr std::string_view kAgainstReplicated =
+    "the module with its automatic parts replicated (its manual regions run as written)";
+constexpr std::string_view kDiffersFromReplicated =
+    "the sharded result differs from the run with the automatic parts replicated";
 
 // What the module may hold but `weft run` cannot compute: complex values,
 // and infeed / outfeed (no host feeds or drains the devices). Refused before
@@ -206,24 +218,6 @@ void RefuseWhatRunCannotCompute(const HloModule& module, const std::string& path
             "values are parsed but not run",
             path, instr->Describe(), instr->shape().ToString());
       }
-    }
-  }
-}
-
-// --check runs the module unsharded on one device; a manual region's values
-// are per device, so a module with one has no such run.
-void RefuseCheckOfManualRegions(const HloModule& module, const std::string& path) {
-  for (const HloComputation* c : module.computations()) {
-    for (const HloInstruction* instr : c->instructions()) {
-      const std::string& target = instr->attrs().custom_call_target;
-      if (instr->opcode() != HloOpcode::kCustomCall ||
-          (target != kFullToShardTarget && target != kShardToFullTarget)) {
-        continue;
-      }
-      Fail(
-          "{}: {} starts or ends a manual region (jax.shard_map), whose values are per device: "
-          "the module has no unsharded run for --check to compare with; run it without --check",
-          path, instr->Describe());
     }
   }
 }
@@ -381,7 +375,6 @@ int64_t LeafBytes(std::span<const Shape> shapes) {
 
 int RunOnThreads(const RunCommandOptions& options, std::ostream& out) {
   std::unique_ptr<HloModule> module = ReadModule(options.input);
-  if (options.check) RefuseCheckOfManualRegions(*module, options.input);
   int64_t n = options.num_devices;
   if (n == 0) {
     n = ShardingDeviceCount(*module);
@@ -402,7 +395,16 @@ int RunOnThreads(const RunCommandOptions& options, std::ostream& out) {
   for (const ExecutorStats& s : stats) reports.push_back(DeviceReport::From(s));
   PrintRun(out, options, program, "threads", reports, outputs);
   if (!options.check) return 0;
-  return CheckAgainstUnsharded(out, *module, program, inputs, outputs, exec_options);
+  if (!HasManualRegions(*module)) {
+    return CheckAgainstUnsharded(out, *module, program, inputs, outputs, exec_options);
+  }
+  std::unique_ptr<HloModule> replicated = ParseHloModule(module->ToString());
+  ReplicateOutsideManualRegions(*replicated);
+  const CompiledProgram reference = CompileForDevices(*replicated, {.num_devices = n});
+  const std::vector<HostTensor> expected =
+      RunSharded(reference, inputs, cluster, nullptr, exec_options);
+  return CompareOutputs(out, *module, program, outputs, expected, kAgainstReplicated,
+                        kDiffersFromReplicated);
 }
 
 // One rank's part; every rank runs it.
@@ -414,7 +416,6 @@ int RunOnRank(const RunCommandOptions& options, Communicator& comm, std::ostream
              "mpirun -np {}",
              options.num_devices, n, options.num_devices);
   std::unique_ptr<HloModule> module = ReadModule(options.input);
-  if (options.check) RefuseCheckOfManualRegions(*module, options.input);
   const CompiledProgram program = CompileForDevices(*module, {.num_devices = n});
   // Before anything is allocated: one device per rank, and every rank on
   // this machine holds as much (every rank computes the same refusal).
@@ -429,21 +430,34 @@ int RunOnRank(const RunCommandOptions& options, Communicator& comm, std::ostream
 
   const std::vector<HostTensor> inputs =
       RandomInputs(program.input_shapes, options.seed, InputIntegerRanges(*module));
-  std::vector<HostTensor> mine;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    mine.push_back(
-        ShardTensor(inputs[i], program.input_shardings[i], rank, program.local_input_shapes[i]));
-  }
   ExecutorStats stats;
   const ExecutorOptions exec_options = MakeExecutorOptions(options);
-  const std::vector<HostTensor> local =
-      RunOnMpiRank(*program.program, std::move(mine), comm, &stats, exec_options);
-
-  // Gather the pieces and the reports (every rank takes part; rank 0 uses them).
-  std::vector<HostTensor> outputs;
-  for (size_t i = 0; i < local.size(); ++i) {
-    outputs.push_back(
-        GatherTensor(local[i], program.output_shardings[i], program.output_shapes[i], comm));
+  // This rank's piece of every input, run, and the outputs gathered (every
+  // rank takes part; rank 0 uses them).
+  auto run_here = [&](const CompiledProgram& run, ExecutorStats* run_stats) {
+    std::vector<HostTensor> mine;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      mine.push_back(
+          ShardTensor(inputs[i], run.input_shardings[i], rank, run.local_input_shapes[i]));
+    }
+    const std::vector<HostTensor> local =
+        RunOnMpiRank(*run.program, std::move(mine), comm, run_stats, exec_options);
+    std::vector<HostTensor> joined;
+    for (size_t i = 0; i < local.size(); ++i) {
+      joined.push_back(GatherTensor(local[i], run.output_shardings[i], run.output_shapes[i], comm));
+    }
+    return joined;
+  };
+  const std::vector<HostTensor> outputs = run_here(program, &stats);
+  // A module with manual regions is checked against its automatic parts
+  // replicated, a run every rank takes part in.
+  std::vector<HostTensor> replicated_outputs;
+  const bool manual = options.check && HasManualRegions(*module);
+  if (manual) {
+    std::unique_ptr<HloModule> replicated = ParseHloModule(module->ToString());
+    ReplicateOutsideManualRegions(*replicated);
+    replicated_outputs =
+        run_here(CompileForDevices(*replicated, {.num_devices = n}), /*run_stats=*/nullptr);
   }
   const std::vector<int64_t> packed = comm.AllGather(DeviceReport::From(stats).Pack());
   int code = 0;
@@ -453,7 +467,10 @@ int RunOnRank(const RunCommandOptions& options, Communicator& comm, std::ostream
       reports.push_back(DeviceReport::Unpack(packed.data() + d * DeviceReport::kFields));
     }
     PrintRun(out, options, program, "mpi", reports, outputs);
-    if (options.check) {
+    if (manual) {
+      code = CompareOutputs(out, *module, program, outputs, replicated_outputs, kAgainstReplicated,
+                            kDiffersFromReplicated);
+    } else if (options.check) {
       code = CheckAgainstUnsharded(out, *module, program, inputs, outputs, exec_options);
     }
     out.flush();
@@ -466,6 +483,52 @@ int RunOnRank(const RunCommandOptions& options, Communicator& comm, std::ostream
 }  // namespace
 
 // ---------------------------------------------------------------------------
+
+bool HasManualRegions(const HloModule& module) {
+  for (const HloComputation* c : module.computations()) {
+    for (const HloInstruction* instr : c->instructions()) {
+      const std::string& target = instr->attrs().custom_call_target;
+      if (instr->opcode() == HloOpcode::kCustomCall &&
+          (target == kFullToShardTarget || target == kShardToFullTarget)) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+void ReplicateOutsideManualRegions(HloModule& module) {
+  auto has_manual_leaf = [](const HloSharding& s) {
+    if (!s.IsTuple()) return s.IsManual();
+    return std::any_of(s.tuple_elements().begin(), s.tuple_elements().end(),
+                       [](const HloSharding& e) { return e.IsManual(); });
+  };
+  auto is_target = [](const HloInstruction* instr, const char* target) {
+    return instr->opcode() == HloOpcode::kCustomCall && instr->attrs().custom_call_target == target;
+  };
+  // Region edges and how they cut: kept.
+  std::unordered_set<const HloInstruction*> keep;
+  for (const HloComputation* c : module.computations()) {
+    for (const HloInstruction* instr : c->instructions()) {
+      if (is_target(instr, kFullToShardTarget)) {
+        keep.insert(instr);
+        keep.insert(instr->operand(0));
+      } else if (is_target(instr, kShardToFullTarget) ||
+                 (instr->has_sharding() && has_manual_leaf(*instr->sharding()))) {
+        keep.insert(instr);
+      }
+    }
+  }
+  for (HloComputation* c : module.computations()) {
+    for (HloInstruction* instr : c->instructions()) {
+      if (!instr->has_sharding() || keep.count(instr)) continue;
+      const Shape& shape = instr->shape();
+      instr->set_sharding(shape.IsTuple() ? HloSharding::Tuple(std::vector<HloSharding>(
+                                                shape.LeafCount(), HloSharding::Replicate()))
+                                          : HloSharding::Replicate());
+    }
+  }
+}
 
 RunMemoryEstimate EstimateRunMemory(const HloModule& module, const CompiledProgram& program,
                                     int64_t devices, bool check, int64_t mpi_ranks_here) {

@@ -551,6 +551,77 @@ ENTRY e {
   }
 }
 
+// A jax.shard_map region (each device normalizes its rows by a psum of
+// column sums) between automatic parts sharded otherwise than the region
+// cuts: reshards into and out of the region, a dot after it.
+constexpr const char* kShardMapModule = R"(HloModule shard_map, num_partitions=4
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY main {
+  p = f32[8,6] parameter(0), sharding={devices=[1,4]<=[4]}
+  w = f32[6,5] parameter(1), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
+  q = f32[8,6] multiply(p, p)
+  cut = f32[8,6] custom-call(q), custom_call_target="Sharding", sharding={devices=[4,1]<=[4]}
+  m = f32[2,6] custom-call(cut), custom_call_target="SPMDFullToShardShape", sharding={manual}
+  e = f32[2,6] exponential(m), sharding={manual}
+  z = f32[] constant(0), sharding={manual}
+  cs = f32[6] reduce(e, z), dimensions={0}, to_apply=add, sharding={manual}
+  ps = f32[6] all-reduce(cs), channel_id=1, replica_groups={}, use_global_device_ids=true, to_apply=add, sharding={manual}
+  pb = f32[2,6] broadcast(ps), dimensions={1}, sharding={manual}
+  d = f32[2,6] divide(e, pb), sharding={manual}
+  o = f32[2,6] custom-call(d), custom_call_target="Sharding", sharding={manual}
+  f = f32[8,6] custom-call(o), custom_call_target="SPMDShardToFullShape", sharding={devices=[4,1]<=[4]}
+  ROOT r = f32[8,5] dot(f, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[2,2]<=[4]}
+}
+)";
+
+// A manual region's values are per device, so the module has no unsharded
+// run; --check compares it with the module whose automatic parts run
+// replicated (the region as written in both), and passes.
+TEST(RunCommandTest, ChecksAShardMapModuleAgainstItsAutomaticPartsReplicated) {
+  const std::string path = ::testing::TempDir() + "/shard_map.hlo";
+  std::ofstream(path) << kShardMapModule;
+  for (uint64_t seed : {1, 2, 3}) {
+    std::ostringstream out;
+    RunCommandOptions options;
+    options.input = path;
+    options.check = true;
+    options.seed = seed;
+    options.out = &out;
+    EXPECT_EQ(RunRunCommand(options), 0) << out.str();
+    EXPECT_NE(out.str().find("check against the module with its automatic parts replicated"),
+              std::string::npos)
+        << out.str();
+    EXPECT_NE(out.str().find("check passed"), std::string::npos) << out.str();
+  }
+}
+
+TEST(RunCommandTest, TheReplicatedReferenceKeepsTheRegionAndWhereItCuts) {
+  std::unique_ptr<HloModule> module = ParseHloModule(kShardMapModule);
+  EXPECT_TRUE(HasManualRegions(*module));
+  EXPECT_FALSE(HasManualRegions(*ParseHloModule(
+      "HloModule m\nENTRY e {\n  ROOT x = f32[2] parameter(0), sharding={devices=[2]<=[2]}\n}\n")));
+  CompileForDevices(*module, {.num_devices = 4});  // propagates in place
+  ReplicateOutsideManualRegions(*module);
+  const HloComputation* entry = module->entry_computation();
+  auto sharding_of = [&](const char* name) -> std::string {
+    const HloInstruction* instr = entry->GetInstruction(name);
+    if (instr == nullptr) return "no instruction";
+    return instr->has_sharding() ? instr->sharding()->ToString() : "none";
+  };
+  for (const char* name : {"p", "w", "q", "r"})
+    EXPECT_EQ(sharding_of(name), "{replicated}") << name;
+  EXPECT_EQ(sharding_of("cut"), "{devices=[4,1]<=[4]}");  // cuts the region's pieces
+  EXPECT_EQ(sharding_of("f"), "{devices=[4,1]<=[4]}");    // joins them
+  for (const char* name : {"m", "e", "ps", "d", "o"}) EXPECT_EQ(sharding_of(name), "{manual}");
+  // The reference still runs: the region on the same pieces, the rest whole.
+  const CompiledProgram program = CompileForDevices(*module, {.num_devices = 4});
+  EXPECT_EQ(program.input_shardings[0].ToString(), "{replicated}");
+}
+
 TEST(RunCommandTest, CheckExitsThreeWhenTheShardedResultDiffers) {
   const std::string path = std::string(WEFT_SOURCE_DIR) + "/tests/runtime/data/cancelling_sum.hlo";
   std::ostringstream out;
