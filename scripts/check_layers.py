@@ -39,7 +39,7 @@ def library(module, filename):
     if module != "runtime":
         return module
     stem = pathlib.PurePath(filename).name.split(".")[0]
-    if stem == "run_command":
+    if stem in ("run_command", "run_inputs", "run_memory"):
         return "runtime-run"
     return "runtime-devices" if stem in DEVICE_FILES else "runtime-executor"
 

@@ -1,9 +1,11 @@
 #include "weft/hlo/instruction.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 
 #include "weft/base/error.h"
 #include "weft/hlo/printer.h"
@@ -99,15 +101,61 @@ std::optional<RngDistribution> StringToRngDistribution(std::string_view name) {
   return ValueOf(kRngDistributions, name);
 }
 
+namespace {
+
+constexpr std::string_view kRngStreamKey = "rng_stream=", kRngTileKey = "rng_tile_of=";
+
+// The value of `key` in a ';'-separated backend_config, or nullopt.
+std::optional<std::string_view> ConfigValue(std::string_view config, std::string_view key) {
+  while (!config.empty()) {
+    const size_t end = config.find(';');
+    const std::string_view item = config.substr(0, end);
+    if (item.starts_with(key)) return item.substr(key.size());
+    if (end == std::string_view::npos) break;
+    config.remove_prefix(end + 1);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::string RngStreamConfig(const HloInstruction& rng) {
-  return "rng_stream=" + std::string(RngStreamName(rng));
+  return std::string(kRngStreamKey) + std::string(RngStreamName(rng));
 }
 
 std::string_view RngStreamName(const HloInstruction& rng) {
-  constexpr std::string_view kPrefix = "rng_stream=";
-  const std::string& config = rng.attrs().backend_config;
-  if (config.starts_with(kPrefix)) return std::string_view(config).substr(kPrefix.size());
-  return rng.name();
+  return ConfigValue(rng.attrs().backend_config, kRngStreamKey).value_or(rng.name());
+}
+
+std::optional<std::vector<int64_t>> RngTileOf(const HloInstruction& rng) {
+  const std::optional<std::string_view> text = ConfigValue(rng.attrs().backend_config, kRngTileKey);
+  if (!text) return std::nullopt;
+  std::vector<int64_t> dims;
+  std::string_view rest = *text;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    int64_t d = -1;
+    auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), d);
+    WEFT_CHECK(ec == std::errc() && ptr == item.data() + item.size() && d >= 0,
+               "{}: backend_config {}{} is not a list of dims (D0,D1,...); write the unsharded "
+               "value's dims, or leave it out",
+               rng.Describe(), kRngTileKey, *text);
+    dims.push_back(d);
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  return dims;
+}
+
+std::string RngTileConfig(std::string_view stream, const std::vector<int64_t>& tile_of) {
+  std::string config;
+  if (!stream.empty()) config = fmt::format("{}{};", kRngStreamKey, stream);
+  return config + fmt::format("{}{}", kRngTileKey, fmt::join(tile_of, ","));
+}
+
+int64_t RngOwnOperandCount(const HloInstruction& rng) {
+  return rng.opcode() == HloOpcode::kRng ? 2 : 1;
 }
 
 bool IsFusibleElementType(PrimitiveType type) {

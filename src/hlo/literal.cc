@@ -45,8 +45,15 @@ Literal::Literal(Shape shape, const std::vector<double>& values) : shape_(std::m
              PrimitiveTypeName(type));
   for (double v : values) {
     if (IsIntegral()) {
-      WEFT_CHECK(std::isfinite(v) && std::trunc(v) == v && std::fabs(v) < 9.3e18,
+      WEFT_CHECK(std::isfinite(v) && std::trunc(v) == v,
                  "constant {} is not an integer; {} needs integers", v, PrimitiveTypeName(type));
+      if (type == PrimitiveType::kU64) {  // kept as its bits
+        WEFT_CHECK(v >= 0 && v < 0x1p64, "constant {} does not fit in u64", v);
+        ints_.push_back(static_cast<int64_t>(static_cast<uint64_t>(v)));
+        continue;
+      }
+      WEFT_CHECK(v >= -0x1p63 && v < 0x1p63, "constant {} does not fit in {}", v,
+                 PrimitiveTypeName(type));
       ints_.push_back(static_cast<int64_t>(v));
       CheckIntInRange(type, ints_.back());
     } else {
@@ -77,6 +84,9 @@ int64_t Literal::size() const {
 }
 
 double Literal::Get(int64_t i) const {
+  if (shape_.element_type() == PrimitiveType::kU64) {
+    return static_cast<double>(static_cast<uint64_t>(ints_.at(i)));
+  }
   return IsIntegral() ? static_cast<double>(ints_.at(i)) : floats_.at(i);
 }
 
@@ -89,6 +99,7 @@ std::string Literal::ToString() const {
   auto element = [&](int64_t i) -> std::string {
     const PrimitiveType type = shape_.element_type();
     if (type == PrimitiveType::kPred) return ints_[i] ? "true" : "false";
+    if (type == PrimitiveType::kU64) return fmt::format("{}", static_cast<uint64_t>(ints_[i]));
     if (IsIntegral()) return fmt::format("{}", ints_[i]);
     // Shortest text that reads back to the same value of this type.
     const double v = floats_[i];

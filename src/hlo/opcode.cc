@@ -42,6 +42,7 @@ bool IsElementwiseUnary(HloOpcode opcode) {
   switch (opcode) {
     case HloOpcode::kAbs:
     case HloOpcode::kCeil:
+    case HloOpcode::kClz:
     case HloOpcode::kCosine:
     case HloOpcode::kExp:
     case HloOpcode::kExpm1:
@@ -51,6 +52,7 @@ bool IsElementwiseUnary(HloOpcode opcode) {
     case HloOpcode::kLogistic:
     case HloOpcode::kNegate:
     case HloOpcode::kNot:
+    case HloOpcode::kPopcnt:
     case HloOpcode::kRsqrt:
     case HloOpcode::kSign:
     case HloOpcode::kSine:
@@ -74,6 +76,9 @@ bool IsElementwiseBinary(HloOpcode opcode) {
     case HloOpcode::kOr:
     case HloOpcode::kPower:
     case HloOpcode::kRemainder:
+    case HloOpcode::kShiftLeft:
+    case HloOpcode::kShiftRightArith:
+    case HloOpcode::kShiftRightLogical:
     case HloOpcode::kSubtract:
     case HloOpcode::kXor:
       return true;

@@ -8,6 +8,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "attribute_text.h"
 #include "text_cursor.h"
 #include "weft/base/error.h"
 #include "weft/hlo/shape_inference.h"
@@ -347,7 +348,7 @@ class HloTextParser {
       cur_.Expect(")", "')' after the parameter number");
     } else if (*opcode == Op::kConstant) {
       if (!shape.IsArray()) cur_.FailAt(at, "a constant must have an array shape");
-      attrs.literal = ParseLiteral(shape);
+      attrs.literal = ParseLiteral(cur_, shape);
       cur_.Expect(")", "')' after the constant value");
     } else if (!cur_.TryConsume(")")) {
       do {
@@ -484,11 +485,11 @@ class HloTextParser {
     } else if (key == "channel_id") {
       a.channel_id = cur_.ParseInt(key);
     } else if (key == "slice") {
-      ParseSlice(a.slice);
+      ParseSlice(cur_, a.slice);
     } else if (key == "dynamic_slice_sizes") {
       list(a.dynamic_slice_sizes);
     } else if (key == "padding") {
-      ParsePadding(a.padding);
+      ParsePadding(cur_, a.padding);
     } else if (key == "direction") {
       const size_t dir_at = cur_.Mark();
       std::optional<ComparisonDirection> d = StringToComparisonDirection(cur_.ParseWord(key));
@@ -518,7 +519,7 @@ class HloTextParser {
     } else if (key == "largest") {
       flag(a.largest);
     } else if (key == "window") {
-      a.window = ParseWindow();
+      a.window = ParseWindow(cur_);
     } else if (key == "dim_labels") {
       const size_t value_at = cur_.Mark();
       std::string error;
@@ -589,7 +590,7 @@ class HloTextParser {
     } else if (key == "replica_groups") {
       a.replica_groups = ParseReplicaGroups();
     } else if (key == "source_target_pairs") {
-      a.source_target_pairs = ParsePairs();
+      a.source_target_pairs = ParsePairs(cur_);
     } else if (key == "algorithm" && op == Op::kRngBitGenerator) {
       const size_t value_at = cur_.Mark();
       std::optional<RngAlgorithm> algorithm = StringToRngAlgorithm(cur_.ParseWord(key));
@@ -692,114 +693,6 @@ class HloTextParser {
     CountExpandedDevices(ids, at);
   }
 
-  // {[0:4], [2:8:2]}
-  void ParseSlice(std::vector<SliceDim>& slice) {
-    cur_.Expect("{", "'{' to start the slice ranges");
-    if (cur_.TryConsume("}")) return;
-    do {
-      cur_.Expect("[", "'[' to start a slice range [start:limit(:stride)]");
-      SliceDim s;
-      s.start = cur_.ParseInt("a slice start");
-      cur_.Expect(":", "':' after the slice start");
-      s.limit = cur_.ParseInt("a slice limit");
-      if (cur_.TryConsume(":")) s.stride = cur_.ParseInt("a slice stride");
-      cur_.Expect("]", "']' to end the slice range");
-      slice.push_back(s);
-    } while (cur_.TryConsume(","));
-    cur_.Expect("}", "',' or '}' in the slice ranges");
-  }
-
-  // XLA's window={size=3x3 stride=2x1 pad=0_1x1_1 lhs_dilate=1x1
-  // rhs_dilate=2x1}; every part but size is optional, {} for rank 0.
-  std::vector<WindowDim> ParseWindow() {
-    const size_t at = cur_.Mark();
-    cur_.Expect("{", "'{' to start the window");
-    std::vector<WindowDim> window;
-    std::map<std::string, size_t> seen;
-    auto fill = [&](const std::string& key, size_t n, size_t key_at) {
-      if (window.empty()) window.resize(n);
-      if (window.size() != n) {
-        cur_.FailAt(key_at, fmt::format("window {} has {} dims but an earlier part has {}", key, n,
-                                        window.size()));
-      }
-    };
-    while (!cur_.TryConsume("}")) {
-      const size_t key_at = cur_.Mark();
-      const std::string key = cur_.ParseWord(
-          "a window part (size, stride, pad, lhs_dilate, "
-          "rhs_dilate, rhs_reversal) or '}'");
-      if (!seen.emplace(key, key_at).second) cur_.FailAt(key_at, "window part given twice");
-      cur_.Expect("=", fmt::format("'=' after window {}", key));
-      if (key == "pad") {
-        std::vector<PadDim> pads;
-        ParsePadding(pads);
-        fill(key, pads.size(), key_at);
-        for (size_t d = 0; d < pads.size(); ++d) {
-          if (pads[d].interior != 0) cur_.FailAt(key_at, "window padding is low_high per dim");
-          window[d].padding_low = pads[d].low;
-          window[d].padding_high = pads[d].high;
-        }
-        continue;
-      }
-      if (key == "rhs_reversal") {
-        const std::vector<int64_t> values = ParseTimesList(key);
-        fill(key, values.size(), key_at);
-        for (size_t d = 0; d < values.size(); ++d) {
-          if (values[d] != 0 && values[d] != 1) {
-            cur_.FailAt(key_at, "window rhs_reversal is 0 or 1 per dim (e.g. rhs_reversal=1x0)");
-          }
-          window[d].window_reversal = values[d] == 1;
-        }
-        continue;
-      }
-      int64_t WindowDim::*field = nullptr;
-      if (key == "size") field = &WindowDim::size;
-      if (key == "stride") field = &WindowDim::stride;
-      if (key == "lhs_dilate") field = &WindowDim::base_dilation;
-      if (key == "rhs_dilate") field = &WindowDim::window_dilation;
-      if (field == nullptr) {
-        cur_.FailAt(key_at, fmt::format("unknown window part '{}'; weft reads size, stride, pad, "
-                                        "lhs_dilate, rhs_dilate and rhs_reversal",
-                                        key));
-      }
-      const std::vector<int64_t> values = ParseTimesList(key);
-      fill(key, values.size(), key_at);
-      for (size_t d = 0; d < values.size(); ++d) window[d].*field = values[d];
-    }
-    if (!window.empty() && !seen.count("size")) cur_.FailAt(at, "the window needs size=");
-    return window;
-  }
-
-  // Integers joined by 'x': 3x3x1.
-  std::vector<int64_t> ParseTimesList(std::string_view what) {
-    std::vector<int64_t> values{cur_.ParseInt(what)};
-    while (cur_.pos() < cur_.text().size() && cur_.text()[cur_.pos()] == 'x') {
-      cur_.set_pos(cur_.pos() + 1);
-      values.push_back(cur_.ParseInt(what));
-    }
-    return values;
-  }
-
-  // low_high[_interior] per dim, joined by 'x': 0_0x1_2_0.
-  void ParsePadding(std::vector<PadDim>& padding) {
-    auto next_is = [&](char c) {
-      return cur_.pos() < cur_.text().size() && cur_.text()[cur_.pos()] == c;
-    };
-    while (true) {
-      PadDim p;
-      p.low = cur_.ParseInt("the low padding (low_high[_interior])");
-      cur_.Expect("_", "'_' between low and high padding");
-      p.high = cur_.ParseInt("the high padding");
-      if (next_is('_')) {
-        cur_.set_pos(cur_.pos() + 1);
-        p.interior = cur_.ParseInt("the interior padding");
-      }
-      padding.push_back(p);
-      if (!next_is('x')) return;
-      cur_.set_pos(cur_.pos() + 1);  // 'x' starts the next dim
-    }
-  }
-
   // {{0,1},{2,3}}, {}, or the iota form [groups,size]<=[dims]T(perm).
   std::vector<std::vector<int64_t>> ParseReplicaGroups() {
     std::vector<std::vector<int64_t>> groups;
@@ -850,57 +743,6 @@ class HloTextParser {
       ++p;
     }
     return p;
-  }
-
-  std::vector<std::pair<int64_t, int64_t>> ParsePairs() {
-    std::vector<std::pair<int64_t, int64_t>> pairs;
-    cur_.Expect("{", "'{' to start source_target_pairs");
-    if (cur_.TryConsume("}")) return pairs;
-    do {
-      const size_t at = cur_.Mark();
-      std::vector<int64_t> pair = cur_.ParseIntList("a {source,target} pair");
-      if (pair.size() != 2) cur_.FailAt(at, "expected a {source,target} pair of two ids");
-      pairs.push_back({pair[0], pair[1]});
-    } while (cur_.TryConsume(","));
-    cur_.Expect("}", "',' or '}' in source_target_pairs");
-    return pairs;
-  }
-
-  Literal ParseLiteral(const Shape& shape) {
-    const size_t at = cur_.Mark();
-    std::vector<double> values;
-    const bool is_pred = shape.element_type() == PrimitiveType::kPred;
-    auto element = [&] {
-      if (is_pred && (cur_.Peek() == 't' || cur_.Peek() == 'f')) {
-        values.push_back(cur_.ParseBool("true or false") ? 1 : 0);
-      } else {
-        values.push_back(
-            cur_.ParseNumber(fmt::format("a {} value", PrimitiveTypeName(shape.element_type()))));
-      }
-    };
-    auto level = [&](auto&& self, int64_t dim) -> void {
-      const size_t level_at = cur_.Mark();
-      cur_.Expect("{", fmt::format("'{{' for dimension {} of {}", dim, shape.ToString()));
-      int64_t count = 0;
-      if (!cur_.TryConsume("}")) {
-        do {
-          dim + 1 == shape.rank() ? element() : self(self, dim + 1);
-          ++count;
-        } while (cur_.TryConsume(","));
-        cur_.Expect("}", "',' or '}' in the constant");
-      }
-      if (count != shape.dimensions(dim)) {
-        cur_.FailAt(level_at, fmt::format("constant has {} entries along dimension {} but {} "
-                                          "says {}",
-                                          count, dim, shape.ToString(), shape.dimensions(dim)));
-      }
-    };
-    shape.rank() == 0 ? element() : level(level, 0);
-    try {
-      return Literal(shape, values);
-    } catch (const Error& e) {
-      cur_.FailAt(at, e.what());
-    }
   }
 
   void ResolveCalls() {

@@ -79,6 +79,10 @@ Shape InferElementwise(const HloInstruction& instr) {
       case HloOpcode::kSign:
         WEFT_CHECK(t != PrimitiveType::kPred, "{} needs numbers, got {}", name, x.ToString());
         break;
+      case HloOpcode::kPopcnt:
+      case HloOpcode::kClz:
+        WEFT_CHECK(IsInteger(t), "{} needs integers, got {}", name, x.ToString());
+        break;
       default:
         WEFT_CHECK(IsFloatingPoint(t) || IsComplex(t),
                    "{} needs a floating-point or complex operand, got {}", name, x.ToString());
@@ -115,6 +119,11 @@ Shape InferElementwise(const HloInstruction& instr) {
       return a;
     case HloOpcode::kPower:
       WEFT_CHECK(t != PrimitiveType::kPred, "power needs numbers, got {}", a.ToString());
+      return a;
+    case HloOpcode::kShiftLeft:
+    case HloOpcode::kShiftRightArith:
+    case HloOpcode::kShiftRightLogical:
+      WEFT_CHECK(IsInteger(t), "{} needs integers, got {}", name, a.ToString());
       return a;
     default:
       WEFT_CHECK(

@@ -6,9 +6,11 @@
 
 namespace weft::shape_inference_internal {
 
-// rng(a, b), distribution=...: scalars a, b of the declared result's type.
+// rng(a, b), distribution=...: scalars a, b of the declared result's type
+// (and a tile's starts, RngTileOf).
 Shape InferRng(const HloInstruction& instr);
-// rng-bit-generator(state): (state, bits), state u64[2] (u64[3] for philox).
+// rng-bit-generator(state): (state, bits), state u64[2] (u64[3] for philox)
+// (and a tile's starts, RngTileOf).
 Shape InferRngBitGenerator(const HloInstruction& instr);
 // convolution(lhs, rhs), window=, dim_labels=, feature_group_count=,
 // batch_group_count= (shape_inference_convolution.cc).

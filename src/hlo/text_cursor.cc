@@ -172,6 +172,28 @@ double TextCursor::ParseNumber(std::string_view what) {
   return negative ? -value : value;
 }
 
+std::optional<TextCursor::ExactInteger> TextCursor::TryParseExactInteger(std::string_view what) {
+  Skip();
+  size_t end = pos_;
+  const bool negative = end < text_.size() && text_[end] == '-';
+  if (end < text_.size() && (text_[end] == '-' || text_[end] == '+')) ++end;
+  const size_t digits = end;
+  while (end < text_.size() && std::isdigit(static_cast<unsigned char>(text_[end]))) ++end;
+  if (end == digits) return std::nullopt;
+  if (end < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[end])) ||
+                             text_[end] == '.' || text_[end] == '_')) {
+    return std::nullopt;  // 2.5, 1e3: a float
+  }
+  ExactInteger value{negative, 0};
+  auto [ptr, ec] = std::from_chars(text_.data() + digits, text_.data() + end, value.magnitude);
+  if (ec != std::errc()) {
+    FailAt(pos_,
+           fmt::format("{} {} does not fit in 64 bits", what, text_.substr(pos_, end - pos_)));
+  }
+  pos_ = end;
+  return value;
+}
+
 bool TextCursor::ParseBool(std::string_view what) {
   if (TryKeyword("true")) return true;
   if (TryKeyword("false")) return false;

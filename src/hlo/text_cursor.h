@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,6 +52,15 @@ class TextCursor {
   int64_t ParseInt(std::string_view what);
   // Integer, decimal or exponent float, inf, -inf, nan.
   double ParseNumber(std::string_view what);
+  // A decimal integer (an optional sign, then digits, as XLA prints integer
+  // constants), read exactly: its sign and magnitude. nullopt, consuming
+  // nothing, when the next token is not one (a float such as 2.0 or 1e3);
+  // an error at the token when its magnitude exceeds 64 bits.
+  struct ExactInteger {
+    bool negative = false;
+    uint64_t magnitude = 0;
+  };
+  std::optional<ExactInteger> TryParseExactInteger(std::string_view what);
   bool ParseBool(std::string_view what);
   // "..." with \" \\ \n \t escapes.
   std::string ParseQuoted(std::string_view what);

@@ -281,6 +281,31 @@ T IntPow(T base, T exp) {
   return static_cast<T>(result);
 }
 
+// XLA's shifts read the amount as unsigned: one of the type's bit width or
+// more shifts every bit out (0), or for an arithmetic shift right fills
+// with the sign bit; an arithmetic shift of an unsigned type shifts its
+// bits as the signed type of the same width does.
+template <typename T>
+T ShiftLeft(T x, T y) {
+  using Bits = std::make_unsigned_t<T>;
+  if (static_cast<Bits>(y) >= sizeof(T) * 8) return 0;
+  return static_cast<T>(static_cast<WrapUnsigned<T>>(static_cast<Bits>(x)) << y);
+}
+template <typename T>
+T ShiftRightLogical(T x, T y) {
+  using Bits = std::make_unsigned_t<T>;
+  if (static_cast<Bits>(y) >= sizeof(T) * 8) return 0;
+  return static_cast<T>(static_cast<Bits>(x) >> y);
+}
+template <typename T>
+T ShiftRightArithmetic(T x, T y) {
+  using Bits = std::make_unsigned_t<T>;
+  using Signed = std::make_signed_t<T>;
+  const Signed s = static_cast<Signed>(x);
+  if (static_cast<Bits>(y) >= sizeof(T) * 8) return static_cast<T>(s < 0 ? Signed(-1) : Signed(0));
+  return static_cast<T>(static_cast<Signed>(s >> y));
+}
+
 template <typename T>
 void BinaryInt(HloOpcode op, const T* a, const T* b, T* o, int64_t n) {
   using U = WrapUnsigned<T>;
@@ -303,6 +328,9 @@ void BinaryInt(HloOpcode op, const T* a, const T* b, T* o, int64_t n) {
     WEFT_BINARY(kOr, x | y)
     WEFT_BINARY(kXor, x ^ y)
     WEFT_BINARY(kPower, IntPow(x, y))
+    WEFT_BINARY(kShiftLeft, ShiftLeft(x, y))
+    WEFT_BINARY(kShiftRightLogical, ShiftRightLogical(x, y))
+    WEFT_BINARY(kShiftRightArith, ShiftRightArithmetic(x, y))
 #undef WEFT_BINARY
     default:
       Fail("{} is not supported on integers", HloOpcodeString(op));
@@ -330,6 +358,16 @@ void UnaryInt(HloOpcode op, const T* a, T* o, int64_t n) {
       return;
     case HloOpcode::kNot:
       for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(~a[i]);
+      return;
+    case HloOpcode::kPopcnt:
+      for (int64_t i = 0; i < n; ++i) {
+        o[i] = static_cast<T>(std::popcount(static_cast<std::make_unsigned_t<T>>(a[i])));
+      }
+      return;
+    case HloOpcode::kClz:
+      for (int64_t i = 0; i < n; ++i) {
+        o[i] = static_cast<T>(std::countl_zero(static_cast<std::make_unsigned_t<T>>(a[i])));
+      }
       return;
     default:
       Fail("{} is not supported on integers", HloOpcodeString(op));

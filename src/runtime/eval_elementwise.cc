@@ -369,6 +369,13 @@ void CheckElementwise(const HloInstruction& instr) {
     case HloOpcode::kXor:
       if (is_float) unsupported();
       break;
+    case HloOpcode::kShiftLeft:
+    case HloOpcode::kShiftRightArith:
+    case HloOpcode::kShiftRightLogical:
+    case HloOpcode::kPopcnt:
+    case HloOpcode::kClz:
+      if (is_float || is_pred) unsupported();
+      break;
     case HloOpcode::kAbs:
     case HloOpcode::kNegate:
     case HloOpcode::kSign:

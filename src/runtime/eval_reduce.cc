@@ -136,6 +136,35 @@ double ApplyScalar(const ScalarFunction::Program::Op& op, const double* x) {
     case HloOpcode::kCopy:
       if (IsInteger(op.type) && std::isnan(x[0])) return 0;
       return IsInteger(op.type) ? std::trunc(x[0]) : x[0];
+    case HloOpcode::kShiftLeft:
+    case HloOpcode::kShiftRightArith:
+    case HloOpcode::kShiftRightLogical:
+    case HloOpcode::kPopcnt:
+    case HloOpcode::kClz: {
+      double r = 0;
+      DispatchInt(op.type, [&](auto* tag) {
+        using T = std::remove_pointer_t<decltype(tag)>;
+        // Values here are exact in double (a scalar program's integers
+        // beyond 2^53 are not), so the conversion back is too.
+        auto load = [](double v) {
+          if constexpr (std::is_signed_v<T>) {
+            return static_cast<T>(static_cast<int64_t>(v));
+          } else {
+            return static_cast<T>(v < 0 ? static_cast<uint64_t>(static_cast<int64_t>(v))
+                                        : static_cast<uint64_t>(v));
+          }
+        };
+        const T a = load(x[0]), b = load(x[1]);
+        T out = 0;
+        if (op.opcode == HloOpcode::kPopcnt || op.opcode == HloOpcode::kClz) {
+          UnaryInt(op.opcode, &a, &out, 1);
+        } else {
+          BinaryInt(op.opcode, &a, &b, &out, 1);
+        }
+        r = static_cast<double>(out);
+      });
+      return r;
+    }
     case HloOpcode::kCompare:
       if (op.total_order) {
         const int64_t a = TotalOrderKey(x[0]), b = TotalOrderKey(x[1]);

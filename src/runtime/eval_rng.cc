@@ -1,12 +1,14 @@
 // rng-bit-generator: XLA's bits (random_bits.h). rng: weft's own generator,
 // as XLA leaves rng's numbers to the implementation: Philox4x32-10 keyed by
 // a hash of its stream name (RngStreamName: the instruction's name unless
-// the partitioner recorded the unsharded one), one block per element, its counter's
-// high word the instruction's evaluation count in this executor (so a rng
-// in a loop draws fresh numbers each trip, and an executor run again
-// continues the stream; a new executor starts it over: runs repeat). The
-// partitioner runs rng replicated, so every device draws the whole value
-// and keeps its piece: sharded and unsharded runs agree.
+// the partitioner recorded the unsharded one), one block per element (its
+// row-major position in the value), its counter's high word the
+// instruction's evaluation count in this executor (so a rng in a loop draws
+// fresh numbers each trip, and an executor run again continues the stream;
+// a new executor starts it over: runs repeat). A partitioned rng or
+// rng-bit-generator making one tile of a sharded value (RngTileOf) draws
+// the elements at the tile's positions in the unsharded value: sharded and
+// unsharded runs agree.
 #include <atomic>
 #include <cmath>
 #include <numbers>
@@ -39,16 +41,40 @@ void CheckRng(const HloInstruction& instr) {
              HloOpcodeString(instr.opcode()), PrimitiveTypeName(t));
 }
 
+namespace {
+
+// The value's dims and this instruction's tile's start in it: the whole
+// value at 0, or the tile RngTileOf and the start operands say.
+struct TileOfValue {
+  std::vector<int64_t> global, start;
+};
+TileOfValue TileOf(const HloInstruction& instr, const Shape& local, EvalArgs& args) {
+  const std::optional<std::vector<int64_t>> tile_of = RngTileOf(instr);
+  if (!tile_of) return {local.dimensions(), std::vector<int64_t>(local.rank(), 0)};
+  TileOfValue t{*tile_of, {}};
+  for (int64_t i = RngOwnOperandCount(instr); i < instr.operand_count(); ++i) {
+    const HostTensor& start = args.array(i);
+    t.start.push_back(LoadAsInt(start.shape().element_type(), start.raw_data(), 0));
+    WEFT_CHECK(t.start.back() >= 0, "{}: tile start {} is negative", instr.Describe(),
+               t.start.back());
+  }
+  return t;
+}
+
+}  // namespace
+
 Value EvalRngBitGenerator(const HloInstruction& instr, EvalArgs& args) {
   const HostTensor& state = args.array(0);
   const Shape& bits_shape = instr.shape().tuple_shapes(1);
+  const TileOfValue tile = TileOf(instr, bits_shape, args);
   HostTensor new_state = args.ctx().Allocate(state.shape());
   HostTensor bits = args.ctx().Allocate(bits_shape);
   const int64_t words = state.element_count();
   // Copied first: the new state may be written where the old one was read.
   std::vector<uint64_t> old(state.data<uint64_t>(), state.data<uint64_t>() + words);
   RngBitGenerator(instr.attrs().rng_algorithm, old, bits_shape.element_type(),
-                  bits_shape.dimensions(), bits.mutable_raw_data(),
+                  RngTile{tile.global, tile.start, bits_shape.dimensions()},
+                  bits.mutable_raw_data(),
                   std::span<uint64_t>(new_state.mutable_data<uint64_t>(), words));
   return Value{std::move(new_state), std::move(bits)};
 }
@@ -64,30 +90,35 @@ Value EvalRng(const HloInstruction& instr, EvalArgs& args) {
   const uint64_t evaluation = count->fetch_add(1);
   const uint64_t key = NameKey(RngStreamName(instr));
   const std::array<uint32_t, 2> k = {static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32)};
+  const TileOfValue tile = TileOf(instr, instr.shape(), args);
   HostTensor out = args.ctx().Allocate(instr.shape());
   void* data = out.mutable_raw_data();
   const bool normal = instr.attrs().rng_distribution == RngDistribution::kNormal;
-  const int64_t n = out.element_count();
-  for (int64_t e = 0; e < n; ++e) {
-    const uint64_t block = static_cast<uint64_t>(e);
-    const std::array<uint32_t, 4> w =
-        Philox4x32({static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
-                    static_cast<uint32_t>(evaluation), static_cast<uint32_t>(evaluation >> 32)},
-                   k);
-    if (normal) {                                // Box-Muller: mean a, standard deviation b
-      const double u1 = 1.0 - Unit(w[0], w[1]);  // (0, 1]
-      const double z =
-          std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * Unit(w[2], w[3]));
-      StoreDouble(t, data, e, a + b * z);
-    } else if (IsFloatingPoint(t)) {  // [a, b): a value rounded up to b is taken as a
-      StoreDouble(t, data, e, a + (b - a) * Unit(w[0], w[1]));
-      if (b > a && LoadAsDouble(t, data, e) >= b) StoreDouble(t, data, e, a);
-    } else {  // [a, b) over the integers
-      const uint64_t range = static_cast<uint64_t>(ib) - static_cast<uint64_t>(ia);
-      const uint64_t bits = static_cast<uint64_t>(w[1]) << 32 | w[0];
-      StoreInt(t, data, e, ib > ia ? ia + static_cast<int64_t>(bits % range) : ia);
-    }
-  }
+  ForEachTileElement(
+      tile.global, tile.start, instr.shape().dimensions(), [&](int64_t e, int64_t g) {
+        if (g < 0) {  // a padded tile's padding
+          StoreDouble(t, data, e, 0);
+          return;
+        }
+        const uint64_t block = static_cast<uint64_t>(g);
+        const std::array<uint32_t, 4> w =
+            Philox4x32({static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
+                        static_cast<uint32_t>(evaluation), static_cast<uint32_t>(evaluation >> 32)},
+                       k);
+        if (normal) {                                // Box-Muller: mean a, standard deviation b
+          const double u1 = 1.0 - Unit(w[0], w[1]);  // (0, 1]
+          const double z =
+              std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * Unit(w[2], w[3]));
+          StoreDouble(t, data, e, a + b * z);
+        } else if (IsFloatingPoint(t)) {  // [a, b): a value rounded up to b is taken as a
+          StoreDouble(t, data, e, a + (b - a) * Unit(w[0], w[1]));
+          if (b > a && LoadAsDouble(t, data, e) >= b) StoreDouble(t, data, e, a);
+        } else {  // [a, b) over the integers
+          const uint64_t range = static_cast<uint64_t>(ib) - static_cast<uint64_t>(ia);
+          const uint64_t bits = static_cast<uint64_t>(w[1]) << 32 | w[0];
+          StoreInt(t, data, e, ib > ia ? ia + static_cast<int64_t>(bits % range) : ia);
+        }
+      });
   return Value{std::move(out)};
 }
 

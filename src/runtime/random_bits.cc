@@ -27,28 +27,36 @@ void Store32(PrimitiveType type, void* out, int64_t i, uint32_t bits) {
 // state[2]) (low, high), or for a u64[2] state (state[1], state[0]); block b
 // encrypts counter + b. 32-bit elements take one word each in block order,
 // 64-bit elements two (words 0-1, then 2-3).
-void PhiloxBits(std::span<const uint64_t> state, PrimitiveType type, int64_t n, void* out,
-                std::span<uint64_t> new_state) {
+void PhiloxBits(std::span<const uint64_t> state, PrimitiveType type, int64_t total,
+                const RngTile& tile, void* out, std::span<uint64_t> new_state) {
   const std::array<uint32_t, 2> key = {Lo(state[0]), Hi(state[0])};
   const uint64_t low = state[1], high = state.size() >= 3 ? state[2] : state[0];
   const bool wide = ByteWidth(type) == 8;
-  const int64_t blocks = wide ? (n + 1) / 2 : (n + 3) / 4;
+  const int64_t per_block = wide ? 2 : 4;
   auto counter = [&](uint64_t b) {
     const uint64_t l = low + b;
     return std::pair<uint64_t, uint64_t>{l, l < low ? high + 1 : high};
   };
-  for (int64_t b = 0; b < blocks; ++b) {
-    const auto [l, h] = counter(static_cast<uint64_t>(b));
-    const std::array<uint32_t, 4> w = Philox4x32({Lo(l), Hi(l), Lo(h), Hi(h)}, key);
-    if (wide) {
-      for (int64_t j = 0; j < 2 && 2 * b + j < n; ++j) {
-        static_cast<uint64_t*>(out)[2 * b + j] = Join(w[2 * j], w[2 * j + 1]);
-      }
-    } else {
-      for (int64_t j = 0; j < 4 && 4 * b + j < n; ++j) Store32(type, out, 4 * b + j, w[j]);
+  int64_t cached = -1;
+  std::array<uint32_t, 4> w{};
+  ForEachTileElement(tile.global_dims, tile.start, tile.dims, [&](int64_t e, int64_t g) {
+    if (g < 0) {  // padding
+      wide ? void(static_cast<uint64_t*>(out)[e] = 0) : Store32(type, out, e, 0);
+      return;
     }
-  }
-  const auto [l, h] = counter(static_cast<uint64_t>(blocks));
+    const int64_t b = g / per_block, j = g % per_block;
+    if (b != cached) {
+      const auto [l, h] = counter(static_cast<uint64_t>(b));
+      w = Philox4x32({Lo(l), Hi(l), Lo(h), Hi(h)}, key);
+      cached = b;
+    }
+    if (wide) {
+      static_cast<uint64_t*>(out)[e] = Join(w[2 * j], w[2 * j + 1]);
+    } else {
+      Store32(type, out, e, w[j]);
+    }
+  });
+  const auto [l, h] = counter(static_cast<uint64_t>((total + per_block - 1) / per_block));
   new_state[0] = state[0];
   new_state[1] = l;
   if (state.size() >= 3) new_state[2] = h;
@@ -59,23 +67,22 @@ void PhiloxBits(std::span<const uint64_t> state, PrimitiveType type, int64_t n, 
 // in halves along its first even dim (else its first largest): the element
 // at index i there takes the first or second word (i % 2) of the pair made
 // at index i / 2, the pairs numbered row-major over the halved shape.
-void ThreeFryBits(std::span<const uint64_t> state, PrimitiveType type,
-                  std::span<const int64_t> dims, void* out, std::span<uint64_t> new_state) {
+void ThreeFryBits(std::span<const uint64_t> state, PrimitiveType type, int64_t total,
+                  const RngTile& tile, void* out, std::span<uint64_t> new_state) {
   const std::array<uint32_t, 2> key = {Lo(state[0]), Hi(state[0])};
   const uint64_t start = state[1];
-  int64_t n = 1;
-  for (int64_t d : dims) n *= d;
   auto pair = [&](uint64_t index) {
     const uint64_t c = start + index;
     return ThreeFry2x32({Lo(c), Hi(c)}, key);
   };
   new_state[0] = state[0];
+  const std::span<const int64_t> dims = tile.global_dims;
   if (ByteWidth(type) == 8) {
-    for (int64_t e = 0; e < n; ++e) {
-      const std::array<uint32_t, 2> w = pair(static_cast<uint64_t>(e));
+    ForEachTileElement(dims, tile.start, tile.dims, [&](int64_t e, int64_t g) {
+      const std::array<uint32_t, 2> w = g < 0 ? std::array<uint32_t, 2>{} : pair(g);
       static_cast<uint64_t*>(out)[e] = Join(w[0], w[1]);
-    }
-    new_state[1] = start + static_cast<uint64_t>(n);
+    });
+    new_state[1] = start + static_cast<uint64_t>(total);
     return;
   }
   if (dims.empty()) {  // a scalar: the first word of pair 0
@@ -92,19 +99,21 @@ void ThreeFryBits(std::span<const uint64_t> state, PrimitiveType type,
   half[split] = (dims[split] + 1) / 2;
   int64_t half_count = 1;
   for (int64_t d : half) half_count *= d;
-  // Row-major walk of the output, tracking the halved shape's index.
-  std::vector<int64_t> index(dims.size(), 0);
-  for (int64_t e = 0; e < n; ++e) {
+  // The pair of a global element: its index in the halved shape, and which
+  // word (its index along the split dim, mod 2).
+  std::vector<int64_t> index(dims.size());
+  ForEachTileElement(dims, tile.start, tile.dims, [&](int64_t e, int64_t g) {
+    if (g < 0) return Store32(type, out, e, 0);
+    for (int64_t d = static_cast<int64_t>(dims.size()) - 1; d >= 0; --d) {
+      index[d] = g % dims[d];
+      g /= dims[d];
+    }
     int64_t h = 0;
     for (size_t d = 0; d < dims.size(); ++d) {
       h = h * half[d] + (static_cast<int64_t>(d) == split ? index[d] / 2 : index[d]);
     }
     Store32(type, out, e, pair(static_cast<uint64_t>(h))[index[split] % 2]);
-    for (int64_t d = static_cast<int64_t>(dims.size()) - 1; d >= 0; --d) {
-      if (++index[d] < dims[d]) break;
-      index[d] = 0;
-    }
-  }
+  });
   new_state[1] = start + static_cast<uint64_t>(half_count);
 }
 
@@ -138,13 +147,25 @@ std::array<uint32_t, 2> ThreeFry2x32(std::array<uint32_t, 2> c, std::array<uint3
 }
 
 void RngBitGenerator(RngAlgorithm algorithm, std::span<const uint64_t> state, PrimitiveType type,
-                     std::span<const int64_t> dims, void* out, std::span<uint64_t> new_state) {
+                     const RngTile& tile, void* out, std::span<uint64_t> new_state) {
   WEFT_INTERNAL_CHECK(state.size() >= 2 && new_state.size() == state.size(),
                       "rng-bit-generator state of {} words", state.size());
-  if (algorithm == RngAlgorithm::kThreeFry) return ThreeFryBits(state, type, dims, out, new_state);
-  int64_t n = 1;
-  for (int64_t d : dims) n *= d;
-  PhiloxBits(state, type, n, out, new_state);
+  WEFT_INTERNAL_CHECK(
+      tile.start.size() == tile.global_dims.size() && tile.dims.size() == tile.global_dims.size(),
+      "rng-bit-generator tile of rank {} in a value of rank {}", tile.dims.size(),
+      tile.global_dims.size());
+  int64_t total = 1;
+  for (int64_t d : tile.global_dims) total *= d;
+  if (algorithm == RngAlgorithm::kThreeFry) {
+    return ThreeFryBits(state, type, total, tile, out, new_state);
+  }
+  PhiloxBits(state, type, total, tile, out, new_state);
+}
+
+void RngBitGenerator(RngAlgorithm algorithm, std::span<const uint64_t> state, PrimitiveType type,
+                     std::span<const int64_t> dims, void* out, std::span<uint64_t> new_state) {
+  const std::vector<int64_t> start(dims.size(), 0);
+  RngBitGenerator(algorithm, state, type, RngTile{dims, start, dims}, out, new_state);
 }
 
 }  // namespace weft::runtime::exec

@@ -186,8 +186,12 @@ std::optional<HloSharding> Propagator::ShardingFromUser(const HloInstruction& in
       }
       return sharding;
     }
-    case HloOpcode::kScatter:  // a variadic scatter has no rule: it runs replicated
-      return k == 0 && user.operand_count() == 3 ? std::optional(user_sharding) : std::nullopt;
+    case HloOpcode::kScatter: {  // operand i and result leaf i alike; not indices, updates
+      const int64_t n = (user.operand_count() - 1) / 2;
+      if (k >= n) return std::nullopt;
+      return user.shape().IsTuple() ? std::optional(LeafSharding(user_sharding, k))
+                                    : std::optional(user_sharding);
+    }
     // Ops that compute along some dims (their rules need those whole) read
     // their rules like custom calls, leaf by leaf.
     case HloOpcode::kSort:
@@ -475,7 +479,19 @@ bool Propagator::InferFromOperands(HloInstruction* instr, int level) {
     }
     case HloOpcode::kGather:
     case HloOpcode::kScatter: {
-      if (op == HloOpcode::kScatter && instr->operand_count() != 3) return false;
+      if (op == HloOpcode::kScatter && instr->shape().IsTuple()) {
+        // A variadic scatter: every result leaf as each operand, as a
+        // variadic reduce.
+        const int64_t n = (instr->operand_count() - 1) / 2;
+        bool changed = false;
+        for (int64_t k = 0; k < n; ++k) {
+          auto s = from(k);
+          if (!s) continue;
+          s = HloSharding::Tuple(std::vector<HloSharding>(n, *s));
+          changed |= Improve(instr, *s, may_combine, false, why(instr->operand(k)));
+        }
+        return changed;
+      }
       bool changed = false;
       for (int64_t k = op == HloOpcode::kGather ? 1 : 0; k >= 0 && k < instr->operand_count();
            k += op == HloOpcode::kGather ? -1 : 3) {

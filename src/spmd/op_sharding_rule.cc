@@ -265,15 +265,19 @@ OpShardingRule GatherRule(const HloInstruction& instr) {
 }
 
 OpShardingRule ScatterRule(const HloInstruction& instr) {
-  // Operand and result correspond one to one; indices and updates are not
-  // tied (their sharding comes from annotations or from their own producers).
+  // Operands and results correspond one to one, all alike (a variadic
+  // scatter's N operands and N results); indices and updates are not tied
+  // (their sharding comes from annotations or from their own producers).
   OpShardingRule rule;
   rule.name = "scatter";
+  const int64_t n = (instr.operand_count() - 1) / 2;
   const TensorFactors t = FreshFactors(rule, instr.operand(0)->shape().dimensions());
-  rule.operands.push_back(t);
-  rule.operands.push_back(FreshFactors(rule, instr.operand(1)->shape().dimensions()));
-  rule.operands.push_back(FreshFactors(rule, instr.operand(2)->shape().dimensions()));
-  rule.results.push_back(t);
+  for (int64_t i = 0; i < n; ++i) rule.operands.push_back(t);
+  rule.operands.push_back(FreshFactors(rule, instr.operand(n)->shape().dimensions()));
+  for (int64_t i = 0; i < n; ++i) {
+    rule.operands.push_back(FreshFactors(rule, instr.operand(n + 1 + i)->shape().dimensions()));
+  }
+  for (int64_t i = 0; i < n; ++i) rule.results.push_back(t);
   return rule;
 }
 
@@ -550,13 +554,33 @@ std::optional<OpShardingRule> GetOpShardingRule(const HloInstruction& instr) {
     case HloOpcode::kGather:
       return GatherRule(instr);
     case HloOpcode::kScatter:
-      if (instr.operand_count() != 3) return std::nullopt;
+      if (instr.operand_count() < 3 || instr.operand_count() % 2 == 0) return std::nullopt;
       return ScatterRule(instr);
     case HloOpcode::kAllGather:
     case HloOpcode::kReduceScatter:
     case HloOpcode::kAllToAll:
       if (!instr.shape().IsArray()) return std::nullopt;
       return CollectiveRule(instr);
+    case HloOpcode::kRng: {  // each device draws its tile (spmd_partitioner_random.cc)
+      OpShardingRule rule;
+      rule.name = opname;
+      rule.results.push_back(FreshFactors(rule, instr.shape().dimensions()));
+      rule.operands.assign(instr.operand_count(), TensorFactors{});
+      return rule;
+    }
+    case HloOpcode::kRngBitGenerator: {  // the state whole, the bits split freely
+      if (!instr.shape().IsTuple() || instr.shape().tuple_shapes().size() != 2) {
+        return std::nullopt;
+      }
+      OpShardingRule rule;
+      rule.name = opname;
+      const TensorFactors state =
+          FreshFactors(rule, instr.operand(0)->shape().dimensions(), FactorKind::kNeedReplication);
+      rule.operands.push_back(state);
+      rule.results.push_back(state);
+      rule.results.push_back(FreshFactors(rule, instr.shape().tuple_shapes(1).dimensions()));
+      return rule;
+    }
     case HloOpcode::kIota:
     case HloOpcode::kConstant: {
       if (!instr.shape().IsArray()) return std::nullopt;

@@ -255,6 +255,8 @@ bool Propagator::SupportsSpatialPartitioning(const HloInstruction* instr, bool a
     case HloOpcode::kReduceWindow:
     case HloOpcode::kSelectAndScatter:
     case HloOpcode::kBitcastConvert:
+    case HloOpcode::kRng:
+    case HloOpcode::kRngBitGenerator:
       return true;
     case HloOpcode::kAllReduce:
     case HloOpcode::kReduceScatter:

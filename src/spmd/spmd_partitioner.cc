@@ -268,15 +268,9 @@ PartitionedValue ComputationPartitioner::Partition(const HloInstruction& instr,
       return HandleWhile(*this, instr, sharding);
     case HloOpcode::kConditional:
       return HandleConditional(*this, instr, sharding);
-    case HloOpcode::kRng: {
-      // Drawn whole on every device; its stream stays the unsharded
-      // instruction's (the executor keys it by this name, eval_rng.cc).
-      PartitionedValue v = HandleReplicated(*this, instr);
-      if (v.hlo->attrs().backend_config.empty()) {
-        v.hlo->mutable_attrs().backend_config = RngStreamConfig(instr);
-      }
-      return v;
-    }
+    case HloOpcode::kRng:
+    case HloOpcode::kRngBitGenerator:
+      return HandleRandom(*this, instr, sharding);
     case HloOpcode::kBroadcast:
       return HandleBroadcast(*this, instr, sharding);
     case HloOpcode::kReshape:
@@ -301,8 +295,6 @@ PartitionedValue ComputationPartitioner::Partition(const HloInstruction& instr,
     case HloOpcode::kGather:
       return HandleGather(*this, instr, sharding);
     case HloOpcode::kScatter:
-      // Several operands and updates: replicated (no sharding rule yet).
-      if (instr.operand_count() > 3) return HandleReplicated(*this, instr);
       return HandleScatter(*this, instr, sharding);
     case HloOpcode::kSort:
     case HloOpcode::kTopK:

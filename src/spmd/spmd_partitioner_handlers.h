@@ -99,6 +99,10 @@ PartitionedValue HandleWithDimsWhole(ComputationPartitioner& p, const HloInstruc
                                      const std::vector<int64_t>& whole);
 // `sharding` replicated along `dims` (normalized).
 HloSharding Unsplit(const HloSharding& sharding, const std::vector<int64_t>& dims);
+// rng and rng-bit-generator (spmd_partitioner_random.cc): each device draws
+// its tile of the unsharded value.
+PartitionedValue HandleRandom(ComputationPartitioner& p, const HloInstruction& instr,
+                              const HloSharding& sharding);
 // Any op: operands replicated, the op on whole arrays, result replicated.
 PartitionedValue HandleReplicated(ComputationPartitioner& p, const HloInstruction& instr);
 // Manual regions (spmd_partitioner_manual.cc): whether `instr` is handled

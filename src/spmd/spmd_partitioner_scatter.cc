@@ -13,8 +13,16 @@
 // D) takes the same path: each device scatters its own batch rows and the
 // partial tables are reduce-scattered (or the rows are moved to the devices
 // owning their D columns, whichever moves fewer bytes), so no device gathers
-// the global batch's updates. Any other scatter (not an add, batching dims)
-// runs on whole arrays.
+// the global batch's updates.
+//
+// Any other scatter (a variadic one, one combining by other than add, or an
+// add no plan above fits) keeps its indices whole on every device and splits
+// its operands, all alike, along the one-wide indexed dims and the dims the
+// windows cover whole, as the instruction is split there; the updates' window
+// dims split as those. Every device applies, in the unsharded order, exactly
+// the updates that land in its tile (the others fall out of range), so any
+// combiner gives the unsharded result and nothing is combined across
+// devices. Scatters with batching dims run on whole arrays.
 #include <algorithm>
 
 #include "device_tiles.h"
@@ -46,16 +54,17 @@ bool IsAddReducer(const HloComputation* c) {
          root->operand(0) != root->operand(1);
 }
 
-std::optional<ScatterAddDims> AnalyzeScatter(const HloInstruction& instr) {
-  if (instr.operand_count() != 3 || !instr.shape().IsArray() ||
-      instr.shape().element_type() == PrimitiveType::kPred || !IsAddReducer(instr.to_apply())) {
-    return std::nullopt;
-  }
+// The number of operands (and of updates) of a scatter.
+int64_t ScatterArity(const HloInstruction& instr) { return (instr.operand_count() - 1) / 2; }
+
+// The roles of any scatter's dims (N operands alike), or nullopt.
+std::optional<ScatterAddDims> AnalyzeScatterDims(const HloInstruction& instr) {
   const ScatterDimensionNumbers& dn = instr.attrs().scatter;
   if (!dn.input_batching_dims.empty()) return std::nullopt;
+  const int64_t n = ScatterArity(instr);
   const Shape& operand = instr.operand(0)->shape();
-  const Shape& indices = instr.operand(1)->shape();
-  const Shape& updates = instr.operand(2)->shape();
+  const Shape& indices = instr.operand(n)->shape();
+  const Shape& updates = instr.operand(n + 1)->shape();
   ScatterAddDims sd;
   sd.ivd = dn.index_vector_dim;
   sd.upd_from_operand.assign(updates.rank(), -1);
@@ -86,6 +95,15 @@ std::optional<ScatterAddDims> AnalyzeScatter(const HloInstruction& instr) {
     if (indexed && window == 1) sd.one_wide.push_back(d);
   }
   return sd;
+}
+
+// The dims of a single scatter-add (the partial-sum plans).
+std::optional<ScatterAddDims> AnalyzeScatter(const HloInstruction& instr) {
+  if (instr.operand_count() != 3 || !instr.shape().IsArray() ||
+      instr.shape().element_type() == PrimitiveType::kPred || !IsAddReducer(instr.to_apply())) {
+    return std::nullopt;
+  }
+  return AnalyzeScatterDims(instr);
 }
 
 // A constant zero, or a broadcast of one.
@@ -173,13 +191,53 @@ std::optional<ScatterPlan> PlanScatter(ComputationPartitioner& p, const HloInstr
   return best;
 }
 
+// The whole-indices plan (see the file comment).
+PartitionedValue HandleScatterInTiles(ComputationPartitioner& p, const HloInstruction& instr,
+                                      const HloSharding& sharding) {
+  const std::optional<ScatterAddDims> sd = AnalyzeScatterDims(instr);
+  if (!sd) return HandleReplicated(p, instr);
+  SpmdBuilder& b = p.b();
+  const int64_t n = ScatterArity(instr);
+  const Shape& operand = instr.operand(0)->shape();
+  const Shape& indices = instr.operand(n)->shape();
+  DeviceTiles st = DeviceTiles::Of(sharding.IsTuple() ? sharding.tuple_elements().at(0) : sharding,
+                                   operand.rank(), b.num_partitions());
+  for (int64_t d = 0; d < operand.rank(); ++d) {
+    if (!Contains(sd->one_wide, d) && !Contains(sd->passthrough, d)) st.Unsplit(d);
+  }
+  const DeviceTiles whole =
+      DeviceTiles::Of(HloSharding::Replicate(), indices.rank(), b.num_partitions());
+  const std::optional<HloSharding> s_target = st.ToSharding();
+  const std::optional<HloSharding> u_target =
+      DeviceTiles::Join(whole, sd->upd_from_indices, st, sd->upd_from_operand).ToSharding();
+  if (!s_target || !u_target || s_target->IsReplicated()) return HandleReplicated(p, instr);
+  std::vector<PartitionedValue> operands;
+  for (int64_t i = 0; i < n; ++i) operands.push_back(p.GetAs(instr.operand(i), *s_target));
+  const PartitionedValue index_values = p.GetAs(instr.operand(n), HloSharding::Replicate());
+  std::vector<HloInstruction*> args;
+  for (const PartitionedValue& v : operands) args.push_back(v.hlo);
+  args.push_back(ShiftIndicesIntoTile(b, index_values.hlo, sd->ivd,
+                                      instr.attrs().scatter.scatter_dims_to_operand_dims,
+                                      operands[0], /*clamp=*/false, nullptr));
+  for (int64_t i = 0; i < n; ++i) args.push_back(p.GetAs(instr.operand(n + 1 + i), *u_target).hlo);
+  const Shape local =
+      LocalShapeOf(instr.shape(), instr.shape().IsTuple()
+                                      ? HloSharding::Tuple(std::vector<HloSharding>(n, *s_target))
+                                      : *s_target);
+  HloInstruction* result = EmitLike(p, instr, std::move(args), local);
+  return PartitionedValue{result, instr.shape(),
+                          instr.shape().IsTuple()
+                              ? HloSharding::Tuple(std::vector<HloSharding>(n, *s_target))
+                              : *s_target};
+}
+
 }  // namespace
 
 PartitionedValue HandleScatter(ComputationPartitioner& p, const HloInstruction& instr,
                                const HloSharding& sharding) {
   const std::optional<ScatterAddDims> sd = AnalyzeScatter(instr);
   const std::optional<ScatterPlan> plan = sd ? PlanScatter(p, instr, *sd, sharding) : std::nullopt;
-  if (!plan) return HandleReplicated(p, instr);
+  if (!plan) return HandleScatterInTiles(p, instr, sharding);
 
   SpmdBuilder& b = p.b();
   const Shape local = LocalShape(instr.shape(), plan->operand);

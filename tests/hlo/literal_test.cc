@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "weft/base/error.h"
 
@@ -34,6 +35,25 @@ TEST(LiteralTest, ValuesAreRoundedOrChecked) {
   EXPECT_THROW(Literal::Scalar(PrimitiveType::kPred, 2), Error);
   EXPECT_THROW(Literal(Shape(PrimitiveType::kF32, {3}), {1, 2}), Error);
   EXPECT_THROW(f.GetInt(0), Error);
+}
+
+TEST(LiteralTest, U64ValuesAboveTwoToThe63AreKeptAsTheirBits) {
+  const uint64_t max = ~uint64_t{0}, above = (uint64_t{1} << 63) + 3;
+  Literal u = Literal::FromInts(Shape(PrimitiveType::kU64, {2}),
+                                {static_cast<int64_t>(max), static_cast<int64_t>(above)});
+  EXPECT_EQ(static_cast<uint64_t>(u.GetInt(0)), max);
+  EXPECT_EQ(static_cast<uint64_t>(u.GetInt(1)), above);
+  EXPECT_EQ(u.ToString(), "{18446744073709551615, 9223372036854775811}");
+  EXPECT_EQ(u.Get(0), 0x1p64);  // rounded: doubles hold 53 bits
+  // Through doubles: exact where the double is.
+  EXPECT_EQ(static_cast<uint64_t>(Literal::Scalar(PrimitiveType::kU64, 0x1p63).GetInt(0)),
+            uint64_t{1} << 63);
+  EXPECT_THROW(Literal::Scalar(PrimitiveType::kU64, -1), Error);
+  EXPECT_THROW(Literal::Scalar(PrimitiveType::kU64, 0x1p64), Error);
+  EXPECT_THROW(Literal::Scalar(PrimitiveType::kS64, 0x1p63), Error);
+  const int64_t min = std::numeric_limits<int64_t>::min();
+  EXPECT_EQ(Literal::FromInts(Shape::Scalar(PrimitiveType::kS64), {min}).ToString(),
+            "-9223372036854775808");
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <limits>
 
 #include "weft/hlo/printer.h"
 
@@ -481,6 +482,40 @@ g {
   EXPECT_EQ(PrintModule(*ParseHloModule(PrintModule(*module))), PrintModule(*module));
 }
 
+// Integer constants are read and printed exactly: s64 and u64 values
+// beyond 2^53 (where a double would round them), their extremes, and
+// integers written as floats.
+TEST(ParserTest, WideIntegerConstantsRoundTripExactly) {
+  constexpr const char* kText = R"(HloModule wide_ints
+
+ENTRY e {
+  a = s64[4] constant({9007199254740993, -9223372036854775808, 9223372036854775807, -9007199254740995})
+  b = u64[3] constant({18446744073709551615, 9223372036854775808, 9007199254740993})
+  c = u32[2] constant({4294967295, 0})
+  ROOT t = (s64[4], u64[3], u32[2]) tuple(a, b, c)
+}
+)";
+  std::unique_ptr<HloModule> module = ParseHloModule(kText);
+  EXPECT_EQ(PrintModule(*module), kText);
+  const HloComputation* entry = module->entry_computation();
+  const Literal& a = entry->GetInstruction("a")->literal();
+  EXPECT_EQ(a.GetInt(0), (int64_t{1} << 53) + 1);
+  EXPECT_EQ(a.GetInt(1), std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(a.GetInt(2), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(a.GetInt(3), -(int64_t{1} << 53) - 3);
+  const Literal& b = entry->GetInstruction("b")->literal();
+  EXPECT_EQ(static_cast<uint64_t>(b.GetInt(0)), ~uint64_t{0});
+  EXPECT_EQ(static_cast<uint64_t>(b.GetInt(1)), uint64_t{1} << 63);
+  EXPECT_EQ(static_cast<uint64_t>(b.GetInt(2)), (uint64_t{1} << 53) + 1);
+  // Integers written as floats still read, through their checks.
+  EXPECT_EQ(ParseHloModule("HloModule m\nENTRY e {\n  ROOT c = s32[2] constant({2.0, -3})\n}\n")
+                ->entry_computation()
+                ->root_instruction()
+                ->literal()
+                .GetInt(0),
+            2);
+}
+
 struct BadText {
   const char* name;
   const char* text;
@@ -504,6 +539,20 @@ INSTANTIATE_TEST_SUITE_P(
     Parser, ParseErrorTest,
     testing::Values(
         BadText{"NoHeader", "ENTRY main {\n}", "1:1: expected 'HloModule <name>' at the start"},
+        BadText{"U64ConstantTooLarge",
+                "HloModule m\nENTRY main {\n  c = u64[2] constant({1, 18446744073709551616})\n}",
+                "3:27: a u64 value 18446744073709551616 does not fit in 64 bits"},
+        BadText{"U64ConstantNegative", "HloModule m\nENTRY main {\n  c = u64[] constant(-1)\n}",
+                "3:22: constant -1 does not fit in u64"},
+        BadText{"S64ConstantTooLarge",
+                "HloModule m\nENTRY main {\n  c = s64[] constant(9223372036854775808)\n}",
+                "3:22: constant 9223372036854775808 does not fit in s64"},
+        BadText{"S32ConstantTooLarge",
+                "HloModule m\nENTRY main {\n  c = s32[] constant(2147483648)\n}",
+                "constant 2147483648 does not fit in s32"},
+        BadText{"IntegerConstantNotIntegral",
+                "HloModule m\nENTRY main {\n  c = s64[] constant(2.5)\n}",
+                "3:22: constant 2.5 is not an integer; s64 needs integers"},
         BadText{"MissingEquals", "HloModule m\nENTRY main {\n  x f32[] parameter(0)\n}",
                 "3:5: expected '=' after instruction name 'x', found 'f32'"},
         BadText{"UnknownOpcode",

@@ -84,6 +84,23 @@ TEST(ShapeInferenceTest, Elementwise) {
   EXPECT_TRUE(Contains(infer(HloOpcode::kConvert, {0}, {}, "bf16[4]"), "keep the dimensions"));
 }
 
+TEST(ShapeInferenceTest, ShiftsPopcntAndClzTakeIntegersOnly) {
+  Infer infer({"u32[3,5]", "u32[3,5]", "f32[3,5]", "pred[3,5]", "s64[3,5]", "u32[5]"});
+  for (HloOpcode op :
+       {HloOpcode::kShiftLeft, HloOpcode::kShiftRightLogical, HloOpcode::kShiftRightArith}) {
+    const std::string name(HloOpcodeString(op));
+    EXPECT_EQ(infer(op, {0, 1}), "u32[3,5]") << name;
+    EXPECT_EQ(infer(op, {4, 4}), "s64[3,5]") << name;
+    EXPECT_TRUE(Contains(infer(op, {2, 2}), name + " needs integers, got f32[3,5]"));
+    EXPECT_TRUE(Contains(infer(op, {3, 3}), name + " needs integers, got pred[3,5]"));
+    EXPECT_TRUE(Contains(infer(op, {0, 5}), "same shape"));
+  }
+  EXPECT_EQ(infer(HloOpcode::kPopcnt, {4}), "s64[3,5]");
+  EXPECT_EQ(infer(HloOpcode::kClz, {0}), "u32[3,5]");
+  EXPECT_TRUE(Contains(infer(HloOpcode::kClz, {2}), "count-leading-zeros needs integers"));
+  EXPECT_TRUE(Contains(infer(HloOpcode::kPopcnt, {3}), "popcnt needs integers"));
+}
+
 TEST(ShapeInferenceTest, ShapeChanges) {
   Infer infer({"f32[4,8]", "f32[]", "f32[4,3]", "s32[]", "f32[2,2]"});
   HloAttributes dims;

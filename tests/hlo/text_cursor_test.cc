@@ -39,6 +39,34 @@ TEST(TextCursorTest, Tokens) {
   EXPECT_TRUE(cur.TryKeyword("x"));
 }
 
+TEST(TextCursorTest, ExactIntegersAndWhatIsNotOne) {
+  TextCursor cur("18446744073709551615 -9223372036854775808 +7 2.5 1e3 x 18446744073709551616", "");
+  auto v = cur.TryParseExactInteger("int");
+  ASSERT_TRUE(v.has_value());
+  EXPECT_FALSE(v->negative);
+  EXPECT_EQ(v->magnitude, ~uint64_t{0});
+  v = cur.TryParseExactInteger("int");
+  ASSERT_TRUE(v.has_value());
+  EXPECT_TRUE(v->negative);
+  EXPECT_EQ(v->magnitude, uint64_t{1} << 63);
+  v = cur.TryParseExactInteger("int");
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->magnitude, 7u);
+  // Floats are left for ParseNumber.
+  EXPECT_FALSE(cur.TryParseExactInteger("int").has_value());
+  EXPECT_EQ(cur.ParseNumber("num"), 2.5);
+  EXPECT_FALSE(cur.TryParseExactInteger("int").has_value());
+  EXPECT_EQ(cur.ParseNumber("num"), 1000);
+  EXPECT_FALSE(cur.TryParseExactInteger("int").has_value());
+  EXPECT_TRUE(cur.TryKeyword("x"));
+  try {
+    cur.TryParseExactInteger("a u64 value");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "1:56: a u64 value 18446744073709551616 does not fit in 64 bits");
+  }
+}
+
 TEST(TextCursorTest, ShapesAndErrors) {
   TextCursor cur("f32[2,3]{1,0} (s32[], pred[4]) u32[]", "");
   EXPECT_TRUE(cur.AtShape());

@@ -272,6 +272,68 @@ ENTRY e {
   EXPECT_EQ(out["s"].data<uint32_t>()[2], 0xffffffffu);  // 1 - 2 wraps
 }
 
+// XLA's shifts, popcnt and count-leading-zeros on every integer type,
+// against a reference on the values' bits as unsigned 64-bit words: the
+// amount is read as unsigned, so negative amounts and amounts of the bit
+// width or more shift every bit out (sign-filled for an arithmetic shift
+// right, which shifts an unsigned type's bits as the signed type's).
+template <typename T>
+void ExpectIntegerBitOps(PrimitiveType type, std::mt19937_64& rng) {
+  constexpr int kBits = sizeof(T) * 8;
+  constexpr uint64_t kMask = kBits == 64 ? ~uint64_t{0} : (uint64_t{1} << kBits) - 1;
+  const int64_t n = 3 * (kBits + 8);
+  std::vector<T> x(n), amount(n);
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = static_cast<T>(rng());
+    if (i % 7 == 0) x[i] = static_cast<T>(uint64_t{1} << (kBits - 1));  // the sign bit alone
+    amount[i] = static_cast<T>(i % (kBits + 8) - 3);                    // -3 .. width + 4
+  }
+  const std::string t(PrimitiveTypeName(type)), shape = fmt::format("{}[{}]", t, n);
+  const std::string text = fmt::format(R"(HloModule m
+ENTRY e {{
+  x = {0} parameter(0)
+  a = {0} parameter(1)
+  shl = {0} shift-left(x, a)
+  srl = {0} shift-right-logical(x, a)
+  sra = {0} shift-right-arithmetic(x, a)
+  pop = {0} popcnt(x)
+  ROOT clz = {0} count-leading-zeros(x)
+}})",
+                                       shape);
+  std::map<std::string, HostTensor> out = RunNamed(
+      text, {HostTensor::FromVector<T>(type, {n}, x), HostTensor::FromVector<T>(type, {n}, amount)},
+      {"shl", "srl", "sra", "pop", "clz"});
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t bits = static_cast<uint64_t>(x[i]) & kMask;
+    const uint64_t by = static_cast<uint64_t>(amount[i]) & kMask;
+    const bool negative = (bits >> (kBits - 1)) & 1;
+    uint64_t shl = 0, srl = 0, sra = negative ? kMask : 0;
+    if (by < static_cast<uint64_t>(kBits)) {
+      shl = (bits << by) & kMask;
+      srl = bits >> by;
+      sra = srl | (negative && by > 0 ? (kMask << (kBits - by)) & kMask : 0);
+    }
+    uint64_t pop = 0, clz = 0;
+    for (int b = 0; b < kBits; ++b) pop += (bits >> b) & 1;
+    while (clz < static_cast<uint64_t>(kBits) && ((bits >> (kBits - 1 - clz)) & 1) == 0) ++clz;
+    const std::string what = fmt::format("{} x={} amount={}", t, bits, by);
+    EXPECT_EQ(out["shl"].data<T>()[i], static_cast<T>(shl)) << what;
+    EXPECT_EQ(out["srl"].data<T>()[i], static_cast<T>(srl)) << what;
+    EXPECT_EQ(out["sra"].data<T>()[i], static_cast<T>(sra)) << what;
+    EXPECT_EQ(out["pop"].data<T>()[i], static_cast<T>(pop)) << what;
+    EXPECT_EQ(out["clz"].data<T>()[i], static_cast<T>(clz)) << what;
+  }
+}
+
+TEST(EvalElementwiseTest, ShiftsPopcntAndClzFollowXlaOnEveryIntegerType) {
+  std::mt19937_64 rng(16);
+  ExpectIntegerBitOps<int32_t>(PrimitiveType::kS32, rng);
+  ExpectIntegerBitOps<int64_t>(PrimitiveType::kS64, rng);
+  ExpectIntegerBitOps<uint16_t>(PrimitiveType::kU16, rng);
+  ExpectIntegerBitOps<uint32_t>(PrimitiveType::kU32, rng);
+  ExpectIntegerBitOps<uint64_t>(PrimitiveType::kU64, rng);
+}
+
 TEST(EvalElementwiseTest, F64AndU16ThroughCompareSelectClampAndConvert) {
   const char* text = R"(HloModule m
 ENTRY e {

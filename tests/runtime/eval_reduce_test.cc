@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <functional>
 
@@ -278,6 +279,64 @@ ENTRY e {
   auto out = RunNamed(text, {x}, {"total"});
   ExpectNear(out["total"], ReferenceReduce(x, {1}, 0, [](double a, double b) { return a + b * b; }),
              1e-6, 0);
+}
+
+// A reducer written with shifts, popcnt and count-leading-zeros (a rotate
+// and mix, as hash-like reductions write it) goes through the scalar
+// interpreter with integer semantics: against the same fold on uint32 and
+// int32 here.
+TEST(EvalReduceTest, ReducersWithShiftsArePerformedOnTheIntegers) {
+  const char* text = R"(HloModule m
+mix {
+  a = u32[] parameter(0)
+  b = u32[] parameter(1)
+  five = u32[] constant(5)
+  twenty_seven = u32[] constant(27)
+  hi = u32[] shift-left(a, five)
+  lo = u32[] shift-right-logical(a, twenty_seven)
+  rot = u32[] or(hi, lo)
+  x = u32[] xor(rot, b)
+  pop = u32[] popcnt(b)
+  ROOT r = u32[] add(x, pop)
+}
+halve {
+  c = s32[] parameter(0)
+  d = s32[] parameter(1)
+  one = s32[] constant(1)
+  h = s32[] shift-right-arithmetic(c, one)
+  z = s32[] count-leading-zeros(d)
+  s = s32[] add(h, d)
+  ROOT t = s32[] subtract(s, z)
+}
+ENTRY e {
+  xs = u32[3,9] parameter(0)
+  zero = u32[] constant(0)
+  mixed = u32[3] reduce(xs, zero), dimensions={1}, to_apply=mix
+  ys = s32[3,9] parameter(1)
+  init = s32[] constant(-1000)
+  ROOT halved = s32[3] reduce(ys, init), dimensions={1}, to_apply=halve
+})";
+  std::mt19937_64 rng(9);
+  std::vector<uint32_t> x(27);
+  std::vector<int32_t> y(27);
+  for (uint32_t& v : x) v = static_cast<uint32_t>(rng());
+  for (int32_t& v : y) v = static_cast<int32_t>(rng() % 2001) - 1000;
+  auto out = RunNamed(text,
+                      {HostTensor::FromVector<uint32_t>(PrimitiveType::kU32, {3, 9}, x),
+                       HostTensor::FromVector<int32_t>(PrimitiveType::kS32, {3, 9}, y)},
+                      {"mixed", "halved"});
+  for (int64_t r = 0; r < 3; ++r) {
+    uint32_t acc = 0;
+    int32_t half = -1000;
+    for (int64_t c = 0; c < 9; ++c) {
+      const uint32_t b = x[r * 9 + c];
+      acc = ((acc << 5 | acc >> 27) ^ b) + static_cast<uint32_t>(std::popcount(b));
+      const int32_t d = y[r * 9 + c];
+      half = (half >> 1) + d - std::countl_zero(static_cast<uint32_t>(d));
+    }
+    EXPECT_EQ(out["mixed"].data<uint32_t>()[r], acc) << r;
+    EXPECT_EQ(out["halved"].data<int32_t>()[r], half) << r;
+  }
 }
 
 TEST(EvalReduceTest, ReducerThatCannotBeInterpretedIsAnError) {

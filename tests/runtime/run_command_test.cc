@@ -19,6 +19,7 @@
 
 #include "../hlo/hostile_hlo.h"
 #include "partitioner_random.h"
+#include "random_bits_reference.h"
 #include "sharded_run_test_util.h"
 #include "weft/base/error.h"
 #include "weft/base/memory.h"
@@ -259,86 +260,6 @@ ENTRY main {{
 // ---------------------------------------------------------------------------
 // The steps.
 
-TEST(RunCommandTest, ShardAndJoinRoundTripUnevenPartialTiles) {
-  const HloSharding sharding =
-      HloSharding::Parse("{devices=[2,3,2]<=[12] last_tile_dim_replicate}");
-  const Shape shape(PrimitiveType::kF32, {5, 7});
-  const HostTensor global = RandomInputs(std::vector<Shape>{shape}, 1)[0];
-  const Shape local(PrimitiveType::kF32, sharding.TileShape(shape.dimensions()));
-  EXPECT_EQ(local.dimensions(), (std::vector<int64_t>{3, 3}));
-  std::vector<HostTensor> pieces;
-  for (int64_t d = 0; d < 12; ++d) pieces.push_back(ShardTensor(global, sharding, d, local, kNaN));
-  // Device 11 holds rows 3..4 and column 6: the rest of its tile is padding.
-  const std::vector<double> last = pieces[11].ToDoubles();
-  EXPECT_EQ(last[0], global.GetDouble(3 * 7 + 6));
-  EXPECT_TRUE(std::isnan(last[1]));
-  EXPECT_TRUE(std::isnan(last[6]));
-  const HostTensor joined = JoinTensor(pieces, sharding, shape);
-  EXPECT_EQ(joined.ToDoubles(), global.ToDoubles());
-  // Replicated values are shared, not copied.
-  EXPECT_EQ(ShardTensor(global, HloSharding::Replicate(), 3, shape).raw_data(), global.raw_data());
-}
-
-TEST(RunCommandTest, RandomInputsAreSeededPerParameter) {
-  const std::vector<Shape> shapes = {Shape(PrimitiveType::kF32, {1000}),
-                                     Shape(PrimitiveType::kS32, {64}),
-                                     Shape(PrimitiveType::kF32, {1000})};
-  const std::vector<HostTensor> a = RandomInputs(shapes, 9);
-  const std::vector<HostTensor> b = RandomInputs(shapes, 9);
-  const std::vector<HostTensor> c = RandomInputs(shapes, 10);
-  EXPECT_EQ(OutputDigest(a), OutputDigest(b));
-  EXPECT_NE(OutputDigest(a), OutputDigest(c));
-  // A distinct stream per parameter, and one that does not depend on the others.
-  EXPECT_NE(a[0].ToDoubles(), a[2].ToDoubles());
-  EXPECT_EQ(RandomInputs(std::vector<Shape>{shapes[0]}, 9)[0].ToDoubles(), a[0].ToDoubles());
-  // Normal(0, 1): mean near 0, variance near 1; integers in [0, 4).
-  double sum = 0, squares = 0;
-  for (double x : a[0].ToDoubles()) sum += x, squares += x * x;
-  EXPECT_NEAR(sum / 1000, 0, 0.15);
-  EXPECT_NEAR(squares / 1000, 1, 0.2);
-  for (double x : a[1].ToDoubles()) EXPECT_TRUE(x >= 0 && x < 4) << x;
-}
-
-TEST(RunCommandTest, IntegerInputsSpanTheExtentTheirIndexUsesAdmit) {
-  const std::unique_ptr<HloModule> module = ParseHloModule(R"(HloModule m
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-ENTRY e {
-  x = f32[40,8] parameter(0)
-  i = s64[] parameter(1)
-  i32 = s32[] convert(i)
-  z = s32[] constant(0)
-  ds = f32[4,8] dynamic-slice(x, i32, z), dynamic_slice_sizes={4,8}
-  g = s32[6,1] parameter(2)
-  gather = f32[6,8] gather(x, g), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,8}
-  si = s32[5,1] parameter(3)
-  u = f32[5,8] parameter(4)
-  sc = f32[40,8] scatter(x, si, u), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add
-  seg = s32[16] parameter(5)
-  ROOT t = (f32[4,8], f32[6,8], f32[40,8], s32[16]) tuple(ds, gather, sc, seg)
-})");
-  const std::vector<IntegerRange> ranges = InputIntegerRanges(*module);
-  ASSERT_EQ(ranges.size(), 6u);
-  EXPECT_EQ(ranges[1].lo, -2);  // the dynamic-slice start, through a convert: 40 - 4 past both ends
-  EXPECT_EQ(ranges[1].hi, 38);
-  EXPECT_EQ(ranges[2].hi, 41);  // gather rows: 40 - 1
-  EXPECT_EQ(ranges[3].hi, 42);  // scatter rows: out-of-range ones are dropped
-  EXPECT_EQ(ranges[5].lo, 0);   // no index use: small segment ids
-  EXPECT_EQ(ranges[5].hi, 3);
-  std::vector<Shape> shapes = {Shape(PrimitiveType::kS32, {4000}),
-                               Shape(PrimitiveType::kS32, {4000})};
-  const std::vector<IntegerRange> two = {ranges[1], ranges[5]};
-  const std::vector<HostTensor> drawn = RandomInputs(shapes, 3, two);
-  const std::vector<double> wide = drawn[0].ToDoubles(), small = drawn[1].ToDoubles();
-  EXPECT_EQ(*std::min_element(wide.begin(), wide.end()), -2);
-  EXPECT_EQ(*std::max_element(wide.begin(), wide.end()), 38);
-  EXPECT_EQ(*std::min_element(small.begin(), small.end()), 0);
-  EXPECT_EQ(*std::max_element(small.begin(), small.end()), 3);
-}
-
 TEST(RunCommandTest, ScatterOfAnOperandIntoItselfIsComputedFromTheOldValues) {
   // The updates are the operand: writing the result over the operand while
   // reading the updates would feed rows already updated back in.
@@ -372,6 +293,99 @@ ENTRY e {
   }
   // And sharded against unsharded.
   for (int64_t n : {2, 3}) ExpectClose(ShardedVsUnsharded(text, n, 7), 1e-6, "scatter into itself");
+}
+
+// data/ops/threefry.hlo, written for 4 devices, rewritten for `n` (1: no
+// shardings; 2: each split halved).
+std::string ThreefryModuleFor(int64_t n) {
+  std::ifstream file(std::string(WEFT_SOURCE_DIR) + "/tests/runtime/data/ops/threefry.hlo");
+  std::stringstream read;
+  read << file.rdbuf();
+  std::string text = read.str();
+  if (n == 4) return text;
+  const std::vector<std::pair<std::string, std::string>> rewrites = {
+      {"num_partitions=4", n == 1 ? "num_partitions=1" : "num_partitions=2"},
+      {", sharding={devices=[2,2]<=[4]}", n == 1 ? "" : ", sharding={devices=[2,1]<=[2]}"},
+      {", sharding={devices=[1,2,2]<=[4] last_tile_dim_replicate}",
+       n == 1 ? "" : ", sharding={devices=[1,2]<=[2]}"},
+      {", sharding={devices=[4,1]<=[4]}", n == 1 ? "" : ", sharding={devices=[2,1]<=[2]}"}};
+  for (const auto& [from, to] : rewrites) {
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) text.replace(at, from.size(), to);
+  }
+  EXPECT_EQ(text.find("<=[4]"), std::string::npos) << text;
+  return text;
+}
+
+// JAX's default PRNG as JAX lowers it, rotations written with shift-left
+// and shift-right-logical (data/ops/threefry.hlo, whose counters are split
+// unevenly): for fixed keys and counters, on 1, 2 and 4 devices, fused
+// into loops and not, the words are threefry2x32's (Random123's known
+// answers, and the reference for the rest) and the uniform floats are the
+// words' top 23 bits over 2^23; `weft run --check` passes on 2 and 4.
+TEST(RunCommandTest, ThreefryWrittenWithShiftsGivesThreefryWordsShardedOrNot) {
+  struct Known {
+    std::array<uint32_t, 2> key, counter, words;
+  };
+  // Random123's threefry2x32_20 known-answer vectors (zeros, ones, pi).
+  const std::vector<Known> known = {
+      {{0, 0}, {0, 0}, {0x6b200159u, 0x99ba4efeu}},
+      {{0xffffffffu, 0xffffffffu}, {0xffffffffu, 0xffffffffu}, {0x1cb996fcu, 0xbb002be7u}},
+      {{0x13198a2eu, 0x03707344u}, {0x243f6a88u, 0x85a308d3u}, {0xc4923a9cu, 0x483df7a0u}}};
+  std::mt19937_64 rng(16);
+  for (const Known& k : known) {
+    const int64_t n = 7 * 6;
+    std::vector<uint32_t> c0(n), c1(n);
+    for (int64_t i = 0; i < n; ++i) c0[i] = static_cast<uint32_t>(rng()), c1[i] = rng() >> 32;
+    c0[0] = k.counter[0];
+    c1[0] = k.counter[1];
+    const std::vector<HostTensor> inputs = {
+        HostTensor::FromVector<uint32_t>(PrimitiveType::kU32, {}, {k.key[0]}),
+        HostTensor::FromVector<uint32_t>(PrimitiveType::kU32, {}, {k.key[1]}),
+        HostTensor::FromVector<uint32_t>(PrimitiveType::kU32, {7, 6}, c0),
+        HostTensor::FromVector<uint32_t>(PrimitiveType::kU32, {7, 6}, c1)};
+    for (const auto& [devices, fuse] : std::vector<std::pair<int64_t, bool>>{
+             {1, false}, {1, true}, {2, false}, {4, false}, {4, true}}) {
+      const std::unique_ptr<HloModule> module = ParseHloModule(ThreefryModuleFor(devices));
+      const CompiledProgram program =
+          CompileForDevices(*module, {.num_devices = devices, .fuse = fuse});
+      LocalCluster cluster(devices);
+      const std::vector<HostTensor> out = RunSharded(program, inputs, cluster, nullptr, {}, kNaN);
+      ASSERT_EQ(out.size(), 3u);
+      const std::string what =
+          fmt::format("key {:#x} on {} devices{}", k.key[0], devices, fuse ? ", fused" : "");
+      if (fuse) {
+        EXPECT_NE(program.program->ToString().find("shift-left"), std::string::npos);
+        EXPECT_NE(program.program->ToString().find("kind=kLoop"), std::string::npos) << what;
+      }
+      EXPECT_EQ(out[0].data<uint32_t>()[0], k.words[0]) << what;
+      EXPECT_EQ(out[1].data<uint32_t>()[0], k.words[1]) << what;
+      for (int64_t i = 0; i < n; ++i) {
+        const std::array<uint32_t, 2> want = testing::RefThreeFry({c0[i], c1[i]}, k.key);
+        EXPECT_EQ(out[0].data<uint32_t>()[i], want[0]) << what << ", element " << i;
+        EXPECT_EQ(out[1].data<uint32_t>()[i], want[1]) << what << ", element " << i;
+        EXPECT_EQ(out[2].data<float>()[i], std::ldexp(static_cast<double>(want[0] >> 9), -23))
+            << what << ", element " << i;
+      }
+    }
+  }
+  for (int64_t devices : {2, 4}) {
+    const std::string path = ::testing::TempDir() + fmt::format("/threefry{}.hlo", devices);
+    std::ofstream(path) << ThreefryModuleFor(devices);
+    for (uint64_t seed : {11, 12}) {
+      std::ostringstream out;
+      RunCommandOptions options;
+      options.input = path;
+      options.check = true;
+      options.seed = seed;
+      options.out = &out;
+      EXPECT_EQ(RunRunCommand(options), 0) << out.str();
+      EXPECT_NE(out.str().find(fmt::format("{} devices (threads)", devices)), std::string::npos)
+          << out.str();
+      EXPECT_NE(out.str().find("check passed"), std::string::npos) << out.str();
+    }
+  }
 }
 
 TEST(RunCommandTest, CheckToleranceFollowsTheNarrowestFloatComputedIn) {
@@ -455,6 +469,77 @@ ENTRY e {
     EXPECT_EQ(RunRunCommand(options), 0) << out.str();
     EXPECT_NE(out.str().find("check passed"), std::string::npos) << out.str();
   }
+}
+
+// A jax.shard_map region (each device normalizes its rows by a psum of
+// column sums) between automatic parts sharded otherwise than the region
+// cuts: reshards into and out of the region, a dot after it.
+constexpr const char* kShardMapModule = R"(HloModule shard_map, num_partitions=4
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY main {
+  p = f32[8,6] parameter(0), sharding={devices=[1,4]<=[4]}
+  w = f32[6,5] parameter(1), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
+  q = f32[8,6] multiply(p, p)
+  cut = f32[8,6] custom-call(q), custom_call_target="Sharding", sharding={devices=[4,1]<=[4]}
+  m = f32[2,6] custom-call(cut), custom_call_target="SPMDFullToShardShape", sharding={manual}
+  e = f32[2,6] exponential(m), sharding={manual}
+  z = f32[] constant(0), sharding={manual}
+  cs = f32[6] reduce(e, z), dimensions={0}, to_apply=add, sharding={manual}
+  ps = f32[6] all-reduce(cs), channel_id=1, replica_groups={}, use_global_device_ids=true, to_apply=add, sharding={manual}
+  pb = f32[2,6] broadcast(ps), dimensions={1}, sharding={manual}
+  d = f32[2,6] divide(e, pb), sharding={manual}
+  o = f32[2,6] custom-call(d), custom_call_target="Sharding", sharding={manual}
+  f = f32[8,6] custom-call(o), custom_call_target="SPMDShardToFullShape", sharding={devices=[4,1]<=[4]}
+  ROOT r = f32[8,5] dot(f, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[2,2]<=[4]}
+}
+)";
+
+// A manual region's values are per device, so the module has no unsharded
+// run; --check compares it with the module whose automatic parts run
+// replicated (the region as written in both), and passes.
+TEST(RunCommandTest, ChecksAShardMapModuleAgainstItsAutomaticPartsReplicated) {
+  const std::string path = ::testing::TempDir() + "/shard_map.hlo";
+  std::ofstream(path) << kShardMapModule;
+  for (uint64_t seed : {1, 2, 3}) {
+    std::ostringstream out;
+    RunCommandOptions options;
+    options.input = path;
+    options.check = true;
+    options.seed = seed;
+    options.out = &out;
+    EXPECT_EQ(RunRunCommand(options), 0) << out.str();
+    EXPECT_NE(out.str().find("check against the module with its automatic parts replicated"),
+              std::string::npos)
+        << out.str();
+    EXPECT_NE(out.str().find("check passed"), std::string::npos) << out.str();
+  }
+}
+
+TEST(RunCommandTest, TheReplicatedReferenceKeepsTheRegionAndWhereItCuts) {
+  std::unique_ptr<HloModule> module = ParseHloModule(kShardMapModule);
+  EXPECT_TRUE(HasManualRegions(*module));
+  EXPECT_FALSE(HasManualRegions(*ParseHloModule(
+      "HloModule m\nENTRY e {\n  ROOT x = f32[2] parameter(0), sharding={devices=[2]<=[2]}\n}\n")));
+  CompileForDevices(*module, {.num_devices = 4});  // propagates in place
+  ReplicateOutsideManualRegions(*module);
+  const HloComputation* entry = module->entry_computation();
+  auto sharding_of = [&](const char* name) -> std::string {
+    const HloInstruction* instr = entry->GetInstruction(name);
+    if (instr == nullptr) return "no instruction";
+    return instr->has_sharding() ? instr->sharding()->ToString() : "none";
+  };
+  for (const char* name : {"p", "w", "q", "r"})
+    EXPECT_EQ(sharding_of(name), "{replicated}") << name;
+  EXPECT_EQ(sharding_of("cut"), "{devices=[4,1]<=[4]}");  // cuts the region's pieces
+  EXPECT_EQ(sharding_of("f"), "{devices=[4,1]<=[4]}");    // joins them
+  for (const char* name : {"m", "e", "ps", "d", "o"}) EXPECT_EQ(sharding_of(name), "{manual}");
+  // The reference still runs: the region on the same pieces, the rest whole.
+  const CompiledProgram program = CompileForDevices(*module, {.num_devices = 4});
+  EXPECT_EQ(program.input_shardings[0].ToString(), "{replicated}");
 }
 
 TEST(RunCommandTest, CheckExitsThreeWhenTheShardedResultDiffers) {
@@ -667,54 +752,6 @@ ENTRY e {
       EXPECT_TRUE(Has(error, "the run needs about")) << error;
     }
   }
-}
-
-// The estimate: the memory plan's peak of the per-device program, times the
-// devices of this process, plus the inputs, counting once what the devices
-// borrow; refused only above the memory available.
-TEST(RunCommandTest, TheMemoryEstimateAddsUpThePlanInputsAndOutputs) {
-  auto module = ParseHloModule(R"(HloModule m
-ENTRY e {
-  x = f32[1024,256] parameter(0), sharding={devices=[4,1]<=[4]}
-  w = f32[256,256] parameter(1), sharding={replicated}
-  d = f32[1024,256] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[4,1]<=[4]}
-  ROOT t = f32[1024,256] tanh(d), sharding={devices=[4,1]<=[4]}
-})");
-  const CompiledProgram program = CompileForDevices(*module, {.num_devices = 4});
-  const RunMemoryEstimate e = EstimateRunMemory(*module, program, 4, false);
-  EXPECT_TRUE(e.device_peak_planned);
-  const int64_t x = 1024 * 256 * 4, w = 256 * 256 * 4, local = x / 4;
-  EXPECT_EQ(e.input_bytes, x + w);
-  EXPECT_EQ(e.output_bytes, x);  // tiled: joined into a new tensor
-  // The device holds its shard of x and w (the inputs), d in the arena
-  // (t in d's place), and t copied out of the arena (the output).
-  EXPECT_EQ(e.device_peak_bytes, (local + w) + local + local);
-  EXPECT_EQ(e.device_shared_bytes, w);
-  EXPECT_EQ(e.total_bytes, e.input_bytes + e.output_bytes + 4 * (e.device_peak_bytes - w));
-  // Measured: the executor's own peak on each device.
-  LocalCluster cluster(4);
-  std::vector<ExecutorStats> stats;
-  RunSharded(program, RandomInputs(program.input_shapes, 1), cluster, &stats);
-  for (const ExecutorStats& s : stats) EXPECT_EQ(s.peak_bytes, e.device_peak_bytes);
-  EXPECT_NO_THROW(CheckRunFitsInMemory(e, e.total_bytes, "m.hlo"));
-  EXPECT_NO_THROW(CheckRunFitsInMemory(e, 0, "m.hlo"));  // unknown: never refused
-  try {
-    CheckRunFitsInMemory(e, e.total_bytes - 1, "m.hlo");
-    ADD_FAILURE() << "not refused";
-  } catch (const Error& error) {
-    const std::string m = error.what();
-    EXPECT_TRUE(Has(m, fmt::format("weft run m.hlo: the run needs about {} ({} bytes) at once",
-                                   FormatBytes(e.total_bytes), e.total_bytes)))
-        << m;
-    EXPECT_TRUE(Has(m, fmt::format("this machine has {} ({} bytes) of physical memory",
-                                   FormatBytes(e.total_bytes - 1), e.total_bytes - 1)))
-        << m;
-    EXPECT_TRUE(Has(m, "4 devices x")) << m;
-  }
-  // --check adds the unsharded module's run (after the sharded one).
-  const RunMemoryEstimate checked = EstimateRunMemory(*module, program, 4, true);
-  EXPECT_GT(checked.check_peak_bytes, 0);
-  EXPECT_GE(checked.total_bytes, e.total_bytes);
 }
 
 // ---------------------------------------------------------------------------

@@ -356,6 +356,67 @@ ENTRY main {
   EXPECT_SHARDING(p, "f", "{devices=[1,4]<=[4]}");
 }
 
+// A variadic scatter's operands and result leaves correspond one to one,
+// all alike: forward from either operand, backward from the result (as a
+// single scatter, its indices and updates untouched).
+TEST(ShardingPropagationTest, VariadicScatterOperandsAndResultsAgree) {
+  const std::string combiner = R"(argmax {
+  v0 = f32[] parameter(0)
+  i0 = s32[] parameter(1)
+  v1 = f32[] parameter(2)
+  i1 = s32[] parameter(3)
+  gt = pred[] compare(v1, v0), direction=GT
+  v = f32[] select(gt, v1, v0)
+  i = s32[] select(gt, i1, i0)
+  ROOT r = (f32[], s32[]) tuple(v, i)
+}
+)";
+  auto text = [&](const std::string& pos_sharding, const std::string& out_sharding) {
+    return "HloModule m, num_partitions=4\n\n" + combiner + R"(
+ENTRY main {
+  pv = f32[8,6] parameter(0)
+  vals = f32[8,6] exponential(pv)
+  pp = s32[8,6] parameter(1)
+  pos = s32[8,6] negate(pp))" +
+           pos_sharding + R"(
+  idx = s32[5,1] parameter(2)
+  uv = f32[5,6] parameter(3)
+  up = s32[5,6] parameter(4)
+  s = (f32[8,6], s32[8,6]) scatter(vals, pos, idx, uv, up), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=argmax
+  sv = f32[8,6] get-tuple-element(s), index=0
+  ROOT n = f32[8,6] negate(sv))" +
+           out_sharding + "\n}\n";
+  };
+  auto forward = Propagate(text(", sharding={devices=[4,1]<=[4]}", ""));
+  EXPECT_SHARDING(forward, "s", "{{devices=[4,1]<=[4]}, {devices=[4,1]<=[4]}}");
+  EXPECT_SHARDING(forward, "sv", "{devices=[4,1]<=[4]}");
+  auto backward = Propagate(text("", ", sharding={devices=[1,4]<=[4]}"));
+  EXPECT_SHARDING(backward, "s", "{{devices=[1,4]<=[4]}, {devices=[1,4]<=[4]}}");
+  EXPECT_SHARDING(backward, "vals", "{devices=[1,4]<=[4]}");
+  EXPECT_SHARDING(backward, "pos", "{devices=[1,4]<=[4]}");
+  EXPECT_EQ(backward.ShardingOf("idx"), "(none)");
+}
+
+// rng and rng-bit-generator take their users' shardings (each device draws
+// its tile of the unsharded numbers, spmd_partitioner_random.cc); the
+// generator's state stays whole.
+TEST(ShardingPropagationTest, RandomOpsTakeTheirUsersShardings) {
+  auto p = Propagate(Module(R"(
+  lo = f32[] constant(0)
+  hi = f32[] constant(1)
+  u = f32[8,6] rng(lo, hi), distribution=rng_uniform
+  x = f32[8,6] parameter(0), sharding={devices=[2,2]<=[4]}
+  a = f32[8,6] add(u, x)
+  s = u64[2] parameter(1), sharding={replicated}
+  g = (u64[2], u32[8,6]) rng-bit-generator(s), algorithm=rng_three_fry
+  bits = u32[8,6] get-tuple-element(g), index=1
+  f = f32[8,6] convert(bits), sharding={devices=[4,1]<=[4]}
+  ROOT t = (f32[8,6], f32[8,6]) tuple(a, f)
+)"));
+  EXPECT_SHARDING(p, "u", "{devices=[2,2]<=[4]}");
+  EXPECT_SHARDING(p, "g", "{{replicated}, {devices=[4,1]<=[4]}}");
+}
+
 TEST(ShardingPropagationTest, TupleAndGetTupleElement) {
   auto p = Propagate(Module(R"(
   a = f32[8] parameter(0), sharding={devices=[4]<=[4]}

@@ -503,6 +503,140 @@ TEST(SpmdScatterTest, FsdpTableGradientScattersTheDevicesOwnRows) {
 }
 
 // ---------------------------------------------------------------------------
+// Scatters combining by other than add: a variadic scatter (an argmax that
+// carries each value's position) and a single one that replaces. The
+// indices stay whole; each device applies, in order, the updates landing in
+// its tile, so the result is the reference's whatever the split.
+
+std::string ArgmaxScatterModule(int64_t rows, int64_t cols, int64_t batch,
+                                const std::string& result, const std::string& updates) {
+  return fmt::format(R"(HloModule argmax_scatter
+argmax {{
+  v0 = f32[] parameter(0)
+  i0 = s32[] parameter(1)
+  v1 = f32[] parameter(2)
+  i1 = s32[] parameter(3)
+  gt = pred[] compare(v1, v0), direction=GT
+  v = f32[] select(gt, v1, v0)
+  i = s32[] select(gt, i1, i0)
+  ROOT r = (f32[], s32[]) tuple(v, i)
+}}
+ENTRY e {{
+  vals = f32[{0},{1}] parameter(0){3}
+  pos = s32[{0},{1}] parameter(1){3}
+  idx = s32[{2},1] parameter(2)
+  uv = f32[{2},{1}] parameter(3){4}
+  up = s32[{2},{1}] parameter(4){4}
+  ROOT s = (f32[{0},{1}], s32[{0},{1}]) scatter(vals, pos, idx, uv, up), update_window_dims={{1}}, inserted_window_dims={{0}}, scatter_dims_to_operand_dims={{0}}, index_vector_dim=1, to_apply=argmax, sharding={{{5}, {5}}}
+}}
+)",
+                     rows, cols, batch, Sharding(result), Sharding(updates), result);
+}
+
+TEST(SpmdScatterTest, VariadicScatterSplitsItsOperandsAlikeAndMatchesTheReference) {
+  const int64_t rows = 9, cols = 5, batch = 14;
+  struct Split {
+    int64_t n;
+    std::string result, updates;
+    std::vector<int64_t> local;  // each device's operand tile
+  };
+  const std::vector<Split> splits = {
+      {4, "{devices=[4,1]<=[4]}", "{devices=[4,1]<=[4]}", {3, 5}},
+      {4, "{devices=[2,2]<=[4]}", "{devices=[1,4]<=[4]}", {5, 3}},
+      {4, "{devices=[1,2,2]<=[4] last_tile_dim_replicate}", "", {9, 3}},
+      {2, "{devices=[2,1]<=[2]}", "{devices=[1,2]<=[2]}", {5, 5}},
+      {3, "{devices=[1,3]0,2,1}", "{devices=[3,1]<=[3]}", {9, 2}},
+  };
+  std::mt19937_64 rng(37);
+  for (const Split& split : splits) {
+    SCOPED_TRACE(fmt::format("{} on {}", split.result, split.n));
+    const HostTensor vals = RandomTable(rows, cols, rng);
+    const HostTensor uv = RandomTable(batch, cols, rng);
+    std::vector<double> pos(rows * cols), up(batch * cols), idx(batch);
+    for (double& p : pos) p = static_cast<double>(rng() % 1000);
+    for (double& p : up) p = static_cast<double>(rng() % 1000);
+    // Every row, repeats, and rows out of range (skipped).
+    for (int64_t b = 0; b < batch; ++b) idx[b] = static_cast<double>(b < rows ? b : rng() % rows);
+    std::shuffle(idx.begin(), idx.end(), rng);
+    idx[0] = -1, idx[1] = rows, idx[2] = rows + 2;
+    const std::vector<HostTensor> inputs = {
+        vals, HostTensor::FromDoubles(Shape(PrimitiveType::kS32, {rows, cols}), pos),
+        HostTensor::FromDoubles(Shape(PrimitiveType::kS32, {batch, 1}), idx), uv,
+        HostTensor::FromDoubles(Shape(PrimitiveType::kS32, {batch, cols}), up)};
+    std::vector<double> want_v = vals.ToDoubles(), want_p = pos;
+    const std::vector<double> u = uv.ToDoubles();
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t r = static_cast<int64_t>(idx[b]);
+      if (r < 0 || r >= rows) continue;
+      for (int64_t c = 0; c < cols; ++c) {
+        if (u[b * cols + c] > want_v[r * cols + c]) {
+          want_v[r * cols + c] = u[b * cols + c];
+          want_p[r * cols + c] = up[b * cols + c];
+        }
+      }
+    }
+    std::unique_ptr<HloModule> module =
+        ParseHloModule(ArgmaxScatterModule(rows, cols, batch, split.result, split.updates));
+    const compiler::CompiledProgram program =
+        compiler::CompileForDevices(*module, {.num_devices = split.n});
+    runtime::LocalCluster cluster(split.n);
+    const std::vector<HostTensor> out =
+        runtime::RunSharded(program, inputs, cluster, nullptr, {}, kNaN);
+    ASSERT_EQ(out.size(), 2u);
+    EXPECT_EQ(out[0].ToDoubles(), want_v);
+    EXPECT_EQ(out[1].ToDoubles(), want_p);
+    const std::vector<const HloInstruction*> scatters =
+        FindAll(*program.program, HloOpcode::kScatter);
+    ASSERT_EQ(scatters.size(), 1u) << PrintModule(*program.program);
+    EXPECT_EQ(scatters[0]->operand(0)->shape().dimensions(), split.local)
+        << PrintModule(*program.program);
+    EXPECT_EQ(scatters[0]->operand(1)->shape().dimensions(), split.local);
+  }
+}
+
+TEST(SpmdScatterTest, AScatterThatReplacesSplitsAlongTheScatteredRows) {
+  // The last update to land on a row wins, on whichever device holds it.
+  const std::string text = R"(HloModule replace
+second {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  ROOT r = s32[] copy(b)
+}
+ENTRY e {
+  x = s32[11,3] parameter(0), sharding={devices=[4,1]<=[4]}
+  idx = s32[20,1] parameter(1), sharding={devices=[4,1]<=[4]}
+  u = s32[20,3] parameter(2), sharding={devices=[2,2]<=[4]}
+  ROOT s = s32[11,3] scatter(x, idx, u), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=second, sharding={devices=[4,1]<=[4]}
+})";
+  std::mt19937_64 rng(41);
+  std::vector<double> x(33), idx(20), u(60);
+  for (double& v : x) v = static_cast<double>(rng() % 100);
+  for (double& v : u) v = static_cast<double>(rng() % 100) + 100;
+  for (double& v : idx) v = static_cast<double>(static_cast<int64_t>(rng() % 15) - 2);
+  std::vector<double> want = x;
+  for (int64_t b = 0; b < 20; ++b) {
+    const int64_t r = static_cast<int64_t>(idx[b]);
+    if (r < 0 || r >= 11) continue;
+    for (int64_t c = 0; c < 3; ++c) want[r * 3 + c] = u[b * 3 + c];
+  }
+  std::unique_ptr<HloModule> module = ParseHloModule(text);
+  const compiler::CompiledProgram program =
+      compiler::CompileForDevices(*module, {.num_devices = 4});
+  runtime::LocalCluster cluster(4);
+  const std::vector<HostTensor> inputs = {
+      HostTensor::FromDoubles(Shape(PrimitiveType::kS32, {11, 3}), x),
+      HostTensor::FromDoubles(Shape(PrimitiveType::kS32, {20, 1}), idx),
+      HostTensor::FromDoubles(Shape(PrimitiveType::kS32, {20, 3}), u)};
+  const std::vector<HostTensor> out =
+      runtime::RunSharded(program, inputs, cluster, nullptr, {}, kNaN);
+  EXPECT_EQ(out.at(0).ToDoubles(), want);
+  const std::vector<const HloInstruction*> scatters =
+      FindAll(*program.program, HloOpcode::kScatter);
+  ASSERT_EQ(scatters.size(), 1u);
+  EXPECT_EQ(scatters[0]->shape(), ParseShape("s32[3,3]")) << PrintModule(*program.program);
+}
+
+// ---------------------------------------------------------------------------
 // Random shardings of table, ids and result.
 
 TEST(SpmdGatherTest, RandomShardingsMatch) {

@@ -55,6 +55,20 @@ enum class RngDistribution { kUniform, kNormal };
 // unsharded instruction's name there, so devices draw its numbers.
 std::string RngStreamConfig(const HloInstruction& rng);
 std::string_view RngStreamName(const HloInstruction& rng);
+// A partitioned rng or rng-bit-generator that makes one tile of the
+// unsharded instruction's value: its backend_config says
+// "rng_tile_of=D0,D1,..." (that value's dims; a rng's "rng_stream=NAME;"
+// before it), and after its own operands (rng: 2, rng-bit-generator: 1) it
+// takes one integer scalar per dim, the tile's start. The executor draws
+// each element as the unsharded instruction draws the same position (and
+// nothing into a padded tile's padding), so a sharded run makes the
+// unsharded numbers. nullopt for an instruction that makes its whole value;
+// a malformed list is an error naming the instruction.
+std::optional<std::vector<int64_t>> RngTileOf(const HloInstruction& rng);
+// The backend_config of such a tile (`stream` empty for rng-bit-generator).
+std::string RngTileConfig(std::string_view stream, const std::vector<int64_t>& tile_of);
+// rng's 2 operands, rng-bit-generator's 1: the operands before a tile's starts.
+int64_t RngOwnOperandCount(const HloInstruction& rng);
 std::string_view RngDistributionString(RngDistribution distribution);  // "rng_uniform"
 std::optional<RngDistribution> StringToRngDistribution(std::string_view name);
 

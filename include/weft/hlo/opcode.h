@@ -28,6 +28,7 @@ namespace weft {
   X(kConstant, "constant")                       \
   X(kConvert, "convert")                         \
   X(kConvolution, "convolution")                 \
+  X(kClz, "count-leading-zeros")                 \
   X(kCopy, "copy")                               \
   X(kCosine, "cosine")                           \
   X(kCustomCall, "custom-call")                  \
@@ -56,6 +57,7 @@ namespace weft {
   X(kPad, "pad")                                 \
   X(kParameter, "parameter")                     \
   X(kPartitionId, "partition-id")                \
+  X(kPopcnt, "popcnt")                           \
   X(kPower, "power")                             \
   X(kReduce, "reduce")                           \
   X(kReduceWindow, "reduce-window")              \
@@ -70,6 +72,9 @@ namespace weft {
   X(kScatter, "scatter")                         \
   X(kSelect, "select")                           \
   X(kSelectAndScatter, "select-and-scatter")     \
+  X(kShiftLeft, "shift-left")                    \
+  X(kShiftRightArith, "shift-right-arithmetic")  \
+  X(kShiftRightLogical, "shift-right-logical")   \
   X(kSign, "sign")                               \
   X(kSine, "sine")                               \
   X(kSlice, "slice")                             \

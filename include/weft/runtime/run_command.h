@@ -11,7 +11,13 @@
 //         -> run (LocalCluster threads, or this MPI rank)
 //         -> join the outputs by the root's sharding
 //         -> print per-device peak memory and collective bytes
-//         -> --check: run the unsharded module on one device and compare.
+//         -> --check: run the unsharded module on one device and compare;
+//            a module with manual regions (jax.shard_map), whose values
+//            inside a region are per device and so has no unsharded run,
+//            is compared with a run of the module whose automatic parts
+//            are replicated (ReplicateOutsideManualRegions): both runs
+//            execute the regions as written on the same pieces and differ
+//            in everything propagation and the partitioner decide.
 //
 // Inputs: entry parameter leaf i draws from its own stream of `seed`:
 // floats N(0, 1), pred a fair coin, integers uniform over what their uses
@@ -169,6 +175,16 @@ double CheckTolerance(PrimitiveType type, PrimitiveType narrowest_float = Primit
 // The floating-point type of fewest bits any instruction of the module
 // produces (kF64 when none is narrower, or the module has no floats).
 PrimitiveType NarrowestFloat(const HloModule& module);
+
+// Whether the module has a manual region (an SPMDFullToShardShape or
+// SPMDShardToFullShape custom call).
+bool HasManualRegions(const HloModule& module);
+// --check's reference for such a module, in place on a module whose
+// shardings are complete (propagated): every sharded instruction outside
+// the manual regions made replicated; kept are the {manual} instructions,
+// the regions' edges (SPMDFullToShardShape and its operand, whose sharding
+// cuts the pieces, and SPMDShardToFullShape, whose sharding joins them).
+void ReplicateOutsideManualRegions(HloModule& module);
 
 // FNV-1a over the outputs' bytes, in order.
 uint64_t OutputDigest(std::span<const HostTensor> outputs);

@@ -1,0 +1,98 @@
+// weft run's inputs: seeded per parameter, integers over the extent their
+// index uses admit, split into padded tiles and joined back.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "weft/hlo/parser.h"
+#include "weft/runtime/run_command.h"
+
+namespace weft::runtime {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+TEST(RunInputsTest, ShardAndJoinRoundTripUnevenPartialTiles) {
+  const HloSharding sharding =
+      HloSharding::Parse("{devices=[2,3,2]<=[12] last_tile_dim_replicate}");
+  const Shape shape(PrimitiveType::kF32, {5, 7});
+  const HostTensor global = RandomInputs(std::vector<Shape>{shape}, 1)[0];
+  const Shape local(PrimitiveType::kF32, sharding.TileShape(shape.dimensions()));
+  EXPECT_EQ(local.dimensions(), (std::vector<int64_t>{3, 3}));
+  std::vector<HostTensor> pieces;
+  for (int64_t d = 0; d < 12; ++d) pieces.push_back(ShardTensor(global, sharding, d, local, kNaN));
+  // Device 11 holds rows 3..4 and column 6: the rest of its tile is padding.
+  const std::vector<double> last = pieces[11].ToDoubles();
+  EXPECT_EQ(last[0], global.GetDouble(3 * 7 + 6));
+  EXPECT_TRUE(std::isnan(last[1]));
+  EXPECT_TRUE(std::isnan(last[6]));
+  const HostTensor joined = JoinTensor(pieces, sharding, shape);
+  EXPECT_EQ(joined.ToDoubles(), global.ToDoubles());
+  // Replicated values are shared, not copied.
+  EXPECT_EQ(ShardTensor(global, HloSharding::Replicate(), 3, shape).raw_data(), global.raw_data());
+}
+
+TEST(RunInputsTest, RandomInputsAreSeededPerParameter) {
+  const std::vector<Shape> shapes = {Shape(PrimitiveType::kF32, {1000}),
+                                     Shape(PrimitiveType::kS32, {64}),
+                                     Shape(PrimitiveType::kF32, {1000})};
+  const std::vector<HostTensor> a = RandomInputs(shapes, 9);
+  const std::vector<HostTensor> b = RandomInputs(shapes, 9);
+  const std::vector<HostTensor> c = RandomInputs(shapes, 10);
+  EXPECT_EQ(OutputDigest(a), OutputDigest(b));
+  EXPECT_NE(OutputDigest(a), OutputDigest(c));
+  // A distinct stream per parameter, and one that does not depend on the others.
+  EXPECT_NE(a[0].ToDoubles(), a[2].ToDoubles());
+  EXPECT_EQ(RandomInputs(std::vector<Shape>{shapes[0]}, 9)[0].ToDoubles(), a[0].ToDoubles());
+  // Normal(0, 1): mean near 0, variance near 1; integers in [0, 4).
+  double sum = 0, squares = 0;
+  for (double x : a[0].ToDoubles()) sum += x, squares += x * x;
+  EXPECT_NEAR(sum / 1000, 0, 0.15);
+  EXPECT_NEAR(squares / 1000, 1, 0.2);
+  for (double x : a[1].ToDoubles()) EXPECT_TRUE(x >= 0 && x < 4) << x;
+}
+
+TEST(RunInputsTest, IntegerInputsSpanTheExtentTheirIndexUsesAdmit) {
+  const std::unique_ptr<HloModule> module = ParseHloModule(R"(HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[40,8] parameter(0)
+  i = s64[] parameter(1)
+  i32 = s32[] convert(i)
+  z = s32[] constant(0)
+  ds = f32[4,8] dynamic-slice(x, i32, z), dynamic_slice_sizes={4,8}
+  g = s32[6,1] parameter(2)
+  gather = f32[6,8] gather(x, g), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,8}
+  si = s32[5,1] parameter(3)
+  u = f32[5,8] parameter(4)
+  sc = f32[40,8] scatter(x, si, u), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add
+  seg = s32[16] parameter(5)
+  ROOT t = (f32[4,8], f32[6,8], f32[40,8], s32[16]) tuple(ds, gather, sc, seg)
+})");
+  const std::vector<IntegerRange> ranges = InputIntegerRanges(*module);
+  ASSERT_EQ(ranges.size(), 6u);
+  EXPECT_EQ(ranges[1].lo, -2);  // the dynamic-slice start, through a convert: 40 - 4 past both ends
+  EXPECT_EQ(ranges[1].hi, 38);
+  EXPECT_EQ(ranges[2].hi, 41);  // gather rows: 40 - 1
+  EXPECT_EQ(ranges[3].hi, 42);  // scatter rows: out-of-range ones are dropped
+  EXPECT_EQ(ranges[5].lo, 0);   // no index use: small segment ids
+  EXPECT_EQ(ranges[5].hi, 3);
+  std::vector<Shape> shapes = {Shape(PrimitiveType::kS32, {4000}),
+                               Shape(PrimitiveType::kS32, {4000})};
+  const std::vector<IntegerRange> two = {ranges[1], ranges[5]};
+  const std::vector<HostTensor> drawn = RandomInputs(shapes, 3, two);
+  const std::vector<double> wide = drawn[0].ToDoubles(), small = drawn[1].ToDoubles();
+  EXPECT_EQ(*std::min_element(wide.begin(), wide.end()), -2);
+  EXPECT_EQ(*std::max_element(wide.begin(), wide.end()), 38);
+  EXPECT_EQ(*std::min_element(small.begin(), small.end()), 0);
+  EXPECT_EQ(*std::max_element(small.begin(), small.end()), 3);
+}
+
+}  // namespace
+}  // namespace weft::runtime
