@@ -10,6 +10,7 @@
 #include "weft/analysis/collective_plan.h"
 #include "weft/analysis/cost_model.h"
 #include "weft/analysis/loops.h"
+#include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 #include "weft/compiler/schedule.h"
 #include "weft/hlo/custom_call_targets.h"
@@ -55,8 +56,7 @@ double PaddedDotFlops(const HloInstruction& dot, const std::array<int64_t, 3>& t
                            const std::vector<int64_t>& b) {
     int64_t n = 1;
     for (int64_t d = 0; d < s.rank(); ++d) {
-      if (std::find(a.begin(), a.end(), d) == a.end() &&
-          std::find(b.begin(), b.end(), d) == b.end()) {
+      if (!Contains(a, d) && !Contains(b, d)) {
         n *= s.dimensions(d);
       }
     }

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "scan_plan.h"
+#include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 
 namespace weft {
@@ -66,7 +67,7 @@ std::unique_ptr<HloModule> BuildTrainingStep(const HloModule& forward, const Gra
       }
     }
     for (const std::string& name : named) {
-      WEFT_CHECK(std::find(known.begin(), known.end(), name) != known.end(),
+      WEFT_CHECK(Contains(known, name),
                  "autodiff: remat saves '{}', which no scan body of {} has; name an instruction "
                  "of the scanned layer",
                  name, forward.name());

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 
+#include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 #include "weft/hlo/printer.h"
 
@@ -158,7 +159,7 @@ HloInstruction::~HloInstruction() {
 }
 
 void HloInstruction::AddUser(HloInstruction* user) {
-  if (std::find(users_.begin(), users_.end(), user) == users_.end()) users_.push_back(user);
+  if (!Contains(users_, user)) users_.push_back(user);
 }
 
 void HloInstruction::RemoveUser(HloInstruction* user) {

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "weft/autodiff/stop_gradient.h"
+#include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 #include "weft/hlo/builder.h"
 #include "weft/models/name_pattern.h"
@@ -280,9 +281,7 @@ struct Shardings {
   }
   bool HasTensorAxis() const {
     if (!mesh) return false;
-    const std::vector<std::string>& axes = mesh->axis_names();
-    return std::find(axes.begin(), axes.end(), "tensor") != axes.end() &&
-           mesh->axis_size("tensor") > 1;
+    return Contains(mesh->axis_names(), "tensor") && mesh->axis_size("tensor") > 1;
   }
   // Dim 0's entry: the batch axes where they split it (BatchSplit), else none.
   AxisSpec BatchAxes(const Shape& shape) const {

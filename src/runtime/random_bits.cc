@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 
 namespace weft::runtime::exec {
@@ -63,8 +64,7 @@ void ThreeFryBits(std::span<const uint64_t> state, PrimitiveType type,
                   std::span<const int64_t> dims, void* out, std::span<uint64_t> new_state) {
   const std::array<uint32_t, 2> key = {Lo(state[0]), Hi(state[0])};
   const uint64_t start = state[1];
-  int64_t n = 1;
-  for (int64_t d : dims) n *= d;
+  const int64_t n = Product(dims);
   auto pair = [&](uint64_t index) {
     const uint64_t c = start + index;
     return ThreeFry2x32({Lo(c), Hi(c)}, key);
@@ -142,8 +142,7 @@ void RngBitGenerator(RngAlgorithm algorithm, std::span<const uint64_t> state, Pr
   WEFT_INTERNAL_CHECK(state.size() >= 2 && new_state.size() == state.size(),
                       "rng-bit-generator state of {} words", state.size());
   if (algorithm == RngAlgorithm::kThreeFry) return ThreeFryBits(state, type, dims, out, new_state);
-  int64_t n = 1;
-  for (int64_t d : dims) n *= d;
+  const int64_t n = Product(dims);
   PhiloxBits(state, type, n, out, new_state);
 }
 

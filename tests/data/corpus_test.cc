@@ -6,11 +6,14 @@
 #include <filesystem>
 #include <random>
 
+#include "error_of.h"
 #include "weft/base/atomic_file.h"
 #include "weft/base/error.h"
 
 namespace weft {
 namespace {
+
+using weft::testing::ErrorOf;
 
 namespace fs = std::filesystem;
 
@@ -55,17 +58,6 @@ std::string RandomUtf8(std::mt19937_64& rng, int num_chars) {
     text += EncodeUtf8(code);
   }
   return text;
-}
-
-// The message of the weft::Error that `fn` throws ("" if none).
-template <typename Fn>
-std::string ErrorOf(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
 }
 
 TEST(CheckUtf8, AcceptsRandomWellFormedText) {

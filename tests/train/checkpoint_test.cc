@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "error_of.h"
 #include "weft/base/atomic_file.h"
 #include "weft/base/crc32c.h"
 #include "weft/base/error.h"
@@ -24,6 +25,8 @@
 // Bytes this thread holds through operator new, and the most it held since
 // the last PeakReset: what the memory test measures per device thread.
 namespace {
+
+using weft::testing::ErrorOf;
 thread_local int64_t t_live = 0;
 thread_local int64_t t_peak = 0;
 constexpr size_t kHeader = 16;  // keeps operator new's 16-byte alignment
@@ -106,14 +109,6 @@ class CheckpointTest : public ::testing::Test {
       names.push_back(entry.path().filename().string());
     }
     return names;
-  }
-  std::string ErrorOf(const std::function<void()>& fn) {
-    try {
-      fn();
-    } catch (const Error& error) {
-      return error.what();
-    }
-    return "";
   }
   fs::path root_, dir_;
 };

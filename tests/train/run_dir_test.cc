@@ -10,11 +10,14 @@
 #include <functional>
 #include <string>
 
+#include "error_of.h"
 #include "weft/base/atomic_file.h"
 #include "weft/base/error.h"
 
 namespace weft {
 namespace {
+
+using weft::testing::ErrorOf;
 
 namespace fs = std::filesystem;
 
@@ -26,14 +29,6 @@ class RunDirTest : public ::testing::Test {
     root_ = pattern;
   }
   void TearDown() override { fs::remove_all(root_); }
-  static std::string ErrorOf(const std::function<void()>& fn) {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
-  }
   fs::path root_;
 };
 
