@@ -269,19 +269,22 @@ struct Shardings {
       }
     }
     if (!HasTensorAxis()) return BatchSplit(shape);
-    return ToHloSharding(*mesh, PartitionSpec({BatchAxes(shape), "tensor"}), shape.rank());
+    return ToHloSharding(*mesh, PartitionSpec({BatchAxes(shape), std::string(kTensorAxis)}),
+                         shape.rank());
   }
   // A column-parallel projection's output [B, S, F] (q, k, v, the MLP's
   // gate and up): F split over "tensor", as Megatron splits the heads and
   // the MLP's hidden units; nullopt (left to propagation) without that axis.
   std::optional<HloSharding> TensorColumns(const Shape& shape) const {
     if (!HasTensorAxis()) return std::nullopt;
-    return ToHloSharding(*mesh, PartitionSpec({BatchAxes(shape), AxisSpec(), "tensor"}),
+    return ToHloSharding(*mesh,
+                         PartitionSpec({BatchAxes(shape), AxisSpec(), std::string(kTensorAxis)}),
                          shape.rank());
   }
   bool HasTensorAxis() const {
     if (!mesh) return false;
-    return Contains(mesh->axis_names(), "tensor") && mesh->axis_size("tensor") > 1;
+    const std::string tensor(kTensorAxis);
+    return Contains(mesh->axis_names(), tensor) && mesh->axis_size(tensor) > 1;
   }
   // Dim 0's entry: the batch axes where they split it (BatchSplit), else none.
   AxisSpec BatchAxes(const Shape& shape) const {
@@ -315,9 +318,7 @@ LlamaForward BuildLlamaForward(const LlamaConfig& c, const LlamaBuildOptions& op
     CheckShardingRules(*options.run);
     sh.run = options.run;
     sh.mesh = options.run->mesh.ToMesh();
-    for (const std::string& a : sh.mesh->axis_names()) {
-      if (a == "dcn" || a == "data" || a == "fsdp") sh.batch_axes.push_back(a);
-    }
+    sh.batch_axes = options.run->mesh.batch_axes();
   }
 
   LlamaForward out;

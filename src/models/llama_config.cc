@@ -559,7 +559,25 @@ int64_t LlamaConfig::NumParameters() const {
   return vocab_size * dim * (tie_embeddings ? 1 : 2) + n_layers * per_layer + dim;
 }
 
+bool IsBatchAxis(std::string_view axis) { return Contains(kBatchAxes, axis); }
+
 int64_t MeshConfig::num_devices() const { return Product(axis_sizes); }
+
+std::vector<std::string> MeshConfig::batch_axes() const {
+  std::vector<std::string> axes;
+  for (const std::string& a : axis_names) {
+    if (IsBatchAxis(a)) axes.push_back(a);
+  }
+  return axes;
+}
+
+int64_t MeshConfig::batch_ways() const {
+  int64_t ways = 1;
+  for (size_t i = 0; i < axis_names.size(); ++i) {
+    if (IsBatchAxis(axis_names[i])) ways *= axis_sizes[i];
+  }
+  return ways;
+}
 
 namespace {
 

@@ -108,10 +108,6 @@ std::string TokenizerChecksum(const Dataset& dataset) {
   return Crc32cText(Crc32c(dataset.tokenizer.serialized_model()));
 }
 
-std::string MeshDescription(const MeshConfig& mesh) {
-  return mesh.axis_names.empty() ? std::string("no mesh") : mesh.ToMesh().ToString();
-}
-
 // What every device of a run shares (read-only while the devices run).
 struct Run {
   RunConfig config;  // with the --mesh / --steps overrides applied
@@ -871,7 +867,7 @@ void Finish(const Run& run, const TrainResult& result, const std::string& backen
       "device 0: step program peak {:.1f} MiB, {:.1f} MiB sent per step\n"
       "wrote {}/checkpoint, metrics.jsonl, loss.svg\n",
       result.steps.front().step, result.steps.back().step, run.program.num_devices, backend,
-      MeshDescription(run.config.mesh), micro, result.steps.front().loss, result.steps.back().loss,
+      MeshText(run.config.mesh), micro, result.steps.front().loss, result.steps.back().loss,
       seconds > 0 ? tokens / seconds : 0, result.peak_bytes / 1048576.0,
       result.collective_bytes_per_step / 1048576.0, run.out.string());
 }
