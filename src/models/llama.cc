@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "weft/autodiff/stop_gradient.h"
 #include "weft/base/algorithm.h"
@@ -57,18 +58,37 @@ std::vector<LlamaWeight> LlamaWeights(const LlamaConfig& c) {
       {L, F, D},
       {L, D, F},
   }};
+  constexpr double kStddev = 0.02;
+  const double residual_stddev = kStddev / std::sqrt(2.0 * static_cast<double>(L));
   std::vector<LlamaWeight> weights;
-  auto add = [&](std::string name, std::vector<int64_t> dims) {
+  auto add = [&](std::string name, std::vector<int64_t> dims, double stddev) {
     const int64_t n = LlamaForward::kNumDataInputs + static_cast<int64_t>(weights.size());
-    weights.push_back({std::move(name), Shape(PrimitiveType::kF32, std::move(dims)), n});
+    weights.push_back({std::move(name), Shape(PrimitiveType::kF32, std::move(dims)), n, stddev});
   };
-  add("tok_embeddings", {V, D});
+  add("tok_embeddings", {V, D}, kStddev);
   for (size_t i = 0; i < kLayerWeights.size(); ++i) {
-    add("layers." + std::string(kLayerWeights[i]), layer_dims[i]);
+    const std::string_view w = kLayerWeights[i];
+    const double stddev = w.ends_with("norm")                             ? 0.0
+                          : w == "attention.wo" || w == "feed_forward.w2" ? residual_stddev
+                                                                          : kStddev;
+    add("layers." + std::string(w), layer_dims[i], stddev);
   }
-  add("norm", {D});
-  if (!c.tie_embeddings) add("output", {D, V});
+  add("norm", {D}, 0.0);
+  if (!c.tie_embeddings) add("output", {D, V}, kStddev);
   return weights;
+}
+
+std::vector<float> InitLlamaWeight(const LlamaWeight& weight, uint64_t seed) {
+  const auto n = static_cast<size_t>(weight.shape.ElementsCount());
+  if (weight.init_stddev == 0.0) return std::vector<float>(n, 1.0f);
+  const int64_t index = weight.parameter_number - LlamaForward::kNumDataInputs;
+  std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
+                    static_cast<uint32_t>(index), 0x696e6974u};
+  std::mt19937_64 rng(seq);
+  std::normal_distribution<double> normal(0.0, weight.init_stddev);
+  std::vector<float> values(n);
+  for (float& v : values) v = static_cast<float>(normal(rng));
+  return values;
 }
 
 std::vector<std::string> LlamaRuleNames() {
