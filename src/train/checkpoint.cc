@@ -26,7 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
-using namespace checkpoint_internal;
+using namespace train;
 
 constexpr std::string_view kFormat = "weft-checkpoint";
 // 3: one file per device and part, state.json indexes every tensor's slices

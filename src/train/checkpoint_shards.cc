@@ -12,7 +12,7 @@
 #include "weft/base/error.h"
 
 namespace weft {
-namespace checkpoint_internal {
+namespace train {
 namespace {
 
 namespace fs = std::filesystem;
@@ -361,12 +361,12 @@ void CheckFilesAgainstIndex(const CheckpointIndex& index,
   }
 }
 
-}  // namespace checkpoint_internal
+}  // namespace train
 
 void ReadTensorBox(const CheckpointIndex& index, CheckpointPart part, const std::string& name,
                    const TensorBox& box, std::span<std::byte> dest,
                    std::span<const int64_t> dest_dims) {
-  using namespace checkpoint_internal;
+  using namespace train;
   const auto& tensors = index.part(part);
   const auto found = tensors.find(name);
   WEFT_CHECK(found != tensors.end(),
