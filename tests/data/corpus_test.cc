@@ -7,6 +7,7 @@
 #include <random>
 
 #include "error_of.h"
+#include "scratch_dir.h"
 #include "weft/base/atomic_file.h"
 #include "weft/base/error.h"
 
@@ -104,13 +105,8 @@ TEST(SplitOnBlankLines, SplitsAtRunsOfBlankLines) {
 
 class LoadTextFilesTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "weft_corpus_XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
+  weft::testing::ScratchDir scratch_{"weft_corpus"};
+  const fs::path dir_ = scratch_.path();
 };
 
 TEST_F(LoadTextFilesTest, OneDocumentPerFileOrPerParagraph) {

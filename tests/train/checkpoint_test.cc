@@ -15,6 +15,7 @@
 #include <random>
 
 #include "error_of.h"
+#include "scratch_dir.h"
 #include "weft/base/atomic_file.h"
 #include "weft/base/crc32c.h"
 #include "weft/base/error.h"
@@ -95,13 +96,6 @@ void ExpectSame(const Checkpoint& a, const Checkpoint& b) {
 
 class CheckpointTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "weft_ckpt_XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    root_ = pattern;
-    dir_ = root_ / "run" / "checkpoint";
-  }
-  void TearDown() override { fs::remove_all(root_); }
   // Entries beside the checkpoint: only the checkpoint itself should remain.
   std::vector<std::string> Siblings() const {
     std::vector<std::string> names;
@@ -110,7 +104,9 @@ class CheckpointTest : public ::testing::Test {
     }
     return names;
   }
-  fs::path root_, dir_;
+  weft::testing::ScratchDir scratch_{"weft_ckpt"};
+  const fs::path root_ = scratch_.path();
+  const fs::path dir_ = root_ / "run" / "checkpoint";
 };
 
 TEST_F(CheckpointTest, RoundTripsTensorsAndState) {

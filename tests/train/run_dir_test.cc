@@ -11,6 +11,7 @@
 #include <string>
 
 #include "error_of.h"
+#include "scratch_dir.h"
 #include "weft/base/atomic_file.h"
 #include "weft/base/error.h"
 
@@ -23,13 +24,8 @@ namespace fs = std::filesystem;
 
 class RunDirTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "weft_run_dir_XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    root_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(root_); }
-  fs::path root_;
+  weft::testing::ScratchDir scratch_{"weft_run_dir"};
+  const fs::path root_ = scratch_.path();
 };
 
 TEST_F(RunDirTest, ASecondHolderInThisProcessIsRefusedWithThePid) {
