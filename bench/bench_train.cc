@@ -11,6 +11,7 @@
 #include "bench.h"
 #include "simd/primitives.h"
 #include "timer.h"
+#include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 #include "weft/base/memory.h"
 #include "weft/hlo/computation.h"
@@ -57,7 +58,7 @@ InstructionTime DescribeForTop(const HloInstruction& instr) {
     for (const HloInstruction* fused : instr.called_computations()[0]->instructions()) {
       const std::string op(HloOpcodeString(fused->opcode()));
       if (fused->opcode() == HloOpcode::kParameter) continue;
-      if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);
+      if (!Contains(ops, op)) ops.push_back(op);
     }
     t.what = fmt::format("{}({}: {})", t.what, FusionKindString(instr.attrs().fusion_kind),
                          fmt::join(ops, ","));

@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""The dependency rule of docs/DESIGN.md: a library includes headers of its
-own layer or of layers below it, never above.
+"""The dependency rule and the namespace rule of docs/DESIGN.md: a library
+includes headers of its own layer or of layers below it, never above; a
+module's code lives in its own namespaces.
 
     scripts/check_layers.py [ROOT]
 
 Reads every file under ROOT/src, ROOT/include/weft, ROOT/bench, ROOT/apps
 and ROOT/python, maps it and each `#include "weft/<module>/<file>"` to its
-library, and prints each include of a higher layer (exit 1), or a line
-saying all is well (exit 0). A module this script does not know is an error
-too: add it to LAYERS (and to DESIGN.md's table).
+library, and prints each include of a higher layer and each namespace the
+module does not own (exit 1), or a line saying all is well (exit 0). A
+module this script does not know is an error too: add it to LAYERS and
+NAMESPACES (and to DESIGN.md's tables).
 """
 import pathlib
 import re
@@ -33,6 +35,85 @@ RANK = {lib: i for i, (_, libs) in enumerate(LAYERS) for lib in libs}
 DEVICE_FILES = {"comm_mpi", "comm_threads", "communicator", "config", "hybrid_mesh", "reduce",
                 "topology", "mpi_util"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"weft/([a-z_]+)/([^"]+)"', re.M)
+
+# The namespace rule: a module declares its interface in the first namespace
+# and keeps everything else (its internals, compiled variants) in the second
+# or below it; file-local code is in an anonymous namespace within those.
+_VOCABULARY = ("base", "hlo", "sharding", "autodiff", "spmd", "models", "data", "train")
+NAMESPACES = {m: ("weft", f"weft::{m}") for m in _VOCABULARY}
+NAMESPACES.update({m: (f"weft::{m}", f"weft::{m}") for m in ("compiler", "analysis", "runtime",
+                                                             "kernels")})
+NAMESPACES.update({"apps": ("weft::cli", "weft::cli"), "bench": ("weft::bench", "weft::bench"),
+                   "python": ("weft::python", "weft::python")})
+# Namespaces DESIGN.md names as exceptions: a public family of pure functions.
+EXTRA_NAMESPACES = {"sharding": {"weft::sharding_util"}}
+# Files in areas being rewritten that do not follow the rule yet (each is a
+# change to make, then to remove from this list).
+KNOWN_NAMESPACE_EXCEPTIONS = {
+    "src/hlo/text_cursor.h": "weft::hlo_text",
+    "src/hlo/text_cursor.cc": "weft::hlo_text",
+    "src/hlo/shape_inference_internal.h": "weft::shape_inference_internal",
+    "src/hlo/shape_inference_random.cc": "weft::shape_inference_internal",
+    "src/spmd/propagator.h": "weft::spmd_internal",
+    "src/spmd/shard_groups.cc": "weft::spmd_internal",
+    "src/spmd/sharding_propagation.cc": "weft::spmd_internal",
+    "src/spmd/infer_sharding.cc": "weft::spmd_internal",
+}
+NAMESPACE_OPEN = re.compile(r"\b(?:inline\s+)?namespace\s*([A-Za-z_][\w:]*)?\s*\{")
+FORWARD_DECLARATION = re.compile(r"^(?:class|struct)\s+\w+\s*;$")
+# What braces in a file mean nothing for: comments, and string and character literals.
+RAW_STRING = re.compile(r'R"([^(\s]*)\(.*?\)\1"', re.S)
+NOISE = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+
+
+def defined_namespaces(text):
+    """The named namespaces a file defines something in, as full paths
+    ("weft::runtime"; anonymous ones and what they hold are their parent's);
+    a namespace holding forward declarations only is not counted."""
+    text = NOISE.sub(" ", RAW_STRING.sub('""', text))
+    defines = {}  # path -> whether it holds more than forward declarations
+    stack = []  # (name or None, the brace depth just inside it)
+    depth = 0
+    pos = 0
+    for token in re.finditer(r"[{};]|" + NAMESPACE_OPEN.pattern, text):
+        chunk = " ".join(text[pos:token.start()].split())
+        pos = token.end()
+        path = "::".join(name for name, _ in stack if name)
+        if token.group(0) not in "{};":  # a namespace opens
+            depth += 1
+            stack.append((token.group(1), depth))
+            if token.group(1):
+                defines.setdefault("::".join(name for name, _ in stack if name), False)
+            continue
+        if token.group(0) == "}":
+            if stack and stack[-1][1] == depth:
+                stack.pop()
+            depth -= 1
+            continue
+        if token.group(0) == "{":
+            depth += 1
+        if path and (token.group(0) == "{" or
+                     (chunk and not FORWARD_DECLARATION.match(chunk + ";"))):
+            defines[path] = True
+    return {path for path, d in defines.items() if d}
+
+
+def namespace_problems(root, path, module):
+    rel = path.relative_to(root).as_posix()
+    if module not in NAMESPACES:
+        return []
+    interface, own = NAMESPACES[module]
+    allowed = {interface} | EXTRA_NAMESPACES.get(module, set())
+    problems = []
+    for ns in sorted(defined_namespaces(path.read_text(errors="replace"))):
+        if ns in allowed or ns == own or ns.startswith(own + "::"):
+            continue
+        if KNOWN_NAMESPACE_EXCEPTIONS.get(rel) == ns:
+            continue
+        owned = f"{own} and below" if own == interface else f"{interface}, or {own} and below"
+        problems.append(f"{rel}: namespace {ns} is not {module}'s ({owned}: see docs/DESIGN.md, "
+                        "Conventions)")
+    return problems
 
 
 def library(module, filename):
@@ -62,6 +143,7 @@ def main():
                 continue
             files += 1
             lib = owner(root, path)
+            problems += namespace_problems(root, path, lib.split("-")[0])
             if lib not in RANK:
                 problems.append(f"{path.relative_to(root)}: module '{lib}' has no layer")
                 continue
@@ -78,10 +160,12 @@ def main():
     for p in problems:
         print(p)
     if problems:
-        print(f"{len(problems)} includes break the dependency rule of docs/DESIGN.md: move the "
-              "code to the right layer, or the header to a lower one")
+        print(f"{len(problems)} includes or namespaces break the dependency or namespace rule of "
+              "docs/DESIGN.md: move the code to the right layer or namespace, or the header to a "
+              "lower layer")
         return 1
-    print(f"dependency rule holds: {files} files, every include at its own layer or below")
+    print(f"dependency and namespace rules hold: {files} files, every include at its own layer "
+          "or below, every namespace its module's")
     return 0
 
 

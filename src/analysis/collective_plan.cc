@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "weft/analysis/loops.h"
+#include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 
 namespace weft::analysis {
@@ -141,7 +142,7 @@ DeviceCollective CollectiveOnDevice(const HloModule& program, const HloInstructi
       FailInternal("{}: {}", instr.Describe(), e.what());
     }
     for (const auto& g : groups) {
-      if (std::find(g.begin(), g.end(), device) != g.end()) out.group = g;
+      if (Contains(g, device)) out.group = g;
     }
     if (out.group.empty()) out.group = {device};
     const int64_t operands = out.kind == CollectiveKind::kAllReduce ? instr.operand_count() : 1;

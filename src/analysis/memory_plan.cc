@@ -14,6 +14,7 @@
 
 #include "weft/analysis/loops.h"
 #include "weft/autodiff/scan_config.h"
+#include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 #include "weft/compiler/buffer_assignment.h"
 #include "weft/compiler/schedule.h"
@@ -332,7 +333,7 @@ class Simulator {
           if (!FeedsWhile(user) || tags_.count(user)) continue;
           std::unordered_set<const HloInstruction*> seen;
           const std::vector<int64_t> offloaded = OffloadedStateOf(*w);
-          const bool host = std::find(offloaded.begin(), offloaded.end(), i) != offloaded.end();
+          const bool host = Contains(offloaded, i);
           offloading_ = offloading_ || host;
           const Tag tag{
               BufferCategory::kSaved,

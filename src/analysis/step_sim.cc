@@ -10,6 +10,7 @@
 #include "weft/analysis/collective_plan.h"
 #include "weft/analysis/cost_model.h"
 #include "weft/analysis/loops.h"
+#include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 #include "weft/compiler/schedule.h"
 #include "weft/hlo/custom_call_targets.h"
@@ -55,8 +56,7 @@ double PaddedDotFlops(const HloInstruction& dot, const std::array<int64_t, 3>& t
                            const std::vector<int64_t>& b) {
     int64_t n = 1;
     for (int64_t d = 0; d < s.rank(); ++d) {
-      if (std::find(a.begin(), a.end(), d) == a.end() &&
-          std::find(b.begin(), b.end(), d) == b.end()) {
+      if (!Contains(a, d) && !Contains(b, d)) {
         n *= s.dimensions(d);
       }
     }
@@ -598,32 +598,46 @@ std::vector<Interval> Coalesce(std::vector<Interval> v, double gap) {
   return out;
 }
 
-}  // namespace
+// Each node's users, as compressed rows: users[start[i] .. start[i + 1]).
+struct UserLists {
+  std::vector<int32_t> start, users;
+};
 
-StepTime SimulateStep(const HloModule& program, const Chip& chip, const SimOptions& options) {
-  WEFT_INTERNAL_CHECK(options.num_devices >= 1 && options.slices >= 1 &&
-                          options.num_devices % options.slices == 0 && options.device >= 0 &&
-                          options.device < options.num_devices,
-                      "simulating device {} of {} devices in {} slices", options.device,
-                      options.num_devices, options.slices);
-  Expander ex(program, chip, options);
-  ex.ExpandEntry();
-  std::vector<Node>& nodes = ex.nodes;
+UserLists MakeUserLists(const std::vector<Node>& nodes) {
   const size_t n = nodes.size();
-
-  // Users, remaining dependencies, and each collective stream's queue.
-  std::vector<int32_t> user_start(n + 1, 0), users;
+  UserLists out;
+  out.start.assign(n + 1, 0);
   for (const Node& node : nodes) {
-    for (int32_t d : node.deps) ++user_start[d + 1];
+    for (int32_t d : node.deps) ++out.start[d + 1];
   }
-  for (size_t i = 0; i < n; ++i) user_start[i + 1] += user_start[i];
-  users.resize(user_start[n]);
-  {
-    std::vector<int32_t> fill(user_start.begin(), user_start.end() - 1);
-    for (size_t i = 0; i < n; ++i) {
-      for (int32_t d : nodes[i].deps) users[fill[d]++] = static_cast<int32_t>(i);
-    }
+  for (size_t i = 0; i < n; ++i) out.start[i + 1] += out.start[i];
+  out.users.resize(out.start[n]);
+  std::vector<int32_t> fill(out.start.begin(), out.start.end() - 1);
+  for (size_t i = 0; i < n; ++i) {
+    for (int32_t d : nodes[i].deps) out.users[fill[d]++] = static_cast<int32_t>(i);
   }
+  return out;
+}
+
+// One run of the expanded schedule as a dataflow over the compute stream and
+// the collective streams: when each stream is busy, and how long compute
+// waited on each.
+struct SimulatedRun {
+  double critical = 0;     // when the last node finishes
+  double compute_end = 0;  // when the compute stream last finished
+  double matrix_s = 0;     // compute seconds in matrix work
+  std::array<double, kNumStreams> busy_s{};
+  std::array<double, kNumStreams> exposed{};  // compute idle, waiting on each stream
+  std::array<std::vector<Interval>, kNumStreams> intervals;
+  std::vector<double> seconds_of_site;
+};
+
+SimulatedRun Simulate(const Expander& ex) {
+  const std::vector<Node>& nodes = ex.nodes;
+  const size_t n = nodes.size();
+  const UserLists users = MakeUserLists(nodes);
+  SimulatedRun run;
+  run.seconds_of_site.assign(ex.sites.size(), 0);
   std::vector<int32_t> remaining(n);
   std::vector<int32_t> last_dep(n, -1);
   std::array<std::vector<int32_t>, kNumStreams> queue;
@@ -646,11 +660,7 @@ StepTime SimulateStep(const HloModule& program, const Chip& chip, const SimOptio
   std::priority_queue<Ready, std::vector<Ready>, std::greater<>> compute_ready;
   std::array<bool, kNumStreams> busy{};
   std::array<size_t, kNumStreams> next{};
-  std::array<double, kNumStreams> busy_s{};
-  std::array<std::vector<Interval>, kNumStreams> intervals;
-  std::vector<double> seconds_of_site(ex.sites.size(), 0);
-  std::array<double, kNumStreams> exposed{};
-  double compute_end = 0, matrix_s = 0, now = 0;
+  double now = 0;
   size_t done = 0;
   int32_t last_done = -1;
 
@@ -674,17 +684,18 @@ StepTime SimulateStep(const HloModule& program, const Chip& chip, const SimOptio
     const Node& node = nodes[i];
     const int s = static_cast<int>(node.stream);
     busy[s] = true;
-    busy_s[s] += node.seconds;
-    seconds_of_site[node.site] += node.seconds;
-    MergeInto(intervals[s], now, now + node.seconds);
+    run.busy_s[s] += node.seconds;
+    run.seconds_of_site[node.site] += node.seconds;
+    MergeInto(run.intervals[s], now, now + node.seconds);
     events.push({now + node.seconds, i});
   };
   for (;;) {
     if (!busy[0] && !compute_ready.empty()) {
       const int32_t i = compute_ready.top().second;
       compute_ready.pop();
-      if (now > compute_end && last_dep[i] >= 0) exposed[source[last_dep[i]]] += now - compute_end;
-      if (ex.sites[nodes[i].site].cost.matrix) matrix_s += nodes[i].seconds;
+      if (now > run.compute_end && last_dep[i] >= 0)
+        run.exposed[source[last_dep[i]]] += now - run.compute_end;
+      if (ex.sites[nodes[i].site].cost.matrix) run.matrix_s += nodes[i].seconds;
       start(i);
     }
     for (int s = 1; s < kNumStreams; ++s) {
@@ -700,10 +711,10 @@ StepTime SimulateStep(const HloModule& program, const Chip& chip, const SimOptio
       last_done = i;
       if (nodes[i].site >= 0) {
         busy[static_cast<int>(nodes[i].stream)] = false;
-        if (nodes[i].stream == Stream::kCompute) compute_end = now;
+        if (nodes[i].stream == Stream::kCompute) run.compute_end = now;
       }
-      for (int32_t k = user_start[i]; k < user_start[i + 1]; ++k) {
-        const int32_t u = users[k];
+      for (int32_t k = users.start[i]; k < users.start[i + 1]; ++k) {
+        const int32_t u = users.users[k];
         last_dep[u] = i;
         if (--remaining[u] == 0) make_ready(u);
       }
@@ -711,23 +722,39 @@ StepTime SimulateStep(const HloModule& program, const Chip& chip, const SimOptio
   }
   WEFT_INTERNAL_CHECK(done == n, "the step simulation finished {} of {} instruction runs", done, n);
 
+  run.critical = now;
+  // Links still busy after the last compute: exposed too.
+  if (run.critical > run.compute_end && last_done >= 0)
+    run.exposed[source[last_done]] += run.critical - run.compute_end;
+  return run;
+}
+
+}  // namespace
+
+StepTime SimulateStep(const HloModule& program, const Chip& chip, const SimOptions& options) {
+  WEFT_INTERNAL_CHECK(options.num_devices >= 1 && options.slices >= 1 &&
+                          options.num_devices % options.slices == 0 && options.device >= 0 &&
+                          options.device < options.num_devices,
+                      "simulating device {} of {} devices in {} slices", options.device,
+                      options.num_devices, options.slices);
+  Expander ex(program, chip, options);
+  ex.ExpandEntry();
+  SimulatedRun run = Simulate(ex);
+
   StepTime t;
   t.peak_flops = ProgramMatrixPeak(program, chip);
-  t.compute_s = busy_s[0];
-  t.matrix_s = matrix_s;
-  t.ici_s = busy_s[1];
-  t.dcn_s = busy_s[2];
-  const double critical = now;
-  // Links still busy after the last compute: exposed too.
-  if (critical > compute_end && last_done >= 0)
-    exposed[source[last_done]] += critical - compute_end;
+  t.compute_s = run.busy_s[0];
+  t.matrix_s = run.matrix_s;
+  t.ici_s = run.busy_s[1];
+  t.dcn_s = run.busy_s[2];
+  const double critical = run.critical;
   const double r = static_cast<double>(std::max<int64_t>(options.repeats, 1));
   t.compute_s *= r;
   t.matrix_s *= r;
   t.ici_s *= r;
   t.dcn_s *= r;
-  t.exposed_ici_s = exposed[1] * r;
-  t.exposed_dcn_s = exposed[2] * r;
+  t.exposed_ici_s = run.exposed[1] * r;
+  t.exposed_dcn_s = run.exposed[2] * r;
   const double host_s = static_cast<double>(options.host_bytes) / chip.host_bytes_per_s;
   t.host_s = host_s * r;
   t.exposed_host_s = std::max(0.0, host_s - critical) * r;
@@ -735,13 +762,13 @@ StepTime SimulateStep(const HloModule& program, const Chip& chip, const SimOptio
   t.serial_s = t.compute_s + t.ici_s + t.dcn_s + t.host_s;
   if (t.step_s > 0) t.mfu = r * options.model_flops / (t.step_s * t.peak_flops);
   if (t.serial_s > 0) t.mfu_serial = r * options.model_flops / (t.serial_s * t.peak_flops);
-  t.simulated_runs = static_cast<int64_t>(n);
+  t.simulated_runs = static_cast<int64_t>(ex.nodes.size());
 
   for (size_t s = 0; s < ex.sites.size(); ++s) {
     const Site& site = ex.sites[s];
-    if (seconds_of_site[s] <= 0) continue;
+    if (run.seconds_of_site[s] <= 0) continue;
     t.top.push_back({site.instr->name(), site.instr->parent()->name(), site.cost.stream,
-                     site.cost.bound, site.runs * options.repeats, seconds_of_site[s] * r});
+                     site.cost.bound, site.runs * options.repeats, run.seconds_of_site[s] * r});
   }
   std::stable_sort(
       t.top.begin(), t.top.end(),
@@ -750,7 +777,7 @@ StepTime SimulateStep(const HloModule& program, const Chip& chip, const SimOptio
   const double gap = options.timeline_points > 0 && t.step_s > 0
                          ? t.step_s / static_cast<double>(options.timeline_points)
                          : 0;
-  for (int s = 0; s < kNumStreams; ++s) t.busy[s] = Coalesce(std::move(intervals[s]), gap);
+  for (int s = 0; s < kNumStreams; ++s) t.busy[s] = Coalesce(std::move(run.intervals[s]), gap);
   return t;
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "vjp.h"
+#include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 
 namespace weft::autodiff {
@@ -15,8 +16,7 @@ std::vector<int64_t> FreeDims(int64_t rank, const std::vector<int64_t>& batch,
                               const std::vector<int64_t>& contracting) {
   std::vector<int64_t> free;
   for (int64_t d = 0; d < rank; ++d) {
-    if (std::find(batch.begin(), batch.end(), d) == batch.end() &&
-        std::find(contracting.begin(), contracting.end(), d) == contracting.end()) {
+    if (!Contains(batch, d) && !Contains(contracting, d)) {
       free.push_back(d);
     }
   }

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "vjp.h"
+#include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 
 namespace weft::autodiff {
@@ -32,7 +33,7 @@ void Reduce(VjpContext& c, const HloInstruction& f, std::span<HloInstruction* co
   const Shape& in = f.operand(0)->shape();
   std::vector<int64_t> kept;
   for (int64_t d = 0; d < in.rank(); ++d) {
-    if (std::find(f.dimensions().begin(), f.dimensions().end(), d) == f.dimensions().end()) {
+    if (!Contains(f.dimensions(), d)) {
       kept.push_back(d);
     }
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "vjp.h"
+#include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 
 namespace weft::autodiff {
@@ -19,7 +20,7 @@ void Broadcast(VjpContext& c, const HloInstruction& f, std::span<HloInstruction*
   const std::vector<int64_t>& kept = f.dimensions();
   std::vector<int64_t> summed;
   for (int64_t d = 0; d < f.shape().rank(); ++d) {
-    if (std::find(kept.begin(), kept.end(), d) == kept.end()) summed.push_back(d);
+    if (!Contains(kept, d)) summed.push_back(d);
   }
   HloInstruction* g = c.Sum(ct[0], summed);
   std::vector<int64_t> sorted = kept;

@@ -14,6 +14,7 @@
 #include <map>
 
 #include "scan_plan.h"
+#include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 
 namespace weft::autodiff {
@@ -274,7 +275,7 @@ class BackwardBodyBuilder {
   bool SavedByName(const HloInstruction& x) const {
     for (const std::vector<std::string>* names :
          {&emitter_.options().remat.save, &emitter_.options().remat.offload}) {
-      if (std::find(names->begin(), names->end(), x.name()) != names->end()) return true;
+      if (Contains(*names, x.name())) return true;
     }
     return false;
   }
@@ -422,7 +423,7 @@ std::unique_ptr<ScanPlan> PlanScan(ModuleEmitter& emitter, const HloInstruction&
   }
   const std::vector<std::string>& offload = emitter.options().remat.offload;
   for (const auto& [x, index] : residuals) {
-    if (std::find(offload.begin(), offload.end(), x->name()) != offload.end()) {
+    if (Contains(offload, x->name())) {
       plan->offloaded_state.push_back(c.state_size() + plan->num_residuals());
     }
     plan->residual_shapes.push_back(index < 0 ? x->shape() : x->shape().tuple_shapes(index));

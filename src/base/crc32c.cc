@@ -77,12 +77,12 @@ uint32_t Crc32c(const void* data, size_t size, uint32_t crc) {
   return ~c;
 }
 
-namespace internal {
+namespace base {
 // The table path alone, for the test that both paths agree.
 uint32_t Crc32cPortable(const void* data, size_t size, uint32_t crc) {
   return ~TableCrc(static_cast<const unsigned char*>(data), size, ~crc);
 }
-}  // namespace internal
+}  // namespace base
 
 std::string Crc32cText(uint32_t crc) { return fmt::format("crc32c:{:08x}", crc); }
 

@@ -7,6 +7,7 @@
 #include <array>
 #include <charconv>
 
+#include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 #include "weft/hlo/printer.h"
 
@@ -206,7 +207,7 @@ HloInstruction::~HloInstruction() {
 }
 
 void HloInstruction::AddUser(HloInstruction* user) {
-  if (std::find(users_.begin(), users_.end(), user) == users_.end()) users_.push_back(user);
+  if (!Contains(users_, user)) users_.push_back(user);
 }
 
 void HloInstruction::RemoveUser(HloInstruction* user) {

@@ -86,33 +86,119 @@ std::string WindowToString(const std::vector<WindowDim>& window) {
   return fmt::format("{{{}}}", fmt::join(parts, " "));
 }
 
+// The attribute list Attributes builds, with what its cases share.
+class AttributeList {
+ public:
+  AttributeList(const HloInstruction& instr, const HloPrintOptions& options)
+      : instr_(instr), options_(options) {}
+  void Add(std::string s) { out_.push_back(std::move(s)); }
+  void List(const char* key, const std::vector<int64_t>& v) {
+    Add(fmt::format("{}={}", key, IntList(v)));
+  }
+  void ListIfAny(const char* key, const std::vector<int64_t>& v) {
+    if (!v.empty()) List(key, v);
+  }
+  // The name of called computation i, as the options print names.
+  std::string Computation(int64_t i) const {
+    return Name(instr_.called_computations().at(i)->name(), options_);
+  }
+  std::vector<std::string>& out() { return out_; }
+
+ private:
+  const HloInstruction& instr_;
+  const HloPrintOptions& options_;
+  std::vector<std::string> out_;
+};
+
+void AddGatherAttributes(const HloAttributes& a, AttributeList& l) {
+  l.List("offset_dims", a.gather.offset_dims);
+  l.List("collapsed_slice_dims", a.gather.collapsed_slice_dims);
+  l.List("start_index_map", a.gather.start_index_map);
+  l.ListIfAny("operand_batching_dims", a.gather.operand_batching_dims);
+  l.ListIfAny("start_indices_batching_dims", a.gather.start_indices_batching_dims);
+  l.Add(fmt::format("index_vector_dim={}", a.gather.index_vector_dim));
+  l.List("slice_sizes", a.gather_slice_sizes);
+  if (a.indices_are_sorted) l.Add("indices_are_sorted=true");
+}
+
+void AddScatterAttributes(const HloAttributes& a, AttributeList& l) {
+  l.List("update_window_dims", a.scatter.update_window_dims);
+  l.List("inserted_window_dims", a.scatter.inserted_window_dims);
+  l.List("scatter_dims_to_operand_dims", a.scatter.scatter_dims_to_operand_dims);
+  l.ListIfAny("input_batching_dims", a.scatter.input_batching_dims);
+  l.ListIfAny("scatter_indices_batching_dims", a.scatter.scatter_indices_batching_dims);
+  l.Add(fmt::format("index_vector_dim={}", a.scatter.index_vector_dim));
+  if (a.indices_are_sorted) l.Add("indices_are_sorted=true");
+  if (a.unique_indices) l.Add("unique_indices=true");
+  l.Add("to_apply=" + l.Computation(0));
+}
+
+void AddCustomCallAttributes(const HloInstruction& instr, AttributeList& l) {
+  const HloAttributes& a = instr.attrs();
+  l.Add("custom_call_target=" + Quote(a.custom_call_target));
+  if (!instr.called_computations().empty()) {
+    std::vector<std::string> names;
+    for (size_t i = 0; i < instr.called_computations().size(); ++i)
+      names.push_back(l.Computation(i));
+    l.Add(fmt::format("called_computations={{{}}}", fmt::join(names, ", ")));
+  }
+  if (a.custom_call_has_side_effect) l.Add("custom_call_has_side_effect=true");
+  if (!a.custom_call_api_version.empty()) l.Add("api_version=" + a.custom_call_api_version);
+}
+
+void AddCollectivePrefix(const HloAttributes& a, AttributeList& l) {
+  if (a.channel_id) l.Add(fmt::format("channel_id={}", *a.channel_id));
+  l.Add("replica_groups=" + ReplicaGroupsToString(a.replica_groups));
+  if (a.constrain_layout) l.Add("constrain_layout=true");
+}
+
+// all-reduce, all-gather, all-to-all, reduce-scatter, collective-permute.
+void AddCollectiveAttributes(const HloInstruction& instr, AttributeList& l) {
+  const HloAttributes& a = instr.attrs();
+  switch (instr.opcode()) {
+    case HloOpcode::kAllReduce:
+      AddCollectivePrefix(a, l);
+      if (a.use_global_device_ids) l.Add("use_global_device_ids=true");
+      l.Add("to_apply=" + l.Computation(0));
+      break;
+    case HloOpcode::kAllGather:
+    case HloOpcode::kAllToAll:
+      AddCollectivePrefix(a, l);
+      l.List("dimensions", a.dimensions);
+      if (a.use_global_device_ids) l.Add("use_global_device_ids=true");
+      break;
+    case HloOpcode::kReduceScatter:
+      AddCollectivePrefix(a, l);
+      l.List("dimensions", a.dimensions);
+      if (a.use_global_device_ids) l.Add("use_global_device_ids=true");
+      l.Add("to_apply=" + l.Computation(0));
+      break;
+    case HloOpcode::kCollectivePermute: {
+      if (a.channel_id) l.Add(fmt::format("channel_id={}", *a.channel_id));
+      std::vector<std::string> pairs;
+      for (auto [s, t] : a.source_target_pairs) pairs.push_back(fmt::format("{{{},{}}}", s, t));
+      l.Add(fmt::format("source_target_pairs={{{}}}", fmt::join(pairs, ",")));
+      break;
+    }
+    default:
+      break;
+  }
+}
+
 // XLA's attribute order: op-specific attributes, called computations,
 // sharding, then the verbatim extras and backend_config.
 std::vector<std::string> Attributes(const HloInstruction& instr, const HloPrintOptions& options) {
   const HloAttributes& a = instr.attrs();
-  std::vector<std::string> out;
-  auto add = [&](std::string s) { out.push_back(std::move(s)); };
-  auto add_list = [&](const char* key, const std::vector<int64_t>& v) {
-    add(fmt::format("{}={}", key, IntList(v)));
-  };
-  auto add_list_if = [&](const char* key, const std::vector<int64_t>& v) {
-    if (!v.empty()) add_list(key, v);
-  };
-  auto comp = [&](int64_t i) { return Name(instr.called_computations().at(i)->name(), options); };
-  auto collective_prefix = [&] {
-    if (a.channel_id) add(fmt::format("channel_id={}", *a.channel_id));
-    add("replica_groups=" + ReplicaGroupsToString(a.replica_groups));
-    if (a.constrain_layout) add("constrain_layout=true");
-  };
+  AttributeList l(instr, options);
   switch (instr.opcode()) {
     case HloOpcode::kIota:
-      add(fmt::format("iota_dimension={}", a.iota_dimension));
+      l.Add(fmt::format("iota_dimension={}", a.iota_dimension));
       break;
     case HloOpcode::kBroadcast:
     case HloOpcode::kTranspose:
     case HloOpcode::kReverse:
     case HloOpcode::kConcatenate:
-      add_list("dimensions", a.dimensions);
+      l.List("dimensions", a.dimensions);
       break;
     case HloOpcode::kSlice: {
       std::vector<std::string> ranges;
@@ -120,54 +206,55 @@ std::vector<std::string> Attributes(const HloInstruction& instr, const HloPrintO
         ranges.push_back(s.stride == 1 ? fmt::format("[{}:{}]", s.start, s.limit)
                                        : fmt::format("[{}:{}:{}]", s.start, s.limit, s.stride));
       }
-      add(fmt::format("slice={{{}}}", fmt::join(ranges, ", ")));
+      l.Add(fmt::format("slice={{{}}}", fmt::join(ranges, ", ")));
       break;
     }
     case HloOpcode::kDynamicSlice:
-      add_list("dynamic_slice_sizes", a.dynamic_slice_sizes);
+      l.List("dynamic_slice_sizes", a.dynamic_slice_sizes);
       break;
     case HloOpcode::kPad:
-      add("padding=" + PaddingToString(a.padding));
+      l.Add("padding=" + PaddingToString(a.padding));
       break;
     case HloOpcode::kCompare:
-      add(fmt::format("direction={}", ComparisonDirectionString(a.comparison_direction)));
-      if (!a.comparison_type.empty()) add("type=" + a.comparison_type);
+      l.Add(fmt::format("direction={}", ComparisonDirectionString(a.comparison_direction)));
+      if (!a.comparison_type.empty()) l.Add("type=" + a.comparison_type);
       break;
     case HloOpcode::kReduce:
-      add_list("dimensions", a.dimensions);
-      add("to_apply=" + comp(0));
+      l.List("dimensions", a.dimensions);
+      l.Add("to_apply=" + l.Computation(0));
       break;
     case HloOpcode::kSort:
-      add_list("dimensions", a.dimensions);
-      if (a.is_stable) add("is_stable=true");
-      add("to_apply=" + comp(0));
+      l.List("dimensions", a.dimensions);
+      if (a.is_stable) l.Add("is_stable=true");
+      l.Add("to_apply=" + l.Computation(0));
       break;
     case HloOpcode::kTopK:
-      add(fmt::format("k={}", a.k));
-      add(fmt::format("largest={}", a.largest));
+      l.Add(fmt::format("k={}", a.k));
+      l.Add(fmt::format("largest={}", a.largest));
       break;
     case HloOpcode::kReduceWindow:
-      add("window=" + WindowToString(a.window));
-      add("to_apply=" + comp(0));
+      l.Add("window=" + WindowToString(a.window));
+      l.Add("to_apply=" + l.Computation(0));
       break;
     case HloOpcode::kSelectAndScatter:
-      add("window=" + WindowToString(a.window));
-      add("select=" + comp(0));
-      add("scatter=" + comp(1));
+      l.Add("window=" + WindowToString(a.window));
+      l.Add("select=" + l.Computation(0));
+      l.Add("scatter=" + l.Computation(1));
       break;
     case HloOpcode::kConditional:
       if (instr.operand_count() > 0 &&
           instr.operand(0)->shape().element_type() == PrimitiveType::kPred) {
-        add("true_computation=" + comp(0));
-        add("false_computation=" + comp(1));
+        l.Add("true_computation=" + l.Computation(0));
+        l.Add("false_computation=" + l.Computation(1));
       } else {
         std::vector<std::string> names;
-        for (size_t i = 0; i < instr.called_computations().size(); ++i) names.push_back(comp(i));
-        add(fmt::format("branch_computations={{{}}}", fmt::join(names, ", ")));
+        for (size_t i = 0; i < instr.called_computations().size(); ++i)
+          names.push_back(l.Computation(i));
+        l.Add(fmt::format("branch_computations={{{}}}", fmt::join(names, ", ")));
       }
       break;
     case HloOpcode::kDot:
-      AddDotAttributes(a.dot, &out);
+      AddDotAttributes(a.dot, &l.out());
       break;
     case HloOpcode::kConvolution:
       // XLA leaves out the window of a convolution without spatial dims.
@@ -179,91 +266,52 @@ std::vector<std::string> Attributes(const HloInstruction& instr, const HloPrintO
       if (a.batch_group_count != 1) add(fmt::format("batch_group_count={}", a.batch_group_count));
       break;
     case HloOpcode::kRngBitGenerator:
-      add(fmt::format("algorithm={}", RngAlgorithmString(a.rng_algorithm)));
+      l.Add(fmt::format("algorithm={}", RngAlgorithmString(a.rng_algorithm)));
       break;
     case HloOpcode::kRng:
-      add(fmt::format("distribution={}", RngDistributionString(a.rng_distribution)));
+      l.Add(fmt::format("distribution={}", RngDistributionString(a.rng_distribution)));
       break;
     case HloOpcode::kGather:
-      add_list("offset_dims", a.gather.offset_dims);
-      add_list("collapsed_slice_dims", a.gather.collapsed_slice_dims);
-      add_list("start_index_map", a.gather.start_index_map);
-      add_list_if("operand_batching_dims", a.gather.operand_batching_dims);
-      add_list_if("start_indices_batching_dims", a.gather.start_indices_batching_dims);
-      add(fmt::format("index_vector_dim={}", a.gather.index_vector_dim));
-      add_list("slice_sizes", a.gather_slice_sizes);
-      if (a.indices_are_sorted) add("indices_are_sorted=true");
+      AddGatherAttributes(a, l);
       break;
     case HloOpcode::kScatter:
-      add_list("update_window_dims", a.scatter.update_window_dims);
-      add_list("inserted_window_dims", a.scatter.inserted_window_dims);
-      add_list("scatter_dims_to_operand_dims", a.scatter.scatter_dims_to_operand_dims);
-      add_list_if("input_batching_dims", a.scatter.input_batching_dims);
-      add_list_if("scatter_indices_batching_dims", a.scatter.scatter_indices_batching_dims);
-      add(fmt::format("index_vector_dim={}", a.scatter.index_vector_dim));
-      if (a.indices_are_sorted) add("indices_are_sorted=true");
-      if (a.unique_indices) add("unique_indices=true");
-      add("to_apply=" + comp(0));
+      AddScatterAttributes(a, l);
       break;
     case HloOpcode::kGetTupleElement:
-      add(fmt::format("index={}", a.tuple_index));
+      l.Add(fmt::format("index={}", a.tuple_index));
       break;
     case HloOpcode::kWhile:
-      add("condition=" + comp(0));
-      add("body=" + comp(1));
+      l.Add("condition=" + l.Computation(0));
+      l.Add("body=" + l.Computation(1));
       break;
     case HloOpcode::kCall:
-      add("to_apply=" + comp(0));
+      l.Add("to_apply=" + l.Computation(0));
       break;
     case HloOpcode::kFusion:
-      add(fmt::format("kind={}", FusionKindString(a.fusion_kind)));
-      add("calls=" + comp(0));
+      l.Add(fmt::format("kind={}", FusionKindString(a.fusion_kind)));
+      l.Add("calls=" + l.Computation(0));
       break;
     case HloOpcode::kCustomCall:
-      add("custom_call_target=" + Quote(a.custom_call_target));
-      if (!instr.called_computations().empty()) {
-        std::vector<std::string> names;
-        for (size_t i = 0; i < instr.called_computations().size(); ++i) names.push_back(comp(i));
-        add(fmt::format("called_computations={{{}}}", fmt::join(names, ", ")));
-      }
-      if (a.custom_call_has_side_effect) add("custom_call_has_side_effect=true");
-      if (!a.custom_call_api_version.empty()) add("api_version=" + a.custom_call_api_version);
+      AddCustomCallAttributes(instr, l);
       break;
     case HloOpcode::kAllReduce:
-      collective_prefix();
-      if (a.use_global_device_ids) add("use_global_device_ids=true");
-      add("to_apply=" + comp(0));
-      break;
     case HloOpcode::kAllGather:
     case HloOpcode::kAllToAll:
-      collective_prefix();
-      add_list("dimensions", a.dimensions);
-      if (a.use_global_device_ids) add("use_global_device_ids=true");
-      break;
     case HloOpcode::kReduceScatter:
-      collective_prefix();
-      add_list("dimensions", a.dimensions);
-      if (a.use_global_device_ids) add("use_global_device_ids=true");
-      add("to_apply=" + comp(0));
+    case HloOpcode::kCollectivePermute:
+      AddCollectiveAttributes(instr, l);
       break;
-    case HloOpcode::kCollectivePermute: {
-      if (a.channel_id) add(fmt::format("channel_id={}", *a.channel_id));
-      std::vector<std::string> pairs;
-      for (auto [s, t] : a.source_target_pairs) pairs.push_back(fmt::format("{{{},{}}}", s, t));
-      add(fmt::format("source_target_pairs={{{}}}", fmt::join(pairs, ",")));
-      break;
-    }
     default:
       break;
   }
-  if (instr.sharding()) add("sharding=" + instr.sharding()->ToString());
-  for (const auto& [key, value] : a.passthrough) add(key + "=" + value);
+  if (instr.sharding()) l.Add("sharding=" + instr.sharding()->ToString());
+  for (const auto& [key, value] : a.passthrough) l.Add(key + "=" + value);
   if (!a.backend_config.empty()) {
     // JSON objects print bare, as XLA prints structured backend configs.
     const std::string& c = a.backend_config;
-    add("backend_config=" + (c.front() == '{' && c.back() == '}' ? c : Quote(c)));
+    l.Add("backend_config=" + (c.front() == '{' && c.back() == '}' ? c : Quote(c)));
   }
-  return out;
+  return std::move(l.out());
 }
 
 std::string Signature(const HloComputation& c, const HloPrintOptions& options) {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 
+#include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 
 namespace weft {
@@ -97,7 +98,7 @@ std::optional<std::string> ArrayShapeProblem(PrimitiveType type, std::span<const
   for (int64_t d : dims) {
     if (d < 0) return fmt::format("shape {} has a negative dimension", text());
   }
-  const bool has_zero = std::find(dims.begin(), dims.end(), 0) != dims.end();
+  const bool has_zero = Contains(dims, 0);
   int64_t product = 1;  // of the non-zero dims: every row-major stride divides it
   for (int64_t d : dims) {
     if (d == 0) continue;
@@ -145,9 +146,7 @@ Shape Shape::Tuple(std::vector<Shape> elements) {
 
 int64_t Shape::ElementsCount() const {
   WEFT_CHECK(IsArray(), "ElementsCount of non-array shape {}", ToString());
-  int64_t n = 1;
-  for (int64_t d : dims_) n *= d;
-  return n;
+  return Product(dims_);
 }
 
 int64_t Shape::ByteSize() const {

@@ -8,8 +8,10 @@
 #include <cctype>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "weft/autodiff/stop_gradient.h"
+#include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 #include "weft/hlo/builder.h"
 #include "weft/models/name_pattern.h"
@@ -56,18 +58,37 @@ std::vector<LlamaWeight> LlamaWeights(const LlamaConfig& c) {
       {L, F, D},
       {L, D, F},
   }};
+  constexpr double kStddev = 0.02;
+  const double residual_stddev = kStddev / std::sqrt(2.0 * static_cast<double>(L));
   std::vector<LlamaWeight> weights;
-  auto add = [&](std::string name, std::vector<int64_t> dims) {
+  auto add = [&](std::string name, std::vector<int64_t> dims, double stddev) {
     const int64_t n = LlamaForward::kNumDataInputs + static_cast<int64_t>(weights.size());
-    weights.push_back({std::move(name), Shape(PrimitiveType::kF32, std::move(dims)), n});
+    weights.push_back({std::move(name), Shape(PrimitiveType::kF32, std::move(dims)), n, stddev});
   };
-  add("tok_embeddings", {V, D});
+  add("tok_embeddings", {V, D}, kStddev);
   for (size_t i = 0; i < kLayerWeights.size(); ++i) {
-    add("layers." + std::string(kLayerWeights[i]), layer_dims[i]);
+    const std::string_view w = kLayerWeights[i];
+    const double stddev = w.ends_with("norm")                             ? 0.0
+                          : w == "attention.wo" || w == "feed_forward.w2" ? residual_stddev
+                                                                          : kStddev;
+    add("layers." + std::string(w), layer_dims[i], stddev);
   }
-  add("norm", {D});
-  if (!c.tie_embeddings) add("output", {D, V});
+  add("norm", {D}, 0.0);
+  if (!c.tie_embeddings) add("output", {D, V}, kStddev);
   return weights;
+}
+
+std::vector<float> InitLlamaWeight(const LlamaWeight& weight, uint64_t seed) {
+  const auto n = static_cast<size_t>(weight.shape.ElementsCount());
+  if (weight.init_stddev == 0.0) return std::vector<float>(n, 1.0f);
+  const int64_t index = weight.parameter_number - LlamaForward::kNumDataInputs;
+  std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
+                    static_cast<uint32_t>(index), 0x696e6974u};
+  std::mt19937_64 rng(seq);
+  std::normal_distribution<double> normal(0.0, weight.init_stddev);
+  std::vector<float> values(n);
+  for (float& v : values) v = static_cast<float>(normal(rng));
+  return values;
 }
 
 std::vector<std::string> LlamaRuleNames() {
@@ -268,21 +289,22 @@ struct Shardings {
       }
     }
     if (!HasTensorAxis()) return BatchSplit(shape);
-    return ToHloSharding(*mesh, PartitionSpec({BatchAxes(shape), "tensor"}), shape.rank());
+    return ToHloSharding(*mesh, PartitionSpec({BatchAxes(shape), std::string(kTensorAxis)}),
+                         shape.rank());
   }
   // A column-parallel projection's output [B, S, F] (q, k, v, the MLP's
   // gate and up): F split over "tensor", as Megatron splits the heads and
   // the MLP's hidden units; nullopt (left to propagation) without that axis.
   std::optional<HloSharding> TensorColumns(const Shape& shape) const {
     if (!HasTensorAxis()) return std::nullopt;
-    return ToHloSharding(*mesh, PartitionSpec({BatchAxes(shape), AxisSpec(), "tensor"}),
+    return ToHloSharding(*mesh,
+                         PartitionSpec({BatchAxes(shape), AxisSpec(), std::string(kTensorAxis)}),
                          shape.rank());
   }
   bool HasTensorAxis() const {
     if (!mesh) return false;
-    const std::vector<std::string>& axes = mesh->axis_names();
-    return std::find(axes.begin(), axes.end(), "tensor") != axes.end() &&
-           mesh->axis_size("tensor") > 1;
+    const std::string tensor(kTensorAxis);
+    return Contains(mesh->axis_names(), tensor) && mesh->axis_size(tensor) > 1;
   }
   // Dim 0's entry: the batch axes where they split it (BatchSplit), else none.
   AxisSpec BatchAxes(const Shape& shape) const {
@@ -298,27 +320,118 @@ struct Shardings {
   }
 };
 
+// One decoder layer, the scan's body (see llama.h): RMSNorm, q/k/v
+// projections, RoPE, flex attention, the output projection and the residual;
+// RMSNorm, the SwiGLU MLP and the residual.
+struct LlamaLayer {
+  const Shardings& sh;
+  HloComputation* add;
+  HloComputation* max;
+  PrimitiveType ct;  // the compute type
+  int64_t batch, seq, heads, kv_heads, head_dim;
+  double eps;
+  std::string attention_config;
+
+  ScanStepResult operator()(HloComputationBuilder& lb, const ScanStep& step) const {
+    Ops o(lb, add, max, ct);
+    HloInstruction* x = step.carry[0];
+    x->set_name("layer_input");  // the saved layer input, by name (remat offload)
+    const auto& w = step.xs;     // attention_norm wq wk wv wo ffn_norm w1 w2 w3
+    HloInstruction* cos = step.consts[0];
+    HloInstruction* sin = step.consts[1];
+    HloInstruction* seg = step.consts[2];
+    HloInstruction* h = o.RmsNorm(x, w[0], eps);
+    // The layer's named activations (kLayerActivations), which a selective
+    // remat policy saves by name (GradOptions::remat.save).
+    const auto named = [](HloInstruction* y, std::string_view name) {
+      y->set_name(std::string(name));
+      return y;
+    };
+    // Column-parallel projections: the sequence gathered, heads split.
+    const auto columns = [&](HloInstruction* y, std::string_view name) {
+      y->set_sharding(sh.TensorColumns(y->shape()));
+      return named(y, name);
+    };
+    HloInstruction* q = o.Rope(o.SplitHeads(columns(o.Linear(h, w[1]), "q_proj"), heads), cos, sin);
+    HloInstruction* k =
+        o.Rope(o.SplitHeads(columns(o.Linear(h, w[2]), "k_proj"), kv_heads), cos, sin);
+    HloInstruction* v = o.SplitHeads(columns(o.Linear(h, w[3]), "v_proj"), kv_heads);
+    const Shape attn_shape =
+        Shape::Tuple({Shape(ct, {batch, heads, seq, head_dim}), Shape(kF32, {batch, heads, seq})});
+    HloInstruction* attn =
+        named(lb.CustomCall({q, k, v, seg}, attn_shape, "weft.flex_attention", attention_config),
+              "attention");
+    HloInstruction* a =
+        named(o.Linear(o.MergeHeads(lb.GetTupleElement(attn, 0)), w[4]), "out_proj");
+    HloInstruction* x1 = lb.Add(x, a);
+    x1->set_sharding(sh.Residual(x1->shape()));
+    HloInstruction* h2 = o.RmsNorm(x1, w[5], eps);
+    HloInstruction* gate = columns(o.Linear(h2, w[6]), "mlp_gate");
+    HloInstruction* up = columns(o.Linear(h2, w[8]), "mlp_up");
+    HloInstruction* silu = lb.Multiply(gate, lb.Unary(HloOpcode::kLogistic, gate));
+    HloInstruction* x2 = lb.Add(x1, named(o.Linear(lb.Multiply(silu, up), w[7]), "mlp_down"));
+    x2->set_sharding(sh.Residual(x2->shape()));
+    return ScanStepResult{{x2}, {}};
+  }
+};
+
+// RoPE's cos and sin [B, S, Dh/2] at each token's position within its
+// document, computed in f32 and cast to the compute type once.
+std::pair<HloInstruction*, HloInstruction*> RopeTables(Ops& ops, HloInstruction* positions,
+                                                       const LlamaConfig& c, int64_t B, int64_t S) {
+  HloComputationBuilder& b = ops.b();
+  const int64_t hd = c.head_dim();
+  std::vector<double> inv_freq(hd / 2);
+  for (int64_t j = 0; j < hd / 2; ++j) {
+    inv_freq[j] = std::pow(c.rope_theta, -2.0 * static_cast<double>(j) / static_cast<double>(hd));
+  }
+  HloInstruction* freq = b.Constant(Literal(Shape(kF32, {hd / 2}), inv_freq));
+  HloInstruction* angles =
+      b.Multiply(b.Broadcast(b.Convert(positions, kF32), {B, S, hd / 2}, {0, 1}),
+                 b.Broadcast(freq, {B, S, hd / 2}, {2}));
+  HloInstruction* cos = ops.Cast(b.Unary(HloOpcode::kCosine, angles), ops.ct());
+  HloInstruction* sin = ops.Cast(b.Unary(HloOpcode::kSine, angles), ops.ct());
+  return {cos, sin};
+}
+
+// The mean cross-entropy of f32 `logits` [B, S, V] over the tokens whose
+// loss_mask is set: the builder's last instruction, the entry's root.
+// logsumexp shifts by the row max, whose gradient cancels (d lse / d max =
+// 1 - sum softmax = 0): stopped, as jax.nn.logsumexp does, so the backward
+// neither computes nor holds the max's [B, S, V] mask.
+void MeanCrossEntropy(Ops& ops, HloInstruction* logits, HloInstruction* targets,
+                      HloInstruction* loss_mask) {
+  HloComputationBuilder& b = ops.b();
+  const std::vector<int64_t> bsv = logits->shape().dimensions();
+  HloInstruction* row_max = StopGradient(ops.Max(logits, {2}));
+  HloInstruction* shifted = b.Subtract(logits, b.Broadcast(row_max, bsv, {0, 1}));
+  HloInstruction* lse =
+      b.Add(b.Unary(HloOpcode::kLog, ops.Sum(b.Unary(HloOpcode::kExp, shifted), {2})), row_max);
+  HloInstruction* is_target = b.Compare(
+      b.Iota(Shape(kS32, bsv), 2), b.Broadcast(targets, bsv, {0, 1}), ComparisonDirection::kEq);
+  HloInstruction* target_logit = ops.Sum(b.Select(is_target, logits, ops.Splat(0, bsv)), {2});
+  HloInstruction* nll = b.Multiply(b.Subtract(lse, target_logit), loss_mask);
+  HloInstruction* count = b.Maximum(ops.Sum(loss_mask, {0, 1}), b.ConstantScalar(kF32, 1));
+  b.Divide(ops.Sum(nll, {0, 1}), count);
+}
+
 }  // namespace
 
 LlamaForward BuildLlamaForward(const LlamaConfig& c, const LlamaBuildOptions& options) {
   // A config read from TOML was checked key by key; one built in code is
   // checked here, before anything is built.
   ValidateLlamaConfig(c, options.run ? options.run->source : std::string("the model config"));
-  const int64_t kv_heads = c.n_kv_heads > 0 ? c.n_kv_heads : c.n_heads;
-  const int64_t hd = c.head_dim();
   const int64_t B = options.batch_size;
   const int64_t S = options.seq_len > 0 ? options.seq_len : c.seq_len;
   WEFT_CHECK(B >= 1 && S >= 1, "Llama: batch_size {} and seq_len {} must be at least 1", B, S);
-  const int64_t D = c.dim, V = c.vocab_size;
+  const int64_t D = c.dim;
 
   Shardings sh;
   if (options.run) {
     CheckShardingRules(*options.run);
     sh.run = options.run;
     sh.mesh = options.run->mesh.ToMesh();
-    for (const std::string& a : sh.mesh->axis_names()) {
-      if (a == "dcn" || a == "data" || a == "fsdp") sh.batch_axes.push_back(a);
-    }
+    sh.batch_axes = options.run->mesh.batch_axes();
   }
 
   LlamaForward out;
@@ -368,69 +481,27 @@ LlamaForward BuildLlamaForward(const LlamaConfig& c, const LlamaBuildOptions& op
   g.index_vector_dim = 2;
   HloInstruction* x = ops.Cast(b.Gather(emb, tokens, g, {1, D}), ct);
   x->set_sharding(sh.Residual(x->shape()));
+  const auto [cos, sin] = RopeTables(ops, positions, c, B, S);
 
-  // RoPE angles at each token's position within its document.
-  std::vector<double> inv_freq(hd / 2);
-  for (int64_t j = 0; j < hd / 2; ++j) {
-    inv_freq[j] = std::pow(c.rope_theta, -2.0 * static_cast<double>(j) / static_cast<double>(hd));
-  }
-  HloInstruction* freq = b.Constant(Literal(Shape(kF32, {hd / 2}), inv_freq));
-  HloInstruction* angles =
-      b.Multiply(b.Broadcast(b.Convert(positions, kF32), {B, S, hd / 2}, {0, 1}),
-                 b.Broadcast(freq, {B, S, hd / 2}, {2}));
-  HloInstruction* cos = ops.Cast(b.Unary(HloOpcode::kCosine, angles), ct);
-  HloInstruction* sin = ops.Cast(b.Unary(HloOpcode::kSine, angles), ct);
-
-  nlohmann::json attn_config = {{"mask", "q_idx >= kv_idx && seg[b, q_idx] == seg[b, kv_idx]"},
-                                {"mask_tensors", {"seg"}},
-                                {"scale", 1.0 / std::sqrt(static_cast<double>(hd))}};
-  const std::string attn_config_text = attn_config.dump();
-  const double eps = c.norm_eps;
-  const int64_t hq = c.n_heads;
-
-  ScanBody layer = [&](HloComputationBuilder& lb, const ScanStep& step) {
-    Ops o(lb, add, max, ct);
-    HloInstruction* x = step.carry[0];
-    x->set_name("layer_input");  // the saved layer input, by name (remat offload)
-    const auto& w = step.xs;     // attention_norm wq wk wv wo ffn_norm w1 w2 w3
-    HloInstruction* cos = step.consts[0];
-    HloInstruction* sin = step.consts[1];
-    HloInstruction* seg = step.consts[2];
-    HloInstruction* h = o.RmsNorm(x, w[0], eps);
-    // The layer's named activations (kLayerActivations), which a selective
-    // remat policy saves by name (GradOptions::remat.save).
-    const auto named = [](HloInstruction* y, std::string_view name) {
-      y->set_name(std::string(name));
-      return y;
-    };
-    // Column-parallel projections: the sequence gathered, heads split.
-    const auto columns = [&](HloInstruction* y, std::string_view name) {
-      y->set_sharding(sh.TensorColumns(y->shape()));
-      return named(y, name);
-    };
-    HloInstruction* q = o.Rope(o.SplitHeads(columns(o.Linear(h, w[1]), "q_proj"), hq), cos, sin);
-    HloInstruction* k =
-        o.Rope(o.SplitHeads(columns(o.Linear(h, w[2]), "k_proj"), kv_heads), cos, sin);
-    HloInstruction* v = o.SplitHeads(columns(o.Linear(h, w[3]), "v_proj"), kv_heads);
-    const Shape attn_shape = Shape::Tuple({Shape(ct, {B, hq, S, hd}), Shape(kF32, {B, hq, S})});
-    HloInstruction* attn =
-        named(lb.CustomCall({q, k, v, seg}, attn_shape, "weft.flex_attention", attn_config_text),
-              "attention");
-    HloInstruction* a =
-        named(o.Linear(o.MergeHeads(lb.GetTupleElement(attn, 0)), w[4]), "out_proj");
-    HloInstruction* x1 = lb.Add(x, a);
-    x1->set_sharding(sh.Residual(x1->shape()));
-    HloInstruction* h2 = o.RmsNorm(x1, w[5], eps);
-    HloInstruction* gate = columns(o.Linear(h2, w[6]), "mlp_gate");
-    HloInstruction* up = columns(o.Linear(h2, w[8]), "mlp_up");
-    HloInstruction* silu = lb.Multiply(gate, lb.Unary(HloOpcode::kLogistic, gate));
-    HloInstruction* x2 = lb.Add(x1, named(o.Linear(lb.Multiply(silu, up), w[7]), "mlp_down"));
-    x2->set_sharding(sh.Residual(x2->shape()));
-    return ScanStepResult{{x2}, {}};
-  };
+  const int64_t hd = c.head_dim();
+  const nlohmann::json attn_config = {
+      {"mask", "q_idx >= kv_idx && seg[b, q_idx] == seg[b, kv_idx]"},
+      {"mask_tensors", {"seg"}},
+      {"scale", 1.0 / std::sqrt(static_cast<double>(hd))}};
+  const LlamaLayer layer{sh,
+                         add,
+                         max,
+                         ct,
+                         B,
+                         S,
+                         c.n_heads,
+                         c.n_kv_heads > 0 ? c.n_kv_heads : c.n_heads,
+                         hd,
+                         c.norm_eps,
+                         attn_config.dump()};
   ScanOutputs layers = Scan(m, b, "layers", layer, {x}, layer_weights, {cos, sin, segments});
 
-  HloInstruction* h = ops.RmsNorm(layers.carry[0], final_norm, eps);
+  HloInstruction* h = ops.RmsNorm(layers.carry[0], final_norm, c.norm_eps);
   // The logits are stored in the compute type (a [B, S, V] buffer: the
   // step's largest) and cast to f32 where the loss reads them, so the
   // softmax statistics, log-sum-exp and the loss run in f32 (the casts fuse
@@ -447,21 +518,7 @@ LlamaForward BuildLlamaForward(const LlamaConfig& c, const LlamaBuildOptions& op
   // Vocabulary-parallel logits (the sequence gathered): the loss's
   // reductions over V sum partial results over the tensor axis.
   if (sh.HasTensorAxis()) logits->set_sharding(sh.TensorColumns(logits->shape()));
-  // Mean cross-entropy over the loss_mask tokens. logsumexp shifts by the
-  // row max, whose gradient cancels (d lse / d max = 1 - sum softmax = 0):
-  // stopped, as jax.nn.logsumexp does, so the backward neither computes
-  // nor holds the max's [B, S, V] mask.
-  const std::vector<int64_t> bsv = {B, S, V};
-  HloInstruction* row_max = StopGradient(ops.Max(logits, {2}));
-  HloInstruction* shifted = b.Subtract(logits, b.Broadcast(row_max, bsv, {0, 1}));
-  HloInstruction* lse =
-      b.Add(b.Unary(HloOpcode::kLog, ops.Sum(b.Unary(HloOpcode::kExp, shifted), {2})), row_max);
-  HloInstruction* is_target = b.Compare(
-      b.Iota(Shape(kS32, bsv), 2), b.Broadcast(targets, bsv, {0, 1}), ComparisonDirection::kEq);
-  HloInstruction* target_logit = ops.Sum(b.Select(is_target, logits, ops.Splat(0, bsv)), {2});
-  HloInstruction* nll = b.Multiply(b.Subtract(lse, target_logit), loss_mask);
-  HloInstruction* count = b.Maximum(ops.Sum(loss_mask, {0, 1}), b.ConstantScalar(kF32, 1));
-  b.Divide(ops.Sum(nll, {0, 1}), count);
+  MeanCrossEntropy(ops, logits, targets, loss_mask);
   m.AddEntryComputation(b.Build());
   return out;
 }

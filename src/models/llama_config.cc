@@ -11,6 +11,7 @@
 #include <limits>
 #include <set>
 
+#include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 #include "weft/kernels/attention.h"
 #include "weft/models/name_pattern.h"
@@ -121,7 +122,7 @@ class SectionReader {
     if (node == nullptr) return;
     if (!node->is_string()) TypeError(key, *node, "a string");
     out = **node->as_string();
-    if (allowed.size() > 0 && std::find(allowed.begin(), allowed.end(), out) == allowed.end()) {
+    if (allowed.size() > 0 && !Contains(allowed, out)) {
       Fail("{}: {}.{} = \"{}\" is not one of: \"{}\"", Where(source_, node->source()), section_,
            key, out, fmt::join(allowed, "\", \""));
     }
@@ -497,8 +498,7 @@ void ReadSharding(const toml::table* table, const std::string& source, const Mes
     auto axis = [&](const toml::node& item) -> std::string {
       std::string name = **item.as_string();
       std::string where = Where(source, item.source());
-      if (std::find(mesh.axis_names.begin(), mesh.axis_names.end(), name) ==
-          mesh.axis_names.end()) {
+      if (!Contains(mesh.axis_names, name)) {
         Fail(
             "{}: {} '{}' names mesh axis '{}', which [mesh] does not define (axes: "
             "{})",
@@ -559,10 +559,24 @@ int64_t LlamaConfig::NumParameters() const {
   return vocab_size * dim * (tie_embeddings ? 1 : 2) + n_layers * per_layer + dim;
 }
 
-int64_t MeshConfig::num_devices() const {
-  int64_t devices = 1;
-  for (int64_t size : axis_sizes) devices *= size;
-  return devices;
+bool IsBatchAxis(std::string_view axis) { return Contains(kBatchAxes, axis); }
+
+int64_t MeshConfig::num_devices() const { return Product(axis_sizes); }
+
+std::vector<std::string> MeshConfig::batch_axes() const {
+  std::vector<std::string> axes;
+  for (const std::string& a : axis_names) {
+    if (IsBatchAxis(a)) axes.push_back(a);
+  }
+  return axes;
+}
+
+int64_t MeshConfig::batch_ways() const {
+  int64_t ways = 1;
+  for (size_t i = 0; i < axis_names.size(); ++i) {
+    if (IsBatchAxis(axis_names[i])) ways *= axis_sizes[i];
+  }
+  return ways;
 }
 
 namespace {
@@ -666,11 +680,7 @@ std::string RematText(const RematPolicy& policy) {
   return fmt::format("{}", fmt::join(entries, ","));
 }
 
-int64_t MeshConfig::num_slices() const {
-  int64_t slices = 1;
-  for (int64_t size : dcn_sizes) slices *= size;
-  return slices;
-}
+int64_t MeshConfig::num_slices() const { return Product(dcn_sizes); }
 
 Mesh MeshConfig::ToMesh() const {
   if (!is_hybrid()) return Mesh(axis_names, axis_sizes);

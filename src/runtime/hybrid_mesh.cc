@@ -3,19 +3,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 
 namespace weft::runtime {
-
-namespace {
-
-int64_t Product(const std::vector<int64_t>& shape) {
-  int64_t p = 1;
-  for (int64_t d : shape) p *= d;
-  return p;
-}
-
-}  // namespace
 
 std::vector<int64_t> HybridDeviceOrder(const Topology& topology, std::vector<int64_t> ici_shape,
                                        std::vector<int64_t> dcn_shape) {

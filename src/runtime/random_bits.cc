@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 
 namespace weft::runtime::exec {

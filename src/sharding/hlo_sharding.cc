@@ -10,14 +10,10 @@
 #include <numeric>
 #include <utility>
 
+#include "weft/base/algorithm.h"
+
 namespace weft {
 namespace {
-
-int64_t Product(std::span<const int64_t> values) {
-  int64_t product = 1;
-  for (int64_t v : values) product *= v;
-  return product;
-}
 
 size_t HashCombine(size_t seed, size_t value) {
   return seed ^ (value + 0x9e3779b97f4a7c15ULL + (seed << 6) + (seed >> 2));

@@ -7,14 +7,10 @@
 #include <cctype>
 #include <numeric>
 
+#include "weft/base/algorithm.h"
+
 namespace weft {
 namespace {
-
-int64_t Product(std::span<const int64_t> values) {
-  int64_t product = 1;
-  for (int64_t v : values) product *= v;
-  return product;
-}
 
 void CheckAxes(const std::vector<std::string>& names, const std::vector<int64_t>& sizes) {
   WEFT_CHECK(names.size() == sizes.size(), "mesh has {} axis names [{}] but {} sizes [{}]",

@@ -7,14 +7,10 @@
 #include <numeric>
 #include <vector>
 
+#include "weft/base/algorithm.h"
+
 namespace weft::sharding_util {
 namespace {
-
-int64_t Product(std::span<const int64_t> values) {
-  int64_t product = 1;
-  for (int64_t v : values) product *= v;
-  return product;
-}
 
 // Builds a sharding with `tiles` and the same subgroup structure as `like`.
 HloSharding WithTilesLike(const HloSharding& like, TileAssignment tiles) {
@@ -191,7 +187,7 @@ HloSharding PartiallyReplicateTiledShardingOnAllDimsExcept(const HloSharding& sh
   CheckDataDims(sharding, dims_to_keep, "PartiallyReplicateTiledShardingOnAllDimsExcept");
   std::vector<int64_t> dims;
   for (int64_t d = 0; d < sharding.TiledDataRank(); ++d) {
-    if (std::find(dims_to_keep.begin(), dims_to_keep.end(), d) == dims_to_keep.end()) {
+    if (!Contains(dims_to_keep, d)) {
       dims.push_back(d);
     }
   }
@@ -206,8 +202,7 @@ HloSharding RemoveShapeDimensions(const HloSharding& sharding,
   const TileAssignment& ta = sharding.tile_assignment();
   std::vector<int64_t> new_dims;
   for (int64_t d = 0; d < ta.num_dims(); ++d) {
-    const bool removed =
-        std::find(dims_to_remove.begin(), dims_to_remove.end(), d) != dims_to_remove.end();
+    const bool removed = Contains(dims_to_remove, d);
     if (removed) {
       WEFT_CHECK(ta.dim(d) == 1,
                  "RemoveShapeDimensions: dim {} is split {} ways by {}; replicate it first", d,

@@ -9,16 +9,11 @@
 #include <string_view>
 #include <utility>
 
+#include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 
 namespace weft {
 namespace {
-
-int64_t Product(std::span<const int64_t> values) {
-  int64_t product = 1;
-  for (int64_t v : values) product *= v;
-  return product;
-}
 
 // The device count of `dims`; throws when it is not one weft can hold.
 int64_t CheckedDeviceCount(std::span<const int64_t> dims, std::string_view what) {

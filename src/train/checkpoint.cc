@@ -14,6 +14,7 @@
 #include <system_error>
 
 #include "checkpoint_shards.h"
+#include "weft/base/algorithm.h"
 #include "weft/base/atomic_file.h"
 #include "weft/base/crc32c.h"
 #include "weft/base/error.h"
@@ -25,7 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
-using namespace checkpoint_internal;
+using namespace train;
 
 constexpr std::string_view kFormat = "weft-checkpoint";
 // 3: one file per device and part, state.json indexes every tensor's slices
@@ -650,11 +651,7 @@ std::string_view CheckpointPartName(CheckpointPart part) {
   return part == CheckpointPart::kModel ? "model" : "optimizer";
 }
 
-int64_t TensorBox::num_elements() const {
-  int64_t n = 1;
-  for (int64_t e : extent) n *= e;
-  return n;
-}
+int64_t TensorBox::num_elements() const { return Product(extent); }
 
 TensorBox ShardBox(const HloSharding& sharding, std::span<const int64_t> dims, int64_t device) {
   TensorBox box;

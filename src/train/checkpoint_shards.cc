@@ -6,21 +6,16 @@
 #include <cstring>
 #include <memory>
 
+#include "weft/base/algorithm.h"
 #include "weft/base/atomic_file.h"
 #include "weft/base/crc32c.h"
 #include "weft/base/error.h"
 
 namespace weft {
-namespace checkpoint_internal {
+namespace train {
 namespace {
 
 namespace fs = std::filesystem;
-
-int64_t Volume(std::span<const int64_t> extent) {
-  int64_t n = 1;
-  for (int64_t e : extent) n *= e;
-  return n;
-}
 
 // A box's place in a row-major container of `dims` elements per dim.
 struct Placement {
@@ -35,7 +30,7 @@ struct Placement {
 template <typename Fn>
 void ForEachRun(std::span<const int64_t> extent, const Placement& a, const Placement& b, Fn fn) {
   const size_t rank = extent.size();
-  if (Volume(extent) == 0) return;
+  if (Product(extent) == 0) return;
   if (rank == 0) {
     fn(int64_t{0}, int64_t{0}, int64_t{1});
     return;
@@ -299,9 +294,9 @@ void CheckTiling(const std::string& name, const CheckpointTensor& tensor,
     }
     covered += box.num_elements();
   }
-  if (covered != Volume(shape)) {
+  if (covered != Product(shape)) {
     bad(fmt::format("tensor '{}': its slices cover {} of its {} elements", name, covered,
-                    Volume(shape)));
+                    Product(shape)));
   }
 }
 
@@ -366,12 +361,12 @@ void CheckFilesAgainstIndex(const CheckpointIndex& index,
   }
 }
 
-}  // namespace checkpoint_internal
+}  // namespace train
 
 void ReadTensorBox(const CheckpointIndex& index, CheckpointPart part, const std::string& name,
                    const TensorBox& box, std::span<std::byte> dest,
                    std::span<const int64_t> dest_dims) {
-  using namespace checkpoint_internal;
+  using namespace train;
   const auto& tensors = index.part(part);
   const auto found = tensors.find(name);
   WEFT_CHECK(found != tensors.end(),
@@ -387,7 +382,7 @@ void ReadTensorBox(const CheckpointIndex& index, CheckpointPart part, const std:
            box.extent[d] <= dest_dims[d];
   }
   WEFT_INTERNAL_CHECK(
-      fits && static_cast<int64_t>(dest.size()) >= Volume(dest_dims) * element,
+      fits && static_cast<int64_t>(dest.size()) >= Product(dest_dims) * element,
       "tensor '{}': box [{}]+[{}] into a buffer of [{}] does not fit its shape [{}]", name,
       fmt::join(box.offset, ","), fmt::join(box.extent, ","), fmt::join(dest_dims, ","),
       fmt::join(tensor.spec.shape, ","));

@@ -14,7 +14,7 @@
 
 #include "weft/train/checkpoint.h"
 
-namespace weft::checkpoint_internal {
+namespace weft::train {
 
 inline constexpr int64_t kChunkBytes = kCheckpointChunkBytes;
 
@@ -49,4 +49,4 @@ void CheckFilesAgainstIndex(const CheckpointIndex& index,
                             const std::map<std::string, uint64_t>& file_bytes,
                             const std::filesystem::path& state);
 
-}  // namespace weft::checkpoint_internal
+}  // namespace weft::train

@@ -26,17 +26,6 @@ namespace {
 namespace fs = std::filesystem;
 using Tensor = runtime::HostTensor;
 
-// The product of the mesh's batch axes (dcn, data, fsdp), which must divide
-// the batch (CheckStepProgram).
-int64_t BatchWays(const MeshConfig& mesh) {
-  int64_t n = 1;
-  for (size_t i = 0; i < mesh.axis_names.size(); ++i) {
-    const std::string& a = mesh.axis_names[i];
-    if (a == "dcn" || a == "data" || a == "fsdp") n *= mesh.axis_sizes[i];
-  }
-  return n;
-}
-
 // The program's five data inputs for windows [first, first + B) (rows past
 // the last window are padding: no segment, no loss) and the number of
 // predicted tokens among them.
@@ -149,7 +138,7 @@ EvalResult Evaluate(const EvalModel& model, const EvalOptions& o) {
   if (o.mesh) run.mesh = *o.mesh;
   run.model = model.config;
   run.model.seq_len = r.seq_len;
-  const int64_t ways = BatchWays(run.mesh);
+  const int64_t ways = run.mesh.batch_ways();
   r.batch_size = o.batch_size > 0 ? o.batch_size : (8 + ways - 1) / ways * ways;
   r.num_devices = run.mesh.num_devices();
   StepProgramOptions shape;

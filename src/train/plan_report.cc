@@ -243,34 +243,12 @@ std::string FormatPlanText(const StepPlan& p) {
   return o;
 }
 
-std::string FormatPlanJson(const StepPlan& p) {
-  using nlohmann::json;
-  json j;
-  j["schema"] = "weft.plan/2";
-  j["config"] = p.config_source;
-  j["chip"] = {{"name", p.chip.name},
-               {"description", p.chip.description},
-               {"hbm_bytes", p.chip.hbm_bytes},
-               {"peak_flops", p.time.peak_flops},
-               {"ici_bytes_per_s", p.chip.ici_bytes_per_s},
-               {"dcn_bytes_per_s", p.chip.dcn_bytes_per_s},
-               {"host_bytes_per_s", p.chip.host_bytes_per_s},
-               {"max_slice_chips", p.chip.max_slice_chips},
-               {"source", p.chip.source}};
-  j["chips_file"] = p.chips_file;
-  json axes = json::array();
-  for (size_t i = 0; i < p.mesh.axis_names.size(); ++i) {
-    axes.push_back({{"name", p.mesh.axis_names[i]}, {"size", p.mesh.axis_sizes[i]}});
-  }
-  j["mesh"] = {{"axes", axes}, {"devices", p.num_devices}, {"slices", p.slices}};
-  j["precision"] = PrecisionName(p.precision);
-  j["remat"] = p.remat;
-  j["shard_as"] = p.shard_as;
-  j["batch_size"] = p.batch_size;
-  j["seq_len"] = p.seq_len;
-  j["tokens_per_step"] = p.batch_size * p.seq_len;
-  j["parameters"] = p.num_parameters;
+namespace {
 
+using nlohmann::json;
+
+// The "memory" object of FormatPlanJson.
+json MemoryJson(const StepPlan& p) {
   json mem;
   mem["hbm_bytes"] = p.hbm_bytes();
   mem["peak_bytes"] = p.peak_bytes();
@@ -335,8 +313,11 @@ std::string FormatPlanJson(const StepPlan& p) {
   mem["unsplit_stacked"] = {{"axis", p.stacked_axis.empty() ? json(nullptr) : json(p.stacked_axis)},
                             {"count", p.unsplit_stacked.size()},
                             {"buffers", unsplit}};
-  j["memory"] = mem;
+  return mem;
+}
 
+// The "collectives" object: the busiest device's traffic and largest sites.
+json CollectivesJson(const StepPlan& p) {
   const analysis::CollectivePlan& cp = p.collectives;
   const int64_t slowest = p.collective_device;
   const analysis::DeviceTraffic& t = cp.per_device[slowest];
@@ -359,19 +340,17 @@ std::string FormatPlanJson(const StepPlan& p) {
                      {"crosses_slices", s.crosses_slices},
                      {"bytes", s.bytes()}});
   }
-  j["collectives"] = {{"device", slowest},
-                      {"calls", t.calls()},
-                      {"bytes", t.bytes()},
-                      {"ici_bytes", t.ici_bytes()},
-                      {"dcn_bytes", t.dcn_bytes()},
-                      {"by_kind", kinds},
-                      {"largest", sites}};
-  j["compute"] = {{"flops",
-                   {{"dot", p.flops.dot},
-                    {"attention_forward", p.flops.attention_forward},
-                    {"attention_backward", p.flops.attention_backward},
-                    {"other", p.flops.other}}},
-                  {"model_flops", p.model_flops}};
+  return {{"device", slowest},
+          {"calls", t.calls()},
+          {"bytes", t.bytes()},
+          {"ici_bytes", t.ici_bytes()},
+          {"dcn_bytes", t.dcn_bytes()},
+          {"by_kind", kinds},
+          {"largest", sites}};
+}
+
+// The "time" object: the simulated step and its slowest instructions.
+json TimeJson(const StepPlan& p) {
   json top = json::array();
   for (const analysis::SimInstruction& i : p.time.top) {
     top.push_back({{"instruction", i.instruction},
@@ -381,21 +360,61 @@ std::string FormatPlanJson(const StepPlan& p) {
                    {"runs", i.runs},
                    {"seconds", i.seconds}});
   }
-  j["time"] = {{"step_s", p.time.step_s},
-               {"compute_s", p.time.compute_s},
-               {"matrix_s", p.time.matrix_s},
-               {"exposed_ici_s", p.time.exposed_ici_s},
-               {"exposed_dcn_s", p.time.exposed_dcn_s},
-               {"exposed_host_s", p.time.exposed_host_s},
-               {"ici_s", p.time.ici_s},
-               {"dcn_s", p.time.dcn_s},
-               {"host_s", p.time.host_s},
-               {"serial_s", p.time.serial_s},
-               {"mfu", p.time.mfu},
-               {"mfu_serial", p.time.mfu_serial},
-               {"tokens_per_s_per_chip", p.tokens_per_s_per_chip()},
-               {"simulated_runs", p.time.simulated_runs},
-               {"top", top}};
+  return {{"step_s", p.time.step_s},
+          {"compute_s", p.time.compute_s},
+          {"matrix_s", p.time.matrix_s},
+          {"exposed_ici_s", p.time.exposed_ici_s},
+          {"exposed_dcn_s", p.time.exposed_dcn_s},
+          {"exposed_host_s", p.time.exposed_host_s},
+          {"ici_s", p.time.ici_s},
+          {"dcn_s", p.time.dcn_s},
+          {"host_s", p.time.host_s},
+          {"serial_s", p.time.serial_s},
+          {"mfu", p.time.mfu},
+          {"mfu_serial", p.time.mfu_serial},
+          {"tokens_per_s_per_chip", p.tokens_per_s_per_chip()},
+          {"simulated_runs", p.time.simulated_runs},
+          {"top", top}};
+}
+
+}  // namespace
+
+std::string FormatPlanJson(const StepPlan& p) {
+  json j;
+  j["schema"] = "weft.plan/2";
+  j["config"] = p.config_source;
+  j["chip"] = {{"name", p.chip.name},
+               {"description", p.chip.description},
+               {"hbm_bytes", p.chip.hbm_bytes},
+               {"peak_flops", p.time.peak_flops},
+               {"ici_bytes_per_s", p.chip.ici_bytes_per_s},
+               {"dcn_bytes_per_s", p.chip.dcn_bytes_per_s},
+               {"host_bytes_per_s", p.chip.host_bytes_per_s},
+               {"max_slice_chips", p.chip.max_slice_chips},
+               {"source", p.chip.source}};
+  j["chips_file"] = p.chips_file;
+  json axes = json::array();
+  for (size_t i = 0; i < p.mesh.axis_names.size(); ++i) {
+    axes.push_back({{"name", p.mesh.axis_names[i]}, {"size", p.mesh.axis_sizes[i]}});
+  }
+  j["mesh"] = {{"axes", axes}, {"devices", p.num_devices}, {"slices", p.slices}};
+  j["precision"] = PrecisionName(p.precision);
+  j["remat"] = p.remat;
+  j["shard_as"] = p.shard_as;
+  j["batch_size"] = p.batch_size;
+  j["seq_len"] = p.seq_len;
+  j["tokens_per_step"] = p.batch_size * p.seq_len;
+  j["parameters"] = p.num_parameters;
+
+  j["memory"] = MemoryJson(p);
+  j["collectives"] = CollectivesJson(p);
+  j["compute"] = {{"flops",
+                   {{"dot", p.flops.dot},
+                    {"attention_forward", p.flops.attention_forward},
+                    {"attention_backward", p.flops.attention_backward},
+                    {"other", p.flops.other}}},
+                  {"model_flops", p.model_flops}};
+  j["time"] = TimeJson(p);
   j["verdict"] = p.fits() ? "fits" : "does not fit";
   j["warnings"] = p.warnings;
   j["plan_seconds"] = {{"compile", p.compile_seconds}, {"analysis", p.analysis_seconds}};
@@ -404,59 +423,65 @@ std::string FormatPlanJson(const StepPlan& p) {
   return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
-std::string RenderPlanSvg(const StepPlan& p) {
-  const int width = 980, height = 800, left = 80, right = 280, plot_w = width - left - right;
-  std::string s = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} "
-      "{}\" font-family=\"sans-serif\" font-size=\"12\">\n"
-      "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
-      width, height, width, height);
-  s += fmt::format(
-      "<text x=\"{}\" y=\"24\" font-size=\"15\">{} on {} x {} ({}), remat {}, shard_as {}: "
-      "{}</text>\n",
-      left, EscapeXml(p.config_source), p.num_devices, EscapeXml(p.chip.name),
-      EscapeXml(MeshText(p.mesh)), p.remat, p.shard_as ? "on" : "off",
-      p.fits() ? "fits" : "does not fit");
+namespace {
 
-  // Per-category values at the peak, optimizer state last (held outside the program).
-  std::array<double, kNumBufferCategories + 1> at_peak{};
-  for (int c = 0; c < kNumBufferCategories; ++c) at_peak[c] = p.memory.peak_by_category[c];
-  at_peak[kOptimizerIndex] = static_cast<double>(p.optimizer_bytes);
-  auto name_of = [](int c) -> std::string {
-    return c == kOptimizerIndex ? "optimizer state"
-                                : std::string(analysis::BufferCategoryName(BufferCategory(c)));
-  };
-  // Stack order: static at the bottom.
-  const std::array<int, kNumBufferCategories + 1> stack = {
-      kOptimizerIndex,
-      static_cast<int>(BufferCategory::kParameters),
-      static_cast<int>(BufferCategory::kGradients),
-      static_cast<int>(BufferCategory::kSaved),
-      static_cast<int>(BufferCategory::kCollectives),
-      static_cast<int>(BufferCategory::kTemporaries),
-      static_cast<int>(BufferCategory::kInputs)};
+// The SVG page's frame: three charts (the peak bar, the live-memory
+// timeline, the simulated step's streams) over one horizontal extent.
+constexpr int kSvgWidth = 980, kSvgHeight = 800, kSvgLeft = 80, kSvgRight = 280,
+              kPlotWidth = kSvgWidth - kSvgLeft - kSvgRight;
+constexpr int kTimelineY = 170, kTimelineHeight = 380;
 
-  // The breakdown bar.
-  double max_bytes = std::max(static_cast<double>(p.peak_bytes()), p.hbm_bytes());
-  for (const analysis::TimelinePoint& tp : p.memory.timeline) {
-    max_bytes = std::max(max_bytes, static_cast<double>(tp.total + p.optimizer_bytes));
+// Stack order: static at the bottom, optimizer state (held outside the
+// program) first.
+constexpr std::array<int, kNumBufferCategories + 1> kStackOrder = {
+    kOptimizerIndex,
+    static_cast<int>(BufferCategory::kParameters),
+    static_cast<int>(BufferCategory::kGradients),
+    static_cast<int>(BufferCategory::kSaved),
+    static_cast<int>(BufferCategory::kCollectives),
+    static_cast<int>(BufferCategory::kTemporaries),
+    static_cast<int>(BufferCategory::kInputs)};
+
+std::string CategoryName(int c) {
+  return c == kOptimizerIndex ? "optimizer state"
+                              : std::string(analysis::BufferCategoryName(BufferCategory(c)));
+}
+
+// What the memory charts share: per-category bytes at the peak (optimizer
+// state last) and the byte scale (GB ticks up to the largest of the peak,
+// HBM and the timeline).
+struct MemoryScale {
+  explicit MemoryScale(const StepPlan& p) {
+    for (int c = 0; c < kNumBufferCategories; ++c) at_peak[c] = p.memory.peak_by_category[c];
+    at_peak[kOptimizerIndex] = static_cast<double>(p.optimizer_bytes);
+    double max_bytes = std::max(static_cast<double>(p.peak_bytes()), p.hbm_bytes());
+    for (const analysis::TimelinePoint& tp : p.memory.timeline) {
+      max_bytes = std::max(max_bytes, static_cast<double>(tp.total + p.optimizer_bytes));
+    }
+    ticks = NiceTicks(0, max_bytes / 1e9, 6);
+    top_gb = ticks.empty() ? max_bytes / 1e9 : ticks.back();
   }
-  const std::vector<double> ticks = NiceTicks(0, max_bytes / 1e9, 6);
-  const double top_gb = ticks.empty() ? max_bytes / 1e9 : ticks.back();
-  auto x_of = [&](double bytes) { return left + plot_w * (bytes / 1e9) / top_gb; };
+  std::array<double, kNumBufferCategories + 1> at_peak{};
+  std::vector<double> ticks;
+  double top_gb = 0;
+};
+
+// The breakdown bar at the peak, with the HBM line.
+std::string SvgPeakBar(const StepPlan& p, const MemoryScale& m) {
+  auto x_of = [&](double bytes) { return kSvgLeft + kPlotWidth * (bytes / 1e9) / m.top_gb; };
   const int bar_y = 60, bar_h = 36;
-  s += fmt::format("<text x=\"{}\" y=\"{}\">Memory per chip at the peak ({}, {})</text>\n", left,
-                   bar_y - 8, EscapeXml(p.memory.peak_instruction),
-                   FormatBytes(static_cast<double>(p.peak_bytes())));
+  std::string s = fmt::format(
+      "<text x=\"{}\" y=\"{}\">Memory per chip at the peak ({}, {})</text>\n", kSvgLeft, bar_y - 8,
+      EscapeXml(p.memory.peak_instruction), FormatBytes(static_cast<double>(p.peak_bytes())));
   double x = 0;
-  for (int c : stack) {
-    if (at_peak[c] <= 0) continue;
+  for (int c : kStackOrder) {
+    if (m.at_peak[c] <= 0) continue;
     s += fmt::format(
         "<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\"><title>{}: "
         "{}</title></rect>\n",
-        x_of(x), bar_y, x_of(x + at_peak[c]) - x_of(x), bar_h, kColors[c], EscapeXml(name_of(c)),
-        FormatBytes(at_peak[c]));
-    x += at_peak[c];
+        x_of(x), bar_y, x_of(x + m.at_peak[c]) - x_of(x), bar_h, kColors[c],
+        EscapeXml(CategoryName(c)), FormatBytes(m.at_peak[c]));
+    x += m.at_peak[c];
   }
   const double hbm_x = x_of(p.hbm_bytes());
   s += fmt::format(
@@ -465,15 +490,20 @@ std::string RenderPlanSvg(const StepPlan& p) {
       "{}</text>\n",
       hbm_x, bar_y - 4, hbm_x, bar_y + bar_h + 4, hbm_x, bar_y + bar_h + 18,
       FormatBytes(p.hbm_bytes()));
+  return s;
+}
 
-  // The timeline: stacked areas over the executed instructions.
-  const int plot_y = 170, plot_h = 380;
+// The timeline: stacked areas over the executed instructions, the HBM line,
+// axes and the legend.
+std::string SvgTimeline(const StepPlan& p, const MemoryScale& m) {
+  const int left = kSvgLeft, plot_w = kPlotWidth, plot_y = kTimelineY, plot_h = kTimelineHeight;
   const int64_t total_steps = std::max<int64_t>(1, p.memory.total_steps);
   auto tx = [&](double step) { return left + plot_w * step / static_cast<double>(total_steps); };
-  auto ty = [&](double bytes) { return plot_y + plot_h - plot_h * (bytes / 1e9) / top_gb; };
-  s += fmt::format("<text x=\"{}\" y=\"{}\">Live memory over the step (GB per chip)</text>\n", left,
-                   plot_y - 10);
-  for (double tick : ticks) {
+  auto ty = [&](double bytes) { return plot_y + plot_h - plot_h * (bytes / 1e9) / m.top_gb; };
+  std::string s =
+      fmt::format("<text x=\"{}\" y=\"{}\">Live memory over the step (GB per chip)</text>\n", left,
+                  plot_y - 10);
+  for (double tick : m.ticks) {
     const double y = ty(tick * 1e9);
     s += fmt::format(
         "<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#ddd\"/><text x=\"{}\" "
@@ -482,7 +512,7 @@ std::string RenderPlanSvg(const StepPlan& p) {
   }
   const std::vector<analysis::TimelinePoint>& tl = p.memory.timeline;
   std::vector<double> below(tl.size(), 0.0);
-  for (int c : stack) {
+  for (int c : kStackOrder) {
     std::vector<double> above(tl.size());
     bool any = false;
     for (size_t i = 0; i < tl.size(); ++i) {
@@ -506,7 +536,7 @@ std::string RenderPlanSvg(const StepPlan& p) {
       }
       s += fmt::format(
           "<polygon points=\"{}\" fill=\"{}\" stroke=\"none\"><title>{}</title></polygon>\n",
-          points, kColors[c], EscapeXml(name_of(c)));
+          points, kColors[c], EscapeXml(CategoryName(c)));
     }
     below = std::move(above);
   }
@@ -525,21 +555,25 @@ std::string RenderPlanSvg(const StepPlan& p) {
       left + plot_w / 2, plot_y + plot_h + 24, total_steps, p.memory.peak_step);
   // Legend.
   int ly = plot_y + 10;
-  for (auto it = stack.rbegin(); it != stack.rend(); ++it) {
+  for (auto it = kStackOrder.rbegin(); it != kStackOrder.rend(); ++it) {
     const int c = *it;
     s += fmt::format(
         "<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"{}\"/><text x=\"{}\" "
         "y=\"{}\">{} {}</text>\n",
-        left + plot_w + 40, ly, kColors[c], left + plot_w + 58, ly + 11, EscapeXml(name_of(c)),
-        FormatBytes(at_peak[c]));
+        left + plot_w + 40, ly, kColors[c], left + plot_w + 58, ly + 11, EscapeXml(CategoryName(c)),
+        FormatBytes(m.at_peak[c]));
     ly += 20;
   }
+  return s;
+}
 
-  // The simulated step: when each stream is busy (analysis/step_sim.h).
+// The simulated step: when each stream is busy (analysis/step_sim.h).
+std::string SvgSimulatedStep(const StepPlan& p) {
+  const int left = kSvgLeft, plot_w = kPlotWidth;
   const analysis::StepTime& t = p.time;
-  const int sim_y = plot_y + plot_h + 60, lane_h = 26;
+  const int sim_y = kTimelineY + kTimelineHeight + 60, lane_h = 26;
   const double micro_s = t.step_s / static_cast<double>(std::max<int64_t>(1, p.grad_accum));
-  s += fmt::format(
+  std::string s = fmt::format(
       "<text x=\"{}\" y=\"{}\">Simulated step{}: {} (compute {}, exposed ICI {}, DCN {}, host "
       "{}), MFU {:.1f}%</text>\n",
       left, sim_y - 10,
@@ -565,6 +599,27 @@ std::string RenderPlanSvg(const StepPlan& p) {
   s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">time (0 .. {})</text>\n",
                    left + plot_w / 2, sim_y + analysis::kNumStreams * (lane_h + 6) + 14,
                    Seconds(micro_s));
+  return s;
+}
+
+}  // namespace
+
+std::string RenderPlanSvg(const StepPlan& p) {
+  std::string s = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} "
+      "{}\" font-family=\"sans-serif\" font-size=\"12\">\n"
+      "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
+      kSvgWidth, kSvgHeight, kSvgWidth, kSvgHeight);
+  s += fmt::format(
+      "<text x=\"{}\" y=\"24\" font-size=\"15\">{} on {} x {} ({}), remat {}, shard_as {}: "
+      "{}</text>\n",
+      kSvgLeft, EscapeXml(p.config_source), p.num_devices, EscapeXml(p.chip.name),
+      EscapeXml(MeshText(p.mesh)), p.remat, p.shard_as ? "on" : "off",
+      p.fits() ? "fits" : "does not fit");
+  const MemoryScale scale(p);
+  s += SvgPeakBar(p, scale);
+  s += SvgTimeline(p, scale);
+  s += SvgSimulatedStep(p);
   s += "</svg>\n";
   return s;
 }

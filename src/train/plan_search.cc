@@ -102,11 +102,7 @@ AutoPlan SearchPlans(const RunConfig& config, const AutoPlanOptions& options) {
           c.mfu = p.time.mfu;
           c.exposed_s = p.time.exposed_ici_s + p.time.exposed_dcn_s + p.time.exposed_host_s;
           c.peak_bytes = p.peak_bytes();
-          int64_t batch_ways = 1;
-          for (size_t a = 0; a < mesh.axis_names.size(); ++a) {
-            if (mesh.axis_names[a] != "tensor") batch_ways *= mesh.axis_sizes[a];
-          }
-          c.micro_batch_per_device = p.micro_batch_size / batch_ways;
+          c.micro_batch_per_device = p.micro_batch_size / mesh.batch_ways();
           if (static_cast<double>(c.peak_bytes) <= plan.budget_bytes) {
             c.outcome = AutoCandidate::Outcome::kRanked;
           } else {

@@ -7,6 +7,7 @@
 #include <limits>
 #include <unordered_map>
 
+#include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 #include "weft/sharding/hlo_sharding.h"
 #include "weft/train/program.h"
@@ -43,13 +44,6 @@ std::vector<std::string> SplitAxes(const HloSharding& s, const MeshConfig& mesh)
     index[a] = 0;
   }
   return axes;
-}
-
-bool SplitAlong(const HloSharding& s, const MeshConfig& mesh, const std::string& axis) {
-  for (const std::string& a : SplitAxes(s, mesh)) {
-    if (a == axis) return true;
-  }
-  return false;
 }
 
 // The leaf of a global instruction's value that a local buffer is this
@@ -90,12 +84,10 @@ double ModelFlopsPerStep(const LlamaConfig& m, int64_t batch, int64_t seq) {
   return 6 * matmul_params * tokens + 3 * attention_forward;
 }
 
-StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
-  RunConfig config = input_config;
-  if (options.mesh) config.mesh = *options.mesh;
+namespace {
 
-  // The flags first: a value the user gave is used, never replaced by a default.
+// The flags first: a value the user gave is used, never replaced by a default.
+void CheckPlanFlags(const RunConfig& config, const PlanOptions& options) {
   if (options.batch_size) {
     WEFT_CHECK(*options.batch_size >= 1,
                "--batch {}: the global batch size must be a positive integer (omit --batch to "
@@ -115,47 +107,17 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
                "--grad-accum to use train.grad_accum_steps = {} from {})",
                *options.grad_accum, config.train.grad_accum_steps, config.source);
   }
-  const int64_t accum = options.grad_accum.value_or(config.train.grad_accum_steps);
   if (options.slices) {
     WEFT_CHECK(*options.slices >= 1,
                "--slices {}: the number of slices must be a positive integer (1: one slice, no "
                "DCN; omit --slices to derive it from the mesh and the chip)",
                *options.slices);
   }
+}
 
-  StepPlan plan;
-  plan.config_source = config.source;
-  plan.model = config.model;
-  plan.mesh = config.mesh;
-  plan.shard_as = options.shard_as;
-
-  // The chip, before any compute: a typo should not wait for a compile.
-  const std::filesystem::path chips_file =
-      options.chips_file.empty() ? analysis::FindChipTable(config.source) : options.chips_file;
-  const analysis::ChipTable chips = analysis::LoadChipTable(chips_file);
-  plan.chip = chips.Find(options.chip);
-  plan.chips_file = chips_file.string();
-  plan.precision = options.precision.value_or(config.train.precision);
-
-  RematPolicy remat = config.train.remat;
-  if (!options.remat.empty()) remat = ParseRematPolicy(options.remat, "--remat");
-  plan.remat = RematText(remat);
-  plan.remat_policy = remat;
-
-  // The program's own checks that need no compute (model, mesh size, batch
-  // against the batch axes), before slices are derived from the mesh.
-  StepProgramOptions po;
-  po.batch_size = options.batch_size;
-  po.grad_accum_steps = accum;
-  po.seq_len = options.seq_len;
-  po.remat = remat;
-  po.shard_as = options.shard_as;
-  po.precision = plan.precision;
-  CheckStepProgram(config, po);
-  plan.num_devices = config.mesh.num_devices();
-  plan.num_parameters = config.model.NumParameters();
-
-  // Slices: given, or derived (and then said how, in any error).
+// plan.slices: given, or derived (and then said how, in any error), with a
+// warning when a slice is larger than the chip's largest.
+void PlanSlices(const RunConfig& config, const PlanOptions& options, StepPlan& plan) {
   const int64_t n = plan.num_devices;
   const std::string mesh_from = options.mesh ? "--mesh" : "the [mesh] of " + config.source;
   int64_t slices = 1;
@@ -201,21 +163,12 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
         n / slices, plan.chip.name, plan.chip.max_slice_chips,
         (n + plan.chip.max_slice_chips - 1) / plan.chip.max_slice_chips));
   }
+}
 
-  // The program `weft train` would run: fused, as a chip's compiler fuses
-  // and as weft's executor runs it (StepProgramOptions::fuse).
-  po.slices = slices;
-  const StepProgram program = BuildStepProgram(config, po);
-  plan.grad_accum = accum;
-  plan.micro_batch_size = program.batch_size;
-  plan.batch_size = program.batch_size * accum;
-  plan.seq_len = program.seq_len;
-  plan.compile_seconds = SecondsSince(start);
-  const auto analysis_start = std::chrono::steady_clock::now();
+// The memory plan, and the bytes of weights, gradients and optimizer state.
+void PlanStepMemory(const StepProgram& program, const PlanOptions& options, StepPlan& plan) {
   const compiler::CompiledProgram& c = program.compiled;
   const int64_t data = StepProgram::kNumDataInputs;
-
-  // Memory.
   analysis::MemoryPlanOptions mo;
   mo.num_data_inputs = data;
   for (const LlamaWeight& w : program.forward.weights) mo.weight_names.push_back(w.name);
@@ -237,14 +190,17 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   // policy (the weights are the program's own inputs, counted above).
   plan.optimizer_bytes = weight_elements * 8;
   if (plan.grad_accum > 1) plan.accumulator_bytes = weight_elements * 4;
+}
 
-  // The global instructions behind the largest buffers.
+// The global instructions behind the largest buffers live at the peak.
+void FindTopBuffers(const StepProgram& program, const MeshConfig& mesh, int64_t top_buffers,
+                    StepPlan& plan) {
   std::unordered_map<std::string, const HloInstruction*> global;
   for (const HloComputation* comp : program.step->computations()) {
     for (const HloInstruction* instr : comp->instructions()) global.emplace(instr->name(), instr);
   }
   for (const analysis::LiveBuffer& b : plan.memory.live_at_peak) {
-    if (static_cast<int64_t>(plan.top_buffers.size()) >= options.top_buffers) break;
+    if (static_cast<int64_t>(plan.top_buffers.size()) >= top_buffers) break;
     PeakBuffer pb;
     pb.buffer = b;
     auto it = global.find(b.instruction);
@@ -257,51 +213,55 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
         pb.global_shape = g.shape().IsTuple() ? g.shape().Leaves()[leaf] : g.shape();
         if (s != nullptr) {
           pb.sharding = s->ToString();
-          pb.split_axes = SplitAxes(*s, config.mesh);
+          pb.split_axes = SplitAxes(*s, mesh);
         }
       }
     }
     plan.top_buffers.push_back(std::move(pb));
   }
+}
 
-  // Stacked [L, ...] buffers that the fsdp axis leaves whole.
-  for (const std::string& axis : config.mesh.axis_names) {
-    if (axis == "fsdp") plan.stacked_axis = axis;
-  }
-  if (!plan.stacked_axis.empty()) {
-    for (const HloComputation* comp : program.step->MakeComputationPostOrder()) {
-      for (const HloInstruction* instr : comp->MakeInstructionPostOrder()) {
-        // Arrays only: a loop state tuple holds the same buffers as its elements.
-        if (!instr->shape().IsArray()) continue;
-        const std::vector<Shape> leaves = instr->shape().Leaves();
-        for (size_t i = 0; i < leaves.size(); ++i) {
-          const Shape& s = leaves[i];
-          if (s.rank() < 3 || s.dimensions(0) != config.model.n_layers) continue;
-          const HloSharding* sh = LeafSharding(*instr, static_cast<int64_t>(i));
-          if (sh != nullptr && SplitAlong(*sh, config.mesh, plan.stacked_axis)) continue;
-          UnsplitStackedBuffer u;
-          u.instruction = instr->name();
-          u.computation = comp->name();
-          u.global_shape = s;
-          u.sharding = sh ? sh->ToString() : "(none)";
-          const std::vector<int64_t> tile = sh ? sh->TileShape(s.dimensions()) : s.dimensions();
-          u.local_bytes = s.WithDimensions(tile).ByteSize();
-          plan.unsplit_stacked.push_back(std::move(u));
-        }
+// Stacked [L, ...] buffers that the fsdp axis leaves whole, largest first.
+void FindUnsplitStacked(const StepProgram& program, const RunConfig& config, StepPlan& plan) {
+  if (!Contains(config.mesh.axis_names, "fsdp")) return;
+  plan.stacked_axis = "fsdp";
+  for (const HloComputation* comp : program.step->MakeComputationPostOrder()) {
+    for (const HloInstruction* instr : comp->MakeInstructionPostOrder()) {
+      // Arrays only: a loop state tuple holds the same buffers as its elements.
+      if (!instr->shape().IsArray()) continue;
+      const std::vector<Shape> leaves = instr->shape().Leaves();
+      for (size_t i = 0; i < leaves.size(); ++i) {
+        const Shape& s = leaves[i];
+        if (s.rank() < 3 || s.dimensions(0) != config.model.n_layers) continue;
+        const HloSharding* sh = LeafSharding(*instr, static_cast<int64_t>(i));
+        if (sh != nullptr && Contains(SplitAxes(*sh, config.mesh), plan.stacked_axis)) continue;
+        UnsplitStackedBuffer u;
+        u.instruction = instr->name();
+        u.computation = comp->name();
+        u.global_shape = s;
+        u.sharding = sh ? sh->ToString() : "(none)";
+        const std::vector<int64_t> tile = sh ? sh->TileShape(s.dimensions()) : s.dimensions();
+        u.local_bytes = s.WithDimensions(tile).ByteSize();
+        plan.unsplit_stacked.push_back(std::move(u));
       }
     }
-    std::stable_sort(plan.unsplit_stacked.begin(), plan.unsplit_stacked.end(),
-                     [](const UnsplitStackedBuffer& a, const UnsplitStackedBuffer& b) {
-                       return a.local_bytes > b.local_bytes;
-                     });
   }
+  std::stable_sort(plan.unsplit_stacked.begin(), plan.unsplit_stacked.end(),
+                   [](const UnsplitStackedBuffer& a, const UnsplitStackedBuffer& b) {
+                     return a.local_bytes > b.local_bytes;
+                   });
+}
 
-  // Collectives, FLOPs, time.
+// Collectives, FLOPs and the simulated step time.
+void PlanStepTime(const StepProgram& program, const RunConfig& config, const PlanOptions& options,
+                  StepPlan& plan) {
+  const HloModule& local = *program.compiled.program;
+  const int64_t n = plan.num_devices;
   analysis::CollectivePlanOptions co;
   co.num_devices = n;
   co.slices = plan.slices;
-  plan.collectives = analysis::PlanCollectives(*c.program, co);
-  plan.flops = analysis::CountFlops(*c.program);  // per micro-step, scaled below
+  plan.collectives = analysis::PlanCollectives(local, co);
+  plan.flops = analysis::CountFlops(local);  // per micro-step, scaled below
   plan.model_flops =
       ModelFlopsPerStep(config.model, plan.batch_size, plan.seq_len) / static_cast<double>(n);
   // Offloaded buffers are written once in the forward and read once in the backward.
@@ -315,13 +275,72 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
   so.repeats = plan.grad_accum;
   so.timeline_points = options.timeline_points;
   plan.collective_device = so.device;
-  plan.time = analysis::SimulateStep(*c.program, plan.chip, so);
+  plan.time = analysis::SimulateStep(local, plan.chip, so);
   const double runs = static_cast<double>(plan.grad_accum);
   plan.flops.dot *= runs;
   plan.flops.attention_forward *= runs;
   plan.flops.attention_backward *= runs;
   plan.flops.other *= runs;
-  if (options.keep_program) plan.program_text = c.program->ToString();
+}
+
+}  // namespace
+
+StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  RunConfig config = input_config;
+  if (options.mesh) config.mesh = *options.mesh;
+  CheckPlanFlags(config, options);
+  const int64_t accum = options.grad_accum.value_or(config.train.grad_accum_steps);
+
+  StepPlan plan;
+  plan.config_source = config.source;
+  plan.model = config.model;
+  plan.mesh = config.mesh;
+  plan.shard_as = options.shard_as;
+
+  // The chip, before any compute: a typo should not wait for a compile.
+  const std::filesystem::path chips_file =
+      options.chips_file.empty() ? analysis::FindChipTable(config.source) : options.chips_file;
+  const analysis::ChipTable chips = analysis::LoadChipTable(chips_file);
+  plan.chip = chips.Find(options.chip);
+  plan.chips_file = chips_file.string();
+  plan.precision = options.precision.value_or(config.train.precision);
+
+  RematPolicy remat = config.train.remat;
+  if (!options.remat.empty()) remat = ParseRematPolicy(options.remat, "--remat");
+  plan.remat = RematText(remat);
+  plan.remat_policy = remat;
+
+  // The program's own checks that need no compute (model, mesh size, batch
+  // against the batch axes), before slices are derived from the mesh.
+  StepProgramOptions po;
+  po.batch_size = options.batch_size;
+  po.grad_accum_steps = accum;
+  po.seq_len = options.seq_len;
+  po.remat = remat;
+  po.shard_as = options.shard_as;
+  po.precision = plan.precision;
+  CheckStepProgram(config, po);
+  plan.num_devices = config.mesh.num_devices();
+  plan.num_parameters = config.model.NumParameters();
+  PlanSlices(config, options, plan);
+
+  // The program `weft train` would run: fused, as a chip's compiler fuses
+  // and as weft's executor runs it (StepProgramOptions::fuse).
+  po.slices = plan.slices;
+  const StepProgram program = BuildStepProgram(config, po);
+  plan.grad_accum = accum;
+  plan.micro_batch_size = program.batch_size;
+  plan.batch_size = program.batch_size * accum;
+  plan.seq_len = program.seq_len;
+  plan.compile_seconds = SecondsSince(start);
+
+  const auto analysis_start = std::chrono::steady_clock::now();
+  PlanStepMemory(program, options, plan);
+  FindTopBuffers(program, config.mesh, options.top_buffers, plan);
+  FindUnsplitStacked(program, config, plan);
+  PlanStepTime(program, config, options, plan);
+  if (options.keep_program) plan.program_text = program.compiled.program->ToString();
   plan.analysis_seconds = SecondsSince(analysis_start);
   return plan;
 }

@@ -14,15 +14,6 @@
 namespace weft {
 namespace {
 
-int64_t BatchAxesProduct(const MeshConfig& mesh) {
-  int64_t n = 1;
-  for (size_t i = 0; i < mesh.axis_names.size(); ++i) {
-    const std::string& a = mesh.axis_names[i];
-    if (a == "dcn" || a == "data" || a == "fsdp") n *= mesh.axis_sizes[i];
-  }
-  return n;
-}
-
 // Every split dim of every weight must divide evenly: optimizer state lives
 // on the shards, and a padded shard would give padding a gradient. Read from
 // the rules and the mesh's axis sizes, before any sharding is built.
@@ -240,7 +231,7 @@ void CheckStepProgram(const RunConfig& config, const StepProgramOptions& options
         config.source, MeshText(config.mesh), p.num_devices, options.expected_devices,
         options.expected_devices, options.expected_devices);
   }
-  const int64_t batch_ways = BatchAxesProduct(config.mesh);
+  const int64_t batch_ways = config.mesh.batch_ways();
   if (p.batch_size % batch_ways != 0) {
     if (accum == 1) {
       Fail(

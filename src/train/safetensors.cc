@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "weft/base/algorithm.h"
 #include "weft/base/atomic_file.h"
 #include "weft/base/error.h"
 #include "weft/runtime/executor_tensor.h"
@@ -176,11 +177,7 @@ HostTensor HostTensor::I64(std::vector<int64_t> shape, std::span<const int64_t> 
   return Make(TensorDType::kI64, std::move(shape), values);
 }
 
-int64_t HostTensor::num_elements() const {
-  int64_t n = 1;
-  for (int64_t dim : shape) n *= dim;
-  return n;
-}
+int64_t HostTensor::num_elements() const { return Product(shape); }
 
 std::vector<float> HostTensor::ToF32() const {
   if (dtype != TensorDType::kBF16 && dtype != TensorDType::kF16) {

@@ -10,7 +10,6 @@
 #include <iostream>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <sstream>
 #include <thread>
 
@@ -38,27 +37,6 @@ using runtime::DataType;
 using Tensor = runtime::HostTensor;
 
 using Clock = std::chrono::steady_clock;
-
-// Llama-style initialisation: N(0, 0.02) for embeddings and projections,
-// the residual-stream outputs (wo, w2) scaled by 1/sqrt(2 L), norms at 1.
-// One stream per weight, so a weight's values do not depend on the others.
-Tensor InitWeight(const LlamaWeight& w, int64_t index, const LlamaConfig& model, uint64_t seed) {
-  std::vector<double> values(static_cast<size_t>(w.shape.ElementsCount()));
-  if (w.name.find("norm") != std::string::npos) {
-    std::fill(values.begin(), values.end(), 1.0);
-  } else {
-    std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
-                      static_cast<uint32_t>(index), 0x696e6974u};
-    std::mt19937_64 rng(seq);
-    double std = 0.02;
-    if (w.name.ends_with(".wo") || w.name.ends_with(".w2")) {
-      std /= std::sqrt(2.0 * static_cast<double>(model.n_layers));
-    }
-    std::normal_distribution<double> normal(0.0, std);
-    for (double& v : values) v = normal(rng);
-  }
-  return Tensor::FromDoubles(w.shape, values);
-}
 
 std::span<std::byte> Bytes(const Tensor& t) {
   return {static_cast<std::byte*>(t.mutable_raw_data()), static_cast<size_t>(t.byte_size())};
@@ -106,10 +84,6 @@ std::map<std::string, std::string> TrainExtras(const TrainConfig& t) {
 
 std::string TokenizerChecksum(const Dataset& dataset) {
   return Crc32cText(Crc32c(dataset.tokenizer.serialized_model()));
-}
-
-std::string MeshDescription(const MeshConfig& mesh) {
-  return mesh.axis_names.empty() ? std::string("no mesh") : mesh.ToMesh().ToString();
 }
 
 // What every device of a run shares (read-only while the devices run).
@@ -309,11 +283,10 @@ class DeviceTrainer {
                       Bytes(params_.back()), local.dimensions());
       } else {
         // --init-from's weights were checked against the model when read.
-        const Tensor global =
-            run.init ? Tensor::FromVector<float>(PrimitiveType::kF32, weights[k].shape.dimensions(),
-                                                 run.init->weights.at(weights[k].name).ToF32())
-                     : InitWeight(weights[k], static_cast<int64_t>(k), run.config.model,
-                                  run.config.train.seed);
+        const Tensor global = Tensor::FromVector<float>(
+            PrimitiveType::kF32, weights[k].shape.dimensions(),
+            run.init ? run.init->weights.at(weights[k].name).ToF32()
+                     : InitLlamaWeight(weights[k], run.config.train.seed));
         params_.push_back(runtime::ShardTensor(global, s, device_, local));
       }
       // The micro-batches' weighted gradient sum (gradients leave the step
@@ -871,7 +844,7 @@ void Finish(const Run& run, const TrainResult& result, const std::string& backen
       "device 0: step program peak {:.1f} MiB, {:.1f} MiB sent per step\n"
       "wrote {}/checkpoint, metrics.jsonl, loss.svg\n",
       result.steps.front().step, result.steps.back().step, run.program.num_devices, backend,
-      MeshDescription(run.config.mesh), micro, result.steps.front().loss, result.steps.back().loss,
+      MeshText(run.config.mesh), micro, result.steps.front().loss, result.steps.back().loss,
       seconds > 0 ? tokens / seconds : 0, result.peak_bytes / 1048576.0,
       result.collective_bytes_per_step / 1048576.0, run.out.string());
 }

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <random>
 
+#include "scratch_dir.h"
 #include "weft/base/error.h"
 
 namespace weft {
@@ -15,12 +16,6 @@ namespace fs = std::filesystem;
 
 class AtomicFileTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "weft_atomic_XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   int FilesInDir() const {
     return static_cast<int>(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()));
   }
@@ -30,7 +25,8 @@ class AtomicFileTest : public ::testing::Test {
     for (auto& c : bytes) c = static_cast<char>(rng() & 0xFF);
     return bytes;
   }
-  fs::path dir_;
+  weft::testing::ScratchDir scratch_{"weft_atomic"};
+  const fs::path dir_ = scratch_.path();
 };
 
 TEST_F(AtomicFileTest, WritesAndReplacesWithoutLeavingTemporaries) {

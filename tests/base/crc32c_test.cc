@@ -6,7 +6,7 @@
 #include <string>
 
 namespace weft {
-namespace internal {
+namespace base {
 uint32_t Crc32cPortable(const void* data, size_t size, uint32_t crc);
 }
 namespace {
@@ -40,7 +40,7 @@ TEST(Crc32cTest, AgreesWithTheBitwiseDefinitionAtEveryLengthAndAlignment) {
       const std::string_view piece(data.data() + offset, n);
       const uint32_t expected = BitwiseCrc32c(piece);
       ASSERT_EQ(Crc32c(piece), expected) << "offset " << offset << " length " << n;
-      ASSERT_EQ(internal::Crc32cPortable(piece.data(), piece.size(), 0), expected);
+      ASSERT_EQ(base::Crc32cPortable(piece.data(), piece.size(), 0), expected);
     }
   }
 }

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "scratch_dir.h"
+
 namespace weft {
 namespace {
 
@@ -17,19 +19,16 @@ namespace fs = std::filesystem;
 class DataFilesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    home_ = fs::current_path();
-    std::string pattern = (fs::temp_directory_path() / "weft_data_files_XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    scratch_ = pattern;
     fs::current_path(scratch_);
     unsetenv("WEFT_DATA_DIR");
   }
   void TearDown() override {
     fs::current_path(home_);
     unsetenv("WEFT_DATA_DIR");
-    fs::remove_all(scratch_);
   }
-  fs::path home_, scratch_;
+  const fs::path home_ = fs::current_path();
+  weft::testing::ScratchDir dir_{"weft_data_files"};
+  const fs::path scratch_ = dir_.path();
 };
 
 TEST_F(DataFilesTest, TheBuildTreeFindsTheSourceConfigsFromAnyDirectory) {

@@ -5,25 +5,14 @@
 
 #include <string>
 
+#include "error_of.h"
 #include "weft/base/error.h"
 
 namespace weft {
 namespace {
 
-// The message of the weft::Error fn throws ("" when it throws none).
-template <typename Fn>
-std::string ErrorOf(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool Has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using weft::testing::ErrorOf;
+using weft::testing::Mentions;
 
 TEST(Env, IntegerVariablesAreParsedAndCheckedWithClearErrors) {
   unsetenv("WEFT_TEST_INT");
@@ -36,8 +25,8 @@ TEST(Env, IntegerVariablesAreParsedAndCheckedWithClearErrors) {
   EXPECT_EQ(GetEnvInt("WEFT_TEST_INT", 7, -5, 10), -3);
   setenv("WEFT_TEST_INT", "11", 1);
   const std::string message = ErrorOf([] { GetEnvInt("WEFT_TEST_INT", 7, 1, 10); });
-  EXPECT_TRUE(Has(message, "WEFT_TEST_INT=11")) << message;
-  EXPECT_TRUE(Has(message, "[1, 10]")) << message;
+  EXPECT_TRUE(Mentions(message, "WEFT_TEST_INT=11")) << message;
+  EXPECT_TRUE(Mentions(message, "[1, 10]")) << message;
   unsetenv("WEFT_TEST_INT");
 }
 
@@ -46,13 +35,15 @@ TEST(Env, MalformedIntegersNameTheVariableTheValueAndTheRange) {
        {"abc", "4x", " 4", "4 ", "+4", "0x10", "1e3", "-", "4.0", "99999999999999999999999"}) {
     setenv("WEFT_TEST_INT", bad, 1);
     const std::string message = ErrorOf([] { GetEnvInt("WEFT_TEST_INT", 7, 1, 10); });
-    EXPECT_TRUE(Has(message, std::string("WEFT_TEST_INT='") + bad + "'")) << bad << ": " << message;
-    EXPECT_TRUE(Has(message, "[1, 10]")) << message;
+    EXPECT_TRUE(Mentions(message, std::string("WEFT_TEST_INT='") + bad + "'"))
+        << bad << ": " << message;
+    EXPECT_TRUE(Mentions(message, "[1, 10]")) << message;
   }
   for (const char* out_of_range : {"0", "-1", "-0"}) {
     setenv("WEFT_TEST_INT", out_of_range, 1);
     const std::string message = ErrorOf([] { GetEnvInt("WEFT_TEST_INT", 7, 1, 10); });
-    EXPECT_TRUE(Has(message, std::string("WEFT_TEST_INT=") + out_of_range + " is out of range"))
+    EXPECT_TRUE(
+        Mentions(message, std::string("WEFT_TEST_INT=") + out_of_range + " is out of range"))
         << message;
   }
   unsetenv("WEFT_TEST_INT");
@@ -75,15 +66,15 @@ TEST(Env, ByteSizesWithUnits) {
 TEST(Env, ByteSizesOutOfRangeOrOverflowingAreErrorsNamingTheRange) {
   // 0 bytes is below the default minimum of 1.
   std::string message = ErrorOf([] { ParseByteSize("0", "WEFT_CACHE_LIMIT"); });
-  EXPECT_TRUE(Has(message, "WEFT_CACHE_LIMIT='0' is out of range")) << message;
-  EXPECT_TRUE(Has(message, "[1, " + std::to_string(kMaxByteSize) + "]")) << message;
+  EXPECT_TRUE(Mentions(message, "WEFT_CACHE_LIMIT='0' is out of range")) << message;
+  EXPECT_TRUE(Mentions(message, "[1, " + std::to_string(kMaxByteSize) + "]")) << message;
   // Would overflow int64 when scaled; must not wrap around to a small value.
   message = ErrorOf([] { ParseByteSize("999999999999999G", "WEFT_CACHE_LIMIT"); });
-  EXPECT_TRUE(Has(message, "out of range")) << message;
+  EXPECT_TRUE(Mentions(message, "out of range")) << message;
   message = ErrorOf([] { ParseByteSize("99999999999999999999999", "WEFT_CACHE_LIMIT"); });
-  EXPECT_TRUE(Has(message, "WEFT_CACHE_LIMIT='99999999999999999999999'")) << message;
+  EXPECT_TRUE(Mentions(message, "WEFT_CACHE_LIMIT='99999999999999999999999'")) << message;
   message = ErrorOf([] { ParseByteSize("2K", "limit", 1, 1024); });
-  EXPECT_TRUE(Has(message, "[1, 1024]")) << message;
+  EXPECT_TRUE(Mentions(message, "[1, 1024]")) << message;
   message = ErrorOf([] { ParseByteSize("5M", "WEFT_CACHE_LIMIT"); });
   EXPECT_EQ(message, "");
 }

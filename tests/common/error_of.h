@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "weft/base/error.h"
@@ -19,6 +20,11 @@ inline std::string ErrorOf(const std::function<void()>& fn) {
     return error.what();
   }
   return "";
+}
+
+// Whether `text` (a message) mentions `part`.
+inline bool Mentions(std::string_view text, std::string_view part) {
+  return text.find(part) != std::string_view::npos;
 }
 
 // `f` throws a weft::Error whose message mentions every one of `parts`.

@@ -6,11 +6,15 @@
 #include <filesystem>
 #include <random>
 
+#include "error_of.h"
+#include "scratch_dir.h"
 #include "weft/base/atomic_file.h"
 #include "weft/base/error.h"
 
 namespace weft {
 namespace {
+
+using weft::testing::ErrorOf;
 
 namespace fs = std::filesystem;
 
@@ -57,17 +61,6 @@ std::string RandomUtf8(std::mt19937_64& rng, int num_chars) {
   return text;
 }
 
-// The message of the weft::Error that `fn` throws ("" if none).
-template <typename Fn>
-std::string ErrorOf(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
-}
-
 TEST(CheckUtf8, AcceptsRandomWellFormedText) {
   std::mt19937_64 rng(11);
   for (int trial = 0; trial < 200; ++trial) {
@@ -112,13 +105,8 @@ TEST(SplitOnBlankLines, SplitsAtRunsOfBlankLines) {
 
 class LoadTextFilesTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "weft_corpus_XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
+  weft::testing::ScratchDir scratch_{"weft_corpus"};
+  const fs::path dir_ = scratch_.path();
 };
 
 TEST_F(LoadTextFilesTest, OneDocumentPerFileOrPerParagraph) {

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <random>
 
+#include "scratch_dir.h"
 #include "weft/base/atomic_file.h"
 #include "weft/base/error.h"
 
@@ -42,13 +43,9 @@ std::vector<Document> TinyCorpus(uint64_t seed, int num_documents = 12) {
 class TokenizerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "weft_tokenizer_XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
     options_.vocab_size = kVocab;
     options_.cache_dir = dir_;
   }
-  void TearDown() override { fs::remove_all(dir_); }
   int CachedModels() const {
     int count = 0;
     for (const auto& entry : fs::recursive_directory_iterator(dir_)) {
@@ -56,7 +53,8 @@ class TokenizerTest : public ::testing::Test {
     }
     return count;
   }
-  fs::path dir_;
+  weft::testing::ScratchDir scratch_{"weft_tokenizer"};
+  const fs::path dir_ = scratch_.path();
   TokenizerOptions options_;
 };
 

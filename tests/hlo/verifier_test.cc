@@ -6,6 +6,7 @@
 #include <chrono>
 #include <string>
 
+#include "error_of.h"
 #include "hostile_hlo.h"
 #include "weft/base/error.h"
 #include "weft/hlo/builder.h"
@@ -13,6 +14,8 @@
 
 namespace weft {
 namespace {
+
+using weft::testing::Mentions;
 
 std::unique_ptr<HloModule> Unverified(const char* text) {
   HloParseOptions options;
@@ -152,25 +155,21 @@ std::string ErrorOf(const std::string& text) {
   return "accepted";
 }
 
-bool Contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
 // The one recursion check (CheckCallGraph) runs in the verifier, so every
 // command that parses a module refuses these with the cycle named.
 TEST(VerifierTest, EveryKindOfRecursionIsRefusedNamingTheCycle) {
   for (const hostile_hlo::RecursiveModule& m : hostile_hlo::RecursiveModules()) {
     const std::string error = ErrorOf(m.text);
-    EXPECT_TRUE(Contains(error, "calls itself")) << m.name << ": " << error;
-    EXPECT_TRUE(Contains(error, m.cycle)) << m.name << ": " << error;
-    EXPECT_TRUE(Contains(error, "HLO has no recursion")) << m.name << ": " << error;
+    EXPECT_TRUE(Mentions(error, "calls itself")) << m.name << ": " << error;
+    EXPECT_TRUE(Mentions(error, m.cycle)) << m.name << ": " << error;
+    EXPECT_TRUE(Mentions(error, "HLO has no recursion")) << m.name << ": " << error;
     // Also without the parser: the problem list and the post order.
     HloParseOptions no_verify;
     no_verify.verify = false;
     const auto module = ParseHloModule(m.text, no_verify);
     const std::vector<std::string> problems = FindHloModuleProblems(*module);
     ASSERT_FALSE(problems.empty()) << m.name;
-    EXPECT_TRUE(Contains(problems.back(), m.cycle)) << problems.back();
+    EXPECT_TRUE(Mentions(problems.back(), m.cycle)) << problems.back();
     EXPECT_THROW(CheckCallGraph(*module), Error) << m.name;
     EXPECT_THROW(module->MakeComputationPostOrder(), Error) << m.name;
   }
@@ -178,8 +177,8 @@ TEST(VerifierTest, EveryKindOfRecursionIsRefusedNamingTheCycle) {
 
 TEST(VerifierTest, TheCycleNamesTheCallingInstruction) {
   const std::string error = ErrorOf(hostile_hlo::RecursiveModules()[1].text);  // mutual
-  EXPECT_TRUE(Contains(error, "computation 'g' calls itself: g -> f -> g")) << error;
-  EXPECT_TRUE(Contains(error, "'f' calls 'g' ('c' (call) at 8:3)")) << error;
+  EXPECT_TRUE(Mentions(error, "computation 'g' calls itself: g -> f -> g")) << error;
+  EXPECT_TRUE(Mentions(error, "'f' calls 'g' ('c' (call) at 8:3)")) << error;
 }
 
 // Calls may nest kMaxCallDepth deep; one more is refused with the chain,
@@ -189,18 +188,18 @@ TEST(VerifierTest, CallChainsAreBoundedAndNamed) {
   for (ChainKind kind : {ChainKind::kCall, ChainKind::kWhile}) {
     EXPECT_NO_THROW(ParseHloModule(CallChainModule(kMaxCallDepth, kind)));
     const std::string over = ErrorOf(CallChainModule(kMaxCallDepth + 1, kind));
-    EXPECT_TRUE(Contains(over, fmt::format("calls nest {} deep from computation 'e', more than "
+    EXPECT_TRUE(Mentions(over, fmt::format("calls nest {} deep from computation 'e', more than "
                                            "weft's limit of {}",
                                            kMaxCallDepth + 1, kMaxCallDepth)))
         << over;
     const std::string top = fmt::format("e -> f{} -> f{}", kMaxCallDepth, kMaxCallDepth - 1);
-    EXPECT_TRUE(Contains(over, top)) << over;
-    EXPECT_TRUE(Contains(over, "-> f2 -> f1 -> ")) << over;  // then f0, or cond
+    EXPECT_TRUE(Mentions(over, top)) << over;
+    EXPECT_TRUE(Mentions(over, "-> f2 -> f1 -> ")) << over;  // then f0, or cond
   }
   const auto start = std::chrono::steady_clock::now();
   const std::string deep = ErrorOf(CallChainModule(10000, ChainKind::kCall));
-  EXPECT_TRUE(Contains(deep, "calls nest 10000 deep from computation 'e'")) << deep;
-  EXPECT_TRUE(Contains(deep,
+  EXPECT_TRUE(Mentions(deep, "calls nest 10000 deep from computation 'e'")) << deep;
+  EXPECT_TRUE(Mentions(deep,
                        "e -> f9999 -> f9998 -> f9997 -> ... (9993 more) ... -> f3 -> f2 "
                        "-> f1 -> f0"))
       << deep;
@@ -231,7 +230,7 @@ TEST(VerifierTest, TheDepthIsTheLongestChain) {
     CheckCallGraph(module);
     FAIL() << "accepted";
   } catch (const Error& error) {
-    EXPECT_TRUE(Contains(error.what(), fmt::format("calls nest {} deep", kMaxCallDepth + 1)))
+    EXPECT_TRUE(Mentions(error.what(), fmt::format("calls nest {} deep", kMaxCallDepth + 1)))
         << error.what();
   }
 }

@@ -7,6 +7,7 @@
 
 #include "executor_test_util.h"
 #include "simd/primitives.h"
+#include "weft/base/algorithm.h"
 #include "weft/base/cpu.h"
 
 namespace weft::runtime {
@@ -18,19 +19,15 @@ using testing::Ravel;
 using testing::RunNamed;
 using testing::Unravel;
 
-bool Has(const std::vector<int64_t>& v, int64_t x) {
-  return std::find(v.begin(), v.end(), x) != v.end();
-}
-
 // XLA's dot in float64: result dims are batch, lhs free, rhs free.
 std::vector<double> ReferenceDot(const HostTensor& lhs, const HostTensor& rhs,
                                  const DotDimensionNumbers& dn) {
   std::vector<int64_t> lf, rf;
   for (int64_t d = 0; d < lhs.rank(); ++d) {
-    if (!Has(dn.lhs_batch_dims, d) && !Has(dn.lhs_contracting_dims, d)) lf.push_back(d);
+    if (!Contains(dn.lhs_batch_dims, d) && !Contains(dn.lhs_contracting_dims, d)) lf.push_back(d);
   }
   for (int64_t d = 0; d < rhs.rank(); ++d) {
-    if (!Has(dn.rhs_batch_dims, d) && !Has(dn.rhs_contracting_dims, d)) rf.push_back(d);
+    if (!Contains(dn.rhs_batch_dims, d) && !Contains(dn.rhs_contracting_dims, d)) rf.push_back(d);
   }
   std::vector<int64_t> out_dims, contract_dims;
   for (int64_t d : dn.lhs_batch_dims) out_dims.push_back(lhs.dimensions()[d]);
@@ -143,10 +140,10 @@ DotCase RandomDot(std::mt19937& rng, const std::string& type, const std::string&
   // The result: batch dims, then each operand's free dims in its order.
   std::vector<int64_t> out_dims = bs;
   for (int64_t d = 0; d < static_cast<int64_t>(ld.size()); ++d) {
-    if (!Has(lb, d) && !Has(lc, d)) out_dims.push_back(ld[d]);
+    if (!Contains(lb, d) && !Contains(lc, d)) out_dims.push_back(ld[d]);
   }
   for (int64_t d = 0; d < static_cast<int64_t>(rd.size()); ++d) {
-    if (!Has(rb, d) && !Has(rc, d)) out_dims.push_back(rd[d]);
+    if (!Contains(rb, d) && !Contains(rc, d)) out_dims.push_back(rd[d]);
   }
   std::vector<size_t> korder(ks.size());
   std::iota(korder.begin(), korder.end(), 0);

@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "executor_test_util.h"
+#include "weft/base/algorithm.h"
 
 namespace weft::runtime {
 namespace {
@@ -21,7 +22,7 @@ std::vector<double> ReferenceReduce(const HostTensor& x, const std::vector<int64
                                     double init, const std::function<double(double, double)>& op) {
   std::vector<int64_t> kept;
   for (int64_t d = 0; d < x.rank(); ++d) {
-    if (std::find(dims.begin(), dims.end(), d) == dims.end()) kept.push_back(x.dimensions()[d]);
+    if (!Contains(dims, d)) kept.push_back(x.dimensions()[d]);
   }
   int64_t n = 1;
   for (int64_t d : kept) n *= d;
@@ -30,7 +31,7 @@ std::vector<double> ReferenceReduce(const HostTensor& x, const std::vector<int64
     const std::vector<int64_t> idx = Unravel(e, x.dimensions());
     int64_t o = 0;
     for (int64_t d = 0; d < x.rank(); ++d) {
-      if (std::find(dims.begin(), dims.end(), d) == dims.end()) o = o * x.dimensions()[d] + idx[d];
+      if (!Contains(dims, d)) o = o * x.dimensions()[d] + idx[d];
     }
     out[o] = op(out[o], x.GetDouble(e));
   }

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "../hlo/hostile_hlo.h"
+#include "error_of.h"
 #include "partitioner_random.h"
 #include "random_bits_reference.h"
 #include "sharded_run_test_util.h"
@@ -31,6 +32,8 @@
 
 namespace weft::runtime {
 namespace {
+
+using weft::testing::Mentions;
 
 using compiler::CompiledProgram;
 using compiler::CompileForDevices;
@@ -598,10 +601,6 @@ std::string RunError(RunCommandOptions options) {
   }
 }
 
-bool Has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
 // Shapes whose element count or byte size overflows int64 used to reach the
 // executor with a wrapped size (iota, transpose and dot wrote out of bounds).
 TEST(RunCommandTest, OverflowingShapesAreParseErrors) {
@@ -617,8 +616,9 @@ TEST(RunCommandTest, OverflowingShapesAreParseErrors) {
     options.input = WriteTemp("weft_run_overflow.hlo", text);
     options.num_devices = 2;
     const std::string error = RunError(options);
-    EXPECT_TRUE(Has(error, "weft_run_overflow.hlo:3:")) << error;
-    EXPECT_TRUE(Has(error, "is too large: the product of its dimensions overflows int64")) << error;
+    EXPECT_TRUE(Mentions(error, "weft_run_overflow.hlo:3:")) << error;
+    EXPECT_TRUE(Mentions(error, "is too large: the product of its dimensions overflows int64"))
+        << error;
   }
 }
 
@@ -628,8 +628,8 @@ TEST(RunCommandTest, RecursionAndOverDeepCallChainsAreRefused) {
     options.input = WriteTemp("weft_run_recursive.hlo", m.text);
     options.num_devices = 2;
     const std::string error = RunError(options);
-    EXPECT_TRUE(Has(error, "calls itself")) << m.name << ": " << error;
-    EXPECT_TRUE(Has(error, m.cycle)) << m.name << ": " << error;
+    EXPECT_TRUE(Mentions(error, "calls itself")) << m.name << ": " << error;
+    EXPECT_TRUE(Mentions(error, m.cycle)) << m.name << ": " << error;
   }
   for (hostile_hlo::ChainKind kind :
        {hostile_hlo::ChainKind::kCall, hostile_hlo::ChainKind::kWhile}) {
@@ -637,7 +637,7 @@ TEST(RunCommandTest, RecursionAndOverDeepCallChainsAreRefused) {
     options.input = WriteTemp("weft_run_chain.hlo", hostile_hlo::CallChainModule(10000, kind));
     options.num_devices = 2;
     const std::string error = RunError(options);
-    EXPECT_TRUE(Has(error, "weft_run_chain.hlo: calls nest 10000 deep from computation 'e'"))
+    EXPECT_TRUE(Mentions(error, "weft_run_chain.hlo: calls nest 10000 deep from computation 'e'"))
         << error;
     // The deepest chain allowed runs, on every device.
     options.input =
@@ -646,7 +646,7 @@ TEST(RunCommandTest, RecursionAndOverDeepCallChainsAreRefused) {
     std::ostringstream out;
     options.out = &out;
     EXPECT_EQ(RunRunCommand(options), 0) << out.str();
-    EXPECT_TRUE(Has(out.str(), "check passed")) << out.str();
+    EXPECT_TRUE(Mentions(out.str(), "check passed")) << out.str();
   }
 }
 
@@ -657,14 +657,15 @@ TEST(RunCommandTest, GiantDeviceCountsAreRefusedAtOnce) {
                             "HloModule m\nENTRY e {\n  ROOT p = f32[8] parameter(0), "
                             "sharding={devices=[1000000000]<=[1000000000]}\n}");
   options.num_devices = 2;
-  EXPECT_TRUE(Has(RunError(options), "spans more than 65536 devices")) << RunError(options);
+  EXPECT_TRUE(Mentions(RunError(options), "spans more than 65536 devices")) << RunError(options);
   options.input = WriteTemp("weft_run_devices.hlo",
                             "HloModule m\nENTRY e {\n  ROOT p = f32[8] parameter(0), "
                             "sharding={maximal device=100000000}\n}");
-  EXPECT_TRUE(Has(RunError(options), "device 100000000 is not below 65536")) << RunError(options);
+  EXPECT_TRUE(Mentions(RunError(options), "device 100000000 is not below 65536"))
+      << RunError(options);
   options.input = Example("mlp_2d.hlo");
   options.num_devices = 1000000000;
-  EXPECT_TRUE(Has(RunError(options), "--num-devices must be between 1 and 65536"))
+  EXPECT_TRUE(Mentions(RunError(options), "--num-devices must be between 1 and 65536"))
       << RunError(options);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
@@ -689,10 +690,12 @@ ENTRY e {
   options.num_devices = 2;
   options.max_iterations = 2000;
   const std::string error = RunError(options);
-  EXPECT_TRUE(Has(error, "'forever' (while): while loop 'forever' ran 2000 iterations")) << error;
-  EXPECT_TRUE(Has(error, "raise the limit with --max-iterations N")) << error;
+  EXPECT_TRUE(Mentions(error, "'forever' (while): while loop 'forever' ran 2000 iterations"))
+      << error;
+  EXPECT_TRUE(Mentions(error, "raise the limit with --max-iterations N")) << error;
   options.max_iterations = 0;
-  EXPECT_TRUE(Has(RunError(options), "--max-iterations must be at least 1")) << RunError(options);
+  EXPECT_TRUE(Mentions(RunError(options), "--max-iterations must be at least 1"))
+      << RunError(options);
 }
 
 // A run that needs more memory than the machine has is refused before
@@ -739,17 +742,17 @@ ENTRY e {
     const auto start = std::chrono::steady_clock::now();
     const std::string error = RunError(options);
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
-    EXPECT_TRUE(Has(error, "weft run " + options.input + ": the run needs")) << error;
-    EXPECT_TRUE(Has(error, "TiB")) << error;
-    EXPECT_TRUE(Has(error, "of physical memory")) << error;
-    EXPECT_TRUE(Has(error, "f32[1000000,1000000]")) << error;
-    EXPECT_TRUE(Has(error, "Nothing was allocated")) << error;
-    EXPECT_TRUE(Has(error, "Make the largest buffers smaller")) << error;
-    if (Has(text, "big_in_loop")) {
-      EXPECT_TRUE(Has(error, "the run needs at least")) << error;
-      EXPECT_TRUE(Has(error, "the memory plan could not follow the program")) << error;
+    EXPECT_TRUE(Mentions(error, "weft run " + options.input + ": the run needs")) << error;
+    EXPECT_TRUE(Mentions(error, "TiB")) << error;
+    EXPECT_TRUE(Mentions(error, "of physical memory")) << error;
+    EXPECT_TRUE(Mentions(error, "f32[1000000,1000000]")) << error;
+    EXPECT_TRUE(Mentions(error, "Nothing was allocated")) << error;
+    EXPECT_TRUE(Mentions(error, "Make the largest buffers smaller")) << error;
+    if (Mentions(text, "big_in_loop")) {
+      EXPECT_TRUE(Mentions(error, "the run needs at least")) << error;
+      EXPECT_TRUE(Mentions(error, "the memory plan could not follow the program")) << error;
     } else {
-      EXPECT_TRUE(Has(error, "the run needs about")) << error;
+      EXPECT_TRUE(Mentions(error, "the run needs about")) << error;
     }
   }
 }

@@ -9,15 +9,13 @@
 #include <random>
 #include <set>
 
+#include "weft/base/algorithm.h"
+
 namespace weft::sharding_util {
 namespace {
 
 using Dims = std::vector<int64_t>;
 using Box = std::vector<std::pair<int64_t, int64_t>>;  // [lo, hi) per dim
-
-int64_t Product(const Dims& dims) {
-  return std::accumulate(dims.begin(), dims.end(), int64_t{1}, std::multiplies<>());
-}
 
 // The region of an array of `dims` that `device` holds, straight from the
 // definition (position of the device in the tile array; ceil-sized tiles).

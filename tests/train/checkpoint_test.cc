@@ -14,6 +14,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "error_of.h"
+#include "scratch_dir.h"
 #include "weft/base/atomic_file.h"
 #include "weft/base/crc32c.h"
 #include "weft/base/error.h"
@@ -24,6 +26,8 @@
 // Bytes this thread holds through operator new, and the most it held since
 // the last PeakReset: what the memory test measures per device thread.
 namespace {
+
+using weft::testing::ErrorOf;
 thread_local int64_t t_live = 0;
 thread_local int64_t t_peak = 0;
 constexpr size_t kHeader = 16;  // keeps operator new's 16-byte alignment
@@ -92,13 +96,6 @@ void ExpectSame(const Checkpoint& a, const Checkpoint& b) {
 
 class CheckpointTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "weft_ckpt_XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    root_ = pattern;
-    dir_ = root_ / "run" / "checkpoint";
-  }
-  void TearDown() override { fs::remove_all(root_); }
   // Entries beside the checkpoint: only the checkpoint itself should remain.
   std::vector<std::string> Siblings() const {
     std::vector<std::string> names;
@@ -107,15 +104,9 @@ class CheckpointTest : public ::testing::Test {
     }
     return names;
   }
-  std::string ErrorOf(const std::function<void()>& fn) {
-    try {
-      fn();
-    } catch (const Error& error) {
-      return error.what();
-    }
-    return "";
-  }
-  fs::path root_, dir_;
+  weft::testing::ScratchDir scratch_{"weft_ckpt"};
+  const fs::path root_ = scratch_.path();
+  const fs::path dir_ = root_ / "run" / "checkpoint";
 };
 
 TEST_F(CheckpointTest, RoundTripsTensorsAndState) {

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <random>
 
+#include "scratch_dir.h"
 #include "weft/base/atomic_file.h"
 #include "weft/base/error.h"
 
@@ -41,13 +42,8 @@ std::string RandomText(std::mt19937_64& rng, int words) {
 
 class DatasetTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "weft_dataset_XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
+  weft::testing::ScratchDir scratch_{"weft_dataset"};
+  const fs::path dir_ = scratch_.path();
 };
 
 TEST_F(DatasetTest, InlineDocumentsBecomeBatches) {

@@ -10,6 +10,7 @@
 #include <cstdio>
 
 #include "../analysis/tiny_step.h"
+#include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 #include "weft/train/plan_report.h"
 
@@ -47,10 +48,6 @@ PlanOptions V6e256(const std::string& remat, bool shard_as = true) {
   o.remat = remat;
   o.shard_as = shard_as;
   return o;
-}
-
-bool Has(const std::vector<std::string>& v, const std::string& x) {
-  return std::find(v.begin(), v.end(), x) != v.end();
 }
 
 std::string ErrorOf(const RunConfig& config, const PlanOptions& o) {
@@ -91,7 +88,7 @@ TEST(PlannerTest, WithShardAsNoStackedLayerBufferIsLeftWholeAlongFsdp) {
       continue;
     }
     ++stacked_seen;
-    EXPECT_TRUE(Has(b.split_axes, "fsdp")) << b.buffer.instruction;
+    EXPECT_TRUE(Contains(b.split_axes, "fsdp")) << b.buffer.instruction;
   }
   EXPECT_GT(stacked_seen, 0);
 }
@@ -102,7 +99,7 @@ TEST(PlannerTest, WithoutShardAsTheStackedGradientIsAmongTheLargestBuffers) {
   const PeakBuffer* gradient = nullptr;
   for (const PeakBuffer& b : off.top_buffers) {
     if (b.buffer.category == analysis::BufferCategory::kGradients && b.global_known &&
-        b.global_shape.dimensions(0) == 126 && !Has(b.split_axes, "fsdp")) {
+        b.global_shape.dimensions(0) == 126 && !Contains(b.split_axes, "fsdp")) {
       gradient = &b;
       break;
     }

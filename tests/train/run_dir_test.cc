@@ -10,31 +10,22 @@
 #include <functional>
 #include <string>
 
+#include "error_of.h"
+#include "scratch_dir.h"
 #include "weft/base/atomic_file.h"
 #include "weft/base/error.h"
 
 namespace weft {
 namespace {
 
+using weft::testing::ErrorOf;
+
 namespace fs = std::filesystem;
 
 class RunDirTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "weft_run_dir_XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    root_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(root_); }
-  static std::string ErrorOf(const std::function<void()>& fn) {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
-  }
-  fs::path root_;
+  weft::testing::ScratchDir scratch_{"weft_run_dir"};
+  const fs::path root_ = scratch_.path();
 };
 
 TEST_F(RunDirTest, ASecondHolderInThisProcessIsRefusedWithThePid) {

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <random>
 
+#include "scratch_dir.h"
 #include "weft/base/error.h"
 
 namespace weft {
@@ -86,9 +87,8 @@ TEST(Safetensors, RoundTripsEveryDtype) {
 }
 
 TEST(Safetensors, WritesAndReadsFiles) {
-  std::string pattern = (fs::temp_directory_path() / "weft_st_XXXXXX").string();
-  ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-  fs::path dir = pattern;
+  const weft::testing::ScratchDir scratch("weft_st");
+  const fs::path& dir = scratch.path();
   TensorMap tensors = RandomTensors(2);
   WriteSafetensors(dir / "x.safetensors", tensors, {{"k", "v"}});
   SafetensorsFile file = ReadSafetensors(dir / "x.safetensors");
@@ -101,7 +101,6 @@ TEST(Safetensors, WritesAndReadsFiles) {
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("missing.safetensors"), std::string::npos);
   }
-  fs::remove_all(dir);
 }
 
 TEST(Safetensors, ReadsFilesWrittenByOthers) {

@@ -8,6 +8,7 @@
 #include <random>
 #include <regex>
 
+#include "scratch_dir.h"
 #include "weft/base/atomic_file.h"
 #include "weft/base/error.h"
 
@@ -165,9 +166,8 @@ TEST(RenderSvgPlot, EdgeCasesAndErrors) {
 }
 
 TEST(WriteSvgPlot, WritesAtomically) {
-  std::string pattern = (fs::temp_directory_path() / "weft_svg_XXXXXX").string();
-  ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-  fs::path dir = pattern;
+  const weft::testing::ScratchDir scratch("weft_svg");
+  const fs::path& dir = scratch.path();
   PlotSeries s{"loss", {0, 1, 2}, {3, 2, 1.5}, ""};
   WriteSvgPlot(dir / "loss.svg", std::span(&s, 1), Titled("first"));
   WriteSvgPlot(dir / "loss.svg", std::span(&s, 1), Titled("second"));
@@ -175,7 +175,6 @@ TEST(WriteSvgPlot, WritesAtomically) {
   EXPECT_NE(svg.find(">second</text>"), std::string::npos);
   EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);
   EXPECT_THROW(WriteSvgPlot(dir / "missing" / "loss.svg", std::span(&s, 1), {}), Error);
-  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -63,6 +63,10 @@ struct LlamaWeight {
   std::string name;  // "tok_embeddings", "layers.attention.wq", ...
   Shape shape;
   int64_t parameter_number = 0;
+  // Llama's initialization (InitLlamaWeight): N(0, 0.02) for the embeddings
+  // and projections, the residual stream's outputs (wo, w2) scaled by
+  // 1/sqrt(2 L); 0 for a norm's scale, which starts at 1.
+  double init_stddev = 0.0;
 };
 
 struct LlamaForward {
@@ -81,6 +85,12 @@ LlamaForward BuildLlamaForward(const LlamaConfig& config, const LlamaBuildOption
 // The model's weights, names, global shapes and parameter numbers, without
 // building anything (the order and shapes of the list above).
 std::vector<LlamaWeight> LlamaWeights(const LlamaConfig& config);
+
+// Weight `weight`'s values at the start of a run seeded `seed`, f32 in
+// row-major order (what `weft train` starts from without --resume or
+// --init-from). One random stream per weight, keyed by its place in
+// LlamaWeights, so a weight's values do not depend on the others.
+std::vector<float> InitLlamaWeight(const LlamaWeight& weight, uint64_t seed);
 
 // The name sharding rules see for weight `weight_name`: a stacked
 // `layers.X` is matched as `layers.0.X` (every layer shares one layout).

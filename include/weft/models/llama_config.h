@@ -147,6 +147,16 @@ struct DataConfig {
   std::string tokenizer_corpus = "data";
 };
 
+// What a mesh axis does is said by its name, here alone (the builder's
+// shardings, the step program's checks, eval, the planner and its search read
+// these): the batch is split over the batch axes the mesh has, in mesh order;
+// "tensor" splits heads and the MLP's hidden units (Megatron's tensor and
+// sequence parallelism, models/llama.cc); the others only through the
+// [sharding] rules that name them.
+inline constexpr std::string_view kBatchAxes[] = {"dcn", "data", "fsdp"};
+inline constexpr std::string_view kTensorAxis = "tensor";
+bool IsBatchAxis(std::string_view axis);
+
 struct MeshConfig {
   std::vector<std::string> axis_names;  // major to minor
   std::vector<int64_t> axis_sizes;      // devices along each axis, over all slices
@@ -161,6 +171,11 @@ struct MeshConfig {
   int64_t num_devices() const;
   bool is_hybrid() const { return !dcn_sizes.empty(); }
   int64_t num_slices() const;  // the product of dcn_sizes (1 when not hybrid)
+  // The batch axes among axis_names (kBatchAxes), in mesh order, and the
+  // product of their sizes: how many ways the batch is split, which must
+  // divide it (CheckStepProgram).
+  std::vector<std::string> batch_axes() const;
+  int64_t batch_ways() const;
   // A single-device mesh with no axes when the config has no [mesh];
   // Mesh::Hybrid's device order when is_hybrid().
   Mesh ToMesh() const;
