@@ -47,18 +47,6 @@ NAMESPACES.update({"apps": ("weft::cli", "weft::cli"), "bench": ("weft::bench", 
                    "python": ("weft::python", "weft::python")})
 # Namespaces DESIGN.md names as exceptions: a public family of pure functions.
 EXTRA_NAMESPACES = {"sharding": {"weft::sharding_util"}}
-# Files in areas being rewritten that do not follow the rule yet (each is a
-# change to make, then to remove from this list).
-KNOWN_NAMESPACE_EXCEPTIONS = {
-    "src/hlo/text_cursor.h": "weft::hlo_text",
-    "src/hlo/text_cursor.cc": "weft::hlo_text",
-    "src/hlo/shape_inference_internal.h": "weft::shape_inference_internal",
-    "src/hlo/shape_inference_random.cc": "weft::shape_inference_internal",
-    "src/spmd/propagator.h": "weft::spmd_internal",
-    "src/spmd/shard_groups.cc": "weft::spmd_internal",
-    "src/spmd/sharding_propagation.cc": "weft::spmd_internal",
-    "src/spmd/infer_sharding.cc": "weft::spmd_internal",
-}
 NAMESPACE_OPEN = re.compile(r"\b(?:inline\s+)?namespace\s*([A-Za-z_][\w:]*)?\s*\{")
 FORWARD_DECLARATION = re.compile(r"^(?:class|struct)\s+\w+\s*;$")
 # What braces in a file mean nothing for: comments, and string and character literals.
@@ -107,8 +95,6 @@ def namespace_problems(root, path, module):
     problems = []
     for ns in sorted(defined_namespaces(path.read_text(errors="replace"))):
         if ns in allowed or ns == own or ns.startswith(own + "::"):
-            continue
-        if KNOWN_NAMESPACE_EXCEPTIONS.get(rel) == ns:
             continue
         owned = f"{own} and below" if own == interface else f"{interface}, or {own} and below"
         problems.append(f"{rel}: namespace {ns} is not {module}'s ({owned}: see docs/DESIGN.md, "

@@ -7,7 +7,7 @@
 
 #include "weft/base/error.h"
 
-namespace weft::hlo_text {
+namespace weft::hlo {
 
 // {[0:4], [2:8:2]}
 void ParseSlice(TextCursor& cur, std::vector<SliceDim>& slice) {
@@ -193,4 +193,4 @@ Literal ParseLiteral(TextCursor& cur, const Shape& shape) {
   }
 }
 
-}  // namespace weft::hlo_text
+}  // namespace weft::hlo

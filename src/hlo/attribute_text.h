@@ -11,7 +11,7 @@
 #include "weft/hlo/instruction.h"
 #include "weft/hlo/literal.h"
 
-namespace weft::hlo_text {
+namespace weft::hlo {
 
 // slice={[0:4], [2:8:2]}
 void ParseSlice(TextCursor& cur, std::vector<SliceDim>& slice);
@@ -29,4 +29,4 @@ std::vector<std::pair<int64_t, int64_t>> ParsePairs(TextCursor& cur);
 // Integer constants are read exactly (s64 and u64 beyond 2^53 included).
 Literal ParseLiteral(TextCursor& cur, const Shape& shape);
 
-}  // namespace weft::hlo_text
+}  // namespace weft::hlo

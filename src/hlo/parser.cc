@@ -18,7 +18,7 @@
 namespace weft {
 namespace {
 
-using hlo_text::TextCursor;
+using hlo::TextCursor;
 using Op = HloOpcode;
 
 // Which opcodes accept each attribute (empty list: every opcode).
@@ -792,7 +792,7 @@ std::unique_ptr<HloModule> ParseHloModule(std::string_view text, const HloParseO
 }
 
 Shape ParseShape(std::string_view text) {
-  hlo_text::TextCursor cur(text, "");
+  hlo::TextCursor cur(text, "");
   Shape s = cur.ParseShape();
   if (!cur.AtEnd()) cur.Expected("end of shape");
   return s;

@@ -258,12 +258,14 @@ std::vector<std::string> Attributes(const HloInstruction& instr, const HloPrintO
       break;
     case HloOpcode::kConvolution:
       // XLA leaves out the window of a convolution without spatial dims.
-      if (!a.window.empty()) add("window=" + WindowToString(a.window));
-      add("dim_labels=" + ConvolutionDimLabelsString(a.convolution));
+      if (!a.window.empty()) l.Add("window=" + WindowToString(a.window));
+      l.Add("dim_labels=" + ConvolutionDimLabelsString(a.convolution));
       if (a.feature_group_count != 1) {
-        add(fmt::format("feature_group_count={}", a.feature_group_count));
+        l.Add(fmt::format("feature_group_count={}", a.feature_group_count));
       }
-      if (a.batch_group_count != 1) add(fmt::format("batch_group_count={}", a.batch_group_count));
+      if (a.batch_group_count != 1) {
+        l.Add(fmt::format("batch_group_count={}", a.batch_group_count));
+      }
       break;
     case HloOpcode::kRngBitGenerator:
       l.Add(fmt::format("algorithm={}", RngAlgorithmString(a.rng_algorithm)));

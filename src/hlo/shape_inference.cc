@@ -1052,11 +1052,11 @@ Shape InferHloShape(const HloInstruction& instr) {
     case HloOpcode::kCustomCall:
       return Declared(instr, "custom-call results are opaque");
     case HloOpcode::kRng:
-      return shape_inference_internal::InferRng(instr);
+      return hlo::InferRng(instr);
     case HloOpcode::kRngBitGenerator:
-      return shape_inference_internal::InferRngBitGenerator(instr);
+      return hlo::InferRngBitGenerator(instr);
     case HloOpcode::kConvolution:
-      return shape_inference_internal::InferConvolution(instr);
+      return hlo::InferConvolution(instr);
     case HloOpcode::kPartitionId:
     case HloOpcode::kReplicaId:
       ExpectOperandCount(instr, 0);

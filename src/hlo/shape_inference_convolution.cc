@@ -11,7 +11,7 @@
 #include "shape_inference_internal.h"
 #include "weft/base/error.h"
 
-namespace weft::shape_inference_internal {
+namespace weft::hlo {
 namespace {
 
 // `dims` (two named dims, then spatial) are a permutation of [0, rank).
@@ -119,4 +119,4 @@ Shape InferConvolution(const HloInstruction& instr) {
   return Shape(type, out);
 }
 
-}  // namespace weft::shape_inference_internal
+}  // namespace weft::hlo

@@ -4,7 +4,7 @@
 
 #include "weft/hlo/instruction.h"
 
-namespace weft::shape_inference_internal {
+namespace weft::hlo {
 
 // rng(a, b), distribution=...: scalars a, b of the declared result's type
 // (and a tile's starts, RngTileOf).
@@ -20,4 +20,4 @@ Shape InferConvolution(const HloInstruction& instr);
 // dilated base is shorter than the dilated window).
 int64_t WindowOutputSize(int64_t base, const WindowDim& w);
 
-}  // namespace weft::shape_inference_internal
+}  // namespace weft::hlo

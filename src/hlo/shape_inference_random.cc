@@ -3,7 +3,7 @@
 #include "shape_inference_internal.h"
 #include "weft/base/error.h"
 
-namespace weft::shape_inference_internal {
+namespace weft::hlo {
 namespace {
 
 // A tile's starts (RngTileOf): one integer scalar per dim of the value,
@@ -82,4 +82,4 @@ Shape InferRngBitGenerator(const HloInstruction& instr) {
   return out;
 }
 
-}  // namespace weft::shape_inference_internal
+}  // namespace weft::hlo

@@ -11,7 +11,7 @@
 
 #include "weft/base/error.h"
 
-namespace weft::hlo_text {
+namespace weft::hlo {
 namespace {
 
 bool IsNameStart(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
@@ -365,4 +365,4 @@ Shape TextCursor::ParseShape(int depth) {
   return Shape(*type, std::move(dims));
 }
 
-}  // namespace weft::hlo_text
+}  // namespace weft::hlo

@@ -13,7 +13,7 @@
 #include "weft/hlo/instruction.h"
 #include "weft/hlo/shape.h"
 
-namespace weft::hlo_text {
+namespace weft::hlo {
 
 class TextCursor {
  public:
@@ -93,4 +93,4 @@ class TextCursor {
   std::vector<int64_t> last_layout_;
 };
 
-}  // namespace weft::hlo_text
+}  // namespace weft::hlo

@@ -8,7 +8,7 @@
 #include "weft/sharding/sharding_util.h"
 #include "weft/spmd/improve_sharding.h"
 
-namespace weft::spmd_internal {
+namespace weft::spmd {
 namespace {
 
 bool IsElementwiseOp(const HloInstruction& i) {
@@ -599,4 +599,4 @@ bool Propagator::RefineUnspecifiedFromUsers(HloInstruction* instr, int level) {
   return changed;
 }
 
-}  // namespace weft::spmd_internal
+}  // namespace weft::spmd

@@ -13,7 +13,7 @@
 #include "weft/spmd/op_sharding_rule.h"
 #include "weft/spmd/sharding_propagation.h"
 
-namespace weft::spmd_internal {
+namespace weft::spmd {
 
 struct ShardGroupInfo {
   int64_t id = 0;
@@ -118,4 +118,4 @@ HloSharding LeafSharding(const HloSharding& sharding, int64_t leaf);
 HloSharding WithLeaf(const std::optional<HloSharding>& sharding, const Shape& shape, int64_t leaf,
                      const HloSharding& value);
 
-}  // namespace weft::spmd_internal
+}  // namespace weft::spmd

@@ -10,7 +10,7 @@
 #include "weft/sharding/sharding_util.h"
 #include "weft/spmd/improve_sharding.h"
 
-namespace weft::spmd_internal {
+namespace weft::spmd {
 namespace {
 
 // Two user shardings can end as one: equal, or partial shardings that merge.
@@ -173,4 +173,4 @@ void Propagator::AlignShardAsGroups() {
   }
 }
 
-}  // namespace weft::spmd_internal
+}  // namespace weft::spmd

@@ -40,7 +40,7 @@ std::string_view DecisionKindName(DecisionKind kind) {
   return "?";
 }
 
-namespace spmd_internal {
+namespace spmd {
 
 bool IsCustomCall(const HloInstruction& instr, std::string_view target) {
   return instr.opcode() == HloOpcode::kCustomCall && instr.attrs().custom_call_target == target;
@@ -306,11 +306,11 @@ std::vector<HloInstruction*> Related(
 
 }  // namespace
 
-}  // namespace spmd_internal
+}  // namespace spmd
 
-using spmd_internal::Propagator;
+using spmd::Propagator;
 
-namespace spmd_internal {
+namespace spmd {
 
 void Propagator::Run() {
   HloComputation* entry = module_.entry_computation();
@@ -604,7 +604,7 @@ void Propagator::Run() {
   }
 }
 
-}  // namespace spmd_internal
+}  // namespace spmd
 
 PropagationResult PropagateShardings(HloModule& module, const PropagationOptions& options) {
   PropagationResult result;

@@ -7,7 +7,7 @@
 
 #include "weft/base/error.h"
 
-namespace weft::hlo_text {
+namespace weft::hlo {
 namespace {
 
 std::string ErrorOf(const std::function<void()>& fn) {
@@ -51,8 +51,16 @@ TEST(AttributeTextTest, WindowsAndTheirErrors) {
   TextCursor mismatch("{size=3x2 stride=2}", "");
   EXPECT_EQ(ErrorOf([&] { ParseWindow(mismatch); }),
             "1:11: window stride has 1 dims but an earlier part has 2");
-  TextCursor unknown("{size=3 rhs_reversal=1}", "");
-  EXPECT_NE(ErrorOf([&] { ParseWindow(unknown); }).find("unknown window part 'rhs_reversal'"),
+  TextCursor reversed("{size=3x2 rhs_reversal=1x0}", "");
+  const std::vector<WindowDim> reversed_window = ParseWindow(reversed);
+  ASSERT_EQ(reversed_window.size(), 2u);
+  EXPECT_TRUE(reversed_window[0].window_reversal);
+  EXPECT_FALSE(reversed_window[1].window_reversal);
+  TextCursor bad_reversal("{size=3 rhs_reversal=2}", "");
+  EXPECT_NE(ErrorOf([&] { ParseWindow(bad_reversal); }).find("rhs_reversal is 0 or 1 per dim"),
+            std::string::npos);
+  TextCursor unknown("{size=3 flip=1}", "");
+  EXPECT_NE(ErrorOf([&] { ParseWindow(unknown); }).find("unknown window part 'flip'"),
             std::string::npos);
 }
 
@@ -76,4 +84,4 @@ TEST(AttributeTextTest, LiteralsReadIntegersExactly) {
 }
 
 }  // namespace
-}  // namespace weft::hlo_text
+}  // namespace weft::hlo

@@ -2,14 +2,13 @@
 
 #include <string>
 
+#include "error_of.h"
 #include "weft/hlo/instruction.h"
 
 namespace weft {
 namespace {
 
-bool Contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
+using weft::testing::Mentions;
 
 TEST(ConvolutionDimLabelsTest, ParsesEveryPartAndPrintsItBack) {
   std::string error;
@@ -42,21 +41,21 @@ TEST(ConvolutionDimLabelsTest, ParsesEveryPartAndPrintsItBack) {
 TEST(ConvolutionDimLabelsTest, MalformedLabelsSayWhatIsWrong) {
   std::string error;
   EXPECT_FALSE(ParseConvolutionDimLabels("b01f01io->b01f", &error));
-  EXPECT_TRUE(Contains(error, "lhs_rhs->out")) << error;
+  EXPECT_TRUE(Mentions(error, "lhs_rhs->out")) << error;
   EXPECT_FALSE(ParseConvolutionDimLabels("b01f_01io-b01f", &error));
-  EXPECT_TRUE(Contains(error, "lhs_rhs->out")) << error;
+  EXPECT_TRUE(Mentions(error, "lhs_rhs->out")) << error;
   EXPECT_FALSE(ParseConvolutionDimLabels("b01f_0io->b01f", &error));
-  EXPECT_TRUE(Contains(error, "must have one rank")) << error;
+  EXPECT_TRUE(Mentions(error, "must have one rank")) << error;
   EXPECT_FALSE(ParseConvolutionDimLabels("b00f_01io->b01f", &error));
-  EXPECT_TRUE(Contains(error, "name '0' twice")) << error;
+  EXPECT_TRUE(Mentions(error, "name '0' twice")) << error;
   EXPECT_FALSE(ParseConvolutionDimLabels("b02f_01io->b01f", &error));
-  EXPECT_TRUE(Contains(error, "the input labels 'b02f' hold '2'")) << error;
+  EXPECT_TRUE(Mentions(error, "the input labels 'b02f' hold '2'")) << error;
   EXPECT_FALSE(ParseConvolutionDimLabels("b01f_01ib->b01f", &error));
-  EXPECT_TRUE(Contains(error, "kernel labels")) << error;
+  EXPECT_TRUE(Mentions(error, "kernel labels")) << error;
   EXPECT_FALSE(ParseConvolutionDimLabels("b01f_01io->b01b", &error));
-  EXPECT_TRUE(Contains(error, "output labels")) << error;
+  EXPECT_TRUE(Mentions(error, "output labels")) << error;
   EXPECT_FALSE(ParseConvolutionDimLabels("b_i->b", &error));
-  EXPECT_TRUE(Contains(error, "need at least")) << error;
+  EXPECT_TRUE(Mentions(error, "need at least")) << error;
 }
 
 }  // namespace

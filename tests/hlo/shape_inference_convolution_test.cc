@@ -2,10 +2,13 @@
 
 #include <string>
 
+#include "error_of.h"
 #include "weft/hlo/parser.h"
 
 namespace weft {
 namespace {
+
+using weft::testing::Mentions;
 
 // The convolution `line` in an entry with lhs `lhs` and rhs `rhs`, parsed:
 // its result shape, or "error: ..." with the parser's message.
@@ -19,10 +22,6 @@ std::string Conv(const std::string& lhs, const std::string& rhs, const std::stri
   } catch (const Error& e) {
     return std::string("error: ") + e.what();
   }
-}
-
-bool Contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
 }
 
 TEST(ShapeInferenceConvolutionTest, ResultShapes) {
@@ -65,7 +64,7 @@ TEST(ShapeInferenceConvolutionTest, InconsistentInputsAreErrors) {
   auto expect = [&](const std::string& l, const std::string& r, const std::string& line,
                     const std::string& part) {
     const std::string got = Conv(l, r, line);
-    EXPECT_TRUE(Contains(got, part)) << line << "\n  gave: " << got;
+    EXPECT_TRUE(Mentions(got, part)) << line << "\n  gave: " << got;
   };
   expect(lhs, rhs, "f32[8,32,32,64] convolution(l, r), window={size=3x3}",
          "missing attribute dim_labels=");

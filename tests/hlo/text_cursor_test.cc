@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-namespace weft::hlo_text {
+namespace weft::hlo {
 namespace {
 
 TEST(TextCursorTest, LocationsAndComments) {
@@ -88,4 +88,4 @@ TEST(TextCursorTest, ShapesAndErrors) {
 }
 
 }  // namespace
-}  // namespace weft::hlo_text
+}  // namespace weft::hlo

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "error_of.h"
 #include "weft/base/error.h"
 #include "weft/base/memory.h"
 #include "weft/hlo/parser.h"
@@ -12,12 +13,10 @@
 namespace weft::runtime {
 namespace {
 
+using weft::testing::Mentions;
+
 using compiler::CompiledProgram;
 using compiler::CompileForDevices;
-
-bool Contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
 
 // The estimate: the memory plan's peak of the per-device program, times the
 // devices of this process, plus the inputs, counting once what the devices
@@ -53,13 +52,13 @@ ENTRY e {
     ADD_FAILURE() << "not refused";
   } catch (const Error& error) {
     const std::string m = error.what();
-    EXPECT_TRUE(Contains(m, fmt::format("weft run m.hlo: the run needs about {} ({} bytes) at once",
+    EXPECT_TRUE(Mentions(m, fmt::format("weft run m.hlo: the run needs about {} ({} bytes) at once",
                                         FormatBytes(e.total_bytes), e.total_bytes)))
         << m;
-    EXPECT_TRUE(Contains(m, fmt::format("this machine has {} ({} bytes) of physical memory",
+    EXPECT_TRUE(Mentions(m, fmt::format("this machine has {} ({} bytes) of physical memory",
                                         FormatBytes(e.total_bytes - 1), e.total_bytes - 1)))
         << m;
-    EXPECT_TRUE(Contains(m, "4 devices x")) << m;
+    EXPECT_TRUE(Mentions(m, "4 devices x")) << m;
   }
   // --check adds the unsharded module's run (after the sharded one).
   const RunMemoryEstimate checked = EstimateRunMemory(*module, program, 4, true);
