@@ -242,6 +242,22 @@ inline void ClampFloat(const double* lo, bool lo_scalar, const double* x, const 
   ClampReal(lo, lo_scalar, x, hi, hi_scalar, o, n);
 }
 }  // namespace streaming
+namespace cached {  // f64 computes as streaming does (no clones of it)
+inline void UnaryFloat(HloOpcode op, const double* a, double* o, int64_t n) {
+  streaming::UnaryFloat(op, a, o, n);
+}
+inline void BinaryFloat(HloOpcode op, const double* a, const double* b, double* o, int64_t n) {
+  streaming::BinaryFloat(op, a, b, o, n);
+}
+inline void Compare(ComparisonDirection d, const double* a, const double* b, uint8_t* o,
+                    int64_t n) {
+  streaming::Compare(d, a, b, o, n);
+}
+inline void ClampFloat(const double* lo, bool lo_scalar, const double* x, const double* hi,
+                       bool hi_scalar, double* o, int64_t n) {
+  streaming::ClampFloat(lo, lo_scalar, x, hi, hi_scalar, o, n);
+}
+}  // namespace cached
 
 // Unsigned arithmetic for T's wrap-around that never promotes to (signed)
 // int: u16 * u16 in int could overflow.

@@ -17,10 +17,13 @@ namespace {
 constexpr int64_t kBlock = 512;              // f32 scratch per bf16/f16 block
 constexpr int64_t kParallelChunk = 1 << 15;  // elements per thread-pool task
 
-// Runs kernel(inputs as float*, out as OutT*, n) over [begin, end) of
-// buffers of float type `t`, converting bf16/f16 through f32 scratch; f64
-// runs as kernel(inputs as double*, out as double* (OutT float) or OutT*, n).
-// A scalar input (stride 0) is broadcast.
+// Runs kernel(inputs as float*, out as OutT*, n, in_cache) over [begin, end)
+// of buffers of float type `t`, converting bf16/f16 through f32 scratch
+// blocks that stay in L1 (in_cache: the kernel may run the `cached` span
+// kernels, vectorized for the CPU's widest instruction set, where whole
+// buffers streamed from memory run the baseline `streaming` ones); f64 runs
+// as kernel(inputs as double*, out as double* (OutT float) or OutT*, n,
+// false). A scalar input (stride 0) is broadcast.
 template <typename OutT, typename Kernel>
 void FloatBlocks(PrimitiveType t, int num_in, const void* const* in, const bool* scalar, void* out,
                  bool out_is_float_type, int64_t begin, int64_t end, Kernel kernel) {
@@ -30,7 +33,7 @@ void FloatBlocks(PrimitiveType t, int num_in, const void* const* in, const bool*
     for (int k = 0; k < num_in; ++k) {
       p[k] = static_cast<const double*>(in[k]) + (scalar[k] ? 0 : begin);
     }
-    kernel(p, static_cast<R*>(out) + begin, end - begin);
+    kernel(p, static_cast<R*>(out) + begin, end - begin, false);
     return;
   }
   if (!IsHalf(t)) {
@@ -38,7 +41,7 @@ void FloatBlocks(PrimitiveType t, int num_in, const void* const* in, const bool*
     for (int k = 0; k < num_in; ++k) {
       p[k] = static_cast<const float*>(in[k]) + (scalar[k] ? 0 : begin);
     }
-    kernel(p, static_cast<OutT*>(out) + begin, end - begin);
+    kernel(p, static_cast<OutT*>(out) + begin, end - begin, false);
     return;
   }
   float scratch[3][kBlock];
@@ -60,10 +63,10 @@ void FloatBlocks(PrimitiveType t, int num_in, const void* const* in, const bool*
       p[k] = scratch[k];
     }
     if (out_is_float_type) {
-      kernel(p, reinterpret_cast<OutT*>(result), n);
+      kernel(p, reinterpret_cast<OutT*>(result), n, true);
       streaming::FloatToHalf(t, result, static_cast<uint16_t*>(out) + b, n);
     } else {
-      kernel(p, static_cast<OutT*>(out) + b, n);
+      kernel(p, static_cast<OutT*>(out) + b, n, true);
     }
   }
 }
@@ -80,9 +83,16 @@ Value EvalUnary(const HloInstruction& instr, EvalArgs& args) {
       n, kParallelChunk, args.ctx().options().use_thread_pool, [&](int64_t b, int64_t e) {
         if (IsFloatingPoint(t)) {
           const bool scalar[1] = {false};
+          // exp and logistic compute more than they move (ExpF): the widest
+          // clone even over buffers streamed from memory.
+          const bool arithmetic = op == HloOpcode::kExp || op == HloOpcode::kLogistic;
           FloatBlocks<float>(t, 1, &in, scalar, o, true, b, e,
-                             [&](const auto* const* p, auto* r, int64_t m) {
-                               streaming::UnaryFloat(op, p[0], r, m);
+                             [&](const auto* const* p, auto* r, int64_t m, bool in_cache) {
+                               if (in_cache || arithmetic) {
+                                 cached::UnaryFloat(op, p[0], r, m);
+                               } else {
+                                 streaming::UnaryFloat(op, p[0], r, m);
+                               }
                              });
         } else if (t == PrimitiveType::kPred) {
           WEFT_CHECK(op == HloOpcode::kNot, "{} is not supported on pred", HloOpcodeString(op));
@@ -110,47 +120,53 @@ Value EvalBinary(const HloInstruction& instr, EvalArgs& args) {
   const int64_t n = x.element_count();
   const void* in[2] = {x.raw_data(), y.raw_data()};
   void* o = out.mutable_raw_data();
-  ParallelRanges(n, kParallelChunk, args.ctx().options().use_thread_pool,
-                 [&](int64_t b, int64_t e) {
-                   const bool scalar[2] = {false, false};
-                   if (IsFloatingPoint(t)) {
-                     if (compare) {
-                       FloatBlocks<uint8_t>(t, 2, in, scalar, o, false, b, e,
-                                            [&](const auto* const* p, uint8_t* r, int64_t m) {
-                                              if (total_order) {
-                                                CompareTotalOrder(dir, p[0], p[1], r, m);
-                                              } else {
-                                                streaming::Compare(dir, p[0], p[1], r, m);
-                                              }
-                                            });
-                     } else {
-                       FloatBlocks<float>(t, 2, in, scalar, o, true, b, e,
-                                          [&](const auto* const* p, auto* r, int64_t m) {
-                                            streaming::BinaryFloat(op, p[0], p[1], r, m);
-                                          });
-                     }
-                   } else if (t == PrimitiveType::kPred) {
-                     const uint8_t* pa = static_cast<const uint8_t*>(in[0]) + b;
-                     const uint8_t* pb = static_cast<const uint8_t*>(in[1]) + b;
-                     uint8_t* r = static_cast<uint8_t*>(o) + b;
-                     if (compare) {
-                       CompareValues(dir, pa, pb, r, e - b);
-                     } else {
-                       BinaryPred(op, pa, pb, r, e - b);
-                     }
-                   } else {
-                     DispatchInt(t, [&](auto* tag) {
-                       using T = std::remove_pointer_t<decltype(tag)>;
-                       const T* pa = static_cast<const T*>(in[0]) + b;
-                       const T* pb = static_cast<const T*>(in[1]) + b;
-                       if (compare) {
-                         CompareValues(dir, pa, pb, static_cast<uint8_t*>(o) + b, e - b);
-                       } else {
-                         BinaryInt(op, pa, pb, static_cast<T*>(o) + b, e - b);
-                       }
-                     });
-                   }
-                 });
+  ParallelRanges(
+      n, kParallelChunk, args.ctx().options().use_thread_pool, [&](int64_t b, int64_t e) {
+        const bool scalar[2] = {false, false};
+        if (IsFloatingPoint(t)) {
+          if (compare) {
+            FloatBlocks<uint8_t>(t, 2, in, scalar, o, false, b, e,
+                                 [&](const auto* const* p, uint8_t* r, int64_t m, bool in_cache) {
+                                   if (total_order) {
+                                     CompareTotalOrder(dir, p[0], p[1], r, m);
+                                   } else if (in_cache) {
+                                     cached::Compare(dir, p[0], p[1], r, m);
+                                   } else {
+                                     streaming::Compare(dir, p[0], p[1], r, m);
+                                   }
+                                 });
+          } else {
+            FloatBlocks<float>(t, 2, in, scalar, o, true, b, e,
+                               [&](const auto* const* p, auto* r, int64_t m, bool in_cache) {
+                                 if (in_cache) {
+                                   cached::BinaryFloat(op, p[0], p[1], r, m);
+                                 } else {
+                                   streaming::BinaryFloat(op, p[0], p[1], r, m);
+                                 }
+                               });
+          }
+        } else if (t == PrimitiveType::kPred) {
+          const uint8_t* pa = static_cast<const uint8_t*>(in[0]) + b;
+          const uint8_t* pb = static_cast<const uint8_t*>(in[1]) + b;
+          uint8_t* r = static_cast<uint8_t*>(o) + b;
+          if (compare) {
+            CompareValues(dir, pa, pb, r, e - b);
+          } else {
+            BinaryPred(op, pa, pb, r, e - b);
+          }
+        } else {
+          DispatchInt(t, [&](auto* tag) {
+            using T = std::remove_pointer_t<decltype(tag)>;
+            const T* pa = static_cast<const T*>(in[0]) + b;
+            const T* pb = static_cast<const T*>(in[1]) + b;
+            if (compare) {
+              CompareValues(dir, pa, pb, static_cast<uint8_t*>(o) + b, e - b);
+            } else {
+              BinaryInt(op, pa, pb, static_cast<T*>(o) + b, e - b);
+            }
+          });
+        }
+      });
   return Value{std::move(out)};
 }
 
@@ -194,8 +210,12 @@ Value EvalClamp(const HloInstruction& instr, EvalArgs& args) {
     const void* in[3] = {lo.raw_data(), x.raw_data(), hi.raw_data()};
     const bool scalar[3] = {lo_scalar, false, hi_scalar};
     FloatBlocks<float>(t, 3, in, scalar, o, true, 0, n,
-                       [&](const auto* const* p, auto* r, int64_t m) {
-                         streaming::ClampFloat(p[0], lo_scalar, p[1], p[2], hi_scalar, r, m);
+                       [&](const auto* const* p, auto* r, int64_t m, bool in_cache) {
+                         if (in_cache) {
+                           cached::ClampFloat(p[0], lo_scalar, p[1], p[2], hi_scalar, r, m);
+                         } else {
+                           streaming::ClampFloat(p[0], lo_scalar, p[1], p[2], hi_scalar, r, m);
+                         }
                        });
   } else {
     WEFT_CHECK(t != PrimitiveType::kPred, "clamp of pred is not supported");
