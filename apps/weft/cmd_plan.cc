@@ -116,10 +116,10 @@ int RunPlan(const PlanFlags& f) {
   return 0;
 }
 
-int RunPlanValidate(const std::string& file) {
+int RunPlanValidate(const std::string& file, bool fit) {
   const PublishedRuns runs = LoadPublishedRuns(file);
-  const Validation v = ValidatePublishedRuns(runs);
-  const std::string out = FormatValidationMarkdown(runs, v);
+  const std::string out = fit ? FormatFitMarkdown(FitMatrixEfficiency(runs))
+                              : FormatValidationMarkdown(runs, ValidatePublishedRuns(runs));
   std::fwrite(out.data(), 1, out.size(), stdout);
   return 0;
 }
@@ -194,7 +194,12 @@ void AddPlan(CLI::App& app) {
   auto file = std::make_shared<std::string>(
       (analysis::FindChipTable("").parent_path() / "published_runs.toml").string());
   validate->add_option("runs", *file, "Runs file (default: configs/published_runs.toml)");
-  validate->callback([file] { SetAction([file] { return RunPlanValidate(*file); }); });
+  auto fit = std::make_shared<bool>(false);
+  validate->add_flag("--fit", *fit,
+                     "Instead of the table: each chip's matrix_efficiency fitted on its runs "
+                     "marked fitted (the value to write in the chips file)");
+  validate->callback(
+      [file, fit] { SetAction([file, fit] { return RunPlanValidate(*file, *fit); }); });
 }
 
 }  // namespace weft::cli

@@ -139,7 +139,9 @@ BlockMask BlockMask::Create(MaskModPtr mask_mod, int64_t batch, int64_t heads, i
       const int64_t k0 = kb * kv_block, k1 = std::min(k0 + kv_block, kv_len);
       const int64_t nq = q1 - q0, nk = k1 - k0;
       const std::optional<BlockKind> told = mask.Classify(b, h, q0, q1, k0, k1);
-      if (told && *told != BlockKind::kPartial) {
+      // A block told partial is evaluated only to keep its mask; past the
+      // bound nothing more is kept, so its kind is all that is needed.
+      if (told && (*told != BlockKind::kPartial || !keep_tiles.load(std::memory_order_relaxed))) {
         row[kb] = *told;
         continue;
       }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 
 #include "weft/base/error.h"
@@ -111,22 +112,98 @@ PublishedRuns LoadPublishedRuns(const std::filesystem::path& path) {
   return out;
 }
 
+namespace {
+
+// The plan of one published run, with the chip's matrix_efficiency replaced
+// when `efficiency` is set.
+StepPlan PlanPublishedRun(const PublishedRuns& runs, const PublishedRun& r,
+                          std::optional<double> efficiency = std::nullopt) {
+  const std::filesystem::path config_path = runs.file.parent_path() / r.config;
+  const RunConfig config = LoadRunConfig(config_path.string());
+  PlanOptions o;
+  o.chip = r.chip;
+  o.mesh = ParseMeshFlag(r.mesh);
+  if (!r.dcn.empty()) o.mesh = ApplyDcnFlag(*o.mesh, r.dcn);
+  o.batch_size = r.batch;
+  o.seq_len = r.seq;
+  o.remat = r.remat;
+  o.top_buffers = 0;
+  o.timeline_points = 0;
+  o.matrix_efficiency = efficiency;
+  return PlanTrainingStep(config, o);
+}
+
+}  // namespace
+
+std::vector<FittedEfficiency> FitMatrixEfficiency(const PublishedRuns& runs) {
+  std::vector<FittedEfficiency> out;
+  for (const PublishedRun& r : runs.runs) {
+    if (!r.fitted) continue;
+    auto it = std::find_if(out.begin(), out.end(),
+                           [&](const FittedEfficiency& f) { return f.chip == r.chip; });
+    if (it == out.end()) it = out.insert(out.end(), FittedEfficiency{r.chip, {}, 1, 1, 0});
+    it->runs.push_back(r.name);
+  }
+  for (FittedEfficiency& f : out) {
+    // The mean log ratio of predicted to published tokens/s over the chip's
+    // fitted runs; it grows with the efficiency.
+    auto mean_log_ratio = [&](std::optional<double> efficiency) {
+      double sum = 0;
+      int64_t n = 0;
+      for (const PublishedRun& r : runs.runs) {
+        if (!r.fitted || r.chip != f.chip) continue;
+        const StepPlan p = PlanPublishedRun(runs, r, efficiency);
+        if (!efficiency) f.table = p.chip.matrix_efficiency;
+        sum += std::log(p.tokens_per_s_per_chip() / r.tokens_per_s_per_chip);
+        ++n;
+      }
+      ++f.evaluations;
+      return sum / static_cast<double>(n);
+    };
+    // Secant steps on log(efficiency), from the table's value and then the
+    // step a fully compute-bound run would take.
+    double g0 = mean_log_ratio(std::nullopt);  // sets f.table
+    double x0 = std::log(f.table);
+    double x1 = std::min(0.0, x0 - g0);
+    double g1 = mean_log_ratio(std::exp(x1));
+    for (int i = 0; i < 30 && std::fabs(g1) > kFitTolerance; ++i) {
+      WEFT_CHECK(!(x1 == 0 && g1 < 0),
+                 "{}: chip '{}' reaches only {:.1f}% of its fitted runs' published tokens/s at "
+                 "matrix_efficiency = 1; its other figures (peaks, bandwidths) are too low for "
+                 "them",
+                 runs.file.string(), f.chip, 100 * std::exp(g1));
+      const double slope = g1 != g0 && x1 != x0 ? (g1 - g0) / (x1 - x0) : 1;
+      const double x2 = std::min(0.0, x1 - g1 / std::max(slope, 1e-3));
+      x0 = x1;
+      g0 = g1;
+      x1 = x2;
+      g1 = mean_log_ratio(std::exp(x1));
+    }
+    WEFT_INTERNAL_CHECK(std::fabs(g1) <= kFitTolerance,
+                        "fitting chip '{}''s matrix_efficiency did not converge "
+                        "(last {:.4f}, off by {:+.3f}%)",
+                        f.chip, std::exp(x1), 100 * (std::exp(g1) - 1));
+    f.fitted = std::exp(x1);
+  }
+  return out;
+}
+
+std::string FormatFitMarkdown(const std::vector<FittedEfficiency>& fits) {
+  std::string o = "| chip | matrix_efficiency in the chips file | fitted | fitted on |\n";
+  o += "|---|---|---|---|\n";
+  for (const FittedEfficiency& f : fits) {
+    std::string on;
+    for (const std::string& run : f.runs) on += (on.empty() ? "" : "; ") + run;
+    o += fmt::format("| {} | {:.3f} | {:.3f} | {} |\n", f.chip, f.table, f.fitted, on);
+  }
+  return o;
+}
+
 Validation ValidatePublishedRuns(const PublishedRuns& runs) {
   Validation v;
   std::vector<double> errors;
   for (const PublishedRun& r : runs.runs) {
-    const std::filesystem::path config_path = runs.file.parent_path() / r.config;
-    const RunConfig config = LoadRunConfig(config_path.string());
-    PlanOptions o;
-    o.chip = r.chip;
-    o.mesh = ParseMeshFlag(r.mesh);
-    if (!r.dcn.empty()) o.mesh = ApplyDcnFlag(*o.mesh, r.dcn);
-    o.batch_size = r.batch;
-    o.seq_len = r.seq;
-    o.remat = r.remat;
-    o.top_buffers = 0;
-    o.timeline_points = 0;
-    const StepPlan p = PlanTrainingStep(config, o);
+    const StepPlan p = PlanPublishedRun(runs, r);
     ValidatedRun out;
     out.run = r;
     out.step_s = p.time.step_s;

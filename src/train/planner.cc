@@ -303,6 +303,11 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
       options.chips_file.empty() ? analysis::FindChipTable(config.source) : options.chips_file;
   const analysis::ChipTable chips = analysis::LoadChipTable(chips_file);
   plan.chip = chips.Find(options.chip);
+  if (options.matrix_efficiency) {
+    WEFT_CHECK(*options.matrix_efficiency > 0 && *options.matrix_efficiency <= 1,
+               "matrix_efficiency must be in (0, 1], got {}", *options.matrix_efficiency);
+    plan.chip.matrix_efficiency = *options.matrix_efficiency;
+  }
   plan.chips_file = chips_file.string();
   plan.precision = options.precision.value_or(config.train.precision);
 

@@ -66,6 +66,21 @@ struct Validation {
 };
 
 Validation ValidatePublishedRuns(const PublishedRuns& runs);
+
+// Each chip's matrix_efficiency fitted on its runs marked `fitted`: the value
+// at which the mean log ratio of predicted to published tokens/s is zero
+// (within kFitTolerance), found by secant steps on log(efficiency). Fails,
+// naming the chip, when even an efficiency of 1 predicts less than published.
+inline constexpr double kFitTolerance = 1e-4;
+struct FittedEfficiency {
+  std::string chip;
+  std::vector<std::string> runs;  // the fitted runs' names
+  double table = 1;               // the chips file's value
+  double fitted = 1;
+  int64_t evaluations = 0;  // plans per fitted run
+};
+std::vector<FittedEfficiency> FitMatrixEfficiency(const PublishedRuns& runs);
+std::string FormatFitMarkdown(const std::vector<FittedEfficiency>& fits);
 std::string FormatValidationMarkdown(const PublishedRuns& runs, const Validation& v);
 
 }  // namespace weft

@@ -61,6 +61,9 @@ struct PlanOptions {
   int64_t top_buffers = 10;
   int64_t timeline_points = 400;
   bool keep_program = false;  // fill StepPlan::program_text
+  // Replaces the chip's matrix_efficiency, in (0, 1] (weft plan-validate
+  // --fit searches it).
+  std::optional<double> matrix_efficiency;
 };
 
 // A buffer live at the peak, with what the global program says about it.
