@@ -1,5 +1,5 @@
 // vjp rules of the ops that move data without arithmetic: broadcast,
-// reshape, transpose, slices, concatenate, tuples.
+// reshape, transpose, reverse, slices, concatenate, tuples.
 #include <algorithm>
 
 #include "vjp.h"
@@ -43,6 +43,10 @@ void Transpose(VjpContext& c, const HloInstruction& f, std::span<HloInstruction*
   std::vector<int64_t> inverse(perm.size());
   for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
   c.Accumulate(f.operand(0), c.b().Transpose(ct[0], inverse));
+}
+
+void Reverse(VjpContext& c, const HloInstruction& f, std::span<HloInstruction* const> ct) {
+  c.Accumulate(f.operand(0), c.b().Reverse(ct[0], f.dimensions()));
 }
 
 // Zero-pad the cotangent back to the operand: strides become interior padding.
@@ -109,6 +113,7 @@ void RegisterShapeOpVjps(VjpTable& t) {
   t.Register(HloOpcode::kBroadcast, Broadcast);
   t.Register(HloOpcode::kReshape, Reshape);
   t.Register(HloOpcode::kTranspose, Transpose);
+  t.Register(HloOpcode::kReverse, Reverse);
   t.Register(HloOpcode::kSlice, Slice);
   t.Register(HloOpcode::kDynamicSlice, DynamicSlice);
   t.Register(HloOpcode::kDynamicUpdateSlice, DynamicUpdateSlice);

@@ -129,6 +129,12 @@ HloInstruction* HloComputationBuilder::Transpose(HloInstruction* x,
   return AddInstruction(HloOpcode::kTranspose, {x}, std::move(a));
 }
 
+HloInstruction* HloComputationBuilder::Reverse(HloInstruction* x, std::vector<int64_t> dimensions) {
+  HloAttributes a;
+  a.dimensions = std::move(dimensions);
+  return AddInstruction(HloOpcode::kReverse, {x}, std::move(a));
+}
+
 HloInstruction* HloComputationBuilder::Slice(HloInstruction* x, std::vector<int64_t> starts,
                                              std::vector<int64_t> limits,
                                              std::vector<int64_t> strides) {

@@ -223,28 +223,19 @@ class Ops {
     HloInstruction* t = b_.Transpose(x, {0, 2, 1, 3});
     return b_.Reshape(t, {d[0], d[2], d[1] * d[3]});
   }
-  // Meta's RoPE: pairs (x[2j], x[2j+1]) rotate by angle pos * theta^(-2j/Dh);
-  // cos/sin are [B,S,Dh/2] in x's type (computed in f32 and rounded once,
-  // as Hugging Face's Llama does), and the rotation runs in it.
-  HloInstruction* Rope(HloInstruction* x, HloInstruction* cos, HloInstruction* sin) {
+  // Meta's RoPE: pairs (x[2j], x[2j+1]) rotate by angle pos * theta^(-2j/Dh):
+  // x * cos + swap(x) * signed_sin, where swap reverses each pair and the
+  // tables [B,S,Dh/2,2] hold (cos, cos) and (-sin, sin) per pair (RopeTables).
+  // Only index maps and elementwise ops, so the compiler fuses the whole
+  // rotation, with the head split before it, into one loop.
+  HloInstruction* Rope(HloInstruction* x, HloInstruction* cos, HloInstruction* signed_sin) {
     const std::vector<int64_t> d = x->shape().dimensions();  // B,H,S,Dh
-    const int64_t half = d[3] / 2;
-    HloInstruction* pairs = b_.Reshape(x, {d[0], d[1], d[2], half, 2});
-    auto part = [&](int64_t k) {
-      HloInstruction* s = b_.Slice(pairs, {0, 0, 0, 0, k}, {d[0], d[1], d[2], half, k + 1});
-      return b_.Reshape(s, {d[0], d[1], d[2], half});
-    };
-    HloInstruction* even = part(0);
-    HloInstruction* odd = part(1);
-    const std::vector<int64_t> hd = {d[0], d[1], d[2], half};
-    HloInstruction* c = b_.Broadcast(cos, hd, {0, 2, 3});
-    HloInstruction* s = b_.Broadcast(sin, hd, {0, 2, 3});
-    HloInstruction* new_even = b_.Subtract(b_.Multiply(even, c), b_.Multiply(odd, s));
-    HloInstruction* new_odd = b_.Add(b_.Multiply(even, s), b_.Multiply(odd, c));
-    const std::vector<int64_t> one = {d[0], d[1], d[2], half, 1};
-    HloInstruction* joined =
-        b_.Concatenate({b_.Reshape(new_even, one), b_.Reshape(new_odd, one)}, 4);
-    return b_.Reshape(joined, d);
+    const std::vector<int64_t> pd = {d[0], d[1], d[2], d[3] / 2, 2};
+    HloInstruction* pairs = b_.Reshape(x, pd);
+    HloInstruction* swapped = b_.Reverse(pairs, {4});
+    HloInstruction* c = b_.Broadcast(cos, pd, {0, 2, 3, 4});
+    HloInstruction* s = b_.Broadcast(signed_sin, pd, {0, 2, 3, 4});
+    return b_.Reshape(b_.Add(b_.Multiply(pairs, c), b_.Multiply(swapped, s)), d);
   }
 
  private:
@@ -375,8 +366,9 @@ struct LlamaLayer {
   }
 };
 
-// RoPE's cos and sin [B, S, Dh/2] at each token's position within its
-// document, computed in f32 and cast to the compute type once.
+// RoPE's tables [B, S, Dh/2, 2] at each token's position within its
+// document: (cos, cos) and (-sin, sin) for each pair (Ops::Rope), computed in
+// f32 and cast to the compute type once (as Hugging Face's Llama does).
 std::pair<HloInstruction*, HloInstruction*> RopeTables(Ops& ops, HloInstruction* positions,
                                                        const LlamaConfig& c, int64_t B, int64_t S) {
   HloComputationBuilder& b = ops.b();
@@ -389,9 +381,12 @@ std::pair<HloInstruction*, HloInstruction*> RopeTables(Ops& ops, HloInstruction*
   HloInstruction* angles =
       b.Multiply(b.Broadcast(b.Convert(positions, kF32), {B, S, hd / 2}, {0, 1}),
                  b.Broadcast(freq, {B, S, hd / 2}, {2}));
-  HloInstruction* cos = ops.Cast(b.Unary(HloOpcode::kCosine, angles), ops.ct());
-  HloInstruction* sin = ops.Cast(b.Unary(HloOpcode::kSine, angles), ops.ct());
-  return {cos, sin};
+  const std::vector<int64_t> pairs = {B, S, hd / 2, 2};
+  HloInstruction* cos = b.Broadcast(b.Unary(HloOpcode::kCosine, angles), pairs, {0, 1, 2});
+  HloInstruction* sign = b.Constant(Literal(Shape(kF32, {2}), std::vector<double>{-1.0, 1.0}));
+  HloInstruction* sin = b.Multiply(b.Broadcast(b.Unary(HloOpcode::kSine, angles), pairs, {0, 1, 2}),
+                                   b.Broadcast(sign, pairs, {3}));
+  return {ops.Cast(cos, ops.ct()), ops.Cast(sin, ops.ct())};
 }
 
 // The mean cross-entropy of f32 `logits` [B, S, V] over the tokens whose

@@ -23,6 +23,8 @@ const Case kCases[] = {
      "f32[3,2,4]"},
     {"reshape", "f32[3,4]", "r = f32[2,6] reshape(a)", "f32[2,6]"},
     {"transpose", "f32[2,3,4]", "r = f32[4,2,3] transpose(a), dimensions={2,0,1}", "f32[4,2,3]"},
+    {"reverse", "f32[2,3,4]",
+     "e = f32[2,3,4] exponential(a)\n  r = f32[2,3,4] reverse(e), dimensions={0,2}", "f32[2,3,4]"},
     {"slice", "f32[5,6]", "r = f32[2,3] slice(a), slice={[1:5:2], [0:6:2]}", "f32[2,3]"},
     {"dynamic_slice", "f32[5,6]", "r = f32[2,3] dynamic-slice(a, i, j), dynamic_slice_sizes={2,3}",
      "f32[2,3]"},

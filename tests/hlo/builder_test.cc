@@ -115,6 +115,9 @@ TEST(BuilderTest, EveryOpKind) {
   EXPECT_EQ(b.Iota(Shape(S32, {4, 6}), 1)->shape().ToString(), "s32[4,6]");
   EXPECT_EQ(b.Broadcast(zero, {4, 6}, {})->shape().ToString(), "f32[4,6]");
   EXPECT_EQ(b.Transpose(p, {1, 0})->shape().ToString(), "f32[6,4]");
+  HloInstruction* reversed = b.Reverse(p, {1});
+  EXPECT_EQ(reversed->shape().ToString(), "f32[4,6]");
+  EXPECT_EQ(reversed->dimensions(), std::vector<int64_t>{1});
   EXPECT_EQ(b.Slice(p, {0, 1}, {4, 6}, {2, 2})->shape().ToString(), "f32[2,3]");
   EXPECT_EQ(b.Concatenate({p, p}, 0)->shape().ToString(), "f32[8,6]");
   EXPECT_EQ(b.Pad(p, zero, {{1, 1, 0}, {0, 2, 1}})->shape().ToString(), "f32[6,13]");

@@ -62,6 +62,7 @@ class HloComputationBuilder {
                             std::vector<int64_t> dimensions);
   HloInstruction* Reshape(HloInstruction* x, std::vector<int64_t> result_dims);
   HloInstruction* Transpose(HloInstruction* x, std::vector<int64_t> permutation);
+  HloInstruction* Reverse(HloInstruction* x, std::vector<int64_t> dimensions);
   HloInstruction* Slice(HloInstruction* x, std::vector<int64_t> starts, std::vector<int64_t> limits,
                         std::vector<int64_t> strides = {});
   HloInstruction* DynamicSlice(HloInstruction* x, std::vector<HloInstruction*> start_indices,
