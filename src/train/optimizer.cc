@@ -3,13 +3,18 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <vector>
 
 #include "weft/base/error.h"
+#include "weft/base/thread_pool.h"
 #include "weft/models/name_pattern.h"
 
 namespace weft {
 
 namespace {
+
+// Elements per task of the pool (a few hundred KiB of the five arrays).
+constexpr int64_t kChunk = 16384;
 
 // The update, written once: kApply writes the new values; otherwise it only
 // computes them and reports whether all would be finite (nothing written).
@@ -33,27 +38,34 @@ bool AdamW(std::span<float> param, std::span<const float> grad, std::span<float>
   const float decay =
       step.apply_weight_decay ? static_cast<float>(1.0 - step.lr * hyper.weight_decay) : 1.0f;
   const float scale = static_cast<float>(step.grad_scale);
-  const size_t n = param.size();
   float* __restrict p = param.data();
   const float* __restrict g_in = grad.data();
   float* __restrict m_io = m.data();
   float* __restrict v_io = v.data();
-  // x - x is 0 for finite x and NaN otherwise: one sum tells whether all are finite.
-  float finite_probe = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const float g = g_in[i] * scale;
-    const float mi = beta1 * m_io[i] + one_minus_beta1 * g;
-    const float vi = beta2 * v_io[i] + one_minus_beta2 * g * g;
-    const float pi = p[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bias2 + eps);
-    if constexpr (kApply) {
-      m_io[i] = mi;
-      v_io[i] = vi;
-      p[i] = pi;
-    } else {
-      finite_probe += (mi - mi) + (vi - vi) + (pi - pi);
+  // Elementwise, so the split across the pool changes no bit.
+  const int64_t n = static_cast<int64_t>(param.size());
+  const int64_t tasks = (n + kChunk - 1) / kChunk;
+  std::vector<uint8_t> finite(static_cast<size_t>(tasks), 1);
+  ThreadPool::Global().ParallelFor(tasks, [&](int64_t task, int) {
+    const int64_t begin = task * kChunk, end = std::min(n, begin + kChunk);
+    // x - x is 0 for finite x and NaN otherwise: one sum tells whether all are finite.
+    float finite_probe = 0;
+    for (int64_t i = begin; i < end; ++i) {
+      const float g = g_in[i] * scale;
+      const float mi = beta1 * m_io[i] + one_minus_beta1 * g;
+      const float vi = beta2 * v_io[i] + one_minus_beta2 * g * g;
+      const float pi = p[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bias2 + eps);
+      if constexpr (kApply) {
+        m_io[i] = mi;
+        v_io[i] = vi;
+        p[i] = pi;
+      } else {
+        finite_probe += (mi - mi) + (vi - vi) + (pi - pi);
+      }
     }
-  }
-  return finite_probe == 0;
+    finite[static_cast<size_t>(task)] = finite_probe == 0;
+  });
+  return std::all_of(finite.begin(), finite.end(), [](uint8_t f) { return f != 0; });
 }
 
 }  // namespace
@@ -74,17 +86,28 @@ bool AdamWUpdateStaysFinite(std::span<const float> param, std::span<const float>
 }
 
 double SumOfSquares(std::span<const float> x) {
-  // Four accumulators: independent chains vectorize and add less rounding.
-  double acc[4] = {0, 0, 0, 0};
-  size_t i = 0;
-  for (; i + 4 <= x.size(); i += 4) {
-    for (int k = 0; k < 4; ++k) {
-      double value = x[i + k];
-      acc[k] += value * value;
+  // Chunks summed on the pool, then added in chunk order: the result does
+  // not depend on the number of threads. Four accumulators per chunk:
+  // independent chains vectorize and add less rounding.
+  const int64_t n = static_cast<int64_t>(x.size());
+  const int64_t tasks = (n + kChunk - 1) / kChunk;
+  std::vector<double> sums(static_cast<size_t>(tasks), 0.0);
+  ThreadPool::Global().ParallelFor(tasks, [&](int64_t task, int) {
+    const int64_t begin = task * kChunk, end = std::min(n, begin + kChunk);
+    double acc[4] = {0, 0, 0, 0};
+    int64_t i = begin;
+    for (; i + 4 <= end; i += 4) {
+      for (int k = 0; k < 4; ++k) {
+        const double value = x[i + k];
+        acc[k] += value * value;
+      }
     }
-  }
-  for (; i < x.size(); ++i) acc[0] += static_cast<double>(x[i]) * x[i];
-  return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    for (; i < end; ++i) acc[0] += static_cast<double>(x[i]) * x[i];
+    sums[static_cast<size_t>(task)] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  });
+  double total = 0;
+  for (double s : sums) total += s;
+  return total;
 }
 
 double ClipScale(double total_sq_norm, double max_norm) {

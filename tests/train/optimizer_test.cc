@@ -83,7 +83,7 @@ TEST(AdamWUpdate, WeightDecayShrinksTowardsZero) {
 
 TEST(AdamWUpdate, StaysFiniteTellsAnOverflowingUpdateApartAndWritesNothing) {
   std::mt19937_64 rng(std::random_device{}());
-  const size_t n = 257;
+  const size_t n = 50000;  // several of the pool's chunks
   std::vector<float> param = RandomVector(rng, n, 1.0), grad = RandomVector(rng, n, 1.0);
   std::vector<float> m = RandomVector(rng, n, 0.1), v(n);
   for (float& x : v) x = std::abs(RandomVector(rng, 1, 0.1)[0]);
@@ -117,7 +117,7 @@ TEST(AdamWUpdate, StaysFiniteTellsAnOverflowingUpdateApartAndWritesNothing) {
 
 TEST(AdamWUpdate, ShardsUpdateExactlyLikeTheWhole) {
   std::mt19937_64 rng(9);
-  const size_t n = 1000;
+  const size_t n = 40000;  // shards and the pool's chunks cut at different places
   std::vector<float> whole = RandomVector(rng, n, 1.0), sharded = whole;
   std::vector<float> m1(n, 0.0f), v1(n, 0.0f), m2(n, 0.0f), v2(n, 0.0f);
   AdamWHyperParams hyper;
@@ -125,8 +125,8 @@ TEST(AdamWUpdate, ShardsUpdateExactlyLikeTheWhole) {
     std::vector<float> grad = RandomVector(rng, n, 1.0);
     AdamWStep s{.lr = 1e-3, .step = step, .grad_scale = 0.8};
     AdamWUpdate(whole, grad, m1, v1, hyper, s);
-    for (size_t begin : {size_t{0}, size_t{333}, size_t{700}}) {
-      size_t end = begin == 0 ? 333 : begin == 333 ? 700 : n;
+    for (size_t begin : {size_t{0}, size_t{333}, size_t{20000}}) {
+      size_t end = begin == 0 ? 333 : begin == 333 ? 20000 : n;
       auto part = [&](auto& x) { return std::span(x).subspan(begin, end - begin); };
       AdamWUpdate(part(sharded), part(grad), part(m2), part(v2), hyper, s);
     }
