@@ -223,18 +223,20 @@ class Ops {
     HloInstruction* t = b_.Transpose(x, {0, 2, 1, 3});
     return b_.Reshape(t, {d[0], d[2], d[1] * d[3]});
   }
-  // Meta's RoPE: pairs (x[2j], x[2j+1]) rotate by angle pos * theta^(-2j/Dh):
+  // Meta's RoPE on x [B,S,H*Dh], before the heads are split: pairs
+  // (x[2j], x[2j+1]) of each head rotate by angle pos * theta^(-2j/Dh), as
   // x * cos + swap(x) * signed_sin, where swap reverses each pair and the
-  // tables [B,S,Dh/2,2] hold (cos, cos) and (-sin, sin) per pair (RopeTables).
-  // Only index maps and elementwise ops, so the compiler fuses the whole
-  // rotation, with the head split before it, into one loop.
-  HloInstruction* Rope(HloInstruction* x, HloInstruction* cos, HloInstruction* signed_sin) {
-    const std::vector<int64_t> d = x->shape().dimensions();  // B,H,S,Dh
-    const std::vector<int64_t> pd = {d[0], d[1], d[2], d[3] / 2, 2};
+  // tables [B,S,Dh/2,2] hold (cos, cos) and (-sin, sin) per pair
+  // (RopeTables). Only index maps and elementwise ops on the projection's
+  // own layout, so the compiler runs the rotation as one loop over it.
+  HloInstruction* Rope(HloInstruction* x, int64_t heads, HloInstruction* cos,
+                       HloInstruction* signed_sin) {
+    const std::vector<int64_t> d = x->shape().dimensions();  // B,S,H*Dh
+    const std::vector<int64_t> pd = {d[0], d[1], heads, d[2] / heads / 2, 2};
     HloInstruction* pairs = b_.Reshape(x, pd);
     HloInstruction* swapped = b_.Reverse(pairs, {4});
-    HloInstruction* c = b_.Broadcast(cos, pd, {0, 2, 3, 4});
-    HloInstruction* s = b_.Broadcast(signed_sin, pd, {0, 2, 3, 4});
+    HloInstruction* c = b_.Broadcast(cos, pd, {0, 1, 3, 4});
+    HloInstruction* s = b_.Broadcast(signed_sin, pd, {0, 1, 3, 4});
     return b_.Reshape(b_.Add(b_.Multiply(pairs, c), b_.Multiply(swapped, s)), d);
   }
 
@@ -343,9 +345,10 @@ struct LlamaLayer {
       y->set_sharding(sh.TensorColumns(y->shape()));
       return named(y, name);
     };
-    HloInstruction* q = o.Rope(o.SplitHeads(columns(o.Linear(h, w[1]), "q_proj"), heads), cos, sin);
+    HloInstruction* q =
+        o.SplitHeads(o.Rope(columns(o.Linear(h, w[1]), "q_proj"), heads, cos, sin), heads);
     HloInstruction* k =
-        o.Rope(o.SplitHeads(columns(o.Linear(h, w[2]), "k_proj"), kv_heads), cos, sin);
+        o.SplitHeads(o.Rope(columns(o.Linear(h, w[2]), "k_proj"), kv_heads, cos, sin), kv_heads);
     HloInstruction* v = o.SplitHeads(columns(o.Linear(h, w[3]), "v_proj"), kv_heads);
     const Shape attn_shape =
         Shape::Tuple({Shape(ct, {batch, heads, seq, head_dim}), Shape(kF32, {batch, heads, seq})});
