@@ -7,8 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
-#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -20,7 +18,6 @@
 namespace weft::runtime {
 namespace {
 
-using fusion_testing::Case;
 using fusion_testing::ExpectRefused;
 using fusion_testing::ExpectSameBits;
 using testing::Parse;

@@ -6,9 +6,6 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <cstring>
-#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -20,9 +17,7 @@
 namespace weft::runtime {
 namespace {
 
-using fusion_testing::Case;
 using fusion_testing::ExpectRefused;
-using fusion_testing::ExpectSameBits;
 using testing::Parse;
 
 // The plan of the entry root of `text`, a fusion.

@@ -5,8 +5,6 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -20,7 +18,6 @@ namespace weft::runtime {
 namespace {
 
 using fusion_testing::Case;
-using fusion_testing::ExpectRefused;
 using fusion_testing::ExpectSameBits;
 using testing::Parse;
 
