@@ -1,5 +1,9 @@
-// vjp of convolution (XLA's ConvGeneralDilated, feature groups included;
-// batch groups are refused by name). Both cotangents are convolutions:
+// vjp of convolution (XLA's ConvGeneralDilated, feature and batch groups).
+// A convolution with G batch groups is the feature-grouped convolution
+// (G groups, the same kernel) of its input with the batch groups moved
+// into the features: element [b, p, g * C + c] of the moved input is the
+// input's [g * (B / G) + b, p, c]. Its cotangents are that convolution's,
+// the input's moved back. Both cotangents are convolutions:
 //   - the input's: the result's cotangent convolved with the kernel, the
 //     cotangent dilated by the stride, stepping by the input's dilation,
 //     padded so each input position meets the taps that read it (the
@@ -49,17 +53,58 @@ HloInstruction* SwappedKernel(VjpContext& c, HloInstruction* w,
   return c.b().Reshape(t, merged);
 }
 
+// `x` (batch at dim `batch`, features at `feature`) with its batch groups
+// moved into the features: [B, C] -> [B / G, G * C], element [b, g * C + c]
+// from [g * (B / G) + b, c]; or, `back`, the inverse: [B / G, G * C] -> [B, C].
+HloInstruction* MoveBatchGroups(VjpContext& c, HloInstruction* x, int64_t batch, int64_t feature,
+                                int64_t groups, bool back) {
+  const int64_t rank = x->shape().rank();
+  std::vector<int64_t> perm{batch, feature};  // batch and features first
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d != batch && d != feature) perm.push_back(d);
+  }
+  std::vector<int64_t> inverse(rank);
+  for (int64_t i = 0; i < rank; ++i) inverse[perm[i]] = i;
+  HloInstruction* t = TransposeTo(c, x, perm);
+  const std::vector<int64_t> dims = t->shape().dimensions();
+  const std::vector<int64_t> rest(dims.begin() + 2, dims.end());
+  // [G, B/G, C, rest] <-> [B/G, G, C, rest], swapped by the transpose.
+  const int64_t b = back ? dims[0] : dims[0] / groups;
+  const int64_t cf = back ? dims[1] / groups : dims[1];
+  std::vector<int64_t> split =
+      back ? std::vector<int64_t>{b, groups, cf} : std::vector<int64_t>{groups, b, cf};
+  split.insert(split.end(), rest.begin(), rest.end());
+  std::vector<int64_t> swap = Iota(rank + 1);
+  std::swap(swap[0], swap[1]);
+  HloInstruction* swapped = c.b().Transpose(c.b().Reshape(t, split), swap);
+  std::vector<int64_t> merged =
+      back ? std::vector<int64_t>{b * groups, cf} : std::vector<int64_t>{b, groups * cf};
+  merged.insert(merged.end(), rest.begin(), rest.end());
+  return TransposeTo(c, c.b().Reshape(swapped, merged), inverse);
+}
+
 void Convolution(VjpContext& c, const HloInstruction& f, std::span<HloInstruction* const> ct) {
   const HloAttributes& a = f.attrs();
   const ConvolutionDimensionNumbers& dn = a.convolution;
-  WEFT_CHECK(a.batch_group_count == 1,
-             "{}: the gradient of a convolution with batch_group_count={} is not supported; "
-             "differentiate a module whose convolutions have batch_group_count=1",
-             f.Describe(), a.batch_group_count);
   const HloInstruction* lhs = f.operand(0);
   const HloInstruction* rhs = f.operand(1);
   const int64_t n = dn.num_spatial_dims();
-  const int64_t groups = a.feature_group_count;
+  // Shape inference allows groups of one kind only.
+  const int64_t batch_groups = a.batch_group_count;
+  const int64_t groups = std::max(a.feature_group_count, batch_groups);
+  // The input as the feature-grouped convolution reads it.
+  Shape grouped_lhs = lhs->shape();
+  if (batch_groups > 1) {
+    std::vector<int64_t> dims = grouped_lhs.dimensions();
+    dims[dn.input_batch_dimension] /= batch_groups;
+    dims[dn.input_feature_dimension] *= batch_groups;
+    grouped_lhs = Shape(grouped_lhs.element_type(), dims);
+  }
+  auto moved = [&](HloInstruction* x, bool back) {
+    return batch_groups > 1 ? MoveBatchGroups(c, x, dn.input_batch_dimension,
+                                              dn.input_feature_dimension, batch_groups, back)
+                            : x;
+  };
   for (int64_t k = 0; k < n; ++k) {
     if (f.shape().dimensions(dn.output_spatial_dimensions[k]) == 0) return;  // no result: zero
   }
@@ -104,8 +149,8 @@ void Convolution(VjpContext& c, const HloInstruction& f, std::span<HloInstructio
     }
     HloInstruction* kernel = SwappedKernel(c, c.ConvertTo(c.Primal(rhs), type), dn, groups);
     HloInstruction* dx = c.b().AddInstruction(HloOpcode::kConvolution, {dy, kernel}, std::move(t),
-                                              lhs->shape().WithElementType(type));
-    c.Accumulate(lhs, dx);
+                                              grouped_lhs.WithElementType(type));
+    c.Accumulate(lhs, moved(dx, /*back=*/true));
   }
   if (c.NeedsGrad(rhs)) {
     HloAttributes u;
@@ -138,8 +183,9 @@ void Convolution(VjpContext& c, const HloInstruction& f, std::span<HloInstructio
       if (w.window_reversal) reversed.push_back(dn.kernel_spatial_dimensions[k]);
     }
     const Shape shape = rhs->shape().WithElementType(type);
-    HloInstruction* dw = c.b().AddInstruction(
-        HloOpcode::kConvolution, {c.ConvertTo(c.Primal(lhs), type), dy}, std::move(u), shape);
+    HloInstruction* dw = c.b().AddInstruction(HloOpcode::kConvolution,
+                                              {moved(c.ConvertTo(c.Primal(lhs), type), false), dy},
+                                              std::move(u), shape);
     if (!reversed.empty()) {
       HloAttributes r;
       r.dimensions = reversed;
