@@ -162,6 +162,43 @@ void PlanSourceNode(const HloInstruction& fusion, const HloInstruction* instr, F
   node.has_tile = false;  // set by PlanRegions when an aligned user reads it
 }
 
+// An affine node's merged run dims and, where it pays, its periodic map.
+void PlanRuns(Node& node) {
+  constexpr int64_t kMaxPeriod = 4096, kShortRow = 32;
+  node.run_dims.clear();
+  node.run_strides.clear();
+  for (size_t d = 0; d < node.dims.size(); ++d) {
+    if (node.dims[d] == 1) continue;
+    if (!node.run_dims.empty() && node.run_strides.back() == node.strides[d] * node.dims[d]) {
+      node.run_dims.back() *= node.dims[d];
+      node.run_strides.back() = node.strides[d];
+    } else {
+      node.run_dims.push_back(node.dims[d]);
+      node.run_strides.push_back(node.strides[d]);
+    }
+  }
+  if (node.run_dims.empty()) {
+    node.run_dims = {1};
+    node.run_strides = {0};
+  }
+  const int64_t rank = static_cast<int64_t>(node.run_dims.size());
+  if (rank < 2) return;
+  int64_t period = 1;
+  for (int64_t d = 1; d < rank; ++d) period *= node.run_dims[d];
+  const bool short_rows = node.run_strides.back() != 1 || node.run_dims.back() < kShortRow;
+  if (node.run_strides[0] != period || period > kMaxPeriod || !short_rows) return;
+  node.period = period;
+  node.period_map.resize(static_cast<size_t>(period));
+  for (int64_t r = 0; r < period; ++r) {
+    int64_t k = r, o = node.offset;
+    for (int64_t d = rank - 1; d >= 1; --d) {
+      o += (k % node.run_dims[d]) * node.run_strides[d];
+      k /= node.run_dims[d];
+    }
+    node.period_map[static_cast<size_t>(r)] = o;
+  }
+}
+
 void PlanBroadcastNode(const HloInstruction* instr, const FusionPlan& plan, Node& node) {
   const int64_t rank = instr->shape().rank();
   node.kind = NodeKind::kBroadcast;
@@ -191,6 +228,7 @@ void PlanBroadcastNode(const HloInstruction* instr, const FusionPlan& plan, Node
   }
   node.affine = true;
   node.strides = node.source_strides;
+  PlanRuns(node);
   // Read from a source directly (the fast modes) or through index maps.
   if (plan.nodes[node.operands[0]].kind != NodeKind::kSource) node.kind = NodeKind::kIndexMap;
 }
@@ -249,6 +287,7 @@ void PlanIndexMapNode(const HloComputation& fused, const HloInstruction* instr, 
     }
     node.concat_starts.push_back(start);
   }
+  if (node.affine) PlanRuns(node);
 }
 
 // The node of `instr`, whose operands (but a convolution's) are planned.

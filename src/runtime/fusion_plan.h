@@ -82,6 +82,16 @@ struct Node {
   bool affine = false;
   int64_t offset = 0;
   std::vector<int64_t> strides;
+  // The same map over fewer dims (PlanRuns): size-1 dims dropped, and each
+  // pair of adjacent dims merged where the operand holds them contiguously
+  // (strides[d] == strides[d + 1] * dims[d + 1]), so rows run longer.
+  std::vector<int64_t> run_dims, run_strides;
+  // A periodic map (its outermost run dim is the node's own linear index,
+  // the inner ones span at most kMaxPeriod elements with short rows, as
+  // reversing RoPE's pairs does): index i reads i - i % period +
+  // period_map[i % period], offset included. 0: not periodic.
+  int64_t period = 0;
+  std::vector<int64_t> period_map;
   // pad: per dim low, interior + 1, operand dim; concatenate: the dimension
   // and each operand's start along it.
   std::vector<int64_t> pad_low, pad_step, operand_dims;

@@ -75,11 +75,13 @@ void GatherBroadcast(const Node& node, const std::vector<int64_t>& dims, const v
     case BroadcastMode::kGeneral:
       break;
   }
-  const int64_t rank = static_cast<int64_t>(dims.size());
+  // The broadcast's dims merged where the source runs on (PlanRuns).
+  const std::vector<int64_t>& run_dims = node.run_dims;
+  const int64_t rank = static_cast<int64_t>(run_dims.size());
   std::vector<int64_t> coord(rank);
-  const std::vector<int64_t>& stride = node.source_strides;
+  const std::vector<int64_t>& stride = node.run_strides;
   const int64_t inner_stride = stride[rank - 1];
-  ForEachRow(dims, b, n, coord, [&](int64_t j, int64_t run) {
+  ForEachRow(run_dims, b, n, coord, [&](int64_t j, int64_t run) {
     int64_t base = 0;
     for (int64_t d = 0; d < rank; ++d) base += coord[d] * stride[d];
     if (inner_stride == 0) {
@@ -562,21 +564,39 @@ void TileRunner::GatherTree(Scratch& scratch, int32_t id, const int64_t* idx, in
     return GatherTree(scratch, node.operands[0], idx, base, n, dst, level);
   }
   int64_t* out_idx = scratch.level(level, 0);
-  const int64_t rank = static_cast<int64_t>(node.dims.size());
-  std::vector<int64_t> coord(rank, 0);
   if (node.affine) {
-    if (rank == 0) {
-      std::fill(out_idx, out_idx + n, node.offset);
+    const std::vector<int64_t>& dims = node.run_dims;
+    const std::vector<int64_t>& strides = node.run_strides;
+    const int64_t rank = static_cast<int64_t>(dims.size());
+    std::vector<int64_t> coord(rank, 0);
+    if (node.period > 0) {  // one table lookup an element
+      const int64_t period = node.period;
+      const int64_t* map = node.period_map.data();
+      if (idx == nullptr) {
+        int64_t r = base % period, start = base - r;
+        for (int64_t j = 0; j < n; ++j) {
+          out_idx[j] = start + map[r];
+          if (++r == period) {
+            r = 0;
+            start += period;
+          }
+        }
+      } else {
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t r = idx[j] % period;
+          out_idx[j] = idx[j] - r + map[r];
+        }
+      }
     } else if (idx == nullptr) {  // runs along the last dimension
-      const int64_t last = rank - 1, step = node.strides[last];
+      const int64_t last = rank - 1, step = strides[last];
       const Node& operand = plan_.nodes[node.operands[0]];
       // Rows contiguous in a source (a slice or a transpose that keeps the
       // last dimension): copied a row at a time, no indices.
       const bool copy_rows = step == 1 && operand.kind == NodeKind::kSource;
       const std::byte* src = copy_rows ? static_cast<const std::byte*>(Source(operand)) : nullptr;
-      ForEachRow(node.dims, base, n, coord, [&](int64_t j, int64_t run) {
+      ForEachRow(dims, base, n, coord, [&](int64_t j, int64_t run) {
         int64_t o = node.offset;
-        for (int64_t d = 0; d < rank; ++d) o += coord[d] * node.strides[d];
+        for (int64_t d = 0; d < rank; ++d) o += coord[d] * strides[d];
         if (copy_rows) {
           std::memcpy(static_cast<std::byte*>(dst) + j * w, src + o * w,
                       static_cast<size_t>(run * w));
@@ -589,8 +609,8 @@ void TileRunner::GatherTree(Scratch& scratch, int32_t id, const int64_t* idx, in
       for (int64_t j = 0; j < n; ++j) {
         int64_t k = idx[j], o = node.offset;
         for (int64_t d = rank - 1; d >= 0; --d) {
-          o += (k % node.dims[d]) * node.strides[d];
-          k /= node.dims[d];
+          o += (k % dims[d]) * strides[d];
+          k /= dims[d];
         }
         out_idx[j] = o;
       }
@@ -611,6 +631,7 @@ void TileRunner::GatherTree(Scratch& scratch, int32_t id, const int64_t* idx, in
     }
     return;
   }
+  std::vector<int64_t> coord(node.dims.size(), 0);
   int64_t* pos = scratch.level(level, 1);
   void* tmp = scratch.level(level, 2);
   auto gather_part = [&](int32_t operand, int64_t m) {

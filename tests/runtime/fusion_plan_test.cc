@@ -97,6 +97,45 @@ ENTRY main {
 }
 
 // A pad of the innermost dim of a parameter is copied as a column band.
+TEST(FusionPlan, AffineMapsMergeContiguousDimsAndShortRowsArePeriodic) {
+  // RoPE on the projection's layout: x [2,3,4,2] (pairs last) read as is,
+  // through a reverse of the pairs, and a table broadcast over the heads.
+  const auto module = Parse(R"(HloModule rope
+fc {
+  p0 = f32[2,3,4,2] parameter(0)
+  p1 = f32[2,4,2] parameter(1)
+  rv = f32[2,3,4,2] reverse(p0), dimensions={3}
+  b = f32[2,3,4,2] broadcast(p1), dimensions={0,2,3}
+  t = f32[3,2,4,2] transpose(p0), dimensions={1,0,2,3}
+  m = f32[2,3,4,2] multiply(rv, b)
+  tt = f32[2,3,4,2] transpose(t), dimensions={1,0,2,3}
+  ROOT a = f32[2,3,4,2] add(m, tt)
+}
+ENTRY main {
+  p0 = f32[2,3,4,2] parameter(0)
+  p1 = f32[2,4,2] parameter(1)
+  ROOT f = f32[2,3,4,2] fusion(p0, p1), kind=kLoop, calls=fc
+})");
+  const auto plan = PlanOf(*module);
+  // The pairs reversed: the outer dims merge into the node's own index, the
+  // pair is a period of 2 reading (1, 0).
+  const exec::fusion::Node& rv = NodeNamed(*plan, "rv");
+  EXPECT_EQ(rv.run_dims, (std::vector<int64_t>{24, 2}));
+  EXPECT_EQ(rv.run_strides, (std::vector<int64_t>{2, -1}));
+  EXPECT_EQ(rv.period, 2);
+  EXPECT_EQ(rv.period_map, (std::vector<int64_t>{1, 0}));
+  // The broadcast: heads repeated, each row of 8 (the pairs of 4) contiguous.
+  const exec::fusion::Node& b = NodeNamed(*plan, "b");
+  EXPECT_EQ(b.run_dims, (std::vector<int64_t>{2, 3, 8}));
+  EXPECT_EQ(b.run_strides, (std::vector<int64_t>{8, 0, 1}));
+  EXPECT_EQ(b.period, 0);
+  // A transpose of the outer dims keeps rows of 8 and is not periodic.
+  const exec::fusion::Node& t = NodeNamed(*plan, "t");
+  EXPECT_EQ(t.run_dims, (std::vector<int64_t>{3, 2, 8}));
+  EXPECT_EQ(t.run_strides, (std::vector<int64_t>{8, 24, 1}));
+  EXPECT_EQ(t.period, 0);
+}
+
 TEST(FusionPlan, InnermostPadsOfParametersAreColumnBands) {
   const auto module = Parse(R"(HloModule pad
 fc {

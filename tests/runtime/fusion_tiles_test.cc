@@ -84,6 +84,18 @@ TEST(FusionTiles, IndexMapChainsMatchUnfused) {
                       fmt::format("c = {} concatenate(pd, tr), dimensions={{1}}", s("37,128")),
                       fmt::format("ROOT x = {} {}(c, p0)", s("37,128"), op)},
                      s("37,128")});
+    // RoPE on a projection's own layout: pairs reversed (a periodic map),
+    // a table broadcast over the heads, in a chain under a transpose (the
+    // periodic map read at gathered indices) and as a slice's operand
+    cases.push_back({{s("3,67,5,2"), s("3,5,2")},
+                     {fmt::format("rv = {} reverse(p0), dimensions={{3}}", s("3,67,5,2")),
+                      fmt::format("b = {} broadcast(p1), dimensions={{0,2,3}}", s("3,67,5,2")),
+                      fmt::format("m = {} {}(rv, b)", s("3,67,5,2"), op),
+                      fmt::format("t = {} transpose(rv), dimensions={{1,0,2,3}}", s("67,3,5,2")),
+                      fmt::format("tt = {} transpose(t), dimensions={{1,0,2,3}}", s("3,67,5,2")),
+                      fmt::format("e = {} {}(m, tt)", s("3,67,5,2"), op),
+                      fmt::format("ROOT x = {} {}(e, p0)", s("3,67,5,2"), op)},
+                     s("3,67,5,2")});
     // interior and edge padding, then an elementwise op and a reshape root
     cases.push_back({{s("20,33"), s("41,35"), s("")},
                      {fmt::format("pd = {} pad(p0, p2), padding=1_1_1x2_0", s("41,35")),
