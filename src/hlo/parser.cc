@@ -503,7 +503,7 @@ class HloTextParser {
     const size_t start = cur_.Mark();
     // The same sharding text again (XLA repeats one sharding on many
     // instructions): the parsed value, whose device list is shared.
-    const size_t extent = BalancedBracesEnd(cur_.text(), start);
+    const size_t extent = TextCursor::BalancedBracesEnd(cur_.text(), start);
     std::string_view key;
     if (extent != std::string_view::npos) {
       key = cur_.text().substr(start, extent - start);
@@ -529,30 +529,6 @@ class HloTextParser {
     } catch (const ShardingSyntaxError& e) {
       cur_.FailAt(e.offset(), fmt::format("bad sharding: {}", e.what()));
     }
-  }
-
-  // The end of the balanced {...} at `at` (quoted strings skipped), or npos.
-  static size_t BalancedBracesEnd(std::string_view t, size_t at) {
-    if (at >= t.size() || t[at] != '{') return std::string_view::npos;
-    int64_t depth = 0;
-    bool in_string = false;
-    for (size_t i = at; i < t.size(); ++i) {
-      const char c = t[i];
-      if (in_string) {
-        if (c == '\\') {
-          ++i;
-        } else if (c == '"') {
-          in_string = false;
-        }
-      } else if (c == '"') {
-        in_string = true;
-      } else if (c == '{') {
-        ++depth;
-      } else if (c == '}' && --depth == 0) {
-        return i + 1;
-      }
-    }
-    return std::string_view::npos;
   }
 
   // Device ids are expanded once per distinct sharding (and iota replica
