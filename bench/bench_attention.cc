@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "bench.h"
-#include "simd/primitives.h"
 #include "timer.h"
 #include "weft/base/error.h"
 #include "weft/base/thread_pool.h"
 #include "weft/kernels/attention.h"
+#include "weft/kernels/simd.h"
 
 namespace weft::bench {
 

@@ -11,10 +11,10 @@
 #include <random>
 #include <string>
 
-#include "simd/primitives.h"
 #include "timer.h"
 #include "weft/base/error.h"
 #include "weft/hlo/parser.h"
+#include "weft/kernels/simd.h"
 #include "weft/runtime/executor.h"
 
 namespace weft::bench {

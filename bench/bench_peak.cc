@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "bench.h"
-#include "simd/primitives.h"
 #include "timer.h"
 #include "weft/base/cpu.h"
 #include "weft/base/thread_pool.h"
+#include "weft/kernels/simd.h"
 
 namespace weft::bench {
 

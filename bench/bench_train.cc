@@ -9,12 +9,12 @@
 #include <unordered_map>
 
 #include "bench.h"
-#include "simd/primitives.h"
 #include "timer.h"
 #include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 #include "weft/base/memory.h"
 #include "weft/hlo/computation.h"
+#include "weft/kernels/simd.h"
 #include "weft/models/llama_config.h"
 #include "weft/runtime/executor.h"
 #include "weft/train/planner.h"

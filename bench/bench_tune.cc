@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "bench.h"
-#include "simd/primitives.h"
 #include "timer.h"
 #include "weft/base/cpu.h"
 #include "weft/base/error.h"
 #include "weft/kernels/attention.h"
 #include "weft/kernels/attention_config.h"
+#include "weft/kernels/simd.h"
 #include "weft/kernels/tune_cache.h"
 
 namespace weft::bench {

@@ -313,181 +313,117 @@ class ComputationAssigner {
     return l;
   }
 
-  void Step(int64_t t, const HloInstruction& instr) {
-    InstructionAssignment& ia = out_.instructions[&instr];
-    ia.position = t;
-    taken_.clear();
-    for (const HloInstruction* op : instr.operands()) {
-      const std::vector<VLeaf>& v = leaves_.at(op);
-      ia.operand_dies.push_back(!v.empty() && v[0].buffer >= 0 && Dies(v[0].buffer, t));
+  // `instr`'s result as operand `i`'s one leaf, `byte_offset` bytes into it
+  // (-1: not known statically).
+  std::vector<VLeaf> ViewOf(const HloInstruction& instr, int64_t i, int64_t byte_offset) const {
+    VLeaf l = leaves_.at(instr.operand(i))[0];
+    if (l.byte_offset < 0 || byte_offset < 0) {
+      l.byte_offset = -1;
+    } else {
+      l.byte_offset += byte_offset;
     }
+    l.real_bytes = instr.shape().ByteSize();
+    return std::vector<VLeaf>{l};
+  }
+
+  // A parameter's leaves: external buffers, writable in a callee when the
+  // caller allows it.
+  void AssignParameter(int64_t t, const HloInstruction& instr, InstructionAssignment& ia) {
+    const Shape& shape = instr.shape();
+    std::vector<VLeaf> v;
+    int64_t k = 0;
+    for (const Shape& s : shape.Leaves()) {
+      Buf b;
+      b.external = true;
+      b.writable = !is_entry_ && params_writable_;
+      b.real_bytes = s.ByteSize();
+      b.size = Size(s);
+      b.start = t;
+      b.last = value_last_.at(&instr);
+      b.instr = &instr;
+      b.leaf = k++;
+      v.push_back(VLeaf{NewBuf(b), 0, b.real_bytes});
+    }
+    leaves_[&instr] = v;
+    for (const VLeaf& l : v) {
+      ia.leaves.push_back(LeafAssignment{LeafAssignment::Kind::kForward, -1, -1, 0, l.buffer});
+    }
+  }
+
+  // A constant: an external, read-only buffer.
+  void AssignConstant(int64_t t, const HloInstruction& instr, InstructionAssignment& ia) {
+    const Shape& shape = instr.shape();
+    Buf b;
+    b.external = true;
+    b.writable = false;
+    b.real_bytes = shape.ByteSize();
+    b.size = Size(shape);
+    b.start = t;
+    b.last = value_last_.at(&instr);
+    b.instr = &instr;
+    const VLeaf l{NewBuf(b), 0, b.real_bytes};
+    leaves_[&instr] = {l};
+    ia.leaves.push_back(LeafAssignment{LeafAssignment::Kind::kForward, -1, -1, 0, l.buffer});
+  }
+
+  // While, call and conditional: the result's leaves (a while's in place of
+  // its init where the loop allows) and a nested region for the callees.
+  void AssignCalls(int64_t t, const HloInstruction& instr, InstructionAssignment& ia) {
     const HloOpcode op = instr.opcode();
     const Shape& shape = instr.shape();
-    auto view_of = [&](int64_t i, int64_t byte_offset) {
-      VLeaf l = leaves_.at(instr.operand(i))[0];
-      if (l.byte_offset < 0 || byte_offset < 0) {
-        l.byte_offset = -1;
-      } else {
-        l.byte_offset += byte_offset;
-      }
-      l.real_bytes = shape.ByteSize();
-      return std::vector<VLeaf>{l};
-    };
-    switch (op) {
-      case HloOpcode::kParameter: {
-        std::vector<VLeaf> v;
-        int64_t k = 0;
-        for (const Shape& s : shape.Leaves()) {
-          Buf b;
-          b.external = true;
-          b.writable = !is_entry_ && params_writable_;
-          b.real_bytes = s.ByteSize();
-          b.size = Size(s);
-          b.start = t;
-          b.last = value_last_.at(&instr);
-          b.instr = &instr;
-          b.leaf = k++;
-          v.push_back(VLeaf{NewBuf(b), 0, b.real_bytes});
-        }
-        leaves_[&instr] = v;
-        for (const VLeaf& l : v) {
-          ia.leaves.push_back(LeafAssignment{LeafAssignment::Kind::kForward, -1, -1, 0, l.buffer});
-        }
-        return;
-      }
-      case HloOpcode::kConstant: {
-        Buf b;
-        b.external = true;
-        b.writable = false;
-        b.real_bytes = shape.ByteSize();
-        b.size = Size(shape);
-        b.start = t;
-        b.last = value_last_.at(&instr);
-        b.instr = &instr;
-        const VLeaf l{NewBuf(b), 0, b.real_bytes};
-        leaves_[&instr] = {l};
-        ia.leaves.push_back(LeafAssignment{LeafAssignment::Kind::kForward, -1, -1, 0, l.buffer});
-        return;
-      }
-      case HloOpcode::kTuple: {
-        std::vector<VLeaf> v;
-        for (const HloInstruction* o : instr.operands()) {
-          const std::vector<VLeaf>& ov = leaves_.at(o);
-          v.insert(v.end(), ov.begin(), ov.end());
-        }
-        return Forward(instr, std::move(v), ia);
-      }
-      case HloOpcode::kGetTupleElement: {
-        const Shape& tuple = instr.operand(0)->shape();
-        int64_t begin = 0;
-        for (int64_t k = 0; k < instr.tuple_index(); ++k) {
-          begin += tuple.tuple_shapes(k).LeafCount();
-        }
-        const std::vector<VLeaf>& ov = leaves_.at(instr.operand(0));
-        return Forward(
-            instr, std::vector<VLeaf>(ov.begin() + begin, ov.begin() + begin + shape.LeafCount()),
-            ia);
-      }
-      case HloOpcode::kCopy:  // the executor shares the bytes (values are immutable)
-        return Forward(instr, leaves_.at(instr.operand(0)), ia);
-      case HloOpcode::kReshape:
-      case HloOpcode::kBitcastConvert:  // the executor reinterprets the same bytes
-        return Forward(instr, view_of(0, 0), ia);
-      case HloOpcode::kBroadcast: {
-        const std::vector<int64_t>& dims = instr.dimensions();
-        if (instr.operand(0)->shape().ElementsCount() == shape.ElementsCount() &&
-            std::is_sorted(dims.begin(), dims.end())) {
-          return Forward(instr, view_of(0, 0), ia);
-        }
-        break;
-      }
-      case HloOpcode::kConvert:
-        if (instr.operand(0)->shape().element_type() == shape.element_type()) {
-          return Forward(instr, view_of(0, 0), ia);
-        }
-        break;
-      case HloOpcode::kSlice:
-      case HloOpcode::kDynamicSlice: {  // eval_shape_ops.cc SliceOf
-        const Shape& x = instr.operand(0)->shape();
-        bool unit_strides = true;
-        int64_t offset = 0;
-        if (op == HloOpcode::kSlice) {
-          int64_t stride = 1;
-          std::vector<int64_t> starts;
-          for (const SliceDim& s : instr.attrs().slice) {
-            unit_strides &= s.stride == 1;
-            starts.push_back(s.start);
-          }
-          for (int64_t d = x.rank() - 1; d >= 0; --d) {
-            offset += starts[d] * stride;
-            stride *= x.dimensions(d);
-          }
-          offset *= ByteWidth(x.element_type());
-        } else {
-          offset = -1;
-        }
-        if (unit_strides && IsContiguousBox(x.dimensions(), shape.dimensions()) &&
-            (!ia.operand_dies[0] || 2 * shape.ByteSize() >= x.ByteSize())) {
-          return Forward(instr, view_of(0, offset), ia);
-        }
-        break;
-      }
-      case HloOpcode::kWhile:
-      case HloOpcode::kCall:
-      case HloOpcode::kConditional: {  // a conditional's region fits its largest branch
-        std::vector<VLeaf> v;
-        int64_t nested = 0;
-        for (const HloComputation* callee : instr.called_computations()) {
-          auto it = done_.find(callee);
-          WEFT_INTERNAL_CHECK(it != done_.end(), "'{}' is assigned before its callee '{}'",
-                              c_.name(), callee->name());
-          nested = std::max(nested, it->second.size);
-        }
-        if (op == HloOpcode::kWhile) {
-          const std::vector<VLeaf>& init = leaves_.at(instr.operand(0));
-          std::vector<Shape> shapes = shape.Leaves();
-          for (size_t k = 0; k < init.size(); ++k) {
-            if (PassedThrough(*instr.while_body(), k)) {
-              // The loop never writes this leaf: it stays where the init is.
-              Extend(init[k].buffer, instr);
-              ia.leaves.push_back(LeafAssignment{LeafAssignment::Kind::kForward, -1, -1,
-                                                 static_cast<int32_t>(k), init[k].buffer});
-              v.push_back(init[k]);
-            } else if (CanTake(instr, 0, static_cast<int64_t>(k), shapes[k].ByteSize(), t)) {
-              taken_.insert(init[k].buffer);
-              Extend(init[k].buffer, instr);
-              ia.leaves.push_back(LeafAssignment{LeafAssignment::Kind::kInPlace, -1, 0,
-                                                 static_cast<int32_t>(k), init[k].buffer});
-              v.push_back(init[k]);
-            } else {
-              v.push_back(Fresh(instr, static_cast<int64_t>(k), shapes[k], t));
-              ia.leaves.push_back(
-                  LeafAssignment{LeafAssignment::Kind::kNew, -1, -1, 0, v.back().buffer});
-            }
-          }
-        } else {
-          int64_t k = 0;
-          for (const Shape& s : shape.Leaves()) {
-            v.push_back(Fresh(instr, k++, s, t));
-            ia.leaves.push_back(
-                LeafAssignment{LeafAssignment::Kind::kNew, -1, -1, 0, v.back().buffer});
-          }
-        }
-        leaves_[&instr] = std::move(v);
-        if (nested > 0) {
-          Buf b;
-          b.size = nested;
-          b.start = b.last = t;
-          b.kind = AssignedBuffer::Kind::kNested;
-          b.instr = &instr;
-          nested_[&instr] = NewBuf(b);
-        }
-        return;
-      }
-      default:
-        break;
+    std::vector<VLeaf> v;
+    int64_t nested = 0;
+    for (const HloComputation* callee : instr.called_computations()) {
+      auto it = done_.find(callee);
+      WEFT_INTERNAL_CHECK(it != done_.end(), "'{}' is assigned before its callee '{}'", c_.name(),
+                          callee->name());
+      nested = std::max(nested, it->second.size);
     }
-    // Results in buffers of their own, or in place of a dying operand.
+    if (op == HloOpcode::kWhile) {
+      const std::vector<VLeaf>& init = leaves_.at(instr.operand(0));
+      std::vector<Shape> shapes = shape.Leaves();
+      for (size_t k = 0; k < init.size(); ++k) {
+        if (PassedThrough(*instr.while_body(), k)) {
+          // The loop never writes this leaf: it stays where the init is.
+          Extend(init[k].buffer, instr);
+          ia.leaves.push_back(LeafAssignment{LeafAssignment::Kind::kForward, -1, -1,
+                                             static_cast<int32_t>(k), init[k].buffer});
+          v.push_back(init[k]);
+        } else if (CanTake(instr, 0, static_cast<int64_t>(k), shapes[k].ByteSize(), t)) {
+          taken_.insert(init[k].buffer);
+          Extend(init[k].buffer, instr);
+          ia.leaves.push_back(LeafAssignment{LeafAssignment::Kind::kInPlace, -1, 0,
+                                             static_cast<int32_t>(k), init[k].buffer});
+          v.push_back(init[k]);
+        } else {
+          v.push_back(Fresh(instr, static_cast<int64_t>(k), shapes[k], t));
+          ia.leaves.push_back(
+              LeafAssignment{LeafAssignment::Kind::kNew, -1, -1, 0, v.back().buffer});
+        }
+      }
+    } else {
+      int64_t k = 0;
+      for (const Shape& s : shape.Leaves()) {
+        v.push_back(Fresh(instr, k++, s, t));
+        ia.leaves.push_back(LeafAssignment{LeafAssignment::Kind::kNew, -1, -1, 0, v.back().buffer});
+      }
+    }
+    leaves_[&instr] = std::move(v);
+    if (nested > 0) {
+      Buf b;
+      b.size = nested;
+      b.start = b.last = t;
+      b.kind = AssignedBuffer::Kind::kNested;
+      b.instr = &instr;
+      nested_[&instr] = NewBuf(b);
+    }
+  }
+
+  // Results in buffers of their own, or in place of a dying operand, and
+  // the instruction's scratch.
+  void AssignOwnOrInPlace(int64_t t, const HloInstruction& instr, InstructionAssignment& ia) {
+    const HloOpcode op = instr.opcode();
+    const Shape& shape = instr.shape();
     std::vector<int64_t> candidates;
     if (IsElementwise(op) && op != HloOpcode::kCompare) {
       if (op == HloOpcode::kSelect) {
@@ -522,6 +458,94 @@ class ComputationAssigner {
       b.instr = &instr;
       scratch_[&instr] = NewBuf(b);
     }
+  }
+
+  void Step(int64_t t, const HloInstruction& instr) {
+    InstructionAssignment& ia = out_.instructions[&instr];
+    ia.position = t;
+    taken_.clear();
+    for (const HloInstruction* op : instr.operands()) {
+      const std::vector<VLeaf>& v = leaves_.at(op);
+      ia.operand_dies.push_back(!v.empty() && v[0].buffer >= 0 && Dies(v[0].buffer, t));
+    }
+    const HloOpcode op = instr.opcode();
+    const Shape& shape = instr.shape();
+    switch (op) {
+      case HloOpcode::kParameter:
+        return AssignParameter(t, instr, ia);
+      case HloOpcode::kConstant:
+        return AssignConstant(t, instr, ia);
+      case HloOpcode::kTuple: {
+        std::vector<VLeaf> v;
+        for (const HloInstruction* o : instr.operands()) {
+          const std::vector<VLeaf>& ov = leaves_.at(o);
+          v.insert(v.end(), ov.begin(), ov.end());
+        }
+        return Forward(instr, std::move(v), ia);
+      }
+      case HloOpcode::kGetTupleElement: {
+        const Shape& tuple = instr.operand(0)->shape();
+        int64_t begin = 0;
+        for (int64_t k = 0; k < instr.tuple_index(); ++k) {
+          begin += tuple.tuple_shapes(k).LeafCount();
+        }
+        const std::vector<VLeaf>& ov = leaves_.at(instr.operand(0));
+        return Forward(
+            instr, std::vector<VLeaf>(ov.begin() + begin, ov.begin() + begin + shape.LeafCount()),
+            ia);
+      }
+      case HloOpcode::kCopy:  // the executor shares the bytes (values are immutable)
+        return Forward(instr, leaves_.at(instr.operand(0)), ia);
+      case HloOpcode::kReshape:
+      case HloOpcode::kBitcastConvert:  // the executor reinterprets the same bytes
+        return Forward(instr, ViewOf(instr, 0, 0), ia);
+      case HloOpcode::kBroadcast: {
+        const std::vector<int64_t>& dims = instr.dimensions();
+        if (instr.operand(0)->shape().ElementsCount() == shape.ElementsCount() &&
+            std::is_sorted(dims.begin(), dims.end())) {
+          return Forward(instr, ViewOf(instr, 0, 0), ia);
+        }
+        break;
+      }
+      case HloOpcode::kConvert:
+        if (instr.operand(0)->shape().element_type() == shape.element_type()) {
+          return Forward(instr, ViewOf(instr, 0, 0), ia);
+        }
+        break;
+      case HloOpcode::kSlice:
+      case HloOpcode::kDynamicSlice: {  // eval_shape_ops.cc SliceOf
+        const Shape& x = instr.operand(0)->shape();
+        bool unit_strides = true;
+        int64_t offset = 0;
+        if (op == HloOpcode::kSlice) {
+          int64_t stride = 1;
+          std::vector<int64_t> starts;
+          for (const SliceDim& s : instr.attrs().slice) {
+            unit_strides &= s.stride == 1;
+            starts.push_back(s.start);
+          }
+          for (int64_t d = x.rank() - 1; d >= 0; --d) {
+            offset += starts[d] * stride;
+            stride *= x.dimensions(d);
+          }
+          offset *= ByteWidth(x.element_type());
+        } else {
+          offset = -1;
+        }
+        if (unit_strides && IsContiguousBox(x.dimensions(), shape.dimensions()) &&
+            (!ia.operand_dies[0] || 2 * shape.ByteSize() >= x.ByteSize())) {
+          return Forward(instr, ViewOf(instr, 0, offset), ia);
+        }
+        break;
+      }
+      case HloOpcode::kWhile:
+      case HloOpcode::kCall:
+      case HloOpcode::kConditional:  // a conditional's region fits its largest branch
+        return AssignCalls(t, instr, ia);
+      default:
+        break;
+    }
+    AssignOwnOrInPlace(t, instr, ia);
   }
 
   // Offsets: largest first, each at the lowest offset free over its range.

@@ -4,18 +4,10 @@
 #include <algorithm>
 #include <utility>
 
+#include "weft/base/algorithm.h"
+
 namespace weft::compiler {
 namespace {
-
-bool Contains(const std::vector<int64_t>& v, int64_t x) {
-  return std::find(v.begin(), v.end(), x) != v.end();
-}
-
-int64_t Product(const std::vector<int64_t>& dims, const std::vector<int64_t>& which) {
-  int64_t n = 1;
-  for (int64_t d : which) n *= dims[d];
-  return n;
-}
 
 std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims) {
   std::vector<int64_t> strides(dims.size(), 1);

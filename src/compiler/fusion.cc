@@ -191,94 +191,117 @@ bool IsRecomputable(const HloInstruction& instr, bool reduced) {
   return inputs >= 0 && inputs <= 1;
 }
 
-// Decides the groups of one computation (users before operands).
-std::vector<Group> FormGroups(const std::vector<HloInstruction*>& post_order,
-                              const HloInstruction* computation_root) {
-  std::vector<Group> groups;
-  // The one group an instruction moved into; one copied into several
-  // (cheap, or recomputed) lists them in `copied_groups`.
-  std::unordered_map<const HloInstruction*, int64_t> group_of;
-  std::unordered_map<const HloInstruction*, std::vector<int64_t>> copied_groups;
-  // Copied instructions whose original stays too (a user outside every
-  // fusion, or in a group that could not take the copy).
-  std::unordered_set<const HloInstruction*> kept_original;
-  auto groups_of = [&](const HloInstruction* instr) {
+// Decides the groups of one computation, visiting users before operands.
+class GroupFormer {
+ public:
+  explicit GroupFormer(const HloInstruction* computation_root)
+      : computation_root_(computation_root) {}
+
+  void Visit(HloInstruction* x) {
+    if (IsInputFusibleReduce(*x)) {
+      // The root of an input fusion: its group is computed at the reduce
+      // input's indices.
+      NewGroup(x, x->operand(0)->shape().ElementsCount());
+      return;
+    }
+    if (!IsLoopFusible(*x)) return;
+    if (IsCheap(*x)) {
+      PlaceCheap(x);
+    } else {
+      PlaceOther(x);
+    }
+  }
+
+  // The groups worth a fusion.
+  std::vector<Group> TakeGroups() {
+    // A fusion needs some elementwise work, at least two instructions, and
+    // more than one element (scalar arithmetic gains nothing from tiles).
+    std::vector<Group> kept;
+    for (Group& group : groups_) {
+      const bool has_elementwise =
+          std::any_of(group.members.begin(), group.members.end(),
+                      [](const HloInstruction* m) { return IsElementwise(m->opcode()); });
+      const bool input = group.root->opcode() == HloOpcode::kReduce;
+      if (has_elementwise && group.members.size() >= 2 &&
+          (input || group.root->shape().rank() > 0)) {
+        kept.push_back(std::move(group));
+      }
+    }
+    return kept;
+  }
+
+ private:
+  std::vector<int64_t> GroupsOf(const HloInstruction* instr) const {
     std::vector<int64_t> out;
-    if (auto it = group_of.find(instr); it != group_of.end()) out.push_back(it->second);
-    if (auto it = copied_groups.find(instr); it != copied_groups.end()) {
+    if (auto it = group_of_.find(instr); it != group_of_.end()) out.push_back(it->second);
+    if (auto it = copied_groups_.find(instr); it != copied_groups_.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
     }
     return out;
-  };
-  auto new_group = [&](HloInstruction* x, int64_t count) {
+  }
+
+  void NewGroup(HloInstruction* x, int64_t count) {
     Group group;
     group.root = x;
     group.count = count;
     group.Add(x, kAligned);
-    group_of[x] = static_cast<int64_t>(groups.size());
-    groups.push_back(std::move(group));
-  };
-  for (auto it = post_order.rbegin(); it != post_order.rend(); ++it) {
-    HloInstruction* x = *it;
-    if (IsInputFusibleReduce(*x)) {
-      // The root of an input fusion: its group is computed at the reduce
-      // input's indices.
-      new_group(x, x->operand(0)->shape().ElementsCount());
-      continue;
+    group_of_[x] = static_cast<int64_t>(groups_.size());
+    groups_.push_back(std::move(group));
+  }
+
+  void PlaceCheap(HloInstruction* x) {
+    // Into each group of its users where every user in that group can
+    // read it: a broadcast reads only parameters and constants, and a
+    // broadcast or an iota has the fusion's dimensions (a scalar constant
+    // may be read by a broadcast, or by clamp / select).
+    std::vector<int64_t> candidates;
+    bool outside = x == computation_root_;  // a reader no copy serves
+    for (const HloInstruction* user : x->users()) {
+      const std::vector<int64_t> user_groups = GroupsOf(user);
+      outside = outside || user_groups.empty() || kept_original_.count(user);
+      for (int64_t g : user_groups) {
+        if (std::find(candidates.begin(), candidates.end(), g) == candidates.end()) {
+          candidates.push_back(g);
+        }
+      }
     }
-    if (!IsLoopFusible(*x)) continue;
-    if (IsCheap(*x)) {
-      // Into each group of its users where every user in that group can
-      // read it: a broadcast reads only parameters and constants, and a
-      // broadcast or an iota has the fusion's dimensions (a scalar constant
-      // may be read by a broadcast, or by clamp / select).
-      std::vector<int64_t> candidates;
-      bool outside = x == computation_root;  // a reader no copy serves
+    for (int64_t g : candidates) {
+      Group& group = groups_[g];
+      bool ok = true;
       for (const HloInstruction* user : x->users()) {
-        const std::vector<int64_t> user_groups = groups_of(user);
-        outside = outside || user_groups.empty() || kept_original.count(user);
-        for (int64_t g : user_groups) {
-          if (std::find(candidates.begin(), candidates.end(), g) == candidates.end()) {
-            candidates.push_back(g);
-          }
-        }
+        if (group.Has(user)) ok = ok && SameSharding(*x, *user);
       }
-      for (int64_t g : candidates) {
-        Group& group = groups[g];
-        bool ok = true;
-        for (const HloInstruction* user : x->users()) {
-          if (group.Has(user)) ok = ok && SameSharding(*x, *user);
-        }
-        uint8_t r = RegionFromUsers(*x, group);
-        if (x->opcode() == HloOpcode::kConstant) {
-          r |= kGathered;  // a source: any user reads it
-        } else {
-          // A broadcast reads at its own indices where aligned; an iota (or
-          // a cheap elementwise op) is computed only at the tile's own
-          // indices.
-          ok = ok && r != 0 && FitsRegion(*x, group, r) &&
-               !(x->opcode() == HloOpcode::kIota && (r & kGathered));
-        }
-        if (ok) {
-          group.Add(x, r);
-          copied_groups[x].push_back(g);
-        } else {
-          outside = true;
-        }
+      uint8_t r = RegionFromUsers(*x, group);
+      if (x->opcode() == HloOpcode::kConstant) {
+        r |= kGathered;  // a source: any user reads it
+      } else {
+        // A broadcast reads at its own indices where aligned; an iota (or
+        // a cheap elementwise op) is computed only at the tile's own
+        // indices.
+        ok = ok && r != 0 && FitsRegion(*x, group, r) &&
+             !(x->opcode() == HloOpcode::kIota && (r & kGathered));
       }
-      if (copied_groups.count(x) == 0 || (outside && IsElementwise(x->opcode()))) {
-        // Nobody took it, or a reader no copy serves needs the original:
-        // the root of a group of its own, so a cheap elementwise op computes
-        // its cheap operands inline (a lone broadcast or iota stays unfused;
-        // see the pruning below). Its readers' groups were made before it
-        // (users before operands), so their fusions are built first and
-        // read the original until this group's fusion replaces it.
-        new_group(x, x->shape().ElementsCount());
-      } else if (outside) {
-        kept_original.insert(x);
+      if (ok) {
+        group.Add(x, r);
+        copied_groups_[x].push_back(g);
+      } else {
+        outside = true;
       }
-      continue;
     }
+    if (copied_groups_.count(x) == 0 || (outside && IsElementwise(x->opcode()))) {
+      // Nobody took it, or a reader no copy serves needs the original:
+      // the root of a group of its own, so a cheap elementwise op computes
+      // its cheap operands inline (a lone broadcast or iota stays unfused;
+      // see TakeGroups). Its readers' groups were made before it
+      // (users before operands), so their fusions are built first and
+      // read the original until this group's fusion replaces it.
+      NewGroup(x, x->shape().ElementsCount());
+    } else if (outside) {
+      kept_original_.insert(x);
+    }
+  }
+
+  void PlaceOther(HloInstruction* x) {
     // Not cheap: goes into the groups of its users when each user is in
     // some group and nowhere else (no original of it stays), and every
     // such group can compute it where its users read it. In one group it
@@ -286,49 +309,53 @@ std::vector<Group> FormGroups(const std::vector<HloInstruction*>& post_order,
     // read by the sum's input fusion and the gradient's loop fusion) an
     // elementwise op is recomputed in each instead of materialized.
     std::vector<int64_t> targets;
-    bool ok = x != computation_root && !x->users().empty();
+    bool ok = x != computation_root_ && !x->users().empty();
     for (const HloInstruction* user : x->users()) {
       if (!ok) break;
-      const std::vector<int64_t> user_groups = groups_of(user);
-      ok = !user_groups.empty() && !kept_original.count(user) && SameSharding(*x, *user);
+      const std::vector<int64_t> user_groups = GroupsOf(user);
+      ok = !user_groups.empty() && !kept_original_.count(user) && SameSharding(*x, *user);
       for (int64_t g : user_groups) {
         if (std::find(targets.begin(), targets.end(), g) == targets.end()) targets.push_back(g);
       }
     }
     std::vector<uint8_t> regions;
     for (size_t k = 0; ok && k < targets.size(); ++k) {
-      regions.push_back(RegionFromUsers(*x, groups[targets[k]]));
-      ok = regions.back() != 0 && FitsRegion(*x, groups[targets[k]], regions.back());
+      regions.push_back(RegionFromUsers(*x, groups_[targets[k]]));
+      ok = regions.back() != 0 && FitsRegion(*x, groups_[targets[k]], regions.back());
     }
     if (ok && targets.size() > 1) {
       ok = IsRecomputable(*x, std::any_of(targets.begin(), targets.end(), [&](int64_t g) {
-        return groups[g].root->opcode() == HloOpcode::kReduce;
+        return groups_[g].root->opcode() == HloOpcode::kReduce;
       }));
     }
     if (!ok) {
-      new_group(x, x->shape().ElementsCount());
-      continue;
+      NewGroup(x, x->shape().ElementsCount());
+      return;
     }
-    for (size_t k = 0; k < targets.size(); ++k) groups[targets[k]].Add(x, regions[k]);
+    for (size_t k = 0; k < targets.size(); ++k) groups_[targets[k]].Add(x, regions[k]);
     if (targets.size() == 1) {
-      group_of[x] = targets[0];
+      group_of_[x] = targets[0];
     } else {
-      copied_groups[x] = targets;
+      copied_groups_[x] = targets;
     }
   }
-  // A fusion needs some elementwise work, at least two instructions, and
-  // more than one element (scalar arithmetic gains nothing from tiles).
-  std::vector<Group> kept;
-  for (Group& group : groups) {
-    const bool has_elementwise =
-        std::any_of(group.members.begin(), group.members.end(),
-                    [](const HloInstruction* m) { return IsElementwise(m->opcode()); });
-    const bool input = group.root->opcode() == HloOpcode::kReduce;
-    if (has_elementwise && group.members.size() >= 2 && (input || group.root->shape().rank() > 0)) {
-      kept.push_back(std::move(group));
-    }
-  }
-  return kept;
+
+  const HloInstruction* computation_root_;
+  std::vector<Group> groups_;
+  // The one group an instruction moved into; one copied into several
+  // (cheap, or recomputed) lists them in `copied_groups_`.
+  std::unordered_map<const HloInstruction*, int64_t> group_of_;
+  std::unordered_map<const HloInstruction*, std::vector<int64_t>> copied_groups_;
+  // Copied instructions whose original stays too (a user outside every
+  // fusion, or in a group that could not take the copy).
+  std::unordered_set<const HloInstruction*> kept_original_;
+};
+
+std::vector<Group> FormGroups(const std::vector<HloInstruction*>& post_order,
+                              const HloInstruction* computation_root) {
+  GroupFormer former(computation_root);
+  for (auto it = post_order.rbegin(); it != post_order.rend(); ++it) former.Visit(*it);
+  return former.TakeGroups();
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "attribute_text.h"
+#include "opcode_attributes.h"
 #include "text_cursor.h"
 #include "weft/base/error.h"
 #include "weft/hlo/shape_inference.h"
@@ -21,81 +22,6 @@ namespace {
 using hlo::TextCursor;
 using Op = HloOpcode;
 
-// Which opcodes accept each attribute (empty list: every opcode).
-const std::map<std::string_view, std::vector<Op>>& AttributeOpcodes() {
-  static const auto* table = new std::map<std::string_view, std::vector<Op>>{
-      {"dimensions",
-       {Op::kBroadcast, Op::kTranspose, Op::kReverse, Op::kReduce, Op::kConcatenate, Op::kAllGather,
-        Op::kReduceScatter, Op::kAllToAll, Op::kSort}},
-      {"is_stable", {Op::kSort}},
-      {"k", {Op::kTopK}},
-      {"largest", {Op::kTopK}},
-      {"window", {Op::kReduceWindow, Op::kSelectAndScatter, Op::kConvolution}},
-      {"dim_labels", {Op::kConvolution}},
-      {"feature_group_count", {Op::kConvolution}},
-      {"batch_group_count", {Op::kConvolution}},
-      {"select", {Op::kSelectAndScatter}},
-      {"scatter", {Op::kSelectAndScatter}},
-      {"true_computation", {Op::kConditional}},
-      {"false_computation", {Op::kConditional}},
-      {"branch_computations", {Op::kConditional}},
-      {"infeed_config", {Op::kInfeed}},
-      {"outfeed_config", {Op::kOutfeed}},
-      {"outfeed_shape", {Op::kOutfeed}},
-      {"iota_dimension", {Op::kIota}},
-      {"index", {Op::kGetTupleElement}},
-      {"slice", {Op::kSlice}},
-      {"dynamic_slice_sizes", {Op::kDynamicSlice}},
-      {"padding", {Op::kPad}},
-      {"direction", {Op::kCompare}},
-      {"type", {Op::kCompare}},
-      {"to_apply",
-       {Op::kReduce, Op::kScatter, Op::kCall, Op::kAllReduce, Op::kReduceScatter, Op::kSort,
-        Op::kReduceWindow}},
-      {"kind", {Op::kFusion}},
-      {"calls", {Op::kFusion}},
-      {"condition", {Op::kWhile}},
-      {"body", {Op::kWhile}},
-      {"lhs_batch_dims", {Op::kDot}},
-      {"lhs_contracting_dims", {Op::kDot}},
-      {"rhs_batch_dims", {Op::kDot}},
-      {"rhs_contracting_dims", {Op::kDot}},
-      {"operand_precision", {Op::kDot, Op::kConvolution}},
-      {"algorithm", {Op::kDot, Op::kRngBitGenerator}},
-      {"distribution", {Op::kRng}},
-      {"offset_dims", {Op::kGather}},
-      {"collapsed_slice_dims", {Op::kGather}},
-      {"start_index_map", {Op::kGather}},
-      {"operand_batching_dims", {Op::kGather}},
-      {"start_indices_batching_dims", {Op::kGather}},
-      {"slice_sizes", {Op::kGather}},
-      {"index_vector_dim", {Op::kGather, Op::kScatter}},
-      {"indices_are_sorted", {Op::kGather, Op::kScatter}},
-      {"update_window_dims", {Op::kScatter}},
-      {"inserted_window_dims", {Op::kScatter}},
-      {"scatter_dims_to_operand_dims", {Op::kScatter}},
-      {"input_batching_dims", {Op::kScatter}},
-      {"scatter_indices_batching_dims", {Op::kScatter}},
-      {"unique_indices", {Op::kScatter}},
-      {"custom_call_target", {Op::kCustomCall}},
-      {"called_computations", {Op::kCustomCall}},
-      {"custom_call_has_side_effect", {Op::kCustomCall}},
-      {"api_version", {Op::kCustomCall}},
-      {"replica_groups", {Op::kAllReduce, Op::kAllGather, Op::kReduceScatter, Op::kAllToAll}},
-      {"channel_id",
-       {Op::kAllReduce, Op::kAllGather, Op::kReduceScatter, Op::kAllToAll, Op::kCollectivePermute}},
-      {"use_global_device_ids", {Op::kAllReduce, Op::kAllGather, Op::kReduceScatter}},
-      {"constrain_layout", {Op::kAllReduce, Op::kAllGather, Op::kAllToAll}},
-      {"source_target_pairs", {Op::kCollectivePermute}},
-      {"sharding", {}},
-      {"backend_config", {}},
-      {"metadata", {}},
-      {"frontend_attributes", {}},
-      {"statistics", {}},
-  };
-  return *table;
-}
-
 // Whether an array laid out minor-to-major as `layout` (empty: the default)
 // holds its elements in row-major order: its dims of size > 1 run from
 // major to minor in increasing order.
@@ -107,63 +33,6 @@ bool IsRowMajor(const std::vector<int64_t>& layout, const Shape& shape) {
     last = *it;
   }
   return true;
-}
-
-std::vector<std::string_view> RequiredAttributes(Op op) {
-  switch (op) {
-    case Op::kBroadcast:
-    case Op::kTranspose:
-    case Op::kReverse:
-    case Op::kConcatenate:
-    case Op::kAllGather:
-    case Op::kAllToAll:
-      return {"dimensions"};
-    case Op::kReduce:
-    case Op::kReduceScatter:
-    case Op::kSort:
-      return {"dimensions", "to_apply"};
-    case Op::kTopK:
-      return {"k"};
-    case Op::kReduceWindow:
-      return {"window", "to_apply"};
-    case Op::kSelectAndScatter:
-      return {"window", "select", "scatter"};
-    case Op::kConvolution:
-      return {"dim_labels"};
-    case Op::kIota:
-      return {"iota_dimension"};
-    case Op::kGetTupleElement:
-      return {"index"};
-    case Op::kSlice:
-      return {"slice"};
-    case Op::kDynamicSlice:
-      return {"dynamic_slice_sizes"};
-    case Op::kPad:
-      return {"padding"};
-    case Op::kCompare:
-      return {"direction"};
-    case Op::kCall:
-    case Op::kAllReduce:
-      return {"to_apply"};
-    case Op::kWhile:
-      return {"condition", "body"};
-    case Op::kFusion:
-      return {"kind", "calls"};
-    case Op::kGather:
-      return {"offset_dims", "collapsed_slice_dims", "start_index_map", "index_vector_dim",
-              "slice_sizes"};
-    case Op::kScatter:
-      return {"update_window_dims", "inserted_window_dims", "scatter_dims_to_operand_dims",
-              "index_vector_dim", "to_apply"};
-    case Op::kCustomCall:
-      return {"custom_call_target"};
-    case Op::kCollectivePermute:
-      return {"source_target_pairs"};
-    case Op::kRng:
-      return {"distribution"};
-    default:
-      return {};
-  }
 }
 
 class HloTextParser {
@@ -371,7 +240,7 @@ class HloTextParser {
     while (cur_.TryConsume(",")) {
       ParseAttribute(*opcode, attrs, pending, sharding, seen);
     }
-    for (std::string_view key : RequiredAttributes(*opcode)) {
+    for (std::string_view key : hlo::RequiredAttributes(*opcode)) {
       if (!seen.count(std::string(key))) {
         cur_.FailAt(at, fmt::format("{} '{}' is missing attribute {}=", opcode_name, name, key));
       }
@@ -452,11 +321,55 @@ class HloTextParser {
     }
   }
 
-  void ParseAttribute(Op op, HloAttributes& a, PendingCall& pending,
-                      std::optional<HloSharding>& sharding, std::map<std::string, size_t>& seen) {
+  // The dot's, gather's and scatter's dimension numbers; false for any other
+  // attribute.
+  bool ParseDimensionNumbers(Op op, const std::string& key, HloAttributes& a) {
+    auto list = [&](std::vector<int64_t>& field) { field = cur_.ParseIntList(key); };
+    if (key == "index_vector_dim") {
+      (op == Op::kGather ? a.gather.index_vector_dim : a.scatter.index_vector_dim) =
+          cur_.ParseInt(key);
+    } else if (key == "lhs_batch_dims") {
+      list(a.dot.lhs_batch_dims);
+    } else if (key == "lhs_contracting_dims") {
+      list(a.dot.lhs_contracting_dims);
+    } else if (key == "rhs_batch_dims") {
+      list(a.dot.rhs_batch_dims);
+    } else if (key == "rhs_contracting_dims") {
+      list(a.dot.rhs_contracting_dims);
+    } else if (key == "offset_dims") {
+      list(a.gather.offset_dims);
+    } else if (key == "collapsed_slice_dims") {
+      list(a.gather.collapsed_slice_dims);
+    } else if (key == "start_index_map") {
+      list(a.gather.start_index_map);
+    } else if (key == "operand_batching_dims") {
+      list(a.gather.operand_batching_dims);
+    } else if (key == "start_indices_batching_dims") {
+      list(a.gather.start_indices_batching_dims);
+    } else if (key == "slice_sizes") {
+      list(a.gather_slice_sizes);
+    } else if (key == "update_window_dims") {
+      list(a.scatter.update_window_dims);
+    } else if (key == "inserted_window_dims") {
+      list(a.scatter.inserted_window_dims);
+    } else if (key == "scatter_dims_to_operand_dims") {
+      list(a.scatter.scatter_dims_to_operand_dims);
+    } else if (key == "input_batching_dims") {
+      list(a.scatter.input_batching_dims);
+    } else if (key == "scatter_indices_batching_dims") {
+      list(a.scatter.scatter_indices_batching_dims);
+    } else {
+      return false;
+    }
+    return true;
+  }
+
+  // An attribute's name, checked against `op` and the attributes `seen`
+  // before it (which it joins), and the '=' after it.
+  std::string ParseAttributeName(Op op, std::map<std::string, size_t>& seen) {
     const size_t at = cur_.Mark();
     const std::string key = cur_.ParseWord("an attribute name");
-    const auto& table = AttributeOpcodes();
+    const auto& table = hlo::AttributeOpcodes();
     auto rule = table.find(key);
     if (rule == table.end()) {
       cur_.FailAt(at, fmt::format("unknown attribute '{}' on {}", key, HloOpcodeString(op)));
@@ -469,6 +382,14 @@ class HloTextParser {
       cur_.FailAt(at, fmt::format("attribute '{}' given twice", key));
     }
     cur_.Expect("=", fmt::format("'=' after {}", key));
+    return key;
+  }
+
+  void ParseAttribute(Op op, HloAttributes& a, PendingCall& pending,
+                      std::optional<HloSharding>& sharding, std::map<std::string, size_t>& seen) {
+    const size_t at = cur_.Mark();
+    const std::string key = ParseAttributeName(op, seen);
+    if (ParseDimensionNumbers(op, key, a)) return;
     auto list = [&](std::vector<int64_t>& field) { field = cur_.ParseIntList(key); };
     auto flag = [&](bool& field) {
       field = cur_.ParseBool(fmt::format("true or false for {}", key));
@@ -479,9 +400,6 @@ class HloTextParser {
       a.iota_dimension = cur_.ParseInt(key);
     } else if (key == "index") {
       a.tuple_index = cur_.ParseInt(key);
-    } else if (key == "index_vector_dim") {
-      (op == Op::kGather ? a.gather.index_vector_dim : a.scatter.index_vector_dim) =
-          cur_.ParseInt(key);
     } else if (key == "channel_id") {
       a.channel_id = cur_.ParseInt(key);
     } else if (key == "slice") {
@@ -541,36 +459,6 @@ class HloTextParser {
       a.fusion_kind = *kind;
     } else if (key == "body") {
       pending.names.push_back({cur_.ParseName("a computation name"), at});
-    } else if (key == "lhs_batch_dims") {
-      list(a.dot.lhs_batch_dims);
-    } else if (key == "lhs_contracting_dims") {
-      list(a.dot.lhs_contracting_dims);
-    } else if (key == "rhs_batch_dims") {
-      list(a.dot.rhs_batch_dims);
-    } else if (key == "rhs_contracting_dims") {
-      list(a.dot.rhs_contracting_dims);
-    } else if (key == "offset_dims") {
-      list(a.gather.offset_dims);
-    } else if (key == "collapsed_slice_dims") {
-      list(a.gather.collapsed_slice_dims);
-    } else if (key == "start_index_map") {
-      list(a.gather.start_index_map);
-    } else if (key == "operand_batching_dims") {
-      list(a.gather.operand_batching_dims);
-    } else if (key == "start_indices_batching_dims") {
-      list(a.gather.start_indices_batching_dims);
-    } else if (key == "slice_sizes") {
-      list(a.gather_slice_sizes);
-    } else if (key == "update_window_dims") {
-      list(a.scatter.update_window_dims);
-    } else if (key == "inserted_window_dims") {
-      list(a.scatter.inserted_window_dims);
-    } else if (key == "scatter_dims_to_operand_dims") {
-      list(a.scatter.scatter_dims_to_operand_dims);
-    } else if (key == "input_batching_dims") {
-      list(a.scatter.input_batching_dims);
-    } else if (key == "scatter_indices_batching_dims") {
-      list(a.scatter.scatter_indices_batching_dims);
     } else if (key == "indices_are_sorted") {
       flag(a.indices_are_sorted);
     } else if (key == "unique_indices") {
@@ -615,7 +503,7 @@ class HloTextParser {
     const size_t start = cur_.Mark();
     // The same sharding text again (XLA repeats one sharding on many
     // instructions): the parsed value, whose device list is shared.
-    const size_t extent = BalancedBracesEnd(cur_.text(), start);
+    const size_t extent = TextCursor::BalancedBracesEnd(cur_.text(), start);
     std::string_view key;
     if (extent != std::string_view::npos) {
       key = cur_.text().substr(start, extent - start);
@@ -641,30 +529,6 @@ class HloTextParser {
     } catch (const ShardingSyntaxError& e) {
       cur_.FailAt(e.offset(), fmt::format("bad sharding: {}", e.what()));
     }
-  }
-
-  // The end of the balanced {...} at `at` (quoted strings skipped), or npos.
-  static size_t BalancedBracesEnd(std::string_view t, size_t at) {
-    if (at >= t.size() || t[at] != '{') return std::string_view::npos;
-    int64_t depth = 0;
-    bool in_string = false;
-    for (size_t i = at; i < t.size(); ++i) {
-      const char c = t[i];
-      if (in_string) {
-        if (c == '\\') {
-          ++i;
-        } else if (c == '"') {
-          in_string = false;
-        }
-      } else if (c == '"') {
-        in_string = true;
-      } else if (c == '{') {
-        ++depth;
-      } else if (c == '}' && --depth == 0) {
-        return i + 1;
-      }
-    }
-    return std::string_view::npos;
   }
 
   // Device ids are expanded once per distinct sharding (and iota replica

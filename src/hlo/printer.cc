@@ -185,6 +185,42 @@ void AddCollectiveAttributes(const HloInstruction& instr, AttributeList& l) {
   }
 }
 
+// `{[start:limit], [start:limit:stride], ...}`: the stride when it is not 1.
+std::string SliceToString(const std::vector<SliceDim>& slice) {
+  std::vector<std::string> ranges;
+  for (const SliceDim& s : slice) {
+    ranges.push_back(s.stride == 1 ? fmt::format("[{}:{}]", s.start, s.limit)
+                                   : fmt::format("[{}:{}:{}]", s.start, s.limit, s.stride));
+  }
+  return fmt::format("{{{}}}", fmt::join(ranges, ", "));
+}
+
+// The pred form's true/false computations, or the index form's branches.
+void AddConditionalAttributes(const HloInstruction& instr, AttributeList& l) {
+  if (instr.operand_count() > 0 &&
+      instr.operand(0)->shape().element_type() == PrimitiveType::kPred) {
+    l.Add("true_computation=" + l.Computation(0));
+    l.Add("false_computation=" + l.Computation(1));
+  } else {
+    std::vector<std::string> names;
+    for (size_t i = 0; i < instr.called_computations().size(); ++i)
+      names.push_back(l.Computation(i));
+    l.Add(fmt::format("branch_computations={{{}}}", fmt::join(names, ", ")));
+  }
+}
+
+void AddConvolutionAttributes(const HloAttributes& a, AttributeList& l) {
+  // XLA leaves out the window of a convolution without spatial dims.
+  if (!a.window.empty()) l.Add("window=" + WindowToString(a.window));
+  l.Add("dim_labels=" + ConvolutionDimLabelsString(a.convolution));
+  if (a.feature_group_count != 1) {
+    l.Add(fmt::format("feature_group_count={}", a.feature_group_count));
+  }
+  if (a.batch_group_count != 1) {
+    l.Add(fmt::format("batch_group_count={}", a.batch_group_count));
+  }
+}
+
 // XLA's attribute order: op-specific attributes, called computations,
 // sharding, then the verbatim extras and backend_config.
 std::vector<std::string> Attributes(const HloInstruction& instr, const HloPrintOptions& options) {
@@ -200,15 +236,9 @@ std::vector<std::string> Attributes(const HloInstruction& instr, const HloPrintO
     case HloOpcode::kConcatenate:
       l.List("dimensions", a.dimensions);
       break;
-    case HloOpcode::kSlice: {
-      std::vector<std::string> ranges;
-      for (const SliceDim& s : a.slice) {
-        ranges.push_back(s.stride == 1 ? fmt::format("[{}:{}]", s.start, s.limit)
-                                       : fmt::format("[{}:{}:{}]", s.start, s.limit, s.stride));
-      }
-      l.Add(fmt::format("slice={{{}}}", fmt::join(ranges, ", ")));
+    case HloOpcode::kSlice:
+      l.Add("slice=" + SliceToString(a.slice));
       break;
-    }
     case HloOpcode::kDynamicSlice:
       l.List("dynamic_slice_sizes", a.dynamic_slice_sizes);
       break;
@@ -242,30 +272,13 @@ std::vector<std::string> Attributes(const HloInstruction& instr, const HloPrintO
       l.Add("scatter=" + l.Computation(1));
       break;
     case HloOpcode::kConditional:
-      if (instr.operand_count() > 0 &&
-          instr.operand(0)->shape().element_type() == PrimitiveType::kPred) {
-        l.Add("true_computation=" + l.Computation(0));
-        l.Add("false_computation=" + l.Computation(1));
-      } else {
-        std::vector<std::string> names;
-        for (size_t i = 0; i < instr.called_computations().size(); ++i)
-          names.push_back(l.Computation(i));
-        l.Add(fmt::format("branch_computations={{{}}}", fmt::join(names, ", ")));
-      }
+      AddConditionalAttributes(instr, l);
       break;
     case HloOpcode::kDot:
       AddDotAttributes(a.dot, &l.out());
       break;
     case HloOpcode::kConvolution:
-      // XLA leaves out the window of a convolution without spatial dims.
-      if (!a.window.empty()) l.Add("window=" + WindowToString(a.window));
-      l.Add("dim_labels=" + ConvolutionDimLabelsString(a.convolution));
-      if (a.feature_group_count != 1) {
-        l.Add(fmt::format("feature_group_count={}", a.feature_group_count));
-      }
-      if (a.batch_group_count != 1) {
-        l.Add(fmt::format("batch_group_count={}", a.batch_group_count));
-      }
+      AddConvolutionAttributes(a, l);
       break;
     case HloOpcode::kRngBitGenerator:
       l.Add(fmt::format("algorithm={}", RngAlgorithmString(a.rng_algorithm)));

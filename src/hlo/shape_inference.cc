@@ -8,14 +8,11 @@
 #include <set>
 
 #include "shape_inference_internal.h"
+#include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 #include "weft/hlo/computation.h"
-#include "weft/sharding/tile_assignment.h"
 
-namespace weft {
-namespace {
-
-using Dims = std::vector<int64_t>;
+namespace weft::hlo {
 
 std::string DimsString(std::span<const int64_t> dims) {
   return fmt::format("{{{}}}", fmt::join(dims, ","));
@@ -34,8 +31,7 @@ const Shape& ArrayOperand(const HloInstruction& instr, int64_t i) {
 }
 
 // `dims` are distinct and in [0, rank); `sorted` also requires increasing.
-void CheckDims(std::span<const int64_t> dims, int64_t rank, std::string_view what,
-               bool sorted = false) {
+void CheckDims(std::span<const int64_t> dims, int64_t rank, std::string_view what, bool sorted) {
   std::set<int64_t> seen;
   for (size_t i = 0; i < dims.size(); ++i) {
     WEFT_CHECK(dims[i] >= 0 && dims[i] < rank, "{} {} has {} out of range for rank {}", what,
@@ -45,10 +41,6 @@ void CheckDims(std::span<const int64_t> dims, int64_t rank, std::string_view wha
     WEFT_CHECK(!sorted || i == 0 || dims[i] > dims[i - 1], "{} {} must be sorted", what,
                DimsString(dims));
   }
-}
-
-bool Contains(std::span<const int64_t> dims, int64_t d) {
-  return std::find(dims.begin(), dims.end(), d) != dims.end();
 }
 
 const Shape& Declared(const HloInstruction& instr, std::string_view what) {
@@ -61,6 +53,31 @@ void CheckScalarInt(const Shape& s, std::string_view what) {
   WEFT_CHECK(s.IsScalar() && IsInteger(s.element_type()), "{} must be an integer scalar, got {}",
              what, s.ToString());
 }
+
+void CheckScalarComputation(const HloComputation* c, std::span<const PrimitiveType> accumulators,
+                            std::string_view what) {
+  WEFT_CHECK(c != nullptr, "{} needs a to_apply computation", what);
+  const int64_t n = static_cast<int64_t>(accumulators.size());
+  WEFT_CHECK(c->num_parameters() == 2 * n,
+             "{} computation '{}' must take {} scalar parameters, takes {}", what, c->name(), 2 * n,
+             c->num_parameters());
+  for (int64_t i = 0; i < 2 * n; ++i) {
+    const HloInstruction* p = c->parameter_instruction(i);
+    WEFT_CHECK(p != nullptr, "{} computation '{}' lacks parameter {}", what, c->name(), i);
+    WEFT_CHECK(p->shape() == Shape::Scalar(accumulators[i % n]),
+               "{} computation '{}' parameter {} must be {}[], got {}", what, c->name(), i,
+               PrimitiveTypeName(accumulators[i % n]), p->shape().ToString());
+  }
+  std::vector<Shape> expected;
+  for (PrimitiveType t : accumulators) expected.push_back(Shape::Scalar(t));
+  const Shape result = n == 1 ? expected[0] : Shape::Tuple(expected);
+  const HloInstruction* root = c->root_instruction();
+  WEFT_CHECK(root != nullptr && root->shape() == result,
+             "{} computation '{}' must return {}, returns {}", what, c->name(), result.ToString(),
+             root ? root->shape().ToString() : "nothing");
+}
+
+namespace {
 
 Shape InferElementwise(const HloInstruction& instr) {
   const HloOpcode op = instr.opcode();
@@ -156,30 +173,6 @@ Shape InferSelectOrClamp(const HloInstruction& instr) {
   }
   return b;
 }
-
-void CheckScalarComputation(const HloComputation* c, std::span<const PrimitiveType> accumulators,
-                            std::string_view what) {
-  WEFT_CHECK(c != nullptr, "{} needs a to_apply computation", what);
-  const int64_t n = static_cast<int64_t>(accumulators.size());
-  WEFT_CHECK(c->num_parameters() == 2 * n,
-             "{} computation '{}' must take {} scalar parameters, takes {}", what, c->name(), 2 * n,
-             c->num_parameters());
-  for (int64_t i = 0; i < 2 * n; ++i) {
-    const HloInstruction* p = c->parameter_instruction(i);
-    WEFT_CHECK(p != nullptr, "{} computation '{}' lacks parameter {}", what, c->name(), i);
-    WEFT_CHECK(p->shape() == Shape::Scalar(accumulators[i % n]),
-               "{} computation '{}' parameter {} must be {}[], got {}", what, c->name(), i,
-               PrimitiveTypeName(accumulators[i % n]), p->shape().ToString());
-  }
-  std::vector<Shape> expected;
-  for (PrimitiveType t : accumulators) expected.push_back(Shape::Scalar(t));
-  const Shape result = n == 1 ? expected[0] : Shape::Tuple(expected);
-  const HloInstruction* root = c->root_instruction();
-  WEFT_CHECK(root != nullptr && root->shape() == result,
-             "{} computation '{}' must return {}, returns {}", what, c->name(), result.ToString(),
-             root ? root->shape().ToString() : "nothing");
-}
-
 Shape InferReduce(const HloInstruction& instr) {
   WEFT_CHECK(instr.operand_count() >= 2 && instr.operand_count() % 2 == 0,
              "reduce takes N inputs then N init values, got {} operands", instr.operand_count());
@@ -263,142 +256,6 @@ Shape InferDot(const HloInstruction& instr) {
   if (instr.shape().IsArray()) type = instr.shape().element_type();
   return Shape(type, out);
 }
-
-// Splits `indices` into its batch dims and the index vector size.
-std::pair<Dims, int64_t> IndexBatch(const Shape& indices, int64_t index_vector_dim,
-                                    std::string_view op) {
-  WEFT_CHECK(index_vector_dim >= 0 && index_vector_dim <= indices.rank(),
-             "{} index_vector_dim {} out of range for indices {}", op, index_vector_dim,
-             indices.ToString());
-  WEFT_CHECK(IsInteger(indices.element_type()), "{} indices must be integers, got {}", op,
-             indices.ToString());
-  Dims batch;
-  for (int64_t d = 0; d < indices.rank(); ++d) {
-    if (d != index_vector_dim) batch.push_back(indices.dimensions(d));
-  }
-  const int64_t vector_size =
-      index_vector_dim < indices.rank() ? indices.dimensions(index_vector_dim) : 1;
-  return {batch, vector_size};
-}
-
-Shape InferGather(const HloInstruction& instr) {
-  ExpectOperandCount(instr, 2);
-  const Shape& operand = ArrayOperand(instr, 0);
-  const Shape& indices = ArrayOperand(instr, 1);
-  const GatherDimensionNumbers& g = instr.attrs().gather;
-  const Dims& sizes = instr.attrs().gather_slice_sizes;
-  auto [batch, vector_size] = IndexBatch(indices, g.index_vector_dim, "gather");
-  WEFT_CHECK(static_cast<int64_t>(g.start_index_map.size()) == vector_size,
-             "gather start_index_map {} must have one entry per index vector element ({})",
-             DimsString(g.start_index_map), vector_size);
-  CheckDims(g.start_index_map, operand.rank(), "gather start_index_map");
-  CheckDims(g.collapsed_slice_dims, operand.rank(), "gather collapsed_slice_dims", true);
-  CheckDims(g.operand_batching_dims, operand.rank(), "gather operand_batching_dims", true);
-  WEFT_CHECK(g.operand_batching_dims.size() == g.start_indices_batching_dims.size(),
-             "gather operand_batching_dims and start_indices_batching_dims differ in length");
-  WEFT_CHECK(static_cast<int64_t>(sizes.size()) == operand.rank(),
-             "gather slice_sizes {} must have one entry per operand dim ({})", DimsString(sizes),
-             operand.rank());
-  for (int64_t d = 0; d < operand.rank(); ++d) {
-    WEFT_CHECK(sizes[d] >= 0 && sizes[d] <= operand.dimensions(d),
-               "gather slice_sizes[{}] = {} exceeds operand dim {}", d, sizes[d],
-               operand.dimensions(d));
-    if (Contains(g.collapsed_slice_dims, d) || Contains(g.operand_batching_dims, d)) {
-      WEFT_CHECK(sizes[d] <= 1, "gather collapses dim {} whose slice size is {}, not 1", d,
-                 sizes[d]);
-      WEFT_CHECK(!(Contains(g.collapsed_slice_dims, d) && Contains(g.operand_batching_dims, d)),
-                 "gather dim {} is both collapsed and batching", d);
-    }
-  }
-  Dims offsets;
-  for (int64_t d = 0; d < operand.rank(); ++d) {
-    if (!Contains(g.collapsed_slice_dims, d) && !Contains(g.operand_batching_dims, d)) {
-      offsets.push_back(sizes[d]);
-    }
-  }
-  WEFT_CHECK(offsets.size() == g.offset_dims.size(),
-             "gather offset_dims {} must have one entry per uncollapsed operand dim ({})",
-             DimsString(g.offset_dims), offsets.size());
-  const int64_t out_rank = static_cast<int64_t>(batch.size() + offsets.size());
-  CheckDims(g.offset_dims, out_rank, "gather offset_dims", true);
-  Dims out;
-  size_t next_offset = 0, next_batch = 0;
-  for (int64_t d = 0; d < out_rank; ++d) {
-    out.push_back(Contains(g.offset_dims, d) ? offsets[next_offset++] : batch[next_batch++]);
-  }
-  return Shape(operand.element_type(), out);
-}
-
-// scatter(operands..., indices, updates...): N operands of one shape, N
-// updates of one shape, each update of its operand's element type; the
-// combiner takes N accumulators and N updates; N > 1 returns a tuple.
-Shape InferScatter(const HloInstruction& instr) {
-  WEFT_CHECK(instr.operand_count() >= 3 && instr.operand_count() % 2 == 1,
-             "scatter takes N operands, the indices, then N updates; got {} operands",
-             instr.operand_count());
-  const int64_t n = (instr.operand_count() - 1) / 2;
-  const Shape& operand = ArrayOperand(instr, 0);
-  const Shape& indices = ArrayOperand(instr, n);
-  const Shape& updates = ArrayOperand(instr, n + 1);
-  const ScatterDimensionNumbers& s = instr.attrs().scatter;
-  std::vector<PrimitiveType> types;
-  std::vector<Shape> results;
-  for (int64_t i = 0; i < n; ++i) {
-    const Shape& op = ArrayOperand(instr, i);
-    const Shape& up = ArrayOperand(instr, n + 1 + i);
-    WEFT_CHECK(op.dimensions() == operand.dimensions() && up.dimensions() == updates.dimensions(),
-               "scatter operand {} {} and updates {} must have the dims of operand 0 {} and "
-               "updates 0 {}",
-               i, op.ToString(), up.ToString(), operand.ToString(), updates.ToString());
-    WEFT_CHECK(up.element_type() == op.element_type(),
-               "scatter updates {} must have the operand's element type {}", up.ToString(),
-               PrimitiveTypeName(op.element_type()));
-    types.push_back(op.element_type());
-    results.push_back(op);
-  }
-  auto [batch, vector_size] = IndexBatch(indices, s.index_vector_dim, "scatter");
-  WEFT_CHECK(static_cast<int64_t>(s.scatter_dims_to_operand_dims.size()) == vector_size,
-             "scatter_dims_to_operand_dims {} must have one entry per index vector element ({})",
-             DimsString(s.scatter_dims_to_operand_dims), vector_size);
-  CheckDims(s.scatter_dims_to_operand_dims, operand.rank(), "scatter_dims_to_operand_dims");
-  CheckDims(s.inserted_window_dims, operand.rank(), "scatter inserted_window_dims", true);
-  CheckDims(s.input_batching_dims, operand.rank(), "scatter input_batching_dims", true);
-  CheckDims(s.update_window_dims, updates.rank(), "scatter update_window_dims", true);
-  WEFT_CHECK(static_cast<int64_t>(s.update_window_dims.size() + s.inserted_window_dims.size() +
-                                  s.input_batching_dims.size()) == operand.rank(),
-             "scatter window dims ({} update + {} inserted + {} batching) must add up to the "
-             "operand rank {}",
-             s.update_window_dims.size(), s.inserted_window_dims.size(),
-             s.input_batching_dims.size(), operand.rank());
-  WEFT_CHECK(updates.rank() == static_cast<int64_t>(batch.size() + s.update_window_dims.size()),
-             "scatter updates {} must have rank {} ({} index batch dims + {} window dims)",
-             updates.ToString(), batch.size() + s.update_window_dims.size(), batch.size(),
-             s.update_window_dims.size());
-  size_t next_window = 0, next_batch = 0;
-  Dims window_operand_dims;
-  for (int64_t d = 0; d < operand.rank(); ++d) {
-    if (!Contains(s.inserted_window_dims, d) && !Contains(s.input_batching_dims, d)) {
-      window_operand_dims.push_back(d);
-    }
-  }
-  for (int64_t d = 0; d < updates.rank(); ++d) {
-    if (Contains(s.update_window_dims, d)) {
-      const int64_t od = window_operand_dims[next_window++];
-      WEFT_CHECK(updates.dimensions(d) <= operand.dimensions(od),
-                 "scatter update window dim {} ({}) exceeds operand dim {} ({})", d,
-                 updates.dimensions(d), od, operand.dimensions(od));
-    } else {
-      WEFT_CHECK(updates.dimensions(d) == batch[next_batch],
-                 "scatter updates dim {} is {} but the matching index batch dim is {}", d,
-                 updates.dimensions(d), batch[next_batch]);
-      ++next_batch;
-    }
-  }
-  CheckScalarComputation(instr.called_computations().empty() ? nullptr : instr.to_apply(), types,
-                         "scatter");
-  return n == 1 ? operand : Shape::Tuple(results);
-}
-
 Shape InferSlicing(const HloInstruction& instr) {
   const HloAttributes& a = instr.attrs();
   switch (instr.opcode()) {
@@ -651,251 +508,6 @@ Shape InferFusion(const HloInstruction& instr) {
   }
   return c->root_instruction()->shape();
 }
-
-Shape InferCollective(const HloInstruction& instr) {
-  const HloAttributes& a = instr.attrs();
-  const int64_t group = ReplicaGroupSize(a.replica_groups);
-  const std::string_view name = HloOpcodeString(instr.opcode());
-  switch (instr.opcode()) {
-    case HloOpcode::kAllReduce: {
-      WEFT_CHECK(instr.operand_count() >= 1, "all-reduce needs an operand");
-      std::vector<Shape> shapes;
-      for (int64_t i = 0; i < instr.operand_count(); ++i) shapes.push_back(ArrayOperand(instr, i));
-      for (const Shape& s : shapes) {
-        const PrimitiveType t = s.element_type();
-        CheckScalarComputation(instr.called_computations().empty() ? nullptr : instr.to_apply(),
-                               std::span(&t, 1), "all-reduce");
-      }
-      return shapes.size() == 1 ? shapes[0] : Shape::Tuple(shapes);
-    }
-    case HloOpcode::kCollectivePermute: {
-      ExpectOperandCount(instr, 1);
-      std::set<int64_t> sources, targets;
-      for (auto [s, t] : a.source_target_pairs) {
-        WEFT_CHECK(s >= 0 && t >= 0, "collective-permute pair {{{},{}}} has a negative id", s, t);
-        WEFT_CHECK(s < kMaxDevices && t < kMaxDevices,
-                   "collective-permute pair {{{},{}}} names a device not below {}, the most "
-                   "devices weft supports",
-                   s, t, kMaxDevices);
-        WEFT_CHECK(sources.insert(s).second, "collective-permute sends from {} twice", s);
-        WEFT_CHECK(targets.insert(t).second, "collective-permute sends to {} twice", t);
-      }
-      return ArrayOperand(instr, 0);
-    }
-    default:
-      break;
-  }
-  // all-gather, reduce-scatter, all-to-all: one operand, one dimension.
-  ExpectOperandCount(instr, 1);
-  const Shape& x = ArrayOperand(instr, 0);
-  WEFT_CHECK(a.dimensions.size() == 1, "{} takes one dimension, got {}", name,
-             DimsString(a.dimensions));
-  const int64_t d = a.dimensions[0];
-  WEFT_CHECK(d >= 0 && d < x.rank(), "{} dimension {} out of range for {}", name, d, x.ToString());
-  if (instr.opcode() == HloOpcode::kAllToAll) {
-    WEFT_CHECK(group == 0 || x.dimensions(d) % group == 0,
-               "all-to-all splits dim {} of {} into {} parts, which does not divide it", d,
-               x.ToString(), group);
-    return x;
-  }
-  if (instr.opcode() == HloOpcode::kReduceScatter) {
-    const PrimitiveType t = x.element_type();
-    CheckScalarComputation(instr.called_computations().empty() ? nullptr : instr.to_apply(),
-                           std::span(&t, 1), "reduce-scatter");
-  }
-  Dims out = x.dimensions();
-  if (group > 0) {
-    if (instr.opcode() == HloOpcode::kAllGather) {
-      const std::optional<int64_t> gathered = CheckedMul(out[d], group);
-      WEFT_CHECK(gathered.has_value(),
-                 "all-gather of dim {} of {} over {} devices gives a size that overflows int64", d,
-                 x.ToString(), group);
-      out[d] = *gathered;
-    } else {
-      WEFT_CHECK(out[d] % group == 0,
-                 "reduce-scatter splits dim {} of {} over {} devices, which does not divide it", d,
-                 x.ToString(), group);
-      out[d] /= group;
-    }
-    return x.WithDimensions(out);
-  }
-  // All devices: the group size is the declared/operand ratio.
-  const Shape& declared = Declared(instr, "no replica_groups to derive it from");
-  WEFT_CHECK(declared.IsArray() && declared.rank() == x.rank() &&
-                 declared.element_type() == x.element_type(),
-             "{} result {} must be an array like the operand {}", name, declared.ToString(),
-             x.ToString());
-  for (int64_t i = 0; i < x.rank(); ++i) {
-    const int64_t big =
-        instr.opcode() == HloOpcode::kAllGather ? declared.dimensions(i) : x.dimensions(i);
-    const int64_t small =
-        instr.opcode() == HloOpcode::kAllGather ? x.dimensions(i) : declared.dimensions(i);
-    WEFT_CHECK(i == d ? (small > 0 && big % small == 0) : big == small,
-               "{} from {} to {} must only scale dim {}", name, x.ToString(), declared.ToString(),
-               d);
-  }
-  return declared;
-}
-
-// bitcast-convert: the bytes reinterpreted. Equal widths keep the dims; a
-// wider operand gains a last dim of width ratio, a narrower one loses its
-// last dim, which must be the ratio (XLA's rule).
-Shape InferBitcastConvert(const HloInstruction& instr) {
-  ExpectOperandCount(instr, 1);
-  const Shape& x = ArrayOperand(instr, 0);
-  const Shape& declared = Declared(instr, "the element type to reinterpret as");
-  WEFT_CHECK(declared.IsArray(), "bitcast-convert result {} must be an array", declared.ToString());
-  const PrimitiveType from = x.element_type(), to = declared.element_type();
-  for (PrimitiveType t : {from, to}) {
-    WEFT_CHECK(t != PrimitiveType::kPred && t != PrimitiveType::kToken,
-               "bitcast-convert of {} is not allowed; it reinterprets numbers' bytes",
-               PrimitiveTypeName(t));
-  }
-  const int64_t wf = ByteWidth(from), wt = ByteWidth(to);
-  Dims dims = x.dimensions();
-  if (wf > wt) {
-    dims.push_back(wf / wt);
-  } else if (wf < wt) {
-    WEFT_CHECK(!dims.empty() && dims.back() == wt / wf,
-               "bitcast-convert from {} to {} needs a last dim of {} ({} / {} bytes), got {}",
-               x.ToString(), PrimitiveTypeName(to), wt / wf, wt, wf, x.ToString());
-    dims.pop_back();
-  }
-  return Shape(to, dims);
-}
-
-// The comparator of sort / topk's custom call: 2n scalar parameters (two
-// per operand, of its type) returning pred[].
-void CheckComparator(const HloComputation* c, std::span<const PrimitiveType> types,
-                     std::string_view what) {
-  WEFT_CHECK(c != nullptr, "{} needs a comparator computation", what);
-  const int64_t n = static_cast<int64_t>(types.size());
-  WEFT_CHECK(c->num_parameters() == 2 * n,
-             "{} comparator '{}' must take {} scalar parameters (two per operand), takes {}", what,
-             c->name(), 2 * n, c->num_parameters());
-  for (int64_t i = 0; i < 2 * n; ++i) {
-    const HloInstruction* p = c->parameter_instruction(i);
-    WEFT_CHECK(p != nullptr && p->shape() == Shape::Scalar(types[i / 2]),
-               "{} comparator '{}' parameter {} must be {}[], got {}", what, c->name(), i,
-               PrimitiveTypeName(types[i / 2]), p ? p->shape().ToString() : "nothing");
-  }
-  const Shape& root = c->root_instruction()->shape();
-  WEFT_CHECK(root == Shape::Scalar(PrimitiveType::kPred),
-             "{} comparator '{}' must return pred[], returns {}", what, c->name(), root.ToString());
-}
-
-Shape InferSort(const HloInstruction& instr) {
-  WEFT_CHECK(instr.operand_count() >= 1, "sort needs at least one operand");
-  const Shape& first = ArrayOperand(instr, 0);
-  WEFT_CHECK(instr.dimensions().size() == 1, "sort takes one dimension, got {}",
-             DimsString(instr.dimensions()));
-  CheckDims(instr.dimensions(), first.rank(), "sort dimensions");
-  std::vector<Shape> results;
-  std::vector<PrimitiveType> types;
-  for (int64_t i = 0; i < instr.operand_count(); ++i) {
-    const Shape& x = ArrayOperand(instr, i);
-    WEFT_CHECK(x.dimensions() == first.dimensions(),
-               "sort operands must have the same dimensions, got {} and {}", first.ToString(),
-               x.ToString());
-    results.push_back(x);
-    types.push_back(x.element_type());
-  }
-  CheckComparator(instr.called_computations().empty() ? nullptr : instr.to_apply(), types, "sort");
-  return results.size() == 1 ? results[0] : Shape::Tuple(results);
-}
-
-// topk(x), k=N: the N largest (or smallest) along the last dim, and their
-// s32 indices.
-Shape InferTopK(const HloInstruction& instr) {
-  ExpectOperandCount(instr, 1);
-  const Shape& x = ArrayOperand(instr, 0);
-  WEFT_CHECK(x.rank() >= 1, "topk needs an operand of rank >= 1, got {}", x.ToString());
-  const int64_t k = instr.attrs().k;
-  WEFT_CHECK(k >= 0 && k <= x.dimensions().back(),
-             "topk k={} must be in [0, {}], the last dim of {}", k, x.dimensions().back(),
-             x.ToString());
-  Dims dims = x.dimensions();
-  dims.back() = k;
-  return Shape::Tuple({Shape(x.element_type(), dims), Shape(PrimitiveType::kS32, dims)});
-}
-
-// The dims of a window slid over `in` (XLA's reduce-window output shape).
-Dims WindowedDims(const Shape& in, const std::vector<WindowDim>& window, std::string_view what) {
-  WEFT_CHECK(static_cast<int64_t>(window.size()) == in.rank(),
-             "{} window has {} dims but the operand {} has {}", what, window.size(), in.ToString(),
-             in.rank());
-  Dims out;
-  for (int64_t d = 0; d < in.rank(); ++d) {
-    const WindowDim& w = window[d];
-    WEFT_CHECK(w.size >= 1 && w.stride >= 1 && w.base_dilation >= 1 && w.window_dilation >= 1,
-               "{} window dim {}: size, stride and dilations must be >= 1", what, d);
-    WEFT_CHECK(w.padding_low >= 0 && w.padding_high >= 0,
-               "{} window dim {}: negative padding is not supported", what, d);
-    WEFT_CHECK(!w.window_reversal, "{} window dim {}: rhs_reversal applies to convolution only",
-               what, d);
-    const int64_t base = in.dimensions(d) == 0 ? 0 : (in.dimensions(d) - 1) * w.base_dilation + 1;
-    const int64_t span = (w.size - 1) * w.window_dilation + 1;
-    const int64_t padded = base + w.padding_low + w.padding_high;
-    out.push_back(padded < span ? 0 : (padded - span) / w.stride + 1);
-  }
-  return out;
-}
-
-Shape InferReduceWindow(const HloInstruction& instr) {
-  WEFT_CHECK(instr.operand_count() >= 2 && instr.operand_count() % 2 == 0,
-             "reduce-window takes N inputs then N init values, got {} operands",
-             instr.operand_count());
-  const int64_t n = instr.operand_count() / 2;
-  const Shape& first = ArrayOperand(instr, 0);
-  const Dims out = WindowedDims(first, instr.attrs().window, "reduce-window");
-  std::vector<PrimitiveType> types;
-  std::vector<Shape> results;
-  for (int64_t i = 0; i < n; ++i) {
-    const Shape& input = ArrayOperand(instr, i);
-    const Shape& init = ArrayOperand(instr, n + i);
-    WEFT_CHECK(input.dimensions() == first.dimensions(),
-               "reduce-window inputs must have the same dimensions, got {} and {}",
-               first.ToString(), input.ToString());
-    WEFT_CHECK(init.IsScalar() && init.element_type() == input.element_type(),
-               "reduce-window init value {} must be a scalar of the input type {}", init.ToString(),
-               PrimitiveTypeName(input.element_type()));
-    types.push_back(input.element_type());
-    results.push_back(Shape(input.element_type(), out));
-  }
-  CheckScalarComputation(instr.called_computations().empty() ? nullptr : instr.to_apply(), types,
-                         "reduce-window");
-  return n == 1 ? results[0] : Shape::Tuple(results);
-}
-
-// select-and-scatter(operand, source, init): source has the shape of the
-// window slid over operand; select (T, T) -> pred, scatter (T, T) -> T.
-Shape InferSelectAndScatter(const HloInstruction& instr) {
-  ExpectOperandCount(instr, 3);
-  const Shape& operand = ArrayOperand(instr, 0);
-  const Shape& source = ArrayOperand(instr, 1);
-  const Shape& init = ArrayOperand(instr, 2);
-  const PrimitiveType t = operand.element_type();
-  const Dims windows = WindowedDims(operand, instr.attrs().window, "select-and-scatter");
-  WEFT_CHECK(source.element_type() == t && source.dimensions() == windows,
-             "select-and-scatter source {} must be {}[{}], one value per window position",
-             source.ToString(), PrimitiveTypeName(t), fmt::join(windows, ","));
-  WEFT_CHECK(init.IsScalar() && init.element_type() == t,
-             "select-and-scatter init value {} must be a {}[] scalar", init.ToString(),
-             PrimitiveTypeName(t));
-  WEFT_CHECK(instr.called_computations().size() == 2,
-             "select-and-scatter needs select= and scatter= computations");
-  const HloComputation* select = instr.called_computations()[0];
-  WEFT_CHECK(select->num_parameters() == 2 &&
-                 select->parameter_instruction(0)->shape() == Shape::Scalar(t) &&
-                 select->parameter_instruction(1)->shape() == Shape::Scalar(t) &&
-                 select->root_instruction()->shape() == Shape::Scalar(PrimitiveType::kPred),
-             "select-and-scatter select '{}' must take ({}[], {}[]) and return pred[]",
-             select->name(), PrimitiveTypeName(t), PrimitiveTypeName(t));
-  CheckScalarComputation(instr.called_computations()[1], std::span(&t, 1),
-                         "select-and-scatter scatter");
-  return operand;
-}
-
 // conditional(pred, true_arg, false_arg) or conditional(index, arg0, ...):
 // branch i takes argument i; every branch returns the result's shape.
 Shape InferConditional(const HloInstruction& instr) {
@@ -949,42 +561,23 @@ Shape InferTokenOp(const HloInstruction& instr) {
              "infeed result {} must be (data, token[])", declared.ToString());
   return declared;
 }
-
 }  // namespace
+}  // namespace weft::hlo
 
-int64_t ReplicaGroupSize(const std::vector<std::vector<int64_t>>& groups) {
-  if (groups.empty()) return 0;
-  std::vector<bool> seen(kMaxDevices, false);  // a bitmap: no tree per id on large meshes
-  const size_t size = groups[0].size();
-  for (const auto& g : groups) {
-    WEFT_CHECK(g.size() == size && !g.empty(),
-               "replica groups must all have the same non-zero size; got sizes {} and {}", size,
-               g.size());
-    for (int64_t id : g) {
-      WEFT_CHECK(id >= 0, "replica group id {} is negative", id);
-      WEFT_CHECK(id < kMaxDevices,
-                 "replica group id {} is not below {}, the most devices weft "
-                 "supports",
-                 id, kMaxDevices);
-      WEFT_CHECK(!seen[id], "device {} appears in two replica groups", id);
-      seen[id] = true;
-    }
-  }
-  return static_cast<int64_t>(size);
-}
+namespace weft {
 
 Shape InferHloShape(const HloInstruction& instr) {
   const HloOpcode op = instr.opcode();
-  if (IsElementwiseUnary(op) || IsElementwiseBinary(op)) return InferElementwise(instr);
+  if (IsElementwiseUnary(op) || IsElementwiseBinary(op)) return hlo::InferElementwise(instr);
   switch (op) {
     case HloOpcode::kSelect:
     case HloOpcode::kClamp:
-      return InferSelectOrClamp(instr);
+      return hlo::InferSelectOrClamp(instr);
     case HloOpcode::kParameter:
-      ExpectOperandCount(instr, 0);
-      return Declared(instr, "parameters have no operands");
+      hlo::ExpectOperandCount(instr, 0);
+      return hlo::Declared(instr, "parameters have no operands");
     case HloOpcode::kConstant: {
-      ExpectOperandCount(instr, 0);
+      hlo::ExpectOperandCount(instr, 0);
       const Shape& lit = instr.literal().shape();
       WEFT_CHECK(lit.IsArray(), "constant has no value");
       WEFT_CHECK(!instr.shape().IsValid() || instr.shape() == lit,
@@ -993,8 +586,8 @@ Shape InferHloShape(const HloInstruction& instr) {
       return lit;
     }
     case HloOpcode::kIota: {
-      ExpectOperandCount(instr, 0);
-      const Shape& out = Declared(instr, "the iota shape");
+      hlo::ExpectOperandCount(instr, 0);
+      const Shape& out = hlo::Declared(instr, "the iota shape");
       WEFT_CHECK(out.IsArray() && out.rank() >= 1, "iota shape {} must be an array of rank >= 1",
                  out.ToString());
       WEFT_CHECK(out.element_type() != PrimitiveType::kPred, "iota of pred is not allowed");
@@ -1004,7 +597,7 @@ Shape InferHloShape(const HloInstruction& instr) {
       return out;
     }
     case HloOpcode::kCopy:
-      ExpectOperandCount(instr, 1);
+      hlo::ExpectOperandCount(instr, 1);
       return instr.operand(0)->shape();
     case HloOpcode::kBroadcast:
     case HloOpcode::kReshape:
@@ -1012,45 +605,45 @@ Shape InferHloShape(const HloInstruction& instr) {
     case HloOpcode::kReverse:
     case HloOpcode::kConvert:
     case HloOpcode::kConcatenate:
-      return InferLayoutOp(instr);
+      return hlo::InferLayoutOp(instr);
     case HloOpcode::kSlice:
     case HloOpcode::kDynamicSlice:
     case HloOpcode::kDynamicUpdateSlice:
     case HloOpcode::kPad:
-      return InferSlicing(instr);
+      return hlo::InferSlicing(instr);
     case HloOpcode::kReduce:
-      return InferReduce(instr);
+      return hlo::InferReduce(instr);
     case HloOpcode::kDot:
-      return InferDot(instr);
+      return hlo::InferDot(instr);
     case HloOpcode::kGather:
-      return InferGather(instr);
+      return hlo::InferGather(instr);
     case HloOpcode::kScatter:
-      return InferScatter(instr);
+      return hlo::InferScatter(instr);
     case HloOpcode::kTuple:
     case HloOpcode::kGetTupleElement:
     case HloOpcode::kWhile:
     case HloOpcode::kCall:
-      return InferControlFlow(instr);
+      return hlo::InferControlFlow(instr);
     case HloOpcode::kFusion:
-      return InferFusion(instr);
+      return hlo::InferFusion(instr);
     case HloOpcode::kBitcastConvert:
-      return InferBitcastConvert(instr);
+      return hlo::InferBitcastConvert(instr);
     case HloOpcode::kSort:
-      return InferSort(instr);
+      return hlo::InferSort(instr);
     case HloOpcode::kTopK:
-      return InferTopK(instr);
+      return hlo::InferTopK(instr);
     case HloOpcode::kReduceWindow:
-      return InferReduceWindow(instr);
+      return hlo::InferReduceWindow(instr);
     case HloOpcode::kSelectAndScatter:
-      return InferSelectAndScatter(instr);
+      return hlo::InferSelectAndScatter(instr);
     case HloOpcode::kConditional:
-      return InferConditional(instr);
+      return hlo::InferConditional(instr);
     case HloOpcode::kAfterAll:
     case HloOpcode::kInfeed:
     case HloOpcode::kOutfeed:
-      return InferTokenOp(instr);
+      return hlo::InferTokenOp(instr);
     case HloOpcode::kCustomCall:
-      return Declared(instr, "custom-call results are opaque");
+      return hlo::Declared(instr, "custom-call results are opaque");
     case HloOpcode::kRng:
       return hlo::InferRng(instr);
     case HloOpcode::kRngBitGenerator:
@@ -1059,14 +652,14 @@ Shape InferHloShape(const HloInstruction& instr) {
       return hlo::InferConvolution(instr);
     case HloOpcode::kPartitionId:
     case HloOpcode::kReplicaId:
-      ExpectOperandCount(instr, 0);
+      hlo::ExpectOperandCount(instr, 0);
       return Shape::Scalar(PrimitiveType::kU32);
     case HloOpcode::kAllReduce:
     case HloOpcode::kAllGather:
     case HloOpcode::kReduceScatter:
     case HloOpcode::kAllToAll:
     case HloOpcode::kCollectivePermute:
-      return InferCollective(instr);
+      return hlo::InferCollective(instr);
     default:
       Fail("no shape rule for {}", HloOpcodeString(op));
   }

@@ -1,10 +1,51 @@
-// Internal to shape inference (shape_inference.cc): the rules that live in
-// files of their own.
+// Internal to shape inference (shape_inference.cc, which dispatches on the
+// opcode): the checks every rule uses, and the rules that live in files of
+// their own.
 #pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "weft/hlo/instruction.h"
 
 namespace weft::hlo {
+
+using Dims = std::vector<int64_t>;
+
+// `{d0,d1,...}`, as messages print a list of dims.
+std::string DimsString(std::span<const int64_t> dims);
+// Throws unless `instr` has `n` operands.
+void ExpectOperandCount(const HloInstruction& instr, int64_t n);
+// Operand `i`'s shape, which must be an array.
+const Shape& ArrayOperand(const HloInstruction& instr, int64_t i);
+// `dims` are distinct and in [0, rank); `sorted` also requires increasing.
+void CheckDims(std::span<const int64_t> dims, int64_t rank, std::string_view what,
+               bool sorted = false);
+// The declared result shape, which must be given (`what` says why).
+const Shape& Declared(const HloInstruction& instr, std::string_view what);
+// Throws unless `s` is an integer scalar.
+void CheckScalarInt(const Shape& s, std::string_view what);
+// `c` takes 2n scalar parameters of the accumulators' types and returns them
+// (a tuple when n > 1): reduce's and scatter's combiners.
+void CheckScalarComputation(const HloComputation* c, std::span<const PrimitiveType> accumulators,
+                            std::string_view what);
+
+// gather(operand, indices) and scatter(operands..., indices, updates...)
+// (shape_inference_gather_scatter.cc).
+Shape InferGather(const HloInstruction& instr);
+Shape InferScatter(const HloInstruction& instr);
+// all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute
+// (shape_inference_collective.cc).
+Shape InferCollective(const HloInstruction& instr);
+// bitcast-convert, sort, topk, reduce-window, select-and-scatter
+// (shape_inference_dimwise.cc).
+Shape InferBitcastConvert(const HloInstruction& instr);
+Shape InferSort(const HloInstruction& instr);
+Shape InferTopK(const HloInstruction& instr);
+Shape InferReduceWindow(const HloInstruction& instr);
+Shape InferSelectAndScatter(const HloInstruction& instr);
 
 // rng(a, b), distribution=...: scalars a, b of the declared result's type
 // (and a tile's starts, RngTileOf).

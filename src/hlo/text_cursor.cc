@@ -229,31 +229,38 @@ std::vector<int64_t> TextCursor::ParseIntList(std::string_view what) {
   return values;
 }
 
+size_t TextCursor::BalancedBracesEnd(std::string_view t, size_t at) {
+  if (at >= t.size() || t[at] != '{') return std::string_view::npos;
+  int64_t depth = 0;
+  bool in_string = false;
+  for (size_t i = at; i < t.size(); ++i) {
+    const char c = t[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{') {
+      ++depth;
+    } else if (c == '}' && --depth == 0) {
+      return i + 1;
+    }
+  }
+  return std::string_view::npos;
+}
+
 std::string TextCursor::ParseRawValue(std::string_view what) {
   Skip();
   const size_t start = pos_;
   if (Peek() == '"') {
     ParseQuoted(what);
   } else if (Peek() == '{') {
-    int depth = 0;
-    bool in_string = false;
-    do {
-      if (pos_ >= text_.size()) FailAt(start, fmt::format("unbalanced braces in {}", what));
-      const char c = text_[pos_++];
-      if (in_string) {
-        if (c == '\\') {
-          ++pos_;
-        } else if (c == '"') {
-          in_string = false;
-        }
-      } else if (c == '"') {
-        in_string = true;
-      } else if (c == '{') {
-        ++depth;
-      } else if (c == '}') {
-        --depth;
-      }
-    } while (depth > 0);
+    const size_t end = BalancedBracesEnd(text_, pos_);
+    if (end == std::string_view::npos) FailAt(start, fmt::format("unbalanced braces in {}", what));
+    pos_ = end;
   } else {
     while (pos_ < text_.size() && text_[pos_] != ',' && text_[pos_] != '}' &&
            !std::isspace(static_cast<unsigned char>(text_[pos_]))) {

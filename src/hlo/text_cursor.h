@@ -69,6 +69,9 @@ class TextCursor {
   // A value kept verbatim: a balanced {...}, a "quoted" string, or a bare
   // token up to ',' / whitespace. Returns the exact text.
   std::string ParseRawValue(std::string_view what);
+  // The end of the balanced {...} at `at` in `t` (quoted strings skipped),
+  // or npos.
+  static size_t BalancedBracesEnd(std::string_view t, size_t at);
 
   // f32[4,8]{1,0}, pred[], (f32[4], s32[]). A layout may be any
   // minor-to-major order of the dims (values do not depend on it).

@@ -198,6 +198,87 @@ bool UseFused(const Problem& p, BackwardSplit split, int threads) {
   return units % threads == 0 || units >= 4 * threads;
 }
 
+// dk and dv of kv block kb of (batch b, kv head kvh): from scratch to the
+// results.
+template <typename T>
+void StoreKvBlock(const Problem& p, BackwardScratch& w, int64_t b, int64_t kvh, int64_t kb, T* dk,
+                  T* dv) {
+  const AttentionDims& d = p.d;
+  int64_t row0 = (b * d.kv_heads + kvh) * d.kv_len + kb * p.bk;
+  StoreRows(p.simd, w.dk.data(), p.KRows(kb), d.head_dim, p.dp, dk + row0 * d.head_dim);
+  StoreRows(p.simd, w.dv.data(), p.KRows(kb), d.value_dim, p.dvp, dv + row0 * d.value_dim);
+}
+
+// One task per (b, kv head): kv blocks outer, the group's query heads and
+// their query blocks inner; dq of the whole group accumulates in scratch.
+template <typename T>
+void FusedBackward(const Problem& p, const BackwardOperands& x, const Bf16Operands& y,
+                   std::vector<BackwardScratch>& scratch, T* dq, T* dk, T* dv) {
+  const AttentionDims& d = p.d;
+  ThreadPool& pool = ThreadPool::Global();
+  pool.ParallelFor(d.batch * d.kv_heads, [&](int64_t task, int thread) {
+    const int64_t b = task / d.kv_heads, kvh = task % d.kv_heads;
+    BackwardScratch& w = scratch[thread];
+    w.Reserve(p);
+    w.dq.Resize(p.group * d.q_len * p.dp);
+    w.dq.Zero();
+    for (int64_t kb = 0; kb < p.nkb; ++kb) {
+      w.dk.Zero();
+      w.dv.Zero();
+      for (int64_t g = 0; g < p.group; ++g) {
+        const int64_t h = kvh * p.group + g;
+        internal::ForEachQTile(p, b, h, kb, [&](int64_t qb, bool partial) {
+          float* dq_rows = w.dq.data() + (g * d.q_len + qb * p.bq) * p.dp;
+          TileBackward(p, x, y, w, b, h, qb, kb, partial, dq_rows, w.dk.data(), w.dv.data());
+        });
+      }
+      StoreKvBlock(p, w, b, kvh, kb, dk, dv);
+    }
+    for (int64_t g = 0; g < p.group; ++g) {
+      const int64_t h = kvh * p.group + g;
+      StoreRows(p.simd, w.dq.data() + g * d.q_len * p.dp, d.q_len, d.head_dim, p.dp,
+                dq + (b * d.q_heads + h) * d.q_len * d.head_dim);
+    }
+  });
+}
+
+// Split: dk/dv over (b, kv head, kv block), then dq over (b, q head, q block).
+template <typename T>
+void SplitBackward(const Problem& p, const BackwardOperands& x, const Bf16Operands& y,
+                   std::vector<BackwardScratch>& scratch, T* dq, T* dk, T* dv) {
+  const AttentionDims& d = p.d;
+  const int64_t q_heads = d.batch * d.q_heads;
+  ThreadPool& pool = ThreadPool::Global();
+  pool.ParallelFor(d.batch * d.kv_heads * p.nkb, [&](int64_t task, int thread) {
+    const int64_t kb = p.nkb - 1 - task % p.nkb, bkvh = task / p.nkb;
+    const int64_t b = bkvh / d.kv_heads, kvh = bkvh % d.kv_heads;
+    BackwardScratch& w = scratch[thread];
+    w.Reserve(p);
+    w.dk.Zero();
+    w.dv.Zero();
+    for (int64_t g = 0; g < p.group; ++g) {
+      const int64_t h = kvh * p.group + g;
+      internal::ForEachQTile(p, b, h, kb, [&](int64_t qb, bool partial) {
+        TileBackward(p, x, y, w, b, h, qb, kb, partial, nullptr, w.dk.data(), w.dv.data());
+      });
+    }
+    StoreKvBlock(p, w, b, kvh, kb, dk, dv);
+  });
+  pool.ParallelFor(q_heads * p.nqb, [&](int64_t task, int thread) {
+    const int64_t qb = p.nqb - 1 - task / q_heads, bh = task % q_heads;
+    const int64_t b = bh / d.q_heads, h = bh % d.q_heads;
+    BackwardScratch& w = scratch[thread];
+    w.Reserve(p);
+    w.dq.Resize(p.bq * p.dp);
+    w.dq.Zero();
+    internal::ForEachKvTile(p, b, h, qb, [&](int64_t kb, bool partial) {
+      TileBackward(p, x, y, w, b, h, qb, kb, partial, w.dq.data(), nullptr, nullptr);
+    });
+    StoreRows(p.simd, w.dq.data(), p.QRows(qb), d.head_dim, p.dp,
+              dq + (bh * d.q_len + qb * p.bq) * d.head_dim);
+  });
+}
+
 // T is the storage type of q, k, v, out, dout and the gradients.
 template <typename T>
 void Backward(const AttentionDims& dims, const T* q, const T* k, const T* v, const T* out,
@@ -284,11 +365,6 @@ void Backward(const AttentionDims& dims, const T* q, const T* k, const T* v, con
                      k_rows.data(), vt.data()};
 
   std::vector<BackwardScratch> scratch(pool.num_threads());
-  auto store_kv_block = [&](BackwardScratch& w, int64_t b, int64_t kvh, int64_t kb) {
-    int64_t row0 = (b * d.kv_heads + kvh) * d.kv_len + kb * p.bk;
-    StoreRows(p.simd, w.dk.data(), p.KRows(kb), d.head_dim, p.dp, dk + row0 * d.head_dim);
-    StoreRows(p.simd, w.dv.data(), p.KRows(kb), d.value_dim, p.dvp, dv + row0 * d.value_dim);
-  };
 
   // A forced configuration's split wins, then the option, then the tune cache's.
   BackwardSplit split = options.backward_split;
@@ -297,64 +373,10 @@ void Backward(const AttentionDims& dims, const T* q, const T* k, const T* v, con
   }
   if (split == BackwardSplit::kAuto) split = p.chosen.split;
   if (UseFused(p, split, pool.num_threads())) {
-    // One task per (b, kv head): kv blocks outer, the group's query heads and
-    // their query blocks inner; dq of the whole group accumulates in scratch.
-    pool.ParallelFor(d.batch * d.kv_heads, [&](int64_t task, int thread) {
-      const int64_t b = task / d.kv_heads, kvh = task % d.kv_heads;
-      BackwardScratch& w = scratch[thread];
-      w.Reserve(p);
-      w.dq.Resize(p.group * d.q_len * p.dp);
-      w.dq.Zero();
-      for (int64_t kb = 0; kb < p.nkb; ++kb) {
-        w.dk.Zero();
-        w.dv.Zero();
-        for (int64_t g = 0; g < p.group; ++g) {
-          const int64_t h = kvh * p.group + g;
-          internal::ForEachQTile(p, b, h, kb, [&](int64_t qb, bool partial) {
-            float* dq_rows = w.dq.data() + (g * d.q_len + qb * p.bq) * p.dp;
-            TileBackward(p, x, y, w, b, h, qb, kb, partial, dq_rows, w.dk.data(), w.dv.data());
-          });
-        }
-        store_kv_block(w, b, kvh, kb);
-      }
-      for (int64_t g = 0; g < p.group; ++g) {
-        const int64_t h = kvh * p.group + g;
-        StoreRows(p.simd, w.dq.data() + g * d.q_len * p.dp, d.q_len, d.head_dim, p.dp,
-                  dq + (b * d.q_heads + h) * d.q_len * d.head_dim);
-      }
-    });
-    return;
+    FusedBackward(p, x, y, scratch, dq, dk, dv);
+  } else {
+    SplitBackward(p, x, y, scratch, dq, dk, dv);
   }
-
-  // Split: dk/dv over (b, kv head, kv block), then dq over (b, q head, q block).
-  pool.ParallelFor(d.batch * d.kv_heads * p.nkb, [&](int64_t task, int thread) {
-    const int64_t kb = p.nkb - 1 - task % p.nkb, bkvh = task / p.nkb;
-    const int64_t b = bkvh / d.kv_heads, kvh = bkvh % d.kv_heads;
-    BackwardScratch& w = scratch[thread];
-    w.Reserve(p);
-    w.dk.Zero();
-    w.dv.Zero();
-    for (int64_t g = 0; g < p.group; ++g) {
-      const int64_t h = kvh * p.group + g;
-      internal::ForEachQTile(p, b, h, kb, [&](int64_t qb, bool partial) {
-        TileBackward(p, x, y, w, b, h, qb, kb, partial, nullptr, w.dk.data(), w.dv.data());
-      });
-    }
-    store_kv_block(w, b, kvh, kb);
-  });
-  pool.ParallelFor(q_heads * p.nqb, [&](int64_t task, int thread) {
-    const int64_t qb = p.nqb - 1 - task / q_heads, bh = task % q_heads;
-    const int64_t b = bh / d.q_heads, h = bh % d.q_heads;
-    BackwardScratch& w = scratch[thread];
-    w.Reserve(p);
-    w.dq.Resize(p.bq * p.dp);
-    w.dq.Zero();
-    internal::ForEachKvTile(p, b, h, qb, [&](int64_t kb, bool partial) {
-      TileBackward(p, x, y, w, b, h, qb, kb, partial, w.dq.data(), nullptr, nullptr);
-    });
-    StoreRows(p.simd, w.dq.data(), p.QRows(qb), d.head_dim, p.dp,
-              dq + (bh * d.q_len + qb * p.bq) * d.head_dim);
-  });
 }
 
 }  // namespace

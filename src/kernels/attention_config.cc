@@ -8,10 +8,10 @@
 #include <cstdlib>
 #include <tuple>
 
-#include "simd/primitives.h"
 #include "weft/base/cpu.h"
 #include "weft/base/env.h"
 #include "weft/base/error.h"
+#include "weft/kernels/simd.h"
 #include "weft/kernels/tune_cache.h"
 
 namespace weft::kernels {

@@ -8,11 +8,11 @@
 #include <cstring>
 #include <optional>
 
-#include "simd/primitives.h"
 #include "weft/base/aligned.h"
 #include "weft/base/bfloat16.h"
 #include "weft/kernels/attention.h"
 #include "weft/kernels/attention_config.h"
+#include "weft/kernels/simd.h"
 #include "workspace.h"
 
 namespace weft::kernels::internal {

@@ -1,4 +1,4 @@
-// Chooses the SIMD primitives for this machine once (see simd/primitives.h).
+// Chooses the SIMD primitives for this machine once (see weft/kernels/simd.h).
 #include <fmt/core.h>
 
 #include <cmath>
@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "simd/primitives.h"
 #include "weft/base/cpu.h"
 #include "weft/base/env.h"
 #include "weft/base/error.h"
+#include "weft/kernels/simd.h"
 #include "weft/kernels/tune_cache.h"  // WarnOnce
 
 namespace weft::kernels::simd {

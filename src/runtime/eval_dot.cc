@@ -33,9 +33,9 @@
 #include <unordered_map>
 
 #include "executor_eval.h"
-#include "simd/primitives.h"
 #include "weft/base/error.h"
 #include "weft/compiler/dot_layout.h"
+#include "weft/kernels/simd.h"
 
 namespace weft::runtime::exec {
 namespace {

@@ -12,14 +12,11 @@
 #include <optional>
 
 #include "executor_eval.h"
+#include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 
 namespace weft::runtime::exec {
 namespace {
-
-bool Contains(const std::vector<int64_t>& v, int64_t x) {
-  return std::find(v.begin(), v.end(), x) != v.end();
-}
 
 // The index positions of start_indices (all dims but index_vector_dim) and
 // how to read the index vector at each.

@@ -16,6 +16,7 @@
 #include <algorithm>
 
 #include "spmd_partitioner_handlers.h"
+#include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 #include "weft/sharding/sharding_util.h"
 
@@ -28,12 +29,6 @@ namespace {
 // so repeated work is avoided whenever a dot's contraction is longer than a
 // few hundred elements.
 constexpr int64_t kFlopsPerByte = 64;
-
-int64_t Product(const std::vector<int64_t>& dims, const std::vector<int64_t>& which) {
-  int64_t p = 1;
-  for (int64_t d : which) p *= dims[d];
-  return p;
-}
 
 // The cost of a local dot: 2 x result elements x contracted elements.
 int64_t WorkCost(int64_t result_elements, int64_t contracted) {

@@ -27,14 +27,11 @@
 
 #include "device_tiles.h"
 #include "spmd_partitioner_handlers.h"
+#include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 
 namespace weft::spmd {
 namespace {
-
-bool Contains(const std::vector<int64_t>& v, int64_t x) {
-  return std::find(v.begin(), v.end(), x) != v.end();
-}
 
 // Roles of a scatter's dims (one operand, no batching dims).
 struct ScatterAddDims {

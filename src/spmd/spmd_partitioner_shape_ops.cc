@@ -2,21 +2,13 @@
 // transpose, slice/pad/concatenate/reverse, dynamic-slice and
 // dynamic-update-slice; and reduce.
 #include <algorithm>
-#include <numeric>
 
 #include "spmd_partitioner_handlers.h"
+#include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 #include "weft/sharding/sharding_util.h"
 
 namespace weft::spmd {
-namespace {
-
-int64_t Product(const std::vector<int64_t>& v) {
-  return std::accumulate(v.begin(), v.end(), int64_t{1}, std::multiplies<>());
-}
-
-}  // namespace
-
 PartitionedValue HandleBroadcast(ComputationPartitioner& p, const HloInstruction& instr,
                                  const HloSharding& sharding) {
   const std::vector<int64_t>& mapping = instr.dimensions();

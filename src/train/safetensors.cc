@@ -128,6 +128,31 @@ struct Entry {
   uint64_t begin = 0, end = 0;
 };
 
+// The tensors' byte ranges cover the data section exactly: no overlaps, no
+// holes.
+void CheckCoverage(std::vector<Entry> entries, uint64_t data_size, std::string_view what) {
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t covered = 0;
+  const Entry* previous = nullptr;
+  for (const Entry& entry : entries) {
+    if (entry.begin < covered) {
+      Invalid(what,
+              fmt::format("tensors '{}' and '{}' overlap (bytes {}..{} and {}..{})", previous->name,
+                          entry.name, previous->begin, previous->end, entry.begin, entry.end));
+    }
+    if (entry.begin > covered) {
+      Invalid(what, fmt::format("data bytes {}..{} belong to no tensor", covered, entry.begin));
+    }
+    covered = entry.end;
+    if (entry.end > entry.begin) previous = &entry;
+  }
+  if (covered != data_size) {
+    Invalid(what, fmt::format("data bytes {}..{} belong to no tensor", covered, data_size));
+  }
+}
+
 }  // namespace
 
 std::string_view TensorDTypeName(TensorDType dtype) {
@@ -364,26 +389,7 @@ SafetensorsHeader ParseSafetensorsHeader(std::string_view bytes, uint64_t file_b
     file.tensors[name] = {std::move(tensor), data_start + entry.begin, data_start + entry.end};
     entries.push_back(std::move(entry));
   }
-  // The data section must be covered exactly: no overlaps, no holes.
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
-  uint64_t covered = 0;
-  const Entry* previous = nullptr;
-  for (const Entry& entry : entries) {
-    if (entry.begin < covered) {
-      fail(fmt::format("tensors '{}' and '{}' overlap (bytes {}..{} and {}..{})", previous->name,
-                       entry.name, previous->begin, previous->end, entry.begin, entry.end));
-    }
-    if (entry.begin > covered) {
-      fail(fmt::format("data bytes {}..{} belong to no tensor", covered, entry.begin));
-    }
-    covered = entry.end;
-    if (entry.end > entry.begin) previous = &entry;
-  }
-  if (covered != data_size) {
-    fail(fmt::format("data bytes {}..{} belong to no tensor", covered, data_size));
-  }
+  CheckCoverage(std::move(entries), data_size, what);
   return file;
 }
 

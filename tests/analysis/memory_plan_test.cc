@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "simd/primitives.h"
 #include "tiny_step.h"
 #include "weft/base/cpu.h"
 #include "weft/base/error.h"
 #include "weft/compiler/buffer_assignment.h"
 #include "weft/compiler/schedule.h"
 #include "weft/hlo/parser.h"
+#include "weft/kernels/simd.h"
 #include "weft/runtime/executor.h"
 
 namespace weft::analysis {

@@ -14,11 +14,11 @@
 #include <cmath>
 #include <random>
 
-#include "simd/primitives.h"
 #include "weft/base/cpu.h"
 #include "weft/compiler/buffer_assignment.h"
 #include "weft/compiler/fusion.h"
 #include "weft/hlo/parser.h"
+#include "weft/kernels/simd.h"
 #include "weft/runtime/executor.h"
 #include "weft/runtime/run_command.h"
 

@@ -13,11 +13,11 @@
 #include <string>
 
 #include "attention_reference.h"
-#include "simd/primitives.h"
 #include "weft/base/bfloat16.h"
 #include "weft/base/cpu.h"
 #include "weft/base/error.h"
 #include "weft/kernels/attention_config.h"
+#include "weft/kernels/simd.h"
 
 namespace weft::kernels {
 namespace {

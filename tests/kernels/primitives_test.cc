@@ -1,8 +1,6 @@
 // The SIMD primitives of every instruction set this CPU has, and the AMX
 // GEMM on the software model of the tile instructions, against float64
 // references on random inputs.
-#include "simd/primitives.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,6 +14,7 @@
 #include "weft/base/cpu.h"
 #include "weft/base/env.h"
 #include "weft/base/error.h"
+#include "weft/kernels/simd.h"
 
 namespace weft::kernels::simd {
 namespace {

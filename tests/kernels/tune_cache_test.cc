@@ -12,8 +12,8 @@
 #include <fstream>
 
 #include "attention_reference.h"
-#include "simd/primitives.h"
 #include "weft/kernels/attention.h"
+#include "weft/kernels/simd.h"
 
 namespace weft::kernels {
 namespace {

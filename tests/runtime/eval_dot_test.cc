@@ -6,9 +6,9 @@
 #include <numeric>
 
 #include "executor_test_util.h"
-#include "simd/primitives.h"
 #include "weft/base/algorithm.h"
 #include "weft/base/cpu.h"
+#include "weft/kernels/simd.h"
 
 namespace weft::runtime {
 namespace {

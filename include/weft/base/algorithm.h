@@ -18,6 +18,14 @@ inline int64_t Product(std::span<const int64_t> values) {
   return product;
 }
 
+// The product of values[i] for each i in `indices` (1 for none): the size of
+// a set of dimensions, as a dot's contracting or batch dimensions.
+inline int64_t Product(std::span<const int64_t> values, std::span<const int64_t> indices) {
+  int64_t product = 1;
+  for (int64_t i : indices) product *= values[i];
+  return product;
+}
+
 // Whether `range` holds an element equal to `value` (C++23's
 // std::ranges::contains).
 template <std::ranges::input_range Range, typename T>

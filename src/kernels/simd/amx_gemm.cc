@@ -20,8 +20,8 @@
 #include <cstring>
 #include <vector>
 
-#include "simd/primitives.h"
 #include "weft/base/error.h"
+#include "weft/kernels/simd.h"
 
 namespace weft::kernels::simd::WEFT_AMX_NAME {
 namespace {

@@ -2,12 +2,12 @@
 // per instruction set; WEFT_ISA_NAME (portable, avx2, avx512, avx512bf16)
 // names the copy. Only the bfloat16 GEMM differs between avx512 and
 // avx512bf16 (vdpbf16ps intrinsics below).
-#include "simd/primitives.h"  // kPadN, and the signatures in simd_dispatch.cc
-
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <utility>
+
+#include "weft/kernels/simd.h"  // kPadN, and the signatures in simd_dispatch.cc
 
 #if defined(__AVX512BF16__)
 #include <immintrin.h>

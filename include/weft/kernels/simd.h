@@ -1,6 +1,8 @@
 // SIMD primitives the attention kernels are built from, compiled once per
-// instruction set (primitives.cc with different -m flags) and chosen at run
-// time (simd_dispatch.cc). Internal to the kernels module.
+// instruction set (src/kernels/simd/primitives.cc with different -m flags)
+// and chosen at run time (src/kernels/simd_dispatch.cc). Public for the
+// choice of instruction set (ScopedIsa, Bf16InstructionsAllowed, which the
+// executor follows) and for the tests and benchmarks that run every path.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,206 @@
+// The executor's plan of a computation (executor_plan.h).
+#include "executor_plan.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "weft/base/error.h"
+#include "weft/runtime/executor.h"
+
+namespace weft::runtime::exec {
+namespace {
+
+// c64 values are parsed but never computed with.
+void CheckNoComplex(const HloInstruction& instr) {
+  auto complex = [](const Shape& shape) {
+    for (const Shape& leaf : shape.Leaves()) {
+      if (IsComplex(leaf.element_type())) return true;
+    }
+    return false;
+  };
+  bool any = complex(instr.shape());
+  for (const HloInstruction* operand : instr.operands()) any = any || complex(operand->shape());
+  if (any) {
+    Fail(
+        "{} on complex (c64) values is not supported: weft computes with real and integer "
+        "types only; split the values into real and imaginary f32 parts",
+        HloOpcodeString(instr.opcode()));
+  }
+}
+
+// The evaluator of an opcode the scheduler does not handle itself, after
+// its static checks.
+EvalFn SelectEval(const HloInstruction& instr) {
+  const HloOpcode op = instr.opcode();
+  CheckNoComplex(instr);
+  if (op == HloOpcode::kCopy) return nullptr;
+  if (IsElementwise(op)) {
+    exec::CheckElementwise(instr);
+    return &exec::EvalElementwise;
+  }
+  switch (op) {
+    case HloOpcode::kParameter:
+    case HloOpcode::kConstant:
+    case HloOpcode::kTuple:
+    case HloOpcode::kGetTupleElement:
+    case HloOpcode::kWhile:
+    case HloOpcode::kCall:
+    case HloOpcode::kConditional:
+      return nullptr;
+    case HloOpcode::kAfterAll:
+      return &exec::EvalAfterAll;
+    case HloOpcode::kRng:
+      exec::CheckRng(instr);
+      return &exec::EvalRng;
+    case HloOpcode::kRngBitGenerator:
+      exec::CheckRng(instr);
+      return &exec::EvalRngBitGenerator;
+    case HloOpcode::kBroadcast:
+    case HloOpcode::kReshape:
+    case HloOpcode::kTranspose:
+    case HloOpcode::kSlice:
+    case HloOpcode::kDynamicSlice:
+    case HloOpcode::kDynamicUpdateSlice:
+    case HloOpcode::kConcatenate:
+    case HloOpcode::kPad:
+    case HloOpcode::kIota:
+    case HloOpcode::kReverse:
+    case HloOpcode::kBitcastConvert:
+      exec::CheckShapeOp(instr);
+      return &exec::EvalShapeOp;
+    case HloOpcode::kSort:
+      exec::CheckSort(instr);
+      return &exec::EvalSort;
+    case HloOpcode::kTopK:
+      exec::CheckSort(instr);
+      return &exec::EvalTopK;
+    case HloOpcode::kReduceWindow:
+      exec::CheckWindowOp(instr);
+      return &exec::EvalReduceWindow;
+    case HloOpcode::kSelectAndScatter:
+      exec::CheckWindowOp(instr);
+      return &exec::EvalSelectAndScatter;
+    case HloOpcode::kDot:
+      exec::CheckDot(instr);
+      return &exec::EvalDot;
+    case HloOpcode::kConvolution:
+      exec::CheckConvolution(instr);
+      return &exec::EvalConvolution;
+    case HloOpcode::kReduce:
+      exec::CheckReduce(instr);
+      return &exec::EvalReduce;
+    case HloOpcode::kGather:
+      exec::CheckGatherScatter(instr);
+      return &exec::EvalGather;
+    case HloOpcode::kScatter:
+      exec::CheckGatherScatter(instr);
+      return &exec::EvalScatter;
+    case HloOpcode::kFusion:
+      exec::CheckFusion(instr);
+      return &exec::EvalFusion;
+    case HloOpcode::kAllReduce:
+    case HloOpcode::kAllGather:
+    case HloOpcode::kReduceScatter:
+    case HloOpcode::kAllToAll:
+    case HloOpcode::kCollectivePermute:
+      exec::CheckCollective(instr);
+      return &exec::EvalCollective;
+    case HloOpcode::kPartitionId:
+    case HloOpcode::kReplicaId:
+      return &exec::EvalPartitionOrReplicaId;
+    case HloOpcode::kCustomCall:
+      if (instr.attrs().custom_call_target == kTopKTarget) {
+        exec::CheckSort(instr);
+        return &exec::EvalTopK;
+      }
+      if (instr.attrs().custom_call_target == kShardingTarget) return &exec::EvalShardingAnnotation;
+      if (instr.attrs().custom_call_target == kFullToShardTarget ||
+          instr.attrs().custom_call_target == kShardToFullTarget) {
+        Fail(
+            "{} is an edge of a manual region (jax.shard_map): the values inside are per "
+            "device, so the module runs only partitioned (weft run on its devices), never as "
+            "one unsharded program",
+            instr.attrs().custom_call_target);
+      }
+      exec::CheckCustomCall(instr);
+      return &exec::EvalCustomCall;
+    default:
+      Fail("the executor does not support opcode {}", HloOpcodeString(op));
+  }
+}
+
+}  // namespace
+
+ComputationPlan MakePlan(const HloComputation& computation,
+                         const compiler::ComputationAssignment& assignment) {
+  ComputationPlan plan;
+  plan.computation = &computation;
+  const std::vector<HloInstruction*>& order = assignment.sequence;
+  std::unordered_map<const HloInstruction*, int32_t> slot;
+  for (size_t i = 0; i < order.size(); ++i) slot[order[i]] = static_cast<int32_t>(i);
+  plan.num_slots = static_cast<int32_t>(order.size());
+  plan.root_slot = slot.at(computation.root_instruction());
+
+  // The last step that reads each slot.
+  std::vector<int32_t> last_use(order.size(), -1);
+  for (size_t i = 0; i < order.size(); ++i) {
+    for (const HloInstruction* operand : order[i]->operands()) {
+      last_use[slot.at(operand)] = static_cast<int32_t>(i);
+    }
+  }
+  for (size_t i = 0; i < order.size(); ++i) {
+    const HloInstruction* instr = order[i];
+    Step step;
+    step.instr = instr;
+    step.opcode = instr->opcode();
+    step.out = static_cast<int32_t>(i);
+    try {
+      step.eval = SelectEval(*instr);
+    } catch (const Error& e) {
+      Fail("{}: {}", instr->Describe(), e.what());
+    }
+    for (const HloInstruction* operand : instr->operands()) {
+      const int32_t s = slot.at(operand);
+      step.operands.push_back(s);
+      int32_t index = -1;
+      if (last_use[s] == static_cast<int32_t>(i) && s != plan.root_slot) {
+        auto it = std::find(step.dying_slots.begin(), step.dying_slots.end(), s);
+        index = static_cast<int32_t>(it - step.dying_slots.begin());
+        if (it == step.dying_slots.end()) step.dying_slots.push_back(s);
+      }
+      step.dying_index.push_back(index);
+    }
+    step.result_unused = last_use[i] < 0 && step.out != plan.root_slot;
+    if (!RunsCalledComputations(step.opcode)) {
+      step.op_class = static_cast<int8_t>(ClassifyInstruction(*instr));
+    }
+    if (step.opcode == HloOpcode::kGetTupleElement) {
+      const Shape& tuple = instr->operand(0)->shape();
+      for (int64_t k = 0; k < instr->tuple_index(); ++k) {
+        step.leaf_begin += tuple.tuple_shapes(k).LeafCount();
+      }
+      step.leaf_count = tuple.tuple_shapes(instr->tuple_index()).LeafCount();
+    }
+    const compiler::InstructionAssignment& ia = assignment.instructions.at(instr);
+    const std::vector<Shape> leaves = instr->shape().Leaves();
+    for (size_t k = 0; k < ia.leaves.size(); ++k) {
+      const compiler::LeafAssignment& l = ia.leaves[k];
+      EvalContext::OutputSlot slot;
+      slot.kind = static_cast<EvalContext::OutputSlot::Kind>(l.kind);
+      slot.offset = l.offset;
+      slot.operand = l.operand;
+      slot.operand_leaf = l.operand_leaf;
+      slot.bytes = leaves[k].ByteSize();
+      step.slots.push_back(slot);
+    }
+    step.buffer_dies = ia.operand_dies;
+    step.scratch_offset = ia.scratch_offset;
+    step.scratch_bytes = ia.scratch_bytes;
+    step.nested_offset = std::max<int64_t>(0, ia.nested_offset);
+    plan.max_operands = std::max(plan.max_operands, step.operands.size());
+    plan.max_dying = std::max(plan.max_dying, step.dying_slots.size());
+    plan.steps.push_back(std::move(step));
+  }
+  return plan;
+}
+}  // namespace weft::runtime::exec

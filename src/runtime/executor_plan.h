@@ -1,0 +1,52 @@
+// The executor's plan of a computation: its schedule as steps, each with
+// its evaluator chosen once (after the instruction's static checks), its
+// operands' slots, the values that die there and the buffer assignment's
+// places. Private to the executor (executor.cc, executor_plan.cc).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "executor_eval.h"
+#include "weft/compiler/buffer_assignment.h"
+#include "weft/hlo/computation.h"
+
+namespace weft::runtime::exec {
+
+// One instruction of a computation's schedule.
+struct Step {
+  const HloInstruction* instr = nullptr;
+  HloOpcode opcode = HloOpcode::kParameter;
+  EvalFn eval = nullptr;  // null: handled by the scheduler itself
+  int32_t out = 0;        // result slot
+  std::vector<int32_t> operands;
+  // Per operand: index into the step's dying values, or -1 when the operand
+  // lives on. Repeated operands share one dying value.
+  std::vector<int32_t> dying_index;
+  std::vector<int32_t> dying_slots;        // distinct slots that die here
+  bool result_unused = false;              // free the result right away
+  int64_t leaf_begin = 0, leaf_count = 0;  // get-tuple-element
+  // ExecutorOptions::profile: the OpClass timed; -1 for while and call,
+  // whose computations' instructions are timed instead.
+  int8_t op_class = -1;
+  // The buffer assignment's decisions (offsets relative to the region base).
+  std::vector<EvalContext::OutputSlot> slots;
+  std::vector<bool> buffer_dies;  // per operand
+  int64_t scratch_offset = 0, scratch_bytes = 0;
+  int64_t nested_offset = 0;  // while / call
+};
+
+struct ComputationPlan {
+  const HloComputation* computation = nullptr;
+  std::vector<Step> steps;
+  int32_t num_slots = 0;
+  int32_t root_slot = 0;
+  size_t max_operands = 0, max_dying = 0;
+};
+
+// The plan of `computation` in the order, and with the places, `assignment`
+// gives it.
+ComputationPlan MakePlan(const HloComputation& computation,
+                         const compiler::ComputationAssignment& assignment);
+
+}  // namespace weft::runtime::exec
