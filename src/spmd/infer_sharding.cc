@@ -248,6 +248,20 @@ bool Propagator::InferFromOperands(HloInstruction* instr, int level) {
       return true;
     }
   }
+  // A psum inside a partly manual region adds pieces laid out as its
+  // operand's: it takes the operand's sharding.
+  if (op == HloOpcode::kAllReduce && instr->operand_count() == 1 && instr->shape().IsArray() &&
+      instr->operand(0)->has_sharding() &&
+      instr->operand(0)->sharding()->SubgroupManualDim() >= 0 &&
+      (!instr->has_sharding() || instr->sharding()->IsTileMaximal())) {
+    SetSharding(instr, instr->operand(0)->sharding(),
+                {DecisionKind::kManual, instr->operand(0), "all-reduce"});
+    return true;
+  }
+  // A region's edges keep the shardings they were given: neither side's
+  // sharding says anything about the other's (partly manual regions).
+  if (IsCustomCall(*instr, "SPMDFullToShardShape") || IsCustomCall(*instr, "SPMDShardToFullShape"))
+    return false;
   const bool may_combine = level > 0;
   const bool aggressive = NonRootUsers(instr) == 1;
   if (!SupportsSpatialPartitioning(instr, allow_output_any_, false)) {
@@ -553,7 +567,10 @@ bool Propagator::InferFromUsers(HloInstruction* instr, int level) {
   const bool may_combine = level > 0;
   bool improved = false;
   for (const HloInstruction* user : instr->users()) {
-    if (!user->has_sharding()) continue;
+    if (!user->has_sharding() || IsCustomCall(*user, "SPMDFullToShardShape") ||
+        IsCustomCall(*user, "SPMDShardToFullShape")) {
+      continue;  // a region's edge: its sharding is the other side's
+    }
     auto s = ShardingFromUser(*instr, *user, *user->sharding(), level);
     if (!s) continue;
     const OpShardingRule* rule = Rule(user);
