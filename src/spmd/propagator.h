@@ -64,6 +64,26 @@ class Propagator {
 
   // --- infer_sharding.cc ---
   bool InferFromOperands(HloInstruction* instr, int level);
+  // InferFromOperands' steps: manual regions (nullopt: not one of theirs),
+  // ops without spatial partitioning (a replicated operand), then by op.
+  std::optional<bool> InferFromManualOperands(HloInstruction* instr, int level);
+  bool InferFromReplicatedOperand(HloInstruction* instr, bool may_combine);
+  bool InferGetTupleElement(HloInstruction* instr, bool may_combine, bool aggressive);
+  bool InferTuple(HloInstruction* instr);
+  // while, conditional (from the branches' roots), a called parameter.
+  bool InferFromCaller(HloInstruction* instr, bool may_combine);
+  bool InferDotFromOperands(HloInstruction* instr, bool may_combine);
+  // broadcast, concatenate, reduce, dynamic-slice, dynamic-update-slice.
+  bool InferShapeOpFromOperands(HloInstruction* instr, int level, bool may_combine,
+                                bool aggressive);
+  // sort, topk, reduce-window, select-and-scatter, bitcast-convert, custom calls.
+  bool InferFromRuleOperands(HloInstruction* instr, bool may_combine, bool aggressive);
+  bool InferGatherScatter(HloInstruction* instr, bool may_combine);
+  // Elementwise ops from every operand, others from one representative.
+  bool InferFromRepresentativeOperand(HloInstruction* instr, bool may_combine, bool aggressive);
+  // Operand k's sharding projected onto result leaf `leaf` (nullopt: none).
+  std::optional<HloSharding> FromOperand(const HloInstruction* instr, int64_t k, int64_t leaf = 0);
+  DecisionSource ForwardWhy(const HloInstruction* instr, const HloInstruction* source);
   bool InferFromUsers(HloInstruction* instr, int level);
   // The sharding `user` (with `user_sharding`) asks of its operand `instr`.
   std::optional<HloSharding> ShardingFromUser(const HloInstruction& instr,
