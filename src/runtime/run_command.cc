@@ -346,12 +346,47 @@ bool HasManualRegions(const HloModule& module) {
   return false;
 }
 
+namespace {
+
+// A partly manual leaf with its automatic dims undone: the manual subgroup
+// kept, every device of a manual group holding the group's whole piece.
+HloSharding ReplicatedWithinManualGroups(const HloSharding& s) {
+  if (s.IsTuple()) {
+    std::vector<HloSharding> leaves;
+    for (const HloSharding& e : s.tuple_elements())
+      leaves.push_back(ReplicatedWithinManualGroups(e));
+    return HloSharding::Tuple(std::move(leaves));
+  }
+  const int64_t manual = s.SubgroupManualDim();
+  if (manual < 0) return HloSharding::Replicate();
+  const TileAssignment& ta = s.tile_assignment();
+  std::vector<int64_t> perm = {manual};
+  for (int64_t d = 0; d < ta.num_dims(); ++d) {
+    if (d != manual) perm.push_back(d);
+  }
+  std::vector<int64_t> dims(s.TiledDataRank(), 1);
+  dims.push_back(ta.dim(manual));
+  dims.push_back(ta.num_elements() / ta.dim(manual));
+  return HloSharding::Subgroup(ta.Transpose(perm).Reshape(std::move(dims)),
+                               {SubgroupType::kManual, SubgroupType::kReplicated});
+}
+
+bool HasManualLeaf(const HloSharding& s) {
+  if (!s.IsTuple()) return s.IsManual();
+  return std::any_of(s.tuple_elements().begin(), s.tuple_elements().end(),
+                     [](const HloSharding& e) { return e.IsManual(); });
+}
+
+bool HasPartlyManualLeaf(const HloSharding& s) {
+  if (!s.IsTuple()) return s.SubgroupManualDim() >= 0;
+  return std::any_of(s.tuple_elements().begin(), s.tuple_elements().end(),
+                     [](const HloSharding& e) { return e.SubgroupManualDim() >= 0; });
+}
+
+}  // namespace
+
 void ReplicateOutsideManualRegions(HloModule& module) {
-  auto has_manual_leaf = [](const HloSharding& s) {
-    if (!s.IsTuple()) return s.IsManual();
-    return std::any_of(s.tuple_elements().begin(), s.tuple_elements().end(),
-                       [](const HloSharding& e) { return e.IsManual(); });
-  };
+  auto has_manual_leaf = [](const HloSharding& s) { return HasManualLeaf(s); };
   auto is_target = [](const HloInstruction* instr, const char* target) {
     return instr->opcode() == HloOpcode::kCustomCall && instr->attrs().custom_call_target == target;
   };
@@ -370,7 +405,12 @@ void ReplicateOutsideManualRegions(HloModule& module) {
   }
   for (HloComputation* c : module.computations()) {
     for (HloInstruction* instr : c->instructions()) {
-      if (!instr->has_sharding() || keep.count(instr)) continue;
+      if (!instr->has_sharding()) continue;
+      if (HasPartlyManualLeaf(*instr->sharding())) {
+        instr->set_sharding(ReplicatedWithinManualGroups(*instr->sharding()));
+        continue;
+      }
+      if (keep.count(instr)) continue;
       const Shape& shape = instr->shape();
       instr->set_sharding(shape.IsTuple() ? HloSharding::Tuple(std::vector<HloSharding>(
                                                 shape.LeafCount(), HloSharding::Replicate()))

@@ -230,9 +230,20 @@ std::optional<HloSharding> Propagator::ShardingFromUser(const HloInstruction& in
   }
 }
 
-bool Propagator::InferFromOperands(HloInstruction* instr, int level) {
-  if (!CanPropagateAtLevel(*instr, level)) return false;
-  if (instr->has_sharding() && instr->sharding()->IsManual()) return false;
+std::optional<HloSharding> Propagator::FromOperand(const HloInstruction* instr, int64_t k,
+                                                   int64_t leaf) {
+  const HloInstruction* operand = instr->operand(k);
+  if (!HasSpatialSharding(operand)) return std::nullopt;
+  return Project(instr, TensorRef::Operand(k), *operand->sharding(), TensorRef::Result(leaf));
+}
+
+DecisionSource Propagator::ForwardWhy(const HloInstruction* instr, const HloInstruction* source) {
+  const OpShardingRule* rule = Rule(instr);
+  return DecisionSource{DecisionKind::kForward, source,
+                        rule ? std::string_view(rule->name) : HloOpcodeString(instr->opcode())};
+}
+
+std::optional<bool> Propagator::InferFromManualOperands(HloInstruction* instr, int level) {
   const HloOpcode op = instr->opcode();
   // Manual regions spread: an op with a manual operand is manual.
   if ((!instr->has_sharding() || instr->sharding()->IsTileMaximal()) &&
@@ -248,83 +259,92 @@ bool Propagator::InferFromOperands(HloInstruction* instr, int level) {
       return true;
     }
   }
-  const bool may_combine = level > 0;
-  const bool aggressive = NonRootUsers(instr) == 1;
-  if (!SupportsSpatialPartitioning(instr, allow_output_any_, false)) {
-    if (instr->shape().IsTuple() || instr->operand_count() == 0 ||
-        instr == instr->parent()->root_instruction()) {
-      return false;
-    }
-    for (const HloInstruction* operand : instr->operands()) {
-      if (operand->has_sharding() && operand->sharding()->IsTileMaximal() &&
-          !operand->sharding()->IsMaximal()) {
-        return Improve(instr, *operand->sharding(), may_combine, false,
-                       {DecisionKind::kForward, operand, "replicated operand"});
-      }
-    }
+  // A psum inside a partly manual region adds pieces laid out as its
+  // operand's: it takes the operand's sharding.
+  if (op == HloOpcode::kAllReduce && instr->operand_count() == 1 && instr->shape().IsArray() &&
+      instr->operand(0)->has_sharding() &&
+      instr->operand(0)->sharding()->SubgroupManualDim() >= 0 &&
+      (!instr->has_sharding() || instr->sharding()->IsTileMaximal())) {
+    SetSharding(instr, instr->operand(0)->sharding(),
+                {DecisionKind::kManual, instr->operand(0), "all-reduce"});
+    return true;
+  }
+  // A region's edges keep the shardings they were given: neither side's
+  // sharding says anything about the other's (partly manual regions).
+  if (IsCustomCall(*instr, "SPMDFullToShardShape") || IsCustomCall(*instr, "SPMDShardToFullShape"))
+    return false;
+  return std::nullopt;
+}
+
+bool Propagator::InferFromReplicatedOperand(HloInstruction* instr, bool may_combine) {
+  if (instr->shape().IsTuple() || instr->operand_count() == 0 ||
+      instr == instr->parent()->root_instruction()) {
     return false;
   }
-  auto from = [&](int64_t k, int64_t leaf = 0) -> std::optional<HloSharding> {
-    const HloInstruction* operand = instr->operand(k);
-    if (!HasSpatialSharding(operand)) return std::nullopt;
-    return Project(instr, TensorRef::Operand(k), *operand->sharding(), TensorRef::Result(leaf));
-  };
-  auto why = [&](const HloInstruction* source) {
-    const OpShardingRule* rule = Rule(instr);
-    return DecisionSource{DecisionKind::kForward, source,
-                          rule ? std::string_view(rule->name) : HloOpcodeString(op)};
-  };
-  switch (op) {
-    case HloOpcode::kGetTupleElement: {
-      const HloInstruction* operand = instr->operand(0);
-      if (!HasSpatialSharding(operand)) return false;
-      const int64_t offset = LeafOffset(operand->shape(), instr->tuple_index());
-      HloSharding s = LeafSharding(*operand->sharding(), offset);
-      if (instr->shape().IsTuple()) {
-        std::vector<HloSharding> leaves;
-        for (int64_t j = 0; j < instr->shape().LeafCount(); ++j) {
-          leaves.push_back(LeafSharding(*operand->sharding(), offset + j));
-        }
-        s = HloSharding::Tuple(std::move(leaves));
-      }
-      if (s.IsManual()) {
-        SetSharding(instr, s, {DecisionKind::kManual, operand, "get-tuple-element"});
-        return true;
-      }
-      return Improve(instr, s, may_combine, aggressive,
-                     {DecisionKind::kForward, operand, "get-tuple-element"});
+  for (const HloInstruction* operand : instr->operands()) {
+    if (operand->has_sharding() && operand->sharding()->IsTileMaximal() &&
+        !operand->sharding()->IsMaximal()) {
+      return Improve(instr, *operand->sharding(), may_combine, false,
+                     {DecisionKind::kForward, operand, "replicated operand"});
     }
-    case HloOpcode::kTuple: {
-      if (std::none_of(instr->operands().begin(), instr->operands().end(), HasSpatialSharding)) {
-        return false;
-      }
-      std::vector<HloSharding> leaves;
-      if (instr->has_sharding() && instr->sharding()->IsTuple()) {
-        leaves = instr->sharding()->tuple_elements();
-      } else {
-        leaves.assign(instr->shape().LeafCount(), HloSharding::Replicate());
-      }
-      const HloInstruction* source = nullptr;
-      int64_t offset = 0;
-      for (const HloInstruction* operand : instr->operands()) {
-        const int64_t count = operand->shape().LeafCount();
-        if (operand->has_sharding()) {
-          for (int64_t j = 0; j < count; ++j) {
-            HloSharding s = LeafSharding(*operand->sharding(), j);
-            if (!instr->has_sharding() ||
-                sharding_util::IsShardingMoreSpecific(s, leaves[offset + j])) {
-              if (leaves[offset + j] != s) source = operand;
-              leaves[offset + j] = std::move(s);
-            }
-          }
-        }
-        offset += count;
-      }
-      HloSharding s = HloSharding::Tuple(std::move(leaves));
-      if (instr->has_sharding() && s == *instr->sharding()) return false;
-      SetSharding(instr, s, {DecisionKind::kForward, source, "tuple"});
-      return true;
+  }
+  return false;
+}
+
+bool Propagator::InferGetTupleElement(HloInstruction* instr, bool may_combine, bool aggressive) {
+  const HloInstruction* operand = instr->operand(0);
+  if (!HasSpatialSharding(operand)) return false;
+  const int64_t offset = LeafOffset(operand->shape(), instr->tuple_index());
+  HloSharding s = LeafSharding(*operand->sharding(), offset);
+  if (instr->shape().IsTuple()) {
+    std::vector<HloSharding> leaves;
+    for (int64_t j = 0; j < instr->shape().LeafCount(); ++j) {
+      leaves.push_back(LeafSharding(*operand->sharding(), offset + j));
     }
+    s = HloSharding::Tuple(std::move(leaves));
+  }
+  if (s.IsManual()) {
+    SetSharding(instr, s, {DecisionKind::kManual, operand, "get-tuple-element"});
+    return true;
+  }
+  return Improve(instr, s, may_combine, aggressive,
+                 {DecisionKind::kForward, operand, "get-tuple-element"});
+}
+
+bool Propagator::InferTuple(HloInstruction* instr) {
+  if (std::none_of(instr->operands().begin(), instr->operands().end(), HasSpatialSharding)) {
+    return false;
+  }
+  std::vector<HloSharding> leaves;
+  if (instr->has_sharding() && instr->sharding()->IsTuple()) {
+    leaves = instr->sharding()->tuple_elements();
+  } else {
+    leaves.assign(instr->shape().LeafCount(), HloSharding::Replicate());
+  }
+  const HloInstruction* source = nullptr;
+  int64_t offset = 0;
+  for (const HloInstruction* operand : instr->operands()) {
+    const int64_t count = operand->shape().LeafCount();
+    if (operand->has_sharding()) {
+      for (int64_t j = 0; j < count; ++j) {
+        HloSharding s = LeafSharding(*operand->sharding(), j);
+        if (!instr->has_sharding() ||
+            sharding_util::IsShardingMoreSpecific(s, leaves[offset + j])) {
+          if (leaves[offset + j] != s) source = operand;
+          leaves[offset + j] = std::move(s);
+        }
+      }
+    }
+    offset += count;
+  }
+  HloSharding s = HloSharding::Tuple(std::move(leaves));
+  if (instr->has_sharding() && s == *instr->sharding()) return false;
+  SetSharding(instr, s, {DecisionKind::kForward, source, "tuple"});
+  return true;
+}
+
+bool Propagator::InferFromCaller(HloInstruction* instr, bool may_combine) {
+  switch (instr->opcode()) {
     case HloOpcode::kWhile: {
       const HloInstruction* operand = instr->operand(0);
       if (!operand->has_sharding()) return false;
@@ -356,54 +376,61 @@ bool Propagator::InferFromOperands(HloInstruction* instr, int level) {
       return Improve(instr, *arg->sharding(), may_combine, false,
                      {DecisionKind::kForward, arg, HloOpcodeString(caller->opcode())});
     }
-    case HloOpcode::kDot:
-    case HloOpcode::kConvolution: {
-      auto improved = [&](int64_t k) -> std::optional<HloSharding> {
-        const HloInstruction* operand = instr->operand(k);
-        if (!HasSpatialSharding(operand)) return std::nullopt;
-        std::optional<HloSharding> s =
-            operand->sharding()->IsTileMaximal() ? operand->sharding() : from(k);
-        if (!s) return std::nullopt;
-        return ReturnImprovedSharding(*s, instr->has_sharding() ? &*instr->sharding() : nullptr,
-                                      instr->shape().dimensions(), may_combine, false);
-      };
-      std::optional<HloSharding> s0 = improved(0), s1 = improved(1);
-      if (!s0 && !s1) return false;
-      if (!s1 || !s0) {
-        const int64_t k = s0 ? 0 : 1;
-        SetSharding(instr, s0 ? *s0 : *s1, why(instr->operand(k)));
-        return true;
-      }
-      // Both operands propose: prefer the one the (single) user agrees with,
-      // else the larger operand; then refine with the other.
-      int64_t first = 0;
-      bool decided = false;
-      if (auto ahead = LookaheadUserSharding(instr)) {
-        const auto dims = instr->shape().dimensions();
-        const bool sub0 = IsSubTilingOrEqualSharding(dims, *ahead, *s0);
-        const bool sub1 = IsSubTilingOrEqualSharding(dims, *ahead, *s1);
-        if (sub0 != sub1) {
-          first = sub0 ? 0 : 1;
-          decided = true;
-        }
-      }
-      if (!decided &&
-          instr->operand(0)->shape().ByteSize() < instr->operand(1)->shape().ByteSize()) {
-        first = 1;
-      }
-      HloSharding primary = first == 0 ? *s0 : *s1;
-      HloSharding secondary = first == 0 ? *s1 : *s0;
-      auto refined = ReturnImprovedSharding(secondary, &primary, instr->shape().dimensions(),
-                                            may_combine, false);
-      SetSharding(instr, refined ? *refined : primary, why(instr->operand(first)));
-      return true;
+    default:
+      return false;
+  }
+}
+
+bool Propagator::InferDotFromOperands(HloInstruction* instr, bool may_combine) {
+  auto improved = [&](int64_t k) -> std::optional<HloSharding> {
+    const HloInstruction* operand = instr->operand(k);
+    if (!HasSpatialSharding(operand)) return std::nullopt;
+    std::optional<HloSharding> s =
+        operand->sharding()->IsTileMaximal() ? operand->sharding() : FromOperand(instr, k);
+    if (!s) return std::nullopt;
+    return ReturnImprovedSharding(*s, instr->has_sharding() ? &*instr->sharding() : nullptr,
+                                  instr->shape().dimensions(), may_combine, false);
+  };
+  std::optional<HloSharding> s0 = improved(0), s1 = improved(1);
+  if (!s0 && !s1) return false;
+  if (!s1 || !s0) {
+    const int64_t k = s0 ? 0 : 1;
+    SetSharding(instr, s0 ? *s0 : *s1, ForwardWhy(instr, instr->operand(k)));
+    return true;
+  }
+  // Both operands propose: prefer the one the (single) user agrees with,
+  // else the larger operand; then refine with the other.
+  int64_t first = 0;
+  bool decided = false;
+  if (auto ahead = LookaheadUserSharding(instr)) {
+    const auto dims = instr->shape().dimensions();
+    const bool sub0 = IsSubTilingOrEqualSharding(dims, *ahead, *s0);
+    const bool sub1 = IsSubTilingOrEqualSharding(dims, *ahead, *s1);
+    if (sub0 != sub1) {
+      first = sub0 ? 0 : 1;
+      decided = true;
     }
+  }
+  if (!decided && instr->operand(0)->shape().ByteSize() < instr->operand(1)->shape().ByteSize()) {
+    first = 1;
+  }
+  HloSharding primary = first == 0 ? *s0 : *s1;
+  HloSharding secondary = first == 0 ? *s1 : *s0;
+  auto refined =
+      ReturnImprovedSharding(secondary, &primary, instr->shape().dimensions(), may_combine, false);
+  SetSharding(instr, refined ? *refined : primary, ForwardWhy(instr, instr->operand(first)));
+  return true;
+}
+
+bool Propagator::InferShapeOpFromOperands(HloInstruction* instr, int level, bool may_combine,
+                                          bool aggressive) {
+  switch (instr->opcode()) {
     case HloOpcode::kBroadcast: {
       if (level < 3) return false;
       const HloInstruction* operand = instr->operand(0);
       if (!HasSpatialSharding(operand) || operand->sharding()->IsReplicated()) return false;
-      auto s = from(0);
-      return s && Improve(instr, *s, may_combine, aggressive, why(operand));
+      auto s = FromOperand(instr, 0);
+      return s && Improve(instr, *s, may_combine, aggressive, ForwardWhy(instr, operand));
     }
     case HloOpcode::kConcatenate: {
       const HloInstruction* best = nullptr;
@@ -426,90 +453,94 @@ bool Propagator::InferFromOperands(HloInstruction* instr, int level) {
           if (operand->sharding()->tile_assignment().dim(instr->dimensions()[0]) > 1) return false;
         }
       }
-      auto s = from(OperandIndex(*instr, best));
-      return s && Improve(instr, *s, may_combine, aggressive, why(best));
+      auto s = FromOperand(instr, OperandIndex(*instr, best));
+      return s && Improve(instr, *s, may_combine, aggressive, ForwardWhy(instr, best));
     }
     case HloOpcode::kReduce: {
       bool changed = false;
       const int64_t num_inputs = instr->operand_count() / 2;
       for (int64_t k = 0; k < num_inputs; ++k) {
-        auto s = from(k);
+        auto s = FromOperand(instr, k);
         if (!s) continue;
         if (instr->shape().IsTuple()) {
           s = HloSharding::Tuple(std::vector<HloSharding>(instr->shape().LeafCount(), *s));
         }
-        changed |= Improve(instr, *s, may_combine, aggressive, why(instr->operand(k)));
+        changed |=
+            Improve(instr, *s, may_combine, aggressive, ForwardWhy(instr, instr->operand(k)));
       }
       return changed;
     }
     case HloOpcode::kDynamicSlice: {
-      auto s = from(0);
-      return s && Improve(instr, *s, may_combine, aggressive, why(instr->operand(0)));
+      auto s = FromOperand(instr, 0);
+      return s && Improve(instr, *s, may_combine, aggressive, ForwardWhy(instr, instr->operand(0)));
     }
     case HloOpcode::kDynamicUpdateSlice: {
       bool changed = false;
-      if (auto s = from(1))
-        changed |= Improve(instr, *s, may_combine, aggressive, why(instr->operand(1)));
-      if (auto s = from(0))
-        changed |= Improve(instr, *s, may_combine, false, why(instr->operand(0)));
-      return changed;
-    }
-    case HloOpcode::kSort:
-    case HloOpcode::kTopK:
-    case HloOpcode::kReduceWindow:
-    case HloOpcode::kSelectAndScatter:
-    case HloOpcode::kBitcastConvert:
-    case HloOpcode::kCustomCall: {
-      if (IsCustomCall(*instr, "Sharding")) {
-        auto s = from(0);
-        return s && Improve(instr, *s, may_combine, aggressive, why(instr->operand(0)));
-      }
-      const OpShardingRule* rule = Rule(instr);
-      if (!rule) return false;
-      bool changed = false;
-      for (int64_t leaf = 0; leaf < static_cast<int64_t>(rule->results.size()); ++leaf) {
-        for (int64_t k = 0; k < instr->operand_count(); ++k) {
-          if (auto s = from(k, leaf)) {
-            changed |=
-                ImproveLeaf(instr, leaf, *s, may_combine, aggressive, why(instr->operand(k)));
-          }
-        }
-      }
-      return changed;
-    }
-    case HloOpcode::kGather:
-    case HloOpcode::kScatter: {
-      if (op == HloOpcode::kScatter && instr->shape().IsTuple()) {
-        // A variadic scatter: every result leaf as each operand, as a
-        // variadic reduce.
-        const int64_t n = (instr->operand_count() - 1) / 2;
-        bool changed = false;
-        for (int64_t k = 0; k < n; ++k) {
-          auto s = from(k);
-          if (!s) continue;
-          s = HloSharding::Tuple(std::vector<HloSharding>(n, *s));
-          changed |= Improve(instr, *s, may_combine, false, why(instr->operand(k)));
-        }
-        return changed;
-      }
-      bool changed = false;
-      for (int64_t k = op == HloOpcode::kGather ? 1 : 0; k >= 0 && k < instr->operand_count();
-           k += op == HloOpcode::kGather ? -1 : 3) {
-        if (auto s = from(k))
-          changed |= Improve(instr, *s, may_combine, false, why(instr->operand(k)));
-      }
+      if (auto s = FromOperand(instr, 1))
+        changed |=
+            Improve(instr, *s, may_combine, aggressive, ForwardWhy(instr, instr->operand(1)));
+      if (auto s = FromOperand(instr, 0))
+        changed |= Improve(instr, *s, may_combine, false, ForwardWhy(instr, instr->operand(0)));
       return changed;
     }
     default:
-      break;
+      return false;
   }
+}
+
+bool Propagator::InferFromRuleOperands(HloInstruction* instr, bool may_combine, bool aggressive) {
+  if (IsCustomCall(*instr, "Sharding")) {
+    auto s = FromOperand(instr, 0);
+    return s && Improve(instr, *s, may_combine, aggressive, ForwardWhy(instr, instr->operand(0)));
+  }
+  const OpShardingRule* rule = Rule(instr);
+  if (!rule) return false;
+  bool changed = false;
+  for (int64_t leaf = 0; leaf < static_cast<int64_t>(rule->results.size()); ++leaf) {
+    for (int64_t k = 0; k < instr->operand_count(); ++k) {
+      if (auto s = FromOperand(instr, k, leaf)) {
+        changed |= ImproveLeaf(instr, leaf, *s, may_combine, aggressive,
+                               ForwardWhy(instr, instr->operand(k)));
+      }
+    }
+  }
+  return changed;
+}
+
+bool Propagator::InferGatherScatter(HloInstruction* instr, bool may_combine) {
+  const HloOpcode op = instr->opcode();
+  if (op == HloOpcode::kScatter && instr->shape().IsTuple()) {
+    // A variadic scatter: every result leaf as each operand, as a
+    // variadic reduce.
+    const int64_t n = (instr->operand_count() - 1) / 2;
+    bool changed = false;
+    for (int64_t k = 0; k < n; ++k) {
+      auto s = FromOperand(instr, k);
+      if (!s) continue;
+      s = HloSharding::Tuple(std::vector<HloSharding>(n, *s));
+      changed |= Improve(instr, *s, may_combine, false, ForwardWhy(instr, instr->operand(k)));
+    }
+    return changed;
+  }
+  bool changed = false;
+  for (int64_t k = op == HloOpcode::kGather ? 1 : 0; k >= 0 && k < instr->operand_count();
+       k += op == HloOpcode::kGather ? -1 : 3) {
+    if (auto s = FromOperand(instr, k))
+      changed |= Improve(instr, *s, may_combine, false, ForwardWhy(instr, instr->operand(k)));
+  }
+  return changed;
+}
+
+bool Propagator::InferFromRepresentativeOperand(HloInstruction* instr, bool may_combine,
+                                                bool aggressive) {
+  const HloOpcode op = instr->opcode();
   if (!Rule(instr) || !instr->shape().IsArray()) return false;
   if (IsElementwiseOp(*instr) && may_combine) {
     bool changed = false;
     for (int64_t k = 0; k < instr->operand_count(); ++k) {
-      if (auto s = from(k)) {
+      if (auto s = FromOperand(instr, k)) {
         changed |= Improve(instr, *s, may_combine, instr->operand_count() == 1 && aggressive,
-                           why(instr->operand(k)));
+                           ForwardWhy(instr, instr->operand(k)));
       }
     }
     return changed;
@@ -528,8 +559,50 @@ bool Propagator::InferFromOperands(HloInstruction* instr, int level) {
     }
   }
   if (best < 0) return false;
-  auto s = from(best);
-  return s && Improve(instr, *s, may_combine, aggressive, why(instr->operand(best)));
+  auto s = FromOperand(instr, best);
+  return s && Improve(instr, *s, may_combine, aggressive, ForwardWhy(instr, instr->operand(best)));
+}
+
+bool Propagator::InferFromOperands(HloInstruction* instr, int level) {
+  if (!CanPropagateAtLevel(*instr, level)) return false;
+  if (instr->has_sharding() && instr->sharding()->IsManual()) return false;
+  if (std::optional<bool> manual = InferFromManualOperands(instr, level)) return *manual;
+  const bool may_combine = level > 0;
+  const bool aggressive = NonRootUsers(instr) == 1;
+  if (!SupportsSpatialPartitioning(instr, allow_output_any_, false)) {
+    return InferFromReplicatedOperand(instr, may_combine);
+  }
+  switch (instr->opcode()) {
+    case HloOpcode::kGetTupleElement:
+      return InferGetTupleElement(instr, may_combine, aggressive);
+    case HloOpcode::kTuple:
+      return InferTuple(instr);
+    case HloOpcode::kWhile:
+    case HloOpcode::kConditional:
+    case HloOpcode::kParameter:
+      return InferFromCaller(instr, may_combine);
+    case HloOpcode::kDot:
+    case HloOpcode::kConvolution:
+      return InferDotFromOperands(instr, may_combine);
+    case HloOpcode::kBroadcast:
+    case HloOpcode::kConcatenate:
+    case HloOpcode::kReduce:
+    case HloOpcode::kDynamicSlice:
+    case HloOpcode::kDynamicUpdateSlice:
+      return InferShapeOpFromOperands(instr, level, may_combine, aggressive);
+    case HloOpcode::kSort:
+    case HloOpcode::kTopK:
+    case HloOpcode::kReduceWindow:
+    case HloOpcode::kSelectAndScatter:
+    case HloOpcode::kBitcastConvert:
+    case HloOpcode::kCustomCall:
+      return InferFromRuleOperands(instr, may_combine, aggressive);
+    case HloOpcode::kGather:
+    case HloOpcode::kScatter:
+      return InferGatherScatter(instr, may_combine);
+    default:
+      return InferFromRepresentativeOperand(instr, may_combine, aggressive);
+  }
 }
 
 bool Propagator::InferFromUsers(HloInstruction* instr, int level) {
@@ -553,7 +626,10 @@ bool Propagator::InferFromUsers(HloInstruction* instr, int level) {
   const bool may_combine = level > 0;
   bool improved = false;
   for (const HloInstruction* user : instr->users()) {
-    if (!user->has_sharding()) continue;
+    if (!user->has_sharding() || IsCustomCall(*user, "SPMDFullToShardShape") ||
+        IsCustomCall(*user, "SPMDShardToFullShape")) {
+      continue;  // a region's edge: its sharding is the other side's
+    }
     auto s = ShardingFromUser(*instr, *user, *user->sharding(), level);
     if (!s) continue;
     const OpShardingRule* rule = Rule(user);

@@ -32,8 +32,58 @@ class Propagator {
   Propagator(HloModule& module, const PropagationOptions& options, PropagationResult* result);
   void Run();
 
+  // --- Run's steps (sharding_propagation.cc) ---
+  // The output / parameter flags: checked against the entry, summarized.
+  void ReadOptions(const HloComputation& entry);
+  // Every instruction indexed, callees first, each computation in post order.
+  void IndexInstructions();
+  // Sharding custom calls: unspecified dims; an unsharded operand takes the
+  // annotation.
+  void ApplyShardingCustomCalls();
+  // While / call / conditional: related instructions start with one sharding.
+  void AgreeCalledComputations();
+  // What the user fixed; keeps the root's and parameters' shardings.
+  void MarkProvided(HloComputation& entry);
+  // Per-sweep "nothing new to learn" flags, per instruction.
+  struct Sweep {
+    std::vector<char> done_group, done_fwd, done_bwd;
+  };
+  // After `hlo` changed: its neighbours (users of `for_users`) look again.
+  void ClearCache(Sweep& sweep, HloInstruction* hlo, HloInstruction* for_users);
+  // While / call agreement after `instr` changed.
+  void Agree(Sweep& sweep, HloInstruction* instr);
+  // One pass over a computation: shard groups, forward, backward. Each
+  // returns whether anything changed.
+  bool SweepShardGroups(Sweep& sweep, const std::vector<HloInstruction*>& order, int level);
+  bool SweepForward(Sweep& sweep, const std::vector<HloInstruction*>& order, int level);
+  bool SweepBackward(Sweep& sweep, const std::vector<HloInstruction*>& order, int level);
+  // Sweeps every computation until nothing changes at `level`.
+  void RunToFixPoint(int level);
+  // Outputs and parameters the options do not let propagation decide.
+  void ApplyOutputAndParameterOptions(HloComputation& entry);
+
   // --- infer_sharding.cc ---
   bool InferFromOperands(HloInstruction* instr, int level);
+  // InferFromOperands' steps: manual regions (nullopt: not one of theirs),
+  // ops without spatial partitioning (a replicated operand), then by op.
+  std::optional<bool> InferFromManualOperands(HloInstruction* instr, int level);
+  bool InferFromReplicatedOperand(HloInstruction* instr, bool may_combine);
+  bool InferGetTupleElement(HloInstruction* instr, bool may_combine, bool aggressive);
+  bool InferTuple(HloInstruction* instr);
+  // while, conditional (from the branches' roots), a called parameter.
+  bool InferFromCaller(HloInstruction* instr, bool may_combine);
+  bool InferDotFromOperands(HloInstruction* instr, bool may_combine);
+  // broadcast, concatenate, reduce, dynamic-slice, dynamic-update-slice.
+  bool InferShapeOpFromOperands(HloInstruction* instr, int level, bool may_combine,
+                                bool aggressive);
+  // sort, topk, reduce-window, select-and-scatter, bitcast-convert, custom calls.
+  bool InferFromRuleOperands(HloInstruction* instr, bool may_combine, bool aggressive);
+  bool InferGatherScatter(HloInstruction* instr, bool may_combine);
+  // Elementwise ops from every operand, others from one representative.
+  bool InferFromRepresentativeOperand(HloInstruction* instr, bool may_combine, bool aggressive);
+  // Operand k's sharding projected onto result leaf `leaf` (nullopt: none).
+  std::optional<HloSharding> FromOperand(const HloInstruction* instr, int64_t k, int64_t leaf = 0);
+  DecisionSource ForwardWhy(const HloInstruction* instr, const HloInstruction* source);
   bool InferFromUsers(HloInstruction* instr, int level);
   // The sharding `user` (with `user_sharding`) asks of its operand `instr`.
   std::optional<HloSharding> ShardingFromUser(const HloInstruction& instr,
@@ -78,6 +128,9 @@ class Propagator {
   int64_t round_ = 0;
   int level_ = 0;
   bool allow_output_any_ = false, allow_params_any_ = false;
+  // The entry's root and parameter shardings as given (MarkProvided).
+  std::optional<HloSharding> saved_root_;
+  std::vector<std::optional<HloSharding>> saved_params_;
 
   std::vector<HloComputation*> computations_;
   std::vector<std::vector<HloInstruction*>> post_orders_;

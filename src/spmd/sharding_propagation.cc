@@ -312,26 +312,26 @@ using spmd::Propagator;
 
 namespace spmd {
 
-void Propagator::Run() {
-  HloComputation* entry = module_.entry_computation();
-  WEFT_CHECK(entry != nullptr, "module {} has no entry computation", module_.name());
+void Propagator::ReadOptions(const HloComputation& entry) {
   const auto& out_flags = options_.allow_spmd_sharding_propagation_to_output;
   const auto& param_flags = options_.allow_spmd_sharding_propagation_to_parameters;
   allow_output_any_ = std::any_of(out_flags.begin(), out_flags.end(), [](bool b) { return b; });
   allow_params_any_ = std::any_of(param_flags.begin(), param_flags.end(), [](bool b) { return b; });
-  HloInstruction* root = entry->root_instruction();
+  const HloInstruction* root = entry.root_instruction();
   const int64_t num_outputs = root->shape().IsTuple() ? root->shape().tuple_shapes().size() : 1;
   WEFT_CHECK(out_flags.size() <= 1 || static_cast<int64_t>(out_flags.size()) == num_outputs,
              "--allow-output has {} values but the entry computation has {} outputs; give one "
              "value for all or one per output",
              out_flags.size(), num_outputs);
-  WEFT_CHECK(param_flags.size() <= 1 ||
-                 static_cast<int64_t>(param_flags.size()) == entry->num_parameters(),
-             "--allow-params has {} values but the entry computation has {} parameters; give one "
-             "value for all or one per parameter",
-             param_flags.size(), entry->num_parameters());
+  WEFT_CHECK(
+      param_flags.size() <= 1 || static_cast<int64_t>(param_flags.size()) == entry.num_parameters(),
+      "--allow-params has {} values but the entry computation has {} parameters; give one "
+      "value for all or one per parameter",
+      param_flags.size(), entry.num_parameters());
+}
 
-  // Index every instruction (callees first, each in post order).
+void Propagator::IndexInstructions() {
+  // Callees first, each in post order.
   for (HloComputation* c : module_.MakeComputationPostOrder()) {
     computations_.push_back(c);
     post_orders_.push_back(c->MakeInstructionPostOrder());
@@ -360,17 +360,11 @@ void Propagator::Run() {
   rules_.resize(n);
   projection_cache_.resize(n);
   group_of_.assign(n, -1);
+}
 
-  for (HloInstruction* i : instrs_) {
-    if (i->has_sharding() && options_.record_decisions) {
-      result_->decisions[i].push_back(
-          {0, 0, DecisionKind::kAnnotation, nullptr, "", std::nullopt, i->sharding()});
-    }
-  }
-  CollectShardGroups();
-
-  // Sharding custom calls: unspecified dims, and the operand takes the
-  // annotation when it has none (as XLA's ProcessShardingInstruction).
+void Propagator::ApplyShardingCustomCalls() {
+  // Unspecified dims, and the operand takes the annotation when it has none
+  // (as XLA's ProcessShardingInstruction).
   for (HloInstruction* i : instrs_) {
     if (!IsCustomCall(*i, "Sharding") || !i->has_sharding()) continue;
     if (auto dims = ParseUnspecifiedDims(*i); dims && !dims->empty()) {
@@ -379,7 +373,9 @@ void Propagator::Run() {
       SetSharding(i->operand(0), i->sharding(), {DecisionKind::kAnnotation, i, "Sharding"});
     }
   }
+}
 
+void Propagator::AgreeCalledComputations() {
   for (HloComputation* c : computations_) {
     for (HloInstruction* i : c->instructions()) {
       if (!RunsCalledComputations(i->opcode())) continue;
@@ -401,156 +397,172 @@ void Propagator::Run() {
       for (HloComputation* callee : i->called_computations()) computation_map_[callee] = i;
     }
   }
+}
 
-  // What the user fixed.
+void Propagator::MarkProvided(HloComputation& entry) {
+  HloInstruction* root = entry.root_instruction();
   for (HloInstruction* i : instrs_) {
     provided_[Index(i)] = i->has_sharding() && i != root && i->opcode() != HloOpcode::kParameter &&
                           !i->sharding()->IsUnknown();
   }
-  std::optional<HloSharding> saved_root = root->sharding();
-  std::vector<std::optional<HloSharding>> saved_params;
-  for (HloInstruction* p : entry->parameter_instructions()) saved_params.push_back(p->sharding());
+  saved_root_ = root->sharding();
+  saved_params_.clear();
+  for (HloInstruction* p : entry.parameter_instructions()) saved_params_.push_back(p->sharding());
   if (!allow_output_any_ && (!root->has_sharding() || !root->sharding()->IsUnknown()) &&
       root->opcode() != HloOpcode::kWhile) {
     provided_[Index(root)] = 1;
   }
   if (!allow_params_any_) {
-    for (HloInstruction* p : entry->parameter_instructions()) {
+    for (HloInstruction* p : entry.parameter_instructions()) {
       if (p->has_sharding() && !p->sharding()->IsUnknown()) provided_[Index(p)] = 1;
     }
   }
-  CheckExplicitGroupConflicts();
-  for (HloInstruction* i : instrs_) {
-    if (i->has_sharding() && i->sharding()->IsUnknown()) i->set_sharding(HloSharding::Replicate());
-  }
+}
 
-  // Fixed points at increasing aggressiveness, then align shard_as groups
-  // and settle once more at the highest level.
-  auto run_to_fix_point = [&](int level) {
-    level_ = level;
-    std::vector<char> done_group(n, 0), done_fwd(n, 0), done_bwd(n, 0);
-    auto clear_cache = [&](HloInstruction* hlo, HloInstruction* for_users) {
-      for (HloInstruction* op : hlo->operands()) done_bwd[Index(op)] = 0;
-      for (HloInstruction* user : for_users->users()) {
-        done_fwd[Index(user)] = 0;
-        for (HloComputation* c : user->called_computations()) {
-          for (HloInstruction* p : c->parameter_instructions()) {
-            if (p) done_fwd[Index(p)] = 0;
-          }
-        }
-      }
-      if (group_of_[Index(hlo)] >= 0) {
-        for (HloInstruction* m : groups_[group_of_[Index(hlo)]].members) {
-          if (m != hlo) done_group[Index(m)] = 0;
-        }
-      }
-    };
-    // While / call agreement after `instr` changed.
-    std::function<void(HloInstruction*)> agree = [&](HloInstruction* instr) {
-      std::vector<HloInstruction*> related;
-      const HloOpcode op = instr->opcode();
-      if (RunsCalledComputations(op)) {
-        related = Related(instr, computation_map_);
-      } else if (op == HloOpcode::kParameter || instr->parent()->root_instruction() == instr) {
-        auto it = computation_map_.find(instr->parent());
-        if (it != computation_map_.end()) {
-          // A call's or branch's parameter agrees with its argument; the
-          // result with the root (a while's state with both).
-          const bool argument =
-              op == HloOpcode::kParameter && it->second->opcode() != HloOpcode::kWhile;
-          if (!argument || instr->parent()->root_instruction() == instr) {
-            related = Related(it->second, computation_map_);
-          }
-          if (argument) {
-            auto more = Related(instr, computation_map_);
-            related.insert(related.end(), more.begin(), more.end());
-          }
-        }
-      }
-      if (std::find(related.begin(), related.end(), instr) == related.end()) return;
-      for (HloInstruction* r : related) {
-        if (r == instr || IsProvided(r) || r->sharding() == instr->sharding()) continue;
-        SetSharding(r, instr->sharding(), {DecisionKind::kWhileAgreement, instr, "while"});
-        clear_cache(r, r);
-        agree(r);
-      }
-    };
-    const bool may_merge = level > 0;
-    bool changed_last = true;
-    while (changed_last) {
-      changed_last = false;
-      ++round_;
-      for (size_t c = 0; c < computations_.size(); ++c) {
-        const std::vector<HloInstruction*>& order = post_orders_[c];
-        for (HloInstruction* i : order) {
-          const int32_t k = Index(i);
-          if (group_of_[k] < 0 || done_group[k]) continue;
-          if (IsProvided(i)) {
-            if (may_merge && UnspecifiedDims(i) && RefineUnspecifiedFromGroup(i)) {
-              clear_cache(i, i);
-              done_group[k] = 1;
-              changed_last = true;
-            }
-            continue;
-          }
-          done_group[k] = 1;
-          if (InferFromShardGroup(i, level)) {
-            agree(i);
-            clear_cache(i, i);
-            changed_last = true;
-          }
-        }
-        for (HloInstruction* i : order) {
-          const int32_t k = Index(i);
-          if (done_fwd[k]) continue;
-          if (IsProvided(i)) {
-            if (may_merge && UnspecifiedDims(i) && RefineUnspecifiedFromOperand(i)) {
-              clear_cache(i, i);
-              done_fwd[k] = 1;
-              changed_last = true;
-            }
-            continue;
-          }
-          done_fwd[k] = 1;
-          if (InferFromOperands(i, level)) {
-            agree(i);
-            clear_cache(i, i);
-            changed_last = true;
-          }
-        }
-        for (auto it = order.rbegin(); it != order.rend(); ++it) {
-          HloInstruction* i = *it;
-          const int32_t k = Index(i);
-          if ((IsCustomCall(*i, "SPMDFullToShardShape") ||
-               IsCustomCall(*i, "SPMDShardToFullShape")) &&
-              !done_bwd[k]) {
-            done_bwd[Index(i->operand(0))] = 0;
-          }
-          if (done_bwd[k]) continue;
-          if (IsProvided(i)) {
-            if (may_merge && UnspecifiedDims(i) && RefineUnspecifiedFromUsers(i, level)) {
-              clear_cache(i, i);
-              done_bwd[k] = 1;
-              changed_last = true;
-            }
-            continue;
-          }
-          done_bwd[k] = 1;
-          if (InferFromUsers(i, level)) {
-            agree(i);
-            clear_cache(i, i);
-            changed_last = true;
-          }
-        }
+void Propagator::ClearCache(Sweep& sweep, HloInstruction* hlo, HloInstruction* for_users) {
+  for (HloInstruction* op : hlo->operands()) sweep.done_bwd[Index(op)] = 0;
+  for (HloInstruction* user : for_users->users()) {
+    sweep.done_fwd[Index(user)] = 0;
+    for (HloComputation* c : user->called_computations()) {
+      for (HloInstruction* p : c->parameter_instructions()) {
+        if (p) sweep.done_fwd[Index(p)] = 0;
       }
     }
-  };
-  for (int level = 0; level < 4; ++level) run_to_fix_point(level);
-  AlignShardAsGroups();
-  run_to_fix_point(3);
-  result_->rounds = round_;
+  }
+  if (group_of_[Index(hlo)] >= 0) {
+    for (HloInstruction* m : groups_[group_of_[Index(hlo)]].members) {
+      if (m != hlo) sweep.done_group[Index(m)] = 0;
+    }
+  }
+}
 
-  // Outputs and parameters the options do not let propagation decide.
+void Propagator::Agree(Sweep& sweep, HloInstruction* instr) {
+  std::vector<HloInstruction*> related;
+  const HloOpcode op = instr->opcode();
+  if (RunsCalledComputations(op)) {
+    related = Related(instr, computation_map_);
+  } else if (op == HloOpcode::kParameter || instr->parent()->root_instruction() == instr) {
+    auto it = computation_map_.find(instr->parent());
+    if (it != computation_map_.end()) {
+      // A call's or branch's parameter agrees with its argument; the
+      // result with the root (a while's state with both).
+      const bool argument =
+          op == HloOpcode::kParameter && it->second->opcode() != HloOpcode::kWhile;
+      if (!argument || instr->parent()->root_instruction() == instr) {
+        related = Related(it->second, computation_map_);
+      }
+      if (argument) {
+        auto more = Related(instr, computation_map_);
+        related.insert(related.end(), more.begin(), more.end());
+      }
+    }
+  }
+  if (std::find(related.begin(), related.end(), instr) == related.end()) return;
+  for (HloInstruction* r : related) {
+    if (r == instr || IsProvided(r) || r->sharding() == instr->sharding()) continue;
+    SetSharding(r, instr->sharding(), {DecisionKind::kWhileAgreement, instr, "while"});
+    ClearCache(sweep, r, r);
+    Agree(sweep, r);
+  }
+}
+
+bool Propagator::SweepShardGroups(Sweep& sweep, const std::vector<HloInstruction*>& order,
+                                  int level) {
+  bool changed = false;
+  for (HloInstruction* i : order) {
+    const int32_t k = Index(i);
+    if (group_of_[k] < 0 || sweep.done_group[k]) continue;
+    if (IsProvided(i)) {
+      if (level > 0 && UnspecifiedDims(i) && RefineUnspecifiedFromGroup(i)) {
+        ClearCache(sweep, i, i);
+        sweep.done_group[k] = 1;
+        changed = true;
+      }
+      continue;
+    }
+    sweep.done_group[k] = 1;
+    if (InferFromShardGroup(i, level)) {
+      Agree(sweep, i);
+      ClearCache(sweep, i, i);
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+bool Propagator::SweepForward(Sweep& sweep, const std::vector<HloInstruction*>& order, int level) {
+  bool changed = false;
+  for (HloInstruction* i : order) {
+    const int32_t k = Index(i);
+    if (sweep.done_fwd[k]) continue;
+    if (IsProvided(i)) {
+      if (level > 0 && UnspecifiedDims(i) && RefineUnspecifiedFromOperand(i)) {
+        ClearCache(sweep, i, i);
+        sweep.done_fwd[k] = 1;
+        changed = true;
+      }
+      continue;
+    }
+    sweep.done_fwd[k] = 1;
+    if (InferFromOperands(i, level)) {
+      Agree(sweep, i);
+      ClearCache(sweep, i, i);
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+bool Propagator::SweepBackward(Sweep& sweep, const std::vector<HloInstruction*>& order, int level) {
+  bool changed = false;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    HloInstruction* i = *it;
+    const int32_t k = Index(i);
+    if ((IsCustomCall(*i, "SPMDFullToShardShape") || IsCustomCall(*i, "SPMDShardToFullShape")) &&
+        !sweep.done_bwd[k]) {
+      sweep.done_bwd[Index(i->operand(0))] = 0;
+    }
+    if (sweep.done_bwd[k]) continue;
+    if (IsProvided(i)) {
+      if (level > 0 && UnspecifiedDims(i) && RefineUnspecifiedFromUsers(i, level)) {
+        ClearCache(sweep, i, i);
+        sweep.done_bwd[k] = 1;
+        changed = true;
+      }
+      continue;
+    }
+    sweep.done_bwd[k] = 1;
+    if (InferFromUsers(i, level)) {
+      Agree(sweep, i);
+      ClearCache(sweep, i, i);
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+void Propagator::RunToFixPoint(int level) {
+  level_ = level;
+  const size_t n = instrs_.size();
+  Sweep sweep{std::vector<char>(n, 0), std::vector<char>(n, 0), std::vector<char>(n, 0)};
+  bool changed_last = true;
+  while (changed_last) {
+    changed_last = false;
+    ++round_;
+    for (size_t c = 0; c < computations_.size(); ++c) {
+      const std::vector<HloInstruction*>& order = post_orders_[c];
+      changed_last |= SweepShardGroups(sweep, order, level);
+      changed_last |= SweepForward(sweep, order, level);
+      changed_last |= SweepBackward(sweep, order, level);
+    }
+  }
+}
+
+void Propagator::ApplyOutputAndParameterOptions(HloComputation& entry) {
+  const auto& out_flags = options_.allow_spmd_sharding_propagation_to_output;
+  const auto& param_flags = options_.allow_spmd_sharding_propagation_to_parameters;
+  HloInstruction* root = entry.root_instruction();
+  const int64_t num_outputs = root->shape().IsTuple() ? root->shape().tuple_shapes().size() : 1;
   auto evenly = [](const Shape& shape, const HloSharding& s) {
     if (!s.IsTiled()) return true;
     for (int64_t d = 0; d < shape.rank() && d < s.TiledDataRank(); ++d) {
@@ -566,8 +578,8 @@ void Propagator::Run() {
       const Shape& shape = root->shape().IsTuple() ? root->shape().tuple_shapes(e) : root->shape();
       HloSharding leaf = LeafSharding(s, e);
       if (!allowed) {
-        leaf = saved_root && !saved_root->IsUnknown() ? LeafSharding(*saved_root, e)
-                                                      : HloSharding::Replicate();
+        leaf = saved_root_ && !saved_root_->IsUnknown() ? LeafSharding(*saved_root_, e)
+                                                        : HloSharding::Replicate();
       } else if (shape.IsArray() && !evenly(shape, leaf)) {
         leaf = HloSharding::Replicate();
       }
@@ -575,23 +587,55 @@ void Propagator::Run() {
     }
     if (s != *root->sharding()) SetSharding(root, s, option_why);
   } else if (!allow_output_any_ && root->opcode() == HloOpcode::kWhile &&
-             root->sharding() != saved_root) {
-    SetSharding(root, saved_root, option_why);
+             root->sharding() != saved_root_) {
+    SetSharding(root, saved_root_, option_why);
   }
   if (allow_params_any_) {
-    for (int64_t p = 0; p < entry->num_parameters(); ++p) {
-      HloInstruction* param = entry->parameter_instruction(p);
+    for (int64_t p = 0; p < entry.num_parameters(); ++p) {
+      HloInstruction* param = entry.parameter_instruction(p);
       const bool allowed =
           param_flags.size() == 1 ? param_flags[0] : static_cast<bool>(param_flags[p]);
       std::optional<HloSharding> want = param->sharding();
       if (!allowed) {
-        want = saved_params[p] && !saved_params[p]->IsUnknown() ? saved_params[p] : std::nullopt;
+        want = saved_params_[p] && !saved_params_[p]->IsUnknown() ? saved_params_[p] : std::nullopt;
       } else if (want && param->shape().IsArray() && !evenly(param->shape(), *want)) {
         want = HloSharding::Replicate();
       }
       if (want != param->sharding()) SetSharding(param, want, option_why);
     }
   }
+}
+
+void Propagator::Run() {
+  HloComputation* entry = module_.entry_computation();
+  WEFT_CHECK(entry != nullptr, "module {} has no entry computation", module_.name());
+  ReadOptions(*entry);
+  IndexInstructions();
+  for (HloInstruction* i : instrs_) {
+    if (i->has_sharding() && options_.record_decisions) {
+      result_->decisions[i].push_back(
+          {0, 0, DecisionKind::kAnnotation, nullptr, "", std::nullopt, i->sharding()});
+    }
+  }
+  CollectShardGroups();
+  ApplyShardingCustomCalls();
+  AgreeCalledComputations();
+  // What the user fixed.
+  MarkProvided(*entry);
+  CheckExplicitGroupConflicts();
+  for (HloInstruction* i : instrs_) {
+    if (i->has_sharding() && i->sharding()->IsUnknown()) i->set_sharding(HloSharding::Replicate());
+  }
+
+  // Fixed points at increasing aggressiveness, then align shard_as groups
+  // and settle once more at the highest level.
+  for (int level = 0; level < 4; ++level) RunToFixPoint(level);
+  AlignShardAsGroups();
+  RunToFixPoint(3);
+  result_->rounds = round_;
+
+  // Outputs and parameters the options do not let propagation decide.
+  ApplyOutputAndParameterOptions(*entry);
   if (options_.replicate_unsharded) {
     for (HloInstruction* i : instrs_) {
       if (i->has_sharding()) continue;

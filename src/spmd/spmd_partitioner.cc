@@ -327,6 +327,75 @@ PartitionedValue ComputationPartitioner::Partition(const HloInstruction& instr,
   }
 }
 
+namespace {
+
+bool IsTarget(const HloInstruction& instr, const char* target) {
+  return instr.opcode() == HloOpcode::kCustomCall && instr.attrs().custom_call_target == target;
+}
+
+// Sets the builders' manual groups for one instruction of a region.
+class InManualGroups {
+ public:
+  InManualGroups(PartitionContext* context, const ManualGroups* groups)
+      : context_(context), saved_(context->manual_groups) {
+    context_->manual_groups = groups;
+  }
+  ~InManualGroups() { context_->manual_groups = saved_; }
+  InManualGroups(const InManualGroups&) = delete;
+  InManualGroups& operator=(const InManualGroups&) = delete;
+
+ private:
+  PartitionContext* context_;
+  const ManualGroups* saved_;
+};
+
+}  // namespace
+
+void ComputationPartitioner::CheckRegionEdges(const HloInstruction& instr, bool in_region) const {
+  const bool enters = IsTarget(instr, kFullToShardTarget);
+  const bool leaves = IsTarget(instr, kShardToFullTarget);
+  for (int64_t k = 0; k < instr.operand_count(); ++k) {
+    const HloInstruction* op = instr.operand(k);
+    const bool local = group_local_.count(op) > 0;
+    if (enters) {
+      WEFT_CHECK(!local,
+                 "{} takes {}, a value already inside a partly manual region; regions do not "
+                 "nest",
+                 instr.Describe(), op->Describe());
+    } else if (in_region && !leaves) {
+      WEFT_CHECK(local || Get(op).sharding.IsReplicated(),
+                 "operand {} of {} (in a partly manual region) is {} of sharding {}, from "
+                 "outside the region; values enter a region through SPMDFullToShardShape",
+                 k, instr.Describe(), op->Describe(), Get(op).sharding.ToString());
+    } else if (!leaves) {
+      WEFT_CHECK(!local,
+                 "operand {} of {} is {}, a value of a partly manual region (sharding {}); "
+                 "values leave a region through SPMDShardToFullShape",
+                 k, instr.Describe(), op->Describe(), ShardingOf(*op).ToString());
+    }
+  }
+}
+
+PartitionedValue ComputationPartitioner::PartitionInRegion(const HloInstruction& instr,
+                                                           const HloSharding& sharding) {
+  const ManualGroups groups = ManualGroupsOf(sharding);
+  if (!region_groups_) region_groups_ = groups;
+  WEFT_CHECK(*region_groups_ == groups,
+             "{}: sharding {} has other manual groups than an earlier partly manual sharding "
+             "of computation '{}'; one computation holds regions over one set of manual groups",
+             instr.Describe(), sharding.ToString(), source_.name());
+  if (IsTarget(instr, kFullToShardTarget)) {
+    return HandleFullToShardInGroups(*this, instr, sharding, *region_groups_);
+  }
+  CheckPartitionableInRegion(instr);
+  const HloSharding local = GroupLocalShardingOf(instr, sharding, *region_groups_);
+  InManualGroups scope(context_, &*region_groups_);
+  if (instr.opcode() == HloOpcode::kAllReduce) {
+    return ReshardAny(b_, HandleAllReduceInRegion(*this, instr, local, *region_groups_), local);
+  }
+  return ReshardAny(b_, Partition(instr, local), local);
+}
+
 std::unique_ptr<HloComputation> ComputationPartitioner::Run() {
   // Every parameter, even an unused one, keeps its slot.
   std::vector<const HloInstruction*> order;
@@ -337,9 +406,12 @@ std::unique_ptr<HloComputation> ComputationPartitioner::Run() {
   for (const HloInstruction* instr : order) {
     b_.set_name_prefix(instr->name());
     const HloSharding sharding = ShardingOf(*instr);
+    const bool in_region = IsPartlyManual(sharding);
     PartitionedValue v;
     try {
-      v = ReshardAny(b_, Partition(*instr, sharding), sharding);
+      CheckRegionEdges(*instr, in_region);
+      v = in_region ? PartitionInRegion(*instr, sharding)
+                    : ReshardAny(b_, Partition(*instr, sharding), sharding);
     } catch (const Error& e) {
       const std::string what = e.what();
       if (what.find(instr->name()) != std::string::npos) throw;
@@ -350,7 +422,13 @@ std::unique_ptr<HloComputation> ComputationPartitioner::Run() {
       v.hlo->set_name(instr->name());
     }
     values_[instr] = v;
+    if (in_region) group_local_.insert(instr);
   }
+  WEFT_CHECK(!group_local_.count(source_.root_instruction()),
+             "{} of computation '{}' is a value of a partly manual region (sharding {}); values "
+             "leave a region through SPMDShardToFullShape",
+             source_.root_instruction()->Describe(), source_.name(),
+             ShardingOf(*source_.root_instruction()).ToString());
   PartitionedValue root = values_.at(source_.root_instruction());
   if (root_sharding_) root = ReshardAny(b_, root, *root_sharding_);
   if (is_entry_ && source_.root_instruction()->has_sharding() &&

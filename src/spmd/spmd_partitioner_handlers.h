@@ -37,6 +37,12 @@ class ComputationPartitioner {
 
  private:
   PartitionedValue Partition(const HloInstruction& instr, const HloSharding& sharding);
+  // An instruction of a partly manual region (`sharding` has a manual
+  // subgroup): partitioned within every manual group.
+  PartitionedValue PartitionInRegion(const HloInstruction& instr, const HloSharding& sharding);
+  // Refuses operands that cross a partly manual region's edge other than
+  // through SPMDFullToShardShape / SPMDShardToFullShape.
+  void CheckRegionEdges(const HloInstruction& instr, bool in_region) const;
 
   PartitionContext* context_;
   const HloComputation& source_;
@@ -47,6 +53,11 @@ class ComputationPartitioner {
   std::unordered_map<const HloInstruction*, PartitionedValue> values_;
   // Output instructions that already stand for an input instruction.
   std::unordered_set<const HloInstruction*> named_;
+  // The manual groups of this computation's partly manual region(s), and
+  // the instructions whose values are group-local (held as each group sees
+  // them).
+  std::optional<ManualGroups> region_groups_;
+  std::unordered_set<const HloInstruction*> group_local_;
 };
 
 // The sharding of `instr` (replicated when it has none), normalized.
@@ -111,6 +122,26 @@ PartitionedValue HandleReplicated(ComputationPartitioner& p, const HloInstructio
 bool IsManualRegionOp(const HloInstruction& instr, const HloSharding& sharding);
 PartitionedValue HandleManualRegionOp(ComputationPartitioner& p, const HloInstruction& instr,
                                       const HloSharding& sharding);
+// Partly manual regions (spmd_partitioner_manual.cc). SPMDFullToShardShape
+// of partly manual `sharding`: the operand resharded so that each device
+// holds its local piece of its group's piece (ManualPiecesSharding), which
+// is returned as each group sees it. Runs outside the groups.
+PartitionedValue HandleFullToShardInGroups(ComputationPartitioner& p, const HloInstruction& instr,
+                                           const HloSharding& sharding, const ManualGroups& groups);
+// GroupLocalSharding and ManualPiecesSharding, their refusals naming `instr`.
+HloSharding GroupLocalShardingOf(const HloInstruction& instr, const HloSharding& sharding,
+                                 const ManualGroups& groups);
+HloSharding ManualPiecesShardingOf(const HloInstruction& instr, const HloSharding& sharding,
+                                   const Shape& full, const Shape& piece);
+// Refuses, by name, what the partitioner cannot do inside a partly manual
+// region.
+void CheckPartitionableInRegion(const HloInstruction& instr);
+// An all-reduce written inside a partly manual region (a psum over manual
+// axes): copied as written on pieces laid out as `local` (as each group sees
+// it), once each of its replica groups is checked to join devices that hold
+// the same tile.
+PartitionedValue HandleAllReduceInRegion(ComputationPartitioner& p, const HloInstruction& instr,
+                                         const HloSharding& local, const ManualGroups& groups);
 
 // Whether reduce-scattering a value laid out by `partial` along dim e over
 // `groups` yields `target` (group member k gets chunk k of dim e).

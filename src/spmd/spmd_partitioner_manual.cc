@@ -5,6 +5,15 @@
 // written (their shapes are already per device; collectives inside keep
 // their groups); SPMDShardToFullShape takes the pieces back as the full
 // value of its tiled sharding. Nothing else enters or leaves a region.
+//
+// Partly manual regions (`last_tile_dims={manual}`, shard_map over some mesh
+// axes): each manual group holds one piece of a region's edge values and
+// runs the region over its automatic dims as an SPMD program of its own (the
+// driver partitions the region's instructions with the builders set to the
+// group, so collectives stay within each group). SPMDFullToShardShape and
+// SPMDShardToFullShape cut and join the pieces by ManualPiecesSharding.
+#include <algorithm>
+
 #include "spmd_partitioner_handlers.h"
 #include "weft/base/error.h"
 #include "weft/hlo/custom_call_targets.h"
@@ -47,6 +56,20 @@ PartitionedValue HandleManualRegionOp(ComputationPartitioner& p, const HloInstru
                v.hlo->shape().ToString());
     return PartitionedValue{v.hlo, instr.shape(), HloSharding::Manual()};
   }
+  if (IsTarget(instr, kShardToFullTarget) && IsPartlyManual(ShardingOf(*instr.operand(0)))) {
+    const PartitionedValue& v = p.Get(instr.operand(0));
+    WEFT_CHECK(!v.base.IsTuple() && !sharding.IsTuple() && !sharding.IsManual() &&
+                   !IsPartlyManual(sharding),
+               "{} takes the pieces of a partly manual region back into a value of sharding "
+               "{}; give it an array and a sharding without a manual subgroup",
+               instr.Describe(), sharding.ToString());
+    const HloSharding full = NormalizeSharding(
+        ManualPiecesShardingOf(instr, ShardingOf(*instr.operand(0)), instr.shape(), v.base));
+    WEFT_CHECK(LocalShape(instr.shape(), full) == v.hlo->shape(),
+               "internal: {} joins pieces {} as {}", instr.Describe(), v.hlo->shape().ToString(),
+               full.ToString());
+    return PartitionedValue{v.hlo, instr.shape(), full};
+  }
   if (IsTarget(instr, kShardToFullTarget)) {
     HloInstruction* piece = ManualOperand(p, instr, 0);
     WEFT_CHECK(sharding.IsTiled() && LocalShape(instr.shape(), sharding) == piece->shape(),
@@ -65,6 +88,113 @@ PartitionedValue HandleManualRegionOp(ComputationPartitioner& p, const HloInstru
     operands.push_back(ManualOperand(p, instr, k));
   return PartitionedValue{EmitLike(p, instr, std::move(operands), instr.shape()), instr.shape(),
                           sharding};
+}
+
+HloSharding GroupLocalShardingOf(const HloInstruction& instr, const HloSharding& sharding,
+                                 const ManualGroups& groups) {
+  try {
+    return GroupLocalSharding(sharding, groups);
+  } catch (const Error& e) {
+    Fail("{}: {}", instr.Describe(), e.what());
+  }
+}
+
+HloSharding ManualPiecesShardingOf(const HloInstruction& instr, const HloSharding& sharding,
+                                   const Shape& full, const Shape& piece) {
+  try {
+    return ManualPiecesSharding(sharding, full, piece);
+  } catch (const Error& e) {
+    Fail("{}: {}", instr.Describe(), e.what());
+  }
+}
+
+PartitionedValue HandleFullToShardInGroups(ComputationPartitioner& p, const HloInstruction& instr,
+                                           const HloSharding& sharding,
+                                           const ManualGroups& groups) {
+  WEFT_CHECK(!sharding.IsTuple() && instr.shape().IsArray() && instr.operand_count() == 1,
+             "{} enters a partly manual region with sharding {}; give it one array operand "
+             "and an array sharding",
+             instr.Describe(), sharding.ToString());
+  const HloSharding pieces =
+      ManualPiecesShardingOf(instr, sharding, instr.operand(0)->shape(), instr.shape());
+  const PartitionedValue v = p.GetAs(instr.operand(0), pieces);
+  const HloSharding local = GroupLocalShardingOf(instr, sharding, groups);
+  WEFT_CHECK(LocalShape(instr.shape(), local) == v.hlo->shape(),
+             "internal: {} cuts {} into {} for {}", instr.Describe(),
+             instr.operand(0)->shape().ToString(), v.hlo->shape().ToString(), local.ToString());
+  return PartitionedValue{v.hlo, instr.shape(), local};
+}
+
+void CheckPartitionableInRegion(const HloInstruction& instr) {
+  switch (instr.opcode()) {
+    case HloOpcode::kParameter:
+      Fail(
+          "{} is a parameter of partly manual sharding; values enter a region through "
+          "SPMDFullToShardShape",
+          instr.Describe());
+    case HloOpcode::kWhile:
+    case HloOpcode::kConditional:
+    case HloOpcode::kCall:
+    case HloOpcode::kFusion:
+    case HloOpcode::kRng:
+    case HloOpcode::kRngBitGenerator:
+    case HloOpcode::kPartitionId:
+    case HloOpcode::kReplicaId:
+    case HloOpcode::kAllGather:
+    case HloOpcode::kAllToAll:
+    case HloOpcode::kCollectivePermute:
+    case HloOpcode::kReduceScatter:
+      Fail(
+          "{}: {} inside a partly manual region is not supported by the partitioner (it "
+          "partitions elementwise ops, shape ops, dot, reduce and the like within each "
+          "manual group, and copies all-reduces); make the region manual over all devices",
+          instr.Describe(), HloOpcodeString(instr.opcode()));
+    default:
+      break;
+  }
+  WEFT_CHECK(!IsTarget(instr, kShardToFullTarget),
+             "{} has a partly manual sharding; SPMDShardToFullShape's sharding is the full "
+             "value's",
+             instr.Describe());
+}
+
+PartitionedValue HandleAllReduceInRegion(ComputationPartitioner& p, const HloInstruction& instr,
+                                         const HloSharding& local, const ManualGroups& groups) {
+  const HloAttributes& attrs = instr.attrs();
+  WEFT_CHECK(instr.operand_count() == 1 && instr.shape().IsArray() && attrs.channel_id &&
+                 attrs.use_global_device_ids,
+             "{}: an all-reduce inside a partly manual region needs one array operand, a "
+             "channel_id and use_global_device_ids=true (replica groups of device ids)",
+             instr.Describe());
+  const PartitionedValue v = p.GetAs(instr.operand(0), local);
+  // Every replica group must sum pieces of the same tile.
+  std::vector<std::vector<int64_t>> replica_groups = attrs.replica_groups;
+  const int64_t num_devices = static_cast<int64_t>(groups.local_id.size());
+  if (replica_groups.empty()) {
+    replica_groups.emplace_back(num_devices);
+    for (int64_t d = 0; d < num_devices; ++d) replica_groups[0][d] = d;
+  }
+  if (local.IsTiled()) {
+    const HloSharding::TileIndices table = local.TileIndexTable(groups.group_size());
+    const int64_t rank = instr.shape().rank();
+    for (const std::vector<int64_t>& group : replica_groups) {
+      for (int64_t device : group) {
+        WEFT_CHECK(device >= 0 && device < num_devices,
+                   "{}: replica group device {} is not one "
+                   "of the {} devices",
+                   instr.Describe(), device, num_devices);
+        const int64_t* mine = table[groups.local_id[device]];
+        const int64_t* first = table[groups.local_id[group[0]]];
+        WEFT_CHECK(std::equal(mine, mine + rank, first),
+                   "{}: devices {} and {} of one replica group hold different tiles of the "
+                   "operand (sharding {} within each manual group); an all-reduce in a partly "
+                   "manual region sums the same tile across groups",
+                   instr.Describe(), group[0], device, local.ToString());
+      }
+    }
+  }
+  return PartitionedValue{EmitLike(p, instr, {v.hlo}, LocalShape(instr.shape(), local)),
+                          instr.shape(), local};
 }
 
 }  // namespace weft::spmd

@@ -22,11 +22,9 @@ HloSharding NormalizeSharding(const HloSharding& sharding) {
     for (const HloSharding& e : sharding.tuple_elements()) elements.push_back(NormalizeSharding(e));
     return HloSharding::Tuple(std::move(elements));
   }
-  WEFT_CHECK(sharding.SubgroupManualDim() < 0,
-             "partly manual sharding {} (last_tile_dims={{manual}}) is not supported by the "
-             "partitioner; make the region manual over all devices",
-             sharding.ToString());
-  if (sharding.IsManual()) return sharding;
+  if (sharding.IsManual() || sharding.SubgroupManualDim() >= 0) {
+    return sharding.WithShardGroup(std::nullopt);
+  }
   WEFT_CHECK(!sharding.IsUnknown(),
              "sharding {} is still unknown; run sharding propagation before partitioning",
              sharding.ToString());
@@ -151,13 +149,30 @@ HloInstruction* SpmdBuilder::Iota(Shape shape, int64_t dimension) {
   return Add(HloOpcode::kIota, {}, std::move(a), std::move(shape));
 }
 
+int64_t SpmdBuilder::num_partitions() const {
+  const ManualGroups* groups = context_->manual_groups;
+  return groups == nullptr ? context_->num_partitions : groups->group_size();
+}
+
 HloInstruction* SpmdBuilder::PartitionIdS32() {
   if (partition_id_ == nullptr) {
     HloInstruction* pid = Add(HloOpcode::kPartitionId, {}, {}, Shape::Scalar(PrimitiveType::kU32),
                               {}, "partition-id");
     partition_id_ = Convert(pid, PrimitiveType::kS32);
   }
-  return partition_id_;
+  const ManualGroups* groups = context_->manual_groups;
+  if (groups == nullptr) return partition_id_;
+  if (local_id_ == nullptr) {
+    // One computation holds at most one region's groups (the driver checks).
+    HloAttributes a;
+    Shape table_shape(PrimitiveType::kS32, {static_cast<int64_t>(groups->local_id.size())});
+    a.literal = Literal::FromInts(table_shape, groups->local_id);
+    HloInstruction* table =
+        Add(HloOpcode::kConstant, {}, std::move(a), table_shape, {}, "manual-group-local-ids");
+    local_id_ = Add(HloOpcode::kReshape, {DynamicSlice(table, {partition_id_}, {1})}, {},
+                    Shape::Scalar(PrimitiveType::kS32), {}, "manual-group-local-id");
+  }
+  return local_id_;
 }
 
 HloInstruction* SpmdBuilder::DeviceValue(const std::vector<int64_t>& values) {
@@ -176,9 +191,28 @@ HloInstruction* SpmdBuilder::DeviceValue(const std::vector<int64_t>& values) {
 }
 
 namespace {
+// Inside a partly manual region: every local group once per manual group.
+std::vector<std::vector<int64_t>> InEveryManualGroup(const PartitionContext* context,
+                                                     std::vector<std::vector<int64_t>> groups) {
+  const ManualGroups* manual = context->manual_groups;
+  if (manual == nullptr) return groups;
+  if (groups.empty()) {  // all devices: one group of every local id
+    groups.emplace_back(manual->group_size());
+    std::iota(groups.back().begin(), groups.back().end(), 0);
+  }
+  std::vector<std::vector<int64_t>> result;
+  for (const std::vector<int64_t>& devices : manual->groups) {
+    for (const std::vector<int64_t>& local : groups) {
+      std::vector<int64_t>& group = result.emplace_back();
+      for (int64_t id : local) group.push_back(devices.at(id));
+    }
+  }
+  return result;
+}
+
 HloAttributes CollectiveAttrs(PartitionContext* context, std::vector<std::vector<int64_t>> groups) {
   HloAttributes a;
-  a.replica_groups = std::move(groups);
+  a.replica_groups = InEveryManualGroup(context, std::move(groups));
   a.channel_id = context->next_channel_id++;
   a.use_global_device_ids = true;
   return a;
@@ -216,7 +250,15 @@ HloInstruction* SpmdBuilder::AllToAll(HloInstruction* x, int64_t dim,
 HloInstruction* SpmdBuilder::CollectivePermute(HloInstruction* x,
                                                std::vector<std::pair<int64_t, int64_t>> pairs) {
   HloAttributes a;
-  a.source_target_pairs = std::move(pairs);
+  if (const ManualGroups* manual = context_->manual_groups) {
+    for (const std::vector<int64_t>& devices : manual->groups) {
+      for (const auto& [source, target] : pairs) {
+        a.source_target_pairs.emplace_back(devices.at(source), devices.at(target));
+      }
+    }
+  } else {
+    a.source_target_pairs = std::move(pairs);
+  }
   a.channel_id = context_->next_channel_id++;
   return Add(HloOpcode::kCollectivePermute, {x}, std::move(a));
 }

@@ -2,7 +2,8 @@
 // device's rows by a psum (all-reduce) of column sums, partitioned for 4 and
 // 8 devices, agrees with the same computation written without a region and
 // run unsharded; Sharding annotations are reshards; what a region cannot
-// hold is refused by name.
+// hold is refused by name. Partly manual regions:
+// spmd_partitioner_partly_manual_test.cc.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -142,14 +143,6 @@ ENTRY main {
 }
 )",
           {"'m'", "per-device pieces f32[4,3]", "f32[2,6]"});
-  // Partly manual shardings.
-  refused(R"(HloModule m, num_partitions=4
-ENTRY main {
-  p = f32[4,6] parameter(0), sharding={devices=[2,1,2]<=[4] last_tile_dims={manual}}
-  ROOT n = f32[4,6] negate(p), sharding={devices=[2,1,2]<=[4] last_tile_dims={manual}}
-}
-)",
-          {"partly manual", "last_tile_dims={manual}"});
 }
 
 }  // namespace

@@ -183,7 +183,9 @@ bool HasManualRegions(const HloModule& module);
 // shardings are complete (propagated): every sharded instruction outside
 // the manual regions made replicated; kept are the {manual} instructions,
 // the regions' edges (SPMDFullToShardShape and its operand, whose sharding
-// cuts the pieces, and SPMDShardToFullShape, whose sharding joins them).
+// cuts the pieces, and SPMDShardToFullShape, whose sharding joins them);
+// a partly manual instruction keeps its manual subgroup and is replicated
+// within each manual group (each group computes its piece whole).
 void ReplicateOutsideManualRegions(HloModule& module);
 
 // FNV-1a over the outputs' bytes, in order.

@@ -43,6 +43,37 @@ HloSharding NormalizeSharding(const HloSharding& sharding);
 // Tiles per data dim (all 1 for tile-maximal shardings).
 std::vector<int64_t> TilesPerDim(const HloSharding& sharding, int64_t rank);
 
+// The device groups of a partly manual region (`last_tile_dims={manual}`):
+// group m holds the devices at manual-subgroup index m, in ascending order;
+// a device's position in its group is its local id. Inside the region each
+// group runs the automatic dims as an SPMD program of its own over
+// group_size() devices, numbered by local id.
+struct ManualGroups {
+  std::vector<std::vector<int64_t>> groups;
+  std::vector<int64_t> local_id;  // per device
+  int64_t group_size() const { return static_cast<int64_t>(groups.at(0).size()); }
+  bool operator==(const ManualGroups& other) const { return groups == other.groups; }
+};
+
+// Whether `sharding` (or a leaf of it) has a manual subgroup.
+bool IsPartlyManual(const HloSharding& sharding);
+// The groups of a partly manual sharding's first partly manual leaf.
+ManualGroups ManualGroupsOf(const HloSharding& sharding);
+// A partly manual sharding as each group sees it: the manual subgroup
+// dropped, devices numbered by local id (leaves without a manual subgroup
+// must be replicated and stay so). Throws, naming the sharding, when its
+// groups differ from `groups` or its groups lay their tiles out differently.
+HloSharding GroupLocalSharding(const HloSharding& sharding, const ManualGroups& groups);
+// The sharding of a full value `full` whose manual-group pieces `piece`
+// are laid out by the partly manual `sharding`: per dim the groups split
+// the dim in full / piece parts (the manual index read row-major over those
+// dims) and each part is tiled as `sharding` tiles the piece. Each device's
+// local piece under the result is its local piece of the region value.
+// Throws naming what does not fit (pieces not dividing the full dims, tiles
+// not dividing the pieces).
+HloSharding ManualPiecesSharding(const HloSharding& sharding, const Shape& full,
+                                 const Shape& piece);
+
 // State shared by every computation of one partitioned module.
 struct PartitionContext {
   HloModule* module = nullptr;  // the output module
@@ -51,6 +82,10 @@ struct PartitionContext {
   std::map<std::pair<HloOpcode, PrimitiveType>, HloComputation*> reducers;
   // Input computations copied unpartitioned (reducers, called scalar code).
   std::map<const HloComputation*, HloComputation*> clones;
+  // Set while an instruction of a partly manual region is partitioned: the
+  // builders count group_size() partitions, partition-id reads the local id
+  // and collectives run within every group.
+  const ManualGroups* manual_groups = nullptr;
 };
 
 // Emits the instructions of one per-device computation. Every instruction is
@@ -62,7 +97,9 @@ class SpmdBuilder {
 
   PartitionContext* context() const { return context_; }
   HloModule* module() const { return context_->module; }
-  int64_t num_partitions() const { return context_->num_partitions; }
+  // Devices the program being built runs over (a manual group's size
+  // inside a partly manual region).
+  int64_t num_partitions() const;
   void set_name_prefix(std::string prefix) { prefix_ = std::move(prefix); }
 
   // Generic add with shape inference (shape needed only where operands do not
@@ -92,13 +129,15 @@ class SpmdBuilder {
   HloInstruction* Select(HloInstruction* pred, HloInstruction* on_true, HloInstruction* on_false);
   HloInstruction* Iota(Shape shape, int64_t dimension);
 
-  // partition-id as s32 (one per computation).
+  // partition-id as s32 (one per computation); inside a partly manual
+  // region, the device's local id in its manual group.
   HloInstruction* PartitionIdS32();
   // An s32 scalar equal to values[partition-id]: a constant when all agree,
   // else a constant table read with dynamic-slice at partition-id.
   HloInstruction* DeviceValue(const std::vector<int64_t>& values);
 
-  // Collectives (a fresh channel id each).
+  // Collectives (a fresh channel id each). Inside a partly manual region
+  // groups and pairs name local ids and are repeated in every manual group.
   HloInstruction* AllGather(HloInstruction* x, int64_t dim,
                             std::vector<std::vector<int64_t>> groups);
   HloInstruction* AllReduce(HloInstruction* x, HloComputation* reducer,
@@ -122,6 +161,7 @@ class SpmdBuilder {
   std::string prefix_;
   HloComputationBuilder builder_;
   HloInstruction* partition_id_ = nullptr;
+  HloInstruction* local_id_ = nullptr;
 };
 
 // Devices that share every tile-assignment index except along `dims` (tile
