@@ -226,6 +226,18 @@ class ComputationAssigner {
     return static_cast<int32_t>(bufs_.size() - 1);
   }
 
+  // A buffer of `size` bytes live only at t (an instruction's scratch or
+  // nested region).
+  int32_t NewBufAt(int64_t size, int64_t t, AssignedBuffer::Kind kind,
+                   const HloInstruction& instr) {
+    Buf b;
+    b.size = size;
+    b.start = b.last = t;
+    b.kind = kind;
+    b.instr = &instr;
+    return NewBuf(b);
+  }
+
   int64_t Size(const Shape& s) const { return RoundUp(s.ByteSize()); }
 
   // A region buffer for leaf `leaf` of `instr` at t.
@@ -409,14 +421,7 @@ class ComputationAssigner {
       }
     }
     leaves_[&instr] = std::move(v);
-    if (nested > 0) {
-      Buf b;
-      b.size = nested;
-      b.start = b.last = t;
-      b.kind = AssignedBuffer::Kind::kNested;
-      b.instr = &instr;
-      nested_[&instr] = NewBuf(b);
-    }
+    if (nested > 0) nested_[&instr] = NewBufAt(nested, t, AssignedBuffer::Kind::kNested, instr);
   }
 
   // Results in buffers of their own, or in place of a dying operand, and
@@ -451,12 +456,7 @@ class ComputationAssigner {
     int64_t scratch = 0;
     for (const Shape& s : InstructionScratch(instr)) scratch += Size(s);
     if (scratch > 0) {
-      Buf b;
-      b.size = scratch;
-      b.start = b.last = t;
-      b.kind = AssignedBuffer::Kind::kScratch;
-      b.instr = &instr;
-      scratch_[&instr] = NewBuf(b);
+      scratch_[&instr] = NewBufAt(scratch, t, AssignedBuffer::Kind::kScratch, instr);
     }
   }
 
