@@ -39,11 +39,10 @@ void ForEachRow(const std::vector<int64_t>& dims, int64_t base, int64_t n,
   }
 }
 
-// Elements [b, b + n) of broadcast `node` (output dims `dims`), copied from
-// its source (`src`, storage elements) into `dst`.
+// Elements [b, b + n) of broadcast `node`, copied from its source (`src`,
+// storage elements) into `dst`.
 template <int kBytes>
-void GatherBroadcast(const Node& node, const std::vector<int64_t>& dims, const void* src_v,
-                     void* dst_v, int64_t b, int64_t n) {
+void GatherBroadcast(const Node& node, const void* src_v, void* dst_v, int64_t b, int64_t n) {
   using T = typename Bits<kBytes>::type;
   const T* src = static_cast<const T*>(src_v);
   T* dst = static_cast<T*>(dst_v);
@@ -94,17 +93,17 @@ void GatherBroadcast(const Node& node, const std::vector<int64_t>& dims, const v
   });
 }
 
-void Gather(const Node& node, const std::vector<int64_t>& dims, PrimitiveType storage,
-            const void* src, void* dst, int64_t b, int64_t n) {
+void Gather(const Node& node, PrimitiveType storage, const void* src, void* dst, int64_t b,
+            int64_t n) {
   switch (ByteWidth(storage)) {
     case 1:
-      return GatherBroadcast<1>(node, dims, src, dst, b, n);
+      return GatherBroadcast<1>(node, src, dst, b, n);
     case 2:
-      return GatherBroadcast<2>(node, dims, src, dst, b, n);
+      return GatherBroadcast<2>(node, src, dst, b, n);
     case 4:
-      return GatherBroadcast<4>(node, dims, src, dst, b, n);
+      return GatherBroadcast<4>(node, src, dst, b, n);
     default:
-      return GatherBroadcast<8>(node, dims, src, dst, b, n);
+      return GatherBroadcast<8>(node, src, dst, b, n);
   }
 }
 
@@ -501,10 +500,10 @@ void* TileRunner::ComputeNode(Scratch& scratch, int32_t i, int64_t b, int64_t n,
     case NodeKind::kBroadcast: {
       const void* src = Source(nodes[node.operands[0]]);
       if (IsHalf(node.type) && !root) {
-        Gather(node, node.dims, node.type, src, scratch.half.data(), b, n);
+        Gather(node, node.type, src, scratch.half.data(), b, n);
         cached::HalfToFloat(node.type, scratch.half.data(), static_cast<float*>(dst), n);
       } else {  // storage elements (f32, integers, pred; or the half root)
-        Gather(node, node.dims, node.type, src, dst, b, n);
+        Gather(node, node.type, src, dst, b, n);
       }
       break;
     }
