@@ -121,16 +121,6 @@ std::vector<Shape> InstructionScratch(const HloInstruction& instr) {
       if (shape.element_type() != f32) out.push_back(shape.WithElementType(f32));
       break;
     }
-    case HloOpcode::kReduce: {
-      // eval_reduce.cc folds a bf16/f16 array in f32: an f32 copy of it (a
-      // reducer it interprets instead leaves the reservation unused).
-      const Shape& x = instr.operand(0)->shape();
-      if (instr.operand_count() == 2 && x.IsArray() &&
-          (x.element_type() == PrimitiveType::kBF16 || x.element_type() == PrimitiveType::kF16)) {
-        out.push_back(x.WithElementType(PrimitiveType::kF32));
-      }
-      break;
-    }
     case HloOpcode::kFusion: {
       // An output fusion's scratch is its dot's (eval_fusion.cc runs the
       // dot with the chain as GEMM post-ops, packing as PlanDotLayout says):

@@ -7,8 +7,11 @@
 // The fast path merges neighbouring dims that are all reduced or all kept,
 // then walks the input in memory order one innermost row at a time: a
 // reduced innermost dim folds a contiguous row into one output element; a
-// kept one combines the row elementwise into an output row. Floats (bf16 and
-// f16 too) accumulate in f32, integers in their own type with wrap-around.
+// kept one combines the row elementwise into an output row. Threads split
+// the first dim when it is kept, else the innermost when it is kept (a
+// column reduction). Floats (bf16 and f16 too, widened a block at a time as
+// they are read) accumulate in f32, integers in their own type with
+// wrap-around.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -314,23 +317,64 @@ float SumRow(const float* x, int64_t n) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
 }
 
-// out (pre-filled with the init value) = op over the reduced segments of x.
-// fold(acc, row, n) folds a contiguous row into acc.
-template <typename T, typename Op, typename Fold>
-void ReduceFast(const T* x, T* out, const std::vector<Seg>& segs, Op op, Fold fold, bool use_pool) {
-  if (segs.empty()) {  // a single element
-    out[0] = op(out[0], x[0]);
+// Reads rows of an input of element type In as rows of T: the input itself
+// when In is T, else (bf16, f16 into f32) converted into a scratch window of
+// at least `block` elements, so that no f32 copy of the whole input is made.
+template <typename In, typename T>
+class RowReader {
+ public:
+  RowReader(const In* x, int64_t count, PrimitiveType in_type, int64_t block)
+      : x_(x), count_(count), in_type_(in_type), block_(block) {}
+  // Elements [offset, offset + n) of x.
+  const T* Read(int64_t offset, int64_t n) {
+    if constexpr (std::is_same_v<In, T>) {
+      return x_ + offset;
+    } else {
+      if (offset < begin_ || offset + n > end_) {
+        begin_ = offset;
+        end_ = std::min(count_, offset + std::max(n, block_));
+        window_.resize(static_cast<size_t>(end_ - begin_));
+        ConvertElements(in_type_, x_ + begin_, PrimitiveType::kF32, window_.data(), end_ - begin_);
+      }
+      return window_.data() + (offset - begin_);
+    }
+  }
+
+ private:
+  const In* x_;
+  int64_t count_;
+  PrimitiveType in_type_;
+  int64_t block_;
+  int64_t begin_ = 0, end_ = 0;
+  std::vector<T> window_;
+};
+
+// out (pre-filled with the init value) = op over the reduced segments of x,
+// read as T (in_type names In for the conversion). fold(acc, row, n) folds a
+// contiguous row into acc. The work is split over threads along the first
+// segment when it is kept, else along the innermost one when it is kept (a
+// column reduction); either way every output element sees its inputs in the
+// same order, so the result does not depend on the split.
+template <typename In, typename T, typename Op, typename Fold>
+void ReduceFast(const In* x, int64_t count, PrimitiveType in_type, T* out,
+                const std::vector<Seg>& segs, Op op, Fold fold, bool use_pool) {
+  constexpr int64_t kBlock = 8192;  // elements converted at a time
+  if (segs.empty()) {               // a single element
+    RowReader<In, T> reader(x, count, in_type, 1);
+    out[0] = op(out[0], reader.Read(0, 1)[0]);
     return;
   }
   const int64_t rank = static_cast<int64_t>(segs.size());
   const Seg inner = segs.back();
   const int64_t outer_rank = rank - 1;
-  // Splitting the first segment over threads is safe when it is kept (the
-  // tasks write disjoint outputs).
-  const bool split = outer_rank >= 1 && !segs[0].reduced;
+  const bool split_first = outer_rank >= 1 && !segs[0].reduced;
   int64_t first_stride = 1;  // input elements per index of the first segment
   for (int64_t k = 1; k < rank; ++k) first_stride *= segs[k].size;
-  auto run = [&](int64_t first_begin, int64_t first_end) {
+  // Rows [first_begin, first_end) of the first segment, columns [c0, c1) of
+  // the innermost one.
+  auto run = [&](int64_t first_begin, int64_t first_end, int64_t c0, int64_t c1) {
+    const bool whole_rows = c0 == 0 && c1 == inner.size;
+    RowReader<In, T> reader(x, count, in_type, whole_rows ? kBlock : 0);
     std::vector<int64_t> index(rank, 0);
     int64_t in = 0, o = 0;
     if (outer_rank >= 1) {
@@ -339,12 +383,12 @@ void ReduceFast(const T* x, T* out, const std::vector<Seg>& segs, Op op, Fold fo
       if (!segs[0].reduced) o = first_begin * segs[0].out_stride;
     }
     for (;;) {
+      const T* row = reader.Read(in + c0, c1 - c0);
       if (inner.reduced) {
-        out[o] = fold(out[o], x + in, inner.size);
+        out[o] = fold(out[o], row, inner.size);
       } else {
-        T* orow = out + o;
-        const T* row = x + in;
-        for (int64_t i = 0; i < inner.size; ++i) orow[i] = op(orow[i], row[i]);
+        T* orow = out + o + c0;
+        for (int64_t i = 0; i < c1 - c0; ++i) orow[i] = op(orow[i], row[i]);
       }
       in += inner.size;
       // Odometer over the outer segments.
@@ -362,10 +406,16 @@ void ReduceFast(const T* x, T* out, const std::vector<Seg>& segs, Op op, Fold fo
       if (k < 0) return;
     }
   };
-  if (split) {
-    ParallelRanges(segs[0].size, std::max<int64_t>(1, (1 << 16) / first_stride), use_pool, run);
+  const int64_t first_size = outer_rank >= 1 ? segs[0].size : 1;
+  constexpr int64_t kMinColumns = 64;
+  if (split_first) {
+    ParallelRanges(segs[0].size, std::max<int64_t>(1, (1 << 16) / first_stride), use_pool,
+                   [&](int64_t b, int64_t e) { run(b, e, 0, inner.size); });
+  } else if (!inner.reduced && inner.size >= 2 * kMinColumns && count >= (1 << 16)) {
+    ParallelRanges(inner.size, kMinColumns, use_pool,
+                   [&](int64_t c0, int64_t c1) { run(0, first_size, c0, c1); });
   } else {
-    run(0, outer_rank >= 1 ? segs[0].size : 1);
+    run(0, first_size, 0, inner.size);
   }
 }
 
@@ -404,24 +454,32 @@ struct Ops {
   }
 };
 
-template <typename T, typename Op>
-void ReduceWith(const T* x, T* out, const std::vector<Seg>& segs, Op op, bool use_pool) {
+// The input of a fast reduction: count elements of type In (named by type).
+template <typename In>
+struct ReduceInput {
+  const In* x;
+  int64_t count;
+  PrimitiveType type;
+};
+
+template <typename In, typename T, typename Op>
+void ReduceWith(ReduceInput<In> in, T* out, const std::vector<Seg>& segs, Op op, bool use_pool) {
   auto fold = [op](T acc, const T* row, int64_t n) {
     for (int64_t i = 0; i < n; ++i) acc = op(acc, row[i]);
     return acc;
   };
-  ReduceFast(x, out, segs, op, fold, use_pool);
+  ReduceFast(in.x, in.count, in.type, out, segs, op, fold, use_pool);
 }
 
-template <typename T>
-void ReduceTyped(ReducerKind kind, const T* x, T* out, const std::vector<Seg>& segs,
+template <typename In, typename T>
+void ReduceTyped(ReducerKind kind, ReduceInput<In> x, T* out, const std::vector<Seg>& segs,
                  bool use_pool) {
   using O = Ops<T>;
   switch (kind) {
     case ReducerKind::kAdd:
       if constexpr (std::is_same_v<T, float>) {
         auto fold = [](float acc, const float* row, int64_t n) { return acc + SumRow(row, n); };
-        return ReduceFast(x, out, segs, O::Add, fold, use_pool);
+        return ReduceFast(x.x, x.count, x.type, out, segs, O::Add, fold, use_pool);
       } else {
         return ReduceWith(x, out, segs, O::Add, use_pool);
       }
@@ -574,13 +632,13 @@ Value EvalReduce(const HloInstruction& instr, EvalArgs& args) {
   switch (t) {
     case PrimitiveType::kBF16:
     case PrimitiveType::kF16: {
-      // Accumulate in f32, round once at the end.
-      HostTensor xf = args.ctx().Allocate(x.shape().WithElementType(PrimitiveType::kF32));
-      ConvertElements(t, x.raw_data(), PrimitiveType::kF32, xf.mutable_raw_data(),
-                      x.element_count());
+      // Accumulate in f32 (each block of the input widened as it is read),
+      // round once at the end.
       std::vector<float> acc(static_cast<size_t>(n),
                              static_cast<float>(LoadAsDouble(t, init.raw_data(), 0)));
-      ReduceTyped(kind, xf.data<float>(), acc.data(), segs, pool);
+      const ReduceInput<uint16_t> in{static_cast<const uint16_t*>(x.raw_data()), x.element_count(),
+                                     t};
+      ReduceTyped(kind, in, acc.data(), segs, pool);
       ConvertElements(PrimitiveType::kF32, acc.data(), t, out.mutable_raw_data(), n);
       break;
     }
@@ -589,7 +647,8 @@ Value EvalReduce(const HloInstruction& instr, EvalArgs& args) {
         using T = std::remove_pointer_t<decltype(tag)>;
         T* o = static_cast<T*>(out.mutable_raw_data());
         FillInit(o, n, static_cast<const T*>(init.raw_data())[0]);
-        ReduceTyped(kind, static_cast<const T*>(x.raw_data()), o, segs, pool);
+        const ReduceInput<T> in{static_cast<const T*>(x.raw_data()), x.element_count(), t};
+        ReduceTyped(kind, in, o, segs, pool);
       });
   }
   return Value{std::move(out)};

@@ -152,6 +152,74 @@ ENTRY e {
                                          [](double a, double b) { return std::max(a, b); }));
 }
 
+// bf16 inputs are widened a block at a time as they are read; column
+// reductions split their columns over threads. Neither changes the order in
+// which an output element meets its inputs, so each bf16 reduce equals the
+// f32 reduce of the widened input rounded once, bit for bit.
+TEST(EvalReduceTest, Bf16ReductionsEqualTheF32ReductionOfTheWidenedInput) {
+  const char* text = R"(HloModule m
+addb {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT s = bf16[] add(a, b)
+}
+maxb {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT s = bf16[] maximum(a, b)
+}
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+max {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] maximum(a, b)
+}
+ENTRY e {
+  x = bf16[64,6,256] parameter(0)
+  xf = f32[64,6,256] convert(x)
+  zb = bf16[] constant(0.5)
+  zf = f32[] constant(0.5)
+  lo = bf16[] constant(-inf)
+  lof = f32[] constant(-inf)
+  cols = bf16[256] reduce(x, zb), dimensions={0,1}, to_apply=addb
+  colsf = f32[256] reduce(xf, zf), dimensions={0,1}, to_apply=add
+  colsr = bf16[256] convert(colsf)
+  mid = bf16[6] reduce(x, zb), dimensions={0,2}, to_apply=addb
+  midf = f32[6] reduce(xf, zf), dimensions={0,2}, to_apply=add
+  midr = bf16[6] convert(midf)
+  top = bf16[6,256] reduce(x, lo), dimensions={0}, to_apply=maxb
+  topf = f32[6,256] reduce(xf, lof), dimensions={0}, to_apply=max
+  topr = bf16[6,256] convert(topf)
+  rows = bf16[64,6] reduce(x, zb), dimensions={2}, to_apply=addb
+  rowsf = f32[64,6] reduce(xf, zf), dimensions={2}, to_apply=add
+  ROOT rowsr = bf16[64,6] convert(rowsf)
+})";
+  std::mt19937 rng(11);
+  HostTensor x = Random("bf16[64,6,256]", rng);
+  const std::vector<std::string> names = {"cols", "colsr", "mid",  "midr",
+                                          "top",  "topr",  "rows", "rowsr"};
+  auto out = RunNamed(text, {x}, names);
+  auto values = [](const HostTensor& t) {
+    std::vector<double> v(static_cast<size_t>(t.element_count()));
+    for (int64_t i = 0; i < t.element_count(); ++i) v[i] = t.GetDouble(i);
+    return v;
+  };
+  for (size_t i = 0; i < names.size(); i += 2) {
+    ExpectEqual(out[names[i]], values(out[names[i + 1]]), names[i]);
+  }
+  auto add = [](double a, double b) { return a + b; };
+  std::vector<double> cols = ReferenceReduce(x, {0, 1}, 0.5, add);
+  for (double& v : cols) v = RoundToType(v, PrimitiveType::kBF16);
+  ExpectNear(out["cols"], cols, 8e-3, 1e-3, "bf16 column sum");
+  ExpectEqual(out["top"],
+              ReferenceReduce(x, {0}, -INFINITY, [](double a, double b) { return std::max(a, b); }),
+              "bf16 column max");
+}
+
 TEST(EvalReduceTest, F64SumsInDoubleAndU16Wraps) {
   const char* text = R"(HloModule m
 addd {
