@@ -45,7 +45,7 @@ bool AdamW(std::span<float> param, std::span<const float> grad, std::span<float>
   // Elementwise, so the split across the pool changes no bit.
   const int64_t n = static_cast<int64_t>(param.size());
   const int64_t tasks = (n + kChunk - 1) / kChunk;
-  std::vector<uint8_t> finite(static_cast<size_t>(tasks), 1);
+  std::vector<uint8_t> finite(kApply ? 0 : static_cast<size_t>(tasks), 1);
   ThreadPool::Global().ParallelFor(tasks, [&](int64_t task, int) {
     const int64_t begin = task * kChunk, end = std::min(n, begin + kChunk);
     // x - x is 0 for finite x and NaN otherwise: one sum tells whether all are finite.
@@ -63,7 +63,7 @@ bool AdamW(std::span<float> param, std::span<const float> grad, std::span<float>
         finite_probe += (mi - mi) + (vi - vi) + (pi - pi);
       }
     }
-    finite[static_cast<size_t>(task)] = finite_probe == 0;
+    if constexpr (!kApply) finite[static_cast<size_t>(task)] = finite_probe == 0;
   });
   return std::all_of(finite.begin(), finite.end(), [](uint8_t f) { return f != 0; });
 }

@@ -166,12 +166,17 @@ std::vector<FittedEfficiency> FitMatrixEfficiency(const PublishedRuns& runs) {
     double x0 = std::log(f.table);
     double x1 = std::min(0.0, x0 - g0);
     double g1 = mean_log_ratio(std::exp(x1));
-    for (int i = 0; i < 30 && std::fabs(g1) > kFitTolerance; ++i) {
+    // Efficiency 1 (x = 0) still short of the published figures: the chip's
+    // other figures are at fault, not the fit.
+    auto check_reachable = [&] {
       WEFT_CHECK(!(x1 == 0 && g1 < 0),
                  "{}: chip '{}' reaches only {:.1f}% of its fitted runs' published tokens/s at "
                  "matrix_efficiency = 1; its other figures (peaks, bandwidths) are too low for "
                  "them",
                  runs.file.string(), f.chip, 100 * std::exp(g1));
+    };
+    for (int i = 0; i < 30 && std::fabs(g1) > kFitTolerance; ++i) {
+      check_reachable();
       const double slope = g1 != g0 && x1 != x0 ? (g1 - g0) / (x1 - x0) : 1;
       const double x2 = std::min(0.0, x1 - g1 / std::max(slope, 1e-3));
       x0 = x1;
@@ -179,6 +184,7 @@ std::vector<FittedEfficiency> FitMatrixEfficiency(const PublishedRuns& runs) {
       x1 = x2;
       g1 = mean_log_ratio(std::exp(x1));
     }
+    check_reachable();
     WEFT_INTERNAL_CHECK(std::fabs(g1) <= kFitTolerance,
                         "fitting chip '{}''s matrix_efficiency did not converge "
                         "(last {:.4f}, off by {:+.3f}%)",
