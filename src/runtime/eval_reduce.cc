@@ -7,11 +7,10 @@
 // The fast path merges neighbouring dims that are all reduced or all kept,
 // then walks the input in memory order one innermost row at a time: a
 // reduced innermost dim folds a contiguous row into one output element; a
-// kept one combines the row elementwise into an output row. Threads split
-// the first dim when it is kept, else the innermost when it is kept (a
-// column reduction). Floats (bf16 and f16 too, widened a block at a time as
-// they are read) accumulate in f32, integers in their own type with
-// wrap-around.
+// kept one combines the row elementwise into an output row (threads split
+// the first dim when it is kept). Floats (bf16 and f16 too, widened a block
+// at a time as they are read) accumulate in f32, integers in their own type
+// with wrap-around.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -351,10 +350,7 @@ class RowReader {
 
 // out (pre-filled with the init value) = op over the reduced segments of x,
 // read as T (in_type names In for the conversion). fold(acc, row, n) folds a
-// contiguous row into acc. The work is split over threads along the first
-// segment when it is kept, else along the innermost one when it is kept (a
-// column reduction); either way every output element sees its inputs in the
-// same order, so the result does not depend on the split.
+// contiguous row into acc.
 template <typename In, typename T, typename Op, typename Fold>
 void ReduceFast(const In* x, int64_t count, PrimitiveType in_type, T* out,
                 const std::vector<Seg>& segs, Op op, Fold fold, bool use_pool) {
@@ -367,14 +363,14 @@ void ReduceFast(const In* x, int64_t count, PrimitiveType in_type, T* out,
   const int64_t rank = static_cast<int64_t>(segs.size());
   const Seg inner = segs.back();
   const int64_t outer_rank = rank - 1;
-  const bool split_first = outer_rank >= 1 && !segs[0].reduced;
+  // Splitting the first segment over threads is safe when it is kept (the
+  // tasks write disjoint outputs).
+  const bool split = outer_rank >= 1 && !segs[0].reduced;
   int64_t first_stride = 1;  // input elements per index of the first segment
   for (int64_t k = 1; k < rank; ++k) first_stride *= segs[k].size;
-  // Rows [first_begin, first_end) of the first segment, columns [c0, c1) of
-  // the innermost one.
-  auto run = [&](int64_t first_begin, int64_t first_end, int64_t c0, int64_t c1) {
-    const bool whole_rows = c0 == 0 && c1 == inner.size;
-    RowReader<In, T> reader(x, count, in_type, whole_rows ? kBlock : 0);
+  // Indices [first_begin, first_end) of the first segment.
+  auto run = [&](int64_t first_begin, int64_t first_end) {
+    RowReader<In, T> reader(x, count, in_type, kBlock);
     std::vector<int64_t> index(rank, 0);
     int64_t in = 0, o = 0;
     if (outer_rank >= 1) {
@@ -383,12 +379,12 @@ void ReduceFast(const In* x, int64_t count, PrimitiveType in_type, T* out,
       if (!segs[0].reduced) o = first_begin * segs[0].out_stride;
     }
     for (;;) {
-      const T* row = reader.Read(in + c0, c1 - c0);
+      const T* row = reader.Read(in, inner.size);
       if (inner.reduced) {
         out[o] = fold(out[o], row, inner.size);
       } else {
-        T* orow = out + o + c0;
-        for (int64_t i = 0; i < c1 - c0; ++i) orow[i] = op(orow[i], row[i]);
+        T* orow = out + o;
+        for (int64_t i = 0; i < inner.size; ++i) orow[i] = op(orow[i], row[i]);
       }
       in += inner.size;
       // Odometer over the outer segments.
@@ -406,16 +402,10 @@ void ReduceFast(const In* x, int64_t count, PrimitiveType in_type, T* out,
       if (k < 0) return;
     }
   };
-  const int64_t first_size = outer_rank >= 1 ? segs[0].size : 1;
-  constexpr int64_t kMinColumns = 64;
-  if (split_first) {
-    ParallelRanges(segs[0].size, std::max<int64_t>(1, (1 << 16) / first_stride), use_pool,
-                   [&](int64_t b, int64_t e) { run(b, e, 0, inner.size); });
-  } else if (!inner.reduced && inner.size >= 2 * kMinColumns && count >= (1 << 16)) {
-    ParallelRanges(inner.size, kMinColumns, use_pool,
-                   [&](int64_t c0, int64_t c1) { run(0, first_size, c0, c1); });
+  if (split) {
+    ParallelRanges(segs[0].size, std::max<int64_t>(1, (1 << 16) / first_stride), use_pool, run);
   } else {
-    run(0, first_size, 0, inner.size);
+    run(0, outer_rank >= 1 ? segs[0].size : 1);
   }
 }
 
@@ -471,6 +461,9 @@ void ReduceWith(ReduceInput<In> in, T* out, const std::vector<Seg>& segs, Op op,
   ReduceFast(in.x, in.count, in.type, out, segs, op, fold, use_pool);
 }
 
+// Reducers are passed as lambdas, never as function pointers: a pointer
+// reaches the row loops through std::function as a runtime value, and the
+// loops would call it per element instead of vectorizing.
 template <typename In, typename T>
 void ReduceTyped(ReducerKind kind, ReduceInput<In> x, T* out, const std::vector<Seg>& segs,
                  bool use_pool) {
@@ -479,16 +472,21 @@ void ReduceTyped(ReducerKind kind, ReduceInput<In> x, T* out, const std::vector<
     case ReducerKind::kAdd:
       if constexpr (std::is_same_v<T, float>) {
         auto fold = [](float acc, const float* row, int64_t n) { return acc + SumRow(row, n); };
-        return ReduceFast(x.x, x.count, x.type, out, segs, O::Add, fold, use_pool);
+        return ReduceFast(
+            x.x, x.count, x.type, out, segs, [](T a, T b) { return O::Add(a, b); }, fold, use_pool);
       } else {
-        return ReduceWith(x, out, segs, O::Add, use_pool);
+        return ReduceWith(
+            x, out, segs, [](T a, T b) { return O::Add(a, b); }, use_pool);
       }
     case ReducerKind::kMultiply:
-      return ReduceWith(x, out, segs, O::Mul, use_pool);
+      return ReduceWith(
+          x, out, segs, [](T a, T b) { return O::Mul(a, b); }, use_pool);
     case ReducerKind::kMaximum:
-      return ReduceWith(x, out, segs, O::Max, use_pool);
+      return ReduceWith(
+          x, out, segs, [](T a, T b) { return O::Max(a, b); }, use_pool);
     case ReducerKind::kMinimum:
-      return ReduceWith(x, out, segs, O::Min, use_pool);
+      return ReduceWith(
+          x, out, segs, [](T a, T b) { return O::Min(a, b); }, use_pool);
     case ReducerKind::kAnd:
       if constexpr (std::is_integral_v<T>) {
         return ReduceWith(
@@ -525,11 +523,11 @@ float FoldRowF32(ReducerKind kind, float acc, const float* row, int64_t n) {
     case ReducerKind::kAdd:
       return acc + SumRow(row, n);
     case ReducerKind::kMultiply:
-      return fold(O::Mul);
+      return fold([](float a, float b) { return O::Mul(a, b); });
     case ReducerKind::kMaximum:
-      return fold(O::Max);
+      return fold([](float a, float b) { return O::Max(a, b); });
     case ReducerKind::kMinimum:
-      return fold(O::Min);
+      return fold([](float a, float b) { return O::Min(a, b); });
     default:
       break;
   }
