@@ -220,6 +220,56 @@ ENTRY e {
               "bf16 column max");
 }
 
+// Max and min fold long rows with partial results; a NaN anywhere in a row
+// still wins (XLA's max and min propagate NaN), in f32 and in bf16.
+TEST(EvalReduceTest, MaxAndMinOfLongRowsPropagateNaN) {
+  const char* text = R"(HloModule m
+max {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] maximum(a, b)
+}
+min {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] minimum(a, b)
+}
+maxb {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT m = bf16[] maximum(a, b)
+}
+ENTRY e {
+  x = f32[5,203] parameter(0)
+  lo = f32[] constant(-inf)
+  hi = f32[] constant(inf)
+  mx = f32[5] reduce(x, lo), dimensions={1}, to_apply=max
+  mn = f32[5] reduce(x, hi), dimensions={1}, to_apply=min
+  xb = bf16[5,203] convert(x)
+  lob = bf16[] constant(-inf)
+  ROOT mxb = bf16[5] reduce(xb, lob), dimensions={1}, to_apply=maxb
+})";
+  std::mt19937 rng(12);
+  HostTensor x = Random("f32[5,203]", rng, -50, 50);
+  float* v = x.mutable_data<float>();
+  v[1 * 203 + 0] = NAN;    // first element of a row
+  v[2 * 203 + 117] = NAN;  // inside the partial results' span
+  v[3 * 203 + 202] = NAN;  // in the tail
+  v[4 * 203 + 60] = INFINITY;
+  auto out = RunNamed(text, {x}, {"mx", "mn", "mxb"});
+  auto max = [](double a, double b) {
+    return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
+  };
+  auto min = [](double a, double b) {
+    return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b);
+  };
+  ExpectEqual(out["mx"], ReferenceReduce(x, {1}, -INFINITY, max), "max");
+  ExpectEqual(out["mn"], ReferenceReduce(x, {1}, INFINITY, min), "min");
+  std::vector<double> mxb = ReferenceReduce(x, {1}, -INFINITY, max);
+  for (double& m : mxb) m = RoundToType(m, PrimitiveType::kBF16);
+  ExpectEqual(out["mxb"], mxb, "bf16 max");
+}
+
 TEST(EvalReduceTest, F64SumsInDoubleAndU16Wraps) {
   const char* text = R"(HloModule m
 addd {
