@@ -27,6 +27,15 @@ struct DecisionSource {
   std::string_view rule;
 };
 
+// Operand `k` of `user`, `instr`, and the sharding `user` has or proposes:
+// what backward inference reads of one use.
+struct UserEdge {
+  const HloInstruction& instr;
+  const HloInstruction& user;
+  const HloSharding& user_sharding;
+  int64_t k;
+};
+
 class Propagator {
  public:
   Propagator(HloModule& module, const PropagationOptions& options, PropagationResult* result);
@@ -89,6 +98,15 @@ class Propagator {
   std::optional<HloSharding> ShardingFromUser(const HloInstruction& instr,
                                               const HloInstruction& user,
                                               const HloSharding& user_sharding, int level);
+  // ShardingFromUser's steps for users with a rule: result leaf `leaf`'s
+  // sharding projected onto the operand; then per op, refined by the other
+  // operands where they are tied to it.
+  std::optional<HloSharding> ProjectFromUser(const UserEdge& edge, int64_t leaf = 0);
+  std::optional<HloSharding> DynamicSliceOperandFromUser(const UserEdge& edge);
+  std::optional<HloSharding> DotOperandFromUser(const UserEdge& edge, bool may_combine);
+  std::optional<HloSharding> ReduceInputFromUser(const UserEdge& edge);
+  // sort, topk, reduce-window, select-and-scatter, bitcast-convert, custom calls.
+  std::optional<HloSharding> RuleOperandFromUser(const UserEdge& edge, bool may_combine);
   bool RefineUnspecifiedFromOperand(HloInstruction* instr);
   bool RefineUnspecifiedFromUsers(HloInstruction* instr, int level);
 
