@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -61,8 +62,23 @@ class Propagator {
   void ClearCache(Sweep& sweep, HloInstruction* hlo, HloInstruction* for_users);
   // While / call agreement after `instr` changed.
   void Agree(Sweep& sweep, HloInstruction* instr);
-  // One pass over a computation: shard groups, forward, backward. Each
-  // returns whether anything changed.
+  // What one sweep does at each instruction of a computation, in post order
+  // or (`reverse`) its reverse: `before` first, whatever the flags; then, for
+  // instructions it `applies` to (all when empty) and not `done`: a provided
+  // one's unspecified dims refined (levels above 0), any other inferred;
+  // what changes is agreed across calls and its neighbours look again.
+  struct SweepStep {
+    std::vector<char> Sweep::*done = nullptr;
+    bool reverse = false;
+    std::function<void(HloInstruction*)> before = {};
+    std::function<bool(const HloInstruction*)> applies = {};
+    std::function<bool(HloInstruction*)> refine_unspecified = {};
+    std::function<bool(HloInstruction*)> infer = {};
+  };
+  // Returns whether anything changed.
+  bool SweepOnce(Sweep& sweep, const std::vector<HloInstruction*>& order, int level,
+                 const SweepStep& step);
+  // The three sweeps over a computation: shard groups, forward, backward.
   bool SweepShardGroups(Sweep& sweep, const std::vector<HloInstruction*>& order, int level);
   bool SweepForward(Sweep& sweep, const std::vector<HloInstruction*>& order, int level);
   bool SweepBackward(Sweep& sweep, const std::vector<HloInstruction*>& order, int level);
