@@ -12,6 +12,17 @@ std::unique_ptr<HloModule> Parse(const std::string& body) {
   return ParseHloModule("HloModule m\n\nENTRY main {\n" + body + "}\n");
 }
 
+// An entry computation beside an f32 `add` reducer.
+std::unique_ptr<HloModule> ParseWithAdd(const std::string& body) {
+  return ParseHloModule(R"(HloModule m
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+ENTRY main {)" + body + "}\n");
+}
+
 TEST(OpShardingRuleTest, DotHasBatchFreeAndReductionFactors) {
   auto m = Parse(R"(
   a = f32[2,8,16] parameter(0)
@@ -97,13 +108,7 @@ TEST(OpShardingRuleTest, KindsForSliceLikeOps) {
 // they change; iota and constants have a result only; structural ops have
 // no rule.
 TEST(OpShardingRuleTest, RegistryCoversOpsByOpcode) {
-  auto m = ParseHloModule(R"(HloModule m
-add {
-  x = f32[] parameter(0)
-  y = f32[] parameter(1)
-  ROOT s = f32[] add(x, y)
-}
-ENTRY main {
+  auto m = ParseWithAdd(R"(
   p = f32[8,16] parameter(0)
   q = f32[8,16] parameter(1)
   z = f32[] constant(0)
@@ -119,7 +124,6 @@ ENTRY main {
   t = (f32[8,16], f32[8,16]) tuple(p, q)
   g = f32[8,16] get-tuple-element(t), index=0
   ROOT r = (f32[8,16], s32[8,16], pred[8,16], f32[8,16], f32[8,16], s32[8,16], f32[10,16], f32[4,16], f32[8,16], f32[8,16]) tuple(cp, cv, cmp, sel, ar, io, pd, sl, rv, g)
-}
 )");
   auto text = [&](const char* name) {
     auto rule = GetOpShardingRule(*m->entry_computation()->GetInstruction(name));
@@ -141,20 +145,11 @@ ENTRY main {
 }
 
 TEST(OpShardingRuleTest, BroadcastAndReduce) {
-  auto m = ParseHloModule(R"(HloModule m
-
-add {
-  x = f32[] parameter(0)
-  y = f32[] parameter(1)
-  ROOT s = f32[] add(x, y)
-}
-
-ENTRY main {
+  auto m = ParseWithAdd(R"(
   p = f32[8] parameter(0)
   b = f32[4,8] broadcast(p), dimensions={1}
   z = f32[] constant(0)
   ROOT r = f32[8] reduce(b, z), dimensions={0}, to_apply=add
-}
 )");
   auto b = GetOpShardingRule(*m->entry_computation()->GetInstruction("b"));
   EXPECT_EQ(b->ToString(), "broadcast: ([f1]) -> ([f0, f1])");
