@@ -5,6 +5,147 @@
 
 namespace weft {
 
+namespace {
+
+// Step 1's arithmetic: how `tiles` tiles of a dim made of factors `fs` spread
+// over them, major factor first (each factor's share), or nullopt where they
+// cannot be spread exactly.
+std::optional<std::vector<int64_t>> SpreadOverFactors(const OpShardingRule& rule,
+                                                      const std::vector<int64_t>& fs,
+                                                      int64_t tiles) {
+  if (fs.empty()) return std::nullopt;
+  std::vector<int64_t> parts;
+  int64_t remaining = tiles;
+  for (int64_t f : fs) {
+    const int64_t size = rule.factor_sizes[f];
+    if (remaining == 1) {
+      parts.push_back(1);
+    } else if (remaining <= size && size % remaining == 0) {
+      parts.push_back(remaining);
+      remaining = 1;
+    } else if (remaining > size && remaining % size == 0) {
+      parts.push_back(size);
+      remaining /= size;
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (remaining != 1) return std::nullopt;
+  return parts;
+}
+
+// The tile assignment's dims after step 1's reshape.
+struct ExpandedTiles {
+  std::vector<int64_t> dims;
+  std::vector<int64_t> factor_dim;       // per factor: its index in `dims`, -1 if not split
+  int64_t manual = -1, replicated = -1;  // the subgroup dims' indices in `dims`
+};
+
+// 1. Each split dim's tiles spread over its factors; a dim that cannot be
+// spread stays one dim no factor owns (it becomes replication). The subgroup
+// dims come after the data dims in both layouts (manual before replicated,
+// as HloSharding normalizes), so a reshape is exact.
+ExpandedTiles ExpandTiles(const OpShardingRule& rule,
+                          const OpShardingRule::TensorFactors& from_factors,
+                          const HloSharding& from_sharding) {
+  const TileAssignment& ta = from_sharding.tile_assignment();
+  ExpandedTiles e;
+  e.factor_dim.assign(rule.num_factors(), -1);
+  auto add_dim = [&](int64_t size) {
+    e.dims.push_back(size);
+    return static_cast<int64_t>(e.dims.size()) - 1;
+  };
+  for (size_t d = 0; d < from_factors.size(); ++d) {
+    const int64_t t = ta.dim(static_cast<int64_t>(d));
+    const auto& fs = from_factors[d];
+    if (t == 1) continue;
+    if (fs.size() == 1) {
+      e.factor_dim[fs[0]] = add_dim(t);
+      continue;
+    }
+    const std::optional<std::vector<int64_t>> parts = SpreadOverFactors(rule, fs, t);
+    if (!parts) {
+      add_dim(t);
+      continue;
+    }
+    for (size_t i = 0; i < fs.size(); ++i) {
+      if ((*parts)[i] != 1) e.factor_dim[fs[i]] = add_dim((*parts)[i]);
+    }
+  }
+  if (const int64_t manual = from_sharding.SubgroupManualDim(); manual >= 0) {
+    e.manual = add_dim(ta.dim(manual));
+  }
+  if (const int64_t repl = from_sharding.SubgroupReplicationDim(); repl >= 0) {
+    e.replicated = add_dim(ta.dim(repl));
+  }
+  if (e.dims.empty()) e.dims.push_back(1);
+  return e;
+}
+
+// The projected tile assignment: which expanded dims it takes, in order, and
+// how they group into its dims.
+struct TargetLayout {
+  std::vector<bool> used;  // per expanded dim
+  std::vector<int64_t> perm, dims;
+  std::vector<SubgroupType> subgroups;
+};
+
+// 2. The factors `to` keeps, in its dim order: split, not need-replication,
+// and (in a dim of several factors) dividing their factor after factors
+// split completely.
+TargetLayout KeepTargetFactors(const OpShardingRule& rule,
+                               const OpShardingRule::TensorFactors& to_factors,
+                               const ExpandedTiles& e) {
+  TargetLayout out;
+  out.used.assign(e.dims.size(), false);
+  for (const std::vector<int64_t>& fs : to_factors) {
+    int64_t product = 1;
+    bool prefix_full = true;  // every factor so far is split completely
+    const bool multi = fs.size() > 1;
+    for (int64_t f : fs) {
+      const int64_t dim = e.factor_dim[f];
+      const bool keep = dim >= 0 && rule.factor_kinds[f] != FactorKind::kNeedReplication &&
+                        prefix_full && !out.used[dim] &&
+                        (!multi || rule.factor_sizes[f] % e.dims[dim] == 0);
+      if (keep) {
+        out.used[dim] = true;
+        out.perm.push_back(dim);
+        product *= e.dims[dim];
+        if (e.dims[dim] != rule.factor_sizes[f]) prefix_full = false;
+      } else if (rule.factor_sizes[f] != 1) {
+        prefix_full = false;
+      }
+    }
+    out.dims.push_back(product);
+  }
+  return out;
+}
+
+// 3. The manual subgroup, then every expanded dim not kept as replication.
+void AppendSubgroups(const ExpandedTiles& e, TargetLayout& out) {
+  if (e.manual >= 0) {
+    out.perm.push_back(e.manual);
+    out.used[e.manual] = true;
+    out.dims.push_back(e.dims[e.manual]);
+    out.subgroups.push_back(SubgroupType::kManual);
+  }
+  int64_t replication = 1;
+  for (size_t i = 0; i < e.dims.size(); ++i) {
+    if (!out.used[i] && static_cast<int64_t>(i) != e.replicated) {
+      out.perm.push_back(static_cast<int64_t>(i));
+      replication *= e.dims[i];
+    }
+  }
+  if (e.replicated >= 0) {
+    out.perm.push_back(e.replicated);
+    replication *= e.dims[e.replicated];
+  }
+  out.dims.push_back(replication);
+  out.subgroups.push_back(SubgroupType::kReplicated);
+}
+
+}  // namespace
+
 std::optional<HloSharding> ProjectSharding(const OpShardingRule& rule, TensorRef from,
                                            std::span<const int64_t> from_dims,
                                            const HloSharding& from_sharding, TensorRef to,
@@ -18,116 +159,15 @@ std::optional<HloSharding> ProjectSharding(const OpShardingRule& rule, TensorRef
       to_factors.size() != to_dims.size()) {
     return std::nullopt;
   }
-  const TileAssignment& ta = from_sharding.tile_assignment();
-
-  // 1. Spread each dim's tiles over its factors. `expanded` are the tile dims
-  // after the reshape; factor_dim[f] is f's index there (-1: not split).
-  std::vector<int64_t> expanded;
-  std::vector<int64_t> factor_dim(rule.num_factors(), -1);
-  std::vector<int64_t> dropped;  // expanded dims that become replication
-  for (int64_t d = 0; d < rank; ++d) {
-    const int64_t t = ta.dim(d);
-    const auto& fs = from_factors[d];
-    if (t == 1) continue;
-    if (fs.size() == 1) {
-      factor_dim[fs[0]] = static_cast<int64_t>(expanded.size());
-      expanded.push_back(t);
-      continue;
-    }
-    std::vector<int64_t> parts;
-    int64_t remaining = t;
-    bool ok = !fs.empty();
-    for (int64_t f : fs) {
-      const int64_t size = rule.factor_sizes[f];
-      if (remaining == 1) {
-        parts.push_back(1);
-      } else if (remaining <= size && size % remaining == 0) {
-        parts.push_back(remaining);
-        remaining = 1;
-      } else if (remaining > size && remaining % size == 0) {
-        parts.push_back(size);
-        remaining /= size;
-      } else {
-        ok = false;
-        break;
-      }
-    }
-    if (!ok || remaining != 1) {
-      dropped.push_back(static_cast<int64_t>(expanded.size()));
-      expanded.push_back(t);
-      continue;
-    }
-    for (size_t i = 0; i < fs.size(); ++i) {
-      if (parts[i] == 1) continue;
-      factor_dim[fs[i]] = static_cast<int64_t>(expanded.size());
-      expanded.push_back(parts[i]);
-    }
-  }
-  const int64_t num_data = static_cast<int64_t>(expanded.size());
-  const int64_t manual_dim = from_sharding.SubgroupManualDim();
-  const int64_t repl_dim = from_sharding.SubgroupReplicationDim();
-  int64_t manual_expanded = -1, repl_expanded = -1;
-  if (manual_dim >= 0) {
-    manual_expanded = static_cast<int64_t>(expanded.size());
-    expanded.push_back(ta.dim(manual_dim));
-  }
-  if (repl_dim >= 0) {
-    repl_expanded = static_cast<int64_t>(expanded.size());
-    expanded.push_back(ta.dim(repl_dim));
-  }
-  if (expanded.empty()) expanded.push_back(1);
-  // The subgroup dims come after the data dims in both layouts (manual
-  // before replicated, as HloSharding normalizes), so a reshape is exact.
-  TileAssignment tiles = ta.Reshape(expanded);
-
-  // 2. Pick the factors `to` keeps, in its dim order.
-  std::vector<bool> used(expanded.size(), false);
-  std::vector<int64_t> perm, out_dims;
-  for (size_t e = 0; e < to_factors.size(); ++e) {
-    int64_t product = 1;
-    bool prefix_full = true;  // every factor so far is split completely
-    const bool multi = to_factors[e].size() > 1;
-    for (int64_t f : to_factors[e]) {
-      const int64_t dim = factor_dim[f];
-      const bool keep = dim >= 0 && rule.factor_kinds[f] != FactorKind::kNeedReplication &&
-                        prefix_full && !used[dim] &&
-                        (!multi || rule.factor_sizes[f] % expanded[dim] == 0);
-      if (keep) {
-        used[dim] = true;
-        perm.push_back(dim);
-        product *= expanded[dim];
-        if (expanded[dim] != rule.factor_sizes[f]) prefix_full = false;
-      } else if (rule.factor_sizes[f] != 1) {
-        prefix_full = false;
-      }
-    }
-    out_dims.push_back(product);
-  }
-  (void)num_data;
-  // 3. Manual subgroup, then everything unused as replication.
-  std::vector<SubgroupType> types;
-  if (manual_expanded >= 0) {
-    perm.push_back(manual_expanded);
-    used[manual_expanded] = true;
-    out_dims.push_back(expanded[manual_expanded]);
-    types.push_back(SubgroupType::kManual);
-  }
-  int64_t replication = 1;
-  for (size_t i = 0; i < expanded.size(); ++i) {
-    if (!used[i] && static_cast<int64_t>(i) != repl_expanded) {
-      perm.push_back(static_cast<int64_t>(i));
-      replication *= expanded[i];
-    }
-  }
-  if (repl_expanded >= 0) {
-    perm.push_back(repl_expanded);
-    replication *= expanded[repl_expanded];
-  }
-  out_dims.push_back(replication);
-  types.push_back(SubgroupType::kReplicated);
-  if (out_dims.size() == 1 && types.size() == 1) return HloSharding::Replicate();
-  TileAssignment out = tiles.Transpose(perm).Reshape(out_dims);
-  return HloSharding::Subgroup(std::move(out), std::move(types));
+  const ExpandedTiles expanded = ExpandTiles(rule, from_factors, from_sharding);
+  TargetLayout layout = KeepTargetFactors(rule, to_factors, expanded);
+  AppendSubgroups(expanded, layout);
+  if (layout.dims.size() == 1 && layout.subgroups.size() == 1) return HloSharding::Replicate();
+  TileAssignment out = from_sharding.tile_assignment()
+                           .Reshape(expanded.dims)
+                           .Transpose(layout.perm)
+                           .Reshape(layout.dims);
+  return HloSharding::Subgroup(std::move(out), std::move(layout.subgroups));
 }
 
 HloSharding ReverseSharding(const HloSharding& sharding, std::span<const int64_t> dims) {

@@ -63,6 +63,64 @@ HloSharding ManualFor(const Shape& shape) {
   return HloSharding::Tuple(std::vector<HloSharding>(shape.LeafCount(), HloSharding::Manual()));
 }
 
+// A user of the same shape (an elementwise op, a Sharding custom call) asks
+// for its own sharding.
+std::optional<HloSharding> SameDimsAsUser(const UserEdge& edge) {
+  if (!SameDims(edge.instr.shape(), edge.user.shape())) return std::nullopt;
+  return edge.user_sharding;
+}
+
+// A tuple's operand takes its element's leaves; an operand used as several
+// elements takes the most specific of them.
+std::optional<HloSharding> TupleOperandFromUser(const UserEdge& edge) {
+  const HloInstruction& user = edge.user;
+  const int64_t offset = LeafOffset(user.shape(), edge.k);
+  if (edge.instr.shape().IsTuple()) {
+    std::vector<HloSharding> leaves;
+    for (int64_t j = 0; j < edge.instr.shape().LeafCount(); ++j)
+      leaves.push_back(LeafSharding(edge.user_sharding, offset + j));
+    return HloSharding::Tuple(std::move(leaves));
+  }
+  HloSharding best = LeafSharding(edge.user_sharding, offset);
+  for (int64_t j = edge.k + 1; j < user.operand_count(); ++j) {
+    if (user.operand(j) != &edge.instr) continue;
+    HloSharding alt = LeafSharding(edge.user_sharding, LeafOffset(user.shape(), j));
+    if (sharding_util::IsShardingMoreSpecific(alt, best)) best = alt;
+  }
+  return best;
+}
+
+// The tuple a get-tuple-element reads: its current leaves (replicated where
+// it has none) with the element's leaves replaced by the user's.
+std::optional<HloSharding> TupleFromGetTupleElement(const UserEdge& edge) {
+  const HloInstruction& instr = edge.instr;
+  const int64_t offset = LeafOffset(instr.shape(), edge.user.tuple_index());
+  std::optional<HloSharding> base = instr.sharding();
+  if (!base || !base->IsTuple()) {
+    base = HloSharding::Tuple(
+        std::vector<HloSharding>(instr.shape().LeafCount(), HloSharding::Replicate()));
+  }
+  std::vector<HloSharding> leaves = base->tuple_elements();
+  if (edge.user.shape().IsTuple()) {
+    if (!edge.user_sharding.IsTuple()) return std::nullopt;
+    for (size_t j = 0; j < edge.user_sharding.tuple_elements().size(); ++j) {
+      leaves.at(offset + j) = edge.user_sharding.tuple_elements()[j];
+    }
+  } else {
+    leaves.at(offset) = edge.user_sharding;
+  }
+  return HloSharding::Tuple(std::move(leaves));
+}
+
+// Scatter operand i and result leaf i are alike; indices and updates take
+// nothing from the result.
+std::optional<HloSharding> ScatterOperandFromUser(const UserEdge& edge) {
+  const int64_t n = (edge.user.operand_count() - 1) / 2;
+  if (edge.k >= n) return std::nullopt;
+  return edge.user.shape().IsTuple() ? LeafSharding(edge.user_sharding, edge.k)
+                                     : edge.user_sharding;
+}
+
 }  // namespace
 
 std::optional<HloSharding> Propagator::LookaheadUserSharding(HloInstruction* instr) {
@@ -80,6 +138,10 @@ std::optional<HloSharding> Propagator::LookaheadUserSharding(HloInstruction* ins
   return sharding;
 }
 
+// The sharding `user` asks of its operand: the dims' correspondence is the
+// user's rule (data, through Project); the switch below is the policy (code)
+// of which operands a user speaks for, at which level, and the ops without a
+// rule (tuple, get-tuple-element), as XLA's GetShardingFromUser.
 std::optional<HloSharding> Propagator::ShardingFromUser(const HloInstruction& instr,
                                                         const HloInstruction& user,
                                                         const HloSharding& user_sharding,
@@ -87,13 +149,10 @@ std::optional<HloSharding> Propagator::ShardingFromUser(const HloInstruction& in
   if (!CanPropagateAtLevel(user, level) || !IsSpatiallyPartitioned(user_sharding)) {
     return std::nullopt;
   }
-  const bool may_combine = level > 0;
   const int64_t k = OperandIndex(user, &instr);
   if (k < 0) return std::nullopt;
-  auto project = [&](int64_t leaf = 0) {
-    return Project(&user, TensorRef::Result(leaf), LeafSharding(user_sharding, leaf),
-                   TensorRef::Operand(k));
-  };
+  const UserEdge edge{instr, user, user_sharding, k};
+  const bool may_combine = level > 0;
   switch (user.opcode()) {
     case HloOpcode::kBroadcast:
     case HloOpcode::kReshape:
@@ -101,97 +160,26 @@ std::optional<HloSharding> Propagator::ShardingFromUser(const HloInstruction& in
     case HloOpcode::kSlice:
     case HloOpcode::kReverse:
     case HloOpcode::kGather:
-      return project();
-    case HloOpcode::kPad:
-      return k == 0 ? project() : std::nullopt;
+      return ProjectFromUser(edge);
+    case HloOpcode::kPad:  // not the padding value
+      return k == 0 ? ProjectFromUser(edge) : std::nullopt;
     case HloOpcode::kConcatenate:
       if (level == 0) return std::nullopt;
-      return user_sharding.IsReplicated() ? std::optional(user_sharding) : project();
+      return user_sharding.IsReplicated() ? std::optional(user_sharding) : ProjectFromUser(edge);
     case HloOpcode::kDynamicSlice:
-    case HloOpcode::kDynamicUpdateSlice: {
-      if (level == 0) return std::nullopt;
-      if (user_sharding.IsReplicated()) return user_sharding;
-      const bool update = user.opcode() == HloOpcode::kDynamicUpdateSlice;
-      if (update && k == 0) return user_sharding;
-      if (k != (update ? 1 : 0)) return std::nullopt;
-      return project();
-    }
-    case HloOpcode::kTuple: {
-      const int64_t offset = LeafOffset(user.shape(), k);
-      const int64_t count = instr.shape().LeafCount();
-      if (instr.shape().IsTuple()) {
-        std::vector<HloSharding> leaves;
-        for (int64_t j = 0; j < count; ++j)
-          leaves.push_back(LeafSharding(user_sharding, offset + j));
-        return HloSharding::Tuple(std::move(leaves));
-      }
-      HloSharding best = LeafSharding(user_sharding, offset);
-      for (int64_t j = k + 1; j < user.operand_count(); ++j) {
-        if (user.operand(j) != &instr) continue;
-        HloSharding alt = LeafSharding(user_sharding, LeafOffset(user.shape(), j));
-        if (sharding_util::IsShardingMoreSpecific(alt, best)) best = alt;
-      }
-      return best;
-    }
-    case HloOpcode::kGetTupleElement: {
-      const int64_t offset = LeafOffset(instr.shape(), user.tuple_index());
-      std::optional<HloSharding> base = instr.sharding();
-      if (!base || !base->IsTuple()) {
-        base = HloSharding::Tuple(
-            std::vector<HloSharding>(instr.shape().LeafCount(), HloSharding::Replicate()));
-      }
-      std::vector<HloSharding> leaves = base->tuple_elements();
-      if (user.shape().IsTuple()) {
-        if (!user_sharding.IsTuple()) return std::nullopt;
-        for (size_t j = 0; j < user_sharding.tuple_elements().size(); ++j) {
-          leaves.at(offset + j) = user_sharding.tuple_elements()[j];
-        }
-      } else {
-        leaves.at(offset) = user_sharding;
-      }
-      return HloSharding::Tuple(std::move(leaves));
-    }
+    case HloOpcode::kDynamicUpdateSlice:
+      return level == 0 ? std::nullopt : DynamicSliceOperandFromUser(edge);
+    case HloOpcode::kTuple:
+      return TupleOperandFromUser(edge);
+    case HloOpcode::kGetTupleElement:
+      return TupleFromGetTupleElement(edge);
     case HloOpcode::kDot:
-    case HloOpcode::kConvolution: {
-      // From the result, then refined by the other operand's contracting and
-      // batch dims (XLA's InferDotOperandSharding with consider_other_operand).
-      std::optional<HloSharding> sharding = project();
-      if (!sharding) return std::nullopt;
-      const HloInstruction* other = user.operand(1 - k);
-      if (HasSpatialSharding(other)) {
-        std::optional<HloSharding> from_other =
-            Project(&user, TensorRef::Operand(1 - k), *other->sharding(), TensorRef::Operand(k));
-        if (from_other && !from_other->IsTuple() &&
-            MergeSharding(*sharding, &*from_other, may_combine)) {
-          sharding = std::move(from_other);
-        }
-      }
-      return sharding;
-    }
-    case HloOpcode::kReduce: {
-      if (!instr.shape().IsArray() || instr.shape().rank() == 0) return std::nullopt;
-      const int64_t num_inputs = user.operand_count() / 2;
-      if (k >= num_inputs) return std::nullopt;
-      std::optional<HloSharding> sharding = Project(
-          &user, TensorRef::Result(user.shape().IsTuple() ? k : 0),
-          LeafSharding(user_sharding, user.shape().IsTuple() ? k : 0), TensorRef::Operand(k));
-      if (!sharding) return std::nullopt;
-      for (int64_t j = 0; j < num_inputs; ++j) {
-        const HloInstruction* other = user.operand(j);
-        if (other == &instr || !other->has_sharding() || other->sharding()->IsTuple()) continue;
-        if (auto merged = sharding_util::MergeShardingIfCompatible(*other->sharding(), *sharding,
-                                                                   sharding->NumTiles() + 1)) {
-          sharding = std::move(merged);
-        }
-      }
-      return sharding;
-    }
-    case HloOpcode::kScatter: {  // operand i and result leaf i alike; not indices, updates
-      const int64_t n = (user.operand_count() - 1) / 2;
-      if (k >= n) return std::nullopt;
-      return user.shape().IsTuple() ? std::optional(LeafSharding(user_sharding, k))
-                                    : std::optional(user_sharding);
-    }
+    case HloOpcode::kConvolution:
+      return DotOperandFromUser(edge, may_combine);
+    case HloOpcode::kReduce:
+      return ReduceInputFromUser(edge);
+    case HloOpcode::kScatter:
+      return ScatterOperandFromUser(edge);
     // Ops that compute along some dims (their rules need those whole) read
     // their rules like custom calls, leaf by leaf.
     case HloOpcode::kSort:
@@ -199,35 +187,85 @@ std::optional<HloSharding> Propagator::ShardingFromUser(const HloInstruction& in
     case HloOpcode::kReduceWindow:
     case HloOpcode::kSelectAndScatter:
     case HloOpcode::kBitcastConvert:
-    case HloOpcode::kCustomCall: {
-      if (IsCustomCall(user, "Sharding")) {
-        return SameDims(instr.shape(), user.shape()) ? std::optional(user_sharding) : std::nullopt;
-      }
-      if (const OpShardingRule* rule = Rule(&user)) {
-        std::optional<HloSharding> best;
-        for (int64_t leaf = 0; leaf < static_cast<int64_t>(rule->results.size()); ++leaf) {
-          auto s = project(leaf);
-          if (s && (!best || sharding_util::IsShardingMoreSpecific(*s, *best))) best = std::move(s);
-        }
-        // Operands tie each other too (k <-> kv segment ids): refine with the
-        // other operands, as a dot consults its other operand.
-        for (int64_t j = 0; j < user.operand_count(); ++j) {
-          const HloInstruction* other = user.operand(j);
-          if (j == k || other == &instr || !HasSpatialSharding(other)) continue;
-          auto from_other =
-              Project(&user, TensorRef::Operand(j), *other->sharding(), TensorRef::Operand(k));
-          if (!from_other || from_other->IsTuple()) continue;
-          if (!best || MergeSharding(*best, &*from_other, may_combine))
-            best = std::move(from_other);
-        }
-        return best;
-      }
-      return SameDims(instr.shape(), user.shape()) ? std::optional(user_sharding) : std::nullopt;
-    }
+    case HloOpcode::kCustomCall:
+      return RuleOperandFromUser(edge, may_combine);
     default:
-      if (SameDims(instr.shape(), user.shape())) return user_sharding;
-      return std::nullopt;
+      return SameDimsAsUser(edge);
   }
+}
+
+std::optional<HloSharding> Propagator::ProjectFromUser(const UserEdge& edge, int64_t leaf) {
+  return Project(&edge.user, TensorRef::Result(leaf), LeafSharding(edge.user_sharding, leaf),
+                 TensorRef::Operand(edge.k));
+}
+
+std::optional<HloSharding> Propagator::DynamicSliceOperandFromUser(const UserEdge& edge) {
+  if (edge.user_sharding.IsReplicated()) return edge.user_sharding;
+  const bool update = edge.user.opcode() == HloOpcode::kDynamicUpdateSlice;
+  if (update && edge.k == 0) return edge.user_sharding;
+  if (edge.k != (update ? 1 : 0)) return std::nullopt;  // not the start indices
+  return ProjectFromUser(edge);
+}
+
+std::optional<HloSharding> Propagator::DotOperandFromUser(const UserEdge& edge, bool may_combine) {
+  // From the result, then refined by the other operand's contracting and
+  // batch dims (XLA's InferDotOperandSharding with consider_other_operand).
+  std::optional<HloSharding> sharding = ProjectFromUser(edge);
+  if (!sharding) return std::nullopt;
+  const int64_t other_k = 1 - edge.k;
+  const HloInstruction* other = edge.user.operand(other_k);
+  if (HasSpatialSharding(other)) {
+    std::optional<HloSharding> from_other = Project(&edge.user, TensorRef::Operand(other_k),
+                                                    *other->sharding(), TensorRef::Operand(edge.k));
+    if (from_other && !from_other->IsTuple() &&
+        MergeSharding(*sharding, &*from_other, may_combine)) {
+      sharding = std::move(from_other);
+    }
+  }
+  return sharding;
+}
+
+std::optional<HloSharding> Propagator::ReduceInputFromUser(const UserEdge& edge) {
+  const HloInstruction& user = edge.user;
+  if (!edge.instr.shape().IsArray() || edge.instr.shape().rank() == 0) return std::nullopt;
+  const int64_t num_inputs = user.operand_count() / 2;
+  if (edge.k >= num_inputs) return std::nullopt;  // an init value
+  std::optional<HloSharding> sharding = ProjectFromUser(edge, user.shape().IsTuple() ? edge.k : 0);
+  if (!sharding) return std::nullopt;
+  // The other inputs are reduced alongside: merge what they hold.
+  for (int64_t j = 0; j < num_inputs; ++j) {
+    const HloInstruction* other = user.operand(j);
+    if (other == &edge.instr || !other->has_sharding() || other->sharding()->IsTuple()) continue;
+    if (auto merged = sharding_util::MergeShardingIfCompatible(*other->sharding(), *sharding,
+                                                               sharding->NumTiles() + 1)) {
+      sharding = std::move(merged);
+    }
+  }
+  return sharding;
+}
+
+std::optional<HloSharding> Propagator::RuleOperandFromUser(const UserEdge& edge, bool may_combine) {
+  const HloInstruction& user = edge.user;
+  if (IsCustomCall(user, "Sharding")) return SameDimsAsUser(edge);
+  const OpShardingRule* rule = Rule(&user);
+  if (!rule) return SameDimsAsUser(edge);
+  // The most specific of the result leaves' proposals.
+  std::optional<HloSharding> best;
+  for (int64_t leaf = 0; leaf < static_cast<int64_t>(rule->results.size()); ++leaf) {
+    auto s = ProjectFromUser(edge, leaf);
+    if (s && (!best || sharding_util::IsShardingMoreSpecific(*s, *best))) best = std::move(s);
+  }
+  // Operands tie each other too (k <-> kv segment ids): refine with the
+  // other operands, as a dot consults its other operand.
+  for (int64_t j = 0; j < user.operand_count(); ++j) {
+    const HloInstruction* other = user.operand(j);
+    if (j == edge.k || other == &edge.instr || !HasSpatialSharding(other)) continue;
+    auto from_other =
+        Project(&user, TensorRef::Operand(j), *other->sharding(), TensorRef::Operand(edge.k));
+    if (!from_other || from_other->IsTuple()) continue;
+    if (!best || MergeSharding(*best, &*from_other, may_combine)) best = std::move(from_other);
+  }
+  return best;
 }
 
 std::optional<HloSharding> Propagator::FromOperand(const HloInstruction* instr, int64_t k,

@@ -3,14 +3,20 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <iterator>
 #include <mutex>
 #include <numeric>
 #include <unordered_map>
+#include <utility>
 
 #include "weft/base/error.h"
 #include "weft/hlo/custom_call_targets.h"
 
 namespace weft {
+
+void RegisterAttentionShardingRules();  // attention_sharding_rule.cc
+
 namespace {
 
 using TensorFactors = OpShardingRule::TensorFactors;
@@ -35,7 +41,7 @@ TensorFactors FreshFactors(OpShardingRule& rule, const std::vector<int64_t>& dim
 // The result leaves of `instr` (one for an array).
 std::vector<Shape> ResultLeaves(const HloInstruction& instr) { return instr.shape().Leaves(); }
 
-OpShardingRule BroadcastRule(const HloInstruction& instr) {
+std::optional<OpShardingRule> BroadcastRule(const HloInstruction& instr) {
   OpShardingRule rule;
   rule.name = "broadcast";
   rule.results.push_back(FreshFactors(rule, instr.shape().dimensions()));
@@ -45,7 +51,7 @@ OpShardingRule BroadcastRule(const HloInstruction& instr) {
   return rule;
 }
 
-OpShardingRule ReduceRule(const HloInstruction& instr) {
+std::optional<OpShardingRule> ReduceRule(const HloInstruction& instr) {
   OpShardingRule rule;
   rule.name = "reduce";
   const int64_t num_inputs = instr.operand_count() / 2;
@@ -65,7 +71,7 @@ OpShardingRule ReduceRule(const HloInstruction& instr) {
   return rule;
 }
 
-OpShardingRule TransposeRule(const HloInstruction& instr) {
+std::optional<OpShardingRule> TransposeRule(const HloInstruction& instr) {
   OpShardingRule rule;
   rule.name = "transpose";
   rule.operands.push_back(FreshFactors(rule, instr.operand(0)->shape().dimensions()));
@@ -75,7 +81,7 @@ OpShardingRule TransposeRule(const HloInstruction& instr) {
   return rule;
 }
 
-OpShardingRule DotRule(const HloInstruction& instr) {
+std::optional<OpShardingRule> DotRule(const HloInstruction& instr) {
   OpShardingRule rule;
   rule.name = "dot";
   const DotDimensionNumbers& dn = instr.attrs().dot;
@@ -118,7 +124,7 @@ OpShardingRule DotRule(const HloInstruction& instr) {
 // result spatial dim k, a pass-through where the window does not move
 // (size, stride and dilations 1, no padding), otherwise a permutation (the
 // partitioner exchanges halos); the kernel's spatial dims stay whole.
-OpShardingRule ConvolutionRule(const HloInstruction& instr) {
+std::optional<OpShardingRule> ConvolutionRule(const HloInstruction& instr) {
   OpShardingRule rule;
   rule.name = "convolution";
   const ConvolutionDimensionNumbers& dn = instr.attrs().convolution;
@@ -162,7 +168,7 @@ OpShardingRule ConvolutionRule(const HloInstruction& instr) {
 }
 
 // dynamic-slice / dynamic-update-slice: dims cut by the slice need replication.
-OpShardingRule DynamicSliceRule(const HloInstruction& instr) {
+std::optional<OpShardingRule> DynamicSliceRule(const HloInstruction& instr) {
   OpShardingRule rule;
   const bool update = instr.opcode() == HloOpcode::kDynamicUpdateSlice;
   rule.name = update ? "dynamic-update-slice" : "dynamic-slice";
@@ -210,7 +216,7 @@ OpShardingRule SameRankRule(const HloInstruction& instr, std::string name,
   return rule;
 }
 
-OpShardingRule GatherRule(const HloInstruction& instr) {
+std::optional<OpShardingRule> GatherRule(const HloInstruction& instr) {
   OpShardingRule rule;
   rule.name = "gather";
   const GatherDimensionNumbers& dn = instr.attrs().gather;
@@ -264,10 +270,11 @@ OpShardingRule GatherRule(const HloInstruction& instr) {
   return rule;
 }
 
-OpShardingRule ScatterRule(const HloInstruction& instr) {
+std::optional<OpShardingRule> ScatterRule(const HloInstruction& instr) {
   // Operands and results correspond one to one, all alike (a variadic
   // scatter's N operands and N results); indices and updates are not tied
   // (their sharding comes from annotations or from their own producers).
+  if (instr.operand_count() < 3 || instr.operand_count() % 2 == 0) return std::nullopt;
   OpShardingRule rule;
   rule.name = "scatter";
   const int64_t n = (instr.operand_count() - 1) / 2;
@@ -320,7 +327,7 @@ std::vector<bool> WindowedDims(const std::vector<WindowDim>& window) {
 // bitcast-convert: same widths are elementwise; otherwise the dims both
 // sides share pass through and the narrower side's extra last dim stays
 // whole.
-OpShardingRule BitcastConvertRule(const HloInstruction& instr) {
+std::optional<OpShardingRule> BitcastConvertRule(const HloInstruction& instr) {
   const Shape& in = instr.operand(0)->shape();
   if (in.rank() == instr.shape().rank()) {
     return ElementwiseRule("bitcast-convert", instr.shape(), instr.operands());
@@ -339,7 +346,8 @@ OpShardingRule BitcastConvertRule(const HloInstruction& instr) {
 }
 
 // all-gather, reduce-scatter, all-to-all: the collective's dims change size.
-OpShardingRule CollectiveRule(const HloInstruction& instr) {
+std::optional<OpShardingRule> CollectiveRule(const HloInstruction& instr) {
+  if (!instr.shape().IsArray()) return std::nullopt;
   OpShardingRule rule;
   rule.name = std::string(HloOpcodeString(instr.opcode()));
   const Shape& in = instr.operand(0)->shape();
@@ -360,6 +368,171 @@ OpShardingRule CollectiveRule(const HloInstruction& instr) {
   rule.operands.push_back(std::move(op_f));
   rule.results.push_back(std::move(out_f));
   return rule;
+}
+
+std::string OpName(const HloInstruction& instr) {
+  return std::string(HloOpcodeString(instr.opcode()));
+}
+
+// Elementwise ops, and collectives that keep their operand's shape.
+std::optional<OpShardingRule> ElementwiseOpRule(const HloInstruction& instr) {
+  return ElementwiseRule(OpName(instr), instr.shape(), instr.operands());
+}
+
+std::optional<OpShardingRule> ReshapeOpRule(const HloInstruction& instr) {
+  return ReshapeRule(instr.operand(0)->shape().dimensions(), instr.shape().dimensions());
+}
+
+std::optional<OpShardingRule> ConcatenateRule(const HloInstruction& instr) {
+  std::vector<bool> moved(instr.shape().rank(), false);
+  moved.at(instr.dimensions().at(0)) = true;
+  return SameRankRule(instr, OpName(instr), moved, instr.operand_count());
+}
+
+std::optional<OpShardingRule> PadRule(const HloInstruction& instr) {
+  std::vector<bool> moved;
+  for (const PadDim& p : instr.attrs().padding) {
+    moved.push_back(p.low != 0 || p.high != 0 || p.interior != 0);
+  }
+  return SameRankRule(instr, OpName(instr), moved, 1);
+}
+
+std::optional<OpShardingRule> SliceRule(const HloInstruction& instr) {
+  std::vector<bool> moved;
+  const Shape& in = instr.operand(0)->shape();
+  for (size_t d = 0; d < instr.attrs().slice.size(); ++d) {
+    moved.push_back(instr.shape().dimensions(d) != in.dimensions(d));
+  }
+  return SameRankRule(instr, OpName(instr), moved, 1);
+}
+
+std::optional<OpShardingRule> ReverseRule(const HloInstruction& instr) {
+  std::vector<bool> moved(instr.shape().rank(), false);
+  for (int64_t d : instr.dimensions()) moved.at(d) = true;
+  return SameRankRule(instr, OpName(instr), moved, 1);
+}
+
+std::optional<OpShardingRule> SortRule(const HloInstruction& instr) {
+  std::vector<bool> whole(instr.operand(0)->shape().rank(), false);
+  whole.at(instr.dimensions().at(0)) = true;
+  return DimwiseRule(instr, OpName(instr), whole);
+}
+
+// topk (the op and the custom call): the last dim stays whole.
+OpShardingRule TopKRule(const HloInstruction& instr, std::string name) {
+  std::vector<bool> whole(instr.operand(0)->shape().rank(), false);
+  whole.back() = true;
+  return DimwiseRule(instr, std::move(name), whole);
+}
+
+std::optional<OpShardingRule> TopKOpRule(const HloInstruction& instr) {
+  return TopKRule(instr, OpName(instr));
+}
+
+// reduce-window, select-and-scatter.
+std::optional<OpShardingRule> WindowRule(const HloInstruction& instr) {
+  return DimwiseRule(instr, OpName(instr), WindowedDims(instr.attrs().window));
+}
+
+// rng: each device draws its tile (spmd_partitioner_random.cc).
+std::optional<OpShardingRule> RngRule(const HloInstruction& instr) {
+  OpShardingRule rule;
+  rule.name = OpName(instr);
+  rule.results.push_back(FreshFactors(rule, instr.shape().dimensions()));
+  rule.operands.assign(instr.operand_count(), TensorFactors{});
+  return rule;
+}
+
+// rng-bit-generator: the state whole, the bits split freely.
+std::optional<OpShardingRule> RngBitGeneratorRule(const HloInstruction& instr) {
+  if (!instr.shape().IsTuple() || instr.shape().tuple_shapes().size() != 2) return std::nullopt;
+  OpShardingRule rule;
+  rule.name = OpName(instr);
+  const TensorFactors state =
+      FreshFactors(rule, instr.operand(0)->shape().dimensions(), FactorKind::kNeedReplication);
+  rule.operands.push_back(state);
+  rule.results.push_back(state);
+  rule.results.push_back(FreshFactors(rule, instr.shape().tuple_shapes(1).dimensions()));
+  return rule;
+}
+
+// iota, constant: a result and no operands.
+std::optional<OpShardingRule> ResultOnlyRule(const HloInstruction& instr) {
+  if (!instr.shape().IsArray()) return std::nullopt;
+  OpShardingRule rule;
+  rule.name = OpName(instr);
+  rule.results.push_back(FreshFactors(rule, instr.shape().dimensions()));
+  return rule;
+}
+
+// Custom calls: Sharding and topk here, the others by target from the registry.
+std::optional<OpShardingRule> CustomCallRule(const HloInstruction& instr) {
+  const std::string& target = instr.attrs().custom_call_target;
+  if (target == "Sharding") return ElementwiseRule("Sharding", instr.shape(), instr.operands());
+  if (target == kTopKTarget) return TopKRule(instr, target);
+  static std::once_flag once;
+  std::call_once(once, RegisterAttentionShardingRules);
+  OpShardingRuleBuilder builder;
+  {
+    std::lock_guard<std::mutex> lock(RegistryMutex());
+    auto it = Registry().find(target);
+    if (it == Registry().end()) return std::nullopt;
+    builder = it->second;
+  }
+  return builder(instr);
+}
+
+using OpcodeRuleBuilder = std::optional<OpShardingRule> (*)(const HloInstruction&);
+
+constexpr HloOpcode kAllOpcodes[] = {
+#define WEFT_OPCODE_ENUMERATOR(enumerator, name) HloOpcode::enumerator,
+    WEFT_HLO_OPCODES(WEFT_OPCODE_ENUMERATOR)
+#undef WEFT_OPCODE_ENUMERATOR
+};
+
+// The opcode registry: each op's rule builder, indexed by opcode (nullptr:
+// the op has no rule). Every elementwise op takes the elementwise rule.
+using OpcodeRuleTable = std::array<OpcodeRuleBuilder, std::size(kAllOpcodes)>;
+
+OpcodeRuleTable MakeOpcodeRuleTable() {
+  const std::pair<HloOpcode, OpcodeRuleBuilder> entries[] = {
+      {HloOpcode::kCompare, ElementwiseOpRule},
+      {HloOpcode::kAllReduce, ElementwiseOpRule},
+      {HloOpcode::kCollectivePermute, ElementwiseOpRule},
+      {HloOpcode::kBroadcast, BroadcastRule},
+      {HloOpcode::kReduce, ReduceRule},
+      {HloOpcode::kTranspose, TransposeRule},
+      {HloOpcode::kReshape, ReshapeOpRule},
+      {HloOpcode::kDot, DotRule},
+      {HloOpcode::kConvolution, ConvolutionRule},
+      {HloOpcode::kDynamicSlice, DynamicSliceRule},
+      {HloOpcode::kDynamicUpdateSlice, DynamicSliceRule},
+      {HloOpcode::kConcatenate, ConcatenateRule},
+      {HloOpcode::kPad, PadRule},
+      {HloOpcode::kSlice, SliceRule},
+      {HloOpcode::kReverse, ReverseRule},
+      {HloOpcode::kSort, SortRule},
+      {HloOpcode::kTopK, TopKOpRule},
+      {HloOpcode::kReduceWindow, WindowRule},
+      {HloOpcode::kSelectAndScatter, WindowRule},
+      {HloOpcode::kBitcastConvert, BitcastConvertRule},
+      {HloOpcode::kGather, GatherRule},
+      {HloOpcode::kScatter, ScatterRule},
+      {HloOpcode::kAllGather, CollectiveRule},
+      {HloOpcode::kReduceScatter, CollectiveRule},
+      {HloOpcode::kAllToAll, CollectiveRule},
+      {HloOpcode::kRng, RngRule},
+      {HloOpcode::kRngBitGenerator, RngBitGeneratorRule},
+      {HloOpcode::kIota, ResultOnlyRule},
+      {HloOpcode::kConstant, ResultOnlyRule},
+      {HloOpcode::kCustomCall, CustomCallRule},
+  };
+  OpcodeRuleTable table{};
+  for (const auto& [op, builder] : entries) table[static_cast<size_t>(op)] = builder;
+  for (HloOpcode op : kAllOpcodes) {
+    if (IsElementwise(op)) table[static_cast<size_t>(op)] = ElementwiseOpRule;
+  }
+  return table;
 }
 
 }  // namespace
@@ -486,131 +659,11 @@ bool HasCustomCallRule(std::string_view target) {
   return Registry().count(std::string(target)) > 0;
 }
 
-void RegisterAttentionShardingRules();  // attention_sharding_rule.cc
-
 std::optional<OpShardingRule> GetOpShardingRule(const HloInstruction& instr) {
-  const HloOpcode op = instr.opcode();
-  const std::string opname(HloOpcodeString(op));
-  if (IsElementwise(op) || op == HloOpcode::kCompare || op == HloOpcode::kAllReduce ||
-      op == HloOpcode::kCollectivePermute) {
-    return ElementwiseRule(opname, instr.shape(), instr.operands());
-  }
-  switch (op) {
-    case HloOpcode::kBroadcast:
-      return BroadcastRule(instr);
-    case HloOpcode::kReduce:
-      return ReduceRule(instr);
-    case HloOpcode::kTranspose:
-      return TransposeRule(instr);
-    case HloOpcode::kReshape:
-      return ReshapeRule(instr.operand(0)->shape().dimensions(), instr.shape().dimensions());
-    case HloOpcode::kDot:
-      return DotRule(instr);
-    case HloOpcode::kConvolution:
-      return ConvolutionRule(instr);
-    case HloOpcode::kDynamicSlice:
-    case HloOpcode::kDynamicUpdateSlice:
-      return DynamicSliceRule(instr);
-    case HloOpcode::kConcatenate: {
-      std::vector<bool> moved(instr.shape().rank(), false);
-      moved.at(instr.dimensions().at(0)) = true;
-      return SameRankRule(instr, opname, moved, instr.operand_count());
-    }
-    case HloOpcode::kPad: {
-      std::vector<bool> moved;
-      for (const PadDim& p : instr.attrs().padding) {
-        moved.push_back(p.low != 0 || p.high != 0 || p.interior != 0);
-      }
-      return SameRankRule(instr, opname, moved, 1);
-    }
-    case HloOpcode::kSlice: {
-      std::vector<bool> moved;
-      const Shape& in = instr.operand(0)->shape();
-      for (size_t d = 0; d < instr.attrs().slice.size(); ++d) {
-        moved.push_back(instr.shape().dimensions(d) != in.dimensions(d));
-      }
-      return SameRankRule(instr, opname, moved, 1);
-    }
-    case HloOpcode::kReverse: {
-      std::vector<bool> moved(instr.shape().rank(), false);
-      for (int64_t d : instr.dimensions()) moved.at(d) = true;
-      return SameRankRule(instr, opname, moved, 1);
-    }
-    case HloOpcode::kSort: {
-      std::vector<bool> whole(instr.operand(0)->shape().rank(), false);
-      whole.at(instr.dimensions().at(0)) = true;
-      return DimwiseRule(instr, opname, whole);
-    }
-    case HloOpcode::kTopK: {
-      std::vector<bool> whole(instr.operand(0)->shape().rank(), false);
-      whole.back() = true;
-      return DimwiseRule(instr, opname, whole);
-    }
-    case HloOpcode::kReduceWindow:
-    case HloOpcode::kSelectAndScatter:
-      return DimwiseRule(instr, opname, WindowedDims(instr.attrs().window));
-    case HloOpcode::kBitcastConvert:
-      return BitcastConvertRule(instr);
-    case HloOpcode::kGather:
-      return GatherRule(instr);
-    case HloOpcode::kScatter:
-      if (instr.operand_count() < 3 || instr.operand_count() % 2 == 0) return std::nullopt;
-      return ScatterRule(instr);
-    case HloOpcode::kAllGather:
-    case HloOpcode::kReduceScatter:
-    case HloOpcode::kAllToAll:
-      if (!instr.shape().IsArray()) return std::nullopt;
-      return CollectiveRule(instr);
-    case HloOpcode::kRng: {  // each device draws its tile (spmd_partitioner_random.cc)
-      OpShardingRule rule;
-      rule.name = opname;
-      rule.results.push_back(FreshFactors(rule, instr.shape().dimensions()));
-      rule.operands.assign(instr.operand_count(), TensorFactors{});
-      return rule;
-    }
-    case HloOpcode::kRngBitGenerator: {  // the state whole, the bits split freely
-      if (!instr.shape().IsTuple() || instr.shape().tuple_shapes().size() != 2) {
-        return std::nullopt;
-      }
-      OpShardingRule rule;
-      rule.name = opname;
-      const TensorFactors state =
-          FreshFactors(rule, instr.operand(0)->shape().dimensions(), FactorKind::kNeedReplication);
-      rule.operands.push_back(state);
-      rule.results.push_back(state);
-      rule.results.push_back(FreshFactors(rule, instr.shape().tuple_shapes(1).dimensions()));
-      return rule;
-    }
-    case HloOpcode::kIota:
-    case HloOpcode::kConstant: {
-      if (!instr.shape().IsArray()) return std::nullopt;
-      OpShardingRule rule;
-      rule.name = opname;
-      rule.results.push_back(FreshFactors(rule, instr.shape().dimensions()));
-      return rule;
-    }
-    case HloOpcode::kCustomCall: {
-      const std::string& target = instr.attrs().custom_call_target;
-      if (target == "Sharding") return ElementwiseRule("Sharding", instr.shape(), instr.operands());
-      if (target == kTopKTarget) {
-        std::vector<bool> whole(instr.operand(0)->shape().rank(), false);
-        whole.back() = true;
-        return DimwiseRule(instr, target, whole);
-      }
-      static std::once_flag once;
-      std::call_once(once, RegisterAttentionShardingRules);
-      OpShardingRuleBuilder builder;
-      {
-        std::lock_guard<std::mutex> lock(RegistryMutex());
-        auto it = Registry().find(target);
-        if (it == Registry().end()) return std::nullopt;
-        builder = it->second;
-      }
-      return builder(instr);
-    }
-    default:
-      return std::nullopt;
-  }
+  static const OpcodeRuleTable table = MakeOpcodeRuleTable();
+  const OpcodeRuleBuilder builder = table[static_cast<size_t>(instr.opcode())];
+  if (builder == nullptr) return std::nullopt;
+  return builder(instr);
 }
 
 }  // namespace weft

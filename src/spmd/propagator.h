@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -25,6 +26,15 @@ struct DecisionSource {
   DecisionKind kind;
   const HloInstruction* source = nullptr;
   std::string_view rule;
+};
+
+// Operand `k` of `user`, `instr`, and the sharding `user` has or proposes:
+// what backward inference reads of one use.
+struct UserEdge {
+  const HloInstruction& instr;
+  const HloInstruction& user;
+  const HloSharding& user_sharding;
+  int64_t k;
 };
 
 class Propagator {
@@ -52,8 +62,23 @@ class Propagator {
   void ClearCache(Sweep& sweep, HloInstruction* hlo, HloInstruction* for_users);
   // While / call agreement after `instr` changed.
   void Agree(Sweep& sweep, HloInstruction* instr);
-  // One pass over a computation: shard groups, forward, backward. Each
-  // returns whether anything changed.
+  // What one sweep does at each instruction of a computation, in post order
+  // or (`reverse`) its reverse: `before` first, whatever the flags; then, for
+  // instructions it `applies` to (all when empty) and not `done`: a provided
+  // one's unspecified dims refined (levels above 0), any other inferred;
+  // what changes is agreed across calls and its neighbours look again.
+  struct SweepStep {
+    std::vector<char> Sweep::*done = nullptr;
+    bool reverse = false;
+    std::function<void(HloInstruction*)> before = {};
+    std::function<bool(const HloInstruction*)> applies = {};
+    std::function<bool(HloInstruction*)> refine_unspecified = {};
+    std::function<bool(HloInstruction*)> infer = {};
+  };
+  // Returns whether anything changed.
+  bool SweepOnce(Sweep& sweep, const std::vector<HloInstruction*>& order, int level,
+                 const SweepStep& step);
+  // The three sweeps over a computation: shard groups, forward, backward.
   bool SweepShardGroups(Sweep& sweep, const std::vector<HloInstruction*>& order, int level);
   bool SweepForward(Sweep& sweep, const std::vector<HloInstruction*>& order, int level);
   bool SweepBackward(Sweep& sweep, const std::vector<HloInstruction*>& order, int level);
@@ -89,6 +114,15 @@ class Propagator {
   std::optional<HloSharding> ShardingFromUser(const HloInstruction& instr,
                                               const HloInstruction& user,
                                               const HloSharding& user_sharding, int level);
+  // ShardingFromUser's steps for users with a rule: result leaf `leaf`'s
+  // sharding projected onto the operand; then per op, refined by the other
+  // operands where they are tied to it.
+  std::optional<HloSharding> ProjectFromUser(const UserEdge& edge, int64_t leaf = 0);
+  std::optional<HloSharding> DynamicSliceOperandFromUser(const UserEdge& edge);
+  std::optional<HloSharding> DotOperandFromUser(const UserEdge& edge, bool may_combine);
+  std::optional<HloSharding> ReduceInputFromUser(const UserEdge& edge);
+  // sort, topk, reduce-window, select-and-scatter, bitcast-convert, custom calls.
+  std::optional<HloSharding> RuleOperandFromUser(const UserEdge& edge, bool may_combine);
   bool RefineUnspecifiedFromOperand(HloInstruction* instr);
   bool RefineUnspecifiedFromUsers(HloInstruction* instr, int level);
 

@@ -466,79 +466,71 @@ void Propagator::Agree(Sweep& sweep, HloInstruction* instr) {
   }
 }
 
-bool Propagator::SweepShardGroups(Sweep& sweep, const std::vector<HloInstruction*>& order,
-                                  int level) {
+bool Propagator::SweepOnce(Sweep& sweep, const std::vector<HloInstruction*>& order, int level,
+                           const SweepStep& step) {
+  std::vector<char>& done = sweep.*step.done;
   bool changed = false;
-  for (HloInstruction* i : order) {
+  auto visit = [&](HloInstruction* i) {
+    if (step.before) step.before(i);
     const int32_t k = Index(i);
-    if (group_of_[k] < 0 || sweep.done_group[k]) continue;
+    if ((step.applies && !step.applies(i)) || done[k]) return;
     if (IsProvided(i)) {
-      if (level > 0 && UnspecifiedDims(i) && RefineUnspecifiedFromGroup(i)) {
+      // Only an annotation's unspecified dims may still be refined.
+      if (level > 0 && UnspecifiedDims(i) && step.refine_unspecified(i)) {
         ClearCache(sweep, i, i);
-        sweep.done_group[k] = 1;
+        done[k] = 1;
         changed = true;
       }
-      continue;
+      return;
     }
-    sweep.done_group[k] = 1;
-    if (InferFromShardGroup(i, level)) {
+    done[k] = 1;
+    if (step.infer(i)) {
       Agree(sweep, i);
       ClearCache(sweep, i, i);
       changed = true;
     }
+  };
+  if (step.reverse) {
+    for (auto it = order.rbegin(); it != order.rend(); ++it) visit(*it);
+  } else {
+    for (HloInstruction* i : order) visit(i);
   }
   return changed;
+}
+
+bool Propagator::SweepShardGroups(Sweep& sweep, const std::vector<HloInstruction*>& order,
+                                  int level) {
+  return SweepOnce(
+      sweep, order, level,
+      {.done = &Sweep::done_group,
+       .applies = [&](const HloInstruction* i) { return group_of_[Index(i)] >= 0; },
+       .refine_unspecified = [&](HloInstruction* i) { return RefineUnspecifiedFromGroup(i); },
+       .infer = [&](HloInstruction* i) { return InferFromShardGroup(i, level); }});
 }
 
 bool Propagator::SweepForward(Sweep& sweep, const std::vector<HloInstruction*>& order, int level) {
-  bool changed = false;
-  for (HloInstruction* i : order) {
-    const int32_t k = Index(i);
-    if (sweep.done_fwd[k]) continue;
-    if (IsProvided(i)) {
-      if (level > 0 && UnspecifiedDims(i) && RefineUnspecifiedFromOperand(i)) {
-        ClearCache(sweep, i, i);
-        sweep.done_fwd[k] = 1;
-        changed = true;
-      }
-      continue;
-    }
-    sweep.done_fwd[k] = 1;
-    if (InferFromOperands(i, level)) {
-      Agree(sweep, i);
-      ClearCache(sweep, i, i);
-      changed = true;
-    }
-  }
-  return changed;
+  return SweepOnce(
+      sweep, order, level,
+      {.done = &Sweep::done_fwd,
+       .refine_unspecified = [&](HloInstruction* i) { return RefineUnspecifiedFromOperand(i); },
+       .infer = [&](HloInstruction* i) { return InferFromOperands(i, level); }});
 }
 
 bool Propagator::SweepBackward(Sweep& sweep, const std::vector<HloInstruction*>& order, int level) {
-  bool changed = false;
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    HloInstruction* i = *it;
-    const int32_t k = Index(i);
+  // A manual region's edge not yet settled makes its operand look again.
+  auto reopen_edge_operand = [&](HloInstruction* i) {
     if ((IsCustomCall(*i, "SPMDFullToShardShape") || IsCustomCall(*i, "SPMDShardToFullShape")) &&
-        !sweep.done_bwd[k]) {
+        !sweep.done_bwd[Index(i)]) {
       sweep.done_bwd[Index(i->operand(0))] = 0;
     }
-    if (sweep.done_bwd[k]) continue;
-    if (IsProvided(i)) {
-      if (level > 0 && UnspecifiedDims(i) && RefineUnspecifiedFromUsers(i, level)) {
-        ClearCache(sweep, i, i);
-        sweep.done_bwd[k] = 1;
-        changed = true;
-      }
-      continue;
-    }
-    sweep.done_bwd[k] = 1;
-    if (InferFromUsers(i, level)) {
-      Agree(sweep, i);
-      ClearCache(sweep, i, i);
-      changed = true;
-    }
-  }
-  return changed;
+  };
+  return SweepOnce(sweep, order, level,
+                   {.done = &Sweep::done_bwd,
+                    .reverse = true,
+                    .before = reopen_edge_operand,
+                    .refine_unspecified =
+                        [&](HloInstruction* i) { return RefineUnspecifiedFromUsers(i, level); },
+                    .infer = [&](HloInstruction* i) { return InferFromUsers(i, level); }});
 }
 
 void Propagator::RunToFixPoint(int level) {

@@ -12,6 +12,17 @@ std::unique_ptr<HloModule> Parse(const std::string& body) {
   return ParseHloModule("HloModule m\n\nENTRY main {\n" + body + "}\n");
 }
 
+// An entry computation beside an f32 `add` reducer.
+std::unique_ptr<HloModule> ParseWithAdd(const std::string& body) {
+  return ParseHloModule(R"(HloModule m
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+ENTRY main {)" + body + "}\n");
+}
+
 TEST(OpShardingRuleTest, DotHasBatchFreeAndReductionFactors) {
   auto m = Parse(R"(
   a = f32[2,8,16] parameter(0)
@@ -91,21 +102,54 @@ TEST(OpShardingRuleTest, KindsForSliceLikeOps) {
   EXPECT_EQ(c->factor_kinds[c->results[0][0][0]], FactorKind::kPermutation);
 }
 
-TEST(OpShardingRuleTest, BroadcastAndReduce) {
-  auto m = ParseHloModule(R"(HloModule m
-
-add {
-  x = f32[] parameter(0)
-  y = f32[] parameter(1)
-  ROOT s = f32[] add(x, y)
+// The opcode registry: every elementwise op (and compare, all-reduce,
+// collective-permute) shares one set of factors among its same-shape
+// operands and result; pad, slice and reverse move elements along the dims
+// they change; iota and constants have a result only; structural ops have
+// no rule.
+TEST(OpShardingRuleTest, RegistryCoversOpsByOpcode) {
+  auto m = ParseWithAdd(R"(
+  p = f32[8,16] parameter(0)
+  q = f32[8,16] parameter(1)
+  z = f32[] constant(0)
+  cp = f32[8,16] copy(p)
+  cv = s32[8,16] convert(p)
+  cmp = pred[8,16] compare(p, q), direction=LT
+  sel = f32[8,16] select(cmp, p, q)
+  ar = f32[8,16] all-reduce(p), replica_groups={}, to_apply=add
+  io = s32[8,16] iota(), iota_dimension=0
+  pd = f32[10,16] pad(p, z), padding=1_1x0_0
+  sl = f32[4,16] slice(p), slice={[0:4], [0:16]}
+  rv = f32[8,16] reverse(p), dimensions={1}
+  t = (f32[8,16], f32[8,16]) tuple(p, q)
+  g = f32[8,16] get-tuple-element(t), index=0
+  ROOT r = (f32[8,16], s32[8,16], pred[8,16], f32[8,16], f32[8,16], s32[8,16], f32[10,16], f32[4,16], f32[8,16], f32[8,16]) tuple(cp, cv, cmp, sel, ar, io, pd, sl, rv, g)
+)");
+  auto text = [&](const char* name) {
+    auto rule = GetOpShardingRule(*m->entry_computation()->GetInstruction(name));
+    return rule ? rule->ToString() : std::string("none");
+  };
+  EXPECT_EQ(text("cp"), "copy: ([f0, f1]) -> ([f0, f1])");
+  EXPECT_EQ(text("cv"), "convert: ([f0, f1]) -> ([f0, f1])");
+  EXPECT_EQ(text("cmp"), "compare: ([f0, f1], [f0, f1]) -> ([f0, f1])");
+  EXPECT_EQ(text("sel"), "select: ([f0, f1], [f0, f1], [f0, f1]) -> ([f0, f1])");
+  EXPECT_EQ(text("ar"), "all-reduce: ([f0, f1]) -> ([f0, f1])");
+  EXPECT_EQ(text("io"), "iota: () -> ([f0, f1])");
+  EXPECT_EQ(text("z"), "constant: () -> ([])");
+  EXPECT_EQ(text("pd"), "pad: ([f0, f1], []) -> ([f0, f1]) {f0: permutation}");
+  EXPECT_EQ(text("sl"), "slice: ([f0, f1]) -> ([f0, f1]) {f0: permutation}");
+  EXPECT_EQ(text("rv"), "reverse: ([f0, f1]) -> ([f0, f1]) {f1: permutation}");
+  EXPECT_EQ(text("p"), "none");
+  EXPECT_EQ(text("t"), "none");
+  EXPECT_EQ(text("g"), "none");
 }
 
-ENTRY main {
+TEST(OpShardingRuleTest, BroadcastAndReduce) {
+  auto m = ParseWithAdd(R"(
   p = f32[8] parameter(0)
   b = f32[4,8] broadcast(p), dimensions={1}
   z = f32[] constant(0)
   ROOT r = f32[8] reduce(b, z), dimensions={0}, to_apply=add
-}
 )");
   auto b = GetOpShardingRule(*m->entry_computation()->GetInstruction("b"));
   EXPECT_EQ(b->ToString(), "broadcast: ([f1]) -> ([f0, f1])");
