@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "text_cursor.h"
+#include "weft/base/text_cursor.h"
 #include "weft/hlo/instruction.h"
 #include "weft/hlo/literal.h"
 

@@ -16,8 +16,12 @@ HloInstruction* HloComputationBuilder::AddInstruction(HloOpcode opcode,
                                                       std::vector<HloComputation*> called,
                                                       std::string name) {
   WEFT_CHECK(computation_ != nullptr, "builder already built its computation");
-  // Plain opcode names; the module makes them unique ("add", "add.1", ...).
-  if (name.empty()) name = std::string(HloOpcodeString(opcode));
+  // Opcode names, after the prefix; the module makes them unique ("add",
+  // "add.1", ...).
+  if (name.empty()) {
+    name = name_prefix_.empty() ? std::string(HloOpcodeString(opcode))
+                                : fmt::format("{}.{}", name_prefix_, HloOpcodeString(opcode));
+  }
   auto instr = HloInstruction::Create(opcode, std::move(shape), std::move(operands),
                                       std::move(attrs), std::move(called), std::move(name));
   try {

@@ -9,8 +9,8 @@
 #include <unordered_map>
 
 #include "attribute_text.h"
+#include "hlo_text_cursor.h"
 #include "opcode_attributes.h"
-#include "text_cursor.h"
 #include "weft/base/error.h"
 #include "weft/hlo/shape_inference.h"
 #include "weft/hlo/verifier.h"
@@ -19,7 +19,7 @@
 namespace weft {
 namespace {
 
-using hlo::TextCursor;
+using hlo::HloTextCursor;
 using Op = HloOpcode;
 
 // Whether an array laid out minor-to-major as `layout` (empty: the default)
@@ -251,7 +251,7 @@ class HloTextParser {
                                         std::move(attrs), {}, name);
     if (!declared) InferOmittedShape(*instr, at);
     instr->set_sharding(std::move(sharding));
-    instr->set_location(cur_.LocationOf(statement_at));
+    instr->set_location(cur_.SourceLocationOf(statement_at));
     HloInstruction* raw = computation->AddInstruction(std::move(instr));
     scope[name] = raw;
     if (!pending.names.empty()) {
@@ -623,7 +623,7 @@ class HloTextParser {
     }
   }
 
-  TextCursor cur_;
+  HloTextCursor cur_;
   std::unique_ptr<HloModule> module_;
   std::unordered_map<std::string, size_t> names_;  // name -> offset, current computation
   // Layouts other than row-major, by instruction name (current computation),
@@ -656,7 +656,7 @@ std::unique_ptr<HloModule> ParseHloModule(std::string_view text, const HloParseO
 }
 
 Shape ParseShape(std::string_view text) {
-  hlo::TextCursor cur(text, "");
+  HloTextCursor cur(text, "");
   Shape s = cur.ParseShape();
   if (!cur.AtEnd()) cur.Expected("end of shape");
   return s;

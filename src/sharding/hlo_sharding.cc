@@ -4,13 +4,12 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <cctype>
-#include <charconv>
 #include <functional>
 #include <numeric>
 #include <utility>
 
 #include "weft/base/algorithm.h"
+#include "weft/base/text_cursor.h"
 
 namespace weft {
 namespace {
@@ -405,142 +404,38 @@ namespace {
 class ShardingParser {
  public:
   ShardingParser(std::string_view text, size_t pos, const ShardingLimits& limits = {})
-      : text_(text), pos_(pos), limits_(limits) {}
-  size_t pos() const { return pos_; }
+      : cur_(text, ""), limits_(limits) {
+    cur_.set_pos(pos);
+  }
+  TextCursor& cursor() { return cur_; }
 
   // `in_tuple`: an element of a tuple sharding, which must be a leaf (tuple
   // shardings are flat); refused before descending, so deeply nested braces
   // cannot exhaust the stack.
   HloSharding ParseSharding(bool in_tuple = false) {
-    SkipSpace();
-    const size_t at = pos_;
-    Expect('{', "'{' to start a sharding");
-    SkipSpace();
-    if (Peek() == '{' || Peek() == '}') {
+    const size_t at = cur_.Mark();
+    cur_.Expect("{", "'{' to start a sharding");
+    if (cur_.Peek() == '{' || cur_.Peek() == '}') {
       if (in_tuple) {
-        FailAt(at,
-               "a leaf sharding: tuple shardings are flat (one leaf sharding per array in "
-               "the tuple shape), not nested");
+        cur_.ExpectedAt(at,
+                        "a leaf sharding: tuple shardings are flat (one leaf sharding per array "
+                        "in the tuple shape), not nested");
       }
       return ParseTupleRest();
     }
     return ParseLeafRest();
   }
 
-  void SkipSpace() {
-    while (pos_ < text_.size()) {
-      char c = text_[pos_];
-      if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
-        ++pos_;
-      } else if (text_.substr(pos_, 2) == "/*") {
-        size_t end = text_.find("*/", pos_ + 2);
-        if (end == std::string_view::npos) Fail("'*/' to close the comment");
-        pos_ = end + 2;
-      } else {
-        break;
-      }
-    }
-  }
-
-  [[noreturn]] void Fail(std::string_view expected) const { FailAt(pos_, expected); }
-  [[noreturn]] void FailAt(size_t at, std::string_view expected) const {
-    std::string found = at < text_.size() ? fmt::format("'{}'", Excerpt(at)) : "end of input";
-    throw ShardingSyntaxError(at, fmt::format("expected {}, found {}", expected, found));
-  }
-
  private:
-  char Peek() const { return pos_ < text_.size() ? text_[pos_] : '\0'; }
-
-  std::string Excerpt(size_t at) const {
-    size_t end = at;
-    while (end < text_.size() && end - at < 16 && text_[end] != '\n') ++end;
-    return std::string(text_.substr(at, std::max<size_t>(end - at, 1)));
-  }
-
-  void Expect(char c, std::string_view what) {
-    if (Peek() != c) Fail(what);
-    ++pos_;
-  }
-
-  bool ConsumeWord(std::string_view word) {
-    if (text_.substr(pos_, word.size()) != word) return false;
-    size_t end = pos_ + word.size();
-    if (end < text_.size() &&
-        (std::isalnum(static_cast<unsigned char>(text_[end])) || text_[end] == '_')) {
-      return false;
-    }
-    pos_ = end;
-    return true;
-  }
-
-  int64_t ParseInt(std::string_view what) {
-    size_t start = pos_;
-    if (Peek() == '-') ++pos_;
-    while (std::isdigit(static_cast<unsigned char>(Peek()))) ++pos_;
-    if (pos_ == start || (pos_ == start + 1 && text_[start] == '-')) {
-      pos_ = start;
-      Fail(what);
-    }
-    int64_t value = 0;
-    auto [ptr, ec] = std::from_chars(text_.data() + start, text_.data() + pos_, value);
-    if (ec != std::errc()) FailAt(start, "an integer that fits in 64 bits");
-    return value;
-  }
-
-  // `open` int (',' int)* `close`, e.g. [2,1,2] or (1,0).
-  std::vector<int64_t> ParseIntList(char open, char close, std::string_view what) {
-    Expect(open, fmt::format("'{}' to start {}", open, what));
-    std::vector<int64_t> values;
-    SkipSpace();
-    if (Peek() != close) {
-      while (true) {
-        SkipSpace();
-        values.push_back(ParseInt(fmt::format("an integer in {}", what)));
-        SkipSpace();
-        if (Peek() != ',') break;
-        ++pos_;
-      }
-    }
-    Expect(close, fmt::format("',' or '{}' in {}", close, what));
-    return values;
-  }
-
   HloSharding ParseTupleRest() {
     std::vector<HloSharding> elements;
-    if (Peek() != '}') {
-      while (true) {
+    if (cur_.Peek() != '}') {
+      do {
         elements.push_back(ParseSharding(/*in_tuple=*/true));
-        SkipSpace();
-        if (Peek() != ',') break;
-        ++pos_;
-        SkipSpace();
-      }
+      } while (cur_.TryConsume(","));
     }
-    Expect('}', "',' or '}' in tuple sharding");
+    cur_.Expect("}", "',' or '}' in tuple sharding");
     return HloSharding::Tuple(std::move(elements));
-  }
-
-  void SkipBalancedBraces() {
-    size_t start = pos_;
-    Expect('{', "'{'");
-    int depth = 1;
-    bool in_string = false;
-    while (pos_ < text_.size() && depth > 0) {
-      char c = text_[pos_++];
-      if (in_string) {
-        if (c == '\\')
-          ++pos_;
-        else if (c == '"')
-          in_string = false;
-      } else if (c == '"') {
-        in_string = true;
-      } else if (c == '{') {
-        ++depth;
-      } else if (c == '}') {
-        --depth;
-      }
-    }
-    if (depth > 0) FailAt(start, "a matching '}'");
   }
 
   HloSharding ParseLeafRest() {
@@ -551,70 +446,66 @@ class ShardingParser {
     bool last_tile_dim_replicate = false;
     std::optional<std::vector<SubgroupType>> last_tile_dims;
     std::optional<ShardGroup> group;
-    size_t tiles_at = pos_;
+    size_t tiles_at = cur_.Mark();
     auto set_kind = [&](LeafKind k, size_t at) {
       if (kind != LeafKind::kNone) {
-        FailAt(at, "a single sharding kind (replicated, manual, unknown, maximal, devices=)");
+        cur_.ExpectedAt(at,
+                        "a single sharding kind (replicated, manual, unknown, maximal, devices=)");
       }
       kind = k;
     };
-    while (true) {
-      SkipSpace();
-      const size_t at = pos_;
-      if (Peek() == '}') {
-        ++pos_;
-        break;
-      }
-      if (ConsumeWord("replicated")) {
+    while (!cur_.TryConsume("}")) {
+      const size_t at = cur_.Mark();
+      if (cur_.TryKeyword("replicated")) {
         set_kind(LeafKind::kReplicated, at);
-      } else if (ConsumeWord("manual")) {
+      } else if (cur_.TryKeyword("manual")) {
         set_kind(LeafKind::kManual, at);
-      } else if (ConsumeWord("unknown")) {
+      } else if (cur_.TryKeyword("unknown")) {
         set_kind(LeafKind::kUnknown, at);
-      } else if (ConsumeWord("maximal")) {
+      } else if (cur_.TryKeyword("maximal")) {
         set_kind(LeafKind::kMaximal, at);
-      } else if (ConsumeWord("device")) {
-        Expect('=', "'=' after device");
-        device = ParseInt("a device id after device=");
-      } else if (ConsumeWord("devices")) {
+      } else if (cur_.TryKeyword("device")) {
+        cur_.Expect("=", "'=' after device");
+        device = cur_.ParseInt("a device id after device=");
+      } else if (cur_.TryKeyword("devices")) {
         set_kind(LeafKind::kTiled, at);
         tiles_at = at;
-        Expect('=', "'=' after devices");
+        cur_.Expect("=", "'=' after devices");
         tiles = ParseTiles();
-      } else if (ConsumeWord("last_tile_dim_replicate")) {
+      } else if (cur_.TryKeyword("last_tile_dim_replicate")) {
         last_tile_dim_replicate = true;
-      } else if (ConsumeWord("last_tile_dims")) {
-        Expect('=', "'=' after last_tile_dims");
+      } else if (cur_.TryKeyword("last_tile_dims")) {
+        cur_.Expect("=", "'=' after last_tile_dims");
         last_tile_dims = ParseSubgroupTypes();
-      } else if (ConsumeWord("shard_as") || ConsumeWord("shard_like")) {
-        const bool as = text_.substr(at, 8) == "shard_as";
-        SkipSpace();
-        int64_t id = ParseInt("a shard group id");
-        group = as ? ShardGroup::As(id) : ShardGroup::Like(id);
-      } else if (ConsumeWord("metadata")) {
+      } else if (cur_.TryKeyword("shard_as")) {
+        group = ShardGroup::As(cur_.ParseInt("a shard group id"));
+      } else if (cur_.TryKeyword("shard_like")) {
+        group = ShardGroup::Like(cur_.ParseInt("a shard group id"));
+      } else if (cur_.TryKeyword("metadata")) {
         // Op metadata inside a sharding is informational only; dropped.
-        Expect('=', "'=' after metadata");
-        SkipBalancedBraces();
+        cur_.Expect("=", "'=' after metadata");
+        if (cur_.Peek() != '{') cur_.Expected("'{' to start the metadata");
+        cur_.ParseRawValue("the metadata");
       } else {
-        Fail(
+        cur_.Expected(
             "a sharding attribute (replicated, manual, unknown, maximal, device=, devices=, "
             "last_tile_dim_replicate, last_tile_dims=, shard_as, shard_like) or '}'");
       }
     }
     if (kind == LeafKind::kNone) {
-      FailAt(tiles_at, "a sharding kind (replicated, manual, unknown, maximal, devices=)");
+      cur_.ExpectedAt(tiles_at, "a sharding kind (replicated, manual, unknown, maximal, devices=)");
     }
     if (kind == LeafKind::kMaximal && !device) {
-      FailAt(tiles_at, "device=N in a maximal sharding");
+      cur_.ExpectedAt(tiles_at, "device=N in a maximal sharding");
     }
     if (kind != LeafKind::kMaximal && device) {
-      FailAt(tiles_at, "'maximal' with device=N (device= alone is not a sharding)");
+      cur_.ExpectedAt(tiles_at, "'maximal' with device=N (device= alone is not a sharding)");
     }
     if (kind != LeafKind::kTiled && (last_tile_dim_replicate || last_tile_dims)) {
-      FailAt(tiles_at, "devices=[...] before last_tile_dim_replicate/last_tile_dims");
+      cur_.ExpectedAt(tiles_at, "devices=[...] before last_tile_dim_replicate/last_tile_dims");
     }
     if (last_tile_dim_replicate && last_tile_dims) {
-      FailAt(tiles_at, "either last_tile_dim_replicate or last_tile_dims, not both");
+      cur_.ExpectedAt(tiles_at, "either last_tile_dim_replicate or last_tile_dims, not both");
     }
     HloSharding s;
     try {
@@ -640,76 +531,69 @@ class ShardingParser {
             s = HloSharding::Tile(std::move(*tiles));
           }
       }
-    } catch (const ShardingSyntaxError&) {
-      throw;
     } catch (const Error& e) {
-      throw ShardingSyntaxError(tiles_at, e.what());
+      cur_.FailAt(tiles_at, e.what());
     }
     return s.WithShardGroup(group);
   }
 
   TileAssignment ParseTiles() {
-    const size_t start = pos_;
-    std::vector<int64_t> dims = ParseIntList('[', ']', "the tile assignment dims");
-    if (dims.empty()) FailAt(start, "at least one tile assignment dim");
+    const size_t start = cur_.Mark();
+    std::vector<int64_t> dims = cur_.ParseIntList("the tile assignment dims", '[', ']');
+    if (dims.empty()) cur_.ExpectedAt(start, "at least one tile assignment dim");
     // The device count, against the limit, before any device is expanded.
     const bool positive = std::all_of(dims.begin(), dims.end(), [](int64_t d) { return d >= 1; });
     if (positive && !DeviceCountWithin(dims, limits_.max_devices)) {
-      throw ShardingSyntaxError(
-          start, fmt::format("tile assignment [{}] spans more than {} devices, {}",
-                             fmt::join(dims, ","), limits_.max_devices, limits_.why));
+      cur_.FailAt(start, fmt::format("tile assignment [{}] spans more than {} devices, {}",
+                                     fmt::join(dims, ","), limits_.max_devices, limits_.why));
     }
-    try {
-      if (text_.substr(pos_, 2) == "<=") {
-        pos_ += 2;
-        std::vector<int64_t> reshape = ParseIntList('[', ']', "the iota reshape dims");
-        std::vector<int64_t> perm(reshape.size());
-        std::iota(perm.begin(), perm.end(), 0);
-        if (Peek() == 'T') {
-          ++pos_;
-          perm = ParseIntList('(', ')', "the iota transpose");
-        }
+    if (cur_.TryConsume("<=")) {
+      std::vector<int64_t> reshape = cur_.ParseIntList("the iota reshape dims", '[', ']');
+      std::vector<int64_t> perm(reshape.size());
+      std::iota(perm.begin(), perm.end(), 0);
+      if (cur_.TryConsume("T")) perm = cur_.ParseIntList("the iota transpose", '(', ')');
+      return MakeTiles(start, [&] {
         return TileAssignment::Iota(std::move(dims), std::move(reshape), std::move(perm));
-      }
-      // XLA's dumps may break a long list anywhere, a line even starting with ','.
-      std::vector<int64_t> devices;
-      while (true) {
-        devices.push_back(ParseInt("a device id in the tile assignment"));
-        SkipSpace();
-        if (Peek() != ',') break;
-        ++pos_;
-        SkipSpace();
-      }
-      return TileAssignment(std::move(dims), std::move(devices));
-    } catch (const ShardingSyntaxError&) {
+      });
+    }
+    // XLA's dumps may break a long list anywhere, a line even starting with ','.
+    std::vector<int64_t> devices;
+    do {
+      devices.push_back(cur_.ParseInt("a device id in the tile assignment"));
+    } while (cur_.TryConsume(","));
+    return MakeTiles(start, [&] { return TileAssignment(std::move(dims), std::move(devices)); });
+  }
+
+  // make(), its refusal (repeated devices, a count that does not match the
+  // dims) a syntax error at the tile assignment.
+  template <typename Make>
+  TileAssignment MakeTiles(size_t start, Make make) {
+    try {
+      return make();
+    } catch (const TextError&) {
       throw;
     } catch (const Error& e) {
-      throw ShardingSyntaxError(start, e.what());
+      cur_.FailAt(start, e.what());
     }
   }
 
   std::vector<SubgroupType> ParseSubgroupTypes() {
-    Expect('{', "'{' to start last_tile_dims");
+    cur_.Expect("{", "'{' to start last_tile_dims");
     std::vector<SubgroupType> types;
-    while (true) {
-      SkipSpace();
-      if (ConsumeWord("manual")) {
+    do {
+      if (cur_.TryKeyword("manual")) {
         types.push_back(SubgroupType::kManual);
-      } else if (ConsumeWord("replicated")) {
+      } else if (cur_.TryKeyword("replicated")) {
         types.push_back(SubgroupType::kReplicated);
       } else {
-        Fail("'manual' or 'replicated' in last_tile_dims");
+        cur_.Expected("'manual' or 'replicated' in last_tile_dims");
       }
-      SkipSpace();
-      if (Peek() != ',') break;
-      ++pos_;
-    }
-    Expect('}', "',' or '}' in last_tile_dims");
+    } while (cur_.TryConsume(","));
+    cur_.Expect("}", "',' or '}' in last_tile_dims");
     return types;
   }
 
-  std::string_view text_;
-  size_t pos_;
+  TextCursor cur_;
   ShardingLimits limits_;
 };
 
@@ -717,21 +601,24 @@ class ShardingParser {
 
 HloSharding ParseHloShardingAt(std::string_view text, size_t* pos, const ShardingLimits& limits) {
   ShardingParser parser(text, *pos, limits);
-  HloSharding s = parser.ParseSharding();
-  *pos = parser.pos();
-  return s;
+  try {
+    HloSharding s = parser.ParseSharding();
+    *pos = parser.cursor().pos();
+    return s;
+  } catch (const TextError& e) {
+    throw ShardingSyntaxError(e.offset(), e.message());
+  }
 }
 
 HloSharding HloSharding::Parse(std::string_view text) {
   try {
     ShardingParser parser(text, 0);
     HloSharding s = parser.ParseSharding();
-    parser.SkipSpace();
-    if (parser.pos() != text.size()) parser.Fail("end of sharding after '}'");
+    if (!parser.cursor().AtEnd()) parser.cursor().Expected("end of sharding after '}'");
     return s;
-  } catch (const ShardingSyntaxError& e) {
+  } catch (const TextError& e) {
     throw ShardingSyntaxError(
-        e.offset(), fmt::format("sharding '{}' column {}: {}", text, e.offset() + 1, e.what()));
+        e.offset(), fmt::format("sharding '{}' column {}: {}", text, e.offset() + 1, e.message()));
   }
 }
 

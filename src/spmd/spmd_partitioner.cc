@@ -59,9 +59,7 @@ PartitionedValue ReshardAny(SpmdBuilder& b, const PartitionedValue& v, const Hlo
     if (v.hlo->opcode() == HloOpcode::kTuple) {
       element = v.hlo->operand(i);
     } else {
-      HloAttributes a;
-      a.tuple_index = i;
-      element = b.Add(HloOpcode::kGetTupleElement, {v.hlo}, std::move(a));
+      element = b.GetTupleElement(v.hlo, i);
     }
     PartitionedValue e{element, v.base.tuple_shapes(i), v.sharding.tuple_elements().at(i)};
     PartitionedValue r = Reshard(b, e, target.tuple_elements().at(i));
@@ -70,7 +68,7 @@ PartitionedValue ReshardAny(SpmdBuilder& b, const PartitionedValue& v, const Hlo
     shardings.push_back(r.sharding);
   }
   if (!changed) return PartitionedValue{v.hlo, v.base, target};
-  return PartitionedValue{b.Add(HloOpcode::kTuple, std::move(elements)), v.base,
+  return PartitionedValue{b.Tuple(std::move(elements)), v.base,
                           HloSharding::Tuple(std::move(shardings))};
 }
 
@@ -124,8 +122,8 @@ HloInstruction* EmitLike(ComputationPartitioner& p, const HloInstruction& instr,
                          std::vector<HloInstruction*> operands, Shape shape) {
   std::vector<HloComputation*> called;
   for (const HloComputation* c : instr.called_computations()) called.push_back(p.CloneCalled(c));
-  return p.b().Add(instr.opcode(), std::move(operands), instr.attrs(), std::move(shape),
-                   std::move(called));
+  return p.b().AddInstruction(instr.opcode(), std::move(operands), instr.attrs(), std::move(shape),
+                              std::move(called));
 }
 
 namespace {
@@ -170,8 +168,8 @@ PartitionedValue HandleWhile(ComputationPartitioner& p, const HloInstruction& in
   // The backend_config stays (a scan's structure, its offloaded state).
   HloAttributes attrs;
   attrs.backend_config = instr.attrs().backend_config;
-  HloInstruction* loop = p.b().Add(HloOpcode::kWhile, {init.hlo}, std::move(attrs),
-                                   init.hlo->shape(), {condition, body});
+  HloInstruction* loop = p.b().AddInstruction(HloOpcode::kWhile, {init.hlo}, std::move(attrs),
+                                              init.hlo->shape(), {condition, body});
   return PartitionedValue{loop, instr.shape(), sharding};
 }
 
@@ -194,8 +192,8 @@ PartitionedValue HandleConditional(ComputationPartitioner& p, const HloInstructi
   HloAttributes attrs;
   attrs.backend_config = instr.attrs().backend_config;
   HloInstruction* conditional =
-      p.b().Add(HloOpcode::kConditional, std::move(operands), std::move(attrs),
-                LocalShapeOf(instr.shape(), sharding), std::move(branches));
+      p.b().AddInstruction(HloOpcode::kConditional, std::move(operands), std::move(attrs),
+                           LocalShapeOf(instr.shape(), sharding), std::move(branches));
   return PartitionedValue{conditional, instr.shape(), sharding};
 }
 
@@ -250,7 +248,7 @@ PartitionedValue ComputationPartitioner::Partition(const HloInstruction& instr,
         elements.push_back(v.hlo);
         shardings.push_back(v.sharding);
       }
-      return PartitionedValue{b_.Add(HloOpcode::kTuple, std::move(elements)), instr.shape(),
+      return PartitionedValue{b_.Tuple(std::move(elements)), instr.shape(),
                               HloSharding::Tuple(std::move(shardings))};
     }
     case HloOpcode::kGetTupleElement: {
@@ -259,10 +257,8 @@ PartitionedValue ComputationPartitioner::Partition(const HloInstruction& instr,
       if (t.hlo->opcode() == HloOpcode::kTuple) {
         return PartitionedValue{t.hlo->operand(i), instr.shape(), t.sharding.tuple_elements()[i]};
       }
-      HloAttributes a;
-      a.tuple_index = i;
-      return PartitionedValue{b_.Add(HloOpcode::kGetTupleElement, {t.hlo}, std::move(a)),
-                              instr.shape(), t.sharding.tuple_elements().at(i)};
+      return PartitionedValue{b_.GetTupleElement(t.hlo, i), instr.shape(),
+                              t.sharding.tuple_elements().at(i)};
     }
     case HloOpcode::kWhile:
       return HandleWhile(*this, instr, sharding);

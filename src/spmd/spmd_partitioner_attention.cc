@@ -107,7 +107,7 @@ PartitionedValue HandleAttention(ComputationPartitioner& p, const HloInstruction
   }
   const Shape local_shape = result.IsTuple() ? Shape::Tuple(locals) : locals[0];
   HloInstruction* call =
-      b.Add(HloOpcode::kCustomCall, std::move(operands), std::move(attrs), local_shape);
+      b.AddInstruction(HloOpcode::kCustomCall, std::move(operands), std::move(attrs), local_shape);
   if (!result.IsTuple()) return PartitionedValue{call, result, shardings[0]};
   if (!backward || !split_sequence) {
     return PartitionedValue{call, result, HloSharding::Tuple(shardings)};
@@ -116,9 +116,7 @@ PartitionedValue HandleAttention(ComputationPartitioner& p, const HloInstruction
   const auto groups = GroupsAlongTileDims(q_target.tile_assignment(), {2});
   std::vector<HloInstruction*> elements;
   for (int64_t i = 0; i < 3; ++i) {
-    HloAttributes a;
-    a.tuple_index = i;
-    HloInstruction* element = b.Add(HloOpcode::kGetTupleElement, {call}, std::move(a));
+    HloInstruction* element = b.GetTupleElement(call, i);
     if (i == 0) {
       elements.push_back(element);
       continue;
@@ -136,8 +134,7 @@ PartitionedValue HandleAttention(ComputationPartitioner& p, const HloInstruction
     }
     elements.push_back(element);
   }
-  return PartitionedValue{b.Add(HloOpcode::kTuple, std::move(elements)), result,
-                          HloSharding::Tuple(shardings)};
+  return PartitionedValue{b.Tuple(std::move(elements)), result, HloSharding::Tuple(shardings)};
 }
 
 }  // namespace weft::spmd

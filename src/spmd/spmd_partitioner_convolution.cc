@@ -133,9 +133,7 @@ HloInstruction* ExchangeHalo(SpmdBuilder& b, HloInstruction* x, const Shape& lhs
   }
   HloInstruction* extended = x;
   if (parts.size() > 1) {
-    HloAttributes a;
-    a.dimensions = {dim};
-    extended = b.Add(HloOpcode::kConcatenate, std::move(parts), std::move(a));
+    extended = b.Concatenate(std::move(parts), dim);
   }
   // Zero what lies outside the input: the edges and uneven tiles' padding.
   const HloSharding::TileIndices table = sharding.TileIndexTable(n);
@@ -153,7 +151,7 @@ HloInstruction* ExchangeHalo(SpmdBuilder& b, HloInstruction* x, const Shape& lhs
       b.Compare(index, b.BroadcastScalar(b.S32Constant(0), dims), ComparisonDirection::kGe),
       b.Compare(index, b.BroadcastScalar(b.S32Constant(lhs.dimensions(dim)), dims),
                 ComparisonDirection::kLt));
-  HloInstruction* zero = b.ScalarConstant(x->shape().element_type(), 0);
+  HloInstruction* zero = b.ConstantScalar(x->shape().element_type(), 0);
   extended = b.Select(inside, extended, b.BroadcastScalar(zero, dims));
   // The part the device's window reads.
   if (std::all_of(offset.begin(), offset.end(), [&](int64_t o) { return o == offset[0]; })) {
@@ -222,7 +220,7 @@ HloInstruction* LocalConvolution(SpmdBuilder& b, const HloInstruction& instr, Hl
   }
   if (a.feature_group_count > 1) a.feature_group_count /= group_tiles;
   if (a.batch_group_count > 1) a.batch_group_count /= group_tiles;
-  return b.Add(HloOpcode::kConvolution, {lhs, rhs}, std::move(a), std::move(shape));
+  return b.AddInstruction(HloOpcode::kConvolution, {lhs, rhs}, std::move(a), std::move(shape));
 }
 
 // The halo plans of the spatial dims under the result tiling `out_tiles`;
@@ -354,8 +352,8 @@ PartitionedValue EmitContraction(ComputationPartitioner& p, const HloInstruction
   const PartitionedValue lhs = p.GetAs(instr.operand(0), plan.lhs_target);
   const PartitionedValue rhs = p.GetAs(instr.operand(1), plan.rhs_target);
   // Padding along the split features must add nothing: zero it on both.
-  HloInstruction* zero_l = b.ScalarConstant(lhs.base.element_type(), 0);
-  HloInstruction* zero_r = b.ScalarConstant(rhs.base.element_type(), 0);
+  HloInstruction* zero_l = b.ConstantScalar(lhs.base.element_type(), 0);
+  HloInstruction* zero_r = b.ConstantScalar(rhs.base.element_type(), 0);
   HloInstruction* l = MaskPadding(b, lhs, {cd.dn.input_feature_dimension}, zero_l);
   HloInstruction* r = MaskPadding(b, rhs, {cd.dn.kernel_input_feature_dimension}, zero_r);
   l = WithHalos(b, instr, cd, l, plan.lhs_target, plan.halos);

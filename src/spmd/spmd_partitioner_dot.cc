@@ -162,7 +162,7 @@ PartitionedValue EmitDriven(ComputationPartitioner& p, const HloInstruction& ins
       for (int64_t d : plan.split_contracting) {
         dims.push_back(s == driver ? d : dd.to_other[driver][d]);
       }
-      HloInstruction* zero = b.ScalarConstant(instr.operand(s)->shape().element_type(), 0);
+      HloInstruction* zero = b.ConstantScalar(instr.operand(s)->shape().element_type(), 0);
       locals[s] = MaskPadding(b, ops[s], dims, zero);
     }
   }

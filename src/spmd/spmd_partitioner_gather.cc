@@ -251,9 +251,9 @@ HloInstruction* ShiftIndicesIntoTile(SpmdBuilder& b, HloInstruction* indices, in
       const std::vector<int64_t>& dims = c->shape().dimensions();
       const int64_t local = operand.hlo->shape().dimensions(d);
       if (clamp) {  // as the whole gather clamps a one-wide slice's start
-        c = b.Binary(HloOpcode::kMaximum, c, b.BroadcastScalar(b.ScalarConstant(t, 0), dims));
+        c = b.Binary(HloOpcode::kMaximum, c, b.BroadcastScalar(b.ConstantScalar(t, 0), dims));
         c = b.Binary(HloOpcode::kMinimum, c,
-                     b.BroadcastScalar(b.ScalarConstant(t, operand.base.dimensions(d) - 1), dims));
+                     b.BroadcastScalar(b.ConstantScalar(t, operand.base.dimensions(d) - 1), dims));
       }
       std::vector<int64_t> offsets(b.num_partitions());
       const HloSharding::TileIndices table = operand.sharding.TileIndexTable(b.num_partitions());
@@ -264,8 +264,8 @@ HloInstruction* ShiftIndicesIntoTile(SpmdBuilder& b, HloInstruction* indices, in
       if (in_tile != nullptr) {
         HloInstruction* in = b.Binary(
             HloOpcode::kAnd,
-            b.Compare(c, b.BroadcastScalar(b.ScalarConstant(t, 0), dims), ComparisonDirection::kGe),
-            b.Compare(c, b.BroadcastScalar(b.ScalarConstant(t, local), dims),
+            b.Compare(c, b.BroadcastScalar(b.ConstantScalar(t, 0), dims), ComparisonDirection::kGe),
+            b.Compare(c, b.BroadcastScalar(b.ConstantScalar(t, local), dims),
                       ComparisonDirection::kLt));
         mask = mask == nullptr ? in : b.Binary(HloOpcode::kAnd, mask, in);
       }
@@ -284,9 +284,7 @@ HloInstruction* ShiftIndicesIntoTile(SpmdBuilder& b, HloInstruction* indices, in
   }
   if (!changed) return indices;
   if (components.size() == 1) return components[0];
-  HloAttributes a;
-  a.dimensions = {ivd};
-  return b.Add(HloOpcode::kConcatenate, std::move(components), std::move(a));
+  return b.Concatenate(std::move(components), ivd);
 }
 
 namespace {
@@ -381,7 +379,7 @@ PartitionedValue HandleGather(ComputationPartitioner& p, const HloInstruction& i
   }
   const Shape local = LocalShape(instr.shape(), plan->result);
   HloInstruction* rows =
-      b.Add(HloOpcode::kGather, {operand.hlo, local_indices}, std::move(attrs), local);
+      b.AddInstruction(HloOpcode::kGather, {operand.hlo, local_indices}, std::move(attrs), local);
   // Ids outside this device's tile contribute zero rows.
   std::vector<int64_t> batch_dims;
   for (int64_t d = 0; d < local.rank(); ++d) {
@@ -391,7 +389,7 @@ PartitionedValue HandleGather(ComputationPartitioner& p, const HloInstruction& i
     HloInstruction* mask = b.Broadcast(in_tile, local.dimensions(), batch_dims);
     rows =
         b.Select(mask, rows,
-                 b.BroadcastScalar(b.ScalarConstant(local.element_type(), 0), local.dimensions()));
+                 b.BroadcastScalar(b.ConstantScalar(local.element_type(), 0), local.dimensions()));
   }
   return PartitionedValue{EmitPartialSum(b, rows, plan->sum), instr.shape(), plan->sum.result};
 }

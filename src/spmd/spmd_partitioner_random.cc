@@ -38,7 +38,7 @@ PartitionedValue HandleRandom(ComputationPartitioner& p, const HloInstruction& i
   const HloSharding::TileIndices table = tiled.TileIndexTable(b.num_partitions());
   for (int64_t d = 0; d < value.rank(); ++d) {
     if (tiles[d] == 1) {
-      operands.push_back(b.ScalarConstant(PrimitiveType::kS64, 0));
+      operands.push_back(b.ConstantScalar(PrimitiveType::kS64, 0));
       continue;
     }
     std::vector<int64_t> starts(b.num_partitions());
@@ -50,7 +50,8 @@ PartitionedValue HandleRandom(ComputationPartitioner& p, const HloInstruction& i
   HloAttributes attrs = instr.attrs();
   attrs.backend_config = RngTileConfig(stream, value.dimensions());
   const Shape shape = is_rng ? local : Shape::Tuple({instr.shape().tuple_shapes(0), local});
-  HloInstruction* drawn = b.Add(instr.opcode(), std::move(operands), std::move(attrs), shape);
+  HloInstruction* drawn =
+      b.AddInstruction(instr.opcode(), std::move(operands), std::move(attrs), shape);
   return PartitionedValue{drawn, instr.shape(),
                           is_rng ? tiled : HloSharding::Tuple({HloSharding::Replicate(), tiled})};
 }

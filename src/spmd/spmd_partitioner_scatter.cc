@@ -238,7 +238,7 @@ PartitionedValue HandleScatter(ComputationPartitioner& p, const HloInstruction& 
 
   SpmdBuilder& b = p.b();
   const Shape local = LocalShape(instr.shape(), plan->operand);
-  HloInstruction* zero = b.ScalarConstant(local.element_type(), 0);
+  HloInstruction* zero = b.ConstantScalar(local.element_type(), 0);
   const bool zeros = IsZeros(instr.operand(0));
   const PartitionedValue operand =
       zeros ? PartitionedValue{b.BroadcastScalar(zero, local.dimensions()), instr.shape(),
@@ -254,7 +254,7 @@ PartitionedValue HandleScatter(ComputationPartitioner& p, const HloInstruction& 
   const int64_t past = *std::max_element(local.dimensions().begin(), local.dimensions().end());
   local_indices = MaskPadding(
       b, PartitionedValue{local_indices, indices.base, plan->indices}, sd->idx_batch,
-      b.ScalarConstant(local_indices->shape().element_type(), static_cast<double>(past)));
+      b.ConstantScalar(local_indices->shape().element_type(), static_cast<double>(past)));
   HloInstruction* into = operand.hlo;
   if (!zeros && (!plan->sum.scatters.empty() || !plan->sum.groups.empty())) {
     // The operand's values count once: on one device of each summing group

@@ -116,8 +116,9 @@ PartitionedValue HandleSliceLike(ComputationPartitioner& p, const HloInstruction
       const bool t = std::find(touched.begin(), touched.end(), d) != touched.end();
       local_attrs.slice.push_back(t ? a.slice[d] : SliceDim{0, local.dimensions(d), 1});
     }
-    return PartitionedValue{p.b().Add(HloOpcode::kSlice, operands, std::move(local_attrs)),
-                            instr.shape(), target};
+    return PartitionedValue{
+        p.b().AddInstruction(HloOpcode::kSlice, operands, std::move(local_attrs)), instr.shape(),
+        target};
   }
   return PartitionedValue{EmitLike(p, instr, std::move(operands), local), instr.shape(), target};
 }
@@ -135,9 +136,7 @@ std::vector<HloInstruction*> LocalStarts(ComputationPartitioner& p, const HloIns
     if (std::find(touched.begin(), touched.end(), d) != touched.end()) {
       starts.push_back(p.GetAs(index, HloSharding::Replicate()).hlo);
     } else {
-      HloAttributes a;
-      a.literal = Literal::Scalar(index->shape().element_type(), 0);
-      starts.push_back(p.b().Add(HloOpcode::kConstant, {}, std::move(a), index->shape()));
+      starts.push_back(p.b().ConstantScalar(index->shape().element_type(), 0));
     }
   }
   return starts;
@@ -174,10 +173,9 @@ PartitionedValue HandleDynamicUpdateSlice(ComputationPartitioner& p, const HloIn
   const HloSharding target = Unsplit(sharding, touched);
   PartitionedValue x = p.GetAs(instr.operand(0), target);
   PartitionedValue update = p.GetAs(instr.operand(1), target);
-  std::vector<HloInstruction*> operands = {x.hlo, update.hlo};
-  for (HloInstruction* s : LocalStarts(p, instr, 2, touched)) operands.push_back(s);
-  return PartitionedValue{p.b().Add(HloOpcode::kDynamicUpdateSlice, std::move(operands)),
-                          instr.shape(), target};
+  return PartitionedValue{
+      p.b().DynamicUpdateSlice(x.hlo, update.hlo, LocalStarts(p, instr, 2, touched)), instr.shape(),
+      target};
 }
 
 PartitionedValue HandleReduce(ComputationPartitioner& p, const HloInstruction& instr,

@@ -41,37 +41,7 @@ std::vector<int64_t> TilesPerDim(const HloSharding& sharding, int64_t rank) {
 // SpmdBuilder
 
 SpmdBuilder::SpmdBuilder(std::string name, PartitionContext* context)
-    : context_(context), builder_(std::move(name)) {}
-
-HloInstruction* SpmdBuilder::Add(HloOpcode opcode, std::vector<HloInstruction*> operands,
-                                 HloAttributes attrs, Shape shape,
-                                 std::vector<HloComputation*> called, std::string name) {
-  if (name.empty()) {
-    name = prefix_.empty() ? std::string(HloOpcodeString(opcode))
-                           : fmt::format("{}.{}", prefix_, HloOpcodeString(opcode));
-  }
-  return builder_.AddInstruction(opcode, std::move(operands), std::move(attrs), std::move(shape),
-                                 std::move(called), std::move(name));
-}
-
-HloInstruction* SpmdBuilder::Parameter(int64_t number, Shape shape, std::string name) {
-  HloAttributes a;
-  a.parameter_number = number;
-  return Add(HloOpcode::kParameter, {}, std::move(a), std::move(shape), {}, std::move(name));
-}
-
-HloInstruction* SpmdBuilder::ScalarConstant(PrimitiveType type, double value) {
-  HloAttributes a;
-  a.literal = Literal::Scalar(type, value);
-  return Add(HloOpcode::kConstant, {}, std::move(a), Shape::Scalar(type));
-}
-
-HloInstruction* SpmdBuilder::Broadcast(HloInstruction* x, std::vector<int64_t> dims,
-                                       std::vector<int64_t> mapping) {
-  HloAttributes a;
-  a.dimensions = std::move(mapping);
-  return Add(HloOpcode::kBroadcast, {x}, std::move(a), x->shape().WithDimensions(std::move(dims)));
-}
+    : HloComputationBuilder(std::move(name)), context_(context) {}
 
 HloInstruction* SpmdBuilder::BroadcastScalar(HloInstruction* scalar,
                                              const std::vector<int64_t>& dims) {
@@ -81,72 +51,37 @@ HloInstruction* SpmdBuilder::BroadcastScalar(HloInstruction* scalar,
 
 HloInstruction* SpmdBuilder::Reshape(HloInstruction* x, std::vector<int64_t> dims) {
   if (x->shape().dimensions() == dims) return x;
-  return Add(HloOpcode::kReshape, {x}, {}, x->shape().WithDimensions(std::move(dims)));
+  return HloComputationBuilder::Reshape(x, std::move(dims));
 }
 
 HloInstruction* SpmdBuilder::Transpose(HloInstruction* x, std::vector<int64_t> perm) {
   std::vector<int64_t> identity(perm.size());
   std::iota(identity.begin(), identity.end(), 0);
   if (perm == identity) return x;
-  HloAttributes a;
-  a.dimensions = std::move(perm);
-  return Add(HloOpcode::kTranspose, {x}, std::move(a));
+  return HloComputationBuilder::Transpose(x, std::move(perm));
 }
 
 HloInstruction* SpmdBuilder::Slice(HloInstruction* x, std::vector<int64_t> starts,
                                    std::vector<int64_t> limits) {
-  bool whole = true;
-  HloAttributes a;
-  for (size_t i = 0; i < starts.size(); ++i) {
-    a.slice.push_back({starts[i], limits[i], 1});
-    whole = whole && starts[i] == 0 && limits[i] == x->shape().dimensions(i);
+  bool whole = starts.size() == limits.size();
+  for (size_t i = 0; whole && i < starts.size(); ++i) {
+    whole = starts[i] == 0 && limits[i] == x->shape().dimensions(i);
   }
   if (whole) return x;
-  return Add(HloOpcode::kSlice, {x}, std::move(a));
-}
-
-HloInstruction* SpmdBuilder::PadHigh(HloInstruction* x, std::vector<int64_t> high, double value) {
-  if (std::all_of(high.begin(), high.end(), [](int64_t h) { return h == 0; })) return x;
-  HloAttributes a;
-  for (int64_t h : high) a.padding.push_back({0, h, 0});
-  HloInstruction* pad_value = ScalarConstant(x->shape().element_type(), value);
-  return Add(HloOpcode::kPad, {x, pad_value}, std::move(a));
-}
-
-HloInstruction* SpmdBuilder::DynamicSlice(HloInstruction* x, std::vector<HloInstruction*> starts,
-                                          std::vector<int64_t> sizes) {
-  HloAttributes a;
-  a.dynamic_slice_sizes = std::move(sizes);
-  std::vector<HloInstruction*> operands = {x};
-  operands.insert(operands.end(), starts.begin(), starts.end());
-  return Add(HloOpcode::kDynamicSlice, std::move(operands), std::move(a));
+  return HloComputationBuilder::Slice(x, std::move(starts), std::move(limits));
 }
 
 HloInstruction* SpmdBuilder::Convert(HloInstruction* x, PrimitiveType type) {
   if (x->shape().element_type() == type) return x;
-  return Add(HloOpcode::kConvert, {x}, {}, x->shape().WithElementType(type));
+  return HloComputationBuilder::Convert(x, type);
 }
 
-HloInstruction* SpmdBuilder::Binary(HloOpcode opcode, HloInstruction* a, HloInstruction* b) {
-  return Add(opcode, {a, b});
-}
-
-HloInstruction* SpmdBuilder::Compare(HloInstruction* a, HloInstruction* b,
-                                     ComparisonDirection direction) {
-  HloAttributes attrs;
-  attrs.comparison_direction = direction;
-  return Add(HloOpcode::kCompare, {a, b}, std::move(attrs));
-}
-
-HloInstruction* SpmdBuilder::Select(HloInstruction* pred, HloInstruction* on_true,
-                                    HloInstruction* on_false) {
-  return Add(HloOpcode::kSelect, {pred, on_true, on_false});
-}
-
-HloInstruction* SpmdBuilder::Iota(Shape shape, int64_t dimension) {
-  HloAttributes a;
-  a.iota_dimension = dimension;
-  return Add(HloOpcode::kIota, {}, std::move(a), std::move(shape));
+HloInstruction* SpmdBuilder::PadHigh(HloInstruction* x, std::vector<int64_t> high, double value) {
+  if (std::all_of(high.begin(), high.end(), [](int64_t h) { return h == 0; })) return x;
+  std::vector<PadDim> padding;
+  for (int64_t h : high) padding.push_back({0, h, 0});
+  HloInstruction* pad_value = ConstantScalar(x->shape().element_type(), value);
+  return Pad(x, pad_value, std::move(padding));
 }
 
 int64_t SpmdBuilder::num_partitions() const {
@@ -156,8 +91,8 @@ int64_t SpmdBuilder::num_partitions() const {
 
 HloInstruction* SpmdBuilder::PartitionIdS32() {
   if (partition_id_ == nullptr) {
-    HloInstruction* pid = Add(HloOpcode::kPartitionId, {}, {}, Shape::Scalar(PrimitiveType::kU32),
-                              {}, "partition-id");
+    HloInstruction* pid = AddInstruction(HloOpcode::kPartitionId, {}, {},
+                                         Shape::Scalar(PrimitiveType::kU32), {}, "partition-id");
     partition_id_ = Convert(pid, PrimitiveType::kS32);
   }
   const ManualGroups* groups = context_->manual_groups;
@@ -167,10 +102,10 @@ HloInstruction* SpmdBuilder::PartitionIdS32() {
     HloAttributes a;
     Shape table_shape(PrimitiveType::kS32, {static_cast<int64_t>(groups->local_id.size())});
     a.literal = Literal::FromInts(table_shape, groups->local_id);
-    HloInstruction* table =
-        Add(HloOpcode::kConstant, {}, std::move(a), table_shape, {}, "manual-group-local-ids");
-    local_id_ = Add(HloOpcode::kReshape, {DynamicSlice(table, {partition_id_}, {1})}, {},
-                    Shape::Scalar(PrimitiveType::kS32), {}, "manual-group-local-id");
+    HloInstruction* table = AddInstruction(HloOpcode::kConstant, {}, std::move(a), table_shape, {},
+                                           "manual-group-local-ids");
+    local_id_ = AddInstruction(HloOpcode::kReshape, {DynamicSlice(table, {partition_id_}, {1})}, {},
+                               Shape::Scalar(PrimitiveType::kS32), {}, "manual-group-local-id");
   }
   return local_id_;
 }
@@ -182,10 +117,8 @@ HloInstruction* SpmdBuilder::DeviceValue(const std::vector<int64_t>& values) {
   if (std::all_of(values.begin(), values.end(), [&](int64_t v) { return v == values[0]; })) {
     return S32Constant(values[0]);
   }
-  HloAttributes a;
-  Shape table_shape(PrimitiveType::kS32, {num_partitions()});
-  a.literal = Literal::FromInts(table_shape, values);
-  HloInstruction* table = Add(HloOpcode::kConstant, {}, std::move(a), table_shape);
+  HloInstruction* table =
+      Constant(Literal::FromInts(Shape(PrimitiveType::kS32, {num_partitions()}), values));
   HloInstruction* entry = DynamicSlice(table, {PartitionIdS32()}, {1});
   return Reshape(entry, {});
 }
@@ -223,20 +156,20 @@ HloInstruction* SpmdBuilder::AllGather(HloInstruction* x, int64_t dim,
                                        std::vector<std::vector<int64_t>> groups) {
   HloAttributes a = CollectiveAttrs(context_, std::move(groups));
   a.dimensions = {dim};
-  return Add(HloOpcode::kAllGather, {x}, std::move(a));
+  return AddInstruction(HloOpcode::kAllGather, {x}, std::move(a));
 }
 
 HloInstruction* SpmdBuilder::AllReduce(HloInstruction* x, HloComputation* reducer,
                                        std::vector<std::vector<int64_t>> groups) {
-  return Add(HloOpcode::kAllReduce, {x}, CollectiveAttrs(context_, std::move(groups)), Shape(),
-             {reducer});
+  return AddInstruction(HloOpcode::kAllReduce, {x}, CollectiveAttrs(context_, std::move(groups)),
+                        Shape(), {reducer});
 }
 
 HloInstruction* SpmdBuilder::ReduceScatter(HloInstruction* x, int64_t dim, HloComputation* reducer,
                                            std::vector<std::vector<int64_t>> groups) {
   HloAttributes a = CollectiveAttrs(context_, std::move(groups));
   a.dimensions = {dim};
-  return Add(HloOpcode::kReduceScatter, {x}, std::move(a), Shape(), {reducer});
+  return AddInstruction(HloOpcode::kReduceScatter, {x}, std::move(a), Shape(), {reducer});
 }
 
 HloInstruction* SpmdBuilder::AllToAll(HloInstruction* x, int64_t dim,
@@ -244,7 +177,7 @@ HloInstruction* SpmdBuilder::AllToAll(HloInstruction* x, int64_t dim,
   HloAttributes a = CollectiveAttrs(context_, std::move(groups));
   a.use_global_device_ids = false;  // all-to-all has no such mode; channel ids name partitions
   a.dimensions = {dim};
-  return Add(HloOpcode::kAllToAll, {x}, std::move(a));
+  return AddInstruction(HloOpcode::kAllToAll, {x}, std::move(a));
 }
 
 HloInstruction* SpmdBuilder::CollectivePermute(HloInstruction* x,
@@ -260,7 +193,7 @@ HloInstruction* SpmdBuilder::CollectivePermute(HloInstruction* x,
     a.source_target_pairs = std::move(pairs);
   }
   a.channel_id = context_->next_channel_id++;
-  return Add(HloOpcode::kCollectivePermute, {x}, std::move(a));
+  return AddInstruction(HloOpcode::kCollectivePermute, {x}, std::move(a));
 }
 
 HloComputation* SpmdBuilder::ScalarReducer(HloOpcode opcode, PrimitiveType type) {
@@ -271,10 +204,6 @@ HloComputation* SpmdBuilder::ScalarReducer(HloOpcode opcode, PrimitiveType type)
   HloComputation* reducer = module()->AddComputation(MakeScalarReduction(name, opcode, type));
   context_->reducers[key] = reducer;
   return reducer;
-}
-
-std::unique_ptr<HloComputation> SpmdBuilder::Build(HloInstruction* root) {
-  return builder_.Build(root);
 }
 
 // ---------------------------------------------------------------------------

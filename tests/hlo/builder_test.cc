@@ -106,6 +106,21 @@ TEST(BuilderTest, NamesAreUniqueAcrossTheModule) {
   }
 }
 
+TEST(BuilderTest, NamePrefixNamesUnnamedInstructions) {
+  HloComputationBuilder b("main");
+  HloInstruction* x = b.Parameter(0, Shape(F32, {4}), "x");
+  b.set_name_prefix("dot.3");
+  HloInstruction* neg = b.Unary(HloOpcode::kNegate, x);
+  HloInstruction* named = b.Add(neg, x);
+  HloInstruction* given = b.AddInstruction(HloOpcode::kCopy, {named}, {}, Shape(), {}, "kept");
+  b.set_name_prefix("");
+  HloInstruction* plain = b.Multiply(given, x);
+  EXPECT_EQ(neg->name(), "dot.3.negate");
+  EXPECT_EQ(named->name(), "dot.3.add");
+  EXPECT_EQ(given->name(), "kept");
+  EXPECT_EQ(plain->name(), "multiply");
+}
+
 TEST(BuilderTest, EveryOpKind) {
   HloModule module("ops");
   HloComputation* add = module.AddComputation(MakeScalarReduction("add", HloOpcode::kAdd, F32));

@@ -21,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "weft/hlo/computation.h"
@@ -33,7 +34,8 @@ class HloComputationBuilder {
 
   // Generic: adds `opcode` with the given operands and attributes. `shape` is
   // needed only where operands do not determine it (see InferHloShape);
-  // otherwise pass Shape() and it is inferred. `name` defaults to the opcode;
+  // otherwise pass Shape() and it is inferred. `name` defaults to the opcode,
+  // after the name prefix when one is set ("dot.1.all-gather");
   // HloModule::AddComputation makes names unique ("add", "add.1", ...).
   HloInstruction* AddInstruction(HloOpcode opcode, std::vector<HloInstruction*> operands,
                                  HloAttributes attrs = {}, Shape shape = Shape(),
@@ -110,6 +112,12 @@ class HloComputationBuilder {
                                     std::optional<int64_t> channel_id = std::nullopt);
   HloInstruction* PartitionId();
 
+  // Instructions added from now on without a name are named
+  // "<prefix>.<opcode>" (plain "<opcode>" when the prefix is empty), so that
+  // what a pass emits for one instruction reads as that instruction's
+  // lowering.
+  void set_name_prefix(std::string prefix) { name_prefix_ = std::move(prefix); }
+
   // The last instruction added (the default root).
   HloInstruction* last() const { return last_; }
   // Hands the computation over; `root` defaults to the last instruction.
@@ -119,6 +127,7 @@ class HloComputationBuilder {
  private:
   std::unique_ptr<HloComputation> computation_;
   HloInstruction* last_ = nullptr;
+  std::string name_prefix_;
 };
 
 // A scalar reduction computation `name(x, y) = op(x, y)` (add, maximum, ...),

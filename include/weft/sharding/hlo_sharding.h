@@ -181,10 +181,11 @@ struct ShardingLimits {
   std::string why = "the most devices weft supports";
 };
 
-// Parses one sharding starting at text[*pos] (leading whitespace and /*...*/
-// comments skipped) and advances *pos past its closing brace. Throws
-// ShardingSyntaxError (offset into `text`) on bad syntax, weft::Error on a
-// well-formed but invalid sharding (e.g. repeated device ids).
+// Parses one sharding starting at text[*pos] (leading whitespace and
+// comments skipped, as everywhere in HLO text: the sharding is read with the
+// HLO parser's lexer, weft::TextCursor) and advances *pos past its closing
+// brace. Throws ShardingSyntaxError (offset into `text`) on bad syntax and on
+// a well-formed but invalid sharding (e.g. repeated device ids).
 HloSharding ParseHloShardingAt(std::string_view text, size_t* pos,
                                const ShardingLimits& limits = {});
 

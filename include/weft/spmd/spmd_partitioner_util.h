@@ -88,10 +88,15 @@ struct PartitionContext {
   const ManualGroups* manual_groups = nullptr;
 };
 
-// Emits the instructions of one per-device computation. Every instruction is
-// named "<current instruction>.<opcode>" unless a name is given, so the
-// output reads as a lowering of the input.
-class SpmdBuilder {
+// Emits the instructions of one per-device computation: an
+// HloComputationBuilder (instructions are created, shape-inferred and named
+// by it; an unnamed one is "<current instruction>.<opcode>" once the
+// partitioner sets the name prefix, so the output reads as a lowering of the
+// input) plus what only the partitioner needs: the module-wide context, the
+// device-dependent values read through partition-id, collectives numbered by
+// the module's channel ids and confined to manual groups, shared scalar
+// reducers, and shape helpers that emit nothing when nothing would change.
+class SpmdBuilder : public HloComputationBuilder {
  public:
   SpmdBuilder(std::string name, PartitionContext* context);
 
@@ -100,34 +105,22 @@ class SpmdBuilder {
   // Devices the program being built runs over (a manual group's size
   // inside a partly manual region).
   int64_t num_partitions() const;
-  void set_name_prefix(std::string prefix) { prefix_ = std::move(prefix); }
 
-  // Generic add with shape inference (shape needed only where operands do not
-  // determine it, see InferHloShape).
-  HloInstruction* Add(HloOpcode opcode, std::vector<HloInstruction*> operands,
-                      HloAttributes attrs = {}, Shape shape = Shape(),
-                      std::vector<HloComputation*> called = {}, std::string name = "");
-
-  HloInstruction* Parameter(int64_t number, Shape shape, std::string name);
-  HloInstruction* ScalarConstant(PrimitiveType type, double value);
-  HloInstruction* S32Constant(int64_t value) { return ScalarConstant(PrimitiveType::kS32, value); }
-  HloInstruction* Broadcast(HloInstruction* x, std::vector<int64_t> dims,
-                            std::vector<int64_t> mapping);
-  // A scalar broadcast to `shape`'s dims (element type kept from x).
+  HloInstruction* S32Constant(int64_t value) {
+    return ConstantScalar(PrimitiveType::kS32, static_cast<double>(value));
+  }
+  // A scalar broadcast to `dims` (element type kept from the scalar); the
+  // scalar itself when `dims` is empty.
   HloInstruction* BroadcastScalar(HloInstruction* scalar, const std::vector<int64_t>& dims);
+  // HloComputationBuilder's Reshape, Transpose, Slice (unit strides) and
+  // Convert, except that they return `x` when it already is the result.
   HloInstruction* Reshape(HloInstruction* x, std::vector<int64_t> dims);
   HloInstruction* Transpose(HloInstruction* x, std::vector<int64_t> perm);
   HloInstruction* Slice(HloInstruction* x, std::vector<int64_t> starts,
                         std::vector<int64_t> limits);
+  HloInstruction* Convert(HloInstruction* x, PrimitiveType type);
   // Pads the high end of each dim with `value` (no-op if all zero).
   HloInstruction* PadHigh(HloInstruction* x, std::vector<int64_t> high, double value = 0);
-  HloInstruction* DynamicSlice(HloInstruction* x, std::vector<HloInstruction*> starts,
-                               std::vector<int64_t> sizes);
-  HloInstruction* Convert(HloInstruction* x, PrimitiveType type);
-  HloInstruction* Binary(HloOpcode opcode, HloInstruction* a, HloInstruction* b);
-  HloInstruction* Compare(HloInstruction* a, HloInstruction* b, ComparisonDirection direction);
-  HloInstruction* Select(HloInstruction* pred, HloInstruction* on_true, HloInstruction* on_false);
-  HloInstruction* Iota(Shape shape, int64_t dimension);
 
   // partition-id as s32 (one per computation); inside a partly manual
   // region, the device's local id in its manual group.
@@ -136,8 +129,10 @@ class SpmdBuilder {
   // else a constant table read with dynamic-slice at partition-id.
   HloInstruction* DeviceValue(const std::vector<int64_t>& values);
 
-  // Collectives (a fresh channel id each). Inside a partly manual region
-  // groups and pairs name local ids and are repeated in every manual group.
+  // Collectives (a fresh channel id each; in place of HloComputationBuilder's,
+  // which take the channel id and groups as given). Inside a partly manual
+  // region groups and pairs name local ids and are repeated in every manual
+  // group.
   HloInstruction* AllGather(HloInstruction* x, int64_t dim,
                             std::vector<std::vector<int64_t>> groups);
   HloInstruction* AllReduce(HloInstruction* x, HloComputation* reducer,
@@ -153,13 +148,8 @@ class SpmdBuilder {
   // module once and reused.
   HloComputation* ScalarReducer(HloOpcode opcode, PrimitiveType type);
 
-  // Hands the computation over (root = `root`).
-  std::unique_ptr<HloComputation> Build(HloInstruction* root);
-
  private:
   PartitionContext* context_;
-  std::string prefix_;
-  HloComputationBuilder builder_;
   HloInstruction* partition_id_ = nullptr;
   HloInstruction* local_id_ = nullptr;
 };

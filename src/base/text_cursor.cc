@@ -1,17 +1,15 @@
-#include "text_cursor.h"
+#include "weft/base/text_cursor.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
 #include <charconv>
-#include <cmath>
 #include <limits>
 
 #include "weft/base/error.h"
 
-namespace weft::hlo {
+namespace weft {
 namespace {
 
 bool IsNameStart(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
@@ -25,27 +23,28 @@ bool IsWordChar(char c) {
 }  // namespace
 
 TextCursor::TextCursor(std::string_view text, std::string source_name)
-    : text_(text), source_name_(std::move(source_name)) {
-  line_starts_.push_back(0);
-  for (size_t i = 0; i < text_.size(); ++i) {
-    if (text_[i] == '\n') line_starts_.push_back(i + 1);
-  }
-}
+    : text_(text), source_name_(std::move(source_name)) {}
 
-SourceLocation TextCursor::LocationOf(size_t offset) const {
+TextCursor::Location TextCursor::LocationOf(size_t offset) const {
+  if (line_starts_.empty()) {
+    line_starts_.push_back(0);
+    for (size_t i = 0; i < text_.size(); ++i) {
+      if (text_[i] == '\n') line_starts_.push_back(i + 1);
+    }
+  }
   auto it = std::upper_bound(line_starts_.begin(), line_starts_.end(), offset);
   const size_t line = it - line_starts_.begin();
   return {static_cast<int64_t>(line), static_cast<int64_t>(offset - line_starts_[line - 1] + 1)};
 }
 
 std::string TextCursor::Where(size_t offset) const {
-  SourceLocation loc = LocationOf(offset);
+  const Location loc = LocationOf(offset);
   if (source_name_.empty()) return fmt::format("{}:{}", loc.line, loc.col);
   return fmt::format("{}:{}:{}", source_name_, loc.line, loc.col);
 }
 
 void TextCursor::FailAt(size_t offset, std::string_view message) const {
-  throw Error(fmt::format("{}: {}", Where(offset), message));
+  throw TextError(offset, std::string(message), fmt::format("{}: {}", Where(offset), message));
 }
 
 std::string TextCursor::NextTokenText(size_t offset) const {
@@ -62,9 +61,11 @@ std::string TextCursor::NextTokenText(size_t offset) const {
   return fmt::format("'{}'", text_.substr(offset, end - offset));
 }
 
-void TextCursor::Expected(std::string_view what) const {
-  FailAt(pos_, fmt::format("expected {}, found {}", what, NextTokenText(pos_)));
+void TextCursor::ExpectedAt(size_t offset, std::string_view what) const {
+  FailAt(offset, fmt::format("expected {}, found {}", what, NextTokenText(offset)));
 }
+
+void TextCursor::Expected(std::string_view what) const { ExpectedAt(pos_, what); }
 
 void TextCursor::Skip() {
   while (pos_ < text_.size()) {
@@ -218,14 +219,15 @@ std::string TextCursor::ParseQuoted(std::string_view what) {
   return out;
 }
 
-std::vector<int64_t> TextCursor::ParseIntList(std::string_view what) {
-  Expect("{", fmt::format("'{{' to start {}", what));
+std::vector<int64_t> TextCursor::ParseIntList(std::string_view what, char open, char close) {
+  const std::string_view open_token(&open, 1), close_token(&close, 1);
+  Expect(open_token, fmt::format("'{}' to start {}", open, what));
   std::vector<int64_t> values;
-  if (TryConsume("}")) return values;
+  if (TryConsume(close_token)) return values;
   do {
     values.push_back(ParseInt(fmt::format("an integer in {}", what)));
   } while (TryConsume(","));
-  Expect("}", fmt::format("',' or '}}' in {}", what));
+  Expect(close_token, fmt::format("',' or '{}' in {}", close, what));
   return values;
 }
 
@@ -271,105 +273,4 @@ std::string TextCursor::ParseRawValue(std::string_view what) {
   return std::string(text_.substr(start, pos_ - start));
 }
 
-bool TextCursor::AtShape() {
-  Skip();
-  if (Peek() == '(') return true;
-  size_t end = pos_;
-  while (end < text_.size() && std::isalnum(static_cast<unsigned char>(text_[end]))) ++end;
-  return end < text_.size() && text_[end] == '[' && end > pos_;
-}
-
-Shape TextCursor::ParseShape() { return ParseShape(0); }
-
-Shape TextCursor::ParseShape(int depth) {
-  Skip();
-  const size_t shape_at = pos_;
-  if (TryConsume("(")) {
-    if (depth >= kMaxTupleNesting) {
-      FailAt(shape_at, fmt::format("tuple shapes nest more than {} deep; flatten the tuple",
-                                   kMaxTupleNesting));
-    }
-    std::vector<Shape> elements;
-    if (!TryConsume(")")) {
-      do {
-        elements.push_back(ParseShape(depth + 1));
-      } while (TryConsume(","));
-      Expect(")", "',' or ')' in a tuple shape");
-    }
-    try {
-      return Shape::Tuple(std::move(elements));
-    } catch (const Error& e) {
-      FailAt(shape_at, e.what());
-    }
-  }
-  const size_t type_at = pos_;
-  size_t end = pos_;
-  while (end < text_.size() && std::isalnum(static_cast<unsigned char>(text_[end]))) ++end;
-  if (end == pos_) Expected("a shape such as f32[4,8]");
-  const std::string_view type_name = text_.substr(pos_, end - pos_);
-  std::optional<PrimitiveType> type = PrimitiveTypeFromName(type_name);
-  if (!type) {
-    FailAt(type_at, fmt::format("unsupported element type '{}'; weft supports {}", type_name,
-                                SupportedPrimitiveTypeNames()));
-  }
-  pos_ = end;
-  if (pos_ >= text_.size() || text_[pos_] != '[') Expected("'[' after the element type");
-  ++pos_;
-  std::vector<int64_t> dims;
-  if (!TryConsume("]")) {
-    do {
-      Skip();
-      if (Peek() == '?' || text_.substr(pos_, 2) == "<=") {
-        FailAt(pos_, "dynamic dimensions are not supported; give every dimension a fixed size");
-      }
-      const size_t dim_at = pos_;
-      dims.push_back(ParseInt("a dimension size"));
-      if (dims.back() < 0) FailAt(dim_at, "dimension sizes must be >= 0");
-    } while (TryConsume(","));
-    Expect("]", "',' or ']' in the dimensions");
-  }
-  // Before anything uses the sizes: an element count or byte size that
-  // overflows int64 would wrap, and buffers would be allocated short.
-  if (std::optional<std::string> problem = ArrayShapeProblem(*type, dims)) {
-    FailAt(type_at, *problem);
-  }
-  // Optional layout, directly attached: {1,0}, {0,1}, {1,0:T(8,128)(2,1)S(1)}.
-  // Values do not depend on the layout (only bitcast would see it: the
-  // parser refuses one that changes it): a minor-to-major permutation of the
-  // dims is accepted with whatever tiling or memory space follows its ':',
-  // and kept only as last_layout().
-  last_layout_.clear();
-  if (pos_ < text_.size() && text_[pos_] == '{') {
-    const size_t layout_at = pos_;
-    ++pos_;
-    std::vector<int64_t> minor_to_major;
-    Skip();
-    while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) {
-      minor_to_major.push_back(ParseInt("a layout dimension"));
-      Skip();
-      if (!TryConsume(",")) break;
-      Skip();
-    }
-    const size_t close = text_.find('}', pos_);
-    if (close == std::string_view::npos) FailAt(layout_at, "unterminated layout");
-    const std::string_view layout = text_.substr(layout_at, close + 1 - layout_at);
-    std::vector<int64_t> sorted = minor_to_major;
-    std::sort(sorted.begin(), sorted.end());
-    bool permutation = minor_to_major.empty() || sorted.size() == dims.size();
-    for (size_t d = 0; permutation && d < sorted.size(); ++d) {
-      permutation = sorted[d] == static_cast<int64_t>(d);
-    }
-    if (!permutation || (Peek() != '}' && Peek() != ':')) {
-      FailAt(layout_at,
-             fmt::format("layout {} of {}[{}] is not a minor-to-major order of its {} "
-                         "dims (e.g. {{{}}})",
-                         layout, type_name, fmt::join(dims, ","), dims.size(),
-                         fmt::join(std::vector<int64_t>(sorted.rbegin(), sorted.rend()), ",")));
-    }
-    pos_ = close + 1;
-    last_layout_ = std::move(minor_to_major);
-  }
-  return Shape(*type, std::move(dims));
-}
-
-}  // namespace weft::hlo
+}  // namespace weft

@@ -1,10 +1,10 @@
-#include "text_cursor.h"
+#include "weft/base/text_cursor.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-namespace weft::hlo {
+namespace weft {
 namespace {
 
 TEST(TextCursorTest, LocationsAndComments) {
@@ -67,25 +67,38 @@ TEST(TextCursorTest, ExactIntegersAndWhatIsNotOne) {
   }
 }
 
-TEST(TextCursorTest, ShapesAndErrors) {
-  TextCursor cur("f32[2,3]{1,0} (s32[], pred[4]) u32[]", "");
-  EXPECT_TRUE(cur.AtShape());
-  EXPECT_EQ(cur.ParseShape().ToString(), "f32[2,3]");
-  EXPECT_EQ(cur.ParseShape().ToString(), "(s32[], pred[4])");
-  EXPECT_EQ(cur.ParseShape().ToString(), "u32[]");
-  TextCursor bad("x = f32[2]{0,1}", "");
-  bad.ParseName("n");
-  bad.Expect("=", "'='");
+TEST(TextCursorTest, IntListsInOtherBrackets) {
+  TextCursor cur("[2, 4] () (1,x)", "");
+  EXPECT_EQ(cur.ParseIntList("dims", '[', ']'), (std::vector<int64_t>{2, 4}));
+  EXPECT_TRUE(cur.ParseIntList("perm", '(', ')').empty());
   try {
-    bad.ParseShape();
+    cur.ParseIntList("the perm", '(', ')');
     FAIL();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("1:11: layout {0,1} of f32[2]"), std::string::npos)
-        << e.what();
+  } catch (const TextError& e) {
+    EXPECT_EQ(e.offset(), 13u);
+    EXPECT_EQ(e.message(), "expected an integer in the perm, found 'x'");
+    EXPECT_STREQ(e.what(), "1:14: expected an integer in the perm, found 'x'");
   }
   TextCursor big("99999999999999999999", "");
   EXPECT_THROW(big.ParseInt("n"), Error);
 }
 
+TEST(TextCursorTest, ErrorsAtAnEarlierOffset) {
+  TextCursor cur("ab\ncd ef", "g.txt");
+  cur.set_pos(3);
+  EXPECT_EQ(cur.ParseName("name"), "cd");
+  EXPECT_EQ(cur.LocationOf(3).line, 2);
+  EXPECT_EQ(cur.LocationOf(3).col, 1);
+  try {
+    cur.ExpectedAt(3, "a number");
+    FAIL();
+  } catch (const TextError& e) {
+    EXPECT_EQ(e.offset(), 3u);
+    EXPECT_STREQ(e.what(), "g.txt:2:1: expected a number, found 'cd'");
+  }
+  // The cursor has not moved.
+  EXPECT_EQ(cur.ParseName("name"), "ef");
+}
+
 }  // namespace
-}  // namespace weft::hlo
+}  // namespace weft

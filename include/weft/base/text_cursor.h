@@ -1,24 +1,44 @@
-// TextCursor: the lexing half of the HLO parser. Walks HLO text, skips
-// whitespace and comments, reads the small tokens HLO is made of, and throws
-// weft::Error messages of the form "<source>:line:col: expected X, found 'Y'".
-// Internal to src/hlo (the parser and its tests).
+// TextCursor: the lexer of weft's text formats (HLO modules, shardings).
+// Walks text, skips whitespace and comments, reads the small tokens those
+// formats are made of, and throws TextError messages of the form
+// "<source>:line:col: expected X, found 'Y'". The HLO parser adds shapes on
+// top of it (src/hlo/hlo_text_cursor.h); the sharding parser uses it as is.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
-#include "weft/hlo/instruction.h"
-#include "weft/hlo/shape.h"
+#include "weft/base/error.h"
 
-namespace weft::hlo {
+namespace weft {
+
+// A syntax error at `offset` bytes into a cursor's text. what() is the
+// message with its place ("f.hlo:3:7: expected ..."); message() is the
+// message alone, for callers that say where in their own words.
+class TextError : public Error {
+ public:
+  TextError(size_t offset, std::string message, const std::string& located)
+      : Error(located), offset_(offset), message_(std::move(message)) {}
+  size_t offset() const { return offset_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  size_t offset_;
+  std::string message_;
+};
 
 class TextCursor {
  public:
   // `source_name` prefixes messages ("model.hlo:3:7: ..."); may be empty.
   TextCursor(std::string_view text, std::string source_name);
+
+  struct Location {
+    int64_t line = 0, col = 0;  // both from 1
+  };
 
   std::string_view text() const { return text_; }
   size_t pos() const { return pos_; }
@@ -28,12 +48,17 @@ class TextCursor {
     return pos_;
   }
   void set_pos(size_t pos) { pos_ = pos; }
-  SourceLocation LocationOf(size_t offset) const;
+  // The lines are found on the first call, so a cursor that reads a piece of
+  // a large text (a sharding inside a module) costs nothing until it fails.
+  Location LocationOf(size_t offset) const;
   // "line:col" (with the source name when there is one).
   std::string Where(size_t offset) const;
 
+  // Throws TextError(offset, message).
   [[noreturn]] void FailAt(size_t offset, std::string_view message) const;
-  // "expected <what>, found '<next token>'" at the current position.
+  // "expected <what>, found '<token at offset>'".
+  [[noreturn]] void ExpectedAt(size_t offset, std::string_view what) const;
+  // ExpectedAt the current position.
   [[noreturn]] void Expected(std::string_view what) const;
 
   // Skips whitespace, // line comments and /* block */ comments.
@@ -64,8 +89,9 @@ class TextCursor {
   bool ParseBool(std::string_view what);
   // "..." with \" \\ \n \t escapes.
   std::string ParseQuoted(std::string_view what);
-  // {1,2,3} (possibly empty).
-  std::vector<int64_t> ParseIntList(std::string_view what);
+  // {1,2,3} (possibly empty); `open` and `close` give other brackets: [2,2],
+  // (1,0).
+  std::vector<int64_t> ParseIntList(std::string_view what, char open = '{', char close = '}');
   // A value kept verbatim: a balanced {...}, a "quoted" string, or a bare
   // token up to ',' / whitespace. Returns the exact text.
   std::string ParseRawValue(std::string_view what);
@@ -73,27 +99,13 @@ class TextCursor {
   // or npos.
   static size_t BalancedBracesEnd(std::string_view t, size_t at);
 
-  // f32[4,8]{1,0}, pred[], (f32[4], s32[]). A layout may be any
-  // minor-to-major order of the dims (values do not depend on it).
-  // Sizes that overflow int64 (ArrayShapeProblem) and tuples nested more
-  // than kMaxTupleNesting deep are errors at the shape's line:col.
-  Shape ParseShape();
-  // The minor-to-major order the last array shape parsed gave, or empty
-  // when it gave none (the default, {rank-1,...,0}).
-  const std::vector<int64_t>& last_layout() const { return last_layout_; }
-  static constexpr int kMaxTupleNesting = 64;
-  // True if a shape starts here: '(' or a type name directly followed by '['.
-  bool AtShape();
-
  private:
-  Shape ParseShape(int depth);
   std::string NextTokenText(size_t offset) const;
 
   std::string_view text_;
   std::string source_name_;
   size_t pos_ = 0;
-  std::vector<size_t> line_starts_;
-  std::vector<int64_t> last_layout_;
+  mutable std::vector<size_t> line_starts_;  // empty until LocationOf
 };
 
-}  // namespace weft::hlo
+}  // namespace weft
