@@ -65,7 +65,7 @@ std::vector<DeviceState> MakeStates(const StepProgram& program) {
         SavePiece& piece = state.pieces.emplace_back();
         piece.part = *suffix ? CheckpointPart::kOptimizer : CheckpointPart::kModel;
         piece.name = weights[k].name + suffix;
-        piece.global = TensorSpec{TensorDType::kF32, dims};
+        piece.global = TensorSpec{PrimitiveType::kF32, dims};
         piece.box = box;
         piece.data = static_cast<const std::byte*>(t.raw_data());
         piece.buffer_dims = t.dimensions();

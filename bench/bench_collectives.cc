@@ -20,7 +20,6 @@ namespace weft::bench {
 namespace {
 
 using runtime::Communicator;
-using runtime::DataType;
 using runtime::ReduceOp;
 
 enum class Op { kAllReduce, kAllGather, kReduceScatter };
@@ -90,13 +89,13 @@ double TimeOp(Communicator& comm, Op op, int64_t bytes) {
   auto call = [&] {
     switch (op) {
       case Op::kAllReduce:
-        comm.AllReduce(in, out, in_count, DataType::kF32, ReduceOp::kSum);
+        comm.AllReduce(in, out, in_count, PrimitiveType::kF32, ReduceOp::kSum);
         break;
       case Op::kAllGather:
-        comm.AllGather(in, out, in_count, DataType::kF32);
+        comm.AllGather(in, out, in_count, PrimitiveType::kF32);
         break;
       case Op::kReduceScatter:
-        comm.ReduceScatter(in, out, in_count, DataType::kF32, ReduceOp::kSum);
+        comm.ReduceScatter(in, out, in_count, PrimitiveType::kF32, ReduceOp::kSum);
         break;
     }
   };

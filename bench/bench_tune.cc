@@ -41,8 +41,7 @@ int RunTuneAttention(const TuneOptions& t) {
     bm.emplace(kernels::BlockMask::Create(mask, 1, 1, t.seq, t.seq));
     base.block_mask = &*bm;
   }
-  const auto dtype =
-      use_bf16 ? kernels::AttentionDtype::kBfloat16 : kernels::AttentionDtype::kFloat32;
+  const auto dtype = use_bf16 ? PrimitiveType::kBF16 : PrimitiveType::kF32;
   kernels::ConfigProblem problem = kernels::ConfigProblem::From(d, base, dtype);
   // The ISA the kernels will look the entry up under (bf16 calls have their own).
   problem.isa =

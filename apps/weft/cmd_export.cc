@@ -25,7 +25,7 @@ int RunExportHf(const ExportFlags& f) {
   WEFT_CHECK(f.dtype == "f32" || f.dtype == "bf16",
              "--dtype '{}': expected f32 (the checkpoint's float32 weights, exactly) or bf16",
              f.dtype);
-  o.dtype = f.dtype == "f32" ? TensorDType::kF32 : TensorDType::kBF16;
+  o.dtype = f.dtype == "f32" ? PrimitiveType::kF32 : PrimitiveType::kBF16;
   o.max_shard_bytes = ParseByteSize(f.max_shard_size, "--max-shard-size");
   ExportRunToHf(f.run_dir, f.out_dir, o);
   fmt::print("wrote {} (Hugging Face LlamaForCausalLM, {})\n", f.out_dir, f.dtype);

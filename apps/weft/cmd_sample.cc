@@ -40,8 +40,8 @@ void WriteWindowLogits(Sampler& sampler, const std::string& prompt, const std::s
   const int64_t n = std::min<int64_t>(ids.size(), sampler.config().seq_len);
   const std::vector<float> logits = sampler.WindowLogits(ids);
   const std::span<const int32_t> window = std::span<const int32_t>(ids).last(n);
-  WriteSafetensors(path, {{"tokens", HostTensor::I32({n}, window)},
-                          {"logits", HostTensor::F32({n, sampler.config().vocab_size}, logits)}});
+  WriteSafetensors(path, {{"tokens", I32Tensor({n}, window)},
+                          {"logits", F32Tensor({n, sampler.config().vocab_size}, logits)}});
 }
 
 int RunSample(const SampleFlags& f) {

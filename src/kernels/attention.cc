@@ -61,7 +61,7 @@ namespace {
 // The instruction set a call runs: the forced configuration's, else the
 // thread's default for the dtype (WEFT_ISA, ScopedIsa, or the widest
 // available; avx512bf16 only for bfloat16 calls).
-const simd::Primitives& SelectPrimitives(const AttentionOptions& options, AttentionDtype dtype) {
+const simd::Primitives& SelectPrimitives(const AttentionOptions& options, PrimitiveType dtype) {
   if (options.config && !options.config->isa.empty()) {
     const std::string& isa = options.config->isa;
     if (isa == "amx" || isa == "avx512bf16") simd::ScopedIsa check(isa.c_str());  // explains
@@ -76,16 +76,14 @@ const simd::Primitives& SelectPrimitives(const AttentionOptions& options, Attent
     }
     return *p;
   }
-  return dtype == AttentionDtype::kBfloat16 ? simd::GetBf16Primitives() : simd::GetPrimitives();
+  return dtype == PrimitiveType::kBF16 ? simd::GetBf16Primitives() : simd::GetPrimitives();
 }
 
 }  // namespace
 
-Problem::Problem(const AttentionDims& dims, const AttentionOptions& options, AttentionDtype dtype,
+Problem::Problem(const AttentionDims& dims, const AttentionOptions& options, PrimitiveType dtype,
                  bool backward)
-    : d(dims),
-      simd(SelectPrimitives(options, dtype)),
-      use_bf16(dtype == AttentionDtype::kBfloat16) {
+    : d(dims), simd(SelectPrimitives(options, dtype)), use_bf16(dtype == PrimitiveType::kBF16) {
   ValidateAttention(dims, options);
   scale = options.scale ? *options.scale : 1.0f / std::sqrt(static_cast<float>(d.head_dim));
   score_mod = options.score_mod;

@@ -283,7 +283,7 @@ void SplitBackward(const Problem& p, const BackwardOperands& x, const Bf16Operan
 template <typename T>
 void Backward(const AttentionDims& dims, const T* q, const T* k, const T* v, const T* out,
               const float* lse, const T* dout_in, const float* dlse,
-              const AttentionOptions& options, AttentionDtype dtype, T* dq, T* dk, T* dv) {
+              const AttentionOptions& options, PrimitiveType dtype, T* dq, T* dk, T* dv) {
   constexpr bool kBf16 = std::is_same_v<T, bf16>;
   Problem p(dims, options, dtype, /*backward=*/true);
   const AttentionDims& d = p.d;
@@ -385,14 +385,14 @@ void FlexAttentionBackward(const AttentionDims& dims, const float* q, const floa
                            const float* v, const float* out, const float* lse, const float* dout,
                            const float* dlse, const AttentionOptions& options, float* dq, float* dk,
                            float* dv) {
-  Backward(dims, q, k, v, out, lse, dout, dlse, options, AttentionDtype::kFloat32, dq, dk, dv);
+  Backward(dims, q, k, v, out, lse, dout, dlse, options, PrimitiveType::kF32, dq, dk, dv);
 }
 
 void FlexAttentionBackwardBf16(const AttentionDims& dims, const bf16* q, const bf16* k,
                                const bf16* v, const bf16* out, const float* lse, const bf16* dout,
                                const float* dlse, const AttentionOptions& options, bf16* dq,
                                bf16* dk, bf16* dv) {
-  Backward(dims, q, k, v, out, lse, dout, dlse, options, AttentionDtype::kBfloat16, dq, dk, dv);
+  Backward(dims, q, k, v, out, lse, dout, dlse, options, PrimitiveType::kBF16, dq, dk, dv);
 }
 
 }  // namespace weft::kernels

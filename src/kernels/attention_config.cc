@@ -107,8 +107,8 @@ std::vector<Candidate> MakeCandidates(const ConfigProblem& p, int64_t limit, boo
 
 }  // namespace
 
-const char* DtypeName(AttentionDtype dtype) {
-  return dtype == AttentionDtype::kBfloat16 ? "bf16" : "f32";
+void CheckAttentionType(PrimitiveType dtype) {
+  CheckSupportedType(dtype, {PrimitiveType::kF32, PrimitiveType::kBF16}, "attention");
 }
 
 const char* KernelName(AttentionKernel kernel) {
@@ -133,11 +133,12 @@ int64_t CacheLimitBytes() {
 }
 
 int64_t WorkingSetBytes(AttentionKernel kernel, const AttentionDims& d, TileSizes t,
-                        bool has_score_mod, AttentionDtype dtype) {
+                        bool has_score_mod, PrimitiveType dtype) {
   const int64_t m = t.block_m, n = t.block_n, np = simd::PadN(n);
   const int64_t dp = simd::PadN(d.head_dim), dvp = simd::PadN(d.value_dim);
   const int64_t f = sizeof(float);
-  if (dtype == AttentionDtype::kBfloat16) {
+  CheckAttentionType(dtype);
+  if (dtype == PrimitiveType::kBF16) {
     // GEMM operands in bf16 (pair-packed panels round their k rows up to
     // even: at most one extra row, counted).
     const int64_t h = 2, de = d.head_dim + 1, dve = d.value_dim + 1, me = m + 1, ne = n + 1;
@@ -189,7 +190,8 @@ int64_t WorkingSetBytes(AttentionKernel kernel, const AttentionDims& d, TileSize
 }
 
 ConfigProblem ConfigProblem::From(const AttentionDims& dims, const AttentionOptions& options,
-                                  AttentionDtype dtype) {
+                                  PrimitiveType dtype) {
+  CheckAttentionType(dtype);
   ConfigProblem p;
   p.dims = dims;
   p.dtype = dtype;

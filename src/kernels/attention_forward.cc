@@ -30,7 +30,7 @@ struct ForwardScratch {
 // statistics and O are float32 in both.
 template <typename T>
 void Forward(const AttentionDims& dims, const T* q, const T* k, const T* v,
-             const AttentionOptions& options, AttentionDtype dtype, T* out, float* lse) {
+             const AttentionOptions& options, PrimitiveType dtype, T* out, float* lse) {
   constexpr bool kBf16 = std::is_same_v<T, bf16>;
   Problem p(dims, options, dtype, /*backward=*/false);
   if constexpr (kBf16) {
@@ -144,13 +144,13 @@ void Forward(const AttentionDims& dims, const T* q, const T* k, const T* v,
 
 void FlexAttentionForward(const AttentionDims& dims, const float* q, const float* k, const float* v,
                           const AttentionOptions& options, float* out, float* lse) {
-  Forward(dims, q, k, v, options, AttentionDtype::kFloat32, out, lse);
+  Forward(dims, q, k, v, options, PrimitiveType::kF32, out, lse);
 }
 
 void FlexAttentionForwardBf16(const AttentionDims& dims, const bf16* q, const bf16* k,
                               const bf16* v, const AttentionOptions& options, bf16* out,
                               float* lse) {
-  Forward(dims, q, k, v, options, AttentionDtype::kBfloat16, out, lse);
+  Forward(dims, q, k, v, options, PrimitiveType::kBF16, out, lse);
 }
 
 }  // namespace weft::kernels

@@ -23,7 +23,7 @@ namespace weft::kernels::internal {
 // The forward (backward = false) or backward of one call: validates, then
 // chooses the kernel tiles (attention_config.h) and the instruction set.
 struct Problem {
-  Problem(const AttentionDims& dims, const AttentionOptions& options, AttentionDtype dtype,
+  Problem(const AttentionDims& dims, const AttentionOptions& options, PrimitiveType dtype,
           bool backward);
 
   AttentionDims d;

@@ -114,8 +114,9 @@ std::filesystem::path TuneCachePath() {
 }
 
 std::string TuneKey(const ConfigProblem& p) {
-  return fmt::format("{}|{}|{}|D{}|Dv{}|{}|S{}", GetCpuInfo().model_name, p.isa, DtypeName(p.dtype),
-                     p.dims.head_dim, p.dims.value_dim, p.MaskClass(), p.SizeBucket());
+  return fmt::format("{}|{}|{}|D{}|Dv{}|{}|S{}", GetCpuInfo().model_name, p.isa,
+                     PrimitiveTypeName(p.dtype), p.dims.head_dim, p.dims.value_dim, p.MaskClass(),
+                     p.SizeBucket());
 }
 
 std::optional<TuneEntry> LookupTuneEntry(const std::string& key) {

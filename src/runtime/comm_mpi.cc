@@ -151,7 +151,7 @@ void MpiCommunicator::Impl::AllReduce(const CollectiveCall& call) {
   // alltoallv brings it every member's copy of its chunk, in member order;
   // an allgatherv then shares the reduced chunks.
   const int64_t n = call.group_size(), p = call.position;
-  const int64_t esize = DataTypeSize(call.dtype), count = call.in_bytes / esize;
+  const int64_t esize = ByteWidth(call.dtype), count = call.in_bytes / esize;
   if (n == 1) {
     if (call.out != call.in) std::memcpy(call.out, call.in, call.in_bytes);
     return;
@@ -194,7 +194,7 @@ void MpiCommunicator::Impl::ReduceScatter(const CollectiveCall& call) {
   Wait(request, call, GroupPeers(call), nullptr);
   std::vector<const std::byte*> inputs(n);
   for (int64_t m = 0; m < n; ++m) inputs[m] = gathered + m * shard;
-  ReduceBuffers(call.dtype, call.op, inputs.data(), n, call.out, shard / DataTypeSize(call.dtype));
+  ReduceBuffers(call.dtype, call.op, inputs.data(), n, call.out, shard / ByteWidth(call.dtype));
 }
 
 void MpiCommunicator::Impl::AllToAll(const CollectiveCall& call) {

@@ -135,7 +135,7 @@ class ThreadCommunicator final : public Communicator {
   void Move(const CollectiveCall& call, std::byte* out) {
     const std::vector<int64_t>& members = call.members();
     const int64_t n = call.group_size(), p = call.position;
-    const int64_t esize = DataTypeSize(call.dtype);
+    const int64_t esize = ByteWidth(call.dtype);
     switch (call.kind) {
       case CollectiveKind::kAllReduce: {
         // This device reduces element chunk p and writes it to every member.

@@ -34,41 +34,12 @@ bool AllowsInPlace(CollectiveKind kind) {
 
 }  // namespace
 
-int64_t DataTypeSize(DataType dtype) {
-  switch (dtype) {
-    case DataType::kF32:
-    case DataType::kI32:
-      return 4;
-    case DataType::kBF16:
-    case DataType::kU16:
-      return 2;
-    case DataType::kI64:
-    case DataType::kF64:
-      return 8;
-    case DataType::kU8:
-      return 1;
-  }
-  FailInternal("unknown DataType {}", static_cast<int>(dtype));
-}
-
-std::string_view DataTypeName(DataType dtype) {
-  switch (dtype) {
-    case DataType::kF32:
-      return "f32";
-    case DataType::kBF16:
-      return "bf16";
-    case DataType::kI32:
-      return "s32";
-    case DataType::kI64:
-      return "s64";
-    case DataType::kU8:
-      return "u8";
-    case DataType::kF64:
-      return "f64";
-    case DataType::kU16:
-      return "u16";
-  }
-  return "?";
+void CheckCollectiveType(PrimitiveType dtype) {
+  CheckSupportedType(
+      dtype,
+      {PrimitiveType::kF32, PrimitiveType::kBF16, PrimitiveType::kF64, PrimitiveType::kS32,
+       PrimitiveType::kS64, PrimitiveType::kU16, PrimitiveType::kPred},
+      "a collective");
 }
 
 std::string_view ReduceOpName(ReduceOp op) {
@@ -167,15 +138,17 @@ int64_t CollectiveStats::TotalBytesSent() const {
 
 std::string CollectiveCall::Describe() const {
   const bool reduces = kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter;
-  std::string text = fmt::format("{} #{} ({}{}, {} bytes in", CollectiveKindName(kind), sequence,
-                                 reduces ? fmt::format("{} ", ReduceOpName(op)) : "",
-                                 DataTypeName(dtype), in_bytes);
+  const bool bytes_only = kind == CollectiveKind::kBarrier || kind == CollectiveKind::kVerifyHash;
+  std::string text =
+      fmt::format("{} #{} ({}{}{} bytes in", CollectiveKindName(kind), sequence,
+                  reduces ? fmt::format("{} ", ReduceOpName(op)) : "",
+                  bytes_only ? "" : fmt::format("{}, ", PrimitiveTypeName(dtype)), in_bytes);
   if (kind == CollectiveKind::kCollectivePermute) {
     text += ", pairs {";
     for (size_t i = 0; i < pairs.size(); ++i)
       text += fmt::format("{}{{{},{}}}", i ? "," : "", pairs[i].source, pairs[i].target);
     text += "}";
-  } else if (kind != CollectiveKind::kBarrier && kind != CollectiveKind::kVerifyHash) {
+  } else if (!bytes_only) {
     std::string g = ReplicaGroupsToString(groups);
     if (g.size() > 120) g = g.substr(0, 117) + "...";
     text += ", groups " + g;
@@ -193,7 +166,7 @@ int64_t Communicator::GroupSize(const ReplicaGroups& groups) const {
                ReplicaGroupsToString(groups));
 }
 
-CollectiveCall Communicator::Prepare(CollectiveKind kind, DataType dtype, ReduceOp op,
+CollectiveCall Communicator::Prepare(CollectiveKind kind, PrimitiveType dtype, ReduceOp op,
                                      const void* in, void* out, int64_t in_count,
                                      const ReplicaGroups& groups) {
   CollectiveCall call;
@@ -205,7 +178,8 @@ CollectiveCall Communicator::Prepare(CollectiveKind kind, DataType dtype, Reduce
   call.sequence = sequence_ + 1;
   const std::string_view name = CollectiveKindName(kind);
   WEFT_INTERNAL_CHECK(in_count >= 0, "{}: element count {} is negative", name, in_count);
-  call.in_bytes = in_count * DataTypeSize(dtype);
+  CheckCollectiveType(dtype);
+  call.in_bytes = in_count * ByteWidth(dtype);
   call.groups = NormalizeReplicaGroups(groups, num_devices());
   for (size_t g = 0; g < call.groups.size(); ++g) {
     for (size_t i = 0; i < call.groups[g].size(); ++i) {
@@ -272,33 +246,33 @@ void Communicator::Finish(CollectiveCall& call) {
   stats_.bytes_sent[k] += CollectiveBytesSent(call.kind, n, call.in_bytes);
 }
 
-void Communicator::AllReduce(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
-                             const ReplicaGroups& groups) {
+void Communicator::AllReduce(const void* in, void* out, int64_t count, PrimitiveType dtype,
+                             ReduceOp op, const ReplicaGroups& groups) {
   CollectiveCall call = Prepare(CollectiveKind::kAllReduce, dtype, op, in, out, count, groups);
   Finish(call);
 }
 
-void Communicator::AllGather(const void* in, void* out, int64_t count, DataType dtype,
+void Communicator::AllGather(const void* in, void* out, int64_t count, PrimitiveType dtype,
                              const ReplicaGroups& groups) {
   CollectiveCall call =
       Prepare(CollectiveKind::kAllGather, dtype, ReduceOp::kSum, in, out, count, groups);
   Finish(call);
 }
 
-void Communicator::ReduceScatter(const void* in, void* out, int64_t count, DataType dtype,
+void Communicator::ReduceScatter(const void* in, void* out, int64_t count, PrimitiveType dtype,
                                  ReduceOp op, const ReplicaGroups& groups) {
   CollectiveCall call = Prepare(CollectiveKind::kReduceScatter, dtype, op, in, out, count, groups);
   Finish(call);
 }
 
-void Communicator::AllToAll(const void* in, void* out, int64_t count, DataType dtype,
+void Communicator::AllToAll(const void* in, void* out, int64_t count, PrimitiveType dtype,
                             const ReplicaGroups& groups) {
   CollectiveCall call =
       Prepare(CollectiveKind::kAllToAll, dtype, ReduceOp::kSum, in, out, count, groups);
   Finish(call);
 }
 
-void Communicator::CollectivePermute(const void* in, void* out, int64_t count, DataType dtype,
+void Communicator::CollectivePermute(const void* in, void* out, int64_t count, PrimitiveType dtype,
                                      const std::vector<SourceTargetPair>& pairs) {
   CollectiveCall call =
       Prepare(CollectiveKind::kCollectivePermute, dtype, ReduceOp::kSum, in, out, count, {});
@@ -323,15 +297,15 @@ void Communicator::CollectivePermute(const void* in, void* out, int64_t count, D
 }
 
 void Communicator::Barrier() {
-  CollectiveCall call =
-      Prepare(CollectiveKind::kBarrier, DataType::kU8, ReduceOp::kSum, nullptr, nullptr, 0, {});
+  CollectiveCall call = Prepare(CollectiveKind::kBarrier, PrimitiveType::kPred, ReduceOp::kSum,
+                                nullptr, nullptr, 0, {});
   Finish(call);
 }
 
 void Communicator::VerifySameHash(uint64_t hash, const std::string& what) {
   std::vector<uint64_t> hashes(num_devices());
-  CollectiveCall call = Prepare(CollectiveKind::kVerifyHash, DataType::kU8, ReduceOp::kSum, &hash,
-                                hashes.data(), sizeof(hash), {});
+  CollectiveCall call = Prepare(CollectiveKind::kVerifyHash, PrimitiveType::kPred, ReduceOp::kSum,
+                                &hash, hashes.data(), sizeof(hash), {});
   Finish(call);
   bool same = true;
   for (uint64_t h : hashes) same = same && h == hashes[0];

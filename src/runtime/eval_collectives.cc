@@ -37,27 +37,26 @@ class SelfCommunicator final : public Communicator {
   }
 };
 
-DataType CommType(PrimitiveType t, bool reduces) {
+// The type a collective of `t` travels as: the communicator's own types as
+// they are, u32 and u64 as s32 and s64 (the same bits; sums wrap alike), f16
+// as 2-byte words (moved, never reduced).
+PrimitiveType CommType(PrimitiveType t, bool reduces) {
   switch (t) {
     case PrimitiveType::kF32:
-      return DataType::kF32;
     case PrimitiveType::kBF16:
-      return DataType::kBF16;
+    case PrimitiveType::kF64:
+    case PrimitiveType::kS32:
+    case PrimitiveType::kS64:
+    case PrimitiveType::kU16:
+    case PrimitiveType::kPred:
+      return t;
     case PrimitiveType::kF16:
       WEFT_CHECK(!reduces, "reductions of f16 are not supported; convert to f32 or bf16");
-      return DataType::kBF16;  // moved as 2-byte words
-    case PrimitiveType::kS32:
+      return PrimitiveType::kBF16;
     case PrimitiveType::kU32:
-      return DataType::kI32;
-    case PrimitiveType::kS64:
+      return PrimitiveType::kS32;
     case PrimitiveType::kU64:
-      return DataType::kI64;
-    case PrimitiveType::kF64:
-      return DataType::kF64;
-    case PrimitiveType::kU16:
-      return DataType::kU16;
-    case PrimitiveType::kPred:
-      return DataType::kU8;
+      return PrimitiveType::kS64;
     default:
       Fail("collectives of {} are not supported", PrimitiveTypeName(t));
   }
@@ -181,7 +180,7 @@ Value AllGather(const HloInstruction& instr, EvalArgs& args, const ReplicaGroups
   const int64_t n = comm.GroupSize(groups);
   const int64_t d = instr.dimensions()[0];
   HostTensor out = args.ctx().Allocate(instr.shape());
-  const DataType dtype = CommType(x.element_type(), false);
+  const PrimitiveType dtype = CommType(x.element_type(), false);
   const int64_t outer = Outer(x.shape(), d);
   if (outer == 1) {
     comm.AllGather(x.raw_data(), out.mutable_raw_data(), x.element_count(), dtype, groups);
@@ -219,7 +218,7 @@ Value AllToAll(const HloInstruction& instr, EvalArgs& args, const ReplicaGroups&
   Communicator& comm = args.ctx().comm();
   const int64_t n = comm.GroupSize(groups);
   const int64_t d = instr.dimensions()[0];
-  const DataType dtype = CommType(x.element_type(), false);
+  const PrimitiveType dtype = CommType(x.element_type(), false);
   const int64_t outer = Outer(x.shape(), d);
   HostTensor out = args.ctx().Allocate(instr.shape());
   if (outer == 1) {

@@ -88,31 +88,34 @@ uint16_t FloatToBf16(float value) {
   return static_cast<uint16_t>((bits + rounding) >> 16);
 }
 
-void ReduceBuffers(DataType dtype, ReduceOp op, const std::byte* const* inputs, int64_t n,
+void ReduceBuffers(PrimitiveType dtype, ReduceOp op, const std::byte* const* inputs, int64_t n,
                    std::byte* out, int64_t count) {
   if (count <= 0) return;
   WEFT_CHECK(n >= 1, "ReduceBuffers needs at least one input");
   switch (dtype) {
-    case DataType::kF32: {
+    case PrimitiveType::kF32: {
       auto same = [](float v) { return v; };
       return ReduceWithOp<float, float>(op, inputs, n, out, count, same, same);
     }
-    case DataType::kBF16:
+    case PrimitiveType::kBF16:
       return ReduceWithOp<uint16_t, float>(op, inputs, n, out, count, Bf16ToFloat, FloatToBf16);
-    case DataType::kI32:
+    case PrimitiveType::kS32:
       return ReduceInteger<int32_t>(op, inputs, n, out, count);
-    case DataType::kI64:
+    case PrimitiveType::kS64:
       return ReduceInteger<int64_t>(op, inputs, n, out, count);
-    case DataType::kU8: {
+    case PrimitiveType::kPred: {
       auto same = [](uint8_t v) { return v; };
       return ReduceWithOp<uint8_t, uint8_t>(op, inputs, n, out, count, same, same);
     }
-    case DataType::kF64: {
+    case PrimitiveType::kF64: {
       auto same = [](double v) { return v; };
       return ReduceWithOp<double, double>(op, inputs, n, out, count, same, same);
     }
-    case DataType::kU16:
+    case PrimitiveType::kU16:
       return ReduceInteger<uint16_t>(op, inputs, n, out, count);
+    default:
+      CheckCollectiveType(dtype);
+      FailInternal("ReduceBuffers has no reduction for {}", PrimitiveTypeName(dtype));
   }
 }
 

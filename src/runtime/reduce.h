@@ -13,7 +13,7 @@ namespace weft::runtime {
 // left to right. Floats: float32 arithmetic; bfloat16 accumulates in float32
 // and rounds once to nearest-even at the end; max/min propagate NaN.
 // Integers wrap on overflow. `out` may equal one of the inputs exactly.
-void ReduceBuffers(DataType dtype, ReduceOp op, const std::byte* const* inputs, int64_t n,
+void ReduceBuffers(PrimitiveType dtype, ReduceOp op, const std::byte* const* inputs, int64_t n,
                    std::byte* out, int64_t count);
 
 // bfloat16 <-> float32 (round to nearest even; NaN stays NaN).

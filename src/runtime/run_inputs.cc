@@ -65,7 +65,7 @@ HostTensor GatherTensor(const HostTensor& piece, const HloSharding& sharding,
   const int64_t n = comm.num_devices();
   const int64_t bytes = piece.byte_size();
   std::vector<std::byte> all(static_cast<size_t>(bytes * n));
-  comm.AllGather(piece.raw_data(), all.data(), bytes, DataType::kU8);
+  comm.AllGather(piece.raw_data(), all.data(), bytes, PrimitiveType::kPred);
   std::vector<HostTensor> pieces;
   for (int64_t d = 0; d < n; ++d) {
     HostTensor t = HostTensor::Uninitialized(piece.shape());

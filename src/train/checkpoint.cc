@@ -272,7 +272,7 @@ std::string WrittenJson(const std::vector<WrittenSlice>& written,
     Json entry = SliceJson(w.slice);
     entry["part"] = CheckpointPartName(w.part);
     entry["name"] = w.name;
-    entry["dtype"] = TensorDTypeName(w.global.dtype);
+    entry["dtype"] = SafetensorsDTypeName(w.global.dtype);
     entry["shape"] = w.global.shape;
     slices.push_back(std::move(entry));
   }
@@ -301,7 +301,7 @@ std::string IndexJson(const CheckpointIndex& index, const std::map<std::string, 
     for (const auto& [name, tensor] : index.part(part)) {
       Json slices = Json::array();
       for (const CheckpointSlice& slice : tensor.slices) slices.push_back(SliceJson(slice));
-      tensors[name] = {{"dtype", TensorDTypeName(tensor.spec.dtype)},
+      tensors[name] = {{"dtype", SafetensorsDTypeName(tensor.spec.dtype)},
                        {"shape", tensor.spec.shape},
                        {"slices", slices}};
     }
@@ -388,9 +388,9 @@ std::vector<int64_t> Ints(const StateReader& r, const Json& object, std::string_
   return out;
 }
 
-TensorDType DType(const StateReader& r, const Json& object, std::string_view where) {
+PrimitiveType DType(const StateReader& r, const Json& object, std::string_view where) {
   const std::string name = r.Text(object, "dtype", where);
-  const auto dtype = TensorDTypeFromName(name);
+  const auto dtype = PrimitiveTypeFromSafetensorsName(name);
   if (!dtype) r.Bad(fmt::format("{} has dtype \"{}\", which weft does not read", where, name));
   return *dtype;
 }
@@ -416,7 +416,7 @@ CheckpointSlice ParseSlice(const StateReader& r, const Json& json, const TensorS
     }
   }
   const int64_t bytes = slice.box.extent.size() == spec.shape.size()
-                            ? slice.box.num_elements() * TensorDTypeSize(spec.dtype)
+                            ? slice.box.num_elements() * ByteWidth(spec.dtype)
                             : 0;
   const size_t chunks = static_cast<size_t>((bytes + chunk_bytes - 1) / chunk_bytes);
   if (!sums.is_array() || slice.crc32c.size() != sums.size() || slice.crc32c.size() != chunks) {
@@ -685,16 +685,15 @@ void SaveCheckpoint(const fs::path& dir, const Checkpoint& checkpoint,
     const TensorMap& tensors =
         part == CheckpointPart::kModel ? checkpoint.model : checkpoint.optimizer;
     for (const auto& [name, tensor] : tensors) {
-      const TensorSpec spec{tensor.dtype, tensor.shape};
-      WEFT_CHECK(spec.num_bytes() == static_cast<int64_t>(tensor.bytes.size()),
-                 "checkpoint {}: tensor '{}' has {} bytes, its shape needs {}", dir.string(), name,
-                 tensor.bytes.size(), spec.num_bytes());
+      WEFT_CHECK(tensor.valid() && tensor.shape().IsArray(),
+                 "checkpoint {}: tensor '{}' holds no array", dir.string(), name);
+      const std::vector<int64_t>& dims = tensor.dimensions();
       pieces.push_back({part,
                         name,
-                        {tensor.dtype, tensor.shape},
-                        {std::vector<int64_t>(tensor.shape.size(), 0), tensor.shape},
-                        tensor.bytes.data(),
-                        tensor.shape});
+                        {tensor.element_type(), dims},
+                        {std::vector<int64_t>(dims.size(), 0), dims},
+                        static_cast<const std::byte*>(tensor.raw_data()),
+                        dims});
     }
   }
   Save(dir, pieces, checkpoint.state, Group{}, options);
@@ -729,12 +728,12 @@ Checkpoint LoadCheckpoint(const fs::path& dir, std::optional<std::string_view> e
   for (CheckpointPart part : {CheckpointPart::kModel, CheckpointPart::kOptimizer}) {
     TensorMap& out = part == CheckpointPart::kModel ? checkpoint.model : checkpoint.optimizer;
     for (const auto& [name, tensor] : index.part(part)) {
-      HostTensor t;
-      t.dtype = tensor.spec.dtype;
-      t.shape = tensor.spec.shape;
-      t.bytes.resize(static_cast<size_t>(tensor.spec.num_bytes()));
-      ReadTensorBox(index, part, name, {std::vector<int64_t>(t.shape.size(), 0), t.shape}, t.bytes,
-                    t.shape);
+      const std::vector<int64_t>& dims = tensor.spec.shape;
+      runtime::HostTensor t = runtime::HostTensor::Uninitialized(Shape(tensor.spec.dtype, dims));
+      ReadTensorBox(
+          index, part, name, {std::vector<int64_t>(dims.size(), 0), dims},
+          {static_cast<std::byte*>(t.mutable_raw_data()), static_cast<size_t>(t.byte_size())},
+          dims);
       out.emplace(name, std::move(t));
     }
   }

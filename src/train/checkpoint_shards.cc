@@ -94,9 +94,9 @@ std::optional<int64_t> FirstNonFiniteOf(const std::byte* data, int64_t n, Bits e
 }
 
 // The first non-finite element of `n` elements of `dtype` at `data`, if any.
-std::optional<int64_t> FirstNonFinite(TensorDType dtype, const std::byte* data, int64_t n) {
-  if (dtype == TensorDType::kF32) return FirstNonFiniteOf<uint32_t>(data, n, 0x7F800000u);
-  if (dtype == TensorDType::kBF16) return FirstNonFiniteOf<uint16_t>(data, n, 0x7F80u);
+std::optional<int64_t> FirstNonFinite(PrimitiveType dtype, const std::byte* data, int64_t n) {
+  if (dtype == PrimitiveType::kF32) return FirstNonFiniteOf<uint32_t>(data, n, 0x7F800000u);
+  if (dtype == PrimitiveType::kBF16) return FirstNonFiniteOf<uint16_t>(data, n, 0x7F80u);
   return std::nullopt;
 }
 
@@ -137,7 +137,7 @@ class ChunkReader {
   ChunkReader(const InputFile& file, const CheckpointSlice& slice, const std::string& name,
               const TensorSpec& spec, std::vector<std::byte>& buffer)
       : file_(file), slice_(slice), name_(name), spec_(spec), buffer_(buffer) {
-    element_bytes_ = TensorDTypeSize(spec.dtype);
+    element_bytes_ = ByteWidth(spec.dtype);
     slice_bytes_ = slice.box.num_elements() * element_bytes_;
   }
 
@@ -217,7 +217,7 @@ std::vector<WrittenSlice> WriteShardFile(const fs::path& dir, const std::string&
   std::vector<std::byte> buffer(static_cast<size_t>(longest));
   std::vector<WrittenSlice> written;
   for (const SavePiece* p : ordered) {
-    const int64_t element = TensorDTypeSize(p->global.dtype);
+    const int64_t element = ByteWidth(p->global.dtype);
     WrittenSlice w{p->part, p->name, p->global, {file, p->box, position, kChunkBytes, {}}};
     int64_t filled = 0;
     auto flush = [&] {
@@ -249,7 +249,7 @@ std::vector<WrittenSlice> WriteShardFile(const fs::path& dir, const std::string&
 
 std::optional<std::string> FirstNonFinitePiece(std::span<const SavePiece> pieces) {
   for (const SavePiece& p : pieces) {
-    const int64_t element = TensorDTypeSize(p.global.dtype);
+    const int64_t element = ByteWidth(p.global.dtype);
     std::optional<int64_t> found;
     int64_t done = 0;  // elements of the box before the current run
     const std::vector<int64_t> zeros = Zeros(p.box.extent.size());
@@ -344,11 +344,12 @@ void CheckFilesAgainstIndex(const CheckpointIndex& index,
       const CheckpointSlice& slice = *entry.first;
       if (e.spec.dtype != entry.second->dtype || e.spec.shape != slice.box.extent ||
           e.begin != slice.begin) {
-        damaged(path, fmt::format("tensor '{}' is {} [{}] at byte {}, {} records {} [{}] at byte "
-                                  "{}",
-                                  name, TensorDTypeName(e.spec.dtype), fmt::join(e.spec.shape, ","),
-                                  e.begin, state.string(), TensorDTypeName(entry.second->dtype),
-                                  fmt::join(slice.box.extent, ","), slice.begin));
+        damaged(path,
+                fmt::format("tensor '{}' is {} [{}] at byte {}, {} records {} [{}] at byte "
+                            "{}",
+                            name, SafetensorsDTypeName(e.spec.dtype), fmt::join(e.spec.shape, ","),
+                            e.begin, state.string(), SafetensorsDTypeName(entry.second->dtype),
+                            fmt::join(slice.box.extent, ","), slice.begin));
       }
     }
     for (const auto& [name, entry] : header.tensors) {
@@ -374,7 +375,7 @@ void ReadTensorBox(const CheckpointIndex& index, CheckpointPart part, const std:
              "checkpoint was written with",
              (index.dir / "state.json").string(), CheckpointPartName(part), name);
   const CheckpointTensor& tensor = found->second;
-  const int64_t element = TensorDTypeSize(tensor.spec.dtype);
+  const int64_t element = ByteWidth(tensor.spec.dtype);
   bool fits =
       box.extent.size() == tensor.spec.shape.size() && dest_dims.size() == box.extent.size();
   for (size_t d = 0; fits && d < box.extent.size(); ++d) {

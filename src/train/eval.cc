@@ -152,11 +152,10 @@ EvalResult Evaluate(const EvalModel& model, const EvalOptions& o) {
   std::vector<Tensor> weights;
   for (const LlamaWeight& w : forward.weights) {
     const auto it = model.weights.find(w.name);
-    WEFT_CHECK(it != model.weights.end() && it->second.shape == w.shape.dimensions(),
+    WEFT_CHECK(it != model.weights.end() && it->second.dimensions() == w.shape.dimensions(),
                "{}: no weight '{}' {} (the model needs it)", model.what, w.name,
                w.shape.ToString());
-    weights.push_back(
-        Tensor::FromVector<float>(PrimitiveType::kF32, w.shape.dimensions(), it->second.ToF32()));
+    weights.push_back(AsF32Tensor(it->second));
   }
   runtime::ExecutorOptions exec;
   const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());

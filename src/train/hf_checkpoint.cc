@@ -23,6 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
+using runtime::HostTensor;
 
 // Which RoPE permutation a projection's output rows take.
 enum class Rope { kNone, kQueryHeads, kKeyValueHeads };
@@ -127,13 +128,13 @@ std::vector<int64_t> RowOrder(const LayerMapping& m, const LlamaConfig& c, int64
   return Identity(out_rows);
 }
 
-HostTensor Encode(std::vector<int64_t> shape, std::span<const float> values, TensorDType dtype) {
-  if (dtype == TensorDType::kF32) return HostTensor::F32(std::move(shape), values);
-  WEFT_INTERNAL_CHECK(dtype == TensorDType::kBF16, "Hugging Face export in {}",
-                      TensorDTypeName(dtype));
+HostTensor Encode(std::vector<int64_t> shape, std::span<const float> values, PrimitiveType dtype) {
+  if (dtype == PrimitiveType::kF32) return F32Tensor(std::move(shape), values);
+  WEFT_INTERNAL_CHECK(dtype == PrimitiveType::kBF16, "Hugging Face export in {}",
+                      PrimitiveTypeName(dtype));
   std::vector<uint16_t> bits(values.size());
   for (size_t i = 0; i < values.size(); ++i) bits[i] = bf16::FromFloatBits(values[i]);
-  return HostTensor::BF16(std::move(shape), bits);
+  return BF16Tensor(std::move(shape), bits);
 }
 
 // The HF tensor `name` as F32 values of `shape`, checked.
@@ -149,16 +150,16 @@ std::vector<float> ReadHfTensor(const TensorMap& hf, const std::string& name,
   const auto file = file_of.find(name);
   const std::string where = file == file_of.end() ? std::string(what) : file->second;
   const HostTensor& t = it->second;
-  WEFT_CHECK(
-      t.dtype == TensorDType::kF32 || t.dtype == TensorDType::kBF16 || t.dtype == TensorDType::kF16,
-      "{}: tensor '{}' is {}, an unsupported dtype for weights; weft reads F32, BF16 and "
-      "F16 (convert the checkpoint, e.g. save it with torch_dtype float32 or bfloat16)",
-      where, name, TensorDTypeName(t.dtype));
-  WEFT_CHECK(t.shape == shape,
+  WEFT_CHECK(t.element_type() == PrimitiveType::kF32 || t.element_type() == PrimitiveType::kBF16 ||
+                 t.element_type() == PrimitiveType::kF16,
+             "{}: tensor '{}' is {}, an unsupported dtype for weights; weft reads F32, BF16 and "
+             "F16 (convert the checkpoint, e.g. save it with torch_dtype float32 or bfloat16)",
+             where, name, SafetensorsDTypeName(t.element_type()));
+  WEFT_CHECK(t.dimensions() == shape,
              "{}: tensor '{}' is [{}], but the model its config.json describes needs [{}]; the "
              "weights and config.json disagree",
-             where, name, fmt::join(t.shape, ", "), fmt::join(shape, ", "));
-  std::vector<float> values = t.ToF32();
+             where, name, fmt::join(t.dimensions(), ", "), fmt::join(shape, ", "));
+  std::vector<float> values = TensorToF32(t);
   for (size_t i = 0; i < values.size(); ++i) {
     WEFT_CHECK(std::isfinite(values[i]),
                "{}: tensor '{}' holds {} at element {}; weft starts only from finite weights",
@@ -221,18 +222,18 @@ void CheckHfArchitecture(const Json& j, std::string_view what) {
   }
 }
 
-std::string DTypeTorchName(TensorDType dtype) {
+std::string DTypeTorchName(PrimitiveType dtype) {
   switch (dtype) {
-    case TensorDType::kF32:
+    case PrimitiveType::kF32:
       return "float32";
-    case TensorDType::kBF16:
+    case PrimitiveType::kBF16:
       return "bfloat16";
-    case TensorDType::kF16:
+    case PrimitiveType::kF16:
       return "float16";
     default:
       break;
   }
-  FailInternal("no torch dtype for {}", TensorDTypeName(dtype));
+  FailInternal("no torch dtype for {}", PrimitiveTypeName(dtype));
 }
 
 // HF's tensor names in the model's natural order (embeddings, layers in
@@ -287,7 +288,7 @@ void WriteHfWeights(const fs::path& dir, const LlamaConfig& config, const Tensor
                     int64_t max_shard_bytes) {
   const Metadata metadata = {{"format", "pt"}};
   int64_t total = 0;
-  for (const auto& [name, t] : hf) total += static_cast<int64_t>(t.bytes.size());
+  for (const auto& [name, t] : hf) total += t.byte_size();
   if (total <= max_shard_bytes) {
     WriteSafetensors(dir / "model.safetensors", hf, metadata);
     return;
@@ -296,7 +297,7 @@ void WriteHfWeights(const fs::path& dir, const LlamaConfig& config, const Tensor
   int64_t bytes = 0;
   for (const std::string& name : HfNamesInOrder(config)) {
     const HostTensor& t = hf.at(name);
-    const int64_t size = static_cast<int64_t>(t.bytes.size());
+    const int64_t size = t.byte_size();
     if (!shards.back().empty() && bytes + size > max_shard_bytes) {
       shards.emplace_back();
       bytes = 0;
@@ -328,16 +329,16 @@ struct RemoveOnFailure {
 
 }  // namespace
 
-TensorMap ToHfTensors(const LlamaConfig& config, const TensorMap& weights, TensorDType dtype) {
+TensorMap ToHfTensors(const LlamaConfig& config, const TensorMap& weights, PrimitiveType dtype) {
   TensorMap out;
   for (const LlamaWeight& w : LlamaWeights(config)) {
     const auto it = weights.find(w.name);
     WEFT_CHECK(it != weights.end(), "the checkpoint has no weight '{}' {}, which its model needs",
                w.name, w.shape.ToString());
-    WEFT_CHECK(it->second.shape == w.shape.dimensions(),
+    WEFT_CHECK(it->second.dimensions() == w.shape.dimensions(),
                "the checkpoint's weight '{}' is [{}], its model needs {}", w.name,
-               fmt::join(it->second.shape, ", "), w.shape.ToString());
-    const std::vector<float> values = it->second.ToF32();
+               fmt::join(it->second.dimensions(), ", "), w.shape.ToString());
+    const std::vector<float> values = TensorToF32(it->second);
     const std::vector<int64_t>& d = w.shape.dimensions();
     if (w.name.rfind("layers.", 0) != 0) {
       for (const GlobalMapping& g : kGlobalMap) {
@@ -377,7 +378,7 @@ TensorMap FromHfTensors(const LlamaConfig& config, const TensorMap& hf, std::str
         used.insert(name);
         const std::vector<int64_t> shape = g.matrix ? std::vector<int64_t>{d[1], d[0]} : d;
         const std::vector<float> v = ReadHfTensor(hf, name, shape, what, file_of);
-        out[w.name] = HostTensor::F32(d, g.matrix ? Transposed(v, d[1], d[0]) : v);
+        out[w.name] = F32Tensor(d, g.matrix ? Transposed(v, d[1], d[0]) : v);
       }
       continue;
     }
@@ -396,7 +397,7 @@ TensorMap FromHfTensors(const LlamaConfig& config, const TensorMap& hf, std::str
       }
       std::copy(layer.begin(), layer.end(), stacked.begin() + i * per_layer);
     }
-    out[w.name] = HostTensor::F32(d, stacked);
+    out[w.name] = F32Tensor(d, stacked);
   }
   for (const auto& [name, t] : hf) {
     // Tied: transformers ties lm_head to the embeddings whatever the file
@@ -414,7 +415,7 @@ TensorMap FromHfTensors(const LlamaConfig& config, const TensorMap& hf, std::str
   return out;
 }
 
-std::string HfConfigJson(const LlamaConfig& c, TensorDType dtype) {
+std::string HfConfigJson(const LlamaConfig& c, PrimitiveType dtype) {
   Json j = {{"architectures", {"LlamaForCausalLM"}},
             {"model_type", "llama"},
             {"vocab_size", c.vocab_size},
@@ -565,7 +566,7 @@ HfModel LoadHf(const fs::path& dir) {
     for (const auto& [name, t] : hf) file_of[name] = single.string();
   }
   if (const auto e = hf.find("model.embed_tokens.weight"); e != hf.end()) {
-    m.stored_dtype = e->second.dtype;
+    m.stored_dtype = e->second.element_type();
   }
   m.weights = FromHfTensors(m.config, hf, dir.string(), file_of);
   if (fs::is_regular_file(dir / "tokenizer.model", error)) m.tokenizer = dir / "tokenizer.model";
@@ -574,8 +575,8 @@ HfModel LoadHf(const fs::path& dir) {
 
 void WriteHfDirectory(const fs::path& out, const LlamaConfig& config, const TensorMap& weights,
                       const std::string& tokenizer_model, const HfExportOptions& options) {
-  WEFT_CHECK(options.dtype == TensorDType::kF32 || options.dtype == TensorDType::kBF16,
-             "--dtype {}: weft exports f32 or bf16", TensorDTypeName(options.dtype));
+  WEFT_CHECK(options.dtype == PrimitiveType::kF32 || options.dtype == PrimitiveType::kBF16,
+             "--dtype {}: weft exports f32 or bf16", PrimitiveTypeName(options.dtype));
   WEFT_CHECK(options.max_shard_bytes >= 1, "--max-shard-size {}: give a positive size",
              options.max_shard_bytes);
   CheckExportTarget(out);

@@ -26,34 +26,52 @@ using Json = nlohmann::json;
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr std::string_view kMetadataKey = "__metadata__";
 
+using runtime::HostTensor;
+
 template <typename T>
-HostTensor Make(TensorDType dtype, std::vector<int64_t> shape, std::span<const T> values) {
-  HostTensor tensor;
-  tensor.dtype = dtype;
-  tensor.shape = std::move(shape);
-  WEFT_CHECK(tensor.num_elements() == static_cast<int64_t>(values.size()),
-             "a {} tensor of shape [{}] needs {} values, got {}", TensorDTypeName(dtype),
-             fmt::join(tensor.shape, ", "), tensor.num_elements(), values.size());
-  tensor.bytes.resize(values.size_bytes());
-  if (!values.empty()) std::memcpy(tensor.bytes.data(), values.data(), values.size_bytes());
+HostTensor Make(PrimitiveType dtype, std::vector<int64_t> shape, std::span<const T> values) {
+  const Shape array(dtype, std::move(shape));
+  WEFT_CHECK(array.ElementsCount() == static_cast<int64_t>(values.size()),
+             "a tensor of shape {} needs {} values, got {}", array.ToString(),
+             array.ElementsCount(), values.size());
+  HostTensor tensor = HostTensor::Uninitialized(array);
+  if (!values.empty()) std::memcpy(tensor.mutable_raw_data(), values.data(), values.size_bytes());
   return tensor;
 }
 
 template <typename T>
-std::vector<T> Copy(const HostTensor& tensor, TensorDType expected) {
-  WEFT_CHECK(tensor.dtype == expected, "the tensor is {}, not {}", TensorDTypeName(tensor.dtype),
-             TensorDTypeName(expected));
-  std::vector<T> out(tensor.bytes.size() / sizeof(T));
-  if (!out.empty()) std::memcpy(out.data(), tensor.bytes.data(), out.size() * sizeof(T));
+std::vector<T> Copy(const HostTensor& tensor, PrimitiveType expected) {
+  WEFT_CHECK(tensor.element_type() == expected, "the tensor is {}, not {}",
+             PrimitiveTypeName(tensor.element_type()), PrimitiveTypeName(expected));
+  std::vector<T> out(static_cast<size_t>(tensor.element_count()));
+  if (!out.empty()) std::memcpy(out.data(), tensor.raw_data(), out.size() * sizeof(T));
   return out;
 }
 
+// The element types safetensors files hold in weft, with the format's names.
+struct FileType {
+  PrimitiveType type;
+  std::string_view name;
+};
+constexpr FileType kFileTypes[] = {{PrimitiveType::kF32, "F32"},
+                                   {PrimitiveType::kBF16, "BF16"},
+                                   {PrimitiveType::kF16, "F16"},
+                                   {PrimitiveType::kS32, "I32"},
+                                   {PrimitiveType::kS64, "I64"}};
+
 }  // namespace
 
-std::optional<TensorDType> TensorDTypeFromName(std::string_view name) {
-  for (TensorDType dtype : {TensorDType::kF32, TensorDType::kBF16, TensorDType::kF16,
-                            TensorDType::kI32, TensorDType::kI64}) {
-    if (TensorDTypeName(dtype) == name) return dtype;
+std::string_view SafetensorsDTypeName(PrimitiveType type) {
+  for (const FileType& t : kFileTypes) {
+    if (t.type == type) return t.name;
+  }
+  Fail("safetensors files in weft hold f32, bf16, f16, s32 or s64 tensors, not {}",
+       PrimitiveTypeName(type));
+}
+
+std::optional<PrimitiveType> PrimitiveTypeFromSafetensorsName(std::string_view name) {
+  for (const FileType& t : kFileTypes) {
+    if (t.name == name) return t.type;
   }
   return std::nullopt;
 }
@@ -80,12 +98,12 @@ std::string Header(const TensorSpecs& specs, const Metadata& metadata, std::stri
   for (const auto& [name, spec] : specs) {
     WEFT_CHECK(!name.empty() && name != kMetadataKey,
                "{}: '{}' cannot name a tensor (empty or reserved)", what, name);
-    auto size = ByteSize(spec.shape, TensorDTypeSize(spec.dtype));
+    const std::string_view dtype = SafetensorsDTypeName(spec.dtype);
+    auto size = ByteSize(spec.shape, ByteWidth(spec.dtype));
     WEFT_CHECK(size.has_value(), "{}: tensor '{}' has an impossible shape [{}]", what, name,
                fmt::join(spec.shape, ", "));
-    header[name] = {{"dtype", TensorDTypeName(spec.dtype)},
-                    {"shape", spec.shape},
-                    {"data_offsets", {offset, offset + *size}}};
+    header[name] = {
+        {"dtype", dtype}, {"shape", spec.shape}, {"data_offsets", {offset, offset + *size}}};
     offset += *size;
   }
   if (!metadata.empty()) header[std::string(kMetadataKey)] = metadata;
@@ -99,16 +117,13 @@ std::string Header(const TensorSpecs& specs, const Metadata& metadata, std::stri
   return text;
 }
 
-// The specs of `tensors`, after checking each one's bytes match its shape.
+// The specs of `tensors`.
 TensorSpecs SpecsOf(const TensorMap& tensors, std::string_view what) {
   TensorSpecs specs;
   for (const auto& [name, tensor] : tensors) {
-    auto size = ByteSize(tensor.shape, TensorDTypeSize(tensor.dtype));
-    WEFT_CHECK(size && *size == tensor.bytes.size(),
-               "{}: tensor '{}' has {} bytes but its shape [{}] of {} needs {}", what, name,
-               tensor.bytes.size(), fmt::join(tensor.shape, ", "), TensorDTypeName(tensor.dtype),
-               size ? *size : 0);
-    specs[name] = {tensor.dtype, tensor.shape};
+    WEFT_CHECK(tensor.valid() && tensor.shape().IsArray(), "{}: tensor '{}' holds no array", what,
+               name);
+    specs[name] = {tensor.element_type(), tensor.dimensions()};
   }
   return specs;
 }
@@ -155,75 +170,66 @@ void CheckCoverage(std::vector<Entry> entries, uint64_t data_size, std::string_v
 
 }  // namespace
 
-std::string_view TensorDTypeName(TensorDType dtype) {
-  switch (dtype) {
-    case TensorDType::kF32:
-      return "F32";
-    case TensorDType::kBF16:
-      return "BF16";
-    case TensorDType::kF16:
-      return "F16";
-    case TensorDType::kI32:
-      return "I32";
-    case TensorDType::kI64:
-      return "I64";
+HostTensor F32Tensor(std::vector<int64_t> shape, std::span<const float> values) {
+  return Make(PrimitiveType::kF32, std::move(shape), values);
+}
+HostTensor BF16Tensor(std::vector<int64_t> shape, std::span<const uint16_t> bits) {
+  return Make(PrimitiveType::kBF16, std::move(shape), bits);
+}
+HostTensor F16Tensor(std::vector<int64_t> shape, std::span<const uint16_t> bits) {
+  return Make(PrimitiveType::kF16, std::move(shape), bits);
+}
+HostTensor I32Tensor(std::vector<int64_t> shape, std::span<const int32_t> values) {
+  return Make(PrimitiveType::kS32, std::move(shape), values);
+}
+HostTensor I64Tensor(std::vector<int64_t> shape, std::span<const int64_t> values) {
+  return Make(PrimitiveType::kS64, std::move(shape), values);
+}
+
+std::vector<float> TensorToF32(const HostTensor& tensor) {
+  const PrimitiveType dtype = tensor.element_type();
+  if (dtype != PrimitiveType::kBF16 && dtype != PrimitiveType::kF16) {
+    return Copy<float>(tensor, PrimitiveType::kF32);
   }
-  return "?";
-}
-
-int64_t TensorDTypeSize(TensorDType dtype) {
-  switch (dtype) {
-    case TensorDType::kF32:
-      return 4;
-    case TensorDType::kBF16:
-    case TensorDType::kF16:
-      return 2;
-    case TensorDType::kI32:
-      return 4;
-    case TensorDType::kI64:
-      return 8;
-  }
-  return 0;
-}
-
-HostTensor HostTensor::F32(std::vector<int64_t> shape, std::span<const float> values) {
-  return Make(TensorDType::kF32, std::move(shape), values);
-}
-HostTensor HostTensor::BF16(std::vector<int64_t> shape, std::span<const uint16_t> bits) {
-  return Make(TensorDType::kBF16, std::move(shape), bits);
-}
-HostTensor HostTensor::F16(std::vector<int64_t> shape, std::span<const uint16_t> bits) {
-  return Make(TensorDType::kF16, std::move(shape), bits);
-}
-HostTensor HostTensor::I32(std::vector<int64_t> shape, std::span<const int32_t> values) {
-  return Make(TensorDType::kI32, std::move(shape), values);
-}
-HostTensor HostTensor::I64(std::vector<int64_t> shape, std::span<const int64_t> values) {
-  return Make(TensorDType::kI64, std::move(shape), values);
-}
-
-int64_t HostTensor::num_elements() const { return Product(shape); }
-
-std::vector<float> HostTensor::ToF32() const {
-  if (dtype != TensorDType::kBF16 && dtype != TensorDType::kF16) {
-    return Copy<float>(*this, TensorDType::kF32);
-  }
-  const std::vector<uint16_t> bits = Copy<uint16_t>(*this, dtype);
+  const std::vector<uint16_t> bits = Copy<uint16_t>(tensor, dtype);
   std::vector<float> out(bits.size());
   for (size_t i = 0; i < bits.size(); ++i) {
-    out[i] = dtype == TensorDType::kBF16 ? runtime::Bf16BitsToFloat(bits[i])
-                                         : runtime::F16BitsToFloat(bits[i]);
+    out[i] = dtype == PrimitiveType::kBF16 ? runtime::Bf16BitsToFloat(bits[i])
+                                           : runtime::F16BitsToFloat(bits[i]);
   }
   return out;
 }
-std::vector<uint16_t> HostTensor::BF16Bits() const {
-  return Copy<uint16_t>(*this, TensorDType::kBF16);
+HostTensor AsF32Tensor(const HostTensor& tensor) {
+  if (tensor.element_type() == PrimitiveType::kF32) return tensor;
+  return F32Tensor(tensor.dimensions(), TensorToF32(tensor));
 }
-std::vector<int32_t> HostTensor::ToI32() const { return Copy<int32_t>(*this, TensorDType::kI32); }
-std::vector<int64_t> HostTensor::ToI64() const { return Copy<int64_t>(*this, TensorDType::kI64); }
+
+std::vector<uint16_t> TensorBF16Bits(const HostTensor& tensor) {
+  return Copy<uint16_t>(tensor, PrimitiveType::kBF16);
+}
+std::vector<int32_t> TensorToI32(const HostTensor& tensor) {
+  return Copy<int32_t>(tensor, PrimitiveType::kS32);
+}
+std::vector<int64_t> TensorToI64(const HostTensor& tensor) {
+  return Copy<int64_t>(tensor, PrimitiveType::kS64);
+}
+
+bool SameTensor(const HostTensor& a, const HostTensor& b) {
+  if (a.valid() != b.valid()) return false;
+  if (!a.valid()) return true;
+  return a.shape() == b.shape() &&
+         (a.byte_size() == 0 || std::memcmp(a.raw_data(), b.raw_data(), a.byte_size()) == 0);
+}
+
+bool SameTensors(const TensorMap& a, const TensorMap& b) {
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(), [](const auto& x, const auto& y) {
+           return x.first == y.first && SameTensor(x.second, y.second);
+         });
+}
 
 int64_t TensorSpec::num_bytes() const {
-  int64_t n = TensorDTypeSize(dtype);
+  int64_t n = ByteWidth(dtype);
   for (int64_t dim : shape) n *= dim;
   return n;
 }
@@ -238,7 +244,7 @@ std::string SerializeSafetensors(const TensorMap& tensors, const Metadata& metad
                                  std::string_view what) {
   std::string out = SafetensorsPrefix(SpecsOf(tensors, what), metadata, what);
   for (const auto& [name, tensor] : tensors) {
-    out.append(reinterpret_cast<const char*>(tensor.bytes.data()), tensor.bytes.size());
+    out.append(static_cast<const char*>(tensor.raw_data()), tensor.byte_size());
   }
   return out;
 }
@@ -249,7 +255,7 @@ void WriteSafetensors(const std::filesystem::path& path, const TensorMap& tensor
       SafetensorsPrefix(SpecsOf(tensors, path.string()), metadata, path.string());
   AtomicOutputFile file(path);
   file.Write(prefix);
-  for (const auto& [name, tensor] : tensors) file.Write(tensor.bytes.data(), tensor.bytes.size());
+  for (const auto& [name, tensor] : tensors) file.Write(tensor.raw_data(), tensor.byte_size());
   file.Commit();
 }
 
@@ -262,12 +268,11 @@ SafetensorsFile ParseSafetensors(std::string_view bytes, std::string_view what) 
   SafetensorsFile file;
   file.metadata = std::move(header.metadata);
   for (auto& [name, entry] : header.tensors) {
-    HostTensor tensor;
-    tensor.dtype = entry.spec.dtype;
-    tensor.shape = std::move(entry.spec.shape);
-    tensor.bytes.resize(entry.end - entry.begin);
-    if (!tensor.bytes.empty()) {
-      std::memcpy(tensor.bytes.data(), bytes.data() + entry.begin, tensor.bytes.size());
+    HostTensor tensor =
+        HostTensor::Uninitialized(Shape(entry.spec.dtype, std::move(entry.spec.shape)));
+    if (tensor.byte_size() > 0) {
+      std::memcpy(tensor.mutable_raw_data(), bytes.data() + entry.begin,
+                  static_cast<size_t>(tensor.byte_size()));
     }
     file.tensors.emplace(name, std::move(tensor));
   }
@@ -353,7 +358,7 @@ SafetensorsHeader ParseSafetensorsHeader(std::string_view bytes, uint64_t file_b
     }
     if (!info.contains("dtype") || !info["dtype"].is_string()) bad("no dtype string");
     std::string dtype_name = info["dtype"].get<std::string>();
-    auto dtype = TensorDTypeFromName(dtype_name);
+    auto dtype = PrimitiveTypeFromSafetensorsName(dtype_name);
     if (!dtype) {
       bad(fmt::format("unknown dtype '{}' (weft reads F32, BF16, F16, I32, I64)", dtype_name));
     }
@@ -380,7 +385,7 @@ SafetensorsHeader ParseSafetensorsHeader(std::string_view bytes, uint64_t file_b
       bad(fmt::format("data_offsets end at {} but the data section has {} bytes (truncated?)",
                       entry.end, data_size));
     }
-    auto size = ByteSize(tensor.shape, TensorDTypeSize(*dtype));
+    auto size = ByteSize(tensor.shape, ByteWidth(*dtype));
     if (!size || *size != entry.end - entry.begin) {
       bad(fmt::format("shape [{}] of {} needs {} bytes but data_offsets span {}",
                       fmt::join(tensor.shape, ", "), dtype_name, size ? *size : 0,

@@ -154,15 +154,13 @@ struct Sampler::Impl {
       const auto it = named.find(w.name);
       WEFT_CHECK(it != named.end(), "{}: no weight \"{}\" (the model needs {} {})", what, w.name,
                  w.name, w.shape.ToString());
-      const weft::HostTensor& t = it->second;
-      WEFT_CHECK((t.dtype == TensorDType::kF32 || t.dtype == TensorDType::kBF16) &&
-                     t.shape == w.shape.dimensions(),
-                 "{}: weight \"{}\" is {} [{}], but the model in state.json needs {}", what, w.name,
-                 TensorDTypeName(t.dtype), fmt::join(t.shape, ","), w.shape.ToString());
-      const std::vector<float> values = t.ToF32();
-      Tensor out = Tensor::Uninitialized(w.shape);
-      std::memcpy(out.mutable_raw_data(), values.data(), values.size() * sizeof(float));
-      weights.push_back(std::move(out));
+      const Tensor& t = it->second;
+      WEFT_CHECK(
+          (t.element_type() == PrimitiveType::kF32 || t.element_type() == PrimitiveType::kBF16) &&
+              t.dimensions() == w.shape.dimensions(),
+          "{}: weight \"{}\" is {}, but the model in state.json needs {}", what, w.name,
+          t.shape().ToString(), w.shape.ToString());
+      weights.push_back(AsF32Tensor(t));
     }
     executor = std::make_unique<runtime::Executor>(*forward.module);
   }

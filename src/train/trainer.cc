@@ -31,7 +31,6 @@ namespace weft {
 namespace {
 
 using runtime::Communicator;
-using runtime::DataType;
 using Tensor = runtime::HostTensor;
 
 using Clock = std::chrono::steady_clock;
@@ -225,11 +224,12 @@ class DeviceTrainer {
         ReadTensorBox(*run.resume, CheckpointPart::kModel, weights[k].name, box,
                       Bytes(params_.back()), local.dimensions());
       } else {
-        // --init-from's weights were checked against the model when read.
-        const Tensor global = Tensor::FromVector<float>(
-            PrimitiveType::kF32, weights[k].shape.dimensions(),
-            run.init ? run.init->weights.at(weights[k].name).ToF32()
-                     : InitLlamaWeight(weights[k], run.config.train.seed));
+        // --init-from's weights were checked against the model when read;
+        // each device updates a copy of its own.
+        const Tensor global = run.init ? AsF32Tensor(run.init->weights.at(weights[k].name)).Clone()
+                                       : Tensor::FromVector<float>(
+                                             PrimitiveType::kF32, weights[k].shape.dimensions(),
+                                             InitLlamaWeight(weights[k], run.config.train.seed));
         params_.push_back(runtime::ShardTensor(global, s, device_, local));
       }
       // The micro-batches' weighted gradient sum (gradients leave the step
@@ -418,7 +418,7 @@ class DeviceTrainer {
       if (!owner_[k]) continue;
       const HloSharding& s = c.input_shardings[StepProgram::kNumDataInputs + k];
       const TensorBox box = ShardBox(s, weights[k].shape.dimensions(), device_);
-      const TensorSpec global{TensorDType::kF32, weights[k].shape.dimensions()};
+      const TensorSpec global{PrimitiveType::kF32, weights[k].shape.dimensions()};
       for (const auto& [part, suffix, tensors] :
            {std::tuple{CheckpointPart::kModel, "", &params_},
             std::tuple{CheckpointPart::kOptimizer, ".m", &m_},

@@ -34,10 +34,10 @@ void CheckCheckpointTensor(const CheckpointIndex& index, CheckpointPart part,
              "checkpoint was written with",
              state, CheckpointPartName(part), name);
   const TensorSpec& spec = found->second.spec;
-  WEFT_CHECK(spec.dtype == TensorDType::kF32 && spec.shape == shape.dimensions(),
+  WEFT_CHECK(spec.dtype == PrimitiveType::kF32 && spec.shape == shape.dimensions(),
              "{}: {} tensor '{}' is {} [{}], this model needs F32 {}; resume with the config the "
              "checkpoint was written with",
-             state, CheckpointPartName(part), name, TensorDTypeName(spec.dtype),
+             state, CheckpointPartName(part), name, SafetensorsDTypeName(spec.dtype),
              fmt::join(spec.shape, ","), shape.ToString());
 }
 

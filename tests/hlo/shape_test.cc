@@ -86,29 +86,8 @@ TEST(ShapeTest, SizesThatOverflowInt64AreRefused) {
   EXPECT_EQ(CheckedAdd(kMax - 1, 1), kMax);
 }
 
-TEST(ShapeTest, TypeNames) {
-  for (PrimitiveType t :
-       {PrimitiveType::kPred, PrimitiveType::kS32, PrimitiveType::kS64, PrimitiveType::kU16,
-        PrimitiveType::kU32, PrimitiveType::kF16, PrimitiveType::kBF16, PrimitiveType::kF32,
-        PrimitiveType::kF64, PrimitiveType::kC64, PrimitiveType::kToken}) {
-    EXPECT_EQ(PrimitiveTypeFromName(PrimitiveTypeName(t)), t);
-  }
-  EXPECT_FALSE(PrimitiveTypeFromName("f8e4m3").has_value());
-  EXPECT_TRUE(IsFloatingPoint(PrimitiveType::kF64));
-  EXPECT_FALSE(IsFloatingPoint(PrimitiveType::kC64));
-  EXPECT_TRUE(IsComplex(PrimitiveType::kC64));
-  EXPECT_TRUE(IsInteger(PrimitiveType::kU16));
-  EXPECT_EQ(ByteWidth(PrimitiveType::kF64), 8);
-  EXPECT_EQ(ByteWidth(PrimitiveType::kC64), 8);
-  EXPECT_EQ(ByteWidth(PrimitiveType::kToken), 0);
-  EXPECT_EQ(RoundToType(0.1, PrimitiveType::kF64), 0.1);
-  EXPECT_TRUE(IsFloatingPoint(PrimitiveType::kBF16));
-  EXPECT_TRUE(IsInteger(PrimitiveType::kU32));
-  EXPECT_FALSE(IsSignedInteger(PrimitiveType::kU32));
-  EXPECT_EQ(ByteWidth(PrimitiveType::kF16), 2);
-}
-
 TEST(ShapeTest, RoundToType) {
+  EXPECT_EQ(RoundToType(0.1, PrimitiveType::kF64), 0.1);
   EXPECT_EQ(RoundToType(0.1, PrimitiveType::kF32), static_cast<double>(0.1f));
   EXPECT_EQ(RoundToType(0.1, PrimitiveType::kBF16), 0.10009765625);
   EXPECT_EQ(RoundToType(1.0 + 1.0 / 256, PrimitiveType::kBF16), 1.0);  // tie to even

@@ -92,8 +92,7 @@ TEST(AttentionConfig, ChosenWorkingSetNeverExceedsTheLimit) {
             for (bool score_mod : {false, true}) {
               ConfigProblem p;
               p.dims = AttentionDims{1, 1, 1, S, S, D, D};
-              p.dtype = std::string(variant) == "f32" ? AttentionDtype::kFloat32
-                                                      : AttentionDtype::kBfloat16;
+              p.dtype = std::string(variant) == "f32" ? PrimitiveType::kF32 : PrimitiveType::kBF16;
               if (std::string(variant) == "bf16 amx") p.isa = "amx";
               p.has_score_mod = score_mod;
               p.has_mask = block > 0;
@@ -138,19 +137,30 @@ TEST(AttentionConfig, Bf16WorkingSetsCountTwoByteOperands) {
   for (auto k :
        {AttentionKernel::kForward, AttentionKernel::kBackwardDq, AttentionKernel::kBackwardDkDv})
     for (TileSizes t : {TileSizes{16, 16}, TileSizes{64, 64}, TileSizes{128, 64}}) {
-      const int64_t f32 = WorkingSetBytes(k, d, t, false, AttentionDtype::kFloat32);
-      const int64_t bf16 = WorkingSetBytes(k, d, t, false, AttentionDtype::kBfloat16);
+      const int64_t f32 = WorkingSetBytes(k, d, t, false, PrimitiveType::kF32);
+      const int64_t bf16 = WorkingSetBytes(k, d, t, false, PrimitiveType::kBF16);
       EXPECT_LT(bf16, f32) << KernelName(k);
       EXPECT_GT(2 * bf16, f32) << KernelName(k);
     }
   // The candidates of a bf16 problem are judged by the bf16 sizes.
   ConfigProblem p;
   p.dims = d;
-  p.dtype = AttentionDtype::kBfloat16;
+  p.dtype = PrimitiveType::kBF16;
   auto cands = ForwardCandidates(p, 1 << 20);
   for (const Candidate& c : cands)
-    EXPECT_EQ(c.Bytes(), WorkingSetBytes(AttentionKernel::kForward, d, c.tiles, false,
-                                         AttentionDtype::kBfloat16));
+    EXPECT_EQ(c.Bytes(),
+              WorkingSetBytes(AttentionKernel::kForward, d, c.tiles, false, PrimitiveType::kBF16));
+}
+
+TEST(AttentionConfig, RefusesElementTypesOtherThanF32AndBf16) {
+  const AttentionDims d{1, 1, 1, 64, 64, 16, 16};
+  try {
+    WorkingSetBytes(AttentionKernel::kForward, d, TileSizes{16, 16}, false, PrimitiveType::kF16);
+    FAIL() << "f16 was accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "attention does not support element type f16 (it supports f32, bf16)");
+  }
+  EXPECT_THROW(ConfigProblem::From(d, AttentionOptions{}, PrimitiveType::kF64), Error);
 }
 
 TEST(AttentionConfig, AmxCandidatesCountTheTileGemmsScratch) {
@@ -159,7 +169,7 @@ TEST(AttentionConfig, AmxCandidatesCountTheTileGemmsScratch) {
   // tiles no more than 4 KiB + 32 x 128 x 2 + 8 x 1 KiB.
   ConfigProblem p;
   p.dims = AttentionDims{1, 1, 1, 4096, 4096, 128, 128};
-  p.dtype = AttentionDtype::kBfloat16;
+  p.dtype = PrimitiveType::kBF16;
   ConfigProblem amx = p;
   amx.isa = "amx";
   for (bool backward : {false, true}) {

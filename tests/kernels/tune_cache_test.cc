@@ -53,7 +53,7 @@ TileSizes RunAndCheck(uint32_t seed) {
   mods.mask = [](int64_t, int64_t, int64_t i, int64_t j) { return i >= j; };
   auto ref = testing::ReferenceAttention(d, q, k, v, 1.0 / std::sqrt(32.0), mods);
   EXPECT_LE(testing::RelativeError(out, ref.out), 1e-5);
-  ConfigProblem p = ConfigProblem::From(d, o, AttentionDtype::kFloat32);
+  ConfigProblem p = ConfigProblem::From(d, o, PrimitiveType::kF32);
   p.isa = simd::GetPrimitives().isa;
   return ChooseTiles(p, o, false).tiles;
 }
@@ -63,7 +63,7 @@ TEST_F(TuneCacheTest, EntryRoundTripsAndIsUsed) {
   auto bm = BlockMask::Create(CausalMask(), 1, 1, 128, 128);
   AttentionOptions o;
   o.block_mask = &bm;
-  ConfigProblem p = ConfigProblem::From(d, o, AttentionDtype::kFloat32);
+  ConfigProblem p = ConfigProblem::From(d, o, PrimitiveType::kF32);
   p.isa = simd::GetPrimitives().isa;
   TuneEntry e;
   e.forward = {16, 32};
@@ -104,7 +104,7 @@ TEST_F(TuneCacheTest, MissingExplicitFileAndStaleEntryFallBack) {
   auto bm = BlockMask::Create(CausalMask(), 1, 1, 128, 128);
   AttentionOptions o;
   o.block_mask = &bm;
-  ConfigProblem p = ConfigProblem::From(d, o, AttentionDtype::kFloat32);
+  ConfigProblem p = ConfigProblem::From(d, o, PrimitiveType::kF32);
   p.isa = simd::GetPrimitives().isa;
   StoreTuneEntry(TuneKey(p), TuneEntry{{48, 48}, {48, 48}});
   ::testing::internal::CaptureStderr();

@@ -87,14 +87,14 @@ std::vector<Bytes> Program(int64_t d, int64_t n, Communicator& c) {
     out.push_back(
         ToBytes(c.ReduceScatter(Data<uint16_t>(d, ++step, 8 * size), ReduceOp::kSum, groups)));
     std::vector<float> in_place = Data<float>(d, ++step, 2 * size + 1);
-    c.AllReduce(in_place.data(), in_place.data(), in_place.size(), DataType::kF32, ReduceOp::kSum,
-                groups);
+    c.AllReduce(in_place.data(), in_place.data(), in_place.size(), PrimitiveType::kF32,
+                ReduceOp::kSum, groups);
     out.push_back(ToBytes(in_place));
     out.push_back(ToBytes(c.AllGather(Data<float>(d, ++step, 33), groups)));
     out.push_back(ToBytes(c.AllGather(Data<uint8_t>(d, ++step, 3), groups)));
     out.push_back(ToBytes(c.AllToAll(Data<int32_t>(d, ++step, 13 * size), groups)));
     std::vector<uint16_t> a2a = Data<uint16_t>(d, ++step, 5 * size);
-    c.AllToAll(a2a.data(), a2a.data(), a2a.size(), DataType::kBF16, groups);
+    c.AllToAll(a2a.data(), a2a.data(), a2a.size(), PrimitiveType::kBF16, groups);
     out.push_back(ToBytes(a2a));
   }
   std::vector<SourceTargetPair> ring, partial = {{n - 1, 0}}, self = {{0, 0}};
@@ -102,7 +102,7 @@ std::vector<Bytes> Program(int64_t d, int64_t n, Communicator& c) {
   for (const auto& pairs : {ring, partial, self}) {
     out.push_back(ToBytes(c.CollectivePermute(Data<float>(d, ++step, 19), pairs)));
     std::vector<int64_t> buffer = Data<int64_t>(d, ++step, 7);
-    c.CollectivePermute(buffer.data(), buffer.data(), buffer.size(), DataType::kI64, pairs);
+    c.CollectivePermute(buffer.data(), buffer.data(), buffer.size(), PrimitiveType::kS64, pairs);
     out.push_back(ToBytes(buffer));
   }
   c.Barrier();

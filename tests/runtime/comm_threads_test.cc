@@ -187,7 +187,7 @@ class Collectives : public ::testing::TestWithParam<GroupCase> {
     auto out = RunAll<T>([&](int64_t d, Communicator& c) {
       if (!in_place) return c.AllToAll(in[d], groups());
       std::vector<T> buffer = in[d];
-      c.AllToAll(buffer.data(), buffer.data(), buffer.size(), DataTypeOf<T>(), groups());
+      c.AllToAll(buffer.data(), buffer.data(), buffer.size(), ElementTypeOf<T>(), groups());
       return buffer;
     });
     for (int64_t d = 0; d < n(); ++d) {
@@ -205,7 +205,7 @@ class Collectives : public ::testing::TestWithParam<GroupCase> {
     auto out = RunAll<T>([&](int64_t d, Communicator& c) {
       if (!in_place) return c.CollectivePermute(in[d], pairs);
       std::vector<T> buffer = in[d];
-      c.CollectivePermute(buffer.data(), buffer.data(), buffer.size(), DataTypeOf<T>(), pairs);
+      c.CollectivePermute(buffer.data(), buffer.data(), buffer.size(), ElementTypeOf<T>(), pairs);
       return buffer;
     });
     for (int64_t d = 0; d < n(); ++d) {
@@ -255,7 +255,7 @@ TEST_P(Collectives, AllReduceInPlace) {
       [&](int64_t d, Communicator& c) { return c.AllReduce(in[d], ReduceOp::kSum, groups()); });
   auto out = RunAll<float>([&](int64_t d, Communicator& c) {
     std::vector<float> buffer = in[d];
-    c.AllReduce(buffer.data(), buffer.data(), buffer.size(), DataType::kF32, ReduceOp::kSum,
+    c.AllReduce(buffer.data(), buffer.data(), buffer.size(), PrimitiveType::kF32, ReduceOp::kSum,
                 groups());
     return buffer;
   });
@@ -440,7 +440,7 @@ TEST(LocalCluster, ASlowDeviceIsReleasedAtItsNextCollectiveAndJoined) {
     if (d == 0) std::this_thread::sleep_for(std::chrono::milliseconds(400));
     c.Barrier();
   });
-  EXPECT_NE(e.find("collective timeout: device 0 did not arrive at Barrier #1 (u8, 0 bytes in) "
+  EXPECT_NE(e.find("collective timeout: device 0 did not arrive at Barrier #1 (0 bytes in) "
                    "within 300 ms while devices 1,2 waited there; device 0 has entered no "
                    "collective in this run"),
             std::string::npos)

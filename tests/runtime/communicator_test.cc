@@ -85,7 +85,7 @@ TEST(Communicator, ReplicaGroupsAreValidatedAsAPartition) {
 TEST(Communicator, BackendsReceiveSizesGroupAndPosition) {
   FakeCommunicator comm(2, 4);
   std::vector<float> in(6), out(12);
-  comm.AllGather(in.data(), out.data(), 6, DataType::kF32, {{1, 3}, {0, 2}});
+  comm.AllGather(in.data(), out.data(), 6, PrimitiveType::kF32, {{1, 3}, {0, 2}});
   EXPECT_EQ(comm.last.kind, CollectiveKind::kAllGather);
   EXPECT_EQ(comm.last.in_bytes, 24);
   EXPECT_EQ(comm.last.out_bytes, 48);
@@ -94,7 +94,7 @@ TEST(Communicator, BackendsReceiveSizesGroupAndPosition) {
   EXPECT_EQ(comm.last.members(), (std::vector<int64_t>{0, 2}));
   EXPECT_EQ(comm.last.sequence, 1);
 
-  comm.ReduceScatter(out.data(), in.data(), 12, DataType::kF32, ReduceOp::kMax, {});
+  comm.ReduceScatter(out.data(), in.data(), 12, PrimitiveType::kF32, ReduceOp::kMax, {});
   EXPECT_EQ(comm.last.out_bytes, 12);
   EXPECT_EQ(comm.last.group_size(), 4);
   EXPECT_EQ(comm.last.position, 2);
@@ -106,12 +106,12 @@ TEST(Communicator, BackendsReceiveSizesGroupAndPosition) {
 TEST(Communicator, StatsFollowTheCountingRule) {
   FakeCommunicator comm(1, 4);
   std::vector<int32_t> a(8), b(16);
-  comm.AllReduce(a.data(), a.data(), 8, DataType::kI32, ReduceOp::kSum, {{0, 1}, {2, 3}});
-  comm.AllGather(a.data(), b.data(), 4, DataType::kI32, {{0, 1, 2, 3}});
-  comm.ReduceScatter(a.data(), b.data(), 8, DataType::kI32, ReduceOp::kSum, {});
-  comm.AllToAll(a.data(), b.data(), 8, DataType::kI32, {{0, 1}, {2, 3}});
-  comm.CollectivePermute(a.data(), b.data(), 8, DataType::kI32, {{1, 2}, {2, 1}});
-  comm.CollectivePermute(a.data(), b.data(), 8, DataType::kI32, {{0, 1}});  // 1 only receives
+  comm.AllReduce(a.data(), a.data(), 8, PrimitiveType::kS32, ReduceOp::kSum, {{0, 1}, {2, 3}});
+  comm.AllGather(a.data(), b.data(), 4, PrimitiveType::kS32, {{0, 1, 2, 3}});
+  comm.ReduceScatter(a.data(), b.data(), 8, PrimitiveType::kS32, ReduceOp::kSum, {});
+  comm.AllToAll(a.data(), b.data(), 8, PrimitiveType::kS32, {{0, 1}, {2, 3}});
+  comm.CollectivePermute(a.data(), b.data(), 8, PrimitiveType::kS32, {{1, 2}, {2, 1}});
+  comm.CollectivePermute(a.data(), b.data(), 8, PrimitiveType::kS32, {{0, 1}});  // 1 only receives
   comm.Barrier();
   const CollectiveStats& s = comm.stats();
   EXPECT_EQ(s.BytesSent(CollectiveKind::kAllReduce), 32);      // 2*(2-1)*32/2
@@ -130,23 +130,24 @@ TEST(Communicator, BadArgumentsAreClearErrors) {
   FakeCommunicator comm(0, 4);
   std::vector<float> a(12), b(48);
   EXPECT_NE(ErrorOf([&] {
-              comm.ReduceScatter(a.data(), b.data(), 10, DataType::kF32, ReduceOp::kSum, {});
+              comm.ReduceScatter(a.data(), b.data(), 10, PrimitiveType::kF32, ReduceOp::kSum, {});
             }).find("10 elements, which does not split into 4"),
             std::string::npos);
-  EXPECT_EQ(
-      ErrorOf([&] { comm.AllReduce(a.data(), a.data(), 12, DataType::kF32, ReduceOp::kSum, {}); }),
-      "");  // in place is fine
+  EXPECT_EQ(ErrorOf([&] {
+              comm.AllReduce(a.data(), a.data(), 12, PrimitiveType::kF32, ReduceOp::kSum, {});
+            }),
+            "");  // in place is fine
 
   EXPECT_NE(ErrorOf([&] {
-              comm.CollectivePermute(a.data(), b.data(), 4, DataType::kF32, {{0, 1}, {0, 2}});
+              comm.CollectivePermute(a.data(), b.data(), 4, PrimitiveType::kF32, {{0, 1}, {0, 2}});
             }).find("device 0 is the source of two pairs"),
             std::string::npos);
   EXPECT_NE(ErrorOf([&] {
-              comm.CollectivePermute(a.data(), b.data(), 4, DataType::kF32, {{0, 1}, {2, 1}});
+              comm.CollectivePermute(a.data(), b.data(), 4, PrimitiveType::kF32, {{0, 1}, {2, 1}});
             }).find("device 1 is the target of two pairs"),
             std::string::npos);
   EXPECT_NE(ErrorOf([&] {
-              comm.CollectivePermute(a.data(), b.data(), 4, DataType::kF32, {{0, 9}});
+              comm.CollectivePermute(a.data(), b.data(), 4, PrimitiveType::kF32, {{0, 9}});
             }).find("outside 0..3"),
             std::string::npos);
 }
@@ -157,24 +158,24 @@ TEST(Communicator, BadBuffersAreInternalErrors) {
   FakeCommunicator comm(0, 4);
   std::vector<float> a(12);
   EXPECT_NE(InternalErrorOf([&] {
-              comm.AllGather(a.data(), a.data() + 1, 2, DataType::kF32, {});
+              comm.AllGather(a.data(), a.data() + 1, 2, PrimitiveType::kF32, {});
             }).find("overlap"),
             std::string::npos);
   EXPECT_NE(InternalErrorOf([&] {
-              comm.AllGather(a.data(), a.data(), 2, DataType::kF32, {});
+              comm.AllGather(a.data(), a.data(), 2, PrimitiveType::kF32, {});
             }).find("overlap"),
             std::string::npos);
   EXPECT_NE(InternalErrorOf([&] {
-              comm.AllReduce(nullptr, a.data(), 4, DataType::kF32, ReduceOp::kSum);
+              comm.AllReduce(nullptr, a.data(), 4, PrimitiveType::kF32, ReduceOp::kSum);
             }).find("input buffer is null"),
             std::string::npos);
   EXPECT_NE(InternalErrorOf([&] {
-              comm.AllReduce(a.data(), a.data(), -1, DataType::kF32, ReduceOp::kSum);
+              comm.AllReduce(a.data(), a.data(), -1, PrimitiveType::kF32, ReduceOp::kSum);
             }).find("element count -1 is negative"),
             std::string::npos);
   // Groups come from a user's HLO: still bad input.
   EXPECT_NE(ErrorOf([&] {
-              comm.AllReduce(a.data(), a.data(), 4, DataType::kF32, ReduceOp::kSum, {{0, 1}});
+              comm.AllReduce(a.data(), a.data(), 4, PrimitiveType::kF32, ReduceOp::kSum, {{0, 1}});
             }).find("leave out device 2"),
             std::string::npos);
 }
@@ -190,12 +191,19 @@ TEST(Communicator, VerifySameHashNamesTheDevicesThatDiffer) {
   EXPECT_NE(e.find("device 1 has 0x0000000000000009"), std::string::npos) << e;
 }
 
-TEST(Communicator, DataTypes) {
-  EXPECT_EQ(DataTypeSize(DataType::kBF16), 2);
-  EXPECT_EQ(DataTypeSize(DataType::kI64), 8);
-  EXPECT_EQ(DataTypeOf<uint16_t>(), DataType::kBF16);
-  EXPECT_EQ(DataTypeOf<int32_t>(), DataType::kI32);
-  EXPECT_EQ(DataTypeName(DataType::kF32), "f32");
+TEST(Communicator, ElementTypes) {
+  EXPECT_EQ(ElementTypeOf<uint16_t>(), PrimitiveType::kBF16);
+  EXPECT_EQ(ElementTypeOf<int32_t>(), PrimitiveType::kS32);
+  EXPECT_EQ(ElementTypeOf<uint8_t>(), PrimitiveType::kPred);
+  EXPECT_NO_THROW(CheckCollectiveType(PrimitiveType::kU16));
+  EXPECT_NO_THROW(CheckCollectiveType(PrimitiveType::kF64));
+  try {
+    CheckCollectiveType(PrimitiveType::kC64);
+    FAIL() << "c64 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not support element type c64"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -17,7 +17,7 @@ std::vector<const std::byte*> Pointers(const std::vector<std::vector<T>>& inputs
 }
 
 template <typename T>
-std::vector<T> Reduce(DataType dtype, ReduceOp op, const std::vector<std::vector<T>>& inputs) {
+std::vector<T> Reduce(PrimitiveType dtype, ReduceOp op, const std::vector<std::vector<T>>& inputs) {
   std::vector<T> out(inputs[0].size());
   auto p = Pointers(inputs);
   ReduceBuffers(dtype, op, p.data(), static_cast<int64_t>(p.size()),
@@ -33,9 +33,9 @@ TEST(Reduce, FloatSumsGoLeftToRightAcrossBlocks) {
     inputs[1][i] = 1.0f;
     inputs[2][i] = -1e8f;
   }
-  for (float v : Reduce(DataType::kF32, ReduceOp::kSum, inputs)) ASSERT_EQ(v, 0.0f);
+  for (float v : Reduce(PrimitiveType::kF32, ReduceOp::kSum, inputs)) ASSERT_EQ(v, 0.0f);
   std::swap(inputs[1], inputs[2]);
-  for (float v : Reduce(DataType::kF32, ReduceOp::kSum, inputs)) ASSERT_EQ(v, 1.0f);
+  for (float v : Reduce(PrimitiveType::kF32, ReduceOp::kSum, inputs)) ASSERT_EQ(v, 1.0f);
 }
 
 TEST(Reduce, RandomFloatSumMatchesFloat64) {
@@ -44,7 +44,7 @@ TEST(Reduce, RandomFloatSumMatchesFloat64) {
   std::vector<std::vector<float>> inputs(5, std::vector<float>(3000));
   for (auto& v : inputs)
     for (auto& x : v) x = dist(rng);
-  const auto out = Reduce(DataType::kF32, ReduceOp::kSum, inputs);
+  const auto out = Reduce(PrimitiveType::kF32, ReduceOp::kSum, inputs);
   for (size_t i = 0; i < out.size(); ++i) {
     double ref = 0, mag = 0;
     for (const auto& v : inputs) ref += v[i], mag += std::fabs(v[i]);
@@ -55,8 +55,8 @@ TEST(Reduce, RandomFloatSumMatchesFloat64) {
 TEST(Reduce, MaxAndMinPropagateNaN) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<std::vector<float>> inputs = {{1, nan, 3, -2}, {2, 5, nan, -7}};
-  auto mx = Reduce(DataType::kF32, ReduceOp::kMax, inputs);
-  auto mn = Reduce(DataType::kF32, ReduceOp::kMin, inputs);
+  auto mx = Reduce(PrimitiveType::kF32, ReduceOp::kMax, inputs);
+  auto mn = Reduce(PrimitiveType::kF32, ReduceOp::kMin, inputs);
   EXPECT_EQ(mx[0], 2);
   EXPECT_TRUE(std::isnan(mx[1]));
   EXPECT_TRUE(std::isnan(mx[2]));
@@ -69,13 +69,14 @@ TEST(Reduce, MaxAndMinPropagateNaN) {
 
 TEST(Reduce, IntegersWrapAndCompareSigned) {
   std::vector<std::vector<int32_t>> i32 = {{INT32_MAX, -5}, {1, 3}};
-  EXPECT_EQ(Reduce(DataType::kI32, ReduceOp::kSum, i32), (std::vector<int32_t>{INT32_MIN, -2}));
-  EXPECT_EQ(Reduce(DataType::kI32, ReduceOp::kMax, i32), (std::vector<int32_t>{INT32_MAX, 3}));
+  EXPECT_EQ(Reduce(PrimitiveType::kS32, ReduceOp::kSum, i32),
+            (std::vector<int32_t>{INT32_MIN, -2}));
+  EXPECT_EQ(Reduce(PrimitiveType::kS32, ReduceOp::kMax, i32), (std::vector<int32_t>{INT32_MAX, 3}));
   std::vector<std::vector<int64_t>> i64 = {{-1, 5}, {-3, 6}};
-  EXPECT_EQ(Reduce(DataType::kI64, ReduceOp::kMin, i64), (std::vector<int64_t>{-3, 5}));
-  EXPECT_EQ(Reduce(DataType::kI64, ReduceOp::kSum, i64), (std::vector<int64_t>{-4, 11}));
+  EXPECT_EQ(Reduce(PrimitiveType::kS64, ReduceOp::kMin, i64), (std::vector<int64_t>{-3, 5}));
+  EXPECT_EQ(Reduce(PrimitiveType::kS64, ReduceOp::kSum, i64), (std::vector<int64_t>{-4, 11}));
   std::vector<std::vector<uint8_t>> u8 = {{250, 1}, {10, 2}};
-  EXPECT_EQ(Reduce(DataType::kU8, ReduceOp::kSum, u8), (std::vector<uint8_t>{4, 3}));
+  EXPECT_EQ(Reduce(PrimitiveType::kPred, ReduceOp::kSum, u8), (std::vector<uint8_t>{4, 3}));
 }
 
 TEST(Reduce, Bfloat16AccumulatesInFloatAndRoundsOnce) {
@@ -89,14 +90,14 @@ TEST(Reduce, Bfloat16AccumulatesInFloatAndRoundsOnce) {
   // accumulating in float32 gives 1 + 2^-5 exactly.
   std::vector<std::vector<uint16_t>> inputs(9, std::vector<uint16_t>{FloatToBf16(1.0f / 256)});
   inputs[0][0] = FloatToBf16(1.0f);
-  EXPECT_EQ(Bf16ToFloat(Reduce(DataType::kBF16, ReduceOp::kSum, inputs)[0]), 1.0f + 1.0f / 32);
+  EXPECT_EQ(Bf16ToFloat(Reduce(PrimitiveType::kBF16, ReduceOp::kSum, inputs)[0]), 1.0f + 1.0f / 32);
 }
 
 TEST(Reduce, OutputMayBeOneOfTheInputs) {
   std::vector<std::vector<float>> inputs = {std::vector<float>(3000, 1.5f),
                                             std::vector<float>(3000, 2.0f)};
   auto p = Pointers(inputs);
-  ReduceBuffers(DataType::kF32, ReduceOp::kSum, p.data(), 2,
+  ReduceBuffers(PrimitiveType::kF32, ReduceOp::kSum, p.data(), 2,
                 reinterpret_cast<std::byte*>(inputs[1].data()), 3000);
   for (float v : inputs[1]) ASSERT_EQ(v, 3.5f);
 }

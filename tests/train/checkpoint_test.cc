@@ -55,6 +55,7 @@ namespace weft {
 namespace {
 
 namespace fs = std::filesystem;
+using runtime::HostTensor;
 
 // One process saving alone writes one file per part.
 constexpr const char* kModelFile = "model-00001-of-00001.safetensors";
@@ -69,14 +70,14 @@ Checkpoint RandomCheckpoint(uint64_t seed, int64_t step) {
     return v;
   };
   Checkpoint checkpoint;
-  checkpoint.model["tok_embeddings"] = HostTensor::F32({16, 8}, floats(128));
-  checkpoint.model["layers.0.attention.wq"] = HostTensor::F32({8, 8}, floats(64));
-  checkpoint.model["norm"] = HostTensor::F32({8}, floats(8));
+  checkpoint.model["tok_embeddings"] = F32Tensor({16, 8}, floats(128));
+  checkpoint.model["layers.0.attention.wq"] = F32Tensor({8, 8}, floats(64));
+  checkpoint.model["norm"] = F32Tensor({8}, floats(8));
   for (const auto& [name, tensor] : checkpoint.model) {
     checkpoint.optimizer[name + ".m"] =
-        HostTensor::F32(tensor.shape, floats(tensor.num_elements()));
+        F32Tensor(tensor.dimensions(), floats(tensor.element_count()));
     checkpoint.optimizer[name + ".v"] =
-        HostTensor::F32(tensor.shape, floats(tensor.num_elements()));
+        F32Tensor(tensor.dimensions(), floats(tensor.element_count()));
   }
   std::mt19937_64 trainer_rng(seed * 7 + 1);
   trainer_rng.discard(static_cast<unsigned long long>(step));
@@ -89,8 +90,8 @@ Checkpoint RandomCheckpoint(uint64_t seed, int64_t step) {
 }
 
 void ExpectSame(const Checkpoint& a, const Checkpoint& b) {
-  EXPECT_EQ(a.model, b.model);
-  EXPECT_EQ(a.optimizer, b.optimizer);
+  EXPECT_TRUE(SameTensors(a.model, b.model));
+  EXPECT_TRUE(SameTensors(a.optimizer, b.optimizer));
   EXPECT_EQ(a.state, b.state);
 }
 
@@ -122,7 +123,7 @@ TEST_F(CheckpointTest, RoundTripsTensorsAndState) {
   for (int i = 0; i < 5; ++i) EXPECT_EQ(resumed(), expected());
   EXPECT_EQ(Siblings(), std::vector<std::string>{"checkpoint"});
   // The files are plain safetensors.
-  EXPECT_EQ(ReadSafetensors(dir_ / kModelFile).tensors, saved.model);
+  EXPECT_TRUE(SameTensors(ReadSafetensors(dir_ / kModelFile).tensors, saved.model));
 }
 
 TEST_F(CheckpointTest, ReplacesThePreviousCheckpoint) {
@@ -259,7 +260,7 @@ TEST_F(CheckpointTest, FlippedSwappedOrRenamedTensorsAreNamed) {
   // One flipped bit anywhere in a tensor's bytes (the data section is the tail).
   const SafetensorsFile parsed = ParseSafetensors(pristine_model, "model");
   int64_t data_bytes = 0;
-  for (const auto& [name, t] : parsed.tensors) data_bytes += static_cast<int64_t>(t.bytes.size());
+  for (const auto& [name, t] : parsed.tensors) data_bytes += t.byte_size();
   for (int trial = 0; trial < 8; ++trial) {
     std::string model = pristine_model;
     const size_t at = model.size() - 1 - rng() % static_cast<size_t>(data_bytes);
@@ -276,7 +277,7 @@ TEST_F(CheckpointTest, FlippedSwappedOrRenamedTensorsAreNamed) {
   {
     const std::string pristine_optimizer = ReadFileToString(dir_ / kOptimizerFile);
     SafetensorsFile optimizer = ParseSafetensors(pristine_optimizer, "optimizer");
-    std::swap(optimizer.tensors.at("norm.m").bytes, optimizer.tensors.at("norm.v").bytes);
+    std::swap(optimizer.tensors.at("norm.m"), optimizer.tensors.at("norm.v"));
     WriteSafetensors(dir_ / kOptimizerFile, optimizer.tensors, optimizer.metadata);
     ASSERT_EQ(fs::file_size(dir_ / kOptimizerFile), pristine_optimizer.size());
     const std::string message = ErrorOf([&] { LoadCheckpoint(dir_); });
@@ -311,11 +312,13 @@ TEST_F(CheckpointTest, NonFiniteTensorsAreNeitherLoadedNorWritten) {
     for (float bad :
          {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
       // A NaN written by another tool, with a checksum that agrees.
-      Checkpoint poisoned = good;
+      Checkpoint poisoned = good;  // copies share bytes: clone them before writing
+      for (auto& [name, t] : poisoned.model) t = t.Clone();
+      for (auto& [name, t] : poisoned.optimizer) t = t.Clone();
       TensorMap& tensors = std::string(file) == kModelFile ? poisoned.model : poisoned.optimizer;
       auto it = std::next(tensors.begin(), static_cast<long>(rng() % tensors.size()));
-      const size_t element = rng() % static_cast<size_t>(it->second.num_elements());
-      std::memcpy(it->second.bytes.data() + element * sizeof(float), &bad, sizeof(float));
+      const size_t element = rng() % static_cast<size_t>(it->second.element_count());
+      it->second.mutable_data<float>()[element] = bad;
       // Saving it is refused, and the good checkpoint stays.
       std::string message = ErrorOf([&] { SaveCheckpoint(dir_, poisoned); });
       EXPECT_NE(message.find("refusing to write checkpoint"), std::string::npos) << message;
@@ -329,9 +332,9 @@ TEST_F(CheckpointTest, NonFiniteTensorsAreNeitherLoadedNorWritten) {
       WriteSafetensors(dir_ / file, tensors, {{"format", "pt"}});
       const TensorMap& good_tensors = std::string(file) == kModelFile ? good.model : good.optimizer;
       const uint32_t old_crc =
-          Crc32c(good_tensors.at(it->first).bytes.data(), good_tensors.at(it->first).bytes.size());
+          Crc32c(good_tensors.at(it->first).raw_data(), good_tensors.at(it->first).byte_size());
       EditState(dir_, Crc32cText(old_crc),
-                Crc32cText(Crc32c(it->second.bytes.data(), it->second.bytes.size())));
+                Crc32cText(Crc32c(it->second.raw_data(), it->second.byte_size())));
       message = ErrorOf([&] { LoadCheckpoint(dir_); });
       EXPECT_NE(message.find(std::string(file) + ": tensor '" + it->first +
                              "' holds a non-finite value (element " + std::to_string(element)),
@@ -402,7 +405,7 @@ TEST_F(CheckpointTest, VersionTwoCheckpointsAreStillRead) {
     std::string sums;
     for (const auto& [name, t] : *tensors) {
       sums += fmt::format("{}\"{}\": \"{}\"", sums.empty() ? "" : ", ", name,
-                          Crc32cText(Crc32c(t.bytes.data(), t.bytes.size())));
+                          Crc32cText(Crc32c(t.raw_data(), t.byte_size())));
     }
     files += fmt::format("{}\"{}\": {{\"bytes\": {}, \"crc32c\": {{{}}}}}",
                          files.empty() ? "" : ", ", file, fs::file_size(dir_ / file), sums);
@@ -481,7 +484,7 @@ TiledTensor Tile(std::vector<int64_t> shape, std::vector<int64_t> tiles, std::mt
 SavePiece PieceOf(CheckpointPart part, const std::string& name, const TiledTensor& t, size_t k) {
   return {part,
           name,
-          {TensorDType::kF32, t.shape},
+          {PrimitiveType::kF32, t.shape},
           t.boxes[k],
           reinterpret_cast<const std::byte*>(t.tile_data[k].data()),
           t.tile_dims};
@@ -524,7 +527,7 @@ class ShardedCheckpointTest : public CheckpointTest {
   std::map<std::string, TiledTensor> tensors_;
 };
 
-std::vector<float> Floats(const HostTensor& t) { return t.ToF32(); }
+std::vector<float> Floats(const HostTensor& t) { return TensorToF32(t); }
 
 TEST_F(ShardedCheckpointTest, EachDeviceWritesItsTilesAndAnyBoxReadsBack) {
   SaveOnFourDevices(30);
@@ -534,7 +537,7 @@ TEST_F(ShardedCheckpointTest, EachDeviceWritesItsTilesAndAnyBoxReadsBack) {
         ReadSafetensors(dir_ / fmt::format("model-{:05}-of-00004.safetensors", device));
     EXPECT_EQ(file.tensors.contains("norm"), device == 1);
     // Of the padded tiles, only the part inside the tensor.
-    EXPECT_EQ(file.tensors.at("rows").shape, (std::vector<int64_t>{device == 4 ? 1 : 3, 6}));
+    EXPECT_EQ(file.tensors.at("rows").dimensions(), (std::vector<int64_t>{device == 4 ? 1 : 3, 6}));
   }
   EXPECT_EQ(Siblings(), std::vector<std::string>{"checkpoint"});
   // The whole model in one process.

@@ -26,6 +26,7 @@ namespace weft {
 namespace {
 
 namespace fs = std::filesystem;
+using runtime::HostTensor;
 
 fs::path TempDir(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("weft_hf_checkpoint_test_" + name);
@@ -59,7 +60,7 @@ TensorMap RandomWeights(const LlamaConfig& c, uint32_t seed) {
     std::vector<float> v(w.shape.ElementsCount());
     const bool norm = w.name.find("norm") != std::string::npos;
     for (float& x : v) x = norm ? 1.0f + normal(rng) : normal(rng);
-    out[w.name] = HostTensor::F32(w.shape.dimensions(), v);
+    out[w.name] = F32Tensor(w.shape.dimensions(), v);
   }
   return out;
 }
@@ -81,22 +82,24 @@ TEST(HfCheckpoint, NamesAndLayoutsRoundTripBitForBit) {
   for (bool tie : {false, true}) {
     const LlamaConfig c = Small(tie);
     const TensorMap weights = RandomWeights(c, tie ? 1 : 2);
-    const TensorMap hf = ToHfTensors(c, weights, TensorDType::kF32);
+    const TensorMap hf = ToHfTensors(c, weights, PrimitiveType::kF32);
     // 1 embedding + 9 per layer + final norm (+ head).
     EXPECT_EQ(hf.size(), 2 + 9 * c.n_layers + (tie ? 0 : 1));
-    EXPECT_EQ(hf.at("model.embed_tokens.weight").shape, (std::vector<int64_t>{400, 32}));
-    EXPECT_EQ(hf.at("model.layers.1.self_attn.q_proj.weight").shape,
+    EXPECT_EQ(hf.at("model.embed_tokens.weight").dimensions(), (std::vector<int64_t>{400, 32}));
+    EXPECT_EQ(hf.at("model.layers.1.self_attn.q_proj.weight").dimensions(),
               (std::vector<int64_t>{32, 32}));
-    EXPECT_EQ(hf.at("model.layers.1.self_attn.k_proj.weight").shape,
+    EXPECT_EQ(hf.at("model.layers.1.self_attn.k_proj.weight").dimensions(),
               (std::vector<int64_t>{16, 32}));
-    EXPECT_EQ(hf.at("model.layers.0.mlp.gate_proj.weight").shape, (std::vector<int64_t>{48, 32}));
-    EXPECT_EQ(hf.at("model.layers.0.mlp.down_proj.weight").shape, (std::vector<int64_t>{32, 48}));
+    EXPECT_EQ(hf.at("model.layers.0.mlp.gate_proj.weight").dimensions(),
+              (std::vector<int64_t>{48, 32}));
+    EXPECT_EQ(hf.at("model.layers.0.mlp.down_proj.weight").dimensions(),
+              (std::vector<int64_t>{32, 48}));
     EXPECT_EQ(hf.count("lm_head.weight"), tie ? 0u : 1u);
     // v and o are plain transposes: HF's [out, in] row r, column c is weft's [c, r].
-    const std::vector<float> wv = weights.at("layers.attention.wv").ToF32();
-    const std::vector<float> v1 = hf.at("model.layers.1.self_attn.v_proj.weight").ToF32();
+    const std::vector<float> wv = TensorToF32(weights.at("layers.attention.wv"));
+    const std::vector<float> v1 = TensorToF32(hf.at("model.layers.1.self_attn.v_proj.weight"));
     EXPECT_EQ(v1[5 * 32 + 7], wv[1 * 32 * 16 + 7 * 16 + 5]);
-    EXPECT_EQ(FromHfTensors(c, hf, "test"), weights) << "tie " << tie;
+    EXPECT_TRUE(SameTensors(FromHfTensors(c, hf, "test"), weights)) << "tie " << tie;
   }
 }
 
@@ -106,7 +109,7 @@ TEST(HfCheckpoint, NamesAndLayoutsRoundTripBitForBit) {
 TEST(HfCheckpoint, RotateHalfOnExportedRowsGivesWeftsAttentionScores) {
   const LlamaConfig c = Small(false);
   const TensorMap weights = RandomWeights(c, 3);
-  const TensorMap hf = ToHfTensors(c, weights, TensorDType::kF32);
+  const TensorMap hf = ToHfTensors(c, weights, PrimitiveType::kF32);
   const int64_t D = c.dim, hd = c.head_dim(), half = hd / 2;
   std::mt19937 rng(4);
   std::normal_distribution<double> normal;
@@ -119,7 +122,7 @@ TEST(HfCheckpoint, RotateHalfOnExportedRowsGivesWeftsAttentionScores) {
   };
   // weft: x [D] . w [D, out] for columns of head h, then pairs (2j, 2j+1) rotate.
   const auto weft_head = [&](const std::string& name, int64_t out, int64_t h, int which) {
-    const std::vector<float> w = weights.at(name).ToF32();
+    const std::vector<float> w = TensorToF32(weights.at(name));
     std::vector<double> y(hd);
     for (int64_t i = 0; i < hd; ++i)
       for (int64_t k = 0; k < D; ++k)
@@ -134,7 +137,7 @@ TEST(HfCheckpoint, RotateHalfOnExportedRowsGivesWeftsAttentionScores) {
   };
   // HF: W [out, D] . x, then q * cos + rotate_half(q) * sin over halves.
   const auto hf_head = [&](const std::string& name, int64_t h, int which) {
-    const std::vector<float> w = hf.at(fmt::format("model.layers.{}.{}", layer, name)).ToF32();
+    const std::vector<float> w = TensorToF32(hf.at(fmt::format("model.layers.{}.{}", layer, name)));
     std::vector<double> y(hd);
     for (int64_t i = 0; i < hd; ++i)
       for (int64_t k = 0; k < D; ++k) y[i] += w[(h * hd + i) * D + k] * x[which][k];
@@ -162,8 +165,8 @@ TEST(HfCheckpoint, RotateHalfOnExportedRowsGivesWeftsAttentionScores) {
     EXPECT_NEAR(ours, weft, 1e-9 * std::max(1.0, std::abs(weft))) << "head " << h;
   }
   // Without the permutation the scores differ: the test can fail.
-  const std::vector<float> q = weights.at("layers.attention.wq").ToF32();
-  const std::vector<float> hq = hf.at("model.layers.1.self_attn.q_proj.weight").ToF32();
+  const std::vector<float> q = TensorToF32(weights.at("layers.attention.wq"));
+  const std::vector<float> hq = TensorToF32(hf.at("model.layers.1.self_attn.q_proj.weight"));
   EXPECT_NE(hq[1 * D + 0], q[layer * D * q_out + 0 * q_out + 1]);
   EXPECT_EQ(hq[1 * D + 0], q[layer * D * q_out + 0 * q_out + 2]);     // HF row 1 = weft 2
   EXPECT_EQ(hq[half * D + 0], q[layer * D * q_out + 0 * q_out + 1]);  // HF row 4 = weft 1
@@ -172,21 +175,21 @@ TEST(HfCheckpoint, RotateHalfOnExportedRowsGivesWeftsAttentionScores) {
 TEST(HfCheckpoint, Bf16ExportRoundsToNearestEvenAndReadsBackWidened) {
   const LlamaConfig c = Small(true);
   const TensorMap weights = RandomWeights(c, 5);
-  const TensorMap hf = ToHfTensors(c, weights, TensorDType::kBF16);
+  const TensorMap hf = ToHfTensors(c, weights, PrimitiveType::kBF16);
   const HostTensor& e = hf.at("model.embed_tokens.weight");
-  ASSERT_EQ(e.dtype, TensorDType::kBF16);
-  const std::vector<float> f32 = weights.at("tok_embeddings").ToF32();
-  const std::vector<uint16_t> bits = e.BF16Bits();
+  ASSERT_EQ(e.element_type(), PrimitiveType::kBF16);
+  const std::vector<float> f32 = TensorToF32(weights.at("tok_embeddings"));
+  const std::vector<uint16_t> bits = TensorBF16Bits(e);
   for (size_t i = 0; i < bits.size(); ++i) ASSERT_EQ(bits[i], bf16::FromFloatBits(f32[i]));
   const TensorMap back = FromHfTensors(c, hf, "bf16");
-  const std::vector<float> widened = back.at("tok_embeddings").ToF32();
+  const std::vector<float> widened = TensorToF32(back.at("tok_embeddings"));
   for (size_t i = 0; i < bits.size(); ++i) ASSERT_EQ(widened[i], bf16::ToFloat(bits[i]));
-  EXPECT_EQ(back.at("layers.attention.wq").dtype, TensorDType::kF32);
+  EXPECT_EQ(back.at("layers.attention.wq").element_type(), PrimitiveType::kF32);
 }
 
 TEST(HfCheckpoint, ConfigJsonRoundTripsAndRefusesWhatWeftCannotCompute) {
   const LlamaConfig c = Small(true);
-  const std::string text = HfConfigJson(c, TensorDType::kBF16);
+  const std::string text = HfConfigJson(c, PrimitiveType::kBF16);
   const nlohmann::json j = nlohmann::json::parse(text);
   EXPECT_EQ(j["architectures"][0], "LlamaForCausalLM");
   EXPECT_EQ(j["model_type"], "llama");
@@ -268,7 +271,7 @@ TEST(HfCheckpoint, DirectoriesAreWrittenWholeAndReadBack) {
   EXPECT_EQ(tc["add_eos_token"], false);
   EXPECT_EQ(ReadSafetensors(one / "model.safetensors").metadata.at("format"), "pt");
   HfModel m = LoadHf(one);
-  EXPECT_EQ(m.weights, weights);
+  EXPECT_TRUE(SameTensors(m.weights, weights));
   EXPECT_EQ(m.tokenizer, one / "tokenizer.model");
   EXPECT_EQ(m.config.dim, c.dim);
 
@@ -276,7 +279,7 @@ TEST(HfCheckpoint, DirectoriesAreWrittenWholeAndReadBack) {
   const fs::path sharded = TempDir("sharded");
   const int64_t limit = 20 << 10;
   WriteHfDirectory(sharded, c, weights, TokenizerModel(),
-                   {.dtype = TensorDType::kBF16, .max_shard_bytes = limit});
+                   {.dtype = PrimitiveType::kBF16, .max_shard_bytes = limit});
   EXPECT_FALSE(fs::exists(sharded / "model.safetensors"));
   const nlohmann::json index =
       nlohmann::json::parse(ReadFileToString(sharded / "model.safetensors.index.json"));
@@ -289,18 +292,18 @@ TEST(HfCheckpoint, DirectoriesAreWrittenWholeAndReadBack) {
     const SafetensorsFile shard = ReadSafetensors(sharded / f);
     int64_t bytes = 0;
     for (const auto& [name, t] : shard.tensors) {
-      bytes += static_cast<int64_t>(t.bytes.size());
+      bytes += t.byte_size();
       EXPECT_EQ(index["weight_map"][name], f);
-      EXPECT_EQ(t.dtype, TensorDType::kBF16);
+      EXPECT_EQ(t.element_type(), PrimitiveType::kBF16);
     }
     EXPECT_TRUE(bytes <= limit || shard.tensors.size() == 1) << f;
     total += bytes;
   }
   EXPECT_EQ(index["metadata"]["total_size"], total);
   const HfModel back = LoadHf(sharded);
-  const TensorMap rounded = FromHfTensors(c, ToHfTensors(c, weights, TensorDType::kBF16), "x");
-  EXPECT_EQ(back.weights, rounded);
-  EXPECT_EQ(back.stored_dtype, TensorDType::kBF16);
+  const TensorMap rounded = FromHfTensors(c, ToHfTensors(c, weights, PrimitiveType::kBF16), "x");
+  EXPECT_TRUE(SameTensors(back.weights, rounded));
+  EXPECT_EQ(back.stored_dtype, PrimitiveType::kBF16);
 
   // An existing, non-empty target is refused untouched.
   ExpectError([&] { WriteHfDirectory(one, c, weights, TokenizerModel(), {}); },
@@ -320,8 +323,8 @@ class BadHfDirectory : public ::testing::Test {
     config_ = Small(true);
     dir_ = TempDir("bad");
     fs::create_directories(dir_);
-    WriteFileAtomically(dir_ / "config.json", HfConfigJson(config_, TensorDType::kF32));
-    hf_ = ToHfTensors(config_, RandomWeights(config_, 7), TensorDType::kF32);
+    WriteFileAtomically(dir_ / "config.json", HfConfigJson(config_, PrimitiveType::kF32));
+    hf_ = ToHfTensors(config_, RandomWeights(config_, 7), PrimitiveType::kF32);
   }
   void Write(const TensorMap& tensors) { WriteSafetensors(dir_ / "model.safetensors", tensors); }
   LlamaConfig config_;
@@ -340,26 +343,25 @@ TEST_F(BadHfDirectory, EachProblemIsNamedWithTheFileAndTheTensorOrField) {
               {"no tensor 'model.layers.1.mlp.up_proj.weight' [48, 32]", "config.json"});
 
   TensorMap shape = hf_;
-  shape["model.layers.0.self_attn.k_proj.weight"] =
-      HostTensor::F32({32, 16}, std::vector<float>(512));
+  shape["model.layers.0.self_attn.k_proj.weight"] = F32Tensor({32, 16}, std::vector<float>(512));
   Write(shape);
   ExpectError([&] { LoadHf(dir_); },
               {file, "'model.layers.0.self_attn.k_proj.weight' is [32, 16]", "needs [16, 32]"});
 
   TensorMap dtype = hf_;
-  dtype["model.norm.weight"] = HostTensor::I32({32}, std::vector<int32_t>(32, 1));
+  dtype["model.norm.weight"] = I32Tensor({32}, std::vector<int32_t>(32, 1));
   Write(dtype);
   ExpectError([&] { LoadHf(dir_); }, {file, "'model.norm.weight' is I32", "unsupported dtype"});
 
   TensorMap extra = hf_;
-  extra["model.layers.0.self_attn.q_proj.bias"] = HostTensor::F32({32}, std::vector<float>(32));
+  extra["model.layers.0.self_attn.q_proj.bias"] = F32Tensor({32}, std::vector<float>(32));
   Write(extra);
   ExpectError([&] { LoadHf(dir_); }, {file, "'model.layers.0.self_attn.q_proj.bias' has no place"});
 
   TensorMap nan = hf_;
-  std::vector<float> values = nan.at("model.norm.weight").ToF32();
+  std::vector<float> values = TensorToF32(nan.at("model.norm.weight"));
   values[3] = NAN;
-  nan["model.norm.weight"] = HostTensor::F32({32}, values);
+  nan["model.norm.weight"] = F32Tensor({32}, values);
   Write(nan);
   ExpectError([&] { LoadHf(dir_); }, {file, "'model.norm.weight' holds nan at element 3"});
 

@@ -13,7 +13,12 @@
 
 namespace {
 
-using weft::HostTensor;
+using weft::BF16Tensor;
+using weft::F32Tensor;
+using weft::I32Tensor;
+using weft::I64Tensor;
+using weft::PrimitiveType;
+using weft::runtime::HostTensor;
 
 // Contents the Python side recomputes from the same formulas.
 weft::TensorMap KnownTensors() {
@@ -29,12 +34,12 @@ weft::TensorMap KnownTensors() {
   std::vector<int64_t> i64(4);
   for (size_t i = 0; i < i64.size(); ++i) i64[i] = (int64_t{1} << 40) + static_cast<int64_t>(i);
   weft::TensorMap tensors;
-  tensors["layers.0.attention.wq"] = HostTensor::F32({3, 4}, f32);
-  tensors["bf16"] = HostTensor::BF16({5}, bf16);
-  tensors["tokens"] = HostTensor::I32({2, 3}, i32);
-  tensors["positions"] = HostTensor::I64({4}, i64);
-  tensors["scalar"] = HostTensor::F32({}, std::vector<float>{3.0f});
-  tensors["empty"] = HostTensor::F32({0, 3}, {});
+  tensors["layers.0.attention.wq"] = F32Tensor({3, 4}, f32);
+  tensors["bf16"] = BF16Tensor({5}, bf16);
+  tensors["tokens"] = I32Tensor({2, 3}, i32);
+  tensors["positions"] = I64Tensor({4}, i64);
+  tensors["scalar"] = F32Tensor({}, std::vector<float>{3.0f});
+  tensors["empty"] = F32Tensor({0, 3}, {});
   return tensors;
 }
 
@@ -42,21 +47,23 @@ nlohmann::json Describe(const weft::SafetensorsFile& file) {
   nlohmann::json out = {{"metadata", file.metadata}, {"tensors", nlohmann::json::object()}};
   for (const auto& [name, tensor] : file.tensors) {
     nlohmann::json values;
-    switch (tensor.dtype) {
-      case weft::TensorDType::kF32:
-      case weft::TensorDType::kBF16:
-      case weft::TensorDType::kF16:
-        values = tensor.ToF32();
+    switch (tensor.element_type()) {
+      case PrimitiveType::kF32:
+      case PrimitiveType::kBF16:
+      case PrimitiveType::kF16:
+        values = weft::TensorToF32(tensor);
         break;
-      case weft::TensorDType::kI32:
-        values = tensor.ToI32();
+      case PrimitiveType::kS32:
+        values = weft::TensorToI32(tensor);
         break;
-      case weft::TensorDType::kI64:
-        values = tensor.ToI64();
+      case PrimitiveType::kS64:
+        values = weft::TensorToI64(tensor);
+        break;
+      default:
         break;
     }
-    out["tensors"][name] = {{"dtype", weft::TensorDTypeName(tensor.dtype)},
-                            {"shape", tensor.shape},
+    out["tensors"][name] = {{"dtype", weft::SafetensorsDTypeName(tensor.element_type())},
+                            {"shape", tensor.dimensions()},
                             {"values", values}};
   }
   return out;

@@ -476,8 +476,7 @@ TEST(TrainerTest, InitFromAHuggingFaceExportStartsFromTheExportedWeights) {
       Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, b.positions)};
   const Checkpoint exported = LoadCheckpoint(trained.out / "checkpoint");
   for (const LlamaWeight& w : p.forward.weights) {
-    inputs.push_back(Tensor::FromVector<float>(PrimitiveType::kF32, w.shape.dimensions(),
-                                               exported.model.at(w.name).ToF32()));
+    inputs.push_back(exported.model.at(w.name));
   }
   runtime::LocalCluster cluster(p.num_devices);
   const double want = runtime::RunSharded(p.compiled, inputs, cluster).at(0).GetDouble(0);
@@ -630,7 +629,7 @@ void ExpectSameWeights(const fs::path& a, const fs::path& b, double tolerance,
   const TensorMap wb = LoadCheckpoint(b / "checkpoint").model;
   ASSERT_EQ(wa.size(), wb.size()) << label;
   for (const auto& [name, ta] : wa) {
-    const std::vector<float> va = ta.ToF32(), vb = wb.at(name).ToF32();
+    const std::vector<float> va = TensorToF32(ta), vb = TensorToF32(wb.at(name));
     ASSERT_EQ(va.size(), vb.size()) << label << " " << name;
     double norm = 0, difference = 0;
     for (size_t i = 0; i < va.size(); ++i) {

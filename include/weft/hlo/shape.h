@@ -1,5 +1,6 @@
 // Shape: an element type with dimensions (an array), or a tuple of shapes.
-// Layouts are always the default (row-major, printed {rank-1,...,0}).
+// Layouts are always the default (row-major, printed {rank-1,...,0}). The
+// element types (PrimitiveType, their names and widths) are base/primitive_type.h's.
 #pragma once
 
 #include <cstdint>
@@ -9,39 +10,9 @@
 #include <string_view>
 #include <vector>
 
+#include "weft/base/primitive_type.h"
+
 namespace weft {
-
-// c64 is parsed, printed and sized (two f32s) but no pass computes with it:
-// the executor refuses it by name. token (zero bytes, `token[]`) orders
-// side effects (after-all, infeed, outfeed) and carries no data.
-enum class PrimitiveType {
-  kInvalid,
-  kPred,
-  kS32,
-  kS64,
-  kU16,
-  kU32,
-  kU64,
-  kF16,
-  kBF16,
-  kF32,
-  kF64,
-  kC64,
-  kToken,
-  kTuple
-};
-
-// "f32", "bf16", "pred", ...; "tuple" for kTuple.
-std::string_view PrimitiveTypeName(PrimitiveType type);
-// nullopt for names weft does not support.
-std::optional<PrimitiveType> PrimitiveTypeFromName(std::string_view name);
-// The element type names weft supports, for error messages.
-std::string_view SupportedPrimitiveTypeNames();
-bool IsFloatingPoint(PrimitiveType type);  // f16, bf16, f32, f64
-bool IsInteger(PrimitiveType type);        // s32, s64, u16, u32, u64
-bool IsComplex(PrimitiveType type);        // c64
-bool IsSignedInteger(PrimitiveType type);
-int64_t ByteWidth(PrimitiveType type);
 
 // Why no array of `type` with `dims` can exist, or nullopt when it can. An
 // array exists when every dimension is >= 0 and its sizes fit in int64: the

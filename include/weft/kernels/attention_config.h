@@ -22,12 +22,14 @@
 #include <string>
 #include <vector>
 
+#include "weft/base/primitive_type.h"
 #include "weft/kernels/attention.h"
 
 namespace weft::kernels {
 
-enum class AttentionDtype { kFloat32, kBfloat16 };
-const char* DtypeName(AttentionDtype dtype);  // "f32", "bf16"
+// Attention computes in f32 or bf16 (float32 accumulation); any other element
+// type is refused by name.
+void CheckAttentionType(PrimitiveType dtype);
 
 // The limit a configuration's working set must fit: WEFT_CACHE_LIMIT (e.g.
 // "8K", "1M") when set, else this core's L2 size. Read on every call (tests
@@ -42,7 +44,7 @@ const char* KernelName(AttentionKernel kernel);  // "forward", "backward_dq", "b
 // operands (Q, K, V, dO panels and rows, P and dS as GEMM inputs) are 2 bytes
 // an element, and P and dS also exist as bf16 copies.
 int64_t WorkingSetBytes(AttentionKernel kernel, const AttentionDims& dims, TileSizes tiles,
-                        bool has_score_mod, AttentionDtype dtype = AttentionDtype::kFloat32);
+                        bool has_score_mod, PrimitiveType dtype = PrimitiveType::kF32);
 
 // Everything a configuration depends on, taken from one call.
 struct ConfigProblem {
@@ -52,11 +54,11 @@ struct ConfigProblem {
   double mask_density = 1.0;  // fraction of mask blocks that need work
   bool has_mask = false;
   bool has_score_mod = false;
-  AttentionDtype dtype = AttentionDtype::kFloat32;
+  PrimitiveType dtype = PrimitiveType::kF32;
   std::string isa;  // the instruction set the kernels will use
 
   static ConfigProblem From(const AttentionDims& dims, const AttentionOptions& options,
-                            AttentionDtype dtype);
+                            PrimitiveType dtype);
   // "none" without a block mask; else the density class, e.g. "d50".
   std::string MaskClass() const;
   // Power-of-two bucket of max(Sq, Skv), at least 256.

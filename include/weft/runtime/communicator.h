@@ -48,30 +48,33 @@
 #include <vector>
 
 #include "weft/base/error.h"
+#include "weft/base/primitive_type.h"
 
 namespace weft::runtime {
 
-enum class DataType : uint8_t { kF32, kBF16, kI32, kI64, kU8, kF64, kU16 };
-int64_t DataTypeSize(DataType dtype);
-// "f32", "bf16", "s32", "s64", "u8", "f64", "u16"
-std::string_view DataTypeName(DataType dtype);
+// Collectives move and reduce f32, bf16, f64, s32, s64, u16 and pred (one
+// byte per element; raw bytes travel as pred too); any other element type is
+// refused by name (CheckCollectiveType). Reductions are done in the type's own
+// arithmetic (bf16 widened to f32 and rounded back; pred and u16 as unsigned).
+void CheckCollectiveType(PrimitiveType dtype);
 
-// The element type of a C++ type; bfloat16 values travel as uint16_t bits.
+// The element type of a C++ type; bfloat16 values travel as uint16_t bits,
+// bytes as pred.
 template <typename T>
-constexpr DataType DataTypeOf() {
+constexpr PrimitiveType ElementTypeOf() {
   if constexpr (std::is_same_v<T, float>) {
-    return DataType::kF32;
+    return PrimitiveType::kF32;
   } else if constexpr (std::is_same_v<T, uint16_t>) {
-    return DataType::kBF16;
+    return PrimitiveType::kBF16;
   } else if constexpr (std::is_same_v<T, int32_t>) {
-    return DataType::kI32;
+    return PrimitiveType::kS32;
   } else if constexpr (std::is_same_v<T, int64_t>) {
-    return DataType::kI64;
+    return PrimitiveType::kS64;
   } else if constexpr (std::is_same_v<T, double>) {
-    return DataType::kF64;
+    return PrimitiveType::kF64;
   } else {
     static_assert(std::is_same_v<T, uint8_t>, "unsupported collective element type");
-    return DataType::kU8;
+    return PrimitiveType::kPred;
   }
 }
 
@@ -121,7 +124,7 @@ struct CollectiveStats {
 // One collective as a backend sees it, validated by Communicator.
 struct CollectiveCall {
   CollectiveKind kind = CollectiveKind::kBarrier;
-  DataType dtype = DataType::kU8;
+  PrimitiveType dtype = PrimitiveType::kPred;
   ReduceOp op = ReduceOp::kSum;
   const std::byte* in = nullptr;
   std::byte* out = nullptr;
@@ -152,15 +155,15 @@ class Communicator {
   // device's shard and `out` holds count * n; for ReduceScatter `count` is the
   // whole input (a multiple of n) and `out` holds count / n; for AllToAll
   // `count` is the whole input (a multiple of n) and the output is as large.
-  void AllReduce(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
+  void AllReduce(const void* in, void* out, int64_t count, PrimitiveType dtype, ReduceOp op,
                  const ReplicaGroups& groups = {});
-  void AllGather(const void* in, void* out, int64_t count, DataType dtype,
+  void AllGather(const void* in, void* out, int64_t count, PrimitiveType dtype,
                  const ReplicaGroups& groups = {});
-  void ReduceScatter(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
+  void ReduceScatter(const void* in, void* out, int64_t count, PrimitiveType dtype, ReduceOp op,
                      const ReplicaGroups& groups = {});
-  void AllToAll(const void* in, void* out, int64_t count, DataType dtype,
+  void AllToAll(const void* in, void* out, int64_t count, PrimitiveType dtype,
                 const ReplicaGroups& groups = {});
-  void CollectivePermute(const void* in, void* out, int64_t count, DataType dtype,
+  void CollectivePermute(const void* in, void* out, int64_t count, PrimitiveType dtype,
                          const std::vector<SourceTargetPair>& pairs);
   // Waits until every device reaches its Barrier.
   void Barrier();
@@ -174,33 +177,33 @@ class Communicator {
   std::vector<T> AllReduce(const std::vector<T>& in, ReduceOp op,
                            const ReplicaGroups& groups = {}) {
     std::vector<T> out(in.size());
-    AllReduce(in.data(), out.data(), Count(in), DataTypeOf<T>(), op, groups);
+    AllReduce(in.data(), out.data(), Count(in), ElementTypeOf<T>(), op, groups);
     return out;
   }
   template <typename T>
   std::vector<T> AllGather(const std::vector<T>& in, const ReplicaGroups& groups = {}) {
     std::vector<T> out(in.size() * GroupSize(groups));
-    AllGather(in.data(), out.data(), Count(in), DataTypeOf<T>(), groups);
+    AllGather(in.data(), out.data(), Count(in), ElementTypeOf<T>(), groups);
     return out;
   }
   template <typename T>
   std::vector<T> ReduceScatter(const std::vector<T>& in, ReduceOp op,
                                const ReplicaGroups& groups = {}) {
     std::vector<T> out(in.size() / GroupSize(groups));
-    ReduceScatter(in.data(), out.data(), Count(in), DataTypeOf<T>(), op, groups);
+    ReduceScatter(in.data(), out.data(), Count(in), ElementTypeOf<T>(), op, groups);
     return out;
   }
   template <typename T>
   std::vector<T> AllToAll(const std::vector<T>& in, const ReplicaGroups& groups = {}) {
     std::vector<T> out(in.size());
-    AllToAll(in.data(), out.data(), Count(in), DataTypeOf<T>(), groups);
+    AllToAll(in.data(), out.data(), Count(in), ElementTypeOf<T>(), groups);
     return out;
   }
   template <typename T>
   std::vector<T> CollectivePermute(const std::vector<T>& in,
                                    const std::vector<SourceTargetPair>& pairs) {
     std::vector<T> out(in.size());
-    CollectivePermute(in.data(), out.data(), Count(in), DataTypeOf<T>(), pairs);
+    CollectivePermute(in.data(), out.data(), Count(in), ElementTypeOf<T>(), pairs);
     return out;
   }
 
@@ -223,7 +226,7 @@ class Communicator {
   static int64_t Count(const std::vector<T>& v) {
     return static_cast<int64_t>(v.size());
   }
-  CollectiveCall Prepare(CollectiveKind kind, DataType dtype, ReduceOp op, const void* in,
+  CollectiveCall Prepare(CollectiveKind kind, PrimitiveType dtype, ReduceOp op, const void* in,
                          void* out, int64_t in_count, const ReplicaGroups& groups);
   void Finish(CollectiveCall& call);
 

@@ -40,7 +40,7 @@ namespace weft {
 // Hugging Face's names and [out, in] layouts of the model's weights, in
 // `dtype` (F32 or BF16, rounded to nearest even); `weights` by weft name,
 // F32 or BF16 (widened), shaped as models/llama.h lays them out.
-TensorMap ToHfTensors(const LlamaConfig& config, const TensorMap& weights, TensorDType dtype);
+TensorMap ToHfTensors(const LlamaConfig& config, const TensorMap& weights, PrimitiveType dtype);
 // The inverse: weft's names and layouts, F32 (F32, BF16 and F16 widened
 // exactly). `what` names the source in errors (a missing tensor, a wrong
 // shape or dtype, a tensor weft has no place for, a non-finite value);
@@ -50,7 +50,7 @@ TensorMap FromHfTensors(const LlamaConfig& config, const TensorMap& hf, std::str
 
 // config.json's text for `config` (its seq_len as max_position_embeddings),
 // torch_dtype from `dtype`, bos/eos/pad ids of weft's tokenizer.
-std::string HfConfigJson(const LlamaConfig& config, TensorDType dtype);
+std::string HfConfigJson(const LlamaConfig& config, PrimitiveType dtype);
 // The model config.json describes (max_position_embeddings as seq_len).
 // Refuses what weft's Llama does not compute (another model_type or
 // architecture, hidden_act other than silu, rope_scaling, biases, a head_dim
@@ -66,9 +66,9 @@ void CheckModelMatchesHf(const LlamaConfig& config, std::string_view source, con
 struct HfModel {
   std::filesystem::path dir;
   LlamaConfig config;
-  TensorMap weights;                             // weft names and layouts, F32
-  std::filesystem::path tokenizer;               // dir/tokenizer.model, or empty when absent
-  TensorDType stored_dtype = TensorDType::kF32;  // of the first weight read
+  TensorMap weights;                                 // weft names and layouts, F32
+  std::filesystem::path tokenizer;                   // dir/tokenizer.model, or empty when absent
+  PrimitiveType stored_dtype = PrimitiveType::kF32;  // of the first weight read
 };
 
 // Whether `dir` looks like a Hugging Face directory (has config.json).
@@ -78,7 +78,7 @@ bool IsHfDirectory(const std::filesystem::path& dir);
 HfModel LoadHf(const std::filesystem::path& dir);
 
 struct HfExportOptions {
-  TensorDType dtype = TensorDType::kF32;  // F32 (exact) or BF16
+  PrimitiveType dtype = PrimitiveType::kF32;  // F32 (exact) or BF16
   // Above this many bytes of weights, model-0000k-of-0000n.safetensors shards
   // of at most this size each (a larger tensor alone in its shard) and
   // model.safetensors.index.json; otherwise one model.safetensors.

@@ -9,7 +9,8 @@
 //               the start of this section, which they cover without gaps
 //
 // We write tensors in name order and read with strict validation: every
-// error names the file and what is wrong with it.
+// error names the file and what is wrong with it. Element types are
+// PrimitiveTypes; safetensors' dtype names ("F32", ...) are converted here.
 #pragma once
 
 #include <cstddef>
@@ -22,40 +23,45 @@
 #include <string_view>
 #include <vector>
 
+#include "weft/base/primitive_type.h"
+#include "weft/runtime/executor_tensor.h"
+
 namespace weft {
 
-enum class TensorDType { kF32, kBF16, kF16, kI32, kI64 };
+// safetensors' names of the element types weft reads and writes: "F32",
+// "BF16", "F16", "I32", "I64" (f32, bf16, f16, s32, s64). The file format's
+// names exist only here; everywhere else an element type is a PrimitiveType.
+// Throws weft::Error naming the type for any other type.
+std::string_view SafetensorsDTypeName(PrimitiveType type);
+// The element type a safetensors dtype name stands for; nullopt for any other
+// text (including weft's own names: "f32" is not a safetensors dtype).
+std::optional<PrimitiveType> PrimitiveTypeFromSafetensorsName(std::string_view name);
 
-std::string_view TensorDTypeName(TensorDType dtype);  // "F32", "BF16", "F16", "I32", "I64"
-int64_t TensorDTypeSize(TensorDType dtype);
-// The dtype a name of TensorDTypeName stands for; nullopt for any other text.
-std::optional<TensorDType> TensorDTypeFromName(std::string_view name);
+// Tensors in files are the executor's host tensors (runtime::HostTensor:
+// shape, element type, bytes little-endian row-major). Copies of a tensor
+// share its bytes. Makers of typed tensors (values copied; bf16 and f16 given
+// as raw 16-bit patterns), throwing weft::Error when the count of values
+// differs from the shape's:
+runtime::HostTensor F32Tensor(std::vector<int64_t> shape, std::span<const float> values);
+runtime::HostTensor BF16Tensor(std::vector<int64_t> shape, std::span<const uint16_t> bits);
+runtime::HostTensor F16Tensor(std::vector<int64_t> shape, std::span<const uint16_t> bits);
+runtime::HostTensor I32Tensor(std::vector<int64_t> shape, std::span<const int32_t> values);
+runtime::HostTensor I64Tensor(std::vector<int64_t> shape, std::span<const int64_t> values);
+// Typed copies of a tensor's values; throw weft::Error when its element type
+// differs. TensorToF32 also widens bf16 and f16 (exactly).
+std::vector<float> TensorToF32(const runtime::HostTensor& tensor);
+std::vector<uint16_t> TensorBF16Bits(const runtime::HostTensor& tensor);
+std::vector<int32_t> TensorToI32(const runtime::HostTensor& tensor);
+std::vector<int64_t> TensorToI64(const runtime::HostTensor& tensor);
+// `tensor` itself when it is f32, else its values widened (bf16, f16) into a
+// new f32 tensor; throws weft::Error for other element types.
+runtime::HostTensor AsF32Tensor(const runtime::HostTensor& tensor);
+// Same shape, element type and bytes.
+bool SameTensor(const runtime::HostTensor& a, const runtime::HostTensor& b);
 
-// A dense host array with its bytes (little-endian, row-major).
-struct HostTensor {
-  TensorDType dtype = TensorDType::kF32;
-  std::vector<int64_t> shape;
-  std::vector<std::byte> bytes;
-
-  static HostTensor F32(std::vector<int64_t> shape, std::span<const float> values);
-  // bfloat16 given as raw 16-bit patterns.
-  static HostTensor BF16(std::vector<int64_t> shape, std::span<const uint16_t> bits);
-  // IEEE half precision given as raw 16-bit patterns.
-  static HostTensor F16(std::vector<int64_t> shape, std::span<const uint16_t> bits);
-  static HostTensor I32(std::vector<int64_t> shape, std::span<const int32_t> values);
-  static HostTensor I64(std::vector<int64_t> shape, std::span<const int64_t> values);
-
-  int64_t num_elements() const;
-  // Typed copies; throw weft::Error when the dtype differs.
-  std::vector<float> ToF32() const;  // F32, or BF16 / F16 widened exactly
-  std::vector<uint16_t> BF16Bits() const;
-  std::vector<int32_t> ToI32() const;
-  std::vector<int64_t> ToI64() const;
-
-  bool operator==(const HostTensor&) const = default;
-};
-
-using TensorMap = std::map<std::string, HostTensor>;
+using TensorMap = std::map<std::string, runtime::HostTensor>;
+// The same names, each with the same tensor (SameTensor).
+bool SameTensors(const TensorMap& a, const TensorMap& b);
 using Metadata = std::map<std::string, std::string>;
 
 struct SafetensorsFile {
@@ -77,7 +83,7 @@ SafetensorsFile ParseSafetensors(std::string_view bytes, std::string_view what);
 
 // A tensor's type and shape, without its bytes.
 struct TensorSpec {
-  TensorDType dtype = TensorDType::kF32;
+  PrimitiveType dtype = PrimitiveType::kF32;
   std::vector<int64_t> shape;
   int64_t num_bytes() const;
   bool operator==(const TensorSpec&) const = default;
