@@ -2,9 +2,7 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 #include <iostream>
-#include <sstream>
 #include <unordered_set>
 
 #include "weft/base/atomic_file.h"
@@ -45,13 +43,7 @@ int RunCompileCommand(const CompileCommandOptions& options) {
   WEFT_CHECK(options.num_devices >= 0 && options.num_devices <= kMaxDevices,
              "--num-devices must be between 1 and {} (or left out: from the module), got {}",
              kMaxDevices, options.num_devices);
-  std::ifstream in(options.input, std::ios::binary);
-  WEFT_CHECK(in.good(), "cannot read '{}'; give the path of an HLO text module", options.input);
-  std::stringstream text;
-  text << in.rdbuf();
-  HloParseOptions parse_options;
-  parse_options.source_name = options.input;
-  std::unique_ptr<HloModule> module = ParseHloModule(text.str(), parse_options);
+  std::unique_ptr<HloModule> module = ParseHloModuleFile(options.input);
 
   const int64_t written_for = ShardingDeviceCount(*module);
   const int64_t n = options.num_devices == 0 ? written_for : options.num_devices;

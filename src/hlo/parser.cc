@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <unordered_map>
 
 #include "attribute_text.h"
@@ -653,6 +655,16 @@ std::unique_ptr<HloModule> ParseHloModule(std::string_view text, const HloParseO
     }
   }
   return module;
+}
+
+std::unique_ptr<HloModule> ParseHloModuleFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  WEFT_CHECK(in.good(), "cannot read '{}'; give the path of an HLO text module", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  HloParseOptions options;
+  options.source_name = path;
+  return ParseHloModule(text.str(), options);
 }
 
 Shape ParseShape(std::string_view text) {

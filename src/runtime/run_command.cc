@@ -7,10 +7,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 #include <limits>
-#include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -177,13 +175,7 @@ void RefuseWhatRunCannotCompute(const HloModule& module, const std::string& path
 }
 
 std::unique_ptr<HloModule> ReadModule(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  WEFT_CHECK(in.good(), "cannot read '{}'; give the path of an HLO text module", path);
-  std::stringstream text;
-  text << in.rdbuf();
-  HloParseOptions parse;
-  parse.source_name = path;
-  std::unique_ptr<HloModule> module = ParseHloModule(text.str(), parse);
+  std::unique_ptr<HloModule> module = ParseHloModuleFile(path);
   RefuseWhatRunCannotCompute(*module, path);
   return module;
 }

@@ -1,9 +1,7 @@
 #include "weft/spmd/partition_command.h"
 
 #include <cstdio>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "weft/base/atomic_file.h"
 #include "weft/base/error.h"
@@ -14,13 +12,7 @@
 namespace weft {
 
 int RunPartitionCommand(const PartitionCommandOptions& options) {
-  std::ifstream in(options.input, std::ios::binary);
-  WEFT_CHECK(in.good(), "cannot read '{}'; give the path of an HLO text module", options.input);
-  std::stringstream text;
-  text << in.rdbuf();
-  HloParseOptions parse_options;
-  parse_options.source_name = options.input;
-  std::unique_ptr<HloModule> module = ParseHloModule(text.str(), parse_options);
+  std::unique_ptr<HloModule> module = ParseHloModuleFile(options.input);
 
   WEFT_CHECK(options.num_partitions >= 0 && options.num_partitions <= kMaxDevices,
              "--num-partitions must be between 1 and {} (or 0: from the module), got {}",

@@ -1,9 +1,7 @@
 #include "weft/spmd/propagate_command.h"
 
 #include <cstdio>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "weft/base/atomic_file.h"
 #include "weft/base/error.h"
@@ -39,14 +37,7 @@ std::vector<bool> ParseBoolList(std::string_view text, std::string_view flag) {
 
 int RunPropagateCommand(const PropagateCommandOptions& options) {
   std::ostream& out = options.out ? *options.out : std::cout;
-  std::ifstream in(options.input, std::ios::binary);
-  WEFT_CHECK(in.good(), "cannot read '{}'; give the path of an HLO text module", options.input);
-  std::stringstream text;
-  text << in.rdbuf();
-
-  HloParseOptions parse_options;
-  parse_options.source_name = options.input;
-  std::unique_ptr<HloModule> module = ParseHloModule(text.str(), parse_options);
+  std::unique_ptr<HloModule> module = ParseHloModuleFile(options.input);
 
   PropagationOptions propagation;
   if (!options.allow_output.empty()) {

@@ -5,19 +5,13 @@
 #include <functional>
 #include <limits>
 
+#include "error_of.h"
 #include "weft/base/error.h"
 
 namespace weft::hlo {
 namespace {
 
-std::string ErrorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using testing::ErrorOf;
 
 TEST(AttributeTextTest, SlicesPaddingAndPairs) {
   TextCursor cur("{[0:4], [2:8:2]} 1_2x0_0_3 {{0,1},{1,0}} {}", "");

@@ -31,6 +31,10 @@ struct HloParseOptions {
 std::unique_ptr<HloModule> ParseHloModule(std::string_view text,
                                           const HloParseOptions& options = {});
 
+// The HLO text module in file `path` (its errors located as path:line:col);
+// an unreadable path is the user's error, naming it.
+std::unique_ptr<HloModule> ParseHloModuleFile(const std::string& path);
+
 // A shape on its own, e.g. "f32[4,8]" or "(f32[4]{0}, s32[])".
 Shape ParseShape(std::string_view text);
 
