@@ -59,6 +59,16 @@ mul {
   b = f32[] parameter(1)
   ROOT m = f32[] multiply(a, b)
 }
+addb {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT s = bf16[] add(a, b)
+}
+maxb {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT m = bf16[] maximum(a, b)
+}
 )";
 
 TEST(EvalReduceTest, SumMaxMinProductOverSeveralDims) {
@@ -157,27 +167,7 @@ ENTRY e {
 // which an output element meets its inputs, so each bf16 reduce equals the
 // f32 reduce of the widened input rounded once, bit for bit.
 TEST(EvalReduceTest, Bf16ReductionsEqualTheF32ReductionOfTheWidenedInput) {
-  const char* text = R"(HloModule m
-addb {
-  a = bf16[] parameter(0)
-  b = bf16[] parameter(1)
-  ROOT s = bf16[] add(a, b)
-}
-maxb {
-  a = bf16[] parameter(0)
-  b = bf16[] parameter(1)
-  ROOT s = bf16[] maximum(a, b)
-}
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-max {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] maximum(a, b)
-}
+  const std::string text = std::string("HloModule m\n") + kReducers + R"(
 ENTRY e {
   x = bf16[64,6,256] parameter(0)
   xf = f32[64,6,256] convert(x)
@@ -223,22 +213,7 @@ ENTRY e {
 // Max and min fold long rows with partial results; a NaN anywhere in a row
 // still wins (XLA's max and min propagate NaN), in f32 and in bf16.
 TEST(EvalReduceTest, MaxAndMinOfLongRowsPropagateNaN) {
-  const char* text = R"(HloModule m
-max {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT m = f32[] maximum(a, b)
-}
-min {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT m = f32[] minimum(a, b)
-}
-maxb {
-  a = bf16[] parameter(0)
-  b = bf16[] parameter(1)
-  ROOT m = bf16[] maximum(a, b)
-}
+  const std::string text = std::string("HloModule m\n") + kReducers + R"(
 ENTRY e {
   x = f32[5,203] parameter(0)
   lo = f32[] constant(-inf)
