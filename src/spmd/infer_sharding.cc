@@ -138,6 +138,26 @@ std::optional<HloSharding> Propagator::LookaheadUserSharding(HloInstruction* ins
   return sharding;
 }
 
+namespace {
+
+// Ops that compute along some dims (their rules need those whole) read their
+// rules like custom calls, leaf by leaf, in both directions.
+bool ReadsRuleLeafByLeaf(HloOpcode opcode) {
+  switch (opcode) {
+    case HloOpcode::kSort:
+    case HloOpcode::kTopK:
+    case HloOpcode::kReduceWindow:
+    case HloOpcode::kSelectAndScatter:
+    case HloOpcode::kBitcastConvert:
+    case HloOpcode::kCustomCall:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
 // The sharding `user` asks of its operand: the dims' correspondence is the
 // user's rule (data, through Project); the switch below is the policy (code)
 // of which operands a user speaks for, at which level, and the ops without a
@@ -153,6 +173,7 @@ std::optional<HloSharding> Propagator::ShardingFromUser(const HloInstruction& in
   if (k < 0) return std::nullopt;
   const UserEdge edge{instr, user, user_sharding, k};
   const bool may_combine = level > 0;
+  if (ReadsRuleLeafByLeaf(user.opcode())) return RuleOperandFromUser(edge, may_combine);
   switch (user.opcode()) {
     case HloOpcode::kBroadcast:
     case HloOpcode::kReshape:
@@ -180,15 +201,6 @@ std::optional<HloSharding> Propagator::ShardingFromUser(const HloInstruction& in
       return ReduceInputFromUser(edge);
     case HloOpcode::kScatter:
       return ScatterOperandFromUser(edge);
-    // Ops that compute along some dims (their rules need those whole) read
-    // their rules like custom calls, leaf by leaf.
-    case HloOpcode::kSort:
-    case HloOpcode::kTopK:
-    case HloOpcode::kReduceWindow:
-    case HloOpcode::kSelectAndScatter:
-    case HloOpcode::kBitcastConvert:
-    case HloOpcode::kCustomCall:
-      return RuleOperandFromUser(edge, may_combine);
     default:
       return SameDimsAsUser(edge);
   }
@@ -610,6 +622,9 @@ bool Propagator::InferFromOperands(HloInstruction* instr, int level) {
   if (!SupportsSpatialPartitioning(instr, allow_output_any_, false)) {
     return InferFromReplicatedOperand(instr, may_combine);
   }
+  if (ReadsRuleLeafByLeaf(instr->opcode())) {
+    return InferFromRuleOperands(instr, may_combine, aggressive);
+  }
   switch (instr->opcode()) {
     case HloOpcode::kGetTupleElement:
       return InferGetTupleElement(instr, may_combine, aggressive);
@@ -628,13 +643,6 @@ bool Propagator::InferFromOperands(HloInstruction* instr, int level) {
     case HloOpcode::kDynamicSlice:
     case HloOpcode::kDynamicUpdateSlice:
       return InferShapeOpFromOperands(instr, level, may_combine, aggressive);
-    case HloOpcode::kSort:
-    case HloOpcode::kTopK:
-    case HloOpcode::kReduceWindow:
-    case HloOpcode::kSelectAndScatter:
-    case HloOpcode::kBitcastConvert:
-    case HloOpcode::kCustomCall:
-      return InferFromRuleOperands(instr, may_combine, aggressive);
     case HloOpcode::kGather:
     case HloOpcode::kScatter:
       return InferGatherScatter(instr, may_combine);

@@ -18,6 +18,14 @@
 
 namespace weft::testing {
 
+// The f32 add reducer, for modules whose reduces and all-reduces need one.
+constexpr const char* kAdd = R"(add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+)";
+
 // Max relative error per output of the sharded run against the unsharded one.
 inline std::vector<double> ShardedVsUnsharded(const std::string& text, int64_t n, uint64_t seed,
                                               compiler::CompiledProgram* compiled = nullptr) {

@@ -16,12 +16,7 @@
 namespace weft {
 namespace {
 
-constexpr const char* kAdd = R"(add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-)";
+using testing::kAdd;
 
 // `annotated`: every instruction in the region says {manual}; otherwise only
 // the region's edges do (as jax.shard_map leaves it) and propagation fills in.

@@ -18,12 +18,7 @@
 namespace weft {
 namespace {
 
-constexpr const char* kAdd = R"(add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-)";
+using testing::kAdd;
 
 // Devices x * Y + y. Rows of p split over x (manual), w whole in every
 // group and split by columns over y inside the region; the row sums are
