@@ -34,7 +34,7 @@ test: build
 	$(MAKE) -j $(JOBS) test-fuzz
 
 $(ASAN_BUILD)/build.ninja:
-	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWEFT_SANITIZE=ON \
+	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWEFT_SANITIZE=ON -DBUILD_SHARED_LIBS=ON \
 	  -DWEFT_BUILD_PYTHON=OFF -DWEFT_BUILD_APPS=OFF -DPython_EXECUTABLE=$(PY)
 
 # Unit tests under AddressSanitizer + UndefinedBehaviorSanitizer.
