@@ -1,23 +1,36 @@
 // The in-process backend. Every device takes part in every collective (SPMD),
 // so one cluster-wide rendezvous per call suffices:
 //   1. each device posts a pointer to its call, then all meet (barrier 1);
-//   2. each checks that all calls match, then moves its share of the data
-//      by reading the other members' posted inputs (and, for all-reduce and
-//      all-gather, writing their outputs), then all meet again (barrier 2),
-//      after which no device touches another's buffers.
+//      the last to arrive checks that all calls match;
+//   2. a small collective: that device has moved every device's data before
+//      releasing the others, and all are done. A larger one: each device
+//      moves its share by reading the other members' posted inputs (and,
+//      for all-reduce and all-gather, writing their outputs), then all meet
+//      again (barrier 2), after which no device touches another's buffers.
 // Reductions go through ReduceBuffers in group-member order, as in the MPI
 // backend, so both give the same bits.
 // A device waits at a barrier at most the collective timeout; then the run
-// fails naming the devices that did not arrive (the watchdog).
+// fails naming the devices that did not arrive (the watchdog). Waiting
+// devices sleep on a futex that the last to arrive (or a failure) bumps and
+// wake without taking the cluster's mutex. A small collective (kMoveAllBytes)
+// is moved whole by the last device to arrive, so it needs one barrier, not
+// two: four devices on two cores meet in ~25 us instead of ~50.
 #include "weft/runtime/comm_threads.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <ctime>
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "reduce.h"
@@ -30,6 +43,25 @@ namespace {
 // Unwinds a device thread after another device failed. Not a std::exception,
 // so a device program's catch (const std::exception&) does not swallow it.
 struct ClusterAborted {};
+
+// Sleeps while `word` holds `expected`, at most `timeout` (none: no limit).
+// Returns early on a wake-up, a signal or a changed word; callers re-check.
+void FutexWait(std::atomic<uint32_t>& word, uint32_t expected,
+               std::optional<std::chrono::nanoseconds> timeout) {
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+  timespec ts{};
+  if (timeout) {
+    ts.tv_sec = static_cast<time_t>(timeout->count() / 1000000000);
+    ts.tv_nsec = static_cast<long>(timeout->count() % 1000000000);
+  }
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected,
+          timeout ? &ts : nullptr, nullptr, 0);
+}
+
+void FutexWakeAll(std::atomic<uint32_t>& word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr,
+          nullptr, 0);
+}
 
 class ThreadCommunicator;
 
@@ -44,16 +76,26 @@ struct LocalCluster::Shared {
   // (the error names the devices that did not arrive). Barrier 2 has no
   // watchdog: a device between the barriers only moves data, and the others
   // may still read its buffers.
-  void Arrive(int64_t device, const CollectiveCall& call, bool watchdog);
+  // `last`, when given, runs on the last device to arrive, before it
+  // releases the others.
+  void Arrive(int64_t device, const CollectiveCall& call, bool watchdog,
+              const std::function<void()>& last = {});
   // Keeps the first error and its kind and releases every waiting device.
   void RecordError(const std::string& message, bool internal);
   void MarkFinished(int64_t device);
   // The device's thread is about to return.
   void MarkExited(int64_t device);
   void Reset(std::chrono::milliseconds collective_timeout);
+  // Wakes the devices sleeping in Arrive's futex (call with `mu` held).
+  void WakeSleepers();
 
   const int64_t n;
   std::vector<const CollectiveCall*> posts;
+  // Set at barrier 1 by its last device: whether the posted calls differ
+  // (the message), and whether that device already moved every device's
+  // data (a small collective), so that no barrier 2 is needed.
+  std::string mismatch;
+  bool moved_all = false;
   std::vector<std::unique_ptr<ThreadCommunicator>> comms;
 
   std::mutex mu;
@@ -61,6 +103,12 @@ struct LocalCluster::Shared {
   int64_t arrived = 0;
   uint64_t generation = 0;
   bool aborted = false;
+  // What a waiting device reads without `mu`: a copy of `generation`, and
+  // whether the run stopped (aborted, or a device returned). Both are
+  // written under `mu`, followed by a bump of `wake` and a futex wake-up.
+  std::atomic<uint64_t> released_generation{0};
+  std::atomic<bool> stopped{false};
+  std::atomic<uint32_t> wake{0};
   bool error_is_internal = false;
   std::vector<int64_t> finished;
   std::string first_error;
@@ -91,14 +139,20 @@ class ThreadCommunicator final : public Communicator {
  protected:
   void DoCollective(const CollectiveCall& call) override {
     shared_.posts[device_] = &call;
-    shared_.Arrive(device_, call, /*watchdog=*/true);
-    // Every device evaluates the same condition on the same posts, so either
-    // all move data or all fail; the message is built before barrier 2 while
-    // every post is still alive.
-    const std::string mismatch = CheckSameCall();
+    // The last device to arrive checks the calls and, for a small
+    // collective, moves the data of every device: then all are done when
+    // released. A larger one is moved by all devices in parallel, each its
+    // own share, between barriers 1 and 2. Both run the same Move, so the
+    // bits are the same.
+    shared_.Arrive(device_, call, /*watchdog=*/true, [this] { CheckAndMoveSmall(); });
+    // Read before barrier 2 (or the next collective's barrier 1), the only
+    // places where they change.
+    const std::string mismatch = shared_.mismatch;
     const bool staged = mismatch.empty() && StagesOutput(call);
-    if (mismatch.empty()) Move(call, staged ? Scratch(call.out_bytes) : call.out);
-    shared_.Arrive(device_, call, /*watchdog=*/false);
+    if (!shared_.moved_all) {
+      if (mismatch.empty()) Move(call, staged ? Scratch(call.out_bytes) : call.out);
+      shared_.Arrive(device_, call, /*watchdog=*/false);
+    }
     WEFT_CHECK(mismatch.empty(), "{}", mismatch);
     if (staged) std::memcpy(call.out, scratch_.data(), call.out_bytes);
   }
@@ -115,6 +169,24 @@ class ThreadCommunicator final : public Communicator {
   std::byte* Scratch(int64_t bytes) {
     if (static_cast<int64_t>(scratch_.size()) < bytes) scratch_.resize(bytes);
     return scratch_.data();
+  }
+
+  // At most this many bytes read and written over all devices: one thread
+  // moves them in less time than the devices take to meet once more (four
+  // devices on two cores: `weft bench collectives`, docs/PERFORMANCE.md).
+  static constexpr int64_t kMoveAllBytes = int64_t{1} << 20;
+
+  void CheckAndMoveSmall() {
+    shared_.mismatch = CheckSameCall();
+    int64_t bytes = 0;
+    for (const CollectiveCall* post : shared_.posts) bytes += post->in_bytes + post->out_bytes;
+    shared_.moved_all = shared_.mismatch.empty() && bytes <= kMoveAllBytes;
+    if (!shared_.moved_all) return;
+    for (int64_t d = 0; d < shared_.n; ++d) {
+      ThreadCommunicator& comm = *shared_.comms[d];
+      const CollectiveCall& call = Post(d);
+      comm.Move(call, StagesOutput(call) ? comm.Scratch(call.out_bytes) : call.out);
+    }
   }
 
   std::string CheckSameCall() const {
@@ -234,7 +306,8 @@ std::string LocalCluster::Shared::TimeoutMessage(const CollectiveCall& call) con
       whereabouts);
 }
 
-void LocalCluster::Shared::Arrive(int64_t device, const CollectiveCall& call, bool watchdog) {
+void LocalCluster::Shared::Arrive(int64_t device, const CollectiveCall& call, bool watchdog,
+                                  const std::function<void()>& last) {
   std::unique_lock<std::mutex> lock(mu);
   if (aborted) throw ClusterAborted{};
   auto never_arrives = [&] {
@@ -248,15 +321,38 @@ void LocalCluster::Shared::Arrive(int64_t device, const CollectiveCall& call, bo
   at_barrier[device] = 1;
   last_sequence[device] = call.sequence;
   if (++arrived == n) {
+    if (last) last();
     arrived = 0;
     ++generation;
     std::fill(at_barrier.begin(), at_barrier.end(), 0);
-    cv.notify_all();
+    // Release order: the devices that see the new generation see every
+    // device's data writes before this barrier (each arrived under `mu`).
+    released_generation.store(generation, std::memory_order_release);
+    WakeSleepers();
     return;
   }
+  const auto start = std::chrono::steady_clock::now();
+  lock.unlock();
+  // No polling: with more devices than cores (the usual case here), a
+  // polling device takes the core a missing device needs; polling for up to
+  // 50 us made four devices on two cores meet more slowly, not faster.
+  for (;;) {
+    const uint32_t seen = wake.load(std::memory_order_acquire);
+    if (released_generation.load(std::memory_order_acquire) != my_generation) return;
+    if (stopped.load(std::memory_order_acquire)) break;
+    std::optional<std::chrono::nanoseconds> left;
+    if (watchdog) {
+      left = start + timeout - std::chrono::steady_clock::now();
+      if (left->count() <= 0) break;
+    }
+    FutexWait(wake, seen, left);
+  }
+  // Stopped or timed out: decide under the mutex, as every other change of
+  // the barrier's state is made.
+  lock.lock();
   auto released = [&] { return generation != my_generation || aborted || !finished.empty(); };
   if (watchdog) {
-    cv.wait_until(lock, std::chrono::steady_clock::now() + timeout, released);
+    cv.wait_until(lock, start + timeout, released);
   } else {
     cv.wait(lock, released);
   }
@@ -274,7 +370,8 @@ void LocalCluster::Shared::Arrive(int64_t device, const CollectiveCall& call, bo
     error_is_internal = false;
   }
   aborted = true;
-  cv.notify_all();
+  stopped.store(true, std::memory_order_release);
+  WakeSleepers();
   throw ClusterAborted{};
 }
 
@@ -285,12 +382,20 @@ void LocalCluster::Shared::RecordError(const std::string& message, bool internal
     error_is_internal = internal;
   }
   aborted = true;
-  cv.notify_all();
+  stopped.store(true, std::memory_order_release);
+  WakeSleepers();
 }
 
 void LocalCluster::Shared::MarkFinished(int64_t device) {
   std::lock_guard<std::mutex> lock(mu);
   finished.push_back(device);
+  stopped.store(true, std::memory_order_release);
+  WakeSleepers();
+}
+
+void LocalCluster::Shared::WakeSleepers() {
+  wake.fetch_add(1, std::memory_order_release);
+  FutexWakeAll(wake);
   cv.notify_all();
 }
 
@@ -304,6 +409,7 @@ void LocalCluster::Shared::Reset(std::chrono::milliseconds collective_timeout) {
   std::lock_guard<std::mutex> lock(mu);
   arrived = 0;
   aborted = false;
+  stopped.store(false, std::memory_order_release);
   error_is_internal = false;
   finished.clear();
   first_error.clear();

@@ -133,9 +133,16 @@ class Collectives : public ::testing::TestWithParam<GroupCase> {
 
   int64_t GroupSize() const { return static_cast<int64_t>(GroupOf(0).first.size()); }
 
+  // `base` units, or (with min_total_bytes_) enough that the outputs of all
+  // devices, `out_per_unit` elements of `bytes` each per unit, exceed it.
+  size_t Scaled(size_t base, size_t out_per_unit, size_t bytes) const {
+    if (min_total_bytes_ == 0) return base;
+    return std::max(base, min_total_bytes_ / (out_per_unit * bytes * n()) + 1);
+  }
+
   template <typename T>
   void CheckAllReduce(ReduceOp op) {
-    const size_t count = 1003;  // not a multiple of the group: uneven chunks
+    const size_t count = Scaled(1003, 1, sizeof(T));  // not a multiple of the group: uneven
     auto in = Inputs<T>(count);
     auto out =
         RunAll<T>([&](int64_t d, Communicator& c) { return c.AllReduce(in[d], op, groups()); });
@@ -153,7 +160,7 @@ class Collectives : public ::testing::TestWithParam<GroupCase> {
 
   template <typename T>
   void CheckReduceScatter(ReduceOp op) {
-    const int64_t shard = 37;
+    const int64_t shard = Scaled(37, 1, sizeof(T));
     auto in = Inputs<T>(shard * GroupSize());
     auto out =
         RunAll<T>([&](int64_t d, Communicator& c) { return c.ReduceScatter(in[d], op, groups()); });
@@ -169,20 +176,21 @@ class Collectives : public ::testing::TestWithParam<GroupCase> {
 
   template <typename T>
   void CheckAllGather() {
-    auto in = Inputs<T>(29);
+    const int64_t count = Scaled(29, GroupSize(), sizeof(T));
+    auto in = Inputs<T>(count);
     auto out = RunAll<T>([&](int64_t d, Communicator& c) { return c.AllGather(in[d], groups()); });
     for (int64_t d = 0; d < n(); ++d) {
       std::vector<T> ref;
       for (int64_t m : GroupOf(d).first) ref.insert(ref.end(), in[m].begin(), in[m].end());
       ASSERT_TRUE(SameBits(out[d], ref)) << "device " << d;
       EXPECT_EQ(cluster_->communicator(d).stats().BytesSent(CollectiveKind::kAllGather),
-                (GroupSize() - 1) * 29 * static_cast<int64_t>(sizeof(T)));
+                (GroupSize() - 1) * count * static_cast<int64_t>(sizeof(T)));
     }
   }
 
   template <typename T>
   void CheckAllToAll(bool in_place) {
-    const int64_t chunk = 11, size = GroupSize();
+    const int64_t size = GroupSize(), chunk = Scaled(11, size, sizeof(T));
     auto in = Inputs<T>(chunk * size);
     auto out = RunAll<T>([&](int64_t d, Communicator& c) {
       if (!in_place) return c.AllToAll(in[d], groups());
@@ -201,7 +209,8 @@ class Collectives : public ::testing::TestWithParam<GroupCase> {
 
   template <typename T>
   void CheckPermute(const std::vector<SourceTargetPair>& pairs, bool in_place) {
-    auto in = Inputs<T>(17);
+    const size_t count = Scaled(17, 1, sizeof(T));
+    auto in = Inputs<T>(count);
     auto out = RunAll<T>([&](int64_t d, Communicator& c) {
       if (!in_place) return c.CollectivePermute(in[d], pairs);
       std::vector<T> buffer = in[d];
@@ -209,11 +218,11 @@ class Collectives : public ::testing::TestWithParam<GroupCase> {
       return buffer;
     });
     for (int64_t d = 0; d < n(); ++d) {
-      std::vector<T> ref(17, T(0));
+      std::vector<T> ref(count, T(0));
       int64_t sent = 0;
       for (const auto& pair : pairs) {
         if (pair.target == d) ref = in[pair.source];
-        if (pair.source == d && pair.target != d) sent = 17 * sizeof(T);
+        if (pair.source == d && pair.target != d) sent = count * sizeof(T);
       }
       ASSERT_TRUE(SameBits(out[d], ref)) << "device " << d;
       EXPECT_EQ(cluster_->communicator(d).stats().BytesSent(CollectiveKind::kCollectivePermute),
@@ -225,6 +234,7 @@ class Collectives : public ::testing::TestWithParam<GroupCase> {
 
   std::mt19937 rng_{12345};
   std::unique_ptr<LocalCluster> cluster_;
+  size_t min_total_bytes_ = 0;
 };
 
 TEST_P(Collectives, AllReduceEveryTypeAndOp) {
@@ -293,6 +303,22 @@ TEST_P(Collectives, CollectivePermute) {
     CheckPermute<int32_t>(self, in_place);
     CheckPermute<uint16_t>({}, in_place);
   }
+}
+
+// The tests above move a few kilobytes, which the last device to arrive moves
+// for all. Over a megabyte in all, every device moves its own share between
+// two barriers: the same results.
+TEST_P(Collectives, LargeMessagesGiveTheSameResults) {
+  min_total_bytes_ = size_t{3} << 19;
+  CheckAllReduce<float>(ReduceOp::kSum);
+  CheckAllReduce<uint16_t>(ReduceOp::kMax);
+  CheckReduceScatter<float>(ReduceOp::kSum);
+  CheckAllGather<uint16_t>();
+  CheckAllToAll<float>(true);
+  CheckAllToAll<int32_t>(false);
+  std::vector<SourceTargetPair> ring;
+  for (int64_t d = 0; d < n(); ++d) ring.push_back({d, (d + 1) % n()});
+  CheckPermute<float>(ring, true);
 }
 
 TEST_P(Collectives, BarrierAndHashCountNoBytes) {
