@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "weft/hlo/instruction.h"
+
 namespace weft::bench {
 
 struct ExecutorOverheadResult {
@@ -48,5 +50,18 @@ std::vector<ExecutorOverheadResult> MeasureExecutorOverhead(
 
 // Prints a table, or JSON.
 int RunExecutorOverhead(bool json);
+
+// `weft bench executor --hlo FILE`: an HLO module compiled for one device
+// (fused, as `weft bench train` runs its step), run with seeded random
+// inputs (weft run's) once untimed and then `reps` times; prints the median
+// run and the `top` instructions that took the most time (median seconds
+// per run). For timing a kernel or a fusion in isolation, before and after
+// a change, in the same run as nothing else.
+int RunExecutorModule(bool json, const std::string& path, int reps, int top);
+
+// An instruction's opcode as the --top lists print it: a fusion with its kind
+// and the opcodes it fuses (each once, in post order), e.g.
+// "fusion(kLoop: multiply,add)".
+std::string OpcodeAndFusedOps(const HloInstruction& instr);
 
 }  // namespace weft::bench

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "bench.h"
+#include "bench_executor.h"
 #include "timer.h"
 #include "weft/base/algorithm.h"
 #include "weft/base/error.h"
@@ -45,24 +46,13 @@ Faults ProcessFaults() {
 
 namespace {
 
-// An instruction as --top prints it: a fusion with its kind and the opcodes
-// it fuses (each once, in post order).
+// An instruction as --top prints it.
 InstructionTime DescribeForTop(const HloInstruction& instr) {
   InstructionTime t;
   t.name = instr.name();
   t.shape = instr.shape().ToString();
   t.op_class = std::string(runtime::OpClassName(runtime::ClassifyInstruction(instr)));
-  t.what = std::string(HloOpcodeString(instr.opcode()));
-  if (instr.opcode() == HloOpcode::kFusion && !instr.called_computations().empty()) {
-    std::vector<std::string> ops;
-    for (const HloInstruction* fused : instr.called_computations()[0]->instructions()) {
-      const std::string op(HloOpcodeString(fused->opcode()));
-      if (fused->opcode() == HloOpcode::kParameter) continue;
-      if (!Contains(ops, op)) ops.push_back(op);
-    }
-    t.what = fmt::format("{}({}: {})", t.what, FusionKindString(instr.attrs().fusion_kind),
-                         fmt::join(ops, ","));
-  }
+  t.what = OpcodeAndFusedOps(instr);
   return t;
 }
 

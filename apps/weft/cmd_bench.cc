@@ -83,6 +83,8 @@ void AddBench(CLI::App& app) {
     bool json = false, gemm = false;
     std::vector<std::string> shapes;
     int reps = 5;
+    std::string hlo;
+    int top = 20;
   };
   auto eopt = std::make_shared<ExecutorBenchOptions>();
   exec->add_flag("--json", eopt->json, "Print JSON instead of a table");
@@ -94,8 +96,19 @@ void AddBench(CLI::App& app) {
   exec->add_option("--reps", eopt->reps, "Timed runs per dot for --gemm (the median is reported)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  exec->add_option("--hlo", eopt->hlo,
+                   "Time this HLO module instead, compiled for one device and fused: the median "
+                   "of --reps runs on seeded random inputs and its --top instructions")
+      ->check(CLI::ExistingFile);
+  exec->add_option("--top", eopt->top, "Instructions listed with --hlo")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   exec->callback([eopt] {
     SetAction([eopt] {
+      if (!eopt->hlo.empty()) {
+        WEFT_CHECK(!eopt->gemm && eopt->shapes.empty(), "--hlo cannot be combined with --gemm");
+        return bench::RunExecutorModule(eopt->json, eopt->hlo, eopt->reps, eopt->top);
+      }
       if (!eopt->gemm) {
         WEFT_CHECK(eopt->shapes.empty(), "--gemm-shape needs --gemm");
         return bench::RunExecutorOverhead(eopt->json);

@@ -1,6 +1,7 @@
 #include "weft/runtime/executor_tensor.h"
 
 #include <fmt/format.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <bit>
@@ -27,6 +28,24 @@ constexpr int64_t kStaggerThreshold = 16 << 10;
 constexpr int64_t kPage = 4096;
 // Steps of 25 cache lines visit all 64 line offsets of a page before repeating.
 constexpr int64_t kStaggerStep = 25 * 64;
+
+// Buffers of at least kHugeBuffer bytes (the arena, weights, inputs) are
+// aligned to a transparent huge page and asked to be backed by huge pages
+// (madvise MADV_HUGEPAGE: Debian's kernels give them only where asked, by
+// default). On the Zen 4 machine a bf16 training step of configs/small.toml
+// ran 5-6% faster with them (every class of op: GEMMs 4%, copies 10-20%,
+// fused loops 5-10%, fewer TLB misses), float32 the same within noise.
+constexpr int64_t kHugePage = 2 << 20;
+constexpr int64_t kHugeBuffer = 2 * kHugePage;
+
+void* AllocateBytes(int64_t bytes) {
+  if (bytes < kHugeBuffer) return std::aligned_alloc(64, static_cast<size_t>(bytes));
+  const int64_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = std::aligned_alloc(kHugePage, static_cast<size_t>(rounded));
+  if (p != nullptr) madvise(p, static_cast<size_t>(rounded), MADV_HUGEPAGE);  // only a hint
+  return p;
+}
+
 std::atomic<int64_t> g_stagger_counter{0};
 
 }  // namespace
@@ -117,7 +136,7 @@ std::shared_ptr<TensorStorage> TensorStorage::Allocate(int64_t bytes,
     s->reused_ = s->allocation_ != nullptr;
   }
   if (s->allocation_ == nullptr) {
-    s->allocation_ = std::aligned_alloc(64, static_cast<size_t>(alloc_bytes));
+    s->allocation_ = AllocateBytes(alloc_bytes);
   }
   s->allocation_bytes_ = alloc_bytes;
   if (s->allocation_ == nullptr) {
