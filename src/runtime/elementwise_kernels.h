@@ -27,15 +27,21 @@ inline bool IsHalf(PrimitiveType t) {
 // (eval_elementwise.cc), `cached` for tiles that stay in cache
 // (eval_fusion.cc, vectorized for the CPU's widest instruction set). The
 // two give the same bits.
-#define WEFT_FLOAT_SPAN_KERNELS                                                               \
-  void HalfToFloat(PrimitiveType t, const uint16_t* in, float* out, int64_t n);               \
-  void FloatToHalf(PrimitiveType t, const float* in, uint16_t* out, int64_t n);               \
-  void UnaryFloat(HloOpcode op, const float* a, float* o, int64_t n);                         \
-  void BinaryFloat(HloOpcode op, const float* a, const float* b, float* o, int64_t n);        \
-  void Compare(ComparisonDirection d, const float* a, const float* b, uint8_t* o, int64_t n); \
-  void ClampFloat(const float* lo, bool lo_scalar, const float* x, const float* hi,           \
-                  bool hi_scalar, float* o, int64_t n);                                       \
-  /* Rounds f32 values to what bf16 / f16 `t` holds, in place. */                             \
+#define WEFT_FLOAT_SPAN_KERNELS                                                                 \
+  void HalfToFloat(PrimitiveType t, const uint16_t* in, float* out, int64_t n);                 \
+  void FloatToHalf(PrimitiveType t, const float* in, uint16_t* out, int64_t n);                 \
+  void UnaryFloat(HloOpcode op, const float* a, float* o, int64_t n);                           \
+  void BinaryFloat(HloOpcode op, const float* a, const float* b, float* o, int64_t n);          \
+  /* The same, each result rounded to a bf16 value (RoundToHalf's bits, in one pass), */        \
+  /* kept in f32 or stored as bf16 bits (FloatToHalf's). */                                     \
+  void UnaryFloatToBf16(HloOpcode op, const float* a, float* o, int64_t n);                     \
+  void BinaryFloatToBf16(HloOpcode op, const float* a, const float* b, float* o, int64_t n);    \
+  void UnaryFloatToBf16(HloOpcode op, const float* a, uint16_t* o, int64_t n);                  \
+  void BinaryFloatToBf16(HloOpcode op, const float* a, const float* b, uint16_t* o, int64_t n); \
+  void Compare(ComparisonDirection d, const float* a, const float* b, uint8_t* o, int64_t n);   \
+  void ClampFloat(const float* lo, bool lo_scalar, const float* x, const float* hi,             \
+                  bool hi_scalar, float* o, int64_t n);                                         \
+  /* Rounds f32 values to what bf16 / f16 `t` holds, in place. */                               \
   void RoundToHalf(PrimitiveType t, float* x, int64_t n);
 namespace streaming {
 WEFT_FLOAT_SPAN_KERNELS
@@ -110,14 +116,40 @@ WEFT_REAL_KERNEL T Exp(T x) {
   }
 }
 
-template <typename T>
-WEFT_REAL_KERNEL void UnaryReal(HloOpcode op, const T* a, T* o, int64_t n) {
+// What the real kernels apply to each result before storing it: nothing,
+// or the rounding to a bf16 value (kept in f32) that a bf16 result of an op
+// inside a fusion gets (fusion_tiles.cc), in the same pass.
+struct KeepResult {
+  template <typename T>
+  WEFT_REAL_KERNEL T operator()(T x) const {
+    return x;
+  }
+};
+// Bf16BitsToFloat(FloatToBf16Bits(x)) in 32-bit integer steps (no narrowing
+// and widening of lanes): ties to even, NaN kept quiet.
+struct RoundToBf16 {
+  WEFT_REAL_KERNEL float operator()(float x) const {
+    const uint32_t u = std::bit_cast<uint32_t>(x);
+    const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+    const uint32_t r = nan ? (u | 0x00400000u) : u + 0x7fffu + ((u >> 16) & 1u);
+    return std::bit_cast<float>(r & 0xffff0000u);
+  }
+};
+// The same rounding, stored as the bf16 bits (FloatToBf16Bits).
+struct NarrowToBf16 {
+  WEFT_REAL_KERNEL uint16_t operator()(float x) const {
+    return static_cast<uint16_t>(std::bit_cast<uint32_t>(RoundToBf16{}(x)) >> 16);
+  }
+};
+
+template <typename T, typename Post = KeepResult, typename O = T>
+WEFT_REAL_KERNEL void UnaryReal(HloOpcode op, const T* a, O* o, int64_t n, Post post = {}) {
   switch (op) {
 #define WEFT_UNARY(OP, EXPR)          \
   case HloOpcode::OP:                 \
     for (int64_t i = 0; i < n; ++i) { \
       const T x = a[i];               \
-      o[i] = (EXPR);                  \
+      o[i] = post(EXPR);              \
     }                                 \
     return;
     WEFT_UNARY(kAbs, std::fabs(x))
@@ -141,14 +173,15 @@ WEFT_REAL_KERNEL void UnaryReal(HloOpcode op, const T* a, T* o, int64_t n) {
   }
 }
 
-template <typename T>
-WEFT_REAL_KERNEL void BinaryReal(HloOpcode op, const T* a, const T* b, T* o, int64_t n) {
+template <typename T, typename Post = KeepResult, typename O = T>
+WEFT_REAL_KERNEL void BinaryReal(HloOpcode op, const T* a, const T* b, O* o, int64_t n,
+                                 Post post = {}) {
   switch (op) {
 #define WEFT_BINARY(OP, EXPR)         \
   case HloOpcode::OP:                 \
     for (int64_t i = 0; i < n; ++i) { \
       const T x = a[i], y = b[i];     \
-      o[i] = (EXPR);                  \
+      o[i] = post(EXPR);              \
     }                                 \
     return;
     WEFT_BINARY(kAdd, x + y)

@@ -330,8 +330,21 @@ void FillScalar(const Node& node, const std::byte* src, void* dst, int64_t n) {
 }
 
 // The elementwise steps on a tile of n values (`in`: the operands' tiles).
-void UnaryTile(const Node& node, const void* a, void* dst, int64_t n) {
-  if (node.repr == PrimitiveType::kF32) {
+// Whether a unary or binary node's kernel rounds its bf16 result itself, in
+// the pass that computes it (StoreNode then does not): to a bf16 value kept
+// in f32 inside the tile, to bf16 bits straight into the output at the root.
+bool RoundsInKernel(const Node& node) {
+  return node.type == PrimitiveType::kBF16 &&
+         (node.kind == NodeKind::kUnary || node.kind == NodeKind::kBinary);
+}
+
+void UnaryTile(const Node& node, bool root, const void* a, void* dst, int64_t n) {
+  const float* x = static_cast<const float*>(a);
+  if (RoundsInKernel(node) && root) {
+    cached::UnaryFloatToBf16(node.op, x, static_cast<uint16_t*>(dst), n);
+  } else if (RoundsInKernel(node)) {
+    cached::UnaryFloatToBf16(node.op, x, static_cast<float*>(dst), n);
+  } else if (node.repr == PrimitiveType::kF32) {
     cached::UnaryFloat(node.op, static_cast<const float*>(a), static_cast<float*>(dst), n);
   } else if (node.repr == PrimitiveType::kPred) {
     NotPred(static_cast<const uint8_t*>(a), static_cast<uint8_t*>(dst), n);
@@ -343,8 +356,14 @@ void UnaryTile(const Node& node, const void* a, void* dst, int64_t n) {
   }
 }
 
-void BinaryTile(const Node& node, const void* a, const void* b, void* dst, int64_t n) {
-  if (node.repr == PrimitiveType::kF32) {
+void BinaryTile(const Node& node, bool root, const void* a, const void* b, void* dst, int64_t n) {
+  const float* x = static_cast<const float*>(a);
+  const float* y = static_cast<const float*>(b);
+  if (RoundsInKernel(node) && root) {
+    cached::BinaryFloatToBf16(node.op, x, y, static_cast<uint16_t*>(dst), n);
+  } else if (RoundsInKernel(node)) {
+    cached::BinaryFloatToBf16(node.op, x, y, static_cast<float*>(dst), n);
+  } else if (node.repr == PrimitiveType::kF32) {
     cached::BinaryFloat(node.op, static_cast<const float*>(a), static_cast<const float*>(b),
                         static_cast<float*>(dst), n);
   } else if (node.repr == PrimitiveType::kPred) {
@@ -444,7 +463,7 @@ void StoreNode(const Node& node, bool root, void* dst, std::byte* out, Primitive
   if (root && node.kind == NodeKind::kReshape && IsHalf(node.type)) {
     cached::FloatToHalf(node.type, static_cast<const float*>(dst), reinterpret_cast<uint16_t*>(out),
                         n);
-  } else if (IsHalf(node.type) && computed) {
+  } else if (IsHalf(node.type) && computed && !RoundsInKernel(node)) {
     if (root) {
       cached::FloatToHalf(node.type, static_cast<const float*>(dst),
                           reinterpret_cast<uint16_t*>(out), n);
@@ -473,6 +492,7 @@ void TileRunner::Run(Scratch& scratch, int64_t b, int64_t n) {
     const Node& node = nodes[i];
     if (!node.has_tile) continue;
     void* dst = node.slot >= 0 ? scratch.slot(node.slot) : (i == root ? out : nullptr);
+    if (i == root && RoundsInKernel(node)) dst = out;  // narrowed as computed
     dst = ComputeNode(scratch, i, b, n, dst);
     StoreNode(node, i == root, dst, out, out_type, n);
     ptr_[i] = dst;
@@ -522,10 +542,10 @@ void* TileRunner::ComputeNode(Scratch& scratch, int32_t i, int64_t b, int64_t n,
       IotaTile(node, scratch.ints.data(), b, n, dst);
       break;
     case NodeKind::kUnary:
-      UnaryTile(node, in(0), dst, n);
+      UnaryTile(node, root, in(0), dst, n);
       break;
     case NodeKind::kBinary:
-      BinaryTile(node, in(0), in(1), dst, n);
+      BinaryTile(node, root, in(0), in(1), dst, n);
       break;
     case NodeKind::kCompare:
       CompareTile(node, nodes[node.operands[0]].repr, in(0), in(1), dst, n);

@@ -2,7 +2,8 @@
 // and logistic of the executor runs) against float64 over every 97th float
 // of its range and at the edges, and the two compilations of the span
 // kernels (streaming for whole buffers, cached as target clones for fused
-// tiles) giving the same bits, NaNs included.
+// tiles) giving the same bits, NaNs included; the kernels that round their
+// results to bf16 in the same pass against rounding afterwards.
 #include "elementwise_kernels.h"
 
 #include <gtest/gtest.h>
@@ -93,6 +94,58 @@ TEST(ElementwiseKernelsTest, StreamingAndCachedKernelsGiveTheSameBits) {
     if (std::isnan(x[i]) || x[i] < -80.0f) continue;
     const double want = 1.0 / (1.0 + std::exp(-static_cast<double>(x[i])));
     EXPECT_LE(Ulps(y[i], want), 3.0) << x[i];
+  }
+}
+
+// Random bit patterns (every exponent, NaNs with payloads and signs,
+// infinities, subnormals) plus ties and the values that round to infinity.
+std::vector<float> EdgyFloats(uint32_t seed, size_t n) {
+  std::mt19937 rng(seed);
+  std::vector<float> x(n);
+  for (float& v : x) v = std::bit_cast<float>(static_cast<uint32_t>(rng()));
+  const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0xbf808000u, 0x7f7fffffu, 0xff7fffffu,
+                              0x7f7f8000u, 0x00008000u, 0x00018000u, 0x7f800000u, 0xff800000u,
+                              0x7fc00001u, 0xff80ffffu, 0x7f800001u, 0x80000000u, 0x00000001u};
+  for (size_t i = 0; i < std::size(special); ++i) x[3 * i] = std::bit_cast<float>(special[i]);
+  return x;
+}
+
+TEST(ElementwiseKernelsTest, KernelsRoundingToBf16MatchRoundingAfterwards) {
+  const std::vector<float> a = EdgyFloats(11, 4099), b = EdgyFloats(12, 4099);
+  const int64_t n = static_cast<int64_t>(a.size());
+  std::vector<float> want(a.size()), got(a.size());
+  std::vector<uint16_t> got_bits(a.size());
+  auto check = [&](const char* what) {
+    for (size_t i = 0; i < a.size(); ++i) {
+      const uint16_t bits = FloatToBf16Bits(want[i]);
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(Bf16BitsToFloat(bits)))
+          << what << " at " << i << ": " << a[i] << ", " << b[i];
+      ASSERT_EQ(got_bits[i], bits) << what << " (bits) at " << i << ": " << a[i] << ", " << b[i];
+    }
+  };
+  for (HloOpcode op : {HloOpcode::kAdd, HloOpcode::kMultiply, HloOpcode::kDivide,
+                       HloOpcode::kSubtract, HloOpcode::kMaximum}) {
+    streaming::BinaryFloat(op, a.data(), b.data(), want.data(), n);
+    cached::BinaryFloatToBf16(op, a.data(), b.data(), got.data(), n);
+    cached::BinaryFloatToBf16(op, a.data(), b.data(), got_bits.data(), n);
+    check(HloOpcodeString(op).data());
+    streaming::BinaryFloatToBf16(op, a.data(), b.data(), got.data(), n);
+    streaming::BinaryFloatToBf16(op, a.data(), b.data(), got_bits.data(), n);
+    check(HloOpcodeString(op).data());
+  }
+  for (HloOpcode op : {HloOpcode::kLogistic, HloOpcode::kNegate, HloOpcode::kExp}) {
+    streaming::UnaryFloat(op, a.data(), want.data(), n);
+    cached::UnaryFloatToBf16(op, a.data(), got.data(), n);
+    cached::UnaryFloatToBf16(op, a.data(), got_bits.data(), n);
+    check(HloOpcodeString(op).data());
+  }
+  // RoundToHalf, the separate pass, agrees too.
+  got = a;
+  cached::RoundToHalf(PrimitiveType::kBF16, got.data(), n);
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(got[i]),
+              std::bit_cast<uint32_t>(Bf16BitsToFloat(FloatToBf16Bits(a[i]))))
+        << a[i];
   }
 }
 
