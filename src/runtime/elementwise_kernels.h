@@ -27,21 +27,22 @@ inline bool IsHalf(PrimitiveType t) {
 // (eval_elementwise.cc), `cached` for tiles that stay in cache
 // (eval_fusion.cc, vectorized for the CPU's widest instruction set). The
 // two give the same bits.
-#define WEFT_FLOAT_SPAN_KERNELS                                                                 \
-  void HalfToFloat(PrimitiveType t, const uint16_t* in, float* out, int64_t n);                 \
-  void FloatToHalf(PrimitiveType t, const float* in, uint16_t* out, int64_t n);                 \
-  void UnaryFloat(HloOpcode op, const float* a, float* o, int64_t n);                           \
-  void BinaryFloat(HloOpcode op, const float* a, const float* b, float* o, int64_t n);          \
-  /* The same, each result rounded to a bf16 value (RoundToHalf's bits, in one pass), */        \
-  /* kept in f32 or stored as bf16 bits (FloatToHalf's). */                                     \
-  void UnaryFloatToBf16(HloOpcode op, const float* a, float* o, int64_t n);                     \
-  void BinaryFloatToBf16(HloOpcode op, const float* a, const float* b, float* o, int64_t n);    \
-  void UnaryFloatToBf16(HloOpcode op, const float* a, uint16_t* o, int64_t n);                  \
-  void BinaryFloatToBf16(HloOpcode op, const float* a, const float* b, uint16_t* o, int64_t n); \
-  void Compare(ComparisonDirection d, const float* a, const float* b, uint8_t* o, int64_t n);   \
-  void ClampFloat(const float* lo, bool lo_scalar, const float* x, const float* hi,             \
-                  bool hi_scalar, float* o, int64_t n);                                         \
-  /* Rounds f32 values to what bf16 / f16 `t` holds, in place. */                               \
+#define WEFT_FLOAT_SPAN_KERNELS                                                                \
+  void HalfToFloat(PrimitiveType t, const uint16_t* in, float* out, int64_t n);                \
+  void FloatToHalf(PrimitiveType t, const float* in, uint16_t* out, int64_t n);                \
+  void UnaryFloat(HloOpcode op, const float* a, float* o, int64_t n);                          \
+  void BinaryFloat(HloOpcode op, const float* a, const float* b, float* o, int64_t n);         \
+  /* bf16 ops in one pass: operands f32 or (x_bf16) bf16 bits, widened as read; each */        \
+  /* result rounded to a bf16 value (RoundToHalf's bits), kept in f32 or (o_bf16) */           \
+  /* stored as bf16 bits (FloatToHalf's). */                                                   \
+  void UnaryFloatToBf16(HloOpcode op, const void* a, bool a_bf16, void* o, bool o_bf16,        \
+                        int64_t n);                                                            \
+  void BinaryFloatToBf16(HloOpcode op, const void* a, bool a_bf16, const void* b, bool b_bf16, \
+                         void* o, bool o_bf16, int64_t n);                                     \
+  void Compare(ComparisonDirection d, const float* a, const float* b, uint8_t* o, int64_t n);  \
+  void ClampFloat(const float* lo, bool lo_scalar, const float* x, const float* hi,            \
+                  bool hi_scalar, float* o, int64_t n);                                        \
+  /* Rounds f32 values to what bf16 / f16 `t` holds, in place. */                              \
   void RoundToHalf(PrimitiveType t, float* x, int64_t n);
 namespace streaming {
 WEFT_FLOAT_SPAN_KERNELS
@@ -142,13 +143,22 @@ struct NarrowToBf16 {
   }
 };
 
-template <typename T, typename Post = KeepResult, typename O = T>
-WEFT_REAL_KERNEL void UnaryReal(HloOpcode op, const T* a, O* o, int64_t n, Post post = {}) {
+// An operand element as the real kernels compute with it: f32 and f64 as
+// they are, bf16 bits (a fused tile's raw bf16 source) widened exactly.
+WEFT_REAL_KERNEL float Widen(float x) { return x; }
+WEFT_REAL_KERNEL double Widen(double x) { return x; }
+WEFT_REAL_KERNEL float Widen(uint16_t bf16_bits) {
+  return std::bit_cast<float>(static_cast<uint32_t>(bf16_bits) << 16);
+}
+
+template <typename A, typename O, typename Post = KeepResult>
+WEFT_REAL_KERNEL void UnaryReal(HloOpcode op, const A* a, O* o, int64_t n, Post post = {}) {
+  using T = decltype(Widen(A{}));  // f32 or f64: what the formulas compute in
   switch (op) {
 #define WEFT_UNARY(OP, EXPR)          \
   case HloOpcode::OP:                 \
     for (int64_t i = 0; i < n; ++i) { \
-      const T x = a[i];               \
+      const T x = Widen(a[i]);        \
       o[i] = post(EXPR);              \
     }                                 \
     return;
@@ -173,16 +183,17 @@ WEFT_REAL_KERNEL void UnaryReal(HloOpcode op, const T* a, O* o, int64_t n, Post 
   }
 }
 
-template <typename T, typename Post = KeepResult, typename O = T>
-WEFT_REAL_KERNEL void BinaryReal(HloOpcode op, const T* a, const T* b, O* o, int64_t n,
+template <typename A, typename B, typename O, typename Post = KeepResult>
+WEFT_REAL_KERNEL void BinaryReal(HloOpcode op, const A* a, const B* b, O* o, int64_t n,
                                  Post post = {}) {
+  using T = decltype(Widen(A{}) + Widen(B{}));
   switch (op) {
-#define WEFT_BINARY(OP, EXPR)         \
-  case HloOpcode::OP:                 \
-    for (int64_t i = 0; i < n; ++i) { \
-      const T x = a[i], y = b[i];     \
-      o[i] = post(EXPR);              \
-    }                                 \
+#define WEFT_BINARY(OP, EXPR)                   \
+  case HloOpcode::OP:                           \
+    for (int64_t i = 0; i < n; ++i) {           \
+      const T x = Widen(a[i]), y = Widen(b[i]); \
+      o[i] = post(EXPR);                        \
+    }                                           \
     return;
     WEFT_BINARY(kAdd, x + y)
     WEFT_BINARY(kSubtract, x - y)

@@ -467,6 +467,39 @@ void PlanReuse(FusionPlan& plan) {
   }
 }
 
+void PlanRawSources(FusionPlan& plan) {
+  std::vector<Node>& nodes = plan.nodes;
+  const int32_t root = static_cast<int32_t>(nodes.size()) - 1;
+  std::vector<std::vector<int32_t>> users(nodes.size());
+  for (int32_t i = 0; i <= root; ++i) {
+    if (!nodes[i].has_tile) continue;
+    for (int32_t k : nodes[i].operands) users[k].push_back(i);
+  }
+  // Whether every user of node i's tile widens bf16 bits itself.
+  auto widened_by_users = [&](auto& self, int32_t i) -> bool {
+    if (i == root || users[i].empty()) return false;
+    for (int32_t u : users[i]) {
+      const NodeKind kind = nodes[u].kind;
+      if (kind == NodeKind::kReshape) {
+        if (!self(self, u)) return false;
+      } else if (kind != NodeKind::kUnary && kind != NodeKind::kBinary) {
+        return false;
+      }
+    }
+    return true;
+  };
+  for (int32_t i = 0; i <= root; ++i) {
+    Node& node = nodes[i];
+    if (node.kind == NodeKind::kSource && node.has_tile && node.in_place && !node.splat &&
+        node.type == PrimitiveType::kBF16 && widened_by_users(widened_by_users, i)) {
+      node.raw_bf16 = true;
+    }
+    if (node.kind == NodeKind::kReshape && node.has_tile && nodes[node.operands[0]].raw_bf16) {
+      node.raw_bf16 = true;
+    }
+  }
+}
+
 void PlanSlots(FusionPlan& plan) {
   std::vector<Node>& nodes = plan.nodes;
   const int32_t root = static_cast<int32_t>(nodes.size()) - 1;
@@ -488,9 +521,9 @@ void PlanSlots(FusionPlan& plan) {
   for (int32_t i = 0; i <= root; ++i) {
     Node& node = nodes[i];
     if (!node.has_tile) continue;
-    const bool needs_slot =
-        !(node.kind == NodeKind::kSource && node.in_place && !IsHalf(node.type)) &&
-        node.kind != NodeKind::kReshape && !(i == root && plan.root_to_output);
+    const bool needs_slot = !(node.kind == NodeKind::kSource && node.in_place &&
+                              (!IsHalf(node.type) || node.raw_bf16)) &&
+                            node.kind != NodeKind::kReshape && !(i == root && plan.root_to_output);
     if (needs_slot) {
       if (free_slots.empty()) {
         node.slot = plan.num_slots++;
@@ -565,6 +598,8 @@ std::shared_ptr<FusionPlan> MakeFusionPlan(const HloInstruction& fusion) {
   // Sources read in place become reuse candidates unless an index map or a
   // broadcast reads the same operand.
   PlanReuse(*plan);
+  // bf16 sources read by unary and binary nodes only stay bf16 in the tile.
+  PlanRawSources(*plan);
   // Scratch slots by liveness over the walk (aligned nodes only; a reshape
   // passes its operand's tile on); the root writes the output directly unless
   // it is a source, a reshape or of a half type (converted at the end).

@@ -60,8 +60,12 @@ struct Node {
   int64_t fusion_operand = -1;
   int32_t constant = -1;
   bool in_place = false;  // kSource read at the tile's own indices, no copy
-  bool splat = false;     // kSource of rank 0 in a fusion of rank > 0
-  bool has_tile = true;   // false: a source only broadcasts read
+  // The tile holds bf16 bits, not f32 values: a bf16 source read in place
+  // whose every user (through reshapes, which are then raw too) is a unary
+  // or binary node, whose kernel widens it as it reads (PlanRawSources).
+  bool raw_bf16 = false;
+  bool splat = false;    // kSource of rank 0 in a fusion of rank > 0
+  bool has_tile = true;  // false: a source only broadcasts read
   // kBroadcast: operand's element count, the mode and per output dim the
   // operand's stride (0 where the operand is repeated).
   BroadcastMode mode = BroadcastMode::kGeneral;

@@ -338,12 +338,10 @@ bool RoundsInKernel(const Node& node) {
          (node.kind == NodeKind::kUnary || node.kind == NodeKind::kBinary);
 }
 
-void UnaryTile(const Node& node, bool root, const void* a, void* dst, int64_t n) {
-  const float* x = static_cast<const float*>(a);
-  if (RoundsInKernel(node) && root) {
-    cached::UnaryFloatToBf16(node.op, x, static_cast<uint16_t*>(dst), n);
-  } else if (RoundsInKernel(node)) {
-    cached::UnaryFloatToBf16(node.op, x, static_cast<float*>(dst), n);
+void UnaryTile(const Node& node, bool root, const Node& operand, const void* a, void* dst,
+               int64_t n) {
+  if (RoundsInKernel(node)) {
+    cached::UnaryFloatToBf16(node.op, a, operand.raw_bf16, dst, root, n);
   } else if (node.repr == PrimitiveType::kF32) {
     cached::UnaryFloat(node.op, static_cast<const float*>(a), static_cast<float*>(dst), n);
   } else if (node.repr == PrimitiveType::kPred) {
@@ -356,13 +354,10 @@ void UnaryTile(const Node& node, bool root, const void* a, void* dst, int64_t n)
   }
 }
 
-void BinaryTile(const Node& node, bool root, const void* a, const void* b, void* dst, int64_t n) {
-  const float* x = static_cast<const float*>(a);
-  const float* y = static_cast<const float*>(b);
-  if (RoundsInKernel(node) && root) {
-    cached::BinaryFloatToBf16(node.op, x, y, static_cast<uint16_t*>(dst), n);
-  } else if (RoundsInKernel(node)) {
-    cached::BinaryFloatToBf16(node.op, x, y, static_cast<float*>(dst), n);
+void BinaryTile(const Node& node, bool root, const Node& lhs, const Node& rhs, const void* a,
+                const void* b, void* dst, int64_t n) {
+  if (RoundsInKernel(node)) {
+    cached::BinaryFloatToBf16(node.op, a, lhs.raw_bf16, b, rhs.raw_bf16, dst, root, n);
   } else if (node.repr == PrimitiveType::kF32) {
     cached::BinaryFloat(node.op, static_cast<const float*>(a), static_cast<const float*>(b),
                         static_cast<float*>(dst), n);
@@ -509,7 +504,7 @@ void* TileRunner::ComputeNode(Scratch& scratch, int32_t i, int64_t b, int64_t n,
       const std::byte* src = static_cast<const std::byte*>(Source(node));
       if (node.splat) {
         FillScalar(node, src, dst, n);
-      } else if (IsHalf(node.type) && !root) {
+      } else if (IsHalf(node.type) && !root && !node.raw_bf16) {
         cached::HalfToFloat(node.type, reinterpret_cast<const uint16_t*>(src) + b,
                             static_cast<float*>(dst), n);
       } else {
@@ -542,10 +537,11 @@ void* TileRunner::ComputeNode(Scratch& scratch, int32_t i, int64_t b, int64_t n,
       IotaTile(node, scratch.ints.data(), b, n, dst);
       break;
     case NodeKind::kUnary:
-      UnaryTile(node, root, in(0), dst, n);
+      UnaryTile(node, root, nodes[node.operands[0]], in(0), dst, n);
       break;
     case NodeKind::kBinary:
-      BinaryTile(node, root, in(0), in(1), dst, n);
+      BinaryTile(node, root, nodes[node.operands[0]], nodes[node.operands[1]], in(0), in(1), dst,
+                 n);
       break;
     case NodeKind::kCompare:
       CompareTile(node, nodes[node.operands[0]].repr, in(0), in(1), dst, n);

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace weft::runtime::exec {
@@ -111,11 +112,22 @@ std::vector<float> EdgyFloats(uint32_t seed, size_t n) {
 }
 
 TEST(ElementwiseKernelsTest, KernelsRoundingToBf16MatchRoundingAfterwards) {
-  const std::vector<float> a = EdgyFloats(11, 4099), b = EdgyFloats(12, 4099);
+  std::vector<float> a = EdgyFloats(11, 4099), b = EdgyFloats(12, 4099);
   const int64_t n = static_cast<int64_t>(a.size());
+  // Operands given as bf16 bits are widened exactly: the same values.
+  std::vector<uint16_t> a_bits(a.size()), b_bits(b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    a_bits[i] = FloatToBf16Bits(a[i]);
+    b_bits[i] = FloatToBf16Bits(b[i]);
+  }
+  std::vector<float> a_rounded(a.size()), b_rounded(b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    a_rounded[i] = Bf16BitsToFloat(a_bits[i]);
+    b_rounded[i] = Bf16BitsToFloat(b_bits[i]);
+  }
   std::vector<float> want(a.size()), got(a.size());
   std::vector<uint16_t> got_bits(a.size());
-  auto check = [&](const char* what) {
+  auto check = [&](const std::string& what) {
     for (size_t i = 0; i < a.size(); ++i) {
       const uint16_t bits = FloatToBf16Bits(want[i]);
       ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(Bf16BitsToFloat(bits)))
@@ -125,19 +137,39 @@ TEST(ElementwiseKernelsTest, KernelsRoundingToBf16MatchRoundingAfterwards) {
   };
   for (HloOpcode op : {HloOpcode::kAdd, HloOpcode::kMultiply, HloOpcode::kDivide,
                        HloOpcode::kSubtract, HloOpcode::kMaximum}) {
+    const std::string name(HloOpcodeString(op));
     streaming::BinaryFloat(op, a.data(), b.data(), want.data(), n);
-    cached::BinaryFloatToBf16(op, a.data(), b.data(), got.data(), n);
-    cached::BinaryFloatToBf16(op, a.data(), b.data(), got_bits.data(), n);
-    check(HloOpcodeString(op).data());
-    streaming::BinaryFloatToBf16(op, a.data(), b.data(), got.data(), n);
-    streaming::BinaryFloatToBf16(op, a.data(), b.data(), got_bits.data(), n);
-    check(HloOpcodeString(op).data());
+    cached::BinaryFloatToBf16(op, a.data(), false, b.data(), false, got.data(), false, n);
+    cached::BinaryFloatToBf16(op, a.data(), false, b.data(), false, got_bits.data(), true, n);
+    check(name);
+    streaming::BinaryFloatToBf16(op, a.data(), false, b.data(), false, got.data(), false, n);
+    streaming::BinaryFloatToBf16(op, a.data(), false, b.data(), false, got_bits.data(), true, n);
+    check(name + " (streaming)");
+    // bf16 operands: as the f32 kernel on their values.
+    streaming::BinaryFloat(op, a_rounded.data(), b.data(), want.data(), n);
+    cached::BinaryFloatToBf16(op, a_bits.data(), true, b.data(), false, got.data(), false, n);
+    cached::BinaryFloatToBf16(op, a_bits.data(), true, b.data(), false, got_bits.data(), true, n);
+    check(name + " (bf16, f32)");
+    streaming::BinaryFloat(op, a.data(), b_rounded.data(), want.data(), n);
+    cached::BinaryFloatToBf16(op, a.data(), false, b_bits.data(), true, got.data(), false, n);
+    cached::BinaryFloatToBf16(op, a.data(), false, b_bits.data(), true, got_bits.data(), true, n);
+    check(name + " (f32, bf16)");
+    streaming::BinaryFloat(op, a_rounded.data(), b_rounded.data(), want.data(), n);
+    cached::BinaryFloatToBf16(op, a_bits.data(), true, b_bits.data(), true, got.data(), false, n);
+    cached::BinaryFloatToBf16(op, a_bits.data(), true, b_bits.data(), true, got_bits.data(), true,
+                              n);
+    check(name + " (bf16, bf16)");
   }
   for (HloOpcode op : {HloOpcode::kLogistic, HloOpcode::kNegate, HloOpcode::kExp}) {
+    const std::string name(HloOpcodeString(op));
     streaming::UnaryFloat(op, a.data(), want.data(), n);
-    cached::UnaryFloatToBf16(op, a.data(), got.data(), n);
-    cached::UnaryFloatToBf16(op, a.data(), got_bits.data(), n);
-    check(HloOpcodeString(op).data());
+    cached::UnaryFloatToBf16(op, a.data(), false, got.data(), false, n);
+    cached::UnaryFloatToBf16(op, a.data(), false, got_bits.data(), true, n);
+    check(name);
+    streaming::UnaryFloat(op, a_rounded.data(), want.data(), n);
+    cached::UnaryFloatToBf16(op, a_bits.data(), true, got.data(), false, n);
+    cached::UnaryFloatToBf16(op, a_bits.data(), true, got_bits.data(), true, n);
+    check(name + " (bf16)");
   }
   // RoundToHalf, the separate pass, agrees too.
   got = a;
