@@ -97,6 +97,40 @@ ENTRY main {
 }
 
 // A pad of the innermost dim of a parameter is copied as a column band.
+TEST(FusionPlan, Bf16SourcesReadOnlyByArithmeticStayBf16InTheTile) {
+  const auto module = Parse(R"(HloModule raw
+fc {
+  a = bf16[4,6] parameter(0)
+  b = bf16[24] parameter(1)
+  c = bf16[4,6] parameter(2)
+  d = bf16[4,6] parameter(3)
+  rb = bf16[4,6] reshape(b)
+  m = bf16[4,6] multiply(a, rb)
+  n = bf16[4,6] negate(a)
+  lt = pred[4,6] compare(c, m), direction=LT
+  s = bf16[4,6] select(lt, n, c)
+  ROOT r = bf16[4,6] add(s, d)
+}
+ENTRY main {
+  a = bf16[4,6] parameter(0)
+  b = bf16[24] parameter(1)
+  c = bf16[4,6] parameter(2)
+  d = bf16[4,6] parameter(3)
+  ROOT f = bf16[4,6] fusion(a, b, c, d), kind=kLoop, calls=fc
+})");
+  const auto plan = PlanOf(*module);
+  // a: read by multiply and negate; b: through a reshape by multiply; d: by
+  // the root add. c is also read by compare and select, which need f32.
+  for (const char* name : {"a", "b", "rb", "d"}) {
+    const exec::fusion::Node& node = NodeNamed(*plan, name);
+    EXPECT_TRUE(node.raw_bf16) << name;
+    EXPECT_EQ(node.slot, -1) << name;
+  }
+  EXPECT_FALSE(NodeNamed(*plan, "c").raw_bf16);
+  EXPECT_GE(NodeNamed(*plan, "c").slot, 0);
+  EXPECT_FALSE(NodeNamed(*plan, "m").raw_bf16);  // computed: f32 values in the tile
+}
+
 TEST(FusionPlan, AffineMapsMergeContiguousDimsAndShortRowsArePeriodic) {
   // RoPE on the projection's layout: x [2,3,4,2] (pairs last) read as is,
   // through a reverse of the pairs, and a table broadcast over the heads.

@@ -160,6 +160,18 @@ TEST(FusionTiles, ChainsInBf16RoundEveryResult) {
   ExpectSameBits(c, 7);
 }
 
+TEST(FusionTiles, Bf16SourcesReadAsBitsMatchUnfused) {
+  // a and b (through a reshape) are read only by arithmetic, so the tile
+  // keeps their bf16 bits; c is also compared and selected, so it is widened.
+  Case c;
+  c.params = {"bf16[37,129]", "bf16[4773]", "bf16[37,129]", "bf16[37,129]"};
+  c.body = {"rb = bf16[37,129] reshape(p1)",      "m = bf16[37,129] multiply(p0, rb)",
+            "n = bf16[37,129] logistic(p0)",      "lt = pred[37,129] compare(p2, m), direction=LT",
+            "s = bf16[37,129] select(lt, n, p2)", "ROOT r = bf16[37,129] subtract(s, p3)"};
+  c.result = "bf16[37,129]";
+  ExpectSameBits(c, 5);
+}
+
 TEST(FusionTiles, IotaConvertsAndIntegers) {
   for (int64_t d = 0; d < 3; ++d) {
     Case c;
