@@ -14,6 +14,7 @@
 #include <string>
 
 #include "timer.h"
+#include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 #include "weft/compiler/compile.h"
 #include "weft/hlo/parser.h"
@@ -209,7 +210,7 @@ std::string OpcodeAndFusedOps(const HloInstruction& instr) {
   for (const HloInstruction* fused : instr.called_computations()[0]->instructions()) {
     const std::string op(HloOpcodeString(fused->opcode()));
     if (fused->opcode() == HloOpcode::kParameter) continue;
-    if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);
+    if (!Contains(ops, op)) ops.push_back(op);
   }
   return fmt::format("{}({}: {})", what, FusionKindString(instr.attrs().fusion_kind),
                      fmt::join(ops, ","));

@@ -106,7 +106,8 @@ void AddBench(CLI::App& app) {
   exec->callback([eopt] {
     SetAction([eopt] {
       if (!eopt->hlo.empty()) {
-        WEFT_CHECK(!eopt->gemm && eopt->shapes.empty(), "--hlo cannot be combined with --gemm");
+        WEFT_CHECK(!eopt->gemm && eopt->shapes.empty(),
+                   "--hlo cannot be combined with --gemm or --gemm-shape");
         return bench::RunExecutorModule(eopt->json, eopt->hlo, eopt->reps, eopt->top);
       }
       if (!eopt->gemm) {

@@ -3,7 +3,9 @@
 //
 // Within a tile, the plan's nodes are walked in post order:
 //  - a parameter (or constant) with the output's dimensions is read in
-//    place (pointer + offset; bf16/f16 are widened to f32 into scratch);
+//    place (pointer + offset; bf16/f16 are widened to f32 into scratch,
+//    except a bf16 one only unary and binary nodes read: its tile stays
+//    bf16 bits, which their kernels widen as they read, Node::raw_bf16);
 //    a rank-0 one used elementwise is splatted over the tile;
 //  - a broadcast gathers its operand's elements for the tile's indices
 //    (fast paths: a scalar, a repeated row — the operand is a suffix of the
@@ -22,8 +24,9 @@
 //  - elementwise ops (unary, binary, compare, select, clamp, convert) call the
 //    span kernels of elementwise_kernels.h, the same ones eval_elementwise.cc
 //    runs. bf16 and f16 are computed in f32 and every result is rounded to
-//    its element type, as the unfused program stores it: fused and unfused
-//    give the same bits.
+//    its element type, as the unfused program stores it (a bf16 unary or
+//    binary node in the pass that computes it): fused and unfused give the
+//    same bits.
 // The root's tile is computed straight into the output buffer (or converted
 // into it for bf16/f16).
 #pragma once
