@@ -1,6 +1,7 @@
 #include "weft/base/cpu.h"
 
 #include <cpuid.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -65,8 +66,7 @@ bool OsSupports(unsigned long long mask) {
 CpuInfo Detect() {
   CpuInfo info;
   info.model_name = ModelName();
-  unsigned hw = std::thread::hardware_concurrency();
-  info.logical_cores = hw == 0 ? 1 : static_cast<int>(hw);
+  info.logical_cores = AllowedCores();
   unsigned int eax, ebx, ecx, edx;
   __cpuid(1, eax, ebx, ecx, edx);
   bool fma = ecx & (1u << 12);
@@ -128,6 +128,17 @@ AmxStatus RequestAmx() {
 }
 
 }  // namespace
+
+int AllowedCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : static_cast<int>(hw);
+}
 
 const CpuInfo& GetCpuInfo() {
   static const CpuInfo info = Detect();

@@ -217,6 +217,7 @@ void FusedBackward(const Problem& p, const BackwardOperands& x, const Bf16Operan
   const AttentionDims& d = p.d;
   ThreadPool& pool = ThreadPool::Global();
   pool.ParallelFor(d.batch * d.kv_heads, [&](int64_t task, int thread) {
+    const simd::AmxTileScope tiles(p.simd);
     const int64_t b = task / d.kv_heads, kvh = task % d.kv_heads;
     BackwardScratch& w = scratch[thread];
     w.Reserve(p);
@@ -250,6 +251,7 @@ void SplitBackward(const Problem& p, const BackwardOperands& x, const Bf16Operan
   const int64_t q_heads = d.batch * d.q_heads;
   ThreadPool& pool = ThreadPool::Global();
   pool.ParallelFor(d.batch * d.kv_heads * p.nkb, [&](int64_t task, int thread) {
+    const simd::AmxTileScope tiles(p.simd);
     const int64_t kb = p.nkb - 1 - task % p.nkb, bkvh = task / p.nkb;
     const int64_t b = bkvh / d.kv_heads, kvh = bkvh % d.kv_heads;
     BackwardScratch& w = scratch[thread];
@@ -265,6 +267,7 @@ void SplitBackward(const Problem& p, const BackwardOperands& x, const Bf16Operan
     StoreKvBlock(p, w, b, kvh, kb, dk, dv);
   });
   pool.ParallelFor(q_heads * p.nqb, [&](int64_t task, int thread) {
+    const simd::AmxTileScope tiles(p.simd);
     const int64_t qb = p.nqb - 1 - task / q_heads, bh = task % q_heads;
     const int64_t b = bh / d.q_heads, h = bh % d.q_heads;
     BackwardScratch& w = scratch[thread];

@@ -73,6 +73,7 @@ void Forward(const AttentionDims& dims, const T* q, const T* k, const T* v,
   // Tasks by descending query block: under a causal mask the last blocks are
   // the most work, so starting with them balances the threads.
   pool.ParallelFor(heads * p.nqb, [&](int64_t task, int thread) {
+    const simd::AmxTileScope tiles(p.simd);
     const int64_t qb = p.nqb - 1 - task / heads;
     const int64_t bh = task % heads, b = bh / d.q_heads, h = bh % d.q_heads;
     const int64_t kvh = h / p.group;

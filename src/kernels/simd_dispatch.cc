@@ -65,6 +65,9 @@ WEFT_DECLARE_ISA(avx512bf16)
   void GemmBf16(int64_t, int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t, \
                 float*, int64_t, bool);                                                        \
   int64_t PeakLoop(int64_t, float*);                                                           \
+  void ReleaseTiles();                                                                         \
+  void BeginTileScope();                                                                       \
+  void EndTileScope();                                                                         \
   }
 WEFT_DECLARE_AMX(amx)
 WEFT_DECLARE_AMX(amx_emulated)
@@ -265,6 +268,29 @@ const Primitives& GetBf16Primitives() {
   if (t_forced != nullptr) return *t_forced;
   if (const Primitives* p = EnvForced()) return *p;
   return *PrimitivesFor(GetTable().available[0]);
+}
+
+void ReleaseAmxTiles() {
+  const char* isa = GetBf16Primitives().isa;
+  if (std::strcmp(isa, "amx") == 0) {
+    amx::ReleaseTiles();
+  } else if (std::strcmp(isa, "amx-emulated") == 0) {
+    amx_emulated::ReleaseTiles();
+  }
+}
+
+AmxTileScope::AmxTileScope(const Primitives& primitives) {
+  if (std::strcmp(primitives.isa, "amx") == 0) {
+    end_ = &amx::EndTileScope;
+    amx::BeginTileScope();
+  } else if (std::strcmp(primitives.isa, "amx-emulated") == 0) {
+    end_ = &amx_emulated::EndTileScope;
+    amx_emulated::BeginTileScope();
+  }
+}
+
+AmxTileScope::~AmxTileScope() {
+  if (end_ != nullptr) end_();
 }
 
 bool Bf16InstructionsAllowed() {

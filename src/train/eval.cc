@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <thread>
 
+#include "weft/base/cpu.h"
 #include "weft/base/error.h"
 #include "weft/compiler/compile.h"
 #include "weft/data/corpus.h"
@@ -158,7 +158,7 @@ EvalResult Evaluate(const EvalModel& model, const EvalOptions& o) {
     weights.push_back(AsF32Tensor(it->second));
   }
   runtime::ExecutorOptions exec;
-  const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  const int64_t cores = GetCpuInfo().logical_cores;
   exec.gemm_threads = static_cast<int>(std::max<int64_t>(1, cores / r.num_devices));
   double nll = 0;  // device 0's sum over the batches
   runtime::LocalCluster cluster(r.num_devices);

@@ -1,6 +1,9 @@
 #include "weft/base/cpu.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <string>
@@ -31,6 +34,31 @@ TEST(Cpu, FeaturesAgreeWithProcCpuinfo) {
   EXPECT_GE(cpu.l2_bytes, cpu.l1d_bytes);
   EXPECT_GE(cpu.logical_cores, 1);
   EXPECT_EQ(&GetCpuInfo(), &cpu);  // read once
+}
+
+// Thread pools and GEMM threads are sized to the CPUs the process may run on
+// (taskset, cpusets), not the machine's count: a child bound to one CPU sees
+// one, and the process's count is its affinity mask's.
+TEST(Cpu, CoresFollowTheAffinityMask) {
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
+  EXPECT_EQ(GetCpuInfo().logical_cores, CPU_COUNT(&mine));
+  int first = 0;
+  while (!CPU_ISSET(first, &mine)) ++first;
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    if (sched_setaffinity(0, sizeof(one), &one) != 0) _exit(3);
+    _exit(AllowedCores() == 1 ? 0 : 4);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "3: sched_setaffinity failed; 4: AllowedCores() != 1";
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // references on random inputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -180,6 +181,78 @@ TEST_P(PrimitivesTest, GemmBf16MatchesFloat64ReferenceForOddSizes) {
       }
     }
   }
+}
+
+// oneDNN's AMX matmuls run on the same threads as weft's AMX GEMM and
+// release the tiles when they finish (TILERELEASE), after which every tile
+// instruction but ldtilecfg faults: the GEMM must configure its tiles on
+// each call, not once per thread. Found on a Xeon with AMX, where bf16
+// training died with SIGILL.
+TEST_P(PrimitivesTest, AmxGemmRunsAfterAnotherTileUserReleasedTheTiles) {
+  if (GetParam() != "amx" && GetParam() != "amx-emulated") {
+    GTEST_SKIP() << "no tiles";
+  }
+  ScopedIsa isa(P());
+  ASSERT_STREQ(GetBf16Primitives().isa, GetParam().c_str());
+  constexpr int64_t M = 33, N = 32, K = 40;
+  const auto A = RandomBf16(rng_, M * K);
+  const auto B = RandomBf16(rng_, (N / kPadN) * PairChunkSize(K));
+  std::vector<float> first(M * N), second(M * N, 7.0f);
+  P().gemm_bf16(M, N, K, A.data(), K, B.data(), PairChunkSize(K), first.data(), N, false);
+  ReleaseAmxTiles();  // another library's kernel, finishing
+  P().gemm_bf16(M, N, K, A.data(), K, B.data(), PairChunkSize(K), second.data(), N, false);
+  ReleaseAmxTiles();
+  float sink = 0;
+  if (P().bf16_dot_peak_loop != nullptr) {  // the peak loop also configures its tiles
+    EXPECT_GT(P().bf16_dot_peak_loop(3, &sink), 0);
+  }
+  for (int64_t i = 0; i < M * N; ++i) ASSERT_EQ(second[i], first[i]) << i;
+  double largest = 0;
+  for (float v : first) largest = std::max(largest, double(std::abs(v)));
+  EXPECT_GT(largest, 0.0);  // random inputs: the product is not all zeros
+}
+
+// Inside an AmxTileScope (attention's task loops) the GEMMs share one tile
+// configuration: the same results, the tiles released when the outermost
+// scope ends; only a foreign release inside the scope breaks it, which the
+// model reports as the fault the hardware would raise.
+TEST_P(PrimitivesTest, AmxTileScopeSharesOneConfigurationAndReleasesAtItsEnd) {
+  if (GetParam() != "amx" && GetParam() != "amx-emulated") {
+    GTEST_SKIP() << "no tiles";
+  }
+  ScopedIsa isa(P());
+  constexpr int64_t M = 40, N = 48, K = 70;
+  const auto A = RandomBf16(rng_, M * K);
+  const auto B = RandomBf16(rng_, (N / kPadN) * PairChunkSize(K));
+  auto gemm = [&](std::vector<float>& c) {
+    P().gemm_bf16(M, N, K, A.data(), K, B.data(), PairChunkSize(K), c.data(), N, false);
+  };
+  std::vector<float> unscoped(M * N), scoped(M * N), nested(M * N), after(M * N);
+  gemm(unscoped);
+  {
+    const AmxTileScope outer(P());
+    gemm(scoped);
+    {
+      const AmxTileScope inner(P());
+      gemm(nested);
+    }
+    gemm(scoped);  // the inner scope's end kept the tiles
+  }
+  ReleaseAmxTiles();  // another library, after the scope
+  gemm(after);
+  EXPECT_EQ(scoped, unscoped);
+  EXPECT_EQ(nested, unscoped);
+  EXPECT_EQ(after, unscoped);
+  if (GetParam() == "amx-emulated") {
+    const AmxTileScope scope(P());
+    gemm(scoped);
+    ReleaseAmxTiles();  // breaks the scope's contract
+    EXPECT_THROW(gemm(scoped), Error);
+  }
+  // A scope for other primitives does nothing.
+  const AmxTileScope none(*PrimitivesFor("portable"));
+  gemm(after);
+  EXPECT_EQ(after, unscoped);
 }
 
 TEST_P(PrimitivesTest, Bf16DotPeakLoopOnlyWhereTheInstructionExists) {

@@ -8,7 +8,7 @@ namespace weft {
 
 struct CpuInfo {
   std::string model_name;
-  int logical_cores = 1;
+  int logical_cores = 1;  // the CPUs this process may run on (AllowedCores)
   bool avx2 = false;
   bool fma = false;
   bool avx512f = false;
@@ -34,6 +34,13 @@ struct CpuInfo {
 
 // Read from cpuid and sysfs on first use; later calls return the same object.
 const CpuInfo& GetCpuInfo();
+
+// The CPUs the calling thread may run on now: its affinity mask (taskset,
+// cgroup cpusets, mpirun's binding), which std::thread::hardware_concurrency
+// ignores; the machine's count where the mask cannot be read. Thread pools
+// and GEMM threads are sized from GetCpuInfo().logical_cores, this count
+// taken once.
+int AllowedCores();
 
 // Whether this process may run AMX tile instructions. The first call asks
 // Linux for the tile-data permission (arch_prctl ARCH_REQ_XCOMP_PERM,

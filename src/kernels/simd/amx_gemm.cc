@@ -59,6 +59,7 @@ alignas(64) constexpr TileConfig kConfig = MakeConfig();
 // past the load that reads it). The tile number must be a literal.
 struct Tiles {
   static void Configure() { __asm__ volatile("ldtilecfg %0" ::"m"(kConfig)); }
+  static void Release() { __asm__ volatile("tilerelease" ::: "memory"); }
   template <int T>
   static void Load(const void* p, int64_t stride);
   template <int T>
@@ -128,6 +129,14 @@ struct Tiles {
     S().config = kConfig;
     S().configured = true;
   }
+  // TILERELEASE: the tiles return to their initial state (unconfigured, and
+  // zero), where every tile instruction but ldtilecfg faults.
+  static void Release() {
+    State& s = S();
+    s.configured = false;
+    s.config = TileConfig{};
+    std::memset(s.reg, 0, sizeof s.reg);
+  }
   template <int T>
   static void Load(const void* p, int64_t stride) {
     State& s = S();
@@ -186,15 +195,33 @@ struct Tiles {
 
 #endif
 
-// Each thread configures its tiles once and keeps them: weft's kernels are
-// the only tile users in the process, and every tile has the same shape.
-void EnsureConfigured() {
-  thread_local bool configured = false;
-  if (!configured) {
-    Tiles::Configure();
-    configured = true;
+// Every entry point configures the tiles when it starts and releases them
+// when it returns, as oneDNN's AMX kernels do: the tile configuration is
+// per-thread state that other libraries in the process change between our
+// calls (oneDNN's bf16 matmuls run on the same device threads and release
+// the tiles when they finish, after which a tile instruction faults with
+// #UD), and released tiles cost nothing at a context switch. Inside a tile
+// scope (AmxTileScope: a kernel's loop that calls no other library) the
+// first entry configures and the scope's end releases, once.
+thread_local int t_scope_depth = 0;
+thread_local bool t_scope_configured = false;
+
+struct TileSession {
+  TileSession() : owns(t_scope_depth == 0) {
+    if (owns) {
+      Tiles::Configure();
+    } else if (!t_scope_configured) {
+      Tiles::Configure();
+      t_scope_configured = true;
+    }
   }
-}
+  ~TileSession() {
+    if (owns) Tiles::Release();
+  }
+  TileSession(const TileSession&) = delete;
+  TileSession& operator=(const TileSession&) = delete;
+  const bool owns;
+};
 
 // One register block: C[MB*16 x NB*16] (+)= A[MB*16 x K] * B[K x NB*16].
 // Byte strides throughout. The k steps below k_full read A and B in place;
@@ -264,7 +291,7 @@ void RunBlock(int mb, int nb, const BlockArgs& x) {
 void GemmBf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, const uint16_t* B,
               int64_t b_chunk_stride, float* C, int64_t ldc, bool accumulate) {
   if (M <= 0 || N <= 0) return;
-  EnsureConfigured();
+  const TileSession tiles;
   const int64_t k_full = K / kKStep * kKStep, k_tail = K - k_full;
   const int64_t chunks = N / kPadN;
   constexpr int64_t kTileElems = kTileRows * kKStep;  // bf16 elements of one tile
@@ -344,7 +371,7 @@ void GemmBf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, c
 // Four independent TDPBF16PS chains on tiles that stay loaded (the AMX bf16
 // peak); returns the flops done (16 x 16 outputs x 32 products x 2 each).
 int64_t PeakLoop(int64_t iterations, float* sink) {
-  EnsureConfigured();
+  const TileSession tiles;
   // bf16 1/64 and 1/128: each instruction adds 32 * 2^-13 per element.
   alignas(64) uint16_t a[kTileRows * kKStep], b[kTileRows * kKStep];
   for (int i = 0; i < kTileRows * kKStep; ++i) {
@@ -375,6 +402,17 @@ int64_t PeakLoop(int64_t iterations, float* sink) {
     for (float v : tile) total += v;
   *sink = total;
   return iterations * 4 * kTileRows * 16 * kKStep * 2;
+}
+
+void ReleaseTiles() { Tiles::Release(); }
+
+void BeginTileScope() { ++t_scope_depth; }
+
+void EndTileScope() {
+  if (--t_scope_depth == 0 && t_scope_configured) {
+    Tiles::Release();
+    t_scope_configured = false;
+  }
 }
 
 }  // namespace weft::kernels::simd::WEFT_AMX_NAME
