@@ -621,13 +621,26 @@ void TileRunner::GatherTree(Scratch& scratch, int32_t id, const int64_t* idx, in
       });
       if (copy_rows) return;
     } else {
+      // Gathered indices mostly stay in one row of the last dimension (a
+      // reverse of RoPE's pairs under a transpose reads 1, 0, 3, 2, ...):
+      // the row's offset is kept, and the divisions run only when an index
+      // leaves it.
+      const int64_t last = rank - 1, row_len = dims[last], step = strides[last];
+      int64_t row_start = 0, row_offset = 0;
+      bool have_row = false;
       for (int64_t j = 0; j < n; ++j) {
-        int64_t k = idx[j], o = node.offset;
-        for (int64_t d = rank - 1; d >= 0; --d) {
-          o += (k % dims[d]) * strides[d];
-          k /= dims[d];
+        const int64_t k = idx[j];
+        if (!have_row || k < row_start || k - row_start >= row_len) {
+          int64_t q = k / row_len, o = node.offset;
+          row_start = q * row_len;
+          for (int64_t d = last - 1; d >= 0; --d) {
+            o += (q % dims[d]) * strides[d];
+            q /= dims[d];
+          }
+          row_offset = o;
+          have_row = true;
         }
-        out_idx[j] = o;
+        out_idx[j] = row_offset + (k - row_start) * step;
       }
     }
     return GatherTree(scratch, node.operands[0], out_idx, 0, n, dst, level + 1);

@@ -96,6 +96,18 @@ TEST(FusionTiles, IndexMapChainsMatchUnfused) {
                       fmt::format("e = {} {}(m, tt)", s("3,67,5,2"), op),
                       fmt::format("ROOT x = {} {}(e, p0)", s("3,67,5,2"), op)},
                      s("3,67,5,2")});
+    // RoPE under sequence parallelism: the heads transposed out of the
+    // all-to-all's layout, pairs reversed through a reshape (rows of 40
+    // and a period of 5600: neither a row copy nor a periodic map), a
+    // table broadcast over batch and heads
+    cases.push_back({{s("3,2,70,40"), s("70,20,2")},
+                     {fmt::format("t = {} transpose(p0), dimensions={{0,2,1,3}}", s("3,70,2,40")),
+                      fmt::format("r = {} reshape(t)", s("3,70,2,20,2")),
+                      fmt::format("rv = {} reverse(r), dimensions={{4}}", s("3,70,2,20,2")),
+                      fmt::format("b = {} broadcast(p1), dimensions={{1,3,4}}", s("3,70,2,20,2")),
+                      fmt::format("m = {} {}(rv, b)", s("3,70,2,20,2"), op),
+                      fmt::format("ROOT x = {} {}(m, r)", s("3,70,2,20,2"), op)},
+                     s("3,70,2,20,2")});
     // interior and edge padding, then an elementwise op and a reshape root
     cases.push_back({{s("20,33"), s("41,35"), s("")},
                      {fmt::format("pd = {} pad(p0, p2), padding=1_1_1x2_0", s("41,35")),
