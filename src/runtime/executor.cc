@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -41,17 +42,21 @@ void SetGemmThreads(int threads) {
   if (threads > 0) omp_set_num_threads(threads);
 }
 
-// The cores of this machine shared among the devices on it: in-process
+// The cores this process may run on shared among its devices: in-process
 // devices are threads of this process; MPI ranks on this host are counted
-// by the topology (discovered once, from every rank's host name).
+// by the topology (discovered once, from every rank's host name), unless
+// mpirun bound this rank to fewer than all the machine's CPUs, which is then
+// its share already.
 int DefaultGemmThreads(const Communicator& comm) {
+  const int64_t cores = GetCpuInfo().logical_cores;
   int64_t local_devices = 1;
   if (comm.backend() == "threads") {
     local_devices = comm.num_devices();
-  } else if (comm.backend() == "mpi") {
+  } else if (comm.backend() == "mpi" &&
+             cores >= static_cast<int64_t>(std::thread::hardware_concurrency())) {
     local_devices = Topology::Global().DevicesOnHostOf(comm.device_id());
   }
-  return static_cast<int>(std::max<int64_t>(1, GetCpuInfo().logical_cores / local_devices));
+  return static_cast<int>(std::max<int64_t>(1, cores / local_devices));
 }
 
 exec::DeviceIds MakeDeviceIds(const HloModule& module, const Communicator& comm) {
