@@ -1,7 +1,8 @@
 #include "weft/base/thread_pool.h"
 
 // The pool is OpenMP's: ParallelFor runs its tasks in an `omp parallel`
-// team of num_threads() threads. oneDNN (the executor's GEMM) is built on
+// team of num_threads() threads (or the calling thread's share, the size its
+// GEMMs use too). oneDNN (the executor's GEMM) is built on
 // the same OpenMP runtime (libgomp), so GEMMs and weft's own kernels share
 // one set of worker threads: after a GEMM the team's threads spin briefly
 // and pick up the next elementwise loop, instead of a second pool's
@@ -21,7 +22,8 @@ namespace weft {
 
 namespace {
 thread_local bool t_inside_pool = false;
-}
+thread_local int t_share = 0;  // SetThreadsForThisThread's n
+}  // namespace
 
 struct ThreadPool::State {
   std::mutex submit;  // held by the one caller whose job is running
@@ -34,6 +36,11 @@ ThreadPool& ThreadPool::Global() {
   return pool;
 }
 
+void ThreadPool::SetThreadsForThisThread(int n) {
+  t_share = n > 0 ? n : 0;
+  omp_set_num_threads(n > 0 ? n : Global().num_threads());
+}
+
 ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads < 1 ? 1 : num_threads) {
   state_ = new State();
 }
@@ -43,15 +50,18 @@ ThreadPool::~ThreadPool() { delete state_; }
 void ThreadPool::ParallelFor(int64_t num_tasks,
                              const std::function<void(int64_t task, int thread)>& fn) {
   if (num_tasks <= 0) return;
+  // Always one size on a thread, whatever the number of tasks: teams sized
+  // to each job made libgomp end and create threads (stacks, TLS: ~1,250
+  // page faults a step of tiny on 16 threads) inside the training loop.
+  const int threads = t_share > 0 ? std::min(num_threads_, t_share) : num_threads_;
   std::unique_lock<std::mutex> submit(state_->submit, std::defer_lock);
-  if (num_threads_ == 1 || num_tasks == 1 || t_inside_pool || !submit.try_lock()) {
+  if (threads <= 1 || num_tasks == 1 || t_inside_pool || !submit.try_lock()) {
     for (int64_t t = 0; t < num_tasks; ++t) fn(t, 0);
     return;
   }
   // This caller owns the pool until the job ends; it runs as thread 0.
   std::atomic<int64_t> next{0};
   std::exception_ptr error;
-  const int threads = static_cast<int>(std::min<int64_t>(num_threads_, num_tasks));
 #pragma omp parallel num_threads(threads)
   {
     const bool was_inside = t_inside_pool;

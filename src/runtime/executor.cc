@@ -4,7 +4,6 @@
 #include "weft/runtime/executor.h"
 
 #include <fmt/format.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -34,21 +33,15 @@ using exec::Step;
 using exec::Value;
 
 namespace {
-// The team size of this device thread's OpenMP parallel regions: oneDNN's
-// GEMMs (built on libgomp, the runtime weft_base's ThreadPool runs its
-// teams in, with explicit sizes of its own) use it. The ICV is per thread,
-// so each device thread sets its own.
-void SetGemmThreads(int threads) {
-  if (threads > 0) omp_set_num_threads(threads);
-}
-
-// The cores this process may run on shared among its devices: in-process
-// devices are threads of this process; MPI ranks on this host are counted
-// by the topology (discovered once, from every rank's host name), unless
-// mpirun bound this rank to fewer than all the machine's CPUs, which is then
-// its share already.
+// The compute threads of this process (the pool: WEFT_NUM_THREADS, else the
+// CPUs it may run on) shared among its devices: in-process devices are
+// threads of this process; MPI ranks on this host are counted by the
+// topology (discovered once, from every rank's host name), unless mpirun
+// bound this rank to fewer than all the machine's CPUs, which is then its
+// share already. The share is also the size of the device thread's
+// ThreadPool teams, so GEMMs and weft's kernels use the same threads.
 int DefaultGemmThreads(const Communicator& comm) {
-  const int64_t cores = GetCpuInfo().logical_cores;
+  const int64_t cores = ThreadPool::Global().num_threads();
   int64_t local_devices = 1;
   if (comm.backend() == "threads") {
     local_devices = comm.num_devices();
@@ -508,8 +501,10 @@ std::vector<HostTensor> Executor::Run(std::vector<HostTensor> inputs, Communicat
   }
   inputs.clear();
 
-  SetGemmThreads(impl_->options.gemm_threads > 0 ? impl_->options.gemm_threads
-                                                 : DefaultGemmThreads(comm));
+  // This device thread's share of the pool, for oneDNN's GEMMs (OpenMP's
+  // team size, per thread) and weft's kernels alike.
+  ThreadPool::SetThreadsForThisThread(impl_->options.gemm_threads > 0 ? impl_->options.gemm_threads
+                                                                      : DefaultGemmThreads(comm));
   const CollectiveStats before = comm.stats();
   impl_->instructions = 0;
   impl_->misplaced = 0;

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "weft/base/cpu.h"
 #include "weft/base/error.h"
+#include "weft/base/thread_pool.h"
 #include "weft/compiler/compile.h"
 #include "weft/data/corpus.h"
 #include "weft/data/tokenizer.h"
@@ -158,7 +158,7 @@ EvalResult Evaluate(const EvalModel& model, const EvalOptions& o) {
     weights.push_back(AsF32Tensor(it->second));
   }
   runtime::ExecutorOptions exec;
-  const int64_t cores = GetCpuInfo().logical_cores;
+  const int64_t cores = ThreadPool::Global().num_threads();
   exec.gemm_threads = static_cast<int>(std::max<int64_t>(1, cores / r.num_devices));
   double nll = 0;  // device 0's sum over the batches
   runtime::LocalCluster cluster(r.num_devices);

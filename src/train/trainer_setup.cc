@@ -7,10 +7,10 @@
 
 #include "weft/analysis/memory_plan.h"
 #include "weft/base/atomic_file.h"
-#include "weft/base/cpu.h"
 #include "weft/base/crc32c.h"
 #include "weft/base/error.h"
 #include "weft/base/memory.h"
+#include "weft/base/thread_pool.h"
 #include "weft/runtime/executor.h"
 #include "weft/runtime/topology.h"
 #include "weft/train/checkpoint.h"
@@ -196,7 +196,7 @@ void SetUpUpdates(Run* run) {
   for (const LlamaWeight& w : run->program.forward.weights) {
     run->decay.push_back(WeightDecayApplies(w.name, c.train.no_weight_decay));
   }
-  const int64_t cores = GetCpuInfo().logical_cores;
+  const int64_t cores = ThreadPool::Global().num_threads();
   run->exec.gemm_threads = static_cast<int>(std::max<int64_t>(1, cores / run->program.num_devices));
 }
 

@@ -1,8 +1,11 @@
 #include "weft/base/thread_pool.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -57,6 +60,46 @@ TEST(ThreadPool, NestedAndConcurrentCallersRunInlineWithoutDeadlock) {
   }
   for (auto& t : callers) t.join();
   EXPECT_EQ(total.load(), 4 * 8 * (0 + 1 + 2 + 3 + 4));
+}
+
+// Jobs of any number of tasks run on the same threads: a team sized to each
+// job made OpenMP end the threads beyond a smaller team and create new ones
+// for the next larger job (stacks and TLS faulted in inside training loops).
+TEST(ThreadPool, KeepsItsThreadsAcrossJobsOfAnySize) {
+  ThreadPool pool(4);
+  std::mutex mu;
+  std::set<pid_t> tids;
+  for (int64_t tasks : {4, 2, 4, 3, 2, 4}) {
+    pool.ParallelFor(tasks, [&](int64_t, int) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        tids.insert(gettid());
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    });
+  }
+  EXPECT_GE(tids.size(), 2u);
+  EXPECT_LE(tids.size(), 4u) << "threads were created again between jobs";
+}
+
+// A thread given a share of the pool (a device's) runs its jobs on teams of
+// that size; 0 gives it the whole pool again.
+TEST(ThreadPool, AThreadsShareSizesItsTeams) {
+  ThreadPool pool(4);
+  std::atomic<int> highest{-1};
+  std::thread device([&] {
+    ThreadPool::SetThreadsForThisThread(2);
+    pool.ParallelFor(16, [&](int64_t, int thread) {
+      int seen = highest.load();
+      while (thread > seen && !highest.compare_exchange_weak(seen, thread)) {
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    });
+    ThreadPool::SetThreadsForThisThread(0);
+  });
+  device.join();
+  EXPECT_GE(highest.load(), 0);
+  EXPECT_LE(highest.load(), 1);
 }
 
 }  // namespace

@@ -25,9 +25,19 @@ class ThreadPool {
 
   int num_threads() const { return num_threads_; }
 
+  // The threads the calling thread's jobs use from now on: its device's
+  // share of the cores (n > 0; 0: the whole pool). It is also the calling
+  // thread's OpenMP team size (omp_set_num_threads), which oneDNN's GEMMs
+  // use, so GEMMs and weft's kernels on one thread always run teams of one
+  // size: libgomp ends the threads beyond a smaller team and creates them
+  // again for the next larger one.
+  static void SetThreadsForThisThread(int n);
+
   // Runs fn(task, thread) for task in [0, num_tasks); thread is in
   // [0, num_threads()) and identifies per-thread scratch. Rethrows the first
-  // exception thrown by any task after all running tasks have stopped.
+  // exception thrown by any task after all running tasks have stopped. The
+  // team is the pool, or the calling thread's share where it has one, even
+  // for fewer tasks than threads (the others find none).
   void ParallelFor(int64_t num_tasks, const std::function<void(int64_t task, int thread)>& fn);
 
   struct State;  // implementation detail (thread_pool.cc)
