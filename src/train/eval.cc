@@ -6,7 +6,6 @@
 #include <cmath>
 
 #include "weft/base/error.h"
-#include "weft/base/thread_pool.h"
 #include "weft/compiler/compile.h"
 #include "weft/data/corpus.h"
 #include "weft/data/tokenizer.h"
@@ -157,10 +156,8 @@ EvalResult Evaluate(const EvalModel& model, const EvalOptions& o) {
                w.shape.ToString());
     weights.push_back(AsF32Tensor(it->second));
   }
-  runtime::ExecutorOptions exec;
-  const int64_t cores = ThreadPool::Global().num_threads();
-  exec.gemm_threads = static_cast<int>(std::max<int64_t>(1, cores / r.num_devices));
-  double nll = 0;  // device 0's sum over the batches
+  runtime::ExecutorOptions exec;  // each device its share of the pool
+  double nll = 0;                 // device 0's sum over the batches
   runtime::LocalCluster cluster(r.num_devices);
   cluster.Run([&](int64_t device, runtime::Communicator& comm) {
     std::vector<Tensor> local;

@@ -10,7 +10,6 @@
 #include "weft/base/crc32c.h"
 #include "weft/base/error.h"
 #include "weft/base/memory.h"
-#include "weft/base/thread_pool.h"
 #include "weft/runtime/executor.h"
 #include "weft/runtime/topology.h"
 #include "weft/train/checkpoint.h"
@@ -196,8 +195,6 @@ void SetUpUpdates(Run* run) {
   for (const LlamaWeight& w : run->program.forward.weights) {
     run->decay.push_back(WeightDecayApplies(w.name, c.train.no_weight_decay));
   }
-  const int64_t cores = ThreadPool::Global().num_threads();
-  run->exec.gemm_threads = static_cast<int>(std::max<int64_t>(1, cores / run->program.num_devices));
 }
 
 std::unique_ptr<Run> Prepare(const RunConfig& config, const TrainOptions& options,

@@ -96,12 +96,13 @@ OpClass ClassifyInstruction(const HloInstruction& instr);
 // ---------------------------------------------------------------------------
 
 struct ExecutorOptions {
-  // Large elementwise ops and reductions split over ThreadPool::Global().
-  // (When several devices run as threads, the pool serves one at a time and
-  // the others run their loops inline, by the pool's design.)
+  // Large elementwise ops and reductions split over ThreadPool::Global(),
+  // in teams of this device's share (gemm_threads).
   bool use_thread_pool = true;
-  // Threads oneDNN's GEMM uses on this device's thread; 0 = all cores
-  // divided by the number of devices of this process.
+  // This device thread's share of the pool: the team size of its GEMMs
+  // (oneDNN's OpenMP threads) and of its ParallelFor jobs alike
+  // (ThreadPool::SetThreadsForThisThread). 0: the pool's threads over the
+  // devices of this process, or under MPI over the ranks on this host.
   int gemm_threads = 0;
   // The most iterations one execution of a while loop may run (its body
   // runs at most this many times each time the loop is reached); one more
