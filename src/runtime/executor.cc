@@ -16,7 +16,6 @@
 
 #include "executor_eval.h"
 #include "executor_plan.h"
-#include "weft/base/cpu.h"
 #include "weft/base/error.h"
 #include "weft/base/thread_pool.h"
 #include "weft/compiler/schedule.h"
