@@ -10,9 +10,10 @@
 // Reductions go through ReduceBuffers in group-member order, as in the MPI
 // backend, so both give the same bits.
 // A device waits at a barrier at most the collective timeout; then the run
-// fails naming the devices that did not arrive (the watchdog). Waiting
-// devices sleep on a futex that the last to arrive (or a failure) bumps and
-// wake without taking the cluster's mutex. A small collective (kMoveAllBytes)
+// fails naming the devices that did not arrive (the watchdog). Devices
+// arrive by counting themselves atomically, and waiting devices sleep on a
+// futex that the last to arrive (or a failure) bumps: a barrier takes no
+// lock unless the run fails. A small collective (kMoveAllBytes)
 // is moved whole by the last device to arrive, so it needs one barrier, not
 // two: four devices on two cores meet in ~25 us instead of ~50.
 #include "weft/runtime/comm_threads.h"
@@ -98,26 +99,31 @@ struct LocalCluster::Shared {
   bool moved_all = false;
   std::vector<std::unique_ptr<ThreadCommunicator>> comms;
 
+  // Guards the failure state (aborted, finished, first_error, ...) and the
+  // slow path of a barrier; arriving at a barrier takes no lock.
   std::mutex mu;
-  std::condition_variable cv;
-  int64_t arrived = 0;
-  uint64_t generation = 0;
-  bool aborted = false;
-  // What a waiting device reads without `mu`: a copy of `generation`, and
-  // whether the run stopped (aborted, or a device returned). Both are
-  // written under `mu`, followed by a bump of `wake` and a futex wake-up.
+  std::condition_variable barrier_cv;  // devices in Arrive's slow path
+  std::condition_variable exit_cv;     // Run, waiting for the device threads
+  std::atomic<int64_t> arrived{0};     // devices at the current barrier
+  // Barriers released so far; a waiting device sleeps on the futex `wake`
+  // until this changes or the run stops (aborted, or a device returned:
+  // `stopped`, written under `mu`). Every change bumps `wake`.
   std::atomic<uint64_t> released_generation{0};
   std::atomic<bool> stopped{false};
   std::atomic<uint32_t> wake{0};
+  std::atomic<int64_t> slow_waiters{0};  // devices in Arrive's slow path
+  bool aborted = false;
   bool error_is_internal = false;
   std::vector<int64_t> finished;
   std::string first_error;
   std::chrono::milliseconds timeout{0};
   // When the watchdog fired (the run then waits a grace for missing threads).
   std::optional<std::chrono::steady_clock::time_point> timed_out_at;
-  std::vector<char> at_barrier;        // per device: waits at the current barrier
-  std::vector<int64_t> last_sequence;  // per device: last collective it entered (0: none)
-  std::vector<char> exited;            // per device: its thread has returned (or never ran)
+  // Per device, for the watchdog's message: whether it waits at the current
+  // barrier, and the last collective it entered (0: none).
+  std::vector<std::atomic<char>> at_barrier;
+  std::vector<std::atomic<int64_t>> last_sequence;
+  std::vector<char> exited;  // per device: its thread has returned (or never ran)
 
  private:
   std::string TimeoutMessage(const CollectiveCall& call) const;
@@ -271,8 +277,8 @@ class ThreadCommunicator final : public Communicator {
 LocalCluster::Shared::Shared(int64_t num_devices)
     : n(num_devices),
       posts(num_devices),
-      at_barrier(num_devices, 0),
-      last_sequence(num_devices, 0),
+      at_barrier(num_devices),
+      last_sequence(num_devices),
       exited(num_devices, 1) {}
 
 namespace {
@@ -286,14 +292,16 @@ std::string FormatDuration(std::chrono::milliseconds d) {
 
 std::string LocalCluster::Shared::TimeoutMessage(const CollectiveCall& call) const {
   std::vector<int64_t> missing, waiting;
-  for (int64_t d = 0; d < n; ++d) (at_barrier[d] ? waiting : missing).push_back(d);
+  for (int64_t d = 0; d < n; ++d)
+    (at_barrier[d].load(std::memory_order_relaxed) ? waiting : missing).push_back(d);
   std::string whereabouts;
   for (int64_t d : missing) {
     whereabouts += fmt::format("; device {} ", d);
-    if (last_sequence[d] == 0) {
+    const int64_t sequence = last_sequence[d].load(std::memory_order_relaxed);
+    if (sequence == 0) {
       whereabouts += "has entered no collective in this run";
     } else {
-      whereabouts += fmt::format("last entered collective #{}", last_sequence[d]);
+      whereabouts += fmt::format("last entered collective #{}", sequence);
     }
   }
   return fmt::format(
@@ -308,31 +316,46 @@ std::string LocalCluster::Shared::TimeoutMessage(const CollectiveCall& call) con
 
 void LocalCluster::Shared::Arrive(int64_t device, const CollectiveCall& call, bool watchdog,
                                   const std::function<void()>& last) {
-  std::unique_lock<std::mutex> lock(mu);
-  if (aborted) throw ClusterAborted{};
   auto never_arrives = [&] {
     Fail(
         "device {} returned from its program while device {} waits in {}; every device must "
         "run the same collectives in the same order",
         finished.front(), device, call.Describe());
   };
-  if (!finished.empty()) never_arrives();
-  const uint64_t my_generation = generation;
-  at_barrier[device] = 1;
-  last_sequence[device] = call.sequence;
-  if (++arrived == n) {
+  if (stopped.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (aborted) throw ClusterAborted{};
+    if (!finished.empty()) never_arrives();
+  }
+  // No other device can release this barrier before this one arrives, so
+  // the generation read here is the one being waited for.
+  const uint64_t my_generation = released_generation.load(std::memory_order_acquire);
+  at_barrier[device].store(1, std::memory_order_relaxed);
+  last_sequence[device].store(call.sequence, std::memory_order_relaxed);
+  // Arrival takes no lock: under a mutex, a device preempted while holding
+  // it (more devices than cores) made every other arriving device sleep on
+  // the mutex as well. acq_rel: the last to arrive sees every device's
+  // writes before its arrival (the posts, and the data moved between
+  // barriers 1 and 2).
+  if (arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == n) {
     if (last) last();
-    arrived = 0;
-    ++generation;
-    std::fill(at_barrier.begin(), at_barrier.end(), 0);
+    arrived.store(0, std::memory_order_relaxed);
+    for (auto& flag : at_barrier) flag.store(0, std::memory_order_relaxed);
     // Release order: the devices that see the new generation see every
-    // device's data writes before this barrier (each arrived under `mu`).
-    released_generation.store(generation, std::memory_order_release);
-    WakeSleepers();
+    // device's writes before this barrier.
+    released_generation.store(my_generation + 1, std::memory_order_seq_cst);
+    wake.fetch_add(1, std::memory_order_release);
+    FutexWakeAll(wake);
+    // A device in the slow path below checks the generation under `mu`
+    // after counting itself in `slow_waiters`; seq_cst on both sides means
+    // that either it sees the new generation or this sees it waiting.
+    if (slow_waiters.load(std::memory_order_seq_cst) > 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      barrier_cv.notify_all();
+    }
     return;
   }
   const auto start = std::chrono::steady_clock::now();
-  lock.unlock();
   // No polling: with more devices than cores (the usual case here), a
   // polling device takes the core a missing device needs; polling for up to
   // 50 us made four devices on two cores meet more slowly, not faster.
@@ -347,16 +370,21 @@ void LocalCluster::Shared::Arrive(int64_t device, const CollectiveCall& call, bo
     }
     FutexWait(wake, seen, left);
   }
-  // Stopped or timed out: decide under the mutex, as every other change of
-  // the barrier's state is made.
-  lock.lock();
-  auto released = [&] { return generation != my_generation || aborted || !finished.empty(); };
+  // Stopped or timed out: decide under the mutex, as every failure is
+  // recorded.
+  std::unique_lock<std::mutex> lock(mu);
+  slow_waiters.fetch_add(1, std::memory_order_seq_cst);
+  auto released = [&] {
+    return released_generation.load(std::memory_order_seq_cst) != my_generation || aborted ||
+           !finished.empty();
+  };
   if (watchdog) {
-    cv.wait_until(lock, start + timeout, released);
+    barrier_cv.wait_until(lock, start + timeout, released);
   } else {
-    cv.wait(lock, released);
+    barrier_cv.wait(lock, released);
   }
-  if (generation != my_generation) return;
+  slow_waiters.fetch_sub(1, std::memory_order_relaxed);
+  if (released_generation.load(std::memory_order_acquire) != my_generation) return;
   if (aborted) throw ClusterAborted{};
   if (!finished.empty()) never_arrives();
   WEFT_INTERNAL_CHECK(watchdog, "LocalCluster: device {} released from {} without a cause", device,
@@ -372,6 +400,7 @@ void LocalCluster::Shared::Arrive(int64_t device, const CollectiveCall& call, bo
   aborted = true;
   stopped.store(true, std::memory_order_release);
   WakeSleepers();
+  exit_cv.notify_all();  // Run waits a grace from timed_out_at
   throw ClusterAborted{};
 }
 
@@ -396,18 +425,18 @@ void LocalCluster::Shared::MarkFinished(int64_t device) {
 void LocalCluster::Shared::WakeSleepers() {
   wake.fetch_add(1, std::memory_order_release);
   FutexWakeAll(wake);
-  cv.notify_all();
+  barrier_cv.notify_all();
 }
 
 void LocalCluster::Shared::MarkExited(int64_t device) {
   std::lock_guard<std::mutex> lock(mu);
   exited[device] = 1;
-  cv.notify_all();
+  exit_cv.notify_all();
 }
 
 void LocalCluster::Shared::Reset(std::chrono::milliseconds collective_timeout) {
   std::lock_guard<std::mutex> lock(mu);
-  arrived = 0;
+  arrived.store(0, std::memory_order_relaxed);
   aborted = false;
   stopped.store(false, std::memory_order_release);
   error_is_internal = false;
@@ -415,8 +444,8 @@ void LocalCluster::Shared::Reset(std::chrono::milliseconds collective_timeout) {
   first_error.clear();
   timeout = collective_timeout;
   timed_out_at.reset();
-  std::fill(at_barrier.begin(), at_barrier.end(), 0);
-  std::fill(last_sequence.begin(), last_sequence.end(), 0);
+  for (auto& flag : at_barrier) flag.store(0, std::memory_order_relaxed);
+  for (auto& sequence : last_sequence) sequence.store(0, std::memory_order_relaxed);
   for (auto& post : posts) post = nullptr;
   for (auto& comm : comms) comm->StartRun();
 }
@@ -513,10 +542,10 @@ void LocalCluster::Run(const DeviceFn& fn) {
     };
     while (!all_exited()) {
       if (s.timed_out_at) {
-        if (s.cv.wait_until(lock, *s.timed_out_at + grace, all_exited)) break;
+        if (s.exit_cv.wait_until(lock, *s.timed_out_at + grace, all_exited)) break;
         if (std::chrono::steady_clock::now() >= *s.timed_out_at + grace) break;
       } else {
-        s.cv.wait(lock, [&] { return all_exited() || s.timed_out_at.has_value(); });
+        s.exit_cv.wait(lock, [&] { return all_exited() || s.timed_out_at.has_value(); });
       }
     }
   }
