@@ -27,12 +27,6 @@ bool IsContiguousBox(const std::vector<int64_t>& dims, const std::vector<int64_t
 
 namespace {
 
-int64_t Outer(const Shape& s, int64_t d) {
-  int64_t outer = 1;
-  for (int64_t i = 0; i < d; ++i) outer *= s.dimensions(i);
-  return outer;
-}
-
 int64_t RoundUp(int64_t bytes) {
   return std::max<int64_t>(kBufferAlignment,
                            (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment);
@@ -136,15 +130,6 @@ std::vector<Shape> InstructionScratch(const HloInstruction& instr) {
         x = x->operand(0)->opcode() == HloOpcode::kParameter ? x->operand(1) : x->operand(0);
       }
       if (x != nullptr && x->opcode() == HloOpcode::kDot) return InstructionScratch(*x);
-      break;
-    }
-    case HloOpcode::kAllGather:  // eval_collectives.cc: chunks interleaved
-      if (Outer(instr.operand(0)->shape(), instr.dimensions()[0]) > 1) out.push_back(shape);
-      break;
-    case HloOpcode::kReduceScatter:
-    case HloOpcode::kAllToAll: {
-      const Shape& x = instr.operand(0)->shape();
-      if (Outer(x, instr.dimensions()[0]) > 1) out.push_back(x);
       break;
     }
     case HloOpcode::kCustomCall:

@@ -143,6 +143,10 @@ class ThreadCommunicator final : public Communicator {
   void StartRun() { RestartSequence(); }
 
  protected:
+  // Chunks along a dimension that is not leading are moved where they lie:
+  // no packing before the exchange or unpacking after it.
+  bool MovesStridedChunks() const override { return true; }
+
   void DoCollective(const CollectiveCall& call) override {
     shared_.posts[device_] = &call;
     // The last device to arrive checks the calls and, for a small
@@ -230,26 +234,36 @@ class ThreadCommunicator final : public Communicator {
         }
         return;
       }
+      // Chunked buffers are [outer, n, row] (outer is 1 but for strided
+      // chunks): chunk i is row i of every outer block.
       case CollectiveKind::kAllGather:
-      case CollectiveKind::kVerifyHash:
+      case CollectiveKind::kVerifyHash: {
+        const int64_t outer = call.outer, row = call.in_bytes / outer;
+        if (row == 0) return;
         for (int64_t m = 0; m < n; ++m) {
           std::byte* dst = m == p ? out : Post(members[m]).out;
-          if (call.in_bytes > 0) std::memcpy(dst + p * call.in_bytes, call.in, call.in_bytes);
+          for (int64_t o = 0; o < outer; ++o)
+            std::memcpy(dst + (o * n + p) * row, call.in + o * row, row);
         }
         return;
+      }
       case CollectiveKind::kReduceScatter: {
-        const int64_t shard = call.out_bytes;
-        if (shard == 0) return;
+        const int64_t outer = call.outer, row = call.out_bytes / outer;
+        if (row == 0) return;
         std::vector<const std::byte*> inputs(n);
-        for (int64_t m = 0; m < n; ++m) inputs[m] = Post(members[m]).in + p * shard;
-        ReduceBuffers(call.dtype, call.op, inputs.data(), n, out, shard / esize);
+        for (int64_t o = 0; o < outer; ++o) {
+          for (int64_t m = 0; m < n; ++m) inputs[m] = Post(members[m]).in + (o * n + p) * row;
+          ReduceBuffers(call.dtype, call.op, inputs.data(), n, out + o * row, row / esize);
+        }
         return;
       }
       case CollectiveKind::kAllToAll: {
-        const int64_t chunk = call.in_bytes / n;
-        if (chunk == 0) return;
-        for (int64_t m = 0; m < n; ++m)
-          std::memcpy(out + m * chunk, Post(members[m]).in + p * chunk, chunk);
+        const int64_t outer = call.outer, row = call.in_bytes / (outer * n);
+        if (row == 0) return;
+        for (int64_t o = 0; o < outer; ++o) {
+          for (int64_t m = 0; m < n; ++m)
+            std::memcpy(out + (o * n + m) * row, Post(members[m]).in + (o * n + p) * row, row);
+        }
         return;
       }
       case CollectiveKind::kCollectivePermute: {

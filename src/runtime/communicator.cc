@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
 #include <map>
 
 namespace weft::runtime {
@@ -143,6 +144,7 @@ std::string CollectiveCall::Describe() const {
       fmt::format("{} #{} ({}{}{} bytes in", CollectiveKindName(kind), sequence,
                   reduces ? fmt::format("{} ", ReduceOpName(op)) : "",
                   bytes_only ? "" : fmt::format("{}, ", PrimitiveTypeName(dtype)), in_bytes);
+  if (outer > 1) text += fmt::format(", {} outer rows", outer);
   if (kind == CollectiveKind::kCollectivePermute) {
     text += ", pairs {";
     for (size_t i = 0; i < pairs.size(); ++i)
@@ -168,7 +170,7 @@ int64_t Communicator::GroupSize(const ReplicaGroups& groups) const {
 
 CollectiveCall Communicator::Prepare(CollectiveKind kind, PrimitiveType dtype, ReduceOp op,
                                      const void* in, void* out, int64_t in_count,
-                                     const ReplicaGroups& groups) {
+                                     const ReplicaGroups& groups, int64_t outer) {
   CollectiveCall call;
   call.kind = kind;
   call.dtype = dtype;
@@ -205,6 +207,15 @@ CollectiveCall Communicator::Prepare(CollectiveKind kind, PrimitiveType dtype, R
     default:
       call.out_bytes = call.in_bytes;
   }
+  // The executor derives `outer` from a shape: a bad one is a bug.
+  const bool chunked_in =
+      kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kAllToAll;
+  const int64_t chunks = chunked_in ? n : 1;
+  WEFT_INTERNAL_CHECK(outer == 1 || ((chunked_in || kind == CollectiveKind::kAllGather) &&
+                                     outer > 1 && in_count % (outer * chunks) == 0),
+                      "{}: {} elements do not split into {} outer rows of {} chunks", name,
+                      in_count, outer, chunks);
+  call.outer = outer;
   // The buffers come from weft's own code (the executor, the trainer), never
   // from a user: a bad one is a bug.
   WEFT_INTERNAL_CHECK(call.in_bytes == 0 || in != nullptr, "{}: the input buffer is null", name);
@@ -231,9 +242,14 @@ void Communicator::Finish(CollectiveCall& call) {
     fnv.Add(static_cast<uint64_t>(p.source));
     fnv.Add(static_cast<uint64_t>(p.target));
   }
+  fnv.Add(static_cast<uint64_t>(call.outer));
   call.fingerprint = fnv.h;
   ++sequence_;
-  DoCollective(call);
+  if (call.outer > 1 && call.group_size() > 1 && !MovesStridedChunks()) {
+    RunPacked(call);
+  } else {
+    DoCollective(call);
+  }
 
   int64_t n = call.group_size();
   if (call.kind == CollectiveKind::kCollectivePermute) {
@@ -246,6 +262,59 @@ void Communicator::Finish(CollectiveCall& call) {
   stats_.bytes_sent[k] += CollectiveBytesSent(call.kind, n, call.in_bytes);
 }
 
+namespace {
+
+// [outer, n, inner] <-> [n, outer, inner], inner in bytes.
+void SwapLeading(const std::byte* in, std::byte* out, int64_t outer, int64_t n, int64_t inner,
+                 bool to_chunk_major) {
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t strided = (o * n + i) * inner, chunk_major = (i * outer + o) * inner;
+      if (to_chunk_major) {
+        std::memcpy(out + chunk_major, in + strided, inner);
+      } else {
+        std::memcpy(out + strided, in + chunk_major, inner);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void Communicator::RunPacked(const CollectiveCall& call) {
+  const int64_t n = call.group_size(), outer = call.outer;
+  CollectiveCall packed = call;
+  packed.outer = 1;
+  switch (call.kind) {
+    case CollectiveKind::kAllGather: {
+      pack_.resize(call.out_bytes);
+      packed.out = pack_.data();
+      DoCollective(packed);
+      SwapLeading(pack_.data(), call.out, outer, n, call.in_bytes / outer, false);
+      return;
+    }
+    case CollectiveKind::kReduceScatter: {
+      pack_.resize(call.in_bytes);
+      SwapLeading(call.in, pack_.data(), outer, n, call.out_bytes / outer, true);
+      packed.in = pack_.data();
+      DoCollective(packed);
+      return;
+    }
+    case CollectiveKind::kAllToAll: {
+      pack_.resize(call.in_bytes);
+      const int64_t inner = call.in_bytes / (outer * n);
+      SwapLeading(call.in, pack_.data(), outer, n, inner, true);
+      packed.in = pack_.data();
+      packed.out = pack_.data();
+      DoCollective(packed);
+      SwapLeading(pack_.data(), call.out, outer, n, inner, false);
+      return;
+    }
+    default:
+      FailInternal("{} has no strided chunks", call.Describe());
+  }
+}
+
 void Communicator::AllReduce(const void* in, void* out, int64_t count, PrimitiveType dtype,
                              ReduceOp op, const ReplicaGroups& groups) {
   CollectiveCall call = Prepare(CollectiveKind::kAllReduce, dtype, op, in, out, count, groups);
@@ -253,22 +322,23 @@ void Communicator::AllReduce(const void* in, void* out, int64_t count, Primitive
 }
 
 void Communicator::AllGather(const void* in, void* out, int64_t count, PrimitiveType dtype,
-                             const ReplicaGroups& groups) {
+                             const ReplicaGroups& groups, int64_t outer) {
   CollectiveCall call =
-      Prepare(CollectiveKind::kAllGather, dtype, ReduceOp::kSum, in, out, count, groups);
+      Prepare(CollectiveKind::kAllGather, dtype, ReduceOp::kSum, in, out, count, groups, outer);
   Finish(call);
 }
 
 void Communicator::ReduceScatter(const void* in, void* out, int64_t count, PrimitiveType dtype,
-                                 ReduceOp op, const ReplicaGroups& groups) {
-  CollectiveCall call = Prepare(CollectiveKind::kReduceScatter, dtype, op, in, out, count, groups);
+                                 ReduceOp op, const ReplicaGroups& groups, int64_t outer) {
+  CollectiveCall call =
+      Prepare(CollectiveKind::kReduceScatter, dtype, op, in, out, count, groups, outer);
   Finish(call);
 }
 
 void Communicator::AllToAll(const void* in, void* out, int64_t count, PrimitiveType dtype,
-                            const ReplicaGroups& groups) {
+                            const ReplicaGroups& groups, int64_t outer) {
   CollectiveCall call =
-      Prepare(CollectiveKind::kAllToAll, dtype, ReduceOp::kSum, in, out, count, groups);
+      Prepare(CollectiveKind::kAllToAll, dtype, ReduceOp::kSum, in, out, count, groups, outer);
   Finish(call);
 }
 

@@ -2,11 +2,9 @@
 // reduce-scatter, all-to-all, collective-permute, plus partition-id and
 // replica-id.
 //
-// The Communicator works on chunks along the leading dimension. An HLO
-// collective along dimension d views its array as [outer, n * c, inner]
-// (n = group size); when outer > 1 the chunks are interleaved in memory, so
-// the input is packed to [n, outer, c * inner] first and/or the output
-// unpacked afterwards — one strided copy each.
+// An HLO collective along dimension d views its array as [outer, n * c,
+// inner] (n = group size): the communicator's strided chunks with `outer`
+// rows (communicator.h), moved where they lie by the threads backend.
 #include <cstring>
 
 #include "executor_eval.h"
@@ -139,22 +137,6 @@ std::vector<SourceTargetPair> DevicePairs(const HloInstruction& instr, const Dev
   return pairs;
 }
 
-// [outer, n, rest] <-> [n, outer, rest] in bytes.
-void SwapLeading(const void* in, void* out, int64_t outer, int64_t n, int64_t rest_bytes,
-                 bool to_chunk_major) {
-  std::vector<CopyDim> dims;
-  if (to_chunk_major) {  // in [outer, n, rest] -> out [n, outer, rest]
-    dims = {{n, rest_bytes, outer * rest_bytes},
-            {outer, n * rest_bytes, rest_bytes},
-            {rest_bytes, 1, 1}};
-  } else {  // in [n, outer, rest] -> out [outer, n, rest]
-    dims = {{outer, rest_bytes, n * rest_bytes},
-            {n, outer * rest_bytes, rest_bytes},
-            {rest_bytes, 1, 1}};
-  }
-  StridedCopy(in, out, std::move(dims), 1);
-}
-
 int64_t Outer(const Shape& s, int64_t d) {
   int64_t outer = 1;
   for (int64_t i = 0; i < d; ++i) outer *= s.dimensions(i);
@@ -176,60 +158,29 @@ Value AllReduce(const HloInstruction& instr, EvalArgs& args, const ReplicaGroups
 
 Value AllGather(const HloInstruction& instr, EvalArgs& args, const ReplicaGroups& groups) {
   const HostTensor& x = args.array(0);
-  Communicator& comm = args.ctx().comm();
-  const int64_t n = comm.GroupSize(groups);
-  const int64_t d = instr.dimensions()[0];
   HostTensor out = args.ctx().Allocate(instr.shape());
-  const PrimitiveType dtype = CommType(x.element_type(), false);
-  const int64_t outer = Outer(x.shape(), d);
-  if (outer == 1) {
-    comm.AllGather(x.raw_data(), out.mutable_raw_data(), x.element_count(), dtype, groups);
-  } else {
-    HostTensor gathered = args.ctx().Allocate(instr.shape());  // [n, outer, rest]
-    comm.AllGather(x.raw_data(), gathered.mutable_raw_data(), x.element_count(), dtype, groups);
-    SwapLeading(gathered.raw_data(), out.mutable_raw_data(), outer, n, x.byte_size() / outer,
-                false);
-  }
+  args.ctx().comm().AllGather(x.raw_data(), out.mutable_raw_data(), x.element_count(),
+                              CommType(x.element_type(), false), groups,
+                              Outer(x.shape(), instr.dimensions()[0]));
   return Value{std::move(out)};
 }
 
 Value ReduceScatter(const HloInstruction& instr, EvalArgs& args, const ReplicaGroups& groups) {
   const HostTensor& x = args.array(0);
-  Communicator& comm = args.ctx().comm();
-  const int64_t n = comm.GroupSize(groups);
-  const int64_t d = instr.dimensions()[0];
-  HostTensor out = args.ctx().Allocate(instr.shape());
   const PrimitiveType t = x.element_type();
-  const int64_t outer = Outer(x.shape(), d);
-  const void* in = x.raw_data();
-  HostTensor packed;
-  if (outer > 1) {  // chunk i must be contiguous: [outer, n, rest] -> [n, outer, rest]
-    packed = args.ctx().Allocate(x.shape());
-    SwapLeading(x.raw_data(), packed.mutable_raw_data(), outer, n, x.byte_size() / outer / n, true);
-    in = packed.raw_data();
-  }
-  comm.ReduceScatter(in, out.mutable_raw_data(), x.element_count(), CommType(t, true),
-                     CommReduceOp(instr, t), groups);
+  HostTensor out = args.ctx().Allocate(instr.shape());
+  args.ctx().comm().ReduceScatter(x.raw_data(), out.mutable_raw_data(), x.element_count(),
+                                  CommType(t, true), CommReduceOp(instr, t), groups,
+                                  Outer(x.shape(), instr.dimensions()[0]));
   return Value{std::move(out)};
 }
 
 Value AllToAll(const HloInstruction& instr, EvalArgs& args, const ReplicaGroups& groups) {
   const HostTensor& x = args.array(0);
-  Communicator& comm = args.ctx().comm();
-  const int64_t n = comm.GroupSize(groups);
-  const int64_t d = instr.dimensions()[0];
-  const PrimitiveType dtype = CommType(x.element_type(), false);
-  const int64_t outer = Outer(x.shape(), d);
   HostTensor out = args.ctx().Allocate(instr.shape());
-  if (outer == 1) {
-    comm.AllToAll(x.raw_data(), out.mutable_raw_data(), x.element_count(), dtype, groups);
-    return Value{std::move(out)};
-  }
-  const int64_t rest = x.byte_size() / outer / n;
-  HostTensor packed = args.ctx().Allocate(x.shape());
-  SwapLeading(x.raw_data(), packed.mutable_raw_data(), outer, n, rest, true);
-  comm.AllToAll(packed.raw_data(), packed.mutable_raw_data(), x.element_count(), dtype, groups);
-  SwapLeading(packed.raw_data(), out.mutable_raw_data(), outer, n, rest, false);
+  args.ctx().comm().AllToAll(x.raw_data(), out.mutable_raw_data(), x.element_count(),
+                             CommType(x.element_type(), false), groups,
+                             Outer(x.shape(), instr.dimensions()[0]));
   return Value{std::move(out)};
 }
 

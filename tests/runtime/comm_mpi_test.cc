@@ -96,6 +96,18 @@ std::vector<Bytes> Program(int64_t d, int64_t n, Communicator& c) {
     std::vector<uint16_t> a2a = Data<uint16_t>(d, ++step, 5 * size);
     c.AllToAll(a2a.data(), a2a.data(), a2a.size(), PrimitiveType::kBF16, groups);
     out.push_back(ToBytes(a2a));
+    // Strided chunks ([outer, n, row]): MPI packs them around the call, the
+    // threads backend moves them where they lie.
+    std::vector<float> rs = Data<float>(d, ++step, 3 * size * 7), rs_out(3 * 7);
+    c.ReduceScatter(rs.data(), rs_out.data(), rs.size(), PrimitiveType::kF32, ReduceOp::kSum,
+                    groups, 3);
+    out.push_back(ToBytes(rs_out));
+    std::vector<int32_t> ag = Data<int32_t>(d, ++step, 3 * 5), ag_out(3 * size * 5);
+    c.AllGather(ag.data(), ag_out.data(), ag.size(), PrimitiveType::kS32, groups, 3);
+    out.push_back(ToBytes(ag_out));
+    std::vector<uint16_t> strided = Data<uint16_t>(d, ++step, 2 * size * 4);
+    c.AllToAll(strided.data(), strided.data(), strided.size(), PrimitiveType::kBF16, groups, 2);
+    out.push_back(ToBytes(strided));
   }
   std::vector<SourceTargetPair> ring, partial = {{n - 1, 0}}, self = {{0, 0}};
   for (int64_t i = 0; i < n; ++i) ring.push_back({i, (i + 1) % n});

@@ -158,52 +158,73 @@ class Collectives : public ::testing::TestWithParam<GroupCase> {
     }
   }
 
+  // The chunked collectives take `outer` rows (communicator.h): buffers
+  // [outer, n, row], chunk i the slice [:, i, :]; outer 1 is the plain case.
   template <typename T>
-  void CheckReduceScatter(ReduceOp op) {
-    const int64_t shard = Scaled(37, 1, sizeof(T));
-    auto in = Inputs<T>(shard * GroupSize());
-    auto out =
-        RunAll<T>([&](int64_t d, Communicator& c) { return c.ReduceScatter(in[d], op, groups()); });
+  void CheckReduceScatter(ReduceOp op, int64_t outer = 1) {
+    const int64_t size = GroupSize(), row = Scaled(37, outer, sizeof(T));
+    auto in = Inputs<T>(outer * size * row);
+    auto out = RunAll<T>([&](int64_t d, Communicator& c) {
+      std::vector<T> result(outer * row);
+      c.ReduceScatter(in[d].data(), result.data(), in[d].size(), ElementTypeOf<T>(), op, groups(),
+                      outer);
+      return result;
+    });
     for (int64_t d = 0; d < n(); ++d) {
       auto [group, p] = GroupOf(d);
       std::vector<const std::vector<T>*> members;
       for (int64_t m : group) members.push_back(&in[m]);
-      std::vector<T> ref(shard);
-      for (int64_t k = 0; k < shard; ++k) ref[k] = ReduceRef(op, members, p * shard + k);
-      ASSERT_TRUE(SameBits(out[d], ref)) << "device " << d;
+      std::vector<T> ref(outer * row);
+      for (int64_t o = 0; o < outer; ++o) {
+        for (int64_t k = 0; k < row; ++k)
+          ref[o * row + k] = ReduceRef(op, members, (o * size + p) * row + k);
+      }
+      ASSERT_TRUE(SameBits(out[d], ref)) << "device " << d << " outer " << outer;
     }
   }
 
   template <typename T>
-  void CheckAllGather() {
-    const int64_t count = Scaled(29, GroupSize(), sizeof(T));
-    auto in = Inputs<T>(count);
-    auto out = RunAll<T>([&](int64_t d, Communicator& c) { return c.AllGather(in[d], groups()); });
-    for (int64_t d = 0; d < n(); ++d) {
-      std::vector<T> ref;
-      for (int64_t m : GroupOf(d).first) ref.insert(ref.end(), in[m].begin(), in[m].end());
-      ASSERT_TRUE(SameBits(out[d], ref)) << "device " << d;
-      EXPECT_EQ(cluster_->communicator(d).stats().BytesSent(CollectiveKind::kAllGather),
-                (GroupSize() - 1) * count * static_cast<int64_t>(sizeof(T)));
-    }
-  }
-
-  template <typename T>
-  void CheckAllToAll(bool in_place) {
-    const int64_t size = GroupSize(), chunk = Scaled(11, size, sizeof(T));
-    auto in = Inputs<T>(chunk * size);
+  void CheckAllGather(int64_t outer = 1) {
+    const int64_t size = GroupSize(), row = Scaled(29, size * outer, sizeof(T));
+    auto in = Inputs<T>(outer * row);
     auto out = RunAll<T>([&](int64_t d, Communicator& c) {
-      if (!in_place) return c.AllToAll(in[d], groups());
-      std::vector<T> buffer = in[d];
-      c.AllToAll(buffer.data(), buffer.data(), buffer.size(), ElementTypeOf<T>(), groups());
-      return buffer;
+      std::vector<T> result(outer * size * row);
+      c.AllGather(in[d].data(), result.data(), in[d].size(), ElementTypeOf<T>(), groups(), outer);
+      return result;
+    });
+    for (int64_t d = 0; d < n(); ++d) {
+      const std::vector<int64_t> group = GroupOf(d).first;
+      std::vector<T> ref;
+      for (int64_t o = 0; o < outer; ++o) {
+        for (int64_t m : group)
+          ref.insert(ref.end(), in[m].begin() + o * row, in[m].begin() + (o + 1) * row);
+      }
+      ASSERT_TRUE(SameBits(out[d], ref)) << "device " << d << " outer " << outer;
+      EXPECT_EQ(cluster_->communicator(d).stats().BytesSent(CollectiveKind::kAllGather),
+                (size - 1) * outer * row * static_cast<int64_t>(sizeof(T)));
+    }
+  }
+
+  template <typename T>
+  void CheckAllToAll(bool in_place, int64_t outer = 1) {
+    const int64_t size = GroupSize(), row = Scaled(11, size * outer, sizeof(T));
+    auto in = Inputs<T>(outer * size * row);
+    auto out = RunAll<T>([&](int64_t d, Communicator& c) {
+      std::vector<T> buffer = in[d], result(buffer.size());
+      T* dst = in_place ? buffer.data() : result.data();
+      c.AllToAll(buffer.data(), dst, buffer.size(), ElementTypeOf<T>(), groups(), outer);
+      return in_place ? buffer : result;
     });
     for (int64_t d = 0; d < n(); ++d) {
       auto [group, p] = GroupOf(d);
       std::vector<T> ref;
-      for (int64_t m : group)  // chunk p of member i lands at position i
-        ref.insert(ref.end(), in[m].begin() + p * chunk, in[m].begin() + (p + 1) * chunk);
-      ASSERT_TRUE(SameBits(out[d], ref)) << "device " << d;
+      for (int64_t o = 0; o < outer; ++o) {
+        for (int64_t m : group) {  // chunk p of member i lands at position i
+          auto chunk = in[m].begin() + (o * size + p) * row;
+          ref.insert(ref.end(), chunk, chunk + row);
+        }
+      }
+      ASSERT_TRUE(SameBits(out[d], ref)) << "device " << d << " outer " << outer;
     }
   }
 
@@ -293,6 +314,19 @@ TEST_P(Collectives, AllToAllTransposesChunks) {
   CheckAllToAll<uint8_t>(true);
 }
 
+// A collective along a dimension that is not leading: the chunks are
+// strided, and the threads backend moves them where they lie.
+TEST_P(Collectives, StridedChunksAlongAnInnerDimension) {
+  for (int64_t outer : {2, 3}) {
+    CheckReduceScatter<float>(ReduceOp::kSum, outer);
+    CheckReduceScatter<uint16_t>(ReduceOp::kMax, outer);
+    CheckAllGather<float>(outer);
+    CheckAllGather<uint8_t>(outer);
+    CheckAllToAll<float>(false, outer);
+    CheckAllToAll<int32_t>(true, outer);
+  }
+}
+
 TEST_P(Collectives, CollectivePermute) {
   std::vector<SourceTargetPair> ring, partial, self = {{0, 0}};
   for (int64_t d = 0; d < n(); ++d) ring.push_back({d, (d + 1) % n()});
@@ -319,6 +353,9 @@ TEST_P(Collectives, LargeMessagesGiveTheSameResults) {
   std::vector<SourceTargetPair> ring;
   for (int64_t d = 0; d < n(); ++d) ring.push_back({d, (d + 1) % n()});
   CheckPermute<float>(ring, true);
+  CheckReduceScatter<float>(ReduceOp::kSum, 3);
+  CheckAllGather<float>(2);
+  CheckAllToAll<float>(true, 3);
 }
 
 TEST_P(Collectives, BarrierAndHashCountNoBytes) {

@@ -39,9 +39,8 @@
 // A call's result leaves are new buffers the callee's root is copied into.
 //
 // Scratch: some instructions need working memory while they run (a dot's
-// packed operand, a collective's interleaved chunks, an attention forward's
-// discarded logsumexp); InstructionScratch lists it, and it is a buffer live
-// at that step only.
+// packed operand, an attention forward's discarded logsumexp); InstructionScratch lists it, and it
+// is a buffer live at that step only.
 //
 // Offsets: buffers sorted by size (largest first), each at the lowest offset
 // where it overlaps no placed buffer whose live range intersects its own.

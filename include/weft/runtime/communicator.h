@@ -19,6 +19,14 @@
 //   CollectivePermute  source -> target pairs (each device a source at most
 //                   once and a target at most once); a device that no pair
 //                   targets receives zeros.
+// Strided chunks: AllGather, ReduceScatter and AllToAll take `outer` (1 by
+// default). With outer > 1 their chunked buffers (AllGather's output,
+// ReduceScatter's input, both of AllToAll's) are [outer, n, inner] and chunk
+// i is the slice [:, i, :]; AllGather's input and ReduceScatter's output are
+// [outer, inner]. This is a collective along a dimension that is not the
+// leading one. A backend that moves strided chunks itself says so
+// (MovesStridedChunks); for the others Communicator packs the chunks
+// contiguously around the call.
 //
 // Every device must call the same collectives in the same order with the same
 // element type, op, groups and input size (SPMD); a communicator is used by
@@ -134,6 +142,7 @@ struct CollectiveCall {
   int64_t group_index = 0;
   int64_t position = 0;                 // this device's index in groups[group_index]
   std::vector<SourceTargetPair> pairs;  // CollectivePermute only
+  int64_t outer = 1;                    // strided chunks: [outer, n, inner] (see above)
   uint64_t fingerprint = 0;             // hash of kind, dtype, op, sizes, groups, pairs
   int64_t sequence = 0;                 // 1 for this communicator's first call, then 2, ...
 
@@ -157,12 +166,13 @@ class Communicator {
   // `count` is the whole input (a multiple of n) and the output is as large.
   void AllReduce(const void* in, void* out, int64_t count, PrimitiveType dtype, ReduceOp op,
                  const ReplicaGroups& groups = {});
+  // `outer`: strided chunks (above); `count` must be a multiple of it.
   void AllGather(const void* in, void* out, int64_t count, PrimitiveType dtype,
-                 const ReplicaGroups& groups = {});
+                 const ReplicaGroups& groups = {}, int64_t outer = 1);
   void ReduceScatter(const void* in, void* out, int64_t count, PrimitiveType dtype, ReduceOp op,
-                     const ReplicaGroups& groups = {});
+                     const ReplicaGroups& groups = {}, int64_t outer = 1);
   void AllToAll(const void* in, void* out, int64_t count, PrimitiveType dtype,
-                const ReplicaGroups& groups = {});
+                const ReplicaGroups& groups = {}, int64_t outer = 1);
   void CollectivePermute(const void* in, void* out, int64_t count, PrimitiveType dtype,
                          const std::vector<SourceTargetPair>& pairs);
   // Waits until every device reaches its Barrier.
@@ -218,6 +228,9 @@ class Communicator {
   // Moves the data of one validated call. Backends throw weft::Error on
   // failure. kVerifyHash is an all-gather of 8 bytes over all devices.
   virtual void DoCollective(const CollectiveCall& call) = 0;
+  // Whether DoCollective moves strided chunks (call.outer > 1) itself;
+  // otherwise it only ever sees outer == 1.
+  virtual bool MovesStridedChunks() const { return false; }
   // Numbers the next call 1 again (a backend starting a new program).
   void RestartSequence() { sequence_ = 0; }
 
@@ -227,10 +240,14 @@ class Communicator {
     return static_cast<int64_t>(v.size());
   }
   CollectiveCall Prepare(CollectiveKind kind, PrimitiveType dtype, ReduceOp op, const void* in,
-                         void* out, int64_t in_count, const ReplicaGroups& groups);
+                         void* out, int64_t in_count, const ReplicaGroups& groups,
+                         int64_t outer = 1);
   void Finish(CollectiveCall& call);
+  // Runs a strided call as a contiguous one, packing through pack_.
+  void RunPacked(const CollectiveCall& call);
 
   CollectiveStats stats_;
+  std::vector<std::byte> pack_;
   int64_t sequence_ = 0;
 };
 
