@@ -12,23 +12,31 @@ namespace {
 // every input before writing it makes `out` == an input safe.
 constexpr int64_t kBlock = 1024;
 
+// Element i of a buffer of T (the buffers are bytes, of any alignment).
+template <typename T>
+T LoadAt(const std::byte* p, int64_t i) {
+  T v;
+  std::memcpy(&v, p + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
+  return v;
+}
+
 template <typename T, typename Acc, typename Load, typename Store, typename Combine>
 void ReduceTyped(const std::byte* const* inputs, int64_t n, std::byte* out, int64_t count,
                  Load load, Store store, Combine combine) {
   Acc acc[kBlock];
-  T tmp[kBlock];
   for (int64_t start = 0; start < count; start += kBlock) {
     const int64_t len = std::min(kBlock, count - start);
-    const size_t offset = static_cast<size_t>(start) * sizeof(T);
-    const size_t bytes = static_cast<size_t>(len) * sizeof(T);
-    std::memcpy(tmp, inputs[0] + offset, bytes);
-    for (int64_t i = 0; i < len; ++i) acc[i] = load(tmp[i]);
+    const std::byte* first = inputs[0] + start * static_cast<int64_t>(sizeof(T));
+    for (int64_t i = 0; i < len; ++i) acc[i] = load(LoadAt<T>(first, i));
     for (int64_t m = 1; m < n; ++m) {
-      std::memcpy(tmp, inputs[m] + offset, bytes);
-      for (int64_t i = 0; i < len; ++i) acc[i] = combine(acc[i], load(tmp[i]));
+      const std::byte* in = inputs[m] + start * static_cast<int64_t>(sizeof(T));
+      for (int64_t i = 0; i < len; ++i) acc[i] = combine(acc[i], load(LoadAt<T>(in, i)));
     }
-    for (int64_t i = 0; i < len; ++i) tmp[i] = store(acc[i]);
-    std::memcpy(out + offset, tmp, bytes);
+    std::byte* dst = out + start * static_cast<int64_t>(sizeof(T));
+    for (int64_t i = 0; i < len; ++i) {
+      const T v = store(acc[i]);
+      std::memcpy(dst + i * static_cast<int64_t>(sizeof(T)), &v, sizeof(T));
+    }
   }
 }
 
