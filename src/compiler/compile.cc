@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "weft/base/error.h"
+#include "weft/compiler/collective_cse.h"
 #include "weft/spmd/sharding_propagation.h"
 #include "weft/spmd/spmd_partitioner.h"
 
@@ -150,6 +151,7 @@ CompiledProgram CompileForDevices(HloModule& module, const CompileOptions& optio
   WEFT_CHECK(options.slices >= 1 && num_devices % options.slices == 0,
              "{} slices do not split the {} devices into equal slices", options.slices,
              num_devices);
+  p.collective_cse = MergeCommonCollectives(*p.program);
   p.hierarchy = DecomposeCrossSliceCollectives(*p.program, num_devices, options.slices);
   if (options.fuse) p.fusion = FuseLoops(*p.program);
   return p;

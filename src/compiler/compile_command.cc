@@ -36,6 +36,12 @@ std::string CompileSummary(const CompiledProgram& program) {
                   instructions, module.entry_computation()->instruction_count(),
                   program.fusion.fusions, program.fusion.fusions == 1 ? "" : "s",
                   program.fusion.fused_instructions, program.fusion.duplicated);
+  if (program.collective_cse.merged + program.collective_cse.kept_far_apart > 0) {
+    out +=
+        fmt::format("// {} duplicate collective{} merged, {} left (over {} instructions apart)\n",
+                    program.collective_cse.merged, program.collective_cse.merged == 1 ? "" : "s",
+                    program.collective_cse.kept_far_apart, kMaxExtension);
+  }
   return out;
 }
 

@@ -3,6 +3,7 @@
 //
 //   propagate shardings (when some instruction has none)
 //     -> partition into the per-device (SPMD) program
+//     -> merge duplicate collectives (compiler/collective_cse.h)
 //     -> fuse (CompileOptions::fuse: loop fusion, compiler/fusion.h)
 //     -> schedule (compiler/schedule.h)
 //     -> assign buffers
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "weft/compiler/collective_cse.h"
 #include "weft/compiler/fusion.h"
 #include "weft/compiler/hierarchical_collectives.h"
 #include "weft/hlo/module.h"
@@ -46,6 +48,8 @@ struct CompiledProgram {
   std::vector<HloSharding> input_shardings, output_shardings;
   // What fusion did (all zero without CompileOptions::fuse).
   LoopFusionStats fusion;
+  // Duplicate collectives merged (collective_cse.h).
+  CollectiveCseStats collective_cse;
   // Collectives decomposed across slices (all zero with one slice).
   HierarchyStats hierarchy;
 
