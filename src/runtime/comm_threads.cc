@@ -12,8 +12,8 @@
 // A device waits at a barrier at most the collective timeout; then the run
 // fails naming the devices that did not arrive (the watchdog). Devices
 // arrive by counting themselves atomically, and waiting devices sleep on a
-// futex that the last to arrive (or a failure) bumps: a barrier takes no
-// lock unless the run fails. A small collective (kMoveAllBytes)
+// futex that the last to arrive (or a failure) bumps: only the last to
+// arrive takes the cluster's mutex, to release the others. A small collective (kMoveAllBytes)
 // is moved whole by the last device to arrive, so it needs one barrier, not
 // two: four devices on two cores meet in ~25 us instead of ~50.
 #include "weft/runtime/comm_threads.h"
@@ -99,8 +99,8 @@ struct LocalCluster::Shared {
   bool moved_all = false;
   std::vector<std::unique_ptr<ThreadCommunicator>> comms;
 
-  // Guards the failure state (aborted, finished, first_error, ...) and the
-  // slow path of a barrier; arriving at a barrier takes no lock.
+  // Guards the failure state (aborted, finished, first_error, ...), a
+  // barrier's release and its slow path; arriving takes no lock.
   std::mutex mu;
   std::condition_variable barrier_cv;  // devices in Arrive's slow path
   std::condition_variable exit_cv;     // Run, waiting for the device threads
@@ -111,7 +111,6 @@ struct LocalCluster::Shared {
   std::atomic<uint64_t> released_generation{0};
   std::atomic<bool> stopped{false};
   std::atomic<uint32_t> wake{0};
-  std::atomic<int64_t> slow_waiters{0};  // devices in Arrive's slow path
   bool aborted = false;
   bool error_is_internal = false;
   std::vector<int64_t> finished;
@@ -348,25 +347,26 @@ void LocalCluster::Shared::Arrive(int64_t device, const CollectiveCall& call, bo
   last_sequence[device].store(call.sequence, std::memory_order_relaxed);
   // Arrival takes no lock: under a mutex, a device preempted while holding
   // it (more devices than cores) made every other arriving device sleep on
-  // the mutex as well. acq_rel: the last to arrive sees every device's
-  // writes before its arrival (the posts, and the data moved between
-  // barriers 1 and 2).
+  // the mutex as well; only the last to arrive locks it. acq_rel: the last to arrive sees every
+  // device's writes before its arrival (the posts, and the data moved between barriers 1 and 2).
   if (arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == n) {
-    if (last) last();
-    arrived.store(0, std::memory_order_relaxed);
-    for (auto& flag : at_barrier) flag.store(0, std::memory_order_relaxed);
-    // Release order: the devices that see the new generation see every
-    // device's writes before this barrier.
-    released_generation.store(my_generation + 1, std::memory_order_seq_cst);
+    {
+      // Only the last to arrive locks (uncontended: the others wait on the
+      // futex). Under the lock, a run that failed meanwhile (the watchdog
+      // decides under it too) is seen before `last` reads the other
+      // devices' posts: a device that gave up has unwound its call.
+      std::lock_guard<std::mutex> lock(mu);
+      if (aborted) throw ClusterAborted{};
+      if (last) last();
+      arrived.store(0, std::memory_order_relaxed);
+      for (auto& flag : at_barrier) flag.store(0, std::memory_order_relaxed);
+      // Release order: the devices that see the new generation see every
+      // device's writes before this barrier.
+      released_generation.store(my_generation + 1, std::memory_order_release);
+      barrier_cv.notify_all();  // devices in the slow path below
+    }
     wake.fetch_add(1, std::memory_order_release);
     FutexWakeAll(wake);
-    // A device in the slow path below checks the generation under `mu`
-    // after counting itself in `slow_waiters`; seq_cst on both sides means
-    // that either it sees the new generation or this sees it waiting.
-    if (slow_waiters.load(std::memory_order_seq_cst) > 0) {
-      std::lock_guard<std::mutex> lock(mu);
-      barrier_cv.notify_all();
-    }
     return;
   }
   const auto start = std::chrono::steady_clock::now();
@@ -390,9 +390,8 @@ void LocalCluster::Shared::Arrive(int64_t device, const CollectiveCall& call, bo
   // Stopped or timed out: decide under the mutex, as every failure is
   // recorded.
   std::unique_lock<std::mutex> lock(mu);
-  slow_waiters.fetch_add(1, std::memory_order_seq_cst);
   auto released = [&] {
-    return released_generation.load(std::memory_order_seq_cst) != my_generation || aborted ||
+    return released_generation.load(std::memory_order_acquire) != my_generation || aborted ||
            !finished.empty();
   };
   if (watchdog) {
@@ -400,7 +399,6 @@ void LocalCluster::Shared::Arrive(int64_t device, const CollectiveCall& call, bo
   } else {
     barrier_cv.wait(lock, released);
   }
-  slow_waiters.fetch_sub(1, std::memory_order_relaxed);
   if (released_generation.load(std::memory_order_acquire) != my_generation) return;
   if (aborted) throw ClusterAborted{};
   if (!finished.empty()) never_arrives();
