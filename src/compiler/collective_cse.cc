@@ -4,6 +4,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "weft/compiler/fusion.h"
+
 namespace weft::compiler {
 namespace {
 
@@ -28,7 +30,21 @@ CollectiveCseStats MergeIn(HloComputation& computation) {
   CollectiveCseStats stats;
   const std::vector<HloInstruction*> order = computation.instructions();
   std::unordered_map<const HloInstruction*, int64_t> position;
-  for (size_t i = 0; i < order.size(); ++i) position[order[i]] = static_cast<int64_t>(i);
+  // steps[i]: the instructions before order[i] that loop fusion does not
+  // absorb (what the distance limit counts); a loop or a call runs a whole
+  // computation, past any limit (the embedding table gathered for the
+  // lookup is not kept across the layers for the logits).
+  std::vector<int64_t> steps(order.size() + 1, 0);
+  for (size_t i = 0; i < order.size(); ++i) {
+    position[order[i]] = static_cast<int64_t>(i);
+    const HloOpcode op = order[i]->opcode();
+    const int64_t step =
+        op == HloOpcode::kWhile || op == HloOpcode::kConditional || op == HloOpcode::kCall
+            ? kMaxExtension + 1
+        : IsLoopFusible(*order[i]) ? 0
+                                   : 1;
+    steps[i + 1] = steps[i] + step;
+  }
   auto last_use = [&](const HloInstruction* x) {
     int64_t last = position.at(x);
     for (const HloInstruction* user : x->users()) {
@@ -50,7 +66,7 @@ CollectiveCseStats MergeIn(HloComputation& computation) {
     }
     HloInstruction* earlier = *same;
     const bool is_root = computation.root_instruction() == x;
-    if (is_root || position.at(x) - last_use(earlier) > kMaxExtension) {
+    if (is_root || steps[position.at(x)] - steps[last_use(earlier) + 1] > kMaxExtension) {
       if (!is_root) ++stats.kept_far_apart;
       *same = x;  // later duplicates are nearer to this one
       continue;
