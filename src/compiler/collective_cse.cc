@@ -4,8 +4,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "weft/compiler/fusion.h"
-
 namespace weft::compiler {
 namespace {
 
@@ -30,20 +28,16 @@ CollectiveCseStats MergeIn(HloComputation& computation) {
   CollectiveCseStats stats;
   const std::vector<HloInstruction*> order = computation.instructions();
   std::unordered_map<const HloInstruction*, int64_t> position;
-  // steps[i]: the instructions before order[i] that loop fusion does not
-  // absorb (what the distance limit counts); a loop or a call runs a whole
-  // computation, past any limit (the embedding table gathered for the
-  // lookup is not kept across the layers for the logits).
-  std::vector<int64_t> steps(order.size() + 1, 0);
+  // calls_before[i]: the loops, conditionals and calls before order[i]. One
+  // runs a whole computation, so a merge never keeps a result across it
+  // however few instructions apart the two collectives are.
+  std::vector<int64_t> calls_before(order.size() + 1, 0);
   for (size_t i = 0; i < order.size(); ++i) {
     position[order[i]] = static_cast<int64_t>(i);
     const HloOpcode op = order[i]->opcode();
-    const int64_t step =
-        op == HloOpcode::kWhile || op == HloOpcode::kConditional || op == HloOpcode::kCall
-            ? kMaxExtension + 1
-        : IsLoopFusible(*order[i]) ? 0
-                                   : 1;
-    steps[i + 1] = steps[i] + step;
+    calls_before[i + 1] =
+        calls_before[i] +
+        (op == HloOpcode::kWhile || op == HloOpcode::kConditional || op == HloOpcode::kCall);
   }
   auto last_use = [&](const HloInstruction* x) {
     int64_t last = position.at(x);
@@ -66,7 +60,8 @@ CollectiveCseStats MergeIn(HloComputation& computation) {
     }
     HloInstruction* earlier = *same;
     const bool is_root = computation.root_instruction() == x;
-    if (is_root || steps[position.at(x)] - steps[last_use(earlier) + 1] > kMaxExtension) {
+    const int64_t last = last_use(earlier), here = position.at(x);
+    if (is_root || here - last > kMaxExtension || calls_before[here] != calls_before[last + 1]) {
       if (!is_root) ++stats.kept_far_apart;
       *same = x;  // later duplicates are nearer to this one
       continue;

@@ -37,10 +37,10 @@ std::string CompileSummary(const CompiledProgram& program) {
                   program.fusion.fusions, program.fusion.fusions == 1 ? "" : "s",
                   program.fusion.fused_instructions, program.fusion.duplicated);
   if (program.collective_cse.merged + program.collective_cse.kept_far_apart > 0) {
-    out += fmt::format(
-        "// {} duplicate collective{} merged, {} left (over {} unfused instructions apart)\n",
-        program.collective_cse.merged, program.collective_cse.merged == 1 ? "" : "s",
-        program.collective_cse.kept_far_apart, kMaxExtension);
+    out +=
+        fmt::format("// {} duplicate collective{} merged, {} left (over {} instructions apart)\n",
+                    program.collective_cse.merged, program.collective_cse.merged == 1 ? "" : "s",
+                    program.collective_cse.kept_far_apart, kMaxExtension);
   }
   return out;
 }

@@ -17,10 +17,10 @@
 // users run. Unlike XLA's CSE, which merges whatever the distance (and
 // leaves memory to rematerialization), a duplicate is merged only when that
 // extends the earlier result's life by at most kMaxExtension instructions
-// in definition order, counting only those that loop fusion does not absorb
-// (IsLoopFusible: q's RoPE between the q and k projections of one gathered
-// activation counts for nothing): a gathered weight or activation kept
-// across a whole layer would cost more memory than the re-gather costs time.
+// in definition order, and never across a while loop, conditional or call
+// (one instruction that runs a whole computation): a gathered weight or
+// activation kept across a whole layer would cost more memory than the
+// re-gather costs time.
 //
 // Every device runs the same program, so every device drops the same
 // collectives and the remaining ones still match in order.
@@ -37,9 +37,9 @@ struct CollectiveCseStats {
   int64_t kept_far_apart = 0;  // duplicates left because they are too far apart
 };
 
-// How far (instructions in definition order that loop fusion does not
-// absorb) a merge may extend the earlier result's life.
-inline constexpr int64_t kMaxExtension = 4;
+// How far (instructions in definition order) a merge may extend the
+// earlier result's life.
+inline constexpr int64_t kMaxExtension = 16;
 
 // Rewrites every computation of `module` in place.
 CollectiveCseStats MergeCommonCollectives(HloModule& module);
