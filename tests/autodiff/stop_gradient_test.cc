@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "count_opcode.h"
 #include "grad_check.h"
 
 namespace weft {
@@ -20,13 +21,7 @@ using runtime::Executor;
 using runtime::HostTensor;
 using testing::RandomTensor;
 
-int64_t Count(const HloModule& m, HloOpcode op) {
-  int64_t n = 0;
-  for (const HloComputation* c : m.computations()) {
-    for (const HloInstruction* i : c->instructions()) n += i->opcode() == op;
-  }
-  return n;
-}
+using weft::testing::CountOpcode;
 
 TEST(StopGradientTest, TheMarkIsAFrontendAttributeThatRoundTrips) {
   auto module = ParseHloModule(R"(HloModule m
@@ -190,8 +185,8 @@ TEST(StopGradientTest, LogsumexpWithTheMaxStoppedHasTheSoftmaxGradient) {
   // Without the mark the backward compares x with its max (max's vjp) and
   // adds that path's (cancelling) cotangent; with it only the one-hot
   // compare is left.
-  EXPECT_EQ(Count(*steps[0], HloOpcode::kCompare), 2) << steps[0]->ToString();
-  EXPECT_EQ(Count(*steps[1], HloOpcode::kCompare), 1) << steps[1]->ToString();
+  EXPECT_EQ(CountOpcode(*steps[0], HloOpcode::kCompare), 2) << steps[0]->ToString();
+  EXPECT_EQ(CountOpcode(*steps[1], HloOpcode::kCompare), 1) << steps[1]->ToString();
   EXPECT_LT(steps[1]->entry_computation()->instruction_count(),
             steps[0]->entry_computation()->instruction_count());
 }

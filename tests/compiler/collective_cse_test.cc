@@ -10,6 +10,7 @@
 
 #include <random>
 
+#include "count_opcode.h"
 #include "weft/hlo/parser.h"
 #include "weft/hlo/printer.h"
 #include "weft/hlo/verifier.h"
@@ -20,13 +21,7 @@ namespace {
 
 using runtime::HostTensor;
 
-int64_t Count(const HloModule& m, HloOpcode op) {
-  int64_t n = 0;
-  for (const HloComputation* c : m.computations()) {
-    for (const HloInstruction* i : c->instructions()) n += i->opcode() == op;
-  }
-  return n;
-}
+using weft::testing::CountOpcode;
 
 // Runs both modules on 4 devices with the same random inputs ([4, 6] f32
 // each) and expects the same bits.
@@ -86,7 +81,7 @@ TEST(CollectiveCse, MergesTheSameAllGatherOfOneOperand) {
   std::unique_ptr<HloModule> original = ParseHloModule(text), merged = ParseHloModule(text);
   const CollectiveCseStats stats = MergeCommonCollectives(*merged);
   EXPECT_EQ(stats.merged, 1);
-  EXPECT_EQ(Count(*merged, HloOpcode::kAllGather), 1);
+  EXPECT_EQ(CountOpcode(*merged, HloOpcode::kAllGather), 1);
   VerifyHloModule(*merged);
   EXPECT_EQ(PrintModule(*ParseHloModule(PrintModule(*merged))), PrintModule(*merged));
   ExpectSameResults(*original, *merged, 2);
@@ -105,7 +100,7 @@ TEST(CollectiveCse, KeepsCollectivesThatDiffer) {
     const std::string text = Module(kGather1, other);
     std::unique_ptr<HloModule> original = ParseHloModule(text), m = ParseHloModule(text);
     EXPECT_EQ(MergeCommonCollectives(*m).merged, 0) << other;
-    EXPECT_EQ(Count(*m, HloOpcode::kAllGather), 2) << other;
+    EXPECT_EQ(CountOpcode(*m, HloOpcode::kAllGather), 2) << other;
     ExpectSameResults(*original, *m, 2);
   }
   // Another dimension: f32[4,12].
@@ -138,8 +133,8 @@ ENTRY e {{
 )");
   std::unique_ptr<HloModule> original = ParseHloModule(text), m = ParseHloModule(text);
   EXPECT_EQ(MergeCommonCollectives(*m).merged, 2);
-  EXPECT_EQ(Count(*m, HloOpcode::kAllToAll), 1);
-  EXPECT_EQ(Count(*m, HloOpcode::kCollectivePermute), 2);  // r's pairs differ
+  EXPECT_EQ(CountOpcode(*m, HloOpcode::kAllToAll), 1);
+  EXPECT_EQ(CountOpcode(*m, HloOpcode::kCollectivePermute), 2);  // r's pairs differ
   VerifyHloModule(*m);
   ExpectSameResults(*original, *m, 1);
 }
@@ -152,7 +147,7 @@ TEST(CollectiveCse, KeepsADuplicateThatWouldKeepTheFirstResultAliveLong) {
   const CollectiveCseStats stats = MergeCommonCollectives(*m);
   EXPECT_EQ(stats.merged, 0);
   EXPECT_EQ(stats.kept_far_apart, 1);
-  EXPECT_EQ(Count(*m, HloOpcode::kAllGather), 2);
+  EXPECT_EQ(CountOpcode(*m, HloOpcode::kAllGather), 2);
   // One instruction fewer between them: merged.
   std::unique_ptr<HloModule> near = ParseHloModule(Module(kGather1, kGather2, kMaxExtension - 2));
   EXPECT_EQ(MergeCommonCollectives(*near).merged, 1);
@@ -183,7 +178,7 @@ ENTRY e {{
   const CollectiveCseStats stats = MergeCommonCollectives(*m);
   EXPECT_EQ(stats.merged, 0);
   EXPECT_EQ(stats.kept_far_apart, 1);
-  EXPECT_EQ(Count(*m, HloOpcode::kAllGather), 2);
+  EXPECT_EQ(CountOpcode(*m, HloOpcode::kAllGather), 2);
 }
 
 }  // namespace

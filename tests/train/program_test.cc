@@ -229,11 +229,11 @@ TEST(ProgramTest, RematPoliciesGiveTheSameGradientsAndSaveWhatTheyName) {
   RunConfig config = Micro();
   StepProgramOptions o;
   o.remat = RematPolicy{};
-  // In f32, with weights at Llama's initial scale (std 0.02): a policy may
-  // leave the partitioner another choice for a dot (its cost depends on
-  // what else reads the operands), which only sums in another order; bf16
-  // rounds such partial results where they differ, and N(0, 1) weights
-  // saturate the attention's softmax, both far beyond f32 rounding.
+  // In f32, with weights at Llama's initial scale (std 0.02): what a policy
+  // saves changes the program the partitioner sees, and where it splits a
+  // dot differently the sums only run in another order; bf16 rounds such
+  // partial results where they differ, and N(0, 1) weights saturate the
+  // attention's softmax, both far beyond f32 rounding.
   o.precision = Precision::kF32;
   const StepProgram none = BuildStepProgram(config, o);
   std::vector<runtime::HostTensor> inputs = runtime::RandomInputs(none.compiled.input_shapes, 5);
