@@ -145,8 +145,8 @@ DeviceCollective CollectiveOnDevice(const HloModule& program, const HloInstructi
       if (Contains(g, device)) out.group = g;
     }
     if (out.group.empty()) out.group = {device};
-    const int64_t operands = out.kind == CollectiveKind::kAllReduce ? instr.operand_count() : 1;
-    for (int64_t i = 0; i < operands; ++i) {
+    // One communicator call per operand (variadic: several, in one batch).
+    for (int64_t i = 0; i < instr.operand_count(); ++i) {
       out.bytes_sent += runtime::CollectiveBytesSent(
           out.kind, static_cast<int64_t>(out.group.size()), instr.operand(i)->shape().ByteSize());
     }
@@ -223,8 +223,9 @@ CollectivePlan PlanCollectives(const HloModule& program, const CollectivePlanOpt
       } catch (const Error& e) {
         FailInternal("{}: {}", instr->Describe(), e.what());
       }
-      // One communicator call per operand (all-reduce may have several).
-      const int64_t operands = kind == CollectiveKind::kAllReduce ? instr->operand_count() : 1;
+      // One communicator call per operand (a variadic collective has several,
+      // moved in one batch).
+      const int64_t operands = instr->operand_count();
       for (const auto& g : groups) {
         const int64_t size = static_cast<int64_t>(g.size());
         bool crosses = false;

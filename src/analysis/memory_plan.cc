@@ -276,7 +276,8 @@ class Simulator {
       case HloOpcode::kGetTupleElement: {
         const HloInstruction* t = x->operand(0);
         const int64_t i = x->tuple_index();
-        if (t->opcode() == HloOpcode::kTuple) {
+        if (t->opcode() == HloOpcode::kTuple || IsCollective(t->opcode())) {
+          // A variadic collective's result i moves its operand i.
           Label(t->operand(i), tag, seen);
         } else if (t->opcode() == HloOpcode::kWhile) {
           LabelLoopSlot(t, i, tag, seen);

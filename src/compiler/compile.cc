@@ -153,6 +153,7 @@ CompiledProgram CompileForDevices(HloModule& module, const CompileOptions& optio
              num_devices);
   p.collective_cse = MergeCommonCollectives(*p.program);
   p.hierarchy = DecomposeCrossSliceCollectives(*p.program, num_devices, options.slices);
+  p.combiner = CombineCollectives(*p.program);
   if (options.fuse) p.fusion = FuseLoops(*p.program);
   return p;
 }

@@ -1,6 +1,7 @@
 #include "weft/hlo/computation.h"
 
 #include <algorithm>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "weft/base/error.h"
@@ -76,6 +77,37 @@ void HloComputation::RemoveInstruction(HloInstruction* instruction) {
   auto it = std::find_if(instructions_.begin(), instructions_.end(),
                          [&](const auto& p) { return p.get() == instruction; });
   instructions_.erase(it);
+}
+
+void HloComputation::MakeDefinitionOrderTopological() {
+  std::unordered_map<const HloInstruction*, size_t> position;
+  for (size_t i = 0; i < instructions_.size(); ++i) position[instructions_[i].get()] = i;
+  std::vector<std::unique_ptr<HloInstruction>> sorted;
+  sorted.reserve(instructions_.size());
+  std::vector<bool> seen(instructions_.size(), false);
+  // Iterative DFS from each instruction in the current order: (position,
+  // next operand index).
+  std::vector<std::pair<size_t, int64_t>> stack;
+  for (size_t start = 0; start < instructions_.size(); ++start) {
+    if (seen[start]) continue;
+    seen[start] = true;
+    stack.push_back({start, 0});
+    while (!stack.empty()) {
+      auto& [at, next] = stack.back();
+      const HloInstruction* instr = instructions_[at].get();
+      if (next < instr->operand_count()) {
+        const size_t operand = position.at(instr->operand(next++));
+        if (!seen[operand]) {  // operands form a DAG: a seen one is already placed
+          seen[operand] = true;
+          stack.push_back({operand, 0});
+        }
+        continue;
+      }
+      sorted.push_back(std::move(instructions_[at]));
+      stack.pop_back();
+    }
+  }
+  instructions_ = std::move(sorted);
 }
 
 std::vector<HloInstruction*> HloComputation::instructions() const {

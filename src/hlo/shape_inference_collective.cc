@@ -1,5 +1,7 @@
 // Shape rules of the collectives (all-reduce, all-gather, reduce-scatter,
 // all-to-all, collective-permute) and their replica groups.
+#include <fmt/format.h>
+
 #include <optional>
 #include <set>
 
@@ -69,56 +71,77 @@ Shape InferCollective(const HloInstruction& instr) {
     default:
       break;
   }
-  // all-gather, reduce-scatter, all-to-all: one operand, one dimension.
-  ExpectOperandCount(instr, 1);
-  const Shape& x = ArrayOperand(instr, 0);
+  // all-to-all: one operand, one dimension.
   WEFT_CHECK(a.dimensions.size() == 1, "{} takes one dimension, got {}", name,
              DimsString(a.dimensions));
   const int64_t d = a.dimensions[0];
-  WEFT_CHECK(d >= 0 && d < x.rank(), "{} dimension {} out of range for {}", name, d, x.ToString());
   if (instr.opcode() == HloOpcode::kAllToAll) {
+    ExpectOperandCount(instr, 1);
+    const Shape& x = ArrayOperand(instr, 0);
+    WEFT_CHECK(d >= 0 && d < x.rank(), "{} dimension {} out of range for {}", name, d,
+               x.ToString());
     WEFT_CHECK(group == 0 || x.dimensions(d) % group == 0,
                "all-to-all splits dim {} of {} into {} parts, which does not divide it", d,
                x.ToString(), group);
     return x;
   }
-  if (instr.opcode() == HloOpcode::kReduceScatter) {
-    const PrimitiveType t = x.element_type();
-    CheckScalarComputation(instr.called_computations().empty() ? nullptr : instr.to_apply(),
-                           std::span(&t, 1), "reduce-scatter");
-  }
-  Dims out = x.dimensions();
-  if (group > 0) {
-    if (instr.opcode() == HloOpcode::kAllGather) {
-      const std::optional<int64_t> gathered = CheckedMul(out[d], group);
-      WEFT_CHECK(gathered.has_value(),
-                 "all-gather of dim {} of {} over {} devices gives a size that overflows int64", d,
-                 x.ToString(), group);
-      out[d] = *gathered;
-    } else {
-      WEFT_CHECK(out[d] % group == 0,
-                 "reduce-scatter splits dim {} of {} over {} devices, which does not divide it", d,
-                 x.ToString(), group);
-      out[d] /= group;
+  // all-gather and reduce-scatter: one or more operands (XLA's variadic
+  // form, a tuple of results: one collective moving several arrays), each
+  // gathered or scattered along the same dimension over the same groups.
+  WEFT_CHECK(instr.operand_count() >= 1, "{} needs an operand", name);
+  std::vector<Shape> results;
+  for (int64_t i = 0; i < instr.operand_count(); ++i) {
+    const Shape& x = ArrayOperand(instr, i);
+    WEFT_CHECK(d >= 0 && d < x.rank(), "{} dimension {} out of range for {}", name, d,
+               x.ToString());
+    if (instr.opcode() == HloOpcode::kReduceScatter) {
+      const PrimitiveType t = x.element_type();
+      CheckScalarComputation(instr.called_computations().empty() ? nullptr : instr.to_apply(),
+                             std::span(&t, 1), "reduce-scatter");
     }
-    return x.WithDimensions(out);
+    if (group > 0) {
+      Dims out = x.dimensions();
+      if (instr.opcode() == HloOpcode::kAllGather) {
+        const std::optional<int64_t> gathered = CheckedMul(out[d], group);
+        WEFT_CHECK(gathered.has_value(),
+                   "all-gather of dim {} of {} over {} devices gives a size that overflows int64",
+                   d, x.ToString(), group);
+        out[d] = *gathered;
+      } else {
+        WEFT_CHECK(out[d] % group == 0,
+                   "reduce-scatter splits dim {} of {} over {} devices, which does not divide it",
+                   d, x.ToString(), group);
+        out[d] /= group;
+      }
+      results.push_back(x.WithDimensions(out));
+      continue;
+    }
+    // All devices: the group size is the declared/operand ratio.
+    const Shape& whole = Declared(instr, "no replica_groups to derive it from");
+    const int64_t leaves = instr.operand_count();
+    WEFT_CHECK(leaves == 1
+                   ? whole.IsArray()
+                   : whole.IsTuple() && static_cast<int64_t>(whole.tuple_shapes().size()) == leaves,
+               "{} of {} operand(s) must declare {}, got {}", name, leaves,
+               leaves == 1 ? "an array" : fmt::format("a tuple of {} arrays", leaves),
+               whole.ToString());
+    const Shape& declared = leaves == 1 ? whole : whole.tuple_shapes(i);
+    WEFT_CHECK(declared.IsArray() && declared.rank() == x.rank() &&
+                   declared.element_type() == x.element_type(),
+               "{} result {} must be an array like the operand {}", name, declared.ToString(),
+               x.ToString());
+    for (int64_t k = 0; k < x.rank(); ++k) {
+      const int64_t big =
+          instr.opcode() == HloOpcode::kAllGather ? declared.dimensions(k) : x.dimensions(k);
+      const int64_t small =
+          instr.opcode() == HloOpcode::kAllGather ? x.dimensions(k) : declared.dimensions(k);
+      WEFT_CHECK(k == d ? (small > 0 && big % small == 0) : big == small,
+                 "{} from {} to {} must only scale dim {}", name, x.ToString(), declared.ToString(),
+                 d);
+    }
+    results.push_back(declared);
   }
-  // All devices: the group size is the declared/operand ratio.
-  const Shape& declared = Declared(instr, "no replica_groups to derive it from");
-  WEFT_CHECK(declared.IsArray() && declared.rank() == x.rank() &&
-                 declared.element_type() == x.element_type(),
-             "{} result {} must be an array like the operand {}", name, declared.ToString(),
-             x.ToString());
-  for (int64_t i = 0; i < x.rank(); ++i) {
-    const int64_t big =
-        instr.opcode() == HloOpcode::kAllGather ? declared.dimensions(i) : x.dimensions(i);
-    const int64_t small =
-        instr.opcode() == HloOpcode::kAllGather ? x.dimensions(i) : declared.dimensions(i);
-    WEFT_CHECK(i == d ? (small > 0 && big % small == 0) : big == small,
-               "{} from {} to {} must only scale dim {}", name, x.ToString(), declared.ToString(),
-               d);
-  }
-  return declared;
+  return results.size() == 1 ? results[0] : Shape::Tuple(results);
 }
 
 }  // namespace weft::hlo

@@ -32,6 +32,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
 
 #include "reduce.h"
@@ -91,7 +92,7 @@ struct LocalCluster::Shared {
   void WakeSleepers();
 
   const int64_t n;
-  std::vector<const CollectiveCall*> posts;
+  std::vector<std::span<const CollectiveCall>> posts;  // each device's batch
   // Set at barrier 1 by its last device: whether the posted calls differ
   // (the message), and whether that device already moved every device's
   // data (a small collective), so that no barrier 2 is needed.
@@ -146,38 +147,63 @@ class ThreadCommunicator final : public Communicator {
   // no packing before the exchange or unpacking after it.
   bool MovesStridedChunks() const override { return true; }
 
-  void DoCollective(const CollectiveCall& call) override {
-    shared_.posts[device_] = &call;
-    // The last device to arrive checks the calls and, for a small
-    // collective, moves the data of every device: then all are done when
-    // released. A larger one is moved by all devices in parallel, each its
-    // own share, between barriers 1 and 2. Both run the same Move, so the
-    // bits are the same.
-    shared_.Arrive(device_, call, /*watchdog=*/true, [this] { CheckAndMoveSmall(); });
+  void DoCollective(const CollectiveCall& call) override { DoCollectives({&call, 1}); }
+
+  // A batch (Communicator::BeginBatch) meets as one call does: once when
+  // small, twice otherwise.
+  void DoCollectives(std::span<const CollectiveCall> calls) override {
+    shared_.posts[device_] = calls;
+    // The last device to arrive checks the calls and, for a small batch,
+    // moves the data of every device: then all are done when released. A
+    // larger one is moved by all devices in parallel, each its own share,
+    // between barriers 1 and 2. Both run the same Move, so the bits are the
+    // same.
+    shared_.Arrive(device_, calls.front(), /*watchdog=*/true, [this] { CheckAndMoveSmall(); });
     // Read before barrier 2 (or the next collective's barrier 1), the only
     // places where they change.
     const std::string mismatch = shared_.mismatch;
-    const bool staged = mismatch.empty() && StagesOutput(call);
     if (!shared_.moved_all) {
-      if (mismatch.empty()) Move(call, staged ? Scratch(call.out_bytes) : call.out);
-      shared_.Arrive(device_, call, /*watchdog=*/false);
+      if (mismatch.empty()) {
+        const std::vector<std::byte*> outs = Targets(calls);
+        for (size_t i = 0; i < calls.size(); ++i) Move(calls[i], i, outs[i]);
+      }
+      shared_.Arrive(device_, calls.front(), /*watchdog=*/false);
     }
     WEFT_CHECK(mismatch.empty(), "{}", mismatch);
-    if (staged) std::memcpy(call.out, scratch_.data(), call.out_bytes);
+    int64_t staged = 0;
+    for (const CollectiveCall& call : calls) {
+      if (!StagesOutput(call)) continue;
+      std::memcpy(call.out, scratch_.data() + staged, call.out_bytes);
+      staged += call.out_bytes;
+    }
   }
 
  private:
   // In place, all-to-all and permute would overwrite an input another device
-  // still reads; they write to scratch and copy after barrier 2.
+  // still reads; they write to scratch and copy after the last barrier.
   static bool StagesOutput(const CollectiveCall& call) {
     return call.in == call.out && call.in_bytes > 0 &&
            (call.kind == CollectiveKind::kAllToAll ||
             call.kind == CollectiveKind::kCollectivePermute);
   }
 
-  std::byte* Scratch(int64_t bytes) {
+  // Where each call of this device's batch writes: its output, or its place
+  // in scratch_ (staged outputs one after the other).
+  std::vector<std::byte*> Targets(std::span<const CollectiveCall> calls) {
+    int64_t bytes = 0;
+    for (const CollectiveCall& call : calls) bytes += StagesOutput(call) ? call.out_bytes : 0;
     if (static_cast<int64_t>(scratch_.size()) < bytes) scratch_.resize(bytes);
-    return scratch_.data();
+    std::vector<std::byte*> outs;
+    int64_t staged = 0;
+    for (const CollectiveCall& call : calls) {
+      if (StagesOutput(call)) {
+        outs.push_back(scratch_.data() + staged);
+        staged += call.out_bytes;
+      } else {
+        outs.push_back(call.out);
+      }
+    }
+    return outs;
   }
 
   // At most this many bytes read and written over all devices: one thread
@@ -186,34 +212,55 @@ class ThreadCommunicator final : public Communicator {
   static constexpr int64_t kMoveAllBytes = int64_t{1} << 20;
 
   void CheckAndMoveSmall() {
-    shared_.mismatch = CheckSameCall();
+    shared_.mismatch = CheckSameCalls();
     int64_t bytes = 0;
-    for (const CollectiveCall* post : shared_.posts) bytes += post->in_bytes + post->out_bytes;
+    for (std::span<const CollectiveCall> post : shared_.posts) {
+      for (const CollectiveCall& call : post) bytes += call.in_bytes + call.out_bytes;
+    }
     shared_.moved_all = shared_.mismatch.empty() && bytes <= kMoveAllBytes;
     if (!shared_.moved_all) return;
     for (int64_t d = 0; d < shared_.n; ++d) {
       ThreadCommunicator& comm = *shared_.comms[d];
-      const CollectiveCall& call = Post(d);
-      comm.Move(call, StagesOutput(call) ? comm.Scratch(call.out_bytes) : call.out);
+      const std::span<const CollectiveCall> calls = shared_.posts[d];
+      const std::vector<std::byte*> outs = comm.Targets(calls);
+      for (size_t i = 0; i < calls.size(); ++i) comm.Move(calls[i], i, outs[i]);
     }
   }
 
-  std::string CheckSameCall() const {
-    const CollectiveCall& first = *shared_.posts[0];
+  std::string CheckSameCalls() const {
+    const std::span<const CollectiveCall> first = shared_.posts[0];
     for (int64_t d = 1; d < shared_.n; ++d) {
-      const CollectiveCall& other = *shared_.posts[d];
-      if (other.fingerprint == first.fingerprint && other.sequence == first.sequence) continue;
-      return fmt::format(
-          "devices run different collectives: device 0 runs {} but device {} runs {}; every "
-          "device must run the same collectives in the same order with the same shapes",
-          first.Describe(), d, other.Describe());
+      const std::span<const CollectiveCall> other = shared_.posts[d];
+      const size_t common = std::min(first.size(), other.size());
+      for (size_t i = 0; i <= common; ++i) {
+        if (i == common) {
+          if (first.size() == other.size()) break;
+          return fmt::format(
+              "devices run different collectives: device 0 runs a batch of {} ({} first) but "
+              "device {} runs a batch of {} ({} first); every device must run the same "
+              "collectives in the same order with the same shapes",
+              first.size(), first.front().Describe(), d, other.size(), other.front().Describe());
+        }
+        if (other[i].fingerprint == first[i].fingerprint &&
+            other[i].sequence == first[i].sequence) {
+          continue;
+        }
+        return fmt::format(
+            "devices run different collectives: device 0 runs {} but device {} runs {}; every "
+            "device must run the same collectives in the same order with the same shapes",
+            first[i].Describe(), d, other[i].Describe());
+      }
     }
     return "";
   }
 
-  const CollectiveCall& Post(int64_t device) const { return *shared_.posts[device]; }
+  // The call of device `device` that sits where this device's call `index`
+  // sits in the batch.
+  const CollectiveCall& Post(int64_t device, size_t index) const {
+    return shared_.posts[device][index];
+  }
 
-  void Move(const CollectiveCall& call, std::byte* out) {
+  void Move(const CollectiveCall& call, size_t index, std::byte* out) {
     const std::vector<int64_t>& members = call.members();
     const int64_t n = call.group_size(), p = call.position;
     const int64_t esize = ByteWidth(call.dtype);
@@ -224,12 +271,12 @@ class ThreadCommunicator final : public Communicator {
         const int64_t begin = count * p / n, end = count * (p + 1) / n;
         if (end == begin) return;
         std::vector<const std::byte*> inputs(n);
-        for (int64_t m = 0; m < n; ++m) inputs[m] = Post(members[m]).in + begin * esize;
+        for (int64_t m = 0; m < n; ++m) inputs[m] = Post(members[m], index).in + begin * esize;
         std::byte* mine = out + begin * esize;
         ReduceBuffers(call.dtype, call.op, inputs.data(), n, mine, end - begin);
         for (int64_t m = 0; m < n; ++m) {
           if (m != p)
-            std::memcpy(Post(members[m]).out + begin * esize, mine, (end - begin) * esize);
+            std::memcpy(Post(members[m], index).out + begin * esize, mine, (end - begin) * esize);
         }
         return;
       }
@@ -240,7 +287,7 @@ class ThreadCommunicator final : public Communicator {
         const int64_t outer = call.outer, row = call.in_bytes / outer;
         if (row == 0) return;
         for (int64_t m = 0; m < n; ++m) {
-          std::byte* dst = m == p ? out : Post(members[m]).out;
+          std::byte* dst = m == p ? out : Post(members[m], index).out;
           for (int64_t o = 0; o < outer; ++o)
             std::memcpy(dst + (o * n + p) * row, call.in + o * row, row);
         }
@@ -251,7 +298,8 @@ class ThreadCommunicator final : public Communicator {
         if (row == 0) return;
         std::vector<const std::byte*> inputs(n);
         for (int64_t o = 0; o < outer; ++o) {
-          for (int64_t m = 0; m < n; ++m) inputs[m] = Post(members[m]).in + (o * n + p) * row;
+          for (int64_t m = 0; m < n; ++m)
+            inputs[m] = Post(members[m], index).in + (o * n + p) * row;
           ReduceBuffers(call.dtype, call.op, inputs.data(), n, out + o * row, row / esize);
         }
         return;
@@ -261,7 +309,8 @@ class ThreadCommunicator final : public Communicator {
         if (row == 0) return;
         for (int64_t o = 0; o < outer; ++o) {
           for (int64_t m = 0; m < n; ++m)
-            std::memcpy(out + (o * n + m) * row, Post(members[m]).in + (o * n + p) * row, row);
+            std::memcpy(out + (o * n + m) * row, Post(members[m], index).in + (o * n + p) * row,
+                        row);
         }
         return;
       }
@@ -269,7 +318,7 @@ class ThreadCommunicator final : public Communicator {
         if (call.in_bytes == 0) return;
         for (const auto& pair : call.pairs) {
           if (pair.target != device_) continue;
-          std::memcpy(out, Post(pair.source).in, call.in_bytes);
+          std::memcpy(out, Post(pair.source, index).in, call.in_bytes);
           return;
         }
         std::memset(out, 0, call.in_bytes);
@@ -461,7 +510,7 @@ void LocalCluster::Shared::Reset(std::chrono::milliseconds collective_timeout) {
   timed_out_at.reset();
   for (auto& flag : at_barrier) flag.store(0, std::memory_order_relaxed);
   for (auto& sequence : last_sequence) sequence.store(0, std::memory_order_relaxed);
-  for (auto& post : posts) post = nullptr;
+  for (auto& post : posts) post = {};
   for (auto& comm : comms) comm->StartRun();
 }
 

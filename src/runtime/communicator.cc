@@ -246,7 +246,10 @@ void Communicator::Finish(CollectiveCall& call) {
   call.fingerprint = fnv.h;
   ++sequence_;
   if (call.outer > 1 && call.group_size() > 1 && !MovesStridedChunks()) {
-    RunPacked(call);
+    RunPacked(call);  // through pack_: never waits for the batch's end
+  } else if (batching_ && call.kind != CollectiveKind::kBarrier &&
+             call.kind != CollectiveKind::kVerifyHash) {
+    batch_.push_back(call);
   } else {
     DoCollective(call);
   }
@@ -364,6 +367,25 @@ void Communicator::CollectivePermute(const void* in, void* out, int64_t count, P
   }
   call.pairs = pairs;
   Finish(call);
+}
+
+void Communicator::BeginBatch() {
+  WEFT_INTERNAL_CHECK(!batching_, "Communicator::BeginBatch inside a batch (batches do not nest)");
+  batching_ = true;
+}
+
+void Communicator::EndBatch() {
+  WEFT_INTERNAL_CHECK(batching_, "Communicator::EndBatch without BeginBatch");
+  batching_ = false;
+  if (batch_.empty()) return;
+  // Cleared even when a device fails mid-batch: the next run starts afresh.
+  std::vector<CollectiveCall> calls;
+  calls.swap(batch_);
+  if (calls.size() == 1) {
+    DoCollective(calls[0]);
+  } else {
+    DoCollectives(calls);
+  }
 }
 
 void Communicator::Barrier() {

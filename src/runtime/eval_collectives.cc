@@ -143,36 +143,61 @@ int64_t Outer(const Shape& s, int64_t d) {
   return outer;
 }
 
+// A variadic collective (several operands, a tuple of results: what
+// compiler/collective_combiner.h makes) is one communicator batch: the
+// devices meet once for all its operands.
 Value AllReduce(const HloInstruction& instr, EvalArgs& args, const ReplicaGroups& groups) {
   Value out;
+  Communicator& comm = args.ctx().comm();
+  comm.BeginBatch();
   for (int64_t i = 0; i < args.size(); ++i) {
     const HostTensor& x = args.array(i);
     const PrimitiveType t = x.element_type();
     HostTensor result = args.ReuseOrAllocate(x.shape(), {i});  // in place when x dies
-    args.ctx().comm().AllReduce(x.raw_data(), result.mutable_raw_data(), x.element_count(),
-                                CommType(t, true), CommReduceOp(instr, t), groups);
+    comm.AllReduce(x.raw_data(), result.mutable_raw_data(), x.element_count(), CommType(t, true),
+                   CommReduceOp(instr, t), groups);
     out.push_back(std::move(result));
   }
+  comm.EndBatch();
   return out;
 }
 
+// The i-th result's shape: the instruction's, or its i-th tuple element.
+const Shape& ResultShape(const HloInstruction& instr, int64_t i) {
+  return instr.shape().IsTuple() ? instr.shape().tuple_shapes(i) : instr.shape();
+}
+
 Value AllGather(const HloInstruction& instr, EvalArgs& args, const ReplicaGroups& groups) {
-  const HostTensor& x = args.array(0);
-  HostTensor out = args.ctx().Allocate(instr.shape());
-  args.ctx().comm().AllGather(x.raw_data(), out.mutable_raw_data(), x.element_count(),
-                              CommType(x.element_type(), false), groups,
-                              Outer(x.shape(), instr.dimensions()[0]));
-  return Value{std::move(out)};
+  Value out;
+  Communicator& comm = args.ctx().comm();
+  comm.BeginBatch();
+  for (int64_t i = 0; i < args.size(); ++i) {
+    const HostTensor& x = args.array(i);
+    HostTensor result = args.ctx().Allocate(ResultShape(instr, i));
+    comm.AllGather(x.raw_data(), result.mutable_raw_data(), x.element_count(),
+                   CommType(x.element_type(), false), groups,
+                   Outer(x.shape(), instr.dimensions()[0]));
+    out.push_back(std::move(result));
+  }
+  comm.EndBatch();
+  return out;
 }
 
 Value ReduceScatter(const HloInstruction& instr, EvalArgs& args, const ReplicaGroups& groups) {
-  const HostTensor& x = args.array(0);
-  const PrimitiveType t = x.element_type();
-  HostTensor out = args.ctx().Allocate(instr.shape());
-  args.ctx().comm().ReduceScatter(x.raw_data(), out.mutable_raw_data(), x.element_count(),
-                                  CommType(t, true), CommReduceOp(instr, t), groups,
-                                  Outer(x.shape(), instr.dimensions()[0]));
-  return Value{std::move(out)};
+  Value out;
+  Communicator& comm = args.ctx().comm();
+  comm.BeginBatch();
+  for (int64_t i = 0; i < args.size(); ++i) {
+    const HostTensor& x = args.array(i);
+    const PrimitiveType t = x.element_type();
+    HostTensor result = args.ctx().Allocate(ResultShape(instr, i));
+    comm.ReduceScatter(x.raw_data(), result.mutable_raw_data(), x.element_count(),
+                       CommType(t, true), CommReduceOp(instr, t), groups,
+                       Outer(x.shape(), instr.dimensions()[0]));
+    out.push_back(std::move(result));
+  }
+  comm.EndBatch();
+  return out;
 }
 
 Value AllToAll(const HloInstruction& instr, EvalArgs& args, const ReplicaGroups& groups) {

@@ -264,6 +264,44 @@ ENTRY main {
 
 // Every rule that computes a size does so without overflowing: a result too
 // large for int64 is a weft::Error naming the op (never a wrapped size).
+
+// XLA's variadic all-gather and reduce-scatter (what a collective combiner
+// makes): one result per operand, all along the same dimension.
+TEST(ShapeInferenceTest, VariadicAllGatherAndReduceScatterGiveATupleOfResults) {
+  Infer infer({"f32[6,4]", "bf16[3,2]", "f32[6,3]", "s32[]", "f32[5,4]"});
+  HloAttributes ag;
+  ag.dimensions = {0};
+  ag.replica_groups = {{0, 2}, {1, 3}};
+  EXPECT_EQ(infer(HloOpcode::kAllGather, {0, 1}), "error: all-gather takes one dimension, got {}");
+  EXPECT_EQ(infer(HloOpcode::kAllGather, {0, 1}, ag), "(f32[12,4], bf16[6,2])");
+  EXPECT_EQ(infer(HloOpcode::kAllGather, {0}, ag), "f32[12,4]");
+  EXPECT_TRUE(Mentions(infer(HloOpcode::kAllGather, {0, 3}, ag), "out of range for s32[]"));
+  ag.dimensions = {1};
+  ag.replica_groups = {};
+  EXPECT_EQ(infer(HloOpcode::kAllGather, {0, 2}, ag, "(f32[6,8], f32[6,6])"),
+            "(f32[6,8], f32[6,6])");
+  EXPECT_TRUE(Mentions(infer(HloOpcode::kAllGather, {0, 2}, ag, "f32[6,8]"),
+                       "must declare a tuple of 2 arrays"));
+  EXPECT_TRUE(Mentions(infer(HloOpcode::kAllGather, {0, 2}, ag, "(f32[6,8], f32[5,6])"),
+                       "must only scale dim 1"));
+
+  std::unique_ptr<HloModule> module = ParseHloModule(R"(HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY main {
+  ROOT p = f32[] parameter(0)
+})");
+  HloComputation* add = module->GetComputation("add");
+  HloAttributes rs;
+  rs.dimensions = {0};
+  rs.replica_groups = {{0, 1, 2}, {3, 4, 5}};
+  EXPECT_EQ(infer(HloOpcode::kReduceScatter, {0, 2}, rs, "", {add}), "(f32[2,4], f32[2,3])");
+  EXPECT_TRUE(Mentions(infer(HloOpcode::kReduceScatter, {0, 4}, rs, "", {add}),
+                       "splits dim 0 of f32[5,4] over 3 devices"));
+}
 TEST(ShapeInferenceTest, ResultsWhoseSizeOverflowsAreErrors) {
   // 2^62 elements of pred fit (2^62 bytes); twice that does not.
   const std::string big = "pred[4611686018427387904]";

@@ -358,6 +358,65 @@ TEST_P(Collectives, LargeMessagesGiveTheSameResults) {
   CheckAllToAll<float>(true, 3);
 }
 
+// A batch (BeginBatch ... EndBatch) of independent collectives of every
+// kind, strided and in place among them, gives each call the bits it gives
+// alone, small (the last device moves all) and large (every device its
+// share), and counts every call.
+TEST_P(Collectives, ABatchGivesTheBitsOfItsCallsOneByOne) {
+  for (size_t scale : {size_t{1}, size_t{4096}}) {
+    const int64_t size = GroupSize();
+    const int64_t row = static_cast<int64_t>(7 * scale);
+    auto ar = Inputs<float>(1003 * scale);
+    auto rs = Inputs<uint16_t>(3 * size * row);
+    auto ag = Inputs<float>(2 * row);
+    auto a2a = Inputs<int32_t>(size * row);
+    auto perm = Inputs<float>(5 * scale);
+    std::vector<SourceTargetPair> ring;
+    for (int64_t d = 0; d < n(); ++d) ring.push_back({d, (d + 1) % n()});
+    // All five outputs of a device, one after the other as raw bytes.
+    auto run = [&](bool batched) {
+      return RunAll<std::byte>([&](int64_t d, Communicator& c) {
+        std::vector<float> ar_out(ar[d].size()), ag_out(ag[d].size() * size);
+        std::vector<uint16_t> rs_out(rs[d].size() / size);
+        std::vector<int32_t> a2a_buffer = a2a[d];
+        std::vector<float> perm_buffer = perm[d];
+        if (batched) c.BeginBatch();
+        c.AllReduce(ar[d].data(), ar_out.data(), ar_out.size(), PrimitiveType::kF32, ReduceOp::kSum,
+                    groups());
+        c.ReduceScatter(rs[d].data(), rs_out.data(), rs[d].size(), PrimitiveType::kBF16,
+                        ReduceOp::kMax, groups(), 3);
+        c.AllGather(ag[d].data(), ag_out.data(), ag[d].size(), PrimitiveType::kF32, groups(), 2);
+        c.AllToAll(a2a_buffer.data(), a2a_buffer.data(), a2a_buffer.size(), PrimitiveType::kS32,
+                   groups());
+        c.CollectivePermute(perm_buffer.data(), perm_buffer.data(), perm_buffer.size(),
+                            PrimitiveType::kF32, ring);
+        if (batched) c.EndBatch();
+        std::vector<std::byte> all;
+        auto append = [&](const auto& v) {
+          const auto* p = reinterpret_cast<const std::byte*>(v.data());
+          all.insert(all.end(), p, p + v.size() * sizeof(v[0]));
+        };
+        append(ar_out);
+        append(rs_out);
+        append(ag_out);
+        append(a2a_buffer);
+        append(perm_buffer);
+        return all;
+      });
+    };
+    const auto alone = run(false);
+    std::vector<CollectiveStats> alone_stats;
+    for (int64_t d = 0; d < n(); ++d) alone_stats.push_back(cluster_->communicator(d).stats());
+    const auto batched = run(true);
+    for (int64_t d = 0; d < n(); ++d) {
+      ASSERT_TRUE(SameBits(batched[d], alone[d])) << "device " << d << " scale " << scale;
+      const CollectiveStats& s = cluster_->communicator(d).stats();
+      EXPECT_EQ(s.calls, alone_stats[d].calls) << d;
+      EXPECT_EQ(s.bytes_sent, alone_stats[d].bytes_sent) << d;
+    }
+  }
+}
+
 TEST_P(Collectives, BarrierAndHashCountNoBytes) {
   cluster_->Run([](int64_t d, Communicator& c) {
     c.Barrier();
@@ -575,6 +634,39 @@ TEST(LocalCluster, DifferentCollectivesOrShapesAreErrors) {
                 d == 0 ? ReplicaGroups{{0, 1}, {2, 3}} : ReplicaGroups{{0, 2}, {1, 3}});
   });
   EXPECT_NE(e.find("groups {{0,1},{2,3}}"), std::string::npos) << e;
+}
+
+TEST(LocalCluster, DifferentBatchesAreErrors) {
+  LocalCluster cluster(3);
+  std::string e = RunError(cluster, [](int64_t d, Communicator& c) {
+    std::vector<float> a(8, 1.0f), b(8, 2.0f);
+    c.BeginBatch();
+    c.AllReduce(a.data(), a.data(), 8, PrimitiveType::kF32, ReduceOp::kSum);
+    if (d != 2) c.AllReduce(b.data(), b.data(), 8, PrimitiveType::kF32, ReduceOp::kSum);
+    c.EndBatch();
+  });
+  EXPECT_NE(e.find("device 0 runs a batch of 2 (AllReduce #1"), std::string::npos) << e;
+  EXPECT_NE(e.find("device 2 runs a batch of 1"), std::string::npos) << e;
+  e = RunError(cluster, [](int64_t d, Communicator& c) {
+    std::vector<float> a(8, 1.0f), b(8 * 3, 2.0f);
+    c.BeginBatch();
+    c.AllReduce(a.data(), a.data(), 8, PrimitiveType::kF32, ReduceOp::kSum);
+    if (d == 1) {
+      c.AllGather(a.data(), b.data(), 8, PrimitiveType::kF32);
+    } else {
+      c.AllReduce(b.data(), b.data(), 8, PrimitiveType::kF32, ReduceOp::kSum);
+    }
+    c.EndBatch();
+  });
+  EXPECT_NE(e.find("device 1 runs AllGather #2"), std::string::npos) << e;
+  // The cluster runs again: a failed batch leaves nothing behind.
+  cluster.Run([](int64_t, Communicator& c) {
+    std::vector<float> a(8, 1.0f);
+    c.BeginBatch();
+    c.AllReduce(a.data(), a.data(), 8, PrimitiveType::kF32, ReduceOp::kSum);
+    c.EndBatch();
+    EXPECT_EQ(a[0], 3.0f);
+  });
 }
 
 TEST(LocalCluster, InvalidGroupsFailOnEveryDevice) {

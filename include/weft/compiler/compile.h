@@ -4,6 +4,8 @@
 //   propagate shardings (when some instruction has none)
 //     -> partition into the per-device (SPMD) program
 //     -> merge duplicate collectives (compiler/collective_cse.h)
+//     -> decompose collectives across slices (hierarchical_collectives.h)
+//     -> combine independent small collectives (collective_combiner.h)
 //     -> fuse (CompileOptions::fuse: loop fusion, compiler/fusion.h)
 //     -> schedule (compiler/schedule.h)
 //     -> assign buffers
@@ -18,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "weft/compiler/collective_combiner.h"
 #include "weft/compiler/collective_cse.h"
 #include "weft/compiler/fusion.h"
 #include "weft/compiler/hierarchical_collectives.h"
@@ -52,6 +55,9 @@ struct CompiledProgram {
   CollectiveCseStats collective_cse;
   // Collectives decomposed across slices (all zero with one slice).
   HierarchyStats hierarchy;
+  // Independent collectives combined into variadic ones
+  // (collective_combiner.h).
+  CollectiveCombinerStats combiner;
 
   // --- The back end's results (schedule.cc, buffer_assignment.cc) ---------
   // The execution order of each computation of `program` and each value's

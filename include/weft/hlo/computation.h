@@ -33,6 +33,11 @@ class HloComputation {
   // as when it is to replace `before`).
   HloInstruction* AddInstructionBefore(std::unique_ptr<HloInstruction> instruction,
                                        const HloInstruction* before);
+  // Reorders the definitions so that every operand is defined before its
+  // users, otherwise keeping the current order: an instruction moves only as
+  // early as its first user needs it (a pass that appended an instruction
+  // another one reads calls this).
+  void MakeDefinitionOrderTopological();
   // Removes an instruction nothing uses (and that is not the root).
   void RemoveInstruction(HloInstruction* instruction);
 

@@ -50,6 +50,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -177,6 +178,16 @@ class Communicator {
                          const std::vector<SourceTargetPair>& pairs);
   // Waits until every device reaches its Barrier.
   void Barrier();
+  // A batch: the collectives called between BeginBatch and EndBatch are
+  // independent (none reads a buffer an earlier one of the batch writes), and
+  // every device batches the same ones. A backend may then move them
+  // together — the threads backend meets once for the whole batch instead of
+  // once per call — so an output is only ready after EndBatch, and every
+  // buffer must stay valid until then. Each call still counts in stats() and
+  // numbers its own sequence. Batches do not nest; Barrier and
+  // VerifySameHash are not batched.
+  void BeginBatch();
+  void EndBatch();
   // Exchanges a 64-bit hash (e.g. of the program) among all devices; throws
   // weft::Error naming `what`, the hashes and the devices holding each when
   // they differ. Every device throws, so none runs a mismatched program.
@@ -228,11 +239,21 @@ class Communicator {
   // Moves the data of one validated call. Backends throw weft::Error on
   // failure. kVerifyHash is an all-gather of 8 bytes over all devices.
   virtual void DoCollective(const CollectiveCall& call) = 0;
+  // Moves the data of a batch (BeginBatch); by default one call after the
+  // other.
+  virtual void DoCollectives(std::span<const CollectiveCall> calls) {
+    for (const CollectiveCall& call : calls) DoCollective(call);
+  }
   // Whether DoCollective moves strided chunks (call.outer > 1) itself;
   // otherwise it only ever sees outer == 1.
   virtual bool MovesStridedChunks() const { return false; }
-  // Numbers the next call 1 again (a backend starting a new program).
-  void RestartSequence() { sequence_ = 0; }
+  // Numbers the next call 1 again and drops a batch a failed program left
+  // open (a backend starting a new program).
+  void RestartSequence() {
+    sequence_ = 0;
+    batching_ = false;
+    batch_.clear();
+  }
 
  private:
   template <typename T>
@@ -249,6 +270,8 @@ class Communicator {
   CollectiveStats stats_;
   std::vector<std::byte> pack_;
   int64_t sequence_ = 0;
+  bool batching_ = false;
+  std::vector<CollectiveCall> batch_;  // calls waiting for EndBatch
 };
 
 }  // namespace weft::runtime
