@@ -27,6 +27,26 @@ TEST(ComputationTest, ParametersRootAndPostOrder) {
   EXPECT_THROW(c->RemoveInstruction(sum), Error);  // root
 }
 
+TEST(ComputationTest, MakeDefinitionOrderTopologicalMovesAnInstructionOnlyAsEarlyAsNeeded) {
+  HloComputationBuilder b("f");
+  HloInstruction* x = b.Parameter(0, Shape::Scalar(PrimitiveType::kF32), "x");
+  HloInstruction* n = b.Unary(HloOpcode::kNegate, x);
+  HloInstruction* e = b.Unary(HloOpcode::kExp, x);
+  HloInstruction* sum = b.Add(n, e);
+  std::unique_ptr<HloComputation> c = b.Build();
+  c->set_root_instruction(sum);
+  // Appended last, then made an operand of n: it must move before n, and
+  // nothing else moves.
+  HloInstruction* t = c->AddInstruction(
+      HloInstruction::Create(HloOpcode::kTanh, Shape::Scalar(PrimitiveType::kF32), {x}));
+  n->ReplaceOperandWith(0, t);
+  c->MakeDefinitionOrderTopological();
+  EXPECT_EQ(c->instructions(), (std::vector<HloInstruction*>{x, t, n, e, sum}));
+  c->MakeDefinitionOrderTopological();  // already topological: unchanged
+  EXPECT_EQ(c->instructions(), (std::vector<HloInstruction*>{x, t, n, e, sum}));
+  EXPECT_EQ(c->root_instruction(), sum);
+}
+
 TEST(ComputationTest, RejectsForeignOperandsAndDuplicateParameters) {
   HloComputationBuilder a("a");
   HloInstruction* pa = a.Parameter(0, Shape::Scalar(PrimitiveType::kF32));

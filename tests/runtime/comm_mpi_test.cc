@@ -108,6 +108,21 @@ std::vector<Bytes> Program(int64_t d, int64_t n, Communicator& c) {
     std::vector<uint16_t> strided = Data<uint16_t>(d, ++step, 2 * size * 4);
     c.AllToAll(strided.data(), strided.data(), strided.size(), PrimitiveType::kBF16, groups, 2);
     out.push_back(ToBytes(strided));
+    // A batch (what a variadic collective runs): outputs are ready at
+    // EndBatch; a strided call inside it is packed around the call by MPI.
+    std::vector<float> b_ar = Data<float>(d, ++step, 101), b_ar_out(101);
+    std::vector<float> b_rs = Data<float>(d, ++step, 2 * size * 3), b_rs_out(2 * 3);
+    std::vector<uint16_t> b_ag = Data<uint16_t>(d, ++step, 9), b_ag_out(9 * size);
+    c.BeginBatch();
+    c.AllReduce(b_ar.data(), b_ar_out.data(), b_ar.size(), PrimitiveType::kF32, ReduceOp::kSum,
+                groups);
+    c.ReduceScatter(b_rs.data(), b_rs_out.data(), b_rs.size(), PrimitiveType::kF32, ReduceOp::kMax,
+                    groups, 2);
+    c.AllGather(b_ag.data(), b_ag_out.data(), b_ag.size(), PrimitiveType::kBF16, groups);
+    c.EndBatch();
+    out.push_back(ToBytes(b_ar_out));
+    out.push_back(ToBytes(b_rs_out));
+    out.push_back(ToBytes(b_ag_out));
   }
   std::vector<SourceTargetPair> ring, partial = {{n - 1, 0}}, self = {{0, 0}};
   for (int64_t i = 0; i < n; ++i) ring.push_back({i, (i + 1) % n});
