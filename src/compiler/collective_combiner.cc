@@ -98,23 +98,36 @@ void Combine(HloComputation& computation, const std::vector<HloInstruction*>& me
   HloInstruction* root = computation.root_instruction();
   computation.set_root_instruction(root);  // not "the last instruction" once more are added
   const HloInstruction& first = *members.front();
+  // Members that move the same operand (duplicates the CSE left apart, now
+  // run together) share one result.
   std::vector<HloInstruction*> operands;
   std::vector<Shape> shapes;
-  for (const HloInstruction* m : members) {
+  std::vector<int64_t> element(members.size());
+  for (size_t i = 0; i < members.size(); ++i) {
+    const HloInstruction* m = members[i];
+    auto same = std::find(operands.begin(), operands.end(), m->operand(0));
+    element[i] = same - operands.begin();
+    if (same != operands.end()) continue;
     operands.push_back(m->operand(0));
     shapes.push_back(m->shape());
   }
-  HloInstruction* combined = computation.AddInstruction(
-      HloInstruction::Create(first.opcode(), Shape::Tuple(shapes), operands, first.attrs(),
-                             first.called_computations(), first.name() + ".combined"));
+  // All members duplicates of one: that one collective, not a tuple of one.
+  const bool single = operands.size() == 1;
+  HloInstruction* combined = computation.AddInstruction(HloInstruction::Create(
+      first.opcode(), single ? shapes[0] : Shape::Tuple(shapes), operands, first.attrs(),
+      first.called_computations(), first.name() + ".combined"));
+  std::vector<HloInstruction*> elements(operands.size(), single ? combined : nullptr);
   for (size_t i = 0; i < members.size(); ++i) {
     HloInstruction* m = members[i];
-    HloAttributes index;
-    index.tuple_index = static_cast<int64_t>(i);
-    HloInstruction* element = computation.AddInstruction(HloInstruction::Create(
-        HloOpcode::kGetTupleElement, m->shape(), {combined}, index, {}, m->name() + ".element"));
-    m->ReplaceAllUsesWith(element);
-    if (root == m) computation.set_root_instruction(element);
+    HloInstruction*& e = elements[element[i]];
+    if (e == nullptr) {
+      HloAttributes index;
+      index.tuple_index = element[i];
+      e = computation.AddInstruction(HloInstruction::Create(
+          HloOpcode::kGetTupleElement, m->shape(), {combined}, index, {}, m->name() + ".element"));
+    }
+    m->ReplaceAllUsesWith(e);
+    if (root == m) computation.set_root_instruction(e);
     computation.RemoveInstruction(m);
   }
 }
