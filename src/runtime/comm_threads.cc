@@ -163,10 +163,7 @@ class ThreadCommunicator final : public Communicator {
     // places where they change.
     const std::string mismatch = shared_.mismatch;
     if (!shared_.moved_all) {
-      if (mismatch.empty()) {
-        const std::vector<std::byte*> outs = Targets(calls);
-        for (size_t i = 0; i < calls.size(); ++i) Move(calls[i], i, outs[i]);
-      }
+      if (mismatch.empty()) MoveBatch(calls);
       shared_.Arrive(device_, calls.front(), /*watchdog=*/false);
     }
     WEFT_CHECK(mismatch.empty(), "{}", mismatch);
@@ -187,23 +184,23 @@ class ThreadCommunicator final : public Communicator {
             call.kind == CollectiveKind::kCollectivePermute);
   }
 
-  // Where each call of this device's batch writes: its output, or its place
-  // in scratch_ (staged outputs one after the other).
-  std::vector<std::byte*> Targets(std::span<const CollectiveCall> calls) {
+  // Moves this device's share of each call of its batch (or, on the last
+  // device to arrive, a small batch's whole data): into the call's output,
+  // or into its place in scratch_ (staged outputs one after the other).
+  void MoveBatch(std::span<const CollectiveCall> calls) {
     int64_t bytes = 0;
     for (const CollectiveCall& call : calls) bytes += StagesOutput(call) ? call.out_bytes : 0;
     if (static_cast<int64_t>(scratch_.size()) < bytes) scratch_.resize(bytes);
-    std::vector<std::byte*> outs;
     int64_t staged = 0;
-    for (const CollectiveCall& call : calls) {
+    for (size_t i = 0; i < calls.size(); ++i) {
+      const CollectiveCall& call = calls[i];
       if (StagesOutput(call)) {
-        outs.push_back(scratch_.data() + staged);
+        Move(call, i, scratch_.data() + staged);
         staged += call.out_bytes;
       } else {
-        outs.push_back(call.out);
+        Move(call, i, call.out);
       }
     }
-    return outs;
   }
 
   // At most this many bytes read and written over all devices: one thread
@@ -219,12 +216,7 @@ class ThreadCommunicator final : public Communicator {
     }
     shared_.moved_all = shared_.mismatch.empty() && bytes <= kMoveAllBytes;
     if (!shared_.moved_all) return;
-    for (int64_t d = 0; d < shared_.n; ++d) {
-      ThreadCommunicator& comm = *shared_.comms[d];
-      const std::span<const CollectiveCall> calls = shared_.posts[d];
-      const std::vector<std::byte*> outs = comm.Targets(calls);
-      for (size_t i = 0; i < calls.size(); ++i) comm.Move(calls[i], i, outs[i]);
-    }
+    for (int64_t d = 0; d < shared_.n; ++d) shared_.comms[d]->MoveBatch(shared_.posts[d]);
   }
 
   std::string CheckSameCalls() const {

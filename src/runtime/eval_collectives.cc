@@ -145,11 +145,25 @@ int64_t Outer(const Shape& s, int64_t d) {
 
 // A variadic collective (several operands, a tuple of results: what
 // compiler/collective_combiner.h makes) is one communicator batch: the
-// devices meet once for all its operands.
+// devices meet once for all its operands. One operand needs no batch.
+class Batch {
+ public:
+  Batch(Communicator& comm, int64_t calls) : comm_(calls > 1 ? &comm : nullptr) {
+    if (comm_ != nullptr) comm_->BeginBatch();
+  }
+  // Runs the batch's calls; the outputs are ready after it.
+  void End() {
+    if (comm_ != nullptr) comm_->EndBatch();
+  }
+
+ private:
+  Communicator* comm_;
+};
+
 Value AllReduce(const HloInstruction& instr, EvalArgs& args, const ReplicaGroups& groups) {
   Value out;
   Communicator& comm = args.ctx().comm();
-  comm.BeginBatch();
+  Batch batch(comm, args.size());
   for (int64_t i = 0; i < args.size(); ++i) {
     const HostTensor& x = args.array(i);
     const PrimitiveType t = x.element_type();
@@ -158,7 +172,7 @@ Value AllReduce(const HloInstruction& instr, EvalArgs& args, const ReplicaGroups
                    CommReduceOp(instr, t), groups);
     out.push_back(std::move(result));
   }
-  comm.EndBatch();
+  batch.End();
   return out;
 }
 
@@ -170,7 +184,7 @@ const Shape& ResultShape(const HloInstruction& instr, int64_t i) {
 Value AllGather(const HloInstruction& instr, EvalArgs& args, const ReplicaGroups& groups) {
   Value out;
   Communicator& comm = args.ctx().comm();
-  comm.BeginBatch();
+  Batch batch(comm, args.size());
   for (int64_t i = 0; i < args.size(); ++i) {
     const HostTensor& x = args.array(i);
     HostTensor result = args.ctx().Allocate(ResultShape(instr, i));
@@ -179,14 +193,14 @@ Value AllGather(const HloInstruction& instr, EvalArgs& args, const ReplicaGroups
                    Outer(x.shape(), instr.dimensions()[0]));
     out.push_back(std::move(result));
   }
-  comm.EndBatch();
+  batch.End();
   return out;
 }
 
 Value ReduceScatter(const HloInstruction& instr, EvalArgs& args, const ReplicaGroups& groups) {
   Value out;
   Communicator& comm = args.ctx().comm();
-  comm.BeginBatch();
+  Batch batch(comm, args.size());
   for (int64_t i = 0; i < args.size(); ++i) {
     const HostTensor& x = args.array(i);
     const PrimitiveType t = x.element_type();
@@ -196,7 +210,7 @@ Value ReduceScatter(const HloInstruction& instr, EvalArgs& args, const ReplicaGr
                        Outer(x.shape(), instr.dimensions()[0]));
     out.push_back(std::move(result));
   }
-  comm.EndBatch();
+  batch.End();
   return out;
 }
 
