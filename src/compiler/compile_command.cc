@@ -42,6 +42,13 @@ std::string CompileSummary(const CompiledProgram& program) {
                     program.collective_cse.merged, program.collective_cse.merged == 1 ? "" : "s",
                     program.collective_cse.kept_far_apart, kMaxExtension);
   }
+  if (program.combiner.combined > 0) {
+    out += fmt::format("// {} collective{} combined into {} variadic one{} (up to {} bytes each)\n",
+                       program.combiner.removed + program.combiner.combined,
+                       program.combiner.removed + program.combiner.combined == 1 ? "" : "s",
+                       program.combiner.combined, program.combiner.combined == 1 ? "" : "s",
+                       kCombineThresholdBytes);
+  }
   return out;
 }
 
