@@ -77,6 +77,27 @@ TEST(CompileCommandTest, PrintsThePerDeviceProgramAndASummary) {
   std::filesystem::remove(input);
 }
 
+TEST(CompileCommandTest, IndependentGathersPrintAsOneVariadicAllGather) {
+  // Both operands are gathered whole for the replicated products: one
+  // all-gather moves both, and parses back.
+  const auto input = WriteTemp("weft_compile_gathers.hlo", R"(HloModule gathers
+ENTRY main {
+  a = f32[8,6] parameter(0), sharding={devices=[4,1]<=[4]}
+  b = f32[8,6] parameter(1), sharding={devices=[4,1]<=[4]}
+  ta = f32[6,8] transpose(a), dimensions={1,0}, sharding={replicated}
+  tb = f32[6,8] transpose(b), dimensions={1,0}, sharding={replicated}
+  ROOT d = f32[6,6] dot(ta, tb), lhs_contracting_dims={1}, rhs_contracting_dims={1}, sharding={replicated}
+}
+)");
+  CompileCommandOptions options;
+  options.input = input.string();
+  const std::string text = Compile(options);
+  std::unique_ptr<HloModule> module = ParseHloModule(text);
+  EXPECT_NE(text.find("// 2 collectives combined into 1 variadic one"), std::string::npos) << text;
+  EXPECT_NE(text.find("(f32[8,6], f32[8,6]) all-gather("), std::string::npos) << text;
+  std::filesystem::remove(input);
+}
+
 TEST(CompileCommandTest, FuseMakesFusionsThatParseBack) {
   const auto input = WriteTemp("weft_compile_fuse.hlo", kChain);
   CompileCommandOptions options;
