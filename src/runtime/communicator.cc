@@ -247,8 +247,10 @@ void Communicator::Finish(CollectiveCall& call) {
   ++sequence_;
   if (call.outer > 1 && call.group_size() > 1 && !MovesStridedChunks()) {
     RunPacked(call);  // through pack_: never waits for the batch's end
-  } else if (batching_ && call.kind != CollectiveKind::kBarrier &&
-             call.kind != CollectiveKind::kVerifyHash) {
+  } else if (batching_) {
+    WEFT_INTERNAL_CHECK(
+        call.kind != CollectiveKind::kBarrier && call.kind != CollectiveKind::kVerifyHash,
+        "{} inside a collective batch; end the batch first", call.Describe());
     batch_.push_back(call);
   } else {
     DoCollective(call);

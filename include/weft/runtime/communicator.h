@@ -184,8 +184,9 @@ class Communicator {
   // together — the threads backend meets once for the whole batch instead of
   // once per call — so an output is only ready after EndBatch, and every
   // buffer must stay valid until then. Each call still counts in stats() and
-  // numbers its own sequence. Batches do not nest; Barrier and
-  // VerifySameHash are not batched.
+  // numbers its own sequence. Batches do not nest, and Barrier and
+  // VerifySameHash are not called inside one. A strided call on a backend
+  // that packs (MPI) runs at once, through its pack buffer.
   void BeginBatch();
   void EndBatch();
   // Exchanges a 64-bit hash (e.g. of the program) among all devices; throws
