@@ -181,23 +181,10 @@ const Shape& ResultShape(const HloInstruction& instr, int64_t i) {
   return instr.shape().IsTuple() ? instr.shape().tuple_shapes(i) : instr.shape();
 }
 
-Value AllGather(const HloInstruction& instr, EvalArgs& args, const ReplicaGroups& groups) {
-  Value out;
-  Communicator& comm = args.ctx().comm();
-  Batch batch(comm, args.size());
-  for (int64_t i = 0; i < args.size(); ++i) {
-    const HostTensor& x = args.array(i);
-    HostTensor result = args.ctx().Allocate(ResultShape(instr, i));
-    comm.AllGather(x.raw_data(), result.mutable_raw_data(), x.element_count(),
-                   CommType(x.element_type(), false), groups,
-                   Outer(x.shape(), instr.dimensions()[0]));
-    out.push_back(std::move(result));
-  }
-  batch.End();
-  return out;
-}
-
-Value ReduceScatter(const HloInstruction& instr, EvalArgs& args, const ReplicaGroups& groups) {
+// all-gather and reduce-scatter: each operand along the instruction's
+// dimension.
+Value GatherOrScatter(const HloInstruction& instr, EvalArgs& args, const ReplicaGroups& groups) {
+  const bool gather = instr.opcode() == HloOpcode::kAllGather;
   Value out;
   Communicator& comm = args.ctx().comm();
   Batch batch(comm, args.size());
@@ -205,9 +192,14 @@ Value ReduceScatter(const HloInstruction& instr, EvalArgs& args, const ReplicaGr
     const HostTensor& x = args.array(i);
     const PrimitiveType t = x.element_type();
     HostTensor result = args.ctx().Allocate(ResultShape(instr, i));
-    comm.ReduceScatter(x.raw_data(), result.mutable_raw_data(), x.element_count(),
-                       CommType(t, true), CommReduceOp(instr, t), groups,
-                       Outer(x.shape(), instr.dimensions()[0]));
+    const int64_t outer = Outer(x.shape(), instr.dimensions()[0]);
+    if (gather) {
+      comm.AllGather(x.raw_data(), result.mutable_raw_data(), x.element_count(), CommType(t, false),
+                     groups, outer);
+    } else {
+      comm.ReduceScatter(x.raw_data(), result.mutable_raw_data(), x.element_count(),
+                         CommType(t, true), CommReduceOp(instr, t), groups, outer);
+    }
     out.push_back(std::move(result));
   }
   batch.End();
@@ -247,9 +239,8 @@ Value EvalCollective(const HloInstruction& instr, EvalArgs& args) {
     case HloOpcode::kAllReduce:
       return AllReduce(instr, args, groups);
     case HloOpcode::kAllGather:
-      return AllGather(instr, args, groups);
     case HloOpcode::kReduceScatter:
-      return ReduceScatter(instr, args, groups);
+      return GatherOrScatter(instr, args, groups);
     case HloOpcode::kAllToAll:
       return AllToAll(instr, args, groups);
     case HloOpcode::kCollectivePermute: {

@@ -705,6 +705,43 @@ TEST(LocalCluster, RunsAgainAfterAFailure) {
   for (const auto& v : out) EXPECT_EQ(v, std::vector<int32_t>{3});
 }
 
+TEST(LocalCluster, AnInputMayBeOverwrittenAsSoonAsItsCollectiveReturns) {
+  // Large all-gathers, reduce-scatters and all-to-alls meet once: each
+  // device pulls from the others' staged copies, so a device that returns
+  // first and overwrites its input (as the executor reuses a dead buffer)
+  // or runs its next collectives changes nothing a slower device reads.
+  constexpr int64_t kDevices = 4, kCount = 1 << 16;  // 256 KiB a device
+  LocalCluster cluster(kDevices);
+  std::vector<int64_t> wrong(kDevices, 0);
+  cluster.Run([&](int64_t d, Communicator& c) {
+    std::vector<int32_t> in(kCount), out(kCount * kDevices), chunk(kCount / kDevices);
+    for (int i = 0; i < 60; ++i) {
+      for (int64_t k = 0; k < kCount; ++k) in[k] = static_cast<int32_t>(d * 1000003 + k + i);
+      switch (i % 3) {
+        case 0:
+          c.AllGather(in.data(), out.data(), kCount, PrimitiveType::kS32);
+          for (int64_t m = 0; m < kDevices; ++m) {
+            wrong[d] += out[m * kCount + 5] != static_cast<int32_t>(m * 1000003 + 5 + i);
+          }
+          break;
+        case 1:
+          c.ReduceScatter(in.data(), chunk.data(), kCount, PrimitiveType::kS32, ReduceOp::kMax);
+          wrong[d] +=
+              chunk[3] != static_cast<int32_t>(3 * 1000003 + d * (kCount / kDevices) + 3 + i);
+          break;
+        default:
+          c.AllToAll(in.data(), in.data(), kCount, PrimitiveType::kS32);
+          for (int64_t m = 0; m < kDevices; ++m) {
+            wrong[d] += in[m * (kCount / kDevices)] !=
+                        static_cast<int32_t>(m * 1000003 + d * (kCount / kDevices) + i);
+          }
+          break;
+      }
+      std::fill(in.begin(), in.end(), -1);  // the input's buffer, reused at once
+    }
+  });
+  EXPECT_EQ(wrong, std::vector<int64_t>(kDevices, 0));
+}
 TEST(LocalCluster, ManyCollectivesBackToBack) {
   // Exercises posts being reused call after call by fast and slow devices.
   LocalCluster cluster(5);
