@@ -52,7 +52,7 @@ std::vector<HloInstruction*> NextGroup(const HloComputation& computation, int64_
   std::unordered_map<const HloInstruction*, std::vector<uint64_t>> ancestors;
   ancestors.reserve(post.size());
   std::vector<Group> groups;
-  for (const HloInstruction* x : post) {
+  for (HloInstruction* x : post) {
     std::vector<uint64_t> mine(words, 0);
     for (const HloInstruction* o : x->operands()) {
       const std::vector<uint64_t>& theirs = ancestors.at(o);
@@ -68,7 +68,7 @@ std::vector<HloInstruction*> NextGroup(const HloComputation& computation, int64_
         bool depends = false;  // on a member: the group would wait on itself
         for (size_t w = 0; w < words; ++w) depends = depends || (mine[w] & g.mask[w]) != 0;
         if (depends) continue;
-        g.members.push_back(const_cast<HloInstruction*>(x));
+        g.members.push_back(x);
         g.mask[bit / 64] |= uint64_t{1} << (bit % 64);
         g.bytes += bytes;
         joined = true;
@@ -76,7 +76,7 @@ std::vector<HloInstruction*> NextGroup(const HloComputation& computation, int64_
       }
       if (!joined && bytes <= threshold) {
         Group g;
-        g.members = {const_cast<HloInstruction*>(x)};
+        g.members = {x};
         g.mask.assign(words, 0);
         g.mask[bit / 64] |= uint64_t{1} << (bit % 64);
         g.bytes = bytes;
