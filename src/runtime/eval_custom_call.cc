@@ -45,10 +45,13 @@ struct AttentionCallConfig {
   // length, past which the rows are padding (-1: no padding).
   int64_t q_offset_operand = -1;
   int64_t global_q_len = -1;
-  // Built once when the mask uses no tensors (for the query offset it was
-  // built at).
-  std::optional<BlockMask> static_mask;
-  int64_t static_mask_offset = 0;
+  // The block mask of the last call, reused while the query offset and the
+  // mask tensors' bytes stay the same (a layer loop calls one instruction
+  // with the same document ids for every layer; a mask without tensors is
+  // built once).
+  std::optional<BlockMask> last_mask;
+  int64_t last_mask_offset = 0;
+  std::vector<std::byte> last_mask_tensors;
 };
 
 AttentionCallConfig ParseConfig(const HloInstruction& instr) {
@@ -574,21 +577,22 @@ Value EvalCustomCall(const HloInstruction& instr, EvalArgs& args) {
     q_offset = LoadAsInt(t.element_type(), t.raw_data(), 0);
   }
 
-  const BlockMask* block_mask = nullptr;
-  std::optional<BlockMask> dynamic_mask;
-  if (c.mask_tensors.empty()) {
-    if (!config->static_mask.has_value() || config->static_mask_offset != q_offset) {
-      config->static_mask.reset();
-      config->static_mask.emplace(
-          MakeBlockMask(c, d, AtGlobalRows(MakeMask(c, nullptr, instr), c, d, q_offset)));
-      config->static_mask_offset = q_offset;
-    }
-    block_mask = &*config->static_mask;
-  } else {
-    dynamic_mask.emplace(
-        MakeBlockMask(c, d, AtGlobalRows(MakeMask(c, &args, instr), c, d, q_offset)));
-    block_mask = &*dynamic_mask;
+  // The mask tensors' bytes, the key of the last block mask with q_offset.
+  std::vector<std::byte> mask_bytes;
+  for (size_t i = 0; i < c.mask_tensors.size(); ++i) {
+    const HostTensor& t = args.array(c.first_tensor + static_cast<int64_t>(i));
+    const auto* data = static_cast<const std::byte*>(t.raw_data());
+    mask_bytes.insert(mask_bytes.end(), data, data + t.byte_size());
   }
+  if (!config->last_mask.has_value() || config->last_mask_offset != q_offset ||
+      config->last_mask_tensors != mask_bytes) {
+    config->last_mask.reset();
+    config->last_mask.emplace(
+        MakeBlockMask(c, d, AtGlobalRows(MakeMask(c, &args, instr), c, d, q_offset)));
+    config->last_mask_offset = q_offset;
+    config->last_mask_tensors = std::move(mask_bytes);
+  }
+  const BlockMask* block_mask = &*config->last_mask;
   kernels::ScoreModPtr score = AtGlobalRows(MakeScoreMod(c, &args, instr), c, d, q_offset);
   AttentionOptions options;
   options.scale = c.scale;

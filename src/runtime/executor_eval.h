@@ -118,8 +118,9 @@ class EvalContext {
   mutable int64_t scratch_next_ = 0, scratch_end_ = 0, scratch_begin_ = 0;
 };
 
-// Per-instruction state kept across runs by one executor (e.g. a block mask
-// that depends on nothing but the shapes). Evaluators own what they store.
+// Per-instruction state kept across runs by one executor (e.g. an attention's
+// block mask, rebuilt only when its mask tensors change). Evaluators own what
+// they store.
 class InstructionCache {
  public:
   template <typename T>
