@@ -81,21 +81,6 @@ void ReduceInteger(ReduceOp op, const std::byte* const* inputs, int64_t n, std::
 
 }  // namespace
 
-float Bf16ToFloat(uint16_t bits) {
-  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
-  float value;
-  std::memcpy(&value, &wide, sizeof(value));
-  return value;
-}
-
-uint16_t FloatToBf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof(bits));
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>((bits + rounding) >> 16);
-}
-
 void ReduceBuffers(PrimitiveType dtype, ReduceOp op, const std::byte* const* inputs, int64_t n,
                    std::byte* out, int64_t count) {
   if (count <= 0) return;
@@ -106,7 +91,11 @@ void ReduceBuffers(PrimitiveType dtype, ReduceOp op, const std::byte* const* inp
       return ReduceWithOp<float, float>(op, inputs, n, out, count, same, same);
     }
     case PrimitiveType::kBF16:
-      return ReduceWithOp<uint16_t, float>(op, inputs, n, out, count, Bf16ToFloat, FloatToBf16);
+      // Lambdas, not the functions' addresses: inlined, so the loops
+      // vectorize.
+      return ReduceWithOp<uint16_t, float>(
+          op, inputs, n, out, count, [](uint16_t v) { return Bf16ToFloat(v); },
+          [](float v) { return FloatToBf16(v); });
     case PrimitiveType::kS32:
       return ReduceInteger<int32_t>(op, inputs, n, out, count);
     case PrimitiveType::kS64:

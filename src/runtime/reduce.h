@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "weft/runtime/communicator.h"
 
@@ -17,7 +18,21 @@ void ReduceBuffers(PrimitiveType dtype, ReduceOp op, const std::byte* const* inp
                    std::byte* out, int64_t count);
 
 // bfloat16 <-> float32 (round to nearest even; NaN stays NaN).
-float Bf16ToFloat(uint16_t bits);
-uint16_t FloatToBf16(float value);
+inline float Bf16ToFloat(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &wide, sizeof(value));
+  return value;
+}
+inline uint16_t FloatToBf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+  const uint32_t rounded = (bits + rounding) >> 16;
+  // A NaN keeps its sign and payload's top bits, made quiet (no branch: the
+  // loops that call this vectorize).
+  const uint32_t nan = (bits >> 16) | 0x40u;
+  return static_cast<uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
 
 }  // namespace weft::runtime

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -91,6 +92,52 @@ TEST(Reduce, Bfloat16AccumulatesInFloatAndRoundsOnce) {
   std::vector<std::vector<uint16_t>> inputs(9, std::vector<uint16_t>{FloatToBf16(1.0f / 256)});
   inputs[0][0] = FloatToBf16(1.0f);
   EXPECT_EQ(Bf16ToFloat(Reduce(PrimitiveType::kBF16, ReduceOp::kSum, inputs)[0]), 1.0f + 1.0f / 32);
+}
+
+// bf16 sums of random values over several blocks and a ragged end, with
+// infinities and NaNs among them: each element is the float32 sum, in member
+// order, rounded once to nearest even (checked bit for bit against a float64
+// reference that rounds the same way); NaN stays NaN, inf + -inf is NaN.
+TEST(Reduce, RandomBfloat16SumsRoundOnceAndKeepSpecialValues) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 4.0f);
+  constexpr int64_t kCount = 2 * 1024 + 77;
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<std::vector<uint16_t>> inputs(3, std::vector<uint16_t>(kCount));
+  for (auto& v : inputs) {
+    for (auto& x : v) x = FloatToBf16(dist(rng));
+  }
+  inputs[0][5] = FloatToBf16(inf);
+  inputs[1][6] = FloatToBf16(nan);
+  inputs[0][7] = FloatToBf16(inf), inputs[2][7] = FloatToBf16(-inf);
+  inputs[2][kCount - 1] = FloatToBf16(-inf);
+  const auto out = Reduce(PrimitiveType::kBF16, ReduceOp::kSum, inputs);
+  for (int64_t i = 0; i < kCount; ++i) {
+    float sum = 0.0f;
+    for (const auto& v : inputs) sum += Bf16ToFloat(v[i]);
+    if (std::isnan(sum)) {
+      ASSERT_TRUE(std::isnan(Bf16ToFloat(out[i]))) << i;
+      continue;
+    }
+    // Round to nearest even through float64: the bf16 neighbours below and
+    // above the sum, and the nearer one (the even one on a tie).
+    const double exact = sum;
+    uint32_t bits;
+    std::memcpy(&bits, &sum, sizeof(bits));
+    const uint32_t low = bits & 0xffff0000u, high = low + 0x10000u;
+    float lo, hi;
+    std::memcpy(&lo, &low, sizeof(lo));
+    std::memcpy(&hi, &high, sizeof(hi));
+    const double dlo = std::fabs(exact - lo), dhi = std::fabs(hi - exact);
+    const uint32_t want = std::isinf(sum) || dlo < dhi || (dlo == dhi && ((low >> 16) & 1u) == 0)
+                              ? low >> 16
+                              : high >> 16;
+    ASSERT_EQ(out[i], want) << i << ": " << sum;
+  }
+  EXPECT_TRUE(std::isinf(Bf16ToFloat(out[5])));
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(out[6])));
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(out[7])));
 }
 
 TEST(Reduce, OutputMayBeOneOfTheInputs) {
