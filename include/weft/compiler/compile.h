@@ -58,11 +58,10 @@ struct CompiledProgram {
   // Independent collectives combined into variadic ones
   // (collective_combiner.h).
   CollectiveCombinerStats combiner;
-
-  // --- The back end's results (schedule.cc, buffer_assignment.cc) ---------
-  // The execution order of each computation of `program` and each value's
-  // offset in the device's arena go here: fields `schedule` and
-  // `buffer_assignment`, filled by CompileForDevices after fusion.
+  // The schedule and the buffer assignment are not fields: the executor
+  // (runtime/executor.h) and the planner (analysis/memory_plan.h) each call
+  // compiler::AssignBuffers(*program, compiler::ScheduleComputation)
+  // (buffer_assignment.h, schedule.h), which gives both the same offsets.
 };
 
 // The number of devices the module's shardings are written for: its
