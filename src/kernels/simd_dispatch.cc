@@ -75,12 +75,18 @@ WEFT_DECLARE_AMX(amx_emulated)
 
 namespace {
 
-// `base`'s float32 code with an AMX bf16 GEMM.
+// `base`'s float32 code with an AMX bf16 GEMM and its tile management.
 Primitives WithAmxGemm(Primitives base, const char* isa, decltype(Primitives::gemm_bf16) gemm,
-                       decltype(Primitives::bf16_dot_peak_loop) peak) {
+                       decltype(Primitives::bf16_dot_peak_loop) peak,
+                       decltype(Primitives::release_tiles) release,
+                       decltype(Primitives::begin_tile_scope) begin,
+                       decltype(Primitives::end_tile_scope) end) {
   base.isa = isa;
   base.gemm_bf16 = gemm;
   base.bf16_dot_peak_loop = peak;
+  base.release_tiles = release;
+  base.begin_tile_scope = begin;
+  base.end_tile_scope = end;
   return base;
 }
 
@@ -153,10 +159,12 @@ struct Table {
   Primitives avx2 = Make_avx2();
   Primitives avx512 = Make_avx512();
   Primitives avx512bf16 = Make_avx512bf16();
-  Primitives amx = WithAmxGemm(Make_avx512bf16(), "amx", &amx::GemmBf16, &amx::PeakLoop);
+  Primitives amx = WithAmxGemm(Make_avx512bf16(), "amx", &amx::GemmBf16, &amx::PeakLoop,
+                               &amx::ReleaseTiles, &amx::BeginTileScope, &amx::EndTileScope);
   // Never chosen by name: tests force it to run the AMX blocking everywhere.
-  Primitives amx_emulated =
-      WithAmxGemm(Make_portable(), "amx-emulated", &amx_emulated::GemmBf16, nullptr);
+  Primitives amx_emulated = WithAmxGemm(Make_portable(), "amx-emulated", &amx_emulated::GemmBf16,
+                                        nullptr, &amx_emulated::ReleaseTiles,
+                                        &amx_emulated::BeginTileScope, &amx_emulated::EndTileScope);
   const char* available[5] = {};
   int num_available = 0;
   std::string amx_why_not;
@@ -271,22 +279,13 @@ const Primitives& GetBf16Primitives() {
 }
 
 void ReleaseAmxTiles() {
-  const char* isa = GetBf16Primitives().isa;
-  if (std::strcmp(isa, "amx") == 0) {
-    amx::ReleaseTiles();
-  } else if (std::strcmp(isa, "amx-emulated") == 0) {
-    amx_emulated::ReleaseTiles();
-  }
+  if (const auto release = GetBf16Primitives().release_tiles) release();
 }
 
 AmxTileScope::AmxTileScope(const Primitives& primitives) {
-  if (std::strcmp(primitives.isa, "amx") == 0) {
-    end_ = &amx::EndTileScope;
-    amx::BeginTileScope();
-  } else if (std::strcmp(primitives.isa, "amx-emulated") == 0) {
-    end_ = &amx_emulated::EndTileScope;
-    amx_emulated::BeginTileScope();
-  }
+  if (primitives.begin_tile_scope == nullptr) return;
+  end_ = primitives.end_tile_scope;
+  primitives.begin_tile_scope();
 }
 
 AmxTileScope::~AmxTileScope() {

@@ -84,6 +84,13 @@ struct Primitives {
   // TDPBF16PS tiles on amx: 2 flops per bf16 pair); null when this
   // instruction set has none.
   int64_t (*bf16_dot_peak_loop)(int64_t iterations, float* sink) = nullptr;
+
+  // The AMX tiles of this thread (amx and its model only; null elsewhere):
+  // TILERELEASE (ReleaseAmxTiles), and the start and end of a scope whose
+  // gemm_bf16 calls share one tile configuration (AmxTileScope).
+  void (*release_tiles)() = nullptr;
+  void (*begin_tile_scope)() = nullptr;
+  void (*end_tile_scope)() = nullptr;
 };
 
 // Elements per pair row of one chunk of a pair-packed B (see gemm_bf16).
