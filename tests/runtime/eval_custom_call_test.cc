@@ -356,20 +356,13 @@ ENTRY e {{
 }
 
 // An executor keeps an attention's block mask across calls while its mask
-// tensors hold the same values; new segment ids must give a new mask.
+// tensors hold the same values; new segment ids must give a new mask (kForward
+// returns dv, which the forward's and the backward's masks both shape).
 TEST(EvalCustomCallTest, ABlockMaskIsRebuiltWhenTheSegmentIdsChange) {
-  constexpr const char* kText = R"(HloModule m
-ENTRY e {
-  q = f32[2,4,40,16] parameter(0)
-  k = f32[2,2,40,16] parameter(1)
-  v = f32[2,2,40,16] parameter(2)
-  seg = s32[2,40] parameter(3)
-  fa = (f32[2,4,40,16], f32[2,4,40]) custom-call(q, k, v, seg), custom_call_target="weft.flex_attention", backend_config={"mask": "q_idx >= kv_idx && seg[b, q_idx] == seg[b, kv_idx]", "mask_tensors": ["seg"], "q_block": 16, "kv_block": 16}
-  ROOT out = f32[2,4,40,16] get-tuple-element(fa), index=0
-})";
   std::mt19937 rng(7);
   const HostTensor q = Random("f32[2,4,40,16]", rng), k = Random("f32[2,2,40,16]", rng),
-                   v = Random("f32[2,2,40,16]", rng);
+                   v = Random("f32[2,2,40,16]", rng), bias = Random("f32[4,79]", rng, -0.5, 0.5),
+                   dout = Random("f32[2,4,40,16]", rng), dlse = Random("f32[2,4,40]", rng);
   // Two random documentings of the rows: ids ascend, a new document starts
   // with probability 1/8.
   auto random_segments = [&] {
@@ -383,13 +376,16 @@ ENTRY e {
   };
   const HostTensor seg_a = random_segments(), seg_b = random_segments();
   ASSERT_NE(seg_a.ToDoubles(), seg_b.ToDoubles());
-  auto module = testing::Parse(kText);
-  auto fresh = [&](const HostTensor& seg) { return testing::Run(*module, {q, k, v, seg})[0]; };
+  auto module = testing::Parse(kForward);
+  auto inputs = [&](const HostTensor& seg) {
+    return std::vector<HostTensor>{q, k, v, seg, bias, dout, dlse};
+  };
+  auto fresh = [&](const HostTensor& seg) { return testing::Run(*module, inputs(seg))[0]; };
   const std::vector<double> want_a = fresh(seg_a).ToDoubles(), want_b = fresh(seg_b).ToDoubles();
   EXPECT_NE(want_a, want_b);
   Executor executor(*module);
   for (const HostTensor* seg : {&seg_a, &seg_a, &seg_b, &seg_a}) {
-    EXPECT_EQ(executor.Run({q, k, v, *seg})[0].ToDoubles(), seg == &seg_a ? want_a : want_b);
+    EXPECT_EQ(executor.Run(inputs(*seg))[0].ToDoubles(), seg == &seg_a ? want_a : want_b);
   }
 }
 
