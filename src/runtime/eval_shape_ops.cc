@@ -8,6 +8,7 @@
 
 #include "executor_eval.h"
 #include "weft/base/error.h"
+#include "weft/base/thread_pool.h"
 #include "weft/compiler/buffer_assignment.h"
 
 namespace weft::runtime::exec {
@@ -303,18 +304,40 @@ void StridedCopy(const void* src, void* dst, std::vector<CopyDim> dims, int64_t 
     if (d.size == 0) return;
   }
   dims = Canonicalize(dims);
-  switch (elem_bytes) {
-    case 1:
-      return StridedCopyT(static_cast<const uint8_t*>(src), static_cast<uint8_t*>(dst), dims);
-    case 2:
-      return StridedCopyT(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), dims);
-    case 4:
-      return StridedCopyT(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), dims);
-    case 8:
-      return StridedCopyT(static_cast<const uint64_t*>(src), static_cast<uint64_t*>(dst), dims);
-    default:
-      Fail("no strided copy for {}-byte elements", elem_bytes);
-  }
+  auto copy = [&](const std::byte* s, std::byte* d, const std::vector<Dim>& part) {
+    switch (elem_bytes) {
+      case 1:
+        return StridedCopyT(reinterpret_cast<const uint8_t*>(s), reinterpret_cast<uint8_t*>(d),
+                            part);
+      case 2:
+        return StridedCopyT(reinterpret_cast<const uint16_t*>(s), reinterpret_cast<uint16_t*>(d),
+                            part);
+      case 4:
+        return StridedCopyT(reinterpret_cast<const uint32_t*>(s), reinterpret_cast<uint32_t*>(d),
+                            part);
+      case 8:
+        return StridedCopyT(reinterpret_cast<const uint64_t*>(s), reinterpret_cast<uint64_t*>(d),
+                            part);
+      default:
+        Fail("no strided copy for {}-byte elements", elem_bytes);
+    }
+  };
+  const auto* from = static_cast<const std::byte*>(src);
+  auto* to = static_cast<std::byte*>(dst);
+  // A large copy runs on the thread pool (the calling thread's share), in
+  // parts along its outermost dim: each part writes its own elements.
+  constexpr int64_t kPartBytes = 128 << 10;
+  int64_t bytes = elem_bytes;
+  for (const Dim& d : dims) bytes *= d.size;
+  const int64_t outer = dims.empty() ? 1 : dims[0].size;
+  const int64_t parts = std::min(outer, bytes / kPartBytes);
+  if (parts < 2) return copy(from, to, dims);
+  ThreadPool::Global().ParallelFor(parts, [&](int64_t part, int) {
+    const int64_t begin = outer * part / parts, end = outer * (part + 1) / parts;
+    std::vector<Dim> mine = dims;
+    mine[0].size = end - begin;
+    copy(from + begin * dims[0].src * elem_bytes, to + begin * dims[0].dst * elem_bytes, mine);
+  });
 }
 
 void TransposeBytes(const void* in, const std::vector<int64_t>& in_dims,

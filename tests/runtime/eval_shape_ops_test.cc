@@ -261,6 +261,45 @@ ENTRY e {
               }));
 }
 
+// Copies of several 128 KiB parts run on the thread pool, split along their
+// outermost dim (StridedCopy): every kind of copy gives the same elements.
+TEST(EvalShapeOpsTest, LargeCopiesRunInPartsAndGiveTheSameElements) {
+  const char* text = R"(HloModule m
+ENTRY e {
+  x = f32[96,40,64] parameter(0)
+  t = f32[64,96,40] transpose(x), dimensions={2,0,1}
+  r = f32[96,40,64] reverse(x), dimensions={0,2}
+  s = f32[47,40,32] slice(x), slice={[1:95:2], [0:40], [1:64:2]}
+  v = f32[40,64] parameter(1)
+  b = f32[96,40,64] broadcast(v), dimensions={1,2}
+  u = f32[80,40,64] parameter(2)
+  i = s32[] parameter(3)
+  zero = s32[] constant(0)
+  ROOT dus = f32[96,40,64] dynamic-update-slice(x, u, i, zero, zero)
+})";
+  std::mt19937 rng(8);
+  HostTensor x = Random("f32[96,40,64]", rng), v = Random("f32[40,64]", rng),
+             u = Random("f32[80,40,64]", rng);
+  auto out = RunNamed(text, {x, v, u, HostTensor::Scalar(PrimitiveType::kS32, 11)},
+                      {"t", "r", "s", "b", "dus"});
+  ExpectEqual(out["t"], Gather(x, {64, 96, 40}, [](auto k) {
+                return std::vector<int64_t>{k[1], k[2], k[0]};
+              }));
+  ExpectEqual(out["r"], Gather(x, {96, 40, 64}, [](auto k) {
+                return std::vector<int64_t>{95 - k[0], k[1], 63 - k[2]};
+              }));
+  ExpectEqual(out["s"], Gather(x, {47, 40, 32}, [](auto k) {
+                return std::vector<int64_t>{1 + 2 * k[0], k[1], 1 + 2 * k[2]};
+              }));
+  ExpectEqual(out["b"], Gather(v, {96, 40, 64}, [](auto k) {
+                return std::vector<int64_t>{k[1], k[2]};
+              }));
+  std::vector<double> want = x.ToDoubles();
+  const std::vector<double> update = u.ToDoubles();
+  std::copy(update.begin(), update.end(), want.begin() + 11 * 40 * 64);
+  ExpectEqual(out["dus"], want);
+}
+
 // Tokens thread through after-all (from nothing, one or several tokens), a
 // token parameter and the root: they hold no bytes and the data beside them
 // is computed as if they were absent.
