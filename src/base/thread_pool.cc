@@ -41,6 +41,12 @@ void ThreadPool::SetThreadsForThisThread(int n) {
   omp_set_num_threads(n > 0 ? n : Global().num_threads());
 }
 
+void ThreadPool::EndWorkersOfThisThread() {
+  // libgomp ends only this thread's pool, and nothing inside a parallel
+  // region (it then returns an error, ignored: nothing to end).
+  if (!t_inside_pool) omp_pause_resource_all(omp_pause_soft);
+}
+
 ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads < 1 ? 1 : num_threads) {
   state_ = new State();
 }

@@ -38,6 +38,7 @@
 #include <thread>
 
 #include "reduce.h"
+#include "weft/base/thread_pool.h"
 #include "weft/runtime/config.h"
 
 namespace weft::runtime {
@@ -580,6 +581,9 @@ void LocalCluster::Run(const DeviceFn& fn) {
     std::lock_guard<std::mutex> lock(s.mu);
     std::fill(s.exited.begin(), s.exited.end(), 0);
   }
+  // The devices' teams get the cores; this thread's idle workers would
+  // count against them (ThreadPool::EndWorkersOfThisThread).
+  ThreadPool::EndWorkersOfThisThread();
   try {
     for (int64_t d = 0; d < s.n; ++d) threads.emplace_back(device_main, d);
   } catch (const std::exception& e) {

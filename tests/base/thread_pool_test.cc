@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -100,6 +101,40 @@ TEST(ThreadPool, AThreadsShareSizesItsTeams) {
   device.join();
   EXPECT_GE(highest.load(), 0);
   EXPECT_LE(highest.load(), 1);
+}
+
+int64_t ThreadsOfThisProcess() {
+  int64_t n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    (void)entry;
+    ++n;
+  }
+  return n;
+}
+
+// Before LocalCluster's device threads start, the launching thread ends its
+// idle workers: libgomp counted them as threads competing for the cores and
+// made every team's barriers sleep at once. The next job starts them again.
+TEST(ThreadPool, EndingAThreadsWorkersLeavesFewerThreadsAndTheNextJobRuns) {
+  ThreadPool pool(3);
+  std::vector<int> hits(64, 0);
+  std::thread launcher([&] {  // a thread of its own: no team from other tests
+    pool.ParallelFor(64, [&](int64_t t, int) { hits[t] += 1; });
+    const int64_t with_workers = ThreadsOfThisProcess();
+    ThreadPool::EndWorkersOfThisThread();
+    EXPECT_EQ(ThreadsOfThisProcess(), with_workers - 2);
+    std::set<int> threads;
+    std::mutex mu;
+    pool.ParallelFor(64, [&](int64_t t, int thread) {
+      hits[t] += 1;
+      std::lock_guard<std::mutex> lock(mu);
+      threads.insert(thread);
+    });
+    EXPECT_EQ(ThreadsOfThisProcess(), with_workers);
+    EXPECT_GE(threads.size(), 1u);
+  });
+  launcher.join();
+  for (int h : hits) EXPECT_EQ(h, 2);
 }
 
 }  // namespace

@@ -33,6 +33,15 @@ class ThreadPool {
   // again for the next larger one.
   static void SetThreadsForThisThread(int n);
 
+  // Ends the worker threads of the calling thread's teams (OpenMP's pause;
+  // its next ParallelFor starts them again). Call it before handing the
+  // cores to other threads (LocalCluster's devices): libgomp counts idle
+  // workers as threads competing for the cores, and with more of those than
+  // cores every team's barriers sleep at once instead of spinning, so every
+  // parallel region waits for a futex wake-up (tiny on one device: ~680
+  // context switches a step, the second core 20% idle).
+  static void EndWorkersOfThisThread();
+
   // Runs fn(task, thread) for task in [0, num_tasks); thread is in
   // [0, num_threads()) and identifies per-thread scratch. Rethrows the first
   // exception thrown by any task after all running tasks have stopped. The
