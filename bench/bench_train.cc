@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
@@ -33,13 +34,21 @@ constexpr OpClass kReportedClasses[] = {
     OpClass::kDataMovement, OpClass::kReduction, OpClass::kCollective,  OpClass::kFusedLoops};
 
 struct Faults {
-  int64_t minor = 0, major = 0, max_rss_bytes = 0;
+  int64_t minor = 0, major = 0, max_rss_bytes = 0, context_switches = 0;
 };
 
 Faults ProcessFaults() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  return {usage.ru_minflt, usage.ru_majflt, static_cast<int64_t>(usage.ru_maxrss) * 1024};
+  return {usage.ru_minflt, usage.ru_majflt, static_cast<int64_t>(usage.ru_maxrss) * 1024,
+          usage.ru_nvcsw + usage.ru_nivcsw};
+}
+
+std::string OpenMpSpin() {
+  if (const char* count = std::getenv("GOMP_SPINCOUNT")) return count;
+  if (const char* policy = std::getenv("OMP_WAIT_POLICY"))
+    return fmt::format("OMP_WAIT_POLICY={}", policy);
+  return "libgomp's default";
 }
 
 }  // namespace
@@ -172,6 +181,9 @@ TrainBenchResult MeasureTrain(const TrainBenchOptions& options) {
   r.allocated_bytes_per_step = allocated_bytes / n;
   r.minor_faults_per_step = static_cast<double>(faults_end.minor - faults_start.minor) / n;
   r.major_faults_per_step = static_cast<double>(faults_end.major - faults_start.major) / n;
+  r.context_switches_per_step =
+      static_cast<double>(faults_end.context_switches - faults_start.context_switches) / n;
+  r.openmp_spin = OpenMpSpin();
   r.max_rss_bytes = faults_end.max_rss_bytes;
   for (auto& [name, t] : instruction_times) {
     t.seconds_per_step /= n;
@@ -229,6 +241,8 @@ int RunTrainBench(const TrainBenchOptions& options) {
     j["allocated_bytes_per_step"] = r.allocated_bytes_per_step;
     j["minor_faults_per_step"] = r.minor_faults_per_step;
     j["major_faults_per_step"] = r.major_faults_per_step;
+    j["context_switches_per_step"] = r.context_switches_per_step;
+    j["openmp_spin"] = r.openmp_spin;
     j["peak_bytes_per_device"] = r.peak_bytes_per_device;
     j["max_rss_bytes"] = r.max_rss_bytes;
     j["loss_first"] = r.loss_first;
@@ -275,10 +289,10 @@ int RunTrainBench(const TrainBenchOptions& options) {
   }
   fmt::print(
       "per step: {:.0f} instructions, {:.0f} buffer allocations ({}), {:.0f} minor and {:.0f} "
-      "major page faults (whole process)\n",
+      "major page faults, {:.0f} context switches (whole process; OpenMP spin count: {})\n",
       r.instructions_per_step, r.allocations_per_step,
       FormatBytes(static_cast<int64_t>(r.allocated_bytes_per_step)), r.minor_faults_per_step,
-      r.major_faults_per_step);
+      r.major_faults_per_step, r.context_switches_per_step, r.openmp_spin);
   fmt::print("peak bytes per device (device 0's executor): {}; process max RSS {}\n",
              FormatBytes(r.peak_bytes_per_device), FormatBytes(r.max_rss_bytes));
   if (options.top > 0) {

@@ -71,6 +71,12 @@ struct TrainBenchResult {
   double instructions_per_step = 0;
   double allocations_per_step = 0, allocated_bytes_per_step = 0;
   double minor_faults_per_step = 0, major_faults_per_step = 0;
+  // Voluntary and involuntary, every thread of the process: a team that
+  // sleeps at its barriers shows here (docs/DESIGN.md, "Threads").
+  double context_switches_per_step = 0;
+  // libgomp's spin count as the process started it: GOMP_SPINCOUNT, else
+  // "OMP_WAIT_POLICY=<policy>", else "libgomp's default".
+  std::string openmp_spin;
   int64_t peak_bytes_per_device = 0;  // device 0's executor, the largest over the timed steps
   int64_t max_rss_bytes = 0;
   double loss_first = 0, loss_last = 0;  // of the timed steps

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -21,6 +22,9 @@ using weft::testing::RunWeft;
 const std::string kMicro = std::string(WEFT_SOURCE_DIR) + "/tests/train/data/micro.toml";
 
 TEST(BenchTrainTest, JsonOfTwoMicroStepsHasEveryFieldWithSaneValues) {
+  // weft chooses libgomp's spin count where the environment does not.
+  unsetenv("GOMP_SPINCOUNT");
+  unsetenv("OMP_WAIT_POLICY");
   const Output o = RunWeft("bench train '" + kMicro + "' --steps 2 --warmup 1 --json");
   ASSERT_EQ(o.exit_code, 0) << o.err << o.out;
   const nlohmann::json j = nlohmann::json::parse(o.out, nullptr, false);
@@ -102,11 +106,29 @@ TEST(BenchTrainTest, JsonOfTwoMicroStepsHasEveryFieldWithSaneValues) {
   EXPECT_EQ(j.at("allocated_bytes_per_step").get<double>(), 0);
   EXPECT_GE(j.at("minor_faults_per_step").get<double>(), 0);
   EXPECT_GE(j.at("major_faults_per_step").get<double>(), 0);
+  EXPECT_GE(j.at("context_switches_per_step").get<double>(), 0);
+  EXPECT_EQ(j.at("openmp_spin"), "2000");
   const int64_t peak_bytes = j.at("peak_bytes_per_device");
   EXPECT_GT(peak_bytes, 0);
   EXPECT_GE(j.at("max_rss_bytes").get<int64_t>(), peak_bytes);
   EXPECT_TRUE(std::isfinite(j.at("loss_first").get<double>()));
   EXPECT_GT(j.at("loss_last").get<double>(), 0);
+}
+
+// The environment's OpenMP settings win over weft's spin count.
+TEST(BenchTrainTest, TheEnvironmentsOpenMpSpinCountIsKept) {
+  setenv("GOMP_SPINCOUNT", "5000", 1);
+  const Output spin =
+      RunWeft("bench train '" + kMicro + "' --steps 1 --warmup 1 --json --no-profile");
+  unsetenv("GOMP_SPINCOUNT");
+  setenv("OMP_WAIT_POLICY", "passive", 1);
+  const Output passive =
+      RunWeft("bench train '" + kMicro + "' --steps 1 --warmup 1 --json --no-profile");
+  unsetenv("OMP_WAIT_POLICY");
+  ASSERT_EQ(spin.exit_code, 0) << spin.err << spin.out;
+  ASSERT_EQ(passive.exit_code, 0) << passive.err << passive.out;
+  EXPECT_EQ(nlohmann::json::parse(spin.out).at("openmp_spin"), "5000");
+  EXPECT_EQ(nlohmann::json::parse(passive.out).at("openmp_spin"), "OMP_WAIT_POLICY=passive");
 }
 
 TEST(BenchTrainTest, NoWarmupIsRefusedNamingTheFlag) {
