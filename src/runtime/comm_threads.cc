@@ -11,9 +11,16 @@
 // backend, so both give the same bits.
 // A device waits at a barrier at most the collective timeout; then the run
 // fails naming the devices that did not arrive (the watchdog). Devices
-// arrive by counting themselves atomically, and waiting devices sleep on a
-// futex that the last to arrive (or a failure) bumps: only the last to
-// arrive takes the cluster's mutex, to release the others. A small collective (kMoveAllBytes)
+// arrive by counting themselves atomically; only the last to arrive takes
+// the cluster's mutex, to release the others.
+// Each device runs on a fiber, on one of LocalCluster::threads() threads
+// (no more than the cores). A waiting device yields its thread to the
+// thread's other devices; a thread whose devices all wait spins for a few
+// tens of microseconds, then sleeps on a futex that the last to arrive (or a
+// failure) bumps. So four devices on two cores take turns at collectives:
+// the kernel neither preempts one device for another in the middle of its
+// work nor wakes a sleeping thread at every collective (tiny's 2 x 2 mesh:
+// ~600 context switches a step with a thread per device, ~40 with fibers). A small collective (kMoveAllBytes)
 // is moved whole by the last device to arrive, so it needs one barrier, not
 // two: four devices on two cores meet in ~25 us instead of ~50. A batch
 // (Communicator::BeginBatch: a variadic collective's operands) is posted
@@ -38,6 +45,7 @@
 #include <thread>
 
 #include "reduce.h"
+#include "weft/base/fiber.h"
 #include "weft/base/thread_pool.h"
 #include "weft/runtime/config.h"
 
@@ -69,6 +77,27 @@ void FutexWakeAll(std::atomic<uint32_t>& word) {
 }
 
 class ThreadCommunicator;
+
+// The thread that runs some devices' fibers (LocalCluster::Run): a waiting
+// device notes its deadline and yields; a round of resumes in which no
+// device got further sends the thread to wait for the next release.
+struct Worker {
+  uint64_t progress = 0;  // bumped by every device that arrives at a barrier
+  std::chrono::steady_clock::time_point deadline;  // the earliest watchdog
+};
+
+thread_local Worker* t_worker = nullptr;
+
+// How long a thread whose devices all wait spins before it sleeps: tiny's
+// 2 x 2 mesh on two cores ran as fast with 50, 200 and 1000 us, and 2-4%
+// slower without spinning (docs/PERFORMANCE.md).
+constexpr std::chrono::microseconds kSpin{50};
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
 
 }  // namespace
 
@@ -126,7 +155,10 @@ struct LocalCluster::Shared {
   // barrier, and the last collective it entered (0: none).
   std::vector<std::atomic<char>> at_barrier;
   std::vector<std::atomic<int64_t>> last_sequence;
-  std::vector<char> exited;  // per device: its thread has returned (or never ran)
+  std::vector<char> exited;  // per device: its fiber has returned (or never ran)
+  // Per device, kept across runs (a thread's stack would be faulted in
+  // again at every run).
+  std::vector<std::unique_ptr<Fiber::Stack>> stacks;
 
  private:
   std::string TimeoutMessage(const CollectiveCall& call) const;
@@ -336,7 +368,8 @@ LocalCluster::Shared::Shared(int64_t num_devices)
       posts(num_devices),
       at_barrier(num_devices),
       last_sequence(num_devices),
-      exited(num_devices, 1) {}
+      exited(num_devices, 1),
+      stacks(num_devices) {}
 
 namespace {
 
@@ -414,22 +447,20 @@ void LocalCluster::Shared::Arrive(int64_t device, const CollectiveCall& call, bo
     return;
   }
   const auto start = std::chrono::steady_clock::now();
-  // No polling: with more devices than cores (the usual case here), a
-  // polling device takes the core a missing device needs; polling for up to
-  // 50 us made four devices on two cores meet more slowly, not faster. So
-  // did polling only while the devices still missing seemed to leave a core
-  // free (28 -> 50 us a collective): a missing device is often queued
-  // behind the poller on its own core.
+  // The device's fiber gives its thread to the thread's other devices; when
+  // all of them wait, the thread spins, then sleeps (RunWorker).
+  WEFT_INTERNAL_CHECK(t_worker != nullptr, "LocalCluster: device {} waits outside its fiber",
+                      device);
+  Worker& worker = *t_worker;
+  ++worker.progress;  // this device ran up to here since it last yielded
   for (;;) {
-    const uint32_t seen = wake.load(std::memory_order_acquire);
     if (released_generation.load(std::memory_order_acquire) != my_generation) return;
     if (stopped.load(std::memory_order_acquire)) break;
-    std::optional<std::chrono::nanoseconds> left;
     if (watchdog) {
-      left = start + timeout - std::chrono::steady_clock::now();
-      if (left->count() <= 0) break;
+      if (std::chrono::steady_clock::now() >= start + timeout) break;
+      worker.deadline = std::min(worker.deadline, start + timeout);
     }
-    FutexWait(wake, seen, left);
+    Fiber::Yield();
   }
   // Stopped or timed out: decide under the mutex, as every failure is
   // recorded.
@@ -529,6 +560,18 @@ Communicator& LocalCluster::communicator(int64_t device) {
   return *shared_->comms[device];
 }
 
+int64_t LocalCluster::threads() const {
+  return threads_ ? *threads_
+                  : std::min<int64_t>(shared_->n, ThreadPool::Global().num_threads());
+}
+
+void LocalCluster::set_threads(int64_t threads) {
+  WEFT_CHECK(threads >= 1 && threads <= shared_->n,
+             "LocalCluster: {} threads for {} devices; give 1..{}", threads, shared_->n,
+             shared_->n);
+  threads_ = threads;
+}
+
 void LocalCluster::set_collective_timeout(std::chrono::milliseconds timeout) {
   WEFT_CHECK(timeout.count() > 0, "the collective timeout must be positive, got {} ms",
              timeout.count());
@@ -543,8 +586,8 @@ void LocalCluster::Run(const DeviceFn& fn) {
     for (int64_t d = 0; d < s.n; ++d)
       if (!s.exited[d]) hung.push_back(d);
     WEFT_CHECK(hung.empty(),
-               "LocalCluster: the thread of device{} {} from an earlier run that timed out in a "
-               "collective never returned; create a new cluster (or end the process)",
+               "LocalCluster: device{} {} of an earlier run that timed out in a collective never "
+               "returned; create a new cluster (or end the process)",
                hung.size() == 1 ? "" : "s", fmt::join(hung, ","));
   }
   const std::chrono::milliseconds timeout =
@@ -575,8 +618,56 @@ void LocalCluster::Run(const DeviceFn& fn) {
     }
     s.MarkExited(d);
   };
-  std::vector<std::thread> threads;
-  threads.reserve(s.n);
+  const int64_t num_threads = threads();
+  for (int64_t d = 0; d < s.n; ++d) {
+    if (!s.stacks[d]) s.stacks[d] = std::make_unique<Fiber::Stack>();
+  }
+  // Thread t runs devices t, t + num_threads, ... as fibers.
+  auto thread_main = [shared, device_main, num_threads](int64_t t) {
+    Shared& s = *shared;
+    std::vector<std::unique_ptr<Fiber>> fibers;
+    for (int64_t d = t; d < s.n; d += num_threads)
+      fibers.push_back(std::make_unique<Fiber>(*s.stacks[d], [&device_main, d] { device_main(d); }));
+    Worker worker;
+    t_worker = &worker;
+    size_t running = fibers.size();
+    while (running > 0) {
+      // Read before the round: a release during it changes `wake`, so the
+      // wait below returns at once.
+      const uint32_t seen = s.wake.load(std::memory_order_acquire);
+      const uint64_t progress = worker.progress;
+      worker.deadline = std::chrono::steady_clock::time_point::max();
+      for (auto& fiber : fibers) {
+        if (fiber->finished()) continue;
+        fiber->Resume();
+        if (fiber->finished()) {
+          --running;
+          ++worker.progress;
+        }
+      }
+      if (running == 0 || worker.progress != progress) continue;
+      // Every device of this thread waits. The threads are no more than the
+      // cores, so spinning takes no core from a device that has work; a
+      // futex wake-up of a sleeping vCPU costs tens of microseconds on a
+      // KVM guest.
+      const auto now = std::chrono::steady_clock::now();
+      const auto spin_until = std::min(worker.deadline, now + kSpin);
+      while (s.wake.load(std::memory_order_acquire) == seen &&
+             std::chrono::steady_clock::now() < spin_until) {
+        for (int i = 0; i < 64; ++i) CpuRelax();
+      }
+      if (s.wake.load(std::memory_order_acquire) != seen) continue;
+      std::optional<std::chrono::nanoseconds> left;
+      if (worker.deadline != std::chrono::steady_clock::time_point::max()) {
+        left = worker.deadline - std::chrono::steady_clock::now();
+        if (left->count() <= 0) continue;
+      }
+      FutexWait(s.wake, seen, left);
+    }
+    t_worker = nullptr;
+  };
+  std::vector<std::thread> workers;
+  workers.reserve(num_threads);
   {
     std::lock_guard<std::mutex> lock(s.mu);
     std::fill(s.exited.begin(), s.exited.end(), 0);
@@ -585,18 +676,21 @@ void LocalCluster::Run(const DeviceFn& fn) {
   // count against them (ThreadPool::EndWorkersOfThisThread).
   ThreadPool::EndWorkersOfThisThread();
   try {
-    for (int64_t d = 0; d < s.n; ++d) threads.emplace_back(device_main, d);
+    for (int64_t t = 0; t < num_threads; ++t) workers.emplace_back(thread_main, t);
   } catch (const std::exception& e) {
-    s.RecordError(
-        fmt::format("LocalCluster: could not start device thread {}: {}", threads.size(), e.what()),
-        /*internal=*/false);
+    s.RecordError(fmt::format("LocalCluster: could not start thread {} of {}: {}", workers.size(),
+                              num_threads, e.what()),
+                  /*internal=*/false);
     std::lock_guard<std::mutex> lock(s.mu);
-    for (size_t d = threads.size(); d < static_cast<size_t>(s.n); ++d) s.exited[d] = 1;
+    for (int64_t d = 0; d < s.n; ++d) {
+      if (d % num_threads >= static_cast<int64_t>(workers.size())) s.exited[d] = 1;
+    }
   }
   {
-    // Every thread exits, except perhaps the devices that never arrived at a
-    // timed-out collective: they get a grace to reach their next collective
-    // (which releases them) or to return.
+    // Every device returns, except perhaps the devices that never arrived at
+    // a timed-out collective (and those behind them on their threads): they
+    // get a grace to reach their next collective (which releases them) or
+    // to return.
     const auto grace = std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(2));
     std::unique_lock<std::mutex> lock(s.mu);
     auto all_exited = [&] {
@@ -611,18 +705,19 @@ void LocalCluster::Run(const DeviceFn& fn) {
       }
     }
   }
-  for (size_t d = 0; d < threads.size(); ++d) {
-    bool done;
+  for (size_t t = 0; t < workers.size(); ++t) {
+    bool done = true;
     {
       std::lock_guard<std::mutex> lock(s.mu);
-      done = s.exited[d] != 0;
+      for (int64_t d = static_cast<int64_t>(t); d < s.n; d += num_threads)
+        done = done && s.exited[d] != 0;
     }
-    // A thread that marked itself exited returns at once; a hung one is left
+    // A thread whose devices all returned ends at once; a hung one is left
     // running with its own references to the shared state.
     if (done) {
-      threads[d].join();
+      workers[t].join();
     } else {
-      threads[d].detach();
+      workers[t].detach();
     }
   }
   std::lock_guard<std::mutex> lock(s.mu);

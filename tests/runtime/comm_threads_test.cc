@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "weft/base/error.h"
+#include "weft/base/thread_pool.h"
 #include "weft/runtime/config.h"
 
 namespace weft::runtime {
@@ -519,6 +520,7 @@ TEST(LocalCluster, ErrorKindsSurviveTheDeviceThreads) {
 TEST(LocalCluster, ADeviceThatNeverArrivesFailsTheOthersAfterTheTimeout) {
   ScopedConfigOverride timeout(ConfigKey::kCollectiveTimeout, 1);
   LocalCluster cluster(4);
+  cluster.set_threads(4);  // one device a thread: only device 2 hangs
   auto release = std::make_shared<std::promise<void>>();
   std::shared_future<void> released = release->get_future().share();
   const auto start = std::chrono::steady_clock::now();
@@ -540,7 +542,7 @@ TEST(LocalCluster, ADeviceThatNeverArrivesFailsTheOthersAfterTheTimeout) {
   EXPECT_LT(elapsed, std::chrono::seconds(8));  // 1 s timeout + at most 1 s grace
   // The hung thread still runs: the cluster refuses a new run until it returns.
   const std::string refused = RunOutcome(cluster, [](int64_t, Communicator& c) { c.Barrier(); });
-  EXPECT_NE(refused.find("the thread of device 2 from an earlier run"), std::string::npos)
+  EXPECT_NE(refused.find("device 2 of an earlier run"), std::string::npos)
       << refused;
   // Released, device 2 reaches its collective, is told the run was aborted and
   // returns; then the cluster runs again.
@@ -557,6 +559,7 @@ TEST(LocalCluster, ADeviceThatNeverArrivesFailsTheOthersAfterTheTimeout) {
 // is released at its collective and joined, so nothing is left running.
 TEST(LocalCluster, ASlowDeviceIsReleasedAtItsNextCollectiveAndJoined) {
   LocalCluster cluster(3);
+  cluster.set_threads(3);  // device 0's sleep holds up no other device
   cluster.set_collective_timeout(std::chrono::milliseconds(300));
   const std::string e = RunOutcome(cluster, [](int64_t d, Communicator& c) {
     if (d == 0) std::this_thread::sleep_for(std::chrono::milliseconds(400));
@@ -576,6 +579,102 @@ TEST(LocalCluster, ASlowDeviceIsReleasedAtItsNextCollectiveAndJoined) {
   }
   EXPECT_EQ(again, "");
   EXPECT_THROW(cluster.set_collective_timeout(std::chrono::milliseconds(0)), Error);
+}
+
+// Devices on fewer threads than devices take turns at their collectives: a
+// device that hangs holds up the devices behind it on its thread, and the
+// watchdog still names the one that did not arrive.
+TEST(LocalCluster, AHungDeviceOnASharedThreadIsNamedAndItsThreadIsRefused) {
+  LocalCluster cluster(4);
+  cluster.set_threads(2);  // devices 0 and 2 on one thread, 1 and 3 on the other
+  cluster.set_collective_timeout(std::chrono::milliseconds(300));
+  auto release = std::make_shared<std::promise<void>>();
+  std::shared_future<void> released = release->get_future().share();
+  const std::string e = RunOutcome(cluster, [released](int64_t d, Communicator& c) {
+    // Device 2 hangs when its thread first runs it, after device 0 (its
+    // thread's first device) has reached the all-reduce.
+    if (d == 2) released.wait();
+    c.AllReduce(std::vector<float>(8, 1.0f), ReduceOp::kSum);
+  });
+  EXPECT_NE(e.find("collective timeout: device 2 did not arrive at AllReduce #1 (sum f32, 32 "
+                   "bytes in, groups {{0,1,2,3}}) within 300 ms while devices 0,1,3 waited "
+                   "there; device 2 has entered no collective in this run"),
+            std::string::npos)
+      << e;
+  // Device 0 waits behind device 2 on their thread: both are still out.
+  const std::string refused = RunOutcome(cluster, [](int64_t, Communicator& c) { c.Barrier(); });
+  EXPECT_NE(refused.find("devices 0,2 of an earlier run"), std::string::npos) << refused;
+  release->set_value();
+  std::string again = "not run";
+  for (int attempt = 0; attempt < 100 && !again.empty(); ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    again = RunOutcome(cluster, [](int64_t, Communicator& c) { c.Barrier(); });
+  }
+  EXPECT_EQ(again, "");
+}
+
+// The devices' results do not depend on how many threads run them: every
+// kind of collective on random data, five devices on 1 to 5 threads.
+TEST(LocalCluster, AnyNumberOfThreadsGivesTheSameBits) {
+  constexpr int64_t kDevices = 5, kCount = 3000;
+  std::mt19937 rng(20261128);
+  std::normal_distribution<float> normal;
+  std::vector<std::vector<float>> in(kDevices, std::vector<float>(kCount * kDevices));
+  for (auto& v : in)
+    for (float& x : v) x = normal(rng);
+  auto run = [&](int64_t threads) {
+    LocalCluster cluster(kDevices);
+    cluster.set_threads(threads);
+    EXPECT_EQ(cluster.threads(), threads);
+    std::vector<std::vector<float>> out(kDevices);
+    cluster.Run([&](int64_t d, Communicator& c) {
+      std::vector<float>& o = out[d];
+      for (int round = 0; round < 3; ++round) {
+        std::vector<float> sum = c.AllReduce(in[d], ReduceOp::kSum);
+        o.insert(o.end(), sum.begin(), sum.end());
+        std::vector<float> gathered(kCount * kDevices), scattered(kCount), swapped(in[d].size());
+        c.AllGather(in[d].data() + round, gathered.data(), kCount, PrimitiveType::kF32);
+        c.ReduceScatter(in[d].data(), scattered.data(), in[d].size(), PrimitiveType::kF32,
+                        ReduceOp::kMax);
+        c.AllToAll(in[d].data(), swapped.data(), in[d].size(), PrimitiveType::kF32);
+        std::vector<float> shifted =
+            c.CollectivePermute(std::vector<float>(in[d].begin(), in[d].begin() + kCount),
+                                {{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 0}});
+        for (const auto* part : {&gathered, &scattered, &swapped, &shifted})
+          o.insert(o.end(), part->begin(), part->end());
+      }
+    });
+    return out;
+  };
+  const auto reference = run(kDevices);
+  // One element of the all-reduce against a float64 sum, for scale.
+  double sum = 0;
+  for (int64_t d = 0; d < kDevices; ++d) sum += in[d][17];
+  EXPECT_NEAR(reference[3][17], sum, 1e-5 * (1 + std::abs(sum)));
+  for (int64_t threads = 1; threads < kDevices; ++threads) {
+    const auto out = run(threads);
+    for (int64_t d = 0; d < kDevices; ++d) {
+      ASSERT_EQ(out[d].size(), reference[d].size());
+      EXPECT_EQ(std::memcmp(out[d].data(), reference[d].data(), out[d].size() * sizeof(float)), 0)
+          << threads << " threads, device " << d;
+    }
+  }
+}
+
+TEST(LocalCluster, ThreadsDefaultToTheFewerOfDevicesAndCoresAndAreChecked) {
+  LocalCluster one(1), many(4096);
+  EXPECT_EQ(one.threads(), 1);
+  EXPECT_EQ(many.threads(), std::min<int64_t>(4096, ThreadPool::Global().num_threads()));
+  for (int64_t bad : {0, 5}) {
+    LocalCluster cluster(4);
+    try {
+      cluster.set_threads(bad);
+      ADD_FAILURE() << bad << " threads were accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()),
+                fmt::format("LocalCluster: {} threads for 4 devices; give 1..4", bad));
+    }
+  }
 }
 
 TEST(LocalCluster, CollectivesWellWithinTheTimeoutSucceed) {

@@ -1,5 +1,6 @@
-// The in-process backend: N devices are N threads of this process, and
-// collectives move data through shared memory.
+// The in-process backend: N devices run in this process, each on a fiber of
+// its own, on one thread per core (or per device, when there are fewer
+// devices than cores); collectives move data through shared memory.
 #pragma once
 
 #include <chrono>
@@ -27,7 +28,12 @@ class LocalCluster {
 
   using DeviceFn = std::function<void(int64_t device, Communicator& comm)>;
 
-  // Runs fn(device, comm) on one new thread per device and waits for all.
+  // Runs fn(device, comm) for every device and waits for all. Each device
+  // runs on a fiber (base/fiber.h) of one of threads() new threads: device d
+  // on thread d % threads(). A device gives its thread to the thread's other
+  // devices only while it waits in a collective, so fn must not wait for
+  // another device by any other means (a lock, a sleep until another device
+  // acts): the other device may be on its thread.
   // When a device throws, the devices blocked in (or later entering) a
   // collective are released, every thread is joined, and the first error is
   // rethrown as "device D: <cause>" of the same kind: a weft::Error stays a
@@ -42,9 +48,10 @@ class LocalCluster {
   // sequence number, groups) and the devices that did not arrive. The
   // missing devices' threads are joined if they return within a short grace
   // (a slow device is released at its next collective); a thread that does
-  // not (a hung device) is detached and keeps the cluster's state alive, and
-  // the cluster refuses further runs. The caller should then end the process
-  // (the CLI does): the hung thread still runs fn.
+  // not (a hung device, and the devices waiting behind it on its thread) is
+  // detached and keeps the cluster's state alive, and the cluster refuses
+  // further runs. The caller should then end the process (the CLI does): the
+  // hung thread still runs fn.
   void Run(const DeviceFn& fn);
 
   // The collective timeout of later runs. Unset (the default), each Run reads
@@ -52,6 +59,15 @@ class LocalCluster {
   // such as the CLI's --collective-timeout; default 600 s). Throws weft::Error
   // unless positive.
   void set_collective_timeout(std::chrono::milliseconds timeout);
+
+  // The threads that run the devices: set_threads(n) if called, else the
+  // fewer of the devices and the pool's threads (ThreadPool::Global(): the
+  // cores, or WEFT_NUM_THREADS). More devices than cores then share a core
+  // by taking turns at collectives, never by the kernel preempting one for
+  // another; and a thread whose devices all wait can spin.
+  int64_t threads() const;
+  // 1..num_devices(); a weft::Error otherwise.
+  void set_threads(int64_t threads);
 
   // A device's communicator; its stats accumulate over runs.
   Communicator& communicator(int64_t device);
@@ -62,6 +78,7 @@ class LocalCluster {
   // Shared with the device threads: a detached (hung) thread keeps it alive.
   std::shared_ptr<Shared> shared_;
   std::optional<std::chrono::milliseconds> timeout_;
+  std::optional<int64_t> threads_;
 };
 
 }  // namespace weft::runtime
