@@ -74,9 +74,10 @@ Fiber::Stack::Stack(size_t bytes) {
   mapping_ = mmap(nullptr, mapping_bytes_, PROT_READ | PROT_WRITE,
                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
   if (mapping_ == MAP_FAILED) {
-    Fail("could not reserve {} bytes for a fiber's stack: {}; end other processes or use fewer "
-         "devices per thread",
-         mapping_bytes_, std::strerror(errno));
+    Fail(
+        "could not reserve {} bytes for a fiber's stack: {}; end other processes or use fewer "
+        "devices per thread",
+        mapping_bytes_, std::strerror(errno));
   }
   // The stack grows down, into the guard page below it: an overflow faults.
   if (mprotect(mapping_, page, PROT_NONE) != 0) {

@@ -20,11 +20,11 @@
 // failure) bumps. So four devices on two cores take turns at collectives:
 // the kernel neither preempts one device for another in the middle of its
 // work nor wakes a sleeping thread at every collective (tiny's 2 x 2 mesh:
-// ~600 context switches a step with a thread per device, ~40 with fibers). A small collective (kMoveAllBytes)
-// is moved whole by the last device to arrive, so it needs one barrier, not
-// two: four devices on two cores meet in ~25 us instead of ~50. A batch
-// (Communicator::BeginBatch: a variadic collective's operands) is posted
-// and moved as one call is, so its devices meet once or twice for all of it.
+// ~600 context switches a step with a thread per device, ~40 with fibers). A small collective
+// (kMoveAllBytes) is moved whole by the last device to arrive, so it needs one barrier, not two:
+// four devices on two cores meet in ~25 us instead of ~50. A batch (Communicator::BeginBatch: a
+// variadic collective's operands) is posted and moved as one call is, so its devices meet once or
+// twice for all of it.
 #include "weft/runtime/comm_threads.h"
 
 #include <fmt/format.h>
@@ -561,8 +561,7 @@ Communicator& LocalCluster::communicator(int64_t device) {
 }
 
 int64_t LocalCluster::threads() const {
-  return threads_ ? *threads_
-                  : std::min<int64_t>(shared_->n, ThreadPool::Global().num_threads());
+  return threads_ ? *threads_ : std::min<int64_t>(shared_->n, ThreadPool::Global().num_threads());
 }
 
 void LocalCluster::set_threads(int64_t threads) {
@@ -627,7 +626,8 @@ void LocalCluster::Run(const DeviceFn& fn) {
     Shared& s = *shared;
     std::vector<std::unique_ptr<Fiber>> fibers;
     for (int64_t d = t; d < s.n; d += num_threads)
-      fibers.push_back(std::make_unique<Fiber>(*s.stacks[d], [&device_main, d] { device_main(d); }));
+      fibers.push_back(
+          std::make_unique<Fiber>(*s.stacks[d], [&device_main, d] { device_main(d); }));
     Worker worker;
     t_worker = &worker;
     size_t running = fibers.size();

@@ -542,8 +542,7 @@ TEST(LocalCluster, ADeviceThatNeverArrivesFailsTheOthersAfterTheTimeout) {
   EXPECT_LT(elapsed, std::chrono::seconds(8));  // 1 s timeout + at most 1 s grace
   // The hung thread still runs: the cluster refuses a new run until it returns.
   const std::string refused = RunOutcome(cluster, [](int64_t, Communicator& c) { c.Barrier(); });
-  EXPECT_NE(refused.find("device 2 of an earlier run"), std::string::npos)
-      << refused;
+  EXPECT_NE(refused.find("device 2 of an earlier run"), std::string::npos) << refused;
   // Released, device 2 reaches its collective, is told the run was aborted and
   // returns; then the cluster runs again.
   release->set_value();
