@@ -84,6 +84,14 @@ class ThreadCommunicator;
 struct Worker {
   uint64_t progress = 0;  // bumped by every device that arrives at a barrier
   std::chrono::steady_clock::time_point deadline;  // the earliest watchdog
+  // Time each of the thread's devices ran (by index on the thread), their
+  // sum, and the device running now: what a waiting device's thread spent
+  // on its other devices (CollectiveStats::seconds_others_ran).
+  std::vector<std::chrono::steady_clock::duration> ran;
+  std::chrono::steady_clock::duration ran_total{};
+  size_t current = 0;
+
+  std::chrono::steady_clock::duration OthersRan() const { return ran_total - ran[current]; }
 };
 
 thread_local Worker* t_worker = nullptr;
@@ -176,6 +184,9 @@ class ThreadCommunicator final : public Communicator {
   std::string_view backend() const override { return "threads"; }
   // Each Run is a new program: calls are numbered from 1 again.
   void StartRun() { RestartSequence(); }
+  void NoteOthersRan(std::chrono::steady_clock::duration d) {
+    AddSecondsOthersRan(std::chrono::duration<double>(d).count());
+  }
 
  protected:
   // Chunks along a dimension that is not leading are moved where they lie:
@@ -460,7 +471,9 @@ void LocalCluster::Shared::Arrive(int64_t device, const CollectiveCall& call, bo
       if (std::chrono::steady_clock::now() >= start + timeout) break;
       worker.deadline = std::min(worker.deadline, start + timeout);
     }
+    const auto others_before = worker.OthersRan();
     Fiber::Yield();
+    comms[device]->NoteOthersRan(worker.OthersRan() - others_before);
   }
   // Stopped or timed out: decide under the mutex, as every failure is
   // recorded.
@@ -629,6 +642,7 @@ void LocalCluster::Run(const DeviceFn& fn) {
       fibers.push_back(
           std::make_unique<Fiber>(*s.stacks[d], [&device_main, d] { device_main(d); }));
     Worker worker;
+    worker.ran.resize(fibers.size());
     t_worker = &worker;
     size_t running = fibers.size();
     while (running > 0) {
@@ -637,10 +651,16 @@ void LocalCluster::Run(const DeviceFn& fn) {
       const uint32_t seen = s.wake.load(std::memory_order_acquire);
       const uint64_t progress = worker.progress;
       worker.deadline = std::chrono::steady_clock::time_point::max();
-      for (auto& fiber : fibers) {
-        if (fiber->finished()) continue;
-        fiber->Resume();
-        if (fiber->finished()) {
+      for (size_t i = 0; i < fibers.size(); ++i) {
+        Fiber& fiber = *fibers[i];
+        if (fiber.finished()) continue;
+        worker.current = i;
+        const auto start = std::chrono::steady_clock::now();
+        fiber.Resume();
+        const auto ran = std::chrono::steady_clock::now() - start;
+        worker.ran[i] += ran;
+        worker.ran_total += ran;
+        if (fiber.finished()) {
           --running;
           ++worker.progress;
         }

@@ -249,9 +249,13 @@ Value Executor::Impl::RunComputation(const HloComputation& computation, std::vec
     try {
       if (options.profile && step.op_class >= 0) {
         const auto t0 = std::chrono::steady_clock::now();
+        const double others0 = ctx.comm().stats().seconds_others_ran;
         slots[step.out] = RunStep(step, args, step_ops, base, ctx);
+        // Not the time this device's thread ran its other devices while
+        // this one waited (in-process devices sharing a thread).
         const double seconds =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() -
+            (ctx.comm().stats().seconds_others_ran - others0);
         class_seconds[step.op_class] += seconds;
         ++class_instructions[step.op_class];
         instruction_seconds[step.instr] += seconds;
@@ -555,6 +559,8 @@ std::vector<HostTensor> Executor::Run(std::vector<HostTensor> inputs, Communicat
     stats_.collectives.calls[k] = comm.stats().calls[k] - before.calls[k];
     stats_.collectives.bytes_sent[k] = comm.stats().bytes_sent[k] - before.bytes_sent[k];
   }
+  stats_.collectives.seconds_others_ran =
+      comm.stats().seconds_others_ran - before.seconds_others_ran;
   stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return std::vector<HostTensor>(std::make_move_iterator(root.begin()),
                                  std::make_move_iterator(root.end()));

@@ -201,6 +201,7 @@ void AddRunStats(const runtime::ExecutorStats& run, runtime::ExecutorStats& step
     step.collectives.calls[k] += run.collectives.calls[k];
     step.collectives.bytes_sent[k] += run.collectives.bytes_sent[k];
   }
+  step.collectives.seconds_others_ran += run.collectives.seconds_others_ran;
 }
 
 // One device's part of the run.

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "run_weft.h"
+#include "weft/base/thread_pool.h"
 
 namespace {
 
@@ -77,8 +78,9 @@ TEST(BenchTrainTest, JsonOfTwoMicroStepsHasEveryFieldWithSaneValues) {
   EXPECT_TRUE(j.at("profile").get<bool>());
   const auto& b = j.at("breakdown");
   double fractions = 0, seconds = 0;
-  for (const char* name : {"dot", "attention", "elementwise", "broadcast", "data_movement",
-                           "reduction", "collective", "fused_loops", "optimizer", "other"}) {
+  for (const char* name :
+       {"dot", "attention", "elementwise", "broadcast", "data_movement", "reduction", "collective",
+        "fused_loops", "other_devices", "optimizer", "other"}) {
     ASSERT_TRUE(b.contains(name)) << name;
     const double f = b.at(name).at("fraction"), s = b.at(name).at("seconds_per_step");
     EXPECT_GE(f, 0) << name;
@@ -87,7 +89,15 @@ TEST(BenchTrainTest, JsonOfTwoMicroStepsHasEveryFieldWithSaneValues) {
     fractions += f;
     seconds += s;
   }
-  EXPECT_EQ(b.size(), 10u);
+  EXPECT_EQ(b.size(), 11u);
+  // Device 0's thread runs other devices only where devices outnumber the
+  // cores (LocalCluster::threads()).
+  const double others = b.at("other_devices").at("seconds_per_step");
+  if (j.at("devices").get<int64_t>() > weft::ThreadPool::Global().num_threads()) {
+    EXPECT_GT(others, 0);
+  } else {
+    EXPECT_EQ(others, 0);
+  }
   EXPECT_NEAR(fractions, 1.0, 1e-6);
   // The parts are disjoint pieces of the step, so they add up to its mean time.
   const double mean =

@@ -660,6 +660,28 @@ TEST(LocalCluster, AnyNumberOfThreadsGivesTheSameBits) {
   }
 }
 
+// A device's stats count the time its thread ran its other devices while it
+// waited: device 0 waits at the barrier while device 1, on the same thread,
+// takes 30 ms to arrive.
+TEST(LocalCluster, StatsCountTheTimeAThreadRanItsOtherDevices) {
+  for (int64_t threads : {1, 2}) {
+    LocalCluster cluster(2);
+    cluster.set_threads(threads);
+    cluster.Run([](int64_t d, Communicator& c) {
+      if (d == 1) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      c.Barrier();
+    });
+    const double waited = cluster.communicator(0).stats().seconds_others_ran;
+    if (threads == 1) {
+      EXPECT_GE(waited, 0.029);
+      EXPECT_LT(waited, 5.0);
+    } else {
+      EXPECT_EQ(waited, 0);
+    }
+    EXPECT_EQ(cluster.communicator(1).stats().seconds_others_ran, 0) << threads << " threads";
+  }
+}
+
 TEST(LocalCluster, ThreadsDefaultToTheFewerOfDevicesAndCoresAndAreChecked) {
   LocalCluster one(1), many(4096);
   EXPECT_EQ(one.threads(), 1);

@@ -124,6 +124,10 @@ ReplicaGroups NormalizeReplicaGroups(const ReplicaGroups& groups, int64_t num_de
 struct CollectiveStats {
   std::array<int64_t, kNumCollectiveKinds> calls{};
   std::array<int64_t, kNumCollectiveKinds> bytes_sent{};
+  // In-process devices sharing a thread (LocalCluster): the seconds this
+  // device's thread ran its other devices while this one waited in a
+  // collective. Their work, not this device's; 0 under MPI.
+  double seconds_others_ran = 0;
 
   int64_t Calls(CollectiveKind kind) const { return calls[static_cast<int>(kind)]; }
   int64_t BytesSent(CollectiveKind kind) const { return bytes_sent[static_cast<int>(kind)]; }
@@ -237,6 +241,7 @@ class Communicator {
   void ResetStats() { stats_ = {}; }
 
  protected:
+  void AddSecondsOthersRan(double seconds) { stats_.seconds_others_ran += seconds; }
   // Moves the data of one validated call. Backends throw weft::Error on
   // failure. kVerifyHash is an all-gather of 8 bytes over all devices.
   virtual void DoCollective(const CollectiveCall& call) = 0;
