@@ -513,6 +513,17 @@ TEST(LocalCluster, ErrorKindsSurviveTheDeviceThreads) {
   EXPECT_EQ(RunOutcome(cluster, [](int64_t, Communicator& c) { c.Barrier(); }), "");
 }
 
+// Once a hung device is released it returns and the cluster runs again:
+// the outcome of the first run it accepts within 2 s.
+std::string OutcomeOnceReleased(LocalCluster& cluster) {
+  std::string outcome = "not run";
+  for (int attempt = 0; attempt < 100 && !outcome.empty(); ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    outcome = RunOutcome(cluster, [](int64_t, Communicator& c) { c.Barrier(); });
+  }
+  return outcome;
+}
+
 // The watchdog: device 2 never reaches the second collective (it waits on a
 // promise the test keeps). The others fail after the timeout (1 s, from the
 // runtime configuration as the CLI's --collective-timeout sets it) with a
@@ -546,12 +557,7 @@ TEST(LocalCluster, ADeviceThatNeverArrivesFailsTheOthersAfterTheTimeout) {
   // Released, device 2 reaches its collective, is told the run was aborted and
   // returns; then the cluster runs again.
   release->set_value();
-  std::string again = "not run";
-  for (int attempt = 0; attempt < 100 && !again.empty(); ++attempt) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    again = RunOutcome(cluster, [](int64_t, Communicator& c) { c.Barrier(); });
-  }
-  EXPECT_EQ(again, "");
+  EXPECT_EQ(OutcomeOnceReleased(cluster), "");
 }
 
 // A device that is only slow arrives during the grace after the timeout: it
@@ -604,12 +610,7 @@ TEST(LocalCluster, AHungDeviceOnASharedThreadIsNamedAndItsThreadIsRefused) {
   const std::string refused = RunOutcome(cluster, [](int64_t, Communicator& c) { c.Barrier(); });
   EXPECT_NE(refused.find("devices 0,2 of an earlier run"), std::string::npos) << refused;
   release->set_value();
-  std::string again = "not run";
-  for (int attempt = 0; attempt < 100 && !again.empty(); ++attempt) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    again = RunOutcome(cluster, [](int64_t, Communicator& c) { c.Barrier(); });
-  }
-  EXPECT_EQ(again, "");
+  EXPECT_EQ(OutcomeOnceReleased(cluster), "");
 }
 
 // The devices' results do not depend on how many threads run them: every
