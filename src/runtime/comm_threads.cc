@@ -20,11 +20,12 @@
 // failure) bumps. So four devices on two cores take turns at collectives:
 // the kernel neither preempts one device for another in the middle of its
 // work nor wakes a sleeping thread at every collective (tiny's 2 x 2 mesh:
-// ~600 context switches a step with a thread per device, ~40 with fibers). A small collective
-// (kMoveAllBytes) is moved whole by the last device to arrive, so it needs one barrier, not two:
-// four devices on two cores meet in ~25 us instead of ~50. A batch (Communicator::BeginBatch: a
-// variadic collective's operands) is posted and moved as one call is, so its devices meet once or
-// twice for all of it.
+// ~600 context switches a step with a thread per device, ~40 with fibers).
+// A small collective (kMoveAllBytes) is moved whole by the last device to
+// arrive, so it needs one barrier, not two (four devices on two cores: a
+// 4 KiB all-gather in ~2 us). A batch (Communicator::BeginBatch: a variadic
+// collective's operands) is posted and moved as one call is, so its devices
+// meet once or twice for all of it.
 #include "weft/runtime/comm_threads.h"
 
 #include <fmt/format.h>
@@ -459,7 +460,8 @@ void LocalCluster::Shared::Arrive(int64_t device, const CollectiveCall& call, bo
   }
   const auto start = std::chrono::steady_clock::now();
   // The device's fiber gives its thread to the thread's other devices; when
-  // all of them wait, the thread spins, then sleeps (RunWorker).
+  // all of them wait, the thread spins, then sleeps (LocalCluster::Run's
+  // thread loop).
   WEFT_INTERNAL_CHECK(t_worker != nullptr, "LocalCluster: device {} waits outside its fiber",
                       device);
   Worker& worker = *t_worker;
