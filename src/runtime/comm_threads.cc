@@ -129,7 +129,9 @@ struct LocalCluster::Shared {
   // The device's thread is about to return.
   void MarkExited(int64_t device);
   void Reset(std::chrono::milliseconds collective_timeout);
-  // Wakes the devices sleeping in Arrive's futex (call with `mu` held).
+  // Bumps `wake`: the threads whose devices all wait look again.
+  void WakeThreads();
+  // WakeThreads, and the devices in Arrive's slow path (call with `mu` held).
   void WakeSleepers();
 
   const int64_t n;
@@ -153,6 +155,11 @@ struct LocalCluster::Shared {
   std::atomic<uint64_t> released_generation{0};
   std::atomic<bool> stopped{false};
   std::atomic<uint32_t> wake{0};
+  // Threads asleep on `wake` (or about to be): a release with none asleep
+  // makes no system call. Read after bumping `wake`, and bumped before a
+  // thread sleeps, both sequentially consistent, so a thread that the
+  // releaser does not count sees the new `wake` and does not sleep.
+  std::atomic<int32_t> sleepers{0};
   bool aborted = false;
   bool error_is_internal = false;
   std::vector<int64_t> finished;
@@ -251,9 +258,13 @@ class ThreadCommunicator final : public Communicator {
   }
 
   // At most this many bytes read and written over all devices: one thread
-  // moves them in less time than the devices take to meet once more (four
-  // devices on two cores: `weft bench collectives`, docs/PERFORMANCE.md).
-  static constexpr int64_t kMoveAllBytes = int64_t{1} << 20;
+  // moves them in less time than the devices take to meet once more. With
+  // devices on fibers, meeting again costs a few fiber switches, so the
+  // bound is low: four devices on two cores moved a 16-64 KiB all-reduce or
+  // reduce-scatter 1.2-1.7x faster in parallel than on the last device,
+  // and 1-4 KiB ones ~1.4x faster on the last device (`weft bench
+  // collectives`, docs/PERFORMANCE.md).
+  static constexpr int64_t kMoveAllBytes = int64_t{32} << 10;
 
   void CheckAndMoveSmall() {
     shared_.mismatch = CheckSameCalls();
@@ -309,7 +320,7 @@ class ThreadCommunicator final : public Communicator {
         const int64_t count = call.in_bytes / esize;
         const int64_t begin = count * p / n, end = count * (p + 1) / n;
         if (end == begin) return;
-        std::vector<const std::byte*> inputs(n);
+        std::vector<const std::byte*>& inputs = Inputs(n);
         for (int64_t m = 0; m < n; ++m) inputs[m] = Post(members[m], index).in + begin * esize;
         std::byte* mine = out + begin * esize;
         ReduceBuffers(call.dtype, call.op, inputs.data(), n, mine, end - begin);
@@ -335,7 +346,7 @@ class ThreadCommunicator final : public Communicator {
       case CollectiveKind::kReduceScatter: {
         const int64_t outer = call.outer, row = call.out_bytes / outer;
         if (row == 0) return;
-        std::vector<const std::byte*> inputs(n);
+        std::vector<const std::byte*>& inputs = Inputs(n);
         for (int64_t o = 0; o < outer; ++o) {
           for (int64_t m = 0; m < n; ++m)
             inputs[m] = Post(members[m], index).in + (o * n + p) * row;
@@ -368,9 +379,17 @@ class ThreadCommunicator final : public Communicator {
     }
   }
 
+  // The reduction's input pointers, one per group member; kept across calls
+  // (no allocation per collective).
+  std::vector<const std::byte*>& Inputs(int64_t n) {
+    inputs_.resize(n);
+    return inputs_;
+  }
+
   LocalCluster::Shared& shared_;
   const int64_t device_;
   std::vector<std::byte> scratch_;
+  std::vector<const std::byte*> inputs_;
 };
 
 }  // namespace
@@ -454,8 +473,7 @@ void LocalCluster::Shared::Arrive(int64_t device, const CollectiveCall& call, bo
       released_generation.store(my_generation + 1, std::memory_order_release);
       barrier_cv.notify_all();  // devices in the slow path below
     }
-    wake.fetch_add(1, std::memory_order_release);
-    FutexWakeAll(wake);
+    WakeThreads();
     return;
   }
   const auto start = std::chrono::steady_clock::now();
@@ -527,9 +545,13 @@ void LocalCluster::Shared::MarkFinished(int64_t device) {
   WakeSleepers();
 }
 
+void LocalCluster::Shared::WakeThreads() {
+  wake.fetch_add(1, std::memory_order_seq_cst);
+  if (sleepers.load(std::memory_order_seq_cst) > 0) FutexWakeAll(wake);
+}
+
 void LocalCluster::Shared::WakeSleepers() {
-  wake.fetch_add(1, std::memory_order_release);
-  FutexWakeAll(wake);
+  WakeThreads();
   barrier_cv.notify_all();
 }
 
@@ -684,7 +706,9 @@ void LocalCluster::Run(const DeviceFn& fn) {
         left = worker.deadline - std::chrono::steady_clock::now();
         if (left->count() <= 0) continue;
       }
+      s.sleepers.fetch_add(1, std::memory_order_seq_cst);
       FutexWait(s.wake, seen, left);
+      s.sleepers.fetch_sub(1, std::memory_order_relaxed);
     }
     t_worker = nullptr;
   };
