@@ -341,8 +341,8 @@ TEST_P(Collectives, CollectivePermute) {
 }
 
 // The tests above move a few kilobytes, which the last device to arrive moves
-// for all. Over a megabyte in all, every device moves its own share between
-// two barriers: the same results.
+// for all. Over 32 KiB in all (here 1.5 MiB), every device moves its own
+// share between two barriers: the same results.
 TEST_P(Collectives, LargeMessagesGiveTheSameResults) {
   min_total_bytes_ = size_t{3} << 19;
   CheckAllReduce<float>(ReduceOp::kSum);
