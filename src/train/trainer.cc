@@ -172,11 +172,21 @@ double SumOverDevices(double local, Communicator& comm) {
   return total;
 }
 
-// Adds the seconds from its construction to its destruction to *into.
+// Adds the seconds from its construction to its destruction to *into, but
+// for the time the device's thread ran other devices meanwhile (in-process
+// devices sharing a thread, while this one waited in a collective): that
+// goes to *others.
 struct ElapsedSeconds {
   double* into;
+  double* others;
+  const Communicator& comm;
   Clock::time_point start = Clock::now();
-  ~ElapsedSeconds() { *into += std::chrono::duration<double>(Clock::now() - start).count(); }
+  double others_before = comm.stats().seconds_others_ran;
+  ~ElapsedSeconds() {
+    const double ran = comm.stats().seconds_others_ran - others_before;
+    *into += std::chrono::duration<double>(Clock::now() - start).count() - ran;
+    *others += ran;
+  }
 };
 
 // A step's program runs as one: `run`'s times, counts and bytes added to
@@ -313,7 +323,7 @@ class DeviceTrainer {
     for (int64_t k = 0; k < accum_steps_; ++k) {
       if (tokens[k] == 0) continue;  // no loss token: a zero loss and gradient
       const std::vector<Tensor> out = RunProgram(data, k, rows);
-      const ElapsedSeconds adding{&optimizer_seconds_};
+      const ElapsedSeconds adding{&optimizer_seconds_, &optimizer_others_seconds_, comm_};
       AddRunStats(exec_.stats(), step_stats_);
       const double weight = tokens[k] / total;
       m->loss += weight * out[0].GetDouble(0);
@@ -349,6 +359,7 @@ class DeviceTrainer {
         Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, batch.segment_ids),
         Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, batch.positions)};
     optimizer_seconds_ = 0;
+    optimizer_others_seconds_ = 0;
     StepMetrics m;
     m.step = step + 1;
     m.tokens = B * S;
@@ -362,7 +373,8 @@ class DeviceTrainer {
     const std::span<const Tensor> grads = accum_steps_ == 1
                                               ? std::span<const Tensor>(out).subspan(1)
                                               : std::span<const Tensor>(accum_);
-    const ElapsedSeconds updating{&optimizer_seconds_};  // the rest of the step
+    // The rest of the step.
+    const ElapsedSeconds updating{&optimizer_seconds_, &optimizer_others_seconds_, comm_};
 
     double sq = 0;
     for (size_t k = 0; k < params_.size(); ++k) {
@@ -454,7 +466,9 @@ class DeviceTrainer {
     m.step_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     m.tokens_per_second = m.step_seconds > 0 ? m.tokens / m.step_seconds : 0;
     if (device_ == 0 && options.on_step) {
-      options.on_step(m, StepProfile{step_stats(), optimizer_seconds_});
+      StepProfile profile{step_stats(), optimizer_seconds_};
+      profile.executor.collectives.seconds_others_ran += optimizer_others_seconds_;
+      options.on_step(m, profile);
     }
   }
 
@@ -475,6 +489,9 @@ class DeviceTrainer {
   std::vector<Tensor> accum_;  // with accumulation: per weight, the gradient sum
   std::vector<bool> owner_;
   double optimizer_seconds_ = 0;  // of the last step
+  // Of the last step, outside the program: the time this device's thread
+  // ran other devices while this one waited (the update's sums over devices).
+  double optimizer_others_seconds_ = 0;
 };
 
 void ReportComplete(const Run& run) {

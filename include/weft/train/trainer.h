@@ -129,9 +129,13 @@ struct StepProfile {
   // Device 0's executor, this step's program runs (with gradient
   // accumulation the micro-batches' runs summed: seconds, counts, bytes;
   // peaks the largest).
+  // Its collectives.seconds_others_ran also counts the time device 0's
+  // thread ran other devices while device 0 waited in the update's sums
+  // over devices.
   runtime::ExecutorStats executor;
   // Outside the program: accumulating micro-batch gradients, gradient norm,
-  // checks, AdamW update.
+  // checks, AdamW update (not the time device 0's thread ran other devices
+  // meanwhile).
   double optimizer_seconds = 0;
 };
 
