@@ -261,8 +261,8 @@ class ThreadCommunicator final : public Communicator {
   // moves them in less time than the devices take to meet once more. With
   // devices on fibers, meeting again costs a few fiber switches, so the
   // bound is low: four devices on two cores moved a 16-64 KiB all-reduce or
-  // reduce-scatter 1.2-1.7x faster in parallel than on the last device,
-  // and 1-4 KiB ones ~1.4x faster on the last device (`weft bench
+  // reduce-scatter 1.6-2.4x faster in parallel than the last device alone
+  // did, and the last device alone is still faster at 1-4 KiB (`weft bench
   // collectives`, docs/PERFORMANCE.md).
   static constexpr int64_t kMoveAllBytes = int64_t{32} << 10;
 
