@@ -1,16 +1,24 @@
 // The in-process backend. Every device takes part in every collective (SPMD),
-// so one cluster-wide rendezvous per call suffices:
-//   1. each device posts a pointer to its call, then all meet (barrier 1);
-//      the last to arrive checks that all calls match;
-//   2. a small collective: that device has moved every device's data before
-//      releasing the others, and all are done. A larger one: each device
+// and the devices of each replica group meet on their own (a Meeting), so
+// one rendezvous of the group per call suffices:
+//   1. each device posts a pointer to its call, then the group's members
+//      meet (barrier 1); the last to arrive checks that their calls match;
+//   2. a small collective: that device has moved every member's data before
+//      releasing the others, and all are done. A larger one: each member
 //      moves its share by reading the other members' posted inputs (and,
-//      for all-reduce and all-gather, writing their outputs), then all meet
-//      again (barrier 2), after which no device touches another's buffers.
+//      for all-reduce and all-gather, writing their outputs), then they
+//      meet again (barrier 2), after which no device touches another's
+//      buffers.
+// A group never waits for another: with device d on thread d % threads,
+// tiny's FSDP groups {0,2} and {1,3} each meet on one thread. Groups that
+// never meet are still checked against each other: the last member of a
+// group compares its calls with those that the first group to pass the same
+// collective numbers ran (a short history, Shared::passed). A batch whose
+// calls have different groups meets as all devices.
 // Reductions go through ReduceBuffers in group-member order, as in the MPI
 // backend, so both give the same bits.
 // A device waits at a barrier at most the collective timeout; then the run
-// fails naming the devices that did not arrive (the watchdog). Devices
+// fails naming the members that did not arrive (the watchdog). Members
 // arrive by counting themselves atomically; only the last to arrive takes
 // the cluster's mutex, to release the others.
 // Each device runs on a fiber, on one of LocalCluster::threads() threads
@@ -24,7 +32,7 @@
 // A small collective (kMoveAllBytes) is moved whole by the last device to
 // arrive, so it needs one barrier, not two (four devices on two cores: a
 // 4 KiB all-gather in ~2 us). A batch (Communicator::BeginBatch: a variadic
-// collective's operands) is posted and moved as one call is, so its devices
+// collective's operands) is posted and moved as one call is, so its members
 // meet once or twice for all of it.
 #include "weft/runtime/comm_threads.h"
 
@@ -35,11 +43,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <ctime>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -113,16 +123,42 @@ inline void CpuRelax() {
 struct LocalCluster::Shared {
   explicit Shared(int64_t num_devices);
 
-  // Barrier over all devices; throws ClusterAborted after a failure elsewhere
-  // and weft::Error when a device has returned and can never arrive. With
-  // `watchdog`, a device that waits longer than the timeout fails the run
-  // (the error names the devices that did not arrive). Barrier 2 has no
-  // watchdog: a device between the barriers only moves data, and the others
-  // may still read its buffers.
-  // `last`, when given, runs on the last device to arrive, before it
-  // releases the others.
-  void Arrive(int64_t device, const CollectiveCall& call, bool watchdog,
+  // The devices that meet at a collective: the members of its replica group
+  // (for a batch whose calls' groups differ, every device). Each group meets
+  // on its own, so the devices of one group never wait for another group's.
+  struct Meeting {
+    explicit Meeting(std::vector<int64_t> devices) : members(std::move(devices)) {}
+    const std::vector<int64_t> members;
+    std::atomic<int64_t> arrived{0};  // members at the current barrier
+    // Barriers released so far; a waiting member yields (and its thread
+    // eventually sleeps on the futex `wake`) until this changes or the run
+    // stops.
+    std::atomic<uint64_t> released_generation{0};
+    // Set at barrier 1 by its last member: whether the posted calls differ
+    // (the message), and whether that member already moved every member's
+    // data (a small collective), so that no barrier 2 is needed.
+    std::string mismatch;
+    bool moved_all = false;
+  };
+  // The meeting of `members`, created on first use; it lives as long as the
+  // cluster.
+  Meeting& MeetingOf(const std::vector<int64_t>& members);
+
+  // Barrier over the meeting's members; throws ClusterAborted after a
+  // failure elsewhere and weft::Error when a device has returned and can
+  // never arrive. With `watchdog`, a device that waits longer than the
+  // timeout fails the run (the error names the members that did not
+  // arrive). Barrier 2 has no watchdog: a member between the barriers only
+  // moves data, and the others may still read its buffers.
+  // `last`, when given, runs on the last member to arrive (holding `mu`),
+  // before it releases the others.
+  void Arrive(Meeting& meeting, int64_t device, const CollectiveCall& call, bool watchdog,
               const std::function<void()>& last = {});
+  // A group that meets alone is not compared with the other groups at its
+  // barrier; instead its last member compares each call with the call that
+  // the first group to pass the same sequence number ran (a short history).
+  // The message, or "" (call with `mu` held).
+  std::string CheckAgainstOtherGroups(std::span<const CollectiveCall> calls, int64_t device);
   // Keeps the first error and its kind and releases every waiting device.
   void RecordError(const std::string& message, bool internal);
   void MarkFinished(int64_t device);
@@ -135,24 +171,21 @@ struct LocalCluster::Shared {
   void WakeSleepers();
 
   const int64_t n;
+  const std::vector<int64_t> everyone;                 // 0..n-1
   std::vector<std::span<const CollectiveCall>> posts;  // each device's batch
-  // Set at barrier 1 by its last device: whether the posted calls differ
-  // (the message), and whether that device already moved every device's
-  // data (a small collective), so that no barrier 2 is needed.
-  std::string mismatch;
-  bool moved_all = false;
   std::vector<std::unique_ptr<ThreadCommunicator>> comms;
 
-  // Guards the failure state (aborted, finished, first_error, ...), a
-  // barrier's release and its slow path; arriving takes no lock.
+  std::mutex meetings_mu;  // guards `meetings` (looked up once per group and device)
+  std::map<std::vector<int64_t>, std::unique_ptr<Meeting>> meetings;
+
+  // Guards the failure state (aborted, finished, first_error, ...), the
+  // history of calls, a barrier's release and its slow path; arriving takes
+  // no lock.
   std::mutex mu;
   std::condition_variable barrier_cv;  // devices in Arrive's slow path
   std::condition_variable exit_cv;     // Run, waiting for the device threads
-  std::atomic<int64_t> arrived{0};     // devices at the current barrier
-  // Barriers released so far; a waiting device sleeps on the futex `wake`
-  // until this changes or the run stops (aborted, or a device returned:
-  // `stopped`, written under `mu`). Every change bumps `wake`.
-  std::atomic<uint64_t> released_generation{0};
+  // Whether the run stopped (aborted, or a device returned; written under
+  // `mu`). Every release and every stop bumps `wake`.
   std::atomic<bool> stopped{false};
   std::atomic<uint32_t> wake{0};
   // Threads asleep on `wake` (or about to be): a release with none asleep
@@ -167,22 +200,32 @@ struct LocalCluster::Shared {
   std::chrono::milliseconds timeout{0};
   // When the watchdog fired (the run then waits a grace for missing threads).
   std::optional<std::chrono::steady_clock::time_point> timed_out_at;
-  // Per device, for the watchdog's message: whether it waits at the current
-  // barrier, and the last collective it entered (0: none).
+  // Per device, for the watchdog's message: whether it waits at a barrier,
+  // and the last collective it entered (0: none).
   std::vector<std::atomic<char>> at_barrier;
   std::vector<std::atomic<int64_t>> last_sequence;
   std::vector<char> exited;  // per device: its fiber has returned (or never ran)
   // Per device, kept across runs (a thread's stack would be faulted in
   // again at every run).
   std::vector<std::unique_ptr<Fiber::Stack>> stacks;
+  // The calls that groups meeting alone passed, at sequence % size
+  // (CheckAgainstOtherGroups).
+  struct Passed {
+    int64_t sequence = 0;  // 0: none
+    uint64_t fingerprint = 0;
+    int64_t device = 0;  // the first member of the group that passed it
+  };
+  std::array<Passed, 256> passed;
 
  private:
-  std::string TimeoutMessage(const CollectiveCall& call) const;
+  std::string TimeoutMessage(const Meeting& meeting, const CollectiveCall& call) const;
 };
 
 namespace {
 
 class ThreadCommunicator final : public Communicator {
+  using Meeting = LocalCluster::Shared::Meeting;
+
  public:
   ThreadCommunicator(LocalCluster::Shared& shared, int64_t device)
       : shared_(shared), device_(device) {}
@@ -206,19 +249,21 @@ class ThreadCommunicator final : public Communicator {
   // A batch (Communicator::BeginBatch) meets as one call does: once when
   // small, twice otherwise.
   void DoCollectives(std::span<const CollectiveCall> calls) override {
+    Meeting& meeting = MeetingFor(calls);
     shared_.posts[device_] = calls;
-    // The last device to arrive checks the calls and, for a small batch,
-    // moves the data of every device: then all are done when released. A
-    // larger one is moved by all devices in parallel, each its own share,
+    // The last member to arrive checks the calls and, for a small batch,
+    // moves the data of every member: then all are done when released. A
+    // larger one is moved by all members in parallel, each its own share,
     // between barriers 1 and 2. Both run the same Move, so the bits are the
     // same.
-    shared_.Arrive(device_, calls.front(), /*watchdog=*/true, [this] { CheckAndMoveSmall(); });
-    // Read before barrier 2 (or the next collective's barrier 1), the only
+    shared_.Arrive(meeting, device_, calls.front(), /*watchdog=*/true,
+                   [this, &meeting] { CheckAndMoveSmall(meeting); });
+    // Read before barrier 2 (or the meeting's next barrier 1), the only
     // places where they change.
-    const std::string mismatch = shared_.mismatch;
-    if (!shared_.moved_all) {
+    const std::string mismatch = meeting.mismatch;
+    if (!meeting.moved_all) {
       if (mismatch.empty()) MoveBatch(calls);
-      shared_.Arrive(device_, calls.front(), /*watchdog=*/false);
+      shared_.Arrive(meeting, device_, calls.front(), /*watchdog=*/false);
     }
     WEFT_CHECK(mismatch.empty(), "{}", mismatch);
     int64_t staged = 0;
@@ -266,39 +311,59 @@ class ThreadCommunicator final : public Communicator {
   // collectives`, docs/PERFORMANCE.md).
   static constexpr int64_t kMoveAllBytes = int64_t{32} << 10;
 
-  void CheckAndMoveSmall() {
-    shared_.mismatch = CheckSameCalls();
-    int64_t bytes = 0;
-    for (std::span<const CollectiveCall> post : shared_.posts) {
-      for (const CollectiveCall& call : post) bytes += call.in_bytes + call.out_bytes;
+  // Every call of a batch has the same groups (a partition of the devices),
+  // so the members of this device's group meet; otherwise every device
+  // does. Each device decides alike, from the calls alone.
+  Meeting& MeetingFor(std::span<const CollectiveCall> calls) {
+    const CollectiveCall& first = calls.front();
+    bool same_groups = true;
+    for (const CollectiveCall& call : calls.subspan(1))
+      same_groups = same_groups && call.groups == first.groups;
+    const std::vector<int64_t>& members = same_groups ? first.members() : shared_.everyone;
+    for (Meeting* meeting : meetings_) {
+      if (meeting->members == members) return *meeting;
     }
-    shared_.moved_all = shared_.mismatch.empty() && bytes <= kMoveAllBytes;
-    if (!shared_.moved_all) return;
-    for (int64_t d = 0; d < shared_.n; ++d) shared_.comms[d]->MoveBatch(shared_.posts[d]);
+    meetings_.push_back(&shared_.MeetingOf(members));
+    return *meetings_.back();
   }
 
-  std::string CheckSameCalls() const {
-    const std::span<const CollectiveCall> first = shared_.posts[0];
-    for (int64_t d = 1; d < shared_.n; ++d) {
+  void CheckAndMoveSmall(Meeting& meeting) {
+    meeting.mismatch = CheckSameCalls(meeting);
+    if (meeting.mismatch.empty() && meeting.members.size() < static_cast<size_t>(shared_.n))
+      meeting.mismatch = shared_.CheckAgainstOtherGroups(shared_.posts[device_], device_);
+    int64_t bytes = 0;
+    for (int64_t d : meeting.members) {
+      for (const CollectiveCall& call : shared_.posts[d]) bytes += call.in_bytes + call.out_bytes;
+    }
+    meeting.moved_all = meeting.mismatch.empty() && bytes <= kMoveAllBytes;
+    if (!meeting.moved_all) return;
+    for (int64_t d : meeting.members) shared_.comms[d]->MoveBatch(shared_.posts[d]);
+  }
+
+  std::string CheckSameCalls(const Meeting& meeting) const {
+    const int64_t d0 = meeting.members.front();
+    const std::span<const CollectiveCall> first = shared_.posts[d0];
+    for (int64_t d : meeting.members) {
       const std::span<const CollectiveCall> other = shared_.posts[d];
       const size_t common = std::min(first.size(), other.size());
       for (size_t i = 0; i <= common; ++i) {
         if (i == common) {
           if (first.size() == other.size()) break;
           return fmt::format(
-              "devices run different collectives: device 0 runs a batch of {} ({} first) but "
+              "devices run different collectives: device {} runs a batch of {} ({} first) but "
               "device {} runs a batch of {} ({} first); every device must run the same "
               "collectives in the same order with the same shapes",
-              first.size(), first.front().Describe(), d, other.size(), other.front().Describe());
+              d0, first.size(), first.front().Describe(), d, other.size(),
+              other.front().Describe());
         }
         if (other[i].fingerprint == first[i].fingerprint &&
             other[i].sequence == first[i].sequence) {
           continue;
         }
         return fmt::format(
-            "devices run different collectives: device 0 runs {} but device {} runs {}; every "
+            "devices run different collectives: device {} runs {} but device {} runs {}; every "
             "device must run the same collectives in the same order with the same shapes",
-            first[i].Describe(), d, other[i].Describe());
+            d0, first[i].Describe(), d, other[i].Describe());
       }
     }
     return "";
@@ -390,12 +455,18 @@ class ThreadCommunicator final : public Communicator {
   const int64_t device_;
   std::vector<std::byte> scratch_;
   std::vector<const std::byte*> inputs_;
+  std::vector<Meeting*> meetings_;  // the meetings this device took part in
 };
 
 }  // namespace
 
 LocalCluster::Shared::Shared(int64_t num_devices)
     : n(num_devices),
+      everyone([num_devices] {
+        std::vector<int64_t> all(num_devices);
+        for (int64_t d = 0; d < num_devices; ++d) all[d] = d;
+        return all;
+      }()),
       posts(num_devices),
       at_barrier(num_devices),
       last_sequence(num_devices),
@@ -411,9 +482,35 @@ std::string FormatDuration(std::chrono::milliseconds d) {
 
 }  // namespace
 
-std::string LocalCluster::Shared::TimeoutMessage(const CollectiveCall& call) const {
+LocalCluster::Shared::Meeting& LocalCluster::Shared::MeetingOf(
+    const std::vector<int64_t>& members) {
+  std::lock_guard<std::mutex> lock(meetings_mu);
+  std::unique_ptr<Meeting>& meeting = meetings[members];
+  if (!meeting) meeting = std::make_unique<Meeting>(members);
+  return *meeting;
+}
+
+std::string LocalCluster::Shared::CheckAgainstOtherGroups(std::span<const CollectiveCall> calls,
+                                                          int64_t device) {
+  for (const CollectiveCall& call : calls) {
+    Passed& entry = passed[call.sequence % passed.size()];
+    if (entry.sequence != call.sequence) {
+      entry = {call.sequence, call.fingerprint, call.members().front()};
+    } else if (entry.fingerprint != call.fingerprint) {
+      return fmt::format(
+          "devices run different collectives: device {} runs {} but device {} ran a different "
+          "collective (kind, type, size or groups) as its collective #{}; every device must run "
+          "the same collectives in the same order with the same shapes",
+          device, call.Describe(), entry.device, call.sequence);
+    }
+  }
+  return "";
+}
+
+std::string LocalCluster::Shared::TimeoutMessage(const Meeting& meeting,
+                                                 const CollectiveCall& call) const {
   std::vector<int64_t> missing, waiting;
-  for (int64_t d = 0; d < n; ++d)
+  for (int64_t d : meeting.members)
     (at_barrier[d].load(std::memory_order_relaxed) ? waiting : missing).push_back(d);
   std::string whereabouts;
   for (int64_t d : missing) {
@@ -435,41 +532,53 @@ std::string LocalCluster::Shared::TimeoutMessage(const CollectiveCall& call) con
       whereabouts);
 }
 
-void LocalCluster::Shared::Arrive(int64_t device, const CollectiveCall& call, bool watchdog,
-                                  const std::function<void()>& last) {
-  auto never_arrives = [&] {
+void LocalCluster::Shared::Arrive(Meeting& meeting, int64_t device, const CollectiveCall& call,
+                                  bool watchdog, const std::function<void()>& last) {
+  // Under `mu`: a member that returned from its program (-1: none).
+  auto returned_member = [&]() -> int64_t {
+    for (int64_t d : finished) {
+      if (std::find(meeting.members.begin(), meeting.members.end(), d) != meeting.members.end())
+        return d;
+    }
+    return -1;
+  };
+  auto never_arrives = [&](int64_t returned) {
     Fail(
         "device {} returned from its program while device {} waits in {}; every device must "
         "run the same collectives in the same order",
-        finished.front(), device, call.Describe());
+        returned, device, call.Describe());
   };
+  // Under `mu`: whether this barrier can no longer be released.
+  auto doomed = [&] { return aborted || returned_member() >= 0; };
   if (stopped.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(mu);
     if (aborted) throw ClusterAborted{};
-    if (!finished.empty()) never_arrives();
+    if (const int64_t returned = returned_member(); returned >= 0) never_arrives(returned);
   }
-  // No other device can release this barrier before this one arrives, so
+  // No other member can release this barrier before this one arrives, so
   // the generation read here is the one being waited for.
+  std::atomic<uint64_t>& released_generation = meeting.released_generation;
   const uint64_t my_generation = released_generation.load(std::memory_order_acquire);
   at_barrier[device].store(1, std::memory_order_relaxed);
   last_sequence[device].store(call.sequence, std::memory_order_relaxed);
   // Arrival takes no lock: under a mutex, a device preempted while holding
   // it (more devices than cores) made every other arriving device sleep on
   // the mutex as well; only the last to arrive locks it. acq_rel: the last to arrive sees every
-  // device's writes before its arrival (the posts, and the data moved between barriers 1 and 2).
-  if (arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == n) {
+  // member's writes before its arrival (the posts, and the data moved between barriers 1 and 2).
+  const int64_t size = static_cast<int64_t>(meeting.members.size());
+  if (meeting.arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == size) {
     {
-      // Only the last to arrive locks (uncontended: the others wait on the
-      // futex). Under the lock, a run that failed meanwhile (the watchdog
+      // Only the last to arrive locks (contended only by another group's
+      // release). Under the lock, a run that failed meanwhile (the watchdog
       // decides under it too) is seen before `last` reads the other
-      // devices' posts: a device that gave up has unwound its call.
+      // members' posts: a device that gave up has unwound its call.
       std::lock_guard<std::mutex> lock(mu);
       if (aborted) throw ClusterAborted{};
       if (last) last();
-      arrived.store(0, std::memory_order_relaxed);
-      for (auto& flag : at_barrier) flag.store(0, std::memory_order_relaxed);
-      // Release order: the devices that see the new generation see every
-      // device's writes before this barrier.
+      meeting.arrived.store(0, std::memory_order_relaxed);
+      for (int64_t d : meeting.members) at_barrier[d].store(0, std::memory_order_relaxed);
+      // Release order: the members that see the new generation see every
+      // member's writes before this barrier.
       released_generation.store(my_generation + 1, std::memory_order_release);
       barrier_cv.notify_all();  // devices in the slow path below
     }
@@ -486,7 +595,11 @@ void LocalCluster::Shared::Arrive(int64_t device, const CollectiveCall& call, bo
   ++worker.progress;  // this device ran up to here since it last yielded
   for (;;) {
     if (released_generation.load(std::memory_order_acquire) != my_generation) return;
-    if (stopped.load(std::memory_order_acquire)) break;
+    // A device of another group returning does not stop this meeting.
+    if (stopped.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (doomed()) break;
+    }
     if (watchdog) {
       if (std::chrono::steady_clock::now() >= start + timeout) break;
       worker.deadline = std::min(worker.deadline, start + timeout);
@@ -499,8 +612,7 @@ void LocalCluster::Shared::Arrive(int64_t device, const CollectiveCall& call, bo
   // recorded.
   std::unique_lock<std::mutex> lock(mu);
   auto released = [&] {
-    return released_generation.load(std::memory_order_acquire) != my_generation || aborted ||
-           !finished.empty();
+    return released_generation.load(std::memory_order_acquire) != my_generation || doomed();
   };
   if (watchdog) {
     barrier_cv.wait_until(lock, start + timeout, released);
@@ -509,12 +621,12 @@ void LocalCluster::Shared::Arrive(int64_t device, const CollectiveCall& call, bo
   }
   if (released_generation.load(std::memory_order_acquire) != my_generation) return;
   if (aborted) throw ClusterAborted{};
-  if (!finished.empty()) never_arrives();
+  if (const int64_t returned = returned_member(); returned >= 0) never_arrives(returned);
   WEFT_INTERNAL_CHECK(watchdog, "LocalCluster: device {} released from {} without a cause", device,
                       call.Describe());
   // The watchdog: this device is the first to give up (the others are still
   // waiting, or see `aborted`). Its error is the run's error.
-  const std::string message = TimeoutMessage(call);
+  const std::string message = TimeoutMessage(meeting, call);
   timed_out_at = std::chrono::steady_clock::now();
   if (!aborted) {
     first_error = fmt::format("device {}: {}", device, message);
@@ -563,7 +675,11 @@ void LocalCluster::Shared::MarkExited(int64_t device) {
 
 void LocalCluster::Shared::Reset(std::chrono::milliseconds collective_timeout) {
   std::lock_guard<std::mutex> lock(mu);
-  arrived.store(0, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> meetings_lock(meetings_mu);
+    for (auto& [members, meeting] : meetings) meeting->arrived.store(0, std::memory_order_relaxed);
+  }
+  passed.fill({});
   aborted = false;
   stopped.store(false, std::memory_order_release);
   error_is_internal = false;

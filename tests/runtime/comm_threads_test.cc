@@ -525,8 +525,9 @@ std::string OutcomeOnceReleased(LocalCluster& cluster) {
 }
 
 // The watchdog: device 2 never reaches the second collective (it waits on a
-// promise the test keeps). The others fail after the timeout (1 s, from the
-// runtime configuration as the CLI's --collective-timeout sets it) with a
+// promise the test keeps). Devices 0 and 1 are a group of their own there
+// and return; device 3 fails after the timeout (1 s, from the runtime
+// configuration as the CLI's --collective-timeout sets it) with a
 // weft::Error naming device 2 and the collective, instead of hanging.
 TEST(LocalCluster, ADeviceThatNeverArrivesFailsTheOthersAfterTheTimeout) {
   ScopedConfigOverride timeout(ConfigKey::kCollectiveTimeout, 1);
@@ -544,7 +545,7 @@ TEST(LocalCluster, ADeviceThatNeverArrivesFailsTheOthersAfterTheTimeout) {
   EXPECT_NE(e.find("Error: device "), std::string::npos) << e;
   EXPECT_EQ(e.find("InternalError"), std::string::npos) << e;
   EXPECT_NE(e.find("collective timeout: device 2 did not arrive at AllReduce #2 (sum f32, 64 "
-                   "bytes in, groups {{0,1},{2,3}}) within 1 s while devices 0,1,3 waited there"),
+                   "bytes in, groups {{0,1},{2,3}}) within 1 s while device 3 waited there"),
             std::string::npos)
       << e;
   EXPECT_NE(e.find("device 2 last entered collective #1"), std::string::npos) << e;
@@ -755,6 +756,43 @@ TEST(LocalCluster, DifferentCollectivesOrShapesAreErrors) {
                 d == 0 ? ReplicaGroups{{0, 1}, {2, 3}} : ReplicaGroups{{0, 2}, {1, 3}});
   });
   EXPECT_NE(e.find("groups {{0,1},{2,3}}"), std::string::npos) << e;
+}
+
+// Each replica group meets on its own: devices 2 and 3 finish a collective
+// of their group while device 0 (one thread a device here) waits, before
+// its own group's collective, for them to have finished it.
+TEST(LocalCluster, AGroupNeverWaitsForAnotherGroup) {
+  LocalCluster cluster(4);
+  cluster.set_threads(4);
+  cluster.set_collective_timeout(std::chrono::seconds(20));
+  auto done = std::make_shared<std::promise<void>>();
+  std::shared_future<void> other_group_done = done->get_future().share();
+  std::vector<std::vector<float>> results(4);
+  cluster.Run([&](int64_t d, Communicator& c) {
+    if (d == 0) other_group_done.wait();
+    results[d] = c.AllReduce(std::vector<float>(4, static_cast<float>(d + 1)), ReduceOp::kSum,
+                             {{0, 1}, {2, 3}});
+    if (d == 2) done->set_value();
+    // Then every device meets: the groups were not left apart.
+    results[d].push_back(c.AllReduce(std::vector<float>(1, 1.0f), ReduceOp::kSum)[0]);
+  });
+  for (int64_t d = 0; d < 4; ++d) {
+    const float group_sum = d < 2 ? 1.0f + 2.0f : 3.0f + 4.0f;
+    EXPECT_EQ(results[d], (std::vector<float>{group_sum, group_sum, group_sum, group_sum, 4.0f}))
+        << "device " << d;
+  }
+}
+
+// Groups that never meet are still compared: the second group to pass a
+// collective number finds that the first ran another collective there.
+TEST(LocalCluster, GroupsRunningDifferentCollectivesAreErrors) {
+  LocalCluster cluster(4);
+  const std::string e = RunError(cluster, [](int64_t d, Communicator& c) {
+    c.AllReduce(std::vector<float>(d < 2 ? 8 : 9, 1.0f), ReduceOp::kSum, {{0, 1}, {2, 3}});
+  });
+  EXPECT_NE(e.find("devices run different collectives"), std::string::npos) << e;
+  EXPECT_NE(e.find("as its collective #1"), std::string::npos) << e;
+  EXPECT_NE(e.find(" bytes in, groups {{0,1},{2,3}})"), std::string::npos) << e;
 }
 
 TEST(LocalCluster, DifferentBatchesAreErrors) {

@@ -33,7 +33,8 @@ class LocalCluster {
   // on thread d % threads(). A device gives its thread to the thread's other
   // devices only while it waits in a collective, so fn must not wait for
   // another device by any other means (a lock, a sleep until another device
-  // acts): the other device may be on its thread.
+  // acts): the other device may be on its thread. A collective waits only
+  // for the members of the device's replica group, not for other groups.
   // When a device throws, the devices blocked in (or later entering) a
   // collective are released, every thread is joined, and the first error is
   // rethrown as "device D: <cause>" of the same kind: a weft::Error stays a
@@ -45,7 +46,8 @@ class LocalCluster {
   //
   // Watchdog: a device that waits in a collective longer than the collective
   // timeout fails the run with a weft::Error naming the collective (kind,
-  // sequence number, groups) and the devices that did not arrive. The
+  // sequence number, groups) and the members of its group that did not
+  // arrive. The
   // missing devices' threads are joined if they return within a short grace
   // (a slow device is released at its next collective); a thread that does
   // not (a hung device, and the devices waiting behind it on its thread) is
