@@ -11,6 +11,7 @@
 #include "weft/base/error.h"
 
 #if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #define WEFT_FIBER_ASAN 1
 #endif
@@ -97,6 +98,13 @@ Fiber::Fiber(Stack& stack, std::function<void()> fn) : impl_(std::make_unique<Im
     FailInternal("Fiber: getcontext failed: {}", std::strerror(errno));
   impl_->context.uc_stack.ss_sp = stack.base();
   impl_->context.uc_stack.ss_size = stack.size();
+#ifdef WEFT_FIBER_ASAN
+  // A stack reused from an earlier fiber (LocalCluster keeps them across
+  // runs), or mapped where an unmapped one was, still carries that fiber's
+  // poisoned redzones: frames it left by a switch never returned. A fresh
+  // fiber's frames start clean.
+  __asan_unpoison_memory_region(stack.base(), stack.size());
+#endif
   impl_->context.uc_link = nullptr;  // Trampoline switches back itself
   makecontext(&impl_->context, &Trampoline, 0);
 }
