@@ -56,6 +56,7 @@
 #include <thread>
 
 #include "reduce.h"
+#include "weft/base/copy_bytes.h"
 #include "weft/base/fiber.h"
 #include "weft/base/thread_pool.h"
 #include "weft/runtime/config.h"
@@ -404,7 +405,7 @@ class ThreadCommunicator final : public Communicator {
         for (int64_t m = 0; m < n; ++m) {
           std::byte* dst = m == p ? out : Post(members[m], index).out;
           for (int64_t o = 0; o < outer; ++o)
-            std::memcpy(dst + (o * n + p) * row, call.in + o * row, row);
+            CopyBytes(dst + (o * n + p) * row, call.in + o * row, row);
         }
         return;
       }
@@ -424,8 +425,7 @@ class ThreadCommunicator final : public Communicator {
         if (row == 0) return;
         for (int64_t o = 0; o < outer; ++o) {
           for (int64_t m = 0; m < n; ++m)
-            std::memcpy(out + (o * n + m) * row, Post(members[m], index).in + (o * n + p) * row,
-                        row);
+            CopyBytes(out + (o * n + m) * row, Post(members[m], index).in + (o * n + p) * row, row);
         }
         return;
       }

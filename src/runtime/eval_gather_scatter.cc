@@ -13,6 +13,7 @@
 
 #include "executor_eval.h"
 #include "weft/base/algorithm.h"
+#include "weft/base/copy_bytes.h"
 #include "weft/base/error.h"
 
 namespace weft::runtime::exec {
@@ -71,38 +72,67 @@ bool Next(std::vector<int64_t>& pos, const std::vector<int64_t>& sizes) {
   return false;
 }
 
-// Calls fn(dst_offset, src_offset, n, dst_stride, src_stride) for every
-// innermost run of the canonical `dims`.
-template <typename Fn>
-void ForEachRun(const std::vector<CopyDim>& dims, Fn&& fn) {
-  std::vector<CopyDim> canon;
+// `dims` with size-1 dims dropped and neighbours contiguous on both sides
+// merged; empty when a dim is empty (nothing to copy). A window's dims are
+// canonical once per instruction, not once per window.
+struct CanonicalDims {
+  std::vector<CopyDim> dims;
+  bool empty = false;
+};
+CanonicalDims Canonical(const std::vector<CopyDim>& dims) {
+  CanonicalDims c;
   for (const CopyDim& d : dims) {
-    if (d.size == 0) return;
+    if (d.size == 0) {
+      c.empty = true;
+      c.dims.clear();
+      return c;
+    }
     if (d.size == 1) continue;
-    if (!canon.empty() && canon.back().src == d.src * d.size &&
-        canon.back().dst == d.dst * d.size) {
-      canon.back() = {canon.back().size * d.size, d.src, d.dst};
+    if (!c.dims.empty() && c.dims.back().src == d.src * d.size &&
+        c.dims.back().dst == d.dst * d.size) {
+      c.dims.back() = {c.dims.back().size * d.size, d.src, d.dst};
     } else {
-      canon.push_back(d);
+      c.dims.push_back(d);
     }
   }
-  if (canon.empty()) return fn(0, 0, 1, 1, 1);
-  const CopyDim inner = canon.back();
-  canon.pop_back();
-  std::vector<int64_t> index(canon.size(), 0);
+  return c;
+}
+
+// Calls fn(dst_offset, src_offset, n, dst_stride, src_stride) for every
+// innermost run of the canonical `c`.
+template <typename Fn>
+void ForEachRun(const CanonicalDims& c, Fn&& fn) {
+  if (c.empty) return;
+  if (c.dims.empty()) return fn(0, 0, 1, 1, 1);
+  const CopyDim inner = c.dims.back();
+  const int64_t outer = static_cast<int64_t>(c.dims.size()) - 1;
+  constexpr int64_t kInline = 8;
+  int64_t inline_index[kInline] = {};
+  std::vector<int64_t> heap_index(outer > kInline ? outer : 0, 0);
+  int64_t* index = outer > kInline ? heap_index.data() : inline_index;
   int64_t s = 0, d = 0;
   for (;;) {
     fn(d, s, inner.size, inner.dst, inner.src);
-    int64_t k = static_cast<int64_t>(canon.size()) - 1;
+    int64_t k = outer - 1;
     for (; k >= 0; --k) {
-      if (++index[k] < canon[k].size) {
-        s += canon[k].src, d += canon[k].dst;
+      const CopyDim& dim = c.dims[k];
+      if (++index[k] < dim.size) {
+        s += dim.src, d += dim.dst;
         break;
       }
-      s -= canon[k].src * (canon[k].size - 1), d -= canon[k].dst * (canon[k].size - 1);
+      s -= dim.src * (dim.size - 1), d -= dim.dst * (dim.size - 1);
       index[k] = 0;
     }
     if (k < 0) return;
+  }
+}
+
+// Copies one window (canonical `c`) of elem-byte elements.
+void CopyWindow(const std::byte* src, std::byte* dst, const CanonicalDims& c, int64_t elem) {
+  if (c.dims.size() == 1 && c.dims[0].src == 1 && c.dims[0].dst == 1) {
+    CopyBytes(dst, src, static_cast<size_t>(c.dims[0].size * elem));  // an embedding row
+  } else if (!c.empty) {
+    StridedCopy(src, dst, c.dims, elem);
   }
 }
 
@@ -151,11 +181,13 @@ Value EvalGather(const HloInstruction& instr, EvalArgs& args) {
   std::vector<int64_t> pos(walker.sizes().size(), 0);
   const std::byte* src = static_cast<const std::byte*>(operand.raw_data());
   std::byte* dst = static_cast<std::byte*>(out.mutable_raw_data());
+  const CanonicalDims canonical = Canonical(window);
+  std::vector<int64_t> start(operand.rank(), 0);
   for (int64_t p = 0; p < walker.count(); ++p, Next(pos, walker.sizes())) {
     const int64_t at = walker.Offset(pos);
     int64_t in_offset = 0, out_offset = 0;
     for (size_t k = 0; k < pos.size(); ++k) out_offset += pos[k] * out_strides[batch_out_dims[k]];
-    std::vector<int64_t> start(operand.rank(), 0);
+    std::fill(start.begin(), start.end(), 0);
     for (size_t k = 0; k < dn.start_index_map.size(); ++k) {
       start[dn.start_index_map[k]] = walker.Component(at, static_cast<int64_t>(k));
     }
@@ -172,7 +204,7 @@ Value EvalGather(const HloInstruction& instr, EvalArgs& args) {
       start[d] = std::clamp<int64_t>(start[d], 0, operand.dimensions()[d] - slice[d]);
       in_offset += start[d] * in_strides[d];
     }
-    StridedCopy(src + in_offset * elem, dst + out_offset * elem, window, elem);
+    CopyWindow(src + in_offset * elem, dst + out_offset * elem, canonical, elem);
   }
   return Value{std::move(out)};
 }
@@ -212,12 +244,13 @@ void ForEachScatterWindow(const HloInstruction& instr, const HostTensor& operand
   }
   IndexWalker walker(indices, dn.index_vector_dim);
   std::vector<int64_t> pos(walker.sizes().size(), 0);
+  std::vector<int64_t> start(operand.rank(), 0);
   for (int64_t p = 0; p < walker.count(); ++p, Next(pos, walker.sizes())) {
     const int64_t at = walker.Offset(pos);
     int64_t up_offset = 0;
     for (size_t k = 0; k < pos.size(); ++k)
       up_offset += pos[k] * up_strides[scatter_update_dims[k]];
-    std::vector<int64_t> start(operand.rank(), 0);
+    std::fill(start.begin(), start.end(), 0);
     for (size_t k = 0; k < dn.scatter_dims_to_operand_dims.size(); ++k) {
       start[dn.scatter_dims_to_operand_dims[k]] = walker.Component(at, static_cast<int64_t>(k));
     }
@@ -260,23 +293,26 @@ Value EvalVariadicScatter(const HloInstruction& instr, EvalArgs& args) {
   ScalarFunction fn(*instr.to_apply());
   std::vector<CopyDim> window;
   std::vector<double> call_args(2 * n), result(n);
+  std::optional<CanonicalDims> canonical;  // the window's, at the first window
   ForEachScatterWindow(
       instr, args.array(0), args.array(n), args.array(n + 1), &window,
       [&](int64_t op_offset, int64_t up_offset) {
-        ForEachRun(window, [&](int64_t d_off, int64_t s_off, int64_t m, int64_t ds, int64_t ss) {
-          for (int64_t e = 0; e < m; ++e) {
-            const int64_t o = op_offset + d_off + e * ds, u = up_offset + s_off + e * ss;
-            for (int64_t i = 0; i < n; ++i) {
-              call_args[i] = LoadAsDouble(out[i].element_type(), out[i].raw_data(), o);
-              const HostTensor& up = args.array(n + 1 + i);
-              call_args[n + i] = LoadAsDouble(up.element_type(), up.raw_data(), u);
-            }
-            fn.Call(call_args, result);
-            for (int64_t i = 0; i < n; ++i) {
-              StoreDouble(out[i].element_type(), out[i].mutable_raw_data(), o, result[i]);
-            }
-          }
-        });
+        if (!canonical.has_value()) canonical = Canonical(window);
+        ForEachRun(
+            *canonical, [&](int64_t d_off, int64_t s_off, int64_t m, int64_t ds, int64_t ss) {
+              for (int64_t e = 0; e < m; ++e) {
+                const int64_t o = op_offset + d_off + e * ds, u = up_offset + s_off + e * ss;
+                for (int64_t i = 0; i < n; ++i) {
+                  call_args[i] = LoadAsDouble(out[i].element_type(), out[i].raw_data(), o);
+                  const HostTensor& up = args.array(n + 1 + i);
+                  call_args[n + i] = LoadAsDouble(up.element_type(), up.raw_data(), u);
+                }
+                fn.Call(call_args, result);
+                for (int64_t i = 0; i < n; ++i) {
+                  StoreDouble(out[i].element_type(), out[i].mutable_raw_data(), o, result[i]);
+                }
+              }
+            });
       });
   return out;
 }
@@ -298,15 +334,17 @@ Value EvalScatter(const HloInstruction& instr, EvalArgs& args) {
   std::byte* dst = static_cast<std::byte*>(out.mutable_raw_data());
   const std::byte* src = static_cast<const std::byte*>(updates.raw_data());
   std::vector<CopyDim> window;
+  std::optional<CanonicalDims> canonical;  // the window's, at the first window
   ForEachScatterWindow(
       instr, args.array(0), args.array(1), updates, &window,
       [&](int64_t op_offset, int64_t up_offset) {
+        if (!canonical.has_value()) canonical = Canonical(window);
         if (kind == ReducerKind::kReplace) {
-          std::vector<CopyDim> w = window;
-          StridedCopy(src + up_offset * elem, dst + op_offset * elem, std::move(w), elem);
+          CopyWindow(src + up_offset * elem, dst + op_offset * elem, *canonical, elem);
           return;
         }
-        ForEachRun(window, [&](int64_t d_off, int64_t s_off, int64_t n, int64_t ds, int64_t ss) {
+        ForEachRun(*canonical, [&](int64_t d_off, int64_t s_off, int64_t n, int64_t ds,
+                                   int64_t ss) {
           const int64_t o = op_offset + d_off, u = up_offset + s_off;
           if (fn.has_value()) {
             double call_args[2], result[1];

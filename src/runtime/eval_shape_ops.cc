@@ -5,8 +5,10 @@
 // transposes so both sides stay in cache.
 #include <algorithm>
 #include <cstring>
+#include <span>
 
 #include "executor_eval.h"
+#include "weft/base/copy_bytes.h"
 #include "weft/base/error.h"
 #include "weft/base/thread_pool.h"
 #include "weft/compiler/buffer_assignment.h"
@@ -16,24 +18,25 @@ namespace {
 
 using Dim = CopyDim;
 
-// Drops size-1 dims and merges neighbours that are contiguous on both sides.
-std::vector<Dim> Canonicalize(const std::vector<Dim>& dims) {
-  std::vector<Dim> out;
+// Drops size-1 dims and merges neighbours that are contiguous on both
+// sides, in place.
+void Canonicalize(std::vector<Dim>& dims) {
+  size_t n = 0;
   for (const Dim& d : dims) {
     if (d.size == 1) continue;
-    if (!out.empty() && out.back().src == d.src * d.size && out.back().dst == d.dst * d.size) {
-      out.back() = {out.back().size * d.size, d.src, d.dst};
+    if (n > 0 && dims[n - 1].src == d.src * d.size && dims[n - 1].dst == d.dst * d.size) {
+      dims[n - 1] = {dims[n - 1].size * d.size, d.src, d.dst};
     } else {
-      out.push_back(d);
+      dims[n++] = d;
     }
   }
-  return out;
+  dims.resize(n);
 }
 
 template <typename T>
 void CopyRun(const T* src, int64_t src_stride, T* dst, int64_t dst_stride, int64_t n) {
   if (src_stride == 1 && dst_stride == 1) {
-    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(T));
+    CopyBytes(dst, src, static_cast<size_t>(n) * sizeof(T));
   } else if (src_stride == 0) {
     const T v = *src;
     for (int64_t i = 0; i < n; ++i) dst[i * dst_stride] = v;
@@ -42,32 +45,40 @@ void CopyRun(const T* src, int64_t src_stride, T* dst, int64_t dst_stride, int64
   }
 }
 
+// Copies `dims` (canonical), with dims[0]'s size replaced by `first`: a
+// part of a copy split along its outermost dim.
 template <typename T>
-void StridedCopyT(const T* src, T* dst, const std::vector<Dim>& dims) {
+void StridedCopyT(const T* src, T* dst, std::span<const Dim> dims, int64_t first) {
   const int64_t rank = static_cast<int64_t>(dims.size());
   if (rank == 0) {
     *dst = *src;
     return;
   }
-  const Dim inner = dims.back();
+  auto size = [&](int64_t k) { return k == 0 ? first : dims[k].size; };
+  const Dim inner = {size(rank - 1), dims[rank - 1].src, dims[rank - 1].dst};
   // A transpose: the innermost destination run reads the source with a
   // stride. Tile it against the dim that is contiguous in the source.
   int64_t tile_dim = -1;
   if (inner.src != 1 && inner.src != 0 && inner.size >= 8) {
     for (int64_t j = 0; j + 1 < rank; ++j) {
-      if (dims[j].src == 1 && dims[j].size >= 8) tile_dim = j;
+      if (dims[j].src == 1 && size(j) >= 8) tile_dim = j;
     }
   }
-  std::vector<int64_t> index(rank, 0);
+  // The odometer's digits: on the stack for the ranks HLO programs have.
+  constexpr int64_t kInline = 8;
+  int64_t inline_index[kInline] = {};
+  std::vector<int64_t> heap_index(rank > kInline ? rank : 0, 0);
+  int64_t* index = rank > kInline ? heap_index.data() : inline_index;
   const int64_t outer_rank = rank - 1;
   auto advance = [&](int64_t& s, int64_t& d) -> bool {  // odometer over outer dims
     for (int64_t k = outer_rank - 1; k >= 0; --k) {
       if (k == tile_dim) continue;
-      if (++index[k] < dims[k].size) {
+      const int64_t n = size(k);
+      if (++index[k] < n) {
         s += dims[k].src, d += dims[k].dst;
         return true;
       }
-      s -= dims[k].src * (dims[k].size - 1), d -= dims[k].dst * (dims[k].size - 1);
+      s -= dims[k].src * (n - 1), d -= dims[k].dst * (n - 1);
       index[k] = 0;
     }
     return false;
@@ -80,7 +91,7 @@ void StridedCopyT(const T* src, T* dst, const std::vector<Dim>& dims) {
     return;
   }
   constexpr int64_t kTile = 32;
-  const Dim tj = dims[tile_dim];
+  const Dim tj = {size(tile_dim), dims[tile_dim].src, dims[tile_dim].dst};
   do {
     for (int64_t j0 = 0; j0 < tj.size; j0 += kTile) {
       const int64_t j1 = std::min(tj.size, j0 + kTile);
@@ -303,21 +314,22 @@ void StridedCopy(const void* src, void* dst, std::vector<CopyDim> dims, int64_t 
   for (const Dim& d : dims) {
     if (d.size == 0) return;
   }
-  dims = Canonicalize(dims);
-  auto copy = [&](const std::byte* s, std::byte* d, const std::vector<Dim>& part) {
+  Canonicalize(dims);
+  const std::span<const Dim> all(dims);
+  auto copy = [&](const std::byte* s, std::byte* d, int64_t first) {
     switch (elem_bytes) {
       case 1:
-        return StridedCopyT(reinterpret_cast<const uint8_t*>(s), reinterpret_cast<uint8_t*>(d),
-                            part);
+        return StridedCopyT(reinterpret_cast<const uint8_t*>(s), reinterpret_cast<uint8_t*>(d), all,
+                            first);
       case 2:
         return StridedCopyT(reinterpret_cast<const uint16_t*>(s), reinterpret_cast<uint16_t*>(d),
-                            part);
+                            all, first);
       case 4:
         return StridedCopyT(reinterpret_cast<const uint32_t*>(s), reinterpret_cast<uint32_t*>(d),
-                            part);
+                            all, first);
       case 8:
         return StridedCopyT(reinterpret_cast<const uint64_t*>(s), reinterpret_cast<uint64_t*>(d),
-                            part);
+                            all, first);
       default:
         Fail("no strided copy for {}-byte elements", elem_bytes);
     }
@@ -331,12 +343,11 @@ void StridedCopy(const void* src, void* dst, std::vector<CopyDim> dims, int64_t 
   for (const Dim& d : dims) bytes *= d.size;
   const int64_t outer = dims.empty() ? 1 : dims[0].size;
   const int64_t parts = std::min(outer, bytes / kPartBytes);
-  if (parts < 2) return copy(from, to, dims);
+  if (parts < 2) return copy(from, to, outer);
   ThreadPool::Global().ParallelFor(parts, [&](int64_t part, int) {
     const int64_t begin = outer * part / parts, end = outer * (part + 1) / parts;
-    std::vector<Dim> mine = dims;
-    mine[0].size = end - begin;
-    copy(from + begin * dims[0].src * elem_bytes, to + begin * dims[0].dst * elem_bytes, mine);
+    copy(from + begin * dims[0].src * elem_bytes, to + begin * dims[0].dst * elem_bytes,
+         end - begin);
   });
 }
 

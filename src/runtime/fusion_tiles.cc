@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "elementwise_kernels.h"
+#include "weft/base/copy_bytes.h"
 
 namespace weft::runtime::exec::fusion {
 namespace {
@@ -42,7 +43,8 @@ void ForEachRow(const std::vector<int64_t>& dims, int64_t base, int64_t n,
 // Elements [b, b + n) of broadcast `node`, copied from its source (`src`,
 // storage elements) into `dst`.
 template <int kBytes>
-void GatherBroadcast(const Node& node, const void* src_v, void* dst_v, int64_t b, int64_t n) {
+void GatherBroadcast(const Node& node, const void* src_v, void* dst_v, int64_t b, int64_t n,
+                     std::vector<int64_t>& coord) {
   using T = typename Bits<kBytes>::type;
   const T* src = static_cast<const T*>(src_v);
   T* dst = static_cast<T*>(dst_v);
@@ -54,7 +56,7 @@ void GatherBroadcast(const Node& node, const void* src_v, void* dst_v, int64_t b
       int64_t k = b % node.row, j = 0;
       while (j < n) {
         const int64_t run = std::min(n - j, node.row - k);
-        std::memcpy(dst + j, src + k, static_cast<size_t>(run) * kBytes);
+        CopyBytes(dst + j, src + k, static_cast<size_t>(run) * kBytes);
         j += run;
         k = 0;
       }
@@ -77,7 +79,7 @@ void GatherBroadcast(const Node& node, const void* src_v, void* dst_v, int64_t b
   // The broadcast's dims merged where the source runs on (PlanRuns).
   const std::vector<int64_t>& run_dims = node.run_dims;
   const int64_t rank = static_cast<int64_t>(run_dims.size());
-  std::vector<int64_t> coord(rank);
+  coord.assign(static_cast<size_t>(rank), 0);
   const std::vector<int64_t>& stride = node.run_strides;
   const int64_t inner_stride = stride[rank - 1];
   ForEachRow(run_dims, b, n, coord, [&](int64_t j, int64_t run) {
@@ -86,7 +88,7 @@ void GatherBroadcast(const Node& node, const void* src_v, void* dst_v, int64_t b
     if (inner_stride == 0) {
       std::fill(dst + j, dst + j + run, src[base]);
     } else if (inner_stride == 1) {
-      std::memcpy(dst + j, src + base, static_cast<size_t>(run) * kBytes);
+      CopyBytes(dst + j, src + base, static_cast<size_t>(run) * kBytes);
     } else {
       for (int64_t i = 0; i < run; ++i) dst[j + i] = src[base + i * inner_stride];
     }
@@ -94,16 +96,16 @@ void GatherBroadcast(const Node& node, const void* src_v, void* dst_v, int64_t b
 }
 
 void Gather(const Node& node, PrimitiveType storage, const void* src, void* dst, int64_t b,
-            int64_t n) {
+            int64_t n, std::vector<int64_t>& coord) {
   switch (ByteWidth(storage)) {
     case 1:
-      return GatherBroadcast<1>(node, src, dst, b, n);
+      return GatherBroadcast<1>(node, src, dst, b, n, coord);
     case 2:
-      return GatherBroadcast<2>(node, src, dst, b, n);
+      return GatherBroadcast<2>(node, src, dst, b, n, coord);
     case 4:
-      return GatherBroadcast<4>(node, src, dst, b, n);
+      return GatherBroadcast<4>(node, src, dst, b, n, coord);
     default:
-      return GatherBroadcast<8>(node, src, dst, b, n);
+      return GatherBroadcast<8>(node, src, dst, b, n, coord);
   }
 }
 
@@ -515,10 +517,10 @@ void* TileRunner::ComputeNode(Scratch& scratch, int32_t i, int64_t b, int64_t n,
     case NodeKind::kBroadcast: {
       const void* src = Source(nodes[node.operands[0]]);
       if (IsHalf(node.type) && !root) {
-        Gather(node, node.type, src, scratch.half.data(), b, n);
+        Gather(node, node.type, src, scratch.half.data(), b, n, scratch.broadcast_coord);
         cached::HalfToFloat(node.type, scratch.half.data(), static_cast<float*>(dst), n);
       } else {  // storage elements (f32, integers, pred; or the half root)
-        Gather(node, node.type, src, dst, b, n);
+        Gather(node, node.type, src, dst, b, n, scratch.broadcast_coord);
       }
       break;
     }
@@ -583,7 +585,7 @@ void TileRunner::GatherTree(Scratch& scratch, int32_t id, const int64_t* idx, in
     const std::vector<int64_t>& dims = node.run_dims;
     const std::vector<int64_t>& strides = node.run_strides;
     const int64_t rank = static_cast<int64_t>(dims.size());
-    std::vector<int64_t> coord(rank, 0);
+    std::vector<int64_t>& coord = scratch.coord(level, static_cast<size_t>(rank));
     if (node.period > 0) {  // one table lookup an element
       const int64_t period = node.period;
       const int64_t* map = node.period_map.data();
@@ -613,8 +615,8 @@ void TileRunner::GatherTree(Scratch& scratch, int32_t id, const int64_t* idx, in
         int64_t o = node.offset;
         for (int64_t d = 0; d < rank; ++d) o += coord[d] * strides[d];
         if (copy_rows) {
-          std::memcpy(static_cast<std::byte*>(dst) + j * w, src + o * w,
-                      static_cast<size_t>(run * w));
+          CopyBytes(static_cast<std::byte*>(dst) + j * w, src + o * w,
+                    static_cast<size_t>(run * w));
         } else {
           for (int64_t r = 0; r < run; ++r) out_idx[j + r] = o + r * step;
         }
@@ -659,7 +661,7 @@ void TileRunner::GatherTree(Scratch& scratch, int32_t id, const int64_t* idx, in
     }
     return;
   }
-  std::vector<int64_t> coord(node.dims.size(), 0);
+  std::vector<int64_t>& coord = scratch.coord(level, node.dims.size());
   int64_t* pos = scratch.level(level, 1);
   void* tmp = scratch.level(level, 2);
   auto gather_part = [&](int32_t operand, int64_t m) {

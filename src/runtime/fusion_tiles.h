@@ -52,6 +52,18 @@ struct Scratch {
     if (slots.size() < need) slots.resize(need);
     const size_t need_levels = static_cast<size_t>(max_depth) * 3 * kTile;
     if (levels.size() < need_levels) levels.resize(need_levels);
+    // Sized here, never in coord(): a deeper level must not move the
+    // multi-index a shallower one is still using.
+    if (coords.size() < static_cast<size_t>(max_depth)) coords.resize(max_depth);
+  }
+  // Multi-indices, per level and one for broadcasts: kept, so that a tile
+  // allocates nothing.
+  std::vector<std::vector<int64_t>> coords;
+  std::vector<int64_t> broadcast_coord;
+  std::vector<int64_t>& coord(int32_t l, size_t rank) {
+    std::vector<int64_t>& c = coords.at(static_cast<size_t>(l));
+    c.assign(rank, 0);
+    return c;
   }
   void* slot(int32_t s) { return slots.data() + static_cast<size_t>(s) * kTile; }
   int64_t* level(int32_t l, int k) {
