@@ -649,7 +649,10 @@ class Simulator {
         region[b] = NewBuffer(std::move(x));
       }
       if (offloading_) Prefetch(instr, ia, ca, w, t, resolve, prefetched);
-      Observe();
+      // The executor makes a constant once and runs no step for it (but
+      // for a root): it is no point of the timeline and no step counted.
+      const bool runs = instr.opcode() != HloOpcode::kConstant || &instr == c.root_instruction();
+      if (runs) Observe();
       if (instr.opcode() == HloOpcode::kWhile) {
         // The body and condition read the loop's state where the assignment
         // put the while's result.
@@ -681,8 +684,10 @@ class Simulator {
         }
         current_ = &instr;
       }
-      ++step_;
-      Sample();
+      if (runs) {
+        ++step_;
+        Sample();
+      }
       free_at(t);
     }
     free_at(n);

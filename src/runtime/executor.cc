@@ -159,7 +159,8 @@ struct Executor::Impl {
     return p;
   }();
   std::unordered_map<const HloComputation*, ComputationPlan> plans;
-  std::unordered_map<const HloInstruction*, HostTensor> constants;
+  // Every constant's value, made once (MakePlan points its readers here).
+  std::unordered_map<const HloInstruction*, Value> constants;
   exec::InstructionCache cache;
   std::vector<Shape> input_shapes;
   std::vector<std::string> input_names;
@@ -242,8 +243,10 @@ Value Executor::Impl::RunComputation(const HloComputation& computation, std::vec
     }
     for (size_t k = 0; k < step.operands.size(); ++k) {
       const int32_t d = step.dying_index[k];
-      ops[k] = d >= 0 ? EvalArgs::Operand{&dying[d], true, step.buffer_dies[k]}
-                      : EvalArgs::Operand{&slots[step.operands[k]], false, step.buffer_dies[k]};
+      Value* const constant = step.constants[k];
+      ops[k] = constant != nullptr ? EvalArgs::Operand{constant, false, step.buffer_dies[k]}
+               : d >= 0            ? EvalArgs::Operand{&dying[d], true, step.buffer_dies[k]}
+                        : EvalArgs::Operand{&slots[step.operands[k]], false, step.buffer_dies[k]};
     }
     const std::span<EvalArgs::Operand> step_ops(ops.data(), step.operands.size());
     try {
@@ -344,8 +347,8 @@ Value Executor::Impl::RunStep(const Step& step, std::vector<Value>& args,
   switch (step.opcode) {
     case HloOpcode::kParameter:
       return std::move(args.at(instr.parameter_number()));
-    case HloOpcode::kConstant:
-      return Value{constants.at(&instr)};
+    case HloOpcode::kConstant:  // the root: other constants take no step
+      return constants.at(&instr);
     case HloOpcode::kCopy:  // values are immutable, so a copy can share bytes
       return take(0);
     case HloOpcode::kTuple: {
@@ -433,24 +436,14 @@ Executor::Executor(const HloModule& module, ExecutorOptions options,
   }
   impl_->assignment = std::move(assignment);
   for (const HloComputation* computation : computations) {
-    if (impl_->assignment->Has(*computation)) {
-      impl_->plans.emplace(computation,
-                           MakePlan(*computation, impl_->assignment->Of(*computation)));
-    }
     for (const HloInstruction* instr : computation->instructions()) {
-      if (instr->opcode() != HloOpcode::kConstant) continue;
-      const Literal& literal = instr->literal();
-      std::vector<double> values(static_cast<size_t>(literal.size()));
-      for (int64_t i = 0; i < literal.size(); ++i) values[i] = literal.Get(i);
-      HostTensor t = HostTensor::Uninitialized(instr->shape());
-      if (IsFloatingPoint(instr->shape().element_type())) {
-        t = HostTensor::FromDoubles(instr->shape(), values);
-      } else {  // exact 64-bit integers
-        for (int64_t i = 0; i < literal.size(); ++i) {
-          exec::StoreInt(instr->shape().element_type(), t.mutable_raw_data(), i, literal.GetInt(i));
-        }
+      if (instr->opcode() == HloOpcode::kConstant) {
+        impl_->constants.emplace(instr, Value{exec::ConstantTensor(*instr)});
       }
-      impl_->constants.emplace(instr, std::move(t));
+    }
+    if (impl_->assignment->Has(*computation)) {
+      impl_->plans.emplace(computation, MakePlan(*computation, impl_->assignment->Of(*computation),
+                                                 impl_->constants));
     }
   }
   for (int64_t p = 0; p < entry->num_parameters(); ++p) {

@@ -131,8 +131,24 @@ EvalFn SelectEval(const HloInstruction& instr) {
 
 }  // namespace
 
+HostTensor ConstantTensor(const HloInstruction& constant) {
+  const Literal& literal = constant.literal();
+  const Shape& shape = constant.shape();
+  if (IsFloatingPoint(shape.element_type())) {
+    std::vector<double> values(static_cast<size_t>(literal.size()));
+    for (int64_t i = 0; i < literal.size(); ++i) values[i] = literal.Get(i);
+    return HostTensor::FromDoubles(shape, values);
+  }
+  HostTensor t = HostTensor::Uninitialized(shape);
+  for (int64_t i = 0; i < literal.size(); ++i) {  // exact 64-bit integers
+    StoreInt(shape.element_type(), t.mutable_raw_data(), i, literal.GetInt(i));
+  }
+  return t;
+}
+
 ComputationPlan MakePlan(const HloComputation& computation,
-                         const compiler::ComputationAssignment& assignment) {
+                         const compiler::ComputationAssignment& assignment,
+                         std::unordered_map<const HloInstruction*, Value>& constants) {
   ComputationPlan plan;
   plan.computation = &computation;
   const std::vector<HloInstruction*>& order = assignment.sequence;
@@ -148,8 +164,17 @@ ComputationPlan MakePlan(const HloComputation& computation,
       last_use[slot.at(operand)] = static_cast<int32_t>(i);
     }
   }
+  // A constant's value lives as long as the executor: its readers point at
+  // it, and it takes no step (the partitioned scan reads a constant 0 at
+  // every dynamic slice: a step each would cost a value a step).
+  auto constant_of = [&](const HloInstruction* instr) -> Value* {
+    return instr->opcode() == HloOpcode::kConstant ? &constants.at(instr) : nullptr;
+  };
   for (size_t i = 0; i < order.size(); ++i) {
     const HloInstruction* instr = order[i];
+    if (instr->opcode() == HloOpcode::kConstant && static_cast<int32_t>(i) != plan.root_slot) {
+      continue;
+    }
     Step step;
     step.instr = instr;
     step.opcode = instr->opcode();
@@ -162,8 +187,10 @@ ComputationPlan MakePlan(const HloComputation& computation,
     for (const HloInstruction* operand : instr->operands()) {
       const int32_t s = slot.at(operand);
       step.operands.push_back(s);
+      step.constants.push_back(constant_of(operand));
       int32_t index = -1;
-      if (last_use[s] == static_cast<int32_t>(i) && s != plan.root_slot) {
+      if (last_use[s] == static_cast<int32_t>(i) && s != plan.root_slot &&
+          step.constants.back() == nullptr) {
         auto it = std::find(step.dying_slots.begin(), step.dying_slots.end(), s);
         index = static_cast<int32_t>(it - step.dying_slots.begin());
         if (it == step.dying_slots.end()) step.dying_slots.push_back(s);

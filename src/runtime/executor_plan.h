@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #include "executor_eval.h"
@@ -20,6 +21,10 @@ struct Step {
   EvalFn eval = nullptr;  // null: handled by the scheduler itself
   int32_t out = 0;        // result slot
   std::vector<int32_t> operands;
+  // Per operand: its value when the operand is a constant (made once, when
+  // the executor is built; a constant is no step of its own unless it is
+  // the root), else null and the value is in the operand's slot.
+  std::vector<Value*> constants;
   // Per operand: index into the step's dying values, or -1 when the operand
   // lives on. Repeated operands share one dying value.
   std::vector<int32_t> dying_index;
@@ -44,9 +49,14 @@ struct ComputationPlan {
   size_t max_operands = 0, max_dying = 0;
 };
 
+// The value of a constant instruction (its literal as a tensor).
+HostTensor ConstantTensor(const HloInstruction& constant);
+
 // The plan of `computation` in the order, and with the places, `assignment`
-// gives it.
+// gives it. `constants` holds the value of every constant instruction of
+// the computation; its elements must outlive the plan.
 ComputationPlan MakePlan(const HloComputation& computation,
-                         const compiler::ComputationAssignment& assignment);
+                         const compiler::ComputationAssignment& assignment,
+                         std::unordered_map<const HloInstruction*, Value>& constants);
 
 }  // namespace weft::runtime::exec

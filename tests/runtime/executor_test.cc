@@ -90,8 +90,9 @@ TEST(ExecutorTest, ScanOverStackedWeightsUpdatesTheCarryInPlace) {
   EXPECT_LT(stats.arena_bytes, stack + 5 * layer);
   EXPECT_EQ(stats.peak_bytes, (layer + stack) + stats.arena_bytes + stack);
   EXPECT_EQ(stats.misplaced_results, 0);
-  // 8 entry instructions + 8 bodies of 15 + 9 conditions of 4.
-  EXPECT_EQ(stats.instructions, 8 + 8 * 15 + 9 * 4);
+  // Constants are made once and take no step: 6 entry instructions + 8
+  // bodies of 13 + 9 conditions of 3.
+  EXPECT_EQ(stats.instructions, 6 + 8 * 13 + 9 * 3);
 }
 
 TEST(ExecutorTest, PeakBytesOfAChainMatchTheHandCount) {
@@ -568,6 +569,52 @@ TEST(ExecutorTest, RefusesRecursionAndOverDeepCallsAndRunsTheDeepestAllowed) {
     // One negate at the bottom of the chain.
     EXPECT_EQ(testing::Run(*allowed, {x})[0].ToDoubles(), (std::vector<double>{-1, -2, -3, -4}));
   }
+}
+
+// A constant is made once, when the executor is built, and its readers
+// read it where it is: runs take no step for it, and no result is ever
+// written over it, not where the buffer assignment could reuse a dying
+// operand (an add, a dynamic-update-slice) and not across runs. A root
+// constant is still a result.
+TEST(ExecutorTest, ConstantsAreMadeOnceAndNeverWrittenOver) {
+  auto module = testing::Parse(R"(HloModule constants
+ENTRY main {
+  p = f32[4] parameter(0)
+  c = f32[4] constant({1.5, -2, 3.25, 4})
+  sum = f32[4] add(c, p)
+  u = f32[1] slice(p), slice={[0:1]}
+  i = s32[] constant(2)
+  updated = f32[4] dynamic-update-slice(c, u, i)
+  twice = f32[4] add(sum, updated)
+  ROOT out = (f32[4], f32[4], f32[4]) tuple(twice, c, sum)
+})");
+  const std::vector<double> c = {1.5, -2, 3.25, 4};
+  Executor executor(*module);
+  std::mt19937 rng(11);
+  for (int run = 0; run < 3; ++run) {
+    HostTensor p = Random("f32[4]", rng);
+    const std::vector<double> pv = p.ToDoubles();
+    std::vector<HostTensor> out = executor.Run({p});
+    ASSERT_EQ(out.size(), 3u);
+    std::vector<double> sum(4), twice(4);
+    for (int k = 0; k < 4; ++k) {
+      sum[k] = c[k] + pv[k];
+      twice[k] = sum[k] + (k == 2 ? pv[0] : c[k]);
+    }
+    ExpectNear(out[0], twice, 1e-6, 1e-6, "twice");
+    ExpectNear(out[1], c, 0, 0, "the constant");
+    ExpectNear(out[2], sum, 1e-6, 1e-6, "sum");
+    // parameter, add, slice, dynamic-update-slice, add, tuple: no step for
+    // either constant.
+    EXPECT_EQ(executor.stats().instructions, 6);
+  }
+  auto root = testing::Parse(R"(HloModule root_constant
+ENTRY main {
+  ROOT c = s32[3] constant({7, -8, 9})
+})");
+  std::vector<HostTensor> out = testing::Run(*root, {});
+  ASSERT_EQ(out.size(), 1u);
+  ExpectNear(out[0], {7, -8, 9}, 0, 0, "root constant");
 }
 
 }  // namespace

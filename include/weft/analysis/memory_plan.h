@@ -116,8 +116,10 @@ struct MemoryPlan {
   int64_t peak_bytes = 0;
   int64_t live_peak_bytes = 0;  // the most bytes live at once (the timeline's highest)
   int64_t arena_bytes = 0;      // the buffer assignment's arena
-  int64_t peak_step = 0;        // executed instructions up to the peak (1-based)
-  int64_t total_steps = 0;      // executed instructions in the step
+  // Executed instructions up to the peak (1-based) and in the step, as the
+  // executor counts them (ExecutorStats::instructions: constants aside).
+  int64_t peak_step = 0;
+  int64_t total_steps = 0;
   std::string peak_instruction, peak_computation;
   std::array<int64_t, kNumBufferCategories> peak_by_category{};
   int64_t host_peak_bytes = 0;           // offloaded buffers (offload_saved)

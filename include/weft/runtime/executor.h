@@ -125,8 +125,10 @@ struct ExecutorStats {
   // Results an evaluator did not write where the assignment placed them
   // (moved there with a copy): 0 when evaluators and assignment agree.
   int64_t misplaced_results = 0;
-  int64_t instructions = 0;  // executed (loop bodies count every iteration)
-  double seconds = 0;        // wall time of the last Run
+  // Executed (loop bodies count every iteration). Constants are not: each
+  // is made once, when the executor is built, unless it is a root.
+  int64_t instructions = 0;
+  double seconds = 0;  // wall time of the last Run
   // Fresh buffers the executor asked the system for during the last Run
   // (the arena on the first run, outputs and unmodelled scratch the pool
   // could not serve), and their bytes.
