@@ -84,17 +84,11 @@ CanonicalDims Canonical(const std::vector<CopyDim>& dims) {
   for (const CopyDim& d : dims) {
     if (d.size == 0) {
       c.empty = true;
-      c.dims.clear();
       return c;
     }
-    if (d.size == 1) continue;
-    if (!c.dims.empty() && c.dims.back().src == d.src * d.size &&
-        c.dims.back().dst == d.dst * d.size) {
-      c.dims.back() = {c.dims.back().size * d.size, d.src, d.dst};
-    } else {
-      c.dims.push_back(d);
-    }
   }
+  c.dims = dims;
+  CanonicalizeCopyDims(c.dims);
   return c;
 }
 
@@ -106,10 +100,8 @@ void ForEachRun(const CanonicalDims& c, Fn&& fn) {
   if (c.dims.empty()) return fn(0, 0, 1, 1, 1);
   const CopyDim inner = c.dims.back();
   const int64_t outer = static_cast<int64_t>(c.dims.size()) - 1;
-  constexpr int64_t kInline = 8;
-  int64_t inline_index[kInline] = {};
-  std::vector<int64_t> heap_index(outer > kInline ? outer : 0, 0);
-  int64_t* index = outer > kInline ? heap_index.data() : inline_index;
+  OdometerDigits digits(outer);
+  int64_t* index = digits.data();
   int64_t s = 0, d = 0;
   for (;;) {
     fn(d, s, inner.size, inner.dst, inner.src);

@@ -18,21 +18,6 @@ namespace {
 
 using Dim = CopyDim;
 
-// Drops size-1 dims and merges neighbours that are contiguous on both
-// sides, in place.
-void Canonicalize(std::vector<Dim>& dims) {
-  size_t n = 0;
-  for (const Dim& d : dims) {
-    if (d.size == 1) continue;
-    if (n > 0 && dims[n - 1].src == d.src * d.size && dims[n - 1].dst == d.dst * d.size) {
-      dims[n - 1] = {dims[n - 1].size * d.size, d.src, d.dst};
-    } else {
-      dims[n++] = d;
-    }
-  }
-  dims.resize(n);
-}
-
 template <typename T>
 void CopyRun(const T* src, int64_t src_stride, T* dst, int64_t dst_stride, int64_t n) {
   if (src_stride == 1 && dst_stride == 1) {
@@ -64,11 +49,8 @@ void StridedCopyT(const T* src, T* dst, std::span<const Dim> dims, int64_t first
       if (dims[j].src == 1 && size(j) >= 8) tile_dim = j;
     }
   }
-  // The odometer's digits: on the stack for the ranks HLO programs have.
-  constexpr int64_t kInline = 8;
-  int64_t inline_index[kInline] = {};
-  std::vector<int64_t> heap_index(rank > kInline ? rank : 0, 0);
-  int64_t* index = rank > kInline ? heap_index.data() : inline_index;
+  OdometerDigits digits(rank);
+  int64_t* index = digits.data();
   const int64_t outer_rank = rank - 1;
   auto advance = [&](int64_t& s, int64_t& d) -> bool {  // odometer over outer dims
     for (int64_t k = outer_rank - 1; k >= 0; --k) {
@@ -314,7 +296,7 @@ void StridedCopy(const void* src, void* dst, std::vector<CopyDim> dims, int64_t 
   for (const Dim& d : dims) {
     if (d.size == 0) return;
   }
-  Canonicalize(dims);
+  CanonicalizeCopyDims(dims);
   const std::span<const Dim> all(dims);
   auto copy = [&](const std::byte* s, std::byte* d, int64_t first) {
     switch (elem_bytes) {
@@ -349,6 +331,19 @@ void StridedCopy(const void* src, void* dst, std::vector<CopyDim> dims, int64_t 
     copy(from + begin * dims[0].src * elem_bytes, to + begin * dims[0].dst * elem_bytes,
          end - begin);
   });
+}
+
+void CanonicalizeCopyDims(std::vector<CopyDim>& dims) {
+  size_t n = 0;
+  for (const CopyDim& d : dims) {
+    if (d.size == 1) continue;
+    if (n > 0 && dims[n - 1].src == d.src * d.size && dims[n - 1].dst == d.dst * d.size) {
+      dims[n - 1] = {dims[n - 1].size * d.size, d.src, d.dst};
+    } else {
+      dims[n++] = d;
+    }
+  }
+  dims.resize(n);
 }
 
 void TransposeBytes(const void* in, const std::vector<int64_t>& in_dims,

@@ -274,6 +274,22 @@ std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims);
 struct CopyDim {
   int64_t size, src, dst;
 };
+// Drops size-1 dims and merges neighbours that are contiguous on both sides,
+// in place (dims of size 0 are the caller's to check first).
+void CanonicalizeCopyDims(std::vector<CopyDim>& dims);
+// An odometer's digits over `rank` dims, zeroed: on the stack for the ranks
+// programs have, on the heap beyond (a strided copy's walk allocates
+// nothing).
+class OdometerDigits {
+ public:
+  explicit OdometerDigits(int64_t rank) : heap_(rank > kInline ? rank : 0, 0) {}
+  int64_t* data() { return heap_.empty() ? inline_ : heap_.data(); }
+
+ private:
+  static constexpr int64_t kInline = 8;
+  int64_t inline_[kInline] = {};
+  std::vector<int64_t> heap_;
+};
 // Copies the elements `dims` describe from src to dst (merging contiguous
 // dims, memcpy for contiguous runs, tiles for transposes).
 void StridedCopy(const void* src, void* dst, std::vector<CopyDim> dims, int64_t elem_bytes);
