@@ -90,23 +90,32 @@ void FutexWakeAll(std::atomic<uint32_t>& word) {
 
 class ThreadCommunicator;
 
-// The thread that runs some devices' fibers (LocalCluster::Run): a waiting
-// device notes its deadline and yields; a round of resumes in which no
-// device got further sends the thread to wait for the next release.
+// A thread that runs devices' fibers (LocalCluster::Run): a waiting device
+// notes its deadline and yields; a round of resumes in which no device got
+// further sends the thread to run another thread's device, or to wait for
+// the next release.
 struct Worker {
   uint64_t progress = 0;  // bumped by every device that arrives at a barrier
   std::chrono::steady_clock::time_point deadline;  // the earliest watchdog
-  // Time each of the thread's devices ran (by index on the thread), their
-  // sum, and the device running now: what a waiting device's thread spent
-  // on its other devices (CollectiveStats::seconds_others_ran).
-  std::vector<std::chrono::steady_clock::duration> ran;
-  std::chrono::steady_clock::duration ran_total{};
-  size_t current = 0;
-
-  std::chrono::steady_clock::duration OthersRan() const { return ran_total - ran[current]; }
+  // Nanoseconds this thread ran fibers: what a device that yielded here
+  // waited while others ran (CollectiveStats::seconds_others_ran), read by
+  // that device wherever it resumes.
+  std::atomic<int64_t> ran_ns{0};
+  std::atomic<int64_t> running{-1};  // the device it runs now, or -1
+  // Whether it goes through its devices (false while it spins or sleeps
+  // because all of them wait, and once it ends): while it does, a device of
+  // its that does not wait waits for the thread's other device to yield.
+  std::atomic<bool> active{false};
 };
 
 thread_local Worker* t_worker = nullptr;
+
+// The worker of the thread running the calling fiber. A device's fiber may
+// resume on another thread than the one it yielded on, so code that yields
+// reads thread-local state afresh after every yield, through a call the
+// compiler cannot merge with one before the yield (an inlined read could
+// reuse the thread-local base computed before the yield).
+[[gnu::noinline]] Worker* CurrentWorker() { return t_worker; }
 
 // How long a thread whose devices all wait spins before it sleeps: tiny's
 // 2 x 2 mesh on two cores ran as fast with 50, 200 and 1000 us, and 2-4%
@@ -209,6 +218,21 @@ struct LocalCluster::Shared {
   // Per device, kept across runs (a thread's stack would be faulted in
   // again at every run).
   std::vector<std::unique_ptr<Fiber::Stack>> stacks;
+  // Per device, during a Run: its fiber; whether a thread holds it (the one
+  // running or about to run it; taken by compare-and-swap, so one thread at
+  // a time); whether its own thread resumed it once (only then may another
+  // thread run it: its first run sets the thread's pool share,
+  // ThreadPool::SetThreadsForThisThread); and how long its last run took.
+  struct DeviceFiber {
+    std::unique_ptr<Fiber> fiber;
+    std::atomic<bool> held{false};
+    std::atomic<bool> started{false};
+    std::atomic<int64_t> last_run_ns{0};
+  };
+  std::vector<DeviceFiber> fibers;
+  // Per thread of the current Run (a device that yielded on a thread reads
+  // its `ran_ns` wherever it resumes, perhaps after that thread ended).
+  std::vector<std::unique_ptr<Worker>> workers;
   // The calls that groups meeting alone passed, at sequence % size
   // (CheckAgainstOtherGroups).
   struct Passed {
@@ -471,7 +495,8 @@ LocalCluster::Shared::Shared(int64_t num_devices)
       at_barrier(num_devices),
       last_sequence(num_devices),
       exited(num_devices, 1),
-      stacks(num_devices) {}
+      stacks(num_devices),
+      fibers(num_devices) {}
 
 namespace {
 
@@ -589,10 +614,9 @@ void LocalCluster::Shared::Arrive(Meeting& meeting, int64_t device, const Collec
   // The device's fiber gives its thread to the thread's other devices; when
   // all of them wait, the thread spins, then sleeps (LocalCluster::Run's
   // thread loop).
-  WEFT_INTERNAL_CHECK(t_worker != nullptr, "LocalCluster: device {} waits outside its fiber",
-                      device);
-  Worker& worker = *t_worker;
-  ++worker.progress;  // this device ran up to here since it last yielded
+  Worker* worker = CurrentWorker();
+  WEFT_INTERNAL_CHECK(worker != nullptr, "LocalCluster: device {} waits outside its fiber", device);
+  ++worker->progress;  // this device ran up to here since it last yielded
   for (;;) {
     if (released_generation.load(std::memory_order_acquire) != my_generation) return;
     // A device of another group returning does not stop this meeting.
@@ -602,11 +626,17 @@ void LocalCluster::Shared::Arrive(Meeting& meeting, int64_t device, const Collec
     }
     if (watchdog) {
       if (std::chrono::steady_clock::now() >= start + timeout) break;
-      worker.deadline = std::min(worker.deadline, start + timeout);
+      worker->deadline = std::min(worker->deadline, start + timeout);
     }
-    const auto others_before = worker.OthersRan();
+    const int64_t ran_before = worker->ran_ns.load(std::memory_order_relaxed);
     Fiber::Yield();
-    comms[device]->NoteOthersRan(worker.OthersRan() - others_before);
+    // What the thread it yielded on ran since, less this device's own run
+    // that ended at the yield (added when the thread got the fiber back,
+    // before any thread could take it again).
+    const int64_t others = worker->ran_ns.load(std::memory_order_relaxed) - ran_before -
+                           fibers[device].last_run_ns.load(std::memory_order_relaxed);
+    comms[device]->NoteOthersRan(std::chrono::nanoseconds(std::max<int64_t>(others, 0)));
+    worker = CurrentWorker();
   }
   // Stopped or timed out: decide under the mutex, as every failure is
   // recorded.
@@ -774,42 +804,102 @@ void LocalCluster::Run(const DeviceFn& fn) {
   for (int64_t d = 0; d < s.n; ++d) {
     if (!s.stacks[d]) s.stacks[d] = std::make_unique<Fiber::Stack>();
   }
-  // Thread t runs devices t, t + num_threads, ... as fibers.
-  auto thread_main = [shared, device_main, num_threads](int64_t t) {
+  for (int64_t d = 0; d < s.n; ++d) {
+    Shared::DeviceFiber& f = s.fibers[d];
+    f.fiber = std::make_unique<Fiber>(*s.stacks[d], [device_main, d] { device_main(d); });
+    f.held.store(false, std::memory_order_relaxed);
+    f.started.store(false, std::memory_order_relaxed);
+    f.last_run_ns.store(0, std::memory_order_relaxed);
+  }
+  s.workers.resize(num_threads);
+  for (auto& worker : s.workers) worker = std::make_unique<Worker>();
+  // Thread t runs its devices t, t + num_threads, ... as fibers. When all of
+  // them wait, it runs a device of another thread that can go on (its
+  // thread is busy with its other device, or lost its core to the host)
+  // before it spins or sleeps: tiny's 2 x 2 mesh on two cores spent 2-7% of
+  // a step with one thread idle, three quarters of that while the other
+  // thread held such a device (docs/PERFORMANCE.md).
+  auto thread_main = [shared, num_threads](int64_t t) {
     Shared& s = *shared;
-    std::vector<std::unique_ptr<Fiber>> fibers;
-    for (int64_t d = t; d < s.n; d += num_threads)
-      fibers.push_back(
-          std::make_unique<Fiber>(*s.stacks[d], [&device_main, d] { device_main(d); }));
-    Worker worker;
-    worker.ran.resize(fibers.size());
+    Worker& worker = *s.workers[t];
     t_worker = &worker;
-    size_t running = fibers.size();
+    // Runs device d's fiber until it yields or returns (the caller holds
+    // it); true when it returned.
+    auto run = [&s, &worker](int64_t d) {
+      Shared::DeviceFiber& f = s.fibers[d];
+      worker.running.store(d, std::memory_order_relaxed);
+      const auto start = std::chrono::steady_clock::now();
+      f.fiber->Resume();
+      worker.running.store(-1, std::memory_order_relaxed);
+      const int64_t ran = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::steady_clock::now() - start)
+                              .count();
+      f.last_run_ns.store(ran, std::memory_order_relaxed);
+      worker.ran_ns.fetch_add(ran, std::memory_order_relaxed);
+      if (!f.fiber->finished()) return false;
+      ++worker.progress;
+      return true;
+    };
+    auto hold = [&s](int64_t d) {
+      bool free = false;
+      return s.fibers[d].held.compare_exchange_strong(free, true, std::memory_order_acquire,
+                                                      std::memory_order_relaxed);
+    };
+    auto let_go = [&s](int64_t d) { s.fibers[d].held.store(false, std::memory_order_release); };
+    std::vector<int64_t> mine;
+    for (int64_t d = t; d < s.n; d += num_threads) mine.push_back(d);
+    std::vector<char> done(mine.size(), 0);
+    size_t running = mine.size();
+    int64_t next_other = t + 1;  // where the next look at other threads' devices starts
     while (running > 0) {
+      worker.active.store(true, std::memory_order_relaxed);
       // Read before the round: a release during it changes `wake`, so the
       // wait below returns at once.
       const uint32_t seen = s.wake.load(std::memory_order_acquire);
       const uint64_t progress = worker.progress;
       worker.deadline = std::chrono::steady_clock::time_point::max();
-      for (size_t i = 0; i < fibers.size(); ++i) {
-        Fiber& fiber = *fibers[i];
-        if (fiber.finished()) continue;
-        worker.current = i;
-        const auto start = std::chrono::steady_clock::now();
-        fiber.Resume();
-        const auto ran = std::chrono::steady_clock::now() - start;
-        worker.ran[i] += ran;
-        worker.ran_total += ran;
-        if (fiber.finished()) {
-          --running;
+      for (size_t i = 0; i < mine.size(); ++i) {
+        const int64_t d = mine[i];
+        if (done[i] || !hold(d)) continue;  // held: another thread runs it
+        Shared::DeviceFiber& f = s.fibers[d];
+        f.started.store(true, std::memory_order_relaxed);
+        if (f.fiber->finished()) {  // returned on another thread
           ++worker.progress;
+        } else {
+          run(d);
         }
+        if (f.fiber->finished()) {
+          done[i] = 1;
+          --running;
+        }
+        let_go(d);
       }
       if (running == 0 || worker.progress != progress) continue;
-      // Every device of this thread waits. The threads are no more than the
-      // cores, so spinning takes no core from a device that has work; a
-      // futex wake-up of a sleeping vCPU costs tens of microseconds on a
-      // KVM guest.
+      // Every device of this thread waits. Run a device of another thread
+      // that does not wait at a barrier while that thread goes through its
+      // devices (it gets to that one only after the one it runs yields), if
+      // any.
+      for (int64_t k = 0; k < s.n && worker.progress == progress; ++k) {
+        const int64_t d = (next_other + k) % s.n;
+        Shared::DeviceFiber& f = s.fibers[d];
+        const int64_t owner = d % num_threads;
+        const bool alone = d < num_threads && d + num_threads >= s.n;  // its thread's only device
+        if (owner == t || alone || !f.started.load(std::memory_order_relaxed) ||
+            s.at_barrier[d].load(std::memory_order_relaxed) ||
+            !s.workers[owner]->active.load(std::memory_order_relaxed) || !hold(d))
+          continue;
+        if (!f.fiber->finished()) run(d);
+        let_go(d);
+        // Its thread may have found it held, and sleep: a release while this
+        // thread ran it (it may go on), or its return, would go unseen.
+        s.WakeThreads();
+        next_other = d + 1;
+      }
+      if (worker.progress != progress) continue;
+      worker.active.store(false, std::memory_order_relaxed);
+      // The threads are no more than the cores, so spinning takes no core
+      // from a device that has work; a futex wake-up of a sleeping vCPU
+      // costs tens of microseconds on a KVM guest.
       const auto now = std::chrono::steady_clock::now();
       const auto spin_until = std::min(worker.deadline, now + kSpin);
       while (s.wake.load(std::memory_order_acquire) == seen &&
@@ -826,6 +916,7 @@ void LocalCluster::Run(const DeviceFn& fn) {
       FutexWait(s.wake, seen, left);
       s.sleepers.fetch_sub(1, std::memory_order_relaxed);
     }
+    worker.active.store(false, std::memory_order_relaxed);
     t_worker = nullptr;
   };
   std::vector<std::thread> workers;
@@ -873,6 +964,9 @@ void LocalCluster::Run(const DeviceFn& fn) {
       std::lock_guard<std::mutex> lock(s.mu);
       for (int64_t d = static_cast<int64_t>(t); d < s.n; d += num_threads)
         done = done && s.exited[d] != 0;
+      // Nor a device of another thread that it runs.
+      const int64_t other = s.workers[t]->running.load(std::memory_order_relaxed);
+      done = done && (other < 0 || s.exited[other] != 0);
     }
     // A thread whose devices all returned ends at once; a hung one is left
     // running with its own references to the shared state.

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -681,6 +682,44 @@ TEST(LocalCluster, StatsCountTheTimeAThreadRanItsOtherDevices) {
       EXPECT_EQ(waited, 0);
     }
     EXPECT_EQ(cluster.communicator(1).stats().seconds_others_ran, 0) << threads << " threads";
+  }
+}
+
+// A device whose thread is busy with its other device goes on on a thread
+// whose devices all wait. Devices 0 and 2 share a thread; device 2 computes
+// until device 0 is done (at most 20 s), and device 0 meets device 1 five
+// times meanwhile: the other thread (devices 1 and 3) runs it.
+TEST(LocalCluster, AThreadWhoseDevicesWaitRunsADeviceWhoseThreadIsBusy) {
+  LocalCluster cluster(4);
+  cluster.set_threads(2);  // devices 0 and 2 on one thread, 1 and 3 on the other
+  std::mt19937 rng(20261129);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<std::vector<float>> in(4, std::vector<float>(5));
+  for (auto& v : in)
+    for (float& x : v) x = uniform(rng);
+  std::atomic<bool> zero_done{false};
+  bool two_saw_zero_done = false;
+  std::vector<std::vector<float>> sums(4);
+  cluster.Run([&](int64_t d, Communicator& c) {
+    if (d == 2) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (!zero_done.load() && std::chrono::steady_clock::now() < until) {
+      }
+      two_saw_zero_done = zero_done.load();
+    }
+    for (size_t round = 0; round < in[d].size(); ++round) {
+      sums[d].push_back(
+          c.AllReduce(std::vector<float>(2, in[d][round]), ReduceOp::kSum, {{0, 1}, {2, 3}})[1]);
+    }
+    if (d == 0) zero_done = true;
+  });
+  EXPECT_TRUE(two_saw_zero_done);
+  for (int64_t d = 0; d < 4; ++d) {
+    const int64_t partner = d ^ 1;
+    for (size_t round = 0; round < in[d].size(); ++round) {
+      const double sum = static_cast<double>(in[d][round]) + in[partner][round];
+      EXPECT_NEAR(sums[d][round], sum, 1e-6) << "device " << d << ", round " << round;
+    }
   }
 }
 
