@@ -29,6 +29,10 @@
 // the kernel neither preempts one device for another in the middle of its
 // work nor wakes a sleeping thread at every collective (tiny's 2 x 2 mesh:
 // ~600 context switches a step with a thread per device, ~40 with fibers).
+// Before it spins, a thread whose devices all wait runs a device of another
+// thread that could go on while that thread runs its other device (or lost
+// its core to the host): a device is held by one thread at a time, and goes
+// back to its own thread's round after that run.
 // A small collective (kMoveAllBytes) is moved whole by the last device to
 // arrive, so it needs one barrier, not two (four devices on two cores: a
 // 4 KiB all-gather in ~2 us). A batch (Communicator::BeginBatch: a variadic
@@ -113,9 +117,15 @@ thread_local Worker* t_worker = nullptr;
 // The worker of the thread running the calling fiber. A device's fiber may
 // resume on another thread than the one it yielded on, so code that yields
 // reads thread-local state afresh after every yield, through a call the
-// compiler cannot merge with one before the yield (an inlined read could
-// reuse the thread-local base computed before the yield).
-[[gnu::noinline]] Worker* CurrentWorker() { return t_worker; }
+// compiler can neither inline nor prove free of side effects (an inlined
+// read could reuse the thread-local base computed before the yield, and a
+// call known to be `const` the value: std::this_thread::get_id() is one).
+#if defined(__clang__)
+#define WEFT_OPAQUE_CALL [[clang::noinline]]
+#else
+#define WEFT_OPAQUE_CALL [[gnu::noipa]]
+#endif
+WEFT_OPAQUE_CALL Worker* CurrentWorker() { return t_worker; }
 
 // How long a thread whose devices all wait spins before it sleeps: tiny's
 // 2 x 2 mesh on two cores ran as fast with 50, 200 and 1000 us, and 2-4%

@@ -8,6 +8,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "weft/base/error.h"
@@ -65,6 +66,48 @@ TEST(Fiber, FibersOnOneThreadInterleaveAtTheirYields) {
 
 // A thrown exception unwinds the thrower's stack only, across its yields,
 // while another fiber holds frames of its own.
+// The calling thread, asked afresh: glibc declares pthread_self `const`, so
+// the compiler may reuse a get_id() from before a yield after it, on
+// another thread (what fiber.h warns of).
+[[gnu::noipa]] std::thread::id ThisThread() { return std::this_thread::get_id(); }
+
+// A fiber that yielded on one thread goes on when another resumes it: its
+// locals survive, and the code after the yield runs on the new thread.
+TEST(Fiber, AnotherThreadMayResumeIt) {
+  std::mt19937 rng(29);
+  std::uniform_int_distribution<int> pick(0, 2);
+  Fiber::Stack stack;
+  constexpr int kRuns = 30;
+  std::vector<std::thread::id> ran_on;
+  int64_t sum = 0;
+  Fiber fiber(stack, [&] {
+    int64_t local = 0;  // on the fiber's stack, across its yields
+    for (int i = 0; i < kRuns; ++i) {
+      local += i;
+      ran_on.push_back(ThisThread());
+      Fiber::Yield();
+    }
+    sum = local;
+  });
+  std::vector<std::thread::id> resumed_by;
+  for (int i = 0; i <= kRuns; ++i) {
+    const int who = pick(rng);  // 0: this thread, else a new one
+    if (who == 0) {
+      resumed_by.push_back(std::this_thread::get_id());
+      fiber.Resume();
+    } else {
+      std::thread([&] {
+        resumed_by.push_back(std::this_thread::get_id());
+        fiber.Resume();
+      }).join();
+    }
+  }
+  EXPECT_TRUE(fiber.finished());
+  EXPECT_EQ(sum, int64_t{kRuns} * (kRuns - 1) / 2);
+  ASSERT_EQ(ran_on.size(), static_cast<size_t>(kRuns));
+  for (int i = 0; i < kRuns; ++i) EXPECT_EQ(ran_on[i], resumed_by[i]) << "run " << i;
+}
+
 TEST(Fiber, AnExceptionIsCaughtInsideItsFiber) {
   Fiber::Stack thrower_stack, other_stack;
   std::string caught;

@@ -4,9 +4,14 @@
 // it waits for the others (runtime/comm_threads.cc): the kernel never
 // switches between devices, and a waiting core can spin.
 //
-// A fiber runs on one thread only (libgomp's and weft's thread-local state
-// belong to the thread), and must not yield while it holds a lock another
-// fiber of that thread may take. An exception must not leave the function:
+// A fiber may be resumed by another thread than the one it yielded on
+// (LocalCluster moves a device to a thread whose devices all wait): code
+// that yields must not keep thread-local state, or a thread-local's address
+// computed before the yield, across it, and reads it after a yield through
+// a call the compiler cannot inline or treat as `const` (libgomp's and
+// weft's thread-local state belong to the thread; pthread_self is declared
+// `const`). It must not yield while it holds a lock
+// another fiber may take. An exception must not leave the function:
 // catch everything inside it.
 #pragma once
 

@@ -30,10 +30,14 @@ class LocalCluster {
 
   // Runs fn(device, comm) for every device and waits for all. Each device
   // runs on a fiber (base/fiber.h) of one of threads() new threads: device d
-  // on thread d % threads(). A device gives its thread to the thread's other
-  // devices only while it waits in a collective, so fn must not wait for
-  // another device by any other means (a lock, a sleep until another device
-  // acts): the other device may be on its thread. A collective waits only
+  // on thread d % threads(), except that a thread whose devices all wait
+  // runs, for one stretch up to its next wait, a device of another thread
+  // that could go on but waits for its thread's other device to yield. A
+  // device gives its thread up only while it waits in a collective, so fn
+  // must not wait for another device by any other means (a lock, a sleep
+  // until another device acts): the other device may be on its thread; and
+  // it must keep no thread-local state across a collective (it may resume
+  // on another thread). A collective waits only
   // for the members of the device's replica group, not for other groups.
   // When a device throws, the devices blocked in (or later entering) a
   // collective are released, every thread is joined, and the first error is
