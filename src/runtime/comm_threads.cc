@@ -834,7 +834,7 @@ void LocalCluster::Run(const DeviceFn& fn) {
     Worker& worker = *s.workers[t];
     t_worker = &worker;
     // Runs device d's fiber until it yields or returns (the caller holds
-    // it); true when it returned.
+    // it); its return is progress.
     auto run = [&s, &worker](int64_t d) {
       Shared::DeviceFiber& f = s.fibers[d];
       worker.running.store(d, std::memory_order_relaxed);
@@ -846,9 +846,7 @@ void LocalCluster::Run(const DeviceFn& fn) {
                               .count();
       f.last_run_ns.store(ran, std::memory_order_relaxed);
       worker.ran_ns.fetch_add(ran, std::memory_order_relaxed);
-      if (!f.fiber->finished()) return false;
-      ++worker.progress;
-      return true;
+      if (f.fiber->finished()) ++worker.progress;
     };
     auto hold = [&s](int64_t d) {
       bool free = false;
