@@ -115,12 +115,12 @@ struct MpiCommunicator::Impl {
 
   // The communicator of this rank's group; its ranks are group positions.
   MPI_Comm CommFor(const CollectiveCall& call) {
-    if (call.groups.size() == 1) {
+    if (call.groups->size() == 1) {
       bool in_order = true;
       for (int64_t i = 0; i < call.group_size(); ++i) in_order = in_order && call.members()[i] == i;
       if (in_order) return world;
     }
-    auto it = group_comms.find(call.groups);
+    auto it = group_comms.find(*call.groups);
     if (it != group_comms.end()) return it->second;
     // MPI_Comm_split blocks; a barrier with a deadline first makes sure every
     // rank is here, so a stopped rank is named instead of hanging the split.
@@ -131,7 +131,7 @@ struct MpiCommunicator::Impl {
     CheckMpi(MPI_Comm_split(world, static_cast<int>(call.group_index),
                             static_cast<int>(call.position), &comm),
              "MPI_Comm_split");
-    group_comms.emplace(call.groups, comm);
+    group_comms.emplace(*call.groups, comm);
     return comm;
   }
 

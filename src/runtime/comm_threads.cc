@@ -353,7 +353,7 @@ class ThreadCommunicator final : public Communicator {
     const CollectiveCall& first = calls.front();
     bool same_groups = true;
     for (const CollectiveCall& call : calls.subspan(1))
-      same_groups = same_groups && call.groups == first.groups;
+      same_groups = same_groups && *call.groups == *first.groups;
     const std::vector<int64_t>& members = same_groups ? first.members() : shared_.everyone;
     for (Meeting* meeting : meetings_) {
       if (meeting->members == members) return *meeting;

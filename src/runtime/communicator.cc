@@ -151,7 +151,7 @@ std::string CollectiveCall::Describe() const {
       text += fmt::format("{}{{{},{}}}", i ? "," : "", pairs[i].source, pairs[i].target);
     text += "}";
   } else if (!bytes_only) {
-    std::string g = ReplicaGroupsToString(groups);
+    std::string g = groups != nullptr ? ReplicaGroupsToString(*groups) : "{}";
     if (g.size() > 120) g = g.substr(0, 117) + "...";
     text += ", groups " + g;
   }
@@ -182,10 +182,10 @@ CollectiveCall Communicator::Prepare(CollectiveKind kind, PrimitiveType dtype, R
   WEFT_INTERNAL_CHECK(in_count >= 0, "{}: element count {} is negative", name, in_count);
   CheckCollectiveType(dtype);
   call.in_bytes = in_count * ByteWidth(dtype);
-  call.groups = NormalizeReplicaGroups(groups, num_devices());
-  for (size_t g = 0; g < call.groups.size(); ++g) {
-    for (size_t i = 0; i < call.groups[g].size(); ++i) {
-      if (call.groups[g][i] != device_id()) continue;
+  call.groups = &Normalized(groups);
+  for (size_t g = 0; g < call.groups->size(); ++g) {
+    for (size_t i = 0; i < (*call.groups)[g].size(); ++i) {
+      if ((*call.groups)[g][i] != device_id()) continue;
       call.group_index = static_cast<int64_t>(g);
       call.position = static_cast<int64_t>(i);
     }
@@ -228,13 +228,23 @@ CollectiveCall Communicator::Prepare(CollectiveKind kind, PrimitiveType dtype, R
   return call;
 }
 
+const ReplicaGroups& Communicator::Normalized(const ReplicaGroups& groups) {
+  for (const auto& [given, normalized] : normalized_) {
+    if (given == groups) return *normalized;
+  }
+  auto normalized =
+      std::make_unique<const ReplicaGroups>(NormalizeReplicaGroups(groups, num_devices()));
+  normalized_.emplace_back(groups, std::move(normalized));
+  return *normalized_.back().second;
+}
+
 void Communicator::Finish(CollectiveCall& call) {
   Fnv fnv;
   fnv.Add(static_cast<uint64_t>(call.kind));
   fnv.Add(static_cast<uint64_t>(call.dtype));
   fnv.Add(static_cast<uint64_t>(call.op));
   fnv.Add(static_cast<uint64_t>(call.in_bytes));
-  for (const auto& group : call.groups) {
+  for (const auto& group : *call.groups) {
     fnv.Add(~0ull);  // separator: {{0,1},{2}} differs from {{0},{1,2}}
     for (int64_t d : group) fnv.Add(static_cast<uint64_t>(d));
   }
@@ -381,12 +391,15 @@ void Communicator::EndBatch() {
   batching_ = false;
   if (batch_.empty()) return;
   // Cleared even when a device fails mid-batch: the next run starts afresh.
-  std::vector<CollectiveCall> calls;
-  calls.swap(batch_);
-  if (calls.size() == 1) {
-    DoCollective(calls[0]);
+  // Its room is kept for the next batch.
+  struct Clear {
+    std::vector<CollectiveCall>& calls;
+    ~Clear() { calls.clear(); }
+  } clear{batch_};
+  if (batch_.size() == 1) {
+    DoCollective(batch_[0]);
   } else {
-    DoCollectives(calls);
+    DoCollectives(batch_);
   }
 }
 

@@ -90,8 +90,10 @@ ReduceOp CommReduceOp(const HloInstruction& instr, PrimitiveType t) {
       HloOpcodeString(instr.opcode()), instr.to_apply()->name(), PrimitiveTypeName(t));
 }
 
-// The instruction's replica groups as communicator device ids (executor.h).
-ReplicaGroups DeviceGroups(const HloInstruction& instr, const DeviceIds& ids) {
+// The instruction's replica groups as communicator device ids (executor.h):
+// its own when they are already, else made in `storage`.
+const ReplicaGroups& DeviceGroups(const HloInstruction& instr, const DeviceIds& ids,
+                                  ReplicaGroups& storage) {
   const HloAttributes& a = instr.attrs();
   const bool xla_modes = ids.num_partitions > 1 && ids.num_replicas > 1;
   if (!xla_modes || a.use_global_device_ids) return a.replica_groups;
@@ -102,17 +104,17 @@ ReplicaGroups DeviceGroups(const HloInstruction& instr, const DeviceIds& ids) {
     groups.emplace_back();
     for (int64_t i = 0; i < (cross_partition ? p_count : r_count); ++i) groups[0].push_back(i);
   }
-  ReplicaGroups out;
+  storage.clear();
   for (int64_t fixed = 0; fixed < (cross_partition ? r_count : p_count); ++fixed) {
     for (const auto& g : groups) {
       std::vector<int64_t> devices;
       for (int64_t id : g) {
         devices.push_back(cross_partition ? fixed * p_count + id : id * p_count + fixed);
       }
-      out.push_back(std::move(devices));
+      storage.push_back(std::move(devices));
     }
   }
-  return out;
+  return storage;
 }
 
 std::vector<SourceTargetPair> DevicePairs(const HloInstruction& instr, const DeviceIds& ids) {
@@ -234,7 +236,8 @@ void CheckCollective(const HloInstruction& instr) {
 }
 
 Value EvalCollective(const HloInstruction& instr, EvalArgs& args) {
-  const ReplicaGroups groups = DeviceGroups(instr, args.ctx().ids());
+  ReplicaGroups storage;
+  const ReplicaGroups& groups = DeviceGroups(instr, args.ctx().ids(), storage);
   switch (instr.opcode()) {
     case HloOpcode::kAllReduce:
       return AllReduce(instr, args, groups);

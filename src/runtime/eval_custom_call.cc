@@ -519,8 +519,9 @@ Value RunForward(const HloInstruction& instr, const AttentionDims& d,
     kernels::FlexAttentionForward(d, q.data<float>(), k.data<float>(), v.data<float>(), options,
                                   r[0].kernel.mutable_data<float>(), lse.mutable_data<float>());
   }
-  if (!shape.IsTuple()) return Value{r[0].Finish()};
-  return Value{r[0].Finish(), r[1].Finish()};
+  Value out(r[0].Finish());
+  if (shape.IsTuple()) out.push_back(r[1].Finish());
+  return out;
 }
 
 // The backward: q, k, v, out, dout and dq, dk, dv in the kernel's type, lse
@@ -558,7 +559,10 @@ Value RunBackward(const HloInstruction& instr, const AttentionCallConfig& c, con
         dout.data<float>(), dlse_data, options, r[0].kernel.mutable_data<float>(),
         r[1].kernel.mutable_data<float>(), r[2].kernel.mutable_data<float>());
   }
-  return Value{r[0].Finish(), r[1].Finish(), r[2].Finish()};
+  Value result;
+  result.reserve(3);
+  for (int i = 0; i < 3; ++i) result.push_back(r[i].Finish());
+  return result;
 }
 
 }  // namespace

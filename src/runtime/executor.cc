@@ -74,6 +74,10 @@ exec::DeviceIds MakeDeviceIds(const HloModule& module, const Communicator& comm)
 
 }  // namespace
 
+void Value::CheckIndex(size_t i) const {
+  WEFT_INTERNAL_CHECK(i < size_, "leaf {} of a value with {} leaves", i, size_);
+}
+
 HostTensor EvalArgs::TryReuse(int64_t i, const Shape& shape) const {
   const EvalContext::OutputSlot* slot = ctx_.NextSlot();
   if (slot == nullptr || slot->kind != EvalContext::OutputSlot::Kind::kInPlace ||
@@ -353,6 +357,9 @@ Value Executor::Impl::RunStep(const Step& step, std::vector<Value>& args,
       return take(0);
     case HloOpcode::kTuple: {
       Value out;
+      size_t leaves = 0;
+      for (size_t k = 0; k < ops.size(); ++k) leaves += ops[k].value->size();
+      out.reserve(leaves);
       for (size_t k = 0; k < ops.size(); ++k) {
         Value v = take(k);
         for (HostTensor& t : v) out.push_back(std::move(t));
@@ -360,9 +367,10 @@ Value Executor::Impl::RunStep(const Step& step, std::vector<Value>& args,
       return out;
     }
     case HloOpcode::kGetTupleElement: {
-      const Value& tuple = *ops[0].value;
-      return Value(tuple.begin() + step.leaf_begin,
-                   tuple.begin() + step.leaf_begin + step.leaf_count);
+      Value& tuple = *ops[0].value;
+      HostTensor* first = tuple.begin() + step.leaf_begin;
+      if (step.leaf_count == 1 && ops[0].dying) return Value(std::move(*first));
+      return Value(first, first + step.leaf_count);
     }
     case HloOpcode::kCall: {
       std::vector<Value> call_args;
@@ -384,7 +392,8 @@ Value Executor::Impl::RunStep(const Step& step, std::vector<Value>& args,
       } else if (branch < 0 || branch >= n) {
         branch = n - 1;
       }
-      std::vector<Value> branch_args{*ops[branch + 1].value};
+      std::vector<Value> branch_args;
+      branch_args.push_back(*ops[branch + 1].value);
       Value result = RunComputation(*instr.called_computations()[branch], std::move(branch_args),
                                     base + step.nested_offset, ctx);
       Value out;
@@ -398,7 +407,8 @@ Value Executor::Impl::RunStep(const Step& step, std::vector<Value>& args,
       const int64_t nested = base + step.nested_offset;
       const int64_t limit = options.max_while_iterations;
       for (int64_t trips = 0;; ++trips) {
-        std::vector<Value> cond_args{state};
+        std::vector<Value> cond_args;
+        cond_args.push_back(state);
         Value pred = RunComputation(*instr.while_condition(), std::move(cond_args), nested, ctx);
         if (pred.at(0).data<uint8_t>()[0] == 0) break;
         if (trips == limit) {
@@ -407,7 +417,8 @@ Value Executor::Impl::RunStep(const Step& step, std::vector<Value>& args,
               "at the limit of {} per loop. If the loop does end, raise the limit with {} N",
               instr.name(), trips, instr.while_condition()->name(), limit, kMaxIterationsFlag);
         }
-        std::vector<Value> body_args{state};
+        std::vector<Value> body_args;
+        body_args.push_back(state);
         Value next = RunComputation(*instr.while_body(), std::move(body_args), nested, ctx);
         CopyIntoCarry(state, next);
       }

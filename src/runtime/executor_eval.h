@@ -21,8 +21,96 @@
 namespace weft::runtime::exec {
 
 // A value: its array leaves in order (one for an array, the flattened
-// leaves for a tuple).
-using Value = std::vector<HostTensor>;
+// leaves for a tuple). Most instructions make one leaf, which is kept inline:
+// making, moving and sharing such a value allocates nothing but its tensor's
+// shape. Two or more leaves live in a vector.
+class Value {
+ public:
+  Value() = default;
+  explicit Value(HostTensor leaf) : one_(std::move(leaf)), size_(1) {}
+  Value(HostTensor first, HostTensor second) {
+    many_.reserve(2);
+    many_.push_back(std::move(first));
+    many_.push_back(std::move(second));
+    size_ = 2;
+  }
+  Value(const HostTensor* begin, const HostTensor* end) {
+    const size_t n = static_cast<size_t>(end - begin);
+    if (n == 1) {
+      one_ = *begin;
+    } else if (n > 1) {
+      many_.assign(begin, end);
+    }
+    size_ = n;
+  }
+  Value(const Value&) = default;
+  Value& operator=(const Value&) = default;
+  Value(Value&& other) noexcept
+      : one_(std::move(other.one_)), many_(std::move(other.many_)), size_(other.size_) {
+    other.Forget();
+  }
+  Value& operator=(Value&& other) noexcept {
+    if (this != &other) {
+      one_ = std::move(other.one_);
+      many_ = std::move(other.many_);
+      size_ = other.size_;
+      other.Forget();
+    }
+    return *this;
+  }
+
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  HostTensor* begin() { return size_ > 1 ? many_.data() : &one_; }
+  HostTensor* end() { return begin() + size_; }
+  const HostTensor* begin() const { return size_ > 1 ? many_.data() : &one_; }
+  const HostTensor* end() const { return begin() + size_; }
+  HostTensor& operator[](size_t i) { return begin()[i]; }
+  const HostTensor& operator[](size_t i) const { return begin()[i]; }
+  const HostTensor& at(size_t i) const {
+    CheckIndex(i);
+    return begin()[i];
+  }
+  HostTensor& at(size_t i) {
+    CheckIndex(i);
+    return begin()[i];
+  }
+  const HostTensor& front() const { return at(0); }
+
+  void push_back(HostTensor leaf) {
+    if (size_ == 0) {
+      one_ = std::move(leaf);
+    } else {
+      if (size_ == 1) {
+        many_.reserve(4);
+        many_.push_back(std::move(one_));
+        one_ = HostTensor();
+      }
+      many_.push_back(std::move(leaf));
+    }
+    ++size_;
+  }
+  // Room for `n` leaves (a tuple's), so that push_back does not regrow.
+  void reserve(size_t n) {
+    if (n > 1) many_.reserve(n);
+  }
+  void clear() {
+    one_ = HostTensor();
+    many_.clear();
+    size_ = 0;
+  }
+
+ private:
+  void Forget() {
+    many_.clear();
+    size_ = 0;
+  }
+  void CheckIndex(size_t i) const;
+
+  HostTensor one_;                // the leaf when there is one
+  std::vector<HostTensor> many_;  // the leaves when there are two or more
+  size_t size_ = 0;
+};
 
 // Which device this is, in the terms of the module (see executor.h).
 struct DeviceIds {

@@ -103,6 +103,40 @@ TEST(Communicator, BackendsReceiveSizesGroupAndPosition) {
   EXPECT_EQ(comm.GroupSize({{0, 2}, {1, 3}}), 2);
 }
 
+// A program names a few distinct groups over and over: each is normalized
+// once, and every call with it points at that copy (no copy per call), even
+// after the caller's own groups are gone.
+TEST(Communicator, CallsShareTheNormalizedGroupsTheyName) {
+  FakeCommunicator comm(3, 4);
+  std::vector<float> in(8), out(8);
+  {
+    const ReplicaGroups pairs{{0, 1}, {2, 3}};
+    comm.AllToAll(in.data(), out.data(), 8, PrimitiveType::kF32, pairs);
+  }
+  const ReplicaGroups* first = comm.last.groups;
+  comm.AllToAll(in.data(), out.data(), 8, PrimitiveType::kF32, {{0, 1}, {2, 3}});
+  EXPECT_EQ(comm.last.groups, first);
+  EXPECT_EQ(*comm.last.groups, (ReplicaGroups{{0, 1}, {2, 3}}));
+  EXPECT_EQ(comm.last.members(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(comm.last.position, 1);
+  comm.AllToAll(in.data(), out.data(), 8, PrimitiveType::kF32, {{0, 2}, {1, 3}});
+  EXPECT_NE(comm.last.groups, first);
+  EXPECT_EQ(comm.last.members(), (std::vector<int64_t>{1, 3}));
+  comm.AllToAll(in.data(), out.data(), 8, PrimitiveType::kF32, {});
+  EXPECT_EQ(*comm.last.groups, (ReplicaGroups{{0, 1, 2, 3}}));
+  EXPECT_EQ(comm.last.position, 3);
+  // The first groups again: still the same copy.
+  comm.AllToAll(in.data(), out.data(), 8, PrimitiveType::kF32, {{0, 1}, {2, 3}});
+  EXPECT_EQ(comm.last.groups, first);
+  // Bad groups are still rejected, every time.
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_NE(ErrorOf([&] {
+                comm.AllToAll(in.data(), out.data(), 8, PrimitiveType::kF32, {{0, 1}, {1, 3}});
+              }).find("device 1 twice"),
+              std::string::npos);
+  }
+}
+
 TEST(Communicator, StatsFollowTheCountingRule) {
   FakeCommunicator comm(1, 4);
   std::vector<int32_t> a(8), b(16);

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 
 #include "../hlo/hostile_hlo.h"
+#include "executor_eval.h"
 #include "executor_test_util.h"
 #include "weft/runtime/comm_threads.h"
 
@@ -15,6 +17,52 @@ using testing::ExpectEqual;
 using testing::ExpectErrorContaining;
 using testing::ExpectNear;
 using testing::Random;
+
+// An instruction's value keeps one leaf inline and two or more in a vector;
+// either way its leaves keep their order and share their bytes when copied,
+// and a moved-from value is empty.
+TEST(ExecutorValue, KeepsItsLeavesInOrderWhetherOneOrMany) {
+  const Shape shape(PrimitiveType::kF32, {3, 2});
+  std::mt19937 rng(std::random_device{}());
+  std::vector<HostTensor> leaves;
+  for (int i = 0; i < 4; ++i) leaves.push_back(Random(shape, rng));
+  auto expect_leaves = [&](const exec::Value& v, size_t n, const char* what) {
+    ASSERT_EQ(v.size(), n) << what;
+    EXPECT_EQ(v.empty(), n == 0) << what;
+    size_t k = 0;
+    for (const HostTensor& t : v) {
+      ASSERT_LT(k, n) << what;
+      EXPECT_EQ(t.raw_data(), leaves[k].raw_data()) << what << " leaf " << k;
+      EXPECT_EQ(t.shape(), shape) << what;
+      ++k;
+    }
+    EXPECT_EQ(k, n) << what;
+  };
+  exec::Value v;
+  expect_leaves(v, 0, "empty");
+  for (size_t n = 1; n <= leaves.size(); ++n) {
+    v.push_back(leaves[n - 1]);
+    expect_leaves(v, n, "grown");
+    const exec::Value copy = v;  // shares the bytes
+    expect_leaves(copy, n, "copied");
+    exec::Value moved = std::move(v);
+    expect_leaves(moved, n, "moved");
+    expect_leaves(v, 0, "moved from");  // NOLINT(bugprone-use-after-move)
+    v = std::move(moved);
+    expect_leaves(v, n, "moved back");
+  }
+  EXPECT_EQ(v.at(3).GetDouble(5), leaves[3].GetDouble(5));
+  EXPECT_THROW(v.at(4), InternalError);
+  expect_leaves(exec::Value(leaves.data(), leaves.data() + 1), 1, "range of one");
+  expect_leaves(exec::Value(leaves.data(), leaves.data() + 3), 3, "range of three");
+  expect_leaves(exec::Value(leaves[0], leaves[1]), 2, "pair");
+  expect_leaves(exec::Value(leaves[0]), 1, "one");
+  v.clear();
+  expect_leaves(v, 0, "cleared");
+  v.reserve(3);
+  v.push_back(leaves[0]);
+  expect_leaves(v, 1, "reserved, then one");
+}
 
 // A stack of 8 layers h <- tanh(h W[i]) as a while loop over stacked
 // weights, collecting every layer's output with dynamic-update-slice (what

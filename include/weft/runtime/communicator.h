@@ -50,10 +50,12 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "weft/base/error.h"
@@ -143,7 +145,9 @@ struct CollectiveCall {
   std::byte* out = nullptr;
   int64_t in_bytes = 0;   // this device's input
   int64_t out_bytes = 0;  // this device's output
-  ReplicaGroups groups;   // normalized (a partition of all devices)
+  // Normalized (a partition of all devices); the communicator keeps them
+  // while it lives, so a call never copies them.
+  const ReplicaGroups* groups = nullptr;
   int64_t group_index = 0;
   int64_t position = 0;                 // this device's index in groups[group_index]
   std::vector<SourceTargetPair> pairs;  // CollectivePermute only
@@ -151,7 +155,7 @@ struct CollectiveCall {
   uint64_t fingerprint = 0;             // hash of kind, dtype, op, sizes, groups, pairs
   int64_t sequence = 0;                 // 1 for this communicator's first call, then 2, ...
 
-  const std::vector<int64_t>& members() const { return groups[group_index]; }
+  const std::vector<int64_t>& members() const { return (*groups)[group_index]; }
   int64_t group_size() const { return static_cast<int64_t>(members().size()); }
   // "AllReduce #3 (sum f32, 4096 bytes, groups {{0,1},{2,3}})".
   std::string Describe() const;
@@ -273,7 +277,12 @@ class Communicator {
   // Runs a strided call as a contiguous one, packing through pack_.
   void RunPacked(const CollectiveCall& call);
 
+  // The groups normalized, each kept once for the communicator's life (a
+  // program names a few distinct groups): calls point at them.
+  const ReplicaGroups& Normalized(const ReplicaGroups& groups);
+
   CollectiveStats stats_;
+  std::vector<std::pair<ReplicaGroups, std::unique_ptr<const ReplicaGroups>>> normalized_;
   std::vector<std::byte> pack_;
   int64_t sequence_ = 0;
   bool batching_ = false;
