@@ -151,6 +151,7 @@ CompiledProgram CompileForDevices(HloModule& module, const CompileOptions& optio
   WEFT_CHECK(options.slices >= 1 && num_devices % options.slices == 0,
              "{} slices do not split the {} devices into equal slices", options.slices,
              num_devices);
+  p.simplifier = SimplifyAlgebra(*p.program);
   p.collective_cse = MergeCommonCollectives(*p.program);
   p.hierarchy = DecomposeCrossSliceCollectives(*p.program, num_devices, options.slices);
   p.combiner = CombineCollectives(*p.program);

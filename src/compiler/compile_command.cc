@@ -36,6 +36,15 @@ std::string CompileSummary(const CompiledProgram& program) {
                   instructions, module.entry_computation()->instruction_count(),
                   program.fusion.fusions, program.fusion.fusions == 1 ? "" : "s",
                   program.fusion.fused_instructions, program.fusion.duplicated);
+  const AlgebraicSimplifierStats& simplified = program.simplifier;
+  if (simplified.transposes_to_reshapes + simplified.transposes_removed > 0) {
+    out += fmt::format(
+        "// {} transpose{} that move no element: {} now reshape{}, {} removed\n",
+        simplified.transposes_to_reshapes + simplified.transposes_removed,
+        simplified.transposes_to_reshapes + simplified.transposes_removed == 1 ? "" : "s",
+        simplified.transposes_to_reshapes, simplified.transposes_to_reshapes == 1 ? "" : "s",
+        simplified.transposes_removed);
+  }
   if (program.collective_cse.merged + program.collective_cse.kept_far_apart > 0) {
     out +=
         fmt::format("// {} duplicate collective{} merged, {} left (over {} instructions apart)\n",

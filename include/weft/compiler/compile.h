@@ -3,6 +3,8 @@
 //
 //   propagate shardings (when some instruction has none)
 //     -> partition into the per-device (SPMD) program
+//     -> simplify (transposes that move no element become reshapes:
+//        compiler/algebraic_simplifier.h)
 //     -> merge duplicate collectives (compiler/collective_cse.h)
 //     -> decompose collectives across slices (hierarchical_collectives.h)
 //     -> combine independent small collectives (collective_combiner.h)
@@ -20,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "weft/compiler/algebraic_simplifier.h"
 #include "weft/compiler/collective_combiner.h"
 #include "weft/compiler/collective_cse.h"
 #include "weft/compiler/fusion.h"
@@ -51,6 +54,8 @@ struct CompiledProgram {
   std::vector<HloSharding> input_shardings, output_shardings;
   // What fusion did (all zero without CompileOptions::fuse).
   LoopFusionStats fusion;
+  // What the algebraic simplifier rewrote (algebraic_simplifier.h).
+  AlgebraicSimplifierStats simplifier;
   // Duplicate collectives merged (collective_cse.h).
   CollectiveCseStats collective_cse;
   // Collectives decomposed across slices (all zero with one slice).
