@@ -416,7 +416,8 @@ class ComputationAssigner {
         candidates = {0, 1};
       }
     } else if (op == HloOpcode::kDynamicUpdateSlice || op == HloOpcode::kScatter ||
-               op == HloOpcode::kCollectivePermute) {
+               op == HloOpcode::kCollectivePermute ||
+               (op == HloOpcode::kAllToAll && shape.IsArray())) {
       candidates = {0};
     }
     std::vector<VLeaf> v;

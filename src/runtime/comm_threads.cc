@@ -15,6 +15,10 @@
 // group compares its calls with those that the first group to pass the same
 // collective numbers ran (a short history, Shared::passed). A batch whose
 // calls have different groups meets as all devices.
+// An all-to-all that every member runs in place (the executor's buffer
+// assignment puts it over its dying operand) moves no chunk to scratch: each
+// pair of members swaps the chunks they send each other where they lie,
+// each member half of them.
 // Reductions go through ReduceBuffers in group-member order, as in the MPI
 // backend, so both give the same bits.
 // A device waits at a barrier at most the collective timeout; then the run
@@ -301,34 +305,55 @@ class ThreadCommunicator final : public Communicator {
       shared_.Arrive(meeting, device_, calls.front(), /*watchdog=*/false);
     }
     WEFT_CHECK(mismatch.empty(), "{}", mismatch);
+    // What MoveBatch staged (it read the other members' posts, which may
+    // already hold their next calls now).
     int64_t staged = 0;
-    for (const CollectiveCall& call : calls) {
-      if (!StagesOutput(call)) continue;
-      std::memcpy(call.out, scratch_.data() + staged, call.out_bytes);
-      staged += call.out_bytes;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      if (!staged_[i]) continue;
+      std::memcpy(calls[i].out, scratch_.data() + staged, calls[i].out_bytes);
+      staged += calls[i].out_bytes;
     }
   }
 
  private:
-  // In place, all-to-all and permute would overwrite an input another device
-  // still reads; they write to scratch and copy after the last barrier.
-  static bool StagesOutput(const CollectiveCall& call) {
+  // An all-to-all that every member of its group runs in place (the
+  // executor's buffer assignment put each result where its dying operand
+  // was): each pair of members swaps the chunks they send each other where
+  // they lie, so nothing is staged and half the bytes move.
+  bool SwapsInPlace(const CollectiveCall& call, size_t index) const {
+    if (call.kind != CollectiveKind::kAllToAll || call.in != call.out) return false;
+    for (int64_t m : call.members()) {
+      const CollectiveCall& other = Post(m, index);
+      if (other.in != other.out) return false;
+    }
+    return true;
+  }
+
+  // In place otherwise, all-to-all and permute would overwrite an input
+  // another device still reads; they write to scratch and copy after the
+  // last barrier.
+  bool StagesOutput(const CollectiveCall& call, size_t index) const {
     return call.in == call.out && call.in_bytes > 0 &&
-           (call.kind == CollectiveKind::kAllToAll ||
-            call.kind == CollectiveKind::kCollectivePermute);
+           (call.kind == CollectiveKind::kCollectivePermute ||
+            (call.kind == CollectiveKind::kAllToAll && !SwapsInPlace(call, index)));
   }
 
   // Moves this device's share of each call of its batch (or, on the last
   // device to arrive, a small batch's whole data): into the call's output,
-  // or into its place in scratch_ (staged outputs one after the other).
+  // or into its place in scratch_ (staged outputs one after the other,
+  // marked in staged_).
   void MoveBatch(std::span<const CollectiveCall> calls) {
+    staged_.assign(calls.size(), 0);
     int64_t bytes = 0;
-    for (const CollectiveCall& call : calls) bytes += StagesOutput(call) ? call.out_bytes : 0;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      staged_[i] = StagesOutput(calls[i], i);
+      if (staged_[i]) bytes += calls[i].out_bytes;
+    }
     if (static_cast<int64_t>(scratch_.size()) < bytes) scratch_.resize(bytes);
     int64_t staged = 0;
     for (size_t i = 0; i < calls.size(); ++i) {
       const CollectiveCall& call = calls[i];
-      if (StagesOutput(call)) {
+      if (staged_[i]) {
         Move(call, i, scratch_.data() + staged);
         staged += call.out_bytes;
       } else {
@@ -457,6 +482,12 @@ class ThreadCommunicator final : public Communicator {
       case CollectiveKind::kAllToAll: {
         const int64_t outer = call.outer, row = call.in_bytes / (outer * n);
         if (row == 0) return;
+        if (out == call.in) {  // SwapsInPlace
+          for (int64_t m = 0; m < n; ++m) {
+            if (m != p) SwapShare(out, Post(members[m], index).out, p, m, n, outer, row, esize);
+          }
+          return;
+        }
         for (int64_t o = 0; o < outer; ++o) {
           for (int64_t m = 0; m < n; ++m)
             CopyBytes(out + (o * n + m) * row, Post(members[m], index).in + (o * n + p) * row, row);
@@ -478,6 +509,40 @@ class ThreadCommunicator final : public Communicator {
     }
   }
 
+  // Members p and m of an in-place all-to-all (buffers [outer, n, row
+  // bytes]) exchange chunk m of p's buffer with chunk p of m's. Each swaps
+  // its half, so the two never touch the same bytes: the member earlier in
+  // the group the first half of the outer rows (of the row's elements when
+  // there is one row), the other the rest.
+  static void SwapShare(std::byte* mine, std::byte* theirs, int64_t p, int64_t m, int64_t n,
+                        int64_t outer, int64_t row, int64_t esize) {
+    const bool first = p < m;
+    auto swap = [&](int64_t o, int64_t begin, int64_t end) {
+      SwapBytes(mine + (o * n + m) * row + begin, theirs + (o * n + p) * row + begin, end - begin);
+    };
+    if (outer > 1) {
+      const int64_t half = outer / 2;
+      for (int64_t o = first ? 0 : half; o < (first ? half : outer); ++o) swap(o, 0, row);
+    } else {
+      const int64_t half = row / esize / 2 * esize;
+      if (first) {
+        swap(0, 0, half);
+      } else {
+        swap(0, half, row);
+      }
+    }
+  }
+
+  static void SwapBytes(std::byte* a, std::byte* b, int64_t bytes) {
+    std::array<std::byte, 4096> tmp;
+    for (int64_t at = 0; at < bytes; at += static_cast<int64_t>(tmp.size())) {
+      const size_t k = static_cast<size_t>(std::min<int64_t>(tmp.size(), bytes - at));
+      std::memcpy(tmp.data(), a + at, k);
+      std::memcpy(a + at, b + at, k);
+      std::memcpy(b + at, tmp.data(), k);
+    }
+  }
+
   // The reduction's input pointers, one per group member; kept across calls
   // (no allocation per collective).
   std::vector<const std::byte*>& Inputs(int64_t n) {
@@ -488,6 +553,7 @@ class ThreadCommunicator final : public Communicator {
   LocalCluster::Shared& shared_;
   const int64_t device_;
   std::vector<std::byte> scratch_;
+  std::vector<char> staged_;  // per call of the last batch moved: its output went to scratch_
   std::vector<const std::byte*> inputs_;
   std::vector<Meeting*> meetings_;  // the meetings this device took part in
 };

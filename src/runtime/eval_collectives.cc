@@ -210,7 +210,9 @@ Value GatherOrScatter(const HloInstruction& instr, EvalArgs& args, const Replica
 
 Value AllToAll(const HloInstruction& instr, EvalArgs& args, const ReplicaGroups& groups) {
   const HostTensor& x = args.array(0);
-  HostTensor out = args.ctx().Allocate(instr.shape());
+  // In place when x dies here: the threads backend then swaps chunks where
+  // they lie.
+  HostTensor out = args.ReuseOrAllocate(instr.shape(), {0});
   args.ctx().comm().AllToAll(x.raw_data(), out.mutable_raw_data(), x.element_count(),
                              CommType(x.element_type(), false), groups,
                              Outer(x.shape(), instr.dimensions()[0]));

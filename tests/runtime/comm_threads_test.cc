@@ -207,15 +207,18 @@ class Collectives : public ::testing::TestWithParam<GroupCase> {
     }
   }
 
+  // In place on every device (the members swap chunks where they lie), on
+  // none, or (only_even) on the even devices alone (those stage theirs).
   template <typename T>
-  void CheckAllToAll(bool in_place, int64_t outer = 1) {
+  void CheckAllToAll(bool in_place, int64_t outer = 1, bool only_even = false) {
     const int64_t size = GroupSize(), row = Scaled(11, size * outer, sizeof(T));
     auto in = Inputs<T>(outer * size * row);
     auto out = RunAll<T>([&](int64_t d, Communicator& c) {
+      const bool here = in_place && (!only_even || d % 2 == 0);
       std::vector<T> buffer = in[d], result(buffer.size());
-      T* dst = in_place ? buffer.data() : result.data();
+      T* dst = here ? buffer.data() : result.data();
       c.AllToAll(buffer.data(), dst, buffer.size(), ElementTypeOf<T>(), groups(), outer);
-      return in_place ? buffer : result;
+      return here ? buffer : result;
     });
     for (int64_t d = 0; d < n(); ++d) {
       auto [group, p] = GroupOf(d);
@@ -314,6 +317,7 @@ TEST_P(Collectives, AllToAllTransposesChunks) {
   CheckAllToAll<float>(true);
   CheckAllToAll<int32_t>(false);
   CheckAllToAll<uint8_t>(true);
+  CheckAllToAll<uint16_t>(true, 1, /*only_even=*/true);
 }
 
 // A collective along a dimension that is not leading: the chunks are
@@ -326,6 +330,7 @@ TEST_P(Collectives, StridedChunksAlongAnInnerDimension) {
     CheckAllGather<uint8_t>(outer);
     CheckAllToAll<float>(false, outer);
     CheckAllToAll<int32_t>(true, outer);
+    CheckAllToAll<float>(true, outer, /*only_even=*/true);
   }
 }
 

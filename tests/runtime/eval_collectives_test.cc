@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <random>
 
 #include "executor_test_util.h"
 #include "weft/runtime/comm_threads.h"
@@ -134,6 +136,47 @@ ENTRY e {
     ExpectNear(run.outputs[d][0], rs, 1e-6, 1e-5, "reduce-scatter");
     ExpectEqual(run.outputs[d][1], a2a, "all-to-all dim 1");
     ExpectEqual(run.outputs[d][2], a2a0, "all-to-all dim 0");
+  }
+}
+
+// An all-to-all of a value that dies there runs in place (the buffer
+// assignment puts its result over its operand): the members swap chunks
+// where they lie. One of a value that lives on gets a buffer of its own.
+TEST(EvalCollectivesTest, AllToAllInPlaceOfADyingValue) {
+  const std::string text = R"(HloModule m
+ENTRY e {
+  x = f32[3,8] parameter(0)
+  n = f32[3,8] negate(x)
+  a2a = f32[3,8] all-to-all(n), replica_groups={{0,1},{2,3}}, dimensions={1}
+  y = f32[6,2] parameter(1)
+  e = f32[6,2] exponential(y)
+  rows = f32[6,2] all-to-all(e), replica_groups={{0,1},{2,3}}, dimensions={0}
+  m = f32[3,8] negate(x)
+  kept = f32[3,8] all-to-all(m), replica_groups={{0,1},{2,3}}, dimensions={1}
+  again = f32[3,8] add(m, kept)
+  ROOT t = (f32[3,8], f32[6,2], f32[3,8]) tuple(a2a, rows, again)
+})";
+  DeviceRun run = RunOn4(text, {"f32[3,8]", "f32[6,2]"}, std::random_device{}());
+  for (int64_t d = 0; d < kDevices; ++d) {
+    const int64_t first = d / 2 * 2, p = d % 2;
+    std::vector<double> a2a, rows, again;
+    for (int64_t r = 0; r < 3; ++r) {
+      for (int64_t i = 0; i < 2; ++i) {  // chunk p of member i at position i
+        for (int64_t c = 0; c < 4; ++c)
+          a2a.push_back(-run.inputs[first + i][0].GetDouble(r * 8 + p * 4 + c));
+      }
+    }
+    for (int64_t i = 0; i < 2; ++i) {
+      for (int64_t k = 0; k < 6; ++k)
+        rows.push_back(std::exp(static_cast<float>(run.inputs[first + i][1].GetDouble(p * 6 + k))));
+    }
+    for (int64_t k = 0; k < 24; ++k) {
+      again.push_back(static_cast<float>(-run.inputs[d][0].GetDouble(k)) +
+                      static_cast<float>(a2a[k]));
+    }
+    ExpectEqual(run.outputs[d][0], a2a, "in place, strided");
+    ExpectNear(run.outputs[d][1], rows, 1e-6, 1e-6, "in place, leading dimension");
+    ExpectEqual(run.outputs[d][2], again, "operand lives on");
   }
 }
 
