@@ -22,7 +22,7 @@ namespace {
 using runtime::Communicator;
 using runtime::ReduceOp;
 
-enum class Op { kAllReduce, kAllGather, kReduceScatter };
+enum class Op { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kAllToAllInPlace };
 
 const char* OpName(Op op) {
   switch (op) {
@@ -32,6 +32,10 @@ const char* OpName(Op op) {
       return "all-gather";
     case Op::kReduceScatter:
       return "reduce-scatter";
+    case Op::kAllToAll:
+      return "all-to-all";
+    case Op::kAllToAllInPlace:
+      return "all-to-all in place";
   }
   return "?";
 }
@@ -97,6 +101,12 @@ double TimeOp(Communicator& comm, Op op, int64_t bytes) {
       case Op::kReduceScatter:
         comm.ReduceScatter(in, out, in_count, PrimitiveType::kF32, ReduceOp::kSum);
         break;
+      case Op::kAllToAll:
+        comm.AllToAll(in, out, in_count, PrimitiveType::kF32);
+        break;
+      case Op::kAllToAllInPlace:  // what the executor runs for a dying operand
+        comm.AllToAll(in, in, in_count, PrimitiveType::kF32);
+        break;
     }
   };
   const int iters = static_cast<int>(std::clamp<int64_t>((int64_t(1) << 28) / bytes, 5, 200));
@@ -154,12 +164,12 @@ void Print(bool json, const std::string& backend, int64_t devices,
       "Collectives: {} backend, {} devices, float32 (nccl-tests sizes and bus bandwidth; "
       "reference: one-thread memcpy of the same size)\n",
       backend, devices);
-  fmt::print("{:<15} {:>10} {:>12} {:>12} {:>12} {:>12} {:>9}\n", "collective", "size", "time (us)",
+  fmt::print("{:<19} {:>10} {:>12} {:>12} {:>12} {:>12} {:>9}\n", "collective", "size", "time (us)",
              "algbw GB/s", "busbw GB/s", "memcpy GB/s", "bus/copy");
   for (const auto& r : results) {
     const std::string size = r.bytes >= (1 << 20) ? fmt::format("{} MiB", r.bytes >> 20)
                                                   : fmt::format("{} KiB", r.bytes >> 10);
-    fmt::print("{:<15} {:>10} {:>12.1f} {:>12.2f} {:>12.2f} {:>12.2f} {:>9.2f}\n", r.collective,
+    fmt::print("{:<19} {:>10} {:>12.1f} {:>12.2f} {:>12.2f} {:>12.2f} {:>9.2f}\n", r.collective,
                size, r.seconds * 1e6, r.algbw_gbs, r.busbw_gbs, r.memcpy_gbs,
                r.busbw_gbs / r.memcpy_gbs);
   }
@@ -174,7 +184,8 @@ std::vector<CollectiveBenchResult> MeasureCollectives(Communicator& comm, int64_
              "bench collectives: sizes {}..{} bytes are not a range; use 1 <= min <= max",
              min_bytes, max_bytes);
   std::vector<CollectiveBenchResult> results;
-  for (Op op : {Op::kAllReduce, Op::kAllGather, Op::kReduceScatter}) {
+  for (Op op :
+       {Op::kAllReduce, Op::kAllGather, Op::kReduceScatter, Op::kAllToAll, Op::kAllToAllInPlace}) {
     for (int64_t bytes : Sizes(n, min_bytes, max_bytes)) {
       CollectiveBenchResult r;
       r.collective = OpName(op);

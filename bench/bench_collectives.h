@@ -1,7 +1,8 @@
-// `weft bench collectives`: bandwidth of all-reduce, all-gather and
-// reduce-scatter over message sizes, in the nccl-tests convention:
-//   size   all-reduce: the buffer; all-gather: the gathered output;
-//          reduce-scatter: the whole input (n times the output)
+// `weft bench collectives`: bandwidth of all-reduce, all-gather,
+// reduce-scatter and all-to-all (into another buffer, and in place) over
+// message sizes, in the nccl-tests convention:
+//   size   all-reduce, all-to-all: the buffer; all-gather: the gathered
+//          output; reduce-scatter: the whole input (n times the output)
 //   algbw  size / time
 //   busbw  algbw * 2(n-1)/n for all-reduce, * (n-1)/n for the others: the
 //          bandwidth each device's link would need with a ring algorithm,
@@ -18,7 +19,8 @@
 namespace weft::bench {
 
 struct CollectiveBenchResult {
-  std::string collective;  // "all-reduce", "all-gather", "reduce-scatter"
+  std::string collective;  // "all-reduce", "all-gather", "reduce-scatter", "all-to-all",
+                           // "all-to-all in place"
   int64_t bytes = 0;       // the nccl-tests size above
   double seconds = 0;      // per call, slowest device
   double algbw_gbs = 0;

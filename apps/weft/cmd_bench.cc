@@ -46,8 +46,9 @@ void AddBench(CLI::App& app) {
   attn->add_flag("--forward-only", *forward_only, "Skip the backward pass");
   auto* coll = bench->add_subcommand(
       "collectives",
-      "All-reduce, all-gather and reduce-scatter bandwidth over message sizes (nccl-tests "
-      "algbw/busbw), in-process threads or MPI ranks (--mpi, under mpirun)");
+      "All-reduce, all-gather, reduce-scatter and all-to-all (into another buffer and in place) "
+      "bandwidth over message sizes (nccl-tests algbw/busbw), in-process threads or MPI ranks "
+      "(--mpi, under mpirun)");
   struct CollectiveOptions {
     bool json = false, mpi = false;
     int devices = 4;
