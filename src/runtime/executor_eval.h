@@ -75,7 +75,6 @@ class Value {
     CheckIndex(i);
     return begin()[i];
   }
-  const HostTensor& front() const { return at(0); }
 
   void push_back(HostTensor leaf) {
     if (size_ == 0) {
