@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "spmd_partitioner_handlers.h"
+#include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 #include "weft/hlo/custom_call_targets.h"
 
@@ -95,7 +96,21 @@ const PartitionedValue& ComputationPartitioner::Get(const HloInstruction* operan
 
 PartitionedValue ComputationPartitioner::GetAs(const HloInstruction* operand,
                                                const HloSharding& sharding) {
-  return ReshardAny(b_, Get(operand), NormalizeSharding(sharding));
+  const HloSharding target = NormalizeSharding(sharding);
+  const PartitionedValue& value = Get(operand);
+  PartitionedValue v = ReshardAny(b_, value, target);
+  // Inside a manual region a sharding is as each group sees it: not noted.
+  if (v.hlo != value.hlo && context_->manual_groups == nullptr && !HasReshard(operand, target)) {
+    reshards_[operand].push_back(target);
+  }
+  return v;
+}
+
+bool ComputationPartitioner::HasReshard(const HloInstruction* operand,
+                                        const HloSharding& sharding) const {
+  if (context_->manual_groups != nullptr) return false;
+  auto it = reshards_.find(operand);
+  return it != reshards_.end() && Contains(it->second, NormalizeSharding(sharding));
 }
 
 HloComputation* ComputationPartitioner::CloneCalled(const HloComputation* computation) {

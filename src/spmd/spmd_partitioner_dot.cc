@@ -12,7 +12,9 @@
 // (a row-parallel projection whose result is wanted replicated over the
 // tensor axis, done by gathering its operands instead of summing partial
 // products) pays for its extra FLOPs at kFlopsPerByte, so splitting the work
-// wins unless the dot is too small for its FLOPs to matter.
+// wins unless the dot is too small for its FLOPs to matter. A reshard that
+// several dots share (one activation gathered for the q, k and v projections)
+// is priced as a share of it (SharedReshardCost).
 #include <algorithm>
 
 #include "spmd_partitioner_handlers.h"
@@ -128,7 +130,10 @@ DrivenPlan PlanDriven(ComputationPartitioner& p, const HloInstruction& instr, co
       MapShardingDims(Unsplit(ds, plan.split_contracting), dd.OutToOperand(driver), dd.out_rank));
   const Shape partial_shape = LocalShape(instr.shape(), plan.partial);
   plan.cost =
-      ReshardCost(p.context(), other_op->shape(), p.Get(other_op).sharding, plan.other_target) +
+      (p.HasReshard(other_op, plan.other_target)
+           ? 0
+           : ReshardCost(p.context(), other_op->shape(), p.Get(other_op).sharding,
+                         plan.other_target)) +
       WorkCost(partial_shape.ElementsCount(),
                Product(LocalShape(driver_op->shape(), ds).dimensions(), dd.contracting[driver]));
   ReshardCostCache cost(p.context());
@@ -194,6 +199,38 @@ bool ScatterGives(const HloSharding& partial, const HloSharding& target, int64_t
   return true;
 }
 
+// Operand s of `dot` (sharded `sharding`) as the output-driven plan wants it:
+// split as the result is on its batch and free dims, contracting dims whole.
+HloSharding OutputDrivenTarget(const HloInstruction& dot, const DotDims& dd, int s,
+                               const HloSharding& sharding) {
+  return NormalizeSharding(MapShardingDims(Unsplit(sharding, dd.OutFree(1 - s)), dd.to_out[s],
+                                           dot.operand(s)->shape().rank()));
+}
+
+// What the output-driven plan of `dot` pays to reshard operand s to `target`.
+// Dots that read the same operand and want it alike (the q, k and v
+// projections of one sequence-split activation, each wanting the whole
+// sequence) make the same collectives, which the compiler's collective CSE
+// merges into one: each pays its share, and nothing once it has been made.
+int64_t SharedReshardCost(ComputationPartitioner& p, const HloInstruction& dot, int s,
+                          const HloSharding& target) {
+  const HloInstruction* op = dot.operand(s);
+  if (p.HasReshard(op, target)) return 0;
+  int64_t sharing = 0;
+  for (const HloInstruction* user : op->users()) {
+    if (user->opcode() != HloOpcode::kDot) continue;
+    const DotDims ud(*user);
+    for (int k = 0; k < 2; ++k) {
+      if (user->operand(k) == op && OutputDrivenTarget(*user, ud, k, ShardingOf(*user)) == target) {
+        ++sharing;
+        break;
+      }
+    }
+  }
+  const int64_t cost = ReshardCost(p.context(), op->shape(), p.Get(op).sharding, target);
+  return sharing > 1 ? cost / sharing : cost;
+}
+
 PartitionedValue HandleDot(ComputationPartitioner& p, const HloInstruction& instr,
                            const HloSharding& sharding) {
   const DotDims dd(instr);
@@ -201,10 +238,8 @@ PartitionedValue HandleDot(ComputationPartitioner& p, const HloInstruction& inst
   HloSharding targets[2];
   int64_t output_cost = 0;
   for (int s = 0; s < 2; ++s) {
-    const HloInstruction* op = instr.operand(s);
-    targets[s] = NormalizeSharding(
-        MapShardingDims(Unsplit(sharding, dd.OutFree(1 - s)), dd.to_out[s], op->shape().rank()));
-    output_cost += ReshardCost(p.context(), op->shape(), p.Get(op).sharding, targets[s]);
+    targets[s] = OutputDrivenTarget(instr, dd, s, sharding);
+    output_cost += SharedReshardCost(p, instr, s, targets[s]);
   }
   output_cost += WorkCost(LocalShape(instr.shape(), sharding).ElementsCount(),
                           Product(instr.operand(0)->shape().dimensions(), dd.contracting[0]));

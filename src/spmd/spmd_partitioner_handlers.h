@@ -32,6 +32,10 @@ class ComputationPartitioner {
   const PartitionedValue& Get(const HloInstruction* operand) const;
   // An operand resharded (arrays and flat tuples).
   PartitionedValue GetAs(const HloInstruction* operand, const HloSharding& sharding);
+  // Whether GetAs already resharded `operand` to `sharding` in this
+  // computation: its collectives are then duplicates, which the compiler's
+  // collective CSE merges when they are close (compiler/collective_cse.h).
+  bool HasReshard(const HloInstruction* operand, const HloSharding& sharding) const;
   // A copy of a scalar computation (reducers), once per module.
   HloComputation* CloneCalled(const HloComputation* computation);
 
@@ -51,6 +55,8 @@ class ComputationPartitioner {
   std::optional<HloSharding> root_sharding_;
   bool is_entry_;
   std::unordered_map<const HloInstruction*, PartitionedValue> values_;
+  // The shardings GetAs resharded each operand to (outside manual regions).
+  std::unordered_map<const HloInstruction*, std::vector<HloSharding>> reshards_;
   // Output instructions that already stand for an input instruction.
   std::unordered_set<const HloInstruction*> named_;
   // The manual groups of this computation's partly manual region(s), and

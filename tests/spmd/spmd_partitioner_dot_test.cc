@@ -78,6 +78,51 @@ TEST(SpmdDotTest, MismatchedOperandsAreReshardedFirst) {
       "{devices=[1,1,4]<=[4]}", "{devices=[2,2,1]<=[4]}", 4);
 }
 
+// Column-parallel projections of one sequence-split activation h [1, 64, 8]
+// (seq split 2 ways), each result wanted split on its columns. One dot alone
+// is cheapest with its small weight gathered and the result moved from
+// sequence-split to column-split (all-to-all); three dots of the same h
+// share the gather of the whole sequence (the collective CSE merges them),
+// so each pays a third of it and none needs an all-to-all.
+std::unique_ptr<HloModule> Projections(int64_t count) {
+  std::string params, dots, shapes, shardings, names;
+  for (int64_t i = 0; i < count; ++i) {
+    params += fmt::format("  w{0} = f32[8,8] parameter({1}), sharding={{devices=[1,2]<=[2]}}\n", i,
+                          i + 1);
+    dots += fmt::format(
+        "  d{0} = f32[1,64,8] dot(h, w{0}), lhs_contracting_dims={{2}}, "
+        "rhs_contracting_dims={{0}}, sharding={{devices=[1,1,2]<=[2]}}\n",
+        i);
+    const char* sep = i == 0 ? "" : ", ";
+    shapes += fmt::format("{}f32[1,64,8]", sep);
+    shardings += fmt::format("{}{{devices=[1,1,2]<=[2]}}", sep);
+    names += fmt::format("{}d{}", sep, i);
+  }
+  return ExpectShardedEqualsUnsharded(
+      fmt::format(R"(
+HloModule projections
+ENTRY main {{
+  h = f32[1,64,8] parameter(0), sharding={{devices=[1,2,1]<=[2]}}
+{}{}  ROOT t = ({}) tuple({}), sharding={{{}}}
+}}
+)",
+                  params, dots, shapes, names, shardings),
+      2);
+}
+
+TEST(SpmdDotTest, ProjectionsOfOneActivationShareItsGather) {
+  auto one = Projections(1);
+  EXPECT_EQ(FindAll(*one, HloOpcode::kAllToAll).size(), 1u) << PrintModule(*one);
+  auto three = Projections(3);
+  EXPECT_TRUE(FindAll(*three, HloOpcode::kAllToAll).empty()) << PrintModule(*three);
+  const auto gathers = FindAll(*three, HloOpcode::kAllGather);
+  ASSERT_EQ(gathers.size(), 3u) << PrintModule(*three);
+  for (const HloInstruction* g : gathers) {
+    EXPECT_EQ(g->operand(0)->name(), "h");
+    EXPECT_EQ(g->shape(), ParseShape("f32[1,64,8]"));
+  }
+}
+
 TEST(SpmdDotTest, UnevenContractingDimIsMasked) {
   auto m = Dot("f32[5,7]", "f32[7,3]", "f32[5,3]", kMatmul, "{devices=[1,4]<=[4]}",
                "{devices=[4,1]<=[4]}", "{replicated}", 4);
