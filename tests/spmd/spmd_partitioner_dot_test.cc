@@ -98,16 +98,15 @@ std::unique_ptr<HloModule> Projections(int64_t count) {
     shardings += fmt::format("{}{{devices=[1,1,2]<=[2]}}", sep);
     names += fmt::format("{}d{}", sep, i);
   }
-  return ExpectShardedEqualsUnsharded(
-      fmt::format(R"(
+  return ExpectShardedEqualsUnsharded(fmt::format(R"(
 HloModule projections
 ENTRY main {{
   h = f32[1,64,8] parameter(0), sharding={{devices=[1,2,1]<=[2]}}
 {}{}  ROOT t = ({}) tuple({}), sharding={{{}}}
 }}
 )",
-                  params, dots, shapes, names, shardings),
-      2);
+                                                  params, dots, shapes, names, shardings),
+                                      2);
 }
 
 TEST(SpmdDotTest, ProjectionsOfOneActivationShareItsGather) {
