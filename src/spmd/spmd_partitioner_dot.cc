@@ -129,7 +129,7 @@ DrivenPlan PlanDriven(ComputationPartitioner& p, const HloInstruction& instr, co
   plan.partial = NormalizeSharding(
       MapShardingDims(Unsplit(ds, plan.split_contracting), dd.OutToOperand(driver), dd.out_rank));
   const Shape partial_shape = LocalShape(instr.shape(), plan.partial);
-  plan.cost =
+  plan.cost =  // nothing for a reshard already made (its duplicate merged, SharedReshardCost)
       (p.HasReshard(other_op, plan.other_target)
            ? 0
            : ReshardCost(p.context(), other_op->shape(), p.Get(other_op).sharding,
@@ -211,14 +211,19 @@ HloSharding OutputDrivenTarget(const HloInstruction& dot, const DotDims& dd, int
 // Dots that read the same operand and want it alike (the q, k and v
 // projections of one sequence-split activation, each wanting the whole
 // sequence) make the same collectives, which the compiler's collective CSE
-// merges into one: each pays its share, and nothing once it has been made.
+// merges into one when they are near (compiler/collective_cse.h): each pays
+// its share, and nothing once one of them has made it (siblings in a
+// layer's source are near; a far duplicate is kept, and then was priced
+// too low).
 int64_t SharedReshardCost(ComputationPartitioner& p, const HloInstruction& dot, int s,
                           const HloSharding& target) {
   const HloInstruction* op = dot.operand(s);
   if (p.HasReshard(op, target)) return 0;
   int64_t sharing = 0;
+  std::vector<const HloInstruction*> seen;  // a dot reading op twice counts once
   for (const HloInstruction* user : op->users()) {
-    if (user->opcode() != HloOpcode::kDot) continue;
+    if (user->opcode() != HloOpcode::kDot || Contains(seen, user)) continue;
+    seen.push_back(user);
     const DotDims ud(*user);
     for (int k = 0; k < 2; ++k) {
       if (user->operand(k) == op && OutputDrivenTarget(*user, ud, k, ShardingOf(*user)) == target) {
