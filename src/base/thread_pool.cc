@@ -41,6 +41,10 @@ void ThreadPool::SetThreadsForThisThread(int n) {
   omp_set_num_threads(n > 0 ? n : Global().num_threads());
 }
 
+int ThreadPool::TeamSize() const {
+  return t_share > 0 ? std::min(num_threads_, t_share) : num_threads_;
+}
+
 void ThreadPool::EndWorkersOfThisThread() {
   // libgomp ends only this thread's pool, and nothing inside a parallel
   // region (it then returns an error, ignored: nothing to end).
@@ -59,7 +63,7 @@ void ThreadPool::ParallelFor(int64_t num_tasks,
   // Always one size on a thread, whatever the number of tasks: teams sized
   // to each job made libgomp end and create threads (stacks, TLS: ~1,250
   // page faults a step of tiny on 16 threads) inside the training loop.
-  const int threads = t_share > 0 ? std::min(num_threads_, t_share) : num_threads_;
+  const int threads = TeamSize();
   std::unique_lock<std::mutex> submit(state_->submit, std::defer_lock);
   if (threads <= 1 || num_tasks == 1 || t_inside_pool || !submit.try_lock()) {
     for (int64_t t = 0; t < num_tasks; ++t) fn(t, 0);

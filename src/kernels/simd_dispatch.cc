@@ -15,43 +15,46 @@
 namespace weft::kernels::simd {
 
 // The per-ISA copies of simd/primitives.cc.
-#define WEFT_DECLARE_ISA(ns)                                                                   \
-  namespace ns {                                                                               \
-  extern const int kLanes;                                                                     \
-  extern const int kRows;                                                                      \
-  void Gemm(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, int64_t,  \
-            float*, int64_t, bool);                                                            \
-  void GemmBf16(int64_t, int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t, \
-                float*, int64_t, bool);                                                        \
-  extern int64_t (*const kBf16DotPeakLoop)(int64_t, float*);                                   \
-  float RowMax(const float*, int64_t);                                                         \
-  float ExpShiftSum(float*, int64_t, float);                                                   \
-  void Scale(float*, int64_t, float);                                                          \
-  float Dot(const float*, const float*, int64_t);                                              \
-  void SoftmaxGrad(const float*, const float*, float, float, float*, int64_t);                 \
-  int64_t FmaPeakLoop(int64_t, float*);                                                        \
-  void Bf16ToF32(const uint16_t*, float*, int64_t);                                            \
-  void F32ToBf16(const float*, uint16_t*, int64_t);                                            \
-  void F32ToBf16Transposed(const float*, int64_t, int64_t, int64_t, uint16_t*, int64_t);       \
-  }                                                                                            \
-  static Primitives Make_##ns() {                                                              \
-    Primitives p;                                                                              \
-    p.isa = #ns;                                                                               \
-    p.lanes = ns::kLanes;                                                                      \
-    p.rows = ns::kRows;                                                                        \
-    p.gemm = &ns::Gemm;                                                                        \
-    p.gemm_bf16 = &ns::GemmBf16;                                                               \
-    p.bf16_dot_peak_loop = ns::kBf16DotPeakLoop;                                               \
-    p.row_max = &ns::RowMax;                                                                   \
-    p.exp_shift_sum = &ns::ExpShiftSum;                                                        \
-    p.scale = &ns::Scale;                                                                      \
-    p.dot = &ns::Dot;                                                                          \
-    p.softmax_grad = &ns::SoftmaxGrad;                                                         \
-    p.fma_peak_loop = &ns::FmaPeakLoop;                                                        \
-    p.bf16_to_f32 = &ns::Bf16ToF32;                                                            \
-    p.f32_to_bf16 = &ns::F32ToBf16;                                                            \
-    p.f32_to_bf16_transposed = &ns::F32ToBf16Transposed;                                       \
-    return p;                                                                                  \
+#define WEFT_DECLARE_ISA(ns)                                                                    \
+  namespace ns {                                                                                \
+  extern const int kLanes;                                                                      \
+  extern const int kRows;                                                                       \
+  void Gemm(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, int64_t,   \
+            float*, int64_t, bool);                                                             \
+  void GemmTransposedA(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, \
+                       int64_t, float*, int64_t, bool);                                         \
+  void GemmBf16(int64_t, int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t,  \
+                float*, int64_t, bool);                                                         \
+  extern int64_t (*const kBf16DotPeakLoop)(int64_t, float*);                                    \
+  float RowMax(const float*, int64_t);                                                          \
+  float ExpShiftSum(float*, int64_t, float);                                                    \
+  void Scale(float*, int64_t, float);                                                           \
+  float Dot(const float*, const float*, int64_t);                                               \
+  void SoftmaxGrad(const float*, const float*, float, float, float*, int64_t);                  \
+  int64_t FmaPeakLoop(int64_t, float*);                                                         \
+  void Bf16ToF32(const uint16_t*, float*, int64_t);                                             \
+  void F32ToBf16(const float*, uint16_t*, int64_t);                                             \
+  void F32ToBf16Transposed(const float*, int64_t, int64_t, int64_t, uint16_t*, int64_t);        \
+  }                                                                                             \
+  static Primitives Make_##ns() {                                                               \
+    Primitives p;                                                                               \
+    p.isa = #ns;                                                                                \
+    p.lanes = ns::kLanes;                                                                       \
+    p.rows = ns::kRows;                                                                         \
+    p.gemm = &ns::Gemm;                                                                         \
+    p.gemm_transposed_a = &ns::GemmTransposedA;                                                 \
+    p.gemm_bf16 = &ns::GemmBf16;                                                                \
+    p.bf16_dot_peak_loop = ns::kBf16DotPeakLoop;                                                \
+    p.row_max = &ns::RowMax;                                                                    \
+    p.exp_shift_sum = &ns::ExpShiftSum;                                                         \
+    p.scale = &ns::Scale;                                                                       \
+    p.dot = &ns::Dot;                                                                           \
+    p.softmax_grad = &ns::SoftmaxGrad;                                                          \
+    p.fma_peak_loop = &ns::FmaPeakLoop;                                                         \
+    p.bf16_to_f32 = &ns::Bf16ToF32;                                                             \
+    p.f32_to_bf16 = &ns::F32ToBf16;                                                             \
+    p.f32_to_bf16_transposed = &ns::F32ToBf16Transposed;                                        \
+    return p;                                                                                   \
   }
 WEFT_DECLARE_ISA(portable)
 WEFT_DECLARE_ISA(avx2)

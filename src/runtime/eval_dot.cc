@@ -34,6 +34,7 @@
 
 #include "executor_eval.h"
 #include "weft/base/error.h"
+#include "weft/base/thread_pool.h"
 #include "weft/compiler/dot_layout.h"
 #include "weft/kernels/simd.h"
 
@@ -282,6 +283,53 @@ void ZeroResult(HostTensor& out, std::span<const DotPostOp> post_ops) {
   }
 }
 
+// Whether `instr` runs on weft's own f32 GEMM (WeftGemm) instead of oneDNN:
+// f32 operands and result, no post-ops, an lhs read in place with its rows
+// (M) at unit stride — a weight gradient, x^T dy, whose K (the tokens) is the
+// outer dim of both operands — and an rhs read in place row-major, N a
+// multiple of simd::kPadN. oneDNN's matmul copies such an lhs into its own
+// layout first: tiny's weight gradients on four devices ran at 59-87 GFLOP/s
+// on one thread, weft's kernel (which broadcasts A's M-neighbours straight
+// from the [K, M] rows) at ~114 on the same shapes, the thread's peak
+// (docs/PERFORMANCE.md, session 31).
+bool RunsOnWeftGemm(const compiler::DotLayout& layout, const HostTensor& lhs, const HostTensor& rhs,
+                    const HostTensor& out, std::span<const DotPostOp> post_ops) {
+  const PrimitiveType f32 = PrimitiveType::kF32;
+  const compiler::DotGroups& g = layout.groups;
+  return post_ops.empty() && lhs.element_type() == f32 && rhs.element_type() == f32 &&
+         out.element_type() == f32 && layout.lhs && layout.rhs && g.m > 1 &&
+         layout.lhs->row_stride == 1 && layout.lhs->col_stride >= g.m &&
+         layout.rhs->col_stride == 1 && layout.rhs->row_stride >= g.n &&
+         g.n % kernels::simd::kPadN == 0;
+}
+
+// out[p] = lhs[p]^T-stored x rhs[p] for each batch p, with
+// simd::Primitives::gemm_transposed_a, in tiles of 64 x 64 across the
+// calling thread's team (one tile a matrix on one thread). Each element is
+// summed over k in order whatever the tiles, so the bits do not depend on
+// the team.
+void WeftGemm(const compiler::DotLayout& layout, const HostTensor& lhs, const HostTensor& rhs,
+              HostTensor& out) {
+  const compiler::DotGroups& g = layout.groups;
+  const compiler::MatrixView& a = *layout.lhs;
+  const compiler::MatrixView& b = *layout.rhs;
+  const kernels::simd::Primitives& simd = kernels::simd::GetPrimitives();
+  ThreadPool& pool = ThreadPool::Global();
+  const bool tiled = pool.TeamSize() > 1;
+  const int64_t mb = tiled ? 64 : g.m, nb = tiled ? 64 : g.n;  // nb: a multiple of kPadN
+  const int64_t mt = (g.m + mb - 1) / mb, nt = (g.n + nb - 1) / nb;
+  const float* A = lhs.data<float>();
+  const float* B = rhs.data<float>();
+  float* C = out.mutable_data<float>();
+  pool.ParallelFor(g.batch * mt * nt, [&](int64_t task, int) {
+    const int64_t p = task / (mt * nt), m0 = task / nt % mt * mb, n0 = task % nt * nb;
+    simd.gemm_transposed_a(std::min(mb, g.m - m0), std::min(nb, g.n - n0), g.k,
+                           A + p * a.batch_stride + m0, a.col_stride, B + p * b.batch_stride + n0,
+                           b.row_stride, kernels::simd::kPadN, C + (p * g.m + m0) * g.n + n0, g.n,
+                           false);
+  });
+}
+
 // A float dot: the plan's GEMM into `out` (through an f32 result when the
 // plan computes in f32 and `out` is not f32).
 void FloatDot(const HloInstruction& instr, const HloInstruction& key, const HostTensor& lhs,
@@ -293,6 +341,7 @@ void FloatDot(const HloInstruction& instr, const HloInstruction& key, const Host
   const compiler::DotGroups& g = layout.groups;
   if (g.k == 0) return ZeroResult(out, post_ops);
   if (g.m == 0 || g.n == 0 || g.batch == 0) return;
+  if (RunsOnWeftGemm(layout, lhs, rhs, out, post_ops)) return WeftGemm(layout, lhs, rhs, out);
   DotPlan& plan = PlanFor(instr, key, layout, post_ops, args);
   const PrimitiveType f32 = PrimitiveType::kF32;
   HostTensor result = plan.bf16 || out.element_type() == f32

@@ -88,8 +88,10 @@ TEST(ThreadPool, KeepsItsThreadsAcrossJobsOfAnySize) {
 TEST(ThreadPool, AThreadsShareSizesItsTeams) {
   ThreadPool pool(4);
   std::atomic<int> highest{-1};
+  EXPECT_EQ(pool.TeamSize(), 4);
   std::thread device([&] {
     ThreadPool::SetThreadsForThisThread(2);
+    EXPECT_EQ(pool.TeamSize(), 2);
     pool.ParallelFor(16, [&](int64_t, int thread) {
       int seen = highest.load();
       while (thread > seen && !highest.compare_exchange_weak(seen, thread)) {

@@ -58,7 +58,7 @@ INSTANTIATE_TEST_SUITE_P(Isa, PrimitivesTest, ::testing::ValuesIn(IsasAndEmulate
 TEST_P(PrimitivesTest, GemmMatchesReferenceForAllRowTailsAndStrides) {
   for (int64_t M : {1, 2, 3, 5, 6, 7, 8, 13, 64}) {
     for (int64_t N : {16, 32, 80}) {
-      for (int64_t K : {1, 7, 64, 129}) {
+      for (int64_t K : {1, 7, 64, 129, 300}) {
         for (bool accumulate : {false, true}) {
           const int64_t lda = K + 3, ldb = N + 16, ldc = N + 32;
           auto A = Random(M * lda), B = Random(K * ldb), C = Random(M * ldc);
@@ -116,6 +116,41 @@ TEST_P(PrimitivesTest, GemmResultsDoNotDependOnTheRegisterBlock) {
                        pieces.data() + i * ldc + c * kPadN, ldc, accumulate);
           ASSERT_EQ(0, std::memcmp(whole.data(), pieces.data(), whole.size() * sizeof(float)))
               << "M=" << M << " N=" << N << " K=" << K << " accumulate=" << accumulate;
+        }
+      }
+    }
+  }
+}
+
+// gemm_transposed_a reads A stored [K x M] (lda apart): it matches a
+// float64 reference, and bit for bit gemm on the row-major transpose (the
+// same multiply-adds over k in order), across register-block tails and K
+// beyond one pass of B's rows (256).
+TEST_P(PrimitivesTest, GemmTransposedAMatchesReferenceAndGemmOnTheTranspose) {
+  for (int64_t M : {1, 5, 8, 9, 64, 130}) {
+    for (int64_t N : {16, 48, 96}) {
+      for (int64_t K : {1, 33, 256, 600}) {
+        for (bool accumulate : {false, true}) {
+          const int64_t lda = M + 5, ldb = N + 16, ldc = N + 8;
+          auto At = Random(K * lda), B = Random(K * ldb), C = Random(M * ldc);
+          std::vector<float> A(M * K);  // row-major copy
+          for (int64_t k = 0; k < K; ++k)
+            for (int64_t i = 0; i < M; ++i) A[i * K + k] = At[k * lda + i];
+          auto got = C, want = C;
+          P().gemm_transposed_a(M, N, K, At.data(), lda, B.data(), ldb, kPadN, got.data(), ldc,
+                                accumulate);
+          P().gemm(M, N, K, A.data(), K, B.data(), ldb, kPadN, want.data(), ldc, accumulate);
+          ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
+              << "M=" << M << " N=" << N << " K=" << K << " accumulate=" << accumulate;
+          for (int64_t i = 0; i < M; ++i) {
+            for (int64_t j = 0; j < N; ++j) {
+              double s = accumulate ? C[i * ldc + j] : 0.0;
+              for (int64_t k = 0; k < K; ++k) s += double(At[k * lda + i]) * B[k * ldb + j];
+              ASSERT_NEAR(got[i * ldc + j], s, 1e-5 * (K + 1) * 4)
+                  << "M=" << M << " N=" << N << " K=" << K << " at " << i << "," << j;
+            }
+            for (int64_t j = N; j < ldc; ++j) ASSERT_EQ(got[i * ldc + j], C[i * ldc + j]);
+          }
         }
       }
     }

@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 #include "executor_test_util.h"
 #include "weft/base/algorithm.h"
 #include "weft/base/cpu.h"
+#include "weft/base/thread_pool.h"
 #include "weft/kernels/simd.h"
 
 namespace weft::runtime {
@@ -331,6 +333,38 @@ TEST(EvalDotTest, StridedViewsOfLargerOperands) {
   // Transposed weights, either side.
   CheckDot({"f32[40,64]", "f32[96,64]", "f32[40,96]", {{}, {1}, {}, {1}}}, rng, 1e-5);
   CheckDot({"f32[64,40]", "f32[64,96]", "f32[40,96]", {{}, {0}, {}, {0}}}, rng, 1e-5);
+}
+
+// Weight gradients, x^T dy: both operands have the contracted tokens
+// outermost (weft's own GEMM, gemm_transposed_a, reads the lhs in place).
+// Against float64, and the same bits on a team of one thread and on the
+// whole pool (tiles of 64 x 64), with K over one pass of 256 rows.
+TEST(EvalDotTest, WeightGradientsMatchFloat64AndDoNotDependOnTheTeam) {
+  std::mt19937 rng(10);
+  const std::vector<DotCase> cases = {
+      {"f32[3,100,72]", "f32[3,100,48]", "f32[72,48]", {{}, {0, 1}, {}, {0, 1}}},
+      {"f32[300,130]", "f32[300,64]", "f32[130,64]", {{}, {0}, {}, {0}}},
+      // Batched over heads, the batch dim between tokens and features.
+      {"f32[90,2,20]", "f32[90,2,32]", "f32[2,20,32]", {{1}, {0}, {1}, {0}}},
+      // N not a multiple of 16: oneDNN's matmul.
+      {"f32[70,24]", "f32[70,40]", "f32[24,40]", {{}, {0}, {}, {0}}},
+  };
+  for (const DotCase& c : cases) {
+    const std::string text = DotModuleText(c);
+    HostTensor a = Random(c.lhs, rng, -1, 1);
+    HostTensor b = Random(c.rhs, rng, -1, 1);
+    const std::vector<double> want = ReferenceDot(a, b, c.dn);
+    std::unique_ptr<HloModule> module = testing::Parse(text);
+    Executor executor(*module);
+    ThreadPool::SetThreadsForThisThread(1);
+    const HostTensor one = executor.Run({a, b}).at(0);
+    ThreadPool::SetThreadsForThisThread(0);
+    const HostTensor pool = executor.Run({a, b}).at(0);
+    ExpectNear(pool, want, 1e-5, 1e-4, text);
+    if (c.out != "f32[24,40]") {
+      EXPECT_EQ(0, std::memcmp(one.raw_data(), pool.raw_data(), one.byte_size())) << text;
+    }
+  }
 }
 
 TEST(EvalDotTest, EmptyContractionGivesZeros) {

@@ -33,6 +33,10 @@ class ThreadPool {
   // again for the next larger one.
   static void SetThreadsForThisThread(int n);
 
+  // The threads a ParallelFor called from this thread runs on: its share
+  // (SetThreadsForThisThread), else the pool.
+  int TeamSize() const;
+
   // Ends the worker threads of the calling thread's teams (OpenMP's pause;
   // its next ParallelFor starts them again). Call it before handing the
   // cores to other threads (LocalCluster's devices): libgomp counts idle

@@ -31,6 +31,12 @@ struct Primitives {
                int64_t ldb, int64_t b_chunk_stride, float* C, int64_t ldc,
                bool accumulate) = nullptr;
 
+  // The same with A stored transposed: element (m, k) of A at A[k * lda + m]
+  // (a [K x M] row-major matrix, as a weight gradient's activations are).
+  void (*gemm_transposed_a)(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                            const float* B, int64_t ldb, int64_t b_chunk_stride, float* C,
+                            int64_t ldc, bool accumulate) = nullptr;
+
   // C[M x N] = (accumulate ? C : 0) + A[M x K] * B[K x N] for bfloat16 A and
   // B (bits), float32 C. A is row-major (lda). B is "pair-packed": chunk c
   // (columns c*kPadN ..) starts at B + c * b_chunk_stride and holds ceil(K/2)

@@ -2,6 +2,7 @@
 // per instruction set; WEFT_ISA_NAME (portable, avx2, avx512, avx512bf16)
 // names the copy. Only the bfloat16 GEMM differs between avx512 and
 // avx512bf16 (vdpbf16ps intrinsics below).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -49,9 +50,11 @@ static inline vf Splat(float x) { return x - vf{}; }
 
 // One register block: C[R x (W * kPadN)] (+)= A[R x K] * B[K x (W * kPadN)],
 // W chunks of B (chunk w at B + w * chunk_stride, rows ldb apart) sharing
-// each broadcast of A. A is row-major with leading dim lda. (Packing A into
-// [K][MR] panels was measured: no gain, the broadcasts already hit L1.)
-template <int R, int W>
+// each broadcast of A. A is row-major with leading dim lda, or with kTA
+// stored transposed ([K x R], element (r, k) at A[k * lda + r]: each k
+// broadcasts R neighbours). (Packing A into [K][MR] panels was measured: no
+// gain, the broadcasts already hit L1.)
+template <int R, int W, bool kTA>
 static inline void MicroKernel(int64_t K, const float* __restrict A, int64_t lda,
                                const float* __restrict B, int64_t ldb, int64_t chunk_stride,
                                float* __restrict C, int64_t ldc, bool accumulate) {
@@ -67,7 +70,7 @@ static inline void MicroKernel(int64_t K, const float* __restrict A, int64_t lda
     for (int v = 0; v < V; ++v) b[v] = Load(B + (v / NV) * chunk_stride + k * ldb + (v % NV) * L);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      vf a = Splat(A[r * lda + k]);
+      vf a = Splat(kTA ? A[k * lda + r] : A[r * lda + k]);
 #pragma GCC unroll 8
       for (int v = 0; v < V; ++v) c[r][v] += a * b[v];
     }
@@ -78,40 +81,71 @@ static inline void MicroKernel(int64_t K, const float* __restrict A, int64_t lda
     for (int v = 0; v < V; ++v) Store(C + r * ldc + v * L, c[r][v]);
 }
 
-template <int W>
+template <int W, bool kTA>
 static void RowsTail(int rows, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
                      int64_t cs, float* C, int64_t ldc, bool acc) {
   switch (rows) {
-#define WEFT_CASE(n)                                                             \
-  case n:                                                                        \
-    if constexpr (n < MR) MicroKernel<n, W>(K, A, lda, B, ldb, cs, C, ldc, acc); \
+#define WEFT_CASE(n)                                                                  \
+  case n:                                                                             \
+    if constexpr (n < MR) MicroKernel<n, W, kTA>(K, A, lda, B, ldb, cs, C, ldc, acc); \
     break;
     WEFT_CASE(1) WEFT_CASE(2) WEFT_CASE(3) WEFT_CASE(4) WEFT_CASE(5) WEFT_CASE(6) WEFT_CASE(7)
 #undef WEFT_CASE
   }
 }
 
-template <int W>
+// Rows m0 of A (a row-major A's row m at A + m * lda, a transposed one's at
+// A + m).
+template <bool kTA>
+static inline const float* RowsOf(const float* A, int64_t lda, int64_t m0) {
+  return kTA ? A + m0 : A + m0 * lda;
+}
+
+template <int W, bool kTA>
 static void Columns(int64_t M, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
                     int64_t cs, float* C, int64_t ldc, bool acc) {
   int64_t m0 = 0;
   for (; m0 + MR <= M; m0 += MR)
-    MicroKernel<MR, W>(K, A + m0 * lda, lda, B, ldb, cs, C + m0 * ldc, ldc, acc);
+    MicroKernel<MR, W, kTA>(K, RowsOf<kTA>(A, lda, m0), lda, B, ldb, cs, C + m0 * ldc, ldc, acc);
   if (m0 < M)
-    RowsTail<W>(static_cast<int>(M - m0), K, A + m0 * lda, lda, B, ldb, cs, C + m0 * ldc, ldc, acc);
+    RowsTail<W, kTA>(static_cast<int>(M - m0), K, RowsOf<kTA>(A, lda, m0), lda, B, ldb, cs,
+                     C + m0 * ldc, ldc, acc);
+}
+
+// Rows of B per pass: a pass reads M x kKc of A and kKc rows of each chunk
+// of B, so for the weight-gradient shapes (K = tokens, 1024-8192) A's part
+// stays in L2 across the column chunks. C is stored and reloaded between
+// passes, so the sums are the same, in the same order, as in one pass.
+constexpr int64_t kKc = 256;
+
+template <bool kTA>
+static void GemmOf(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                   int64_t ldb, int64_t b_chunk_stride, float* C, int64_t ldc, bool accumulate) {
+  for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += kKc) {
+    const int64_t kc = std::min(kKc, K - k0);
+    const float* a = kTA ? A + k0 * lda : A + k0;
+    const float* b = B + k0 * ldb;
+    const bool acc = accumulate || k0 > 0;
+    int64_t n0 = 0;
+    if constexpr (kChunks > 1) {
+      for (; n0 + kChunks * kPadN <= N; n0 += kChunks * kPadN)
+        Columns<kChunks, kTA>(M, kc, a, lda, b + (n0 / kPadN) * b_chunk_stride, ldb, b_chunk_stride,
+                              C + n0, ldc, acc);
+    }
+    for (; n0 < N; n0 += kPadN)
+      Columns<1, kTA>(M, kc, a, lda, b + (n0 / kPadN) * b_chunk_stride, ldb, b_chunk_stride, C + n0,
+                      ldc, acc);
+  }
 }
 
 void Gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
           int64_t b_chunk_stride, float* C, int64_t ldc, bool accumulate) {
-  int64_t n0 = 0;
-  if constexpr (kChunks > 1) {
-    for (; n0 + kChunks * kPadN <= N; n0 += kChunks * kPadN)
-      Columns<kChunks>(M, K, A, lda, B + (n0 / kPadN) * b_chunk_stride, ldb, b_chunk_stride, C + n0,
-                       ldc, accumulate);
-  }
-  for (; n0 < N; n0 += kPadN)
-    Columns<1>(M, K, A, lda, B + (n0 / kPadN) * b_chunk_stride, ldb, b_chunk_stride, C + n0, ldc,
-               accumulate);
+  GemmOf<false>(M, N, K, A, lda, B, ldb, b_chunk_stride, C, ldc, accumulate);
+}
+
+void GemmTransposedA(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                     int64_t ldb, int64_t b_chunk_stride, float* C, int64_t ldc, bool accumulate) {
+  GemmOf<true>(M, N, K, A, lda, B, ldb, b_chunk_stride, C, ldc, accumulate);
 }
 
 // ---- bfloat16 GEMM (see Primitives::gemm_bf16 for the B layout) ----
