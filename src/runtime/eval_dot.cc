@@ -283,15 +283,14 @@ void ZeroResult(HostTensor& out, std::span<const DotPostOp> post_ops) {
   }
 }
 
-// Whether `instr` runs on weft's own f32 GEMM (WeftGemm) instead of oneDNN:
+// Whether a dot runs on weft's own f32 GEMM (WeftGemm) instead of oneDNN:
 // f32 operands and result, no post-ops, an lhs read in place with its rows
 // (M) at unit stride — a weight gradient, x^T dy, whose K (the tokens) is the
 // outer dim of both operands — and an rhs read in place row-major, N a
 // multiple of simd::kPadN. oneDNN's matmul copies such an lhs into its own
-// layout first: tiny's weight gradients on four devices ran at 59-87 GFLOP/s
-// on one thread, weft's kernel (which broadcasts A's M-neighbours straight
-// from the [K, M] rows) at ~114 on the same shapes, the thread's peak
-// (docs/PERFORMANCE.md, session 31).
+// layout first; in training tiny's weight gradients on four devices took ~5%
+// less time on weft's kernel, small's on one device the same (hot in cache
+// the two are level; docs/PERFORMANCE.md, session 31).
 bool RunsOnWeftGemm(const compiler::DotLayout& layout, const HostTensor& lhs, const HostTensor& rhs,
                     const HostTensor& out, std::span<const DotPostOp> post_ops) {
   const PrimitiveType f32 = PrimitiveType::kF32;
@@ -304,29 +303,42 @@ bool RunsOnWeftGemm(const compiler::DotLayout& layout, const HostTensor& lhs, co
 }
 
 // out[p] = lhs[p]^T-stored x rhs[p] for each batch p, with
-// simd::Primitives::gemm_transposed_a, in tiles of 64 x 64 across the
-// calling thread's team (one tile a matrix on one thread). Each element is
-// summed over k in order whatever the tiles, so the bits do not depend on
-// the team.
+// simd::Primitives::gemm_transposed_a, whose passes over 256 rows of K keep
+// the lhs's rows of a pass in L2 across all the columns. The calling
+// thread's team splits the matrices: whole ones when there are enough,
+// else each into column ranges of whole 32-column register blocks (each
+// thread then streams its own part of the rhs once), or row ranges of 8
+// where the columns are too few. 64 x 64 tiles read the operands ~N/64 and
+// M/64 times and ran small's [512,4096] x [4096,1536] at 0.8x oneDNN. Each
+// element is summed over k in order whatever the split, so the bits do not
+// depend on the team.
 void WeftGemm(const compiler::DotLayout& layout, const HostTensor& lhs, const HostTensor& rhs,
               HostTensor& out) {
+  constexpr int64_t kBlockN = 2 * kernels::simd::kPadN, kBlockM = 8;
   const compiler::DotGroups& g = layout.groups;
   const compiler::MatrixView& a = *layout.lhs;
   const compiler::MatrixView& b = *layout.rhs;
   const kernels::simd::Primitives& simd = kernels::simd::GetPrimitives();
   ThreadPool& pool = ThreadPool::Global();
-  const bool tiled = pool.TeamSize() > 1;
-  const int64_t mb = tiled ? 64 : g.m, nb = tiled ? 64 : g.n;  // nb: a multiple of kPadN
-  const int64_t mt = (g.m + mb - 1) / mb, nt = (g.n + nb - 1) / nb;
+  const int64_t team = pool.TeamSize();
+  const int64_t per_matrix = g.batch >= team ? 1 : (team + g.batch - 1) / g.batch;
+  const int64_t panels = std::max<int64_t>(1, g.n / kBlockN);
+  const int64_t row_blocks = (g.m + kBlockM - 1) / kBlockM;
+  const int64_t parts_n = panels >= per_matrix ? per_matrix : 1;
+  const int64_t parts_m = parts_n > 1 ? 1 : std::min(per_matrix, row_blocks);
   const float* A = lhs.data<float>();
   const float* B = rhs.data<float>();
   float* C = out.mutable_data<float>();
-  pool.ParallelFor(g.batch * mt * nt, [&](int64_t task, int) {
-    const int64_t p = task / (mt * nt), m0 = task / nt % mt * mb, n0 = task % nt * nb;
-    simd.gemm_transposed_a(std::min(mb, g.m - m0), std::min(nb, g.n - n0), g.k,
-                           A + p * a.batch_stride + m0, a.col_stride, B + p * b.batch_stride + n0,
-                           b.row_stride, kernels::simd::kPadN, C + (p * g.m + m0) * g.n + n0, g.n,
-                           false);
+  pool.ParallelFor(g.batch * parts_m * parts_n, [&](int64_t task, int) {
+    const int64_t p = task / (parts_m * parts_n), i = task / parts_n % parts_m, j = task % parts_n;
+    const int64_t m0 = std::min(g.m, row_blocks * i / parts_m * kBlockM);
+    const int64_t m1 = std::min(g.m, row_blocks * (i + 1) / parts_m * kBlockM);
+    const int64_t n0 = panels * j / parts_n * kBlockN;
+    const int64_t n1 = j + 1 == parts_n ? g.n : panels * (j + 1) / parts_n * kBlockN;
+    if (m1 <= m0 || n1 <= n0) return;
+    simd.gemm_transposed_a(m1 - m0, n1 - n0, g.k, A + p * a.batch_stride + m0, a.col_stride,
+                           B + p * b.batch_stride + n0, b.row_stride, kernels::simd::kPadN,
+                           C + (p * g.m + m0) * g.n + n0, g.n, false);
   });
 }
 
