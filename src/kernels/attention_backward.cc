@@ -53,7 +53,7 @@ struct Bf16Operands {
 };
 
 struct BackwardScratch {
-  AlignedBuffer<float> p, g, dp, pt, dst;
+  AlignedBuffer<float> p, g, dp;
   AlignedBuffer<uint8_t> keep;
   AlignedBuffer<float> dk, dv;  // one kv block's accumulators [bk, dp], [bk, dvp]
   AlignedBuffer<float> dq;      // query accumulators [rows, dp]
@@ -72,9 +72,6 @@ struct BackwardScratch {
       ds_bf16.Resize(p.bq * p.bkp);
       pt_bf16.Resize(p.bk * p.bq);
       dst_bf16.Resize(p.bk * p.bq);
-    } else {
-      pt.Resize(p.bk * p.bq);
-      dst.Resize(p.bk * p.bq);
     }
   }
 };
@@ -159,12 +156,14 @@ void TileBackward(const Problem& p, const BackwardOperands& x, const Bf16Operand
     TileGradsBf16(p, x, y, w, bh, bkvh, qb, kb, dq, dk, dv);
     return;
   }
+  // dv += P^T dO and dk += dS^T Q read P and dS [nq x bkp] in place as
+  // transposed A operands (gemm_transposed_a): the same multiply-adds, in the
+  // same order, as on transposed copies.
   if (dv != nullptr) {
-    internal::Transpose(P, nq, nk, p.bkp, w.pt.data(), p.bq);
     internal::BOperand dO =
         internal::Chunked{x.do_rows + bh * d.q_len * p.dvp, d.q_len}.Rows(qb * p.bq);
-    p.simd.gemm(nk, p.dvp, nq, w.pt.data(), p.bq, dO.data, dO.ldb, dO.chunk_stride, dv, p.dvp,
-                true);
+    p.simd.gemm_transposed_a(nk, p.dvp, nq, P, p.bkp, dO.data, dO.ldb, dO.chunk_stride, dv, p.dvp,
+                             true);
   }
   float* dP = w.dp.data();
   internal::BOperand vt =
@@ -173,10 +172,10 @@ void TileBackward(const Problem& p, const BackwardOperands& x, const Bf16Operand
               vt.chunk_stride, dP, p.bkp, false);
   SoftmaxGradRows(p, x, w, row0, nq, nk);
   if (dk != nullptr) {
-    internal::Transpose(dP, nq, nk, p.bkp, w.dst.data(), p.bq);
     internal::BOperand qr =
         internal::Chunked{x.q_rows + bh * d.q_len * p.dp, d.q_len}.Rows(qb * p.bq);
-    p.simd.gemm(nk, p.dp, nq, w.dst.data(), p.bq, qr.data, qr.ldb, qr.chunk_stride, dk, p.dp, true);
+    p.simd.gemm_transposed_a(nk, p.dp, nq, dP, p.bkp, qr.data, qr.ldb, qr.chunk_stride, dk, p.dp,
+                             true);
   }
   if (dq != nullptr) {
     internal::BOperand kr =

@@ -180,10 +180,11 @@ int64_t WorkingSetBytes(AttentionKernel kernel, const AttentionDims& d, TileSize
                d.value_dim * np * f + n * dp * f + m * dp * f;
       break;
     case AttentionKernel::kBackwardDkDv:
-      // dP, score-mod gradient, P^T and dS^T, dO rows (row-major and
-      // packed), Q rows, V^T panel, dk and dv accumulators.
-      bytes += m * np * f + (has_score_mod ? m * np * f : 0) + 2 * n * m * f + m * d.value_dim * f +
-               m * dvp * f + m * dp * f + d.value_dim * np * f + n * dp * f + n * dvp * f;
+      // dP, score-mod gradient, dO rows (row-major and packed), Q rows,
+      // V^T panel, dk and dv accumulators (P and dS are read in place as
+      // transposed GEMM operands: no P^T or dS^T).
+      bytes += m * np * f + (has_score_mod ? m * np * f : 0) + m * d.value_dim * f + m * dvp * f +
+               m * dp * f + d.value_dim * np * f + n * dp * f + n * dvp * f;
       break;
   }
   return bytes;

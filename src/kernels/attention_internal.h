@@ -187,15 +187,4 @@ void ForEachQTile(const Problem& p, int64_t b, int64_t h, int64_t kt, Fn&& fn) {
   });
 }
 
-// y[c][r] = x[r][c] for a rows x cols tile; y has leading dim ld_out.
-template <typename T>
-void Transpose(const T* x, int64_t rows, int64_t cols, int64_t ld_in, T* y, int64_t ld_out) {
-  constexpr int64_t kTile = 16;  // cache-friendly tiles
-  for (int64_t r0 = 0; r0 < rows; r0 += kTile)
-    for (int64_t c0 = 0; c0 < cols; c0 += kTile)
-      for (int64_t r = r0; r < std::min(rows, r0 + kTile); ++r)
-        for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c)
-          y[c * ld_out + r] = x[r * ld_in + c];
-}
-
 }  // namespace weft::kernels::internal

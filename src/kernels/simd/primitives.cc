@@ -119,7 +119,8 @@ static void Columns(int64_t M, int64_t K, const float* A, int64_t lda, const flo
 constexpr int64_t kKc = 256;
 
 // With kTA, each pass first copies the W chunks of B a register block reads
-// into one contiguous [W][kc][kPadN] panel (32 KiB): rows of a row-major B
+// into one contiguous [W][kc][kPadN] panel (32 KiB), unless B's chunks are
+// contiguous already (ldb == kPadN): rows of a row-major B
 // N floats apart fall into a few L1 sets (N = 1536: rows 6 KiB apart, two
 // sets of 64), so the block's B rows left L1 between its k steps (small's
 // [512,4096] x [4096,1536] weight gradient ran at 0.8x oneDNN). The panel is
@@ -128,6 +129,10 @@ template <int W, bool kTA>
 static void Panel(int64_t M, int64_t kc, const float* a, int64_t lda, const float* b, int64_t ldb,
                   int64_t cs, float* C, int64_t ldc, bool acc) {
   if constexpr (kTA) {
+    if (ldb == kPadN) {  // already a panel (the attention's chunked operands)
+      Columns<W, kTA>(M, kc, a, lda, b, ldb, cs, C, ldc, acc);
+      return;
+    }
     alignas(64) static thread_local float panel[kChunks * kKc * kPadN];
     for (int w = 0; w < W; ++w)
       for (int64_t k = 0; k < kc; ++k)
