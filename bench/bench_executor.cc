@@ -42,12 +42,14 @@ std::string ChainModule(int64_t elements, int64_t length) {
 }
 
 // One dot [m, k] x [k, n] -> [m, n] of `type` operands and result.
-std::string DotModule(const GemmShape& s, std::string_view type) {
+// [M,K] x [K,N], or with `transposed_lhs` the lhs stored [K,M] (x^T dy).
+std::string DotModule(const GemmShape& s, std::string_view type, bool transposed_lhs = false) {
   return fmt::format(
       "HloModule gemm\n\nENTRY main {{\n  a = {0}[{1},{2}] parameter(0)\n"
-      "  b = {0}[{2},{3}] parameter(1)\n  ROOT d = {0}[{1},{3}] dot(a, b), "
-      "lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}\n}}\n",
-      type, s.m, s.k, s.n);
+      "  b = {0}[{3},{4}] parameter(1)\n  ROOT d = {0}[{5},{4}] dot(a, b), "
+      "lhs_contracting_dims={{{6}}}, rhs_contracting_dims={{0}}\n}}\n",
+      type, transposed_lhs ? s.k : s.m, transposed_lhs ? s.m : s.k, s.k, s.n, s.m,
+      transposed_lhs ? 0 : 1);
 }
 
 runtime::HostTensor RandomMatrix(PrimitiveType type, int64_t rows, int64_t cols, uint32_t seed) {
@@ -65,13 +67,14 @@ struct DotTiming {
 
 // The median time of the dot alone over `reps` runs (after one untimed run),
 // as GFLOP/s.
-DotTiming TimeDot(const GemmShape& s, PrimitiveType type, int reps) {
-  auto module = ParseHloModule(DotModule(s, PrimitiveTypeName(type)));
+DotTiming TimeDot(const GemmShape& s, PrimitiveType type, int reps, bool transposed_lhs = false) {
+  auto module = ParseHloModule(DotModule(s, PrimitiveTypeName(type), transposed_lhs));
   runtime::ExecutorOptions options;
   options.profile = true;
   runtime::Executor executor(*module, options);
-  const std::vector<runtime::HostTensor> inputs = {RandomMatrix(type, s.m, s.k, 1),
-                                                   RandomMatrix(type, s.k, s.n, 2)};
+  const std::vector<runtime::HostTensor> inputs = {
+      transposed_lhs ? RandomMatrix(type, s.k, s.m, 1) : RandomMatrix(type, s.m, s.k, 1),
+      RandomMatrix(type, s.k, s.n, 2)};
   const int kDot = static_cast<int>(runtime::OpClass::kDot);
   executor.Run(inputs);
   std::vector<double> seconds;
@@ -106,6 +109,7 @@ std::vector<ExecutorGemmResult> MeasureExecutorGemm(const std::vector<GemmShape>
     ExecutorGemmResult r;
     r.shape = s;
     r.f32_gflops = TimeDot(s, PrimitiveType::kF32, reps).gflops;
+    r.f32_transposed_lhs_gflops = TimeDot(s, PrimitiveType::kF32, reps, true).gflops;
     const DotTiming bf16 = TimeDot(s, PrimitiveType::kBF16, reps);
     r.bf16_gflops = bf16.gflops;
     r.bf16_native = bf16.unplanned_bytes == 0;
@@ -125,6 +129,7 @@ int RunExecutorGemm(bool json, const std::vector<GemmShape>& shapes, int reps) {
                       {"k", r.shape.k},
                       {"n", r.shape.n},
                       {"f32_gflops", r.f32_gflops},
+                      {"f32_transposed_lhs_gflops", r.f32_transposed_lhs_gflops},
                       {"bf16_gflops", r.bf16_gflops},
                       {"bf16_widened_gflops", r.widened_gflops},
                       {"bf16_over_f32", r.bf16_gflops / r.f32_gflops},
@@ -135,15 +140,17 @@ int RunExecutorGemm(bool json, const std::vector<GemmShape>& shapes, int reps) {
     return 0;
   }
   fmt::print(
-      "executor dots [M,K] x [K,N]: GFLOP/s of the dot alone, median of {} runs; bf16 = bf16 "
-      "operands and result, widened = the same forced onto f32 copies\n",
+      "executor dots [M,K] x [K,N]: GFLOP/s of the dot alone, median of {} runs; f32 x^T = the "
+      "f32 product with the lhs stored [K,M] (a weight gradient: weft's register block where N "
+      "is a multiple of 16, else oneDNN), bf16 = bf16 operands and result, widened = the same "
+      "forced onto f32 copies\n",
       reps);
-  fmt::print("{:>6} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>8}\n", "M", "K", "N", "f32", "bf16",
-             "widened", "bf16/f32", "bf16 via");
+  fmt::print("{:>6} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}\n", "M", "K", "N", "f32",
+             "f32 x^T", "bf16", "widened", "bf16/f32", "bf16 via");
   for (const auto& r : results) {
-    fmt::print("{:>6} {:>6} {:>6} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.2f} {:>8}\n", r.shape.m,
-               r.shape.k, r.shape.n, r.f32_gflops, r.bf16_gflops, r.widened_gflops,
-               r.bf16_gflops / r.f32_gflops, r.bf16_native ? "bf16" : "f32");
+    fmt::print("{:>6} {:>6} {:>6} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.2f} {:>8}\n", r.shape.m,
+               r.shape.k, r.shape.n, r.f32_gflops, r.f32_transposed_lhs_gflops, r.bf16_gflops,
+               r.widened_gflops, r.bf16_gflops / r.f32_gflops, r.bf16_native ? "bf16" : "f32");
   }
   return 0;
 }

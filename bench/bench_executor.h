@@ -32,6 +32,10 @@ struct GemmShape {
 struct ExecutorGemmResult {
   GemmShape shape;
   double f32_gflops = 0, bf16_gflops = 0, widened_gflops = 0;
+  // The same product in f32 as a weight gradient, x^T dy: the lhs stored
+  // [K, M] (the tokens outermost), which the executor runs on weft's own
+  // register block (simd gemm_transposed_a) when N is a multiple of 16.
+  double f32_transposed_lhs_gflops = 0;
   // Whether the bf16 run read its operands as bf16 (no unplanned scratch:
   // the widening path's f32 copies are not in the memory plan).
   bool bf16_native = false;

@@ -1,6 +1,6 @@
-// `weft bench executor --hlo`: runs the weft binary on a small HLO module
-// and checks what it reports (structure and sanity, never speed), and that
-// bad input is refused by name.
+// `weft bench executor --hlo` and `--gemm`: runs the weft binary on a small
+// HLO module and on small dots and checks what it reports (structure and
+// sanity, never speed), and that bad input is refused by name.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -73,6 +73,24 @@ TEST(BenchExecutorTest, ModuleTableNamesTheFusion) {
   ASSERT_EQ(o.exit_code, 0) << o.err << o.out;
   EXPECT_NE(o.out.find("fused; median of 1 runs"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("fusion(kLoop: multiply)"), std::string::npos) << o.out;
+}
+
+// --gemm times each shape as [M,K] x [K,N] and as a weight gradient (the
+// lhs stored [K,M]: weft's register block), both as positive GFLOP/s.
+TEST(BenchExecutorTest, GemmJsonReportsThePlainAndTheTransposedLhsProduct) {
+  const Output o = RunWeft("bench executor --gemm --gemm-shape 64x96x32 40x24x48 --reps 1 --json");
+  ASSERT_EQ(o.exit_code, 0) << o.err << o.out;
+  const nlohmann::json j = nlohmann::json::parse(o.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << "not one JSON object:\n" << o.out;
+  EXPECT_EQ(j.at("benchmark"), "executor_gemm");
+  const nlohmann::json& rows = j.at("results");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].at("m"), 64);
+  EXPECT_EQ(rows[1].at("n"), 48);
+  for (const auto& row : rows) {
+    EXPECT_GT(row.at("f32_gflops").get<double>(), 0) << row;
+    EXPECT_GT(row.at("f32_transposed_lhs_gflops").get<double>(), 0) << row;
+  }
 }
 
 TEST(BenchExecutorTest, BadInputIsRefusedByName) {
