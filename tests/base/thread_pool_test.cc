@@ -4,10 +4,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <mutex>
 #include <set>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -105,31 +107,66 @@ TEST(ThreadPool, AThreadsShareSizesItsTeams) {
   EXPECT_LE(highest.load(), 1);
 }
 
-int64_t ThreadsOfThisProcess() {
-  int64_t n = 0;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
-    (void)entry;
-    ++n;
+bool ThreadIsAlive(pid_t tid) {
+  return std::filesystem::exists("/proc/self/task/" + std::to_string(tid));
+}
+
+// A joined thread leaves /proc a moment after its joiner wakes: waits up to
+// 20 s for it to go.
+bool ThreadEnds(pid_t tid) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (ThreadIsAlive(tid)) {
+    if (std::chrono::steady_clock::now() > give_up) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  return n;
+  return true;
+}
+
+// Runs a job of `team` tasks in which every task waits for all the others to
+// start, so each thread of the team holds one, and returns the threads' ids.
+std::set<pid_t> ThreadsOfAJob(ThreadPool& pool, int team) {
+  std::mutex mu;
+  std::set<pid_t> tids;
+  std::atomic<int> started{0};
+  pool.ParallelFor(team, [&](int64_t, int) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      tids.insert(gettid());
+    }
+    started++;
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (started.load() < team && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::yield();
+    }
+  });
+  return tids;
 }
 
 // Before LocalCluster's device threads start, the launching thread ends its
 // idle workers: libgomp counted them as threads competing for the cores and
 // made every team's barriers sleep at once. The next job starts them again.
+// The test follows the team's own threads by id: the process's thread count
+// also moves when threads that earlier tests started finish exiting.
 TEST(ThreadPool, EndingAThreadsWorkersLeavesFewerThreadsAndTheNextJobRuns) {
   ThreadPool pool(3);
-  std::vector<int> hits(64, 0);
   std::thread launcher([&] {  // a thread of its own: no team from other tests
-    pool.ParallelFor(64, [&](int64_t t, int) { hits[t] += 1; });
-    const int64_t with_workers = ThreadsOfThisProcess();
+    const pid_t self = gettid();
+    std::set<pid_t> first = ThreadsOfAJob(pool, 3);
+    ASSERT_EQ(first.size(), 3u);
+    first.erase(self);
+    ASSERT_EQ(first.size(), 2u) << "the launching thread runs in its own team";
+    for (pid_t worker : first) EXPECT_TRUE(ThreadIsAlive(worker));
     ThreadPool::EndWorkersOfThisThread();
-    EXPECT_EQ(ThreadsOfThisProcess(), with_workers - 2);
-    pool.ParallelFor(64, [&](int64_t t, int) { hits[t] += 1; });
-    EXPECT_EQ(ThreadsOfThisProcess(), with_workers);
+    for (pid_t worker : first) EXPECT_TRUE(ThreadEnds(worker)) << "worker " << worker;
+    std::set<pid_t> second = ThreadsOfAJob(pool, 3);
+    ASSERT_EQ(second.size(), 3u);
+    second.erase(self);
+    for (pid_t worker : second) {
+      EXPECT_EQ(first.count(worker), 0u) << "worker " << worker << " outlived the end";
+      EXPECT_TRUE(ThreadIsAlive(worker));
+    }
   });
   launcher.join();
-  for (int h : hits) EXPECT_EQ(h, 2);
 }
 
 }  // namespace
