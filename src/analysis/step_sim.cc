@@ -12,6 +12,7 @@
 #include "weft/analysis/loops.h"
 #include "weft/base/algorithm.h"
 #include "weft/base/error.h"
+#include "weft/compiler/all_to_all_layout.h"
 #include "weft/compiler/schedule.h"
 #include "weft/hlo/custom_call_targets.h"
 
@@ -20,15 +21,18 @@ namespace {
 
 using runtime::CollectiveKind;
 
-// Instructions a chip's compiler turns into views or nothing.
-bool TakesNoTime(HloOpcode op) {
-  switch (op) {
+// Instructions a chip's compiler turns into views or nothing: a transpose
+// the all-to-all before it wrote in its layout is one too.
+bool TakesNoTime(const HloInstruction& instr) {
+  switch (instr.opcode()) {
     case HloOpcode::kParameter:
     case HloOpcode::kConstant:
     case HloOpcode::kTuple:
     case HloOpcode::kGetTupleElement:
     case HloOpcode::kReshape:
       return true;
+    case HloOpcode::kTranspose:
+      return compiler::ForwardsAllToAll(instr);
     default:
       return false;
   }
@@ -247,7 +251,7 @@ InstructionCost CostOfInstruction(const HloModule& program, const HloInstruction
                                   const Chip& chip, const SimOptions& o) {
   InstructionCost cost;
   const HloOpcode op = instr.opcode();
-  if (TakesNoTime(op)) {
+  if (TakesNoTime(instr)) {
     cost.bound = "none";
     return cost;
   }
@@ -454,7 +458,7 @@ class Expander {
     }
     std::unordered_set<const HloInstruction*> set;
     for (const HloInstruction* instr : ahead) {
-      if (!TakesNoTime(instr->opcode())) set.insert(instr);
+      if (!TakesNoTime(*instr)) set.insert(instr);
     }
     // Collectives of such values are issued a trip ahead too.
     for (const HloInstruction* i : order) {

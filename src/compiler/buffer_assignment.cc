@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "weft/base/error.h"
+#include "weft/compiler/all_to_all_layout.h"
 #include "weft/compiler/dot_layout.h"
 #include "weft/hlo/custom_call_targets.h"
 #include "weft/hlo/opcode.h"
@@ -417,7 +418,8 @@ class ComputationAssigner {
       }
     } else if (op == HloOpcode::kDynamicUpdateSlice || op == HloOpcode::kScatter ||
                op == HloOpcode::kCollectivePermute ||
-               (op == HloOpcode::kAllToAll && shape.IsArray())) {
+               (op == HloOpcode::kAllToAll && shape.IsArray() &&
+                TransposeWrittenByAllToAll(instr) == nullptr)) {
       candidates = {0};
     }
     std::vector<VLeaf> v;
@@ -475,6 +477,9 @@ class ComputationAssigner {
       case HloOpcode::kReshape:
       case HloOpcode::kBitcastConvert:  // the executor reinterprets the same bytes
         return Forward(instr, ViewOf(instr, 0, 0), ia);
+      case HloOpcode::kTranspose:  // the all-to-all before it wrote its layout
+        if (ForwardsAllToAll(instr)) return Forward(instr, ViewOf(instr, 0, 0), ia);
+        break;
       case HloOpcode::kBroadcast: {
         const std::vector<int64_t>& dims = instr.dimensions();
         if (instr.operand(0)->shape().ElementsCount() == shape.ElementsCount() &&

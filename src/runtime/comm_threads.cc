@@ -488,9 +488,20 @@ class ThreadCommunicator final : public Communicator {
           }
           return;
         }
-        for (int64_t o = 0; o < outer; ++o) {
-          for (int64_t m = 0; m < n; ++m)
-            CopyBytes(out + (o * n + m) * row, Post(members[m], index).in + (o * n + p) * row, row);
+        if (call.out_outer == outer) {
+          for (int64_t o = 0; o < outer; ++o) {
+            for (int64_t m = 0; m < n; ++m)
+              CopyBytes(out + (o * n + m) * row, Post(members[m], index).in + (o * n + p) * row,
+                        row);
+          }
+          return;
+        }
+        // The output's rows differ from the input's: each chunk's bytes in
+        // order, from rows of `row` into rows of `out_row`.
+        const int64_t out_row = call.out_bytes / (call.out_outer * n);
+        for (int64_t m = 0; m < n; ++m) {
+          CopyChunk(Post(members[m], index).in + p * row, row, n * row, out + m * out_row, out_row,
+                    n * out_row, outer * row);
         }
         return;
       }
@@ -529,6 +540,28 @@ class ThreadCommunicator final : public Communicator {
         swap(0, 0, half);
       } else {
         swap(0, half, row);
+      }
+    }
+  }
+
+  // `bytes` bytes of a chunk that lies in rows of `in_row` bytes, `in_pitch`
+  // apart, copied in order into rows of `out_row` bytes, `out_pitch` apart.
+  static void CopyChunk(const std::byte* in, int64_t in_row, int64_t in_pitch, std::byte* out,
+                        int64_t out_row, int64_t out_pitch, int64_t bytes) {
+    int64_t in_at = 0, out_at = 0;  // bytes into the current rows
+    for (int64_t done = 0; done < bytes;) {
+      const int64_t k = std::min(in_row - in_at, out_row - out_at);
+      CopyBytes(out + out_at, in + in_at, static_cast<size_t>(k));
+      done += k;
+      in_at += k;
+      out_at += k;
+      if (in_at == in_row) {
+        in += in_pitch;
+        in_at = 0;
+      }
+      if (out_at == out_row) {
+        out += out_pitch;
+        out_at = 0;
       }
     }
   }

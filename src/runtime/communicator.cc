@@ -145,6 +145,7 @@ std::string CollectiveCall::Describe() const {
                   reduces ? fmt::format("{} ", ReduceOpName(op)) : "",
                   bytes_only ? "" : fmt::format("{}, ", PrimitiveTypeName(dtype)), in_bytes);
   if (outer > 1) text += fmt::format(", {} outer rows", outer);
+  if (out_outer != outer) text += fmt::format(", {} output rows", out_outer);
   if (kind == CollectiveKind::kCollectivePermute) {
     text += ", pairs {";
     for (size_t i = 0; i < pairs.size(); ++i)
@@ -216,6 +217,7 @@ CollectiveCall Communicator::Prepare(CollectiveKind kind, PrimitiveType dtype, R
                       "{}: {} elements do not split into {} outer rows of {} chunks", name,
                       in_count, outer, chunks);
   call.outer = outer;
+  call.out_outer = outer;
   // The buffers come from weft's own code (the executor, the trainer), never
   // from a user: a bad one is a bug.
   WEFT_INTERNAL_CHECK(call.in_bytes == 0 || in != nullptr, "{}: the input buffer is null", name);
@@ -253,9 +255,10 @@ void Communicator::Finish(CollectiveCall& call) {
     fnv.Add(static_cast<uint64_t>(p.target));
   }
   fnv.Add(static_cast<uint64_t>(call.outer));
+  fnv.Add(static_cast<uint64_t>(call.out_outer));
   call.fingerprint = fnv.h;
   ++sequence_;
-  if (call.outer > 1 && call.group_size() > 1 && !MovesStridedChunks()) {
+  if ((call.outer > 1 || call.out_outer > 1) && call.group_size() > 1 && !MovesStridedChunks()) {
     RunPacked(call);  // through pack_: never waits for the batch's end
   } else if (batching_) {
     WEFT_INTERNAL_CHECK(
@@ -300,6 +303,7 @@ void Communicator::RunPacked(const CollectiveCall& call) {
   const int64_t n = call.group_size(), outer = call.outer;
   CollectiveCall packed = call;
   packed.outer = 1;
+  packed.out_outer = 1;
   switch (call.kind) {
     case CollectiveKind::kAllGather: {
       pack_.resize(call.out_bytes);
@@ -322,7 +326,8 @@ void Communicator::RunPacked(const CollectiveCall& call) {
       packed.in = pack_.data();
       packed.out = pack_.data();
       DoCollective(packed);
-      SwapLeading(pack_.data(), call.out, outer, n, inner, false);
+      SwapLeading(pack_.data(), call.out, call.out_outer, n, call.out_bytes / (call.out_outer * n),
+                  false);
       return;
     }
     default:
@@ -351,9 +356,18 @@ void Communicator::ReduceScatter(const void* in, void* out, int64_t count, Primi
 }
 
 void Communicator::AllToAll(const void* in, void* out, int64_t count, PrimitiveType dtype,
-                            const ReplicaGroups& groups, int64_t outer) {
+                            const ReplicaGroups& groups, int64_t outer, int64_t out_outer) {
   CollectiveCall call =
       Prepare(CollectiveKind::kAllToAll, dtype, ReduceOp::kSum, in, out, count, groups, outer);
+  if (out_outer > 0 && out_outer != outer) {
+    // The executor derives both from shapes: a bad one is a bug.
+    WEFT_INTERNAL_CHECK(count % (out_outer * call.group_size()) == 0,
+                        "AllToAll: {} elements do not split into {} output rows of {} chunks",
+                        count, out_outer, call.group_size());
+    WEFT_INTERNAL_CHECK(in != out || count == 0,
+                        "AllToAll: in place, the output must keep the input's {} rows", outer);
+    call.out_outer = out_outer;
+  }
   Finish(call);
 }
 

@@ -9,6 +9,7 @@
 
 #include "executor_eval.h"
 #include "weft/base/error.h"
+#include "weft/compiler/all_to_all_layout.h"
 
 namespace weft::runtime::exec {
 namespace {
@@ -211,11 +212,14 @@ Value GatherOrScatter(const HloInstruction& instr, EvalArgs& args, const Replica
 Value AllToAll(const HloInstruction& instr, EvalArgs& args, const ReplicaGroups& groups) {
   const HostTensor& x = args.array(0);
   // In place when x dies here: the threads backend then swaps chunks where
-  // they lie.
+  // they lie. Never when the chunks go straight into the layout of the
+  // transpose that reads them (compiler/all_to_all_layout.h).
   HostTensor out = args.ReuseOrAllocate(instr.shape(), {0});
-  args.ctx().comm().AllToAll(x.raw_data(), out.mutable_raw_data(), x.element_count(),
-                             CommType(x.element_type(), false), groups,
-                             Outer(x.shape(), instr.dimensions()[0]));
+  const int64_t outer = Outer(x.shape(), instr.dimensions()[0]);
+  const HloInstruction* transpose = compiler::TransposeWrittenByAllToAll(instr);
+  args.ctx().comm().AllToAll(
+      x.raw_data(), out.mutable_raw_data(), x.element_count(), CommType(x.element_type(), false),
+      groups, outer, transpose != nullptr ? compiler::TransposedOuterRows(*transpose) : outer);
   return Value{std::move(out)};
 }
 

@@ -108,6 +108,11 @@ std::vector<Bytes> Program(int64_t d, int64_t n, Communicator& c) {
     std::vector<uint16_t> strided = Data<uint16_t>(d, ++step, 2 * size * 4);
     c.AllToAll(strided.data(), strided.data(), strided.size(), PrimitiveType::kBF16, groups, 2);
     out.push_back(ToBytes(strided));
+    // Into output rows of another length (an all-to-all writing straight
+    // into a transpose's layout): 12-element input rows, 8-element output rows.
+    std::vector<float> rows = Data<float>(d, ++step, 2 * 3 * size * 4), rows_out(rows.size());
+    c.AllToAll(rows.data(), rows_out.data(), rows.size(), PrimitiveType::kF32, groups, 2, 3);
+    out.push_back(ToBytes(rows_out));
     // A batch (what a variadic collective runs): outputs are ready at
     // EndBatch; a strided call inside it is packed around the call by MPI.
     std::vector<float> b_ar = Data<float>(d, ++step, 101), b_ar_out(101);

@@ -233,6 +233,34 @@ class Collectives : public ::testing::TestWithParam<GroupCase> {
     }
   }
 
+  // Into output rows of another length ([out_outer, n, out_row]): each
+  // chunk's elements keep their order, cut into the output's rows.
+  template <typename T>
+  void CheckAllToAllIntoRows(int64_t outer, int64_t out_outer) {
+    const int64_t size = GroupSize(), chunk = Scaled(outer * out_outer * 2, size, sizeof(T));
+    const int64_t rounded = chunk / (outer * out_outer) * (outer * out_outer);
+    const int64_t row = rounded / outer, out_row = rounded / out_outer;
+    auto in = Inputs<T>(size * rounded);
+    auto out = RunAll<T>([&](int64_t d, Communicator& c) {
+      std::vector<T> result(in[d].size());
+      c.AllToAll(in[d].data(), result.data(), in[d].size(), ElementTypeOf<T>(), groups(), outer,
+                 out_outer);
+      return result;
+    });
+    for (int64_t d = 0; d < n(); ++d) {
+      auto [group, p] = GroupOf(d);
+      std::vector<T> ref(in[d].size());
+      for (int64_t i = 0; i < size; ++i) {  // chunk p of member i, in order
+        for (int64_t k = 0; k < rounded; ++k) {
+          const T x = in[group[i]][((k / row) * size + p) * row + k % row];
+          ref[((k / out_row) * size + i) * out_row + k % out_row] = x;
+        }
+      }
+      ASSERT_TRUE(SameBits(out[d], ref))
+          << "device " << d << " outer " << outer << " output rows " << out_outer;
+    }
+  }
+
   template <typename T>
   void CheckPermute(const std::vector<SourceTargetPair>& pairs, bool in_place) {
     const size_t count = Scaled(17, 1, sizeof(T));
@@ -332,6 +360,18 @@ TEST_P(Collectives, StridedChunksAlongAnInnerDimension) {
     CheckAllToAll<int32_t>(true, outer);
     CheckAllToAll<float>(true, outer, /*only_even=*/true);
   }
+}
+
+// What an all-to-all writing into a transpose's layout runs: rows that
+// divide each other either way, and rows of unrelated lengths.
+TEST_P(Collectives, AllToAllIntoOtherOutputRows) {
+  for (auto [outer, out_outer] : {std::pair<int64_t, int64_t>{1, 4}, {4, 1}, {2, 3}, {3, 2}}) {
+    CheckAllToAllIntoRows<float>(outer, out_outer);
+    CheckAllToAllIntoRows<uint16_t>(outer, out_outer);
+  }
+  min_total_bytes_ = size_t{3} << 19;  // each device moves its own share
+  CheckAllToAllIntoRows<float>(1, 8);
+  CheckAllToAllIntoRows<int32_t>(3, 2);
 }
 
 TEST_P(Collectives, CollectivePermute) {

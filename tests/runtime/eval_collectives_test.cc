@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -177,6 +178,48 @@ ENTRY e {
     ExpectEqual(run.outputs[d][0], a2a, "in place, strided");
     ExpectNear(run.outputs[d][1], rows, 1e-6, 1e-6, "in place, leading dimension");
     ExpectEqual(run.outputs[d][2], again, "operand lives on");
+  }
+}
+
+// An all-to-all whose only user is a transpose moving just its split
+// dimension writes its chunks straight into the transpose's layout
+// (compiler/all_to_all_layout.h): the same values as the two steps.
+TEST(EvalCollectivesTest, AllToAllWritesIntoTheLayoutOfTheTransposeReadingIt) {
+  // Small (the last device to arrive moves all) and over 32 KiB (each
+  // device moves its own share).
+  for (int64_t s : {5, 300}) {
+    const std::string x = fmt::format("f32[3,2,{},4]", s), t = fmt::format("f32[3,{},2,4]", s);
+    const std::string text = fmt::format(R"(HloModule m
+ENTRY e {{
+  x = {0} parameter(0)
+  n = {0} negate(x)
+  a2a = {0} all-to-all(n), replica_groups={{{{0,1}},{{2,3}}}}, dimensions={{1}}
+  t = {1} transpose(a2a), dimensions={{0,2,1,3}}
+  y = f32[2,6] parameter(1)
+  rows = f32[2,6] all-to-all(y), replica_groups={{{{0,1}},{{2,3}}}}, dimensions={{0}}
+  last = f32[6,2] transpose(rows), dimensions={{1,0}}
+  ROOT r = ({1}, f32[6,2]) tuple(t, last)
+}})",
+                                         x, t);
+    DeviceRun run = RunOn4(text, {x, "f32[2,6]"}, std::random_device{}());
+    for (int64_t d = 0; d < kDevices; ++d) {
+      const int64_t first = d / 2 * 2, p = d % 2;
+      std::vector<double> want, last;
+      for (int64_t b = 0; b < 3; ++b) {
+        for (int64_t k = 0; k < s; ++k) {
+          for (int64_t i = 0; i < 2; ++i) {  // chunk p of member i at index i
+            for (int64_t h = 0; h < 4; ++h)
+              want.push_back(-run.inputs[first + i][0].GetDouble(((b * 2 + p) * s + k) * 4 + h));
+          }
+        }
+      }
+      for (int64_t c = 0; c < 6; ++c) {
+        for (int64_t i = 0; i < 2; ++i)
+          last.push_back(run.inputs[first + i][1].GetDouble(p * 6 + c));
+      }
+      ExpectEqual(run.outputs[d][0], want, "split dimension moved inward");
+      ExpectEqual(run.outputs[d][1], last, "split dimension moved last");
+    }
   }
 }
 

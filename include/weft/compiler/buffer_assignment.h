@@ -17,12 +17,15 @@
 //             at this instruction and is read through no other operand
 //             (elementwise ops on their candidate operands, dynamic-update-
 //             slice and scatter on operand 0, all-reduce and
-//             collective-permute on their own operand, a while's carry on its
-//             init) — the evaluators' ReuseOrAllocate/TryReuse candidates;
+//             collective-permute on their own operand, an array all-to-all
+//             on its operand unless it writes through a transpose
+//             (all_to_all_layout.h), a while's carry on its init) — the
+//             evaluators' ReuseOrAllocate/TryReuse candidates;
 //   kForward  bytes of an operand (or outside the region) that the executor
 //             or the evaluator forwards: parameter, constant, tuple,
 //             get-tuple-element, copy, reshape, a same-type convert, a
-//             broadcast that adds only unit dims, a contiguous unit-stride
+//             broadcast that adds only unit dims, a transpose an all-to-all
+//             wrote in its layout (all_to_all_layout.h), a contiguous unit-stride
 //             slice or dynamic-slice (a view, unless the operand dies here
 //             and the slice is under half of it).
 // Outside every region: the entry computation's parameters (the caller owns

@@ -24,9 +24,12 @@
 // ReduceScatter's input, both of AllToAll's) are [outer, n, inner] and chunk
 // i is the slice [:, i, :]; AllGather's input and ReduceScatter's output are
 // [outer, inner]. This is a collective along a dimension that is not the
-// leading one. A backend that moves strided chunks itself says so
-// (MovesStridedChunks); for the others Communicator packs the chunks
-// contiguously around the call.
+// leading one. AllToAll may cut its output into other rows than its input:
+// with `out_outer` the output is [out_outer, n, out_inner], each chunk's
+// elements in the order they had in the input (what an all-to-all writing
+// straight into a transpose's layout needs, compiler/all_to_all_layout.h).
+// A backend that moves strided chunks itself says so (MovesStridedChunks);
+// for the others Communicator packs the chunks contiguously around the call.
 //
 // Every device must call the same collectives in the same order with the same
 // element type, op, groups and input size (SPMD); a communicator is used by
@@ -152,6 +155,7 @@ struct CollectiveCall {
   int64_t position = 0;                 // this device's index in groups[group_index]
   std::vector<SourceTargetPair> pairs;  // CollectivePermute only
   int64_t outer = 1;                    // strided chunks: [outer, n, inner] (see above)
+  int64_t out_outer = 1;                // AllToAll's output rows: [out_outer, n, out_inner]
   uint64_t fingerprint = 0;             // hash of kind, dtype, op, sizes, groups, pairs
   int64_t sequence = 0;                 // 1 for this communicator's first call, then 2, ...
 
@@ -180,8 +184,10 @@ class Communicator {
                  const ReplicaGroups& groups = {}, int64_t outer = 1);
   void ReduceScatter(const void* in, void* out, int64_t count, PrimitiveType dtype, ReduceOp op,
                      const ReplicaGroups& groups = {}, int64_t outer = 1);
+  // `out_outer`: the output's rows (0: as the input's); not in place unless
+  // it is the input's.
   void AllToAll(const void* in, void* out, int64_t count, PrimitiveType dtype,
-                const ReplicaGroups& groups = {}, int64_t outer = 1);
+                const ReplicaGroups& groups = {}, int64_t outer = 1, int64_t out_outer = 0);
   void CollectivePermute(const void* in, void* out, int64_t count, PrimitiveType dtype,
                          const std::vector<SourceTargetPair>& pairs);
   // Waits until every device reaches its Barrier.
