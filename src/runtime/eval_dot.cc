@@ -8,9 +8,10 @@
 // not merge, or whose matrices have no unit stride, is transposed into a
 // packed [batch, rows, cols] copy first. Which operands are packed is
 // compiler::PlanDotLayout's decision (compiler/dot_layout.h), the one the
-// buffer assignment reserves their scratch by. The primitive (and the plan
-// of which operand is packed) is made once per instruction and kept in the
-// executor's InstructionCache. An output fusion (fusion kind=kOutput,
+// buffer assignment reserves their scratch by. That layout, whether weft's
+// own GEMM runs the dot, and oneDNN's primitive with its argument memory
+// objects (their data handles set each run) are made once per instruction
+// and kept in the executor's InstructionCache. An output fusion (fusion kind=kOutput,
 // eval_fusion.cc) runs its dot through the same RunDot with a oneDNN binary
 // post-op (add or mul) per step of its chain, src1 being the step's other
 // operand in the dense [batch, M, N] layout of the dot's result; its plan is
@@ -117,10 +118,15 @@ struct GemmTypes {
   DataType src = DataType::f32, dst = DataType::f32;
 };
 
-// What one dot instruction keeps across runs: the element types its GEMM
-// computes in, which operands are packed before it, their memory
-// descriptors, and the matmul primitive.
+// What one dot instruction keeps across runs: its operands' layout (from
+// the instruction's shapes), whether weft's own GEMM runs it, and for
+// oneDNN the element types its GEMM computes in, which operands are packed
+// before it, their memory descriptors, and the matmul primitive (made on
+// the first run that needs it).
 struct DotPlan {
+  compiler::DotLayout layout;
+  bool weft_gemm = false;  // RunsOnWeftGemm
+  bool made = false;       // the primitive below exists
   // The GEMM reads the bf16 operands as they are and writes the result's
   // type (else f32 copies in, an f32 result out).
   bool bf16 = false;
@@ -132,6 +138,9 @@ struct DotPlan {
   std::vector<HloOpcode> post_ops;  // binary post-ops (src1 laid out as out_md)
   dnnl::matmul primitive;
   std::optional<dnnl::stream> stream;
+  // The primitive's arguments (source, weights, destination, post-ops'
+  // second sources), their data handles set on each run.
+  std::unordered_map<int, dnnl::memory> exec_args;
 };
 
 dnnl::memory::desc Desc(const compiler::MatrixView& v, DataType type) {
@@ -188,41 +197,38 @@ void CheckDot(const HloInstruction& instr) {
 
 namespace {
 
-// The matmul primitive for `instr`, made on its first run (and again when
-// simd::Bf16InstructionsAllowed() has changed since): bf16 when the dot's
-// types allow it (compiler::IsBf16Gemm), bf16 instructions are allowed and
-// oneDNN has a bf16 kernel here, else f32. `key` is the instruction the plan
-// is kept under: the dot itself, or the output fusion holding it (whose
-// post-ops are part of the primitive).
-DotPlan& PlanFor(const HloInstruction& instr, const HloInstruction& key,
-                 const compiler::DotLayout& layout, std::span<const DotPostOp> post_ops,
-                 EvalArgs& args) {
-  const bool bf16_allowed = kernels::simd::Bf16InstructionsAllowed();
-  if (DotPlan* plan = args.cache().Find<DotPlan>(key); plan && plan->bf16_allowed == bf16_allowed) {
-    WEFT_INTERNAL_CHECK(plan->post_ops.size() == post_ops.size(),
-                        "dot '{}': cached plan has {} post-ops, the run {}", instr.name(),
-                        plan->post_ops.size(), post_ops.size());
-    return *plan;
-  }
-  auto plan = std::make_shared<DotPlan>();
-  plan->bf16_allowed = bf16_allowed;
-  for (const DotPostOp& p : post_ops) plan->post_ops.push_back(p.op);
+// `plan`'s matmul primitive for `instr`, made on the first run that needs
+// one (and again when simd::Bf16InstructionsAllowed() has changed since):
+// bf16 when the dot's types allow it (compiler::IsBf16Gemm), bf16
+// instructions are allowed and oneDNN has a bf16 kernel here, else f32.
+void MakePrimitive(const HloInstruction& instr, DotPlan& plan, bool bf16_allowed) {
+  const compiler::DotLayout& layout = plan.layout;
+  plan.bf16_allowed = bf16_allowed;
   const PrimitiveType out_type = instr.shape().element_type();
   const DataType dst = out_type == PrimitiveType::kBF16 ? DataType::bf16 : DataType::f32;
-  plan->bf16 = bf16_allowed && post_ops.empty() &&
-               compiler::IsBf16Gemm(instr.operand(0)->shape().element_type(),
-                                    instr.operand(1)->shape().element_type(), out_type) &&
-               MakePrimitive(*plan, layout, {DataType::bf16, dst});
-  if (!plan->bf16) {
+  plan.bf16 = bf16_allowed && plan.post_ops.empty() &&
+              compiler::IsBf16Gemm(instr.operand(0)->shape().element_type(),
+                                   instr.operand(1)->shape().element_type(), out_type) &&
+              MakePrimitive(plan, layout, {DataType::bf16, dst});
+  if (!plan.bf16) {
     const compiler::DotGroups& g = layout.groups;
-    const bool made = MakePrimitive(*plan, layout, {});
+    const bool made = MakePrimitive(plan, layout, {});
     WEFT_INTERNAL_CHECK(made,
                         "oneDNN has no f32 matmul for the operand layouts of dot '{}' "
                         "([{},{},{}] x [{},{},{}])",
                         instr.name(), g.batch, g.m, g.k, g.batch, g.k, g.n);
   }
-  plan->stream.emplace(CpuEngine());
-  return args.cache().Put(key, std::move(plan));
+  if (!plan.stream) plan.stream.emplace(CpuEngine());
+  const dnnl::engine& engine = CpuEngine();
+  plan.exec_args.clear();
+  plan.exec_args.emplace(DNNL_ARG_SRC, dnnl::memory(plan.lhs_md, engine, DNNL_MEMORY_NONE));
+  plan.exec_args.emplace(DNNL_ARG_WEIGHTS, dnnl::memory(plan.rhs_md, engine, DNNL_MEMORY_NONE));
+  plan.exec_args.emplace(DNNL_ARG_DST, dnnl::memory(plan.out_md, engine, DNNL_MEMORY_NONE));
+  for (size_t i = 0; i < plan.post_ops.size(); ++i) {
+    plan.exec_args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1,
+                           dnnl::memory(plan.out_md, engine, DNNL_MEMORY_NONE));
+  }
+  plan.made = true;
 }
 
 // `x` as f32 (a converted copy when it is not), in its own layout.
@@ -250,15 +256,15 @@ HostTensor GemmOperand(const HostTensor& x, bool bf16, bool pack, const std::vec
 // Runs the plan's primitive: c = a x b (then the post-ops).
 void Execute(DotPlan& plan, const HostTensor& a, const HostTensor& b, void* c,
              std::span<const DotPostOp> post_ops, const compiler::DotGroups& g) {
-  const dnnl::engine& engine = CpuEngine();
-  std::unordered_map<int, dnnl::memory> exec_args{
-      {DNNL_ARG_SRC, dnnl::memory(plan.lhs_md, engine, const_cast<void*>(a.raw_data()))},
-      {DNNL_ARG_WEIGHTS, dnnl::memory(plan.rhs_md, engine, const_cast<void*>(b.raw_data()))},
-      {DNNL_ARG_DST, dnnl::memory(plan.out_md, engine, c)}};
+  // The arguments' memory objects are made with the primitive and point at
+  // this run's buffers.
+  std::unordered_map<int, dnnl::memory>& exec_args = plan.exec_args;
+  exec_args.at(DNNL_ARG_SRC).set_data_handle(const_cast<void*>(a.raw_data()));
+  exec_args.at(DNNL_ARG_WEIGHTS).set_data_handle(const_cast<void*>(b.raw_data()));
+  exec_args.at(DNNL_ARG_DST).set_data_handle(c);
   for (size_t i = 0; i < post_ops.size(); ++i) {
-    exec_args.emplace(
-        DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1,
-        dnnl::memory(plan.out_md, engine, const_cast<void*>(post_ops[i].src1->raw_data())));
+    exec_args.at(DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1)
+        .set_data_handle(const_cast<void*>(post_ops[i].src1->raw_data()));
   }
   try {
     plan.primitive.execute(*plan.stream, exec_args);
@@ -342,19 +348,39 @@ void WeftGemm(const compiler::DotLayout& layout, const HostTensor& lhs, const Ho
   });
 }
 
+// The plan of `instr`, made on its first run and kept under `key`: the dot
+// itself, or the output fusion holding it (whose post-ops are part of the
+// primitive). The operands' shapes are the instruction's, so their layout
+// is planned once.
+DotPlan& PlanFor(const HloInstruction& instr, const HloInstruction& key, const HostTensor& lhs,
+                 const HostTensor& rhs, const HostTensor& out, std::span<const DotPostOp> post_ops,
+                 EvalArgs& args) {
+  if (DotPlan* plan = args.cache().Find<DotPlan>(key)) {
+    WEFT_INTERNAL_CHECK(plan->post_ops.size() == post_ops.size(),
+                        "dot '{}': cached plan has {} post-ops, the run {}", instr.name(),
+                        plan->post_ops.size(), post_ops.size());
+    return *plan;
+  }
+  auto plan = std::make_shared<DotPlan>();
+  plan->layout = compiler::PlanDotLayout(instr.attrs().dot, lhs.dimensions(), rhs.dimensions());
+  plan->weft_gemm = RunsOnWeftGemm(plan->layout, lhs, rhs, out, post_ops);
+  for (const DotPostOp& p : post_ops) plan->post_ops.push_back(p.op);
+  return args.cache().Put(key, std::move(plan));
+}
+
 // A float dot: the plan's GEMM into `out` (through an f32 result when the
 // plan computes in f32 and `out` is not f32).
 void FloatDot(const HloInstruction& instr, const HloInstruction& key, const HostTensor& lhs,
               const HostTensor& rhs, std::span<const DotPostOp> post_ops, HostTensor& out,
               EvalArgs& args) {
   const DotDimensionNumbers& dn = instr.attrs().dot;
-  const compiler::DotLayout layout =
-      compiler::PlanDotLayout(dn, lhs.dimensions(), rhs.dimensions());
-  const compiler::DotGroups& g = layout.groups;
+  DotPlan& plan = PlanFor(instr, key, lhs, rhs, out, post_ops, args);
+  const compiler::DotGroups& g = plan.layout.groups;
   if (g.k == 0) return ZeroResult(out, post_ops);
   if (g.m == 0 || g.n == 0 || g.batch == 0) return;
-  if (RunsOnWeftGemm(layout, lhs, rhs, out, post_ops)) return WeftGemm(layout, lhs, rhs, out);
-  DotPlan& plan = PlanFor(instr, key, layout, post_ops, args);
+  if (plan.weft_gemm) return WeftGemm(plan.layout, lhs, rhs, out);
+  const bool bf16_allowed = kernels::simd::Bf16InstructionsAllowed();
+  if (!plan.made || plan.bf16_allowed != bf16_allowed) MakePrimitive(instr, plan, bf16_allowed);
   const PrimitiveType f32 = PrimitiveType::kF32;
   HostTensor result = plan.bf16 || out.element_type() == f32
                           ? out
