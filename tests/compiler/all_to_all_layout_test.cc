@@ -84,23 +84,19 @@ TEST(AllToAllLayoutTest, KeepsItsOwnLayoutOtherwise) {
       }
     }
   }
-  // A split dimension longer than the groups: each chunk spans two of its
-  // indices, whose order a transpose changes.
-  auto m = Module(
-      "  x = f32[3,2,5,4] negate(p)\n"
-      "  a = f32[3,2,5,4] all-to-all(x), replica_groups={{0},{1},{2},{3}}, dimensions={1}\n"
-      "  t = f32[3,5,2,4] transpose(a), dimensions={0,2,1,3}\n"
-      "  ROOT r = f32[3,5,2,4] negate(t)\n");
-  EXPECT_EQ(TransposeWrittenByAllToAll(Named(*m, "a")), nullptr);
-  // Every device in one group (an empty list): the group size is not known here.
-  m = Module(
-      "  x = f32[3,2,5,4] negate(p)\n"
-      "  a = f32[3,2,5,4] all-to-all(x), replica_groups={}, dimensions={1}\n"
-      "  t = f32[3,5,2,4] transpose(a), dimensions={0,2,1,3}\n"
-      "  ROOT r = f32[3,5,2,4] negate(t)\n");
-  EXPECT_EQ(TransposeWrittenByAllToAll(Named(*m, "a")), nullptr);
+  // A split dimension longer than the groups (each chunk spans two of its
+  // indices, whose order a transpose changes), and every device in one group
+  // (an empty list: the group size is not known here).
+  for (const std::string groups : {"{{0},{1},{2},{3}}", "{}"}) {
+    auto m = Module(
+        "  x = f32[3,2,5,4] negate(p)\n  a = f32[3,2,5,4] all-to-all(x), replica_groups=" + groups +
+        ", dimensions={1}\n"
+        "  t = f32[3,5,2,4] transpose(a), dimensions={0,2,1,3}\n"
+        "  ROOT r = f32[3,5,2,4] negate(t)\n");
+    EXPECT_EQ(TransposeWrittenByAllToAll(Named(*m, "a")), nullptr) << groups;
+  }
   // The root: its value leaves the computation in its own layout.
-  m = Module(
+  auto m = Module(
       "  x = f32[3,2,5,4] negate(p)\n"
       "  ROOT a = f32[3,2,5,4] all-to-all(x), replica_groups={{0,1},{2,3}}, dimensions={1}\n");
   EXPECT_EQ(TransposeWrittenByAllToAll(Named(*m, "a")), nullptr);
