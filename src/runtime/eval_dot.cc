@@ -126,7 +126,6 @@ struct GemmTypes {
 struct DotPlan {
   compiler::DotLayout layout;
   bool weft_gemm = false;  // RunsOnWeftGemm
-  bool made = false;       // the primitive below exists
   // The GEMM reads the bf16 operands as they are and writes the result's
   // type (else f32 copies in, an f32 result out).
   bool bf16 = false;
@@ -137,7 +136,7 @@ struct DotPlan {
   dnnl::memory::desc lhs_md, rhs_md, out_md;
   std::vector<HloOpcode> post_ops;  // binary post-ops (src1 laid out as out_md)
   dnnl::matmul primitive;
-  std::optional<dnnl::stream> stream;
+  std::optional<dnnl::stream> stream;  // set once the primitive is made
   // The primitive's arguments (source, weights, destination, post-ops'
   // second sources), their data handles set on each run.
   std::unordered_map<int, dnnl::memory> exec_args;
@@ -228,7 +227,6 @@ void MakePrimitive(const HloInstruction& instr, DotPlan& plan, bool bf16_allowed
     plan.exec_args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1,
                            dnnl::memory(plan.out_md, engine, DNNL_MEMORY_NONE));
   }
-  plan.made = true;
 }
 
 // `x` as f32 (a converted copy when it is not), in its own layout.
@@ -380,7 +378,7 @@ void FloatDot(const HloInstruction& instr, const HloInstruction& key, const Host
   if (g.m == 0 || g.n == 0 || g.batch == 0) return;
   if (plan.weft_gemm) return WeftGemm(plan.layout, lhs, rhs, out);
   const bool bf16_allowed = kernels::simd::Bf16InstructionsAllowed();
-  if (!plan.made || plan.bf16_allowed != bf16_allowed) MakePrimitive(instr, plan, bf16_allowed);
+  if (!plan.stream || plan.bf16_allowed != bf16_allowed) MakePrimitive(instr, plan, bf16_allowed);
   const PrimitiveType f32 = PrimitiveType::kF32;
   HostTensor result = plan.bf16 || out.element_type() == f32
                           ? out
