@@ -20,23 +20,47 @@ T LoadAt(const std::byte* p, int64_t i) {
   return v;
 }
 
+// Always inlined, so that each target clone below compiles its loops for
+// its own instructions.
 template <typename T, typename Acc, typename Load, typename Store, typename Combine>
-void ReduceTyped(const std::byte* const* inputs, int64_t n, std::byte* out, int64_t count,
-                 Load load, Store store, Combine combine) {
+[[gnu::always_inline]] inline void ReduceTyped(const std::byte* const* inputs, int64_t n,
+                                               std::byte* out, int64_t count, Load load,
+                                               Store store, Combine combine) {
+  constexpr int64_t w = sizeof(T);
   Acc acc[kBlock];
   for (int64_t start = 0; start < count; start += kBlock) {
     const int64_t len = std::min(kBlock, count - start);
-    const std::byte* first = inputs[0] + start * static_cast<int64_t>(sizeof(T));
-    for (int64_t i = 0; i < len; ++i) acc[i] = load(LoadAt<T>(first, i));
-    for (int64_t m = 1; m < n; ++m) {
-      const std::byte* in = inputs[m] + start * static_cast<int64_t>(sizeof(T));
-      for (int64_t i = 0; i < len; ++i) acc[i] = combine(acc[i], load(LoadAt<T>(in, i)));
+    auto in = [&](int64_t m) { return inputs[m] + start * w; };
+    std::byte* dst = out + start * w;
+    auto put = [&](int64_t i, Acc v) {
+      const T t = store(v);
+      std::memcpy(dst + i * w, &t, sizeof(T));
+    };
+    // Two inputs (a collective over two devices, the common case) in one
+    // pass; more go through the accumulator, the first two and the last
+    // combined in the passes that load and store it. The inputs' pointers
+    // are read before the loops: the stores are bytes, which may alias them.
+    const std::byte* const first = in(0);
+    if (n == 1) {
+      for (int64_t i = 0; i < len; ++i) put(i, load(LoadAt<T>(first, i)));
+      continue;
     }
-    std::byte* dst = out + start * static_cast<int64_t>(sizeof(T));
+    const std::byte* const second = in(1);
+    if (n == 2) {
+      for (int64_t i = 0; i < len; ++i) {
+        put(i, combine(load(LoadAt<T>(first, i)), load(LoadAt<T>(second, i))));
+      }
+      continue;
+    }
     for (int64_t i = 0; i < len; ++i) {
-      const T v = store(acc[i]);
-      std::memcpy(dst + i * static_cast<int64_t>(sizeof(T)), &v, sizeof(T));
+      acc[i] = combine(load(LoadAt<T>(first, i)), load(LoadAt<T>(second, i)));
     }
+    for (int64_t m = 2; m + 1 < n; ++m) {
+      const std::byte* const next = in(m);
+      for (int64_t i = 0; i < len; ++i) acc[i] = combine(acc[i], load(LoadAt<T>(next, i)));
+    }
+    const std::byte* const last = in(n - 1);
+    for (int64_t i = 0; i < len; ++i) put(i, combine(acc[i], load(LoadAt<T>(last, i))));
   }
 }
 
@@ -51,8 +75,9 @@ V MinOf(V a, V b) {
 }
 
 template <typename T, typename Acc, typename Load, typename Store>
-void ReduceWithOp(ReduceOp op, const std::byte* const* inputs, int64_t n, std::byte* out,
-                  int64_t count, Load load, Store store) {
+[[gnu::always_inline]] inline void ReduceWithOp(ReduceOp op, const std::byte* const* inputs,
+                                                int64_t n, std::byte* out, int64_t count, Load load,
+                                                Store store) {
   switch (op) {
     case ReduceOp::kSum:
       return ReduceTyped<T, Acc>(inputs, n, out, count, load, store,
@@ -79,6 +104,24 @@ void ReduceInteger(ReduceOp op, const std::byte* const* inputs, int64_t n, std::
   }
 }
 
+// The float reductions, compiled for AVX-512, AVX2 and the baseline (one
+// chosen from cpuid when the program loads). Each element is combined in
+// the same order whatever the vector width, and a sum has no multiply to
+// contract, so every clone gives the same bits.
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void ReduceF32(
+    ReduceOp op, const std::byte* const* inputs, int64_t n, std::byte* out, int64_t count) {
+  auto same = [](float v) { return v; };
+  ReduceWithOp<float, float>(op, inputs, n, out, count, same, same);
+}
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void ReduceBf16(
+    ReduceOp op, const std::byte* const* inputs, int64_t n, std::byte* out, int64_t count) {
+  // Lambdas, not the functions' addresses: inlined, so the loops vectorize.
+  ReduceWithOp<uint16_t, float>(
+      op, inputs, n, out, count, [](uint16_t v) { return Bf16ToFloat(v); },
+      [](float v) { return FloatToBf16(v); });
+}
+
 }  // namespace
 
 void ReduceBuffers(PrimitiveType dtype, ReduceOp op, const std::byte* const* inputs, int64_t n,
@@ -86,16 +129,10 @@ void ReduceBuffers(PrimitiveType dtype, ReduceOp op, const std::byte* const* inp
   if (count <= 0) return;
   WEFT_CHECK(n >= 1, "ReduceBuffers needs at least one input");
   switch (dtype) {
-    case PrimitiveType::kF32: {
-      auto same = [](float v) { return v; };
-      return ReduceWithOp<float, float>(op, inputs, n, out, count, same, same);
-    }
+    case PrimitiveType::kF32:
+      return ReduceF32(op, inputs, n, out, count);
     case PrimitiveType::kBF16:
-      // Lambdas, not the functions' addresses: inlined, so the loops
-      // vectorize.
-      return ReduceWithOp<uint16_t, float>(
-          op, inputs, n, out, count, [](uint16_t v) { return Bf16ToFloat(v); },
-          [](float v) { return FloatToBf16(v); });
+      return ReduceBf16(op, inputs, n, out, count);
     case PrimitiveType::kS32:
       return ReduceInteger<int32_t>(op, inputs, n, out, count);
     case PrimitiveType::kS64:

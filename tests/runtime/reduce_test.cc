@@ -55,13 +55,14 @@ TEST(Reduce, RandomFloatSumMatchesFloat64) {
 
 TEST(Reduce, FloatSumsOfAnyCountAndAlignmentAreLeftToRightBitwise) {
   // One to four inputs at odd byte offsets (buffers of any alignment), a
-  // count that leaves a short last block, the output over input 0: each
-  // element is ((x0 + x1) + x2) + x3 in float32, bit for bit.
+  // count that leaves a short last block, the output separate, over input 0
+  // or over the last input: each element is ((x0 + x1) + x2) + x3 in
+  // float32, bit for bit.
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
   constexpr int64_t kCount = 2 * 1024 + 37;
   for (int64_t n = 1; n <= 4; ++n) {
-    for (bool in_place : {false, true}) {
+    for (int64_t over : {int64_t{-1}, int64_t{0}, n - 1}) {
       std::vector<std::vector<std::byte>> storage(n, std::vector<std::byte>(kCount * 4 + 3));
       std::vector<const std::byte*> p;
       std::vector<float> want(kCount, 0.0f);
@@ -75,12 +76,12 @@ TEST(Reduce, FloatSumsOfAnyCountAndAlignmentAreLeftToRightBitwise) {
         p.push_back(base);
       }
       std::vector<std::byte> separate(kCount * 4 + 1);
-      std::byte* out = in_place ? const_cast<std::byte*>(p[0]) : separate.data() + 1;
+      std::byte* out = over >= 0 ? const_cast<std::byte*>(p[over]) : separate.data() + 1;
       ReduceBuffers(PrimitiveType::kF32, ReduceOp::kSum, p.data(), n, out, kCount);
       for (int64_t i = 0; i < kCount; ++i) {
         float got;
         std::memcpy(&got, out + i * 4, 4);
-        ASSERT_EQ(got, want[i]) << "n " << n << " in place " << in_place << " element " << i;
+        ASSERT_EQ(got, want[i]) << "n " << n << " over input " << over << " element " << i;
       }
     }
   }
