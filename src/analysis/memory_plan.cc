@@ -649,9 +649,10 @@ class Simulator {
         region[b] = NewBuffer(std::move(x));
       }
       if (offloading_) Prefetch(instr, ia, ca, w, t, resolve, prefetched);
-      // The executor makes a constant once and runs no step for it (but
-      // for a root): it is no point of the timeline and no step counted.
-      const bool runs = instr.opcode() != HloOpcode::kConstant || &instr == c.root_instruction();
+      // An instruction the executor runs no step for (a constant, a
+      // get-tuple-element its readers read through) is no point of the
+      // timeline and no step counted.
+      const bool runs = compiler::TakesStep(instr);
       if (runs) Observe();
       if (instr.opcode() == HloOpcode::kWhile) {
         // The body and condition read the loop's state where the assignment

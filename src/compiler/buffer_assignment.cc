@@ -88,6 +88,30 @@ void AttentionScratch(const HloInstruction& instr, std::vector<Shape>& out) {
 
 }  // namespace
 
+bool TakesStep(const HloInstruction& instr) {
+  const bool root = instr.parent() != nullptr && instr.parent()->root_instruction() == &instr;
+  if (root) return true;
+  if (instr.opcode() == HloOpcode::kConstant) return false;
+  if (instr.opcode() != HloOpcode::kGetTupleElement || !instr.shape().IsArray() ||
+      instr.operand(0)->opcode() == HloOpcode::kConstant) {
+    return true;
+  }
+  for (const HloInstruction* user : instr.users()) {
+    switch (user->opcode()) {
+      case HloOpcode::kTuple:
+      case HloOpcode::kGetTupleElement:
+      case HloOpcode::kCopy:
+      case HloOpcode::kWhile:
+      case HloOpcode::kCall:
+      case HloOpcode::kConditional:
+        return true;
+      default:
+        break;
+    }
+  }
+  return false;
+}
+
 std::vector<Shape> InstructionScratch(const HloInstruction& instr) {
   std::vector<Shape> out;
   const Shape& shape = instr.shape();

@@ -143,9 +143,9 @@ std::vector<Value> EvalFusedConvolutions(const FusionPlan& plan, EvalArgs& args,
   for (const HloInstruction* conv : plan.convolutions) {
     std::vector<Value> values;
     for (const HloInstruction* p : conv->operands())
-      values.push_back(args.value(p->parameter_number()));
+      values.emplace_back(args.array(p->parameter_number()));
     std::vector<EvalArgs::Operand> operands;
-    for (Value& v : values) operands.push_back({&v, false, false});
+    for (Value& v : values) operands.push_back({&v, 0, false, false});
     EvalArgs conv_args(operands, args.ctx(), args.cache());
     results.push_back(EvalConvolution(*conv, conv_args));
     sources.push_back(results.back()[0].raw_data());

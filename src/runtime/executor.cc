@@ -84,7 +84,7 @@ HostTensor EvalArgs::TryReuse(int64_t i, const Shape& shape) const {
       slot->operand != i || slot->bytes != shape.ByteSize()) {
     return HostTensor();
   }
-  const HostTensor& t = (*operands_[i].value)[slot->operand_leaf];
+  const HostTensor& t = (*operands_[i].value)[operands_[i].leaf + slot->operand_leaf];
   if (t.byte_size() != shape.ByteSize()) return HostTensor();
   ctx_.ClaimSlot();
   return t.Reshaped(shape);
@@ -211,7 +211,8 @@ void Executor::Impl::Place(const Step& step, Value& out, std::span<EvalArgs::Ope
     if (slot.kind == Kind::kNew) {
       want = At(base + slot.offset);
     } else if (slot.kind == Kind::kInPlace) {
-      want = (*ops[slot.operand].value)[slot.operand_leaf].raw_data();
+      const EvalArgs::Operand& o = ops[slot.operand];
+      want = (*o.value)[o.leaf + slot.operand_leaf].raw_data();
     } else if (ctx.InScratch(t.raw_data())) {
       t = t.Clone();  // a view of scratch must outlive the step
       ++misplaced;
@@ -246,11 +247,11 @@ Value Executor::Impl::RunComputation(const HloComputation& computation, std::vec
       slots[step.dying_slots[k]].clear();
     }
     for (size_t k = 0; k < step.operands.size(); ++k) {
-      const int32_t d = step.dying_index[k];
-      Value* const constant = step.constants[k];
-      ops[k] = constant != nullptr ? EvalArgs::Operand{constant, false, step.buffer_dies[k]}
-               : d >= 0            ? EvalArgs::Operand{&dying[d], true, step.buffer_dies[k]}
-                        : EvalArgs::Operand{&slots[step.operands[k]], false, step.buffer_dies[k]};
+      const exec::StepOperand& o = step.operands[k];
+      ops[k] = o.constant != nullptr ? EvalArgs::Operand{o.constant, 0, false, o.buffer_dies}
+               : o.dying_index >= 0
+                   ? EvalArgs::Operand{&dying[o.dying_index], o.leaf, true, o.buffer_dies}
+                   : EvalArgs::Operand{&slots[o.slot], o.leaf, false, o.buffer_dies};
     }
     const std::span<EvalArgs::Operand> step_ops(ops.data(), step.operands.size());
     try {
@@ -339,7 +340,8 @@ Value Executor::Impl::RunStep(const Step& step, std::vector<Value>& args,
   auto placed = [&](size_t k, const HostTensor& from) -> HostTensor {
     const EvalContext::OutputSlot& slot = step.slots[k];
     if (slot.kind == EvalContext::OutputSlot::Kind::kInPlace) {
-      return (*ops[slot.operand].value)[slot.operand_leaf];
+      const EvalArgs::Operand& o = ops[slot.operand];
+      return (*o.value)[o.leaf + slot.operand_leaf];
     }
     if (slot.kind == EvalContext::OutputSlot::Kind::kForward) return from;  // never written
     HostTensor dst = arena.View(from.shape(), base + slot.offset);

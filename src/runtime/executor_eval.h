@@ -231,6 +231,7 @@ class EvalArgs {
  public:
   struct Operand {
     Value* value = nullptr;
+    int32_t leaf = 0;          // the operand's first leaf in `value`
     bool dying = false;        // this instruction is the value's last use
     bool buffer_dies = false;  // and its buffer's (the buffer assignment's view)
   };
@@ -238,8 +239,8 @@ class EvalArgs {
       : operands_(operands), ctx_(ctx), cache_(cache) {}
 
   int64_t size() const { return static_cast<int64_t>(operands_.size()); }
-  const Value& value(int64_t i) const { return *operands_[i].value; }
-  const HostTensor& array(int64_t i) const { return (*operands_[i].value)[0]; }
+  // Operand i, an array (every operand an evaluator reads is one).
+  const HostTensor& array(int64_t i) const { return (*operands_[i].value)[operands_[i].leaf]; }
   EvalContext& ctx() const { return ctx_; }
   InstructionCache& cache() const { return cache_; }
 

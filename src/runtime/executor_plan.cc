@@ -146,6 +146,13 @@ HostTensor ConstantTensor(const HloInstruction& constant) {
   return t;
 }
 
+// The leaves of `tuple`'s elements before element `index`.
+static int64_t LeavesBefore(const Shape& tuple, int64_t index) {
+  int64_t leaves = 0;
+  for (int64_t k = 0; k < index; ++k) leaves += tuple.tuple_shapes(k).LeafCount();
+  return leaves;
+}
+
 ComputationPlan MakePlan(const HloComputation& computation,
                          const compiler::ComputationAssignment& assignment,
                          std::unordered_map<const HloInstruction*, Value>& constants) {
@@ -157,11 +164,30 @@ ComputationPlan MakePlan(const HloComputation& computation,
   plan.num_slots = static_cast<int32_t>(order.size());
   plan.root_slot = slot.at(computation.root_instruction());
 
+  // A get-tuple-element that takes no step (compiler::TakesStep: its
+  // readers are all evaluators) is read where the tuple's leaf lies: a step
+  // would copy the leaf into a value of its own, for a third of a
+  // partitioned training step's instructions. Its readers' operands point at
+  // the tuple's slot and leaf instead (`source`, `first_leaf`).
+  std::vector<int32_t> source(order.size()), first_leaf(order.size(), 0);
+  std::vector<bool> takes_step(order.size(), true);
+  for (size_t i = 0; i < order.size(); ++i) {
+    const HloInstruction* instr = order[i];
+    source[i] = static_cast<int32_t>(i);
+    takes_step[i] = compiler::TakesStep(*instr);
+    if (takes_step[i] || instr->opcode() != HloOpcode::kGetTupleElement) continue;
+    const int32_t tuple = slot.at(instr->operand(0));
+    source[i] = source[tuple];
+    first_leaf[i] = first_leaf[tuple] + static_cast<int32_t>(LeavesBefore(
+                                            instr->operand(0)->shape(), instr->tuple_index()));
+  }
+
   // The last step that reads each slot.
   std::vector<int32_t> last_use(order.size(), -1);
   for (size_t i = 0; i < order.size(); ++i) {
+    if (!takes_step[i]) continue;
     for (const HloInstruction* operand : order[i]->operands()) {
-      last_use[slot.at(operand)] = static_cast<int32_t>(i);
+      last_use[source[slot.at(operand)]] = static_cast<int32_t>(i);
     }
   }
   // A constant's value lives as long as the executor: its readers point at
@@ -172,9 +198,7 @@ ComputationPlan MakePlan(const HloComputation& computation,
   };
   for (size_t i = 0; i < order.size(); ++i) {
     const HloInstruction* instr = order[i];
-    if (instr->opcode() == HloOpcode::kConstant && static_cast<int32_t>(i) != plan.root_slot) {
-      continue;
-    }
+    if (!takes_step[i]) continue;
     Step step;
     step.instr = instr;
     step.opcode = instr->opcode();
@@ -184,18 +208,21 @@ ComputationPlan MakePlan(const HloComputation& computation,
     } catch (const Error& e) {
       Fail("{}: {}", instr->Describe(), e.what());
     }
-    for (const HloInstruction* operand : instr->operands()) {
-      const int32_t s = slot.at(operand);
-      step.operands.push_back(s);
-      step.constants.push_back(constant_of(operand));
-      int32_t index = -1;
-      if (last_use[s] == static_cast<int32_t>(i) && s != plan.root_slot &&
-          step.constants.back() == nullptr) {
-        auto it = std::find(step.dying_slots.begin(), step.dying_slots.end(), s);
-        index = static_cast<int32_t>(it - step.dying_slots.begin());
-        if (it == step.dying_slots.end()) step.dying_slots.push_back(s);
+    const compiler::InstructionAssignment& ia = assignment.instructions.at(instr);
+    for (size_t k = 0; k < instr->operands().size(); ++k) {
+      const int32_t operand_slot = slot.at(instr->operand(k));
+      StepOperand o;
+      o.constant = constant_of(instr->operand(k));
+      o.slot = source[operand_slot];
+      o.leaf = first_leaf[operand_slot];
+      o.buffer_dies = ia.operand_dies.at(k);
+      if (last_use[o.slot] == static_cast<int32_t>(i) && o.slot != plan.root_slot &&
+          o.constant == nullptr) {
+        auto it = std::find(step.dying_slots.begin(), step.dying_slots.end(), o.slot);
+        o.dying_index = static_cast<int32_t>(it - step.dying_slots.begin());
+        if (it == step.dying_slots.end()) step.dying_slots.push_back(o.slot);
       }
-      step.dying_index.push_back(index);
+      step.operands.push_back(o);
     }
     step.result_unused = last_use[i] < 0 && step.out != plan.root_slot;
     if (!RunsCalledComputations(step.opcode)) {
@@ -203,24 +230,20 @@ ComputationPlan MakePlan(const HloComputation& computation,
     }
     if (step.opcode == HloOpcode::kGetTupleElement) {
       const Shape& tuple = instr->operand(0)->shape();
-      for (int64_t k = 0; k < instr->tuple_index(); ++k) {
-        step.leaf_begin += tuple.tuple_shapes(k).LeafCount();
-      }
+      step.leaf_begin = LeavesBefore(tuple, instr->tuple_index());
       step.leaf_count = tuple.tuple_shapes(instr->tuple_index()).LeafCount();
     }
-    const compiler::InstructionAssignment& ia = assignment.instructions.at(instr);
     const std::vector<Shape> leaves = instr->shape().Leaves();
     for (size_t k = 0; k < ia.leaves.size(); ++k) {
       const compiler::LeafAssignment& l = ia.leaves[k];
-      EvalContext::OutputSlot slot;
-      slot.kind = static_cast<EvalContext::OutputSlot::Kind>(l.kind);
-      slot.offset = l.offset;
-      slot.operand = l.operand;
-      slot.operand_leaf = l.operand_leaf;
-      slot.bytes = leaves[k].ByteSize();
-      step.slots.push_back(slot);
+      EvalContext::OutputSlot out_slot;
+      out_slot.kind = static_cast<EvalContext::OutputSlot::Kind>(l.kind);
+      out_slot.offset = l.offset;
+      out_slot.operand = l.operand;
+      out_slot.operand_leaf = l.operand_leaf;
+      out_slot.bytes = leaves[k].ByteSize();
+      step.slots.push_back(out_slot);
     }
-    step.buffer_dies = ia.operand_dies;
     step.scratch_offset = ia.scratch_offset;
     step.scratch_bytes = ia.scratch_bytes;
     step.nested_offset = std::max<int64_t>(0, ia.nested_offset);

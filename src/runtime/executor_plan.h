@@ -14,20 +14,30 @@
 
 namespace weft::runtime::exec {
 
+// Where a step finds one of its operands.
+struct StepOperand {
+  // The operand's value when it is a constant (made once, when the executor
+  // is built; a constant is no step of its own unless it is the root), else
+  // null and the value is in `slot`.
+  Value* constant = nullptr;
+  int32_t slot = 0;
+  // The operand's first leaf in the slot's value: nonzero when the operand
+  // is a get-tuple-element that takes no step (its readers read the tuple's
+  // leaves in place).
+  int32_t leaf = 0;
+  // Index into the step's dying values, or -1 when the operand lives on.
+  // Repeated operands share one dying value.
+  int32_t dying_index = -1;
+  bool buffer_dies = false;  // the buffer assignment's view
+};
+
 // One instruction of a computation's schedule.
 struct Step {
   const HloInstruction* instr = nullptr;
   HloOpcode opcode = HloOpcode::kParameter;
   EvalFn eval = nullptr;  // null: handled by the scheduler itself
   int32_t out = 0;        // result slot
-  std::vector<int32_t> operands;
-  // Per operand: its value when the operand is a constant (made once, when
-  // the executor is built; a constant is no step of its own unless it is
-  // the root), else null and the value is in the operand's slot.
-  std::vector<Value*> constants;
-  // Per operand: index into the step's dying values, or -1 when the operand
-  // lives on. Repeated operands share one dying value.
-  std::vector<int32_t> dying_index;
+  std::vector<StepOperand> operands;
   std::vector<int32_t> dying_slots;        // distinct slots that die here
   bool result_unused = false;              // free the result right away
   int64_t leaf_begin = 0, leaf_count = 0;  // get-tuple-element
@@ -36,7 +46,6 @@ struct Step {
   int8_t op_class = -1;
   // The buffer assignment's decisions (offsets relative to the region base).
   std::vector<EvalContext::OutputSlot> slots;
-  std::vector<bool> buffer_dies;  // per operand
   int64_t scratch_offset = 0, scratch_bytes = 0;
   int64_t nested_offset = 0;  // while / call
 };

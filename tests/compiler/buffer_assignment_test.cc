@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
 
 #include "weft/hlo/builder.h"
@@ -255,6 +256,48 @@ TEST(BufferAssignmentTest, WhileCarryIsUpdatedInPlace) {
     }
   }
   EXPECT_GT(saw_while, 0);
+}
+
+TEST(BufferAssignmentTest, GetTupleElementsOnlyEvaluatorsReadTakeNoStep) {
+  const std::unique_ptr<HloModule> module = ParseHloModule(R"(HloModule m
+ENTRY e {
+  p = (f32[4], (f32[4], f32[4]), f32[4]) parameter(0)
+  a = f32[4] get-tuple-element(p), index=0
+  inner = (f32[4], f32[4]) get-tuple-element(p), index=1
+  b = f32[4] get-tuple-element(inner), index=1
+  c = f32[4] get-tuple-element(p), index=2
+  unread = f32[4] get-tuple-element(p), index=0
+  two = f32[] constant(2)
+  twos = f32[4] broadcast(two), dimensions={}
+  ab = f32[4] add(a, b)
+  abc = f32[4] multiply(ab, twos)
+  ROOT t = (f32[4], f32[4], f32[4]) tuple(abc, c, a)
+})");
+  // `b` is read only by an add, `unread` by nothing: no step. `a` is read
+  // by the root tuple too, `c` only by it, and `inner` (a tuple) by a
+  // get-tuple-element: a step each. The constant is made once.
+  const std::map<std::string, bool> want = {{"p", true},    {"a", true},    {"inner", true},
+                                            {"b", false},   {"c", true},    {"unread", false},
+                                            {"two", false}, {"twos", true}, {"ab", true},
+                                            {"abc", true},  {"t", true}};
+  for (const HloInstruction* instr : module->entry_computation()->instructions()) {
+    ASSERT_TRUE(want.count(instr->name())) << instr->name();
+    EXPECT_EQ(TakesStep(*instr), want.at(instr->name())) << instr->name();
+  }
+  // A get-tuple-element or a constant that is the root takes a step.
+  const std::unique_ptr<HloModule> roots = ParseHloModule(R"(HloModule m
+ENTRY e {
+  p = (f32[4], f32[4]) parameter(0)
+  ROOT a = f32[4] get-tuple-element(p), index=0
+}
+)");
+  EXPECT_TRUE(TakesStep(*roots->entry_computation()->root_instruction()));
+  const std::unique_ptr<HloModule> constant = ParseHloModule(R"(HloModule m
+ENTRY e {
+  ROOT c = f32[2] constant({1, 2})
+}
+)");
+  EXPECT_TRUE(TakesStep(*constant->entry_computation()->root_instruction()));
 }
 
 // The attention calls' scratch (runtime/eval_custom_call.cc): the kernels

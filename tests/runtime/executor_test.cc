@@ -138,9 +138,11 @@ TEST(ExecutorTest, ScanOverStackedWeightsUpdatesTheCarryInPlace) {
   EXPECT_LT(stats.arena_bytes, stack + 5 * layer);
   EXPECT_EQ(stats.peak_bytes, (layer + stack) + stats.arena_bytes + stack);
   EXPECT_EQ(stats.misplaced_results, 0);
-  // Constants are made once and take no step: 6 entry instructions + 8
-  // bodies of 13 + 9 conditions of 3.
-  EXPECT_EQ(stats.instructions, 6 + 8 * 13 + 9 * 3);
+  // Constants are made once and take no step, nor do get-tuple-elements
+  // that only evaluators read (i, h and acc in the body, i in the
+  // condition; w is also the body's result, and out is the root): 6 entry
+  // instructions + 8 bodies of 10 + 9 conditions of 2.
+  EXPECT_EQ(stats.instructions, 6 + 8 * 10 + 9 * 2);
 }
 
 TEST(ExecutorTest, PeakBytesOfAChainMatchTheHandCount) {
@@ -242,6 +244,44 @@ ENTRY e {
   ExpectEqual(out[0], m);
   ExpectEqual(out[1], i.ToDoubles());
   ExpectEqual(out[2], x.ToDoubles());
+}
+
+// Get-tuple-elements that only evaluators read take no step
+// (compiler::TakesStep): the add reads a and the nested tuple's leaf b
+// (the parameter's third leaf) where they lie, and the multiply reads c,
+// whose leaf the root's tuple also returns through c2 (which keeps its
+// step: a tuple reads it).
+TEST(ExecutorTest, EvaluatorsReadTupleLeavesThroughGetTupleElementsThatTakeNoStep) {
+  const char* text = R"(HloModule m
+ENTRY e {
+  p = (f32[5], (f32[5], f32[5]), f32[5]) parameter(0)
+  a = f32[5] get-tuple-element(p), index=0
+  inner = (f32[5], f32[5]) get-tuple-element(p), index=1
+  b = f32[5] get-tuple-element(inner), index=1
+  c = f32[5] get-tuple-element(p), index=2
+  c2 = f32[5] get-tuple-element(p), index=2
+  ab = f32[5] add(a, b)
+  abc = f32[5] multiply(ab, c)
+  ROOT t = (f32[5], f32[5], f32[5]) tuple(abc, c2, ab)
+})";
+  std::mt19937 rng(7);
+  std::vector<HostTensor> in;
+  for (int k = 0; k < 4; ++k) in.push_back(Random("f32[5]", rng));
+  ExecutorStats stats;
+  auto module = testing::Parse(text);
+  std::vector<HostTensor> out = testing::Run(*module, in, &stats);
+  ASSERT_EQ(out.size(), 3u);
+  std::vector<double> ab, abc;
+  for (int64_t k = 0; k < 5; ++k) {
+    const float sum = static_cast<float>(in[0].GetDouble(k) + in[2].GetDouble(k));
+    ab.push_back(sum);
+    abc.push_back(static_cast<float>(double{sum} * in[3].GetDouble(k)));
+  }
+  ExpectEqual(out[0], abc);
+  ExpectEqual(out[1], in[3].ToDoubles());
+  ExpectEqual(out[2], ab);
+  // p, inner, c2, ab, abc and t: a, b and c take no step.
+  EXPECT_EQ(stats.instructions, 6);
 }
 
 // conditional with a predicate: true runs true_computation on the first

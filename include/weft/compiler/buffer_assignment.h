@@ -149,6 +149,17 @@ BufferAssignment AssignBuffers(const HloModule& module, const SequenceFunction& 
 // dot's.
 std::vector<Shape> InstructionScratch(const HloInstruction& instr);
 
+// Whether the executor runs `instr` as a step of its own; the planner's
+// timeline (analysis/memory_plan.h) has a point, and counts a step, for each
+// instruction that does. Two kinds take none:
+//  - a constant that is not its computation's root: made once, its readers
+//    read it where it lies;
+//  - a get-tuple-element of an array element, not the root, that only
+//    evaluated instructions read (no tuple, get-tuple-element, copy, while,
+//    call or conditional, which the executor's scheduler runs itself): its
+//    readers read the tuple's leaf in place.
+bool TakesStep(const HloInstruction& instr);
+
 // Whether a (dynamic-)slice of `operand_dims` to `sizes` is one contiguous
 // range of the operand (leading unit dims, then whole dims).
 bool IsContiguousBox(const std::vector<int64_t>& operand_dims, const std::vector<int64_t>& sizes);
