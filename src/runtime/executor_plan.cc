@@ -2,6 +2,7 @@
 #include "executor_plan.h"
 
 #include <algorithm>
+#include <array>
 #include <unordered_map>
 
 #include "weft/base/error.h"
@@ -196,6 +197,9 @@ ComputationPlan MakePlan(const HloComputation& computation,
   auto constant_of = [&](const HloInstruction* instr) -> Value* {
     return instr->opcode() == HloOpcode::kConstant ? &constants.at(instr) : nullptr;
   };
+  // Per step: its operands, dying slots and result leaves in the plan's
+  // arrays.
+  std::vector<std::array<size_t, 3>> counts;
   for (size_t i = 0; i < order.size(); ++i) {
     const HloInstruction* instr = order[i];
     if (!takes_step[i]) continue;
@@ -209,6 +213,8 @@ ComputationPlan MakePlan(const HloComputation& computation,
       Fail("{}: {}", instr->Describe(), e.what());
     }
     const compiler::InstructionAssignment& ia = assignment.instructions.at(instr);
+    std::vector<StepOperand> operands;
+    std::vector<int32_t> dying_slots;
     for (size_t k = 0; k < instr->operands().size(); ++k) {
       const int32_t operand_slot = slot.at(instr->operand(k));
       StepOperand o;
@@ -218,11 +224,11 @@ ComputationPlan MakePlan(const HloComputation& computation,
       o.buffer_dies = ia.operand_dies.at(k);
       if (last_use[o.slot] == static_cast<int32_t>(i) && o.slot != plan.root_slot &&
           o.constant == nullptr) {
-        auto it = std::find(step.dying_slots.begin(), step.dying_slots.end(), o.slot);
-        o.dying_index = static_cast<int32_t>(it - step.dying_slots.begin());
-        if (it == step.dying_slots.end()) step.dying_slots.push_back(o.slot);
+        auto it = std::find(dying_slots.begin(), dying_slots.end(), o.slot);
+        o.dying_index = static_cast<int32_t>(it - dying_slots.begin());
+        if (it == dying_slots.end()) dying_slots.push_back(o.slot);
       }
-      step.operands.push_back(o);
+      operands.push_back(o);
     }
     step.result_unused = last_use[i] < 0 && step.out != plan.root_slot;
     if (!RunsCalledComputations(step.opcode)) {
@@ -242,14 +248,28 @@ ComputationPlan MakePlan(const HloComputation& computation,
       out_slot.operand = l.operand;
       out_slot.operand_leaf = l.operand_leaf;
       out_slot.bytes = leaves[k].ByteSize();
-      step.slots.push_back(out_slot);
+      plan.slots.push_back(out_slot);
     }
     step.scratch_offset = ia.scratch_offset;
     step.scratch_bytes = ia.scratch_bytes;
     step.nested_offset = std::max<int64_t>(0, ia.nested_offset);
-    plan.max_operands = std::max(plan.max_operands, step.operands.size());
-    plan.max_dying = std::max(plan.max_dying, step.dying_slots.size());
+    plan.max_operands = std::max(plan.max_operands, operands.size());
+    plan.max_dying = std::max(plan.max_dying, dying_slots.size());
+    plan.operands.insert(plan.operands.end(), operands.begin(), operands.end());
+    plan.dying_slots.insert(plan.dying_slots.end(), dying_slots.begin(), dying_slots.end());
+    counts.push_back({operands.size(), dying_slots.size(), ia.leaves.size()});
     plan.steps.push_back(std::move(step));
+  }
+  // The spans, now that the arrays no longer grow.
+  size_t next_operand = 0, next_dying = 0, next_slot = 0;
+  for (size_t k = 0; k < plan.steps.size(); ++k) {
+    Step& step = plan.steps[k];
+    step.operands = {plan.operands.data() + next_operand, counts[k][0]};
+    step.dying_slots = {plan.dying_slots.data() + next_dying, counts[k][1]};
+    step.slots = {plan.slots.data() + next_slot, counts[k][2]};
+    next_operand += counts[k][0];
+    next_dying += counts[k][1];
+    next_slot += counts[k][2];
   }
   return plan;
 }

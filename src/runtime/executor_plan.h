@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -37,22 +38,36 @@ struct Step {
   HloOpcode opcode = HloOpcode::kParameter;
   EvalFn eval = nullptr;  // null: handled by the scheduler itself
   int32_t out = 0;        // result slot
-  std::vector<StepOperand> operands;
-  std::vector<int32_t> dying_slots;        // distinct slots that die here
+  // The step's operands, the distinct slots that die here and the buffer
+  // assignment's places of its result leaves: spans of the plan's arrays,
+  // which hold every step's one after the other (read in order as the
+  // steps run, not a heap block per step).
+  std::span<const StepOperand> operands;
+  std::span<const int32_t> dying_slots;
   bool result_unused = false;              // free the result right away
   int64_t leaf_begin = 0, leaf_count = 0;  // get-tuple-element
   // ExecutorOptions::profile: the OpClass timed; -1 for while and call,
   // whose computations' instructions are timed instead.
   int8_t op_class = -1;
-  // The buffer assignment's decisions (offsets relative to the region base).
-  std::vector<EvalContext::OutputSlot> slots;
+  // Offsets relative to the region base.
+  std::span<const EvalContext::OutputSlot> slots;
   int64_t scratch_offset = 0, scratch_bytes = 0;
   int64_t nested_offset = 0;  // while / call
 };
 
 struct ComputationPlan {
+  ComputationPlan() = default;
+  // Moved, never copied: the steps' spans point into the arrays below.
+  ComputationPlan(ComputationPlan&&) = default;
+  ComputationPlan& operator=(ComputationPlan&&) = default;
+  ComputationPlan(const ComputationPlan&) = delete;
+  ComputationPlan& operator=(const ComputationPlan&) = delete;
+
   const HloComputation* computation = nullptr;
   std::vector<Step> steps;
+  std::vector<StepOperand> operands;
+  std::vector<int32_t> dying_slots;
+  std::vector<EvalContext::OutputSlot> slots;
   int32_t num_slots = 0;
   int32_t root_slot = 0;
   size_t max_operands = 0, max_dying = 0;
