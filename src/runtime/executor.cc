@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <thread>
 #include <unordered_map>
@@ -163,6 +164,15 @@ struct Executor::Impl {
     return p;
   }();
   std::unordered_map<const HloComputation*, ComputationPlan> plans;
+  // A computation's values while it runs (its slots, the values dying at a
+  // step, a step's operands), kept between runs so that a loop's body does
+  // not allocate them each iteration. A computation never runs twice at
+  // once: calls do not recurse (CheckCallGraph).
+  struct Frame {
+    std::vector<Value> slots, dying;
+    std::vector<EvalArgs::Operand> ops;
+  };
+  std::unordered_map<const HloComputation*, Frame> frames;
   // Every constant's value, made once (MakePlan points its readers here).
   std::unordered_map<const HloInstruction*, Value> constants;
   exec::InstructionCache cache;
@@ -237,9 +247,24 @@ Value Executor::Impl::RunComputation(const HloComputation& computation, std::vec
   WEFT_CHECK(static_cast<int64_t>(args.size()) == computation.num_parameters(),
              "computation '{}' takes {} arguments, got {}", computation.name(),
              computation.num_parameters(), args.size());
-  std::vector<Value> slots(plan.num_slots);
-  std::vector<Value> dying(plan.max_dying);
-  std::vector<EvalArgs::Operand> ops(plan.max_operands);
+  Frame& frame = frames[&computation];
+  std::vector<Value>& slots = frame.slots;
+  std::vector<Value>& dying = frame.dying;
+  std::vector<EvalArgs::Operand>& ops = frame.ops;
+  slots.resize(plan.num_slots);
+  dying.resize(plan.max_dying);
+  ops.resize(plan.max_operands);
+  // Every value dies at its last use and the root's moves out, so a run
+  // leaves the frame empty; one that throws leaves it emptied too.
+  struct EmptyOnThrow {
+    Frame& frame;
+    const int exceptions = std::uncaught_exceptions();
+    ~EmptyOnThrow() {
+      if (std::uncaught_exceptions() == exceptions) return;
+      for (Value& v : frame.slots) v.clear();
+      for (Value& v : frame.dying) v.clear();
+    }
+  } empty_on_throw{frame};
   for (const Step& step : plan.steps) {
     // Values that die here move out of their slots first.
     for (size_t k = 0; k < step.dying_slots.size(); ++k) {

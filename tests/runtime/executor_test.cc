@@ -627,8 +627,11 @@ ENTRY e {
   options.max_while_iterations = 5;
   EXPECT_EQ(Executor(*counted, options).Run({zero})[0].GetDouble(0), 5);
   options.max_while_iterations = 4;
-  ExpectErrorContaining([&] { Executor(*counted, options).Run({zero}); },
+  Executor limited(*counted, options);
+  ExpectErrorContaining([&] { limited.Run({zero}); },
                         {"while loop 'counted' ran 4 iterations", "limit of 4 per loop"});
+  // An executor whose run failed midway runs again (from 2: 3 iterations).
+  EXPECT_EQ(limited.Run({HostTensor::Scalar(PrimitiveType::kS32, 2)})[0].GetDouble(0), 5);
   options.max_while_iterations = 0;
   ExpectErrorContaining([&] { Executor(*counted, options); },
                         {"--max-iterations must be at least 1", "got 0"});
