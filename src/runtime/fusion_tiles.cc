@@ -437,7 +437,26 @@ void ConvertTile(const Node& node, PrimitiveType from, const void* a, void* dst,
   }
 }
 
+// Runs of consecutive values along the last dimension (inner == 1), written
+// straight in the tile's integer type: a loop that vectorizes.
+template <typename T>
+void IotaRuns(int64_t extent, int64_t b, int64_t n, T* dst) {
+  int64_t v = b % extent, j = 0;
+  while (j < n) {
+    const int64_t run = std::min(n - j, extent - v);
+    for (int64_t k = 0; k < run; ++k) dst[j + k] = static_cast<T>(v + k);
+    j += run;
+    v = 0;
+  }
+}
+
 void IotaTile(const Node& node, int64_t* ints, int64_t b, int64_t n, void* dst) {
+  if (node.iota_inner == 1 && node.repr == PrimitiveType::kS32) {
+    return IotaRuns(node.iota_extent, b, n, static_cast<int32_t*>(dst));
+  }
+  if (node.iota_inner == 1 && node.repr == PrimitiveType::kF32) {
+    return IotaRuns(node.iota_extent, b, n, static_cast<float*>(dst));
+  }
   int64_t v = (b / node.iota_inner) % node.iota_extent, r = b % node.iota_inner;
   for (int64_t j = 0; j < n; ++j) {
     ints[j] = v;

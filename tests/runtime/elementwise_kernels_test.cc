@@ -3,7 +3,8 @@
 // of its range and at the edges, and the two compilations of the span
 // kernels (streaming for whole buffers, cached as target clones for fused
 // tiles) giving the same bits, NaNs included; the kernels that round their
-// results to bf16 in the same pass against rounding afterwards.
+// results to bf16 in the same pass against rounding afterwards; select of
+// every element width against a plain choice, in place too.
 #include "elementwise_kernels.h"
 
 #include <gtest/gtest.h>
@@ -179,6 +180,52 @@ TEST(ElementwiseKernelsTest, KernelsRoundingToBf16MatchRoundingAfterwards) {
               std::bit_cast<uint32_t>(Bf16BitsToFloat(FloatToBf16Bits(a[i]))))
         << a[i];
   }
+}
+
+// SelectBytes blends both sides through a mask: every width picks the
+// chosen side's bits (NaN payloads and -0 included), on random predicates
+// and with the output written over either input.
+template <int kBytes>
+void CheckSelect(std::mt19937& rng) {
+  using T = typename Bits<kBytes>::type;
+  const int64_t n = 1000 + static_cast<int64_t>(rng() % 100);
+  std::vector<uint8_t> pred(n);
+  std::vector<T> a(n), b(n);
+  for (int64_t i = 0; i < n; ++i) {
+    pred[i] = static_cast<uint8_t>(rng() % 3 == 0);
+    a[i] = static_cast<T>((uint64_t{rng()} << 32) | rng());
+    b[i] = static_cast<T>(~a[i] ^ static_cast<T>(rng()));
+  }
+  std::vector<T> want(n);
+  for (int64_t i = 0; i < n; ++i) want[i] = pred[i] ? a[i] : b[i];
+  std::vector<T> out(n);
+  SelectBytes<kBytes>(pred.data(), false, a.data(), b.data(), out.data(), 0, n);
+  EXPECT_EQ(out, want) << kBytes << "-byte elements";
+  // A range [begin, end) leaves the rest alone.
+  std::vector<T> part(n, T{7});
+  SelectBytes<kBytes>(pred.data(), false, a.data(), b.data(), part.data(), 3, n - 5);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(part[i], i >= 3 && i < n - 5 ? want[i] : T{7}) << kBytes << "-byte, element " << i;
+  }
+  std::vector<T> over_a = a, over_b = b;
+  SelectBytes<kBytes>(pred.data(), false, over_a.data(), b.data(), over_a.data(), 0, n);
+  SelectBytes<kBytes>(pred.data(), false, a.data(), over_b.data(), over_b.data(), 0, n);
+  EXPECT_EQ(over_a, want) << kBytes << "-byte elements, written over the true side";
+  EXPECT_EQ(over_b, want) << kBytes << "-byte elements, written over the false side";
+  // A scalar predicate copies one side.
+  const uint8_t yes = 1, no = 0;
+  SelectBytes<kBytes>(&yes, true, a.data(), b.data(), out.data(), 0, n);
+  EXPECT_EQ(out, a);
+  SelectBytes<kBytes>(&no, true, a.data(), b.data(), out.data(), 0, n);
+  EXPECT_EQ(out, b);
+}
+
+TEST(ElementwiseKernelsTest, SelectPicksEachElementsChosenSide) {
+  std::mt19937 rng(20261130);
+  CheckSelect<1>(rng);
+  CheckSelect<2>(rng);
+  CheckSelect<4>(rng);
+  CheckSelect<8>(rng);
 }
 
 }  // namespace

@@ -207,6 +207,65 @@ TEST(FusionTiles, IotaConvertsAndIntegers) {
   }
 }
 
+// Cross-entropy's pick of the target's logit: iota along the last
+// dimension plus this device's vocabulary offset, compared with the targets,
+// selects one logit a row (or none: the target is another device's), summed
+// by an input fusion; beside it an f32 iota along the last dimension. Checked
+// against the picked values themselves; rows of 37 cut the 2048-element tiles
+// mid-row.
+TEST(FusionTiles, OneHotPickAndFloatIotaMatchReference) {
+  const int64_t rows = 300, vocab = 37, offset = 5;
+  const std::string x_shape = fmt::format("f32[{},{}]", rows, vocab);
+  const std::string text = fmt::format(
+      "HloModule pick\n"
+      "add_f32 {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+      "  ROOT s = f32[] add(a, b)\n}}\n"
+      "fused_pick {{\n"
+      "  off = s32[] parameter(0)\n  t = s32[{0}] parameter(1)\n  x = {2} parameter(2)\n"
+      "  io = s32[{0},{1}] iota(), iota_dimension=1\n"
+      "  ob = s32[{0},{1}] broadcast(off), dimensions={{}}\n"
+      "  i2 = s32[{0},{1}] add(io, ob)\n"
+      "  tb = s32[{0},{1}] broadcast(t), dimensions={{0}}\n"
+      "  c = pred[{0},{1}] compare(i2, tb), direction=EQ\n"
+      "  z = f32[] constant(0)\n  zb = f32[{0},{1}] broadcast(z), dimensions={{}}\n"
+      "  sel = f32[{0},{1}] select(c, x, zb)\n"
+      "  ROOT r = f32[{0}] reduce(sel, z), dimensions={{1}}, to_apply=add_f32\n}}\n"
+      "fused_iota {{\n  x = {2} parameter(0)\n"
+      "  fi = f32[{0},{1}] iota(), iota_dimension=1\n"
+      "  ROOT m = f32[{0},{1}] multiply(fi, x)\n}}\n"
+      "ENTRY main {{\n"
+      "  off = s32[] parameter(0)\n  t = s32[{0}] parameter(1)\n  x = {2} parameter(2)\n"
+      "  pick = f32[{0}] fusion(off, t, x), kind=kInput, calls=fused_pick\n"
+      "  scaled = {2} fusion(x), kind=kLoop, calls=fused_iota\n"
+      "  ROOT out = (f32[{0}], {2}) tuple(pick, scaled)\n}}\n",
+      rows, vocab, x_shape);
+  std::mt19937 rng(44);
+  const HostTensor x = testing::Random(x_shape, rng, 0.25, 2.0);
+  std::vector<int32_t> targets(rows);
+  // Targets below, inside and past this device's columns [offset, offset + vocab).
+  for (int32_t& t : targets) t = static_cast<int32_t>(rng() % (vocab + 2 * offset));
+  std::vector<HostTensor> inputs = {
+      HostTensor::FromVector<int32_t>(PrimitiveType::kS32, {}, {offset}),
+      HostTensor::FromVector<int32_t>(PrimitiveType::kS32, {rows}, targets), x.Clone()};
+  const std::vector<HostTensor> out = testing::Run(*Parse(text), std::move(inputs));
+  const std::vector<double> xs = x.ToDoubles();
+  const std::vector<double> pick = out.at(0).ToDoubles(), scaled = out.at(1).ToDoubles();
+  int64_t picked = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t col = targets[r] - offset;
+    const double want = col >= 0 && col < vocab ? xs[r * vocab + col] : 0.0;
+    picked += col >= 0 && col < vocab;
+    ASSERT_EQ(pick[r], want) << "row " << r << ", target " << targets[r];
+    for (int64_t c = 0; c < vocab; ++c) {
+      const double w =
+          static_cast<double>(static_cast<float>(c) * static_cast<float>(xs[r * vocab + c]));
+      ASSERT_EQ(scaled[r * vocab + c], w) << "row " << r << ", column " << c;
+    }
+  }
+  EXPECT_GT(picked, rows / 2);
+  EXPECT_LT(picked, rows);
+}
+
 // compare's type=TOTALORDER inside a fusion: -NaN < -inf < ... < -0 < +0
 // < ... < inf < +NaN (bf16 widened to f32 keeps the order), as unfused.
 TEST(FusionTiles, CompareInTotalOrder) {
