@@ -57,8 +57,7 @@ ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads < 1 ? 1 : num
 
 ThreadPool::~ThreadPool() { delete state_; }
 
-void ThreadPool::ParallelFor(int64_t num_tasks,
-                             const std::function<void(int64_t task, int thread)>& fn) {
+void ThreadPool::ParallelFor(int64_t num_tasks, FunctionRef<void(int64_t task, int thread)> fn) {
   if (num_tasks <= 0) return;
   // Always one size on a thread, whatever the number of tasks: teams sized
   // to each job made libgomp end and create threads (stacks, TLS: ~1,250

@@ -131,7 +131,7 @@ bool EvalContext::InScratch(const void* p) const {
 }
 
 void exec::ParallelRanges(int64_t n, int64_t min_chunk, bool use_pool,
-                          const std::function<void(int64_t, int64_t)>& fn) {
+                          FunctionRef<void(int64_t, int64_t)> fn) {
   ThreadPool& pool = ThreadPool::Global();
   const int64_t max_tasks = (n + min_chunk - 1) / std::max<int64_t>(1, min_chunk);
   const int64_t tasks = std::min<int64_t>(max_tasks, 4 * pool.num_threads());

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "weft/base/function_ref.h"
 #include "weft/compiler/buffer_assignment.h"
 #include "weft/hlo/computation.h"
 #include "weft/runtime/communicator.h"
@@ -397,6 +398,6 @@ void ConvertElements(PrimitiveType from, const void* in, PrimitiveType to, void*
 // Runs fn(begin, end) over [0, n) in chunks of at least min_chunk, on the
 // thread pool when allowed and worthwhile.
 void ParallelRanges(int64_t n, int64_t min_chunk, bool use_pool,
-                    const std::function<void(int64_t, int64_t)>& fn);
+                    FunctionRef<void(int64_t, int64_t)> fn);
 
 }  // namespace weft::runtime::exec

@@ -495,7 +495,7 @@ void StoreNode(const Node& node, bool root, void* dst, std::byte* out, Primitive
 
 Scratch& ThreadScratch(const FusionPlan& plan) {
   thread_local Scratch scratch;
-  scratch.Reserve(plan.num_slots, plan.max_depth);
+  scratch.Reserve(plan.num_slots, plan.max_depth, plan.nodes.size());
   return scratch;
 }
 
@@ -511,7 +511,7 @@ void TileRunner::Run(Scratch& scratch, int64_t b, int64_t n) {
     if (i == root && RoundsInKernel(node)) dst = out;  // narrowed as computed
     dst = ComputeNode(scratch, i, b, n, dst);
     StoreNode(node, i == root, dst, out, out_type, n);
-    ptr_[i] = dst;
+    scratch.ptrs[i] = dst;
   }
 }
 
@@ -519,7 +519,7 @@ void* TileRunner::ComputeNode(Scratch& scratch, int32_t i, int64_t b, int64_t n,
   const std::vector<Node>& nodes = plan_.nodes;
   const Node& node = nodes[i];
   const bool root = i == static_cast<int32_t>(nodes.size()) - 1;
-  auto in = [&](int k) { return ptr_[node.operands[k]]; };
+  auto in = [&](int k) { return scratch.ptrs[node.operands[k]]; };
   switch (node.kind) {
     case NodeKind::kSource: {
       const std::byte* src = static_cast<const std::byte*>(Source(node));

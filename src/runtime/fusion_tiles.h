@@ -32,6 +32,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "fusion_plan.h"
@@ -47,7 +48,10 @@ struct Scratch {
   std::vector<int64_t> ints = std::vector<int64_t>(kTile);
   // Per level of a gathered chain: operand indices, positions, a value tile.
   std::vector<int64_t> levels;
-  void Reserve(int32_t num_slots, int32_t max_depth) {
+  // Per plan node: where its values for the current tile are.
+  std::vector<const void*> ptrs;
+  void Reserve(int32_t num_slots, int32_t max_depth, size_t num_nodes) {
+    if (ptrs.size() < num_nodes) ptrs.resize(num_nodes);
     const size_t need = static_cast<size_t>(num_slots) * kTile;
     if (slots.size() < need) slots.resize(need);
     const size_t need_levels = static_cast<size_t>(max_depth) * 3 * kTile;
@@ -77,8 +81,9 @@ Scratch& ThreadScratch(const FusionPlan& plan);
 class TileRunner {
  public:
   // `sources`: per fusion operand, then per fused convolution, its data.
-  TileRunner(const FusionPlan& plan, std::vector<const void*> sources, void* out)
-      : plan_(plan), sources_(std::move(sources)), out_(out), ptr_(plan.nodes.size()) {}
+  // `sources` must outlive the runner (it is not copied).
+  TileRunner(const FusionPlan& plan, std::span<const void* const> sources, void* out)
+      : plan_(plan), sources_(sources), out_(out) {}
 
   // Element `origin` of the computed value goes to out[0] (an input
   // fusion's row buffer holds one row); 0 by default.
@@ -102,10 +107,9 @@ class TileRunner {
   }
 
   const FusionPlan& plan_;
-  std::vector<const void*> sources_;  // per fusion operand, then per fused convolution
+  std::span<const void* const> sources_;  // per fusion operand, then per fused convolution
   void* out_;
   int64_t origin_ = 0;
-  std::vector<const void*> ptr_;  // per node: its values for the current tile
 };
 
 }  // namespace weft::runtime::exec::fusion

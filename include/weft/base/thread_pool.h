@@ -8,7 +8,8 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
+
+#include "weft/base/function_ref.h"
 
 namespace weft {
 
@@ -51,7 +52,7 @@ class ThreadPool {
   // exception thrown by any task after all running tasks have stopped. The
   // team is the pool, or the calling thread's share where it has one, even
   // for fewer tasks than threads (the others find none).
-  void ParallelFor(int64_t num_tasks, const std::function<void(int64_t task, int thread)>& fn);
+  void ParallelFor(int64_t num_tasks, FunctionRef<void(int64_t task, int thread)> fn);
 
   struct State;  // implementation detail (thread_pool.cc)
 
