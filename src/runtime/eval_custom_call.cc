@@ -1,12 +1,13 @@
 // custom-call: weft's attention targets (the convention is documented in
 // hlo/custom_call_targets.h). The backend_config JSON is parsed once per
-// instruction; the block mask is built once per instruction when it depends
-// on no tensor operand (it then depends only on the shapes), else on every
-// call. When q, k and v are all bf16 the bf16 kernels run on them as they
-// are (out, dout, dq, dk, dv bf16; lse, dlse f32); otherwise the f32
-// kernels run on f32 copies of whatever is not f32. A result of another
-// type than the kernel writes goes through scratch of the kernel's type and
-// is converted; compiler::InstructionScratch reserves the same scratch.
+// instruction. Block masks are shared by all the attention calls of an
+// executor: a call whose mask, mask tensors' bytes, query offset, blocks and
+// dimensions equal those of one of the last few masks built reuses it, so a
+// layer loop's forward and backward calls classify their document mask once
+// a step, not once per instruction. When q, k and v are all bf16 the bf16 kernels run on them as
+// they are (out, dout, dq, dk, dv bf16; lse, dlse f32); otherwise the f32 kernels run on f32 copies
+// of whatever is not f32. A result of another type than the kernel writes goes through scratch of
+// the kernel's type and is converted; compiler::InstructionScratch reserves the same scratch.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -14,9 +15,12 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "executor_eval.h"
 #include "weft/base/error.h"
@@ -45,13 +49,6 @@ struct AttentionCallConfig {
   // length, past which the rows are padding (-1: no padding).
   int64_t q_offset_operand = -1;
   int64_t global_q_len = -1;
-  // The block mask of the last call, reused while the query offset and the
-  // mask tensors' bytes stay the same (a layer loop calls one instruction
-  // with the same document ids for every layer; a mask without tensors is
-  // built once).
-  std::optional<BlockMask> last_mask;
-  int64_t last_mask_offset = 0;
-  std::vector<std::byte> last_mask_tensors;
 };
 
 AttentionCallConfig ParseConfig(const HloInstruction& instr) {
@@ -349,6 +346,76 @@ BlockMask MakeBlockMask(const AttentionCallConfig& c, const AttentionDims& d,
   return BlockMask::Create(std::move(mask), batch, heads, d.q_len, d.kv_len, c.q_block, c.kv_block);
 }
 
+// The block masks an executor's attention calls built last, each with what
+// it was built from. Looked up by comparing in place (a hit allocates
+// nothing); the oldest of kCapacity is replaced.
+class BlockMaskCache {
+ public:
+  const BlockMask& Get(const AttentionCallConfig& c, const AttentionDims& d, int64_t q_offset,
+                       const EvalArgs& args, const HloInstruction& instr) {
+    const int64_t global_len = GlobalQueryLength(c, d, q_offset);
+    for (Entry& e : entries_) {
+      if (e.Matches(c, d, q_offset, global_len, args)) return *e.mask;
+    }
+    Entry e;
+    e.mask_text = c.mask;
+    e.tensor_names = c.mask_tensors;
+    e.sharded_rows = c.q_offset_operand >= 0;
+    e.q_offset = q_offset;
+    e.global_len = global_len;
+    e.q_block = c.q_block;
+    e.kv_block = c.kv_block;
+    e.dims = d;
+    for (size_t i = 0; i < c.mask_tensors.size(); ++i) {
+      const HostTensor& t = args.array(c.first_tensor + static_cast<int64_t>(i));
+      e.tensor_shapes.push_back(t.shape());
+      const auto* data = static_cast<const std::byte*>(t.raw_data());
+      e.tensor_bytes.insert(e.tensor_bytes.end(), data, data + t.byte_size());
+    }
+    e.mask = std::make_unique<BlockMask>(
+        MakeBlockMask(c, d, AtGlobalRows(MakeMask(c, &args, instr), c, d, q_offset)));
+    if (entries_.size() >= kCapacity) entries_.erase(entries_.begin());
+    entries_.push_back(std::move(e));
+    return *entries_.back().mask;
+  }
+
+ private:
+  static constexpr size_t kCapacity = 4;
+  struct Entry {
+    std::string mask_text;
+    std::vector<std::string> tensor_names;
+    std::vector<Shape> tensor_shapes;
+    std::vector<std::byte> tensor_bytes;
+    bool sharded_rows = false;
+    int64_t q_offset = 0, global_len = 0, q_block = 0, kv_block = 0;
+    AttentionDims dims;
+    std::unique_ptr<BlockMask> mask;
+
+    bool Matches(const AttentionCallConfig& c, const AttentionDims& d, int64_t offset,
+                 int64_t global, const EvalArgs& args) const {
+      if (mask_text != c.mask || tensor_names != c.mask_tensors ||
+          sharded_rows != (c.q_offset_operand >= 0) || q_offset != offset || global_len != global ||
+          q_block != c.q_block || kv_block != c.kv_block || dims.batch != d.batch ||
+          dims.q_heads != d.q_heads || dims.kv_heads != d.kv_heads || dims.q_len != d.q_len ||
+          dims.kv_len != d.kv_len) {
+        return false;
+      }
+      size_t at = 0;
+      for (size_t i = 0; i < tensor_shapes.size(); ++i) {
+        const HostTensor& t = args.array(c.first_tensor + static_cast<int64_t>(i));
+        const size_t bytes = static_cast<size_t>(t.byte_size());
+        if (t.shape() != tensor_shapes[i] || at + bytes > tensor_bytes.size() ||
+            std::memcmp(tensor_bytes.data() + at, t.raw_data(), bytes) != 0) {
+          return false;
+        }
+        at += bytes;
+      }
+      return true;
+    }
+  };
+  std::vector<Entry> entries_;
+};
+
 // The attention kernels' element type for q, k, v, out, dout and dq, dk, dv:
 // bf16 when q, k and v all are (FlexAttention*Bf16), else f32. lse and dlse
 // are f32 either way.
@@ -581,22 +648,8 @@ Value EvalCustomCall(const HloInstruction& instr, EvalArgs& args) {
     q_offset = LoadAsInt(t.element_type(), t.raw_data(), 0);
   }
 
-  // The mask tensors' bytes, the key of the last block mask with q_offset.
-  std::vector<std::byte> mask_bytes;
-  for (size_t i = 0; i < c.mask_tensors.size(); ++i) {
-    const HostTensor& t = args.array(c.first_tensor + static_cast<int64_t>(i));
-    const auto* data = static_cast<const std::byte*>(t.raw_data());
-    mask_bytes.insert(mask_bytes.end(), data, data + t.byte_size());
-  }
-  if (!config->last_mask.has_value() || config->last_mask_offset != q_offset ||
-      config->last_mask_tensors != mask_bytes) {
-    config->last_mask.reset();
-    config->last_mask.emplace(
-        MakeBlockMask(c, d, AtGlobalRows(MakeMask(c, &args, instr), c, d, q_offset)));
-    config->last_mask_offset = q_offset;
-    config->last_mask_tensors = std::move(mask_bytes);
-  }
-  const BlockMask* block_mask = &*config->last_mask;
+  const BlockMask* block_mask =
+      &args.cache().Shared<BlockMaskCache>().Get(c, d, q_offset, args, instr);
   kernels::ScoreModPtr score = AtGlobalRows(MakeScoreMod(c, &args, instr), c, d, q_offset);
   AttentionOptions options;
   options.scale = c.scale;

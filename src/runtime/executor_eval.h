@@ -222,9 +222,18 @@ class InstructionCache {
     entries_[&instr] = std::move(value);
     return ref;
   }
+  // The executor's one T, made at the first call: state an evaluator shares
+  // between instructions (the attention calls' block masks).
+  template <typename T>
+  T& Shared() {
+    std::shared_ptr<void>& slot = shared_[std::type_index(typeid(T))];
+    if (slot == nullptr) slot = std::make_shared<T>();
+    return *static_cast<T*>(slot.get());
+  }
 
  private:
   std::unordered_map<const HloInstruction*, std::shared_ptr<void>> entries_;
+  std::unordered_map<std::type_index, std::shared_ptr<void>> shared_;
 };
 
 // The operands of one instruction as the evaluator sees them.

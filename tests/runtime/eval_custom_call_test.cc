@@ -389,6 +389,67 @@ TEST(EvalCustomCallTest, ABlockMaskIsRebuiltWhenTheSegmentIdsChange) {
   }
 }
 
+// The attention calls of one executor share their block masks: calls whose
+// mask, mask tensors, blocks and shapes agree (a layer loop's forward and
+// backward) use one mask. Here one module calls the same mask expression on
+// two documentings of the rows, with two block sizes, and the first call
+// again: every output must be what the call gives alone in a module of its
+// own (a call handed another documenting's mask would not).
+TEST(EvalCustomCallTest, CallsShareABlockMaskOnlyWhenEverythingItIsBuiltFromAgrees) {
+  std::mt19937 rng(12);
+  const HostTensor q = Random("f32[2,4,40,16]", rng), k = Random("f32[2,2,40,16]", rng),
+                   v = Random("f32[2,2,40,16]", rng);
+  auto segments = [&](int64_t first_break) {
+    std::vector<double> seg;
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t s = 0; s < S; ++s) seg.push_back(s < first_break + 3 * b ? 0 : (s < 30 ? 1 : 2));
+    }
+    return HostTensor::FromDoubles(Shape(PrimitiveType::kS32, {B, S}), seg);
+  };
+  const HostTensor seg_a = segments(7), seg_b = segments(18);
+  const std::string mask = "q_idx >= kv_idx && seg[b, q_idx] == seg[b, kv_idx]";
+  auto call = [&](const std::string& name, const std::string& seg, int64_t block) {
+    return fmt::format(
+        "  {0} = (f32[2,4,40,16], f32[2,4,40]) custom-call(q, k, v, {1}), "
+        "custom_call_target=\"weft.flex_attention\", backend_config={{\"mask\": \"{2}\", "
+        "\"mask_tensors\": [\"seg\"], \"q_block\": {3}, \"kv_block\": {3}}}\n"
+        "  {0}.out = f32[2,4,40,16] get-tuple-element({0}), index=0\n",
+        name, seg, mask, block);
+  };
+  const std::string params =
+      "  q = f32[2,4,40,16] parameter(0)\n  k = f32[2,2,40,16] parameter(1)\n"
+      "  v = f32[2,2,40,16] parameter(2)\n  sa = s32[2,40] parameter(3)\n"
+      "  sb = s32[2,40] parameter(4)\n";
+  struct Call {
+    const char* name;
+    const char* seg;
+    int64_t block;
+  };
+  const std::vector<Call> calls = {
+      {"a16", "sa", 16}, {"b16", "sb", 16}, {"a8", "sa", 8}, {"b8", "sb", 8}, {"a16x", "sa", 16}};
+  std::string all = "HloModule m\nENTRY e {\n" + params;
+  std::string outs;
+  for (const Call& c : calls) {
+    all += call(c.name, c.seg, c.block);
+    outs += (outs.empty() ? "" : ", ") + std::string(c.name) + ".out";
+  }
+  all +=
+      "  ROOT r = (f32[2,4,40,16], f32[2,4,40,16], f32[2,4,40,16], f32[2,4,40,16], "
+      "f32[2,4,40,16]) tuple(" +
+      outs + ")\n}\n";
+  const std::vector<HostTensor> got = testing::Run(*testing::Parse(all), {q, k, v, seg_a, seg_b});
+  ASSERT_EQ(got.size(), calls.size());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const std::string alone = "HloModule m\nENTRY e {\n" + params +
+                              call(calls[i].name, calls[i].seg, calls[i].block) +
+                              "  ROOT r = f32[2,4,40,16] copy(" + calls[i].name + ".out)\n}\n";
+    const HostTensor want = testing::Run(*testing::Parse(alone), {q, k, v, seg_a, seg_b}).at(0);
+    EXPECT_EQ(got[i].ToDoubles(), want.ToDoubles()) << calls[i].name;
+  }
+  // The two documentings do give different outputs.
+  EXPECT_NE(got[0].ToDoubles(), got[1].ToDoubles());
+}
+
 TEST(EvalCustomCallTest, BadTargetsAndConfigsAreErrorsNamingTheInstruction) {
   auto expect_error = [](const std::string& call, const std::vector<std::string>& fragments) {
     const std::string text = R"(HloModule m
