@@ -4,10 +4,12 @@
 // executor: a call whose mask, mask tensors' bytes, query offset, blocks and
 // dimensions equal those of one of the last few masks built reuses it, so a
 // layer loop's forward and backward calls classify their document mask once
-// a step, not once per instruction. When q, k and v are all bf16 the bf16 kernels run on them as
-// they are (out, dout, dq, dk, dv bf16; lse, dlse f32); otherwise the f32 kernels run on f32 copies
-// of whatever is not f32. A result of another type than the kernel writes goes through scratch of
-// the kernel's type and is converted; compiler::InstructionScratch reserves the same scratch.
+// a step, not once per instruction. When q, k and v are all bf16 the bf16
+// kernels run on them as they are (out, dout, dq, dk, dv bf16; lse, dlse
+// f32); otherwise the f32 kernels run on f32 copies of whatever is not f32.
+// A result of another type than the kernel writes goes through scratch of
+// the kernel's type and is converted; compiler::InstructionScratch reserves
+// the same scratch.
 #include <fmt/format.h>
 
 #include <algorithm>
