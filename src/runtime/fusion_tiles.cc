@@ -40,6 +40,32 @@ void ForEachRow(const std::vector<int64_t>& dims, int64_t base, int64_t n,
   }
 }
 
+// A value repeated over a tile's run: target clones, so a CPU with AVX-512
+// stores 64 bytes at a time where the baseline loop stores 16 (tiles stay in
+// L1, so these fills are bound by their stores). Short runs stay inline.
+#define WEFT_FILL_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+WEFT_FILL_CLONES void FillRun8(uint8_t* d, int64_t n, uint8_t v) { std::fill(d, d + n, v); }
+WEFT_FILL_CLONES void FillRun16(uint16_t* d, int64_t n, uint16_t v) { std::fill(d, d + n, v); }
+WEFT_FILL_CLONES void FillRun32(uint32_t* d, int64_t n, uint32_t v) { std::fill(d, d + n, v); }
+WEFT_FILL_CLONES void FillRun64(uint64_t* d, int64_t n, uint64_t v) { std::fill(d, d + n, v); }
+#undef WEFT_FILL_CLONES
+
+template <typename T>
+void FillRun(T* d, int64_t n, T v) {
+  if (n < 64) {
+    for (int64_t i = 0; i < n; ++i) d[i] = v;
+  } else if constexpr (sizeof(T) == 1) {
+    FillRun8(d, n, v);
+  } else if constexpr (sizeof(T) == 2) {
+    FillRun16(d, n, v);
+  } else if constexpr (sizeof(T) == 4) {
+    FillRun32(d, n, v);
+  } else {
+    FillRun64(d, n, v);
+  }
+}
+
 // Elements [b, b + n) of broadcast `node`, copied from its source (`src`,
 // storage elements) into `dst`.
 template <int kBytes>
@@ -50,7 +76,7 @@ void GatherBroadcast(const Node& node, const void* src_v, void* dst_v, int64_t b
   T* dst = static_cast<T*>(dst_v);
   switch (node.mode) {
     case BroadcastMode::kScalar:
-      std::fill(dst, dst + n, src[0]);
+      FillRun(dst, n, src[0]);
       return;
     case BroadcastMode::kSuffix: {  // a repeated row: index k % row
       int64_t k = b % node.row, j = 0;
@@ -66,7 +92,7 @@ void GatherBroadcast(const Node& node, const void* src_v, void* dst_v, int64_t b
       int64_t e = b / node.row, k = b % node.row, j = 0;
       while (j < n) {
         const int64_t run = std::min(n - j, node.row - k);
-        std::fill(dst + j, dst + j + run, src[e]);
+        FillRun(dst + j, run, src[e]);
         j += run;
         k = 0;
         ++e;
@@ -86,7 +112,7 @@ void GatherBroadcast(const Node& node, const void* src_v, void* dst_v, int64_t b
     int64_t base = 0;
     for (int64_t d = 0; d < rank; ++d) base += coord[d] * stride[d];
     if (inner_stride == 0) {
-      std::fill(dst + j, dst + j + run, src[base]);
+      FillRun(dst + j, run, src[base]);
     } else if (inner_stride == 1) {
       CopyBytes(dst + j, src + base, static_cast<size_t>(run) * kBytes);
     } else {
