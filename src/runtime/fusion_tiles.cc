@@ -185,7 +185,7 @@ void FillValue(const void* value, int64_t n, void* dst_v) {
   using T = typename Bits<kBytes>::type;
   T v;
   std::memcpy(&v, value, kBytes);
-  std::fill(static_cast<T*>(dst_v), static_cast<T*>(dst_v) + n, v);
+  FillRun(static_cast<T*>(dst_v), n, v);
 }
 template <typename F>
 void ByWidth(int64_t width, F&& f) {
@@ -350,11 +350,9 @@ void FillScalar(const Node& node, const std::byte* src, void* dst, int64_t n) {
   if (IsHalf(node.type)) {
     float v;
     cached::HalfToFloat(node.type, reinterpret_cast<const uint16_t*>(src), &v, 1);
-    std::fill(static_cast<float*>(dst), static_cast<float*>(dst) + n, v);
-    return;
+    return FillValue<4>(&v, n, dst);
   }
-  const int64_t w = ByteWidth(node.type);
-  for (int64_t j = 0; j < n; ++j) std::memcpy(static_cast<std::byte*>(dst) + j * w, src, w);
+  ByWidth(ByteWidth(node.type), [&](auto k) { FillValue<decltype(k)::value>(src, n, dst); });
 }
 
 // The elementwise steps on a tile of n values (`in`: the operands' tiles).
