@@ -762,7 +762,8 @@ MemoryPlan PlanMemory(const HloModule& program, const MemoryPlanOptions& options
     for (const HloInstruction* instr : c->instructions()) {
       if (instr->opcode() != HloOpcode::kCustomCall) continue;
       const std::string& target = instr->attrs().custom_call_target;
-      WEFT_CHECK(target == kFlexAttentionTarget || target == kFlexAttentionBackwardTarget,
+      WEFT_CHECK(target == kFlexAttentionTarget || target == kFlexAttentionBackwardTarget ||
+                     target == kAllocateBufferTarget,
                  "{}: custom_call_target \"{}\" is not supported", instr->Describe(), target);
     }
   }

@@ -33,6 +33,8 @@ bool TakesNoTime(const HloInstruction& instr) {
       return true;
     case HloOpcode::kTranspose:
       return compiler::ForwardsAllToAll(instr);
+    case HloOpcode::kCustomCall:  // a buffer, not written
+      return instr.attrs().custom_call_target == kAllocateBufferTarget;
     default:
       return false;
   }

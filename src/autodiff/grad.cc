@@ -189,7 +189,7 @@ std::unique_ptr<HloModule> BuildTrainingStep(const HloModule& forward, const Gra
     results.push_back(g);
   }
   std::unique_ptr<HloComputation> step = b.Build(b.Tuple(results));
-  RemoveDeadInstructions(*step);
+  step->RemoveDeadInstructions();
   out->AddEntryComputation(std::move(step));
   return out;
 }

@@ -22,18 +22,6 @@ bool PassesNoGradient(const HloInstruction& instr) {
   return instr.opcode() == HloOpcode::kCompare || IsGradientStopped(instr);
 }
 
-void RemoveDeadInstructions(HloComputation& computation) {
-  const std::vector<HloInstruction*> live = computation.MakeInstructionPostOrder();
-  const std::unordered_set<const HloInstruction*> keep(live.begin(), live.end());
-  const std::vector<HloInstruction*> all = computation.instructions();
-  // Users come after their operands: removing from the back frees operands.
-  for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    if (!keep.count(*it) && (*it)->opcode() != HloOpcode::kParameter) {
-      computation.RemoveInstruction(*it);
-    }
-  }
-}
-
 // ---------------------------------------------------------------------------
 // ModuleEmitter
 

@@ -146,10 +146,6 @@ class ReversePass : public VjpContext {
 // result is pred) or a value marked with StopGradient (autodiff/stop_gradient.h).
 bool PassesNoGradient(const HloInstruction& instr);
 
-// Removes the instructions the root does not need (parameters stay), so
-// later passes never meet a dead user.
-void RemoveDeadInstructions(HloComputation& computation);
-
 // How many values an instruction gives: 1 for an array, the tuple size for
 // a tuple (not the number of array elements: Shape::ElementsCount).
 int64_t ValueArity(const Shape& shape);

@@ -223,7 +223,7 @@ class BackwardBodyBuilder {
       out.push_back(updated);
     }
     std::unique_ptr<HloComputation> built = b_.Build(b_.Tuple(out));
-    RemoveDeadInstructions(*built);
+    built->RemoveDeadInstructions();
     return built;
   }
 
@@ -364,7 +364,7 @@ HloComputation* AugmentBody(ModuleEmitter& emitter, const BodyInfo& info, const 
     out.push_back(WriteStep(b, b.GetTupleElement(param, n + r), i, v));
   }
   std::unique_ptr<HloComputation> built = b.Build(b.Tuple(out));
-  RemoveDeadInstructions(*built);
+  built->RemoveDeadInstructions();
   return emitter.out().AddComputation(std::move(built));
 }
 

@@ -151,10 +151,14 @@ CompiledProgram CompileForDevices(HloModule& module, const CompileOptions& optio
   WEFT_CHECK(options.slices >= 1 && num_devices % options.slices == 0,
              "{} slices do not split the {} devices into equal slices", options.slices,
              num_devices);
+  for (HloComputation* c : p.program->computations()) {
+    p.dead_instructions_removed += c->RemoveDeadInstructions();
+  }
   p.simplifier = SimplifyAlgebra(*p.program);
   p.collective_cse = MergeCommonCollectives(*p.program);
   p.hierarchy = DecomposeCrossSliceCollectives(*p.program, num_devices, options.slices);
   p.combiner = CombineCollectives(*p.program);
+  p.dead_inits = ElideDeadLoopInits(*p.program);
   if (options.fuse) p.fusion = FuseLoops(*p.program);
   return p;
 }

@@ -36,6 +36,11 @@ std::string CompileSummary(const CompiledProgram& program) {
                   instructions, module.entry_computation()->instruction_count(),
                   program.fusion.fusions, program.fusion.fusions == 1 ? "" : "s",
                   program.fusion.fused_instructions, program.fusion.duplicated);
+  if (program.dead_instructions_removed > 0) {
+    out += fmt::format(
+        "// {} instruction{} of the partitioned program that no result needs, removed\n",
+        program.dead_instructions_removed, program.dead_instructions_removed == 1 ? "" : "s");
+  }
   const AlgebraicSimplifierStats& simplified = program.simplifier;
   if (simplified.transposes_to_reshapes + simplified.transposes_removed > 0) {
     out += fmt::format(
@@ -57,6 +62,13 @@ std::string CompileSummary(const CompiledProgram& program) {
                        program.combiner.removed + program.combiner.combined == 1 ? "" : "s",
                        program.combiner.combined, program.combiner.combined == 1 ? "" : "s",
                        kCombineThresholdBytes);
+  }
+  if (program.dead_inits.inits_replaced > 0) {
+    out += fmt::format(
+        "// {} loop init{} the loop overwrites before reading: AllocateBuffer, not a fill "
+        "({} bytes)\n",
+        program.dead_inits.inits_replaced, program.dead_inits.inits_replaced == 1 ? "" : "s",
+        program.dead_inits.bytes_not_filled);
   }
   return out;
 }

@@ -137,6 +137,21 @@ void HloComputation::set_root_instruction(HloInstruction* root) {
   root_ = root;
 }
 
+int64_t HloComputation::RemoveDeadInstructions() {
+  const std::vector<HloInstruction*> live = MakeInstructionPostOrder();
+  const std::unordered_set<const HloInstruction*> keep(live.begin(), live.end());
+  const std::vector<HloInstruction*> all = instructions();
+  int64_t removed = 0;
+  // Users come after their operands: removing from the back frees operands.
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    if (!keep.count(*it) && (*it)->opcode() != HloOpcode::kParameter) {
+      RemoveInstruction(*it);
+      ++removed;
+    }
+  }
+  return removed;
+}
+
 std::vector<HloInstruction*> HloComputation::MakeInstructionPostOrder() const {
   std::vector<HloInstruction*> order;
   HloInstruction* root = root_instruction();

@@ -413,6 +413,19 @@ Value EvalShardingAnnotation(const HloInstruction& instr, EvalArgs& args) {
   return Value{std::move(out)};
 }
 
+void CheckAllocateBuffer(const HloInstruction& instr) {
+  WEFT_CHECK(instr.operand_count() == 0 && instr.shape().IsArray(),
+             "{}: an AllocateBuffer custom call takes no operand and gives an array, not {} "
+             "operand(s) and {}",
+             instr.Describe(), instr.operand_count(), instr.shape().ToString());
+}
+
+Value EvalAllocateBuffer(const HloInstruction& instr, EvalArgs& args) {
+  // Its contents are unspecified (compiler/dead_loop_init.h): whatever the
+  // buffer held.
+  return Value{args.ctx().Allocate(instr.shape())};
+}
+
 Value EvalAfterAll(const HloInstruction& instr, EvalArgs& args) {
   // A token orders side effects and holds no bytes; the executor runs in
   // schedule order, which already respects the tokens' data dependencies.

@@ -283,6 +283,9 @@ Value EvalElementwise(const HloInstruction& instr, EvalArgs& args);  // incl. co
 void CheckShapeOp(const HloInstruction& instr);
 Value EvalShapeOp(const HloInstruction& instr, EvalArgs& args);
 Value EvalAfterAll(const HloInstruction& instr, EvalArgs& args);  // a token (eval_shape_ops.cc)
+// custom_call_target="AllocateBuffer": the result's buffer, not written.
+void CheckAllocateBuffer(const HloInstruction& instr);
+Value EvalAllocateBuffer(const HloInstruction& instr, EvalArgs& args);
 // custom_call_target="Sharding" unpartitioned: the operand's value.
 Value EvalShardingAnnotation(const HloInstruction& instr, EvalArgs& args);
 void CheckDot(const HloInstruction& instr);

@@ -115,6 +115,10 @@ EvalFn SelectEval(const HloInstruction& instr) {
         return &exec::EvalTopK;
       }
       if (instr.attrs().custom_call_target == kShardingTarget) return &exec::EvalShardingAnnotation;
+      if (instr.attrs().custom_call_target == kAllocateBufferTarget) {
+        exec::CheckAllocateBuffer(instr);
+        return &exec::EvalAllocateBuffer;
+      }
       if (instr.attrs().custom_call_target == kFullToShardTarget ||
           instr.attrs().custom_call_target == kShardToFullTarget) {
         Fail(

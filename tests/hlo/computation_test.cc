@@ -27,6 +27,22 @@ TEST(ComputationTest, ParametersRootAndPostOrder) {
   EXPECT_THROW(c->RemoveInstruction(sum), Error);  // root
 }
 
+TEST(ComputationTest, RemoveDeadInstructionsKeepsWhatTheRootNeedsAndEveryParameter) {
+  HloComputationBuilder b("f");
+  HloInstruction* x = b.Parameter(0, Shape::Scalar(PrimitiveType::kF32), "x");
+  HloInstruction* unused = b.Parameter(1, Shape::Scalar(PrimitiveType::kF32), "unused");
+  HloInstruction* n = b.Unary(HloOpcode::kNegate, x);
+  HloInstruction* dead = b.Unary(HloOpcode::kExp, n);  // reads a live value
+  b.Add(dead, unused);                                 // and is read by a dead one
+  HloInstruction* root = b.Unary(HloOpcode::kTanh, n);
+  std::unique_ptr<HloComputation> c = b.Build(root);
+  EXPECT_EQ(c->RemoveDeadInstructions(), 2);
+  EXPECT_EQ(c->instructions(), (std::vector<HloInstruction*>{x, unused, n, root}));
+  EXPECT_EQ(n->users(), (std::vector<HloInstruction*>{root}));
+  EXPECT_TRUE(unused->users().empty());
+  EXPECT_EQ(c->RemoveDeadInstructions(), 0);
+}
+
 TEST(ComputationTest, MakeDefinitionOrderTopologicalMovesAnInstructionOnlyAsEarlyAsNeeded) {
   HloComputationBuilder b("f");
   HloInstruction* x = b.Parameter(0, Shape::Scalar(PrimitiveType::kF32), "x");

@@ -4,6 +4,7 @@
 #include <bit>
 #include <functional>
 
+#include "error_of.h"
 #include "executor_test_util.h"
 
 namespace weft::runtime {
@@ -14,6 +15,8 @@ using testing::Random;
 using testing::Ravel;
 using testing::RunNamed;
 using testing::Unravel;
+using weft::testing::ErrorOf;
+using weft::testing::Mentions;
 
 // out[i] = x[f(i)] over the output's multi-indices.
 std::vector<double> Gather(const HostTensor& x, const std::vector<int64_t>& out_dims,
@@ -324,6 +327,35 @@ ENTRY e {
   ExpectEqual(out[0], want);
   EXPECT_EQ(out[1].shape(), Shape::Scalar(PrimitiveType::kToken));
   EXPECT_EQ(out[1].byte_size(), 0);
+}
+
+// AllocateBuffer gives a buffer of its shape (contents unspecified) that a
+// later instruction fills; the program's values do not depend on it. A call
+// with an operand or a tuple result is refused when the executor is built.
+TEST(EvalShapeOpsTest, AllocateBufferGivesABufferThatIsThenWritten) {
+  const char* text = R"(HloModule alloc
+ENTRY e {
+  x = f32[3,4] parameter(0)
+  buf = f32[3,4] custom-call(), custom_call_target="AllocateBuffer"
+  z = s32[] constant(0)
+  ROOT w = f32[3,4] dynamic-update-slice(buf, x, z, z)
+})";
+  std::mt19937 rng(6);
+  for (int run = 0; run < 2; ++run) {
+    const HostTensor x = Random("f32[3,4]", rng);
+    const std::vector<HostTensor> out = testing::RunText(text, {x});
+    ASSERT_EQ(out.size(), 1u);
+    ExpectEqual(out[0], x.ToDoubles());
+  }
+  const std::string with_operand = ErrorOf([] {
+    testing::RunText(R"(HloModule bad
+ENTRY e {
+  x = f32[3] parameter(0)
+  ROOT buf = f32[3] custom-call(x), custom_call_target="AllocateBuffer"
+})",
+                     {HostTensor(Shape(PrimitiveType::kF32, {3}))});
+  });
+  EXPECT_TRUE(Mentions(with_operand, "takes no operand")) << with_operand;
 }
 
 }  // namespace

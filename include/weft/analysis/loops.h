@@ -3,12 +3,9 @@
 // more than that, nested loops multiplied.
 //
 // A while's trip count comes from its scan structure (autodiff/scan_config.h)
-// when the backend_config records one, otherwise from the loop's shape, as
-// the partitioner leaves it: the condition compares one integer element of
-// the state with a constant (compare(get-tuple-element(state, k), c), either
-// side, any direction), the init of element k is a constant, and the body
-// adds or subtracts a constant to it. Anything else is an error naming the
-// while: the planner never guesses a count.
+// when the backend_config records one, otherwise from its counter
+// (hlo/counted_loop.h). Anything else is an error naming the while: the
+// planner never guesses a count.
 #pragma once
 
 #include <cstdint>

@@ -3,11 +3,14 @@
 //
 //   propagate shardings (when some instruction has none)
 //     -> partition into the per-device (SPMD) program
+//     -> remove the instructions no result needs
 //     -> simplify (transposes that move no element become reshapes:
 //        compiler/algebraic_simplifier.h)
 //     -> merge duplicate collectives (compiler/collective_cse.h)
 //     -> decompose collectives across slices (hierarchical_collectives.h)
 //     -> combine independent small collectives (collective_combiner.h)
+//     -> drop the fills of loop inits the loop overwrites before reading
+//        (dead_loop_init.h)
 //     -> fuse (CompileOptions::fuse: loop fusion, compiler/fusion.h)
 //     -> schedule (compiler/schedule.h)
 //     -> assign buffers
@@ -25,6 +28,7 @@
 #include "weft/compiler/algebraic_simplifier.h"
 #include "weft/compiler/collective_combiner.h"
 #include "weft/compiler/collective_cse.h"
+#include "weft/compiler/dead_loop_init.h"
 #include "weft/compiler/fusion.h"
 #include "weft/compiler/hierarchical_collectives.h"
 #include "weft/hlo/module.h"
@@ -54,6 +58,9 @@ struct CompiledProgram {
   std::vector<HloSharding> input_shardings, output_shardings;
   // What fusion did (all zero without CompileOptions::fuse).
   LoopFusionStats fusion;
+  // Instructions of the partitioned program that no result needs, removed
+  // before the passes below run (HloComputation::RemoveDeadInstructions).
+  int64_t dead_instructions_removed = 0;
   // What the algebraic simplifier rewrote (algebraic_simplifier.h).
   AlgebraicSimplifierStats simplifier;
   // Duplicate collectives merged (collective_cse.h).
@@ -63,6 +70,8 @@ struct CompiledProgram {
   // Independent collectives combined into variadic ones
   // (collective_combiner.h).
   CollectiveCombinerStats combiner;
+  // Loop inits that nothing reads, no longer filled (dead_loop_init.h).
+  DeadLoopInitStats dead_inits;
   // The schedule and the buffer assignment are not fields: the executor
   // (runtime/executor.h) and the planner (analysis/memory_plan.h) each call
   // compiler::AssignBuffers(*program, compiler::ScheduleComputation)

@@ -40,6 +40,9 @@ class HloComputation {
   void MakeDefinitionOrderTopological();
   // Removes an instruction nothing uses (and that is not the root).
   void RemoveInstruction(HloInstruction* instruction);
+  // Removes every instruction the root does not need (parameters stay), so
+  // that later passes never meet a dead user; returns how many.
+  int64_t RemoveDeadInstructions();
 
   // In definition order.
   std::vector<HloInstruction*> instructions() const;

@@ -71,4 +71,11 @@ inline constexpr const char* kShardingTarget = "Sharding";
 inline constexpr const char* kFullToShardTarget = "SPMDFullToShardShape";
 inline constexpr const char* kShardToFullTarget = "SPMDShardToFullShape";
 
+// XLA's AllocateBuffer: custom-call(), custom_call_target="AllocateBuffer",
+// no operands, an array result whose contents are unspecified. The compiler
+// gives it to a loop's init that the loop overwrites before reading
+// (compiler/dead_loop_init.h); the executor hands out the result's buffer
+// without writing it.
+inline constexpr const char* kAllocateBufferTarget = "AllocateBuffer";
+
 }  // namespace weft
