@@ -54,7 +54,7 @@ std::optional<std::string> ArrayShapeProblem(PrimitiveType type, std::span<const
   return std::nullopt;
 }
 
-Shape::Shape(PrimitiveType type, std::vector<int64_t> dims) : type_(type), dims_(std::move(dims)) {
+Shape::Shape(PrimitiveType type, DimensionVector dims) : type_(type), dims_(std::move(dims)) {
   WEFT_CHECK(type != PrimitiveType::kTuple, "use Shape::Tuple for tuple shapes");
   if (std::optional<std::string> problem = ArrayShapeProblem(type, dims_)) throw Error(*problem);
 }
@@ -114,7 +114,7 @@ Shape Shape::WithElementType(PrimitiveType type) const {
   return Shape(type, dims_);
 }
 
-Shape Shape::WithDimensions(std::vector<int64_t> dims) const {
+Shape Shape::WithDimensions(DimensionVector dims) const {
   WEFT_CHECK(IsArray(), "cannot change the dimensions of {}", ToString());
   return Shape(type_, std::move(dims));
 }

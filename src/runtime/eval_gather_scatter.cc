@@ -26,7 +26,7 @@ class IndexWalker {
   IndexWalker(const HostTensor& indices, int64_t index_vector_dim)
       : indices_(indices), ivd_(index_vector_dim) {
     const std::vector<int64_t>& dims = indices.dimensions();
-    const std::vector<int64_t> strides = RowMajorStrides(dims);
+    const DimensionVector strides = RowMajorStrides(dims);
     for (int64_t d = 0; d < indices.rank(); ++d) {
       if (d == ivd_) {
         vector_stride_ = strides[d];
@@ -76,10 +76,10 @@ bool Next(std::vector<int64_t>& pos, const std::vector<int64_t>& sizes) {
 // merged; empty when a dim is empty (nothing to copy). A window's dims are
 // canonical once per instruction, not once per window.
 struct CanonicalDims {
-  std::vector<CopyDim> dims;
+  CopyDims dims;
   bool empty = false;
 };
-CanonicalDims Canonical(const std::vector<CopyDim>& dims) {
+CanonicalDims Canonical(const CopyDims& dims) {
   CanonicalDims c;
   for (const CopyDim& d : dims) {
     if (d.size == 0) {
@@ -151,13 +151,13 @@ Value EvalGather(const HloInstruction& instr, EvalArgs& args) {
   const std::vector<int64_t>& slice = instr.attrs().gather_slice_sizes;
   const Shape& shape = instr.shape();
   HostTensor out = args.ctx().Allocate(shape);
-  const std::vector<int64_t> in_strides = RowMajorStrides(operand.dimensions());
-  const std::vector<int64_t> out_strides = RowMajorStrides(shape.dimensions());
+  const DimensionVector in_strides = RowMajorStrides(operand.dimensions());
+  const DimensionVector out_strides = RowMajorStrides(shape.dimensions());
   const int64_t elem = ByteWidth(operand.element_type());
 
   // Window: operand dims that are neither collapsed nor batching, matched
   // in order with offset_dims of the output.
-  std::vector<CopyDim> window;
+  CopyDims window;
   size_t next_offset = 0;
   for (int64_t d = 0; d < operand.rank(); ++d) {
     if (Contains(dn.collapsed_slice_dims, d) || Contains(dn.operand_batching_dims, d)) continue;
@@ -215,11 +215,11 @@ void CombineRun(T* dst, const T* src, int64_t n, int64_t ds, int64_t ss, Op op) 
 // updates', dst the operand's).
 template <typename Fn>
 void ForEachScatterWindow(const HloInstruction& instr, const HostTensor& operand,
-                          const HostTensor& indices, const HostTensor& updates,
-                          std::vector<CopyDim>* window, Fn&& fn) {
+                          const HostTensor& indices, const HostTensor& updates, CopyDims* window,
+                          Fn&& fn) {
   const ScatterDimensionNumbers& dn = instr.attrs().scatter;
-  const std::vector<int64_t> op_strides = RowMajorStrides(operand.dimensions());
-  const std::vector<int64_t> up_strides = RowMajorStrides(updates.dimensions());
+  const DimensionVector op_strides = RowMajorStrides(operand.dimensions());
+  const DimensionVector up_strides = RowMajorStrides(updates.dimensions());
   // Window: operand dims not inserted and not batching, matched in order
   // with update_window_dims.
   std::vector<int64_t> window_size(operand.rank(), 1);
@@ -283,7 +283,7 @@ Value EvalVariadicScatter(const HloInstruction& instr, EvalArgs& args) {
   for (int64_t i = 0; i < n; ++i)
     out.push_back(ScatterResult(args, i, instr.shape().tuple_shapes(i)));
   ScalarFunction fn(*instr.to_apply());
-  std::vector<CopyDim> window;
+  CopyDims window;
   std::vector<double> call_args(2 * n), result(n);
   std::optional<CanonicalDims> canonical;  // the window's, at the first window
   ForEachScatterWindow(
@@ -325,7 +325,7 @@ Value EvalScatter(const HloInstruction& instr, EvalArgs& args) {
   }
   std::byte* dst = static_cast<std::byte*>(out.mutable_raw_data());
   const std::byte* src = static_cast<const std::byte*>(updates.raw_data());
-  std::vector<CopyDim> window;
+  CopyDims window;
   std::optional<CanonicalDims> canonical;  // the window's, at the first window
   ForEachScatterWindow(
       instr, args.array(0), args.array(1), updates, &window,

@@ -50,7 +50,7 @@ void StridedCopyT(const T* src, T* dst, std::span<const Dim> dims, int64_t first
       if (dims[j].src == 1 && size(j) >= 8) tile_dim = j;
     }
   }
-  OdometerDigits digits(rank);
+  OdometerDigits digits(rank, 0);
   int64_t* index = digits.data();
   const int64_t outer_rank = rank - 1;
   auto advance = [&](int64_t& s, int64_t& d) -> bool {  // odometer over outer dims
@@ -96,21 +96,20 @@ std::byte* MutableBytes(const HostTensor& t) {
 }
 
 // The dims of an array copied into a row-major destination.
-std::vector<Dim> RowMajorDims(const std::vector<int64_t>& sizes,
-                              const std::vector<int64_t>& src_strides) {
-  const std::vector<int64_t> dst = RowMajorStrides(sizes);
-  std::vector<Dim> dims;
+CopyDims RowMajorDims(std::span<const int64_t> sizes, std::span<const int64_t> src_strides) {
+  const DimensionVector dst = RowMajorStrides(sizes);
+  CopyDims dims;
   for (size_t i = 0; i < sizes.size(); ++i) dims.push_back({sizes[i], src_strides[i], dst[i]});
   return dims;
 }
 
 // Slices `x` at starts/strides into the result; shares the bytes when the
 // slice is contiguous and sharing cannot keep much memory alive.
-Value SliceOf(const HloInstruction& instr, EvalArgs& args, const std::vector<int64_t>& starts,
-              const std::vector<int64_t>& strides) {
+Value SliceOf(const HloInstruction& instr, EvalArgs& args, std::span<const int64_t> starts,
+              std::span<const int64_t> strides) {
   const HostTensor& x = args.array(0);
-  const std::vector<int64_t>& sizes = instr.shape().dimensions();
-  const std::vector<int64_t> in_strides = RowMajorStrides(x.dimensions());
+  const DimensionVector& sizes = instr.shape().dimensions();
+  const DimensionVector in_strides = RowMajorStrides(x.dimensions());
   const int64_t elem = ByteWidth(x.element_type());
   int64_t offset = 0;
   for (size_t i = 0; i < starts.size(); ++i) offset += starts[i] * in_strides[i];
@@ -122,7 +121,7 @@ Value SliceOf(const HloInstruction& instr, EvalArgs& args, const std::vector<int
     return Value{x.View(instr.shape(), offset * elem)};
   }
   HostTensor out = args.ctx().Allocate(instr.shape());
-  std::vector<int64_t> src_strides(sizes.size());
+  DimensionVector src_strides(sizes.size());
   for (size_t i = 0; i < sizes.size(); ++i) src_strides[i] = in_strides[i] * strides[i];
   StridedCopy(Bytes(x) + offset * elem, out.mutable_raw_data(), RowMajorDims(sizes, src_strides),
               elem);
@@ -130,9 +129,9 @@ Value SliceOf(const HloInstruction& instr, EvalArgs& args, const std::vector<int
 }
 
 // Dynamic start indices (operands first..), clamped so the box fits.
-std::vector<int64_t> DynamicStarts(EvalArgs& args, int64_t first, const std::vector<int64_t>& dims,
-                                   const std::vector<int64_t>& sizes) {
-  std::vector<int64_t> starts(dims.size());
+DimensionVector DynamicStarts(EvalArgs& args, int64_t first, std::span<const int64_t> dims,
+                              std::span<const int64_t> sizes) {
+  DimensionVector starts(dims.size());
   for (size_t i = 0; i < dims.size(); ++i) {
     const HostTensor& s = args.array(first + static_cast<int64_t>(i));
     const int64_t v = LoadAsInt(s.element_type(), s.raw_data(), 0);
@@ -150,8 +149,8 @@ Value EvalBroadcast(const HloInstruction& instr, EvalArgs& args) {
     return Value{x.Reshaped(shape)};
   }
   HostTensor out = args.ctx().Allocate(shape);
-  std::vector<int64_t> src(shape.rank(), 0);
-  const std::vector<int64_t> x_strides = RowMajorStrides(x.dimensions());
+  DimensionVector src(shape.rank(), 0);
+  const DimensionVector x_strides = RowMajorStrides(x.dimensions());
   for (size_t i = 0; i < instr.dimensions().size(); ++i) {
     src[instr.dimensions()[i]] = x_strides[i];
   }
@@ -178,12 +177,12 @@ Value EvalDynamicUpdateSlice(const HloInstruction& instr, EvalArgs& args) {
     out = args.ctx().Allocate(instr.shape());
     std::memcpy(out.mutable_raw_data(), x.raw_data(), static_cast<size_t>(x.byte_size()));
   }
-  const std::vector<int64_t> starts = DynamicStarts(args, 2, x.dimensions(), update.dimensions());
-  const std::vector<int64_t> strides = RowMajorStrides(x.dimensions());
+  const DimensionVector starts = DynamicStarts(args, 2, x.dimensions(), update.dimensions());
+  const DimensionVector strides = RowMajorStrides(x.dimensions());
   const int64_t elem = ByteWidth(x.element_type());
   int64_t offset = 0;
-  std::vector<Dim> dims;
-  const std::vector<int64_t> src = RowMajorStrides(update.dimensions());
+  CopyDims dims;
+  const DimensionVector src = RowMajorStrides(update.dimensions());
   for (int64_t i = 0; i < x.rank(); ++i) {
     offset += starts[i] * strides[i];
     dims.push_back({update.dimensions()[i], src[i], strides[i]});
@@ -216,7 +215,7 @@ Value EvalConcatenate(const HloInstruction& instr, EvalArgs& args) {
 
 void FillWith(const HostTensor& out, const HostTensor& value) {
   const int64_t elem = ByteWidth(out.element_type());
-  std::vector<Dim> dims = {{out.element_count(), 0, 1}};
+  CopyDims dims = {{out.element_count(), 0, 1}};
   StridedCopy(value.raw_data(), out.mutable_raw_data(), dims, elem);
 }
 
@@ -225,13 +224,13 @@ Value EvalPad(const HloInstruction& instr, EvalArgs& args) {
   HostTensor out = args.ctx().Allocate(instr.shape());
   FillWith(out, args.array(1));
   const std::vector<PadDim>& pad = instr.attrs().padding;
-  const std::vector<int64_t> src = RowMajorStrides(x.dimensions());
-  const std::vector<int64_t> dst = RowMajorStrides(instr.shape().dimensions());
+  const DimensionVector src = RowMajorStrides(x.dimensions());
+  const DimensionVector dst = RowMajorStrides(instr.shape().dimensions());
   const int64_t elem = ByteWidth(x.element_type());
   // Source element i lands at low + i * (interior + 1); negative padding
   // crops the elements that land outside.
   int64_t src_offset = 0, dst_offset = 0;
-  std::vector<Dim> dims;
+  CopyDims dims;
   for (int64_t i = 0; i < x.rank(); ++i) {
     const int64_t step = pad[i].interior + 1;
     const int64_t out_size = instr.shape().dimensions(i);
@@ -273,7 +272,7 @@ Value EvalIota(const HloInstruction& instr, EvalArgs& args) {
 Value EvalReverse(const HloInstruction& instr, EvalArgs& args) {
   const HostTensor& x = args.array(0);
   HostTensor out = args.ctx().Allocate(instr.shape());
-  std::vector<int64_t> src = RowMajorStrides(x.dimensions());
+  DimensionVector src = RowMajorStrides(x.dimensions());
   int64_t offset = 0;
   for (int64_t d : instr.dimensions()) {
     offset += (x.dimensions()[d] - 1) * src[d];
@@ -287,15 +286,15 @@ Value EvalReverse(const HloInstruction& instr, EvalArgs& args) {
 
 }  // namespace
 
-std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims) {
-  std::vector<int64_t> strides(dims.size(), 1);
+DimensionVector RowMajorStrides(std::span<const int64_t> dims) {
+  DimensionVector strides(dims.size(), 1);
   for (int64_t i = static_cast<int64_t>(dims.size()) - 2; i >= 0; --i) {
     strides[i] = strides[i + 1] * dims[i + 1];
   }
   return strides;
 }
 
-void StridedCopy(const void* src, void* dst, std::vector<CopyDim> dims, int64_t elem_bytes) {
+void StridedCopy(const void* src, void* dst, CopyDims dims, int64_t elem_bytes) {
   for (const Dim& d : dims) {
     if (d.size == 0) return;
   }
@@ -336,7 +335,7 @@ void StridedCopy(const void* src, void* dst, std::vector<CopyDim> dims, int64_t 
   });
 }
 
-void CanonicalizeCopyDims(std::vector<CopyDim>& dims) {
+void CanonicalizeCopyDims(CopyDims& dims) {
   size_t n = 0;
   for (const CopyDim& d : dims) {
     if (d.size == 1) continue;
@@ -349,10 +348,10 @@ void CanonicalizeCopyDims(std::vector<CopyDim>& dims) {
   dims.resize(n);
 }
 
-void TransposeBytes(const void* in, const std::vector<int64_t>& in_dims,
-                    const std::vector<int64_t>& perm, int64_t elem_bytes, void* out) {
-  const std::vector<int64_t> in_strides = RowMajorStrides(in_dims);
-  std::vector<int64_t> sizes, src;
+void TransposeBytes(const void* in, std::span<const int64_t> in_dims, std::span<const int64_t> perm,
+                    int64_t elem_bytes, void* out) {
+  const DimensionVector in_strides = RowMajorStrides(in_dims);
+  DimensionVector sizes, src;
   for (int64_t p : perm) {
     sizes.push_back(in_dims[p]);
     src.push_back(in_strides[p]);
@@ -378,7 +377,7 @@ Value EvalShapeOp(const HloInstruction& instr, EvalArgs& args) {
     case HloOpcode::kTranspose:
       return EvalTranspose(instr, args);
     case HloOpcode::kSlice: {
-      std::vector<int64_t> starts, strides;
+      DimensionVector starts, strides;
       for (const SliceDim& s : instr.attrs().slice) {
         starts.push_back(s.start);
         strides.push_back(s.stride);
@@ -386,9 +385,9 @@ Value EvalShapeOp(const HloInstruction& instr, EvalArgs& args) {
       return SliceOf(instr, args, starts, strides);
     }
     case HloOpcode::kDynamicSlice: {
-      const std::vector<int64_t> starts =
+      const DimensionVector starts =
           DynamicStarts(args, 1, args.array(0).dimensions(), instr.shape().dimensions());
-      return SliceOf(instr, args, starts, std::vector<int64_t>(starts.size(), 1));
+      return SliceOf(instr, args, starts, DimensionVector(starts.size(), 1));
     }
     case HloOpcode::kDynamicUpdateSlice:
       return EvalDynamicUpdateSlice(instr, args);

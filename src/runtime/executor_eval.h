@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "weft/base/function_ref.h"
+#include "weft/base/small_vector.h"
 #include "weft/compiler/buffer_assignment.h"
 #include "weft/hlo/computation.h"
 #include "weft/runtime/communicator.h"
@@ -369,34 +370,27 @@ int64_t TotalOrderKey(double v);
 // Helpers shared by the evaluators.
 
 // Row-major strides in elements.
-std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims);
+DimensionVector RowMajorStrides(std::span<const int64_t> dims);
 // One dim of a strided copy: extent and source / destination strides in
 // elements (a source stride may be 0 to repeat, or negative to reverse).
 struct CopyDim {
   int64_t size, src, dst;
 };
+// A strided copy's dims: inside the object for the ranks programs have, so
+// describing a copy allocates nothing.
+using CopyDims = SmallVector<CopyDim, 8>;
 // Drops size-1 dims and merges neighbours that are contiguous on both sides,
 // in place (dims of size 0 are the caller's to check first).
-void CanonicalizeCopyDims(std::vector<CopyDim>& dims);
-// An odometer's digits over `rank` dims, zeroed: on the stack for the ranks
-// programs have, on the heap beyond (a strided copy's walk allocates
-// nothing).
-class OdometerDigits {
- public:
-  explicit OdometerDigits(int64_t rank) : heap_(rank > kInline ? rank : 0, 0) {}
-  int64_t* data() { return heap_.empty() ? inline_ : heap_.data(); }
-
- private:
-  static constexpr int64_t kInline = 8;
-  int64_t inline_[kInline] = {};
-  std::vector<int64_t> heap_;
-};
+void CanonicalizeCopyDims(CopyDims& dims);
+// An odometer's digits over `rank` dims, zeroed (on the stack up to rank 8:
+// a strided copy's walk allocates nothing).
+using OdometerDigits = SmallVector<int64_t, 8>;
 // Copies the elements `dims` describe from src to dst (merging contiguous
 // dims, memcpy for contiguous runs, tiles for transposes).
-void StridedCopy(const void* src, void* dst, std::vector<CopyDim> dims, int64_t elem_bytes);
+void StridedCopy(const void* src, void* dst, CopyDims dims, int64_t elem_bytes);
 // out = in transposed: out dims[i] = in_dims[perm[i]], elements of elem_bytes.
-void TransposeBytes(const void* in, const std::vector<int64_t>& in_dims,
-                    const std::vector<int64_t>& perm, int64_t elem_bytes, void* out);
+void TransposeBytes(const void* in, std::span<const int64_t> in_dims, std::span<const int64_t> perm,
+                    int64_t elem_bytes, void* out);
 // Reads element `index` of a buffer of `type` as a double / int64.
 double LoadAsDouble(PrimitiveType type, const void* data, int64_t index);
 int64_t LoadAsInt(PrimitiveType type, const void* data, int64_t index);

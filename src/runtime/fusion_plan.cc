@@ -208,7 +208,7 @@ void PlanBroadcastNode(const HloInstruction* instr, const FusionPlan& plan, Node
              "broadcast dimensions {} do not match operand rank {}", bdims.size(), in.rank());
   node.source_count = in.ElementsCount();
   node.source_strides.assign(rank, 0);
-  const std::vector<int64_t> in_strides = RowMajorStrides(in.dimensions());
+  const DimensionVector in_strides = RowMajorStrides(in.dimensions());
   bool suffix = true, prefix = true;
   for (int64_t i = 0; i < in.rank(); ++i) {
     WEFT_CHECK(bdims[i] >= 0 && bdims[i] < rank && node.dims[bdims[i]] == in.dimensions(i),
@@ -240,7 +240,7 @@ void PlanIndexMapNode(const HloComputation& fused, const HloInstruction* instr, 
   node.kind = NodeKind::kIndexMap;
   const Shape& in = instr->operand(0)->shape();
   node.operand_dims = in.dimensions();
-  const std::vector<int64_t> in_strides = RowMajorStrides(in.dimensions());
+  const DimensionVector in_strides = RowMajorStrides(in.dimensions());
   if (op == HloOpcode::kTranspose) {
     const std::vector<int64_t>& perm = instr->dimensions();
     WEFT_CHECK(static_cast<int64_t>(perm.size()) == rank, "transpose dimensions do not match");

@@ -55,8 +55,9 @@ int64_t MatchingLeaf(const HloInstruction& global, const Shape& local) {
     const Shape& g = leaves[i];
     if (g.rank() != local.rank() || g.element_type() != local.element_type()) continue;
     const HloSharding* s = LeafSharding(global, static_cast<int64_t>(i));
-    const std::vector<int64_t> tile =
-        s != nullptr && !s->IsTuple() ? s->TileShape(g.dimensions()) : g.dimensions();
+    const std::vector<int64_t> tile = s != nullptr && !s->IsTuple()
+                                          ? s->TileShape(g.dimensions())
+                                          : std::vector<int64_t>(g.dimensions());
     if (tile == local.dimensions()) return static_cast<int64_t>(i);
   }
   return -1;
@@ -240,7 +241,8 @@ void FindUnsplitStacked(const StepProgram& program, const RunConfig& config, Ste
         u.computation = comp->name();
         u.global_shape = s;
         u.sharding = sh ? sh->ToString() : "(none)";
-        const std::vector<int64_t> tile = sh ? sh->TileShape(s.dimensions()) : s.dimensions();
+        const std::vector<int64_t> tile =
+            sh ? sh->TileShape(s.dimensions()) : std::vector<int64_t>(s.dimensions());
         u.local_bytes = s.WithDimensions(tile).ByteSize();
         plan.unsplit_stacked.push_back(std::move(u));
       }

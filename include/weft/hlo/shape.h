@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "weft/base/primitive_type.h"
+#include "weft/base/small_vector.h"
 
 namespace weft {
 
@@ -26,13 +27,17 @@ std::optional<std::string> ArrayShapeProblem(PrimitiveType type, std::span<const
 std::optional<int64_t> CheckedAdd(int64_t a, int64_t b);
 std::optional<int64_t> CheckedMul(int64_t a, int64_t b);
 
+// An array's dimensions, held inside the shape up to rank 6 (XLA's
+// DimensionVector): copying a shape allocates nothing.
+using DimensionVector = SmallVector<int64_t, 6>;
+
 class Shape {
  public:
   // An invalid shape (element type kInvalid); used as "not yet known".
   Shape() = default;
   // Throws weft::Error with ArrayShapeProblem's reason (a negative dimension,
   // or an element count or byte size that overflows int64).
-  Shape(PrimitiveType type, std::vector<int64_t> dims);
+  Shape(PrimitiveType type, DimensionVector dims);
   static Shape Scalar(PrimitiveType type) { return Shape(type, {}); }
   // Throws weft::Error when the elements' total byte size overflows int64.
   static Shape Tuple(std::vector<Shape> elements);
@@ -43,7 +48,7 @@ class Shape {
   bool IsScalar() const { return IsArray() && dims_.empty(); }
 
   PrimitiveType element_type() const { return type_; }
-  const std::vector<int64_t>& dimensions() const { return dims_; }
+  const DimensionVector& dimensions() const { return dims_; }
   int64_t dimensions(int64_t i) const { return dims_.at(i); }
   int64_t rank() const { return static_cast<int64_t>(dims_.size()); }
   const std::vector<Shape>& tuple_shapes() const { return tuple_shapes_; }
@@ -59,7 +64,7 @@ class Shape {
   std::vector<Shape> Leaves() const;
 
   Shape WithElementType(PrimitiveType type) const;
-  Shape WithDimensions(std::vector<int64_t> dims) const;
+  Shape WithDimensions(DimensionVector dims) const;
 
   // "f32[4,8]", "(f32[4], s32[])"; with_layout adds "{1,0}" to arrays of rank >= 1.
   std::string ToString(bool with_layout = false) const;
@@ -68,7 +73,7 @@ class Shape {
 
  private:
   PrimitiveType type_ = PrimitiveType::kInvalid;
-  std::vector<int64_t> dims_;
+  DimensionVector dims_;
   std::vector<Shape> tuple_shapes_;
 };
 

@@ -167,7 +167,7 @@ class HostTensor {
   bool valid() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }
   PrimitiveType element_type() const { return shape_.element_type(); }
-  const std::vector<int64_t>& dimensions() const { return shape_.dimensions(); }
+  const DimensionVector& dimensions() const { return shape_.dimensions(); }
   int64_t rank() const { return shape_.rank(); }
   int64_t element_count() const { return shape_.ElementsCount(); }
   int64_t byte_size() const { return shape_.ByteSize(); }
