@@ -1,6 +1,7 @@
 #include "weft/compiler/dead_loop_init.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 #include <string>
 
@@ -61,7 +62,10 @@ bool BodyOverwritesElement(const HloInstruction& w, const CountedLoop& loop, int
   }
   const Shape& buffer = element->shape();
   const Shape& update = dus->operand(1)->shape();
-  if (!buffer.IsArray() || !update.IsArray() || update.rank() != buffer.rank()) return false;
+  if (!buffer.IsArray() || !update.IsArray() || update.rank() != buffer.rank() ||
+      dus->operand_count() != 2 + buffer.rank()) {  // one scalar start per dimension
+    return false;
+  }
   // Dimensions the update spans whole: their starts clamp to 0. One may be
   // narrower, and its start must walk over the rows.
   std::optional<int64_t> walked;
