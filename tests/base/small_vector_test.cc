@@ -61,8 +61,14 @@ TEST(SmallVector, RandomOperationsMatchStdVector) {
         break;
       case 5: {
         const size_t n = static_cast<size_t>(pick(12));
-        s.resize(n, value);
-        v.resize(n, value);
+        if (!v.empty() && pick(2) == 0) {  // grown with one of its own elements
+          const int64_t own = v.back();
+          s.resize(n, s.back());
+          v.resize(n, own);
+        } else {
+          s.resize(n, value);
+          v.resize(n, value);
+        }
         break;
       }
       case 6: {  // a copy of the vector's own front half, inserted into it

@@ -86,8 +86,9 @@ class SmallVector {
     size_ = n;
   }
   void assign(size_t n, const T& value) {
+    const T copy = value;  // `value` may live in this vector
     if (n > capacity_) Grow(n, /*keep=*/false);
-    std::fill(data_, data_ + n, value);
+    std::fill(data_, data_ + n, copy);
     size_ = n;
   }
 
@@ -128,8 +129,9 @@ class SmallVector {
   }
   void clear() { size_ = 0; }
   void resize(size_t n, const T& value = T()) {
+    const T copy = value;  // `value` may live in this vector
     reserve(n);
-    if (n > size_) std::fill(data_ + size_, data_ + n, value);
+    if (n > size_) std::fill(data_ + size_, data_ + n, copy);
     size_ = n;
   }
   void push_back(const T& value) {
