@@ -112,6 +112,8 @@ PYBIND11_MODULE(weft, m) {
       "built-in masks and score mods. Masks and score mods are values (built-ins or\n"
       "expressions written with mask_expr/score_expr), not Python callables.";
 
+  m.attr("__version__") = WEFT_VERSION;
+
   // weft::Error is bad input (sizes, dtypes, expression syntax): ValueError.
   py::register_exception_translator([](std::exception_ptr error) {
     try {
