@@ -13,8 +13,13 @@ all: build
 setup:
 	@scripts/setup
 
+# Unity builds (CMakeLists.txt): the first `make run` on 2 cores builds weft
+# in about half the CPU time of a file-by-file build.
+UNITY ?= ON
+
 $(BUILD)/build.ninja:
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEFT_WERROR=ON -DPython_EXECUTABLE=$(PY)
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEFT_WERROR=ON -DPython_EXECUTABLE=$(PY) \
+	  -DCMAKE_UNITY_BUILD=$(UNITY)
 
 build: setup $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
@@ -35,7 +40,7 @@ test: build
 
 $(ASAN_BUILD)/build.ninja:
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWEFT_SANITIZE=ON -DBUILD_SHARED_LIBS=ON \
-	  -DWEFT_BUILD_PYTHON=OFF -DWEFT_BUILD_APPS=OFF -DPython_EXECUTABLE=$(PY)
+	  -DWEFT_BUILD_PYTHON=OFF -DWEFT_BUILD_APPS=OFF -DPython_EXECUTABLE=$(PY) -DCMAKE_UNITY_BUILD=$(UNITY)
 
 # Unit tests under AddressSanitizer + UndefinedBehaviorSanitizer.
 test-asan: setup $(ASAN_BUILD)/build.ninja

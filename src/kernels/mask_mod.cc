@@ -16,10 +16,6 @@ namespace {
 // Bound on offsets and window sizes, so that q_idx + offset cannot overflow.
 constexpr int64_t kMaxOffset = int64_t{1} << 40;
 
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  return fmt::format("[{}]", fmt::join(shape, ", "));
-}
-
 // "var", "var + k" or "var - k".
 std::string Plus(const std::string& var, int64_t k) {
   if (k == 0) return var;

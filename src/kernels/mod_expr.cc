@@ -31,10 +31,6 @@ const char* TypeName(Type t) {
   return t == Type::kBool ? "boolean" : t == Type::kInt ? "an integer" : "a float";
 }
 
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  return fmt::format("[{}]", fmt::join(shape, ", "));
-}
-
 bool IsReservedName(const std::string& name) {
   for (const char* f : kFunctions) {
     if (name == f) return true;
@@ -599,6 +595,10 @@ std::string FormatFloatLiteral(float value) {
   std::string s = fmt::format("{}", value);
   if (s.find_first_of(".e") == std::string::npos) s += ".0";
   return s;
+}
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
 }  // namespace weft::kernels

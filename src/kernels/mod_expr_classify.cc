@@ -59,14 +59,6 @@ Bounds Corners(const Bounds& a, const Bounds& b, F f) {
   return Bounds::Of(lo, hi);
 }
 
-int64_t FloorDiv(int64_t a, int64_t b) {
-  const int64_t q = a / b;
-  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-int64_t FloorMod(int64_t a, int64_t b) {
-  const int64_t r = a % b;
-  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
 
 class Classifier {
  public:

@@ -19,10 +19,6 @@
 namespace weft::kernels::mod_expr_internal {
 namespace {
 
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  return fmt::format("[{}]", fmt::join(shape, ", "));
-}
-
 // Bump allocator for one evaluation. Chunks never move, so a pointer stays
 // valid until the arena is released below it.
 class Arena {
@@ -76,17 +72,6 @@ struct Val {
   }
 };
 
-int64_t Wrap(uint64_t x) { return static_cast<int64_t>(x); }  // two's complement overflow
-int64_t FloorDiv(int64_t a, int64_t b) {
-  if (b == -1) return Wrap(0 - static_cast<uint64_t>(a));  // INT64_MIN / -1 wraps
-  const int64_t q = a / b;
-  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-int64_t FloorMod(int64_t a, int64_t b) {
-  if (b == -1) return 0;
-  const int64_t r = a % b;
-  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
 float FloatMod(float a, float b) {
   const float r = std::fmod(a, b);
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;

@@ -14,6 +14,21 @@
 namespace weft::kernels {
 namespace mod_expr_internal {
 
+// Integer arithmetic as expressions define it: two's complement wrapping, and
+// division and remainder rounded toward negative infinity (Python's // and %),
+// INT64_MIN // -1 wrapping to INT64_MIN.
+inline int64_t Wrap(uint64_t x) { return static_cast<int64_t>(x); }
+inline int64_t FloorDiv(int64_t a, int64_t b) {
+  if (b == -1) return Wrap(0 - static_cast<uint64_t>(a));
+  const int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+inline int64_t FloorMod(int64_t a, int64_t b) {
+  if (b == -1) return 0;
+  const int64_t r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+
 enum class Type : uint8_t { kBool, kInt, kFloat };
 
 // Which tile axes a node's values vary along; the buffer holds

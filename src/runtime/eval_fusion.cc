@@ -31,7 +31,6 @@ namespace {
 using fusion::FusionPlan;
 using fusion::kTile;
 
-constexpr int64_t kParallelChunk = 1 << 15;  // elements per thread-pool task, as elementwise
 
 const FusionPlan& GetPlan(const HloInstruction& instr, InstructionCache& cache) {
   if (const FusionPlan* plan = cache.Find<FusionPlan>(instr)) return *plan;

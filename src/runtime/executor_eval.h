@@ -405,5 +405,7 @@ void ConvertElements(PrimitiveType from, const void* in, PrimitiveType to, void*
 // thread pool when allowed and worthwhile.
 void ParallelRanges(int64_t n, int64_t min_chunk, bool use_pool,
                     FunctionRef<void(int64_t, int64_t)> fn);
+// Elements per thread-pool task of the elementwise and fused loops.
+inline constexpr int64_t kParallelChunk = 1 << 15;
 
 }  // namespace weft::runtime::exec

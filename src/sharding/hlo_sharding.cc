@@ -12,14 +12,6 @@
 #include "weft/base/text_cursor.h"
 
 namespace weft {
-namespace {
-
-size_t HashCombine(size_t seed, size_t value) {
-  return seed ^ (value + 0x9e3779b97f4a7c15ULL + (seed << 6) + (seed >> 2));
-}
-
-}  // namespace
-
 // ---------------------------------------------------------------------------
 // Small types
 

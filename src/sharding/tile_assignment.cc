@@ -26,10 +26,6 @@ int64_t CheckedDeviceCount(std::span<const int64_t> dims, std::string_view what)
   return *n;
 }
 
-size_t HashCombine(size_t seed, size_t value) {
-  return seed ^ (value + 0x9e3779b97f4a7c15ULL + (seed << 6) + (seed >> 2));
-}
-
 bool IsPermutation(std::span<const int64_t> perm, size_t n) {
   if (perm.size() != n) return false;
   std::vector<bool> seen(n, false);

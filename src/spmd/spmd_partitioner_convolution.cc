@@ -34,8 +34,6 @@
 namespace weft::spmd {
 namespace {
 
-// As the dot's plans: a byte moved costs as much as 64 local FLOPs.
-constexpr int64_t kFlopsPerByte = 64;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
 int64_t FloorDiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }

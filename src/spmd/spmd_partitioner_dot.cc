@@ -25,12 +25,11 @@
 namespace weft::spmd {
 namespace {
 
-// A byte moved between devices is charged as much as this many local FLOPs:
+// kFlopsPerByte (spmd_partitioner_handlers.h), 64 local FLOPs a byte moved, is
 // about a CPU core's balance of FMA rate to memory bandwidth, and far below
 // an accelerator's (hundreds to thousands of FLOPs per byte of interconnect),
 // so repeated work is avoided whenever a dot's contraction is longer than a
 // few hundred elements.
-constexpr int64_t kFlopsPerByte = 64;
 
 // The cost of a local dot: 2 x result elements x contracted elements.
 int64_t WorkCost(int64_t result_elements, int64_t contracted) {

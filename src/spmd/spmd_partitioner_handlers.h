@@ -16,6 +16,11 @@
 
 namespace weft::spmd {
 
+// What the partitioner's plans charge for repeated local work: a byte moved
+// between devices costs as much as kFlopsPerByte local FLOPs (the dot's and
+// the convolution's plans; spmd_partitioner_dot.cc says why 64).
+inline constexpr int64_t kFlopsPerByte = 64;
+
 class ComputationPartitioner {
  public:
   // `param_shardings` per parameter (tuple shardings for tuple parameters);

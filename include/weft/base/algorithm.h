@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <ranges>
 #include <span>
@@ -24,6 +25,12 @@ inline int64_t Product(std::span<const int64_t> values, std::span<const int64_t>
   int64_t product = 1;
   for (int64_t i : indices) product *= values[i];
   return product;
+}
+
+// Mixes `value` into the hash `seed` (boost's hash_combine constant): the
+// hashes of shardings and tile assignments.
+inline size_t HashCombine(size_t seed, size_t value) {
+  return seed ^ (value + 0x9e3779b97f4a7c15ULL + (seed << 6) + (seed >> 2));
 }
 
 // Whether `range` holds an element equal to `value` (C++23's

@@ -25,4 +25,7 @@ struct ModTensor {
 using IndexTensor = ModTensor<int64_t>;  // integer tensors for masks
 using ValueTensor = ModTensor<float>;    // float tensors for score mods
 
+// A tensor shape as messages print it: "[2, 128]".
+std::string ShapeText(const std::vector<int64_t>& shape);
+
 }  // namespace weft::kernels
