@@ -150,7 +150,10 @@ void StoreTuneEntry(const std::string& key, const TuneEntry& e) {
   json file = {{"version", 1}, {"entries", entries}};
   std::error_code ec;
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
-  WriteFileAtomically(path, file.dump(2) + "\n");
+  // WEFT_TUNE_CACHE names the user's own file (a link there is followed); the
+  // default one is weft's, never written through a link.
+  WriteFileAtomically(path, file.dump(2) + "\n",
+                      GetEnv("WEFT_TUNE_CACHE") ? OutputTarget::kUserPath : OutputTarget::kManaged);
   g_loaded.path.clear();  // reread (and re-stat) on the next lookup
 }
 
