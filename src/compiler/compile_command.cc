@@ -98,7 +98,7 @@ int RunCompileCommand(const CompileCommandOptions& options) {
     (options.out ? *options.out : std::cout) << printed;
     return 0;
   }
-  WriteFileAtomically(options.output, printed);
+  WriteFileAtomically(options.output, printed, OutputTarget::kUserPath);
   return 0;
 }
 

@@ -27,7 +27,7 @@ int RunPartitionCommand(const PartitionCommandOptions& options) {
     (options.out ? *options.out : std::cout) << printed;
     return 0;
   }
-  WriteFileAtomically(options.output, printed);
+  WriteFileAtomically(options.output, printed, OutputTarget::kUserPath);
   return 0;
 }
 
