@@ -13,6 +13,7 @@
 #include <set>
 
 #include "weft/base/algorithm.h"
+#include "weft/base/data_files.h"
 #include "weft/base/error.h"
 #include "weft/kernels/attention.h"
 #include "weft/models/llama_config.h"
@@ -645,10 +646,9 @@ RunConfig LoadRunConfig(const std::filesystem::path& path) {
   if (std::filesystem::is_directory(path, ec)) {
     Fail("config {} is a directory; give the TOML file, e.g. configs/tiny.toml", path.string());
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) Fail("cannot open config {}; check the path", path.string());
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) Fail("cannot read config {}; check the file", path.string());
+  // A TOML config is small: a device (/dev/zero) or a file over 16 MiB is
+  // refused before anything is read.
+  const std::string text = ReadInputFile(path, "config", int64_t{16} << 20);
   std::filesystem::path base = path.parent_path();
   return ParseRunConfig(text, path.string(), base.empty() ? std::filesystem::path(".") : base);
 }

@@ -1,6 +1,8 @@
 #include "weft/models/llama_config.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <map>
@@ -448,6 +450,32 @@ TEST(LlamaConfig, MissingFileIsAClearError) {
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("is a directory"), std::string::npos) << error.what();
   }
+}
+
+TEST(LlamaConfig, ADeviceOrAHugeFileIsRefusedUnread) {
+  // /dev/zero was read until memory ran out.
+  try {
+    LoadRunConfig("/dev/zero");
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("config /dev/zero is a character device"),
+              std::string::npos)
+        << error.what();
+  }
+  const std::filesystem::path sparse =
+      std::filesystem::temp_directory_path() / fmt::format("weft_sparse_{}.toml", getpid());
+  std::ofstream(sparse) << "[model]\n";
+  std::filesystem::resize_file(sparse, int64_t{2} << 30);
+  try {
+    LoadRunConfig(sparse);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("is 2.00 GiB (2147483648 bytes), more than the 16.0 "
+                                             "MiB (16777216 bytes) weft reads as a config"),
+              std::string::npos)
+        << error.what();
+  }
+  std::filesystem::remove(sparse);
 }
 
 }  // namespace
