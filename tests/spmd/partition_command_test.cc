@@ -133,5 +133,37 @@ TEST(PartitionCommandTest, DeviceCountsAreBounded) {
       << giant;
 }
 
+// Hostile input: a module naming device 99 in replica_groups with
+// num_partitions=4 was partitioned and printed (exit 0) while weft run
+// refused it. Now the parser's verifier refuses it for every command, and a
+// module that declares no count is checked against --num-partitions (the
+// same check, hlo/verifier.h CheckDeviceIds), naming the instruction.
+TEST(PartitionCommandTest, DeviceIdsOutsideTheProgramAreRefused) {
+  const std::string body = R"(
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+ENTRY main {
+  a = f32[8,6] parameter(0), sharding={devices=[4,1]<=[4]}
+  ROOT ar = f32[8,6] all-reduce(a), replica_groups={{0,1},{2,99}}, to_apply=add
+}
+)";
+  const std::string declared = PartitionError("HloModule m, num_partitions=4" + body);
+  EXPECT_NE(declared.find("weft_partition_hostile.hlo:9:3: 'ar' (all-reduce): replica_groups "
+                          "{{0,1},{2,99}} name device 99, but the program has 4 devices"),
+            std::string::npos)
+      << declared;
+  const std::string asked = PartitionError("HloModule m" + body, 4);
+  EXPECT_NE(asked.find("9:3: 'ar' (all-reduce): replica_groups {{0,1},{2,99}} name device 99, "
+                       "but the program has 4 devices, ids 0..3 (partitioned for 4 as asked)"),
+            std::string::npos)
+      << asked;
+  const std::string spanned = PartitionError("HloModule m" + body);
+  EXPECT_NE(spanned.find("(the 4 devices the module's shardings span)"), std::string::npos)
+      << spanned;
+}
+
 }  // namespace
 }  // namespace weft
