@@ -452,6 +452,26 @@ TEST(LlamaConfig, MissingFileIsAClearError) {
   }
 }
 
+// n_layers = 1e9 reached the planner, which refused a loop `while.1`
+// naming neither the config nor the key.
+TEST(LlamaConfig, AnAbsurdLayerCountIsRefusedAtItsKey) {
+  try {
+    ParseRunConfig(base_model_with("n_layers = 1000000000"), "big.toml");
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what())
+                  .find("big.toml:4:12: model.n_layers = 1000000000 is more layers than weft "
+                        "builds (at most 1048576)"),
+              std::string::npos)
+        << error.what();
+  }
+  LlamaConfig m = ParseRunConfig(kMinimal, "cfg.toml").model;
+  m.n_layers = (int64_t{1} << 20) + 1;
+  EXPECT_THROW(ValidateLlamaConfig(m, "mine"), Error);
+  m.n_layers = int64_t{1} << 20;
+  EXPECT_NO_THROW(ValidateLlamaConfig(m, "mine"));
+}
+
 TEST(LlamaConfig, ADeviceOrAHugeFileIsRefusedUnread) {
   // /dev/zero was read until memory ran out.
   try {
