@@ -86,7 +86,8 @@ TEST(PartitionCommandTest, BadInputNamesTheFile) {
 // verifier, refuses it for every command. So are call chains deeper than
 // kMaxCallDepth (10,000 overflowed the stack too), while the deepest allowed
 // partitions.
-std::string PartitionError(const std::string& text, int64_t num_partitions = 0) {
+std::string PartitionError(const std::string& text,
+                           std::optional<int64_t> num_partitions = std::nullopt) {
   const auto input = WriteTemp("weft_partition_hostile.hlo", text);
   PartitionCommandOptions options;
   options.input = input.string();
@@ -121,9 +122,14 @@ TEST(PartitionCommandTest, CallChainsAreBoundedAndTheDeepestAllowedPartitions) {
 }
 
 TEST(PartitionCommandTest, DeviceCountsAreBounded) {
-  EXPECT_NE(
-      PartitionError(kModule, 1000000000).find("--num-partitions must be between 1 and 65536"),
-      std::string::npos);
+  // 0 read as "from the module" while negatives were refused; both are
+  // refused now (leaving the flag out is the default).
+  for (int64_t n : {int64_t{1000000000}, int64_t{0}, int64_t{-1}}) {
+    EXPECT_NE(PartitionError(kModule, n).find("--num-partitions must be between 1 and 65536"),
+              std::string::npos)
+        << n;
+  }
+  EXPECT_NE(PartitionError(kModule, 0).find("got 0"), std::string::npos);
   const std::string giant = PartitionError(
       "HloModule m\nENTRY e {\n  ROOT p = f32[8] parameter(0), "
       "sharding={devices=[1000000000]<=[1000000000]}\n}");
