@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "weft/base/error.h"
+#include "weft/base/memory.h"
 #include "weft/compiler/compile.h"
 #include "weft/data/corpus.h"
 #include "weft/data/tokenizer.h"
@@ -114,10 +115,19 @@ std::vector<std::vector<int32_t>> EvalWindows(const TokenizedCorpus& corpus, int
   return windows;
 }
 
+void CheckEvalOptions(const EvalOptions& o) {
+  WEFT_CHECK(!o.seq_len || *o.seq_len >= 2,
+             "--seq {}: give a window of at least 2 tokens (leave it out for the model's seq_len)",
+             o.seq_len.value_or(0));
+  WEFT_CHECK(!o.batch_size || *o.batch_size >= 1,
+             "--batch {}: give the windows per program run, at least 1 (leave it out for 8, "
+             "rounded up to the mesh's batch axes)",
+             o.batch_size.value_or(0));
+}
+
 EvalResult Evaluate(const EvalModel& model, const EvalOptions& o) {
   WEFT_CHECK(!o.data_files.empty(), "no text to evaluate on; give --data FILE (one document each)");
-  WEFT_CHECK(o.seq_len >= 0 && o.batch_size >= 0, "--seq {} and --batch {} must be positive",
-             o.seq_len, o.batch_size);
+  CheckEvalOptions(o);
   const Tokenizer tokenizer = Tokenizer::Load(model.tokenizer);
   WEFT_CHECK(tokenizer.vocab_size() <= model.config.vocab_size,
              "{}: the tokenizer {} has {} pieces but the model only {} embeddings; use the "
@@ -126,7 +136,7 @@ EvalResult Evaluate(const EvalModel& model, const EvalOptions& o) {
   const std::vector<Document> documents = LoadTextFiles(o.data_files);
   WEFT_CHECK(!documents.empty(), "the --data files are empty; give text to evaluate on");
   const std::vector<std::vector<int32_t>> windows = EvalWindows(
-      TokenizeDocuments(documents, tokenizer), o.seq_len > 0 ? o.seq_len : model.config.seq_len);
+      TokenizeDocuments(documents, tokenizer), o.seq_len.value_or(model.config.seq_len));
 
   WEFT_CHECK(!windows.empty(), "the --data files give no token to predict");
   EvalResult r;
@@ -138,7 +148,7 @@ EvalResult Evaluate(const EvalModel& model, const EvalOptions& o) {
   run.model = model.config;
   run.model.seq_len = r.seq_len;
   const int64_t ways = run.mesh.batch_ways();
-  r.batch_size = o.batch_size > 0 ? o.batch_size : (8 + ways - 1) / ways * ways;
+  r.batch_size = o.batch_size.value_or((8 + ways - 1) / ways * ways);
   r.num_devices = run.mesh.num_devices();
   StepProgramOptions shape;
   shape.batch_size = r.batch_size;
@@ -148,6 +158,17 @@ EvalResult Evaluate(const EvalModel& model, const EvalOptions& o) {
   LlamaForward forward;
   const compiler::CompiledProgram program = CompileEvalProgram(
       run, r.batch_size, r.seq_len, o.precision.value_or(model.precision), &forward);
+  // Before anything is allocated: the devices' memory plan, the weights and
+  // a batch of inputs against the machine's memory.
+  const runtime::RunMemoryEstimate memory =
+      runtime::EstimateRunMemory(*forward.module, program, r.num_devices, /*check=*/false);
+  const int64_t physical = PhysicalMemoryBytes();
+  WEFT_CHECK(physical <= 0 || memory.total_bytes <= physical,
+             "{}: a batch of {} windows of {} tokens (--batch, --seq) on {} device(s) needs {} "
+             "at once ({} per device), more than this machine's {} of memory; nothing was "
+             "allocated. Give a smaller --batch (the text makes {} windows) or --seq",
+             model.what, r.batch_size, r.seq_len, r.num_devices, FormatBytes(memory.total_bytes),
+             FormatBytes(memory.device_peak_bytes), FormatBytes(physical), r.windows);
   std::vector<Tensor> weights;
   for (const LlamaWeight& w : forward.weights) {
     const auto it = model.weights.find(w.name);

@@ -5,6 +5,7 @@
 // bad input is refused naming it.
 #include "weft/train/eval.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -121,8 +122,8 @@ TEST(EvalTest, LossIsTheMeanCrossEntropyOfEveryPredictedToken) {
     const double reference = ReferenceLoss(m.model, windows, &tokens);
     EvalOptions o;
     o.data_files = {m.text_a, m.text_b};
-    o.seq_len = seq == 24 ? 0 : seq;  // 0: the model's seq_len
-    o.batch_size = 3;                 // the last batch padded
+    if (seq != 24) o.seq_len = seq;  // unset: the model's seq_len
+    o.batch_size = 3;                // the last batch padded
     const EvalResult r = Evaluate(m.model, o);
     EXPECT_EQ(r.tokens, tokens);
     EXPECT_EQ(r.windows, static_cast<int64_t>(windows.size()));
@@ -196,6 +197,23 @@ TEST(EvalTest, BadInputIsRefusedNamingIt) {
   o.mesh = ParseMeshFlag("fsdp=2");
   o.batch_size = 3;
   ExpectError([&] { Evaluate(m.model, o); }, {"batch", "not divisible by the 2 devices"});
+  // 0 read as "the default" while negatives were refused; both are refused
+  // by name (the default is leaving the flag out).
+  o.mesh.reset();
+  for (int64_t n : {int64_t{0}, int64_t{-1}}) {
+    o.batch_size = n;
+    ExpectError([&] { CheckEvalOptions(o); }, {fmt::format("--batch {}:", n), "at least 1"});
+    ExpectError([&] { Evaluate(m.model, o); }, {fmt::format("--batch {}:", n)});
+    o.batch_size.reset();
+    o.seq_len = n;
+    ExpectError([&] { Evaluate(m.model, o); }, {fmt::format("--seq {}:", n), "at least 2"});
+    o.seq_len.reset();
+  }
+  // A batch no machine holds was a bad_alloc (exit 1); it is refused,
+  // naming the flag, before anything is allocated.
+  o.batch_size = 1000000000;
+  ExpectError([&] { Evaluate(m.model, o); },
+              {"a batch of 1000000000 windows", "--batch", "nothing was allocated"});
 }
 
 }  // namespace
