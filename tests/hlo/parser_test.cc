@@ -866,6 +866,26 @@ TEST(ParserTest, SourceNamePrefixesLocations) {
   }
 }
 
+// `weft run /dev/zero` (and propagate, partition, compile) read the device
+// until memory ran out.
+TEST(ParserTest, AFileThatIsNotARegularFileIsRefusedUnread) {
+  try {
+    ParseHloModuleFile("/dev/zero");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("HLO module /dev/zero is a character device"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    ParseHloModuleFile("/nonexistent/model.hlo");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot read '/nonexistent/model.hlo'"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(ParserTest, VerifyCanBeTurnedOff) {
   HloParseOptions options;
   options.verify = false;
