@@ -622,7 +622,12 @@ HfModel LoadHf(const fs::path& dir) {
   std::map<std::string, std::string> file_of;
   const fs::path index_path = dir / "model.safetensors.index.json";
   const fs::path single = dir / "model.safetensors";
-  if (fs::is_regular_file(index_path, error)) {
+  // transformers' from_pretrained looks for model.safetensors first and
+  // reads the index only when there is none: a directory holding both
+  // loads the single file there, so it does here (docs/HUGGINGFACE.md).
+  const bool sharded =
+      !fs::is_regular_file(single, error) && fs::is_regular_file(index_path, error);
+  if (sharded) {
     const std::string what = index_path.string();
     Json index;
     try {

@@ -322,6 +322,24 @@ TEST(HfCheckpoint, DirectoriesAreWrittenWholeAndReadBack) {
   }
 }
 
+// transformers' from_pretrained takes model.safetensors when a directory
+// holds it beside an index (modeling_utils.py checks SAFE_WEIGHTS_NAME
+// before SAFE_WEIGHTS_INDEX_NAME); weft loads the same weights.
+TEST(HfCheckpoint, ASingleFileBesideAnIndexIsReadAsTransformersReadsIt) {
+  const LlamaConfig c = Small(false);
+  const TensorMap sharded_weights = RandomWeights(c, 8);
+  const TensorMap single_weights = RandomWeights(c, 9);
+  const fs::path dir = TempDir("both");
+  WriteHfDirectory(dir, c, sharded_weights, TokenizerModel(), {.max_shard_bytes = 20 << 10});
+  ASSERT_TRUE(fs::is_regular_file(dir / "model.safetensors.index.json"));
+  EXPECT_TRUE(SameTensors(LoadHf(dir).weights, sharded_weights));
+  WriteSafetensors(dir / "model.safetensors", ToHfTensors(c, single_weights, PrimitiveType::kF32));
+  EXPECT_TRUE(SameTensors(LoadHf(dir).weights, single_weights));
+  // The index is not read at all then, as in transformers.
+  WriteFileAtomically(dir / "model.safetensors.index.json", "not json");
+  EXPECT_TRUE(SameTensors(LoadHf(dir).weights, single_weights));
+}
+
 // OUT_DIR is the user's path: a link to an empty directory is followed (the
 // link stays); a dangling link, or a place no directory can be made, is a
 // clear error; nothing is left behind.
