@@ -98,6 +98,8 @@ EvalModel LoadEvalModel(const fs::path& dir) {
   m.config = LlamaConfigFromExtras(checkpoint.state.extra, m.what);
   m.precision = TrainedPrecision(checkpoint.state.extra, m.what);
   m.weights = std::move(checkpoint.model);
+  // Refused now, before any text is read, unless it is the run's own.
+  LoadCheckpointTokenizer(files.tokenizer, checkpoint.state.extra, m.config.vocab_size, m.what);
   m.tokenizer = files.tokenizer;
   return m;
 }
