@@ -11,6 +11,7 @@
 
 #include "weft/base/atomic_file.h"
 #include "weft/base/cpu.h"
+#include "weft/base/data_files.h"
 #include "weft/base/env.h"
 #include "weft/base/error.h"
 
@@ -59,7 +60,9 @@ json ReadEntries(const std::filesystem::path& path, bool explicit_path) {
     return json::object();
   }
   try {
-    json j = json::parse(ReadFileToString(path));
+    // A device (/dev/zero) or a file over 64 MiB is refused unread (a
+    // warning, as for any unreadable cache).
+    json j = json::parse(ReadInputFile(path, "tune cache", int64_t{64} << 20));
     if (!j.is_object() || j.value("version", 0) != 1 || !j.contains("entries") ||
         !j["entries"].is_object()) {
       Fail("not a version-1 weft tune cache");
