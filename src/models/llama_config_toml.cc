@@ -305,7 +305,7 @@ void ReadModel(SectionReader& in, LlamaConfig& model) {
 void ReadTrain(SectionReader& in, TrainConfig& train) {
   in.Expect({"steps", "batch_size", "grad_accum_steps", "precision", "lr", "min_lr", "warmup_steps",
              "weight_decay", "grad_clip", "seed", "remat", "checkpoint_every", "beta1", "beta2",
-             "eps", "no_weight_decay"});
+             "eps", "no_weight_decay", "validation_documents", "validation_every"});
   in.Int("steps", train.steps, false, 1);
   in.Int("batch_size", train.batch_size, false, 1);
   in.Int("grad_accum_steps", train.grad_accum_steps, false, 1);
@@ -317,9 +317,9 @@ void ReadTrain(SectionReader& in, TrainConfig& train) {
         in.WhereKey("grad_accum_steps"), train.batch_size, train.grad_accum_steps,
         train.grad_accum_steps, train.batch_size);
   }
-  std::string precision(PrecisionName(train.precision));
+  std::string precision;  // unset: the trainer picks the CPU's fastest
   in.String("precision", precision, {"bf16", "f32"});
-  train.precision = ParsePrecision(precision, in.WhereKey("precision"));
+  if (!precision.empty()) train.precision = ParsePrecision(precision, in.WhereKey("precision"));
   in.Float("lr", train.lr);
   in.Float("min_lr", train.min_lr);
   in.Int("warmup_steps", train.warmup_steps, false, 0);
@@ -367,6 +367,10 @@ void ReadTrain(SectionReader& in, TrainConfig& train) {
   in.Float("beta2", train.beta2);
   in.Float("eps", train.eps);
   in.StringList("no_weight_decay", train.no_weight_decay);
+  // Held-out documents (their count against the [data] documents is checked
+  // when those are read, LoadDataset).
+  in.Int("validation_documents", train.validation_documents, false, 0);
+  in.Int("validation_every", train.validation_every, false, 0);
   if (!(train.lr > 0)) Fail("{}: lr must be positive, got {}", in.WhereKey("lr"), train.lr);
   if (!(train.min_lr >= 0 && train.min_lr <= train.lr)) {
     Fail("{}: min_lr = {} must be in [0, lr = {}]", in.WhereKey("min_lr"), train.min_lr, train.lr);
@@ -440,6 +444,7 @@ void ReadMesh(const toml::table* table, const std::string& source, MeshConfig& m
           "\"none\"/\"null\")",
           where, name);
     }
+    CheckMeshAxisRole(name, fmt::format("{}: [mesh] {}", where, name));
     if (!node->is_integer() || **node->as_integer() < 1) {
       Fail("{}: mesh axis '{}' needs a positive integer size, e.g. {} = 2",
            Where(source, node->source()), name, name);

@@ -26,28 +26,11 @@ namespace {
 namespace fs = std::filesystem;
 using Tensor = runtime::HostTensor;
 
-// The program's five data inputs for windows [first, first + B) (rows past
-// the last window are padding: no segment, no loss) and the number of
-// predicted tokens among them.
+// The program's five data inputs for windows [first, first + B) and the
+// number of predicted tokens among them.
 std::vector<Tensor> WindowBatch(const std::vector<std::vector<int32_t>>& windows, size_t first,
                                 int64_t B, int64_t S, int64_t* predicted) {
-  Batch b = Batch::Zeros(B, S);
-  *predicted = 0;
-  for (int64_t r = 0; r < B && first + r < windows.size(); ++r) {
-    const std::vector<int32_t>& w = windows[first + r];
-    const int64_t n = static_cast<int64_t>(w.size());
-    for (int64_t t = 0; t < n; ++t) {
-      const int64_t i = r * S + t;
-      b.tokens[i] = w[t];
-      b.segment_ids[i] = 1;
-      b.positions[i] = static_cast<int32_t>(t);
-      if (t + 1 < n) {
-        b.targets[i] = w[t + 1];
-        b.loss_mask[i] = 1;
-      }
-    }
-    *predicted += n - 1;
-  }
+  const Batch b = EvalBatch(windows, first, B, S, predicted);
   return {Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, b.tokens),
           Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, b.targets),
           Tensor::FromVector<float>(PrimitiveType::kF32, {B, S}, b.loss_mask),
@@ -73,6 +56,29 @@ compiler::CompiledProgram CompileEvalProgram(const RunConfig& run, int64_t B, in
 }
 
 }  // namespace
+
+Batch EvalBatch(const std::vector<std::vector<int32_t>>& windows, size_t first, int64_t batch_size,
+                int64_t seq_len, int64_t* predicted) {
+  Batch b = Batch::Zeros(batch_size, seq_len);
+  *predicted = 0;
+  for (int64_t r = 0; r < batch_size && first + r < windows.size(); ++r) {
+    const std::vector<int32_t>& w = windows[first + r];
+    const int64_t n = static_cast<int64_t>(w.size());
+    WEFT_INTERNAL_CHECK(n <= seq_len, "a window of {} tokens in rows of {}", n, seq_len);
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t i = r * seq_len + t;
+      b.tokens[i] = w[t];
+      b.segment_ids[i] = 1;
+      b.positions[i] = static_cast<int32_t>(t);
+      if (t + 1 < n) {
+        b.targets[i] = w[t + 1];
+        b.loss_mask[i] = 1;
+      }
+    }
+    *predicted += n - 1;
+  }
+  return b;
+}
 
 EvalModel LoadEvalModel(const fs::path& dir) {
   EvalModel m;

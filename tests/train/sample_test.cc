@@ -168,6 +168,7 @@ class MemorizedModel : public ::testing::Test {
   static void SetUpTestSuite() {
     const auto t0 = std::chrono::steady_clock::now();
     config_ = new RunConfig(LoadRunConfig(kSource / "configs/memorize.toml"));
+    config_->train.precision = Precision::kBf16;  // on any CPU, as the tests below expect
     static std::ostringstream log;
     TrainOptions o;
     o.out = TempDir("memorize");
@@ -236,7 +237,7 @@ TEST_F(MemorizedModel, GreedyRecitesPsalm23AndStopsAtItsEnd) {
   EXPECT_TRUE(short_run.continuation.starts_with("; I shall not want."));
 }
 
-// The checkpoint records the run's precision (memorize.toml's: bf16), which
+// The checkpoint records the run's precision (bf16, set above), which
 // sampling takes unless told; the f32 forward of the same f32 weights
 // recites the passage too. A checkpoint without it trained in f32.
 TEST_F(MemorizedModel, SamplingRunsInTheRunsPrecisionUnlessTold) {

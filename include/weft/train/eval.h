@@ -73,6 +73,13 @@ struct EvalResult {
 // `seq_len` tokens (windows of one token dropped).
 std::vector<std::vector<int32_t>> EvalWindows(const TokenizedCorpus& corpus, int64_t seq_len);
 
+// Windows [first, first + batch_size) as one batch of [batch_size, seq_len]
+// rows (each window from position 0, one segment; rows past the last window
+// are padding: no segment, no loss) and, in *predicted, the tokens it
+// predicts: what Evaluate runs, and the trainer's validation (trainer.h).
+Batch EvalBatch(const std::vector<std::vector<int32_t>>& windows, size_t first, int64_t batch_size,
+                int64_t seq_len, int64_t* predicted);
+
 // Throws weft::Error for no files, unreadable or empty files, a window below
 // 2 tokens, a batch the mesh's batch axes do not divide, sharding rules that
 // do not fit the model.
