@@ -212,15 +212,6 @@ void CheckModel(const LlamaConfig& m, const Where& where) {
                             {"seq_len", m.seq_len}}) {
     if (value < 1) Fail("{}: model.{} = {} must be at least 1", where(key), key, value);
   }
-  // The layers run as one loop, whose trip count the planner and the
-  // executor derive; 1e9 layers was refused as a loop `while.1` that names
-  // neither the config nor the key.
-  constexpr int64_t kMaxLayers = int64_t{1} << 20;
-  if (m.n_layers > kMaxLayers) {
-    Fail("{}: model.n_layers = {} is more layers than weft builds (at most {}); check the key "
-         "for a typo",
-         where("n_layers"), m.n_layers, kMaxLayers);
-  }
   if (m.n_kv_heads < 0) {
     Fail("{}: model.n_kv_heads = {} must be at least 1", where("n_kv_heads"), m.n_kv_heads);
   }
@@ -275,6 +266,16 @@ void CheckModel(const LlamaConfig& m, const Where& where) {
         "typo",
         where("dim"), m.vocab_size, m.dim, m.n_layers, m.ffn_dim, static_cast<double>(params),
         static_cast<double>(kMaxModelParameters));
+  }
+  // After the size check (which names every key of an overflowing model):
+  // the layers run as one loop, whose trip count the planner and the
+  // executor derive; 1e9 layers was refused as a loop `while.1` that names
+  // neither the config nor the key.
+  constexpr int64_t kMaxLayers = int64_t{1} << 20;
+  if (m.n_layers > kMaxLayers) {
+    Fail("{}: model.n_layers = {} is more layers than weft builds (at most {}); check the key "
+         "for a typo",
+         where("n_layers"), m.n_layers, kMaxLayers);
   }
   if (!(std::isfinite(m.rope_theta) && m.rope_theta > 0)) {
     Fail("{}: model.rope_theta = {} must be a positive number", where("rope_theta"), m.rope_theta);
