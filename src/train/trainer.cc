@@ -647,7 +647,7 @@ PrecisionChoice FastestPrecision() {
                                           bf16.isa)};
   }
   const CpuInfo& cpu = GetCpuInfo();
-  std::string reason = "this CPU has no bf16 unit (no avx512_bf16, no AMX)";
+  std::string reason = "this CPU has no bf16 unit: no avx512_bf16, no AMX";
   if (!simd::Bf16InstructionsAllowed()) {
     reason =
         fmt::format("the forced instruction set {} (WEFT_ISA) has no bf16 instructions", bf16.isa);
@@ -655,7 +655,7 @@ PrecisionChoice FastestPrecision() {
     reason = fmt::format("this CPU has no avx512_bf16 and its AMX is not usable: {}",
                          GetAmxStatus().why_not);
   }
-  return {Precision::kF32, fmt::format("{}: bf16 would be widened to f32 for every dot and run "
+  return {Precision::kF32, fmt::format("{}; bf16 would be widened to f32 for every dot and run "
                                        "slower; --precision bf16 forces it",
                                        reason)};
 }
