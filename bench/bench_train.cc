@@ -79,6 +79,8 @@ TrainBenchResult MeasureTrain(const TrainBenchOptions& options) {
   RunConfig config = LoadRunConfig(options.config);
   if (!options.precision.empty()) {
     config.train.precision = ParsePrecision(options.precision, "--precision");
+  } else if (!config.train.precision) {
+    config.train.precision = FastestPrecision().precision;  // as weft train chooses
   }
   TrainStepsOptions train;
   if (!options.mesh.empty()) train.mesh = ParseMeshFlag(options.mesh);
@@ -93,7 +95,7 @@ TrainBenchResult MeasureTrain(const TrainBenchOptions& options) {
   r.warmup = options.warmup;
   r.profile = options.profile;
   r.parameters = config.model.NumParameters();
-  r.precision = PrecisionName(config.train.precision);
+  r.precision = PrecisionName(*config.train.precision);
 
   // bf16 runs are measured against the bf16 matrix peak where the kernels
   // have one (GetBf16Primitives: amx, else avx512bf16), else they widen to

@@ -4,12 +4,14 @@
 #include <fmt/core.h>
 
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "py_common.h"
 #include "weft/base/bfloat16.h"
+#include "weft/base/memory.h"
 #include "weft/kernels/attention.h"
 
 namespace weft::python {
@@ -190,6 +192,7 @@ AttentionOptions MakeOptions(const AttentionDims& dims, py::handle score_mod, py
 }
 
 bool IsInteger(py::handle obj);
+int64_t Int64Arg(py::handle obj, std::string_view what);
 
 // precision="f32" or "bf16": true for bf16.
 bool Bf16Precision(const std::string& precision) {
@@ -217,11 +220,12 @@ std::optional<kernels::AttentionConfig> KernelOptionsArg(py::handle obj) {
                     : key == "BLOCK_N_BWD" ? &config.backward.block_n
                                            : nullptr;
     if (tile != nullptr) {
-      if (!IsInteger(value) || value.cast<int64_t>() <= 0) {
-        throw py::value_error(fmt::format("kernel_options[\"{}\"] must be a positive int, got {}",
-                                          key, py::repr(value).cast<std::string>()));
+      const std::string what = fmt::format("kernel_options[\"{}\"]", key);
+      if (!IsInteger(value) || Int64Arg(value, what) <= 0) {
+        throw py::value_error(fmt::format("{} must be a positive int, got {}", what,
+                                          py::repr(value).cast<std::string>()));
       }
-      *tile = value.cast<int64_t>();
+      *tile = Int64Arg(value, what);
     } else if (key == "BACKWARD_SPLIT") {
       const std::string v = py::str(value).cast<std::string>();
       if (v == "fused") {
@@ -353,16 +357,45 @@ bool IsInteger(py::handle obj) {
          !(py::isinstance<py::array>(obj) && py::reinterpret_borrow<py::array>(obj).ndim() > 0);
 }
 
+// The value of an integer argument (IsInteger), `what` naming it:
+// ValueError when it does not fit in 64 bits (pybind11's cast said "Unable
+// to cast Python instance to C++ type" without the argument's name).
+int64_t Int64Arg(py::handle obj, std::string_view what) {
+  py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(obj.ptr()));
+  if (!index) throw py::error_already_set();
+  int overflow = 0;
+  const long long value = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+  if (value == -1 && PyErr_Occurred()) throw py::error_already_set();
+  if (overflow != 0) {
+    throw py::value_error(fmt::format("{} = {} does not fit in 64 bits; give a smaller int", what,
+                                      py::repr(obj).cast<std::string>()));
+  }
+  return value;
+}
+
+// A size argument of create_block_mask / create_mask: a positive int.
+int64_t SizeArg(py::handle obj, std::string_view function, std::string_view name) {
+  if (!IsInteger(obj)) {
+    throw py::value_error(fmt::format("{}: {} must be an int, got {}", function, name,
+                                      py::repr(obj).cast<std::string>()));
+  }
+  const int64_t value = Int64Arg(obj, fmt::format("{}: {}", function, name));
+  if (value <= 0) {
+    throw py::value_error(fmt::format("{} needs positive sizes, got {}={}", function, name, value));
+  }
+  return value;
+}
+
 // BLOCK_SIZE: None, an int, or a (q_block, kv_block) pair.
 std::pair<int64_t, int64_t> BlockSizeArg(py::handle obj) {
   if (obj.is_none()) return {kernels::kDefaultBlockSize, kernels::kDefaultBlockSize};
   int64_t q_block = 0, kv_block = 0;
   if (IsInteger(obj)) {
-    q_block = kv_block = obj.cast<int64_t>();
+    q_block = kv_block = Int64Arg(obj, "BLOCK_SIZE");
   } else if ((py::isinstance<py::tuple>(obj) || py::isinstance<py::list>(obj)) &&
              py::len(obj) == 2 && IsInteger(obj[py::int_(0)]) && IsInteger(obj[py::int_(1)])) {
-    q_block = obj[py::int_(0)].cast<int64_t>();
-    kv_block = obj[py::int_(1)].cast<int64_t>();
+    q_block = Int64Arg(obj[py::int_(0)], "BLOCK_SIZE[0]");
+    kv_block = Int64Arg(obj[py::int_(1)], "BLOCK_SIZE[1]");
   } else {
     throw py::value_error(fmt::format(
         "BLOCK_SIZE must be an int or a (Q_BLOCK_SIZE, KV_BLOCK_SIZE) pair of ints, got {}",
@@ -375,14 +408,13 @@ std::pair<int64_t, int64_t> BlockSizeArg(py::handle obj) {
   return {q_block, kv_block};
 }
 
-PyBlockMask CreateBlockMask(py::object mask_obj, int64_t batch, int64_t heads, int64_t q_len,
-                            int64_t kv_len, py::object block_size) {
+PyBlockMask CreateBlockMask(py::object mask_obj, py::handle b_obj, py::handle h_obj,
+                            py::handle q_obj, py::handle kv_obj, py::object block_size) {
   const auto [q_block, kv_block] = BlockSizeArg(block_size);
-  if (batch <= 0 || heads <= 0 || q_len <= 0 || kv_len <= 0) {
-    throw py::value_error(
-        fmt::format("create_block_mask needs positive sizes, got B={}, H={}, Q_LEN={}, KV_LEN={}",
-                    batch, heads, q_len, kv_len));
-  }
+  const int64_t batch = SizeArg(b_obj, "create_block_mask", "B");
+  const int64_t heads = SizeArg(h_obj, "create_block_mask", "H");
+  const int64_t q_len = SizeArg(q_obj, "create_block_mask", "Q_LEN");
+  const int64_t kv_len = SizeArg(kv_obj, "create_block_mask", "KV_LEN");
   if (mask_obj.is_none()) {
     return PyBlockMask{
         std::make_shared<const BlockMask>(BlockMask::Dense(q_len, kv_len, q_block, kv_block))};
@@ -413,12 +445,21 @@ py::array_t<int32_t> BlockKinds(const BlockMask& mask) {
 }
 
 // The dense boolean mask [B, H, Q_LEN, KV_LEN], as torch's create_mask.
-py::array CreateMask(py::object mask_obj, int64_t batch, int64_t heads, int64_t q_len,
-                     int64_t kv_len) {
-  if (batch <= 0 || heads <= 0 || q_len <= 0 || kv_len <= 0) {
-    throw py::value_error(
-        fmt::format("create_mask needs positive sizes, got B={}, H={}, Q_LEN={}, KV_LEN={}", batch,
-                    heads, q_len, kv_len));
+py::array CreateMask(py::object mask_obj, py::handle b_obj, py::handle h_obj, py::handle q_obj,
+                     py::handle kv_obj) {
+  const int64_t batch = SizeArg(b_obj, "create_mask", "B");
+  const int64_t heads = SizeArg(h_obj, "create_mask", "H");
+  const int64_t q_len = SizeArg(q_obj, "create_mask", "Q_LEN");
+  const int64_t kv_len = SizeArg(kv_obj, "create_mask", "KV_LEN");
+  // One byte per element: refused before allocating when the product
+  // overflows or exceeds the machine's memory.
+  const __int128 bytes = static_cast<__int128>(batch) * heads * q_len * kv_len;
+  const int64_t memory = PhysicalMemoryBytes();
+  if (bytes > std::numeric_limits<int64_t>::max() || (memory > 0 && bytes > memory)) {
+    throw py::value_error(fmt::format(
+        "create_mask: B={} x H={} x Q_LEN={} x KV_LEN={} is {:.3g} bytes of mask, more than this "
+        "machine's {} of memory; use create_block_mask, which keeps blocks, not elements",
+        batch, heads, q_len, kv_len, static_cast<double>(bytes), FormatBytes(memory)));
   }
   kernels::MaskModPtr mod = MaskModArg(mask_obj, "mask_mod");
   mod->Validate(batch, heads, q_len, kv_len);

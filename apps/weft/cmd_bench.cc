@@ -181,8 +181,8 @@ void AddBench(CLI::App& app) {
                     "Mesh axes, major to minor, e.g. fsdp=2,tensor=2 (replaces the config's "
                     "[mesh]; fsdp=1,tensor=1 is one device)");
   train->add_option("--precision", train_opt->precision,
-                    "bf16 or f32 (replaces the config's train.precision; bf16 when it does not "
-                    "say)");
+                    "bf16 or f32 (replaces the config's train.precision; when it does not say, "
+                    "the one this CPU trains fastest, as weft train chooses)");
   train->add_option("--steps", train_opt->steps, "Timed steps")->capture_default_str();
   train->add_option("--warmup", train_opt->warmup, "Untimed steps first (at least 1)")
       ->capture_default_str();

@@ -22,23 +22,19 @@ namespace {
 struct EvalFlags {
   std::string dir;
   std::vector<std::string> data;
-  int64_t seq = 0;
-  int64_t batch = 0;
+  std::optional<int64_t> seq;    // unset: the model's seq_len
+  std::optional<int64_t> batch;  // unset: 8, rounded up to the batch axes
   std::string mesh, config, precision;
   bool json = false;
 };
 
 int RunEval(const EvalFlags& f) {
   // Flags first: nothing is read for a command that will be refused.
-  WEFT_CHECK(f.seq == 0 || f.seq >= 2,
-             "--seq {}: give a window of at least 2 tokens (leave it out for the model's "
-             "seq_len)",
-             f.seq);
-  WEFT_CHECK(f.batch >= 0, "--batch {}: give the windows per program run, at least 1", f.batch);
   EvalOptions o;
   for (const std::string& file : f.data) o.data_files.emplace_back(file);
   o.seq_len = f.seq;
   o.batch_size = f.batch;
+  CheckEvalOptions(o);
   if (!f.mesh.empty()) o.mesh = ParseMeshFlag(f.mesh);
   if (!f.precision.empty()) o.precision = ParsePrecision(f.precision, "--precision");
   if (!f.config.empty()) o.layout = LoadRunConfig(f.config);

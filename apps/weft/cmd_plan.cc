@@ -109,8 +109,8 @@ int RunPlan(const PlanFlags& f) {
   }
   o.keep_program = !f.hlo.empty();
   const StepPlan p = PlanTrainingStep(config, o);
-  if (!f.svg.empty()) WriteFileAtomically(f.svg, RenderPlanSvg(p));
-  if (!f.hlo.empty()) WriteFileAtomically(f.hlo, p.program_text);
+  if (!f.svg.empty()) WriteFileAtomically(f.svg, RenderPlanSvg(p), OutputTarget::kUserPath);
+  if (!f.hlo.empty()) WriteFileAtomically(f.hlo, p.program_text, OutputTarget::kUserPath);
   const std::string out = f.json ? FormatPlanJson(p) : FormatPlanText(p);
   std::fwrite(out.data(), 1, out.size(), stdout);
   return 0;

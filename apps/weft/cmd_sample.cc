@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "weft/base/atomic_file.h"
 #include "weft/base/error.h"
 #include "weft/train/sample.h"
 
@@ -40,8 +41,10 @@ void WriteWindowLogits(Sampler& sampler, const std::string& prompt, const std::s
   const int64_t n = std::min<int64_t>(ids.size(), sampler.config().seq_len);
   const std::vector<float> logits = sampler.WindowLogits(ids);
   const std::span<const int32_t> window = std::span<const int32_t>(ids).last(n);
-  WriteSafetensors(path, {{"tokens", I32Tensor({n}, window)},
-                          {"logits", F32Tensor({n, sampler.config().vocab_size}, logits)}});
+  const TensorMap tensors = {{"tokens", I32Tensor({n}, window)},
+                             {"logits", F32Tensor({n, sampler.config().vocab_size}, logits)}};
+  // --logits is the user's path: a link is followed, /dev/stdout written in place.
+  WriteFileAtomically(path, SerializeSafetensors(tensors, {}, path), OutputTarget::kUserPath);
 }
 
 int RunSample(const SampleFlags& f) {

@@ -29,6 +29,7 @@ struct TrainFlags {
   std::optional<int64_t> steps;
   std::optional<int64_t> stop_after;
   std::optional<int64_t> grad_accum;
+  std::optional<int64_t> validation_documents, validation_every;  // unset: the config's
   std::string precision;                      // empty: train.precision
   std::optional<int64_t> collective_timeout;  // seconds
   bool overwrite = false;
@@ -102,6 +103,8 @@ int RunTrain(const TrainFlags& f) {
   o.steps = f.steps.value_or(0);
   o.stop_after = f.stop_after.value_or(0);
   o.grad_accum = f.grad_accum;
+  o.validation_documents = f.validation_documents;
+  o.validation_every = f.validation_every;
   if (!f.precision.empty()) o.precision = ParsePrecision(f.precision, "--precision");
   o.overwrite = f.overwrite;
   for (const std::string& file : f.data) o.data_files.emplace_back(file);
@@ -131,19 +134,26 @@ void AddTrain(CLI::App& app) {
   auto f = std::make_shared<TrainFlags>();
   cmd->add_option("config", f->config, "Run config (TOML); default configs/tiny.toml");
   cmd->add_option("--mesh", f->mesh,
-                  "Mesh axes, major to minor, e.g. fsdp=2,tensor=2 "
-                  "(replaces the config's [mesh] and [dcn])");
+                  "Mesh axes, major to minor, e.g. fsdp=2,tensor=2: dcn, data, fsdp (the "
+                  "batch split over them), tensor (replaces the config's [mesh] and [dcn])");
   cmd->add_option("--dcn", f->dcn,
                   "Slices each mesh axis spans, e.g. fsdp=2 (the --mesh sizes are then per "
                   "slice; replaces the config's [dcn])");
   cmd->add_option("--steps", f->steps, "Total steps of the run (default: train.steps)");
+  cmd->add_option("--validation-documents", f->validation_documents,
+                  "Documents held out of training, whose loss is reported (default: "
+                  "train.validation_documents; 0: no validation)");
+  cmd->add_option("--validation-every", f->validation_every,
+                  "Steps between validation losses, reported after the last step too "
+                  "(default: train.validation_every; 0: after the last step only)");
   cmd->add_option("--grad-accum", f->grad_accum,
                   "Gradient accumulation: run each step's batch as N micro-batches of "
                   "train.batch_size / N rows, one update per step (default: "
                   "train.grad_accum_steps)");
   cmd->add_option("--precision", f->precision,
-                  "bf16 or f32: the mixed-precision policy (default: train.precision, bf16 "
-                  "when the config does not say)");
+                  "bf16 or f32: the mixed-precision policy (default: train.precision; when "
+                  "the config does not say, a resumed run's own, else the one this CPU trains "
+                  "fastest: bf16 with a bf16 unit (avx512_bf16, AMX), else f32)");
   cmd->add_option("--backend", f->backend,
                   "threads (default) or mpi (under mpirun, one "
                   "device per rank)");

@@ -159,6 +159,38 @@ def test_create_block_mask_bad_arguments():
         weft.create_block_mask(weft.causal_mask(), 1, 1, 8, 8, BLOCK_SIZE=0)
 
 
+def test_huge_sizes_are_value_errors_naming_the_argument():
+    # batch x heads overflowed to 0 (SIGFPE); q_block x kv_block to a small
+    # tile written past its end (SIGSEGV); ints past 64 bits were pybind11's
+    # "Unable to cast Python instance to C++ type" without the argument.
+    with raises(r"block_mask: batch 4294967296 x heads 4294967296 .* is too many"):
+        weft.create_block_mask(weft.causal_mask(), 2**32, 2**32, 128, 128)
+    with raises(r"create_block_mask: B = 1180591620717411303424 does not fit in 64 bits"):
+        weft.create_block_mask(weft.causal_mask(), 2**70, 1, 128, 128)
+    with raises(r"BLOCK_SIZE\[1\] = 1180591620717411303424 does not fit in 64 bits"):
+        weft.create_block_mask(weft.causal_mask(), 1, 1, 128, 128, BLOCK_SIZE=(16, 2**70))
+    with raises(r"create_mask: H must be an int"):
+        weft.create_mask(weft.causal_mask(), 1, "4", 8, 8)
+    with raises(r"create_mask: B=1048576 x H=1048576 x Q_LEN=128 x KV_LEN=128 .* use create_block_mask"):
+        weft.create_mask(weft.causal_mask(), 2**20, 2**20, 128, 128)
+    q = np.zeros((1, 1, 8, 8), np.float32)
+    with raises(r'kernel_options\["BLOCK_M"\] = 1180591620717411303424 does not fit in 64 bits'):
+        weft.flex_attention(q, q, q, kernel_options={"BLOCK_M": 2**70})
+
+
+def test_a_block_larger_than_the_sequence_is_one_block_of_the_sequence():
+    # 2^33 x 2^33 blocks: one block, kept as the sequence rounded up to 256
+    # (its memory follows the sequence, not the block size).
+    block_mask = weft.create_block_mask(weft.causal_mask(), 1, 1, 128, 128, BLOCK_SIZE=2**33)
+    assert block_mask.BLOCK_SIZE == (256, 256)
+    assert block_mask.to_dense().tolist() == [[[[1]]]]
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((1, 2, 128, 16)).astype(np.float32) for _ in range(3))
+    reference = weft.create_block_mask(weft.causal_mask(), 1, 1, 128, 128, BLOCK_SIZE=16)
+    out = weft.flex_attention(q, k, v, block_mask=block_mask)
+    np.testing.assert_allclose(out, weft.flex_attention(q, k, v, block_mask=reference), rtol=1e-5, atol=1e-6)
+
+
 # Masks and their tensors.
 def test_document_mask_shapes():
     ids = np.zeros((2, 12), dtype=np.int64)

@@ -194,14 +194,12 @@ ChipTable LoadChipTable(const std::filesystem::path& path) {
              "the chips file {} is a directory; give --chips-file FILE (configs/chips.toml in the "
              "source tree)",
              path.string());
-  std::ifstream in(path);
-  WEFT_CHECK(in.good(),
+  WEFT_CHECK(std::filesystem::exists(path, ec),
              "cannot read the chips file {}; give --chips-file FILE (configs/chips.toml "
              "in the source tree)",
              path.string());
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseChipTable(text.str(), path.string());
+  // A device (/dev/zero) or a file over 16 MiB is refused unread.
+  return ParseChipTable(ReadInputFile(path, "chips file", int64_t{16} << 20), path.string());
 }
 
 std::filesystem::path FindChipTable(const std::filesystem::path& config_file) {

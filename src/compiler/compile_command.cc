@@ -74,13 +74,14 @@ std::string CompileSummary(const CompiledProgram& program) {
 }
 
 int RunCompileCommand(const CompileCommandOptions& options) {
-  WEFT_CHECK(options.num_devices >= 0 && options.num_devices <= kMaxDevices,
-             "--num-devices must be between 1 and {} (or left out: from the module), got {}",
-             kMaxDevices, options.num_devices);
+  WEFT_CHECK(
+      !options.num_devices || (*options.num_devices >= 1 && *options.num_devices <= kMaxDevices),
+      "--num-devices must be between 1 and {} (or left out: from the module), got {}", kMaxDevices,
+      options.num_devices.value_or(0));
   std::unique_ptr<HloModule> module = ParseHloModuleFile(options.input);
 
   const int64_t written_for = ShardingDeviceCount(*module);
-  const int64_t n = options.num_devices == 0 ? written_for : options.num_devices;
+  const int64_t n = options.num_devices.value_or(written_for);
   WEFT_CHECK(written_for == 1 || written_for == n,
              "'{}': module '{}' is sharded for {} devices, not {}; compile it with "
              "--num-devices {} (or without --num-devices)",
@@ -98,7 +99,7 @@ int RunCompileCommand(const CompileCommandOptions& options) {
     (options.out ? *options.out : std::cout) << printed;
     return 0;
   }
-  WriteFileAtomically(options.output, printed);
+  WriteFileAtomically(options.output, printed, OutputTarget::kUserPath);
   return 0;
 }
 

@@ -2,11 +2,13 @@
 
 #include <cstdint>
 
-#include "weft/base/atomic_file.h"
+#include "weft/base/data_files.h"
 #include "weft/base/error.h"
 
 namespace weft {
 namespace {
+
+constexpr int64_t kMaxTextFileBytes = int64_t{1} << 30;
 
 bool IsContinuation(unsigned char byte) { return (byte & 0xC0) == 0x80; }
 
@@ -83,7 +85,9 @@ std::vector<Document> LoadTextFiles(std::span<const std::filesystem::path> paths
     if (std::filesystem::is_directory(path, error)) {
       Fail("{} is a directory; pass text files (one document per file)", path.string());
     }
-    std::string text = ReadFileToString(path);
+    // Read whole (and tokenized whole): a device such as /dev/zero or a file
+    // of more than kMaxTextFileBytes is refused before anything is read.
+    std::string text = ReadInputFile(path, "text file", kMaxTextFileBytes);
     CheckUtf8(text, path.string());
     if (!options.split_on_blank_lines) {
       if (!text.empty()) documents.push_back({path.string(), std::move(text)});

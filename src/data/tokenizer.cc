@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "weft/base/atomic_file.h"
+#include "weft/base/data_files.h"
 #include "weft/base/env.h"
 #include "weft/base/error.h"
 #include "weft/data/shuffle.h"
@@ -205,7 +206,10 @@ Tokenizer Tokenizer::FromSerializedModel(std::string model, std::string_view wha
 }
 
 Tokenizer Tokenizer::Load(const std::filesystem::path& path) {
-  Tokenizer tokenizer = FromSerializedModel(ReadFileToString(path), path.string());
+  // A SentencePiece model is a few MiB: a device or a file over 1 GiB is
+  // refused unread.
+  Tokenizer tokenizer =
+      FromSerializedModel(ReadInputFile(path, "tokenizer model", int64_t{1} << 30), path.string());
   tokenizer.cache_path_ = path;
   return tokenizer;
 }

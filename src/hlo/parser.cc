@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -13,6 +14,7 @@
 #include "attribute_text.h"
 #include "hlo_text_cursor.h"
 #include "opcode_attributes.h"
+#include "weft/base/data_files.h"
 #include "weft/base/error.h"
 #include "weft/hlo/shape_inference.h"
 #include "weft/hlo/verifier.h"
@@ -658,13 +660,16 @@ std::unique_ptr<HloModule> ParseHloModule(std::string_view text, const HloParseO
 }
 
 std::unique_ptr<HloModule> ParseHloModuleFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  WEFT_CHECK(in.good(), "cannot read '{}'; give the path of an HLO text module", path);
-  std::stringstream text;
-  text << in.rdbuf();
+  std::error_code error;
+  WEFT_CHECK(std::filesystem::exists(path, error),
+             "cannot read '{}'; give the path of an HLO text module", path);
+  // A device (/dev/zero) was read until memory ran out; a file over the
+  // limit is refused by its size, unread.
+  constexpr int64_t kMaxHloTextBytes = int64_t{1} << 30;
+  const std::string text = ReadInputFile(path, "HLO module", kMaxHloTextBytes);
   HloParseOptions options;
   options.source_name = path;
-  return ParseHloModule(text.str(), options);
+  return ParseHloModule(text, options);
 }
 
 Shape ParseShape(std::string_view text) {

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "weft/base/error.h"
+#include "weft/base/memory.h"
 #include "weft/base/thread_pool.h"
 
 namespace weft::kernels {
@@ -15,6 +16,9 @@ namespace weft::kernels {
 // Builds the CSR lists of a BlockMask from one kind per block.
 class BlockMaskBuilder {
  public:
+  // Refuses sizes that are not positive, and sizes whose lists would not fit
+  // in memory, before anything is allocated. Products are taken in 128 bits,
+  // so no size overflows into a small one.
   static void CheckSizes(int64_t batch, int64_t heads, int64_t q_len, int64_t kv_len,
                          int64_t q_block, int64_t kv_block) {
     WEFT_CHECK(batch >= 1 && heads >= 1,
@@ -24,14 +28,48 @@ class BlockMaskBuilder {
     WEFT_CHECK(q_block > 0 && kv_block > 0,
                "block_mask: block sizes {}x{} must be positive (default {})", q_block, kv_block,
                kDefaultBlockSize);
-    const int64_t nqb = (q_len + q_block - 1) / q_block, nkb = (kv_len + kv_block - 1) / kv_block;
+    using Wide = __int128;
+    const int64_t nqb = BlockCount(q_len, q_block), nkb = BlockCount(kv_len, kv_block);
     constexpr int64_t kMaxBlocks = int64_t{1} << 34;
-    WEFT_CHECK(nqb <= std::numeric_limits<int32_t>::max() &&
-                   nkb <= std::numeric_limits<int32_t>::max() && batch * heads <= kMaxBlocks &&
-                   nqb * nkb <= kMaxBlocks / (batch * heads),
-               "block_mask: {} x {} x {} x {} blocks is too many; use larger blocks or broadcast "
-               "batch/heads with 1",
-               batch, heads, nqb, nkb);
+    const Wide slices = Wide{batch} * heads;  // < 2^126
+    // Each factor is bounded before the next product, so none overflows.
+    const bool countable = nqb <= std::numeric_limits<int32_t>::max() &&
+                           nkb <= std::numeric_limits<int32_t>::max() && slices <= kMaxBlocks;
+    const Wide blocks = countable ? slices * nqb * nkb : Wide{kMaxBlocks} + 1;
+    // Up to 1 byte of kind and 2 x 4 bytes of list entries per block, 24 + 16
+    // bytes per query-block row and 16 per kv-block row.
+    const Wide bytes = countable ? blocks * 9 + slices * nqb * 40 + slices * nkb * 16 : 0;
+    const int64_t memory = PhysicalMemoryBytes();
+    const bool fits = blocks <= kMaxBlocks && (memory <= 0 || bytes <= memory);
+    WEFT_CHECK(fits,
+               "block_mask: batch {} x heads {} x {} query blocks x {} kv blocks ({:.3g} blocks{}) "
+               "is too many{}; use larger blocks or broadcast batch/heads with 1",
+               batch, heads, nqb, nkb,
+               static_cast<double>(batch) * static_cast<double>(heads) * static_cast<double>(nqb) *
+                   static_cast<double>(nkb),
+               blocks <= kMaxBlocks ? fmt::format(", up to {} of block lists",
+                                                  FormatBytes(static_cast<int64_t>(bytes)))
+                                    : std::string(),
+               blocks <= kMaxBlocks && memory > 0
+                   ? fmt::format(" for this machine's {} of memory", FormatBytes(memory))
+                   : fmt::format(" (at most {} blocks)", kMaxBlocks));
+  }
+
+  // Blocks of `block` along an axis of `len` (both positive), without
+  // overflow for any block size.
+  static int64_t BlockCount(int64_t len, int64_t block) {
+    return len / block + (len % block != 0 ? 1 : 0);
+  }
+
+  // A block at least as long as the axis is one block whatever its size; it
+  // is kept at most the axis rounded up to kClampMultiple, so that what is
+  // allocated per block scales with the sequence, not with the block size
+  // asked for (a power-of-two tile up to 256 still divides it).
+  static int64_t ClampBlock(int64_t len, int64_t block) {
+    constexpr int64_t kClampMultiple = 256;
+    const int64_t room = (kClampMultiple - len % kClampMultiple) % kClampMultiple;
+    const int64_t cap = len <= std::numeric_limits<int64_t>::max() - room ? len + room : len;
+    return std::min(block, cap);
   }
 
   // kinds[((b * heads + h) * nqb + qb) * nkb + kb]
@@ -95,8 +133,8 @@ class BlockMaskBuilder {
     m.heads_ = heads;
     m.q_len_ = q_len;
     m.kv_len_ = kv_len;
-    m.q_block_ = q_block;
-    m.kv_block_ = kv_block;
+    m.q_block_ = ClampBlock(q_len, q_block);
+    m.kv_block_ = ClampBlock(kv_len, kv_block);
     return m;
   }
 
@@ -110,6 +148,35 @@ class BlockMaskBuilder {
   }
 };
 
+namespace {
+
+// A task never evaluates more than this many bytes of mask at once.
+constexpr int64_t kMaxEvaluatedTileBytes = int64_t{16} << 20;
+
+BlockKind KindOf(bool any_kept, bool any_masked) {
+  return !any_kept ? BlockKind::kEmpty : any_masked ? BlockKind::kPartial : BlockKind::kFull;
+}
+
+// The kind of block [q0, q0 + nq) x [k0, k0 + nk), evaluated a band of rows
+// at a time (at most kBandBytes, or one row) into `band`; stops at the first
+// band that shows the block partial.
+BlockKind EvaluateKind(const MaskMod& mask, int64_t b, int64_t h, int64_t q0, int64_t nq,
+                       int64_t k0, int64_t nk, std::vector<uint8_t>& band) {
+  constexpr int64_t kBandBytes = int64_t{64} << 10;
+  const int64_t rows = std::clamp<int64_t>(kBandBytes / nk, 1, nq);
+  band.resize(static_cast<size_t>(rows * nk));
+  bool any_kept = false, any_masked = false;
+  for (int64_t i0 = 0; i0 < nq; i0 += rows) {
+    const int64_t n = std::min(rows, nq - i0);
+    mask.Evaluate(b, h, q0 + i0, n, k0, nk, band.data(), nk);
+    for (int64_t i = 0; i < n * nk; ++i) (band[i] != 0 ? any_kept : any_masked) = true;
+    if (any_kept && any_masked) break;
+  }
+  return KindOf(any_kept, any_masked);
+}
+
+}  // namespace
+
 BlockMask BlockMask::Create(MaskModPtr mask_mod, int64_t batch, int64_t heads, int64_t q_len,
                             int64_t kv_len, int64_t q_block, int64_t kv_block) {
   WEFT_CHECK(mask_mod != nullptr,
@@ -120,45 +187,58 @@ BlockMask BlockMask::Create(MaskModPtr mask_mod, int64_t batch, int64_t heads, i
   BlockMask m =
       BlockMaskBuilder::Make(std::move(mask_mod), batch, heads, q_len, kv_len, q_block, kv_block);
   const int64_t nqb = m.num_q_blocks(), nkb = m.num_kv_blocks();
+  q_block = m.q_block_;  // clamped to the sequence
+  kv_block = m.kv_block_;
   std::vector<BlockKind> kinds(static_cast<size_t>(batch * heads * nqb * nkb));
   const MaskMod& mask = *m.mask_mod_;
   // Each row's partial blocks evaluated, in kv order (the CSR order), while
-  // their bytes stay under kMaxPartialTileBytes in all.
-  const int64_t tile_bytes = q_block * kv_block;
+  // their bytes stay under kMaxPartialTileBytes in all. A block of more than
+  // kMaxEvaluatedTileBytes is never kept: its kind is found a band of rows at
+  // a time, so a task holds at most that much whatever the block size.
+  const bool keepable = q_block <= kMaxEvaluatedTileBytes / kv_block;
+  const int64_t tile_bytes = keepable ? q_block * kv_block : 0;
   std::vector<std::vector<uint8_t>> row_tiles(static_cast<size_t>(batch * heads * nqb));
   std::atomic<int64_t> stored_bytes{0};
-  std::atomic<bool> keep_tiles{true};
+  std::atomic<bool> keep_tiles{keepable};
   // One task per (b, h, query block); each writes only its own row of kinds.
   ThreadPool::Global().ParallelFor(batch * heads * nqb, [&](int64_t task, int) {
     const int64_t b = task / (heads * nqb), h = task / nqb % heads, qb = task % nqb;
-    const int64_t q0 = qb * q_block, q1 = std::min(q0 + q_block, q_len);
-    std::vector<uint8_t> tile(static_cast<size_t>(tile_bytes));
+    const int64_t q0 = qb * q_block, q1 = q_len - q0 > q_block ? q0 + q_block : q_len;
+    std::vector<uint8_t> band;
     std::vector<uint8_t>& kept_tiles = row_tiles[task];
     BlockKind* row = kinds.data() + task * nkb;
     for (int64_t kb = 0; kb < nkb; ++kb) {
-      const int64_t k0 = kb * kv_block, k1 = std::min(k0 + kv_block, kv_len);
+      const int64_t k0 = kb * kv_block, k1 = kv_len - k0 > kv_block ? k0 + kv_block : kv_len;
       const int64_t nq = q1 - q0, nk = k1 - k0;
       const std::optional<BlockKind> told = mask.Classify(b, h, q0, q1, k0, k1);
       // A block told partial is evaluated only to keep its mask; past the
       // bound nothing more is kept, so its kind is all that is needed.
-      if (told && (*told != BlockKind::kPartial || !keep_tiles.load(std::memory_order_relaxed))) {
+      const bool keeping = keep_tiles.load(std::memory_order_relaxed);
+      if (told && (*told != BlockKind::kPartial || !keeping)) {
         row[kb] = *told;
         continue;
       }
-      mask.Evaluate(b, h, q0, nq, k0, nk, tile.data(), kv_block);
-      int64_t kept = 0;
-      for (int64_t i = 0; i < nq; ++i) {
-        for (int64_t j = 0; j < nk; ++j) kept += tile[i * kv_block + j] != 0;
-      }
-      row[kb] = kept == 0         ? BlockKind::kEmpty
-                : kept == nq * nk ? BlockKind::kFull
-                                  : BlockKind::kPartial;
-      if (row[kb] != BlockKind::kPartial || !keep_tiles.load(std::memory_order_relaxed)) continue;
-      if (stored_bytes.fetch_add(tile_bytes) + tile_bytes > kMaxPartialTileBytes) {
-        keep_tiles = false;
+      if (!keeping) {
+        row[kb] = EvaluateKind(mask, b, h, q0, nq, k0, nk, band);
         continue;
       }
-      kept_tiles.insert(kept_tiles.end(), tile.begin(), tile.end());
+      // Evaluated in place at the end of the row's kept tiles; taken back
+      // unless the block is partial and fits under the bound.
+      const size_t at = kept_tiles.size();
+      kept_tiles.resize(at + static_cast<size_t>(tile_bytes));
+      uint8_t* tile = kept_tiles.data() + at;
+      mask.Evaluate(b, h, q0, nq, k0, nk, tile, kv_block);
+      bool any_kept = false, any_masked = false;
+      for (int64_t i = 0; i < nq; ++i) {
+        for (int64_t j = 0; j < nk; ++j)
+          (tile[i * kv_block + j] != 0 ? any_kept : any_masked) = true;
+      }
+      row[kb] = KindOf(any_kept, any_masked);
+      if (row[kb] == BlockKind::kPartial) {
+        if (stored_bytes.fetch_add(tile_bytes) + tile_bytes <= kMaxPartialTileBytes) continue;
+        keep_tiles = false;
+      }
+      kept_tiles.resize(at);
     }
   });
   BlockMaskBuilder::Fill(m, kinds);

@@ -11,6 +11,7 @@
 
 #include "weft/base/atomic_file.h"
 #include "weft/base/cpu.h"
+#include "weft/base/data_files.h"
 #include "weft/base/env.h"
 #include "weft/base/error.h"
 
@@ -59,7 +60,9 @@ json ReadEntries(const std::filesystem::path& path, bool explicit_path) {
     return json::object();
   }
   try {
-    json j = json::parse(ReadFileToString(path));
+    // A device (/dev/zero) or a file over 64 MiB is refused unread (a
+    // warning, as for any unreadable cache).
+    json j = json::parse(ReadInputFile(path, "tune cache", int64_t{64} << 20));
     if (!j.is_object() || j.value("version", 0) != 1 || !j.contains("entries") ||
         !j["entries"].is_object()) {
       Fail("not a version-1 weft tune cache");
@@ -150,7 +153,10 @@ void StoreTuneEntry(const std::string& key, const TuneEntry& e) {
   json file = {{"version", 1}, {"entries", entries}};
   std::error_code ec;
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
-  WriteFileAtomically(path, file.dump(2) + "\n");
+  // WEFT_TUNE_CACHE names the user's own file (a link there is followed); the
+  // default one is weft's, never written through a link.
+  WriteFileAtomically(path, file.dump(2) + "\n",
+                      GetEnv("WEFT_TUNE_CACHE") ? OutputTarget::kUserPath : OutputTarget::kManaged);
   g_loaded.path.clear();  // reread (and re-stat) on the next lookup
 }
 

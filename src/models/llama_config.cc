@@ -21,6 +21,18 @@ int64_t LlamaConfig::NumParameters() const {
 
 bool IsBatchAxis(std::string_view axis) { return Contains(kBatchAxes, axis); }
 
+void CheckMeshAxisRole(std::string_view axis, std::string_view where) {
+  if (IsBatchAxis(axis) || axis == kTensorAxis) return;
+  Fail(
+      "{}: weft gives a mesh axis named '{}' no role: its devices would only run copies of "
+      "the same work. The axes weft has are dcn (data parallelism across slices), data (data "
+      "parallelism), fsdp (data parallelism with weights and optimizer state split by the "
+      "[sharding] rules, ZeRO-3) and tensor (tensor and sequence parallelism: heads, the MLP's "
+      "hidden units, the sequence between them); weft has no pipeline or context parallelism. "
+      "Rename the axis to one of these or drop it",
+      where, axis);
+}
+
 int64_t MeshConfig::num_devices() const { return Product(axis_sizes); }
 
 std::vector<std::string> MeshConfig::batch_axes() const {
@@ -173,8 +185,14 @@ std::string RunConfig::CanonicalText() const {
   line("train.batch_size", train.batch_size);
   // Only when set, so the hashes of configs without it stay what they were.
   if (train.grad_accum_steps != 1) line("train.grad_accum_steps", train.grad_accum_steps);
-  // Only bf16: runs from before the policy existed trained in f32.
-  if (train.precision != Precision::kF32) line("train.precision", PrecisionName(train.precision));
+  // Only bf16: runs from before the policy existed trained in f32. A config
+  // that does not say is "auto" (the trainer resolves it before it hashes
+  // the config for a checkpoint).
+  if (!train.precision) {
+    line("train.precision", "auto");
+  } else if (*train.precision != Precision::kF32) {
+    line("train.precision", PrecisionName(*train.precision));
+  }
   line("train.lr", train.lr);
   line("train.min_lr", train.min_lr);
   line("train.warmup_steps", train.warmup_steps);
@@ -194,6 +212,11 @@ std::string RunConfig::CanonicalText() const {
   line("train.beta2", train.beta2);
   line("train.eps", train.eps);
   line("train.no_weight_decay", fmt::format("[{}]", fmt::join(train.no_weight_decay, ", ")));
+  // Only when set, so the hashes of configs without validation stay put.
+  if (train.validation_documents != 0) {
+    line("train.validation_documents", train.validation_documents);
+    line("train.validation_every", train.validation_every);
+  }
   line("data.source", data.source);
   line("data.kjv_unit", data.kjv_unit);
   for (const auto& file : data.files) line("data.files[]", file.string());

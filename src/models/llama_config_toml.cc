@@ -13,6 +13,7 @@
 #include <set>
 
 #include "weft/base/algorithm.h"
+#include "weft/base/data_files.h"
 #include "weft/base/error.h"
 #include "weft/kernels/attention.h"
 #include "weft/models/llama_config.h"
@@ -266,6 +267,16 @@ void CheckModel(const LlamaConfig& m, const Where& where) {
         where("dim"), m.vocab_size, m.dim, m.n_layers, m.ffn_dim, static_cast<double>(params),
         static_cast<double>(kMaxModelParameters));
   }
+  // After the size check (which names every key of an overflowing model):
+  // the layers run as one loop, whose trip count the planner and the
+  // executor derive; 1e9 layers was refused as a loop `while.1` that names
+  // neither the config nor the key.
+  constexpr int64_t kMaxLayers = int64_t{1} << 20;
+  if (m.n_layers > kMaxLayers) {
+    Fail("{}: model.n_layers = {} is more layers than weft builds (at most {}); check the key "
+         "for a typo",
+         where("n_layers"), m.n_layers, kMaxLayers);
+  }
   if (!(std::isfinite(m.rope_theta) && m.rope_theta > 0)) {
     Fail("{}: model.rope_theta = {} must be a positive number", where("rope_theta"), m.rope_theta);
   }
@@ -295,7 +306,7 @@ void ReadModel(SectionReader& in, LlamaConfig& model) {
 void ReadTrain(SectionReader& in, TrainConfig& train) {
   in.Expect({"steps", "batch_size", "grad_accum_steps", "precision", "lr", "min_lr", "warmup_steps",
              "weight_decay", "grad_clip", "seed", "remat", "checkpoint_every", "beta1", "beta2",
-             "eps", "no_weight_decay"});
+             "eps", "no_weight_decay", "validation_documents", "validation_every"});
   in.Int("steps", train.steps, false, 1);
   in.Int("batch_size", train.batch_size, false, 1);
   in.Int("grad_accum_steps", train.grad_accum_steps, false, 1);
@@ -307,9 +318,9 @@ void ReadTrain(SectionReader& in, TrainConfig& train) {
         in.WhereKey("grad_accum_steps"), train.batch_size, train.grad_accum_steps,
         train.grad_accum_steps, train.batch_size);
   }
-  std::string precision(PrecisionName(train.precision));
+  std::string precision;  // unset: the trainer picks the CPU's fastest
   in.String("precision", precision, {"bf16", "f32"});
-  train.precision = ParsePrecision(precision, in.WhereKey("precision"));
+  if (!precision.empty()) train.precision = ParsePrecision(precision, in.WhereKey("precision"));
   in.Float("lr", train.lr);
   in.Float("min_lr", train.min_lr);
   in.Int("warmup_steps", train.warmup_steps, false, 0);
@@ -357,6 +368,10 @@ void ReadTrain(SectionReader& in, TrainConfig& train) {
   in.Float("beta2", train.beta2);
   in.Float("eps", train.eps);
   in.StringList("no_weight_decay", train.no_weight_decay);
+  // Held-out documents (their count against the [data] documents is checked
+  // when those are read, LoadDataset).
+  in.Int("validation_documents", train.validation_documents, false, 0);
+  in.Int("validation_every", train.validation_every, false, 0);
   if (!(train.lr > 0)) Fail("{}: lr must be positive, got {}", in.WhereKey("lr"), train.lr);
   if (!(train.min_lr >= 0 && train.min_lr <= train.lr)) {
     Fail("{}: min_lr = {} must be in [0, lr = {}]", in.WhereKey("min_lr"), train.min_lr, train.lr);
@@ -430,6 +445,7 @@ void ReadMesh(const toml::table* table, const std::string& source, MeshConfig& m
           "\"none\"/\"null\")",
           where, name);
     }
+    CheckMeshAxisRole(name, fmt::format("{}: [mesh] {}", where, name));
     if (!node->is_integer() || **node->as_integer() < 1) {
       Fail("{}: mesh axis '{}' needs a positive integer size, e.g. {} = 2",
            Where(source, node->source()), name, name);
@@ -645,10 +661,9 @@ RunConfig LoadRunConfig(const std::filesystem::path& path) {
   if (std::filesystem::is_directory(path, ec)) {
     Fail("config {} is a directory; give the TOML file, e.g. configs/tiny.toml", path.string());
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) Fail("cannot open config {}; check the path", path.string());
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) Fail("cannot read config {}; check the file", path.string());
+  // A TOML config is small: a device (/dev/zero) or a file over 16 MiB is
+  // refused before anything is read.
+  const std::string text = ReadInputFile(path, "config", int64_t{16} << 20);
   std::filesystem::path base = path.parent_path();
   return ParseRunConfig(text, path.string(), base.empty() ? std::filesystem::path(".") : base);
 }

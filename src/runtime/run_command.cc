@@ -19,6 +19,7 @@
 #include "weft/hlo/custom_call_targets.h"
 #include "weft/hlo/parser.h"
 #include "weft/runtime/comm_mpi.h"
+#include "weft/runtime/config.h"
 #include "weft/runtime/topology.h"
 
 namespace weft::runtime {
@@ -216,7 +217,7 @@ int64_t LocalRanks() {
 
 int RunOnThreads(const RunCommandOptions& options, std::ostream& out) {
   std::unique_ptr<HloModule> module = ReadModule(options.input);
-  int64_t n = options.num_devices;
+  int64_t n = options.num_devices.value_or(0);
   if (n == 0) {
     n = ShardingDeviceCount(*module);
     if (n == 1) n = Topology::Global().num_devices();
@@ -252,10 +253,10 @@ int RunOnThreads(const RunCommandOptions& options, std::ostream& out) {
 int RunOnRank(const RunCommandOptions& options, Communicator& comm, std::ostream& out) {
   const int64_t n = comm.num_devices();
   const int64_t rank = comm.device_id();
-  WEFT_CHECK(options.num_devices == 0 || options.num_devices == n,
+  WEFT_CHECK(!options.num_devices || *options.num_devices == n,
              "--num-devices {} does not match the {} ranks mpirun started; drop it or run "
              "mpirun -np {}",
-             options.num_devices, n, options.num_devices);
+             options.num_devices.value_or(0), n, options.num_devices.value_or(0));
   std::unique_ptr<HloModule> module = ReadModule(options.input);
   const CompiledProgram program = CompileForDevices(*module, {.num_devices = n});
   // Before anything is allocated: one device per rank, and every rank on
@@ -490,9 +491,14 @@ uint64_t OutputDigest(std::span<const HostTensor> outputs) {
 
 int RunRunCommand(const RunCommandOptions& options) {
   std::ostream& out = options.out != nullptr ? *options.out : std::cout;
-  WEFT_CHECK(options.num_devices >= 0 && options.num_devices <= kMaxDevices,
-             "--num-devices must be between 1 and {} (or 0: from the module), got {}", kMaxDevices,
-             options.num_devices);
+  // The environment first: a malformed WEFT_NUM_DEVICES (or another
+  // runtime variable) is refused even where the module's shardings decide.
+  CurrentConfig();
+  WEFT_CHECK(
+      !options.num_devices || (*options.num_devices >= 1 && *options.num_devices <= kMaxDevices),
+      "--num-devices must be between 1 and {} (leave it out for the module's or the "
+      "topology's count), got {}",
+      kMaxDevices, options.num_devices.value_or(0));
   MakeExecutorOptions(options);  // checks --max-iterations before anything runs
   if (!Topology::InsideMpi()) return RunOnThreads(options, out);
   int code = 0;

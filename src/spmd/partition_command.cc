@@ -12,13 +12,16 @@
 namespace weft {
 
 int RunPartitionCommand(const PartitionCommandOptions& options) {
+  // The flag before the file is read.
+  WEFT_CHECK(!options.num_partitions ||
+                 (*options.num_partitions >= 1 && *options.num_partitions <= kMaxDevices),
+             "--num-partitions must be between 1 and {} (leave it out for the module's count), "
+             "got {}",
+             kMaxDevices, options.num_partitions.value_or(0));
   std::unique_ptr<HloModule> module = ParseHloModuleFile(options.input);
 
-  WEFT_CHECK(options.num_partitions >= 0 && options.num_partitions <= kMaxDevices,
-             "--num-partitions must be between 1 and {} (or 0: from the module), got {}",
-             kMaxDevices, options.num_partitions);
   PartitionOptions partition;
-  partition.num_partitions = options.num_partitions;
+  partition.num_partitions = options.num_partitions.value_or(0);
   std::unique_ptr<HloModule> partitioned = PartitionModule(*module, partition);
   const std::string printed = PrintModule(
       *partitioned, options.xla_style ? HloPrintOptions::XlaStyle() : HloPrintOptions::Canonical());
@@ -27,7 +30,7 @@ int RunPartitionCommand(const PartitionCommandOptions& options) {
     (options.out ? *options.out : std::cout) << printed;
     return 0;
   }
-  WriteFileAtomically(options.output, printed);
+  WriteFileAtomically(options.output, printed, OutputTarget::kUserPath);
   return 0;
 }
 

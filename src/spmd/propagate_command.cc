@@ -61,7 +61,7 @@ int RunPropagateCommand(const PropagateCommandOptions& options) {
     if (options.explain.empty()) out << printed;
     return 0;
   }
-  WriteFileAtomically(options.output, printed);
+  WriteFileAtomically(options.output, printed, OutputTarget::kUserPath);
   return 0;
 }
 

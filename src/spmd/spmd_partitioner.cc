@@ -12,6 +12,7 @@
 #include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 #include "weft/hlo/custom_call_targets.h"
+#include "weft/hlo/verifier.h"
 
 namespace weft::spmd {
 
@@ -470,26 +471,6 @@ int64_t DevicesInShardings(const HloModule& module) {
   return devices;
 }
 
-void CheckShardings(const HloModule& module, int64_t num_partitions) {
-  for (const HloComputation* c : module.computations()) {
-    for (const HloInstruction* instr : c->instructions()) {
-      if (!instr->has_sharding()) continue;
-      auto check = [&](const HloSharding& s) {
-        WEFT_CHECK(!s.IsTiled() || s.tile_assignment().num_elements() == num_partitions,
-                   "{}: sharding {} uses {} devices but the module is partitioned over {}; "
-                   "shard every value over all devices (replicate over the rest)",
-                   instr->Describe(), s.ToString(), s.tile_assignment().num_elements(),
-                   num_partitions);
-      };
-      if (instr->sharding()->IsTuple()) {
-        for (const HloSharding& e : instr->sharding()->tuple_elements()) check(e);
-      } else {
-        check(*instr->sharding());
-      }
-    }
-  }
-}
-
 }  // namespace
 }  // namespace weft::spmd
 
@@ -501,9 +482,16 @@ std::unique_ptr<HloModule> PartitionModule(const HloModule& module,
   const HloComputation* entry = module.entry_computation();
   WEFT_CHECK(entry != nullptr, "module '{}' has no entry computation", module.name());
   int64_t n = options.num_partitions;
-  if (n <= 0)
+  std::string why = fmt::format("partitioned for {} as asked", n);
+  if (n <= 0) {
     n = module.num_partitions() > 1 ? module.num_partitions() : DevicesInShardings(module);
-  CheckShardings(module, n);
+    why = module.num_partitions() > 1
+              ? fmt::format("the module's num_partitions={}", n)
+              : fmt::format("the {} devices the module's shardings span", n);
+  }
+  // Every sharding, replica group and permute pair names one of the n
+  // devices: the rule weft run, compile, partition and the parser share.
+  CheckDeviceIds(module, n, why);
 
   auto result = std::make_unique<HloModule>(module.name());
   result->set_num_partitions(n);

@@ -69,7 +69,11 @@ void MarkOwned(const fs::path& sibling, const fs::path& name) {
 
 bool IsOwned(const fs::path& sibling) {
   std::error_code error;
-  if (!fs::is_regular_file(sibling / kOwnerMarker, error)) return false;
+  // A link (the sibling itself, or its marker) is never ours: weft makes none.
+  if (!fs::is_directory(fs::symlink_status(sibling, error)) ||
+      !fs::is_regular_file(fs::symlink_status(sibling / kOwnerMarker, error))) {
+    return false;
+  }
   try {
     return ReadFileToString(sibling / kOwnerMarker) == sibling.filename().string();
   } catch (const Error&) {
@@ -121,6 +125,16 @@ fs::path PrepareTemp(const fs::path& dir) {
   if (error) {
     Fail("cannot create {} for checkpoint {}: {}", parent.string(), dir.string(), error.message());
   }
+  // The checkpoint is replaced, never written through: a link there (to a
+  // directory elsewhere) or a file that is not a directory is refused.
+  const fs::file_status status = fs::symlink_status(dir, error);
+  WEFT_CHECK(!fs::is_symlink(status),
+             "{} is a symbolic link; weft never writes through, or replaces, a link it did not "
+             "make: remove it (or give another directory)",
+             dir.string());
+  WEFT_CHECK(!fs::exists(status) || fs::is_directory(status),
+             "{} exists and is not a directory; refusing to replace it (choose another directory)",
+             dir.string());
   if (fs::exists(dir, error) && !fs::exists(dir / kStateFile, error) && !fs::is_empty(dir, error)) {
     Fail("{} exists and is not a checkpoint; refusing to replace it (choose another directory)",
          dir.string());
@@ -137,9 +151,7 @@ fs::path PrepareTemp(const fs::path& dir) {
   for (const fs::path& stale : OwnedSiblings(dir, kTempTag)) fs::remove_all(stale, error);
   for (const fs::path& stale : OwnedSiblings(dir, kOldTag)) fs::remove_all(stale, error);
   fs::remove(dir / kOwnerMarker, error);  // a crash between marking and retiring
-  const fs::path temp = UniqueSiblingPath(dir, kTempTag);
-  fs::create_directory(temp, error);
-  if (error) Fail("cannot create {}: {}", temp.string(), error.message());
+  const fs::path temp = CreateUniqueSiblingDirectory(dir, kTempTag);
   MarkOwned(temp, temp);
   return temp;
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "weft/base/error.h"
+#include "weft/base/memory.h"
 #include "weft/compiler/compile.h"
 #include "weft/data/corpus.h"
 #include "weft/data/tokenizer.h"
@@ -25,28 +26,11 @@ namespace {
 namespace fs = std::filesystem;
 using Tensor = runtime::HostTensor;
 
-// The program's five data inputs for windows [first, first + B) (rows past
-// the last window are padding: no segment, no loss) and the number of
-// predicted tokens among them.
+// The program's five data inputs for windows [first, first + B) and the
+// number of predicted tokens among them.
 std::vector<Tensor> WindowBatch(const std::vector<std::vector<int32_t>>& windows, size_t first,
                                 int64_t B, int64_t S, int64_t* predicted) {
-  Batch b = Batch::Zeros(B, S);
-  *predicted = 0;
-  for (int64_t r = 0; r < B && first + r < windows.size(); ++r) {
-    const std::vector<int32_t>& w = windows[first + r];
-    const int64_t n = static_cast<int64_t>(w.size());
-    for (int64_t t = 0; t < n; ++t) {
-      const int64_t i = r * S + t;
-      b.tokens[i] = w[t];
-      b.segment_ids[i] = 1;
-      b.positions[i] = static_cast<int32_t>(t);
-      if (t + 1 < n) {
-        b.targets[i] = w[t + 1];
-        b.loss_mask[i] = 1;
-      }
-    }
-    *predicted += n - 1;
-  }
+  const Batch b = EvalBatch(windows, first, B, S, predicted);
   return {Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, b.tokens),
           Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, b.targets),
           Tensor::FromVector<float>(PrimitiveType::kF32, {B, S}, b.loss_mask),
@@ -73,6 +57,29 @@ compiler::CompiledProgram CompileEvalProgram(const RunConfig& run, int64_t B, in
 
 }  // namespace
 
+Batch EvalBatch(const std::vector<std::vector<int32_t>>& windows, size_t first, int64_t batch_size,
+                int64_t seq_len, int64_t* predicted) {
+  Batch b = Batch::Zeros(batch_size, seq_len);
+  *predicted = 0;
+  for (int64_t r = 0; r < batch_size && first + r < windows.size(); ++r) {
+    const std::vector<int32_t>& w = windows[first + r];
+    const int64_t n = static_cast<int64_t>(w.size());
+    WEFT_INTERNAL_CHECK(n <= seq_len, "a window of {} tokens in rows of {}", n, seq_len);
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t i = r * seq_len + t;
+      b.tokens[i] = w[t];
+      b.segment_ids[i] = 1;
+      b.positions[i] = static_cast<int32_t>(t);
+      if (t + 1 < n) {
+        b.targets[i] = w[t + 1];
+        b.loss_mask[i] = 1;
+      }
+    }
+    *predicted += n - 1;
+  }
+  return b;
+}
+
 EvalModel LoadEvalModel(const fs::path& dir) {
   EvalModel m;
   std::error_code error;
@@ -97,6 +104,8 @@ EvalModel LoadEvalModel(const fs::path& dir) {
   m.config = LlamaConfigFromExtras(checkpoint.state.extra, m.what);
   m.precision = TrainedPrecision(checkpoint.state.extra, m.what);
   m.weights = std::move(checkpoint.model);
+  // Refused now, before any text is read, unless it is the run's own.
+  LoadCheckpointTokenizer(files.tokenizer, checkpoint.state.extra, m.config.vocab_size, m.what);
   m.tokenizer = files.tokenizer;
   return m;
 }
@@ -114,10 +123,19 @@ std::vector<std::vector<int32_t>> EvalWindows(const TokenizedCorpus& corpus, int
   return windows;
 }
 
+void CheckEvalOptions(const EvalOptions& o) {
+  WEFT_CHECK(!o.seq_len || *o.seq_len >= 2,
+             "--seq {}: give a window of at least 2 tokens (leave it out for the model's seq_len)",
+             o.seq_len.value_or(0));
+  WEFT_CHECK(!o.batch_size || *o.batch_size >= 1,
+             "--batch {}: give the windows per program run, at least 1 (leave it out for 8, "
+             "rounded up to the mesh's batch axes)",
+             o.batch_size.value_or(0));
+}
+
 EvalResult Evaluate(const EvalModel& model, const EvalOptions& o) {
   WEFT_CHECK(!o.data_files.empty(), "no text to evaluate on; give --data FILE (one document each)");
-  WEFT_CHECK(o.seq_len >= 0 && o.batch_size >= 0, "--seq {} and --batch {} must be positive",
-             o.seq_len, o.batch_size);
+  CheckEvalOptions(o);
   const Tokenizer tokenizer = Tokenizer::Load(model.tokenizer);
   WEFT_CHECK(tokenizer.vocab_size() <= model.config.vocab_size,
              "{}: the tokenizer {} has {} pieces but the model only {} embeddings; use the "
@@ -126,7 +144,7 @@ EvalResult Evaluate(const EvalModel& model, const EvalOptions& o) {
   const std::vector<Document> documents = LoadTextFiles(o.data_files);
   WEFT_CHECK(!documents.empty(), "the --data files are empty; give text to evaluate on");
   const std::vector<std::vector<int32_t>> windows = EvalWindows(
-      TokenizeDocuments(documents, tokenizer), o.seq_len > 0 ? o.seq_len : model.config.seq_len);
+      TokenizeDocuments(documents, tokenizer), o.seq_len.value_or(model.config.seq_len));
 
   WEFT_CHECK(!windows.empty(), "the --data files give no token to predict");
   EvalResult r;
@@ -138,7 +156,7 @@ EvalResult Evaluate(const EvalModel& model, const EvalOptions& o) {
   run.model = model.config;
   run.model.seq_len = r.seq_len;
   const int64_t ways = run.mesh.batch_ways();
-  r.batch_size = o.batch_size > 0 ? o.batch_size : (8 + ways - 1) / ways * ways;
+  r.batch_size = o.batch_size.value_or((8 + ways - 1) / ways * ways);
   r.num_devices = run.mesh.num_devices();
   StepProgramOptions shape;
   shape.batch_size = r.batch_size;
@@ -148,6 +166,17 @@ EvalResult Evaluate(const EvalModel& model, const EvalOptions& o) {
   LlamaForward forward;
   const compiler::CompiledProgram program = CompileEvalProgram(
       run, r.batch_size, r.seq_len, o.precision.value_or(model.precision), &forward);
+  // Before anything is allocated: the devices' memory plan, the weights and
+  // a batch of inputs against the machine's memory.
+  const runtime::RunMemoryEstimate memory =
+      runtime::EstimateRunMemory(*forward.module, program, r.num_devices, /*check=*/false);
+  const int64_t physical = PhysicalMemoryBytes();
+  WEFT_CHECK(physical <= 0 || memory.total_bytes <= physical,
+             "{}: a batch of {} windows of {} tokens (--batch, --seq) on {} device(s) needs {} "
+             "at once ({} per device), more than this machine's {} of memory; nothing was "
+             "allocated. Give a smaller --batch (the text makes {} windows) or --seq",
+             model.what, r.batch_size, r.seq_len, r.num_devices, FormatBytes(memory.total_bytes),
+             FormatBytes(memory.device_peak_bytes), FormatBytes(physical), r.windows);
   std::vector<Tensor> weights;
   for (const LlamaWeight& w : forward.weights) {
     const auto it = model.weights.find(w.name);

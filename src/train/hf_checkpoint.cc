@@ -1,12 +1,18 @@
 #include "weft/train/hf_checkpoint.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <system_error>
 #include <vector>
 
 #include "weft/base/atomic_file.h"
@@ -327,6 +333,97 @@ struct RemoveOnFailure {
   }
 };
 
+// OUT_DIR as an absolute path. OUT_DIR is the user's own path, so a link
+// there is followed (the export goes to the directory it names; the link
+// stays) as `cp` would; a dangling link is refused.
+fs::path ExportTarget(const fs::path& out) {
+  fs::path target = fs::absolute(out).lexically_normal();
+  if (!target.has_filename()) target = target.parent_path();  // "out/"
+  std::error_code error;
+  if (!fs::is_symlink(fs::symlink_status(target, error))) return target;
+  const fs::path resolved = fs::canonical(target, error);
+  WEFT_CHECK(!error,
+             "{} is a symbolic link to {}, which does not exist; weft export does not create "
+             "directories through links: give the directory itself",
+             out.string(), fs::read_symlink(target, error).string());
+  CheckExportTarget(resolved);
+  return resolved;
+}
+
+// The export's hold on OUT_DIR: made if absent (and removed again if the
+// export fails), flocked, so that a second export into it is refused by name
+// while this one runs, and checked empty under the lock.
+class ExportLock {
+ public:
+  ExportLock(const fs::path& target, const fs::path& out) : target_(target) {
+    std::error_code error;
+    const fs::path parent = target.parent_path();
+    fs::create_directories(parent, error);
+    if (error) {
+      Fail("cannot create {} for OUT_DIR {}: {}; give an OUT_DIR in a writable place",
+           parent.string(), out.string(), error.message());
+    }
+    if (::mkdir(target.c_str(), 0755) == 0) {
+      created_ = true;
+    } else if (errno != EEXIST) {
+      Fail("cannot create OUT_DIR {}: {}; give an OUT_DIR in a writable place", out.string(),
+           std::generic_category().message(errno));
+    }
+    try {
+      Hold(out);
+    } catch (...) {
+      Release();
+      throw;
+    }
+  }
+  ~ExportLock() { Release(); }
+  ExportLock(const ExportLock&) = delete;
+  ExportLock& operator=(const ExportLock&) = delete;
+
+  // The export is in place: nothing to remove.
+  void Done() { created_ = false; }
+
+ private:
+  void Hold(const fs::path& out) {
+    const fs::path& target = target_;
+    std::error_code error;
+    fd_ = ::open(target.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd_ < 0) {
+      Fail("cannot open OUT_DIR {}: {}; give a new directory", out.string(),
+           std::generic_category().message(errno));
+    }
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int saved = errno;
+      if (saved == EWOULDBLOCK) created_ = false;  // the holder's now, not ours to remove
+      WEFT_CHECK(saved != EWOULDBLOCK,
+                 "OUT_DIR {} is being written by another weft export; wait for it to end, or give "
+                 "another OUT_DIR",
+                 out.string());
+      Fail("cannot lock OUT_DIR {}: {}", out.string(), std::generic_category().message(saved));
+    }
+    // Under the lock: still the directory that was opened, and still empty
+    // (an export that finished meanwhile has filled it).
+    struct stat held {};
+    struct stat now {};
+    WEFT_CHECK(::fstat(fd_, &held) == 0 && ::lstat(target.c_str(), &now) == 0 &&
+                   held.st_dev == now.st_dev && held.st_ino == now.st_ino &&
+                   fs::is_empty(target, error) && !error,
+               "{} exists and is not an empty directory (another export wrote it meanwhile?); "
+               "weft export writes a new directory and never replaces files: give a new OUT_DIR",
+               out.string());
+  }
+  void Release() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    if (created_) ::rmdir(target_.c_str());  // only while empty: the failed export's own
+    created_ = false;
+  }
+
+  fs::path target_;
+  int fd_ = -1;
+  bool created_ = false;
+};
+
 }  // namespace
 
 TensorMap ToHfTensors(const LlamaConfig& config, const TensorMap& weights, PrimitiveType dtype) {
@@ -525,7 +622,12 @@ HfModel LoadHf(const fs::path& dir) {
   std::map<std::string, std::string> file_of;
   const fs::path index_path = dir / "model.safetensors.index.json";
   const fs::path single = dir / "model.safetensors";
-  if (fs::is_regular_file(index_path, error)) {
+  // transformers' from_pretrained looks for model.safetensors first and
+  // reads the index only when there is none: a directory holding both
+  // loads the single file there, so it does here (docs/HUGGINGFACE.md).
+  const bool sharded =
+      !fs::is_regular_file(single, error) && fs::is_regular_file(index_path, error);
+  if (sharded) {
     const std::string what = index_path.string();
     Json index;
     try {
@@ -586,11 +688,9 @@ void WriteHfDirectory(const fs::path& out, const LlamaConfig& config, const Tens
              config.vocab_size);
   const TensorMap hf = ToHfTensors(config, weights, options.dtype);
 
-  fs::path target = fs::absolute(out).lexically_normal();
-  if (!target.has_filename()) target = target.parent_path();  // "out/"
-  fs::create_directories(target.parent_path());
-  RemoveOnFailure temp{UniqueSiblingPath(target, ".tmp-")};
-  fs::create_directory(temp.dir);
+  const fs::path target = ExportTarget(out);
+  ExportLock lock(target, out);
+  RemoveOnFailure temp{CreateUniqueSiblingDirectory(target, ".tmp-")};
   WriteHfWeights(temp.dir, config, hf, options.max_shard_bytes);
   WriteFileAtomically(temp.dir / "config.json", HfConfigJson(config, options.dtype));
   WriteFileAtomically(temp.dir / "tokenizer.model", tokenizer_model);
@@ -598,10 +698,14 @@ void WriteHfDirectory(const fs::path& out, const LlamaConfig& config, const Tens
                       TokenizerConfigJson(tokenizer, config.seq_len));
   WriteFileAtomically(temp.dir / "special_tokens_map.json", SpecialTokensJson(tokenizer));
   SyncDirectory(temp.dir);
-  std::error_code error;
-  if (fs::exists(target, error)) fs::remove(target);  // empty (CheckExportTarget)
-  fs::rename(temp.dir, target);
+  // rename(2) replaces the (empty, locked) target directory in one step and
+  // refuses one that is not empty.
+  if (::rename(temp.dir.c_str(), target.c_str()) != 0) {
+    Fail("cannot move the export into {}: {}; give a new OUT_DIR", out.string(),
+         std::generic_category().message(errno));
+  }
   temp.dir.clear();
+  lock.Done();
   SyncDirectory(target.parent_path());
 }
 

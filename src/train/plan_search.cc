@@ -49,6 +49,11 @@ AutoPlan SearchPlans(const RunConfig& config, const AutoPlanOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   WEFT_CHECK(options.chips >= 1, "--chips {}: give the number of chips to plan for (at least 1)",
              options.chips);
+  // Here, not where the meshes are made: a count over the bound was blamed
+  // on --dcn, which the user never gave.
+  WEFT_CHECK(options.chips <= kMaxMeshDevices,
+             "--chips {}: more than {} chips, the most weft plans or runs; give at most {}",
+             options.chips, kMaxMeshDevices, kMaxMeshDevices);
   WEFT_CHECK(options.headroom >= 0 && options.headroom < 1,
              "--headroom {}: give the fraction of HBM to keep free, in [0, 1)", options.headroom);
   AutoPlan plan;

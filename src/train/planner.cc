@@ -311,7 +311,9 @@ StepPlan PlanTrainingStep(const RunConfig& input_config, const PlanOptions& opti
     plan.chip.matrix_efficiency = *options.matrix_efficiency;
   }
   plan.chips_file = chips_file.string();
-  plan.precision = options.precision.value_or(config.train.precision);
+  // A config that does not say: bf16, which every chip in the table has
+  // units for (the trainer's choice by the CPU is no guide to the target's).
+  plan.precision = options.precision.value_or(config.train.precision.value_or(Precision::kBf16));
 
   RematPolicy remat = config.train.remat;
   if (!options.remat.empty()) remat = ParseRematPolicy(options.remat, "--remat");

@@ -138,7 +138,13 @@ MeshConfig ParseAxisPairs(std::string_view flag, std::string_view text) {
 
 }  // namespace
 
-MeshConfig ParseMeshFlag(std::string_view text) { return ParseAxisPairs("--mesh", text); }
+MeshConfig ParseMeshFlag(std::string_view text) {
+  MeshConfig mesh = ParseAxisPairs("--mesh", text);
+  for (const std::string& axis : mesh.axis_names) {
+    CheckMeshAxisRole(axis, fmt::format("--mesh '{}'", text));
+  }
+  return mesh;
+}
 
 std::string MeshText(const MeshConfig& mesh) {
   std::string out;
@@ -270,7 +276,7 @@ StepProgram BuildStepProgram(const RunConfig& config, const StepProgramOptions& 
   LlamaBuildOptions build;
   build.batch_size = p.batch_size;
   build.seq_len = p.seq_len;
-  build.precision = options.precision.value_or(config.train.precision);
+  build.precision = options.precision.value_or(config.train.precision.value_or(Precision::kBf16));
   if (!config.mesh.axis_names.empty()) build.run = &config;
   p.forward = BuildLlamaForward(config.model, build);
 

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -34,6 +35,35 @@ fs::path NearestExisting(const fs::path& dir) {
   std::error_code error;
   while (!fs::exists(p, error) && p.has_parent_path() && p.parent_path() != p) p = p.parent_path();
   return p;
+}
+
+// The entries of a run directory that weft writes, replaces or removes, and
+// what each must be where it exists. Weft never writes through, or replaces,
+// a symbolic link it did not make: a link (or another kind of file) in one of
+// these places is refused by name before anything is written.
+struct ManagedEntry {
+  const char* name;
+  bool directory;
+};
+constexpr ManagedEntry kManagedEntries[] = {
+    {kLockFile, false},         {"checkpoint", true}, {"metrics.jsonl", false},
+    {"tokenizer.model", false}, {"loss.svg", false},
+};
+
+void CheckManagedEntries(const fs::path& dir) {
+  for (const ManagedEntry& entry : kManagedEntries) {
+    const fs::path path = dir / entry.name;
+    struct stat info {};
+    if (::lstat(path.c_str(), &info) != 0) continue;  // absent
+    WEFT_CHECK(!S_ISLNK(info.st_mode),
+               "{} is a symbolic link; weft never writes through, or replaces, a link in a run "
+               "directory: remove it (copy what it names there if the run needs it), or give "
+               "another --out",
+               path.string());
+    WEFT_CHECK(entry.directory ? S_ISDIR(info.st_mode) : S_ISREG(info.st_mode),
+               "{} is not a {}, which weft writes there; remove it, or give another --out",
+               path.string(), entry.directory ? "directory" : "regular file");
+  }
 }
 
 }  // namespace
@@ -77,11 +107,23 @@ RunDirLock::RunDirLock(const fs::path& dir) : dir_(dir) {
   }
   WEFT_CHECK(fs::is_directory(dir, error),
              "--out {}: exists and is not a directory; give a directory", dir.string());
+  CheckManagedEntries(dir);
   const fs::path lock = dir / kLockFile;
-  fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // O_NOFOLLOW: a link planted since the check is refused, never followed.
+  fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+  struct stat info {};
+  if (fd_ >= 0 && (::fstat(fd_, &info) != 0 || !S_ISREG(info.st_mode))) {
+    ::close(fd_);
+    fd_ = -1;
+    errno = ELOOP;
+  }
   if (fd_ < 0) {
     const int saved = errno;
     if (!created_.empty()) fs::remove_all(created_, error);
+    WEFT_CHECK(saved != ELOOP,
+               "{} is not a regular file (a symbolic link?); weft never writes through it: "
+               "remove it, or give another --out",
+               lock.string());
     Fail("cannot open {}: {}; give a writable --out", lock.string(), ErrnoText(saved));
   }
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {

@@ -12,6 +12,7 @@
 #include "weft/base/algorithm.h"
 #include "weft/base/atomic_file.h"
 #include "weft/base/error.h"
+#include "weft/base/memory.h"
 #include "weft/runtime/executor_tensor.h"
 
 namespace weft {
@@ -259,8 +260,63 @@ void WriteSafetensors(const std::filesystem::path& path, const TensorMap& tensor
   file.Commit();
 }
 
+namespace {
+
+// The header of `file`, read and checked (ParseSafetensorsHeader) against
+// the file's size; no tensor data is read.
+SafetensorsHeader ReadHeader(const InputFile& file, std::string_view what) {
+  const uint64_t size = file.size();
+  std::string prefix(static_cast<size_t>(std::min<uint64_t>(size, 8)), '\0');
+  file.ReadAt(0, prefix.data(), prefix.size());
+  if (size >= 8) {
+    uint64_t header_length = 0;
+    std::memcpy(&header_length, prefix.data(), 8);
+    if (header_length <= kMaxHeaderBytes && header_length <= size - 8) {
+      prefix.resize(8 + header_length);
+      file.ReadAt(8, prefix.data() + 8, header_length);
+    }
+  }
+  return ParseSafetensorsHeader(prefix, size, what);
+}
+
+// A device (/dev/zero) or a FIFO is refused by name before it is opened (a
+// FIFO's open would wait for a writer).
+void CheckRegularFile(const std::filesystem::path& path) {
+  std::error_code error;
+  const std::filesystem::file_status status = std::filesystem::status(path, error);
+  if (!error && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    Fail("{} is not a regular file (a directory, a device or a FIFO); give a safetensors file",
+         path.string());
+  }
+}
+
+}  // namespace
+
 SafetensorsFile ReadSafetensors(const std::filesystem::path& path) {
-  return ParseSafetensors(ReadFileToString(path), path.string());
+  // The header first, checked against the file's size; then each tensor's
+  // bytes straight into the tensor: the file is never held whole.
+  CheckRegularFile(path);
+  InputFile file(path);
+  SafetensorsHeader header = ReadHeader(file, path.string());
+  uint64_t data_bytes = 0;
+  for (const auto& [name, entry] : header.tensors) data_bytes += entry.end - entry.begin;
+  const int64_t memory = PhysicalMemoryBytes();
+  WEFT_CHECK(memory <= 0 || data_bytes <= static_cast<uint64_t>(memory),
+             "{}: its tensors are {} ({} bytes), more than this machine's {} of memory; nothing "
+             "was read",
+             path.string(), FormatBytes(static_cast<int64_t>(data_bytes)), data_bytes,
+             FormatBytes(memory));
+  SafetensorsFile out;
+  out.metadata = std::move(header.metadata);
+  for (auto& [name, entry] : header.tensors) {
+    HostTensor tensor =
+        HostTensor::Uninitialized(Shape(entry.spec.dtype, std::move(entry.spec.shape)));
+    if (tensor.byte_size() > 0) {
+      file.ReadAt(entry.begin, tensor.mutable_raw_data(), static_cast<size_t>(tensor.byte_size()));
+    }
+    out.tensors.emplace(name, std::move(tensor));
+  }
+  return out;
 }
 
 SafetensorsFile ParseSafetensors(std::string_view bytes, std::string_view what) {
@@ -280,19 +336,9 @@ SafetensorsFile ParseSafetensors(std::string_view bytes, std::string_view what) 
 }
 
 SafetensorsHeader ReadSafetensorsHeader(const std::filesystem::path& path) {
+  CheckRegularFile(path);
   InputFile file(path);
-  const uint64_t size = file.size();
-  std::string prefix(static_cast<size_t>(std::min<uint64_t>(size, 8)), '\0');
-  file.ReadAt(0, prefix.data(), prefix.size());
-  if (size >= 8) {
-    uint64_t header_length = 0;
-    std::memcpy(&header_length, prefix.data(), 8);
-    if (header_length <= kMaxHeaderBytes && header_length <= size - 8) {
-      prefix.resize(8 + header_length);
-      file.ReadAt(8, prefix.data() + 8, header_length);
-    }
-  }
-  return ParseSafetensorsHeader(prefix, size, path.string());
+  return ReadHeader(file, path.string());
 }
 
 SafetensorsHeader ParseSafetensorsHeader(std::string_view bytes, uint64_t file_bytes,

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "weft/base/crc32c.h"
 #include "weft/base/error.h"
 #include "weft/models/llama.h"
 #include "weft/runtime/executor.h"
@@ -74,6 +75,30 @@ RunFiles LocateRunFiles(const fs::path& dir) {
       "no tokenizer for the checkpoint {}: looked for {}; copy the run's tokenizer.model "
       "(written by `weft train` into its output directory) there",
       files.checkpoint.string(), fmt::join(names, " and "));
+}
+
+Tokenizer LoadCheckpointTokenizer(const fs::path& path, const Metadata& extra,
+                                  int64_t model_vocab_size, std::string_view what) {
+  Tokenizer tokenizer = Tokenizer::Load(path);
+  const std::string crc = Crc32cText(Crc32c(tokenizer.serialized_model()));
+  const std::string vocab = std::to_string(tokenizer.vocab_size());
+  const auto recorded_crc = extra.find("tokenizer.crc32c");
+  const auto recorded_vocab = extra.find("tokenizer.vocab_size");
+  const bool crc_ok = recorded_crc == extra.end() || recorded_crc->second == crc;
+  const bool vocab_ok = recorded_vocab == extra.end() || recorded_vocab->second == vocab;
+  WEFT_CHECK(crc_ok && vocab_ok,
+             "{} is not the tokenizer {} was trained with: its state.json records {} pieces, {}; "
+             "this file has {} pieces, {}. Its token ids would mean other words: give the "
+             "tokenizer.model `weft train` wrote into that run's output directory",
+             path.string(), what,
+             recorded_vocab == extra.end() ? std::string("?") : recorded_vocab->second,
+             recorded_crc == extra.end() ? std::string("no checksum") : recorded_crc->second, vocab,
+             crc);
+  WEFT_CHECK(tokenizer.vocab_size() <= model_vocab_size,
+             "{}: the tokenizer {} has {} pieces but the model only {} embeddings; give the "
+             "tokenizer.model of the run that wrote the checkpoint",
+             what, path.string(), tokenizer.vocab_size(), model_vocab_size);
+  return tokenizer;
 }
 
 LlamaConfig LlamaConfigFromExtras(const Metadata& extra, std::string_view what) {
@@ -216,7 +241,8 @@ Sampler Sampler::Load(const fs::path& dir, std::optional<Precision> precision) {
   const std::string what = fmt::format("checkpoint {}", files.checkpoint.string());
   const LlamaConfig config = LlamaConfigFromExtras(checkpoint.state.extra, what);
   auto impl = std::make_unique<Impl>(
-      config, checkpoint.model, Tokenizer::Load(files.tokenizer),
+      config, checkpoint.model,
+      LoadCheckpointTokenizer(files.tokenizer, checkpoint.state.extra, config.vocab_size, what),
       precision.value_or(TrainedPrecision(checkpoint.state.extra, what)), what);
   impl->step = checkpoint.state.step;
   impl->checkpoint_dir = files.checkpoint;

@@ -159,6 +159,7 @@ std::string RenderSvgPlot(std::span<const PlotSeries> series, const PlotOptions&
       }
       points.clear();
     };
+    std::string dots;
     for (size_t k = 0; k < s.x.size(); ++k) {
       if (!x.Usable(s.x[k]) || !y.Usable(s.y[k])) {
         flush();
@@ -166,8 +167,13 @@ std::string RenderSvgPlot(std::span<const PlotSeries> series, const PlotOptions&
       }
       if (!points.empty()) points += ' ';
       points += fmt::format("{:.2f},{:.2f}", x.ToPixel(s.x[k]), y.ToPixel(s.y[k]));
+      if (s.markers) {
+        dots += fmt::format("<circle cx=\"{:.2f}\" cy=\"{:.2f}\" r=\"3\" fill=\"{}\"/>\n",
+                            x.ToPixel(s.x[k]), y.ToPixel(s.y[k]), color);
+      }
     }
     flush();
+    svg += dots;
   }
   // Legend, top right inside the plot.
   double ly = kTop + 16;

@@ -15,12 +15,15 @@
 
 #include "trainer_setup.h"
 #include "weft/base/atomic_file.h"
+#include "weft/base/cpu.h"
 #include "weft/base/error.h"
+#include "weft/kernels/simd.h"
 #include "weft/runtime/comm_threads.h"
 #include "weft/runtime/executor.h"
 #include "weft/runtime/topology.h"
 #include "weft/train/checkpoint.h"
 #include "weft/train/dataset.h"
+#include "weft/train/eval.h"
 #include "weft/train/hf_checkpoint.h"
 #include "weft/train/optimizer.h"
 #include "weft/train/program.h"
@@ -53,6 +56,7 @@ struct MetricsLine {
   std::string text;
   int64_t step = 0;
   std::optional<double> loss;  // null: non-finite
+  std::optional<double> validation_loss;  // a validation step's finite val_loss
 };
 
 std::vector<MetricsLine> ReadMetrics(const std::filesystem::path& path) {
@@ -69,6 +73,8 @@ std::vector<MetricsLine> ReadMetrics(const std::filesystem::path& path) {
     m.step = step->get<int64_t>();
     const auto loss = j.find("loss");
     if (loss != j.end() && loss->is_number()) m.loss = loss->get<double>();
+    const auto val = j.find("val_loss");
+    if (val != j.end() && val->is_number()) m.validation_loss = val->get<double>();
     out.push_back(std::move(m));
   }
   return out;
@@ -114,6 +120,10 @@ class Reporter {
                         {"grad_norm", m.grad_norm}, {"lr", m.lr},
                         {"tokens", m.tokens},       {"tokens_per_s", m.tokens_per_second},
                         {"step_s", m.step_seconds}, {"skipped", m.skipped}};
+    if (m.validation_loss) {
+      j["val_loss"] = *m.validation_loss;
+      validation_ = fmt::format("  val loss {:.4f}", *m.validation_loss);
+    }
     metrics_ << j.dump() << "\n";
     metrics_.flush();
     const double elapsed = std::chrono::duration<double>(Clock::now() - t0_).count();
@@ -131,18 +141,20 @@ class Reporter {
       const int width = 24;
       const int filled =
           static_cast<int>(width * (m.step - start_) / std::max<int64_t>(1, end_ - start_));
-      std::cerr << fmt::format("\r[{}{}] step {}/{}  loss {:.4f}  {:.0f} tok/s  ETA {}   ",
+      std::cerr << fmt::format("\r[{}{}] step {}/{}  loss {:.4f}{}  {:.0f} tok/s  ETA {}   ",
                                std::string(filled, '#'), std::string(width - filled, '.'), m.step,
-                               end_, m.loss, tps, FormatDuration(eta))
+                               end_, m.loss, validation_, tps, FormatDuration(eta))
                 << std::flush;
       if (m.step == end_) std::cerr << "\n";
     } else {
       const int64_t every = std::max<int64_t>(1, (end_ - start_) / 20);
-      if (m.step == start_ + 1 || m.step % every == 0 || m.step == end_) {
+      if (m.step == start_ + 1 || m.step % every == 0 || m.step == end_ || m.validation_loss) {
         log_ << fmt::format(
-            "step {:>5}/{}  loss {:.4f}  grad norm {:.3f}  lr {:.2e}  {:.0f} tok/s  "
+            "step {:>5}/{}  loss {:.4f}{}  grad norm {:.3f}  lr {:.2e}  {:.0f} tok/s  "
             "ETA {}\n",
-            m.step, end_, m.loss, m.grad_norm, m.lr, tps, FormatDuration(eta));
+            m.step, end_, m.loss,
+            m.validation_loss ? fmt::format("  val loss {:.4f}", *m.validation_loss) : "",
+            m.grad_norm, m.lr, tps, FormatDuration(eta));
         log_.flush();
       }
     }
@@ -156,6 +168,7 @@ class Reporter {
   std::ofstream metrics_;
   Clock::time_point t0_;
   double tokens_ = 0;
+  std::string validation_;  // the bar's "  val loss x" since the last validation step
 };
 
 // All devices' sum of `local` (added in device order, the same bits everywhere).
@@ -264,10 +277,12 @@ class DeviceTrainer {
             std::vector<StepMetrics>* metrics) {
     for (int64_t step = start; step < end; ++step) {
       const auto t0 = Clock::now();
-      const StepMetrics m = Step(step, it.Next());
+      StepMetrics m = Step(step, it.Next());
+      const double step_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (ValidationDue(step + 1)) m.validation_loss = Validate();
       if (reporter) {
         StepMetrics mm = m;
-        mm.step_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+        mm.step_seconds = step_seconds;  // the validation's time not counted
         mm.tokens_per_second = mm.step_seconds > 0 ? mm.tokens / mm.step_seconds : 0;
         reporter->Step(mm);
         metrics->push_back(mm);
@@ -283,6 +298,44 @@ class DeviceTrainer {
   }
 
  private:
+  // After step `done` (1-based): every validation_every steps and the
+  // schedule's last, so a resumed run validates where an uninterrupted one does.
+  bool ValidationDue(int64_t done) const {
+    if (run_.validation_windows.empty()) return false;
+    const int64_t every = run_.config.train.validation_every;
+    return done == run_.config.train.steps || (every > 0 && done % every == 0);
+  }
+
+  // The mean cross-entropy per predicted token over the held-out windows:
+  // the step program's loss (a mean over its batch's predicted tokens)
+  // weighted by each batch's predicted tokens, in double, in window order;
+  // its gradients are not used and nothing is updated. The same on every
+  // device.
+  double Validate() {
+    const auto& windows = run_.validation_windows;
+    const int64_t B = run_.program.batch_size, S = run_.program.seq_len;
+    double nll = 0;
+    int64_t tokens = 0;
+    for (size_t first = 0; first < windows.size(); first += static_cast<size_t>(B)) {
+      int64_t predicted = 0;
+      const Batch batch = EvalBatch(windows, first, B, S, &predicted);
+      const std::vector<Tensor> out = RunProgram(DataTensors(batch), 0, B);
+      nll += out[0].GetDouble(0) * static_cast<double>(predicted);
+      tokens += predicted;
+    }
+    return nll / static_cast<double>(tokens);
+  }
+
+  // The program's five data inputs for `batch`.
+  static std::vector<Tensor> DataTensors(const Batch& batch) {
+    const int64_t B = batch.batch_size, S = batch.seq_len;
+    return {Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, batch.tokens),
+            Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, batch.targets),
+            Tensor::FromVector<float>(PrimitiveType::kF32, {B, S}, batch.loss_mask),
+            Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, batch.segment_ids),
+            Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, batch.positions)};
+  }
+
   // The program on rows [k * rows, (k + 1) * rows) of the batch's `data`
   // (the whole batch when not accumulating): this device's share of them.
   std::vector<Tensor> RunProgram(const std::vector<Tensor>& data, int64_t k, int64_t rows) {
@@ -352,12 +405,7 @@ class DeviceTrainer {
     WEFT_INTERNAL_CHECK(B == run_.program.batch_size * accum_steps_,
                         "a batch of {} rows for a step of {} x {} rows", B, accum_steps_,
                         run_.program.batch_size);
-    const std::vector<Tensor> data = {
-        Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, batch.tokens),
-        Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, batch.targets),
-        Tensor::FromVector<float>(PrimitiveType::kF32, {B, S}, batch.loss_mask),
-        Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, batch.segment_ids),
-        Tensor::FromVector<int32_t>(PrimitiveType::kS32, {B, S}, batch.positions)};
+    const std::vector<Tensor> data = DataTensors(batch);
     optimizer_seconds_ = 0;
     optimizer_others_seconds_ = 0;
     StepMetrics m;
@@ -531,17 +579,27 @@ void RunDevice(const Run& run, Communicator& comm, TrainResult* result) {
 void Finish(const Run& run, const TrainResult& result, const std::string& backend) {
   std::ostream& log = run.options.log ? *run.options.log : std::cout;
   // The curve from the whole metrics file (steps before a resume included).
-  PlotSeries loss;
+  std::vector<PlotSeries> curves(2);
+  PlotSeries &loss = curves[0], &validation = curves[1];
   loss.name = "loss";
+  validation.name = "validation loss";
+  validation.markers = true;  // a point every validation_every steps
   for (const MetricsLine& m : ReadMetrics(run.out / "metrics.jsonl")) {
+    if (m.validation_loss) {
+      validation.x.push_back(static_cast<double>(m.step));
+      validation.y.push_back(*m.validation_loss);
+    }
     if (!m.loss) continue;  // a non-finite loss has no point on the curve
     loss.x.push_back(static_cast<double>(m.step));
     loss.y.push_back(*m.loss);
   }
-  WriteSvgPlot(run.out / "loss.svg", std::span<const PlotSeries>(&loss, 1),
-               {.title = fmt::format("{}: training loss", run.config.source),
-                .x_label = "step",
-                .y_label = "loss (mean cross-entropy, nats)"});
+  if (validation.x.empty()) curves.pop_back();
+  WriteSvgPlot(
+      run.out / "loss.svg", curves,
+      {.title = fmt::format("{}: {}", run.config.source,
+                            curves.size() > 1 ? "training and validation loss" : "training loss"),
+       .x_label = "step",
+       .y_label = "loss (mean cross-entropy, nats)"});
   if (result.steps.empty()) return;
   double tokens = 0, seconds = 0;
   for (const StepMetrics& m : result.steps) {
@@ -560,6 +618,16 @@ void Finish(const Run& run, const TrainResult& result, const std::string& backen
       MeshText(run.config.mesh), micro, result.steps.front().loss, result.steps.back().loss,
       seconds > 0 ? tokens / seconds : 0, result.peak_bytes / 1048576.0,
       result.collective_bytes_per_step / 1048576.0, run.out.string());
+  for (auto m = result.steps.rbegin(); m != result.steps.rend(); ++m) {
+    if (!m->validation_loss) continue;
+    int64_t predicted = 0;
+    for (const auto& w : run.validation_windows) predicted += static_cast<int64_t>(w.size()) - 1;
+    log << fmt::format(
+        "validation loss {:.4f} at step {} ({} held-out documents, {} predicted tokens; "
+        "train.validation_documents)\n",
+        *m->validation_loss, m->step, run.dataset->validation_documents.size(), predicted);
+    break;
+  }
 }
 
 }  // namespace
@@ -568,6 +636,28 @@ std::filesystem::path DefaultOutDir(const RunConfig& config) {
   std::string stem = std::filesystem::path(config.source).stem().string();
   if (stem.empty()) stem = "run";
   return std::filesystem::path("runs") / stem;
+}
+
+PrecisionChoice FastestPrecision() {
+  namespace simd = kernels::simd;
+  const simd::Primitives& bf16 = simd::GetBf16Primitives();
+  if (simd::Bf16InstructionsAllowed() && bf16.bf16_dot_peak_loop != nullptr) {
+    return {Precision::kBf16, fmt::format("this CPU has a bf16 unit ({}); --precision f32 forces "
+                                          "f32",
+                                          bf16.isa)};
+  }
+  const CpuInfo& cpu = GetCpuInfo();
+  std::string reason = "this CPU has no bf16 unit: no avx512_bf16, no AMX";
+  if (!simd::Bf16InstructionsAllowed()) {
+    reason =
+        fmt::format("the forced instruction set {} (WEFT_ISA) has no bf16 instructions", bf16.isa);
+  } else if (cpu.amx_bf16) {
+    reason = fmt::format("this CPU has no avx512_bf16 and its AMX is not usable: {}",
+                         GetAmxStatus().why_not);
+  }
+  return {Precision::kF32, fmt::format("{}; bf16 would be widened to f32 for every dot and run "
+                                       "slower; --precision bf16 forces it",
+                                       reason)};
 }
 
 TrainResult Train(const RunConfig& config, const TrainOptions& options) {
@@ -599,6 +689,7 @@ TrainStepsInfo TrainStepsInMemory(const RunConfig& config, const TrainStepsOptio
   run->config = config;
   if (options.mesh) run->config.mesh = *options.mesh;
   run->config.train.steps = std::max(run->config.train.steps, options.steps);
+  if (!run->config.train.precision) run->config.train.precision = FastestPrecision().precision;
   run->options.cache_dir = options.cache_dir;
   run->options.progress = false;
   StepProgramOptions po;

@@ -14,10 +14,12 @@
 #include "weft/runtime/topology.h"
 #include "weft/train/checkpoint.h"
 #include "weft/train/dataset.h"
+#include "weft/train/eval.h"
 #include "weft/train/hf_checkpoint.h"
 #include "weft/train/optimizer.h"
 #include "weft/train/program.h"
 #include "weft/train/run_dir.h"
+#include "weft/train/sample.h"
 
 namespace weft::train {
 namespace {
@@ -121,6 +123,30 @@ int64_t StepSlices(const MeshConfig& mesh) {
   return t.num_slices();
 }
 
+// The run's precision: --precision, else train.precision, else (resuming)
+// the one the checkpoint recorded, else this CPU's fastest; said first.
+void ChoosePrecision(Run* run, std::ostream& log, bool speak) {
+  std::optional<Precision>& precision = run->config.train.precision;
+  std::string why;
+  if (run->options.precision) {
+    precision = run->options.precision;
+    why = "--precision";
+  } else if (precision) {
+    why = fmt::format("train.precision in {}; --precision {} forces the other", run->config.source,
+                      *precision == Precision::kBf16 ? "f32" : "bf16");
+  } else if (run->resume) {
+    const std::string state = (run->resume_dir / "state.json").string();
+    precision = TrainedPrecision(run->resume->state.extra, state);
+    why = fmt::format("the run's, as {} records it; --precision {} changes it", state,
+                      *precision == Precision::kBf16 ? "f32" : "bf16");
+  } else {
+    PrecisionChoice fastest = FastestPrecision();
+    precision = fastest.precision;
+    why = std::move(fastest.why);
+  }
+  if (speak) log << fmt::format("precision {} ({})\n", PrecisionName(*precision), why);
+}
+
 }  // namespace
 
 std::map<std::string, std::string> ModelExtras(const LlamaConfig& m) {
@@ -131,7 +157,7 @@ std::map<std::string, std::string> ModelExtras(const LlamaConfig& m) {
 std::map<std::string, std::string> TrainExtras(const TrainConfig& t) {
   return {{"train.batch_size", std::to_string(t.batch_size)},
           {"train.grad_accum_steps", std::to_string(t.grad_accum_steps)},
-          {"train.precision", std::string(PrecisionName(t.precision))},
+          {"train.precision", t.precision ? std::string(PrecisionName(*t.precision)) : "auto"},
           {"train.lr", fmt::format("{}", t.lr)},
           {"train.min_lr", fmt::format("{}", t.min_lr)},
           {"train.warmup_steps", std::to_string(t.warmup_steps)},
@@ -141,7 +167,9 @@ std::map<std::string, std::string> TrainExtras(const TrainConfig& t) {
           {"train.checkpoint_every", std::to_string(t.checkpoint_every)},
           {"train.beta1", fmt::format("{}", t.beta1)},
           {"train.beta2", fmt::format("{}", t.beta2)},
-          {"train.eps", fmt::format("{}", t.eps)}};
+          {"train.eps", fmt::format("{}", t.eps)},
+          {"train.validation_documents", std::to_string(t.validation_documents)},
+          {"train.validation_every", std::to_string(t.validation_every)}};
 }
 
 std::string TokenizerChecksum(const Dataset& dataset) {
@@ -218,7 +246,21 @@ std::unique_ptr<Run> Prepare(const RunConfig& config, const TrainOptions& option
                *options.grad_accum);
     run->config.train.grad_accum_steps = *options.grad_accum;
   }
-  if (options.precision) run->config.train.precision = *options.precision;
+  if (options.validation_documents) {
+    WEFT_CHECK(*options.validation_documents >= 0,
+               "--validation-documents {}: give the number of documents to hold out of training, "
+               "0 or more (0: no validation; leave it out to use the config's "
+               "train.validation_documents)",
+               *options.validation_documents);
+    run->config.train.validation_documents = *options.validation_documents;
+  }
+  if (options.validation_every) {
+    WEFT_CHECK(*options.validation_every >= 0,
+               "--validation-every {}: give 0 or more steps (0: the validation loss after the "
+               "last step only; leave it out to use the config's train.validation_every)",
+               *options.validation_every);
+    run->config.train.validation_every = *options.validation_every;
+  }
   if (!options.data_files.empty()) {
     run->config.data.source = "files";
     run->config.data.files = options.data_files;
@@ -251,6 +293,16 @@ std::unique_ptr<Run> Prepare(const RunConfig& config, const TrainOptions& option
                  (dir->lexically_normal() / "state.json").string(), key,
                  it == extra.end() ? "(missing)" : it->second, c.source, value);
     }
+    // Checkpoints from before validation held nothing out.
+    const auto held = extra.find("train.validation_documents");
+    const std::string was = held == extra.end() ? "0" : held->second;
+    WEFT_CHECK(was == std::to_string(c.train.validation_documents),
+               "{}: the run held {} of its documents out of training for validation, the config "
+               "{} says train.validation_documents = {}; the documents it trains on would change "
+               "under its data position. Resume with train.validation_documents = {} (or give "
+               "another --out)",
+               (dir->lexically_normal() / "state.json").string(), was, c.source,
+               c.train.validation_documents, was);
     if (options.resume.empty()) {  // continuing the run in --out
       run->complete = run->resume->state.step >= c.train.steps;
       if (speak && !run->complete) {
@@ -269,6 +321,7 @@ std::unique_ptr<Run> Prepare(const RunConfig& config, const TrainOptions& option
     }
   }
 
+  ChoosePrecision(run.get(), log, speak);
   // The program first: mesh and shape errors come before any data work.
   StepProgramOptions po;
   po.shard_as = options.shard_as;
@@ -286,6 +339,18 @@ std::unique_ptr<Run> Prepare(const RunConfig& config, const TrainOptions& option
   }
 
   run->dataset.emplace(LoadDataset(c, options.cache_dir, run->init_tokenizer));
+  if (run->dataset->validation) {
+    run->validation_windows = EvalWindows(*run->dataset->validation, run->program.seq_len);
+    if (speak) {
+      const int64_t every = c.train.validation_every;
+      log << fmt::format(
+          "validation: {} documents held out of training ({} windows of up to {} tokens), "
+          "their loss after {}\n",
+          run->dataset->validation_documents.size(), run->validation_windows.size(),
+          run->program.seq_len,
+          every > 0 ? fmt::format("every {} steps and the last", every) : "the last step");
+    }
+  }
   if (run->resume) {
     const auto& extra = run->resume->state.extra;
     const auto crc = extra.find("tokenizer.crc32c");

@@ -31,6 +31,9 @@ struct Run {
   TrainOptions options;
   StepProgram program;
   std::optional<Dataset> dataset;           // always set by Prepare
+  // The held-out documents (Dataset::validation) cut into windows of the
+  // program's seq_len as `weft eval` cuts them; empty without validation.
+  std::vector<std::vector<int32_t>> validation_windows;
   std::optional<CheckpointIndex> resume;    // its tensors are read by each device
   std::filesystem::path resume_dir;         // where `resume` was read from
   std::optional<HfModel> init;              // --init-from's weights
@@ -45,7 +48,9 @@ struct Run {
 
 // The model's settings as a checkpoint's state.json keeps them.
 std::map<std::string, std::string> ModelExtras(const LlamaConfig& m);
-// The [train] settings a resume may change (each change is printed).
+// The [train] settings a resume may change (each change is printed), and
+// train.validation_documents, which it may not (Prepare refuses a change:
+// the training documents would change under the run's data position).
 std::map<std::string, std::string> TrainExtras(const TrainConfig& t);
 // The CRC-32C of the dataset's tokenizer model, as state.json keeps it.
 std::string TokenizerChecksum(const Dataset& dataset);

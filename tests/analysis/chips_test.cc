@@ -90,6 +90,15 @@ TEST(ChipsTest, BadEntriesAreErrorsWithLocations) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
   }
+  // --chips-file /dev/zero was read until memory ran out.
+  try {
+    LoadChipTable("/dev/zero");
+    FAIL() << "a device is not a chips file";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("chips file /dev/zero is a character device"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(ChipsTest, SimulationKeysParseAndBadOnesAreErrors) {

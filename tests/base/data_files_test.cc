@@ -2,12 +2,14 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "scratch_dir.h"
+#include "weft/base/error.h"
 
 namespace weft {
 namespace {
@@ -56,6 +58,43 @@ TEST_F(DataFilesTest, TheWorkingDirectoryThenWeftDataDirComeFirst) {
 TEST_F(DataFilesTest, AFileFoundNowhereComesBackAsGiven) {
   EXPECT_EQ(FindDataFile("configs/no_such_file.toml"), fs::path("configs/no_such_file.toml"));
   EXPECT_EQ(FindDataFile("/nowhere/at/all.toml"), fs::path("/nowhere/at/all.toml"));
+}
+
+TEST_F(DataFilesTest, ReadInputFileRefusesWhatIsNotARegularFileOfBoundedSize) {
+  auto error = [](const fs::path& path, int64_t max_bytes) -> std::string {
+    try {
+      ReadInputFile(path, "config", max_bytes);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  // Devices would be read without end (an out-of-memory after seconds).
+  EXPECT_NE(error("/dev/zero", 1 << 20)
+                .find("config /dev/zero is a character device; give a "
+                      "regular file"),
+            std::string::npos);
+  EXPECT_NE(error("/dev/urandom", 1 << 20).find("character device"), std::string::npos);
+  // A FIFO is refused at once, not waited on for a writer.
+  const fs::path fifo = scratch_ / "fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_NE(error(fifo, 1 << 20).find("is a FIFO (named pipe)"), std::string::npos);
+  EXPECT_NE(error(scratch_, 1 << 20).find("is a directory"), std::string::npos);
+  EXPECT_NE(error(scratch_ / "missing.toml", 1 << 20).find("cannot open config"),
+            std::string::npos);
+  // A sparse file larger than the limit is refused by its size, unread.
+  const fs::path sparse = scratch_ / "sparse.toml";
+  std::ofstream(sparse).put('x');
+  fs::resize_file(sparse, int64_t{2} << 30);
+  EXPECT_NE(error(sparse, int64_t{16} << 20)
+                .find("is 2.00 GiB (2147483648 bytes), more than the 16.0 MiB (16777216 bytes)"),
+            std::string::npos)
+      << error(sparse, int64_t{16} << 20);
+  const fs::path small = scratch_ / "small.toml";
+  std::ofstream(small) << "a = 1\n";
+  EXPECT_EQ(ReadInputFile(small, "config", 6), "a = 1\n");
+  EXPECT_NE(error(small, 5).find("more than the 5 B (5 bytes)"), std::string::npos)
+      << error(small, 5);
 }
 
 }  // namespace

@@ -156,7 +156,8 @@ TEST(CompileCommandTest, RefusesWithAClearMessage) {
 
   const auto input = WriteTemp("weft_compile_bad.hlo", kModule);
   options.input = input.string();
-  for (int64_t n : {int64_t{-1}, int64_t{1} << 20}) {
+  // 0 is refused like a negative count (it read as "from the module").
+  for (int64_t n : {int64_t{-1}, int64_t{0}, int64_t{1} << 20}) {
     options.num_devices = n;
     EXPECT_NE(CompileError(options).find("--num-devices must be between 1 and 65536"),
               std::string::npos);
@@ -169,7 +170,7 @@ TEST(CompileCommandTest, RefusesWithAClearMessage) {
   const auto broken = WriteTemp("weft_compile_broken.hlo",
                                 "HloModule m\nENTRY main {\n  ROOT x = f32[ parameter(0)\n}\n");
   options.input = broken.string();
-  options.num_devices = 0;
+  options.num_devices.reset();
   EXPECT_NE(CompileError(options).find("weft_compile_broken.hlo:3:"), std::string::npos);
   std::filesystem::remove(input);
   std::filesystem::remove(broken);

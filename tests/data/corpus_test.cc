@@ -145,6 +145,19 @@ TEST_F(LoadTextFilesTest, ErrorsNameTheFile) {
   std::vector<fs::path> directory = {dir_};
   message = ErrorOf([&] { LoadTextFiles(directory); });
   EXPECT_NE(message.find("is a directory"), std::string::npos) << message;
+
+  // A device would be read without end; a sparse file of 2 GiB whole.
+  std::vector<fs::path> device = {"/dev/zero"};
+  message = ErrorOf([&] { LoadTextFiles(device); });
+  EXPECT_NE(message.find("text file /dev/zero is a character device"), std::string::npos)
+      << message;
+  WriteFileAtomically(dir_ / "sparse.txt", "x");
+  fs::resize_file(dir_ / "sparse.txt", int64_t{2} << 30);
+  std::vector<fs::path> sparse = {dir_ / "sparse.txt"};
+  message = ErrorOf([&] { LoadTextFiles(sparse); });
+  EXPECT_NE(message.find("sparse.txt is 2.00 GiB (2147483648 bytes), more than the 1.00 GiB"),
+            std::string::npos)
+      << message;
 }
 
 }  // namespace

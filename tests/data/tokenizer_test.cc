@@ -168,6 +168,15 @@ TEST_F(TokenizerTest, ClearErrors) {
   Tokenizer tokenizer = Tokenizer::TrainOrLoad(corpus, options_);
   std::vector<int32_t> bad = {5, kVocab};
   EXPECT_THROW(tokenizer.Decode(bad), Error);
+  // A tokenizer.model that is a device was read until memory ran out.
+  try {
+    Tokenizer::Load("/dev/zero");
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("tokenizer model /dev/zero is a character device"),
+              std::string::npos)
+        << error.what();
+  }
 }
 
 TEST(DefaultCacheDir, FollowsTheEnvironment) {

@@ -71,9 +71,9 @@ ENTRY main {
   attn = bf16[2,4,128,64] custom-call(q, k), custom_call_target="weft.flash_attention", backend_config="mask=causal;block=128"
   cfg = bf16[2,4,128,64] custom-call(attn), custom_call_target="weft.identity", custom_call_has_side_effect=true, backend_config={"scale": 0.125, "causal": true}
   x = f32[8,16] parameter(2), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
-  ar = f32[8,16] all-reduce(x), channel_id=1, replica_groups={{0,1},{2,3}}, use_global_device_ids=true, to_apply=sum
-  ag = f32[16,16] all-gather(x), channel_id=2, replica_groups={{0,1},{2,3}}, dimensions={0}, use_global_device_ids=true
-  rs = f32[4,16] reduce-scatter(x), channel_id=3, replica_groups={{0,1},{2,3}}, dimensions={0}, use_global_device_ids=true, to_apply=sum
+  ar = f32[8,16] all-reduce(x), channel_id=1, replica_groups={{0,1},{2,3},{4,5},{6,7}}, use_global_device_ids=true, to_apply=sum
+  ag = f32[16,16] all-gather(x), channel_id=2, replica_groups={{0,1},{2,3},{4,5},{6,7}}, dimensions={0}, use_global_device_ids=true
+  rs = f32[4,16] reduce-scatter(x), channel_id=3, replica_groups={{0,1},{2,3},{4,5},{6,7}}, dimensions={0}, use_global_device_ids=true, to_apply=sum
   a2a = f32[8,16] all-to-all(x), channel_id=4, replica_groups={{0,1},{2,3}}, dimensions={1}
   cp = f32[8,16] collective-permute(x), channel_id=5, source_target_pairs={{0,1},{1,2},{2,3},{3,0}}
   all = f32[8,16] all-reduce(x), replica_groups={}, to_apply=sum
@@ -368,7 +368,9 @@ TEST(ParserTest, OpsModuleAttributes) {
   EXPECT_EQ(entry->GetInstruction("cfg")->attrs().backend_config,
             "{\"scale\": 0.125, \"causal\": true}");
   HloInstruction* ar = entry->GetInstruction("ar");
-  EXPECT_EQ(ar->attrs().replica_groups, (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}}));
+  // Global device ids (use_global_device_ids): the groups cover all 4 x 2.
+  EXPECT_EQ(ar->attrs().replica_groups,
+            (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
   EXPECT_EQ(ar->attrs().channel_id, 1);
   EXPECT_TRUE(ar->attrs().use_global_device_ids);
   EXPECT_EQ(ar->to_apply()->name(), "sum");
@@ -861,6 +863,26 @@ TEST(ParserTest, SourceNamePrefixesLocations) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()).rfind("model.hlo:4:3: 'y' (negate)", 0), 0u) << e.what();
+  }
+}
+
+// `weft run /dev/zero` (and propagate, partition, compile) read the device
+// until memory ran out.
+TEST(ParserTest, AFileThatIsNotARegularFileIsRefusedUnread) {
+  try {
+    ParseHloModuleFile("/dev/zero");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("HLO module /dev/zero is a character device"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    ParseHloModuleFile("/nonexistent/model.hlo");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot read '/nonexistent/model.hlo'"), std::string::npos)
+        << e.what();
   }
 }
 

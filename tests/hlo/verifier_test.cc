@@ -98,6 +98,90 @@ ENTRY main {
   EXPECT_EQ(FirstProblem(*replicated_on_tuple), "");
 }
 
+// Hostile input: `weft partition` printed a module whose all-reduce named
+// device 99 of num_partitions=4 (weft run refused it only in its planner).
+// Every device id an instruction names — replica groups, permute pairs,
+// shardings — is checked against the devices the module declares, by the
+// verifier, so every command refuses it when it parses the module; a module
+// that declares none is checked against the count it is partitioned for
+// (CheckDeviceIds, in PartitionModule).
+std::string AllReduceModule(const std::string& header, const std::string& attrs) {
+  return fmt::format(R"(HloModule m{}
+add {{
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}}
+ENTRY main {{
+  p = f32[8] parameter(0)
+  ROOT ar = f32[8] all-reduce(p), {}, to_apply=add
+}})",
+                     header, attrs);
+}
+
+TEST(VerifierTest, DeviceIdsMustBeTheModulesDevices) {
+  const std::string header = ", num_partitions=4";
+  auto problem = [](const std::string& text) { return FirstProblem(*Unverified(text.c_str())); };
+  EXPECT_EQ(problem(AllReduceModule(header, "replica_groups={{0,1},{2,3}}")), "");
+  EXPECT_EQ(problem(AllReduceModule(header, "replica_groups={}")), "");
+  const std::string far = problem(AllReduceModule(header, "replica_groups={{0,1},{2,99}}"));
+  EXPECT_TRUE(Mentions(far,
+                       "9:3: 'ar' (all-reduce): replica_groups {{0,1},{2,99}} name device "
+                       "99, but the program has 4 devices, ids 0..3 (the module's "
+                       "num_partitions=4 x replica_count=1)"))
+      << far;
+  EXPECT_THROW(ParseHloModule(AllReduceModule(header, "replica_groups={{0,1},{2,99}}")), Error);
+  // The communicators need every device in exactly one group.
+  const std::string short_groups = problem(AllReduceModule(header, "replica_groups={{0,1}}"));
+  EXPECT_TRUE(Mentions(short_groups, "leave out device 2; the groups must cover all 4 devices"))
+      << short_groups;
+  // XLA's modes: with partitions and replicas, a channel_id names
+  // partitions, none names replicas, use_global_device_ids every device.
+  const std::string both = ", num_partitions=2, replica_count=3";
+  EXPECT_EQ(problem(AllReduceModule(both, "channel_id=1, replica_groups={{0,1}}")), "");
+  EXPECT_EQ(problem(AllReduceModule(both, "replica_groups={{0,1,2}}")), "");
+  EXPECT_EQ(problem(AllReduceModule(both,
+                                    "channel_id=1, replica_groups={{0,1,2},{3,4,5}}, "
+                                    "use_global_device_ids=true")),
+            "");
+  const std::string partition =
+      problem(AllReduceModule(both, "channel_id=1, replica_groups={{0,1,2}}"));
+  EXPECT_TRUE(Mentions(partition, "name partition 2, but the program has 2 partitions"))
+      << partition;
+  EXPECT_TRUE(
+      Mentions(problem(AllReduceModule(both, "replica_groups={{0,1}}")), "leave out replica 2"));
+  // Collective-permute pairs.
+  auto permute = Unverified(R"(HloModule m, num_partitions=4
+ENTRY main {
+  p = f32[8] parameter(0)
+  ROOT cp = f32[8] collective-permute(p), source_target_pairs={{0,1},{1,7}}
+})");
+  EXPECT_TRUE(Mentions(FirstProblem(*permute),
+                       "'cp' (collective-permute): source_target_pairs "
+                       "name device 7, but the program has 4 devices"))
+      << FirstProblem(*permute);
+  // A module that declares no devices: checked for the count it runs on.
+  auto undeclared = Unverified(AllReduceModule("", "replica_groups={{0,1},{2,99}}").c_str());
+  EXPECT_EQ(FirstProblem(*undeclared), "");
+  const std::string asked =
+      testing::ErrorOf([&] { CheckDeviceIds(*undeclared, 4, "--num-partitions 4"); });
+  EXPECT_TRUE(Mentions(asked,
+                       "'ar' (all-reduce): replica_groups {{0,1},{2,99}} name device 99, "
+                       "but the program has 4 devices, ids 0..3 (--num-partitions 4)"))
+      << asked;
+  EXPECT_TRUE(Mentions(testing::ErrorOf([&] { CheckDeviceIds(*undeclared, 100, "x"); }),
+                       "leave out device 3; the groups must cover all 100 devices (x)"));
+  auto maximal = Unverified(R"(HloModule m
+ENTRY main {
+  ROOT p = f32[8] parameter(0), sharding={maximal device=99}
+})");
+  const std::string device = testing::ErrorOf([&] { CheckDeviceIds(*maximal, 4, "asked"); });
+  EXPECT_TRUE(Mentions(device,
+                       "'p' (parameter): sharding {maximal device=99} names device 99 "
+                       "but only 4 devices exist (asked)"))
+      << device;
+}
+
 TEST(VerifierTest, StructuralProblemsInBuiltModules) {
   // A parameter gap.
   {

@@ -4,8 +4,10 @@
 #include "weft/kernels/block_mask.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <functional>
+#include <limits>
 #include <random>
 
 #include "weft/base/error.h"
@@ -268,6 +270,76 @@ TEST(BlockMaskTest, ErrorsNameTheInput) {
                                 64, 16, 16);
             }).find("out of range for tensor 't' of shape [1, 50]"),
             std::string::npos);
+}
+
+// Peak resident memory of this process so far (Linux: KiB).
+int64_t PeakRssBytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return int64_t{usage.ru_maxrss} * 1024;
+}
+
+TEST(BlockMaskTest, HugeSizesAreRefusedAndHugeBlocksClamped) {
+  auto error = [](const std::function<void()>& fn) -> std::string {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  // batch x heads overflowed 64 bits to 0 (a division by zero), and the
+  // block product overflowed to a small tile the mask was written past.
+  constexpr int64_t k32 = int64_t{1} << 32, kMax = std::numeric_limits<int64_t>::max();
+  EXPECT_NE(error([] { BlockMask::Create(CausalMask(), k32, k32, 128, 128); }).find("too many"),
+            std::string::npos);
+  EXPECT_NE(error([] {
+              BlockMask::Create(CausalMask(), kMax, kMax, kMax, kMax, 1, 1);
+            }).find("batch 9223372036854775807 x heads"),
+            std::string::npos);
+  EXPECT_THROW(BlockMask::Dense(kMax, kMax, 1, 1), Error);
+  // A block longer than the sequence is one block, kept as the sequence
+  // rounded up to 256: the kept mask of a partial block is that size.
+  const int64_t huge = int64_t{1} << 33;
+  const BlockMask m = BlockMask::Create(CausalMask(), 1, 1, 128, 100, huge, huge);
+  EXPECT_EQ(m.q_block(), 256);
+  EXPECT_EQ(m.kv_block(), 256);
+  EXPECT_EQ(m.num_partial(), 1);
+  ExpectMatchesBruteForce(
+      m, {"causal", CausalMask(), [](int64_t, int64_t, int64_t q, int64_t kv) { return q >= kv; },
+          1, 1});
+  EXPECT_EQ(BlockMask::Create(CausalMask(), 1, 1, 100, 100, 128, 128).q_block(), 128);
+  const BlockMask widest = BlockMask::Create(CausalMask(), 1, 1, kMax, 64, kMax, kMax);
+  EXPECT_EQ(widest.num_q_blocks(), 1);
+  EXPECT_EQ(widest.num_kv_blocks(), 1);
+  EXPECT_EQ(BlockMask::Dense(100, 100, kMax, kMax).num_full(), 1);
+  // 65536 x 65536 blocks of a mask no Classify tells: one block of 4 GiB of
+  // mask, found partial a band of rows at a time, never held whole.
+  const int64_t s = 65536;
+  const BlockMask big = BlockMask::Create(MaskExpr("(q_idx + kv_idx) % 2 == 0"), 1, 1, s, s, s, s);
+  EXPECT_EQ(big.num_partial(), 1);
+  EXPECT_EQ(big.PartialKeep(0, 0, 0, 0), nullptr);
+  EXPECT_LT(PeakRssBytes(), int64_t{2} << 30);
+}
+
+TEST(BlockMaskTest, BlocksTooLargeToKeepAreEvaluatedInBands) {
+  // 4096 x 8192 bytes of mask (32 MiB) per block: more than is evaluated at
+  // once, so the kind comes from bands of rows; the one masked element is in
+  // the last band.
+  const int64_t q = 4096, kv = 8192;
+  auto lambda = [&](std::function<bool(int64_t, int64_t)> f) {
+    return LambdaMask([f](int64_t, int64_t, int64_t i, int64_t j) { return f(i, j); });
+  };
+  const BlockMask partial = BlockMask::Create(
+      lambda([&](int64_t i, int64_t j) { return i != q - 1 || j != kv - 1; }), 1, 1, q, kv, q, kv);
+  EXPECT_EQ(partial.num_partial(), 1);
+  EXPECT_EQ(partial.PartialKeep(0, 0, 0, 0), nullptr);
+  const BlockMask full =
+      BlockMask::Create(lambda([](int64_t, int64_t) { return true; }), 1, 1, q, kv, q, kv);
+  EXPECT_EQ(full.num_full(), 1);
+  const BlockMask empty =
+      BlockMask::Create(lambda([](int64_t, int64_t) { return false; }), 1, 1, q, kv, q, kv);
+  EXPECT_EQ(empty.num_empty(), 1);
 }
 
 TEST(BlockMaskTest, ToStringSummarizesAndDrawsSmallMasks) {

@@ -93,6 +93,16 @@ TEST_F(TuneCacheTest, CorruptedFileWarnsOnceAndUsesTheHeuristic) {
   EXPECT_TRUE(LookupTuneEntry("k").has_value());
 }
 
+// WEFT_TUNE_CACHE=/dev/zero was read until memory ran out.
+TEST_F(TuneCacheTest, ADeviceIsAnUnreadableCacheNotReadWhole) {
+  setenv("WEFT_TUNE_CACHE", "/dev/zero", 1);
+  ::testing::internal::CaptureStderr();
+  RunAndCheck(55);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("tune cache /dev/zero is unreadable"), std::string::npos) << err;
+  EXPECT_NE(err.find("is a character device"), std::string::npos) << err;
+}
+
 TEST_F(TuneCacheTest, MissingExplicitFileAndStaleEntryFallBack) {
   ::testing::internal::CaptureStderr();
   RunAndCheck(54);

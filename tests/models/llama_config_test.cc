@@ -1,6 +1,8 @@
 #include "weft/models/llama_config.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <map>
@@ -166,18 +168,24 @@ TEST(LlamaConfig, GradAccumStepsDivideTheBatch) {
               "unknown key 'grad_accum_step' in [train]; did you mean 'grad_accum_steps'?");
 }
 
-// train.precision: bf16 unless the config says f32; f32 configs keep the
-// hash they had before the key existed (runs then trained in f32).
-TEST(LlamaConfig, PrecisionIsBf16UnlessTheConfigSaysF32) {
+// train.precision: unset unless the config says (the trainer then picks the
+// CPU's fastest, trainer_test); f32 configs keep the hash they had before
+// the key existed (runs then trained in f32), bf16 ones the hash they had
+// when bf16 was the default.
+TEST(LlamaConfig, PrecisionIsUnsetUnlessTheConfigSays) {
   const RunConfig plain = ParseRunConfig(kMinimal, "cfg.toml");
-  EXPECT_EQ(plain.train.precision, Precision::kBf16);
-  EXPECT_NE(plain.CanonicalText().find("train.precision = bf16"), std::string::npos);
+  EXPECT_FALSE(plain.train.precision.has_value());
+  EXPECT_NE(plain.CanonicalText().find("train.precision = auto"), std::string::npos);
   const std::string train = std::string(kMinimal) + "[train]\n";
   const RunConfig f32 = ParseRunConfig(train + "precision = \"f32\"\n", "cfg.toml");
   EXPECT_EQ(f32.train.precision, Precision::kF32);
   EXPECT_EQ(f32.CanonicalText().find("train.precision"), std::string::npos);
   EXPECT_NE(f32.Hash(), plain.Hash());
-  EXPECT_EQ(ParseRunConfig(train + "precision = \"bf16\"\n", "cfg.toml").Hash(), plain.Hash());
+  const RunConfig bf16 = ParseRunConfig(train + "precision = \"bf16\"\n", "cfg.toml");
+  EXPECT_EQ(bf16.train.precision, Precision::kBf16);
+  EXPECT_NE(bf16.CanonicalText().find("train.precision = bf16"), std::string::npos);
+  EXPECT_NE(bf16.Hash(), plain.Hash());
+  EXPECT_NE(bf16.Hash(), f32.Hash());
   ExpectError(train + "precision = \"fp16\"\n", "cfg.toml:9:13",
               "train.precision = \"fp16\" is not one of: \"bf16\", \"f32\"");
   EXPECT_EQ(ParsePrecision("f32", "--precision"), Precision::kF32);
@@ -188,6 +196,57 @@ TEST(LlamaConfig, PrecisionIsBf16UnlessTheConfigSaysF32) {
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "--precision 'fp8': expected bf16 or f32");
   }
+}
+
+// A mesh axis weft gives no role (pipeline, context, a typo) would only run
+// replicas: refused by name, at its line, listing the axes weft has; every
+// axis that has a role is read.
+TEST(LlamaConfig, MeshAxesWithoutARoleAreRefused) {
+  const std::string mesh = std::string(kMinimal) + "[mesh]\n";
+  for (const char* axis : {"pipeline", "context", "foo", "Tensor", "expert"}) {
+    SCOPED_TRACE(axis);
+    ExpectError(
+        mesh + "fsdp = 2\n" + axis + " = 2\ntensor = 2\n", "cfg.toml:10:1",
+        std::string("[mesh] ") + axis + ": weft gives a mesh axis named '" + axis + "' no role");
+    EXPECT_NE(ErrorOf(mesh + axis + " = 2\n")
+                  .find("The axes weft has are dcn (data parallelism across slices), data (data "
+                        "parallelism), fsdp"),
+              std::string::npos);
+  }
+  EXPECT_NE(ErrorOf(mesh + "pipeline = 2\n").find("weft has no pipeline or context parallelism"),
+            std::string::npos);
+  const RunConfig all =
+      ParseRunConfig(mesh + "dcn = 2\ndata = 2\nfsdp = 2\ntensor = 2\n", "cfg.toml");
+  EXPECT_EQ(all.mesh.axis_names, (std::vector<std::string>{"dcn", "data", "fsdp", "tensor"}));
+  EXPECT_NO_THROW(CheckMeshAxisRole("fsdp", "x"));
+  try {
+    CheckMeshAxisRole("pipeline", "--mesh 'pipeline=2'");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(
+                  "--mesh 'pipeline=2': weft gives a mesh axis named 'pipeline' no role", 0),
+              0u)
+        << e.what();
+  }
+}
+
+// [train] validation_documents and validation_every: read, at least 0, in
+// the hash only when validation is on (the hashes of other configs stay).
+TEST(LlamaConfig, ValidationSettings) {
+  const RunConfig plain = ParseRunConfig(kMinimal, "cfg.toml");
+  EXPECT_EQ(plain.train.validation_documents, 0);
+  EXPECT_EQ(plain.train.validation_every, 0);
+  EXPECT_EQ(plain.CanonicalText().find("validation"), std::string::npos);
+  const std::string train = std::string(kMinimal) + "[train]\n";
+  const RunConfig on =
+      ParseRunConfig(train + "validation_documents = 4\nvalidation_every = 50\n", "cfg.toml");
+  EXPECT_EQ(on.train.validation_documents, 4);
+  EXPECT_EQ(on.train.validation_every, 50);
+  EXPECT_NE(on.Hash(), plain.Hash());
+  ExpectError(train + "validation_documents = -1\n", "cfg.toml:9:24",
+              "train.validation_documents = -1 must be at least 0");
+  ExpectError(train + "validation_every = -5\n", "cfg.toml:9:20",
+              "train.validation_every = -5 must be at least 0");
 }
 
 TEST(LlamaConfig, MeshAxesAndRulesKeepFileOrder) {
@@ -448,6 +507,52 @@ TEST(LlamaConfig, MissingFileIsAClearError) {
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("is a directory"), std::string::npos) << error.what();
   }
+}
+
+// n_layers = 1e9 reached the planner, which refused a loop `while.1`
+// naming neither the config nor the key.
+TEST(LlamaConfig, AnAbsurdLayerCountIsRefusedAtItsKey) {
+  try {
+    ParseRunConfig(base_model_with("n_layers = 1000000000"), "big.toml");
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what())
+                  .find("big.toml:4:12: model.n_layers = 1000000000 is more layers than weft "
+                        "builds (at most 1048576)"),
+              std::string::npos)
+        << error.what();
+  }
+  LlamaConfig m = ParseRunConfig(kMinimal, "cfg.toml").model;
+  m.n_layers = (int64_t{1} << 20) + 1;
+  EXPECT_THROW(ValidateLlamaConfig(m, "mine"), Error);
+  m.n_layers = int64_t{1} << 20;
+  EXPECT_NO_THROW(ValidateLlamaConfig(m, "mine"));
+}
+
+TEST(LlamaConfig, ADeviceOrAHugeFileIsRefusedUnread) {
+  // /dev/zero was read until memory ran out.
+  try {
+    LoadRunConfig("/dev/zero");
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("config /dev/zero is a character device"),
+              std::string::npos)
+        << error.what();
+  }
+  const std::filesystem::path sparse =
+      std::filesystem::temp_directory_path() / fmt::format("weft_sparse_{}.toml", getpid());
+  std::ofstream(sparse) << "[model]\n";
+  std::filesystem::resize_file(sparse, int64_t{2} << 30);
+  try {
+    LoadRunConfig(sparse);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("is 2.00 GiB (2147483648 bytes), more than the 16.0 "
+                                             "MiB (16777216 bytes) weft reads as a config"),
+              std::string::npos)
+        << error.what();
+  }
+  std::filesystem::remove(sparse);
 }
 
 }  // namespace

@@ -450,6 +450,31 @@ TEST(EvalCustomCallTest, CallsShareABlockMaskOnlyWhenEverythingItIsBuiltFromAgre
   EXPECT_NE(got[0].ToDoubles(), got[1].ToDoubles());
 }
 
+// "q_block": 8589934592, "kv_block": 8589934592 overflowed their product in
+// BlockMask::Create (a small tile written past its end: SIGSEGV in weft
+// run). A block longer than the sequence is one block: the same result as
+// small blocks.
+TEST(EvalCustomCallTest, BlocksLongerThanTheSequenceAreOneBlock) {
+  std::mt19937 rng(13);
+  const HostTensor q = Random("f32[1,2,40,16]", rng), k = Random("f32[1,2,40,16]", rng),
+                   v = Random("f32[1,2,40,16]", rng);
+  auto module = [](int64_t block) {
+    return testing::Parse(fmt::format(
+        "HloModule m\nENTRY e {{\n  q = f32[1,2,40,16] parameter(0)\n"
+        "  k = f32[1,2,40,16] parameter(1)\n  v = f32[1,2,40,16] parameter(2)\n"
+        "  fa = (f32[1,2,40,16], f32[1,2,40]) custom-call(q, k, v), "
+        "custom_call_target=\"weft.flex_attention\", backend_config={{\"mask\": \"q_idx >= "
+        "kv_idx\", \"q_block\": {0}, \"kv_block\": {0}}}\n"
+        "  ROOT out = f32[1,2,40,16] get-tuple-element(fa), index=0\n}}\n",
+        block));
+  };
+  const HostTensor small = testing::Run(*module(16), {q, k, v}).at(0);
+  const HostTensor huge = testing::Run(*module(int64_t{1} << 33), {q, k, v}).at(0);
+  const std::vector<double> a = small.ToDoubles(), b = huge.ToDoubles();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5) << i;
+}
+
 TEST(EvalCustomCallTest, BadTargetsAndConfigsAreErrorsNamingTheInstruction) {
   auto expect_error = [](const std::string& call, const std::vector<std::string>& fragments) {
     const std::string text = R"(HloModule m

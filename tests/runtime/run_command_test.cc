@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <algorithm>
 #include <chrono>
@@ -664,10 +665,27 @@ TEST(RunCommandTest, GiantDeviceCountsAreRefusedAtOnce) {
   EXPECT_TRUE(Mentions(RunError(options), "device 100000000 is not below 65536"))
       << RunError(options);
   options.input = Example("mlp_2d.hlo");
-  options.num_devices = 1000000000;
-  EXPECT_TRUE(Mentions(RunError(options), "--num-devices must be between 1 and 65536"))
-      << RunError(options);
+  // 0 read as "the default" while negatives were refused: all are refused
+  // (leaving the flag out is the default).
+  for (int64_t n : {int64_t{1000000000}, int64_t{0}, int64_t{-1}}) {
+    options.num_devices = n;
+    EXPECT_TRUE(Mentions(RunError(options), "--num-devices must be between 1 and 65536"))
+        << RunError(options);
+  }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+// WEFT_NUM_DEVICES=abc was accepted where the module's shardings decide the
+// device count (the variable was never read).
+TEST(RunCommandTest, AMalformedDeviceCountInTheEnvironmentIsRefused) {
+  RunCommandOptions options;
+  options.input = Example("mlp_2d.hlo");  // sharded for 4 devices
+  for (const char* value : {"abc", "0", "-3"}) {
+    setenv("WEFT_NUM_DEVICES", value, 1);
+    const std::string error = RunError(options);
+    EXPECT_TRUE(Mentions(error, "environment variable WEFT_NUM_DEVICES")) << value << ": " << error;
+  }
+  unsetenv("WEFT_NUM_DEVICES");
 }
 
 // A loop that never ends stops at --max-iterations with the loop's name.

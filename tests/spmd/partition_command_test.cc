@@ -86,7 +86,8 @@ TEST(PartitionCommandTest, BadInputNamesTheFile) {
 // verifier, refuses it for every command. So are call chains deeper than
 // kMaxCallDepth (10,000 overflowed the stack too), while the deepest allowed
 // partitions.
-std::string PartitionError(const std::string& text, int64_t num_partitions = 0) {
+std::string PartitionError(const std::string& text,
+                           std::optional<int64_t> num_partitions = std::nullopt) {
   const auto input = WriteTemp("weft_partition_hostile.hlo", text);
   PartitionCommandOptions options;
   options.input = input.string();
@@ -121,9 +122,14 @@ TEST(PartitionCommandTest, CallChainsAreBoundedAndTheDeepestAllowedPartitions) {
 }
 
 TEST(PartitionCommandTest, DeviceCountsAreBounded) {
-  EXPECT_NE(
-      PartitionError(kModule, 1000000000).find("--num-partitions must be between 1 and 65536"),
-      std::string::npos);
+  // 0 read as "from the module" while negatives were refused; both are
+  // refused now (leaving the flag out is the default).
+  for (int64_t n : {int64_t{1000000000}, int64_t{0}, int64_t{-1}}) {
+    EXPECT_NE(PartitionError(kModule, n).find("--num-partitions must be between 1 and 65536"),
+              std::string::npos)
+        << n;
+  }
+  EXPECT_NE(PartitionError(kModule, 0).find("got 0"), std::string::npos);
   const std::string giant = PartitionError(
       "HloModule m\nENTRY e {\n  ROOT p = f32[8] parameter(0), "
       "sharding={devices=[1000000000]<=[1000000000]}\n}");
@@ -131,6 +137,38 @@ TEST(PartitionCommandTest, DeviceCountsAreBounded) {
                        "[1000000000] spans more than 65536 devices"),
             std::string::npos)
       << giant;
+}
+
+// Hostile input: a module naming device 99 in replica_groups with
+// num_partitions=4 was partitioned and printed (exit 0) while weft run
+// refused it. Now the parser's verifier refuses it for every command, and a
+// module that declares no count is checked against --num-partitions (the
+// same check, hlo/verifier.h CheckDeviceIds), naming the instruction.
+TEST(PartitionCommandTest, DeviceIdsOutsideTheProgramAreRefused) {
+  const std::string body = R"(
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+ENTRY main {
+  a = f32[8,6] parameter(0), sharding={devices=[4,1]<=[4]}
+  ROOT ar = f32[8,6] all-reduce(a), replica_groups={{0,1},{2,99}}, to_apply=add
+}
+)";
+  const std::string declared = PartitionError("HloModule m, num_partitions=4" + body);
+  EXPECT_NE(declared.find("weft_partition_hostile.hlo:9:3: 'ar' (all-reduce): replica_groups "
+                          "{{0,1},{2,99}} name device 99, but the program has 4 devices"),
+            std::string::npos)
+      << declared;
+  const std::string asked = PartitionError("HloModule m" + body, 4);
+  EXPECT_NE(asked.find("9:3: 'ar' (all-reduce): replica_groups {{0,1},{2,99}} name device 99, "
+                       "but the program has 4 devices, ids 0..3 (partitioned for 4 as asked)"),
+            std::string::npos)
+      << asked;
+  const std::string spanned = PartitionError("HloModule m" + body);
+  EXPECT_NE(spanned.find("(the 4 devices the module's shardings span)"), std::string::npos)
+      << spanned;
 }
 
 }  // namespace

@@ -247,6 +247,42 @@ TEST_F(CheckpointTest, AUsersBackupBesideTheCheckpointIsNeverTouched) {
   }
 }
 
+// A checkpoint directory that is a link (to a checkpoint elsewhere) is neither
+// written through nor replaced; links planted at leftover names are neither
+// followed nor removed.
+TEST_F(CheckpointTest, LinksAreNeverWrittenThroughReplacedOrCleanedUp) {
+  const fs::path elsewhere = root_ / "elsewhere";
+  SaveCheckpoint(elsewhere, RandomCheckpoint(31, 10));
+  const auto listing = [](const fs::path& dir) {
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      names.push_back(entry.path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  const std::vector<std::string> before = listing(elsewhere);
+  fs::create_directories(dir_.parent_path());
+  fs::create_symlink(elsewhere, dir_);
+  const std::string message = ErrorOf([&] { SaveCheckpoint(dir_, RandomCheckpoint(32, 20)); });
+  EXPECT_NE(message.find(dir_.string() + " is a symbolic link"), std::string::npos) << message;
+  EXPECT_TRUE(fs::is_symlink(dir_));
+  EXPECT_EQ(listing(elsewhere), before) << "no .weft-owned (or anything) written through the link";
+  EXPECT_EQ(LoadCheckpoint(elsewhere).state.step, 10);
+  // A link at a leftover's name, to a directory that looks owned, stays.
+  fs::remove(dir_);
+  const fs::path planted = dir_.parent_path() / "checkpoint.tmp-planted";
+  const fs::path target = root_ / "target";
+  fs::create_directories(target);
+  WriteFileAtomically(target / ".weft-owned", "checkpoint.tmp-planted");
+  WriteFileAtomically(target / "data", "keep");
+  fs::create_symlink(target, planted);
+  SaveCheckpoint(dir_, RandomCheckpoint(33, 30));
+  EXPECT_TRUE(fs::is_symlink(planted));
+  EXPECT_EQ(ReadFileToString(target / "data"), "keep");
+  EXPECT_EQ(LoadCheckpoint(dir_).state.step, 30);
+}
+
 TEST_F(CheckpointTest, FlippedSwappedOrRenamedTensorsAreNamed) {
   SaveCheckpoint(dir_, RandomCheckpoint(13, 7));
   const std::string pristine_model = ReadFileToString(dir_ / kModelFile);

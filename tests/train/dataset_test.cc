@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <random>
 
@@ -79,6 +80,62 @@ TEST_F(DatasetTest, InlineDocumentsBecomeBatches) {
   EXPECT_EQ(steps, 5);
   // A second load finds the tokenizer in the cache.
   EXPECT_TRUE(LoadDataset(config, dir_).tokenizer.loaded_from_cache());
+}
+
+// train.validation_documents: that many documents, the middles of equal
+// stretches, leave the training corpus for the validation one; the
+// tokenizer is the one all documents train (the same as without validation).
+TEST_F(DatasetTest, ValidationDocumentsAreHeldOutOfTraining) {
+  EXPECT_EQ(HeldOutDocuments(60, 3), (std::vector<int64_t>{10, 30, 50}));
+  EXPECT_EQ(HeldOutDocuments(1189, 4), (std::vector<int64_t>{148, 445, 743, 1040}));
+  EXPECT_EQ(HeldOutDocuments(5, 4), (std::vector<int64_t>{0, 1, 3, 4}));
+  EXPECT_EQ(HeldOutDocuments(7, 0), std::vector<int64_t>{});
+  std::mt19937_64 rng(2);
+  std::string toml = std::string(kModel) + "[data]\nsource = \"inline\"\ndocuments = [\n";
+  std::vector<std::string> texts;
+  for (int d = 0; d < 12; ++d) {
+    texts.push_back(RandomText(rng, 30 + static_cast<int>(rng() % 40)));
+    toml += "\"\"\"" + texts.back() + "\"\"\",\n";
+  }
+  toml += "]\n";
+  const RunConfig plain_config = ParseRunConfig(toml, "inline.toml");
+  RunConfig config = plain_config;
+  config.train.validation_documents = 3;  // documents 2, 6 and 10
+  const Dataset plain = LoadDataset(plain_config, dir_);
+  EXPECT_EQ(plain.validation, nullptr);
+  EXPECT_TRUE(plain.validation_documents.empty());
+  const Dataset dataset = LoadDataset(config, dir_);
+  ASSERT_EQ(dataset.validation_documents.size(), 3u);
+  ASSERT_NE(dataset.validation, nullptr);
+  EXPECT_EQ(dataset.validation->num_documents(), 3);
+  std::vector<std::string> held, trained;
+  for (const Document& d : dataset.validation_documents) held.push_back(d.name);
+  for (const Document& d : dataset.documents) trained.push_back(d.name);
+  EXPECT_EQ(held, (std::vector<std::string>{"inline#3", "inline#7", "inline#11"}));
+  EXPECT_EQ(trained.size(), 9u);
+  for (const std::string& name : held) {
+    EXPECT_EQ(std::find(trained.begin(), trained.end(), name), trained.end()) << name;
+  }
+  EXPECT_EQ(dataset.corpus->num_documents(), 9);
+  EXPECT_EQ(dataset.tokenizer.serialized_model(), plain.tokenizer.serialized_model());
+  // The corpora hold exactly their documents' tokens.
+  auto ids = dataset.validation->document(1);
+  EXPECT_EQ(dataset.tokenizer.Decode(ids.subspan(1, ids.size() - 2)), texts[6]);
+  ids = dataset.corpus->document(2);  // the third trained: inline#4
+  EXPECT_EQ(dataset.tokenizer.Decode(ids.subspan(1, ids.size() - 2)), texts[3]);
+  EXPECT_EQ(dataset.corpus->num_tokens() + dataset.validation->num_tokens(),
+            plain.corpus->num_tokens());
+
+  config.train.validation_documents = 12;
+  try {
+    LoadDataset(config, dir_);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("inline.toml: train.validation_documents = 12 holds out "
+                                         "every one of the 12 documents"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST_F(DatasetTest, FilesSplitOnBlankLines) {

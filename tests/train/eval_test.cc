@@ -5,6 +5,7 @@
 // bad input is refused naming it.
 #include "weft/train/eval.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,10 +14,13 @@
 
 #include "error_of.h"
 #include "weft/base/atomic_file.h"
+#include "weft/base/crc32c.h"
 #include "weft/base/error.h"
 #include "weft/data/kjv.h"
 #include "weft/data/tokenizer.h"
 #include "weft/models/llama.h"
+#include "weft/models/llama_config.h"
+#include "weft/train/checkpoint.h"
 #include "weft/train/hf_checkpoint.h"
 #include "weft/train/program.h"
 #include "weft/train/sample.h"
@@ -121,8 +125,8 @@ TEST(EvalTest, LossIsTheMeanCrossEntropyOfEveryPredictedToken) {
     const double reference = ReferenceLoss(m.model, windows, &tokens);
     EvalOptions o;
     o.data_files = {m.text_a, m.text_b};
-    o.seq_len = seq == 24 ? 0 : seq;  // 0: the model's seq_len
-    o.batch_size = 3;                 // the last batch padded
+    if (seq != 24) o.seq_len = seq;  // unset: the model's seq_len
+    o.batch_size = 3;                // the last batch padded
     const EvalResult r = Evaluate(m.model, o);
     EXPECT_EQ(r.tokens, tokens);
     EXPECT_EQ(r.windows, static_cast<int64_t>(windows.size()));
@@ -196,6 +200,70 @@ TEST(EvalTest, BadInputIsRefusedNamingIt) {
   o.mesh = ParseMeshFlag("fsdp=2");
   o.batch_size = 3;
   ExpectError([&] { Evaluate(m.model, o); }, {"batch", "not divisible by the 2 devices"});
+  // 0 read as "the default" while negatives were refused; both are refused
+  // by name (the default is leaving the flag out).
+  o.mesh.reset();
+  for (int64_t n : {int64_t{0}, int64_t{-1}}) {
+    o.batch_size = n;
+    ExpectError([&] { CheckEvalOptions(o); }, {fmt::format("--batch {}:", n), "at least 1"});
+    ExpectError([&] { Evaluate(m.model, o); }, {fmt::format("--batch {}:", n)});
+    o.batch_size.reset();
+    o.seq_len = n;
+    ExpectError([&] { Evaluate(m.model, o); }, {fmt::format("--seq {}:", n), "at least 2"});
+    o.seq_len.reset();
+  }
+  // A batch no machine holds was a bad_alloc (exit 1); it is refused,
+  // naming the flag, before anything is allocated.
+  o.batch_size = 1000000000;
+  ExpectError([&] { Evaluate(m.model, o); },
+              {"a batch of 1000000000 windows", "--batch", "nothing was allocated"});
+}
+
+// Hostile input: `weft sample` (and eval) used another run's
+// tokenizer.model without a check and produced garbage. A checkpoint
+// records its tokenizer (state.json's "tokenizer.crc32c" and
+// "tokenizer.vocab_size", as weft train writes them); another file is
+// refused naming it and both records. A checkpoint from before the record:
+// the tokenizer must at least fit the model's embeddings.
+TEST(EvalTest, ACheckpointsTokenizerMustBeItsOwn) {
+  const fs::path dir = TempDir("tokenizer");
+  const Model m = MakeModel(dir);
+  const std::string own = ReadFileToString(m.model.tokenizer);
+  Checkpoint checkpoint;
+  checkpoint.model = m.model.weights;
+  for (const auto& [key, value] : ModelConfigFields(m.model.config)) {
+    checkpoint.state.extra[key] = value;
+  }
+  checkpoint.state.extra["tokenizer.crc32c"] = Crc32cText(Crc32c(own));
+  checkpoint.state.extra["tokenizer.vocab_size"] = "384";
+  const fs::path run = dir / "run";
+  SaveCheckpoint(run / "checkpoint", checkpoint);
+  WriteFileAtomically(run / "tokenizer.model", own);
+  EXPECT_EQ(LoadEvalModel(run).tokenizer, run / "tokenizer.model");
+
+  // Another run's tokenizer: other pieces, another checksum.
+  std::vector<Document> docs = LoadKjvBible(KjvUnit::kBook);
+  docs.resize(2);
+  TokenizerOptions to;
+  to.vocab_size = 360;
+  to.cache_dir = dir / "cache";
+  const std::string other = Tokenizer::TrainOrLoad(docs, to).serialized_model();
+  WriteFileAtomically(run / "tokenizer.model", other);
+  ExpectError([&] { LoadEvalModel(run); },
+              {(run / "tokenizer.model").string(), "is not the tokenizer",
+               (run / "checkpoint").string(), "records 384 pieces, " + Crc32cText(Crc32c(own)),
+               "this file has 360 pieces, " + Crc32cText(Crc32c(other))});
+  ExpectError([&] { Sampler::Load(run); }, {"is not the tokenizer", "records 384 pieces"});
+
+  // A checkpoint written before the record: the vocabulary sizes decide.
+  checkpoint.state.extra.erase("tokenizer.crc32c");
+  checkpoint.state.extra.erase("tokenizer.vocab_size");
+  SaveCheckpoint(run / "checkpoint", checkpoint);
+  EXPECT_NO_THROW(LoadEvalModel(run));  // 360 pieces fit 388 embeddings
+  checkpoint.state.extra["model.vocab_size"] = "350";
+  SaveCheckpoint(run / "checkpoint", checkpoint);
+  ExpectError([&] { LoadEvalModel(run); },
+              {(run / "tokenizer.model").string(), "has 360 pieces but the model only 350"});
 }
 
 }  // namespace

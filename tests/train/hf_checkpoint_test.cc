@@ -7,12 +7,18 @@
 // directories are refused naming the file and the tensor or field.
 #include "weft/train/hf_checkpoint.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 
 #include "error_of.h"
 #include "weft/base/atomic_file.h"
@@ -311,6 +317,93 @@ TEST(HfCheckpoint, DirectoriesAreWrittenWholeAndReadBack) {
   EXPECT_TRUE(fs::is_regular_file(one / "model.safetensors"));
   for (const auto& entry : fs::directory_iterator(one.parent_path())) {
     EXPECT_EQ(entry.path().filename().string().find("weft_hf_checkpoint_test_one.tmp-"),
+              std::string::npos)
+        << "a temporary directory was left behind: " << entry.path();
+  }
+}
+
+// transformers' from_pretrained takes model.safetensors when a directory
+// holds it beside an index (modeling_utils.py checks SAFE_WEIGHTS_NAME
+// before SAFE_WEIGHTS_INDEX_NAME); weft loads the same weights.
+TEST(HfCheckpoint, ASingleFileBesideAnIndexIsReadAsTransformersReadsIt) {
+  const LlamaConfig c = Small(false);
+  const TensorMap sharded_weights = RandomWeights(c, 8);
+  const TensorMap single_weights = RandomWeights(c, 9);
+  const fs::path dir = TempDir("both");
+  WriteHfDirectory(dir, c, sharded_weights, TokenizerModel(), {.max_shard_bytes = 20 << 10});
+  ASSERT_TRUE(fs::is_regular_file(dir / "model.safetensors.index.json"));
+  EXPECT_TRUE(SameTensors(LoadHf(dir).weights, sharded_weights));
+  WriteSafetensors(dir / "model.safetensors", ToHfTensors(c, single_weights, PrimitiveType::kF32));
+  EXPECT_TRUE(SameTensors(LoadHf(dir).weights, single_weights));
+  // The index is not read at all then, as in transformers.
+  WriteFileAtomically(dir / "model.safetensors.index.json", "not json");
+  EXPECT_TRUE(SameTensors(LoadHf(dir).weights, single_weights));
+}
+
+// OUT_DIR is the user's path: a link to an empty directory is followed (the
+// link stays); a dangling link, or a place no directory can be made, is a
+// clear error; nothing is left behind.
+TEST(HfCheckpoint, ExportsFollowTheUsersLinkAndNameWhatCannotBeCreated) {
+  const LlamaConfig c = Small(true);
+  const TensorMap weights = RandomWeights(c, 10);
+  const fs::path root = TempDir("links");
+  const fs::path real = root / "real";
+  fs::create_directories(real);
+  const fs::path link = root / "link";
+  fs::create_symlink("real", link);
+  WriteHfDirectory(link, c, weights, TokenizerModel(), {});
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(real / "model.safetensors")));
+  EXPECT_TRUE(SameTensors(LoadHf(link).weights, weights));
+  const fs::path dangling = root / "dangling";
+  fs::create_symlink(root / "absent", dangling);
+  ExpectError([&] { WriteHfDirectory(dangling, c, weights, TokenizerModel(), {}); },
+              {dangling.string(), "does not exist"});
+  EXPECT_FALSE(fs::exists(root / "absent"));
+  ExpectError([&] { WriteHfDirectory("/proc/weft-export", c, weights, TokenizerModel(), {}); },
+              {"/proc/weft-export", "cannot create"});
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(root)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"dangling", "link", "real"}));
+}
+
+// A second export into a directory another export is writing is refused by
+// name (it holds the directory's lock); of two at once, one wins and the
+// other is a clear error.
+TEST(HfCheckpoint, ConcurrentExportsIntoOneDirectoryAreRefusedByName) {
+  const LlamaConfig c = Small(true);
+  const TensorMap weights = RandomWeights(c, 11);
+  const fs::path dir = TempDir("concurrent");
+  fs::create_directories(dir);
+  const int held = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(::flock(held, LOCK_EX | LOCK_NB), 0);  // as an export in progress holds it
+  ExpectError([&] { WriteHfDirectory(dir, c, weights, TokenizerModel(), {}); },
+              {dir.string(), "being written by another weft export"});
+  EXPECT_TRUE(fs::is_empty(dir));
+  ::close(held);
+  fs::remove(dir);
+  std::atomic<int> wrote{0}, refused{0};
+  std::vector<std::thread> exports;
+  for (int k = 0; k < 3; ++k) {
+    exports.emplace_back([&] {
+      try {
+        WriteHfDirectory(dir, c, weights, TokenizerModel(), {});
+        ++wrote;
+      } catch (const Error&) {
+        ++refused;
+      }
+    });
+  }
+  for (auto& t : exports) t.join();
+  EXPECT_EQ(wrote, 1);
+  EXPECT_EQ(refused, 2);
+  EXPECT_TRUE(SameTensors(LoadHf(dir).weights, weights));
+  for (const auto& entry : fs::directory_iterator(dir.parent_path())) {
+    EXPECT_EQ(entry.path().filename().string().find("weft_hf_checkpoint_test_concurrent.tmp-"),
               std::string::npos)
         << "a temporary directory was left behind: " << entry.path();
   }

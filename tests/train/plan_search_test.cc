@@ -102,6 +102,18 @@ TEST(PlanSearchTest, BadOptionsAreErrors) {
   o = FourChips();
   o.chip = "v9";
   EXPECT_THROW(SearchPlans(Tiny(), o), Error);
+  // A billion chips was blamed on --dcn, which was never given.
+  o = FourChips();
+  o.chips = 1000000000;
+  try {
+    SearchPlans(Tiny(), o);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--chips 1000000000: more than 65536 chips"),
+              std::string::npos)
+        << e.what();
+    EXPECT_EQ(std::string(e.what()).find("--dcn"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

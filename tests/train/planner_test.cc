@@ -332,6 +332,19 @@ TEST(PlannerTest, BadInputIsReportedBeforeAnyCompute) {
   EXPECT_NE(e.find("cannot read the chips file /nonexistent/chips.toml"), std::string::npos) << e;
 }
 
+// n_layers = 1e9 was refused by a message about `while.1`, naming neither
+// the config nor n_layers.
+TEST(PlannerTest, AnAbsurdLayerCountNamesTheConfigKey) {
+  RunConfig config = LoadRunConfig(analysis::testing::kSource / "configs/tiny.toml");
+  config.model.n_layers = 1000000000;
+  PlanOptions o;
+  o.chip = "v6e";
+  const std::string e = ErrorOf(config, o);
+  EXPECT_NE(e.find("n_layers"), std::string::npos) << e;
+  EXPECT_NE(e.find("tiny.toml"), std::string::npos) << e;
+  EXPECT_EQ(e.find("while"), std::string::npos) << e;
+}
+
 // A flag the user gives is used or refused, never replaced by the config's
 // value: --batch 0, --batch -4, --seq 0 and --slices 0 are errors naming the
 // flag, its value and what is allowed.

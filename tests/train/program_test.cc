@@ -203,7 +203,7 @@ TEST(ProgramTest, SizesAreCheckedBeforeAnythingIsBuilt) {
   huge.mesh.axis_sizes = {int64_t{1} << 15, 4};
   EXPECT_NE(ErrorOf(huge).find("has more than 65536 devices"), std::string::npos) << ErrorOf(huge);
   RunConfig renamed = Micro();
-  renamed.mesh = ParseMeshFlag("fsdp=2,model=2");
+  renamed.mesh.axis_names = {"fsdp", "model"};  // built in code: flags refuse "model"
   e = ErrorOf(renamed);
   EXPECT_NE(e.find("names mesh axis 'tensor', which the mesh fsdp=2,model=2 does not have"),
             std::string::npos)
@@ -217,9 +217,33 @@ TEST(ProgramTest, ParsesTheMeshFlag) {
   EXPECT_EQ(m.num_devices(), 512);
   EXPECT_EQ(ParseMeshFlag("data=256,fsdp=256").num_devices(), 1 << 16);
   for (const char* bad : {"", "fsdp", "fsdp=", "fsdp=0", "fsdp=x", "fsdp=2,fsdp=2", "=2",
-                          "data=256,fsdp=257", "a=4294967296,b=4294967296"}) {
+                          "data=256,fsdp=257", "data=4294967296,fsdp=4294967296"}) {
     EXPECT_THROW(ParseMeshFlag(bad), Error) << bad;
   }
+}
+
+// Axes weft gives no role are refused by name (the config's [mesh] alike,
+// llama_config_test): `weft train`, `plan`, `eval` and `bench train` read
+// --mesh here.
+TEST(ProgramTest, TheMeshFlagRefusesAxesWithoutARole) {
+  for (const char* text : {"pipeline=2,fsdp=2,tensor=2", "context=4", "foo=2"}) {
+    SCOPED_TRACE(text);
+    const std::string axis(std::string_view(text).substr(0, std::string_view(text).find('=')));
+    try {
+      ParseMeshFlag(text);
+      FAIL() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_EQ(
+          std::string(e.what()).rfind(std::string("--mesh '") + text +
+                                          "': weft gives a mesh axis named '" + axis + "' no role",
+                                      0),
+          0u)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("dcn (data parallelism across slices)"),
+                std::string::npos);
+    }
+  }
+  EXPECT_EQ(ParseMeshFlag("dcn=2,data=2,fsdp=2,tensor=2").num_devices(), 16);
 }
 
 // Selective remat: each policy computes the same loss and gradients as

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -82,6 +83,38 @@ TEST_F(RunDirTest, ADirectoryCreatedForARefusedRunIsRemovedAgain) {
   WriteFileAtomically(dir / "metrics.jsonl", "{}\n");
   { RunDirLock lock(dir); }
   EXPECT_EQ(ReadFileToString(dir / "metrics.jsonl"), "{}\n");
+}
+
+// A run directory whose managed entries are links (to files or directories
+// elsewhere) is refused by name, and nothing outside it is written.
+TEST_F(RunDirTest, ManagedEntriesThatAreLinksAreRefusedByName) {
+  const fs::path victim = root_ / "victim";
+  WriteFileAtomically(victim, "precious");
+  const fs::path elsewhere = root_ / "elsewhere";
+  fs::create_directories(elsewhere);
+  for (const char* name : {".lock", "tokenizer.model", "metrics.jsonl", "loss.svg", "checkpoint"}) {
+    const fs::path dir = root_ / (std::string("run") + name);
+    fs::create_directories(dir);
+    const bool directory = std::string(name) == "checkpoint";
+    fs::create_symlink(directory ? elsewhere : victim, dir / name);
+    const std::string message = ErrorOf([&] { RunDirLock lock(dir); });
+    EXPECT_NE(message.find((dir / name).string() + " is a symbolic link"), std::string::npos)
+        << message;
+    EXPECT_TRUE(fs::is_symlink(dir / name));
+    EXPECT_FALSE(fs::exists(dir / ".lock") && std::string(name) != ".lock") << name;
+  }
+  EXPECT_EQ(ReadFileToString(victim), "precious");
+  EXPECT_TRUE(fs::is_empty(elsewhere));
+  // Another kind of file in a managed place is refused too.
+  const fs::path fifo_run = root_ / "fifo";
+  fs::create_directories(fifo_run);
+  ASSERT_EQ(mkfifo((fifo_run / ".lock").c_str(), 0600), 0);
+  EXPECT_NE(ErrorOf([&] { RunDirLock lock(fifo_run); }).find("is not a regular file"),
+            std::string::npos);
+  WriteFileAtomically(fifo_run / "checkpoint", "a file");
+  fs::remove(fifo_run / ".lock");
+  EXPECT_NE(ErrorOf([&] { RunDirLock lock(fifo_run); }).find("is not a directory"),
+            std::string::npos);
 }
 
 TEST_F(RunDirTest, UnwritableOrNonDirectoryPathsAreNamedBeforeAnythingIsWritten) {

@@ -1,12 +1,15 @@
 #include "weft/train/safetensors.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "scratch_dir.h"
@@ -101,6 +104,61 @@ TEST(Safetensors, WritesAndReadsFiles) {
     FAIL() << "expected an error";
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("missing.safetensors"), std::string::npos);
+  }
+}
+
+// Peak resident memory of this process so far (Linux: KiB).
+int64_t PeakRssBytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return int64_t{usage.ru_maxrss} * 1024;
+}
+
+TEST(Safetensors, ReadsTheHeaderFirstAndNeverTheFileWhole) {
+  const weft::testing::ScratchDir scratch("weft_st_big");
+  const fs::path& dir = scratch.path();
+  // A 1 GiB sparse file: a valid header for one f32 tensor of 2^28 values,
+  // then holes. Read whole before its header was checked (a copy of the
+  // file and the tensors: twice its size); now each tensor is read into
+  // place.
+  const int64_t n = int64_t{1} << 28;
+  const std::string header = fmt::format(
+      R"({{"w": {{"dtype": "F32", "shape": [{}], "data_offsets": [0, {}]}}}})", n, 4 * n);
+  {
+    std::ofstream out(dir / "big.safetensors", std::ios::binary);
+    out << HandMade(header, "");
+  }
+  fs::resize_file(dir / "big.safetensors", 8 + header.size() + 4 * n);
+  const SafetensorsFile file = ReadSafetensors(dir / "big.safetensors");
+  ASSERT_EQ(file.tensors.at("w").element_count(), n);
+  float last = 1.0f;
+  std::memcpy(&last, static_cast<const char*>(file.tensors.at("w").raw_data()) + 4 * (n - 1), 4);
+  EXPECT_EQ(last, 0.0f);
+  EXPECT_LT(PeakRssBytes(), int64_t{3} << 29);  // 1.5 GiB
+  // A header that covers less than the data is refused before any data is
+  // read (it was read whole first).
+  const std::string short_header =
+      R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})";
+  {
+    std::ofstream out(dir / "bad.safetensors", std::ios::binary);
+    out << HandMade(short_header, "");
+  }
+  fs::resize_file(dir / "bad.safetensors", int64_t{64} << 30);
+  const int64_t before = PeakRssBytes();
+  try {
+    ReadSafetensors(dir / "bad.safetensors");
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("data bytes 4.."), std::string::npos) << error.what();
+  }
+  EXPECT_LT(PeakRssBytes(), before + (int64_t{1} << 30));
+  // A device is refused by name, unread.
+  try {
+    ReadSafetensors("/dev/zero");
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("/dev/zero is not a regular file"), std::string::npos)
+        << error.what();
   }
 }
 

@@ -15,7 +15,9 @@
 #include <sstream>
 
 #include "error_of.h"
+#include "weft/base/atomic_file.h"
 #include "weft/base/error.h"
+#include "weft/data/kjv.h"
 #include "weft/models/llama.h"
 #include "weft/runtime/executor.h"
 #include "weft/train/checkpoint.h"
@@ -166,6 +168,7 @@ class MemorizedModel : public ::testing::Test {
   static void SetUpTestSuite() {
     const auto t0 = std::chrono::steady_clock::now();
     config_ = new RunConfig(LoadRunConfig(kSource / "configs/memorize.toml"));
+    config_->train.precision = Precision::kBf16;  // on any CPU, as the tests below expect
     static std::ostringstream log;
     TrainOptions o;
     o.out = TempDir("memorize");
@@ -234,7 +237,7 @@ TEST_F(MemorizedModel, GreedyRecitesPsalm23AndStopsAtItsEnd) {
   EXPECT_TRUE(short_run.continuation.starts_with("; I shall not want."));
 }
 
-// The checkpoint records the run's precision (memorize.toml's: bf16), which
+// The checkpoint records the run's precision (bf16, set above), which
 // sampling takes unless told; the f32 forward of the same f32 weights
 // recites the passage too. A checkpoint without it trained in f32.
 TEST_F(MemorizedModel, SamplingRunsInTheRunsPrecisionUnlessTold) {
@@ -308,6 +311,28 @@ TEST_F(MemorizedModel, TheWindowSlidesOverALongContext) {
       sampler.NextTokenLogits(std::span<const int32_t>(context).last(S));
   EXPECT_EQ(slid, last);
   EXPECT_NE(slid, sampler.NextTokenLogits(std::span<const int32_t>(context).first(S)));
+}
+
+// Hostile input: `weft sample` took another run's tokenizer.model and
+// printed garbage. The checkpoint's state.json records the run's tokenizer
+// (its CRC-32C and vocabulary size); any other file is refused by name.
+TEST_F(MemorizedModel, AnotherRunsTokenizerIsRefused) {
+  const fs::path run = TempDir("other_tokenizer");
+  fs::create_directories(run);
+  fs::copy(*run_dir_ / "checkpoint", run / "checkpoint", fs::copy_options::recursive);
+  std::vector<Document> docs = LoadKjvBible(KjvUnit::kBook);
+  docs.resize(2);
+  TokenizerOptions to;
+  to.vocab_size = 384;
+  to.cache_dir = run / "cache";
+  const Tokenizer other = Tokenizer::TrainOrLoad(docs, to);
+  WriteFileAtomically(run / "tokenizer.model", other.serialized_model());
+  ExpectError([&] { Sampler::Load(run); },
+              {(run / "tokenizer.model").string(), "is not the tokenizer",
+               (run / "checkpoint").string(), "records 512 pieces", "this file has 384 pieces"});
+  fs::copy_file(*run_dir_ / "tokenizer.model", run / "tokenizer.model",
+                fs::copy_options::overwrite_existing);
+  EXPECT_NO_THROW(Sampler::Load(run));
 }
 
 TEST_F(MemorizedModel, BadInputIsAnErrorNamingTheProblem) {

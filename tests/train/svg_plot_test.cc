@@ -154,6 +154,30 @@ TEST(RenderSvgPlot, BreaksLinesAtUnusablePoints) {
   EXPECT_TRUE(TagsBalance(log_svg));
 }
 
+// A series with markers gets a dot at each usable point, on its line's
+// pixels (a validation loss every N steps: one point shows too); others none.
+TEST(RenderSvgPlot, MarkersDotEveryUsablePoint) {
+  PlotSeries loss{"loss", {1, 2, 3, 4}, {4, 3, 2.5, 2}, ""};
+  PlotSeries validation{"validation loss", {2, 4}, {3.5, NAN}, "red", true};
+  const std::vector<PlotSeries> both = {loss, validation};
+  const std::string svg = RenderSvgPlot(both, {});
+  EXPECT_TRUE(TagsBalance(svg));
+  std::regex circle("<circle cx=\"([-0-9.]+)\" cy=\"([-0-9.]+)\" r=\"3\" fill=\"red\"/>");
+  std::vector<std::pair<double, double>> dots;
+  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), circle); it != std::sregex_iterator();
+       ++it) {
+    dots.emplace_back(std::stod((*it)[1]), std::stod((*it)[2]));
+  }
+  ASSERT_EQ(dots.size(), 1u);  // the NaN has none
+  const auto lines = Polylines(svg);
+  ASSERT_EQ(lines.size(), 2u);
+  ASSERT_EQ(lines[1].size(), 1u);
+  EXPECT_EQ(dots[0], lines[1][0]);
+  // Step 2 of the loss line is at the same x.
+  EXPECT_DOUBLE_EQ(dots[0].first, lines[0][1].first);
+  EXPECT_EQ(svg.find("<circle", 0), svg.rfind("<circle"));  // the loss has no dots
+}
+
 TEST(RenderSvgPlot, EdgeCasesAndErrors) {
   EXPECT_TRUE(TagsBalance(RenderSvgPlot({}, Titled("empty"))));
   PlotSeries flat{"flat", {1, 2, 3}, {2, 2, 2}, ""};

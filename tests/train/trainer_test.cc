@@ -7,6 +7,7 @@
 // a Hugging Face export of a run starts from that run's weights exactly.
 #include "weft/train/trainer.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -20,12 +21,15 @@
 
 #include "error_of.h"
 #include "weft/base/atomic_file.h"
+#include "weft/base/cpu.h"
 #include "weft/base/error.h"
+#include "weft/kernels/simd.h"
 #include "weft/runtime/comm_threads.h"
 #include "weft/runtime/executor.h"
 #include "weft/runtime/run_command.h"
 #include "weft/train/checkpoint.h"
 #include "weft/train/dataset.h"
+#include "weft/train/eval.h"
 #include "weft/train/hf_checkpoint.h"
 #include "weft/train/program.h"
 #include "weft/train/run_dir.h"
@@ -225,9 +229,11 @@ TEST(TrainerTest, AResumeOnAnotherMeshFollowsTheUninterruptedRun) {
 
 TEST(TrainerTest, MemorizationReachesNearZeroLossSharded) {
   // Three passages packed in one row, fsdp=2 (segment ids split with the
-  // rows), in bf16 (the config does not say). A segment-id sharding bug
-  // leaves the loss well above zero.
-  const RunConfig config = LoadRunConfig(kSource / "configs/memorize.toml");
+  // rows), in bf16 (forced: the config does not say, which on a CPU without
+  // a bf16 unit means f32). A segment-id sharding bug leaves the loss well
+  // above zero.
+  RunConfig config = LoadRunConfig(kSource / "configs/memorize.toml");
+  config.train.precision = Precision::kBf16;
   ASSERT_EQ(config.mesh.num_devices(), 2);
   const TrainResult r = Quiet(config, {}, "memorize");
   ASSERT_EQ(r.steps.size(), 300u);
@@ -462,6 +468,9 @@ TEST(TrainerTest, InitFromAHuggingFaceExportStartsFromTheExportedWeights) {
   ASSERT_EQ(tuned.steps.size(), 2u);
 
   config.train.steps = tune.steps;  // the data order of the tuned run
+  // The precision the tuned run took (micro does not say; BuildStepProgram's
+  // own default is bf16).
+  config.train.precision = FastestPrecision().precision;
   const StepProgram p = BuildStepProgram(config);
   const Dataset data = LoadDataset(config);
   BatchIterator it = MakeBatchIterator(data, config);
@@ -814,6 +823,225 @@ TEST(TrainerTest, LoopFusionLeavesTinysFiftyLossesUnchanged) {
     EXPECT_NEAR(fused.losses[i], unfused.losses[i], 1e-5 * std::abs(unfused.losses[i]))
         << "step " << i + 1;
   }
+}
+
+// A config that does not say takes the precision this CPU trains fastest
+// (bf16 with a bf16 unit, else f32), and the run says which and why; a
+// forced instruction set without bf16 instructions means f32 too. --precision
+// and the config force either. A resume keeps the precision its checkpoint
+// recorded (here the one the CPU would not pick), continuing as the
+// uninterrupted run in that precision does, bit for bit.
+TEST(TrainerTest, ARunTakesTheCpusFastestPrecisionUnlessToldAndAResumeKeepsItsOwn) {
+  const CpuInfo& cpu = GetCpuInfo();
+  const bool bf16_unit = cpu.avx512_bf16 || (cpu.amx_bf16 && cpu.amx_os && GetAmxStatus().usable);
+  const PrecisionChoice fastest = FastestPrecision();
+  EXPECT_EQ(fastest.precision, bf16_unit ? Precision::kBf16 : Precision::kF32) << cpu.model_name;
+  EXPECT_NE(fastest.why.find(bf16_unit ? "this CPU has a bf16 unit"
+                                       : "bf16 would be widened to f32 for every dot"),
+            std::string::npos)
+      << fastest.why;
+  if (!bf16_unit) {
+    EXPECT_NE(fastest.why.find("no avx512_bf16"), std::string::npos) << fastest.why;
+  }
+  {
+    kernels::simd::ScopedIsa portable("portable");
+    const PrecisionChoice forced = FastestPrecision();
+    EXPECT_EQ(forced.precision, Precision::kF32);
+    EXPECT_NE(forced.why.find("the forced instruction set portable (WEFT_ISA) has no bf16"),
+              std::string::npos)
+        << forced.why;
+  }
+  const Precision other =
+      fastest.precision == Precision::kBf16 ? Precision::kF32 : Precision::kBf16;
+  const std::string other_name(PrecisionName(other));
+  const RunConfig config = Micro();  // says no precision
+  ASSERT_FALSE(config.train.precision.has_value());
+  auto recorded = [](const fs::path& out) {
+    return LoadCheckpoint(out / "checkpoint").state.extra.at("train.precision");
+  };
+
+  TrainOptions o;
+  o.steps = 2;
+  o.out = TempDir("precision_default");
+  std::ostringstream log;
+  Logged(config, o, log);
+  EXPECT_NE(log.str().find(
+                fmt::format("precision {} ({})\n", PrecisionName(fastest.precision), fastest.why)),
+            std::string::npos)
+      << log.str();
+  EXPECT_EQ(recorded(o.out), PrecisionName(fastest.precision));
+
+  RunConfig says = config;
+  says.train.precision = other;
+  o.out = TempDir("precision_config");
+  std::ostringstream config_log;
+  Logged(says, o, config_log);
+  EXPECT_NE(
+      config_log.str().find("precision " + other_name + " (train.precision in " + config.source +
+                            "; --precision " + std::string(PrecisionName(fastest.precision)) +
+                            " forces the other)"),
+      std::string::npos)
+      << config_log.str();
+  EXPECT_EQ(recorded(o.out), other_name);
+
+  // --precision other, interrupted at step 5, resumed without it.
+  TrainOptions whole;
+  whole.steps = 8;
+  whole.precision = other;
+  const std::vector<double> uninterrupted = Losses(Quiet(config, whole, "precision_whole"));
+  TrainOptions first = whole;
+  first.stop_after = 5;  // checkpoint_every = 5
+  first.out = TempDir("precision_resumed");
+  std::ostringstream first_log;
+  Logged(config, first, first_log);
+  EXPECT_NE(first_log.str().find("precision " + other_name + " (--precision)"), std::string::npos)
+      << first_log.str();
+  TrainOptions second;
+  second.steps = 8;
+  second.out = first.out;
+  std::ostringstream second_log;
+  const TrainResult resumed = Logged(config, second, second_log);
+  EXPECT_NE(second_log.str().find("precision " + other_name + " (the run's, as " +
+                                  (first.out / "checkpoint" / "state.json").string() +
+                                  " records it; --precision " +
+                                  std::string(PrecisionName(fastest.precision)) + " changes it)"),
+            std::string::npos)
+      << second_log.str();
+  ASSERT_EQ(resumed.steps.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(resumed.steps[i].loss, uninterrupted[5 + i]) << "step " << 6 + i;
+  }
+  EXPECT_EQ(recorded(first.out), other_name);
+}
+
+// Micro on the first 60 chapters of the Bible with 3 held out (chapters 10,
+// 30 and 50: the middles of three equal stretches), validated every 4 steps
+// and after the last. f32, so the sharded step program's loss and
+// `weft eval`'s forward on one device agree to float rounding.
+RunConfig Validated() {
+  RunConfig config = Micro();
+  config.train.precision = Precision::kF32;
+  config.train.steps = 10;
+  config.data.kjv_unit = "chapter";
+  config.data.max_documents = 60;
+  config.train.validation_documents = 3;
+  config.train.validation_every = 4;
+  return config;
+}
+
+// The validation loss is `weft eval`'s mean loss of the run's weights on the
+// held-out documents (written to files, evaluated from the run directory on
+// one device), reported at the validation steps only (progress lines,
+// metrics.jsonl, loss.svg); a resumed run reports the uninterrupted run's
+// figures bit for bit; a resume may not change what is held out.
+TEST(TrainerTest, TheValidationLossIsWeftEvalsLossOnTheHeldOutDocuments) {
+  const RunConfig config = Validated();
+  TrainOptions o;
+  o.out = TempDir("validated");
+  std::ostringstream log;
+  const TrainResult r = Logged(config, o, log);
+  ASSERT_EQ(r.steps.size(), 10u);
+  std::vector<int64_t> validated;
+  for (const StepMetrics& m : r.steps) {
+    if (m.validation_loss) validated.push_back(m.step);
+  }
+  EXPECT_EQ(validated, (std::vector<int64_t>{4, 8, 10}));
+  EXPECT_NE(log.str().find("validation: 3 documents held out of training"), std::string::npos)
+      << log.str();
+  EXPECT_NE(log.str().find(fmt::format("val loss {:.4f}", *r.steps[3].validation_loss)),
+            std::string::npos)
+      << log.str();
+  EXPECT_LT(*r.steps[9].validation_loss, *r.steps[3].validation_loss) << "it should learn";
+
+  // The held-out chapters, chosen here by the documented rule.
+  const std::vector<Document> all = LoadConfiguredDocuments(config.data);
+  ASSERT_EQ(all.size(), 60u);
+  const fs::path texts = TempDir("validated_texts");
+  fs::create_directories(texts);
+  EvalOptions eo;
+  for (int64_t d : {10, 30, 50}) {
+    eo.data_files.push_back(texts / fmt::format("held{}.txt", d));
+    WriteFileAtomically(eo.data_files.back(), all[static_cast<size_t>(d)].text);
+  }
+  const EvalResult eval = Evaluate(LoadEvalModel(o.out), eo);
+  EXPECT_NEAR(*r.steps.back().validation_loss, eval.loss, 1e-5 * eval.loss);
+  std::printf("validation loss %.6f, weft eval %.6f over %lld tokens\n",
+              *r.steps.back().validation_loss, eval.loss, static_cast<long long>(eval.tokens));
+  const std::string metrics = ReadFileToString(o.out / "metrics.jsonl");
+  size_t lines = 0, with = 0;
+  for (size_t at = 0; (at = metrics.find('\n', at)) != std::string::npos; ++at) ++lines;
+  for (size_t at = 0; (at = metrics.find("\"val_loss\":", at)) != std::string::npos; ++at) ++with;
+  EXPECT_EQ(lines, 10u);
+  EXPECT_EQ(with, 3u);
+  EXPECT_NE(ReadFileToString(o.out / "loss.svg").find(">validation loss</text>"),
+            std::string::npos);
+
+  // Interrupted at step 5 (a checkpoint), resumed: the same figures.
+  TrainOptions first;
+  first.out = TempDir("validated_resumed");
+  first.stop_after = 5;
+  Quiet(config, first, "validated_resumed");
+  TrainOptions second;
+  second.out = first.out;
+  const TrainResult b = Quiet(config, second, "validated_resumed");
+  ASSERT_EQ(b.steps.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(b.steps[i].validation_loss, r.steps[5 + i].validation_loss) << "step " << 6 + i;
+  }
+  const std::string resumed_metrics = ReadFileToString(first.out / "metrics.jsonl");
+  with = 0;  // step 4's kept, steps 8 and 10 added
+  for (size_t at = 0; (at = resumed_metrics.find("\"val_loss\":", at)) != std::string::npos; ++at) {
+    ++with;
+  }
+  EXPECT_EQ(with, 3u);
+
+  RunConfig fewer = config;
+  fewer.train.validation_documents = 2;
+  fewer.train.steps = 12;
+  const std::string message = ErrorOf([&] { Quiet(fewer, second, "validated_resumed"); });
+  EXPECT_NE(message.find("the run held 3 of its documents out of training for validation, the "
+                         "config"),
+            std::string::npos)
+      << message;
+}
+
+// --validation-documents and --validation-every replace the config's
+// settings: training on two --data files, a config holding three documents
+// out is refused by name, and one held out trains on the other.
+TEST(TrainerTest, TheValidationFlagsReplaceTheConfigs) {
+  RunConfig config = Validated();
+  config.data.tokenizer_corpus = "kjv";  // two chapters are too little text for 384 pieces
+  const std::vector<Document> chapters = LoadConfiguredDocuments(config.data);
+  const fs::path texts = TempDir("validation_flags_texts");
+  fs::create_directories(texts);
+  TrainOptions o;
+  o.steps = 2;
+  for (size_t d = 0; d < 2; ++d) {
+    o.data_files.push_back(texts / fmt::format("chapter{}.txt", d));
+    WriteFileAtomically(o.data_files.back(), chapters[d].text);
+  }
+  std::string message = ErrorOf([&] { Quiet(config, o, "validation_flags"); });
+  EXPECT_NE(message.find("train.validation_documents = 3 holds out every one of the 2 documents "
+                         "the [data] section (or --data) yields"),
+            std::string::npos)
+      << message;
+  o.validation_documents = -1;
+  message = ErrorOf([&] { Quiet(config, o, "validation_flags"); });
+  EXPECT_EQ(message.rfind("--validation-documents -1: give the number of documents", 0), 0u)
+      << message;
+  o.validation_documents = 1;
+  o.validation_every = -2;
+  message = ErrorOf([&] { Quiet(config, o, "validation_flags"); });
+  EXPECT_EQ(message.rfind("--validation-every -2: give 0 or more steps", 0), 0u) << message;
+  o.validation_every = 1;
+  const TrainResult r = Quiet(config, o, "validation_flags");
+  ASSERT_EQ(r.steps.size(), 2u);
+  EXPECT_TRUE(r.steps[0].validation_loss.has_value());
+  EXPECT_TRUE(r.steps[1].validation_loss.has_value());
+  o.validation_documents = 0;  // none: no validation, whatever the config says
+  const TrainResult none = Quiet(config, o, "validation_flags");
+  EXPECT_FALSE(none.steps[0].validation_loss.has_value());
+  EXPECT_FALSE(none.steps[1].validation_loss.has_value());
 }
 
 }  // namespace

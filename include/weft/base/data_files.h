@@ -13,11 +13,21 @@
 // names the file it looked for.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <string>
 #include <string_view>
 
 namespace weft {
 
 std::filesystem::path FindDataFile(std::string_view relative);
+
+// The bytes of an input file the user named (`what` says which, e.g.
+// "config" or "--data file"). Before anything is read it refuses, naming
+// the path and `what` (weft::Error): a path that is not a regular file (a
+// directory, a device such as /dev/zero, a FIFO, a socket; a FIFO is never
+// waited on), and a file of more than max_bytes, stating the limit.
+std::string ReadInputFile(const std::filesystem::path& path, std::string_view what,
+                          int64_t max_bytes);
 
 }  // namespace weft

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 
 #include "weft/compiler/compile.h"
@@ -18,9 +19,10 @@ namespace weft::compiler {
 
 struct CompileCommandOptions {
   std::string input;  // FILE.hlo
-  // --num-devices; 0: the device count the module's shardings are written
-  // for (ShardingDeviceCount), 1 when it has none.
-  int64_t num_devices = 0;
+  // --num-devices, at least 1 when given; unset: the device count the
+  // module's shardings are written for (ShardingDeviceCount), 1 when it has
+  // none.
+  std::optional<int64_t> num_devices;
   bool fuse = false;            // --fuse
   std::string output;           // --out: write here (temp file + rename); empty: stdout
   bool xla_style = false;       // print with XLA's default options (%names, layouts)

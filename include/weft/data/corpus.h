@@ -34,7 +34,8 @@ struct TextFileOptions {
 };
 
 // Reads UTF-8 text files into documents, in the order given. Errors name the
-// file: unreadable, a directory, or not UTF-8 (with the byte offset). Empty
+// file: unreadable, a directory, not a regular file (a device, a FIFO), more
+// than 1 GiB (refused unread), or not UTF-8 (with the byte offset). Empty
 // files (or paragraphs) produce no document.
 std::vector<Document> LoadTextFiles(std::span<const std::filesystem::path> paths,
                                     const TextFileOptions& options = {});

@@ -26,7 +26,10 @@ class BlockMask {
   // per-element evaluation otherwise) and keeps the mask of each partial
   // block (PartialKeep) while they fit in kMaxPartialTileBytes, so the
   // kernels read them instead of evaluating the mask again for every head
-  // and call. Throws weft::Error on bad sizes.
+  // and call. A block at least as long as its axis is one block: it is kept
+  // as the axis rounded up to 256 when it is longer, so memory follows the
+  // sequence, not the block size. Throws weft::Error on sizes that are not
+  // positive or whose block lists would not fit in memory, before allocating.
   static BlockMask Create(MaskModPtr mask_mod, int64_t batch, int64_t heads, int64_t q_len,
                           int64_t kv_len, int64_t q_block = kDefaultBlockSize,
                           int64_t kv_block = kDefaultBlockSize);
@@ -50,7 +53,8 @@ class BlockMask {
   // The mask of partial block (qb, kb) for (b, h) as Create evaluated it:
   // q_block() rows of kv_block() bytes (1 keep, 0 masked; rows and columns
   // past q_len / kv_len are not set). Null when the block is not partial or
-  // the tiles were not kept (Dense, or more than kMaxPartialTileBytes).
+  // the tiles were not kept (Dense, more than kMaxPartialTileBytes, or blocks
+  // of more than 16 MiB each).
   const uint8_t* PartialKeep(int64_t b, int64_t h, int64_t qb, int64_t kb) const;
 
   // The kind of block (qb, kb) for (b, h).
@@ -62,8 +66,8 @@ class BlockMask {
   int64_t kv_len() const { return kv_len_; }
   int64_t q_block() const { return q_block_; }
   int64_t kv_block() const { return kv_block_; }
-  int64_t num_q_blocks() const { return (q_len_ + q_block_ - 1) / q_block_; }
-  int64_t num_kv_blocks() const { return (kv_len_ + kv_block_ - 1) / kv_block_; }
+  int64_t num_q_blocks() const { return q_len_ / q_block_ + (q_len_ % q_block_ != 0); }
+  int64_t num_kv_blocks() const { return kv_len_ / kv_block_ + (kv_len_ % kv_block_ != 0); }
   // The mask evaluated on partial blocks; null for Dense().
   const MaskMod* mask_mod() const { return mask_mod_.get(); }
   const MaskModPtr& mask_mod_ptr() const { return mask_mod_; }

@@ -5,10 +5,12 @@
 //               norm_eps seq_len tie_embeddings
 //   [train]     steps batch_size grad_accum_steps precision lr min_lr
 //               warmup_steps weight_decay grad_clip seed remat checkpoint_every
-//               beta1 beta2 eps no_weight_decay
+//               beta1 beta2 eps no_weight_decay validation_documents
+//               validation_every
 //   [data]      source ("kjv" | "files" | "inline") kjv_unit files
 //               split_on_blank_lines documents max_documents tokenizer_corpus
-//   [mesh]      axis = size, in file order (major to minor), e.g. fsdp = 2
+//   [mesh]      axis = size, in file order (major to minor), e.g. fsdp = 2;
+//               the axes are dcn, data, fsdp and tensor (CheckMeshAxisRole)
 //   [sharding]  "name pattern" = [per-dim entry, …]: an entry is a mesh axis
 //               name, a list of axis names (split over several, major first),
 //               or [] / "none" (not split). Patterns as in name_pattern.h; the
@@ -117,7 +119,11 @@ struct TrainConfig {
   // the batch's loss tokens; clipping and the update happen once per step.
   // The same loss and gradient as the whole batch, in less memory.
   int64_t grad_accum_steps = 1;
-  Precision precision = Precision::kBf16;  // configs that do not say train in bf16
+  // Unset (a config that does not say): `weft train` and `weft bench train`
+  // take the precision this CPU runs fastest (bf16 with a bf16 unit, else
+  // f32; train/trainer.h FastestPrecision), a resume the one its run
+  // recorded, `weft plan` bf16 (the target chip's).
+  std::optional<Precision> precision;
   double lr = 3e-4;
   double min_lr = 3e-5;
   int64_t warmup_steps = 100;
@@ -131,6 +137,12 @@ struct TrainConfig {
   double eps = 1e-8;
   // Parameters matching any of these patterns get no weight decay.
   std::vector<std::string> no_weight_decay = {"*norm*"};
+  // Validation: this many of the [data] documents (spread evenly over them)
+  // are held out of training, and the mean cross-entropy per predicted token
+  // over them is reported after every validation_every steps and the last
+  // (0: only the last). 0 documents: no validation.
+  int64_t validation_documents = 0;
+  int64_t validation_every = 0;
 };
 
 struct DataConfig {
@@ -151,11 +163,16 @@ struct DataConfig {
 // shardings, the step program's checks, eval, the planner and its search read
 // these): the batch is split over the batch axes the mesh has, in mesh order;
 // "tensor" splits heads and the MLP's hidden units (Megatron's tensor and
-// sequence parallelism, models/llama.cc); the others only through the
-// [sharding] rules that name them.
+// sequence parallelism, models/llama.cc); [sharding] rules split weights over
+// any of them (fsdp: ZeRO-3). A mesh has no other axis.
 inline constexpr std::string_view kBatchAxes[] = {"dcn", "data", "fsdp"};
 inline constexpr std::string_view kTensorAxis = "tensor";
 bool IsBatchAxis(std::string_view axis);
+// Throws weft::Error when `axis` is none of the names above: weft gives any
+// other axis no role, so devices along it would only run replicas (a mesh
+// "pipeline" or "context" axis would not pipeline or split the context).
+// `where` names the input ("--mesh 'pipeline=2,fsdp=2'", "cfg.toml:12:1").
+void CheckMeshAxisRole(std::string_view axis, std::string_view where);
 
 struct MeshConfig {
   std::vector<std::string> axis_names;  // major to minor

@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -57,9 +58,10 @@ struct RunCommandOptions {
   std::string input;   // FILE.hlo
   uint64_t seed = 0;   // --seed
   bool check = false;  // --check
-  // --num-devices; 0: the rank count under MPI, else the device count the
-  // module's shardings are written for, else the topology's (WEFT_NUM_DEVICES).
-  int64_t num_devices = 0;
+  // --num-devices, at least 1 when given; unset: the rank count under MPI,
+  // else the device count the module's shardings are written for, else the
+  // topology's (WEFT_NUM_DEVICES).
+  std::optional<int64_t> num_devices;
   // --max-iterations: the most iterations one while loop may run
   // (ExecutorOptions::max_while_iterations); a loop that never ends stops
   // with an error naming it.

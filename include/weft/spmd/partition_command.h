@@ -5,13 +5,16 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 
 namespace weft {
 
 struct PartitionCommandOptions {
-  std::string input;            // FILE.hlo
-  int64_t num_partitions = 0;   // --num-partitions; 0: from the module / its shardings
+  std::string input;  // FILE.hlo
+  // --num-partitions, at least 1 when given; unset: from the module / its
+  // shardings.
+  std::optional<int64_t> num_partitions;
   std::string output;           // -o: write here (temp file + rename); empty: stdout
   bool xla_style = false;       // print with XLA's default options (%names, layouts)
   std::ostream* out = nullptr;  // stdout when null

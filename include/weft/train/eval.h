@@ -45,14 +45,22 @@ EvalModel LoadEvalModel(const std::filesystem::path& dir);
 
 struct EvalOptions {
   std::vector<std::filesystem::path> data_files;  // one document each
-  int64_t seq_len = 0;                            // window; 0: the model's seq_len
-  int64_t batch_size = 0;  // windows per program run; 0: 8, rounded up to the batch axes
+  // --seq: the window, at least 2 tokens; unset: the model's seq_len.
+  std::optional<int64_t> seq_len;
+  // --batch: windows per program run, at least 1; unset: 8, rounded up to
+  // the batch axes.
+  std::optional<int64_t> batch_size;
   // The mesh and sharding rules ([mesh], [sharding] of a run config; its
   // [model] and [train] are not used); unset: one device.
   std::optional<RunConfig> layout;
   std::optional<MeshConfig> mesh;      // --mesh: replaces the layout's [mesh]
   std::optional<Precision> precision;  // unset: EvalModel::precision
 };
+
+// Throws weft::Error naming the flag for a --seq below 2 or a --batch below
+// 1 (0 is not "the default": that is leaving the flag out). Evaluate checks
+// them too; a caller checks first to refuse before reading the model.
+void CheckEvalOptions(const EvalOptions& options);
 
 struct EvalResult {
   double loss = 0;        // mean cross-entropy per predicted token (nats)
@@ -64,6 +72,13 @@ struct EvalResult {
 // Each document of `corpus` cut into consecutive windows of at most
 // `seq_len` tokens (windows of one token dropped).
 std::vector<std::vector<int32_t>> EvalWindows(const TokenizedCorpus& corpus, int64_t seq_len);
+
+// Windows [first, first + batch_size) as one batch of [batch_size, seq_len]
+// rows (each window from position 0, one segment; rows past the last window
+// are padding: no segment, no loss) and, in *predicted, the tokens it
+// predicts: what Evaluate runs, and the trainer's validation (trainer.h).
+Batch EvalBatch(const std::vector<std::vector<int32_t>>& windows, size_t first, int64_t batch_size,
+                int64_t seq_len, int64_t* predicted);
 
 // Throws weft::Error for no files, unreadable or empty files, a window below
 // 2 tokens, a batch the mesh's batch axes do not divide, sharding rules that

@@ -57,7 +57,8 @@ struct PlanOptions {
   // "": the config's train.remat.
   std::string remat;
   bool shard_as = true;
-  std::optional<Precision> precision;  // unset: the config's train.precision
+  // Unset: the config's train.precision; bf16 when it does not say.
+  std::optional<Precision> precision;
   int64_t top_buffers = 10;
   int64_t timeline_points = 400;
   bool keep_program = false;  // fill StepPlan::program_text

@@ -33,7 +33,8 @@ struct StepProgramOptions {
   int64_t grad_accum_steps = 1;
   std::optional<int64_t> seq_len;  // unset: model.seq_len
   // The mixed-precision policy (llama_config.h Precision); unset:
-  // train.precision.
+  // train.precision, bf16 when the config does not say (the trainer has
+  // chosen one by then, FastestPrecision).
   std::optional<Precision> precision;
   std::optional<RematPolicy> remat;  // unset: the config's train.remat
   bool shard_as = true;              // false: --no-shard-as
@@ -74,7 +75,8 @@ StepProgram BuildStepProgram(const RunConfig& config, const StepProgramOptions& 
 void CheckStepProgram(const RunConfig& config, const StepProgramOptions& options = {});
 
 // "fsdp=2,tensor=2" (major to minor) -> MeshConfig; throws naming the flag
-// (sizes positive, at most kMaxMeshDevices devices in all).
+// (axes weft gives a role, CheckMeshAxisRole; sizes positive, at most
+// kMaxMeshDevices devices in all).
 MeshConfig ParseMeshFlag(std::string_view text);
 
 // `--dcn fsdp=2`: the mesh's axes span that many slices each (JAX's

@@ -71,6 +71,17 @@ struct RunFiles {
 };
 RunFiles LocateRunFiles(const std::filesystem::path& dir);
 
+// The tokenizer.model at `path`, refused unless it is the one the checkpoint
+// was trained with: `weft train` records its CRC-32C and vocabulary size in
+// state.json's extra ("tokenizer.crc32c", "tokenizer.vocab_size"), and
+// another run's tokenizer would turn the model's ids into other words. A
+// checkpoint written before that record is checked by vocabulary size only:
+// the tokenizer's pieces must fit the model's `model_vocab_size`
+// embeddings. Throws weft::Error naming the file, the checkpoint (`what`)
+// and both records.
+Tokenizer LoadCheckpointTokenizer(const std::filesystem::path& path, const Metadata& extra,
+                                  int64_t model_vocab_size, std::string_view what);
+
 // The model the "model.*" extras of a checkpoint's state.json describe
 // (what `weft train` writes); `what` names the checkpoint in errors.
 LlamaConfig LlamaConfigFromExtras(const Metadata& extra, std::string_view what);

@@ -11,8 +11,10 @@
 //
 // Output directory (--out, default runs/<config name>):
 //   metrics.jsonl   one JSON object per step: step, loss, grad_norm, lr,
-//                   tokens, tokens_per_s, step_s, skipped
-//   loss.svg        the loss curve, written at the end
+//                   tokens, tokens_per_s, step_s, skipped, and val_loss
+//                   after a validation step
+//   loss.svg        the loss curve (and the validation loss's), written at
+//                   the end
 //   checkpoint/     train/checkpoint.h; every train.checkpoint_every steps
 //                   and at the end: model.safetensors (stacked weights by
 //                   name), optimizer.safetensors ("<name>.m", "<name>.v"),
@@ -32,6 +34,16 @@
 // [train] settings it changes. A step whose gradient norm is not finite, or
 // whose update would make any parameter or moment non-finite, is skipped on
 // every device.
+//
+// Validation (train.validation_documents = K): K of the [data] documents,
+// spread over them (train/dataset.h HeldOutDocuments), are held out of the
+// batches. After every train.validation_every steps and after the
+// schedule's last step, every device runs the step program on them without
+// an update (its loss output only: no second program to compile), in
+// windows of seq_len tokens cut as `weft eval` cuts a document, and the mean
+// cross-entropy per predicted token is reported: in the progress line,
+// metrics.jsonl's val_loss and loss.svg. It depends only on the step's
+// weights, so a resumed run reports the same figures as an uninterrupted one.
 //
 // Gradient accumulation (train.grad_accum_steps = N, --grad-accum N): a step
 // draws the same global batch of train.batch_size rows as without it, runs
@@ -67,13 +79,21 @@ struct StepMetrics {
   double tokens_per_second = 0;
   double step_seconds = 0;
   bool skipped = false;  // non-finite gradients: no update
+  // After this step's update, on the held-out documents (validation steps
+  // only, train.validation_every): the mean cross-entropy per predicted
+  // token, as `weft eval` of the weights on them gives it.
+  std::optional<double> validation_loss;
 };
 
 struct TrainOptions {
   std::optional<MeshConfig> mesh;  // --mesh (replaces the config's [mesh])
   // --grad-accum N: replaces train.grad_accum_steps (at least 1).
   std::optional<int64_t> grad_accum;
-  // --precision: replaces train.precision.
+  // --validation-documents K, --validation-every N: replace
+  // train.validation_documents and train.validation_every (0 or more).
+  std::optional<int64_t> validation_documents, validation_every;
+  // --precision: replaces train.precision. With neither: on a resume the
+  // run's recorded precision, else FastestPrecision(); the run says which.
   std::optional<Precision> precision;
   int64_t steps = 0;  // --steps: total steps of the schedule (0: train.steps)
   // Stop after this many steps of this invocation (0: run to the end); the
@@ -120,6 +140,19 @@ TrainResult TrainOnMpiRank(const RunConfig& config, const TrainOptions& options,
 
 // Where Train writes by default: runs/<config file stem>.
 std::filesystem::path DefaultOutDir(const RunConfig& config);
+
+// The precision a run takes when neither --precision nor its config says
+// (nor, on a resume, the run's checkpoint): the one this CPU trains fastest.
+// bf16 where the bf16 kernels have dot instructions (avx512_bf16 or AMX, as
+// base/cpu.h reads them, unless WEFT_ISA forces an instruction set without
+// them); else f32: without a bf16 unit every bf16 dot is widened to f32, so
+// bf16 only adds conversions (875 against 891 tokens/s on a Zen 3).
+// `why` says so, for the line a run starts with.
+struct PrecisionChoice {
+  Precision precision = Precision::kF32;
+  std::string why;
+};
+PrecisionChoice FastestPrecision();
 
 // ---------------------------------------------------------------------------
 // Measuring training steps (`weft bench train`).
