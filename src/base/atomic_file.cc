@@ -20,8 +20,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string ErrnoText(int error) { return std::generic_category().message(error); }
-
 fs::path ParentOrDot(const fs::path& path) {
   fs::path parent = path.parent_path();
   return parent.empty() ? fs::path(".") : parent;
@@ -78,6 +76,8 @@ std::string RandomSuffix() { return fmt::format("{:016x}", RandomBits()); }
 constexpr size_t kTempNameKeep = 200;
 
 }  // namespace
+
+std::string ErrnoText(int error) { return std::generic_category().message(error); }
 
 OutputFile::OutputFile(const std::filesystem::path& path) : path_(path) {
   // O_NONBLOCK: opening a FIFO must not wait for a reader (it is refused below).

@@ -26,7 +26,12 @@ namespace {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
-using namespace train;
+using train::CheckFilesAgainstIndex;
+using train::CheckTiling;
+using train::kChunkBytes;
+using train::FirstNonFinitePiece;
+using train::WriteShardFile;
+using train::WrittenSlice;
 
 constexpr std::string_view kFormat = "weft-checkpoint";
 // 3: one file per device and part, state.json indexes every tensor's slices
@@ -96,7 +101,6 @@ std::vector<fs::path> OwnedSiblings(const fs::path& dir, std::string_view tag) {
   return out;
 }
 
-std::string ErrnoText(int error) { return std::generic_category().message(error); }
 
 void RenameOrFail(const fs::path& from, const fs::path& to) {
   if (::rename(from.c_str(), to.c_str()) != 0) {

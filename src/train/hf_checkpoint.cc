@@ -28,7 +28,7 @@ namespace weft {
 namespace {
 
 namespace fs = std::filesystem;
-using Json = nlohmann::ordered_json;
+using OrderedJson = nlohmann::ordered_json;
 using runtime::HostTensor;
 
 // Which RoPE permutation a projection's output rows take.
@@ -174,48 +174,48 @@ std::vector<float> ReadHfTensor(const TensorMap& hf, const std::string& name,
   return values;
 }
 
-const Json* Find(const Json& j, const char* key) {
+const OrderedJson* Find(const OrderedJson& j, const char* key) {
   const auto it = j.find(key);
   return it == j.end() || it->is_null() ? nullptr : &*it;
 }
 
-int64_t HfInt(const Json& j, const char* key, std::string_view what, std::optional<int64_t> dflt) {
-  const Json* v = Find(j, key);
+int64_t HfInt(const OrderedJson& j, const char* key, std::string_view what, std::optional<int64_t> dflt) {
+  const OrderedJson* v = Find(j, key);
   if (!v && dflt) return *dflt;
   WEFT_CHECK(v != nullptr, "{}: no \"{}\"; a Llama config.json gives it", what, key);
   WEFT_CHECK(v->is_number_integer(), "{}: \"{}\" is {}, not an integer", what, key, v->dump());
   return v->get<int64_t>();
 }
 
-double HfDouble(const Json& j, const char* key, std::string_view what, double dflt) {
-  const Json* v = Find(j, key);
+double HfDouble(const OrderedJson& j, const char* key, std::string_view what, double dflt) {
+  const OrderedJson* v = Find(j, key);
   if (!v) return dflt;
   WEFT_CHECK(v->is_number(), "{}: \"{}\" is {}, not a number", what, key, v->dump());
   return v->get<double>();
 }
 
-bool HfBool(const Json& j, const char* key, std::string_view what, bool dflt) {
-  const Json* v = Find(j, key);
+bool HfBool(const OrderedJson& j, const char* key, std::string_view what, bool dflt) {
+  const OrderedJson* v = Find(j, key);
   if (!v) return dflt;
   WEFT_CHECK(v->is_boolean(), "{}: \"{}\" is {}, not true or false", what, key, v->dump());
   return v->get<bool>();
 }
 
 // Refuses config.json fields that describe a model weft's Llama does not compute.
-void CheckHfArchitecture(const Json& j, std::string_view what) {
-  const Json* type = Find(j, "model_type");
+void CheckHfArchitecture(const OrderedJson& j, std::string_view what) {
+  const OrderedJson* type = Find(j, "model_type");
   WEFT_CHECK(type && type->is_string() && type->get<std::string>() == "llama",
              "{}: \"model_type\" is {}; weft reads Llama models (\"model_type\": \"llama\")", what,
              type ? type->dump() : std::string("missing"));
-  if (const Json* arch = Find(j, "architectures")) {
+  if (const OrderedJson* arch = Find(j, "architectures")) {
     bool llama = false;
     if (arch->is_array()) {
-      for (const Json& a : *arch) llama = llama || a == "LlamaForCausalLM";
+      for (const OrderedJson& a : *arch) llama = llama || a == "LlamaForCausalLM";
     }
     WEFT_CHECK(llama, "{}: \"architectures\" is {}; weft reads LlamaForCausalLM", what,
                arch->dump());
   }
-  if (const Json* act = Find(j, "hidden_act")) {
+  if (const OrderedJson* act = Find(j, "hidden_act")) {
     WEFT_CHECK(*act == "silu", "{}: \"hidden_act\" is {}; weft's Llama MLP is SwiGLU (silu)", what,
                act->dump());
   }
@@ -265,7 +265,7 @@ void CheckExportTarget(const fs::path& out) {
 }
 
 std::string TokenizerConfigJson(const Tokenizer& t, int64_t max_length) {
-  Json j = {{"tokenizer_class", "LlamaTokenizer"},
+  OrderedJson j = {{"tokenizer_class", "LlamaTokenizer"},
             // weft frames each document as BOS + text + EOS when it trains
             // (data/packing.h): a tokenizer call adds BOS, not EOS.
             {"add_bos_token", true},
@@ -277,12 +277,12 @@ std::string TokenizerConfigJson(const Tokenizer& t, int64_t max_length) {
             {"model_max_length", max_length},
             {"clean_up_tokenization_spaces", false},
             {"legacy", true},
-            {"sp_model_kwargs", Json::object()}};
+            {"sp_model_kwargs", OrderedJson::object()}};
   return j.dump(2) + "\n";
 }
 
 std::string SpecialTokensJson(const Tokenizer& t) {
-  Json j = {{"bos_token", t.piece(t.bos_id())},
+  OrderedJson j = {{"bos_token", t.piece(t.bos_id())},
             {"eos_token", t.piece(t.eos_id())},
             {"unk_token", t.piece(Tokenizer::kUnkId)},
             {"pad_token", t.piece(t.pad_id())}};
@@ -311,7 +311,7 @@ void WriteHfWeights(const fs::path& dir, const LlamaConfig& config, const Tensor
     shards.back().emplace(name, t);
     bytes += size;
   }
-  Json weight_map = Json::object();
+  OrderedJson weight_map = OrderedJson::object();
   std::map<std::string, std::string> sorted;  // the index lists names sorted, as HF writes it
   for (size_t k = 0; k < shards.size(); ++k) {
     const std::string file = fmt::format("model-{:05}-of-{:05}.safetensors", k + 1, shards.size());
@@ -319,7 +319,7 @@ void WriteHfWeights(const fs::path& dir, const LlamaConfig& config, const Tensor
     for (const auto& [name, t] : shards[k]) sorted[name] = file;
   }
   for (const auto& [name, file] : sorted) weight_map[name] = file;
-  const Json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+  const OrderedJson index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
   WriteFileAtomically(dir / "model.safetensors.index.json", index.dump(2) + "\n");
 }
 
@@ -513,7 +513,7 @@ TensorMap FromHfTensors(const LlamaConfig& config, const TensorMap& hf, std::str
 }
 
 std::string HfConfigJson(const LlamaConfig& c, PrimitiveType dtype) {
-  Json j = {{"architectures", {"LlamaForCausalLM"}},
+  OrderedJson j = {{"architectures", {"LlamaForCausalLM"}},
             {"model_type", "llama"},
             {"vocab_size", c.vocab_size},
             {"hidden_size", c.dim},
@@ -541,10 +541,10 @@ std::string HfConfigJson(const LlamaConfig& c, PrimitiveType dtype) {
 }
 
 LlamaConfig LlamaConfigFromHfJson(std::string_view text, std::string_view what) {
-  Json j;
+  OrderedJson j;
   try {
-    j = Json::parse(text);
-  } catch (const Json::exception& e) {
+    j = OrderedJson::parse(text);
+  } catch (const OrderedJson::exception& e) {
     Fail("{} is not valid JSON ({}); give the model's config.json", what, e.what());
   }
   WEFT_CHECK(j.is_object(), "{} is not a JSON object; give the model's config.json", what);
@@ -629,13 +629,13 @@ HfModel LoadHf(const fs::path& dir) {
       !fs::is_regular_file(single, error) && fs::is_regular_file(index_path, error);
   if (sharded) {
     const std::string what = index_path.string();
-    Json index;
+    OrderedJson index;
     try {
-      index = Json::parse(ReadFileToString(index_path));
-    } catch (const Json::exception& e) {
+      index = OrderedJson::parse(ReadFileToString(index_path));
+    } catch (const OrderedJson::exception& e) {
       Fail("{} is not valid JSON ({})", what, e.what());
     }
-    const Json* map = index.is_object() ? Find(index, "weight_map") : nullptr;
+    const OrderedJson* map = index.is_object() ? Find(index, "weight_map") : nullptr;
     WEFT_CHECK(map && map->is_object() && !map->empty(),
                "{} has no \"weight_map\" object naming each tensor's file", what);
     std::map<std::string, TensorMap> files;

@@ -9,6 +9,7 @@
 #include <string>
 #include <system_error>
 
+#include "weft/base/atomic_file.h"
 #include "weft/base/error.h"
 
 namespace weft {
@@ -18,7 +19,6 @@ namespace fs = std::filesystem;
 
 constexpr const char* kLockFile = ".lock";
 
-std::string ErrnoText(int error) { return std::generic_category().message(error); }
 
 // The pid a holder wrote into the lock file, or "?" when it cannot be read.
 std::string HolderPid(int fd) {

@@ -123,4 +123,7 @@ std::filesystem::path UniqueSiblingPath(const std::filesystem::path& path, std::
 std::filesystem::path CreateUniqueSiblingDirectory(const std::filesystem::path& path,
                                                    std::string_view tag);
 
+// The text of an errno value ("No such file or directory"), for messages.
+std::string ErrnoText(int error);
+
 }  // namespace weft
