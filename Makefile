@@ -69,11 +69,35 @@ $(FUZZ_BUILD)/%.o: %.cc
 $(FUZZ_BUILD)/hlo_parser_fuzz: $(FUZZ_OBJS)
 	clang++ $(FUZZ_FLAGS) $^ -lfmt -o $@
 
-test-fuzz: setup $(FUZZ_BUILD)/hlo_parser_fuzz
+# libFuzzer on the safetensors reader (fuzz/safetensors_fuzz.cc: the header
+# length, the JSON header, the offsets, the tensors and the write-back round
+# trip), seeds in fuzz/corpus/safetensors, at most ST_FUZZ_SECONDS.
+# executor_tensor.cc (HostTensor) is built without coverage and in sections,
+# so that --gc-sections drops the parts of it that reach into the executor's
+# evaluators, which the reader never calls; everything else links as is.
+ST_FUZZ_SECONDS ?= 60
+ST_FUZZ_SRCS := fuzz/safetensors_fuzz.cc src/train/safetensors.cc src/base/atomic_file.cc \
+  src/base/primitive_type.cc src/base/memory.cc src/hlo/shape.cc
+ST_FUZZ_OBJS := $(patsubst %.cc,$(FUZZ_BUILD)/%.o,$(ST_FUZZ_SRCS)) \
+  $(FUZZ_BUILD)/nocov/src/runtime/executor_tensor.o
+
+$(FUZZ_BUILD)/nocov/%.o: %.cc
+	@mkdir -p $(dir $@)
+	clang++ -std=c++20 -O1 -g -fsanitize=address,undefined -ffunction-sections -fdata-sections \
+	  -Iinclude -c $< -o $@
+
+$(FUZZ_BUILD)/safetensors_fuzz: $(ST_FUZZ_OBJS)
+	clang++ $(FUZZ_FLAGS) $^ -lfmt -Wl,--gc-sections -o $@
+
+test-fuzz: setup $(FUZZ_BUILD)/hlo_parser_fuzz $(FUZZ_BUILD)/safetensors_fuzz
 	rm -rf $(FUZZ_BUILD)/corpus && mkdir -p $(FUZZ_BUILD)/corpus
 	$(FUZZ_BUILD)/hlo_parser_fuzz -seed=$(FUZZ_SEED) -runs=$(FUZZ_RUNS) \
 	  -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -print_final_stats=1 \
 	  -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus fuzz/corpus/hlo
+	rm -rf $(FUZZ_BUILD)/corpus-safetensors && mkdir -p $(FUZZ_BUILD)/corpus-safetensors
+	$(FUZZ_BUILD)/safetensors_fuzz -seed=$(FUZZ_SEED) -runs=$(FUZZ_RUNS) \
+	  -max_total_time=$(ST_FUZZ_SECONDS) -rss_limit_mb=2048 -print_final_stats=1 \
+	  -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus-safetensors fuzz/corpus/safetensors
 
 bench: build
 	$(BUILD)/apps/weft/weft bench attention

@@ -7,9 +7,11 @@
 #include <vector>
 
 #include "timer.h"
+#include "weft/base/error.h"
 #include "weft/hlo/builder.h"
 #include "weft/sharding/hlo_sharding.h"
 #include "weft/spmd/sharding_propagation.h"
+#include "weft/spmd/spmd_partitioner.h"
 
 namespace weft::bench {
 namespace {
@@ -283,6 +285,87 @@ int RunPropagateBench(bool json) {
     std::printf("  %-14s %12.3f s\n", "build", build_seconds);
     std::printf("  %-14s %12.3f s   (target < 5 s)\n", "propagate", propagate_seconds);
   }
+  return 0;
+}
+
+std::unique_ptr<HloModule> BuildShardedChain(int64_t n) {
+  auto module = std::make_unique<HloModule>("sharded_chain");
+  module->set_num_partitions(4);
+  HloComputationBuilder b("main");
+  HloInstruction* p = b.Parameter(0, Shape(kF32, {64, 32}), "p");
+  p->set_sharding(HloSharding::Tile(TileAssignment::Iota({4, 1})));
+  const HloOpcode ops[] = {HloOpcode::kAdd, HloOpcode::kMultiply, HloOpcode::kSubtract,
+                           HloOpcode::kMaximum};
+  HloInstruction* x = p;
+  for (int64_t i = 0; i < n; ++i) x = b.Binary(ops[i % 4], x, p);
+  module->AddEntryComputation(b.Build(x));
+  return module;
+}
+
+int RunPropagateChainBench(int64_t n, bool json) {
+  WEFT_CHECK(n >= 4 && n <= 10'000'000, "--chain {}: give a chain of 4 to 10000000 instructions",
+             n);
+  struct Point {
+    int64_t n = 0;
+    double build = 0, propagate = 0, partition = 0, destroy = 0;
+  };
+  std::vector<Point> points;
+  for (int64_t size : {n / 4, n / 2, n}) {
+    Point pt;
+    pt.n = size;
+    double t = NowSeconds();
+    std::unique_ptr<HloModule> module = BuildShardedChain(size);
+    pt.build = NowSeconds() - t;
+    t = NowSeconds();
+    PropagateShardings(*module);
+    pt.propagate = NowSeconds() - t;
+    t = NowSeconds();
+    std::unique_ptr<HloModule> partitioned = PartitionModule(*module, {});
+    pt.partition = NowSeconds() - t;
+    t = NowSeconds();
+    partitioned.reset();
+    module.reset();
+    pt.destroy = NowSeconds() - t;
+    points.push_back(pt);
+  }
+  auto us = [](double seconds, int64_t size) { return seconds * 1e6 / static_cast<double>(size); };
+  const Point& small = points.front();
+  const Point& large = points.back();
+  auto ratio = [&](double Point::*pass) {
+    return us(large.*pass, large.n) / us(small.*pass, small.n);
+  };
+  if (json) {
+    std::printf("{\"bench\": \"propagate_chain\", \"points\": [");
+    for (size_t i = 0; i < points.size(); ++i) {
+      const Point& pt = points[i];
+      std::printf(
+          "%s{\"instructions\": %lld, \"build_us\": %.3f, \"propagate_us\": %.3f, "
+          "\"partition_us\": %.3f, \"destroy_us\": %.3f}",
+          i ? ", " : "", static_cast<long long>(pt.n), us(pt.build, pt.n), us(pt.propagate, pt.n),
+          us(pt.partition, pt.n), us(pt.destroy, pt.n));
+    }
+    std::printf(
+        "], \"ratio_build\": %.2f, \"ratio_propagate\": %.2f, \"ratio_partition\": %.2f, "
+        "\"ratio_destroy\": %.2f}\n",
+        ratio(&Point::build), ratio(&Point::propagate), ratio(&Point::partition),
+        ratio(&Point::destroy));
+    return 0;
+  }
+  std::printf(
+      "sharded chain: a parameter split over 4 devices and n elementwise ops that each read it "
+      "(it has n users), one thread; microseconds per instruction\n");
+  std::printf("  %12s %10s %10s %10s %10s\n", "instructions", "build", "propagate", "partition",
+              "destroy");
+  for (const Point& pt : points) {
+    std::printf("  %12lld %10.3f %10.3f %10.3f %10.3f\n", static_cast<long long>(pt.n),
+                us(pt.build, pt.n), us(pt.propagate, pt.n), us(pt.partition, pt.n),
+                us(pt.destroy, pt.n));
+  }
+  std::printf(
+      "  %12s %10.2f %10.2f %10.2f %10.2f   (per instruction at %lld / at %lld: 1 is "
+      "linear, 4 quadratic)\n",
+      "ratio", ratio(&Point::build), ratio(&Point::propagate), ratio(&Point::partition),
+      ratio(&Point::destroy), static_cast<long long>(large.n), static_cast<long long>(small.n));
   return 0;
 }
 

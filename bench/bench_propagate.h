@@ -22,4 +22,13 @@ std::unique_ptr<HloModule> BuildLlamaTrainingGraph(const PropagateBenchGraph& gr
 
 int RunPropagateBench(bool json);
 
+// A chain of `n` elementwise instructions after a sharded parameter that
+// every one of them also reads (a value with n users): the module is built,
+// propagated, partitioned for 4 devices and destroyed at n/4, n/2 and n
+// instructions, one thread. Prints microseconds per instruction for each
+// pass and size, and the ratio of the per-instruction time at n to that at
+// n/4: 1 for a linear pass, 4 for a quadratic one.
+std::unique_ptr<HloModule> BuildShardedChain(int64_t n);
+int RunPropagateChainBench(int64_t n, bool json);
+
 }  // namespace weft::bench

@@ -71,10 +71,24 @@ void AddBench(CLI::App& app) {
   auto* prop = bench->add_subcommand(
       "propagate",
       "Sharding propagation of a 126-layer unrolled Llama-style training graph, one thread");
-  auto prop_json = std::make_shared<bool>(false);
-  prop->add_flag("--json", *prop_json, "Print JSON instead of a table");
-  prop->callback(
-      [prop_json] { SetAction([prop_json] { return bench::RunPropagateBench(*prop_json); }); });
+  struct PropagateBenchOptions {
+    bool json = false;
+    int64_t chain = 0;
+    CLI::Option* chain_given = nullptr;
+  };
+  auto popt = std::make_shared<PropagateBenchOptions>();
+  prop->add_flag("--json", popt->json, "Print JSON instead of a table");
+  popt->chain_given =
+      prop->add_option("--chain", popt->chain,
+                       "Time build, propagation, partitioning and destruction of a chain of N "
+                       "elementwise ops that all read one sharded parameter, at N/4, N/2 and N "
+                       "(microseconds per instruction: equal when the passes are linear)");
+  prop->callback([popt] {
+    SetAction([popt] {
+      return popt->chain_given->count() > 0 ? bench::RunPropagateChainBench(popt->chain, popt->json)
+                                            : bench::RunPropagateBench(popt->json);
+    });
+  });
 
   auto* exec = bench->add_subcommand(
       "executor",

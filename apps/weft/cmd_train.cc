@@ -100,8 +100,8 @@ int RunTrain(const TrainFlags& f) {
                  env);
     }
   }
-  o.steps = f.steps.value_or(0);
-  o.stop_after = f.stop_after.value_or(0);
+  o.steps = f.steps;
+  o.stop_after = f.stop_after;
   o.grad_accum = f.grad_accum;
   o.validation_documents = f.validation_documents;
   o.validation_every = f.validation_every;

@@ -45,10 +45,10 @@ const char* FileKind(mode_t mode) {
   return "not a regular file";
 }
 
-}  // namespace
-
-std::string ReadInputFile(const std::filesystem::path& path, std::string_view what,
-                          int64_t max_bytes) {
+// Opens `path` for reading and refuses, by name, what is not a regular file
+// of at most max_bytes; returns the descriptor and sets *size.
+int OpenInputFile(const std::filesystem::path& path, std::string_view what, int64_t max_bytes,
+                  int64_t* size_out) {
   // O_NONBLOCK: opening a FIFO for reading does not wait for a writer.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
@@ -57,7 +57,9 @@ std::string ReadInputFile(const std::filesystem::path& path, std::string_view wh
   }
   struct Closer {
     int fd;
-    ~Closer() { ::close(fd); }
+    ~Closer() {
+      if (fd >= 0) ::close(fd);
+    }
   } closer{fd};
   struct stat info {};
   if (::fstat(fd, &info) != 0) {
@@ -74,6 +76,28 @@ std::string ReadInputFile(const std::filesystem::path& path, std::string_view wh
         "is the file you meant",
         what, path.string(), FormatBytes(size), size, FormatBytes(max_bytes), max_bytes, what);
   }
+  *size_out = size;
+  closer.fd = -1;
+  return fd;
+}
+
+}  // namespace
+
+int64_t CheckInputFile(const std::filesystem::path& path, std::string_view what,
+                       int64_t max_bytes) {
+  int64_t size = 0;
+  ::close(OpenInputFile(path, what, max_bytes, &size));
+  return size;
+}
+
+std::string ReadInputFile(const std::filesystem::path& path, std::string_view what,
+                          int64_t max_bytes) {
+  int64_t size = 0;
+  const int fd = OpenInputFile(path, what, max_bytes, &size);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
   std::string bytes(static_cast<size_t>(size), '\0');
   size_t done = 0;
   while (done < bytes.size()) {

@@ -16,6 +16,13 @@ bool IsBlankLine(std::string_view line) {
   return line.find_first_not_of(" \t\r") == std::string_view::npos;
 }
 
+void RefuseDirectory(const std::filesystem::path& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    Fail("{} is a directory; pass text files (one document per file)", path.string());
+  }
+}
+
 }  // namespace
 
 void CheckUtf8(std::string_view text, std::string_view what) {
@@ -77,14 +84,18 @@ std::vector<std::string> SplitOnBlankLines(std::string_view text) {
   return paragraphs;
 }
 
+void CheckTextFiles(std::span<const std::filesystem::path> paths) {
+  for (const auto& path : paths) {
+    RefuseDirectory(path);
+    CheckInputFile(path, "text file", kMaxTextFileBytes);
+  }
+}
+
 std::vector<Document> LoadTextFiles(std::span<const std::filesystem::path> paths,
                                     const TextFileOptions& options) {
   std::vector<Document> documents;
   for (const auto& path : paths) {
-    std::error_code error;
-    if (std::filesystem::is_directory(path, error)) {
-      Fail("{} is a directory; pass text files (one document per file)", path.string());
-    }
+    RefuseDirectory(path);
     // Read whole (and tokenized whole): a device such as /dev/zero or a file
     // of more than kMaxTextFileBytes is refused before anything is read.
     std::string text = ReadInputFile(path, "text file", kMaxTextFileBytes);

@@ -185,9 +185,16 @@ std::unique_ptr<HloInstruction> HloInstruction::Create(HloOpcode opcode, Shape s
   instr->attrs_ = std::move(attrs);
   instr->called_ = std::move(called);
   instr->name_ = std::move(name);
-  for (HloInstruction* operand : operands) {
+  for (size_t i = 0; i < operands.size(); ++i) {
+    HloInstruction* operand = operands[i];
     WEFT_CHECK(operand != nullptr, "null operand for new {} instruction", HloOpcodeString(opcode));
-    operand->AddUser(instr.get());
+    // A new instruction is no one's user yet: only an operand it names twice
+    // (add(x, x)) could list it already, so the check looks at its own
+    // operands, not at the operand's users (a value with N users made the
+    // module's construction O(N^2)).
+    if (std::find(operands.begin(), operands.begin() + i, operand) == operands.begin() + i) {
+      operand->AddUser(instr.get());
+    }
   }
   instr->operands_ = std::move(operands);
   return instr;
@@ -206,20 +213,26 @@ HloInstruction::~HloInstruction() {
   }
 }
 
-void HloInstruction::AddUser(HloInstruction* user) {
-  if (!Contains(users_, user)) users_.push_back(user);
-}
+// `user` is not listed yet: each caller knows it from the user's own
+// operands (a few), never by scanning this instruction's users (many).
+void HloInstruction::AddUser(HloInstruction* user) { users_.push_back(user); }
 
 void HloInstruction::RemoveUser(HloInstruction* user) {
-  users_.erase(std::remove(users_.begin(), users_.end(), user), users_.end());
+  // users_ holds each user once. From the back: a computation destroys its
+  // instructions last first, so the user leaving is the newest and the
+  // removal is O(1) (a value with N users was O(N^2) to destroy).
+  const auto it = std::find(users_.rbegin(), users_.rend(), user);
+  if (it != users_.rend()) users_.erase(std::next(it).base());
 }
 
 void HloInstruction::ReplaceOperandWith(int64_t index, HloInstruction* new_operand) {
   WEFT_CHECK(index >= 0 && index < operand_count(), "{} has no operand {}", Describe(), index);
   WEFT_CHECK(new_operand != nullptr, "null replacement operand for {}", Describe());
   HloInstruction* old = operands_[index];
+  // Already a user of new_operand exactly when another slot names it.
+  const bool uses_new = Contains(operands_, new_operand);
   operands_[index] = new_operand;
-  new_operand->AddUser(this);
+  if (!uses_new) new_operand->AddUser(this);
   // Drop the old operand's use only if no other operand slot still uses it.
   if (old != nullptr && std::count(operands_.begin(), operands_.end(), old) == 0) {
     old->RemoveUser(this);
@@ -228,12 +241,17 @@ void HloInstruction::ReplaceOperandWith(int64_t index, HloInstruction* new_opera
 
 void HloInstruction::ReplaceAllUsesWith(HloInstruction* replacement) {
   WEFT_CHECK(replacement != this, "cannot replace {} with itself", Describe());
-  std::vector<HloInstruction*> users = users_;
-  for (HloInstruction* user : users) {
-    for (int64_t i = 0; i < user->operand_count(); ++i) {
-      if (user->operands_[i] == this) user->ReplaceOperandWith(i, replacement);
+  WEFT_CHECK(replacement != nullptr, "null replacement for {}", Describe());
+  // Every user moves to `replacement` at once: no removal per user from
+  // this instruction's list (O(users^2) for a value with many users).
+  for (HloInstruction* user : users_) {
+    const bool uses_replacement = Contains(user->operands_, replacement);
+    for (HloInstruction*& op : user->operands_) {
+      if (op == this) op = replacement;
     }
+    if (!uses_replacement) replacement->AddUser(user);
   }
+  users_.clear();
 }
 
 HloComputation* HloInstruction::fused_computation() const {

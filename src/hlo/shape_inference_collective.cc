@@ -2,6 +2,7 @@
 // all-to-all, collective-permute) and their replica groups.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <optional>
 #include <set>
 
@@ -15,8 +16,8 @@ namespace weft {
 
 int64_t ReplicaGroupSize(const std::vector<std::vector<int64_t>>& groups) {
   if (groups.empty()) return 0;
-  std::vector<bool> seen(kMaxDevices, false);  // a bitmap: no tree per id on large meshes
   const size_t size = groups[0].size();
+  int64_t most = 0;
   for (const auto& g : groups) {
     WEFT_CHECK(g.size() == size && !g.empty(),
                "replica groups must all have the same non-zero size; got sizes {} and {}", size,
@@ -27,6 +28,15 @@ int64_t ReplicaGroupSize(const std::vector<std::vector<int64_t>>& groups) {
                  "replica group id {} is not below {}, the most devices weft "
                  "supports",
                  id, kMaxDevices);
+      most = std::max(most, id);
+    }
+  }
+  // A bitmap of the ids named (no tree per id on large meshes), as long as
+  // the largest: not kMaxDevices per collective, which cost a partitioned
+  // module of many small collectives more than the rest of its shape rules.
+  std::vector<bool> seen(static_cast<size_t>(most) + 1, false);
+  for (const auto& g : groups) {
+    for (int64_t id : g) {
       WEFT_CHECK(!seen[id], "device {} appears in two replica groups", id);
       seen[id] = true;
     }

@@ -80,8 +80,10 @@ void BufferPool::EvictLocked(std::vector<void*>* release) {
     const auto [stamp, size] = *age_.begin();
     age_.erase(age_.begin());
     auto& list = idle_[size];
+    // A named copy: clang 14 cannot capture a structured binding.
+    const auto oldest = stamp;
     const auto found =
-        std::find_if(list.begin(), list.end(), [&](const auto& e) { return e.first == stamp; });
+        std::find_if(list.begin(), list.end(), [&](const auto& e) { return e.first == oldest; });
     WEFT_INTERNAL_CHECK(found != list.end(), "buffer pool: idle buffer {} lost", stamp);
     release->push_back(found->second);
     list.erase(found);

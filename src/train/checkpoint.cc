@@ -17,6 +17,7 @@
 #include "weft/base/algorithm.h"
 #include "weft/base/atomic_file.h"
 #include "weft/base/crc32c.h"
+#include "weft/base/data_files.h"
 #include "weft/base/error.h"
 #include "weft/runtime/communicator.h"
 #include "weft/sharding/hlo_sharding.h"
@@ -43,6 +44,9 @@ constexpr int kOldestVersion = 1;
 constexpr const char* kLegacyModelFile = "model.safetensors";
 constexpr const char* kLegacyOptimizerFile = "optimizer.safetensors";
 constexpr const char* kStateFile = "state.json";
+// state.json is read whole: a file over this (far past the index of any
+// checkpoint weft can hold) is refused unread, as is a device or a FIFO.
+constexpr int64_t kMaxStateBytes = int64_t{1} << 30;
 constexpr std::string_view kTempTag = ".tmp-";
 constexpr std::string_view kOldTag = ".old-";
 // A file inside a temporary or retired sibling that this code made, holding
@@ -80,7 +84,9 @@ bool IsOwned(const fs::path& sibling) {
     return false;
   }
   try {
-    return ReadFileToString(sibling / kOwnerMarker) == sibling.filename().string();
+    // The marker holds a directory name: anything longer is not ours.
+    return ReadInputFile(sibling / kOwnerMarker, "owner marker", 4096) ==
+           sibling.filename().string();
   } catch (const Error&) {
     return false;
   }
@@ -727,7 +733,8 @@ CheckpointIndex OpenCheckpoint(const fs::path& target,
     Fail("no checkpoint at {}; check the path (or start without resuming)", dir.string());
   }
   const fs::path state_path = *found / kStateFile;
-  CheckpointIndex index = ParseState(ReadFileToString(state_path), state_path, *found);
+  CheckpointIndex index =
+      ParseState(ReadInputFile(state_path, "checkpoint state", kMaxStateBytes), state_path, *found);
   if (expected_hash && index.state.config_hash != *expected_hash) {
     Fail(
         "checkpoint {} was written under config hash {}, but this run's config hashes to {}; "

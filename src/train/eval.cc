@@ -124,6 +124,8 @@ std::vector<std::vector<int32_t>> EvalWindows(const TokenizedCorpus& corpus, int
 }
 
 void CheckEvalOptions(const EvalOptions& o) {
+  WEFT_CHECK(!o.data_files.empty(), "no text to evaluate on; give --data FILE (one document each)");
+  CheckTextFiles(o.data_files);  // exists, a regular file, under the limit: none is read
   WEFT_CHECK(!o.seq_len || *o.seq_len >= 2,
              "--seq {}: give a window of at least 2 tokens (leave it out for the model's seq_len)",
              o.seq_len.value_or(0));
@@ -134,7 +136,6 @@ void CheckEvalOptions(const EvalOptions& o) {
 }
 
 EvalResult Evaluate(const EvalModel& model, const EvalOptions& o) {
-  WEFT_CHECK(!o.data_files.empty(), "no text to evaluate on; give --data FILE (one document each)");
   CheckEvalOptions(o);
   const Tokenizer tokenizer = Tokenizer::Load(model.tokenizer);
   WEFT_CHECK(tokenizer.vocab_size() <= model.config.vocab_size,

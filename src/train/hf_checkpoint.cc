@@ -18,6 +18,7 @@
 #include "weft/base/atomic_file.h"
 #include "weft/base/bfloat16.h"
 #include "weft/base/crc32c.h"
+#include "weft/base/data_files.h"
 #include "weft/base/error.h"
 #include "weft/data/tokenizer.h"
 #include "weft/models/llama.h"
@@ -599,9 +600,16 @@ void CheckModelMatchesHf(const LlamaConfig& config, std::string_view source, con
   }
 }
 
+// config.json and model.safetensors.index.json are read whole: a file over
+// this (a Llama 405B index is 100 KiB) is refused unread.
+constexpr int64_t kMaxHfJsonBytes = int64_t{64} << 20;
+// A run's tokenizer.model, as Tokenizer::Load reads it.
+constexpr int64_t kMaxTokenizerModelBytes = int64_t{1} << 30;
+
 bool IsHfDirectory(const fs::path& dir) {
   std::error_code error;
-  return fs::is_regular_file(dir / "config.json", error);
+  // Anything there (a device or a FIFO too): LoadHf refuses it by name.
+  return fs::exists(dir / "config.json", error);
 }
 
 HfModel LoadHf(const fs::path& dir) {
@@ -611,13 +619,16 @@ HfModel LoadHf(const fs::path& dir) {
              "model.safetensors)",
              dir.string());
   const fs::path config_path = dir / "config.json";
-  WEFT_CHECK(fs::is_regular_file(config_path, error),
+  WEFT_CHECK(fs::exists(config_path, error),
              "{} has no config.json; give a Hugging Face Llama directory (config.json and "
              "model.safetensors or model.safetensors.index.json, as save_pretrained writes it)",
              dir.string());
   HfModel m;
   m.dir = dir;
-  m.config = LlamaConfigFromHfJson(ReadFileToString(config_path), config_path.string());
+  // A device (/dev/zero), a FIFO or a file over the limit is refused by
+  // name, unread.
+  m.config = LlamaConfigFromHfJson(
+      ReadInputFile(config_path, "Hugging Face config", kMaxHfJsonBytes), config_path.string());
   TensorMap hf;
   std::map<std::string, std::string> file_of;
   const fs::path index_path = dir / "model.safetensors.index.json";
@@ -625,13 +636,14 @@ HfModel LoadHf(const fs::path& dir) {
   // transformers' from_pretrained looks for model.safetensors first and
   // reads the index only when there is none: a directory holding both
   // loads the single file there, so it does here (docs/HUGGINGFACE.md).
-  const bool sharded =
-      !fs::is_regular_file(single, error) && fs::is_regular_file(index_path, error);
+  // Whatever is at a name counts as there (links followed): a device or a
+  // FIFO is refused by name when read, never passed over.
+  const bool sharded = !fs::exists(single, error) && fs::exists(index_path, error);
   if (sharded) {
     const std::string what = index_path.string();
     OrderedJson index;
     try {
-      index = OrderedJson::parse(ReadFileToString(index_path));
+      index = OrderedJson::parse(ReadInputFile(index_path, "safetensors index", kMaxHfJsonBytes));
     } catch (const OrderedJson::exception& e) {
       Fail("{} is not valid JSON ({})", what, e.what());
     }
@@ -647,7 +659,7 @@ HfModel LoadHf(const fs::path& dir) {
           dir.string());
       const std::string f = file.get<std::string>();
       if (!files.count(f)) {
-        WEFT_CHECK(fs::is_regular_file(dir / f, error),
+        WEFT_CHECK(fs::exists(dir / f, error),
                    "{} maps '{}' to {}, which does not exist; copy every shard into {}", what, name,
                    (dir / f).string(), dir.string());
         files[f] = ReadSafetensors(dir / f).tensors;
@@ -659,7 +671,7 @@ HfModel LoadHf(const fs::path& dir) {
       hf.emplace(name, std::move(found->second));
     }
   } else {
-    WEFT_CHECK(fs::is_regular_file(single, error),
+    WEFT_CHECK(fs::exists(single, error),
                "{} has neither model.safetensors nor model.safetensors.index.json; weft reads "
                "safetensors weights (pytorch_model.bin needs converting: load the model and "
                "save_pretrained it with safe_serialization=True)",
@@ -715,7 +727,8 @@ void ExportRunToHf(const fs::path& run_dir, const fs::path& out, const HfExportO
   const Checkpoint checkpoint = LoadCheckpoint(files.checkpoint);
   const std::string what = fmt::format("checkpoint {}", files.checkpoint.string());
   const LlamaConfig config = LlamaConfigFromExtras(checkpoint.state.extra, what);
-  const std::string tokenizer = ReadFileToString(files.tokenizer);
+  const std::string tokenizer =
+      ReadInputFile(files.tokenizer, "tokenizer model", kMaxTokenizerModelBytes);
   const auto crc = checkpoint.state.extra.find("tokenizer.crc32c");
   WEFT_CHECK(crc == checkpoint.state.extra.end() || crc->second == Crc32cText(Crc32c(tokenizer)),
              "{} is not the tokenizer {} was trained with ({} in its state.json, {} in the "

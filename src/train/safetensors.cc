@@ -393,8 +393,10 @@ SafetensorsHeader ParseSafetensorsHeader(std::string_view bytes, uint64_t file_b
       }
       continue;
     }
+    // A named reference: clang 14 cannot capture a structured binding.
+    const std::string& tensor_name = name;
     auto bad = [&](std::string_view problem) {
-      Invalid(what, fmt::format("tensor '{}': {}", name, problem));
+      Invalid(what, fmt::format("tensor '{}': {}", tensor_name, problem));
     };
     if (!info.is_object()) bad("its entry is not a JSON object");
     for (const auto& [field, unused] : info.items()) {

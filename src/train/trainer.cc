@@ -555,7 +555,7 @@ int64_t StartStep(const Run& run) { return run.resume ? run.resume->state.step :
 int64_t EndStep(const Run& run) {
   const int64_t start = StartStep(run);
   int64_t end = run.config.train.steps;
-  if (run.options.stop_after > 0) end = std::min(end, start + run.options.stop_after);
+  if (run.options.stop_after) end = std::min(end, start + *run.options.stop_after);
   return end;
 }
 

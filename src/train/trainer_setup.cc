@@ -234,10 +234,16 @@ std::unique_ptr<Run> Prepare(const RunConfig& config, const TrainOptions& option
   std::ostream& log = options.log ? *options.log : std::cout;
   const bool speak = lock != nullptr;
   if (options.mesh) run->config.mesh = *options.mesh;
-  WEFT_CHECK(options.steps >= 0, "--steps {}: give a positive number of steps", options.steps);
-  WEFT_CHECK(options.stop_after >= 0, "--stop-after {}: give a positive number of steps",
-             options.stop_after);
-  if (options.steps > 0) run->config.train.steps = options.steps;
+  if (options.steps) {
+    WEFT_CHECK(*options.steps >= 1,
+               "--steps {}: give the run's total number of steps, at least 1 (leave --steps out "
+               "to use the config's train.steps)",
+               *options.steps);
+    run->config.train.steps = *options.steps;
+  }
+  WEFT_CHECK(!options.stop_after || *options.stop_after >= 1,
+             "--stop-after {}: give at least 1 step (leave it out to run to the end)",
+             options.stop_after.value_or(0));
   if (options.grad_accum) {
     WEFT_CHECK(*options.grad_accum >= 1,
                "--grad-accum {}: give the number of micro-batches each step's batch is split "

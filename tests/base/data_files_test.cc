@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "scratch_dir.h"
 #include "weft/base/error.h"
@@ -95,6 +96,30 @@ TEST_F(DataFilesTest, ReadInputFileRefusesWhatIsNotARegularFileOfBoundedSize) {
   EXPECT_EQ(ReadInputFile(small, "config", 6), "a = 1\n");
   EXPECT_NE(error(small, 5).find("more than the 5 B (5 bytes)"), std::string::npos)
       << error(small, 5);
+}
+
+// CheckInputFile: ReadInputFile's refusals, word for word, and nothing read.
+TEST_F(DataFilesTest, CheckInputFileRefusesTheSameUnread) {
+  auto message = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const fs::path fifo = scratch_ / "fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const fs::path sparse = scratch_ / "sparse.txt";
+  std::ofstream(sparse).put('x');
+  fs::resize_file(sparse, int64_t{2} << 30);
+  for (const fs::path& bad :
+       {fs::path("/dev/zero"), fifo, scratch_, scratch_ / "missing.txt", sparse}) {
+    const std::string checked = message([&] { CheckInputFile(bad, "--data file", 1 << 20); });
+    EXPECT_NE(checked.find("--data file " + bad.string()), std::string::npos) << checked;
+    EXPECT_EQ(checked, message([&] { ReadInputFile(bad, "--data file", 1 << 20); }));
+  }
+  EXPECT_EQ(CheckInputFile(sparse, "--data file", int64_t{4} << 30), int64_t{2} << 30);
 }
 
 }  // namespace

@@ -160,5 +160,26 @@ TEST_F(LoadTextFilesTest, ErrorsNameTheFile) {
       << message;
 }
 
+// CheckTextFiles refuses what LoadTextFiles would, with the same messages,
+// without reading: the files may be read much later (after a model).
+TEST_F(LoadTextFilesTest, CheckTextFilesRefusesTheSameWithoutReading) {
+  WriteFileAtomically(dir_ / "good.txt", "in the beginning");
+  WriteFileAtomically(dir_ / "sparse.txt", "x");
+  fs::resize_file(dir_ / "sparse.txt", int64_t{2} << 30);
+  for (const fs::path& bad :
+       {dir_ / "missing.txt", dir_, fs::path("/dev/zero"), dir_ / "sparse.txt"}) {
+    const std::vector<fs::path> paths = {dir_ / "good.txt", bad};
+    const std::string checked = ErrorOf([&] { CheckTextFiles(paths); });
+    EXPECT_NE(checked.find(bad.string()), std::string::npos) << checked;
+    EXPECT_EQ(checked, ErrorOf([&] { LoadTextFiles(paths); }));
+  }
+  const std::vector<fs::path> good = {dir_ / "good.txt"};
+  EXPECT_NO_THROW(CheckTextFiles(good));
+  // Not UTF-8 is found only by reading: LoadTextFiles' to refuse.
+  WriteFileAtomically(dir_ / "latin1.txt", "caf\xE9");
+  const std::vector<fs::path> latin1 = {dir_ / "latin1.txt"};
+  EXPECT_NO_THROW(CheckTextFiles(latin1));
+}
+
 }  // namespace
 }  // namespace weft

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <vector>
+
+#include "weft/base/error.h"
 #include "weft/hlo/builder.h"
 #include "weft/hlo/parser.h"
 
@@ -26,6 +30,52 @@ TEST(InstructionTest, UsersFollowOperandEdits) {
   EXPECT_THROW(sum->ReplaceOperandWith(2, y), Error);
   std::unique_ptr<HloComputation> c = b.Build();
   EXPECT_EQ(neg->parent(), c.get());
+}
+
+// A value with many users: its list is kept without scanning it (a chain
+// of N ops reading one parameter was O(N^2) to build, partition and
+// destroy; `weft bench propagate --chain N` shows the passes linear), so
+// each edit must keep it exact: every user once, in the order it came.
+TEST(InstructionTest, ManyUsersStayListedOnceInOrder) {
+  HloComputationBuilder b("main");
+  const Shape s(PrimitiveType::kF32, {4});
+  HloInstruction* x = b.Parameter(0, s, "x");
+  HloInstruction* y = b.Parameter(1, s, "y");
+  std::vector<HloInstruction*> users;
+  for (int i = 0; i < 100; ++i) {
+    // Every third reads x twice, every fifth reads y as well.
+    users.push_back(b.Binary(HloOpcode::kAdd, x, i % 3 == 0 ? x : i % 5 == 0 ? y : x));
+  }
+  EXPECT_EQ(x->users(), users);
+  std::vector<HloInstruction*> y_users;
+  for (int i = 0; i < 100; ++i) {
+    if (i % 3 != 0 && i % 5 == 0) y_users.push_back(users[i]);
+  }
+  EXPECT_EQ(y->users(), y_users);
+  // One slot of a double use moves: still x's user (once), now y's too.
+  users[3]->ReplaceOperandWith(1, y);
+  EXPECT_EQ(x->users(), users);
+  y_users.push_back(users[3]);
+  EXPECT_EQ(y->users(), y_users);
+  // A user in the middle leaves x; the others keep their order.
+  users[50]->ReplaceOperandWith(0, y);
+  users[50]->ReplaceOperandWith(1, y);
+  std::vector<HloInstruction*> x_users = users;
+  x_users.erase(x_users.begin() + 50);
+  EXPECT_EQ(x->users(), x_users);
+  EXPECT_EQ(std::count(y->users().begin(), y->users().end(), users[50]), 1);
+  // Every use of x moves to y: users already reading y are not listed twice.
+  x->ReplaceAllUsesWith(y);
+  EXPECT_TRUE(x->users().empty());
+  std::vector<HloInstruction*> all = y->users();
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end());
+  EXPECT_EQ(all.size(), users.size());
+  for (HloInstruction* u : users) {
+    EXPECT_EQ(u->operand(0), y);
+    EXPECT_EQ(u->operand(1), y);
+  }
+  EXPECT_THROW(y->ReplaceAllUsesWith(nullptr), Error);
 }
 
 TEST(InstructionTest, AccessorsAndDescribe) {

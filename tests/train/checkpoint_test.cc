@@ -207,6 +207,52 @@ TEST_F(CheckpointTest, DamageIsAClearError) {
   EXPECT_THROW(RngStateFromString("12 34", "state.json"), Error);
 }
 
+// state.json is read whole: a device there (/dev/zero was read until memory
+// ran out), a directory or a file over 1 GiB is refused by name, unread.
+TEST_F(CheckpointTest, AStateThatIsNoFileOrTooLargeIsRefusedUnread) {
+  SaveCheckpoint(dir_, RandomCheckpoint(8, 1));
+  const fs::path state = dir_ / "state.json";
+  fs::remove(state);
+  fs::create_symlink("/dev/zero", state);
+  std::string message = ErrorOf([&] { LoadCheckpoint(dir_); });
+  EXPECT_NE(message.find("checkpoint state " + state.string() + " is a character device"),
+            std::string::npos)
+      << message;
+  fs::remove(state);
+  fs::create_directory(state);
+  message = ErrorOf([&] { LoadCheckpoint(dir_); });
+  EXPECT_NE(message.find("checkpoint state " + state.string() + " is a directory"),
+            std::string::npos)
+      << message;
+  fs::remove(state);
+  WriteFileAtomically(state, "");
+  fs::resize_file(state, (int64_t{1} << 30) + 1);  // sparse: nothing is written
+  const int64_t live = t_live;
+  t_peak = t_live;
+  message = ErrorOf([&] { LoadCheckpoint(dir_); });
+  EXPECT_NE(message.find("checkpoint state " + state.string() + " is 1.00 GiB"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("more than the 1.00 GiB"), std::string::npos) << message;
+  EXPECT_LT(t_peak - live, int64_t{1} << 20);  // unread
+}
+
+// A save cleans up the siblings an earlier save left ("checkpoint.old-…",
+// "checkpoint.tmp-…") when their .weft-owned marker holds their name; a
+// marker larger than a name (a 2 GiB sparse file) is not ours and not read.
+TEST_F(CheckpointTest, AHugeOwnerMarkerIsNotReadAndItsDirectoryIsKept) {
+  SaveCheckpoint(dir_, RandomCheckpoint(8, 1));
+  const fs::path sibling = dir_.parent_path() / "checkpoint.old-planted";
+  fs::create_directories(sibling);
+  WriteFileAtomically(sibling / ".weft-owned", "");
+  fs::resize_file(sibling / ".weft-owned", int64_t{2} << 30);  // sparse
+  const int64_t live = t_live;
+  t_peak = t_live;
+  SaveCheckpoint(dir_, RandomCheckpoint(9, 2));
+  EXPECT_LT(t_peak - live, int64_t{64} << 20);  // the marker was not read
+  EXPECT_TRUE(fs::exists(sibling / ".weft-owned"));
+  EXPECT_EQ(LoadCheckpoint(dir_).state.step, 2);
+}
+
 // Rewrites one field of state.json (as text, keeping everything else).
 void EditState(const fs::path& dir, const std::string& from, const std::string& to) {
   std::string state = ReadFileToString(dir / "state.json");

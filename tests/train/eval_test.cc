@@ -212,6 +212,21 @@ TEST(EvalTest, BadInputIsRefusedNamingIt) {
     ExpectError([&] { Evaluate(m.model, o); }, {fmt::format("--seq {}:", n), "at least 2"});
     o.seq_len.reset();
   }
+  // The --data files are checked with the flags, before the model is read
+  // (weft eval loaded the model first): missing, a directory, a device or
+  // over 1 GiB is refused by name, and none is read.
+  o.batch_size.reset();
+  WriteFileAtomically(dir / "sparse.txt", "");
+  fs::resize_file(dir / "sparse.txt", int64_t{2} << 30);
+  for (const fs::path& bad :
+       {dir / "missing.txt", dir, fs::path("/dev/zero"), dir / "sparse.txt"}) {
+    o.data_files = {m.text_a, bad};
+    ExpectError([&] { CheckEvalOptions(o); }, {bad.string()});
+  }
+  o.data_files.clear();
+  ExpectError([&] { CheckEvalOptions(o); }, {"no text to evaluate on; give --data FILE"});
+  o.data_files = {m.text_a};
+  EXPECT_NO_THROW(CheckEvalOptions(o));
   // A batch no machine holds was a bad_alloc (exit 1); it is refused,
   // naming the flag, before anything is allocated.
   o.batch_size = 1000000000;

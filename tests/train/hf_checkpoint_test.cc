@@ -27,6 +27,8 @@
 #include "weft/data/kjv.h"
 #include "weft/data/tokenizer.h"
 #include "weft/models/llama.h"
+#include "weft/models/llama_config.h"
+#include "weft/train/checkpoint.h"
 
 namespace weft {
 namespace {
@@ -476,6 +478,55 @@ TEST_F(BadHfDirectory, EachProblemIsNamedWithTheFileAndTheTensorOrField) {
   fs::remove(dir_ / "config.json");
   ExpectError([&] { LoadHf(dir_); }, {dir_.string(), "has no config.json"});
   ExpectError([&] { LoadHf(dir_ / "nowhere"); }, {"nowhere", "not a directory"});
+}
+
+// config.json and the index are read whole: a device (/dev/zero, read until
+// memory ran out) or a file over 64 MiB is refused by name, unread; a
+// device at config.json or model.safetensors is not taken for "none there".
+TEST_F(BadHfDirectory, DevicesAndHugeJsonFilesAreRefusedUnread) {
+  const fs::path config = dir_ / "config.json";
+  const fs::path index = dir_ / "model.safetensors.index.json";
+  fs::remove(config);
+  fs::create_symlink("/dev/zero", config);
+  EXPECT_TRUE(IsHfDirectory(dir_));
+  ExpectError([&] { LoadHf(dir_); },
+              {"Hugging Face config " + config.string(), "is a character device"});
+  fs::remove(config);
+  WriteFileAtomically(config, "");
+  fs::resize_file(config, int64_t{2} << 30);  // sparse: nothing is written
+  ExpectError([&] { LoadHf(dir_); }, {"Hugging Face config " + config.string(),
+                                      "more than the 64.0 MiB (67108864 bytes)"});
+
+  WriteFileAtomically(config, HfConfigJson(config_, PrimitiveType::kF32));
+  fs::create_symlink("/dev/zero", index);
+  ExpectError([&] { LoadHf(dir_); },
+              {"safetensors index " + index.string(), "is a character device"});
+  fs::remove(index);
+  WriteFileAtomically(index, "");
+  fs::resize_file(index, int64_t{2} << 30);
+  ExpectError([&] { LoadHf(dir_); }, {"safetensors index " + index.string(), "more than"});
+
+  // model.safetensors beside the index, but a device: refused, not skipped.
+  fs::create_symlink("/dev/zero", dir_ / "model.safetensors");
+  ExpectError([&] { LoadHf(dir_); }, {(dir_ / "model.safetensors").string(), "not a regular file"});
+}
+
+// weft export hf reads the run's tokenizer.model whole: one over 1 GiB
+// (a sparse file planted there) is refused by name before it is read.
+TEST(HfCheckpoint, ARunsTokenizerOverTheLimitIsNotReadForExport) {
+  const LlamaConfig c = Small(true);
+  Checkpoint checkpoint;
+  checkpoint.model = RandomWeights(c, 3);
+  for (const auto& [key, value] : ModelConfigFields(c)) checkpoint.state.extra[key] = value;
+  const fs::path run = TempDir("huge_tokenizer");
+  SaveCheckpoint(run / "checkpoint", checkpoint);
+  WriteFileAtomically(run / "tokenizer.model", TokenizerModel());
+  ExportRunToHf(run, run / "hf", {});
+  EXPECT_TRUE(LoadHf(run / "hf").tokenizer == run / "hf" / "tokenizer.model");
+  fs::resize_file(run / "tokenizer.model", (int64_t{1} << 30) + 1);  // sparse
+  ExpectError([&] { ExportRunToHf(run, run / "hf2", {}); },
+              {"tokenizer model " + (run / "tokenizer.model").string(), "more than the 1.00 GiB"});
+  EXPECT_FALSE(fs::exists(run / "hf2"));
 }
 
 }  // namespace

@@ -286,6 +286,16 @@ TEST(TrainerTest, BadInputStopsBeforeAnyCompute) {
     o.grad_accum = 0;
     expect_error(Micro(), o, "--grad-accum 0: give the number of micro-batches");
   }
+  // 0 read as "the default" (train.steps, run to the end) while negatives
+  // were refused; both are refused by name: the default is leaving it unset.
+  for (int64_t n : {int64_t{0}, int64_t{-1}}) {
+    TrainOptions steps, stop;
+    steps.steps = n;
+    expect_error(Micro(), steps,
+                 fmt::format("--steps {}: give the run's total number of steps", n));
+    stop.stop_after = n;
+    expect_error(Micro(), stop, fmt::format("--stop-after {}: give at least 1 step", n));
+  }
   {
     TrainOptions o;
     o.grad_accum = 3;  // batch_size 4
@@ -467,7 +477,7 @@ TEST(TrainerTest, InitFromAHuggingFaceExportStartsFromTheExportedWeights) {
   const TrainResult tuned = Quiet(config, tune, "hf_tuned");
   ASSERT_EQ(tuned.steps.size(), 2u);
 
-  config.train.steps = tune.steps;  // the data order of the tuned run
+  config.train.steps = *tune.steps;  // the data order of the tuned run
   // The precision the tuned run took (micro does not say; BuildStepProgram's
   // own default is bf16).
   config.train.precision = FastestPrecision().precision;

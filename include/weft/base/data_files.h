@@ -30,4 +30,9 @@ std::filesystem::path FindDataFile(std::string_view relative);
 std::string ReadInputFile(const std::filesystem::path& path, std::string_view what,
                           int64_t max_bytes);
 
+// What ReadInputFile refuses, refused the same way without reading a byte;
+// returns the file's size. For a command to check the files it will read
+// before slower work (loading a model) comes first.
+int64_t CheckInputFile(const std::filesystem::path& path, std::string_view what, int64_t max_bytes);
+
 }  // namespace weft

@@ -40,4 +40,9 @@ struct TextFileOptions {
 std::vector<Document> LoadTextFiles(std::span<const std::filesystem::path> paths,
                                     const TextFileOptions& options = {});
 
+// Refuses, as LoadTextFiles would, a path that does not exist, a directory,
+// a file that is not regular or one over 1 GiB, without reading any: for a
+// command to check its --data files before slower work (loading a model).
+void CheckTextFiles(std::span<const std::filesystem::path> paths);
+
 }  // namespace weft

@@ -58,8 +58,10 @@ struct EvalOptions {
 };
 
 // Throws weft::Error naming the flag for a --seq below 2 or a --batch below
-// 1 (0 is not "the default": that is leaving the flag out). Evaluate checks
-// them too; a caller checks first to refuse before reading the model.
+// 1 (0 is not "the default": that is leaving the flag out), and naming the
+// file for no --data or a --data file LoadTextFiles would refuse (missing, a
+// directory or device, over 1 GiB; none is read). Evaluate checks them too;
+// a caller checks first to refuse before reading the model.
 void CheckEvalOptions(const EvalOptions& options);
 
 struct EvalResult {

@@ -95,10 +95,12 @@ struct TrainOptions {
   // --precision: replaces train.precision. With neither: on a resume the
   // run's recorded precision, else FastestPrecision(); the run says which.
   std::optional<Precision> precision;
-  int64_t steps = 0;  // --steps: total steps of the schedule (0: train.steps)
-  // Stop after this many steps of this invocation (0: run to the end); the
-  // schedule still spans `steps`. For interrupted-run tests.
-  int64_t stop_after = 0;
+  // --steps: total steps of the schedule, at least 1; unset: train.steps.
+  std::optional<int64_t> steps;
+  // --stop-after: stop after this many steps of this invocation, at least 1
+  // (checkpointing there); unset: run to the end. The schedule still spans
+  // `steps`. 0 is not "the default" for either: that is leaving them unset.
+  std::optional<int64_t> stop_after;
   // --data FILE...: train on these UTF-8 text files (one document each)
   // instead of the config's [data] source.
   std::vector<std::filesystem::path> data_files;
