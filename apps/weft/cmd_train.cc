@@ -30,8 +30,8 @@ struct TrainFlags {
   std::optional<int64_t> stop_after;
   std::optional<int64_t> grad_accum;
   std::optional<int64_t> validation_documents, validation_every;  // unset: the config's
-  std::string precision;                      // empty: train.precision
-  std::optional<int64_t> collective_timeout;  // seconds
+  std::string precision;                                          // empty: train.precision
+  std::optional<int64_t> collective_timeout;                      // seconds
   bool overwrite = false;
   bool no_shard_as = false;
   bool no_progress = false;

@@ -59,7 +59,6 @@ Bounds Corners(const Bounds& a, const Bounds& b, F f) {
   return Bounds::Of(lo, hi);
 }
 
-
 class Classifier {
  public:
   Classifier(const ModExpr::Impl& p, int64_t b, int64_t h, int64_t q0, int64_t q1, int64_t k0,

@@ -273,9 +273,10 @@ void CheckModel(const LlamaConfig& m, const Where& where) {
   // neither the config nor the key.
   constexpr int64_t kMaxLayers = int64_t{1} << 20;
   if (m.n_layers > kMaxLayers) {
-    Fail("{}: model.n_layers = {} is more layers than weft builds (at most {}); check the key "
-         "for a typo",
-         where("n_layers"), m.n_layers, kMaxLayers);
+    Fail(
+        "{}: model.n_layers = {} is more layers than weft builds (at most {}); check the key "
+        "for a typo",
+        where("n_layers"), m.n_layers, kMaxLayers);
   }
   if (!(std::isfinite(m.rope_theta) && m.rope_theta > 0)) {
     Fail("{}: model.rope_theta = {} must be a positive number", where("rope_theta"), m.rope_theta);

@@ -14,7 +14,7 @@
 namespace weft::runtime::exec {
 namespace {
 
-constexpr int64_t kBlock = 512;              // f32 scratch per bf16/f16 block
+constexpr int64_t kBlock = 512;  // f32 scratch per bf16/f16 block
 
 // Runs kernel(inputs as float*, out as OutT*, n, in_cache) over [begin, end)
 // of buffers of float type `t`, converting bf16/f16 through f32 scratch

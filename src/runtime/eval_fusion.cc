@@ -31,7 +31,6 @@ namespace {
 using fusion::FusionPlan;
 using fusion::kTile;
 
-
 const FusionPlan& GetPlan(const HloInstruction& instr, InstructionCache& cache) {
   if (const FusionPlan* plan = cache.Find<FusionPlan>(instr)) return *plan;
   return cache.Put(instr, fusion::MakeFusionPlan(instr));

@@ -29,8 +29,8 @@ namespace fs = std::filesystem;
 using Json = nlohmann::json;
 using train::CheckFilesAgainstIndex;
 using train::CheckTiling;
-using train::kChunkBytes;
 using train::FirstNonFinitePiece;
+using train::kChunkBytes;
 using train::WriteShardFile;
 using train::WrittenSlice;
 
@@ -106,7 +106,6 @@ std::vector<fs::path> OwnedSiblings(const fs::path& dir, std::string_view tag) {
   }
   return out;
 }
-
 
 void RenameOrFail(const fs::path& from, const fs::path& to) {
   if (::rename(from.c_str(), to.c_str()) != 0) {

@@ -180,7 +180,8 @@ const OrderedJson* Find(const OrderedJson& j, const char* key) {
   return it == j.end() || it->is_null() ? nullptr : &*it;
 }
 
-int64_t HfInt(const OrderedJson& j, const char* key, std::string_view what, std::optional<int64_t> dflt) {
+int64_t HfInt(const OrderedJson& j, const char* key, std::string_view what,
+              std::optional<int64_t> dflt) {
   const OrderedJson* v = Find(j, key);
   if (!v && dflt) return *dflt;
   WEFT_CHECK(v != nullptr, "{}: no \"{}\"; a Llama config.json gives it", what, key);
@@ -267,26 +268,26 @@ void CheckExportTarget(const fs::path& out) {
 
 std::string TokenizerConfigJson(const Tokenizer& t, int64_t max_length) {
   OrderedJson j = {{"tokenizer_class", "LlamaTokenizer"},
-            // weft frames each document as BOS + text + EOS when it trains
-            // (data/packing.h): a tokenizer call adds BOS, not EOS.
-            {"add_bos_token", true},
-            {"add_eos_token", false},
-            {"bos_token", t.piece(t.bos_id())},
-            {"eos_token", t.piece(t.eos_id())},
-            {"unk_token", t.piece(Tokenizer::kUnkId)},
-            {"pad_token", t.piece(t.pad_id())},
-            {"model_max_length", max_length},
-            {"clean_up_tokenization_spaces", false},
-            {"legacy", true},
-            {"sp_model_kwargs", OrderedJson::object()}};
+                   // weft frames each document as BOS + text + EOS when it trains
+                   // (data/packing.h): a tokenizer call adds BOS, not EOS.
+                   {"add_bos_token", true},
+                   {"add_eos_token", false},
+                   {"bos_token", t.piece(t.bos_id())},
+                   {"eos_token", t.piece(t.eos_id())},
+                   {"unk_token", t.piece(Tokenizer::kUnkId)},
+                   {"pad_token", t.piece(t.pad_id())},
+                   {"model_max_length", max_length},
+                   {"clean_up_tokenization_spaces", false},
+                   {"legacy", true},
+                   {"sp_model_kwargs", OrderedJson::object()}};
   return j.dump(2) + "\n";
 }
 
 std::string SpecialTokensJson(const Tokenizer& t) {
   OrderedJson j = {{"bos_token", t.piece(t.bos_id())},
-            {"eos_token", t.piece(t.eos_id())},
-            {"unk_token", t.piece(Tokenizer::kUnkId)},
-            {"pad_token", t.piece(t.pad_id())}};
+                   {"eos_token", t.piece(t.eos_id())},
+                   {"unk_token", t.piece(Tokenizer::kUnkId)},
+                   {"pad_token", t.piece(t.pad_id())}};
   return j.dump(2) + "\n";
 }
 
@@ -515,29 +516,29 @@ TensorMap FromHfTensors(const LlamaConfig& config, const TensorMap& hf, std::str
 
 std::string HfConfigJson(const LlamaConfig& c, PrimitiveType dtype) {
   OrderedJson j = {{"architectures", {"LlamaForCausalLM"}},
-            {"model_type", "llama"},
-            {"vocab_size", c.vocab_size},
-            {"hidden_size", c.dim},
-            {"intermediate_size", c.ffn_dim},
-            {"num_hidden_layers", c.n_layers},
-            {"num_attention_heads", c.n_heads},
-            {"num_key_value_heads", KvHeads(c)},
-            {"head_dim", c.head_dim()},
-            {"max_position_embeddings", c.seq_len},
-            {"rope_theta", c.rope_theta},
-            {"rope_scaling", nullptr},
-            {"rms_norm_eps", c.norm_eps},
-            {"hidden_act", "silu"},
-            {"attention_bias", false},
-            {"mlp_bias", false},
-            {"attention_dropout", 0.0},
-            {"initializer_range", 0.02},
-            {"tie_word_embeddings", c.tie_embeddings},
-            {"bos_token_id", Tokenizer::kBosId},
-            {"eos_token_id", Tokenizer::kEosId},
-            {"pad_token_id", Tokenizer::kPadId},
-            {"torch_dtype", DTypeTorchName(dtype)},
-            {"use_cache", true}};
+                   {"model_type", "llama"},
+                   {"vocab_size", c.vocab_size},
+                   {"hidden_size", c.dim},
+                   {"intermediate_size", c.ffn_dim},
+                   {"num_hidden_layers", c.n_layers},
+                   {"num_attention_heads", c.n_heads},
+                   {"num_key_value_heads", KvHeads(c)},
+                   {"head_dim", c.head_dim()},
+                   {"max_position_embeddings", c.seq_len},
+                   {"rope_theta", c.rope_theta},
+                   {"rope_scaling", nullptr},
+                   {"rms_norm_eps", c.norm_eps},
+                   {"hidden_act", "silu"},
+                   {"attention_bias", false},
+                   {"mlp_bias", false},
+                   {"attention_dropout", 0.0},
+                   {"initializer_range", 0.02},
+                   {"tie_word_embeddings", c.tie_embeddings},
+                   {"bos_token_id", Tokenizer::kBosId},
+                   {"eos_token_id", Tokenizer::kEosId},
+                   {"pad_token_id", Tokenizer::kPadId},
+                   {"torch_dtype", DTypeTorchName(dtype)},
+                   {"use_cache", true}};
   return j.dump(2) + "\n";
 }
 

@@ -19,7 +19,6 @@ namespace fs = std::filesystem;
 
 constexpr const char* kLockFile = ".lock";
 
-
 // The pid a holder wrote into the lock file, or "?" when it cannot be read.
 std::string HolderPid(int fd) {
   char buffer[32] = {};

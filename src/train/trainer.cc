@@ -55,7 +55,7 @@ std::span<std::byte> Bytes(const Tensor& t) {
 struct MetricsLine {
   std::string text;
   int64_t step = 0;
-  std::optional<double> loss;  // null: non-finite
+  std::optional<double> loss;             // null: non-finite
   std::optional<double> validation_loss;  // a validation step's finite val_loss
 };
 

@@ -30,7 +30,7 @@ struct Run {
   RunConfig config;  // with the --mesh / --steps overrides applied
   TrainOptions options;
   StepProgram program;
-  std::optional<Dataset> dataset;           // always set by Prepare
+  std::optional<Dataset> dataset;  // always set by Prepare
   // The held-out documents (Dataset::validation) cut into windows of the
   // program's seq_len as `weft eval` cuts them; empty without validation.
   std::vector<std::vector<int32_t>> validation_windows;

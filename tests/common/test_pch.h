@@ -3,8 +3,8 @@
 // instead of once per test. Tests still include what they use.
 #pragma once
 
-#include <gtest/gtest.h>
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>

@@ -547,8 +547,9 @@ TEST(LlamaConfig, ADeviceOrAHugeFileIsRefusedUnread) {
     LoadRunConfig(sparse);
     ADD_FAILURE() << "expected an error";
   } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find("is 2.00 GiB (2147483648 bytes), more than the 16.0 "
-                                             "MiB (16777216 bytes) weft reads as a config"),
+    EXPECT_NE(std::string(error.what())
+                  .find("is 2.00 GiB (2147483648 bytes), more than the 16.0 "
+                        "MiB (16777216 bytes) weft reads as a config"),
               std::string::npos)
         << error.what();
   }

@@ -15,7 +15,7 @@ namespace weft {
 struct PlotSeries {
   std::string name;  // legend entry; "" for none
   std::vector<double> x, y;
-  std::string color;  // any SVG color; "" picks from a palette
+  std::string color;     // any SVG color; "" picks from a palette
   bool markers = false;  // a dot at each point too (a sparse series shows single points)
 };
 
