@@ -10,6 +10,7 @@
 #include <limits>
 #include <random>
 
+#include "error_of.h"
 #include "weft/base/error.h"
 
 namespace weft::kernels {
@@ -241,14 +242,7 @@ TEST(BlockMaskTest, LargeStructuredMasksUseClassify) {
 }
 
 TEST(BlockMaskTest, ErrorsNameTheInput) {
-  auto error = [](const std::function<void()>& fn) -> std::string {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
-  };
+  const auto& error = weft::testing::ErrorOf;
   EXPECT_NE(error([] { BlockMask::Create(nullptr, 1, 1, 8, 8); }).find("mask_mod is null"),
             std::string::npos);
   EXPECT_NE(error([] { BlockMask::Create(CausalMask(), 1, 1, 0, 8); }).find("q_len 0"),
@@ -280,14 +274,7 @@ int64_t PeakRssBytes() {
 }
 
 TEST(BlockMaskTest, HugeSizesAreRefusedAndHugeBlocksClamped) {
-  auto error = [](const std::function<void()>& fn) -> std::string {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
-  };
+  const auto& error = weft::testing::ErrorOf;
   // batch x heads overflowed 64 bits to 0 (a division by zero), and the
   // block product overflowed to a small tile the mask was written past.
   constexpr int64_t k32 = int64_t{1} << 32, kMax = std::numeric_limits<int64_t>::max();
