@@ -272,7 +272,18 @@ TEST(MemoryPlanTest, TrainingStepPeakEqualsTheExecutorsOn1And4Devices) {
               shard_as, d, static_cast<long long>(plan.peak_bytes),
               static_cast<long long>(stats[d].peak_bytes),
               static_cast<long long>(stats[d].unplanned_bytes));
-          EXPECT_EQ(plan.peak_bytes, stats[d].peak_bytes) << "device " << d;
+          // Where oneDNN has no bf16 kernels (no AVX-512: the AVX2 Zen 3
+          // machines) bf16 dots are widened to f32 in scratch the plan does
+          // not hold, as Bf16DotsAndAttentionPeakEqualsTheExecutors checks;
+          // the arena itself is still exactly the plan's.
+          const bool widened =
+              precision == Precision::kBf16 &&
+              !(kernels::simd::Bf16InstructionsAllowed() && GetCpuInfo().HasAvx512());
+          EXPECT_EQ(plan.peak_bytes + (widened ? stats[d].unplanned_bytes : 0), stats[d].peak_bytes)
+              << "device " << d;
+          if (!widened) {
+            EXPECT_EQ(stats[d].unplanned_bytes, 0) << "device " << d;
+          }
           EXPECT_EQ(plan.arena_bytes, stats[d].arena_bytes) << "device " << d;
           EXPECT_EQ(stats[d].misplaced_results, 0) << "device " << d;
           EXPECT_EQ(plan.total_steps, stats[d].instructions);
