@@ -59,7 +59,8 @@ FUZZ_SECONDS ?= 120
 FUZZ_RUNS ?= 300000
 FUZZ_SEED ?= 1
 FUZZ_FLAGS = -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -Iinclude
-FUZZ_SRCS := fuzz/hlo_parser_fuzz.cc src/base/primitive_type.cc src/base/text_cursor.cc $(wildcard src/hlo/*.cc src/sharding/*.cc)
+FUZZ_SRCS := fuzz/hlo_parser_fuzz.cc src/base/primitive_type.cc src/base/text_cursor.cc \
+  src/base/data_files.cc src/base/env.cc src/base/memory.cc $(wildcard src/hlo/*.cc src/sharding/*.cc)
 FUZZ_OBJS := $(patsubst %.cc,$(FUZZ_BUILD)/%.o,$(FUZZ_SRCS))
 
 $(FUZZ_BUILD)/%.o: %.cc
