@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -16,6 +17,7 @@
 #include "trainer_setup.h"
 #include "weft/base/atomic_file.h"
 #include "weft/base/cpu.h"
+#include "weft/base/data_files.h"
 #include "weft/base/error.h"
 #include "weft/kernels/simd.h"
 #include "weft/runtime/comm_threads.h"
@@ -59,11 +61,30 @@ struct MetricsLine {
   std::optional<double> validation_loss;  // a validation step's finite val_loss
 };
 
+// A step's object is some 200 bytes; a longer line is not one and is skipped
+// without being held (a run directory is the user's: metrics.jsonl may be
+// anything, a 2 GB file of NULs with no newline included).
+constexpr std::streamsize kMaxMetricsLineBytes = 64 * 1024;
+
 std::vector<MetricsLine> ReadMetrics(const std::filesystem::path& path) {
   std::vector<MetricsLine> out;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
+  std::error_code ec;
+  if (!std::filesystem::exists(std::filesystem::symlink_status(path, ec))) return out;
+  // Refuses a FIFO or device by name rather than waiting on it; the size is
+  // not limited, as the file is streamed.
+  CheckInputFile(path, "metrics file", std::numeric_limits<int64_t>::max());
+  std::ifstream in(path, std::ios::binary);
+  std::string buffer(kMaxMetricsLineBytes + 1, '\0');
+  while (in) {
+    in.getline(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    const std::streamsize got = in.gcount();    // the newline included when read
+    if (in.fail() && !in.eof() && !in.bad()) {  // over the limit: skip the rest of the line
+      in.clear();
+      in.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+      continue;
+    }
+    if (got == 0) break;
+    const std::string line(buffer.data(), static_cast<size_t>(in.eof() ? got : got - 1));
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.is_object()) continue;
     const auto step = j.find("step");

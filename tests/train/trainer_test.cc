@@ -340,6 +340,13 @@ TEST(TrainerTest, ASecondRunInTheSameOutDirContinuesInsteadOfStartingOver) {
   Logged(config, o, log1);
   EXPECT_EQ(MetricSteps(o.out), (std::vector<int64_t>{1, 2, 3, 4}));
 
+  // What a resume reads of metrics.jsonl is bounded: a torn line, and a 3 MB
+  // line of NULs with no newline (no step's object), are dropped, not held.
+  {
+    std::ofstream damage(o.out / "metrics.jsonl", std::ios::app | std::ios::binary);
+    damage << "{\"step\": 5, \"lo\n" << std::string(3 << 20, '\0');
+  }
+
   // The same command with more steps continues from the checkpoint, and says so.
   o.steps = 6;
   std::ostringstream log2;
