@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "gather_scatter_rule.h"
 #include "propagator.h"
 #include "weft/sharding/sharding_util.h"
 #include "weft/spmd/improve_sharding.h"
@@ -112,13 +113,18 @@ std::optional<HloSharding> TupleFromGetTupleElement(const UserEdge& edge) {
   return HloSharding::Tuple(std::move(leaves));
 }
 
-// Scatter operand i and result leaf i are alike; indices and updates take
-// nothing from the result.
-std::optional<HloSharding> ScatterOperandFromUser(const UserEdge& edge) {
-  const int64_t n = (edge.user.operand_count() - 1) / 2;
-  if (edge.k >= n) return std::nullopt;
-  return edge.user.shape().IsTuple() ? LeafSharding(edge.user_sharding, edge.k)
-                                     : edge.user_sharding;
+// XLA's FindCommonSharding: the first sharding refined by each of the
+// others; the first alone when any of them disagrees with it.
+std::optional<HloSharding> CommonSharding(const std::vector<HloSharding>& shardings) {
+  if (shardings.empty()) return std::nullopt;
+  HloSharding common = shardings.front();
+  for (size_t i = 1; i < shardings.size(); ++i) {
+    if (shardings[i] == common) continue;
+    auto merged = sharding_util::MergeShardingIfCompatible(shardings[i], common, common.NumTiles());
+    if (!merged) return shardings.front();
+    common = std::move(*merged);
+  }
+  return common;
 }
 
 }  // namespace
@@ -180,8 +186,9 @@ std::optional<HloSharding> Propagator::ShardingFromUser(const HloInstruction& in
     case HloOpcode::kTranspose:
     case HloOpcode::kSlice:
     case HloOpcode::kReverse:
-    case HloOpcode::kGather:
       return ProjectFromUser(edge);
+    case HloOpcode::kGather:
+      return edge.k == 0 ? GatherOperandFromUser(edge) : ProjectFromUser(edge);
     case HloOpcode::kPad:  // not the padding value
       return k == 0 ? ProjectFromUser(edge) : std::nullopt;
     case HloOpcode::kConcatenate:
@@ -254,6 +261,56 @@ std::optional<HloSharding> Propagator::ReduceInputFromUser(const UserEdge& edge)
     }
   }
   return sharding;
+}
+
+std::optional<HloSharding> Propagator::GatherOperandFromUser(const UserEdge& edge) {
+  std::optional<HloSharding> sharding = ProjectFromUser(edge);
+  if (sharding && sharding->IsTileMaximal() && !edge.user_sharding.IsTileMaximal() &&
+      edge.user.attrs().gather.operand_batching_dims.empty() &&
+      spmd::ParallelDims(edge.user).empty()) {
+    return std::nullopt;
+  }
+  return sharding;
+}
+
+std::optional<HloSharding> Propagator::ScatterOperandFromUser(const UserEdge& edge) {
+  const HloInstruction& user = edge.user;
+  const int64_t n = (user.operand_count() - 1) / 2;
+  if (edge.k < n) return LeafSharding(edge.user_sharding, edge.k);
+  const HloInstruction* indices = user.operand(n);
+  if (edge.k == n) {
+    // The indices: only from the updates (never from the result), as XLA.
+    std::vector<HloSharding> proposals;
+    for (int64_t j = 0; j < n; ++j) {
+      const HloInstruction* update = user.operand(n + 1 + j);
+      if (!HasSpatialSharding(update)) continue;
+      if (auto s = Project(&user, TensorRef::Operand(n + 1 + j), *update->sharding(),
+                           TensorRef::Operand(n))) {
+        proposals.push_back(std::move(*s));
+      }
+    }
+    return CommonSharding(proposals);
+  }
+  const int64_t j = edge.k - n - 1;
+  HloSharding from_indices = HloSharding::Replicate();
+  if (HasSpatialSharding(indices)) {
+    if (auto s = Project(&user, TensorRef::Operand(n), *indices->sharding(),
+                         TensorRef::Operand(edge.k))) {
+      from_indices = std::move(*s);
+    }
+  }
+  std::optional<HloSharding> from_result = ProjectFromUser(edge, user.shape().IsTuple() ? j : 0);
+  if (from_result) {
+    if (from_result->IsTileMaximal() && !from_result->IsManual()) {
+      from_result = from_indices;
+    } else if (auto merged = sharding_util::MergeShardingIfCompatible(
+                   from_indices, *from_result, from_result->NumTiles() + 1)) {
+      from_result = std::move(merged);
+    }
+    if (!from_result->IsTileMaximal()) return from_result;
+  }
+  if (!from_indices.IsTileMaximal()) return from_indices;
+  return std::nullopt;
 }
 
 std::optional<HloSharding> Propagator::RuleOperandFromUser(const UserEdge& edge, bool may_combine) {
@@ -558,26 +615,28 @@ bool Propagator::InferFromRuleOperands(HloInstruction* instr, bool may_combine, 
 }
 
 bool Propagator::InferGatherScatter(HloInstruction* instr, bool may_combine) {
-  const HloOpcode op = instr->opcode();
-  if (op == HloOpcode::kScatter && instr->shape().IsTuple()) {
-    // A variadic scatter: every result leaf as each operand, as a
-    // variadic reduce.
-    const int64_t n = (instr->operand_count() - 1) / 2;
-    bool changed = false;
-    for (int64_t k = 0; k < n; ++k) {
-      auto s = FromOperand(instr, k);
-      if (!s) continue;
-      s = HloSharding::Tuple(std::vector<HloSharding>(n, *s));
-      changed |= Improve(instr, *s, may_combine, false, ForwardWhy(instr, instr->operand(k)));
+  bool changed = false;
+  auto offer = [&](int64_t k, int64_t leaf) {
+    if (auto s = FromOperand(instr, k, leaf)) {
+      changed |=
+          ImproveLeaf(instr, leaf, *s, may_combine, false, ForwardWhy(instr, instr->operand(k)));
     }
+  };
+  if (instr->opcode() == HloOpcode::kGather) {
+    offer(1, 0);
+    offer(0, 0);
     return changed;
   }
-  bool changed = false;
-  for (int64_t k = op == HloOpcode::kGather ? 1 : 0; k >= 0 && k < instr->operand_count();
-       k += op == HloOpcode::kGather ? -1 : 3) {
-    if (auto s = FromOperand(instr, k))
-      changed |= Improve(instr, *s, may_combine, false, ForwardWhy(instr, instr->operand(k)));
-  }
+  // Scatter: result j is operand j; the indices and the updates speak only
+  // when one of them is split (a replicated operand made the result
+  // replicated; a split update then refines it).
+  const int64_t n = (instr->operand_count() - 1) / 2;
+  for (int64_t j = 0; j < n; ++j) offer(j, j);
+  bool split = HasSpatialSharding(instr->operand(n));
+  for (int64_t j = 0; j < n; ++j) split |= HasSpatialSharding(instr->operand(n + 1 + j));
+  if (!split) return changed;
+  for (int64_t j = 0; j < n; ++j) offer(n, j);
+  for (int64_t j = 0; j < n; ++j) offer(n + 1 + j, j);
   return changed;
 }
 

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "gather_scatter_rule.h"
 #include "weft/base/error.h"
 #include "weft/hlo/custom_call_targets.h"
 
@@ -216,78 +217,6 @@ OpShardingRule SameRankRule(const HloInstruction& instr, std::string name,
   return rule;
 }
 
-std::optional<OpShardingRule> GatherRule(const HloInstruction& instr) {
-  OpShardingRule rule;
-  rule.name = "gather";
-  const GatherDimensionNumbers& dn = instr.attrs().gather;
-  const Shape& operand = instr.operand(0)->shape();
-  const Shape& indices = instr.operand(1)->shape();
-  const std::vector<int64_t>& slice_sizes = instr.attrs().gather_slice_sizes;
-  TensorFactors op_f(operand.rank()), idx_f(indices.rank()), out_f(instr.shape().rank());
-  auto contains = [](const std::vector<int64_t>& v, int64_t x) {
-    return std::find(v.begin(), v.end(), x) != v.end();
-  };
-  // Output batch dims (not offset dims) follow the index dims in order.
-  std::vector<int64_t> batch_out;
-  for (int64_t d = 0; d < instr.shape().rank(); ++d) {
-    if (!contains(dn.offset_dims, d)) batch_out.push_back(d);
-  }
-  size_t next_batch = 0;
-  for (int64_t d = 0; d < indices.rank(); ++d) {
-    if (d == dn.index_vector_dim) {
-      idx_f[d] = {rule.AddFactor(indices.dimensions(d), FactorKind::kNeedReplication)};
-      continue;
-    }
-    const int64_t f = rule.AddFactor(indices.dimensions(d));
-    idx_f[d] = {f};
-    if (next_batch < batch_out.size()) out_f[batch_out[next_batch++]] = {f};
-  }
-  // Operand dims kept whole by the slice pass through to the offset dims.
-  size_t next_offset = 0;
-  for (int64_t d = 0; d < operand.rank(); ++d) {
-    if (contains(dn.collapsed_slice_dims, d) || contains(dn.operand_batching_dims, d)) {
-      op_f[d] = {rule.AddFactor(operand.dimensions(d), FactorKind::kNeedReplication)};
-      continue;
-    }
-    const int64_t out_dim = next_offset < dn.offset_dims.size() ? dn.offset_dims[next_offset] : -1;
-    ++next_offset;
-    const bool whole = d < static_cast<int64_t>(slice_sizes.size()) &&
-                       slice_sizes[d] == operand.dimensions(d) && !contains(dn.start_index_map, d);
-    if (whole && out_dim >= 0) {
-      const int64_t f = rule.AddFactor(operand.dimensions(d));
-      op_f[d] = {f};
-      out_f[out_dim] = {f};
-    } else {
-      op_f[d] = {rule.AddFactor(operand.dimensions(d), FactorKind::kNeedReplication)};
-      if (out_dim >= 0) out_f[out_dim] = {rule.AddFactor(instr.shape().dimensions(out_dim))};
-    }
-  }
-  for (int64_t d = 0; d < instr.shape().rank(); ++d) {
-    if (out_f[d].empty()) out_f[d] = {rule.AddFactor(instr.shape().dimensions(d))};
-  }
-  rule.operands = {std::move(op_f), std::move(idx_f)};
-  rule.results = {std::move(out_f)};
-  return rule;
-}
-
-std::optional<OpShardingRule> ScatterRule(const HloInstruction& instr) {
-  // Operands and results correspond one to one, all alike (a variadic
-  // scatter's N operands and N results); indices and updates are not tied
-  // (their sharding comes from annotations or from their own producers).
-  if (instr.operand_count() < 3 || instr.operand_count() % 2 == 0) return std::nullopt;
-  OpShardingRule rule;
-  rule.name = "scatter";
-  const int64_t n = (instr.operand_count() - 1) / 2;
-  const TensorFactors t = FreshFactors(rule, instr.operand(0)->shape().dimensions());
-  for (int64_t i = 0; i < n; ++i) rule.operands.push_back(t);
-  rule.operands.push_back(FreshFactors(rule, instr.operand(n)->shape().dimensions()));
-  for (int64_t i = 0; i < n; ++i) {
-    rule.operands.push_back(FreshFactors(rule, instr.operand(n + 1 + i)->shape().dimensions()));
-  }
-  for (int64_t i = 0; i < n; ++i) rule.results.push_back(t);
-  return rule;
-}
-
 // Ops whose operands and results have one rank and whose dims correspond
 // one to one, some of which must stay whole (sort's dimension, top-k's last
 // dim, a window's moving dims): `whole[d]` dims get a need-replication
@@ -465,10 +394,29 @@ std::optional<OpShardingRule> ResultOnlyRule(const HloInstruction& instr) {
   return rule;
 }
 
-// Custom calls: Sharding and topk here, the others by target from the registry.
+// XLA's pass-through custom calls (sharding_propagation's
+// IsPassthroughCustomOps): the result is operand 0 element for element
+// (X64Combine joins two halves of the same shape; the memory-space moves and
+// layout pins one operand of the result's rank).
+bool IsPassThroughCustomCall(const HloInstruction& instr) {
+  const std::string& target = instr.attrs().custom_call_target;
+  if (target == "X64Combine" || target == "LayoutConstraint") return true;
+  static constexpr std::string_view kOneOperand[] = {"MoveToHost", "MoveToDevice", "PinToDevice",
+                                                     "PinToDeviceSram"};
+  return std::find(std::begin(kOneOperand), std::end(kOneOperand), target) !=
+             std::end(kOneOperand) &&
+         instr.operand_count() == 1 && instr.shape().IsArray() &&
+         instr.operand(0)->shape().IsArray() &&
+         instr.operand(0)->shape().rank() == instr.shape().rank();
+}
+
+// Custom calls: Sharding, the pass-through ones and topk here, the others by
+// target from the registry.
 std::optional<OpShardingRule> CustomCallRule(const HloInstruction& instr) {
   const std::string& target = instr.attrs().custom_call_target;
-  if (target == "Sharding") return ElementwiseRule("Sharding", instr.shape(), instr.operands());
+  if (target == "Sharding" || IsPassThroughCustomCall(instr)) {
+    return ElementwiseRule(target, instr.shape(), instr.operands());
+  }
   if (target == kTopKTarget) return TopKRule(instr, target);
   static std::once_flag once;
   std::call_once(once, RegisterAttentionShardingRules);
@@ -516,8 +464,8 @@ OpcodeRuleTable MakeOpcodeRuleTable() {
       {HloOpcode::kReduceWindow, WindowRule},
       {HloOpcode::kSelectAndScatter, WindowRule},
       {HloOpcode::kBitcastConvert, BitcastConvertRule},
-      {HloOpcode::kGather, GatherRule},
-      {HloOpcode::kScatter, ScatterRule},
+      {HloOpcode::kGather, spmd::GatherRule},
+      {HloOpcode::kScatter, spmd::ScatterRule},
       {HloOpcode::kAllGather, CollectiveRule},
       {HloOpcode::kReduceScatter, CollectiveRule},
       {HloOpcode::kAllToAll, CollectiveRule},

@@ -103,6 +103,9 @@ class Propagator {
                                 bool aggressive);
   // sort, topk, reduce-window, select-and-scatter, bitcast-convert, custom calls.
   bool InferFromRuleOperands(HloInstruction* instr, bool may_combine, bool aggressive);
+  // gather: from the indices, then the operand; scatter: result j from
+  // operand j, then (when the indices or an update are split) from the
+  // indices and update j.
   bool InferGatherScatter(HloInstruction* instr, bool may_combine);
   // Elementwise ops from every operand, others from one representative.
   bool InferFromRepresentativeOperand(HloInstruction* instr, bool may_combine, bool aggressive);
@@ -121,6 +124,12 @@ class Propagator {
   std::optional<HloSharding> DynamicSliceOperandFromUser(const UserEdge& edge);
   std::optional<HloSharding> DotOperandFromUser(const UserEdge& edge, bool may_combine);
   std::optional<HloSharding> ReduceInputFromUser(const UserEdge& edge);
+  // A gather's operand: nothing where the result is split only along dims
+  // the operand does not share (XLA gives it no candidate then).
+  std::optional<HloSharding> GatherOperandFromUser(const UserEdge& edge);
+  // A scatter's operand j: result j. Its indices: what the split updates
+  // imply, merged. Its update j: what result j implies, refined by the indices.
+  std::optional<HloSharding> ScatterOperandFromUser(const UserEdge& edge);
   // sort, topk, reduce-window, select-and-scatter, bitcast-convert, custom calls.
   std::optional<HloSharding> RuleOperandFromUser(const UserEdge& edge, bool may_combine);
   bool RefineUnspecifiedFromOperand(HloInstruction* instr);

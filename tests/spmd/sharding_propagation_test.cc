@@ -356,10 +356,10 @@ ENTRY main {
   EXPECT_SHARDING(p, "f", "{devices=[1,4]<=[4]}");
 }
 
-// A variadic scatter's operands and result leaves correspond one to one,
-// all alike: forward from either operand, backward from the result (as a
-// single scatter, its indices and updates untouched).
-TEST(ShardingPropagationTest, VariadicScatterOperandsAndResultsAgree) {
+// A variadic scatter's operand j and result leaf j correspond one to one,
+// element by element as in XLA: a split operand splits its own result leaf
+// (the other leaf, unsplit, is replicated), and a result leaf its operand.
+TEST(ShardingPropagationTest, VariadicScatterOperandsAndResultsCorrespondByElement) {
   const std::string combiner = R"(argmax {
   v0 = f32[] parameter(0)
   i0 = s32[] parameter(1)
@@ -388,13 +388,40 @@ ENTRY main {
            out_sharding + "\n}\n";
   };
   auto forward = Propagate(text(", sharding={devices=[4,1]<=[4]}", ""));
-  EXPECT_SHARDING(forward, "s", "{{devices=[4,1]<=[4]}, {devices=[4,1]<=[4]}}");
-  EXPECT_SHARDING(forward, "sv", "{devices=[4,1]<=[4]}");
+  EXPECT_SHARDING(forward, "s", "{{replicated}, {devices=[4,1]<=[4]}}");
+  EXPECT_SHARDING(forward, "sv", "{replicated}");
   auto backward = Propagate(text("", ", sharding={devices=[1,4]<=[4]}"));
-  EXPECT_SHARDING(backward, "s", "{{devices=[1,4]<=[4]}, {devices=[1,4]<=[4]}}");
+  EXPECT_SHARDING(backward, "s", "{{devices=[1,4]<=[4]}, {replicated}}");
   EXPECT_SHARDING(backward, "vals", "{devices=[1,4]<=[4]}");
-  EXPECT_SHARDING(backward, "pos", "{devices=[1,4]<=[4]}");
+  EXPECT_SHARDING(backward, "pos", "{replicated}");
   EXPECT_EQ(backward.ShardingOf("idx"), "(none)");
+}
+
+// XLA's pass-through custom calls (X64Combine, LayoutConstraint, the
+// memory-space moves) carry operand 0's sharding unchanged forward, and
+// their own back to their operands; a partial sharding of a user does not
+// replace the operand's.
+TEST(ShardingPropagationTest, PassThroughCustomCallsCarryTheirOperandsSharding) {
+  auto forward = Propagate(Module(R"(
+  lo = f32[8,6] parameter(0), sharding={devices=[2,2]<=[4]}
+  hi = f32[8,6] parameter(1), sharding={devices=[2,2]<=[4]}
+  x = f64[8,6] custom-call(lo, hi), custom_call_target="X64Combine"
+  y = f64[8,6] custom-call(x), custom_call_target="LayoutConstraint"
+  h = f64[8,6] custom-call(y), custom_call_target="MoveToHost"
+  d = f64[8,6] custom-call(h), custom_call_target="MoveToDevice"
+  ROOT r = f64[8,6] copy(d), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
+)"));
+  for (const char* name : {"x", "y", "h", "d"}) {
+    EXPECT_SHARDING(forward, name, "{devices=[2,2]<=[4]}");
+  }
+  auto backward = Propagate(Module(R"(
+  q = f32[8,6] parameter(0)
+  a = f32[8,6] copy(q)
+  h = f32[8,6] custom-call(a), custom_call_target="PinToDevice"
+  ROOT r = f32[8,6] copy(h), sharding={devices=[4,1]<=[4]}
+)"));
+  EXPECT_SHARDING(backward, "h", "{devices=[4,1]<=[4]}");
+  EXPECT_SHARDING(backward, "a", "{devices=[4,1]<=[4]}");
 }
 
 // rng and rng-bit-generator take their users' shardings (each device draws
