@@ -14,6 +14,7 @@
 #include <random>
 
 #include "partitioner_random.h"
+#include "sharded_run_test_util.h"
 #include "weft/hlo/parser.h"
 #include "weft/hlo/printer.h"
 #include "weft/runtime/run_command.h"
@@ -592,6 +593,61 @@ TEST(SpmdScatterTest, VariadicScatterSplitsItsOperandsAlikeAndMatchesTheReferenc
         << PrintModule(*program.program);
     EXPECT_EQ(scatters[0]->operand(1)->shape().dimensions(), split.local);
   }
+}
+
+// What propagation now gives iota-indexed (parallel) lookups and updates,
+// and a variadic scatter whose elements are split differently, runs with
+// the unsharded numbers (`weft run --check`).
+TEST(SpmdGatherTest, ParallelLookupsAndUpdatesAsPropagatedMatchTheReference) {
+  const std::string rows_cols = R"(
+  rows = s32[1,6,4] iota(), iota_dimension=1
+  cols = s32[1,6,4] iota(), iota_dimension=2
+  idx = s32[2,6,4] concatenate(rows, cols), dimensions={0}
+)";
+  const std::string gather =
+      std::string("HloModule g\n\nENTRY main {\n") +
+      "  p = f32[6,4,3] parameter(0), sharding={devices=[2,2,1]0,2,1,3}\n" + rows_cols +
+      R"(  g = f32[6,4,3] gather(p, idx), offset_dims={2}, collapsed_slice_dims={0,1}, start_index_map={0,1}, index_vector_dim=0, slice_sizes={1,1,3}
+  ROOT r = f32[6,4,3] negate(g)
+}
+)";
+  for (double e : weft::testing::ShardedVsUnsharded(gather, 4, 3)) EXPECT_EQ(e, 0.0);
+  const std::string scatter = std::string("HloModule s\n\n") + weft::testing::kAdd +
+                              "\nENTRY main {\n  p = f32[6,4,3] parameter(0)\n" + rows_cols +
+                              R"(  u = f32[6,4,3] parameter(1), sharding={devices=[4,1,1]<=[4]}
+  s = f32[6,4,3] scatter(p, idx, u), update_window_dims={2}, inserted_window_dims={0,1}, scatter_dims_to_operand_dims={0,1}, index_vector_dim=0, to_apply=add
+  ROOT r = f32[6,4,3] negate(s)
+}
+)";
+  for (double e : weft::testing::ShardedVsUnsharded(scatter, 4, 5)) EXPECT_LE(e, 1e-6);
+  const std::string variadic = R"(HloModule v
+
+pair {
+  a0 = f32[] parameter(0)
+  a1 = f32[] parameter(1)
+  b0 = f32[] parameter(2)
+  b1 = f32[] parameter(3)
+  s0 = f32[] add(a0, b0)
+  s1 = f32[] add(a1, b1)
+  ROOT t = (f32[], f32[]) tuple(s0, s1)
+}
+
+ENTRY main {
+  a = f32[6,8] parameter(0), sharding={devices=[1,4]<=[4]}
+  b = f32[6,8] parameter(1), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
+  q = s32[3] parameter(2)
+  lo = s32[] constant(0)
+  hi = s32[] constant(5)
+  idx = s32[3] clamp(lo, q, hi)
+  u0 = f32[3,8] parameter(3)
+  u1 = f32[3,8] parameter(4)
+  s = (f32[6,8], f32[6,8]) scatter(a, b, idx, u0, u1), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=pair
+  g0 = f32[6,8] get-tuple-element(s), index=0
+  g1 = f32[6,8] get-tuple-element(s), index=1
+  ROOT r = f32[6,8] add(g0, g1)
+}
+)";
+  for (double e : weft::testing::ShardedVsUnsharded(variadic, 4, 7)) EXPECT_LE(e, 1e-6);
 }
 
 TEST(SpmdScatterTest, AScatterThatReplacesSplitsAlongTheScatteredRows) {
