@@ -46,9 +46,12 @@ class HloTextParser {
         max_expanded_device_ids_(options.max_expanded_device_ids) {}
 
   std::unique_ptr<HloModule> ParseModule() {
-    if (!cur_.TryKeyword("HloModule")) cur_.Expected("'HloModule <name>' at the start");
-    module_ = std::make_unique<HloModule>(cur_.ParseName("a module name"));
-    while (cur_.TryConsume(",")) ParseModuleAttribute();
+    // As XLA, a text of computations alone (starting with ENTRY or with
+    // `name {`) is a module named after its entry, without module attributes.
+    const bool headed = cur_.TryKeyword("HloModule");
+    if (!headed && !StartsWithComputation()) cur_.Expected("'HloModule <name>' at the start");
+    module_ = std::make_unique<HloModule>(headed ? cur_.ParseName("a module name") : "");
+    while (headed && cur_.TryConsume(",")) ParseModuleAttribute();
     HloComputation* entry = nullptr;
     HloComputation* last = nullptr;
     while (!cur_.AtEnd()) {
@@ -61,6 +64,7 @@ class HloTextParser {
     if (last == nullptr) cur_.Expected("a computation");
     // As in XLA, without an ENTRY marker the last computation is the entry.
     module_->set_entry_computation(entry != nullptr ? entry : last);
+    if (!headed) module_->set_name("module_" + module_->entry_computation()->name());
     ResolveCalls();
     return std::move(module_);
   }
@@ -70,6 +74,22 @@ class HloTextParser {
     HloInstruction* instr;
     std::vector<std::pair<std::string, size_t>> names;  // in called-computation order
   };
+
+  // ENTRY, or a computation name followed by its body's '{'.
+  bool StartsWithComputation() {
+    const size_t at = cur_.Mark();
+    bool yes = cur_.TryKeyword("ENTRY");
+    if (!yes) {
+      try {
+        cur_.ParseName("a computation name");
+        yes = cur_.Peek() == '{';
+      } catch (const Error&) {
+        yes = false;
+      }
+    }
+    cur_.set_pos(at);
+    return yes;
+  }
 
   void ParseModuleAttribute() {
     const size_t at = cur_.Mark();
@@ -150,6 +170,18 @@ class HloTextParser {
     }
     if (computation->instruction_count() == 0) {
       cur_.FailAt(at, fmt::format("computation '{}' has no instructions", name));
+    }
+    // XLA's one computation attribute: `}, execution_thread="name"`.
+    if (cur_.TryConsume(",")) {
+      const size_t key_at = cur_.Mark();
+      const std::string key = cur_.ParseWord("a computation attribute");
+      if (key != "execution_thread") {
+        cur_.FailAt(key_at, fmt::format("unknown attribute '{}' after computation '{}'; XLA "
+                                        "allows only execution_thread= there",
+                                        key, name));
+      }
+      cur_.Expect("=", "'=' after execution_thread");
+      computation->set_execution_thread(cur_.ParseQuoted("the execution thread's name"));
     }
     if (root != nullptr) computation->set_root_instruction(root);
     if (signature_at != 0) CheckSignature(*computation, signature, *result, signature_at);
@@ -254,6 +286,13 @@ class HloTextParser {
     auto instr = HloInstruction::Create(*opcode, std::move(shape), std::move(operands),
                                         std::move(attrs), {}, name);
     if (!declared) InferOmittedShape(*instr, at);
+    // As XLA's parser, one sharding on a tuple-shaped instruction is that
+    // sharding on each of its leaves.
+    if (sharding && !sharding->IsTuple() && instr->shape().IsTuple() &&
+        instr->shape().LeafCount() > 0) {
+      sharding = HloSharding::Tuple(
+          std::vector<HloSharding>(static_cast<size_t>(instr->shape().LeafCount()), *sharding));
+    }
     instr->set_sharding(std::move(sharding));
     instr->set_location(cur_.SourceLocationOf(statement_at));
     HloInstruction* raw = computation->AddInstruction(std::move(instr));

@@ -392,6 +392,9 @@ std::string PrintComputation(const HloComputation& c, const HloPrintOptions& opt
   for (const HloInstruction* instr : c.instructions()) {
     out += "  " + PrintInstruction(*instr, options) + "\n";
   }
+  if (c.execution_thread() != "main") {
+    return out + fmt::format("}}, execution_thread=\"{}\"\n", c.execution_thread());
+  }
   return out + "}\n";
 }
 

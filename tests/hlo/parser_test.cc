@@ -540,7 +540,8 @@ TEST_P(ParseErrorTest, NamesLineColAndExpectation) {
 INSTANTIATE_TEST_SUITE_P(
     Parser, ParseErrorTest,
     testing::Values(
-        BadText{"NoHeader", "ENTRY main {\n}", "1:1: expected 'HloModule <name>' at the start"},
+        BadText{"NoHeader", "x = f32[] parameter(0)\n",
+                "1:1: expected 'HloModule <name>' at the start"},
         BadText{"U64ConstantTooLarge",
                 "HloModule m\nENTRY main {\n  c = u64[2] constant({1, 18446744073709551616})\n}",
                 "3:27: a u64 value 18446744073709551616 does not fit in 64 bits"},
@@ -909,6 +910,83 @@ TEST(ParseShapeTest, ShapesAndLayouts) {
   EXPECT_THROW(ParseShape("f32[4] x"), Error);
   EXPECT_THROW(ParseShape("f32[4,8]{0,0}"), Error);    // not a permutation
   EXPECT_THROW(ParseShape("f32[4,8]{2,1,0}"), Error);  // too many dims
+}
+
+}  // namespace
+}  // namespace weft
+
+namespace weft {
+namespace {
+
+// XLA reads a text of computations alone as a module named after its entry.
+TEST(ParserTest, AModuleWithoutItsHeaderLineIsNamedAfterItsEntry) {
+  auto m = ParseHloModule(R"(add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main.7 {
+  x = f32[4] parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[] reduce(x, z), dimensions={0}, to_apply=add
+}
+)");
+  EXPECT_EQ(m->name(), "module_main.7");
+  EXPECT_EQ(m->entry_computation()->name(), "main.7");
+  // Text that is neither a header nor a computation is refused as before.
+  EXPECT_THROW(ParseHloModule("x = f32[] parameter(0)\n"), Error);
+}
+
+// `}, execution_thread="..."` after a computation is kept and printed back;
+// any other attribute there is refused by name.
+TEST(ParserTest, ExecutionThreadAfterAComputationRoundTrips) {
+  const std::string text = R"(HloModule m
+
+helper {
+  a = f32[4] parameter(0)
+  ROOT n = f32[4] negate(a)
+}, execution_thread="thread_1"
+
+ENTRY main {
+  x = f32[4] parameter(0)
+  ROOT c = f32[4] call(x), to_apply=helper
+}
+)";
+  auto m = ParseHloModule(text);
+  EXPECT_EQ(m->GetComputation("helper")->execution_thread(), "thread_1");
+  EXPECT_EQ(m->entry_computation()->execution_thread(), "main");
+  const std::string printed = PrintModule(*m);
+  EXPECT_NE(printed.find("}, execution_thread=\"thread_1\""), std::string::npos) << printed;
+  EXPECT_EQ(PrintModule(*ParseHloModule(printed)), printed);
+  std::string bad = text;
+  bad.replace(bad.find("execution_thread"), 16, "schedule");
+  try {
+    ParseHloModule(bad);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown attribute 'schedule' after computation"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// One sharding on a tuple-shaped instruction is that sharding on every leaf,
+// tiled shardings included (XLA's parser normalizes it so).
+TEST(ParserTest, OneShardingOnATupleIsEachLeafsSharding) {
+  auto m = ParseHloModule(R"(HloModule m, num_partitions=2
+
+ENTRY main {
+  p = (f32[4,2], (f32[6,2], f32[2,2])) parameter(0), sharding={devices=[2,1]<=[2]}
+  q = (f32[4], s32[]) parameter(1), sharding={replicated}
+  ROOT t = f32[4,2] get-tuple-element(p), index=0
+}
+)");
+  const HloInstruction* p = m->entry_computation()->GetInstruction("p");
+  EXPECT_EQ(*p->sharding(), HloSharding::Parse("{{devices=[2,1]<=[2]}, {devices=[2,1]<=[2]}, "
+                                               "{devices=[2,1]<=[2]}}"));
+  const HloInstruction* q = m->entry_computation()->GetInstruction("q");
+  EXPECT_EQ(*q->sharding(), HloSharding::Parse("{{replicated}, {replicated}}"));
 }
 
 }  // namespace

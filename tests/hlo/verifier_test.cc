@@ -86,11 +86,20 @@ ENTRY main {
                                       "has 2 leaves"),
             std::string::npos)
       << FirstProblem(*tuple);
+  // The parser gives each leaf a tuple-shaped instruction's one sharding (as
+  // XLA's); one set on a tuple by code is refused.
   auto tiled_on_tuple = Unverified(R"(HloModule m
 ENTRY main {
-  ROOT x = (f32[4], f32[2]) parameter(0), sharding={devices=[2]0,1}
+  ROOT x = (f32[4], f32[2]) parameter(0)
 })");
+  tiled_on_tuple->entry_computation()->root_instruction()->set_sharding(
+      HloSharding::Parse("{devices=[2]0,1}"));
   EXPECT_NE(FirstProblem(*tiled_on_tuple).find("give one per element"), std::string::npos);
+  auto leaf_rank = Unverified(R"(HloModule m
+ENTRY main {
+  ROOT x = (f32[4], f32[2,2]) parameter(0), sharding={devices=[2]0,1}
+})");
+  EXPECT_NE(FirstProblem(*leaf_rank), "");
   auto replicated_on_tuple = Unverified(R"(HloModule m
 ENTRY main {
   ROOT x = (f32[4], f32[2]) parameter(0), sharding={replicated}

@@ -23,6 +23,10 @@ class HloComputation {
 
   const std::string& name() const { return name_; }
   void set_name(std::string name) { name_ = std::move(name); }
+  // XLA's execution thread ("main" unless the text says otherwise after the
+  // computation's body); weft runs every thread's computations alike.
+  const std::string& execution_thread() const { return execution_thread_; }
+  void set_execution_thread(std::string thread) { execution_thread_ = std::move(thread); }
 
   // Appends an instruction (its operands must already be in this computation).
   // Parameters are registered by their parameter_number. In a module, the
@@ -71,6 +75,7 @@ class HloComputation {
  private:
   friend class HloModule;
   std::string name_;
+  std::string execution_thread_ = "main";
   std::vector<std::unique_ptr<HloInstruction>> instructions_;
   std::vector<HloInstruction*> parameters_;
   HloInstruction* root_ = nullptr;
