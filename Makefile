@@ -90,23 +90,24 @@ $(FUZZ_BUILD)/nocov/%.o: %.cc
 $(FUZZ_BUILD)/safetensors_fuzz: $(ST_FUZZ_OBJS)
 	clang++ $(FUZZ_FLAGS) $^ -lfmt -Wl,--gc-sections -o $@
 
-# libFuzzer on the checkpoint reader (fuzz/checkpoint_fuzz.cc: state.json and
-# the shard files it names, opened and loaded as a resume does), seeds in
-# fuzz/corpus/checkpoint, at most CK_FUZZ_SECONDS. It reuses the HLO and
-# sharding objects above, and executor_tensor.cc and communicator.cc (the
-# collective save, which a load never calls) built without coverage.
-CK_FUZZ_SECONDS ?= 60
-CK_FUZZ_SRCS := fuzz/checkpoint_fuzz.cc src/train/checkpoint.cc src/train/checkpoint_shards.cc \
-  src/train/safetensors.cc src/base/atomic_file.cc src/base/crc32c.cc src/base/primitive_type.cc \
+# libFuzzer on the run directory's readers (fuzz/run_dir_fuzz.cc: the
+# checkpoint's state.json and the shard files it names, opened and loaded as a
+# resume does, and metrics.jsonl), seeds in fuzz/corpus/run_dir, at most
+# RD_FUZZ_SECONDS. It reuses the HLO and sharding objects above, and
+# executor_tensor.cc and communicator.cc (the collective save, which a load
+# never calls) built without coverage.
+RD_FUZZ_SECONDS ?= 60
+RD_FUZZ_SRCS := fuzz/run_dir_fuzz.cc src/train/checkpoint.cc src/train/checkpoint_shards.cc \
+  src/train/run_dir.cc src/train/safetensors.cc src/base/atomic_file.cc src/base/crc32c.cc src/base/primitive_type.cc \
   src/base/text_cursor.cc src/base/data_files.cc src/base/env.cc src/base/memory.cc \
   $(wildcard src/hlo/*.cc src/sharding/*.cc)
-CK_FUZZ_OBJS := $(patsubst %.cc,$(FUZZ_BUILD)/%.o,$(CK_FUZZ_SRCS)) \
+RD_FUZZ_OBJS := $(patsubst %.cc,$(FUZZ_BUILD)/%.o,$(RD_FUZZ_SRCS)) \
   $(FUZZ_BUILD)/nocov/src/runtime/executor_tensor.o $(FUZZ_BUILD)/nocov/src/runtime/communicator.o
 
-$(FUZZ_BUILD)/checkpoint_fuzz: $(CK_FUZZ_OBJS)
+$(FUZZ_BUILD)/run_dir_fuzz: $(RD_FUZZ_OBJS)
 	clang++ $(FUZZ_FLAGS) $^ -lfmt -Wl,--gc-sections -o $@
 
-test-fuzz: setup $(FUZZ_BUILD)/hlo_parser_fuzz $(FUZZ_BUILD)/safetensors_fuzz $(FUZZ_BUILD)/checkpoint_fuzz
+test-fuzz: setup $(FUZZ_BUILD)/hlo_parser_fuzz $(FUZZ_BUILD)/safetensors_fuzz $(FUZZ_BUILD)/run_dir_fuzz
 	rm -rf $(FUZZ_BUILD)/corpus && mkdir -p $(FUZZ_BUILD)/corpus
 	$(FUZZ_BUILD)/hlo_parser_fuzz -seed=$(FUZZ_SEED) -runs=$(FUZZ_RUNS) \
 	  -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -print_final_stats=1 \
@@ -115,10 +116,10 @@ test-fuzz: setup $(FUZZ_BUILD)/hlo_parser_fuzz $(FUZZ_BUILD)/safetensors_fuzz $(
 	$(FUZZ_BUILD)/safetensors_fuzz -seed=$(FUZZ_SEED) -runs=$(FUZZ_RUNS) \
 	  -max_total_time=$(ST_FUZZ_SECONDS) -rss_limit_mb=2048 -print_final_stats=1 \
 	  -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus-safetensors fuzz/corpus/safetensors
-	rm -rf $(FUZZ_BUILD)/corpus-checkpoint && mkdir -p $(FUZZ_BUILD)/corpus-checkpoint
-	$(FUZZ_BUILD)/checkpoint_fuzz -seed=$(FUZZ_SEED) -runs=$(FUZZ_RUNS) \
-	  -max_total_time=$(CK_FUZZ_SECONDS) -rss_limit_mb=2048 -print_final_stats=1 \
-	  -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus-checkpoint fuzz/corpus/checkpoint
+	rm -rf $(FUZZ_BUILD)/corpus-run-dir && mkdir -p $(FUZZ_BUILD)/corpus-run-dir
+	$(FUZZ_BUILD)/run_dir_fuzz -seed=$(FUZZ_SEED) -runs=$(FUZZ_RUNS) \
+	  -max_total_time=$(RD_FUZZ_SECONDS) -rss_limit_mb=2048 -print_final_stats=1 \
+	  -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus-run-dir fuzz/corpus/run_dir
 
 bench: build
 	$(BUILD)/apps/weft/weft bench attention

@@ -6,10 +6,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <system_error>
 
 #include "weft/base/atomic_file.h"
+#include "weft/base/data_files.h"
 #include "weft/base/error.h"
 
 namespace weft {
@@ -160,6 +164,41 @@ RunDirLock::~RunDirLock() {
     }
   }
   if (fd_ >= 0) ::close(fd_);  // releases the flock
+}
+
+std::vector<RunMetricsLine> ReadRunMetrics(const std::filesystem::path& path) {
+  constexpr std::streamsize kMaxLineBytes = 64 * 1024;
+  std::vector<RunMetricsLine> out;
+  std::error_code ec;
+  if (!std::filesystem::exists(std::filesystem::symlink_status(path, ec))) return out;
+  // The size is not limited: the file is streamed.
+  CheckInputFile(path, "metrics file", std::numeric_limits<int64_t>::max());
+  std::ifstream in(path, std::ios::binary);
+  std::string buffer(kMaxLineBytes + 1, '\0');
+  while (in) {
+    in.getline(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    const std::streamsize got = in.gcount();    // the newline included when read
+    if (in.fail() && !in.eof() && !in.bad()) {  // over the limit: skip the rest of the line
+      in.clear();
+      in.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+      continue;
+    }
+    if (got == 0) break;
+    const std::string line(buffer.data(), static_cast<size_t>(in.eof() ? got : got - 1));
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) continue;
+    const auto step = j.find("step");
+    if (step == j.end() || !step->is_number_integer()) continue;
+    RunMetricsLine m;
+    m.text = line;
+    m.step = step->get<int64_t>();
+    const auto loss = j.find("loss");
+    if (loss != j.end() && loss->is_number()) m.loss = loss->get<double>();
+    const auto val = j.find("val_loss");
+    if (val != j.end() && val->is_number()) m.validation_loss = val->get<double>();
+    out.push_back(std::move(m));
+  }
+  return out;
 }
 
 }  // namespace weft

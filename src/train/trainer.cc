@@ -8,7 +8,6 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
-#include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -17,7 +16,6 @@
 #include "trainer_setup.h"
 #include "weft/base/atomic_file.h"
 #include "weft/base/cpu.h"
-#include "weft/base/data_files.h"
 #include "weft/base/error.h"
 #include "weft/kernels/simd.h"
 #include "weft/runtime/comm_threads.h"
@@ -51,56 +49,6 @@ std::span<std::byte> Bytes(const Tensor& t) {
   return {static_cast<std::byte*>(t.mutable_raw_data()), static_cast<size_t>(t.byte_size())};
 }
 
-// One line of metrics.jsonl as the reader sees it. The writer writes a
-// non-finite loss or norm as null (JSON has no NaN); lines that are not a
-// step's object (a torn last line of a killed run) are skipped.
-struct MetricsLine {
-  std::string text;
-  int64_t step = 0;
-  std::optional<double> loss;             // null: non-finite
-  std::optional<double> validation_loss;  // a validation step's finite val_loss
-};
-
-// A step's object is some 200 bytes; a longer line is not one and is skipped
-// without being held (a run directory is the user's: metrics.jsonl may be
-// anything, a 2 GB file of NULs with no newline included).
-constexpr std::streamsize kMaxMetricsLineBytes = 64 * 1024;
-
-std::vector<MetricsLine> ReadMetrics(const std::filesystem::path& path) {
-  std::vector<MetricsLine> out;
-  std::error_code ec;
-  if (!std::filesystem::exists(std::filesystem::symlink_status(path, ec))) return out;
-  // Refuses a FIFO or device by name rather than waiting on it; the size is
-  // not limited, as the file is streamed.
-  CheckInputFile(path, "metrics file", std::numeric_limits<int64_t>::max());
-  std::ifstream in(path, std::ios::binary);
-  std::string buffer(kMaxMetricsLineBytes + 1, '\0');
-  while (in) {
-    in.getline(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-    const std::streamsize got = in.gcount();    // the newline included when read
-    if (in.fail() && !in.eof() && !in.bad()) {  // over the limit: skip the rest of the line
-      in.clear();
-      in.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
-      continue;
-    }
-    if (got == 0) break;
-    const std::string line(buffer.data(), static_cast<size_t>(in.eof() ? got : got - 1));
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) continue;
-    const auto step = j.find("step");
-    if (step == j.end() || !step->is_number_integer()) continue;
-    MetricsLine m;
-    m.text = line;
-    m.step = step->get<int64_t>();
-    const auto loss = j.find("loss");
-    if (loss != j.end() && loss->is_number()) m.loss = loss->get<double>();
-    const auto val = j.find("val_loss");
-    if (val != j.end() && val->is_number()) m.validation_loss = val->get<double>();
-    out.push_back(std::move(m));
-  }
-  return out;
-}
-
 void PrepareOutDir(const Run& run, int64_t start_step) {
   std::filesystem::create_directories(run.out);
   WriteFileAtomically(run.out / "tokenizer.model", run.dataset->tokenizer.serialized_model());
@@ -109,7 +57,7 @@ void PrepareOutDir(const Run& run, int64_t start_step) {
   const std::filesystem::path metrics = run.out / "metrics.jsonl";
   std::string kept;
   if (start_step > 0) {
-    for (const MetricsLine& m : ReadMetrics(metrics)) {
+    for (const RunMetricsLine& m : ReadRunMetrics(metrics)) {
       if (m.step <= start_step) kept += m.text + "\n";
     }
   }
@@ -605,7 +553,7 @@ void Finish(const Run& run, const TrainResult& result, const std::string& backen
   loss.name = "loss";
   validation.name = "validation loss";
   validation.markers = true;  // a point every validation_every steps
-  for (const MetricsLine& m : ReadMetrics(run.out / "metrics.jsonl")) {
+  for (const RunMetricsLine& m : ReadRunMetrics(run.out / "metrics.jsonl")) {
     if (m.validation_loss) {
       validation.x.push_back(static_cast<double>(m.step));
       validation.y.push_back(*m.validation_loss);

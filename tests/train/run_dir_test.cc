@@ -138,3 +138,45 @@ TEST_F(RunDirTest, UnwritableOrNonDirectoryPathsAreNamedBeforeAnythingIsWritten)
 
 }  // namespace
 }  // namespace weft
+
+namespace weft {
+namespace {
+
+// metrics.jsonl as a resume reads it: step lines in order, whatever else the
+// file holds skipped without being held, a FIFO refused by name.
+TEST(RunMetricsTest, StepLinesAreReadAndAnythingElseIsSkipped) {
+  weft::testing::ScratchDir scratch("weft_run_metrics");
+  const std::filesystem::path dir = scratch.path();
+  const std::filesystem::path file = dir / "metrics.jsonl";
+  EXPECT_TRUE(ReadRunMetrics(file).empty());  // absent: no steps
+  {
+    std::ofstream out(file, std::ios::binary);
+    out << "{\"step\": 1, \"loss\": 5.5}\n"
+        << "not json\n"
+        << "{\"step\": \"two\"}\n"
+        << std::string(100000, 'x') << "\n"
+        << "{\"step\": 2, \"loss\": null, \"val_loss\": 4.25}\n"
+        << std::string(3 << 20, '\0') << "\n"
+        << "[1, 2]\n"
+        << "{\"step\": 3, \"loss\": 4.0}";  // no newline at the end
+  }
+  const std::vector<RunMetricsLine> lines = ReadRunMetrics(file);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0].step, 1);
+  EXPECT_EQ(lines[0].loss, 5.5);
+  EXPECT_EQ(lines[0].text, "{\"step\": 1, \"loss\": 5.5}");
+  EXPECT_EQ(lines[1].step, 2);
+  EXPECT_FALSE(lines[1].loss.has_value());
+  EXPECT_EQ(lines[1].validation_loss, 4.25);
+  EXPECT_EQ(lines[2].step, 3);
+  EXPECT_EQ(lines[2].loss, 4.0);
+
+  const std::filesystem::path fifo = dir / "fifo.jsonl";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string message = weft::testing::ErrorOf([&] { ReadRunMetrics(fifo); });
+  EXPECT_NE(message.find("metrics file"), std::string::npos) << message;
+  EXPECT_NE(message.find(fifo.string()), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace weft

@@ -8,8 +8,12 @@
 // kernel drops the lock when its holder exits, however it exits.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace weft {
 
@@ -41,5 +45,22 @@ class RunDirLock {
 // created or written by this process: it, or the nearest existing directory
 // above it, is not a writable directory. Writes nothing.
 void CheckDirectoryWritable(const std::filesystem::path& dir, std::string_view flag);
+
+// One step's line of a run's metrics.jsonl, as a resume and the loss plot
+// read it. The trainer writes a non-finite loss as null (JSON has no NaN).
+struct RunMetricsLine {
+  std::string text;  // the line as written, kept by a resume
+  int64_t step = 0;
+  std::optional<double> loss;             // null: non-finite
+  std::optional<double> validation_loss;  // a validation step's finite val_loss
+};
+
+// The step lines of `path` (none when it does not exist), in file order.
+// A run directory is the user's: a line that is not a step's JSON object (a
+// torn last line of a killed run) is skipped, and a line over 64 KiB (a step's
+// object is some 200 bytes; a file of NULs with no newline) is skipped
+// without being held. A path that is not a regular file (a FIFO, a device) is
+// refused by name (weft::Error) rather than waited on.
+std::vector<RunMetricsLine> ReadRunMetrics(const std::filesystem::path& path);
 
 }  // namespace weft

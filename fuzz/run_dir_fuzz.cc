@@ -1,15 +1,18 @@
-// libFuzzer target for the checkpoint reader: state.json (every field, the
-// slice index and its tiling, versions 1 to 3) and the shard files it names
+// libFuzzer target for the readers of a run directory (`weft train --out
+// DIR` resumed): the checkpoint, i.e. state.json (every field, the slice
+// index and its tiling, versions 1 to 3) and the shard files it names
 // (sizes, safetensors headers against the index, chunk checksums, finite
-// floats), read as `weft train --resume` reads them (OpenCheckpoint, then
-// LoadCheckpoint).
+// floats), read as a resume reads them (OpenCheckpoint, then
+// LoadCheckpoint); and metrics.jsonl (ReadRunMetrics).
 //
-// An input is a checkpoint directory: state.json's bytes, then any number of
-// files, each "\n~~FILE:<name>\n" followed by its bytes (fuzz/corpus/
-// checkpoint holds checkpoints SaveCheckpoint wrote, in this form). Bad input
-// must end in weft::Error, never a crash, a hang, an allocation the files do
-// not justify or a sanitizer report; a checkpoint that loads must hold every
-// tensor the index names, with the index's dtype and shape.
+// An input is a run directory: DIR/checkpoint/state.json's bytes, then any
+// number of files, each "\n~~FILE:<name>\n" followed by its bytes; a file
+// named metrics.jsonl goes to DIR, the others beside state.json
+// (fuzz/corpus/run_dir holds checkpoints of versions 1 to 3, in this form).
+// Bad input must end in weft::Error, never a crash, a hang, an allocation
+// the files do not justify or a sanitizer report; a checkpoint that loads
+// must hold every tensor the index names, with the index's dtype and shape;
+// every metrics line read must be a step's JSON object of at most 64 KiB.
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +26,7 @@
 
 #include "weft/base/error.h"
 #include "weft/train/checkpoint.h"
+#include "weft/train/run_dir.h"
 
 namespace {
 
@@ -32,7 +36,7 @@ constexpr std::string_view kFileTag = "\n~~FILE:";
 
 const fs::path& Directory() {
   static const fs::path dir = [] {
-    std::string pattern = (fs::temp_directory_path() / "weft-checkpoint-fuzz-XXXXXX").string();
+    std::string pattern = (fs::temp_directory_path() / "weft-run-dir-fuzz-XXXXXX").string();
     if (::mkdtemp(pattern.data()) == nullptr) std::abort();
     return fs::path(pattern) / "checkpoint";
   }();
@@ -59,6 +63,7 @@ void Write(const fs::path& path, std::string_view bytes) {
 void Unpack(std::string_view input) {
   const fs::path& dir = Directory();
   fs::remove_all(dir);
+  fs::remove(dir.parent_path() / "metrics.jsonl");
   fs::create_directories(dir);
   size_t at = input.find(kFileTag);
   Write(dir / "state.json", input.substr(0, at));
@@ -70,7 +75,11 @@ void Unpack(std::string_view input) {
     at = input.find(kFileTag, name_end);
     const std::string_view bytes =
         input.substr(name_end + 1, at == std::string_view::npos ? at : at - name_end - 1);
-    if (PlainName(name)) Write(dir / std::string(name), bytes);
+    if (name == "metrics.jsonl") {
+      Write(dir.parent_path() / "metrics.jsonl", bytes);
+    } else if (PlainName(name)) {
+      Write(dir / std::string(name), bytes);
+    }
   }
 }
 
@@ -79,6 +88,14 @@ void Unpack(std::string_view input) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > 65536) return 0;  // long inputs only slow the search down
   Unpack(std::string_view(reinterpret_cast<const char*>(data), size));
+  try {
+    for (const weft::RunMetricsLine& line :
+         weft::ReadRunMetrics(Directory().parent_path() / "metrics.jsonl")) {
+      if (line.text.size() > 64 * 1024 || line.text.find('\n') != std::string::npos) std::abort();
+    }
+  } catch (const weft::Error&) {
+    std::abort();  // a regular file is never refused
+  }
   weft::CheckpointIndex index;
   try {
     index = weft::OpenCheckpoint(Directory());
