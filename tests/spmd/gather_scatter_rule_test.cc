@@ -9,43 +9,15 @@
 
 #include <gtest/gtest.h>
 
+#include "propagation_test_util.h"
 #include "weft/hlo/parser.h"
 #include "weft/spmd/sharding_propagation.h"
 
 namespace weft {
 namespace {
 
-struct Propagated {
-  std::unique_ptr<HloModule> module;
-  PropagationResult result;
-  const HloInstruction* Get(std::string_view name) const {
-    for (const HloComputation* c : module->computations()) {
-      if (const HloInstruction* i = c->GetInstruction(name)) return i;
-    }
-    ADD_FAILURE() << "no instruction " << name;
-    return nullptr;
-  }
-  std::string ShardingOf(std::string_view name) const {
-    const HloInstruction* i = Get(name);
-    return i && i->has_sharding() ? i->sharding()->ToString() : "(none)";
-  }
-};
-
-Propagated Propagate(const std::string& text) {
-  Propagated p;
-  p.module = ParseHloModule(text);
-  p.result = PropagateShardings(*p.module, {});
-  return p;
-}
-
-#define EXPECT_SHARDING(p, name, expected)                                     \
-  do {                                                                         \
-    const HloInstruction* _i = (p).Get(name);                                  \
-    ASSERT_NE(_i, nullptr);                                                    \
-    ASSERT_TRUE(_i->has_sharding()) << name << " has no sharding";             \
-    EXPECT_EQ(*_i->sharding(), HloSharding::Parse(expected))                   \
-        << name << ": " << _i->sharding()->ToString() << " vs " << (expected); \
-  } while (0)
+using testing::Propagate;
+using testing::Propagated;
 
 std::string Module(int devices, const std::string& body, const std::string& computations = "") {
   return "HloModule m, num_partitions=" + std::to_string(devices) + "\n\n" + computations +

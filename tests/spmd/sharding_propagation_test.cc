@@ -4,43 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include "propagation_test_util.h"
 #include "weft/hlo/parser.h"
 
 namespace weft {
 namespace {
 
-struct Propagated {
-  std::unique_ptr<HloModule> module;
-  PropagationResult result;
-  const HloInstruction* Get(std::string_view name) const {
-    for (const HloComputation* c : module->computations()) {
-      if (const HloInstruction* i = c->GetInstruction(name)) return i;
-    }
-    ADD_FAILURE() << "no instruction " << name;
-    return nullptr;
-  }
-  std::string ShardingOf(std::string_view name) const {
-    const HloInstruction* i = Get(name);
-    return i && i->has_sharding() ? i->sharding()->ToString() : "(none)";
-  }
-};
-
-Propagated Propagate(const std::string& text, PropagationOptions options = {}) {
-  Propagated p;
-  p.module = ParseHloModule(text);
-  p.result = PropagateShardings(*p.module, options);
-  return p;
-}
-
-// Expects instruction `name` to have sharding `expected` (compared as shardings).
-#define EXPECT_SHARDING(p, name, expected)                                     \
-  do {                                                                         \
-    const HloInstruction* _i = (p).Get(name);                                  \
-    ASSERT_NE(_i, nullptr);                                                    \
-    ASSERT_TRUE(_i->has_sharding()) << name << " has no sharding";             \
-    EXPECT_EQ(*_i->sharding(), HloSharding::Parse(expected))                   \
-        << name << ": " << _i->sharding()->ToString() << " vs " << (expected); \
-  } while (0)
+using testing::Propagate;
+using testing::Propagated;
 
 std::string Module(const std::string& body) {
   return "HloModule m, num_partitions=4\n\nsum {\n  sa = f32[] parameter(0)\n  sb = f32[] "
