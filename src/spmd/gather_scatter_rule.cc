@@ -100,6 +100,27 @@ std::vector<ParallelDim> FindParallelDims(const IndexRoles& r) {
   return out;
 }
 
+// Per operand dim, its window dim (gather: the offset dim of the result;
+// scatter: the update window dim), in order; -1 for the dims the slice drops
+// (collapsed / inserted) and for batching dims.
+std::vector<int64_t> WindowDimOf(int64_t rank, const std::vector<int64_t>& dropped,
+                                 const std::vector<int64_t>& batching,
+                                 const std::vector<int64_t>& window_dims) {
+  std::vector<int64_t> out(static_cast<size_t>(rank), -1);
+  size_t next = 0;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (Contains(dropped, d) || Contains(batching, d)) continue;
+    if (next < window_dims.size()) out[d] = window_dims[next++];
+  }
+  return out;
+}
+
+std::vector<int64_t> ScatterWindowDimOf(const HloInstruction& instr) {
+  const ScatterDimensionNumbers& dn = instr.attrs().scatter;
+  return WindowDimOf(instr.operand(0)->shape().rank(), dn.inserted_window_dims,
+                     dn.input_batching_dims, dn.update_window_dims);
+}
+
 // Slice sizes of a scatter: the updates' window dims for the operand's window
 // dims, 1 for inserted and batching dims.
 std::vector<int64_t> ScatterSliceSizes(const HloInstruction& instr) {
@@ -107,16 +128,14 @@ std::vector<int64_t> ScatterSliceSizes(const HloInstruction& instr) {
   const int64_t n = (instr.operand_count() - 1) / 2;
   const Shape& operand = instr.operand(0)->shape();
   const Shape& update = instr.operand(n + 1)->shape();
+  const std::vector<int64_t> window_of = ScatterWindowDimOf(instr);
   std::vector<int64_t> sizes;
-  size_t window = 0;
   for (int64_t d = 0; d < operand.rank(); ++d) {
-    if (Contains(dn.inserted_window_dims, d) || Contains(dn.input_batching_dims, d)) {
-      sizes.push_back(1);
-    } else {
-      sizes.push_back(window < dn.update_window_dims.size()
-                          ? update.dimensions(dn.update_window_dims[window++])
-                          : operand.dimensions(d));
-    }
+    const bool dropped =
+        Contains(dn.inserted_window_dims, d) || Contains(dn.input_batching_dims, d);
+    sizes.push_back(dropped             ? 1
+                    : window_of[d] >= 0 ? update.dimensions(window_of[d])
+                                        : operand.dimensions(d));
   }
   return sizes;
 }
@@ -199,12 +218,10 @@ std::optional<OpShardingRule> GatherRule(const HloInstruction& instr) {
   TensorFactors idx_f = IndexFactors(rule, indices, dn.index_vector_dim,
                                      BatchOutDims(out.rank(), dn.offset_dims), out_f);
   LinkIndexedDims(Roles(instr), dn.operand_batching_dims, ParallelDims(instr), idx_f, op_f);
-  size_t next_offset = 0;
+  const std::vector<int64_t> window_of = WindowDimOf(operand.rank(), dn.collapsed_slice_dims,
+                                                     dn.operand_batching_dims, dn.offset_dims);
   for (int64_t d = 0; d < operand.rank(); ++d) {
-    const bool window =
-        !Contains(dn.collapsed_slice_dims, d) && !Contains(dn.operand_batching_dims, d);
-    const int64_t out_dim =
-        window && next_offset < dn.offset_dims.size() ? dn.offset_dims[next_offset++] : -1;
+    const int64_t out_dim = window_of[d];
     if (!op_f[d].empty()) continue;  // batching or parallel
     if (out_dim >= 0 && slice_sizes[d] == operand.dimensions(d)) {
       const int64_t f = rule.AddFactor(operand.dimensions(d));
@@ -235,13 +252,9 @@ std::optional<OpShardingRule> ScatterRule(const HloInstruction& instr) {
   TensorFactors idx_f = IndexFactors(rule, indices, dn.index_vector_dim,
                                      BatchOutDims(update.rank(), dn.update_window_dims), up_f);
   LinkIndexedDims(Roles(instr), dn.input_batching_dims, ParallelDims(instr), idx_f, op_f);
-  size_t next_window = 0;
+  const std::vector<int64_t> window_of = ScatterWindowDimOf(instr);
   for (int64_t d = 0; d < operand.rank(); ++d) {
-    const bool window =
-        !Contains(dn.inserted_window_dims, d) && !Contains(dn.input_batching_dims, d);
-    const int64_t up_dim = window && next_window < dn.update_window_dims.size()
-                               ? dn.update_window_dims[next_window++]
-                               : -1;
+    const int64_t up_dim = window_of[d];
     if (!op_f[d].empty()) continue;  // batching or parallel
     // Every operand dim is its result dim (the operand is updated in place).
     op_f[d] = {rule.AddFactor(operand.dimensions(d))};
