@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "weft/hlo/module.h"
+
 namespace weft::hostile_hlo {
 
 // A module whose computation calls itself, one way per case; `cycle` is the
@@ -96,6 +98,15 @@ ENTRY e {
 }
 
 enum class ChainKind { kCall, kWhile };
+
+// The over-deep chain each command's test must refuse by name: of calls,
+// 10,000 deep (such a chain overflowed the stacks of `weft partition` and
+// `weft run`); of whiles, one more than the limit. Both are refused by the
+// same walk (CheckCallGraph) before anything recurses, and a module 10,000
+// computations deep takes about 10 s to parse in the sanitizer build.
+inline int64_t OverDeepChain(ChainKind kind) {
+  return kind == ChainKind::kCall ? 10000 : kMaxCallDepth + 1;
+}
 
 // A module whose entry reaches `depth` nested calls: e -> f{depth-1} -> ...
 // -> f0, each a call (kCall) or a while running its body f{k} once (kWhile;

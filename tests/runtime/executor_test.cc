@@ -652,8 +652,10 @@ TEST(ExecutorTest, RefusesRecursionAndOverDeepCallsAndRunsTheDeepestAllowed) {
        {hostile_hlo::ChainKind::kCall, hostile_hlo::ChainKind::kWhile}) {
     HloParseOptions unverified;
     unverified.verify = false;
-    auto deep = ParseHloModule(hostile_hlo::CallChainModule(10000, kind), unverified);
-    ExpectErrorContaining([&] { Executor executor(*deep); }, {"calls nest 10000 deep"});
+    const int64_t depth = hostile_hlo::OverDeepChain(kind);
+    auto deep = ParseHloModule(hostile_hlo::CallChainModule(depth, kind), unverified);
+    ExpectErrorContaining([&] { Executor executor(*deep); },
+                          {fmt::format("calls nest {} deep", depth)});
     auto allowed = testing::Parse(hostile_hlo::CallChainModule(kMaxCallDepth, kind));
     const std::vector<double> values = {1, 2, 3, 4};
     const HostTensor x = HostTensor::FromDoubles(ParseShape("f32[4]"), values);

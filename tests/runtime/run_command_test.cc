@@ -635,10 +635,12 @@ TEST(RunCommandTest, RecursionAndOverDeepCallChainsAreRefused) {
   for (hostile_hlo::ChainKind kind :
        {hostile_hlo::ChainKind::kCall, hostile_hlo::ChainKind::kWhile}) {
     RunCommandOptions options;
-    options.input = WriteTemp("weft_run_chain.hlo", hostile_hlo::CallChainModule(10000, kind));
+    const int64_t depth = hostile_hlo::OverDeepChain(kind);
+    options.input = WriteTemp("weft_run_chain.hlo", hostile_hlo::CallChainModule(depth, kind));
     options.num_devices = 2;
     const std::string error = RunError(options);
-    EXPECT_TRUE(Mentions(error, "weft_run_chain.hlo: calls nest 10000 deep from computation 'e'"))
+    EXPECT_TRUE(Mentions(
+        error, fmt::format("weft_run_chain.hlo: calls nest {} deep from computation 'e'", depth)))
         << error;
     // The deepest chain allowed runs, on every device.
     options.input =

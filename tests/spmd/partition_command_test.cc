@@ -115,8 +115,11 @@ TEST(PartitionCommandTest, RecursionIsRefusedNamingTheCycle) {
 TEST(PartitionCommandTest, CallChainsAreBoundedAndTheDeepestAllowedPartitions) {
   for (hostile_hlo::ChainKind kind :
        {hostile_hlo::ChainKind::kCall, hostile_hlo::ChainKind::kWhile}) {
-    const std::string error = PartitionError(hostile_hlo::CallChainModule(10000, kind), 2);
-    EXPECT_NE(error.find("calls nest 10000 deep from computation 'e'"), std::string::npos) << error;
+    const int64_t depth = hostile_hlo::OverDeepChain(kind);
+    const std::string error = PartitionError(hostile_hlo::CallChainModule(depth, kind), 2);
+    EXPECT_NE(error.find(fmt::format("calls nest {} deep from computation 'e'", depth)),
+              std::string::npos)
+        << error;
     EXPECT_EQ(PartitionError(hostile_hlo::CallChainModule(kMaxCallDepth, kind), 2), "accepted");
   }
 }

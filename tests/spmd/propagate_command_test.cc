@@ -98,8 +98,9 @@ TEST(PropagateCommandTest, RecursionAndOverDeepCallChainsAreRefused) {
   }
   for (hostile_hlo::ChainKind kind :
        {hostile_hlo::ChainKind::kCall, hostile_hlo::ChainKind::kWhile}) {
-    EXPECT_NE(PropagateError(hostile_hlo::CallChainModule(10000, kind))
-                  .find("calls nest 10000 deep from computation 'e'"),
+    const int64_t depth = hostile_hlo::OverDeepChain(kind);
+    EXPECT_NE(PropagateError(hostile_hlo::CallChainModule(depth, kind))
+                  .find(fmt::format("calls nest {} deep from computation 'e'", depth)),
               std::string::npos);
     EXPECT_EQ(PropagateError(hostile_hlo::CallChainModule(kMaxCallDepth, kind)), "accepted");
   }
