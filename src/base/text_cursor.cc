@@ -264,9 +264,24 @@ std::string TextCursor::ParseRawValue(std::string_view what) {
     if (end == std::string_view::npos) FailAt(start, fmt::format("unbalanced braces in {}", what));
     pos_ = end;
   } else {
-    while (pos_ < text_.size() && text_[pos_] != ',' && text_[pos_] != '}' &&
-           !std::isspace(static_cast<unsigned char>(text_[pos_]))) {
+    // Inside the (...), [...] and {...} the token opens, anything goes.
+    std::string closers;
+    while (pos_ < text_.size()) {
+      const char c = text_[pos_];
+      if (c == '(' || c == '[' || c == '{') {
+        closers.push_back(c == '(' ? ')' : c == '[' ? ']' : '}');
+      } else if (!closers.empty() && c == closers.back()) {
+        closers.pop_back();
+      } else if (closers.empty() && (c == ',' || c == '}' || c == ')' || c == ']' ||
+                                     std::isspace(static_cast<unsigned char>(c)))) {
+        break;
+      } else if (c == ')' || c == ']' || c == '}') {
+        FailAt(pos_, fmt::format("'{}' where '{}' was expected in {}", c, closers.back(), what));
+      }
       ++pos_;
+    }
+    if (!closers.empty()) {
+      FailAt(start, fmt::format("'{}' is missing at the end of {}", closers.back(), what));
     }
     if (pos_ == start) Expected(what);
   }

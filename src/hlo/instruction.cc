@@ -159,6 +159,10 @@ int64_t RngOwnOperandCount(const HloInstruction& rng) {
   return rng.opcode() == HloOpcode::kRng ? 2 : 1;
 }
 
+const Shape& RngDrawnShape(const HloInstruction& rng) {
+  return rng.shape().IsTuple() ? rng.shape().tuple_shapes().at(1) : rng.shape();
+}
+
 bool IsFusibleElementType(PrimitiveType type) {
   switch (type) {
     case PrimitiveType::kF32:

@@ -55,21 +55,32 @@ void CheckScalarInt(const Shape& s, std::string_view what) {
 }
 
 void CheckScalarComputation(const HloComputation* c, std::span<const PrimitiveType> accumulators,
-                            std::string_view what) {
+                            std::string_view what, ReducerPrecision precision) {
   WEFT_CHECK(c != nullptr, "{} needs a to_apply computation", what);
   const int64_t n = static_cast<int64_t>(accumulators.size());
+  // The type `c` uses for accumulator i: its own parameter's, where that may
+  // differ.
+  auto type_of = [&](int64_t i) {
+    const HloInstruction* p = c->parameter_instruction(i);
+    const PrimitiveType t = accumulators[i % n];
+    if (precision == ReducerPrecision::kAnyFloat && p != nullptr && p->shape().IsScalar() &&
+        IsFloatingPoint(t) && IsFloatingPoint(p->shape().element_type())) {
+      return p->shape().element_type();
+    }
+    return t;
+  };
   WEFT_CHECK(c->num_parameters() == 2 * n,
              "{} computation '{}' must take {} scalar parameters, takes {}", what, c->name(), 2 * n,
              c->num_parameters());
   for (int64_t i = 0; i < 2 * n; ++i) {
     const HloInstruction* p = c->parameter_instruction(i);
     WEFT_CHECK(p != nullptr, "{} computation '{}' lacks parameter {}", what, c->name(), i);
-    WEFT_CHECK(p->shape() == Shape::Scalar(accumulators[i % n]),
+    WEFT_CHECK(p->shape() == Shape::Scalar(type_of(i)),
                "{} computation '{}' parameter {} must be {}[], got {}", what, c->name(), i,
-               PrimitiveTypeName(accumulators[i % n]), p->shape().ToString());
+               PrimitiveTypeName(type_of(i)), p->shape().ToString());
   }
   std::vector<Shape> expected;
-  for (PrimitiveType t : accumulators) expected.push_back(Shape::Scalar(t));
+  for (int64_t i = 0; i < n; ++i) expected.push_back(Shape::Scalar(type_of(i)));
   const Shape result = n == 1 ? expected[0] : Shape::Tuple(expected);
   const HloInstruction* root = c->root_instruction();
   WEFT_CHECK(root != nullptr && root->shape() == result,

@@ -141,7 +141,7 @@ Shape InferScatter(const HloInstruction& instr) {
     }
   }
   CheckScalarComputation(instr.called_computations().empty() ? nullptr : instr.to_apply(), types,
-                         "scatter");
+                         "scatter", ReducerPrecision::kAnyFloat);
   return n == 1 ? operand : Shape::Tuple(results);
 }
 

@@ -28,9 +28,14 @@ const Shape& Declared(const HloInstruction& instr, std::string_view what);
 // Throws unless `s` is an integer scalar.
 void CheckScalarInt(const Shape& s, std::string_view what);
 // `c` takes 2n scalar parameters of the accumulators' types and returns them
-// (a tuple when n > 1): reduce's and scatter's combiners.
+// (a tuple when n > 1): reduce's and scatter's combiners. kAnyFloat: a
+// floating accumulator may be taken and returned in another floating type
+// (XLA's reducer check ignores floating precision; scatter's result keeps
+// its operand's type, the combined value rounded to it).
+enum class ReducerPrecision { kExact, kAnyFloat };
 void CheckScalarComputation(const HloComputation* c, std::span<const PrimitiveType> accumulators,
-                            std::string_view what);
+                            std::string_view what,
+                            ReducerPrecision precision = ReducerPrecision::kExact);
 
 // gather(operand, indices) and scatter(operands..., indices, updates...)
 // (shape_inference_gather_scatter.cc).

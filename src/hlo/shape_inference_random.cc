@@ -69,16 +69,18 @@ Shape InferRngBitGenerator(const HloInstruction& instr) {
              "rng-bit-generator {} needs a state of u64[2]{}, got {}",
              RngAlgorithmString(algorithm), three_fry ? "" : " or u64[3]", state.ToString());
   const Shape& out = instr.shape();
-  WEFT_CHECK(out.IsTuple() && out.tuple_shapes().size() == 2 && out.tuple_shapes(0) == state &&
-                 out.tuple_shapes(1).IsArray(),
-             "rng-bit-generator returns (state, bits): give its shape as ({}, u32[...]), got {}",
+  WEFT_CHECK(out.IsArray() || (out.IsTuple() && out.tuple_shapes().size() == 2 &&
+                               out.tuple_shapes(0) == state && out.tuple_shapes(1).IsArray()),
+             "rng-bit-generator returns (state, bits) or the bits alone: give its shape as ({}, "
+             "u32[...]) or u32[...], got {}",
              state.ToString(), out.IsValid() ? out.ToString() : "none");
-  const PrimitiveType t = out.tuple_shapes(1).element_type();
+  const Shape& bits = RngDrawnShape(instr);
+  const PrimitiveType t = bits.element_type();
   WEFT_CHECK(t == PrimitiveType::kU16 || t == PrimitiveType::kU32 || t == PrimitiveType::kS32 ||
                  t == PrimitiveType::kU64 || t == PrimitiveType::kS64,
              "rng-bit-generator makes u16, u32, s32, u64 or s64 bits, not {}",
              PrimitiveTypeName(t));
-  CheckRngTile(instr, out.tuple_shapes(1));
+  CheckRngTile(instr, bits);
   return out;
 }
 

@@ -35,8 +35,7 @@ double Unit(uint32_t hi, uint32_t lo) {
 }  // namespace
 
 void CheckRng(const HloInstruction& instr) {
-  const PrimitiveType t = instr.shape().IsTuple() ? instr.shape().tuple_shapes(1).element_type()
-                                                  : instr.shape().element_type();
+  const PrimitiveType t = RngDrawnShape(instr).element_type();
   WEFT_CHECK(t != PrimitiveType::kPred && t != PrimitiveType::kC64, "{} of {} is not supported",
              HloOpcodeString(instr.opcode()), PrimitiveTypeName(t));
 }
@@ -65,17 +64,23 @@ TileOfValue TileOf(const HloInstruction& instr, const Shape& local, EvalArgs& ar
 
 Value EvalRngBitGenerator(const HloInstruction& instr, EvalArgs& args) {
   const HostTensor& state = args.array(0);
-  const Shape& bits_shape = instr.shape().tuple_shapes(1);
+  const Shape& bits_shape = RngDrawnShape(instr);
   const TileOfValue tile = TileOf(instr, bits_shape, args);
-  HostTensor new_state = args.ctx().Allocate(state.shape());
-  HostTensor bits = args.ctx().Allocate(bits_shape);
   const int64_t words = state.element_count();
   // Copied first: the new state may be written where the old one was read.
   std::vector<uint64_t> old(state.data<uint64_t>(), state.data<uint64_t>() + words);
+  // The result's leaves in order: (state, bits), or the bits alone (the
+  // state after them is then dropped).
+  const bool with_state = instr.shape().IsTuple();
+  std::vector<uint64_t> dropped(with_state ? 0 : words);
+  HostTensor new_state = with_state ? args.ctx().Allocate(state.shape()) : HostTensor();
+  HostTensor bits = args.ctx().Allocate(bits_shape);
   RngBitGenerator(instr.attrs().rng_algorithm, old, bits_shape.element_type(),
                   RngTile{tile.global, tile.start, bits_shape.dimensions()},
                   bits.mutable_raw_data(),
-                  std::span<uint64_t>(new_state.mutable_data<uint64_t>(), words));
+                  with_state ? std::span<uint64_t>(new_state.mutable_data<uint64_t>(), words)
+                             : std::span<uint64_t>(dropped));
+  if (!with_state) return Value(std::move(bits));
   return Value{std::move(new_state), std::move(bits)};
 }
 

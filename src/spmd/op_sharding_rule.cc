@@ -374,14 +374,13 @@ std::optional<OpShardingRule> RngRule(const HloInstruction& instr) {
 
 // rng-bit-generator: the state whole, the bits split freely.
 std::optional<OpShardingRule> RngBitGeneratorRule(const HloInstruction& instr) {
-  if (!instr.shape().IsTuple() || instr.shape().tuple_shapes().size() != 2) return std::nullopt;
   OpShardingRule rule;
   rule.name = OpName(instr);
   const TensorFactors state =
       FreshFactors(rule, instr.operand(0)->shape().dimensions(), FactorKind::kNeedReplication);
   rule.operands.push_back(state);
-  rule.results.push_back(state);
-  rule.results.push_back(FreshFactors(rule, instr.shape().tuple_shapes(1).dimensions()));
+  if (instr.shape().IsTuple()) rule.results.push_back(state);
+  rule.results.push_back(FreshFactors(rule, RngDrawnShape(instr).dimensions()));
   return rule;
 }
 

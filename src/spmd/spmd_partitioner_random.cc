@@ -20,9 +20,11 @@ PartitionedValue HandleRandom(ComputationPartitioner& p, const HloInstruction& i
              instr.Describe());
   SpmdBuilder& b = p.b();
   const bool is_rng = instr.opcode() == HloOpcode::kRng;
-  const Shape& value = is_rng ? instr.shape() : instr.shape().tuple_shapes(1);
-  const HloSharding tiled = NormalizeSharding(
-      sharding.IsTuple() ? sharding.tuple_elements().at(is_rng ? 0 : 1) : sharding);
+  // A rng-bit-generator's (state, bits), or its bits alone.
+  const bool with_state = instr.shape().IsTuple();
+  const Shape& value = RngDrawnShape(instr);
+  const HloSharding tiled =
+      NormalizeSharding(sharding.IsTuple() ? sharding.tuple_elements().at(1) : sharding);
   const std::string stream = is_rng ? std::string(RngStreamName(instr)) : std::string();
   if (!tiled.IsTiled() || tiled.NumTiles() == 1) {  // drawn whole on every device
     PartitionedValue v = HandleReplicated(p, instr);
@@ -49,11 +51,12 @@ PartitionedValue HandleRandom(ComputationPartitioner& p, const HloInstruction& i
   }
   HloAttributes attrs = instr.attrs();
   attrs.backend_config = RngTileConfig(stream, value.dimensions());
-  const Shape shape = is_rng ? local : Shape::Tuple({instr.shape().tuple_shapes(0), local});
+  const Shape shape = with_state ? Shape::Tuple({instr.shape().tuple_shapes(0), local}) : local;
   HloInstruction* drawn =
       b.AddInstruction(instr.opcode(), std::move(operands), std::move(attrs), shape);
-  return PartitionedValue{drawn, instr.shape(),
-                          is_rng ? tiled : HloSharding::Tuple({HloSharding::Replicate(), tiled})};
+  return PartitionedValue{
+      drawn, instr.shape(),
+      with_state ? HloSharding::Tuple({HloSharding::Replicate(), tiled}) : tiled};
 }
 
 }  // namespace weft::spmd

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+
+#include "weft/base/error.h"
 
 namespace weft {
 namespace {
@@ -37,6 +40,25 @@ TEST(TextCursorTest, Tokens) {
   EXPECT_TRUE(cur.TryConsume(","));
   EXPECT_FALSE(cur.TryKeyword("xy"));
   EXPECT_TRUE(cur.TryKeyword("x"));
+}
+
+// A bare value runs to a ',', a space or an unmatched closer outside the
+// brackets it opens: XLA writes outfeed_shape=(f32[4,8]{1,0}, s32[2]{0}).
+TEST(TextCursorTest, ABareValueKeepsTheBracketsItOpens) {
+  TextCursor cur("(f32[4,8]{1,0}, s32[2]{0}), f32[2]{0} a)b x", "");
+  EXPECT_EQ(cur.ParseRawValue("shape"), "(f32[4,8]{1,0}, s32[2]{0})");
+  EXPECT_TRUE(cur.TryConsume(","));
+  EXPECT_EQ(cur.ParseRawValue("shape"), "f32[2]{0}");
+  EXPECT_EQ(cur.ParseRawValue("word"), "a");
+  for (const char* bad : {"(f32[4], s32[2]", "(f32[4}", "[1,2"}) {
+    TextCursor c(bad, "t.hlo");
+    try {
+      c.ParseRawValue("outfeed_shape");
+      ADD_FAILURE() << bad << ": expected an error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("outfeed_shape"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(TextCursorTest, ExactIntegersAndWhatIsNotOne) {

@@ -263,7 +263,8 @@ ENTRY e {
   u = f32[5] rng(a, b), distribution=rng_normal
   s3 = u64[3] parameter(1)
   h = (u64[3], s64[2]) rng-bit-generator(s3), algorithm=rng_philox
-  ROOT t = ((u64[2], u32[4,3]), f32[5], (u64[3], s64[2])) tuple(g, u, h)
+  k = u32[7] rng-bit-generator(s), algorithm=rng_default
+  ROOT t = ((u64[2], u32[4,3]), f32[5], (u64[3], s64[2]), u32[7]) tuple(g, u, h, k)
 }
 )";
   std::unique_ptr<HloModule> module = ParseHloModule(text);
@@ -272,6 +273,22 @@ ENTRY e {
   EXPECT_EQ(entry->GetInstruction("g")->attrs().rng_algorithm, RngAlgorithm::kThreeFry);
   EXPECT_EQ(entry->GetInstruction("u")->attrs().rng_distribution, RngDistribution::kNormal);
   EXPECT_EQ(entry->GetInstruction("s")->shape().ByteSize(), 16);
+}
+
+// outfeed_shape= names the tuple it sends, parentheses, brackets, layouts
+// and spaces included, as XLA prints it.
+TEST(ParserTest, AnOutfeedOfATupleRoundTrips) {
+  const char* text = R"(HloModule feed
+
+ENTRY e {
+  p = f32[4,8] parameter(0)
+  q = s32[2] parameter(1)
+  t = (f32[4,8], s32[2]) tuple(p, q)
+  token0 = token[] after-all()
+  ROOT o = token[] outfeed(t, token0), outfeed_shape=((f32[4,8]{1,0}, s32[2]{0}))
+}
+)";
+  EXPECT_EQ(PrintModule(*ParseHloModule(text)), text);
 }
 
 // A bitcast that keeps row-major order on both sides is the reshape it is

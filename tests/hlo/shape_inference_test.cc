@@ -145,7 +145,8 @@ TEST(ShapeInferenceTest, ReduceDotGatherScatter) {
   HloComputation* add =
       module.AddComputation(MakeScalarReduction("add", HloOpcode::kAdd, PrimitiveType::kF32));
   Infer infer({"f32[4,8,16]", "f32[]", "bf16[2,3,5,7]", "bf16[2,3,7,11]", "f32[100,64]", "s32[6,2]",
-               "f32[6,64]", "s32[6]", "f32[6,64,2]"});
+               "f32[6,64]", "s32[6]", "f32[6,64,2]", "bf16[100,64]", "bf16[6,64]", "s32[100,64]",
+               "s32[6,64]"});
   HloAttributes r;
   r.dimensions = {0, 2};
   EXPECT_EQ(infer(HloOpcode::kReduce, {0, 1}, r, "", {add}), "f32[8]");
@@ -203,6 +204,16 @@ TEST(ShapeInferenceTest, ReduceDotGatherScatter) {
   EXPECT_EQ(infer(HloOpcode::kScatter, {4, 7, 6}, s, "", {add}), "f32[100,64]");
   EXPECT_TRUE(Mentions(infer(HloOpcode::kScatter, {4, 7, 4}, s, "", {add}),
                        "updates dim 0 is 100 but the matching index batch dim is 6"));
+  // As in XLA, a floating scatter may combine in another floating type (the
+  // result keeps the operand's); integers may not, nor may a reduce.
+  EXPECT_EQ(infer(HloOpcode::kScatter, {9, 7, 10}, s, "", {add}), "bf16[100,64]");
+  EXPECT_TRUE(Mentions(infer(HloOpcode::kScatter, {11, 7, 12}, s, "", {add}),
+                       "scatter computation 'add' parameter 0 must be s32[], got f32[]"));
+  HloComputation* add_bf16 =
+      module.AddComputation(MakeScalarReduction("add_bf16", HloOpcode::kAdd, PrimitiveType::kBF16));
+  r.dimensions = {0, 2};
+  EXPECT_TRUE(Mentions(infer(HloOpcode::kReduce, {0, 1}, r, "", {add_bf16}),
+                       "reduce computation 'add_bf16' parameter 0 must be f32[], got bf16[]"));
   s.scatter.inserted_window_dims = {};
   EXPECT_TRUE(Mentions(infer(HloOpcode::kScatter, {4, 7, 6}, s, "", {add}), "must add up"));
 }

@@ -161,12 +161,20 @@ ENTRY e {
   ExpectEqual(out["mx"], mx);
 }
 
+// bf16 scatters combining in bf16 and, as XLA allows, in f32 (each sum
+// rounded to the operand's bf16: of two bf16 values of similar size the f32
+// sum is exact, so both give the same bits).
 TEST(EvalGatherScatterTest, ScatterAddInBf16AndIntegers) {
   const char* text = R"(HloModule m
 addb {
   a = bf16[] parameter(0)
   b = bf16[] parameter(1)
   ROOT s = bf16[] add(a, b)
+}
+addf {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
 }
 addi {
   a = s32[] parameter(0)
@@ -178,6 +186,7 @@ ENTRY e {
   idx = s32[4] parameter(1)
   up = bf16[4,2] parameter(2)
   sb = bf16[6,2] scatter(x, idx, up), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=addb
+  sf = bf16[6,2] scatter(x, idx, up), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=addf
   xi = s32[6] parameter(3)
   ui = s32[4] parameter(4)
   ROOT si = s32[6] scatter(xi, idx, ui), update_window_dims={}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=addi
@@ -186,7 +195,7 @@ ENTRY e {
   HostTensor x = Random("bf16[6,2]", rng), up = Random("bf16[4,2]", rng);
   HostTensor idx = HostTensor::FromDoubles(ParseShape("s32[4]"), std::vector<double>{5, 0, 5, 2});
   HostTensor xi = Random("s32[6]", rng, -50, 50), ui = Random("s32[4]", rng, -50, 50);
-  auto out = RunNamed(text, {x, idx, up, xi, ui}, {"sb", "si"});
+  auto out = RunNamed(text, {x, idx, up, xi, ui}, {"sb", "sf", "si"});
   std::vector<double> sb = x.ToDoubles(), si = xi.ToDoubles();
   for (int64_t k = 0; k < 4; ++k) {
     const int64_t r = static_cast<int64_t>(idx.GetDouble(k));
@@ -196,6 +205,7 @@ ENTRY e {
     si[r] += ui.GetDouble(k);
   }
   ExpectEqual(out["sb"], sb);
+  ExpectEqual(out["sf"], sb);
   ExpectEqual(out["si"], si);
 }
 

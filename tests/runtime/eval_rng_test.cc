@@ -87,6 +87,42 @@ ENTRY e {{
   }
 }
 
+// XLA's verifier also takes a rng-bit-generator that returns the bits
+// alone: they are the bits of the (state, bits) form on the same state.
+TEST(EvalRngTest, ARngBitGeneratorMayReturnTheBitsAlone) {
+  for (const char* algorithm : {"rng_philox", "rng_three_fry"}) {
+    SCOPED_TRACE(algorithm);
+    const std::string text = fmt::format(R"(HloModule rbg
+ENTRY e {{
+  s = u64[2] parameter(0)
+  alone = u32[6,5] rng-bit-generator(s), algorithm={0}
+  g = (u64[2], u32[6,5]) rng-bit-generator(s), algorithm={0}
+  bits = u32[6,5] get-tuple-element(g), index=1
+  ROOT r = (u32[6,5], u32[6,5]) tuple(alone, bits)
+}}
+)",
+                                         algorithm);
+    const std::vector<uint64_t> state = {0x0123456789abcdefULL, 42};
+    const std::vector<HostTensor> out = testing::RunText(text, {State(state)});
+    ASSERT_EQ(out.size(), 2u);
+    EXPECT_EQ(Words(out[0]), Words(out[1]));
+    std::vector<uint64_t> ignored;
+    const std::vector<uint64_t> want = std::string(algorithm) == "rng_philox"
+                                           ? RefPhiloxBits(state, 30, false, &ignored)
+                                           : RefThreeFryBits32(state, {6, 5}, &ignored);
+    EXPECT_EQ(Words(out[0]), want);
+  }
+  testing::ExpectErrorContaining(
+      [] {
+        testing::Parse(R"(HloModule m
+ENTRY e {
+  s = u64[2] parameter(0)
+  ROOT g = (u64[2], u32[4], u32[4]) rng-bit-generator(s), algorithm=rng_philox
+})");
+      },
+      {"rng-bit-generator returns (state, bits) or the bits alone", "(u64[2], u32[...])"});
+}
+
 TEST(EvalRngTest, RngBitGeneratorRefusesABadState) {
   testing::ExpectErrorContaining(
       [] {

@@ -139,6 +139,37 @@ ENTRY e {{
   }
 }
 
+// A rng-bit-generator that returns its bits alone (as XLA allows) is
+// partitioned the same way: each device draws its tile of the unsharded bits.
+TEST(SpmdRandomTest, BitsReturnedAloneAreTiledToo) {
+  const std::string text = R"(HloModule rbg, num_partitions=4
+ENTRY e {
+  s = u64[2] parameter(0), sharding={replicated}
+  alone = u32[8,6] rng-bit-generator(s), algorithm=rng_philox, sharding={devices=[2,2]<=[4]}
+  g = (u64[2], u32[8,6]) rng-bit-generator(s), algorithm=rng_philox, sharding={{replicated}, {replicated}}
+  bits = u32[8,6] get-tuple-element(g), index=1
+  ROOT r = (u32[8,6], u32[8,6]) tuple(alone, bits), sharding={{devices=[2,2]<=[4]}, {replicated}}
+}
+)";
+  const std::vector<uint64_t> state = {0xfeedfacecafebeefULL, ~uint64_t{0} - 3};
+  compiler::CompiledProgram program;
+  const std::vector<HostTensor> out =
+      RunOn(text, 4, {HostTensor::FromVector<uint64_t>(PrimitiveType::kU64, {2}, state)}, &program);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(Words(out[0]), Words(out[1]));
+  std::vector<uint64_t> ignored;
+  std::vector<uint64_t> want = runtime::testing::RefPhiloxBits(state, 48, false, &ignored);
+  for (uint64_t& w : want) w &= 0xffffffff;
+  EXPECT_EQ(Words(out[0]), want);
+  std::vector<std::vector<int64_t>> drawn;
+  for (const Shape& shape : ShapesOf(program, HloOpcode::kRngBitGenerator)) {
+    drawn.push_back(shape.IsTuple() ? shape.tuple_shapes(1).dimensions() : shape.dimensions());
+  }
+  std::sort(drawn.begin(), drawn.end());
+  EXPECT_EQ(drawn, (std::vector<std::vector<int64_t>>{{4, 3}, {8, 6}}))
+      << PrintModule(*program.program);
+}
+
 TEST(SpmdRandomTest, RngTilesAreTheUnshardedNumbers) {
   // Uniform floats and integers and normal floats, sharded unevenly and
   // partially replicated, once propagated from a user: bit for bit the

@@ -93,7 +93,9 @@ class TextCursor {
   // (1,0).
   std::vector<int64_t> ParseIntList(std::string_view what, char open = '{', char close = '}');
   // A value kept verbatim: a balanced {...}, a "quoted" string, or a bare
-  // token up to ',' / whitespace. Returns the exact text.
+  // token up to ',' / whitespace / an unmatched '}' outside the brackets it
+  // opens (outfeed_shape=(f32[4,8]{1,0}, s32[2]{0}) is one value). Returns
+  // the exact text.
   std::string ParseRawValue(std::string_view what);
   // The end of the balanced {...} at `at` in `t` (quoted strings skipped),
   // or npos.

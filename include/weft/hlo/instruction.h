@@ -69,6 +69,10 @@ std::optional<std::vector<int64_t>> RngTileOf(const HloInstruction& rng);
 std::string RngTileConfig(std::string_view stream, const std::vector<int64_t>& tile_of);
 // rng's 2 operands, rng-bit-generator's 1: the operands before a tile's starts.
 int64_t RngOwnOperandCount(const HloInstruction& rng);
+// The value a rng or rng-bit-generator draws: a rng's shape; the bits of a
+// rng-bit-generator, element 1 of its (state, bits), or its whole shape
+// when it returns the bits alone (XLA's verifier allows both).
+const Shape& RngDrawnShape(const HloInstruction& rng);
 std::string_view RngDistributionString(RngDistribution distribution);  // "rng_uniform"
 std::optional<RngDistribution> StringToRngDistribution(std::string_view name);
 
