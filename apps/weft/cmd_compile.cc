@@ -21,7 +21,8 @@ void AddCompile(CLI::App& app) {
                    "Allow propagation to the outputs: true, false, or one per output tuple "
                    "element (true,false,...)");
   prop->add_option("--allow-params", popt->allow_params,
-                   "Allow propagation to the parameters: true, false, or one per parameter");
+                   "Allow propagation to the parameters: true, false, one per parameter, or one "
+                   "per element of a single tuple parameter (as XLA reads them)");
   prop->add_option("-o,--output", popt->output, "Write the module here instead of stdout");
   prop->add_option("--explain", popt->explain,
                    "Print the chain of decisions that gave this instruction its sharding");

@@ -323,11 +323,7 @@ void Propagator::ReadOptions(const HloComputation& entry) {
              "--allow-output has {} values but the entry computation has {} outputs; give one "
              "value for all or one per output",
              out_flags.size(), num_outputs);
-  WEFT_CHECK(
-      param_flags.size() <= 1 || static_cast<int64_t>(param_flags.size()) == entry.num_parameters(),
-      "--allow-params has {} values but the entry computation has {} parameters; give one "
-      "value for all or one per parameter",
-      param_flags.size(), entry.num_parameters());
+  // --allow-params takes any count, as XLA does (ApplyOutputAndParameterOptions).
 }
 
 void Propagator::IndexInstructions() {
@@ -582,19 +578,39 @@ void Propagator::ApplyOutputAndParameterOptions(HloComputation& entry) {
              root->sharding() != saved_root_) {
     SetSharding(root, saved_root_, option_why);
   }
-  if (allow_params_any_) {
-    for (int64_t p = 0; p < entry.num_parameters(); ++p) {
+  // The parameters, as XLA reads its flags: one per parameter, or one per
+  // element of a single tuple parameter; any other count lets every
+  // parameter keep what propagation gave it.
+  const int64_t num_params = entry.num_parameters();
+  const int64_t num_param_flags = static_cast<int64_t>(param_flags.size());
+  HloInstruction* only = num_params == 1 ? entry.parameter_instruction(0) : nullptr;
+  if (allow_params_any_ && num_param_flags == num_params) {
+    for (int64_t p = 0; p < num_params; ++p) {
       HloInstruction* param = entry.parameter_instruction(p);
-      const bool allowed =
-          param_flags.size() == 1 ? param_flags[0] : static_cast<bool>(param_flags[p]);
       std::optional<HloSharding> want = param->sharding();
-      if (!allowed) {
+      if (!param_flags[p]) {
         want = saved_params_[p] && !saved_params_[p]->IsUnknown() ? saved_params_[p] : std::nullopt;
       } else if (want && param->shape().IsArray() && !evenly(param->shape(), *want)) {
         want = HloSharding::Replicate();
       }
       if (want != param->sharding()) SetSharding(param, want, option_why);
     }
+  } else if (allow_params_any_ && only != nullptr && only->shape().IsTuple() &&
+             static_cast<int64_t>(only->shape().tuple_shapes().size()) == num_param_flags &&
+             only->has_sharding()) {
+    const std::optional<HloSharding>& saved = saved_params_[0];
+    HloSharding s = *only->sharding();
+    for (int64_t e = 0; e < num_param_flags; ++e) {
+      const Shape& shape = only->shape().tuple_shapes(e);
+      HloSharding leaf = LeafSharding(s, e);
+      if (!param_flags[e]) {
+        if (saved && !saved->IsUnknown()) leaf = LeafSharding(*saved, e);
+      } else if (shape.IsArray() && !evenly(shape, leaf)) {
+        leaf = HloSharding::Replicate();
+      }
+      s = WithLeaf(s, only->shape(), e, leaf);
+    }
+    if (s != *only->sharding()) SetSharding(only, s, option_why);
   }
 }
 

@@ -538,9 +538,34 @@ TEST(ShardingPropagationTest, AllowParametersPerParameter) {
   EXPECT_SHARDING(p, "p1", "{devices=[1,4]<=[4]}");
   EXPECT_SHARDING(p, "p0", "{devices=[4,1]<=[4]}");  // the user's, kept
 
-  PropagationOptions wrong;
-  wrong.allow_spmd_sharding_propagation_to_parameters = {true, true, true};
-  EXPECT_THROW(Propagate(Module(kTwoOutputs), wrong), Error);
+  // A count that is neither one per parameter nor one per element of a
+  // single tuple parameter: XLA takes it and lets every parameter change.
+  PropagationOptions three;
+  three.allow_spmd_sharding_propagation_to_parameters = {false, true, false};
+  auto q = Propagate(Module(kTwoOutputs), three);
+  EXPECT_SHARDING(q, "p1", "{devices=[1,4]<=[4]}");
+  EXPECT_SHARDING(q, "p0", "{devices=[4,1]<=[4]}");
+}
+
+// One flag per element of a single tuple parameter: the elements not
+// allowed keep the user's sharding.
+TEST(ShardingPropagationTest, AllowParametersPerElementOfOneTupleParameter) {
+  const char* text = R"(
+  p = (f32[8,16], f32[8,16]) parameter(0), sharding={{devices=[4,1]<=[4]}, {replicated}}
+  a = f32[8,16] get-tuple-element(p), index=0
+  b = f32[8,16] get-tuple-element(p), index=1
+  e = f32[8,16] exponential(a)
+  c = f32[8,16] copy(b), sharding={devices=[1,4]<=[4]}
+  ROOT t = (f32[8,16], f32[8,16]) tuple(e, c)
+)";
+  PropagationOptions second;
+  second.allow_spmd_sharding_propagation_to_parameters = {false, true};
+  auto q = Propagate(Module(text), second);
+  EXPECT_SHARDING(q, "p", "{{devices=[4,1]<=[4]}, {devices=[1,4]<=[4]}}");
+  PropagationOptions first;
+  first.allow_spmd_sharding_propagation_to_parameters = {true, false};
+  auto r = Propagate(Module(text), first);
+  EXPECT_SHARDING(r, "p", "{{devices=[4,1]<=[4]}, {replicated}}");
 }
 
 TEST(ShardingPropagationTest, ReplicateUnshardedFillsEverything) {
