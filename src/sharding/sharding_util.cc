@@ -194,6 +194,21 @@ HloSharding PartiallyReplicateTiledShardingOnAllDimsExcept(const HloSharding& sh
   return PartiallyReplicateTiledShardingOnDims(sharding, dims);
 }
 
+std::optional<int64_t> FirstTargetDimToMoveTiles(std::span<const int64_t> dims,
+                                                 const HloSharding& sharding, int64_t source) {
+  const int64_t rank = static_cast<int64_t>(dims.size());
+  if (source < 0 || source >= rank || dims[source] == 1 || !sharding.IsTiled() ||
+      sharding.IsTileMaximal() || source >= sharding.TiledDataRank()) {
+    return std::nullopt;
+  }
+  const int64_t tiles = sharding.tile_assignment().dim(source);
+  if (tiles == 1) return std::nullopt;
+  for (int64_t d = 0; d < rank && d < sharding.TiledDataRank(); ++d) {
+    if (d != source && dims[d] % (tiles * sharding.tile_assignment().dim(d)) == 0) return d;
+  }
+  return std::nullopt;
+}
+
 HloSharding RemoveShapeDimensions(const HloSharding& sharding,
                                   std::span<const int64_t> dims_to_remove) {
   CheckNotTuple(sharding, "RemoveShapeDimensions");

@@ -179,6 +179,10 @@ std::optional<HloSharding> Propagator::ShardingFromUser(const HloInstruction& in
   if (k < 0) return std::nullopt;
   const UserEdge edge{instr, user, user_sharding, k};
   const bool may_combine = level > 0;
+  // A sort's operand takes its result's sharding, the sort dim included.
+  if (user.opcode() == HloOpcode::kSort) {
+    return LeafSharding(user_sharding, user.shape().IsTuple() ? k : 0);
+  }
   if (ReadsRuleLeafByLeaf(user.opcode())) return RuleOperandFromUser(edge, may_combine);
   switch (user.opcode()) {
     case HloOpcode::kBroadcast:
@@ -614,6 +618,34 @@ bool Propagator::InferFromRuleOperands(HloInstruction* instr, bool may_combine, 
   return changed;
 }
 
+// sort, as XLA propagates it: every result takes the most specific operand's
+// sharding, the sort dim included where another dim could take its tiles
+// (the partitioner gathers the sort dim whole, sorts and slices back).
+bool Propagator::InferSortFromOperands(HloInstruction* instr, bool may_combine, bool aggressive) {
+  int64_t best = -1;
+  for (int64_t k = 0; k < instr->operand_count(); ++k) {
+    const HloInstruction* operand = instr->operand(k);
+    if (operand->has_sharding() &&
+        (best < 0 || sharding_util::IsShardingMoreSpecific(*operand->sharding(),
+                                                           *instr->operand(best)->sharding()))) {
+      best = k;
+    }
+  }
+  if (best < 0 || !HasSpatialSharding(instr->operand(best))) return false;
+  const HloInstruction* operand = instr->operand(best);
+  const HloSharding& s = *operand->sharding();
+  const int64_t sort_dim = instr->dimensions().at(0);
+  if (s.IsTiled() && s.tile_assignment().dim(sort_dim) != 1 &&
+      !sharding_util::FirstTargetDimToMoveTiles(operand->shape().dimensions(), s, sort_dim)) {
+    return false;
+  }
+  const HloSharding result =
+      instr->shape().IsTuple()
+          ? HloSharding::Tuple(std::vector<HloSharding>(instr->shape().LeafCount(), s))
+          : s;
+  return Improve(instr, result, may_combine, aggressive, ForwardWhy(instr, operand));
+}
+
 bool Propagator::InferGatherScatter(HloInstruction* instr, bool may_combine) {
   bool changed = false;
   auto offer = [&](int64_t k, int64_t leaf) {
@@ -681,6 +713,8 @@ bool Propagator::InferFromOperands(HloInstruction* instr, int level) {
   if (!SupportsSpatialPartitioning(instr, allow_output_any_, false)) {
     return InferFromReplicatedOperand(instr, may_combine);
   }
+  if (instr->opcode() == HloOpcode::kSort)
+    return InferSortFromOperands(instr, may_combine, aggressive);
   if (ReadsRuleLeafByLeaf(instr->opcode())) {
     return InferFromRuleOperands(instr, may_combine, aggressive);
   }

@@ -101,8 +101,10 @@ class Propagator {
   // broadcast, concatenate, reduce, dynamic-slice, dynamic-update-slice.
   bool InferShapeOpFromOperands(HloInstruction* instr, int level, bool may_combine,
                                 bool aggressive);
-  // sort, topk, reduce-window, select-and-scatter, bitcast-convert, custom calls.
+  // topk, reduce-window, select-and-scatter, bitcast-convert, custom calls.
   bool InferFromRuleOperands(HloInstruction* instr, bool may_combine, bool aggressive);
+  // sort: every result from the most specific operand (XLA's rule).
+  bool InferSortFromOperands(HloInstruction* instr, bool may_combine, bool aggressive);
   // gather: from the indices, then the operand; scatter: result j from
   // operand j, then (when the indices or an update are split) from the
   // indices and update j.

@@ -327,6 +327,29 @@ TEST(RemoveShapeDimensionsTest, DropsUnsplitDims) {
             HloSharding::AssignDevice(1));
 }
 
+// The facts of XLA's GetFirstTargetDimToMoveShardingTiles: the first other
+// dim whose size is a multiple of both dims' tile counts' product; none for
+// an unsplit or size-1 source.
+TEST(FirstTargetDimToMoveTilesTest, TheFirstDimThatCouldHoldBothDimsTiles) {
+  const HloSharding a = HloSharding::Parse("{devices=[8,1,2,16]<=[256]}");
+  const Dims shape_a = {1, 8, 128, 128};
+  EXPECT_EQ(FirstTargetDimToMoveTiles(shape_a, a, 0), std::nullopt);  // size 1
+  EXPECT_EQ(FirstTargetDimToMoveTiles(shape_a, a, 1), std::nullopt);  // not split
+  EXPECT_EQ(FirstTargetDimToMoveTiles(shape_a, a, 2), 1);
+  EXPECT_EQ(FirstTargetDimToMoveTiles(shape_a, a, 3), 2);
+  const HloSharding b = HloSharding::Parse("{devices=[2,2,4,16]<=[256]}");
+  const Dims shape_b = {4, 8, 128, 128};
+  EXPECT_EQ(FirstTargetDimToMoveTiles(shape_b, b, 0), 1);
+  EXPECT_EQ(FirstTargetDimToMoveTiles(shape_b, b, 1), 0);
+  EXPECT_EQ(FirstTargetDimToMoveTiles(shape_b, b, 2), 1);
+  EXPECT_EQ(FirstTargetDimToMoveTiles(shape_b, b, 3), 2);
+  // A partially replicated sharding: its replicated subgroup is no data dim.
+  const HloSharding c = HloSharding::Parse("{devices=[1,4,2]<=[8] last_tile_dim_replicate}");
+  EXPECT_EQ(FirstTargetDimToMoveTiles(Dims{3, 16}, c, 1), std::nullopt);
+  EXPECT_EQ(FirstTargetDimToMoveTiles(Dims{8, 16}, c, 1), 0);
+  EXPECT_EQ(FirstTargetDimToMoveTiles(Dims{8, 16}, HloSharding::Replicate(), 1), std::nullopt);
+}
+
 TEST(MergeShardingTest, KnownCases) {
   auto merge = [](const char* to_merge, const char* dst) -> std::string {
     std::optional<HloSharding> r =

@@ -205,10 +205,13 @@ ENTRY e {
             "reduce-window: ([f0, f1], []) -> ([f0, f2]) {f1: need-replication, f2: "
             "need-replication}");
   EXPECT_EQ(rule("bc"), "bitcast-convert: ([f0, f1]) -> ([f0, f1, f2]) {f2: need-replication}");
-  // Propagation: the split rows reach every op, the computed dim stays whole.
+  // Propagation: the split rows reach every op, the computed dim stays
+  // whole; a sort, as in XLA, keeps its sort dim split too (the partitioner
+  // gathers it whole to sort it, by the rule above).
   PropagateShardings(*m);
   const std::string rows = "{devices=[2,1,2]<=[4] last_tile_dim_replicate}";
-  EXPECT_EQ(e->GetInstruction("srt")->sharding()->ToString(), "{" + rows + ", " + rows + "}");
+  EXPECT_EQ(e->GetInstruction("srt")->sharding()->ToString(),
+            "{{devices=[2,2]<=[4]}, {devices=[2,2]<=[4]}}");
   EXPECT_EQ(e->GetInstruction("top")->sharding()->ToString(), "{" + rows + ", " + rows + "}");
   EXPECT_EQ(e->GetInstruction("rw")->sharding()->ToString(), rows);
   EXPECT_EQ(e->GetInstruction("sas")->sharding()->ToString(), rows);

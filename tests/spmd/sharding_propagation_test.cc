@@ -568,6 +568,58 @@ TEST(ShardingPropagationTest, AllowParametersPerElementOfOneTupleParameter) {
   EXPECT_SHARDING(r, "p", "{{devices=[4,1]<=[4]}, {replicated}}");
 }
 
+// A module with a less-than comparator `lt` on f32 and one `lt2` on
+// (f32, s32) pairs for sorts.
+std::string SortModule(const std::string& body) {
+  return "HloModule m, num_partitions=4\n\nlt {\n  a = f32[] parameter(0)\n  b = f32[] "
+         "parameter(1)\n  ROOT c = pred[] compare(a, b), direction=LT\n}\n\nlt2 {\n  a = f32[] "
+         "parameter(0)\n  b = f32[] parameter(1)\n  i = s32[] parameter(2)\n  j = s32[] "
+         "parameter(3)\n  ROOT c = pred[] compare(a, b), direction=LT\n}\n\nENTRY main {\n" +
+         body + "}\n";
+}
+
+// As XLA: a sort takes its operand's sharding, the sort dim included when
+// another dim could take the sort dim's tiles (8 % 4 == 0 here, 3 % 4 is
+// not); its operands take its sharding from users, sort dim included; a
+// sort of several operands gives every result the same sharding.
+TEST(ShardingPropagationTest, SortKeepsItsSortDimSplitWhereAnotherDimCouldTakeTheTiles) {
+  auto p = Propagate(SortModule(R"(
+  p = f32[8,16] parameter(0), sharding={devices=[1,4]<=[4]}
+  x = f32[8,16] copy(p)
+  s = f32[8,16] sort(x), dimensions={1}, to_apply=lt
+  ROOT n = f32[8,16] negate(s)
+)"));
+  EXPECT_SHARDING(p, "s", "{devices=[1,4]<=[4]}");
+
+  auto q = Propagate(SortModule(R"(
+  p = f32[3,16] parameter(0), sharding={devices=[1,4]<=[4]}
+  x = f32[3,16] copy(p)
+  s = f32[3,16] sort(x), dimensions={1}, to_apply=lt
+  ROOT n = f32[3,16] negate(s)
+)"));
+  EXPECT_EQ(q.ShardingOf("s"), "(none)");
+
+  auto r = Propagate(SortModule(R"(
+  p = f32[8,16] parameter(0)
+  x = f32[8,16] copy(p)
+  s = f32[8,16] sort(x), dimensions={1}, to_apply=lt
+  ROOT n = f32[8,16] negate(s), sharding={devices=[2,2]<=[4]}
+)"));
+  EXPECT_SHARDING(r, "s", "{devices=[2,2]<=[4]}");
+  EXPECT_SHARDING(r, "x", "{devices=[2,2]<=[4]}");
+
+  auto t = Propagate(SortModule(R"(
+  p = f32[8,16] parameter(0), sharding={devices=[4,1]<=[4]}
+  k = f32[8,16] copy(p)
+  i = s32[8,16] iota(), iota_dimension=1
+  s = (f32[8,16], s32[8,16]) sort(k, i), dimensions={1}, to_apply=lt2
+  v = s32[8,16] get-tuple-element(s), index=1
+  ROOT n = s32[8,16] negate(v)
+)"));
+  EXPECT_SHARDING(t, "s", "{{devices=[4,1]<=[4]}, {devices=[4,1]<=[4]}}");
+  EXPECT_SHARDING(t, "v", "{devices=[4,1]<=[4]}");
+}
+
 TEST(ShardingPropagationTest, ReplicateUnshardedFillsEverything) {
   PropagationOptions options;
   options.replicate_unsharded = true;

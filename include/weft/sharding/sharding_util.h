@@ -52,6 +52,14 @@ std::optional<HloSharding> MergeShardingIfCompatible(const HloSharding& to_merge
                                                      const HloSharding& dst,
                                                      int64_t minimum_tiles = 1);
 
+// XLA's GetFirstTargetDimToMoveShardingTiles: the first data dim other than
+// `source` whose size is a multiple of its own tile count times `source`'s,
+// so that it could hold `source`'s tiles too; nullopt when `source` is not
+// split or has size 1, or no dim qualifies. Propagation passes a sort's
+// operand sharding split along the sort dim only when there is one.
+std::optional<int64_t> FirstTargetDimToMoveTiles(std::span<const int64_t> dims,
+                                                 const HloSharding& sharding, int64_t source);
+
 // Whether `lhs` is preferable to `rhs` (more tiles, or tiled over maximal over
 // replicated; manual beats tile-maximal), as XLA's IsShardingMoreSpecific. For
 // tuples: no element worse and at least one better.
