@@ -561,6 +561,11 @@ void Propagator::ApplyOutputAndParameterOptions(HloComputation& entry) {
   const DecisionSource option_why{DecisionKind::kOutputOrParameter, nullptr, "options"};
   if (allow_output_any_ && root->has_sharding()) {
     HloSharding s = *root->sharding();
+    // An uneven output is replicated where a flag speaks for it: one per
+    // element of a tuple, or the one of an array (XLA keeps a tuple's uneven
+    // elements under a single flag).
+    const bool per_output =
+        !root->shape().IsTuple() || static_cast<int64_t>(out_flags.size()) == num_outputs;
     for (int64_t e = 0; e < num_outputs; ++e) {
       const bool allowed = out_flags.size() == 1 ? out_flags[0] : static_cast<bool>(out_flags[e]);
       const Shape& shape = root->shape().IsTuple() ? root->shape().tuple_shapes(e) : root->shape();
@@ -568,7 +573,7 @@ void Propagator::ApplyOutputAndParameterOptions(HloComputation& entry) {
       if (!allowed) {
         leaf = saved_root_ && !saved_root_->IsUnknown() ? LeafSharding(*saved_root_, e)
                                                         : HloSharding::Replicate();
-      } else if (shape.IsArray() && !evenly(shape, leaf)) {
+      } else if (per_output && shape.IsArray() && !evenly(shape, leaf)) {
         leaf = HloSharding::Replicate();
       }
       s = root->shape().IsTuple() ? WithLeaf(s, root->shape(), e, leaf) : leaf;

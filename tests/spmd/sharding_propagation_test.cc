@@ -531,6 +531,26 @@ TEST(ShardingPropagationTest, AllowOutputPerElement) {
   EXPECT_EQ(none.ShardingOf("t"), "(none)");
 }
 
+// An output split unevenly (6 rows on 4 devices) is replicated under its own
+// flag, and kept under a single flag for the whole tuple, as XLA does.
+TEST(ShardingPropagationTest, AnUnevenOutputIsReplicatedOnlyUnderItsOwnFlag) {
+  const char* text = R"(
+  p0 = f32[6,16] parameter(0), sharding={devices=[4,1]<=[4]}
+  p1 = f32[8,16] parameter(1), sharding={devices=[4,1]<=[4]}
+  a = f32[6,16] exponential(p0)
+  b = f32[8,16] exponential(p1)
+  ROOT t = (f32[6,16], f32[8,16]) tuple(a, b)
+)";
+  PropagationOptions each;
+  each.allow_spmd_sharding_propagation_to_output = {true, true};
+  auto p = Propagate(Module(text), each);
+  EXPECT_SHARDING(p, "t", "{{replicated}, {devices=[4,1]<=[4]}}");
+  PropagationOptions one;
+  one.allow_spmd_sharding_propagation_to_output = {true};
+  auto q = Propagate(Module(text), one);
+  EXPECT_SHARDING(q, "t", "{{devices=[4,1]<=[4]}, {devices=[4,1]<=[4]}}");
+}
+
 TEST(ShardingPropagationTest, AllowParametersPerParameter) {
   PropagationOptions second_only;
   second_only.allow_spmd_sharding_propagation_to_parameters = {false, true};
