@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cctype>
 #include <functional>
 #include <numeric>
 #include <utility>
@@ -12,6 +13,12 @@
 #include "weft/base/text_cursor.h"
 
 namespace weft {
+
+namespace {
+// XLA's kShardingPropagationCSEPrevention.
+constexpr std::string_view kCsePreventionOpName = "_sharding_propagation_cse_prevention";
+}  // namespace
+
 // ---------------------------------------------------------------------------
 // Small types
 
@@ -123,6 +130,14 @@ HloSharding HloSharding::WithShardGroup(std::optional<ShardGroup> group) const {
              "a shard group goes on a leaf sharding, not on tuple sharding {}", ToString());
   HloSharding s = *this;
   s.shard_group_ = group;
+  return s;
+}
+
+HloSharding HloSharding::WithCsePrevention(bool mark) const {
+  WEFT_CHECK(!IsTuple() || !mark, "the CSE-prevention mark goes on a leaf sharding, not on {}",
+             ToString());
+  HloSharding s = *this;
+  s.cse_prevention_ = mark;
   return s;
 }
 
@@ -347,6 +362,7 @@ std::string HloSharding::ToString() const {
       break;
   }
   if (shard_group_) body += " " + shard_group_->ToString();
+  if (cse_prevention_) body += fmt::format(" metadata={{op_name=\"{}\"}}", kCsePreventionOpName);
   return "{" + body + "}";
 }
 
@@ -438,6 +454,7 @@ class ShardingParser {
     bool last_tile_dim_replicate = false;
     std::optional<std::vector<SubgroupType>> last_tile_dims;
     std::optional<ShardGroup> group;
+    bool cse_prevention = false;
     size_t tiles_at = cur_.Mark();
     auto set_kind = [&](LeafKind k, size_t at) {
       if (kind != LeafKind::kNone) {
@@ -474,10 +491,13 @@ class ShardingParser {
       } else if (cur_.TryKeyword("shard_like")) {
         group = ShardGroup::Like(cur_.ParseInt("a shard group id"));
       } else if (cur_.TryKeyword("metadata")) {
-        // Op metadata inside a sharding is informational only; dropped.
+        // Op metadata inside a sharding is informational only and dropped,
+        // but for XLA's CSE-prevention mark.
         cur_.Expect("=", "'=' after metadata");
         if (cur_.Peek() != '{') cur_.Expected("'{' to start the metadata");
-        cur_.ParseRawValue("the metadata");
+        std::string metadata = cur_.ParseRawValue("the metadata");
+        std::erase_if(metadata, [](unsigned char c) { return std::isspace(c); });
+        cse_prevention = metadata == fmt::format("{{op_name=\"{}\"}}", kCsePreventionOpName);
       } else {
         cur_.Expected(
             "a sharding attribute (replicated, manual, unknown, maximal, device=, devices=, "
@@ -526,7 +546,7 @@ class ShardingParser {
     } catch (const Error& e) {
       cur_.FailAt(tiles_at, e.what());
     }
-    return s.WithShardGroup(group);
+    return s.WithShardGroup(group).WithCsePrevention(cse_prevention);
   }
 
   TileAssignment ParseTiles() {

@@ -624,6 +624,11 @@ void Propagator::Run() {
   WEFT_CHECK(entry != nullptr, "module {} has no entry computation", module_.name());
   ReadOptions(*entry);
   IndexInstructions();
+  // What an earlier propagation gave only to keep CSE from merging
+  // instructions is decided afresh, as XLA's propagation does.
+  for (HloInstruction* i : instrs_) {
+    if (i->has_sharding() && i->sharding()->IsCsePrevention()) i->set_sharding(std::nullopt);
+  }
   for (HloInstruction* i : instrs_) {
     if (i->has_sharding() && options_.record_decisions) {
       result_->decisions[i].push_back(

@@ -88,12 +88,26 @@ TEST(HloShardingTest, ParseNormalizesLikeXla) {
        "{devices=[2,4]<=[8] last_tile_dims={manual}}"},
       // Whitespace, comments and sharding metadata are tolerated.
       {"{ devices=[2]0,1  metadata={op_name=\"a{b}\"} }", "{devices=[2]0,1}"},
+      // XLA's CSE-prevention mark is the metadata kept (and compared as none).
+      {"{replicated metadata={ op_name=\"_sharding_propagation_cse_prevention\" }}",
+       "{replicated metadata={op_name=\"_sharding_propagation_cse_prevention\"}}"},
       {"{ {replicated} , /*index=1*/ {manual} }", "{{replicated}, {manual}}"},
   };
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.in);
     EXPECT_EQ(HloSharding::Parse(c.in).ToString(), c.out);
   }
+}
+
+TEST(HloShardingTest, TheCsePreventionMarkIsKeptButNotCompared) {
+  const HloSharding marked = HloSharding::Parse(
+      "{devices=[2]0,1 metadata={op_name=\"_sharding_propagation_cse_prevention\"}}");
+  EXPECT_TRUE(marked.IsCsePrevention());
+  EXPECT_EQ(marked, HloSharding::Parse("{devices=[2]0,1}"));
+  EXPECT_EQ(marked.Hash(), HloSharding::Parse("{devices=[2]0,1}").Hash());
+  EXPECT_FALSE(
+      HloSharding::Parse("{devices=[2]0,1 metadata={op_name=\"other\"}}").IsCsePrevention());
+  EXPECT_FALSE(marked.WithCsePrevention(false).IsCsePrevention());
 }
 
 TEST(HloShardingTest, KindQueries) {

@@ -640,6 +640,19 @@ TEST(ShardingPropagationTest, SortKeepsItsSortDimSplitWhereAnotherDimCouldTakeTh
   EXPECT_SHARDING(t, "v", "{devices=[4,1]<=[4]}");
 }
 
+// A sharding an earlier propagation marked as CSE prevention (XLA's
+// metadata op_name) is decided afresh; an annotation is kept.
+TEST(ShardingPropagationTest, ACsePreventionShardingIsDecidedAfresh) {
+  auto p = Propagate(Module(R"(
+  p = f32[8,16] parameter(0), sharding={devices=[4,1]<=[4]}
+  b = f32[8,16] broadcast(p), dimensions={0,1}, sharding={replicated metadata={op_name="_sharding_propagation_cse_prevention"}}
+  c = f32[8,16] broadcast(p), dimensions={0,1}, sharding={replicated metadata={op_name="user"}}
+  ROOT t = (f32[8,16], f32[8,16]) tuple(b, c)
+)"));
+  EXPECT_SHARDING(p, "b", "{devices=[4,1]<=[4]}");
+  EXPECT_SHARDING(p, "c", "{replicated}");
+}
+
 TEST(ShardingPropagationTest, ReplicateUnshardedFillsEverything) {
   PropagationOptions options;
   options.replicate_unsharded = true;

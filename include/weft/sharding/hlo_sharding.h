@@ -107,6 +107,14 @@ class HloSharding {
   const std::optional<ShardGroup>& shard_group() const { return shard_group_; }
   HloSharding WithShardGroup(std::optional<ShardGroup> group) const;
 
+  // XLA's CSE-prevention mark on a leaf: the metadata
+  // {op_name="_sharding_propagation_cse_prevention"} an earlier propagation
+  // put on a sharding it gave only to keep CSE from merging instructions.
+  // Propagation drops such shardings and decides afresh, as XLA's does. The
+  // only metadata weft keeps (and prints); equality ignores it.
+  bool IsCsePrevention() const { return cse_prevention_; }
+  HloSharding WithCsePrevention(bool mark) const;
+
   // Tile geometry for an array of `dims` (data rank must match). Tiles have
   // ceil(dim / tiles) elements; the trailing tiles of an uneven dim are short
   // or empty. Tile-maximal shardings have one whole-array tile.
@@ -156,6 +164,7 @@ class HloSharding {
   int64_t device_ = 0;  // kMaximal
   std::vector<HloSharding> tuple_elements_;
   std::optional<ShardGroup> shard_group_;
+  bool cse_prevention_ = false;
 };
 
 struct HloShardingHash {
