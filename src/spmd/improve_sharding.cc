@@ -33,7 +33,9 @@ bool IsSpatiallyPartitioned(const HloSharding& sharding) {
     return std::any_of(sharding.tuple_elements().begin(), sharding.tuple_elements().end(),
                        [](const HloSharding& s) { return IsSpatiallyPartitioned(s); });
   }
-  return sharding.IsReplicated() || sharding.IsTiled();
+  // As XLA's: only tile-maximal shardings that are not replicated (a
+  // device) stay out; manual ones spread like any other.
+  return sharding.IsReplicated() || sharding.IsTiled() || sharding.IsManual();
 }
 
 bool IsSubTilingOrEqualSharding(std::span<const int64_t> dims, const HloSharding& sub,

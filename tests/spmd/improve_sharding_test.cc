@@ -37,8 +37,11 @@ TEST(ImproveShardingTest, SubTiling) {
                                          S("{devices=[2,1,2]<=[4] last_tile_dim_replicate}")));
   EXPECT_FALSE(IsSubTilingOrEqualSharding(kDims, S("{devices=[4,1]3,2,1,0}"),
                                           S("{devices=[2,1,2]<=[4] last_tile_dim_replicate}")));
+  // As XLA's: replicated and manual spread, a device does not.
   EXPECT_TRUE(IsSpatiallyPartitioned(S("{replicated}")));
-  EXPECT_FALSE(IsSpatiallyPartitioned(S("{manual}")));
+  EXPECT_TRUE(IsSpatiallyPartitioned(S("{manual}")));
+  EXPECT_TRUE(IsSpatiallyPartitioned(S("{{maximal device=1}, {manual}}")));
+  EXPECT_FALSE(IsSpatiallyPartitioned(S("{maximal device=1}")));
 }
 
 }  // namespace

@@ -653,6 +653,50 @@ TEST(ShardingPropagationTest, ACsePreventionShardingIsDecidedAfresh) {
   EXPECT_SHARDING(p, "c", "{replicated}");
 }
 
+// A manual value spreads through tuple, get-tuple-element and a while's
+// state, body included, as in XLA (manual counts as spatially partitioned).
+TEST(ShardingPropagationTest, ManualShardingPassesThroughTuplesAndWhile) {
+  auto p = Propagate(R"(HloModule m, num_partitions=2
+
+cond {
+  s = (s32[], f32[7,128]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  k = s32[] constant(3)
+  ROOT lt = pred[] compare(i, k), direction=LT
+}
+
+body {
+  s = (s32[], f32[7,128]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  one = s32[] constant(1)
+  i2 = s32[] add(i, one)
+  x = f32[7,128] get-tuple-element(s), index=1
+  y = f32[7,128] negate(x)
+  ROOT t = (s32[], f32[7,128]) tuple(i2, y)
+}
+
+ENTRY e {
+  p = f32[14,128] parameter(0)
+  a = f32[14,128] custom-call(p), custom_call_target="Sharding", sharding={devices=[2,1]0,1}
+  m = f32[7,128] custom-call(a), custom_call_target="SPMDFullToShardShape", sharding={manual}
+  one = (f32[7,128]) tuple(m)
+  g = f32[7,128] get-tuple-element(one), index=0
+  z = s32[] constant(0), sharding={manual}
+  t0 = (s32[], f32[7,128]) tuple(z, g)
+  w = (s32[], f32[7,128]) while(t0), condition=cond, body=body
+  r = f32[7,128] get-tuple-element(w), index=1
+  f = f32[14,128] custom-call(r), custom_call_target="SPMDShardToFullShape", sharding={devices=[2,1]0,1}
+  ROOT o = f32[14,128] copy(f)
+}
+)");
+  ASSERT_TRUE(p.Get("one")->has_sharding());
+  EXPECT_TRUE(p.Get("one")->sharding()->IsManual()) << p.ShardingOf("one");
+  EXPECT_SHARDING(p, "g", "{manual}");
+  EXPECT_SHARDING(p, "w", "{{manual}, {manual}}");
+  EXPECT_SHARDING(p, "r", "{manual}");
+  EXPECT_SHARDING(p, "y", "{manual}");
+}
+
 TEST(ShardingPropagationTest, ReplicateUnshardedFillsEverything) {
   PropagationOptions options;
   options.replicate_unsharded = true;

@@ -10,8 +10,9 @@
 
 namespace weft {
 
-// Tiled or replicated (not maximal, manual or unknown): a sharding propagation
-// may spread. Tuples: any element.
+// Tiled, replicated or manual (not maximal or unknown): a sharding
+// propagation may spread, as XLA's IsSpatiallyPartitioned. Tuples: any
+// element.
 bool IsSpatiallyPartitioned(const HloSharding& sharding);
 
 // Every device's tile under `sub` lies inside its tile under `sharding` (for
