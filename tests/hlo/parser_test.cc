@@ -275,6 +275,33 @@ ENTRY e {
   EXPECT_EQ(entry->GetInstruction("s")->shape().ByteSize(), 16);
 }
 
+// A while written without its result shape has its operand's, as XLA
+// infers it.
+TEST(ParserTest, AWhileWithoutAResultShapeHasItsOperands) {
+  std::unique_ptr<HloModule> module = ParseHloModule(R"(HloModule m
+cond {
+  s = (s32[], f32[4]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  k = s32[] constant(3)
+  ROOT lt = pred[] compare(i, k), direction=LT
+}
+body {
+  s = (s32[], f32[4]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  one = s32[] constant(1)
+  i2 = s32[] add(i, one)
+  x = f32[4] get-tuple-element(s), index=1
+  ROOT t = (s32[], f32[4]) tuple(i2, x)
+}
+ENTRY e {
+  z = s32[] constant(0)
+  p = f32[4] parameter(0)
+  t0 = (s32[], f32[4]) tuple(z, p)
+  ROOT w = while(t0), condition=cond, body=body
+})");
+  EXPECT_EQ(module->entry_computation()->root_instruction()->shape().ToString(), "(s32[], f32[4])");
+}
+
 // outfeed_shape= names the tuple it sends, parentheses, brackets, layouts
 // and spaces included, as XLA prints it.
 TEST(ParserTest, AnOutfeedOfATupleRoundTrips) {
