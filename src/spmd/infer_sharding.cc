@@ -20,6 +20,21 @@ bool HasSpatialSharding(const HloInstruction* i) {
   return i->has_sharding() && IsSpatiallyPartitioned(*i->sharding());
 }
 
+// XLA's PickRepresentativeOperand over the first `count` operands: the one
+// with the most specific sharding, the first on a tie; -1 when none has one.
+int64_t MostSpecificOperand(const HloInstruction& instr, int64_t count) {
+  int64_t best = -1;
+  for (int64_t k = 0; k < count; ++k) {
+    const HloInstruction* operand = instr.operand(k);
+    if (operand->has_sharding() &&
+        (best < 0 || sharding_util::IsShardingMoreSpecific(*operand->sharding(),
+                                                           *instr.operand(best)->sharding()))) {
+      best = k;
+    }
+  }
+  return best;
+}
+
 // XLA's CanPropagateThroughAtAggressiveLevel.
 bool CanPropagateAtLevel(const HloInstruction& i, int level) {
   switch (i.opcode()) {
@@ -622,15 +637,7 @@ bool Propagator::InferFromRuleOperands(HloInstruction* instr, bool may_combine, 
 // sharding, the sort dim included where another dim could take its tiles
 // (the partitioner gathers the sort dim whole, sorts and slices back).
 bool Propagator::InferSortFromOperands(HloInstruction* instr, bool may_combine, bool aggressive) {
-  int64_t best = -1;
-  for (int64_t k = 0; k < instr->operand_count(); ++k) {
-    const HloInstruction* operand = instr->operand(k);
-    if (operand->has_sharding() &&
-        (best < 0 || sharding_util::IsShardingMoreSpecific(*operand->sharding(),
-                                                           *instr->operand(best)->sharding()))) {
-      best = k;
-    }
-  }
+  const int64_t best = MostSpecificOperand(*instr, instr->operand_count());
   if (best < 0 || !HasSpatialSharding(instr->operand(best))) return false;
   const HloInstruction* operand = instr->operand(best);
   const HloSharding& s = *operand->sharding();
@@ -688,17 +695,9 @@ bool Propagator::InferFromRepresentativeOperand(HloInstruction* instr, bool may_
   }
   // One representative operand: the first for pad/slice/reverse, else the
   // most specific.
-  int64_t best = -1;
   const bool first_only =
       op == HloOpcode::kPad || op == HloOpcode::kSlice || op == HloOpcode::kReverse;
-  for (int64_t k = 0; k < (first_only ? 1 : instr->operand_count()); ++k) {
-    const HloInstruction* operand = instr->operand(k);
-    if (operand->has_sharding() &&
-        (best < 0 || sharding_util::IsShardingMoreSpecific(*operand->sharding(),
-                                                           *instr->operand(best)->sharding()))) {
-      best = k;
-    }
-  }
+  const int64_t best = MostSpecificOperand(*instr, first_only ? 1 : instr->operand_count());
   if (best < 0) return false;
   auto s = FromOperand(instr, best);
   return s && Improve(instr, *s, may_combine, aggressive, ForwardWhy(instr, instr->operand(best)));
