@@ -194,6 +194,19 @@ HloSharding PartiallyReplicateTiledShardingOnAllDimsExcept(const HloSharding& sh
   return PartiallyReplicateTiledShardingOnDims(sharding, dims);
 }
 
+HloSharding ReplicateAllDataDims(const HloSharding& sharding, int64_t rank) {
+  CheckNotTuple(sharding, "ReplicateAllDataDims");
+  if (sharding.IsManual()) return sharding;
+  if (!sharding.IsTiled() || sharding.SubgroupManualDim() < 0) return HloSharding::Replicate();
+  const HloSharding replicated = PartiallyReplicateTiledShardingOnAllDimsExcept(sharding, {});
+  const TileAssignment& tiles = replicated.tile_assignment();
+  std::vector<int64_t> dims(rank, 1);
+  for (int64_t d = replicated.TiledDataRank(); d < tiles.num_dims(); ++d) {
+    dims.push_back(tiles.dim(d));
+  }
+  return HloSharding::Subgroup(tiles.Reshape(std::move(dims)), replicated.subgroup_types());
+}
+
 std::optional<int64_t> FirstTargetDimToMoveTiles(std::span<const int64_t> dims,
                                                  const HloSharding& sharding, int64_t source) {
   const int64_t rank = static_cast<int64_t>(dims.size());

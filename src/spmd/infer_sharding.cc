@@ -106,15 +106,20 @@ std::optional<HloSharding> TupleOperandFromUser(const UserEdge& edge) {
   return best;
 }
 
-// The tuple a get-tuple-element reads: its current leaves (replicated where
-// it has none) with the element's leaves replaced by the user's.
+// The tuple a get-tuple-element reads: its current leaves (where it has
+// none, replicated but for the user's manual subgroup, as XLA keeps it) with
+// the element's leaves replaced by the user's.
 std::optional<HloSharding> TupleFromGetTupleElement(const UserEdge& edge) {
   const HloInstruction& instr = edge.instr;
   const int64_t offset = LeafOffset(instr.shape(), edge.user.tuple_index());
   std::optional<HloSharding> base = instr.sharding();
   if (!base || !base->IsTuple()) {
-    base = HloSharding::Tuple(
-        std::vector<HloSharding>(instr.shape().LeafCount(), HloSharding::Replicate()));
+    const HloSharding& first = LeafSharding(edge.user_sharding, 0);
+    std::vector<HloSharding> leaves;
+    for (const Shape& leaf : instr.shape().Leaves()) {
+      leaves.push_back(sharding_util::ReplicateAllDataDims(first, leaf.rank()));
+    }
+    base = HloSharding::Tuple(std::move(leaves));
   }
   std::vector<HloSharding> leaves = base->tuple_elements();
   if (edge.user.shape().IsTuple()) {
@@ -221,7 +226,10 @@ std::optional<HloSharding> Propagator::ShardingFromUser(const HloInstruction& in
     case HloOpcode::kGetTupleElement:
       return TupleFromGetTupleElement(edge);
     case HloOpcode::kDot:
+      return DotOperandFromUser(edge, may_combine);
     case HloOpcode::kConvolution:
+      // XLA asks nothing of a true convolution's operands.
+      if (ParseConvolutionDims(edge.user).HasConvSpatial()) return std::nullopt;
       return DotOperandFromUser(edge, may_combine);
     case HloOpcode::kReduce:
       return ReduceInputFromUser(edge);
@@ -548,6 +556,65 @@ bool Propagator::InferDotFromOperands(HloInstruction* instr, bool may_combine) {
   return true;
 }
 
+namespace {
+
+// XLA's IsConvolutionKernelSmall: no spatial dim has a kernel at least as
+// large as the result (past the first two dims, a kernel of at most 3 whose
+// running product stays below the result's is still small).
+bool ConvolutionKernelSmall(const HloInstruction& conv) {
+  const ConvolutionDimensionNumbers& dn = conv.attrs().convolution;
+  int64_t kernel_product = 1, out_product = 1;
+  for (int64_t k = 0; k < dn.num_spatial_dims(); ++k) {
+    const int64_t kernel = conv.operand(1)->shape().dimensions(dn.kernel_spatial_dimensions[k]);
+    const int64_t out = conv.shape().dimensions(dn.output_spatial_dimensions[k]);
+    kernel_product *= kernel;
+    out_product *= out;
+    if (kernel >= out && (k < 2 || kernel > 3 || kernel_product >= out_product)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool Propagator::InferConvolutionFromOperands(HloInstruction* instr, bool may_combine) {
+  const ConvolutionDimensionNumbers& dn = instr->attrs().convolution;
+  const ConvolutionDims roles = ParseConvolutionDims(*instr);
+  auto spatial_partitions = [&](int64_t k) {
+    const HloInstruction* operand = instr->operand(k);
+    if (!operand->has_sharding() || operand->sharding()->IsTileMaximal()) return int64_t{1};
+    int64_t n = 1;
+    for (size_t i = 0; i < roles.spatial.size(); ++i) {
+      if (roles.spatial[i] != ConvolutionDims::Role::kConvSpatial) continue;
+      n *= operand->sharding()->tile_assignment().dim(k == 0 ? dn.input_spatial_dimensions[i]
+                                                             : dn.kernel_spatial_dimensions[i]);
+    }
+    return n;
+  };
+  if (!roles.HasConvSpatial() ||
+      (spatial_partitions(0) == 1 && spatial_partitions(1) == 1 &&
+       instr->attrs().feature_group_count == 1 && instr->attrs().batch_group_count == 1)) {
+    return InferDotFromOperands(instr, may_combine);
+  }
+  const HloInstruction* lhs = instr->operand(0);
+  if (!HasSpatialSharding(lhs)) return false;
+  const HloSharding& sharding = *lhs->sharding();
+  HloSharding proposed = sharding;  // a tile-maximal input passes as is
+  if (!sharding.IsTileMaximal() && ConvolutionKernelSmall(*instr)) {
+    if (sharding.tile_assignment().dim(dn.input_feature_dimension) > 1) return false;
+    std::vector<int64_t> out_to_lhs(instr->shape().rank());
+    out_to_lhs[dn.output_batch_dimension] = dn.input_batch_dimension;
+    out_to_lhs[dn.output_feature_dimension] = dn.input_feature_dimension;
+    for (int64_t k = 0; k < dn.num_spatial_dims(); ++k) {
+      out_to_lhs[dn.output_spatial_dimensions[k]] = dn.input_spatial_dimensions[k];
+    }
+    proposed = sharding_util::TransposeSharding(sharding, out_to_lhs);
+  } else if (!sharding.IsTileMaximal()) {
+    const int64_t batch[] = {dn.input_batch_dimension};
+    proposed = sharding_util::PartiallyReplicateTiledShardingOnAllDimsExcept(sharding, batch);
+  }
+  return Improve(instr, std::move(proposed), may_combine, false, ForwardWhy(instr, lhs));
+}
+
 bool Propagator::InferShapeOpFromOperands(HloInstruction* instr, int level, bool may_combine,
                                           bool aggressive) {
   switch (instr->opcode()) {
@@ -727,8 +794,9 @@ bool Propagator::InferFromOperands(HloInstruction* instr, int level) {
     case HloOpcode::kParameter:
       return InferFromCaller(instr, may_combine);
     case HloOpcode::kDot:
-    case HloOpcode::kConvolution:
       return InferDotFromOperands(instr, may_combine);
+    case HloOpcode::kConvolution:
+      return InferConvolutionFromOperands(instr, may_combine);
     case HloOpcode::kBroadcast:
     case HloOpcode::kConcatenate:
     case HloOpcode::kReduce:

@@ -116,16 +116,62 @@ std::optional<OpShardingRule> DotRule(const HloInstruction& instr) {
   return rule;
 }
 
-// convolution: the input's batch is the result's (the batch groups, when
-// several, are a major factor of the input batch shared with the kernel's and
-// the result's output features); the kernel's output features are the
-// result's (a major feature-group factor shared with the input features);
-// the input features of a group are contracted with the kernel's input
-// features (a reduction, as a dot's contracting dim); input spatial dim k is
-// result spatial dim k, a pass-through where the window does not move
-// (size, stride and dilations 1, no padding), otherwise a permutation (the
-// partitioner exchanges halos); the kernel's spatial dims stay whole.
+}  // namespace
+
+ConvolutionDims ParseConvolutionDims(const HloInstruction& conv) {
+  using Role = ConvolutionDims::Role;
+  const ConvolutionDimensionNumbers& dn = conv.attrs().convolution;
+  ConvolutionDims dims;
+  for (int64_t k = 0; k < dn.num_spatial_dims(); ++k) {
+    const int64_t lhs = conv.operand(0)->shape().dimensions(dn.input_spatial_dimensions[k]);
+    const int64_t rhs = conv.operand(1)->shape().dimensions(dn.kernel_spatial_dimensions[k]);
+    const WindowDim& w = conv.attrs().window.at(k);
+    const bool unpadded = w.padding_low == 0 && w.padding_high == 0;
+    const int64_t step = std::max<int64_t>(1, lhs - 1);
+    const bool batch_unpadded = w.size == lhs && w.base_dilation == lhs && unpadded &&
+                                !w.window_reversal &&
+                                ((w.stride == step && w.window_dilation == 1) ||
+                                 (w.window_dilation == step && w.stride == 1));
+    const bool batch_padded = w.size == lhs && w.padding_low == lhs - 1 &&
+                              w.padding_high == lhs - 1 && w.window_reversal &&
+                              w.window_dilation == 1 && w.stride == lhs &&
+                              w.base_dilation == lhs - 1;
+    const bool dense = w.stride == 1 && w.window_dilation == 1 && w.base_dilation == 1;
+    Role role = Role::kConvSpatial;
+    if (batch_unpadded || batch_padded) {
+      role = Role::kBatch;
+    } else if (w.size == lhs && w.base_dilation == 1 && w.window_dilation == 1 && unpadded &&
+               !w.window_reversal) {
+      role = Role::kContracting;  // one window over the whole dim, at any stride
+    } else if (dense && rhs == 1 && w.size == 1 && unpadded && !w.window_reversal) {
+      role = Role::kLhsNonContracting;
+    } else if (dense && lhs == 1 && w.size == rhs && w.padding_low == rhs - 1 &&
+               w.padding_high == rhs - 1 && w.window_reversal) {
+      role = Role::kRhsNonContracting;
+    }
+    dims.spatial.push_back(role);
+  }
+  return dims;
+}
+
+bool ConvolutionDims::HasConvSpatial() const {
+  return std::find(spatial.begin(), spatial.end(), Role::kConvSpatial) != spatial.end();
+}
+
+namespace {
+
+// convolution, read as a dot where it is one (ParseConvolutionDims): the
+// input's batch and the kernel's output features are the result's (the
+// batch or feature groups, when several, are a major factor shared with the
+// kernel's output features); the input features of a group are contracted
+// with the kernel's (a reduction); a spatial dim takes its role's factors:
+// batch (all three share it), contracting (lhs and rhs, a reduction; the
+// result's size-1 dim is its own), lhs or rhs non-contracting (that operand
+// and the result; the other operand's size-1 dim is its own). A true
+// convolution spatial dim maps the input to the result as a permutation (the
+// partitioner exchanges halos) and keeps the kernel's dim whole.
 std::optional<OpShardingRule> ConvolutionRule(const HloInstruction& instr) {
+  using Role = ConvolutionDims::Role;
   OpShardingRule rule;
   rule.name = "convolution";
   const ConvolutionDimensionNumbers& dn = instr.attrs().convolution;
@@ -151,17 +197,48 @@ std::optional<OpShardingRule> ConvolutionRule(const HloInstruction& instr) {
   r[dn.kernel_output_feature_dimension] = grouped;
   o[dn.output_feature_dimension] = grouped;
   o[dn.output_batch_dimension] = {batch};
+  const ConvolutionDims roles = ParseConvolutionDims(instr);
   for (int64_t k = 0; k < dn.num_spatial_dims(); ++k) {
     const int64_t in_dim = dn.input_spatial_dimensions[k];
+    const int64_t kernel_dim = dn.kernel_spatial_dimensions[k];
     const int64_t out_dim = dn.output_spatial_dimensions[k];
-    const WindowDim& w = instr.attrs().window.at(k);
-    const bool still = w == WindowDim{} && lhs.dimensions(in_dim) == out.dimensions(out_dim);
-    const int64_t f = rule.AddFactor(out.dimensions(out_dim),
-                                     still ? FactorKind::kPassThrough : FactorKind::kPermutation);
-    l[in_dim] = {f};
-    o[out_dim] = {f};
-    r[dn.kernel_spatial_dimensions[k]] = {rule.AddFactor(
-        rhs.dimensions(dn.kernel_spatial_dimensions[k]), FactorKind::kNeedReplication)};
+    auto own = [&](const Shape& shape, int64_t d) {
+      return std::vector<int64_t>{rule.AddFactor(shape.dimensions(d))};
+    };
+    switch (roles.spatial[k]) {
+      case Role::kBatch: {
+        const int64_t f = rule.AddFactor(lhs.dimensions(in_dim));
+        l[in_dim] = r[kernel_dim] = o[out_dim] = {f};
+        break;
+      }
+      case Role::kContracting: {
+        const int64_t f = rule.AddFactor(lhs.dimensions(in_dim), FactorKind::kReduction);
+        l[in_dim] = r[kernel_dim] = {f};
+        o[out_dim] = own(out, out_dim);
+        break;
+      }
+      case Role::kLhsNonContracting: {
+        const int64_t f = rule.AddFactor(lhs.dimensions(in_dim));
+        l[in_dim] = o[out_dim] = {f};
+        r[kernel_dim] = own(rhs, kernel_dim);
+        break;
+      }
+      case Role::kRhsNonContracting: {
+        const int64_t f = rule.AddFactor(rhs.dimensions(kernel_dim));
+        r[kernel_dim] = o[out_dim] = {f};
+        l[in_dim] = own(lhs, in_dim);
+        break;
+      }
+      case Role::kConvSpatial: {
+        const WindowDim& w = instr.attrs().window.at(k);
+        const bool still = w == WindowDim{} && lhs.dimensions(in_dim) == out.dimensions(out_dim);
+        const int64_t f = rule.AddFactor(
+            out.dimensions(out_dim), still ? FactorKind::kPassThrough : FactorKind::kPermutation);
+        l[in_dim] = o[out_dim] = {f};
+        r[kernel_dim] = {rule.AddFactor(rhs.dimensions(kernel_dim), FactorKind::kNeedReplication)};
+        break;
+      }
+    }
   }
   rule.operands = {std::move(l), std::move(r)};
   rule.results = {std::move(o)};

@@ -98,6 +98,12 @@ class Propagator {
   // while, conditional (from the branches' roots), a called parameter.
   bool InferFromCaller(HloInstruction* instr, bool may_combine);
   bool InferDotFromOperands(HloInstruction* instr, bool may_combine);
+  // A convolution read as a dot (ParseConvolutionDims) where it is one, or
+  // where neither operand splits a true convolution spatial dim and it has
+  // no groups; otherwise from the input alone (XLA's rule): as the input
+  // where the kernel is small and the input features are whole, else only
+  // the batch.
+  bool InferConvolutionFromOperands(HloInstruction* instr, bool may_combine);
   // broadcast, concatenate, reduce, dynamic-slice, dynamic-update-slice.
   bool InferShapeOpFromOperands(HloInstruction* instr, int level, bool may_combine,
                                 bool aggressive);

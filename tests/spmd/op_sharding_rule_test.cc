@@ -57,7 +57,7 @@ TEST(OpShardingRuleTest, ConvolutionFactors) {
   ASSERT_TRUE(c);
   EXPECT_EQ(c->ToString(),
             "convolution: ([f0, f3, f5, f1], [f4, f6, f1, f2]) -> ([f0, f3, f5, f2]) "
-            "{f1: reduction, f3: permutation, f4: need-replication, f6: need-replication}");
+            "{f1: reduction, f3: permutation, f4: need-replication}");
   auto g = GetOpShardingRule(*e->GetInstruction("g"));
   ASSERT_TRUE(g);
   EXPECT_EQ(g->ToString(),

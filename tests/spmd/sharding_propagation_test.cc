@@ -13,8 +13,9 @@ namespace {
 using testing::Propagate;
 using testing::Propagated;
 
-std::string Module(const std::string& body) {
-  return "HloModule m, num_partitions=4\n\nsum {\n  sa = f32[] parameter(0)\n  sb = f32[] "
+std::string Module(const std::string& body, int partitions = 4) {
+  return "HloModule m, num_partitions=" + std::to_string(partitions) +
+         "\n\nsum {\n  sa = f32[] parameter(0)\n  sb = f32[] "
          "parameter(1)\n  ROOT ss = f32[] add(sa, sb)\n}\n\nENTRY main {\n" +
          body + "}\n";
 }
@@ -184,9 +185,63 @@ TEST(ShardingPropagationTest, ConvolutionForwardAndBackward) {
   ROOT t = (f32[8,32,32,64], f32[8,32,32,64], f32[8,32,32,64]) tuple(c, nd, e)
 )"));
   EXPECT_SHARDING(p, "c", "{devices=[2,2,1,1]<=[4]}");
-  EXPECT_SHARDING(p, "v", "{devices=[1,1,4,1]<=[4]}");
+  // A true convolution (a moving window) asks nothing of its operands, as in
+  // XLA: only its input's sharding flows, forward.
+  EXPECT_FALSE(p.Get("v")->has_sharding());
   EXPECT_SHARDING(p, "z", "{devices=[2,1,1,1,2]<=[4] last_tile_dim_replicate}");
   EXPECT_SHARDING(p, "u", "{devices=[1,1,1,2,2]<=[2,2]T(1,0) last_tile_dim_replicate}");
+}
+
+// A convolution whose spatial dims are all dot dims (a size-1 window: lhs
+// non-contracting; one window over the whole dim: contracting; a size-1
+// input under a reversed full window: rhs non-contracting) propagates as a
+// dot, both ways; one with a true spatial dim split, or with groups, takes
+// the input's sharding where the kernel is small and the input features
+// whole, else the input's batch split only.
+TEST(ShardingPropagationTest, ConvolutionAsDotAndTrueConvolution) {
+  auto p = Propagate(Module(R"(
+  a = f32[64,1,1,96] parameter(0), sharding={devices=[1,2,1,1]<=[2]}
+  b = f32[1,1,48,96] parameter(1), sharding={devices=[1,2,1,1]<=[2]}
+  rn = f32[64,1,1,48] convolution(a, b), window={size=1x1 rhs_reversal=1x1}, dim_labels=b01f_01oi->b01f
+  c0 = f32[32,7,7,16] parameter(2)
+  c = f32[32,7,7,16] exponential(c0)
+  k0 = f32[7,7,16,24] parameter(3)
+  k = f32[7,7,16,24] exponential(k0)
+  ct = f32[32,1,1,24] convolution(c, k), window={size=7x7}, dim_labels=b01f_01io->b01f, sharding={devices=[1,2,1,1]<=[2]}
+  x = f32[16,20,30,12] parameter(4), sharding={devices=[2,1,1,1]<=[2]}
+  w = f32[9,13,12,8] parameter(5)
+  big = f32[16,12,18,8] convolution(x, w), window={size=9x13}, dim_labels=b01f_01io->b01f
+  y = f32[16,20,30,12] parameter(6), sharding={devices=[1,2,1,1]<=[2]}
+  w3 = f32[3,3,12,8] parameter(7)
+  small = f32[16,18,28,8] convolution(y, w3), window={size=3x3}, dim_labels=b01f_01io->b01f
+  ROOT t = (f32[64,1,1,48], f32[32,1,1,24], f32[16,12,18,8], f32[16,18,28,8]) tuple(rn, ct, big, small)
+)",
+                            2));
+  // a's spatial dim 0 is size 1 under a reversed window: an rhs
+  // non-contracting dim, which a does not carry to the result; b's does.
+  EXPECT_SHARDING(p, "rn", "{devices=[1,1,2,1]<=[2]}");
+  // The result's size-1 dim of a contracting (7x7 over 7x7) dim ties to
+  // nothing in the operands.
+  EXPECT_SHARDING(p, "c", "{replicated}");
+  EXPECT_SHARDING(p, "k", "{replicated}");
+  // x's batch split; the kernel 9x13 is not small beside the 12x18 result:
+  // the batch only (it is the only split here).
+  EXPECT_SHARDING(p, "big", "{devices=[2,1,1,1]<=[2]}");
+  // y splits a true spatial dim and the 3x3 kernel is small: as the input.
+  EXPECT_SHARDING(p, "small", "{devices=[1,2,1,1]<=[2]}");
+}
+
+// With groups, a large kernel keeps only the input's batch split (XLA's
+// ConvolutionDataParallelism).
+TEST(ShardingPropagationTest, GroupedConvolutionWithALargeKernelKeepsTheBatchSplitOnly) {
+  auto p = Propagate(Module(R"(
+  x = f32[64,32,10,20] parameter(0), sharding={devices=[2,2,1,2]<=[8]}
+  w = f32[32,1,6,16] parameter(1), sharding={replicated}
+  c = f32[64,32,5,5] convolution(x, w), window={size=6x16}, dim_labels=bf01_oi01->bf01, feature_group_count=32
+  ROOT r = f32[64,32,5,5] negate(c)
+)",
+                            8));
+  EXPECT_SHARDING(p, "c", "{devices=[2,1,1,1,4]<=[8] last_tile_dim_replicate}");
 }
 
 TEST(ShardingPropagationTest, DynamicSliceAndUpdateSlice) {

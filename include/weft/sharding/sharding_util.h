@@ -34,6 +34,11 @@ HloSharding PartiallyReplicateTiledShardingOnDims(const HloSharding& sharding,
 HloSharding PartiallyReplicateTiledShardingOnAllDimsExcept(const HloSharding& sharding,
                                                            std::span<const int64_t> dims_to_keep);
 
+// Nothing split, for an array of `rank` dims, keeping a manual subgroup
+// (XLA's ReplicateAllDataDims): manual stays manual, a sharding without a
+// manual subgroup becomes replicated.
+HloSharding ReplicateAllDataDims(const HloSharding& sharding, int64_t rank);
+
 // Removes data dims that are not split (e.g. the reduced dims of a reduce).
 // Throws if one of them is split; replicate it first.
 HloSharding RemoveShapeDimensions(const HloSharding& sharding,

@@ -83,6 +83,19 @@ bool HasCustomCallRule(std::string_view target);
 // custom calls without a registered rule have none.
 std::optional<OpShardingRule> GetOpShardingRule(const HloInstruction& instr);
 
+// A convolution read as a dot (XLA's dot_as_convolution_util): each input
+// spatial dim is a batch dim (window over the whole dim, base-dilated by its
+// size), a contracting dim (one window over the whole dim), an lhs or rhs
+// non-contracting dim (a size-1 window, or a size-1 input under a reversed
+// full-size window), or a true convolution spatial dim. The input batch and
+// feature and the kernel's features are not listed.
+struct ConvolutionDims {
+  enum class Role { kBatch, kContracting, kLhsNonContracting, kRhsNonContracting, kConvSpatial };
+  std::vector<Role> spatial;  // per spatial dim
+  bool HasConvSpatial() const;
+};
+ConvolutionDims ParseConvolutionDims(const HloInstruction& conv);
+
 // Building blocks for rule builders (custom-call rules use them too).
 // Same-shape operands share the result's factors; scalars have none.
 OpShardingRule ElementwiseRule(std::string name, const Shape& result,
