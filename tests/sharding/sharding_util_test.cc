@@ -317,6 +317,26 @@ TEST(PartiallyReplicateTest, ReplicatesExactlyTheGivenDims) {
   }
 }
 
+// XLA's ReplicateAllDataDims: the manual subgroup (with its devices) stays,
+// on an array of the given rank; without one, replicated.
+TEST(ReplicateAllDataDimsTest, KeepsTheManualSubgroupOnAnyRank) {
+  // Data dim 1 splits 2 ways inside each manual group {0,2,4,6}, {1,3,5,7}.
+  const HloSharding partly_manual =
+      HloSharding::Parse("{devices=[1,2,2,2]0,2,1,3,4,6,5,7 last_tile_dims={manual, replicated}}");
+  EXPECT_EQ(
+      ReplicateAllDataDims(partly_manual, 0),
+      HloSharding::Parse("{devices=[2,4]0,2,4,6,1,3,5,7 last_tile_dims={manual, replicated}}"))
+      << ReplicateAllDataDims(partly_manual, 0).ToString();
+  EXPECT_EQ(ReplicateAllDataDims(partly_manual, 3),
+            HloSharding::Parse(
+                "{devices=[1,1,1,2,4]0,2,4,6,1,3,5,7 last_tile_dims={manual, replicated}}"))
+      << ReplicateAllDataDims(partly_manual, 3).ToString();
+  EXPECT_EQ(
+      ReplicateAllDataDims(HloSharding::Parse("{devices=[2,1,4]<=[8] last_tile_dim_replicate}"), 2),
+      HloSharding::Replicate());
+  EXPECT_EQ(ReplicateAllDataDims(HloSharding::Manual(), 2), HloSharding::Manual());
+}
+
 TEST(RemoveShapeDimensionsTest, DropsUnsplitDims) {
   EXPECT_EQ(RemoveShapeDimensions(
                 HloSharding::Parse("{devices=[1,2,1,2]<=[4] last_tile_dim_replicate}"), Dims{0, 2})
