@@ -634,8 +634,10 @@ OpShardingRule ReshapeRule(const std::vector<int64_t>& from, const std::vector<i
     if (i == from.size() || j == to.size()) break;
     if (rs == 0) rs = from[i];
     if (rt == 0) rt = to[j];
-    const int64_t g = std::min(rs, rt);
-    if (std::max(rs, rt) % g == 0) {
+    // The largest major factor both dims share (XLA's gcd rule: [12,8] ->
+    // [8,12] shares 4 = gcd(12, 8) as the major factor of both dim 0s).
+    const int64_t g = std::gcd(rs, rt);
+    if (g > 1) {
       const int64_t f = rule.AddFactor(g);
       src[i].push_back(f);
       dst[j].push_back(f);

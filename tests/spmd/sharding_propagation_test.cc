@@ -104,7 +104,9 @@ TEST(ShardingPropagationTest, ReshapeSplitMergeAndUnrepresentable) {
   EXPECT_SHARDING(p, "merge", "{devices=[4]<=[4]}");
   // dim 0 is split only 2 of 4 ways, so dim 1's split would be strided: dropped.
   EXPECT_SHARDING(p, "partial", "{devices=[2,2]<=[4] last_tile_dim_replicate}");
-  EXPECT_SHARDING(p, "odd", "{replicated}");
+  // [6,4] -> [4,6]: both dim 0s have 2 = gcd(6, 4) as their major factor,
+  // so dim 0's 2-way split carries over (XLA's gcd rule).
+  EXPECT_SHARDING(p, "odd", "{devices=[2,1,2]<=[4] last_tile_dim_replicate}");
 }
 
 TEST(ShardingPropagationTest, ReshapeBackward) {

@@ -100,8 +100,10 @@ ConvolutionDims ParseConvolutionDims(const HloInstruction& conv);
 // Same-shape operands share the result's factors; scalars have none.
 OpShardingRule ElementwiseRule(std::string name, const Shape& result,
                                const std::vector<HloInstruction*>& operands);
-// Reshape factors: the common refinement of both shapes. Dims that cannot be
-// refined (e.g. [2,3] -> [3,2]) get factors of their own (never propagated).
+// Reshape factors: the common refinement of both shapes, where two dims
+// that do not divide each other still share their gcd as a major factor
+// ([6,4] -> [4,6]: 2); what remains of them (3 and 2 there; [2,3] -> [3,2]
+// entirely) gets factors of its own (never propagated).
 OpShardingRule ReshapeRule(const std::vector<int64_t>& from, const std::vector<int64_t>& to);
 
 }  // namespace weft
