@@ -858,9 +858,83 @@ std::optional<HloSharding> RefineAlong(const HloSharding& proposal,
 }
 }  // namespace
 
+HloInstruction* Propagator::ManualConversionOf(const HloInstruction* annotation) const {
+  auto it = manual_conversion_.find(annotation);
+  return it == manual_conversion_.end() ? nullptr : it->second;
+}
+
+namespace {
+
+bool IsPairManualSide(const HloSharding& s) {
+  return s.IsTiled() && s.SubgroupManualDim() >= 0 && s.HasPartialReplication() &&
+         s.subgroup_types().size() == 2;
+}
+
+// `proposal` along the unspecified dims, with a manual subgroup's dim read as
+// one more data dim before the replication (so that MergeShardingIfCompatible
+// places it); `insert_manual` adds a size-1 such dim to a sharding without one.
+HloSharding ManualAsData(const HloSharding& s, bool insert_manual) {
+  const TileAssignment& tiles = s.tile_assignment();
+  const int64_t rank = s.TiledDataRank();
+  std::vector<int64_t> dims(tiles.dims().begin(), tiles.dims().begin() + rank);
+  if (insert_manual) dims.push_back(1);
+  for (int64_t d = rank; d < tiles.num_dims(); ++d) dims.push_back(tiles.dim(d));
+  if (!s.HasPartialReplication()) dims.push_back(1);
+  return HloSharding::PartialTile(tiles.Reshape(std::move(dims)));
+}
+
+}  // namespace
+
+bool Propagator::RefinePairAlong(HloInstruction* instr, const HloSharding& proposal, bool from_auto,
+                                 const HloInstruction* source) {
+  HloInstruction* conversion = ManualConversionOf(instr);
+  const bool to_shard = IsCustomCall(*conversion, "SPMDFullToShardShape");
+  HloInstruction* auto_side = to_shard ? instr : conversion;
+  HloInstruction* manual_side = to_shard ? conversion : instr;
+  if (!auto_side->has_sharding() || !manual_side->has_sharding()) return false;
+  const HloSharding& auto_s = *auto_side->sharding();
+  const HloSharding& manual_s = *manual_side->sharding();
+  if (!IsPairManualSide(manual_s) || auto_s.SubgroupManualDim() >= 0) return false;
+  if (!from_auto && (!proposal.IsTiled() || proposal.SubgroupManualDim() < 0)) return false;
+  const HloSharding partial = sharding_util::PartiallyReplicateTiledShardingOnAllDimsExcept(
+      proposal, *UnspecifiedDims(instr));
+  if (partial.IsTileMaximal()) return false;
+  std::optional<HloSharding> new_auto, new_manual;
+  if (from_auto) {
+    new_auto = sharding_util::MergeShardingIfCompatible(partial, auto_s, auto_s.NumTiles() + 1);
+    if (!new_auto) return false;
+    auto merged = sharding_util::MergeShardingIfCompatible(ManualAsData(partial, true),
+                                                           ManualAsData(manual_s, false));
+    if (!merged) return false;
+    std::vector<SubgroupType> types = {SubgroupType::kManual};
+    if (merged->HasPartialReplication()) types.push_back(SubgroupType::kReplicated);
+    new_manual = HloSharding::Subgroup(merged->tile_assignment(), std::move(types));
+  } else {
+    new_manual =
+        sharding_util::MergeShardingIfCompatible(partial, manual_s, manual_s.NumTiles() + 1);
+    if (!new_manual) return false;
+    const HloSharding partial_auto = HloSharding::Subgroup(
+        partial.tile_assignment(),
+        std::vector<SubgroupType>(partial.subgroup_types().size(), SubgroupType::kReplicated));
+    new_auto = sharding_util::MergeShardingIfCompatible(partial_auto, auto_s);
+    if (!new_auto) return false;
+  }
+  const DecisionSource why{DecisionKind::kUnspecifiedDims, source, "Sharding"};
+  SetSharding(auto_side, *new_auto, why);
+  SetSharding(manual_side, *new_manual, why);
+  return true;
+}
+
 bool Propagator::RefineUnspecifiedFromOperand(HloInstruction* instr) {
   const HloInstruction* operand = instr->operand(0);
   if (!HasSpatialSharding(operand) || !instr->has_sharding()) return false;
+  if (ManualConversionOf(instr)) {
+    if (!operand->sharding()->IsTiled()) return false;
+    // The operand feeds the annotation: the auto side before a
+    // SPMDFullToShardShape, the manual side before a SPMDShardToFullShape.
+    const bool from_auto = IsCustomCall(*ManualConversionOf(instr), "SPMDFullToShardShape");
+    return RefinePairAlong(instr, *operand->sharding(), from_auto, operand);
+  }
   auto merged = RefineAlong(*operand->sharding(), *UnspecifiedDims(instr), *instr->sharding());
   if (!merged) return false;
   SetSharding(instr, *merged, {DecisionKind::kUnspecifiedDims, operand, "Sharding"});
@@ -869,10 +943,19 @@ bool Propagator::RefineUnspecifiedFromOperand(HloInstruction* instr) {
 
 bool Propagator::RefineUnspecifiedFromUsers(HloInstruction* instr, int level) {
   bool changed = false;
-  for (const HloInstruction* user : instr->users()) {
+  HloInstruction* conversion = ManualConversionOf(instr);
+  const HloInstruction* read = conversion ? conversion : instr;
+  for (const HloInstruction* user : read->users()) {
     if (!user->has_sharding() || !user->sharding()->IsTiled() || !instr->has_sharding()) continue;
-    auto s = ShardingFromUser(*instr, *user, *user->sharding(), level);
+    auto s = ShardingFromUser(*read, *user, *user->sharding(), level);
     if (!s || s->IsTileMaximal()) continue;
+    if (conversion) {
+      // The conversion's users see its result: manual after
+      // SPMDFullToShardShape, auto after SPMDShardToFullShape.
+      const bool from_auto = IsCustomCall(*conversion, "SPMDShardToFullShape");
+      changed |= RefinePairAlong(instr, *s, from_auto, user);
+      continue;
+    }
     auto merged = RefineAlong(*s, *UnspecifiedDims(instr), *instr->sharding());
     if (!merged) continue;
     SetSharding(instr, *merged, {DecisionKind::kUnspecifiedDims, user, "Sharding"});

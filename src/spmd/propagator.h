@@ -140,8 +140,19 @@ class Propagator {
   std::optional<HloSharding> ScatterOperandFromUser(const UserEdge& edge);
   // sort, topk, reduce-window, select-and-scatter, bitcast-convert, custom calls.
   std::optional<HloSharding> RuleOperandFromUser(const UserEdge& edge, bool may_combine);
+  // An annotation's unspecified dims refined from its operand / users. An
+  // annotation whose only user is a manual conversion (SPMDFullToShardShape,
+  // SPMDShardToFullShape) with the same unspecified dims is refined as a pair
+  // with it: the users are the conversion's, and what refines the auto side
+  // refines the manual side's non-manual dims too (XLA's
+  // RefineManualAutoShardingFromAuto / FromManual).
   bool RefineUnspecifiedFromOperand(HloInstruction* instr);
   bool RefineUnspecifiedFromUsers(HloInstruction* instr, int level);
+  // Refines the pair (annotation `instr`, its conversion) with `proposal`,
+  // a sharding of the pair's auto side (from_auto) or manual side.
+  bool RefinePairAlong(HloInstruction* instr, const HloSharding& proposal, bool from_auto,
+                       const HloInstruction* source);
+  HloInstruction* ManualConversionOf(const HloInstruction* annotation) const;
 
   // --- shard_groups.cc ---
   void CollectShardGroups();
@@ -199,6 +210,8 @@ class Propagator {
   };
   std::vector<std::vector<CachedProjection>> projection_cache_;
   std::unordered_map<const HloInstruction*, std::vector<int64_t>> unspecified_dims_;
+  // Annotation -> the manual conversion refined with it (see RefinePairAlong).
+  std::unordered_map<const HloInstruction*, HloInstruction*> manual_conversion_;
   // Computation -> the while / call that runs it.
   std::unordered_map<const HloComputation*, HloInstruction*> computation_map_;
 

@@ -364,6 +364,16 @@ void Propagator::ApplyShardingCustomCalls() {
   for (HloInstruction* i : instrs_) {
     if (!IsCustomCall(*i, "Sharding") || !i->has_sharding()) continue;
     if (auto dims = ParseUnspecifiedDims(*i); dims && !dims->empty()) {
+      std::sort(dims->begin(), dims->end());
+      if (i->users().size() == 1) {
+        HloInstruction* user = i->users()[0];
+        if (IsCustomCall(*user, "SPMDFullToShardShape") ||
+            IsCustomCall(*user, "SPMDShardToFullShape")) {
+          auto user_dims = ParseUnspecifiedDims(*user);
+          if (user_dims) std::sort(user_dims->begin(), user_dims->end());
+          if (user_dims == dims && user->has_sharding()) manual_conversion_[i] = user;
+        }
+      }
       unspecified_dims_[i] = std::move(*dims);
     } else if (!i->operand(0)->has_sharding() && !i->sharding()->IsUnknown()) {
       SetSharding(i->operand(0), i->sharding(), {DecisionKind::kAnnotation, i, "Sharding"});
@@ -474,6 +484,9 @@ bool Propagator::SweepOnce(Sweep& sweep, const std::vector<HloInstruction*>& ord
       // Only an annotation's unspecified dims may still be refined.
       if (level > 0 && UnspecifiedDims(i) && step.refine_unspecified(i)) {
         ClearCache(sweep, i, i);
+        if (HloInstruction* conversion = ManualConversionOf(i)) {
+          ClearCache(sweep, conversion, conversion);
+        }
         done[k] = 1;
         changed = true;
       }

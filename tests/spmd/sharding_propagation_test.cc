@@ -498,6 +498,30 @@ TEST(ShardingPropagationTest, ShardingCustomCallRefinesUnspecifiedDims) {
   EXPECT_SHARDING(p, "s", "{devices=[2,2]<=[4]}");
 }
 
+// An annotation whose only user is a manual conversion with the same
+// unspecified dims is refined with it as a pair: the split of dim 1 from the
+// operand enters the manual region (beside the manual axis), and the split
+// of dim 2 the output asks for comes back through the exit and the entry.
+TEST(ShardingPropagationTest, UnspecifiedDimsRefineThroughManualConversions) {
+  auto p = Propagate(Module(R"(
+  p = f32[4,6,8] parameter(0), sharding={devices=[1,2,1,4]0,2,4,6,1,3,5,7 last_tile_dim_replicate}
+  x = f32[4,6,8] exponential(p)
+  a = f32[4,6,8] custom-call(x), custom_call_target="Sharding", sharding={devices=[2,1,1,4]<=[8] last_tile_dim_replicate}, backend_config="unspecified_dims=[1,2]"
+  m = f32[2,6,8] custom-call(a), custom_call_target="SPMDFullToShardShape", sharding={devices=[1,1,1,2,4]<=[8] last_tile_dims={manual, replicated}}, backend_config="unspecified_dims=[1,2]"
+  n = f32[2,6,8] negate(m)
+  b = f32[2,6,8] custom-call(n), custom_call_target="Sharding", sharding={devices=[1,1,1,2,4]<=[8] last_tile_dims={manual, replicated}}, backend_config="unspecified_dims=[1,2]"
+  f = f32[4,6,8] custom-call(b), custom_call_target="SPMDShardToFullShape", sharding={devices=[2,1,1,4]<=[8] last_tile_dim_replicate}, backend_config="unspecified_dims=[1,2]"
+  g = f32[4,6,8] exponential(f)
+  ROOT r = f32[4,6,8] copy(g), sharding={devices=[1,1,2,4]0,1,4,5,2,3,6,7 last_tile_dim_replicate}
+)",
+                            8));
+  // Device 4i + 2k + j holds tile (i, j, k); i is the manual axis inside.
+  EXPECT_SHARDING(p, "a", "{devices=[2,2,2]0,2,1,3,4,6,5,7}");
+  EXPECT_SHARDING(p, "m", "{devices=[1,2,2,2]0,4,2,6,1,5,3,7 last_tile_dims={manual}}");
+  EXPECT_SHARDING(p, "b", "{devices=[1,2,2,2]0,4,2,6,1,5,3,7 last_tile_dims={manual}}");
+  EXPECT_SHARDING(p, "f", "{devices=[2,2,2]0,2,1,3,4,6,5,7}");
+}
+
 TEST(ShardingPropagationTest, ShardingCustomCallAnnotatesItsOperand) {
   auto p = Propagate(Module(R"(
   p = f32[8,16] parameter(0)
