@@ -340,10 +340,10 @@ class HloTextParser {
   // The result shape of an instruction written without one: only where the
   // operands alone determine it (elementwise ops but convert, compare,
   // select, clamp, copy, tuple, get-tuple-element, topk, after-all, outfeed,
-  // convolution; a while's is its operand's, as in XLA, and the verifier
-  // checks its computations against it).
-  // Other ops with called computations (sort, reduce-window, ...) need their
-  // shape written: the computations are resolved only after the whole text.
+  // convolution, send, send-done, recv-done; a while's is its operand's, as in XLA, and the
+  // verifier checks its computations against it). Other ops with called computations (sort,
+  // reduce-window, ...) need their shape written: the computations are resolved only after the
+  // whole text.
   void InferOmittedShape(HloInstruction& instr, size_t at) {
     const Op op = instr.opcode();
     if (op == Op::kWhile && instr.operand_count() == 1) {
@@ -352,7 +352,8 @@ class HloTextParser {
     }
     const bool inferable = (IsElementwise(op) && op != Op::kConvert) || op == Op::kTuple ||
                            op == Op::kGetTupleElement || op == Op::kCopy || op == Op::kTopK ||
-                           op == Op::kAfterAll || op == Op::kOutfeed || op == Op::kConvolution;
+                           op == Op::kAfterAll || op == Op::kOutfeed || op == Op::kConvolution ||
+                           op == Op::kSend || op == Op::kSendDone || op == Op::kRecvDone;
     const bool no_operands_needed = op == Op::kTuple || op == Op::kAfterAll;
     if (!inferable || (!no_operands_needed && instr.operand_count() == 0)) {
       cur_.FailAt(

@@ -309,6 +309,12 @@ std::vector<std::string> Attributes(const HloInstruction& instr, const HloPrintO
     case HloOpcode::kCustomCall:
       AddCustomCallAttributes(instr, l);
       break;
+    case HloOpcode::kSend:
+    case HloOpcode::kSendDone:
+    case HloOpcode::kRecv:
+    case HloOpcode::kRecvDone:
+      if (a.channel_id) l.Add(fmt::format("channel_id={}", *a.channel_id));
+      break;
     case HloOpcode::kAllReduce:
     case HloOpcode::kAllGather:
     case HloOpcode::kAllToAll:

@@ -572,6 +572,46 @@ Shape InferTokenOp(const HloInstruction& instr) {
              "infeed result {} must be (data, token[])", declared.ToString());
   return declared;
 }
+// Point-to-point transfers (XLA's send/recv, asynchronous pairs):
+// send(data, token) -> (data, u32[] context, token[]); send-done(send) ->
+// token[]; recv(token) -> (data, u32[], token[]) with the data's shape
+// written; recv-done(recv) -> (data, token[]).
+Shape InferSendRecv(const HloInstruction& instr) {
+  const Shape token = Shape::Scalar(PrimitiveType::kToken);
+  const Shape context = Shape::Scalar(PrimitiveType::kU32);
+  const std::string_view name = HloOpcodeString(instr.opcode());
+  auto started = [&](HloOpcode start) {
+    ExpectOperandCount(instr, 1);
+    const HloInstruction* s = instr.operand(0);
+    WEFT_CHECK(s->opcode() == start, "{} operand must be a {}, got {}", name,
+               HloOpcodeString(start), HloOpcodeString(s->opcode()));
+    return s->shape().tuple_shapes(0);
+  };
+  switch (instr.opcode()) {
+    case HloOpcode::kSend: {
+      ExpectOperandCount(instr, 2);
+      const Shape& data = instr.operand(0)->shape();
+      WEFT_CHECK(IsToken(instr.operand(1)->shape()), "send operand 1 must be token[], got {}",
+                 instr.operand(1)->shape().ToString());
+      return Shape::Tuple({data, context, token});
+    }
+    case HloOpcode::kRecv: {
+      ExpectOperandCount(instr, 1);
+      WEFT_CHECK(IsToken(instr.operand(0)->shape()), "recv operand must be token[], got {}",
+                 instr.operand(0)->shape().ToString());
+      const Shape& declared = Declared(instr, "the data the recv receives");
+      WEFT_CHECK(declared.IsTuple() && declared.tuple_shapes().size() == 3 &&
+                     declared.tuple_shapes(1) == context && declared.tuple_shapes(2) == token,
+                 "recv result {} must be (data, u32[], token[])", declared.ToString());
+      return declared;
+    }
+    case HloOpcode::kSendDone:
+      started(HloOpcode::kSend);
+      return token;
+    default:  // recv-done
+      return Shape::Tuple({started(HloOpcode::kRecv), token});
+  }
+}
 }  // namespace
 }  // namespace weft::hlo
 
@@ -653,6 +693,11 @@ Shape InferHloShape(const HloInstruction& instr) {
     case HloOpcode::kInfeed:
     case HloOpcode::kOutfeed:
       return hlo::InferTokenOp(instr);
+    case HloOpcode::kSend:
+    case HloOpcode::kSendDone:
+    case HloOpcode::kRecv:
+    case HloOpcode::kRecvDone:
+      return hlo::InferSendRecv(instr);
     case HloOpcode::kCustomCall:
       return hlo::Declared(instr, "custom-call results are opaque");
     case HloOpcode::kRng:

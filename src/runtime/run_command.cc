@@ -164,6 +164,12 @@ void RefuseWhatRunCannotCompute(const HloModule& module, const std::string& path
             "parameters (weft run makes random inputs) or results instead",
             path, instr->Describe(), op == HloOpcode::kInfeed ? "feed" : "drain");
       }
+      if (op == HloOpcode::kSend || op == HloOpcode::kRecv) {
+        Fail(
+            "{}: {}: weft run has no peer program to {} (send/recv pair two programs); give "
+            "the values as entry parameters or results instead",
+            path, instr->Describe(), op == HloOpcode::kSend ? "send to" : "receive from");
+      }
       for (const Shape& leaf : instr->shape().Leaves()) {
         if (!IsComplex(leaf.element_type())) continue;
         Fail(

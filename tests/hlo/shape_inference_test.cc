@@ -479,6 +479,36 @@ ENTRY e {
   ROOT o = token[] outfeed(d, b), outfeed_shape=f32[4]
 })"),
             "");
+  // send / recv as XLA writes them (a channel, asynchronous pairs).
+  const std::string transfers = R"(HloModule m
+ENTRY e {
+  a = token[] after-all()
+  x = f32[3,2] parameter(0)
+  s = (f32[3,2], u32[], token[]) send(x, a), channel_id=1, is_host_transfer=true
+  sd = token[] send-done(s), channel_id=1, is_host_transfer=true
+  r = (f32[5], u32[], token[]) recv(a), channel_id=2
+  ROOT rd = (f32[5], token[]) recv-done(r), channel_id=2
+})";
+  EXPECT_EQ(ParseProblem(transfers), "");
+  auto module = ParseHloModule(transfers);
+  EXPECT_EQ(module->entry_computation()->GetInstruction("rd")->shape().ToString(),
+            "(f32[5], token[])");
+  EXPECT_NE(module->ToString().find("send(x, a), channel_id=1, is_host_transfer=true"),
+            std::string::npos)
+      << module->ToString();
+  EXPECT_TRUE(Mentions(ParseProblem(R"(HloModule m
+ENTRY e {
+  a = token[] after-all()
+  r = (f32[5], token[]) recv(a), channel_id=2
+  ROOT rd = (f32[5], token[]) recv-done(r), channel_id=2
+})"),
+                       "recv result (f32[5], token[]) must be (data, u32[], token[])"));
+  EXPECT_TRUE(Mentions(ParseProblem(R"(HloModule m
+ENTRY e {
+  a = token[] after-all()
+  ROOT sd = token[] send-done(a), channel_id=1
+})"),
+                       "send-done operand must be a send"));
 }
 
 TEST(ReplicaGroupSizeTest, SizesAndErrors) {

@@ -68,10 +68,14 @@ namespace weft {
   X(kReverse, "reverse")                         \
   X(kRng, "rng")                                 \
   X(kRngBitGenerator, "rng-bit-generator")       \
+  X(kRecv, "recv")                               \
+  X(kRecvDone, "recv-done")                      \
   X(kRsqrt, "rsqrt")                             \
   X(kScatter, "scatter")                         \
   X(kSelect, "select")                           \
   X(kSelectAndScatter, "select-and-scatter")     \
+  X(kSend, "send")                               \
+  X(kSendDone, "send-done")                      \
   X(kShiftLeft, "shift-left")                    \
   X(kShiftRightArith, "shift-right-arithmetic")  \
   X(kShiftRightLogical, "shift-right-logical")   \
