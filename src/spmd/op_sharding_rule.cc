@@ -299,14 +299,19 @@ OpShardingRule SameRankRule(const HloInstruction& instr, std::string name,
 // dim, a window's moving dims): `whole[d]` dims get a need-replication
 // factor per tensor (sizes may differ), the others one shared pass-through
 // factor. Scalar operands (init values) have none.
+// `moved[d]` (when given) makes a shared dim a permutation: its elements
+// move between shards (a window sliding along it).
 OpShardingRule DimwiseRule(const HloInstruction& instr, std::string name,
-                           const std::vector<bool>& whole) {
+                           const std::vector<bool>& whole, const std::vector<bool>& moved = {}) {
   OpShardingRule rule;
   rule.name = std::move(name);
   const int64_t rank = static_cast<int64_t>(whole.size());
   std::vector<int64_t> shared(rank, -1);
   for (int64_t d = 0; d < rank; ++d) {
-    if (!whole[d]) shared[d] = rule.AddFactor(instr.operand(0)->shape().dimensions(d));
+    if (whole[d]) continue;
+    const bool permutes = !moved.empty() && moved[d];
+    shared[d] = rule.AddFactor(instr.operand(0)->shape().dimensions(d),
+                               permutes ? FactorKind::kPermutation : FactorKind::kPassThrough);
   }
   auto factors = [&](const Shape& s) {
     TensorFactors t;
@@ -435,9 +440,18 @@ std::optional<OpShardingRule> TopKOpRule(const HloInstruction& instr) {
   return TopKRule(instr, OpName(instr));
 }
 
-// reduce-window, select-and-scatter.
+// select-and-scatter: the window's moving dims stay whole. reduce-window,
+// as XLA propagates it: the inputs' and results' splits pass through, moving
+// dims included (the partitioner exchanges or gathers what the windows
+// read), but for a dilated dim, which stays whole.
 std::optional<OpShardingRule> WindowRule(const HloInstruction& instr) {
-  return DimwiseRule(instr, OpName(instr), WindowedDims(instr.attrs().window));
+  const std::vector<WindowDim>& window = instr.attrs().window;
+  if (instr.opcode() != HloOpcode::kReduceWindow) {
+    return DimwiseRule(instr, OpName(instr), WindowedDims(window));
+  }
+  std::vector<bool> dilated;
+  for (const WindowDim& w : window) dilated.push_back(w.base_dilation > 1 || w.window_dilation > 1);
+  return DimwiseRule(instr, OpName(instr), dilated, WindowedDims(window));
 }
 
 // rng: each device draws its tile (spmd_partitioner_random.cc).

@@ -359,10 +359,10 @@ ENTRY main {
   EXPECT_SHARDING(p, "e", "{devices=[1,4]<=[4]}");
 }
 
-// Backward into a reduce-window's operand: the result's split of the dims
-// the window does not move along reaches the operand; a split of the moving
-// dim does not (it is replicated there instead).
-TEST(ShardingPropagationTest, ReduceWindowOperandTakesTheResultsSplitOfItsStillDims) {
+// Backward into a reduce-window's operand: the result's split reaches the
+// operand as it is, the dims the window moves along included (XLA's rule;
+// the partitioner moves what the windows read across tiles).
+TEST(ShardingPropagationTest, ReduceWindowOperandTakesTheResultsSplit) {
   auto p = Propagate(R"(HloModule m, num_partitions=4
 add {
   a = f32[] parameter(0)
@@ -380,7 +380,7 @@ ENTRY main {
   ROOT t = (f32[8,15], f32[4,16]) tuple(rw, rv)
 }
 )");
-  EXPECT_SHARDING(p, "e", "{devices=[2,1,2]<=[4] last_tile_dim_replicate}");
+  EXPECT_SHARDING(p, "e", "{devices=[2,2]<=[4]}");
   EXPECT_SHARDING(p, "f", "{devices=[1,4]<=[4]}");
 }
 
