@@ -33,8 +33,8 @@ const std::map<std::string_view, std::vector<Op>>& AttributeOpcodes() {
       {"direction", {Op::kCompare}},
       {"type", {Op::kCompare}},
       {"to_apply",
-       {Op::kReduce, Op::kScatter, Op::kCall, Op::kAllReduce, Op::kReduceScatter, Op::kSort,
-        Op::kReduceWindow}},
+       {Op::kReduce, Op::kScatter, Op::kCall, Op::kCallStart, Op::kAllReduce, Op::kReduceScatter,
+        Op::kSort, Op::kReduceWindow}},
       {"kind", {Op::kFusion}},
       {"calls", {Op::kFusion}},
       {"condition", {Op::kWhile}},
@@ -69,6 +69,7 @@ const std::map<std::string_view, std::vector<Op>>& AttributeOpcodes() {
        {Op::kAllReduce, Op::kAllGather, Op::kReduceScatter, Op::kAllToAll, Op::kCollectivePermute,
         Op::kSend, Op::kSendDone, Op::kRecv, Op::kRecvDone}},
       {"is_host_transfer", {Op::kSend, Op::kSendDone, Op::kRecv, Op::kRecvDone}},
+      {"async_execution_thread", {Op::kCallStart, Op::kCallDone}},
       {"use_global_device_ids", {Op::kAllReduce, Op::kAllGather, Op::kReduceScatter}},
       {"constrain_layout", {Op::kAllReduce, Op::kAllGather, Op::kAllToAll}},
       {"source_target_pairs", {Op::kCollectivePermute}},
@@ -115,6 +116,7 @@ std::vector<std::string_view> RequiredAttributes(Op op) {
     case Op::kCompare:
       return {"direction"};
     case Op::kCall:
+    case Op::kCallStart:
     case Op::kAllReduce:
       return {"to_apply"};
     case Op::kWhile:

@@ -300,6 +300,7 @@ std::vector<std::string> Attributes(const HloInstruction& instr, const HloPrintO
       l.Add("body=" + l.Computation(1));
       break;
     case HloOpcode::kCall:
+    case HloOpcode::kCallStart:
       l.Add("to_apply=" + l.Computation(0));
       break;
     case HloOpcode::kFusion:

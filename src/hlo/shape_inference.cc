@@ -475,6 +475,30 @@ Shape InferControlFlow(const HloInstruction& instr) {
                  state.ToString(), body->root_instruction()->shape().ToString());
       return state;
     }
+    case HloOpcode::kCallDone: {
+      // call-done(start) -> the call's result.
+      ExpectOperandCount(instr, 1);
+      const HloInstruction* start = instr.operand(0);
+      WEFT_CHECK(start->opcode() == HloOpcode::kCallStart,
+                 "call-done operand must be a call-start, got {}",
+                 HloOpcodeString(start->opcode()));
+      return start->shape().tuple_shapes(1);
+    }
+    case HloOpcode::kCallStart: {
+      // An asynchronous call (XLA's scheduler writes them):
+      // ((arguments...), result, context) with the context a scalar.
+      const Shape& declared = Declared(instr, "call-start's context is written, not inferred");
+      std::vector<Shape> arguments;
+      for (const HloInstruction* op : instr.operands()) arguments.push_back(op->shape());
+      const HloComputation* c = instr.to_apply();
+      WEFT_CHECK(declared.IsTuple() && declared.tuple_shapes().size() == 3 &&
+                     declared.tuple_shapes(0) == Shape::Tuple(arguments) &&
+                     declared.tuple_shapes(1) == c->root_instruction()->shape() &&
+                     declared.tuple_shapes(2).IsArray() && declared.tuple_shapes(2).rank() == 0,
+                 "call-start result {} must be ((arguments), '{}''s result {}, context[])",
+                 declared.ToString(), c->name(), c->root_instruction()->shape().ToString());
+      [[fallthrough]];
+    }
     default: {  // kCall
       WEFT_CHECK(instr.called_computations().size() == 1, "call needs to_apply");
       const HloComputation* c = instr.to_apply();
@@ -486,7 +510,8 @@ Shape InferControlFlow(const HloInstruction& instr) {
         WEFT_CHECK(instr.operand(i)->shape() == want, "call argument {} is {} but '{}' takes {}", i,
                    instr.operand(i)->shape().ToString(), c->name(), want.ToString());
       }
-      return c->root_instruction()->shape();
+      return instr.opcode() == HloOpcode::kCallStart ? instr.shape()
+                                                     : c->root_instruction()->shape();
     }
   }
 }
@@ -674,6 +699,8 @@ Shape InferHloShape(const HloInstruction& instr) {
     case HloOpcode::kGetTupleElement:
     case HloOpcode::kWhile:
     case HloOpcode::kCall:
+    case HloOpcode::kCallStart:
+    case HloOpcode::kCallDone:
       return hlo::InferControlFlow(instr);
     case HloOpcode::kFusion:
       return hlo::InferFusion(instr);

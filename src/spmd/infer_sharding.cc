@@ -380,9 +380,11 @@ DecisionSource Propagator::ForwardWhy(const HloInstruction* instr, const HloInst
 std::optional<bool> Propagator::InferFromManualOperands(HloInstruction* instr, int level) {
   const HloOpcode op = instr->opcode();
   // Manual regions spread: an op with a manual operand is manual.
+  // Tuple-shaped ops whose elements belong together: a reduce, a custom
+  // call, an asynchronous call and its done.
   if ((!instr->has_sharding() || instr->sharding()->IsTileMaximal()) &&
-      (instr->shape().IsArray() || op == HloOpcode::kReduce ||
-       (op == HloOpcode::kCustomCall && instr->shape().IsTuple()))) {
+      (instr->shape().IsArray() || op == HloOpcode::kReduce || op == HloOpcode::kCallStart ||
+       op == HloOpcode::kCallDone || (op == HloOpcode::kCustomCall && instr->shape().IsTuple()))) {
     for (const HloInstruction* operand : instr->operands()) {
       if (!operand->has_sharding() || !operand->sharding()->IsManual()) continue;
       if (IsCustomCall(*instr, "SPMDShardToFullShape")) return false;

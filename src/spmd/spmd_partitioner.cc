@@ -417,6 +417,13 @@ std::unique_ptr<HloComputation> ComputationPartitioner::Run() {
   }
   for (const HloInstruction* instr : order) {
     b_.set_name_prefix(instr->name());
+    if (instr->opcode() == HloOpcode::kCallStart || instr->opcode() == HloOpcode::kCallDone) {
+      Fail(
+          "{}: asynchronous calls (call-start / call-done, as XLA's scheduler writes them) are "
+          "parsed and propagated but not partitioned; give the module as it was before "
+          "scheduling, with a plain call",
+          instr->Describe());
+    }
     const HloSharding sharding = ShardingOf(*instr);
     const bool in_region = IsPartlyManual(sharding);
     PartitionedValue v;

@@ -509,6 +509,26 @@ ENTRY e {
   ROOT sd = token[] send-done(a), channel_id=1
 })"),
                        "send-done operand must be a send"));
+  // An asynchronous call as XLA's scheduler writes it.
+  const std::string async_call = R"(HloModule m
+sum {
+  a = s32[8] parameter(0)
+  b = s32[8] parameter(1)
+  ROOT s = s32[8] add(a, b)
+}, execution_thread="side"
+
+ENTRY e {
+  x = s32[8] parameter(0)
+  y = s32[8] parameter(1)
+  start = ((s32[8], s32[8]), s32[8], u32[]) call-start(x, y), async_execution_thread="side", to_apply=sum
+  ROOT done = s32[8] call-done(start)
+})";
+  EXPECT_EQ(ParseProblem(async_call), "");
+  EXPECT_NE(ParseHloModule(async_call)->ToString().find("call-start(x, y), to_apply=sum"),
+            std::string::npos);
+  std::string wrong = async_call;
+  wrong.replace(wrong.find("((s32[8], s32[8]), s32[8]"), 25, "((s32[8], s32[8]), s32[4]");
+  EXPECT_TRUE(Mentions(ParseProblem(wrong), "call-start result"));
 }
 
 TEST(ReplicaGroupSizeTest, SizesAndErrors) {

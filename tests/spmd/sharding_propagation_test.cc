@@ -522,6 +522,30 @@ TEST(ShardingPropagationTest, UnspecifiedDimsRefineThroughManualConversions) {
   EXPECT_SHARDING(p, "f", "{devices=[2,2,2]0,2,1,3,4,6,5,7}");
 }
 
+// An asynchronous call of manual values is manual, start and done (XLA's
+// AsyncInstructionManualSharding): its elements belong together.
+TEST(ShardingPropagationTest, AsynchronousCallOfManualValuesIsManual) {
+  auto p = Propagate(R"(HloModule m, num_partitions=4
+pair {
+  a = s32[8] parameter(0)
+  b = s32[8] parameter(1)
+  s = s32[8] add(a, b)
+  d = s32[8] subtract(a, b)
+  ROOT r = (s32[8], s32[8]) tuple(s, d)
+}
+
+ENTRY e {
+  x = s32[8] parameter(0), sharding={manual}
+  y = s32[8] parameter(1), sharding={manual}
+  start = ((s32[8], s32[8]), (s32[8], s32[8]), u32[]) call-start(x, y), to_apply=pair
+  ROOT done = (s32[8], s32[8]) call-done(start)
+}
+)",
+                     {.allow_spmd_sharding_propagation_to_output = {true}});
+  EXPECT_SHARDING(p, "start", "{{manual}, {manual}, {manual}, {manual}, {manual}}");
+  EXPECT_SHARDING(p, "done", "{{manual}, {manual}}");
+}
+
 TEST(ShardingPropagationTest, ShardingCustomCallAnnotatesItsOperand) {
   auto p = Propagate(Module(R"(
   p = f32[8,16] parameter(0)

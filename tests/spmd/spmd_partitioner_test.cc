@@ -399,5 +399,30 @@ ENTRY main {
   EXPECT_THROW(PartitionModule(*module), Error);
 }
 
+// Asynchronous calls are parsed and propagated, not partitioned: refused by
+// name, with what to give instead.
+TEST(SpmdPartitionerTest, AsynchronousCallsAreRefusedByName) {
+  auto module = ParseHloModule(R"(
+HloModule m
+neg {
+  p = f32[8] parameter(0)
+  ROOT n = f32[8] negate(p)
+}
+
+ENTRY main {
+  a = f32[8] parameter(0), sharding={devices=[2]0,1}
+  start = ((f32[8]), f32[8], u32[]) call-start(a), to_apply=neg
+  ROOT done = f32[8] call-done(start)
+}
+)");
+  try {
+    PartitionModule(*module);
+    FAIL() << "partitioned an asynchronous call";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'start' (call-start)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("plain call"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace weft::spmd_test

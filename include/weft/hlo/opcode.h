@@ -19,6 +19,8 @@ namespace weft {
   X(kBitcastConvert, "bitcast-convert")          \
   X(kBroadcast, "broadcast")                     \
   X(kCall, "call")                               \
+  X(kCallDone, "call-done")                      \
+  X(kCallStart, "call-start")                    \
   X(kCeil, "ceil")                               \
   X(kClamp, "clamp")                             \
   X(kCollectivePermute, "collective-permute")    \
