@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "weft/spmd/op_sharding_rule.h"
@@ -210,6 +211,8 @@ class Propagator {
   };
   std::vector<std::vector<CachedProjection>> projection_cache_;
   std::unordered_map<const HloInstruction*, std::vector<int64_t>> unspecified_dims_;
+  // Operands whose sharding only a Sharding annotation gave (not fixed).
+  std::unordered_set<const HloInstruction*> seeded_;
   // Annotation -> the manual conversion refined with it (see RefinePairAlong).
   std::unordered_map<const HloInstruction*, HloInstruction*> manual_conversion_;
   // Computation -> the while / call that runs it.

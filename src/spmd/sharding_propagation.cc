@@ -376,7 +376,10 @@ void Propagator::ApplyShardingCustomCalls() {
       }
       unspecified_dims_[i] = std::move(*dims);
     } else if (!i->operand(0)->has_sharding() && !i->sharding()->IsUnknown()) {
+      // A starting point, not a fixed sharding: propagation may still improve
+      // it (XLA's current pass merges two annotations of one value there).
       SetSharding(i->operand(0), i->sharding(), {DecisionKind::kAnnotation, i, "Sharding"});
+      seeded_.insert(i->operand(0));
     }
   }
 }
@@ -409,7 +412,7 @@ void Propagator::MarkProvided(HloComputation& entry) {
   HloInstruction* root = entry.root_instruction();
   for (HloInstruction* i : instrs_) {
     provided_[Index(i)] = i->has_sharding() && i != root && i->opcode() != HloOpcode::kParameter &&
-                          !i->sharding()->IsUnknown();
+                          !i->sharding()->IsUnknown() && !seeded_.count(i);
   }
   saved_root_ = root->sharding();
   saved_params_.clear();
