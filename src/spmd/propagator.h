@@ -49,7 +49,7 @@ class Propagator {
   // Every instruction indexed, callees first, each computation in post order.
   void IndexInstructions();
   // Sharding custom calls: unspecified dims; an unsharded operand takes the
-  // annotation.
+  // annotation as a starting point (not fixed: propagation may improve it).
   void ApplyShardingCustomCalls();
   // While / call / conditional: related instructions start with one sharding.
   void AgreeCalledComputations();
