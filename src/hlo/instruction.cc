@@ -264,6 +264,20 @@ HloComputation* HloInstruction::fused_computation() const {
   return called_[0];
 }
 
+Shape HloInstruction::ShardingShape() const {
+  if (opcode_ == HloOpcode::kOutfeed && sharding_ && sharding_->IsTuple() && !operands_.empty()) {
+    return Shape::Tuple({operands_[0]->shape(), shape_});
+  }
+  return shape_;
+}
+
+std::optional<HloSharding> HloInstruction::ResultSharding() const {
+  if (opcode_ == HloOpcode::kOutfeed && sharding_ && sharding_->IsTuple()) {
+    return sharding_->tuple_elements().back();
+  }
+  return sharding_;
+}
+
 HloComputation* HloInstruction::to_apply() const {
   WEFT_CHECK(called_.size() == 1 && opcode_ != HloOpcode::kWhile, "{} has no to_apply computation",
              Describe());

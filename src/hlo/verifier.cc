@@ -69,7 +69,7 @@ class DeviceIds {
 
   void CheckSharding(const HloInstruction& instr) {
     const HloSharding& s = *instr.sharding();
-    const Shape& shape = instr.shape();
+    const Shape shape = instr.ShardingShape();
     // In XLA's modes a sharding names the partitions of one replica.
     const int64_t n = XlaModes() ? partitions_ : devices_;
     try {
@@ -262,7 +262,7 @@ class Verifier {
 
   void VerifySharding(const HloInstruction& instr) {
     const HloSharding& s = *instr.sharding();
-    const Shape& shape = instr.shape();
+    const Shape shape = instr.ShardingShape();
     std::optional<int64_t> devices;
     if (module_.num_partitions() > 1) devices = module_.num_partitions();
     try {

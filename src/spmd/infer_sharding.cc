@@ -106,6 +106,23 @@ std::optional<HloSharding> TupleOperandFromUser(const UserEdge& edge) {
   return best;
 }
 
+// An outfeed's data: the data part of its (data, token) sharding; a single
+// sharding applies to the data as a whole (a tiled one only to an array).
+std::optional<HloSharding> OutfeedDataFromUser(const UserEdge& edge) {
+  const Shape& data = edge.instr.shape();
+  const HloSharding& s = edge.user_sharding;
+  const int64_t n = data.LeafCount();
+  if (!s.IsTuple()) {
+    if (data.IsArray()) return s;
+    if (s.IsTiled() && !s.IsManual()) return std::nullopt;
+    return HloSharding::Tuple(std::vector<HloSharding>(n, s));
+  }
+  const std::vector<HloSharding>& elements = s.tuple_elements();
+  if (static_cast<int64_t>(elements.size()) != n + 1) return std::nullopt;
+  if (data.IsArray()) return elements[0];
+  return HloSharding::Tuple(std::vector<HloSharding>(elements.begin(), elements.begin() + n));
+}
+
 // The tuple a get-tuple-element reads: its current leaves (where it has
 // none, replicated but for the user's manual subgroup, as XLA keeps it) with
 // the element's leaves replaced by the user's.
@@ -223,6 +240,8 @@ std::optional<HloSharding> Propagator::ShardingFromUser(const HloInstruction& in
       return level == 0 ? std::nullopt : DynamicSliceOperandFromUser(edge);
     case HloOpcode::kTuple:
       return TupleOperandFromUser(edge);
+    case HloOpcode::kOutfeed:
+      return edge.k == 0 ? OutfeedDataFromUser(edge) : std::nullopt;
     case HloOpcode::kGetTupleElement:
       return TupleFromGetTupleElement(edge);
     case HloOpcode::kDot:
@@ -463,7 +482,7 @@ bool Propagator::InferTuple(HloInstruction* instr) {
     const int64_t count = operand->shape().LeafCount();
     if (operand->has_sharding()) {
       for (int64_t j = 0; j < count; ++j) {
-        HloSharding s = LeafSharding(*operand->sharding(), j);
+        HloSharding s = LeafSharding(*operand->ResultSharding(), j);
         if (!instr->has_sharding() ||
             sharding_util::IsShardingMoreSpecific(s, leaves[offset + j])) {
           if (leaves[offset + j] != s) source = operand;

@@ -18,24 +18,24 @@ namespace weft::spmd {
 
 HloSharding ShardingOf(const HloInstruction& instr) {
   const Shape& shape = instr.shape();
+  const std::optional<HloSharding> given = instr.ResultSharding();
   if (shape.IsTuple()) {
     for (const Shape& e : shape.tuple_shapes()) {
       WEFT_CHECK(!e.IsTuple(),
                  "{}: nested tuple {} is not supported by the partitioner; flatten it",
                  instr.Describe(), shape.ToString());
     }
-    if (!instr.has_sharding() || !instr.sharding()->IsTuple()) {
-      const HloSharding leaf =
-          instr.has_sharding() ? NormalizeSharding(*instr.sharding()) : HloSharding::Replicate();
+    if (!given || !given->IsTuple()) {
+      const HloSharding leaf = given ? NormalizeSharding(*given) : HloSharding::Replicate();
       WEFT_CHECK(leaf.IsReplicated() || leaf.IsManual(),
                  "{}: tiled sharding {} on tuple shape; give one per element", instr.Describe(),
                  leaf.ToString());
       return HloSharding::Tuple(std::vector<HloSharding>(shape.tuple_shapes().size(), leaf));
     }
   }
-  if (!instr.has_sharding()) return HloSharding::Replicate();
+  if (!given) return HloSharding::Replicate();
   try {
-    return NormalizeSharding(*instr.sharding());
+    return NormalizeSharding(*given);
   } catch (const Error& e) {
     Fail("{}: {}", instr.Describe(), e.what());
   }

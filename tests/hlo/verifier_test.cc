@@ -104,6 +104,24 @@ ENTRY main {
   ROOT x = (f32[4], f32[2]) parameter(0), sharding={replicated}
 })");
   EXPECT_EQ(FirstProblem(*replicated_on_tuple), "");
+  // An outfeed's tuple sharding covers (data, token), as XLA writes it.
+  const std::string outfeed = R"(HloModule m, num_partitions=2
+ENTRY main {
+  p = f32[4,2] parameter(0)
+  t = (f32[4,2]) tuple(p)
+  a = token[] after-all()
+  ROOT o = token[] outfeed(t, a), outfeed_shape=(f32[4,2]), sharding=SHARDING
+})";
+  auto with = [&](const std::string& sharding) {
+    std::string text = outfeed;
+    text.replace(text.find("SHARDING"), 8, sharding);
+    return Unverified(text.c_str());
+  };
+  EXPECT_EQ(FirstProblem(*with("{{devices=[2,1]0,1}, {maximal device=0}}")), "");
+  EXPECT_EQ(FirstProblem(*with("{maximal device=0}")), "");
+  EXPECT_NE(FirstProblem(*with("{{devices=[2,1]0,1}}")).find("has 1 elements but shape"),
+            std::string::npos);
+  EXPECT_NE(FirstProblem(*with("{{devices=[2,1,1]0,1}, {maximal device=0}}")), "");
 }
 
 // Hostile input: `weft partition` printed a module whose all-reduce named

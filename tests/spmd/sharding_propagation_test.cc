@@ -546,6 +546,25 @@ ENTRY e {
   EXPECT_SHARDING(p, "done", "{{manual}, {manual}}");
 }
 
+// An outfeed's (data, token) sharding: the data part reaches what it
+// drains (through the tuple), the token part its token's users.
+TEST(ShardingPropagationTest, OutfeedShardsItsDataAndItsToken) {
+  auto p = Propagate(R"(HloModule m, num_partitions=2
+ENTRY e {
+  x = f32[6,4] parameter(0)
+  c = f32[6,4] copy(x)
+  t = (f32[6,4]) tuple(c)
+  a = token[] after-all()
+  o = token[] outfeed(t, a), outfeed_shape=(f32[6,4]), sharding={{devices=[2,1]0,1}, {manual}}
+  y = f32[3] parameter(1)
+  ROOT r = (f32[3], token[]) tuple(y, o)
+}
+)",
+                     {.allow_spmd_sharding_propagation_to_output = {true}});
+  EXPECT_SHARDING(p, "c", "{devices=[2,1]0,1}");
+  EXPECT_SHARDING(p, "r", "{{replicated}, {manual}}");
+}
+
 TEST(ShardingPropagationTest, ShardingCustomCallAnnotatesItsOperand) {
   auto p = Propagate(Module(R"(
   p = f32[8,16] parameter(0)

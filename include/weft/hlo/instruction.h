@@ -255,6 +255,13 @@ class HloInstruction {
   const std::optional<HloSharding>& sharding() const { return sharding_; }
   bool has_sharding() const { return sharding_.has_value(); }
   void set_sharding(std::optional<HloSharding> sharding) { sharding_ = std::move(sharding); }
+  // What sharding() describes: the result, except for an outfeed, whose
+  // tuple sharding (XLA's form) covers (data, token): the data it drains
+  // and its token result.
+  Shape ShardingShape() const;
+  // The sharding of the value the instruction produces: sharding(), but an
+  // outfeed's token takes the last element of a (data, token) sharding.
+  std::optional<HloSharding> ResultSharding() const;
 
   HloComputation* parent() const { return parent_; }
   const SourceLocation& location() const { return location_; }
