@@ -572,10 +572,43 @@ void ValidateLlamaConfig(const LlamaConfig& model, std::string_view source) {
   CheckModel(model, [&](std::string_view) { return std::string(source); });
 }
 
+namespace {
+
+// A program where a config was expected: HLO text ("HloModule ...") or
+// StableHLO MLIR ("module ..."), after any blank or comment lines.
+bool LooksLikeAProgram(std::string_view text) {
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    std::string_view line = text.substr(at, end - at);
+    const size_t first = line.find_first_not_of(" \t\r");
+    if (first != std::string_view::npos) {
+      line.remove_prefix(first);
+      if (line.starts_with("//") || line.starts_with("#")) {
+        at = end + 1;
+        continue;
+      }
+      return line.starts_with("HloModule ") || line.starts_with("module ") ||
+             line.starts_with("module{") || line == "module";
+    }
+    at = end + 1;
+  }
+  return false;
+}
+
+}  // namespace
+
 RunConfig ParseRunConfig(std::string_view toml_text, std::string_view source_name,
                          const std::filesystem::path& base_dir) {
   RunConfig config;
   config.source = std::string(source_name);
+  if (LooksLikeAProgram(toml_text)) {
+    Fail(
+        "{} is a program (HLO or MLIR text), not a run config; this command reads a TOML run "
+        "config such as configs/tiny.toml (weft compile, weft run and weft propagate take HLO "
+        "modules)",
+        config.source);
+  }
   toml::table root;
   try {
     root = toml::parse(toml_text, source_name);

@@ -509,6 +509,26 @@ TEST(LlamaConfig, MissingFileIsAClearError) {
   }
 }
 
+// A module given where a config belongs (weft plan model.hlo) is named as
+// such, not reported as a TOML syntax error at line 1.
+TEST(LlamaConfig, AProgramIsNotAConfig) {
+  for (const char* text : {"HloModule m, num_partitions=4\n\nENTRY main {\n}\n",
+                           "// jax export\n\nmodule @jit_step attributes {} {\n}\n"}) {
+    try {
+      ParseRunConfig(text, "step.hlo");
+      FAIL() << "read a program as a config";
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what())
+                    .find("step.hlo is a program (HLO or MLIR text), not a "
+                          "run config"),
+                std::string::npos)
+          << error.what();
+    }
+  }
+  // A config whose comment mentions a module is still a config.
+  EXPECT_NO_THROW(ParseRunConfig(std::string("# module notes\n") + kMinimal, "cfg.toml"));
+}
+
 // n_layers = 1e9 reached the planner, which refused a loop `while.1`
 // naming neither the config nor the key.
 TEST(LlamaConfig, AnAbsurdLayerCountIsRefusedAtItsKey) {
