@@ -26,7 +26,8 @@ void AddRun(CLI::App& app) {
   run->add_flag("--check", opt->check,
                 "Also run the unsharded module on one device and print the maximum relative "
                 "error per output; exit 3 if one exceeds 1e-5 (f32; 1e-2 for bf16 / f16 and for "
-                "f32 results of a module that computes in bf16 or f16). A module with manual "
+                "f32 results of a module that computes in bf16 or f16), times sqrt(n / 4096) where "
+                "the module's longest sum adds n > 4096 terms. A module with manual "
                 "regions (jax.shard_map), which has no unsharded run, is compared with its "
                 "automatic parts run replicated");
   run->add_option("--num-devices", opt->num_devices,

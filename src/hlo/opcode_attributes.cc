@@ -64,6 +64,8 @@ const std::map<std::string_view, std::vector<Op>>& AttributeOpcodes() {
       {"called_computations", {Op::kCustomCall}},
       {"custom_call_has_side_effect", {Op::kCustomCall}},
       {"api_version", {Op::kCustomCall}},
+      // Layouts of the operands (weft keeps no layouts; kept as text).
+      {"operand_layout_constraints", {Op::kCustomCall}},
       {"replica_groups", {Op::kAllReduce, Op::kAllGather, Op::kReduceScatter, Op::kAllToAll}},
       {"channel_id",
        {Op::kAllReduce, Op::kAllGather, Op::kReduceScatter, Op::kAllToAll, Op::kCollectivePermute,

@@ -34,6 +34,7 @@ struct ScalarFunction::Program {
     int64_t parameter = 0;
     ComparisonDirection direction = ComparisonDirection::kEq;
     bool total_order = false;  // compare's type=TOTALORDER
+    PrimitiveType from = PrimitiveType::kF32;  // bitcast-convert's operand type
   };
   std::vector<Op> ops;
   std::vector<int> results;  // op indices of the root's leaves
@@ -167,6 +168,13 @@ double ApplyScalar(const ScalarFunction::Program::Op& op, const double* x) {
       });
       return r;
     }
+    case HloOpcode::kBitcastConvert: {
+      // Types of at most 32 bits: every value and bit pattern is exact in a
+      // double (the constructor refuses wider ones).
+      uint64_t bits = 0;
+      StoreDouble(op.from, &bits, 0, x[0]);
+      return LoadAsDouble(op.type, &bits, 0);
+    }
     case HloOpcode::kCompare:
       if (op.total_order) {
         const int64_t a = TotalOrderKey(x[0]), b = TotalOrderKey(x[1]);
@@ -197,10 +205,20 @@ ScalarFunction::ScalarFunction(const HloComputation& computation)
     WEFT_CHECK(instr->shape().IsScalar(),
                "computation '{}' is interpreted per element, so '{}' must be a scalar, not {}",
                computation.name(), instr->name(), instr->shape().ToString());
-    WEFT_CHECK(op == HloOpcode::kParameter || op == HloOpcode::kConstant || IsElementwise(op),
+    WEFT_CHECK(op == HloOpcode::kParameter || op == HloOpcode::kConstant ||
+                   op == HloOpcode::kBitcastConvert || IsElementwise(op),
                "computation '{}' is interpreted per element and cannot contain {} ('{}')",
                computation.name(), HloOpcodeString(op), instr->name());
     Program::Op o{op, instr->shape().element_type(), {}};
+    if (op == HloOpcode::kBitcastConvert) {
+      o.from = instr->operand(0)->shape().element_type();
+      WEFT_CHECK(ByteWidth(o.from) <= 4 && ByteWidth(o.from) == ByteWidth(o.type),
+                 "computation '{}' is interpreted per element, with values held as doubles: "
+                 "'{}' bitcasts {} to {}, which only types of at most 32 bits of the same width "
+                 "can be",
+                 computation.name(), instr->name(), PrimitiveTypeName(o.from),
+                 PrimitiveTypeName(o.type));
+    }
     for (const HloInstruction* operand : instr->operands()) o.operands.push_back(index.at(operand));
     if (op == HloOpcode::kConstant) o.constant = instr->literal().Get(0);
     if (op == HloOpcode::kParameter) o.parameter = instr->parameter_number();

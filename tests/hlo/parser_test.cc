@@ -69,7 +69,7 @@ ENTRY main {
   k = bf16[2,4,128,64] parameter(1)
   scores = f32[2,4,128,128] dot(q, k), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={3}
   attn = bf16[2,4,128,64] custom-call(q, k), custom_call_target="weft.flash_attention", backend_config="mask=causal;block=128"
-  cfg = bf16[2,4,128,64] custom-call(attn), custom_call_target="weft.identity", custom_call_has_side_effect=true, backend_config={"scale": 0.125, "causal": true}
+  cfg = bf16[2,4,128,64] custom-call(attn), custom_call_target="weft.identity", custom_call_has_side_effect=true, operand_layout_constraints={bf16[2,4,128,64]{3,2,1,0}}, backend_config={"scale": 0.125, "causal": true}
   x = f32[8,16] parameter(2), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
   ar = f32[8,16] all-reduce(x), channel_id=1, replica_groups={{0,1},{2,3},{4,5},{6,7}}, use_global_device_ids=true, to_apply=sum
   ag = f32[16,16] all-gather(x), channel_id=2, replica_groups={{0,1},{2,3},{4,5},{6,7}}, dimensions={0}, use_global_device_ids=true
@@ -480,6 +480,17 @@ ENTRY main.10 {
   EXPECT_EQ(PrintModule(*ParseHloModule(xla)), PrintModule(*module));
 }
 
+TEST(ParserTest, TheSignaturesParameterListIsNotComparedWithTheBody) {
+  // As in XLA's parser, which reads only the result shape of a signature.
+  std::unique_ptr<HloModule> module = ParseHloModule(R"(HloModule m
+ENTRY main() -> f32[3] {
+  p = f32[6] parameter(0)
+  ROOT s = f32[3] slice(p), slice={[1:4]}
+})");
+  EXPECT_EQ(module->entry_computation()->num_parameters(), 1);
+  EXPECT_EQ(module->entry_computation()->parameter_instruction(0)->shape().ToString(), "f32[6]");
+}
+
 TEST(ParserTest, ResultShapesTheOperandsDetermineMayBeLeftOut) {
   std::unique_ptr<HloModule> module = ParseHloModule(R"(HloModule m
 ENTRY e {
@@ -669,10 +680,9 @@ INSTANTIATE_TEST_SUITE_P(
                 "  b = f32[5] parameter(1)\n  ROOT c = f32[4] add(a, b)\n}",
                 "5:3: 'c' (add): add operands must have the same shape, got f32[4] and f32[5]"},
         BadText{"SignatureMismatch",
-                "HloModule m\nENTRY main (p: f32[2]) -> f32[2] {\n  p = f32[3] parameter(0)\n"
+                "HloModule m\nENTRY main (p: f32[3]) -> f32[2] {\n  p = f32[3] parameter(0)\n"
                 "  ROOT n = f32[3] negate(p)\n}",
-                "2:12: signature of 'main' gives parameter 0 shape f32[2] but the body declares "
-                "f32[3]"}),
+                "2:12: signature of 'main' returns f32[2] but its root is f32[3]"}),
     [](const testing::TestParamInfo<BadText>& info) { return info.param.name; });
 
 // Sizes that overflow int64, wherever a shape is written and for every op

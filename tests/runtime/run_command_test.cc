@@ -410,6 +410,45 @@ ENTRY e {
       PrimitiveType::kF32);
 }
 
+TEST(RunCommandTest, CheckToleranceGrowsWithTheSquareRootOfTheLongestSum) {
+  // A dot contracting 128x56x56 = 401408 terms: the order of its sum alone
+  // moves an f32 result by about 2e-5 of the largest value.
+  const std::unique_ptr<HloModule> conv = ParseHloModule(R"(HloModule m
+ENTRY e {
+  lhs = f32[128,56,56,64] parameter(0)
+  rhs = f32[128,56,56,256] parameter(1)
+  ROOT conv = f32[1,1,64,256] convolution(lhs, rhs), window={size=56x56}, dim_labels=f01b_i01o->01bf
+})");
+  EXPECT_EQ(LongestSum(*conv), 56 * 56 * 128);
+  EXPECT_EQ(LongestSum(*ParseHloModule(R"(HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[7,300,50] parameter(0)
+  y = f32[50,9] parameter(1)
+  d = f32[7,300,9] dot(x, y), lhs_contracting_dims={2}, rhs_contracting_dims={0}
+  z = f32[] constant(0)
+  ROOT r = f32[9] reduce(d, z), dimensions={0,1}, to_apply=add
+})")),
+            7 * 300);
+  // Integer sums are exact in any order.
+  EXPECT_EQ(LongestSum(*ParseHloModule(R"(HloModule m
+ENTRY e {
+  x = s32[8,100000] parameter(0)
+  y = s32[100000] parameter(1)
+  ROOT d = s32[8] dot(x, y), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+})")),
+            1);
+  EXPECT_EQ(CheckTolerance(PrimitiveType::kF32, PrimitiveType::kF32, 4096), 1e-5);
+  EXPECT_EQ(CheckTolerance(PrimitiveType::kF32, PrimitiveType::kF32, 100), 1e-5);
+  EXPECT_NEAR(CheckTolerance(PrimitiveType::kF32, PrimitiveType::kF32, 4 * 4096), 2e-5, 1e-18);
+  EXPECT_NEAR(CheckTolerance(PrimitiveType::kBF16, PrimitiveType::kBF16, 16 * 4096), 4e-2, 1e-15);
+  EXPECT_EQ(CheckTolerance(PrimitiveType::kS32, PrimitiveType::kF32, 16 * 4096), 0);
+}
+
 TEST(RunCommandTest, MaxRelativeErrorIsRelativeToTheLargestExpectedValue) {
   const auto f32 = [](std::vector<float> v) {
     return HostTensor::FromVector<float>(PrimitiveType::kF32, {static_cast<int64_t>(v.size())}, v);

@@ -172,8 +172,17 @@ double MaxRelativeError(const HostTensor& actual, const HostTensor& expected);
 // 1e-10 for f64, 1e-5 for f32, 1e-2 for bf16 / f16, 0 for integers and
 // pred; a floating output of a module that computes in a narrower float
 // (NarrowestFloat) takes that type's tolerance (an f32 result of bf16
-// arithmetic).
-double CheckTolerance(PrimitiveType type, PrimitiveType narrowest_float = PrimitiveType::kF64);
+// arithmetic). A module whose longest sum (LongestSum) adds more than
+// kCheckSumTerms terms scales a float tolerance by
+// sqrt(longest_sum / kCheckSumTerms): sharding changes the order of the sum,
+// and its rounding error grows as a random walk.
+inline constexpr int64_t kCheckSumTerms = 4096;
+double CheckTolerance(PrimitiveType type, PrimitiveType narrowest_float = PrimitiveType::kF64,
+                      int64_t longest_sum = 1);
+// The most terms one float sum of the module adds: a dot's contracting
+// elements, a convolution's window times its input features, a reduce's
+// reduced elements, a reduce-window's window (1 when there is none).
+int64_t LongestSum(const HloModule& module);
 // The floating-point type of fewest bits any instruction of the module
 // produces (kF64 when none is narrower, or the module has no floats).
 PrimitiveType NarrowestFloat(const HloModule& module);
