@@ -55,12 +55,24 @@ std::vector<HloSharding> LeafShardings(const Shape& shape, const std::optional<H
     out.assign(leaves, sharding);
   }
   for (const HloSharding& leaf : out) {
-    WEFT_CHECK(!leaf.IsManual() && !leaf.IsUnknown(),
+    WEFT_CHECK(!leaf.IsUnknown(),
                "{} has sharding {}; weft splits inputs and joins outputs only for "
-               "replicated, maximal and tiled shardings",
+               "replicated, maximal, tiled and manual shardings",
                what, leaf.ToString());
   }
   return out;
+}
+
+// A manual leaf's shape is each device's own: its global value is the
+// devices' values stacked along a new leading dim.
+void StackManualLeaves(std::span<const HloSharding> shardings, std::span<Shape> shapes,
+                       int64_t num_devices) {
+  for (size_t i = 0; i < shardings.size(); ++i) {
+    if (!shardings[i].IsManual()) continue;
+    std::vector<int64_t> dims = {num_devices};
+    for (int64_t d : shapes[i].dimensions()) dims.push_back(d);
+    shapes[i] = Shape(shapes[i].element_type(), std::move(dims));
+  }
 }
 
 std::vector<std::string> LeafNames(const HloInstruction& instr) {
@@ -131,9 +143,14 @@ CompiledProgram CompileForDevices(HloModule& module, const CompileOptions& optio
     for (std::string& name : LeafNames(*param)) p.input_names.push_back(std::move(name));
     AppendLeaves(param->shape(), p.input_shapes);
     AppendLeaves(local_param->shape(), p.local_input_shapes);
-    for (HloSharding& s : LeafShardings(param->shape(), local_param->sharding(),
-                                        fmt::format("parameter '{}'", param->name()))) {
-      p.input_shardings.push_back(std::move(s));
+    const std::string what = fmt::format("parameter '{}'", param->name());
+    const std::vector<HloSharding> written = LeafShardings(param->shape(), param->sharding(), what);
+    std::vector<HloSharding> leaves = LeafShardings(param->shape(), local_param->sharding(), what);
+    // The partitioned program writes no sharding on a parameter it takes
+    // whole; a manual one is each device's own.
+    for (size_t k = 0; k < leaves.size(); ++k) {
+      if (written[k].IsManual()) leaves[k] = written[k];
+      p.input_shardings.push_back(std::move(leaves[k]));
     }
   }
   const HloInstruction* root = global->root_instruction();
@@ -142,6 +159,8 @@ CompiledProgram CompileForDevices(HloModule& module, const CompileOptions& optio
   AppendLeaves(local->root_instruction()->shape(), p.local_output_shapes);
   p.output_shardings = LeafShardings(root->shape(), local->root_instruction()->sharding(),
                                      fmt::format("the root '{}'", root->name()));
+  StackManualLeaves(p.input_shardings, p.input_shapes, num_devices);
+  StackManualLeaves(p.output_shardings, p.output_shapes, num_devices);
   for (size_t i = 0; i < p.input_shapes.size(); ++i) {
     p.input_shardings[i].Validate(p.input_shapes[i].dimensions(), num_devices);
   }

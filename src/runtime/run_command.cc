@@ -335,6 +335,23 @@ int RunOnRank(const RunCommandOptions& options, Communicator& comm, std::ostream
 // ---------------------------------------------------------------------------
 
 bool HasManualRegions(const HloModule& module) {
+  // Entry values every device holds its own of (a manual parameter or
+  // result) are a manual region without the conversions.
+  const HloComputation* entry = module.entry_computation();
+  std::vector<const HloInstruction*> ends(entry->parameter_instructions().begin(),
+                                          entry->parameter_instructions().end());
+  ends.push_back(entry->root_instruction());
+  for (const HloInstruction* end : ends) {
+    if (!end->has_sharding()) continue;
+    const HloSharding& s = *end->sharding();
+    if (s.IsManual() || (s.IsTuple() && std::any_of(s.tuple_elements().begin(),
+                                                     s.tuple_elements().end(),
+                                                     [](const HloSharding& e) {
+                                                       return e.IsManual();
+                                                     }))) {
+      return true;
+    }
+  }
   for (const HloComputation* c : module.computations()) {
     for (const HloInstruction* instr : c->instructions()) {
       const std::string& target = instr->attrs().custom_call_target;

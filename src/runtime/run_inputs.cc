@@ -192,6 +192,14 @@ std::vector<HostTensor> RandomInputs(std::span<const Shape> shapes, uint64_t see
 
 HostTensor ShardTensor(const HostTensor& global, const HloSharding& sharding, int64_t device,
                        const Shape& local_shape, double pad) {
+  if (sharding.IsManual()) {
+    // Device d's own value: entry d of the stacked global value.
+    WEFT_CHECK(global.rank() == local_shape.rank() + 1 && global.byte_size() % local_shape.ByteSize() == 0 &&
+                   global.dimensions()[0] * local_shape.ByteSize() == global.byte_size(),
+               "internal: a manual input of shape {} does not stack values of shape {}",
+               global.shape().ToString(), local_shape.ToString());
+    return global.View(local_shape, device * local_shape.ByteSize()).Clone();
+  }
   if (!sharding.IsTiled()) {
     WEFT_CHECK(local_shape == global.shape(),
                "internal: an unsplit input of shape {} has local shape {}",
@@ -239,6 +247,21 @@ std::vector<std::vector<HostTensor>> ShardInputs(const CompiledProgram& program,
 HostTensor JoinTensor(std::span<const HostTensor> pieces, const HloSharding& sharding,
                       const Shape& global_shape) {
   const int64_t n = static_cast<int64_t>(pieces.size());
+  if (sharding.IsManual()) {
+    // The devices' own values, stacked.
+    HostTensor global(global_shape);
+    WEFT_CHECK(global_shape.rank() >= 1 && global_shape.dimensions()[0] == n,
+               "internal: a manual output of shape {} does not stack {} devices' values",
+               global_shape.ToString(), n);
+    for (int64_t d = 0; d < n; ++d) {
+      WEFT_CHECK(pieces[d].byte_size() * n == global.byte_size(),
+                 "internal: device {}'s manual output piece is {}, not a 1/{} of {}", d,
+                 pieces[d].shape().ToString(), n, global_shape.ToString());
+      std::memcpy(static_cast<std::byte*>(global.mutable_raw_data()) + d * pieces[d].byte_size(),
+                  pieces[d].raw_data(), static_cast<size_t>(pieces[d].byte_size()));
+    }
+    return global;
+  }
   if (!sharding.IsTiled()) {
     const int64_t source = sharding.IsMaximal() ? sharding.device() : 0;
     WEFT_CHECK(source < n && pieces[source].shape() == global_shape,

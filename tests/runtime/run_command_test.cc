@@ -585,6 +585,42 @@ TEST(RunCommandTest, TheReplicatedReferenceKeepsTheRegionAndWhereItCuts) {
   EXPECT_EQ(program.input_shardings[0].ToString(), "{replicated}");
 }
 
+// A {manual} entry parameter or result holds each device's own value: its
+// global value is the devices' values stacked along a new leading dim.
+TEST(RunCommandTest, ManualEntryValuesAreEachDevicesOwnStacked) {
+  std::unique_ptr<HloModule> module = ParseHloModule(R"(HloModule m
+ENTRY e {
+  x = f32[3,2] parameter(0), sharding={manual}
+  id = u32[] partition-id(), sharding={manual}
+  f = f32[] convert(id), sharding={manual}
+  b = f32[3,2] broadcast(f), dimensions={}, sharding={manual}
+  y = f32[3,2] add(x, b), sharding={manual}
+  ROOT t = (f32[3,2], u32[]) tuple(y, id), sharding={{manual}, {manual}}
+})");
+  EXPECT_TRUE(HasManualRegions(*module));
+  const int64_t n = 4;
+  const CompiledProgram program = CompileForDevices(*module, {.num_devices = n});
+  ASSERT_EQ(program.input_shapes.size(), 1u);
+  EXPECT_EQ(program.input_shapes[0].ToString(), "f32[4,3,2]");
+  EXPECT_EQ(program.local_input_shapes[0].ToString(), "f32[3,2]");
+  EXPECT_EQ(program.output_shapes[1].ToString(), "u32[4]");
+  std::mt19937 rng(std::random_device{}());
+  std::normal_distribution<float> normal;
+  std::vector<float> x(n * 6);
+  for (float& v : x) v = normal(rng);
+  const HostTensor input = HostTensor::FromVector<float>(PrimitiveType::kF32, {n, 3, 2}, x);
+  LocalCluster cluster(n);
+  const std::vector<HostTensor> out =
+      RunSharded(program, std::vector<HostTensor>{input}, cluster, nullptr, {}, kNaN);
+  ASSERT_EQ(out.size(), 2u);
+  for (int64_t d = 0; d < n; ++d) {
+    EXPECT_EQ(out[1].data<uint32_t>()[d], static_cast<uint32_t>(d));
+    for (int64_t i = 0; i < 6; ++i) {
+      EXPECT_EQ(out[0].data<float>()[d * 6 + i], x[d * 6 + i] + static_cast<float>(d));
+    }
+  }
+}
+
 TEST(RunCommandTest, CheckExitsThreeWhenTheShardedResultDiffers) {
   const std::string path = std::string(WEFT_SOURCE_DIR) + "/tests/runtime/data/cancelling_sum.hlo";
   std::ostringstream out;

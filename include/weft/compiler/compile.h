@@ -53,7 +53,8 @@ struct CompiledProgram {
   int64_t num_devices = 1;
   bool propagated = false;  // shardings were completed by propagation
   std::vector<std::string> input_names, output_names;
-  std::vector<Shape> input_shapes, output_shapes;              // global
+  // Global; a {manual} leaf's is the devices' own values stacked: [N, local dims...].
+  std::vector<Shape> input_shapes, output_shapes;
   std::vector<Shape> local_input_shapes, local_output_shapes;  // per device (padded tiles)
   std::vector<HloSharding> input_shardings, output_shardings;
   // What fusion did (all zero without CompileOptions::fuse).

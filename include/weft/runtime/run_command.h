@@ -136,7 +136,10 @@ std::vector<HostTensor> RandomInputs(std::span<const Shape> shapes, uint64_t see
                                      std::span<const IntegerRange> ranges = {});
 
 // Device `device`'s piece of `global` under `sharding`, shaped `local_shape`
-// (the padded tile); floating-point padding is `pad`, other padding 0.
+// (the padded tile); floating-point padding is `pad`, other padding 0. Under
+// {manual} the global value is the devices' own values stacked along a new
+// leading dim (CompiledProgram's shapes of a manual leaf), and the piece is
+// entry `device`.
 HostTensor ShardTensor(const HostTensor& global, const HloSharding& sharding, int64_t device,
                        const Shape& local_shape, double pad = 0);
 
@@ -146,7 +149,8 @@ std::vector<std::vector<HostTensor>> ShardInputs(const compiler::CompiledProgram
                                                  double pad = 0);
 
 // Joins per-device pieces (pieces[d] from device d) into `global_shape`; a
-// tile held by several devices is taken from the lowest device id.
+// tile held by several devices is taken from the lowest device id; {manual}
+// pieces are stacked.
 HostTensor JoinTensor(std::span<const HostTensor> pieces, const HloSharding& sharding,
                       const Shape& global_shape);
 
@@ -188,7 +192,8 @@ int64_t LongestSum(const HloModule& module);
 PrimitiveType NarrowestFloat(const HloModule& module);
 
 // Whether the module has a manual region (an SPMDFullToShardShape or
-// SPMDShardToFullShape custom call).
+// SPMDShardToFullShape custom call, or an entry parameter or result with a
+// {manual} leaf).
 bool HasManualRegions(const HloModule& module);
 // --check's reference for such a module, in place on a module whose
 // shardings are complete (propagated): every sharded instruction outside
