@@ -33,7 +33,7 @@ struct ScalarFunction::Program {
     double constant = 0;
     int64_t parameter = 0;
     ComparisonDirection direction = ComparisonDirection::kEq;
-    bool total_order = false;  // compare's type=TOTALORDER
+    bool total_order = false;                  // compare's type=TOTALORDER
     PrimitiveType from = PrimitiveType::kF32;  // bitcast-convert's operand type
   };
   std::vector<Op> ops;

@@ -344,11 +344,9 @@ bool HasManualRegions(const HloModule& module) {
   for (const HloInstruction* end : ends) {
     if (!end->has_sharding()) continue;
     const HloSharding& s = *end->sharding();
-    if (s.IsManual() || (s.IsTuple() && std::any_of(s.tuple_elements().begin(),
-                                                     s.tuple_elements().end(),
-                                                     [](const HloSharding& e) {
-                                                       return e.IsManual();
-                                                     }))) {
+    if (s.IsManual() ||
+        (s.IsTuple() && std::any_of(s.tuple_elements().begin(), s.tuple_elements().end(),
+                                    [](const HloSharding& e) { return e.IsManual(); }))) {
       return true;
     }
   }

@@ -194,7 +194,8 @@ HostTensor ShardTensor(const HostTensor& global, const HloSharding& sharding, in
                        const Shape& local_shape, double pad) {
   if (sharding.IsManual()) {
     // Device d's own value: entry d of the stacked global value.
-    WEFT_CHECK(global.rank() == local_shape.rank() + 1 && global.byte_size() % local_shape.ByteSize() == 0 &&
+    WEFT_CHECK(global.rank() == local_shape.rank() + 1 &&
+                   global.byte_size() % local_shape.ByteSize() == 0 &&
                    global.dimensions()[0] * local_shape.ByteSize() == global.byte_size(),
                "internal: a manual input of shape {} does not stack values of shape {}",
                global.shape().ToString(), local_shape.ToString());
