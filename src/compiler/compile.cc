@@ -63,13 +63,14 @@ std::vector<HloSharding> LeafShardings(const Shape& shape, const std::optional<H
   return out;
 }
 
-// A manual leaf's shape is each device's own: its global value is the
-// devices' values stacked along a new leading dim.
+// A manual leaf's shape is one device's (or one manual group's) value: its
+// global value stacks them along a new leading dim.
 void StackManualLeaves(std::span<const HloSharding> shardings, std::span<Shape> shapes,
                        int64_t num_devices) {
   for (size_t i = 0; i < shardings.size(); ++i) {
-    if (!shardings[i].IsManual()) continue;
-    std::vector<int64_t> dims = {num_devices};
+    const int64_t count = ManualValueCount(shardings[i], num_devices);
+    if (count == 0) continue;
+    std::vector<int64_t> dims = {count};
     for (int64_t d : shapes[i].dimensions()) dims.push_back(d);
     shapes[i] = Shape(shapes[i].element_type(), std::move(dims));
   }
@@ -88,6 +89,13 @@ void AppendLeaves(const Shape& shape, std::vector<Shape>& out) {
 }
 
 }  // namespace
+
+int64_t ManualValueCount(const HloSharding& s, int64_t num_devices) {
+  if (s.IsTuple()) return 0;
+  if (s.IsManual()) return num_devices;
+  const int64_t manual = s.SubgroupManualDim();
+  return manual < 0 ? 0 : s.tile_assignment().dim(manual);
+}
 
 int64_t ShardingDeviceCount(const HloModule& module) {
   int64_t count = 1;
@@ -149,7 +157,7 @@ CompiledProgram CompileForDevices(HloModule& module, const CompileOptions& optio
     // The partitioned program writes no sharding on a parameter it takes
     // whole; a manual one is each device's own.
     for (size_t k = 0; k < leaves.size(); ++k) {
-      if (written[k].IsManual()) leaves[k] = written[k];
+      if (ManualValueCount(written[k], num_devices) > 0) leaves[k] = written[k];
       p.input_shardings.push_back(std::move(leaves[k]));
     }
   }
@@ -162,9 +170,11 @@ CompiledProgram CompileForDevices(HloModule& module, const CompileOptions& optio
   StackManualLeaves(p.input_shardings, p.input_shapes, num_devices);
   StackManualLeaves(p.output_shardings, p.output_shapes, num_devices);
   for (size_t i = 0; i < p.input_shapes.size(); ++i) {
+    if (ManualValueCount(p.input_shardings[i], num_devices) > 0) continue;
     p.input_shardings[i].Validate(p.input_shapes[i].dimensions(), num_devices);
   }
   for (size_t i = 0; i < p.output_shapes.size(); ++i) {
+    if (ManualValueCount(p.output_shardings[i], num_devices) > 0) continue;
     p.output_shardings[i].Validate(p.output_shapes[i].dimensions(), num_devices);
   }
   WEFT_CHECK(options.slices >= 1 && num_devices % options.slices == 0,

@@ -190,16 +190,43 @@ std::vector<HostTensor> RandomInputs(std::span<const Shape> shapes, uint64_t see
   return out;
 }
 
+namespace {
+
+// The sharding of a stacked manual value (ManualValueCount): the stack dim
+// split like the manual devices or groups, the data dims as within a group.
+HloSharding StackedSharding(const HloSharding& s, int64_t num_devices, int64_t rank) {
+  if (s.IsManual()) {
+    std::vector<int64_t> dims(static_cast<size_t>(rank), 1);
+    dims[0] = num_devices;
+    return HloSharding::Tile(TileAssignment::Iota(std::move(dims)));
+  }
+  const int64_t manual = s.SubgroupManualDim();
+  const TileAssignment& ta = s.tile_assignment();
+  std::vector<int64_t> perm = {manual};
+  std::vector<SubgroupType> rest;
+  for (int64_t d = 0; d < ta.num_dims(); ++d) {
+    if (d == manual) continue;
+    perm.push_back(d);
+    if (d >= s.TiledDataRank()) rest.push_back(SubgroupType::kReplicated);
+  }
+  return HloSharding::Subgroup(ta.Transpose(perm), std::move(rest));
+}
+
+Shape WithLeadingOne(const Shape& shape) {
+  std::vector<int64_t> dims = {1};
+  for (int64_t d : shape.dimensions()) dims.push_back(d);
+  return Shape(shape.element_type(), std::move(dims));
+}
+
+}  // namespace
+
 HostTensor ShardTensor(const HostTensor& global, const HloSharding& sharding, int64_t device,
                        const Shape& local_shape, double pad) {
-  if (sharding.IsManual()) {
-    // Device d's own value: entry d of the stacked global value.
-    WEFT_CHECK(global.rank() == local_shape.rank() + 1 &&
-                   global.byte_size() % local_shape.ByteSize() == 0 &&
-                   global.dimensions()[0] * local_shape.ByteSize() == global.byte_size(),
-               "internal: a manual input of shape {} does not stack values of shape {}",
-               global.shape().ToString(), local_shape.ToString());
-    return global.View(local_shape, device * local_shape.ByteSize()).Clone();
+  if (sharding.IsManual() || sharding.SubgroupManualDim() >= 0) {
+    const HloSharding stacked = StackedSharding(
+        sharding, sharding.IsManual() ? global.dimensions().at(0) : 0, global.rank());
+    return ShardTensor(global, stacked, device, WithLeadingOne(local_shape), pad)
+        .Reshaped(local_shape);
   }
   if (!sharding.IsTiled()) {
     WEFT_CHECK(local_shape == global.shape(),
@@ -248,20 +275,13 @@ std::vector<std::vector<HostTensor>> ShardInputs(const CompiledProgram& program,
 HostTensor JoinTensor(std::span<const HostTensor> pieces, const HloSharding& sharding,
                       const Shape& global_shape) {
   const int64_t n = static_cast<int64_t>(pieces.size());
-  if (sharding.IsManual()) {
-    // The devices' own values, stacked.
-    HostTensor global(global_shape);
-    WEFT_CHECK(global_shape.rank() >= 1 && global_shape.dimensions()[0] == n,
-               "internal: a manual output of shape {} does not stack {} devices' values",
-               global_shape.ToString(), n);
-    for (int64_t d = 0; d < n; ++d) {
-      WEFT_CHECK(pieces[d].byte_size() * n == global.byte_size(),
-                 "internal: device {}'s manual output piece is {}, not a 1/{} of {}", d,
-                 pieces[d].shape().ToString(), n, global_shape.ToString());
-      std::memcpy(static_cast<std::byte*>(global.mutable_raw_data()) + d * pieces[d].byte_size(),
-                  pieces[d].raw_data(), static_cast<size_t>(pieces[d].byte_size()));
+  if (sharding.IsManual() || sharding.SubgroupManualDim() >= 0) {
+    std::vector<HostTensor> stacked_pieces;
+    for (const HostTensor& piece : pieces) {
+      stacked_pieces.push_back(piece.Reshaped(WithLeadingOne(piece.shape())));
     }
-    return global;
+    return JoinTensor(stacked_pieces, StackedSharding(sharding, n, global_shape.rank()),
+                      global_shape);
   }
   if (!sharding.IsTiled()) {
     const int64_t source = sharding.IsMaximal() ? sharding.device() : 0;

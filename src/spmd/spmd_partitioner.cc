@@ -399,7 +399,7 @@ PartitionedValue ComputationPartitioner::PartitionInRegion(const HloInstruction&
   if (IsTarget(instr, kFullToShardTarget)) {
     return HandleFullToShardInGroups(*this, instr, sharding, *region_groups_);
   }
-  CheckPartitionableInRegion(instr);
+  CheckPartitionableInRegion(instr, is_entry_);
   const HloSharding local = GroupLocalShardingOf(instr, sharding, *region_groups_);
   InManualGroups scope(context_, &*region_groups_);
   if (instr.opcode() == HloOpcode::kAllReduce) {
@@ -443,7 +443,9 @@ std::unique_ptr<HloComputation> ComputationPartitioner::Run() {
     values_[instr] = v;
     if (in_region) group_local_.insert(instr);
   }
-  WEFT_CHECK(!group_local_.count(source_.root_instruction()),
+  // The entry's result may be each manual group's own value, as its
+  // parameters may; a called computation's leaves through SPMDShardToFullShape.
+  WEFT_CHECK(is_entry_ || !group_local_.count(source_.root_instruction()),
              "{} of computation '{}' is a value of a partly manual region (sharding {}); values "
              "leave a region through SPMDShardToFullShape",
              source_.root_instruction()->Describe(), source_.name(),

@@ -146,7 +146,7 @@ HloSharding ManualPiecesShardingOf(const HloInstruction& instr, const HloShardin
                                    const Shape& full, const Shape& piece);
 // Refuses, by name, what the partitioner cannot do inside a partly manual
 // region.
-void CheckPartitionableInRegion(const HloInstruction& instr);
+void CheckPartitionableInRegion(const HloInstruction& instr, bool entry);
 // An all-reduce written inside a partly manual region (a psum over manual
 // axes): copied as written on pieces laid out as `local` (as each group sees
 // it), once each of its replica groups is checked to join devices that hold

@@ -125,13 +125,15 @@ PartitionedValue HandleFullToShardInGroups(ComputationPartitioner& p, const HloI
   return PartitionedValue{v.hlo, instr.shape(), local};
 }
 
-void CheckPartitionableInRegion(const HloInstruction& instr) {
+void CheckPartitionableInRegion(const HloInstruction& instr, bool entry) {
   switch (instr.opcode()) {
     case HloOpcode::kParameter:
-      Fail(
-          "{} is a parameter of partly manual sharding; values enter a region through "
-          "SPMDFullToShardShape",
-          instr.Describe());
+      // An entry parameter holds each manual group's own value.
+      WEFT_CHECK(entry,
+                 "{} is a parameter of partly manual sharding; values enter a region of a "
+                 "called computation through SPMDFullToShardShape",
+                 instr.Describe());
+      break;
     case HloOpcode::kWhile:
     case HloOpcode::kConditional:
     case HloOpcode::kCall:

@@ -621,6 +621,38 @@ ENTRY e {
   }
 }
 
+// Under a partly manual sharding an entry value is each manual group's own,
+// tiled within the group: stacked along a new leading dim, one per group.
+TEST(RunCommandTest, PartlyManualEntryValuesAreEachGroupsOwnStacked) {
+  // Manual dim last (2 groups: devices {0,2} and {1,3}); rows split in two
+  // within each group.
+  std::unique_ptr<HloModule> module = ParseHloModule(R"(HloModule m
+ENTRY e {
+  p = f32[4,6] parameter(0), sharding={devices=[2,1,2]<=[4] last_tile_dims={manual}}
+  ROOT n = f32[4,6] negate(p), sharding={devices=[2,1,2]<=[4] last_tile_dims={manual}}
+})");
+  EXPECT_TRUE(HasManualRegions(*module));
+  const CompiledProgram program = CompileForDevices(*module, {.num_devices = 4});
+  EXPECT_EQ(program.input_shapes[0].ToString(), "f32[2,4,6]");
+  EXPECT_EQ(program.local_input_shapes[0].ToString(), "f32[2,6]");
+  EXPECT_EQ(program.output_shapes[0].ToString(), "f32[2,4,6]");
+  std::mt19937 rng(std::random_device{}());
+  std::normal_distribution<float> normal;
+  std::vector<float> x(48);
+  for (float& v : x) v = normal(rng);
+  const HostTensor input = HostTensor::FromVector<float>(PrimitiveType::kF32, {2, 4, 6}, x);
+  // Device 3 (group 1, rows 2-3) holds entry 1's rows 2 and 3.
+  const std::vector<std::vector<HostTensor>> pieces = ShardInputs(program, {&input, 1});
+  for (int64_t i = 0; i < 12; ++i) {
+    EXPECT_EQ(pieces[3][0].data<float>()[i], x[24 + 12 + i]);
+    EXPECT_EQ(pieces[0][0].data<float>()[i], x[i]);
+  }
+  LocalCluster cluster(4);
+  const std::vector<HostTensor> out =
+      RunSharded(program, std::vector<HostTensor>{input}, cluster, nullptr, {}, kNaN);
+  for (int64_t i = 0; i < 48; ++i) EXPECT_EQ(out[0].data<float>()[i], -x[i]) << i;
+}
+
 TEST(RunCommandTest, CheckExitsThreeWhenTheShardedResultDiffers) {
   const std::string path = std::string(WEFT_SOURCE_DIR) + "/tests/runtime/data/cancelling_sum.hlo";
   std::ostringstream out;

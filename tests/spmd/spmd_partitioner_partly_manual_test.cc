@@ -215,6 +215,24 @@ TEST(SpmdPartlyManualTest, TheReplicatedReferenceKeepsTheManualGroups) {
   }
 }
 
+// An entry parameter or result may be each manual group's own value, tiled
+// within the group (XLA's SubgroupManual* tests): the program takes and
+// gives the group-local tiles.
+TEST(SpmdPartlyManualTest, EntryParametersAndResultsMayBeInARegion) {
+  std::unique_ptr<HloModule> program =
+      PartitionModule(*ParseHloModule(R"(HloModule m, num_partitions=4
+ENTRY main {
+  p = f32[4,6] parameter(0), sharding={devices=[2,1,2]<=[4] last_tile_dims={manual}}
+  ROOT n = f32[4,6] negate(p), sharding={devices=[2,1,2]<=[4] last_tile_dims={manual}}
+}
+)"));
+  const HloComputation* entry = program->entry_computation();
+  EXPECT_EQ(entry->parameter_instruction(0)->shape().ToString(), "f32[2,6]");
+  EXPECT_EQ(entry->root_instruction()->shape().ToString(), "f32[2,6]");
+  EXPECT_EQ(entry->root_instruction()->sharding()->ToString(),
+            "{devices=[2,1,2]<=[4] last_tile_dims={manual}}");
+}
+
 TEST(SpmdPartlyManualTest, WhatARegionCannotHoldIsRefusedByName) {
   auto refused = [](const std::string& text, const std::vector<std::string>& parts) {
     try {
@@ -242,14 +260,6 @@ ENTRY main {
       R"(  ROOT f = f32[4,6] custom-call(x), custom_call_target="SPMDShardToFullShape", sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
 }
 )";
-  // A region value that is a parameter.
-  refused(R"(HloModule m, num_partitions=4
-ENTRY main {
-  p = f32[4,6] parameter(0), sharding={devices=[2,1,2]<=[4] last_tile_dims={manual}}
-  ROOT n = f32[4,6] negate(p), sharding={devices=[2,1,2]<=[4] last_tile_dims={manual}}
-}
-)",
-          {"'p'", "parameter of partly manual sharding", "SPMDFullToShardShape"});
   // A tiled value read inside the region without SPMDFullToShardShape.
   refused(head + "  x = f32[2,6] add(m, q), " + cols + "\n" + tail,
           {"'x'", "from outside the region", "SPMDFullToShardShape"});

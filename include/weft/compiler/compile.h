@@ -48,12 +48,19 @@ struct CompileOptions {
 
 // A module compiled for `num_devices` devices. Leaves are the entry
 // parameters' / root's array leaves in order (runtime/executor.h).
+// How many values an entry leaf of sharding `s` on `num_devices` devices
+// stands for: under {manual} each device's own (num_devices); under a
+// partly manual sharding each manual group's own (the manual subgroup's
+// size); otherwise 0 (one value). CompiledProgram's global shape of such a
+// leaf stacks them along a new leading dim.
+int64_t ManualValueCount(const HloSharding& s, int64_t num_devices);
+
 struct CompiledProgram {
   std::unique_ptr<HloModule> program;  // the per-device program
   int64_t num_devices = 1;
   bool propagated = false;  // shardings were completed by propagation
   std::vector<std::string> input_names, output_names;
-  // Global; a {manual} leaf's is the devices' own values stacked: [N, local dims...].
+  // Global; a leaf with ManualValueCount M > 0 stacks its M values: [M, dims...].
   std::vector<Shape> input_shapes, output_shapes;
   std::vector<Shape> local_input_shapes, local_output_shapes;  // per device (padded tiles)
   std::vector<HloSharding> input_shardings, output_shardings;
