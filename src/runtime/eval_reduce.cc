@@ -15,6 +15,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <unordered_set>
 
 #include "elementwise_kernels.h"
 #include "executor_eval.h"
@@ -188,15 +189,123 @@ double ApplyScalar(const ScalarFunction::Program::Op& op, const double* x) {
 
 }  // namespace
 
+namespace {
+
+// The instructions `root` depends on, operands first.
+std::vector<const HloInstruction*> PostOrderOf(const HloInstruction* root) {
+  std::vector<const HloInstruction*> order;
+  std::unordered_set<const HloInstruction*> seen;
+  std::vector<std::pair<const HloInstruction*, size_t>> stack = {{root, 0}};
+  seen.insert(root);
+  while (!stack.empty()) {
+    auto& [instr, next] = stack.back();
+    if (next < static_cast<size_t>(instr->operand_count())) {
+      const HloInstruction* operand = instr->operand(static_cast<int64_t>(next++));
+      if (seen.insert(operand).second) stack.push_back({operand, 0});
+      continue;
+    }
+    order.push_back(instr);
+    stack.pop_back();
+  }
+  return order;
+}
+
+// Whether `a` computes of parameter 2i what `b` computes of parameter 2i+1.
+bool SameFunctionOfSides(const HloInstruction* a, const HloInstruction* b, int64_t i) {
+  if (a->opcode() != b->opcode() || a->shape() != b->shape() ||
+      a->operand_count() != b->operand_count()) {
+    return false;
+  }
+  switch (a->opcode()) {
+    case HloOpcode::kParameter:
+      return a->parameter_number() == 2 * i && b->parameter_number() == 2 * i + 1;
+    case HloOpcode::kConstant:
+      return a->shape().IsScalar() && a->literal().Get(0) == b->literal().Get(0);
+    case HloOpcode::kCompare:
+      if (a->attrs().comparison_direction != b->attrs().comparison_direction ||
+          a->attrs().comparison_type != b->attrs().comparison_type) {
+        return false;
+      }
+      break;
+    default:
+      break;
+  }
+  for (int64_t k = 0; k < a->operand_count(); ++k) {
+    if (!SameFunctionOfSides(a->operand(k), b->operand(k), i)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+namespace {
+
+// `c` as one key's strict comparison of the two sides of operand i.
+std::optional<SortKey> KeyComparison(const HloComputation& comparator, const HloInstruction* c) {
+  if (c->opcode() != HloOpcode::kCompare) return std::nullopt;
+  const ComparisonDirection direction = c->attrs().comparison_direction;
+  if (direction != ComparisonDirection::kLt && direction != ComparisonDirection::kGt) {
+    return std::nullopt;
+  }
+  for (int64_t i = 0; 2 * i + 1 < comparator.num_parameters(); ++i) {
+    if (!SameFunctionOfSides(c->operand(0), c->operand(1), i)) continue;
+    return SortKey{i, direction == ComparisonDirection::kGt,
+                   c->attrs().comparison_type == "TOTALORDER",
+                   ScalarFunction(comparator, c->operand(0))};
+  }
+  return std::nullopt;
+}
+
+bool AppendKeys(const HloComputation& comparator, const HloInstruction* r,
+                std::vector<SortKey>& keys) {
+  if (std::optional<SortKey> key = KeyComparison(comparator, r)) {
+    keys.push_back(std::move(*key));
+    return true;
+  }
+  // select(compare(c, c', EQ), tie, c): c decides unless neither side is
+  // before the other.
+  if (r->opcode() != HloOpcode::kSelect) return false;
+  const HloInstruction* equal = r->operand(0);
+  const HloInstruction* c = r->operand(2);
+  if (equal->opcode() != HloOpcode::kCompare ||
+      equal->attrs().comparison_direction != ComparisonDirection::kEq ||
+      c->opcode() != HloOpcode::kCompare) {
+    return false;
+  }
+  const HloInstruction* swapped = equal->operand(0) == c ? equal->operand(1) : equal->operand(0);
+  if ((equal->operand(0) != c && equal->operand(1) != c) ||
+      swapped->opcode() != HloOpcode::kCompare || swapped->operand(0) != c->operand(1) ||
+      swapped->operand(1) != c->operand(0) ||
+      swapped->attrs().comparison_direction != c->attrs().comparison_direction ||
+      swapped->attrs().comparison_type != c->attrs().comparison_type) {
+    return false;
+  }
+  std::optional<SortKey> key = KeyComparison(comparator, c);
+  if (!key) return false;
+  keys.push_back(std::move(*key));
+  return AppendKeys(comparator, r->operand(1), keys);
+}
+
+}  // namespace
+
+std::optional<std::vector<SortKey>> SortKeysOf(const HloComputation& comparator) {
+  std::vector<SortKey> keys;
+  if (!AppendKeys(comparator, comparator.root_instruction(), keys)) return std::nullopt;
+  return keys;
+}
+
 ScalarFunction::ScalarFunction(const HloComputation& computation)
+    : ScalarFunction(computation, computation.root_instruction()) {}
+
+ScalarFunction::ScalarFunction(const HloComputation& computation, const HloInstruction* root)
     : program_(std::make_unique<Program>()) {
   program_->num_params = computation.num_parameters();
   std::unordered_map<const HloInstruction*, int> index;
-  for (const HloInstruction* instr : computation.MakeInstructionPostOrder()) {
+  for (const HloInstruction* instr : PostOrderOf(root)) {
     const HloOpcode op = instr->opcode();
     if (op == HloOpcode::kTuple) {
-      WEFT_CHECK(instr == computation.root_instruction(),
-                 "computation '{}': only its root may be a tuple", computation.name());
+      WEFT_CHECK(instr == root, "computation '{}': only its root may be a tuple",
+                 computation.name());
       for (const HloInstruction* operand : instr->operands()) {
         program_->results.push_back(index.at(operand));
       }
@@ -227,8 +336,7 @@ ScalarFunction::ScalarFunction(const HloComputation& computation)
     index[instr] = static_cast<int>(program_->ops.size());
     program_->ops.push_back(std::move(o));
   }
-  if (program_->results.empty())
-    program_->results.push_back(index.at(computation.root_instruction()));
+  if (program_->results.empty()) program_->results.push_back(index.at(root));
 }
 
 ScalarFunction::~ScalarFunction() = default;

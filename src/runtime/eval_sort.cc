@@ -1,6 +1,7 @@
 // sort and topk: every row along one dimension is ordered on its own. sort
 // orders by its comparator computation (interpreted per comparison, as
-// reduce interprets reducers it has no fast path for), always stably, so
+// reduce interprets reducers it has no fast path for; a comparator of keys
+// per element, SortKeysOf, has each key computed once), always stably, so
 // the order of equal keys is the same on one device and on many; topk takes
 // the k largest (or smallest) in compare's total order, ties to the lower
 // index.
@@ -78,13 +79,33 @@ Value EvalSort(const HloInstruction& instr, EvalArgs& args) {
   Value out;
   for (int64_t i = 0; i < n; ++i) out.push_back(args.ctx().Allocate(args.array(i).shape()));
   const ScalarFunction less(*instr.to_apply());
+  // A comparator of keys per element: each key computed once, compared
+  // natively (the same order: strict comparisons of the same values).
+  const std::optional<std::vector<SortKey>> by_key = SortKeysOf(*instr.to_apply());
+  const int64_t levels = by_key ? static_cast<int64_t>(by_key->size()) : 0;
   const int64_t len = rows.length;
   ParallelRanges(rows.count, rows.Chunk(), args.ctx().options().use_thread_pool,
                  [&](int64_t begin, int64_t end) {
                    std::vector<double> keys(static_cast<size_t>(n * len)), call(2 * n);
+                   std::vector<double> element_key(static_cast<size_t>(levels * len));
                    std::vector<int64_t> order(static_cast<size_t>(len));
                    double result = 0;
                    auto comes_first = [&](int64_t a, int64_t b) {
+                     for (int64_t l = 0; l < levels; ++l) {
+                       const SortKey& k = (*by_key)[l];
+                       const double x = element_key[l * len + a], y = element_key[l * len + b];
+                       bool before, after;
+                       if (k.total_order) {
+                         const int64_t kx = TotalOrderKey(x), ky = TotalOrderKey(y);
+                         before = k.greater ? kx > ky : kx < ky;
+                         after = k.greater ? ky > kx : ky < kx;
+                       } else {
+                         before = k.greater ? x > y : x < y;
+                         after = k.greater ? y > x : y < x;
+                       }
+                       if (before || after) return before;
+                       if (l + 1 == levels) return false;
+                     }
                      for (int64_t i = 0; i < n; ++i) {
                        call[2 * i] = keys[i * len + a];
                        call[2 * i + 1] = keys[i * len + b];
@@ -99,6 +120,14 @@ Value EvalSort(const HloInstruction& instr, EvalArgs& args) {
                        for (int64_t k = 0; k < len; ++k) {
                          keys[i * len + k] =
                              LoadAsDouble(x.element_type(), x.raw_data(), start + k * rows.stride);
+                       }
+                     }
+                     for (int64_t l = 0; l < levels; ++l) {
+                       const SortKey& k = (*by_key)[l];
+                       const double* values = keys.data() + k.operand * len;
+                       for (int64_t e = 0; e < len; ++e) {
+                         call[2 * k.operand] = values[e];
+                         k.key.Call(call, std::span<double>(&element_key[l * len + e], 1));
                        }
                      }
                      std::iota(order.begin(), order.end(), 0);

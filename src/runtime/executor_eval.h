@@ -8,6 +8,7 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <span>
 #include <typeindex>
 #include <unordered_map>
@@ -349,6 +350,9 @@ float FoldRowF32(ReducerKind kind, float acc, const float* row, int64_t n);
 class ScalarFunction {
  public:
   explicit ScalarFunction(const HloComputation& computation);
+  // The value of `root` (an instruction of `computation`) alone: the
+  // arguments are still all of the computation's parameters.
+  ScalarFunction(const HloComputation& computation, const HloInstruction* root);
   ~ScalarFunction();
   ScalarFunction(ScalarFunction&&) noexcept;
   // args.size() == the computation's parameter count; returns its root's
@@ -361,6 +365,23 @@ class ScalarFunction {
  private:
   std::unique_ptr<Program> program_;
 };
+
+// A sort comparator that orders by keys computed per element: its root
+// compares (strictly: LT or GT) f of operand i's lhs parameter with the same
+// f of its rhs parameter, or is XLA's lexicographic form
+//   select(compare(c, c', EQ), tie, c)
+// with c such a comparison, c' the same comparison of the swapped sides and
+// `tie` again a comparator of this form. A sort then computes each key once
+// per element instead of interpreting the comparator per comparison.
+struct SortKey {
+  int64_t operand = 0;
+  bool greater = false;      // GT: descending
+  bool total_order = false;  // compare's type=TOTALORDER
+  ScalarFunction key;        // f, over the comparator's parameters
+};
+// The keys, most significant first; nullopt when the comparator is not of
+// that form.
+std::optional<std::vector<SortKey>> SortKeysOf(const HloComputation& comparator);
 
 // An integer whose order is compare's type=TOTALORDER on `v` (-NaN < -inf <
 // ... < -0 < +0 < ... < inf < NaN).

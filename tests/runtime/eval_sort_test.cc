@@ -116,6 +116,66 @@ ENTRY e {
   for (size_t t = 0; t < 3; ++t) ExpectEqual(out[t], want[t], "operand " + std::to_string(t));
 }
 
+// XLA's lexicographic comparator: select(compare(c, c', EQ), tie, c) with c
+// a strict comparison of one key of both sides and c' the swapped one; here
+// descending by value negated and ascending by a second key on ties. The
+// same module with LE (not a strict order of keys) keeps to the per-
+// comparison interpreter and gives the order LE's stable sort gives.
+TEST(EvalSortTest, LexicographicComparatorsOrderByEachKeyInTurn) {
+  const std::string text = R"(HloModule s
+lex {
+  a0 = f32[] parameter(0)
+  a1 = f32[] parameter(1)
+  b0 = s32[] parameter(2)
+  b1 = s32[] parameter(3)
+  n0 = f32[] negate(a0)
+  n1 = f32[] negate(a1)
+  c = pred[] compare(n0, n1), direction=LT
+  c2 = pred[] compare(n1, n0), direction=LT
+  eq = pred[] compare(c, c2), direction=EQ
+  tie = pred[] compare(b0, b1), direction=GT
+  ROOT r = pred[] select(eq, tie, c)
+}
+ENTRY e {
+  vals = f32[5,64] parameter(0)
+  second = s32[5,64] parameter(1)
+  ROOT s = (f32[5,64], s32[5,64]) sort(vals, second), dimensions={1}, is_stable=true, to_apply=lex
+}
+)";
+  std::mt19937 rng(std::random_device{}());
+  // Few distinct values: many ties for the second key to break.
+  const HostTensor vals = Random("s32[5,64]", rng, 0, 4);
+  HostTensor fvals = HostTensor::FromDoubles(Shape(PrimitiveType::kF32, {5, 64}), vals.ToDoubles());
+  // Distinct within a row, so LE below is a strict order there too.
+  std::vector<int32_t> perm;
+  for (int r = 0; r < 5; ++r) {
+    std::vector<int32_t> row(64);
+    std::iota(row.begin(), row.end(), 0);
+    std::shuffle(row.begin(), row.end(), rng);
+    perm.insert(perm.end(), row.begin(), row.end());
+  }
+  const HostTensor second = HostTensor::FromVector<int32_t>(PrimitiveType::kS32, {5, 64}, perm);
+  const std::vector<double> v = fvals.ToDoubles(), k = second.ToDoubles();
+  const auto want = SortRows({v, k}, {5, 64}, 1, [&](int64_t a, int64_t b) {
+    if (v[a] != v[b]) return -v[a] < -v[b];
+    return k[a] > k[b];
+  });
+  const std::vector<HostTensor> out = RunText(text, {fvals, second});
+  ASSERT_EQ(out.size(), 2u);
+  ExpectEqual(out[0], want[0], "values");
+  ExpectEqual(out[1], want[1], "second key");
+
+  std::string le = text;
+  le.replace(le.find("direction=GT"), 12, "direction=LE");
+  const auto want_le = SortRows({v, k}, {5, 64}, 1, [&](int64_t a, int64_t b) {
+    if (v[a] != v[b]) return -v[a] < -v[b];
+    return k[a] <= k[b];
+  });
+  const std::vector<HostTensor> out_le = RunText(le, {fvals, second});
+  ExpectEqual(out_le[0], want_le[0], "values (LE)");
+  ExpectEqual(out_le[1], want_le[1], "second key (LE)");
+}
+
 TEST(EvalSortTest, TotalOrderPlacesNaNAndSignedZeros) {
   // type=TOTALORDER: -NaN < -inf < -1 < -0 < +0 < 1 < inf < NaN.
   const std::string text = R"(HloModule s
