@@ -80,6 +80,9 @@ const std::map<std::string_view, std::vector<Op>>& AttributeOpcodes() {
       {"metadata", {}},
       {"frontend_attributes", {}},
       {"statistics", {}},
+      // XLA's original value: which instruction of the program before its
+      // passes this one stands for (kept as text).
+      {"origin", {}},
   };
   return *table;
 }

@@ -77,7 +77,7 @@ ENTRY main {
   a2a = f32[8,16] all-to-all(x), channel_id=4, replica_groups={{0,1},{2,3}}, dimensions={1}
   cp = f32[8,16] collective-permute(x), channel_id=5, source_target_pairs={{0,1},{1,2},{2,3},{3,0}}
   all = f32[8,16] all-reduce(x), replica_groups={}, to_apply=sum
-  pid = u32[] partition-id()
+  pid = u32[] partition-id(), origin={{"broadcast.443"}}
   emb = f32[1000,64] parameter(3), sharding={devices=[4,1]<=[4]}
   ids = s32[8,32] parameter(4)
   rows = f32[8,32,64] gather(emb, ids), offset_dims={2}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=2, slice_sizes={1,64}
