@@ -2,15 +2,19 @@
 // over the window positions that land on an input element (padding and the
 // holes lhs dilation opens hold zeros, so they add nothing) and over the
 // input features of its group, of input x kernel. The reference evaluator:
-// the operands are packed once into accumulator-typed copies laid out
+// the operands are packed into accumulator-typed copies laid out
 // [batch, spatial..., feature] and [window..., input feature, output
-// feature], so the innermost loop is a contiguous axpy along a group's
-// output features; each (result batch, result position) finds its covered
-// window positions once. f32 accumulates bf16/f16/f32, f64 accumulates f64, s64 integers.
+// feature] (no copy where an operand is laid out so already), the result
+// computed [batch, spatial..., feature] (in the result itself where that is
+// its layout and type). f32 (which bf16/f16/f32 accumulate in) runs as
+// GEMMs over gathered windows (ConvolveF32); f64 and s64 (integers) run a
+// contiguous axpy along a group's output features per covered window
+// position and input feature (Convolve).
 #include <algorithm>
 
 #include "executor_eval.h"
 #include "weft/base/error.h"
+#include "weft/kernels/simd.h"
 
 namespace weft::runtime::exec {
 namespace {
@@ -23,17 +27,31 @@ PrimitiveType AccumulatorType(PrimitiveType in, PrimitiveType out) {
 }
 
 // `t` converted to `acc` and transposed so that dim j of the copy is dim
-// perm[j] of `t`.
+// perm[j] of `t`: one pass where either step is nothing, else a transpose
+// at the source's width and a conversion of its result.
 HostTensor PackedCopy(EvalContext& ctx, const HostTensor& t, PrimitiveType acc,
                       const std::vector<int64_t>& perm) {
   std::vector<int64_t> dims;
-  for (int64_t p : perm) dims.push_back(t.dimensions()[p]);
-  HostTensor converted = ctx.Allocate(Shape(acc, t.dimensions()));
-  ConvertElements(t.element_type(), t.raw_data(), acc, converted.mutable_raw_data(),
-                  t.element_count());
+  bool identity = true;
+  for (size_t j = 0; j < perm.size(); ++j) {
+    dims.push_back(t.dimensions()[perm[j]]);
+    identity = identity && perm[j] == static_cast<int64_t>(j);
+  }
+  const PrimitiveType from = t.element_type();
+  if (identity && from == acc) return t;
   HostTensor packed = ctx.Allocate(Shape(acc, dims));
-  TransposeBytes(converted.raw_data(), t.dimensions(), perm, ByteWidth(acc),
-                 packed.mutable_raw_data());
+  if (identity) {
+    ConvertElements(from, t.raw_data(), acc, packed.mutable_raw_data(), t.element_count());
+    return packed;
+  }
+  if (from == acc) {
+    TransposeBytes(t.raw_data(), t.dimensions(), perm, ByteWidth(acc), packed.mutable_raw_data());
+    return packed;
+  }
+  HostTensor transposed = ctx.Allocate(Shape(from, dims));
+  TransposeBytes(t.raw_data(), t.dimensions(), perm, ByteWidth(from),
+                 transposed.mutable_raw_data());
+  ConvertElements(from, transposed.raw_data(), acc, packed.mutable_raw_data(), t.element_count());
   return packed;
 }
 
@@ -148,6 +166,118 @@ void Convolve(const HloInstruction& instr, const ConvGeometry& g, const Acc* lhs
   });
 }
 
+// The input position the tap of kernel window index `kernel` (row-major)
+// meets at result position `out_index`, or -1 where it lands in padding or
+// a hole of the lhs dilation.
+int64_t TapInput(const ConvGeometry& g, const std::vector<WindowDim>& window,
+                 const std::vector<int64_t>& out_index, int64_t kernel) {
+  int64_t input = 0, stride = 1;
+  for (int64_t d = g.n - 1; d >= 0; --d) {
+    const WindowDim& wd = window[d];
+    const int64_t kk = kernel % g.window[d];
+    kernel /= g.window[d];
+    const int64_t k = wd.window_reversal ? g.window[d] - 1 - kk : kk;
+    const int64_t u = out_index[d] * wd.stride - wd.padding_low + k * wd.window_dilation;
+    if (u < 0 || u % wd.base_dilation != 0 || u / wd.base_dilation >= g.in_spatial[d]) return -1;
+    input += u / wd.base_dilation * stride;
+    stride *= g.in_spatial[d];
+  }
+  return input;
+}
+
+// The f32 convolution as GEMMs: per group, a range of result rows (result
+// batch x position) times the kernel viewed as [K, group's features] with
+// K = (window position, input feature). The rows' K values (im2col, zero
+// where a tap is not covered) are gathered one block of simd's K pass at a
+// time and multiplied with simd::Primitives::gemm, accumulating over the
+// blocks in order, so each result sums its taps in kernel window order and
+// each tap's input features in order. A group's features that are not a
+// multiple of kPadN go through a zero-padded copy of its kernel columns and
+// a padded result block. The per-tap axpy loop of Convolve ran XLA's
+// [128,56,56,64] x [128,56,56,256] weight-gradient convolution at ~1/10 of
+// this (docs/PERFORMANCE.md, session 41).
+void ConvolveF32(const HloInstruction& instr, const ConvGeometry& g, const float* lhs,
+                 const float* rhs, float* out, bool use_pool) {
+  namespace simd = kernels::simd;
+  const std::vector<WindowDim>& window = instr.attrs().window;
+  const bool feature_groups = instr.attrs().feature_group_count > 1;
+  const bool batch_groups = instr.attrs().batch_group_count > 1;
+  const int64_t groups =
+      std::max(instr.attrs().feature_group_count, instr.attrs().batch_group_count);
+  const int64_t per_group = g.out_features / groups;
+  const int64_t K = g.window_positions * g.group_in;
+  const int64_t items = g.out_batch * g.out_positions;
+  if (items == 0 || per_group == 0) return;
+  const bool direct = per_group % simd::kPadN == 0;
+  const int64_t np = simd::PadN(per_group);
+  // Kernel columns of each group, padded to np (only when not direct).
+  std::vector<float> padded;
+  if (!direct) {
+    padded.assign(static_cast<size_t>(groups * K * np), 0.0f);
+    for (int64_t group = 0; group < groups; ++group) {
+      for (int64_t k = 0; k < K; ++k) {
+        std::copy_n(rhs + k * g.out_features + group * per_group, per_group,
+                    padded.data() + (group * K + k) * np);
+      }
+    }
+  }
+  constexpr int64_t kRows = 64, kBlockK = 256;
+  const simd::Primitives& prims = simd::GetPrimitives();
+  ParallelRanges(items, 8, use_pool, [&](int64_t begin, int64_t end) {
+    std::vector<float> a(static_cast<size_t>(kRows * std::min(K, kBlockK)));
+    std::vector<float> c(direct ? 0 : static_cast<size_t>(kRows * np));
+    std::vector<int64_t> out_index(g.n);
+    // Per row of the block: the result batch and position.
+    std::vector<int64_t> row_batch(kRows);
+    std::vector<std::vector<int64_t>> row_index(kRows, std::vector<int64_t>(g.n));
+    for (int64_t r0 = begin; r0 < end; r0 += kRows) {
+      const int64_t rows = std::min(kRows, end - r0);
+      for (int64_t r = 0; r < rows; ++r) {
+        row_batch[r] = (r0 + r) / g.out_positions;
+        int64_t rest = (r0 + r) % g.out_positions;
+        for (int64_t d = g.n - 1; d >= 0; --d) {
+          row_index[r][d] = rest % g.out_spatial[d];
+          rest /= g.out_spatial[d];
+        }
+      }
+      for (int64_t group = 0; group < groups; ++group) {
+        const int64_t o0 = group * per_group;
+        const int64_t feature0 = feature_groups ? group * g.group_in : 0;
+        const float* b = direct ? rhs + o0 : padded.data() + group * K * np;
+        const int64_t ldb = direct ? g.out_features : np;
+        float* dst = direct ? out + r0 * g.out_features + o0 : c.data();
+        const int64_t ldc = direct ? g.out_features : np;
+        for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += kBlockK) {
+          const int64_t kb = std::min(kBlockK, K - k0);
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t in_batch =
+                batch_groups ? group * g.out_batch + row_batch[r] : row_batch[r];
+            const float* x = lhs + in_batch * g.in_positions * g.features + feature0;
+            float* arow = a.data() + r * kb;
+            for (int64_t k = k0; k < k0 + kb;) {
+              const int64_t kernel = k / g.group_in, c0 = k % g.group_in;
+              const int64_t len = std::min(g.group_in - c0, k0 + kb - k);
+              const int64_t input = TapInput(g, window, row_index[r], kernel);
+              if (input < 0) {
+                std::fill_n(arow + (k - k0), len, 0.0f);
+              } else {
+                std::copy_n(x + input * g.features + c0, len, arow + (k - k0));
+              }
+              k += len;
+            }
+          }
+          prims.gemm(rows, np, kb, a.data(), kb, b + k0 * ldb, ldb, simd::kPadN, dst, ldc, k0 > 0);
+        }
+        if (!direct) {
+          for (int64_t r = 0; r < rows; ++r) {
+            std::copy_n(c.data() + r * np, per_group, out + (r0 + r) * g.out_features + o0);
+          }
+        }
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void CheckConvolution(const HloInstruction& instr) {
@@ -181,13 +311,24 @@ Value EvalConvolution(const HloInstruction& instr, EvalArgs& args) {
   std::vector<int64_t> packed_dims{g.out_batch};
   packed_dims.insert(packed_dims.end(), g.out_spatial.begin(), g.out_spatial.end());
   packed_dims.push_back(g.out_features);
-  HostTensor packed = args.ctx().Allocate(Shape(acc, packed_dims));
+  // Result dim j is packed dim out_perm[j]; where that is the identity and
+  // the result has the accumulator's type, the loops write the result.
+  std::vector<int64_t> out_perm(instr.shape().rank());
+  out_perm[dn.output_batch_dimension] = 0;
+  out_perm[dn.output_feature_dimension] = g.n + 1;
+  for (int64_t k = 0; k < g.n; ++k) out_perm[dn.output_spatial_dimensions[k]] = 1 + k;
+  bool identity = true;
+  for (size_t j = 0; j < out_perm.size(); ++j) {
+    identity = identity && out_perm[j] == static_cast<int64_t>(j);
+  }
+  const bool in_place = identity && result.element_type() == acc;
+  HostTensor packed = in_place ? result : args.ctx().Allocate(Shape(acc, packed_dims));
   const bool pool = args.ctx().options().use_thread_pool;
   switch (acc) {
     case PrimitiveType::kF32:
-      Convolve(instr, g, static_cast<const float*>(lhs.raw_data()),
-               static_cast<const float*>(rhs.raw_data()),
-               static_cast<float*>(packed.mutable_raw_data()), pool);
+      ConvolveF32(instr, g, static_cast<const float*>(lhs.raw_data()),
+                  static_cast<const float*>(rhs.raw_data()),
+                  static_cast<float*>(packed.mutable_raw_data()), pool);
       break;
     case PrimitiveType::kF64:
       Convolve(instr, g, static_cast<const double*>(lhs.raw_data()),
@@ -200,12 +341,18 @@ Value EvalConvolution(const HloInstruction& instr, EvalArgs& args) {
                static_cast<int64_t*>(packed.mutable_raw_data()), pool);
       break;
   }
-  // Result dim j is packed dim out_perm[j].
-  std::vector<int64_t> out_perm(instr.shape().rank());
-  out_perm[dn.output_batch_dimension] = 0;
-  out_perm[dn.output_feature_dimension] = g.n + 1;
-  for (int64_t k = 0; k < g.n; ++k) out_perm[dn.output_spatial_dimensions[k]] = 1 + k;
+  if (in_place) return Value{std::move(result)};
+  if (identity) {
+    ConvertElements(acc, packed.raw_data(), result.element_type(), result.mutable_raw_data(),
+                    result.element_count());
+    return Value{std::move(result)};
+  }
   // TransposeBytes's perm: out dim i = in dim perm[i].
+  if (result.element_type() == acc) {
+    TransposeBytes(packed.raw_data(), packed_dims, out_perm, ByteWidth(acc),
+                   result.mutable_raw_data());
+    return Value{std::move(result)};
+  }
   HostTensor laid_out = args.ctx().Allocate(Shape(acc, instr.shape().dimensions()));
   TransposeBytes(packed.raw_data(), packed_dims, out_perm, ByteWidth(acc),
                  laid_out.mutable_raw_data());

@@ -149,6 +149,21 @@ TEST(EvalConvolutionTest, OneThreeAndNoSpatialDims) {
   CheckConvolution("f32[5,7]", "f32[7,4]", "dim_labels=bf_io->bf");
 }
 
+TEST(EvalConvolutionTest, ShapesAcrossTheGemmBlocks) {
+  // f32 runs as GEMMs in blocks of 64 result rows and 256 of K (window
+  // positions x input features): 70 rows and K = 7 x 40 = 280 cross both,
+  // with 16 output features (the GEMM writes the result in place) and 20
+  // (through a padded block); then two groups of 16 with K = 15 x 20 = 300,
+  // a reversed kernel and a result laid out otherwise than it is computed.
+  CheckConvolution("f32[1,70,40]", "f32[7,40,16]",
+                   "window={size=7 pad=3_3}, dim_labels=b0f_0io->b0f");
+  CheckConvolution("f32[1,70,40]", "f32[7,40,20]",
+                   "window={size=7 stride=1 pad=4_2}, dim_labels=b0f_0io->b0f");
+  CheckConvolution("f32[1,40,70]", "f32[32,20,15]",
+                   "window={size=15 pad=7_7 rhs_reversal=1}, dim_labels=bf0_oi0->b0f, "
+                   "feature_group_count=2");
+}
+
 TEST(EvalConvolutionTest, ElementTypes) {
   // bf16 operands, f32 accumulation, f32 and bf16 results.
   CheckConvolution("bf16[2,6,6,8]", "bf16[3,3,8,4]",
