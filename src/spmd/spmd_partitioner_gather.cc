@@ -30,7 +30,7 @@ namespace {
 struct LookupDims {
   int64_t ivd = 0;
   std::vector<int64_t> one_wide;          // indexed operand dims with a slice of 1
-  std::vector<int64_t> passthrough;       // operand dims the slice takes whole (not indexed)
+  std::vector<int64_t> passthrough;       // operand dims the slice takes whole
   std::vector<int64_t> out_from_operand;  // result dim -> operand dim (-1 none)
   std::vector<int64_t> out_from_indices;  // result dim -> indices dim (-1 none)
   std::vector<int64_t> idx_batch;         // indices dims other than the index vector dim
@@ -66,7 +66,9 @@ std::optional<LookupDims> AnalyzeGather(const HloInstruction& instr) {
     if (indexed && slice[d] == 1) ld.one_wide.push_back(d);
     if (Contains(dn.collapsed_slice_dims, d)) continue;
     const int64_t out_dim = dn.offset_dims.at(next_offset++);
-    if (!indexed && slice[d] == operand.dimensions(d)) {
+    // Taken whole even where indexed: a whole slice's start clamps to 0,
+    // whatever the index (XLA's passthrough dims).
+    if (slice[d] == operand.dimensions(d)) {
       ld.passthrough.push_back(d);
       ld.out_from_operand[out_dim] = d;
     }
@@ -230,7 +232,7 @@ HloInstruction* EmitPartialSum(SpmdBuilder& b, HloInstruction* partial, const Pa
 HloInstruction* ShiftIndicesIntoTile(SpmdBuilder& b, HloInstruction* indices, int64_t ivd,
                                      const std::vector<int64_t>& index_map,
                                      const PartitionedValue& operand, bool clamp,
-                                     HloInstruction** in_tile) {
+                                     HloInstruction** in_tile, std::span<const int64_t> whole) {
   const Shape& shape = indices->shape();
   const PrimitiveType t = shape.element_type();
   const bool implicit = ivd == shape.rank();
@@ -247,7 +249,7 @@ HloInstruction* ShiftIndicesIntoTile(SpmdBuilder& b, HloInstruction* indices, in
       c = b.Slice(indices, starts, limits);
     }
     const int64_t d = index_map[k];
-    if (tiles[d] > 1) {
+    if (tiles[d] > 1 && !Contains(whole, d)) {
       const std::vector<int64_t>& dims = c->shape().dimensions();
       const int64_t local = operand.hlo->shape().dimensions(d);
       if (clamp) {  // as the whole gather clamps a one-wide slice's start
@@ -372,7 +374,7 @@ PartitionedValue HandleGather(ComputationPartitioner& p, const HloInstruction& i
   HloInstruction* in_tile = nullptr;
   HloInstruction* local_indices =
       ShiftIndicesIntoTile(b, indices.hlo, ld->ivd, instr.attrs().gather.start_index_map, operand,
-                           /*clamp=*/true, &in_tile);
+                           /*clamp=*/true, &in_tile, ld->passthrough);
   HloAttributes attrs = instr.attrs();
   for (int64_t d : ld->passthrough) {
     attrs.gather_slice_sizes[d] = operand.hlo->shape().dimensions(d);

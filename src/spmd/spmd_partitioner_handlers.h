@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -202,10 +203,12 @@ HloInstruction* EmitPartialSum(SpmdBuilder& b, HloInstruction* partial, const Pa
 // `clamp` first clamps such components into [0, size - 1] (a gather's
 // one-wide slice). `in_tile` (optional) receives a pred over the index
 // positions (indices dims but ivd): every shifted component within the tile.
+// Components of `whole` dims (a gather's slice takes them whole, so their
+// start clamps to 0 on every device) are left as they are.
 HloInstruction* ShiftIndicesIntoTile(SpmdBuilder& b, HloInstruction* indices, int64_t ivd,
                                      const std::vector<int64_t>& index_map,
                                      const PartitionedValue& operand, bool clamp,
-                                     HloInstruction** in_tile);
+                                     HloInstruction** in_tile, std::span<const int64_t> whole = {});
 
 // Emits `instr` again with new operands and result shape (same attributes,
 // called computations cloned).

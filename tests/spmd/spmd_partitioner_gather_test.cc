@@ -353,6 +353,36 @@ ENTRY e {
   EXPECT_TRUE(FindAll(*program.program, HloOpcode::kAllReduce).empty());
 }
 
+// A dim the slice takes whole is passed through even where the indices
+// index it: its start clamps to 0 whatever the index, so each device gathers
+// from its own columns (uneven: 10 over 4) with the index left as it is,
+// and the table is never gathered (XLA's passthrough dims).
+TEST(SpmdGatherTest, AnIndexedDimTakenWholeStaysSplit) {
+  std::mt19937_64 rng(41);
+  const int64_t vocab = 37, hidden = 10;
+  const HostTensor table = RandomTable(vocab, hidden, rng);
+  const std::vector<double> starts = {3, 7, 36, 0, -4, 100, 40, 2, 11, -9};
+  const HostTensor ids = HostTensor::FromDoubles(Shape(PrimitiveType::kS32, {5, 2}), starts);
+  const std::string text = R"(HloModule whole
+ENTRY e {
+  table = f32[37,10] parameter(0), sharding={devices=[1,4]<=[4]}
+  ids = s32[5,2] parameter(1), sharding={replicated}
+  ROOT rows = f32[5,10] gather(table, ids), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0,1}, index_vector_dim=1, slice_sizes={1,10}, sharding={devices=[1,4]<=[4]}
+}
+)";
+  std::vector<double> expected;
+  const std::vector<double> t = table.ToDoubles();
+  for (size_t k = 0; k < starts.size(); k += 2) {
+    const int64_t row = std::clamp<int64_t>(static_cast<int64_t>(starts[k]), 0, vocab - 1);
+    for (int64_t h = 0; h < hidden; ++h) expected.push_back(t[row * hidden + h]);
+  }
+  auto program = ExpectRuns(text, 4, {table, ids}, expected);
+  const HloModule& m = *program.program;
+  EXPECT_TRUE(FindAll(m, HloOpcode::kAllGather).empty()) << PrintModule(m);
+  EXPECT_TRUE(FindAll(m, HloOpcode::kAllReduce).empty()) << PrintModule(m);
+  EXPECT_EQ(FindAll(m, HloOpcode::kGather)[0]->shape(), ParseShape("f32[5,3]"));
+}
+
 // An FSDP table (the hidden dim split, the vocabulary whole) with ids split
 // along the batch: every device looks up its own rows; no device holds the
 // global batch's rows (the lookup once gathered them all, then sliced).
