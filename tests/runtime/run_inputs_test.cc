@@ -54,6 +54,22 @@ TEST(RunInputsTest, RandomInputsAreSeededPerParameter) {
   for (double x : a[1].ToDoubles()) EXPECT_TRUE(x >= 0 && x < 4) << x;
 }
 
+TEST(RunInputsTest, EachBlockOfALargeLeafIsItsOwnNormalStream) {
+  // Three blocks and a part (drawn in parallel): the same values on every
+  // draw, no block a repeat of another, each N(0, 1).
+  const std::vector<Shape> shapes = {Shape(PrimitiveType::kF32, {3 * kRandomBlock + 5})};
+  const std::vector<double> a = RandomInputs(shapes, 4)[0].ToDoubles();
+  EXPECT_EQ(RandomInputs(shapes, 4)[0].ToDoubles(), a);
+  for (int64_t block = 0; block < 3; ++block) {
+    const int64_t begin = block * kRandomBlock;
+    double sum = 0, squares = 0;
+    for (int64_t k = begin; k < begin + kRandomBlock; ++k) sum += a[k], squares += a[k] * a[k];
+    EXPECT_NEAR(sum / kRandomBlock, 0, 0.02) << block;
+    EXPECT_NEAR(squares / kRandomBlock, 1, 0.03) << block;
+    EXPECT_NE(a[begin], a[begin + kRandomBlock]) << block;
+  }
+}
+
 TEST(RunInputsTest, IntegerInputsSpanTheExtentTheirIndexUsesAdmit) {
   const std::unique_ptr<HloModule> module = ParseHloModule(R"(HloModule m
 add {

@@ -19,7 +19,8 @@
 //            execute the regions as written on the same pieces and differ
 //            in everything propagation and the partitioner decide.
 //
-// Inputs: entry parameter leaf i draws from its own stream of `seed`:
+// Inputs: entry parameter leaf i draws from its own streams of `seed` (one
+// per block of kRandomBlock elements):
 // floats N(0, 1), pred a fair coin, integers uniform over what their uses
 // admit (InputIntegerRanges): an index of a dynamic-slice, dynamic-update-
 // slice, gather or scatter (directly or through converts, reshapes,
@@ -131,7 +132,10 @@ struct IntegerRange {
 std::vector<IntegerRange> InputIntegerRanges(const HloModule& module);
 
 // Seeded inputs of the given shapes (see the file comment); integers over
-// `ranges[i]` (empty: [0, 3] for every leaf).
+// `ranges[i]` (empty: [0, 3] for every leaf). Each block of kRandomBlock
+// elements of a leaf is its own stream (seed, leaf, block), drawn in
+// parallel.
+inline constexpr int64_t kRandomBlock = int64_t{1} << 16;
 std::vector<HostTensor> RandomInputs(std::span<const Shape> shapes, uint64_t seed,
                                      std::span<const IntegerRange> ranges = {});
 
