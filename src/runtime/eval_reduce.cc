@@ -187,10 +187,6 @@ double ApplyScalar(const ScalarFunction::Program::Op& op, const double* x) {
   }
 }
 
-}  // namespace
-
-namespace {
-
 // The instructions `root` depends on, operands first.
 std::vector<const HloInstruction*> PostOrderOf(const HloInstruction* root) {
   std::vector<const HloInstruction*> order;
@@ -235,10 +231,6 @@ bool SameFunctionOfSides(const HloInstruction* a, const HloInstruction* b, int64
   }
   return true;
 }
-
-}  // namespace
-
-namespace {
 
 // `c` as one key's strict comparison of the two sides of operand i.
 std::optional<SortKey> KeyComparison(const HloComputation& comparator, const HloInstruction* c) {
