@@ -193,9 +193,9 @@ int64_t TapInput(const ConvGeometry& g, const std::vector<WindowDim>& window,
 // blocks in order, so each result sums its taps in kernel window order and
 // each tap's input features in order. A group's features that are not a
 // multiple of kPadN go through a zero-padded copy of its kernel columns and
-// a padded result block. The per-tap axpy loop of Convolve ran XLA's
-// [128,56,56,64] x [128,56,56,256] weight-gradient convolution at ~1/10 of
-// this (docs/PERFORMANCE.md, session 41).
+// a padded result block. The per-tap axpy loop of Convolve ran a 3x3
+// f32[32,28,28,256] convolution 10.6x slower (docs/PERFORMANCE.md,
+// session 41).
 void ConvolveF32(const HloInstruction& instr, const ConvGeometry& g, const float* lhs,
                  const float* rhs, float* out, bool use_pool) {
   namespace simd = kernels::simd;
