@@ -404,8 +404,10 @@ Value EvalShapeOp(const HloInstruction& instr, EvalArgs& args) {
   }
 }
 
-Value EvalShardingAnnotation(const HloInstruction& instr, EvalArgs& args) {
-  // custom_call_target="Sharding" only pins a sharding: the value passes.
+Value EvalIdentity(const HloInstruction& instr, EvalArgs& args) {
+  // custom_call_target="Sharding" only pins a sharding, and a memory-space
+  // move (IsMemorySpaceMoveTarget) moves within weft's one memory: the value
+  // passes.
   HostTensor out = args.ctx().Allocate(instr.shape());
   std::memcpy(out.mutable_raw_data(), args.array(0).raw_data(),
               static_cast<size_t>(out.byte_size()));

@@ -288,8 +288,9 @@ Value EvalAfterAll(const HloInstruction& instr, EvalArgs& args);  // a token (ev
 // custom_call_target="AllocateBuffer": the result's buffer, not written.
 void CheckAllocateBuffer(const HloInstruction& instr);
 Value EvalAllocateBuffer(const HloInstruction& instr, EvalArgs& args);
-// custom_call_target="Sharding" unpartitioned: the operand's value.
-Value EvalShardingAnnotation(const HloInstruction& instr, EvalArgs& args);
+// custom_call_target="Sharding" unpartitioned, and the memory-space moves
+// (IsMemorySpaceMoveTarget): the operand's value.
+Value EvalIdentity(const HloInstruction& instr, EvalArgs& args);
 void CheckDot(const HloInstruction& instr);
 Value EvalDot(const HloInstruction& instr, EvalArgs& args);
 // One binary post-op of a dot's GEMM (a step of an output fusion's chain):

@@ -114,7 +114,16 @@ EvalFn SelectEval(const HloInstruction& instr) {
         exec::CheckSort(instr);
         return &exec::EvalTopK;
       }
-      if (instr.attrs().custom_call_target == kShardingTarget) return &exec::EvalShardingAnnotation;
+      if (instr.attrs().custom_call_target == kShardingTarget) return &exec::EvalIdentity;
+      if (IsMemorySpaceMoveTarget(instr.attrs().custom_call_target)) {
+        WEFT_CHECK(instr.operand_count() == 1 && instr.shape().IsArray() &&
+                       instr.operand(0)->shape() == instr.shape(),
+                   "{}: a {} custom call takes one array and gives an array of its shape, not "
+                   "{} operand(s) and {}",
+                   instr.Describe(), instr.attrs().custom_call_target, instr.operand_count(),
+                   instr.shape().ToString());
+        return &exec::EvalIdentity;
+      }
       if (instr.attrs().custom_call_target == kAllocateBufferTarget) {
         exec::CheckAllocateBuffer(instr);
         return &exec::EvalAllocateBuffer;

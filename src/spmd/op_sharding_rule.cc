@@ -491,11 +491,7 @@ std::optional<OpShardingRule> ResultOnlyRule(const HloInstruction& instr) {
 bool IsPassThroughCustomCall(const HloInstruction& instr) {
   const std::string& target = instr.attrs().custom_call_target;
   if (target == "X64Combine" || target == "LayoutConstraint") return true;
-  static constexpr std::string_view kOneOperand[] = {"MoveToHost", "MoveToDevice", "PinToDevice",
-                                                     "PinToDeviceSram"};
-  return std::find(std::begin(kOneOperand), std::end(kOneOperand), target) !=
-             std::end(kOneOperand) &&
-         instr.operand_count() == 1 && instr.shape().IsArray() &&
+  return IsMemorySpaceMoveTarget(target) && instr.operand_count() == 1 && instr.shape().IsArray() &&
          instr.operand(0)->shape().IsArray() &&
          instr.operand(0)->shape().rank() == instr.shape().rank();
 }

@@ -321,6 +321,10 @@ PartitionedValue ComputationPartitioner::Partition(const HloInstruction& instr,
           instr.attrs().custom_call_target == "weft.flex_attention_backward") {
         return HandleAttention(*this, instr, sharding);
       }
+      if (IsMemorySpaceMoveTarget(instr.attrs().custom_call_target) && instr.operand_count() == 1 &&
+          instr.shape().IsArray() && instr.operand(0)->shape() == instr.shape()) {
+        return HandleElementwise(*this, instr, sharding);
+      }
       return HandleReplicated(*this, instr);
     case HloOpcode::kPartitionId:
     case HloOpcode::kReplicaId:

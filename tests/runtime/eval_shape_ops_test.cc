@@ -358,5 +358,34 @@ ENTRY e {
   EXPECT_TRUE(Mentions(with_operand, "takes no operand")) << with_operand;
 }
 
+TEST(EvalShapeOpsTest, MemorySpaceMovesPassTheValue) {
+  // XLA's host offloading: weft's devices have one memory, so a move to the
+  // host and back, or a pin, leaves every value as it was.
+  const char* text = R"(HloModule offload
+ENTRY e {
+  x = f32[3,4] parameter(0)
+  h = f32[3,4] custom-call(x), custom_call_target="MoveToHost"
+  n = f32[3,4] negate(h)
+  d = f32[3,4] custom-call(n), custom_call_target="MoveToDevice"
+  ROOT p = f32[3,4] custom-call(d), custom_call_target="PinToDevice"
+})";
+  std::mt19937 rng(8);
+  const HostTensor x = Random("f32[3,4]", rng);
+  std::vector<double> want = x.ToDoubles();
+  for (double& v : want) v = -v;
+  const std::vector<HostTensor> out = testing::RunText(text, {x});
+  ASSERT_EQ(out.size(), 1u);
+  ExpectEqual(out[0], want);
+  const std::string reshaped = ErrorOf([] {
+    testing::RunText(R"(HloModule bad
+ENTRY e {
+  x = f32[3,4] parameter(0)
+  ROOT h = f32[12] custom-call(x), custom_call_target="MoveToHost"
+})",
+                     {HostTensor(Shape(PrimitiveType::kF32, {3, 4}))});
+  });
+  EXPECT_TRUE(Mentions(reshaped, "an array of its shape")) << reshaped;
+}
+
 }  // namespace
 }  // namespace weft::runtime

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "weft/base/error.h"
+#include "weft/hlo/custom_call_targets.h"
 #include "weft/hlo/module.h"
 #include "weft/hlo/parser.h"
 #include "weft/hlo/printer.h"
@@ -285,6 +286,7 @@ class Interpreter {
     if (op == HloOpcode::kTuple) return Value{shape, {}, ops};
     if (op == HloOpcode::kGetTupleElement) return ops[0].elements.at(instr.tuple_index());
     if (op == HloOpcode::kCustomCall) {
+      if (IsMemorySpaceMoveTarget(a.custom_call_target)) return ops.at(0);
       if (!custom_call_) Fail("reference interpreter: no custom call hook");
       return custom_call_(instr, ops);
     }

@@ -63,6 +63,24 @@ ENTRY main {
   EXPECT_EQ(FindNamed(*m, "t")->shape(), ParseShape("f32[3,3,4]"));
 }
 
+// XLA's host offloading moves each device's piece (its
+// PartitionOffloading): the move to the host takes the parameter's tile as
+// it is, and each move runs on the tile of its sharding.
+TEST(SpmdPartitionerTest, MemorySpaceMovesArePartitionedElementwise) {
+  auto m = ExpectShardedEqualsUnsharded(WithAdd(R"(
+ENTRY main {
+  a = f32[8,6] parameter(0), sharding={devices=[4,1]<=[4]}
+  h = f32[8,6] custom-call(a), custom_call_target="MoveToHost", sharding={devices=[4,1]<=[4]}
+  n = f32[8,6] negate(h), sharding={devices=[4,1]<=[4]}
+  ROOT d = f32[8,6] custom-call(n), custom_call_target="MoveToDevice", sharding={devices=[1,2,2]<=[4] last_tile_dim_replicate}
+}
+)"),
+                                        4);
+  EXPECT_EQ(FindNamed(*m, "h")->shape(), ParseShape("f32[2,6]"));
+  EXPECT_EQ(FindNamed(*m, "d")->shape(), ParseShape("f32[8,3]"));
+  EXPECT_EQ(FindNamed(*m, "h")->operand(0)->opcode(), HloOpcode::kParameter);
+}
+
 TEST(SpmdPartitionerTest, ReshapeSplittingAShardedDim) {
   auto m = ExpectShardedEqualsUnsharded(WithAdd(R"(
 ENTRY main {

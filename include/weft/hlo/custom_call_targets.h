@@ -1,11 +1,13 @@
-// The custom-call targets weft defines: their names, operands, results and
-// backend_config. They are part of the IR's vocabulary, so they live with
+// The custom-call targets weft defines or gives a meaning: their names,
+// operands, results and backend_config. They are part of the IR's vocabulary, so they live with
 // the IR (header-only, in weft_hlo's include tree): the SPMD partitioner's
 // sharding rules (spmd/attention_sharding_rule.h), the executor
 // (runtime/eval_custom_call.cc) and the analyses (analysis/cost_model.cc,
 // memory_plan.cc) read them from here, so the planner needs neither the
 // executor nor the partitioner for a name.
 #pragma once
+
+#include <string_view>
 
 namespace weft {
 
@@ -77,5 +79,15 @@ inline constexpr const char* kShardToFullTarget = "SPMDShardToFullShape";
 // (compiler/dead_loop_init.h); the executor hands out the result's buffer
 // without writing it.
 inline constexpr const char* kAllocateBufferTarget = "AllocateBuffer";
+
+// XLA's memory-space moves and pins (host offloading, jax's
+// device_put(memory_kind=...)): custom-call(x) with one of these targets, one
+// array operand and a result of its shape. weft's devices have one memory, so
+// each is an identity on values; propagation passes shardings through them
+// and the partitioner partitions them elementwise, as XLA does.
+inline bool IsMemorySpaceMoveTarget(std::string_view target) {
+  return target == "MoveToHost" || target == "MoveToDevice" || target == "PinToDevice" ||
+         target == "PinToDeviceSram";
+}
 
 }  // namespace weft
