@@ -357,6 +357,9 @@ bool HasManualRegions(const HloModule& module) {
           (target == kFullToShardTarget || target == kShardToFullTarget)) {
         return true;
       }
+      // A cross-partition all-reduce sums the devices' values as written:
+      // a manual region of one instruction.
+      if (instr->opcode() == HloOpcode::kAllReduce && instr->attrs().channel_id) return true;
     }
   }
   return false;

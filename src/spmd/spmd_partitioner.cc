@@ -228,6 +228,43 @@ PartitionedValue HandleElementwise(ComputationPartitioner& p, const HloInstructi
       sharding};
 }
 
+namespace {
+
+// An all-reduce outside the manual regions, as XLA's partitioner takes it.
+// Without a channel_id it sums across replicas (each partition's value with
+// the same partition's of the other replicas): elementwise, and with one
+// replica the identity, so the partitioned program passes the piece on
+// (weft's executor reads a channel-less all-reduce of a one-replica program
+// as one across its devices). With a channel_id it sums across partitions,
+// which before partitioning only a replicated value can: every device sums
+// its whole copy with its group's, as written.
+PartitionedValue HandleAllReduce(ComputationPartitioner& p, const HloInstruction& instr,
+                                 const HloSharding& sharding) {
+  const HloAttributes& a = instr.attrs();
+  WEFT_CHECK(instr.operand_count() == 1 && instr.shape().IsArray(),
+             "{}: an all-reduce outside a manual region takes one array (XLA's rule); put a "
+             "variadic one inside a manual region (SPMDFullToShardShape)",
+             instr.Describe());
+  if (!a.channel_id) {
+    WEFT_CHECK(p.context()->module->replica_count() <= 1,
+               "{}: a cross-replica all-reduce (no channel_id) in a module of {} replicas is not "
+               "partitioned; weft partitions modules of one replica",
+               instr.Describe(), p.context()->module->replica_count());
+    return p.GetAs(instr.operand(0), sharding);
+  }
+  WEFT_CHECK(sharding.IsReplicated(),
+             "{}: a cross-partition all-reduce (channel_id) outside a manual region sums whole "
+             "values, so its sharding must be replicated, not {} (XLA's rule); put it inside a "
+             "manual region (SPMDFullToShardShape) to sum pieces",
+             instr.Describe(), sharding.ToString());
+  HloInstruction* operand = p.GetAs(instr.operand(0), HloSharding::Replicate()).hlo;
+  HloInstruction* sum = EmitLike(p, instr, {operand}, instr.shape());
+  sum->mutable_attrs().channel_id = p.context()->next_channel_id++;
+  return PartitionedValue{sum, instr.shape(), HloSharding::Replicate()};
+}
+
+}  // namespace
+
 PartitionedValue HandleReplicated(ComputationPartitioner& p, const HloInstruction& instr) {
   std::vector<HloInstruction*> operands;
   for (const HloInstruction* op : instr.operands()) {
@@ -326,10 +363,11 @@ PartitionedValue ComputationPartitioner::Partition(const HloInstruction& instr,
         return HandleElementwise(*this, instr, sharding);
       }
       return HandleReplicated(*this, instr);
+    case HloOpcode::kAllReduce:
+      return HandleAllReduce(*this, instr, sharding);
     case HloOpcode::kPartitionId:
     case HloOpcode::kReplicaId:
     case HloOpcode::kAllGather:
-    case HloOpcode::kAllReduce:
     case HloOpcode::kAllToAll:
     case HloOpcode::kCollectivePermute:
     case HloOpcode::kReduceScatter:

@@ -408,13 +408,57 @@ ENTRY main {
 }
 
 TEST(SpmdPartitionerTest, AlreadyPartitionedModulesAreRejected) {
-  auto module = ParseHloModule(WithAdd(R"(
+  auto module = ParseHloModule(R"(
+HloModule m
 ENTRY main {
   a = f32[8] parameter(0)
-  ROOT r = f32[8] all-reduce(a), to_apply=add
+  ROOT r = f32[16] all-gather(a), dimensions={0}, replica_groups={{0,1}}, channel_id=1
+}
+)");
+  EXPECT_THROW(PartitionModule(*module), Error);
+}
+
+// XLA's rules for an all-reduce outside manual regions (its TiledAllReduce
+// and AllReduceNoSharding): without a channel_id it sums across replicas,
+// the identity in a module of one replica, so each device keeps its tile;
+// with one it sums whole values across partitions, so only a replicated
+// value may enter it, and a tiled one is refused by name.
+TEST(SpmdPartitionerTest, AllReducesOutsideManualRegionsFollowXlasRules) {
+  auto cross_replica = ExpectShardedEqualsUnsharded(WithAdd(R"(
+ENTRY main {
+  a = f32[6,4] parameter(0), sharding={devices=[2,1]0,1}
+  r = f32[6,4] all-reduce(a), to_apply=add, replica_groups={}, sharding={devices=[2,1]0,1}
+  ROOT n = f32[6,4] negate(r), sharding={devices=[2,1]0,1}
+}
+)"),
+                                                    2);
+  EXPECT_EQ(CountCollectives(*cross_replica), 0);
+  EXPECT_EQ(FindNamed(*cross_replica, "n")->shape(), ParseShape("f32[3,4]"));
+
+  auto module = ParseHloModule(WithAdd(R"(
+ENTRY main {
+  a = f32[4,4] parameter(0), sharding={devices=[2,2]<=[4]}
+  ROOT r = f32[4,4] all-reduce(a), to_apply=add, replica_groups={{0,1,2,3}}, use_global_device_ids=true, channel_id=1, sharding={replicated}
 }
 )"));
-  EXPECT_THROW(PartitionModule(*module), Error);
+  auto partitioned = PartitionModule(*module);
+  const HloInstruction* root = partitioned->entry_computation()->root_instruction();
+  EXPECT_EQ(root->opcode(), HloOpcode::kAllReduce);
+  EXPECT_EQ(root->shape(), ParseShape("f32[4,4]"));
+  EXPECT_EQ(root->attrs().replica_groups, (std::vector<std::vector<int64_t>>{{0, 1, 2, 3}}));
+
+  auto tiled = ParseHloModule(WithAdd(R"(
+ENTRY main {
+  a = f32[4,4] parameter(0), sharding={devices=[2,2]<=[4]}
+  ROOT r = f32[4,4] all-reduce(a), to_apply=add, replica_groups={{0,1,2,3}}, use_global_device_ids=true, channel_id=1, sharding={devices=[2,2]<=[4]}
+}
+)"));
+  try {
+    PartitionModule(*tiled);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("must be replicated"), std::string::npos) << e.what();
+  }
 }
 
 // Asynchronous calls are parsed and propagated, not partitioned: refused by

@@ -196,8 +196,9 @@ int64_t LongestSum(const HloModule& module);
 PrimitiveType NarrowestFloat(const HloModule& module);
 
 // Whether the module has a manual region (an SPMDFullToShardShape or
-// SPMDShardToFullShape custom call, or an entry parameter or result with a
-// {manual} leaf).
+// SPMDShardToFullShape custom call, an entry parameter or result with a
+// {manual} leaf, or a cross-partition all-reduce: one with a channel_id
+// sums what each device holds, so it runs only on its devices).
 bool HasManualRegions(const HloModule& module);
 // --check's reference for such a module, in place on a module whose
 // shardings are complete (propagated): every sharded instruction outside
