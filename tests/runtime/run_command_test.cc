@@ -562,6 +562,36 @@ TEST(RunCommandTest, ChecksAShardMapModuleAgainstItsAutomaticPartsReplicated) {
   }
 }
 
+// A cross-partition all-reduce (channel_id) sums what each device holds, so
+// like a manual region it has no one-device run: --check runs the
+// reference on the devices, and the sum of four whole copies agrees.
+TEST(RunCommandTest, ACrossPartitionAllReduceIsCheckedOnItsDevices) {
+  const std::string path = ::testing::TempDir() + "/cross_partition_all_reduce.hlo";
+  std::ofstream(path) << R"(HloModule m
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+ENTRY main {
+  a = f32[4,6] parameter(0), sharding={devices=[2,2]<=[4]}
+  e = f32[4,6] exponential(a), sharding={devices=[2,2]<=[4]}
+  ROOT r = f32[4,6] all-reduce(e), to_apply=add, replica_groups={{0,1,2,3}}, use_global_device_ids=true, channel_id=1
+}
+)";
+  std::ostringstream out;
+  RunCommandOptions options;
+  options.input = path;
+  options.check = true;
+  options.num_devices = 4;
+  options.out = &out;
+  EXPECT_EQ(RunRunCommand(options), 0) << out.str();
+  EXPECT_NE(out.str().find("check against the module with its automatic parts replicated"),
+            std::string::npos)
+      << out.str();
+  EXPECT_NE(out.str().find("check passed"), std::string::npos) << out.str();
+}
+
 TEST(RunCommandTest, TheReplicatedReferenceKeepsTheRegionAndWhereItCuts) {
   std::unique_ptr<HloModule> module = ParseHloModule(kShardMapModule);
   EXPECT_TRUE(HasManualRegions(*module));
