@@ -63,6 +63,10 @@ struct ConvGeometry {
   int64_t out_features = 0;            // kernel output features
   std::vector<int64_t> in_spatial, out_spatial, window;
   int64_t in_positions = 1, out_positions = 1, window_positions = 1;
+  // Feature groups split the input features, batch groups the batch; either
+  // splits the output features into `groups` of `per_group`.
+  bool feature_groups = false, batch_groups = false;
+  int64_t groups = 1, per_group = 0;
 };
 
 ConvGeometry Geometry(const HloInstruction& instr) {
@@ -84,6 +88,10 @@ ConvGeometry Geometry(const HloInstruction& instr) {
     g.out_positions *= g.out_spatial.back();
     g.window_positions *= g.window.back();
   }
+  g.feature_groups = instr.attrs().feature_group_count > 1;
+  g.batch_groups = instr.attrs().batch_group_count > 1;
+  g.groups = std::max(instr.attrs().feature_group_count, instr.attrs().batch_group_count);
+  g.per_group = g.out_features / g.groups;
   return g;
 }
 
@@ -123,11 +131,6 @@ template <typename Acc>
 void Convolve(const HloInstruction& instr, const ConvGeometry& g, const Acc* lhs, const Acc* rhs,
               Acc* out, bool use_pool) {
   const std::vector<WindowDim>& window = instr.attrs().window;
-  const bool feature_groups = instr.attrs().feature_group_count > 1;
-  const bool batch_groups = instr.attrs().batch_group_count > 1;
-  const int64_t groups =
-      std::max(instr.attrs().feature_group_count, instr.attrs().batch_group_count);
-  const int64_t per_group = g.out_features / groups;
   // One task per (result batch, result position); out is [out_batch,
   // positions..., out_features]. Each output feature sums its taps in
   // window order and, per tap, its group's input features in order; the
@@ -146,10 +149,12 @@ void Convolve(const HloInstruction& instr, const ConvGeometry& g, const Acc* lhs
       TapsAt(g, window, out_index, taps);
       Acc* row = out + item * g.out_features;
       std::fill(row, row + g.out_features, Acc{0});
-      for (int64_t group = 0; group < groups; ++group) {
+      // A local: the s64 stores below could alias g's fields.
+      const int64_t per_group = g.per_group;
+      for (int64_t group = 0; group < g.groups; ++group) {
         const int64_t o0 = group * per_group;
-        const int64_t feature0 = feature_groups ? group * g.group_in : 0;
-        const int64_t in_batch = batch_groups ? group * g.out_batch + b : b;
+        const int64_t feature0 = g.feature_groups ? group * g.group_in : 0;
+        const int64_t in_batch = g.batch_groups ? group * g.out_batch + b : b;
         const Acc* in_base = lhs + in_batch * g.in_positions * g.features + feature0;
         Acc* acc = row + o0;
         for (const Tap& t : taps) {
@@ -200,23 +205,18 @@ void ConvolveF32(const HloInstruction& instr, const ConvGeometry& g, const float
                  const float* rhs, float* out, bool use_pool) {
   namespace simd = kernels::simd;
   const std::vector<WindowDim>& window = instr.attrs().window;
-  const bool feature_groups = instr.attrs().feature_group_count > 1;
-  const bool batch_groups = instr.attrs().batch_group_count > 1;
-  const int64_t groups =
-      std::max(instr.attrs().feature_group_count, instr.attrs().batch_group_count);
-  const int64_t per_group = g.out_features / groups;
   const int64_t K = g.window_positions * g.group_in;
   const int64_t items = g.out_batch * g.out_positions;
-  if (items == 0 || per_group == 0) return;
-  const bool direct = per_group % simd::kPadN == 0;
-  const int64_t np = simd::PadN(per_group);
+  if (items == 0 || g.per_group == 0) return;
+  const bool direct = g.per_group % simd::kPadN == 0;
+  const int64_t np = simd::PadN(g.per_group);
   // Kernel columns of each group, padded to np (only when not direct).
   std::vector<float> padded;
   if (!direct) {
-    padded.assign(static_cast<size_t>(groups * K * np), 0.0f);
-    for (int64_t group = 0; group < groups; ++group) {
+    padded.assign(static_cast<size_t>(g.groups * K * np), 0.0f);
+    for (int64_t group = 0; group < g.groups; ++group) {
       for (int64_t k = 0; k < K; ++k) {
-        std::copy_n(rhs + k * g.out_features + group * per_group, per_group,
+        std::copy_n(rhs + k * g.out_features + group * g.per_group, g.per_group,
                     padded.data() + (group * K + k) * np);
       }
     }
@@ -240,9 +240,9 @@ void ConvolveF32(const HloInstruction& instr, const ConvGeometry& g, const float
           rest /= g.out_spatial[d];
         }
       }
-      for (int64_t group = 0; group < groups; ++group) {
-        const int64_t o0 = group * per_group;
-        const int64_t feature0 = feature_groups ? group * g.group_in : 0;
+      for (int64_t group = 0; group < g.groups; ++group) {
+        const int64_t o0 = group * g.per_group;
+        const int64_t feature0 = g.feature_groups ? group * g.group_in : 0;
         const float* b = direct ? rhs + o0 : padded.data() + group * K * np;
         const int64_t ldb = direct ? g.out_features : np;
         float* dst = direct ? out + r0 * g.out_features + o0 : c.data();
@@ -251,7 +251,7 @@ void ConvolveF32(const HloInstruction& instr, const ConvGeometry& g, const float
           const int64_t kb = std::min(kBlockK, K - k0);
           for (int64_t r = 0; r < rows; ++r) {
             const int64_t in_batch =
-                batch_groups ? group * g.out_batch + row_batch[r] : row_batch[r];
+                g.batch_groups ? group * g.out_batch + row_batch[r] : row_batch[r];
             const float* x = lhs + in_batch * g.in_positions * g.features + feature0;
             float* arow = a.data() + r * kb;
             for (int64_t k = k0; k < k0 + kb;) {
@@ -270,7 +270,7 @@ void ConvolveF32(const HloInstruction& instr, const ConvGeometry& g, const float
         }
         if (!direct) {
           for (int64_t r = 0; r < rows; ++r) {
-            std::copy_n(c.data() + r * np, per_group, out + (r0 + r) * g.out_features + o0);
+            std::copy_n(c.data() + r * np, g.per_group, out + (r0 + r) * g.out_features + o0);
           }
         }
       }
