@@ -344,9 +344,9 @@ bool HasManualRegions(const HloModule& module) {
   for (const HloInstruction* end : ends) {
     if (!end->has_sharding()) continue;
     const HloSharding& s = *end->sharding();
-    auto manual = [](const HloSharding& e) { return e.IsManual() || e.SubgroupManualDim() >= 0; };
-    if (manual(s) || (s.IsTuple() &&
-                      std::any_of(s.tuple_elements().begin(), s.tuple_elements().end(), manual))) {
+    if (s.IsManualOrPartlyManual() ||
+        std::any_of(s.tuple_elements().begin(), s.tuple_elements().end(),
+                    [](const HloSharding& e) { return e.IsManualOrPartlyManual(); })) {
       return true;
     }
   }

@@ -230,7 +230,7 @@ Shape WithLeadingOne(const Shape& shape) {
 
 HostTensor ShardTensor(const HostTensor& global, const HloSharding& sharding, int64_t device,
                        const Shape& local_shape, double pad) {
-  if (sharding.IsManual() || sharding.SubgroupManualDim() >= 0) {
+  if (sharding.IsManualOrPartlyManual()) {
     const HloSharding stacked = StackedSharding(
         sharding, sharding.IsManual() ? global.dimensions().at(0) : 0, global.rank());
     return ShardTensor(global, stacked, device, WithLeadingOne(local_shape), pad)
@@ -283,7 +283,7 @@ std::vector<std::vector<HostTensor>> ShardInputs(const CompiledProgram& program,
 HostTensor JoinTensor(std::span<const HostTensor> pieces, const HloSharding& sharding,
                       const Shape& global_shape) {
   const int64_t n = static_cast<int64_t>(pieces.size());
-  if (sharding.IsManual() || sharding.SubgroupManualDim() >= 0) {
+  if (sharding.IsManualOrPartlyManual()) {
     std::vector<HostTensor> stacked_pieces;
     for (const HostTensor& piece : pieces) {
       stacked_pieces.push_back(piece.Reshaped(WithLeadingOne(piece.shape())));

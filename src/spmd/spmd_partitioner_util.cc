@@ -22,7 +22,7 @@ HloSharding NormalizeSharding(const HloSharding& sharding) {
     for (const HloSharding& e : sharding.tuple_elements()) elements.push_back(NormalizeSharding(e));
     return HloSharding::Tuple(std::move(elements));
   }
-  if (sharding.IsManual() || sharding.SubgroupManualDim() >= 0) {
+  if (sharding.IsManualOrPartlyManual()) {
     return sharding.WithShardGroup(std::nullopt);
   }
   WEFT_CHECK(!sharding.IsUnknown(),

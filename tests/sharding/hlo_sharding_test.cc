@@ -129,6 +129,10 @@ TEST(HloShardingTest, KindQueries) {
   EXPECT_EQ(mixed.SubgroupManualDim(), 1);
   EXPECT_EQ(mixed.SubgroupReplicationDim(), 2);
   EXPECT_FALSE(mixed.ReplicateOnLastTileDim());
+  EXPECT_TRUE(mixed.IsManualOrPartlyManual());
+  EXPECT_FALSE(tiled.IsManualOrPartlyManual());
+  EXPECT_TRUE(HloSharding::Manual().IsManualOrPartlyManual());
+  EXPECT_FALSE(HloSharding::Replicate().IsManualOrPartlyManual());
 
   EXPECT_TRUE(HloSharding::Replicate().IsTileMaximal());
   EXPECT_TRUE(HloSharding::AssignDevice(2).IsTileMaximal());

@@ -95,6 +95,9 @@ class HloSharding {
   int64_t SubgroupManualDim() const;
   // Some devices hold the same tile (a replicated subgroup exists).
   bool HasPartialReplication() const { return SubgroupReplicationDim() >= 0; }
+  // Each device's own value ({manual}) or each manual group's (a manual
+  // subgroup): nothing outside says how the pieces make a whole.
+  bool IsManualOrPartlyManual() const { return IsManual() || SubgroupManualDim() >= 0; }
   // Number of distinct data tiles (1 unless tiled).
   int64_t NumTiles() const;
   // Tiles along each data dim (empty unless tiled).
