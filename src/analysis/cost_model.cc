@@ -101,6 +101,14 @@ void CountInstructionFlops(const HloInstruction& instr, double times, FlopCount&
   } else if (op == HloOpcode::kSelectAndScatter) {  // a select per covered element, a scatter
     const double sources = static_cast<double>(instr.operand(1)->shape().ElementsCount());
     f.other += times * sources * (WindowElements(instr) + 1);
+  } else if (op == HloOpcode::kCholesky) {  // n^3 / 3 multiply-adds per matrix
+    const Shape& a = instr.shape();
+    const double n = static_cast<double>(a.dimensions(a.rank() - 1));
+    f.other += times * static_cast<double>(a.ElementsCount()) / (n * n) * 2 * n * n * n / 3;
+  } else if (op == HloOpcode::kTriangularSolve) {  // m^2 / 2 multiply-adds per column of b
+    const Shape& a = instr.operand(0)->shape();
+    const double m = static_cast<double>(a.dimensions(a.rank() - 1));
+    f.other += times * static_cast<double>(instr.shape().ElementsCount()) * m;
   } else if (op == HloOpcode::kSort || op == HloOpcode::kTopK ||
              (op == HloOpcode::kCustomCall && instr.attrs().custom_call_target == kTopKTarget)) {
     f.other += times * SortWork(instr);

@@ -72,6 +72,11 @@ constexpr std::pair<RngDistribution, std::string_view> kRngDistributions[] = {
     {RngDistribution::kUniform, "rng_uniform"},
     {RngDistribution::kNormal, "rng_normal"},
 };
+constexpr std::pair<TriangularTranspose, std::string_view> kTriangularTransposes[] = {
+    {TriangularTranspose::kNoTranspose, "NO_TRANSPOSE"},
+    {TriangularTranspose::kTranspose, "TRANSPOSE"},
+    {TriangularTranspose::kAdjoint, "ADJOINT"},
+};
 
 template <typename E, size_t N>
 std::string_view NameOf(const std::pair<E, std::string_view> (&table)[N], E value) {
@@ -100,6 +105,12 @@ std::string_view RngDistributionString(RngDistribution distribution) {
 }
 std::optional<RngDistribution> StringToRngDistribution(std::string_view name) {
   return ValueOf(kRngDistributions, name);
+}
+std::string_view TriangularTransposeString(TriangularTranspose t) {
+  return NameOf(kTriangularTransposes, t);
+}
+std::optional<TriangularTranspose> StringToTriangularTranspose(std::string_view name) {
+  return ValueOf(kTriangularTransposes, name);
 }
 
 namespace {

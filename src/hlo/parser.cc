@@ -472,6 +472,17 @@ class HloTextParser {
       a.k = cur_.ParseInt(key);
     } else if (key == "largest") {
       flag(a.largest);
+    } else if (key == "lower") {
+      flag(a.lower);
+    } else if (key == "left_side") {
+      flag(a.left_side);
+    } else if (key == "unit_diagonal") {
+      flag(a.unit_diagonal);
+    } else if (key == "transpose_a") {
+      const size_t value_at = cur_.Mark();
+      std::optional<TriangularTranspose> t = StringToTriangularTranspose(cur_.ParseWord(key));
+      if (!t) cur_.FailAt(value_at, "transpose_a must be one of NO_TRANSPOSE, TRANSPOSE, ADJOINT");
+      a.transpose_a = *t;
     } else if (key == "window") {
       a.window = ParseWindow(cur_);
     } else if (key == "dim_labels") {

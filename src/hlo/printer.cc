@@ -286,6 +286,15 @@ std::vector<std::string> Attributes(const HloInstruction& instr, const HloPrintO
     case HloOpcode::kRng:
       l.Add(fmt::format("distribution={}", RngDistributionString(a.rng_distribution)));
       break;
+    case HloOpcode::kCholesky:
+      l.Add(fmt::format("lower={}", a.lower));
+      break;
+    case HloOpcode::kTriangularSolve:
+      l.Add(fmt::format("left_side={}", a.left_side));
+      l.Add(fmt::format("lower={}", a.lower));
+      l.Add(fmt::format("unit_diagonal={}", a.unit_diagonal));
+      l.Add(fmt::format("transpose_a={}", TriangularTransposeString(a.transpose_a)));
+      break;
     case HloOpcode::kGather:
       AddGatherAttributes(a, l);
       break;

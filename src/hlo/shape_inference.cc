@@ -710,6 +710,10 @@ Shape InferHloShape(const HloInstruction& instr) {
       return hlo::InferSort(instr);
     case HloOpcode::kTopK:
       return hlo::InferTopK(instr);
+    case HloOpcode::kCholesky:
+      return hlo::InferCholesky(instr);
+    case HloOpcode::kTriangularSolve:
+      return hlo::InferTriangularSolve(instr);
     case HloOpcode::kReduceWindow:
       return hlo::InferReduceWindow(instr);
     case HloOpcode::kSelectAndScatter:

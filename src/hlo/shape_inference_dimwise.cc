@@ -94,6 +94,48 @@ Shape InferTopK(const HloInstruction& instr) {
   return Shape::Tuple({Shape(x.element_type(), dims), Shape(PrimitiveType::kS32, dims)});
 }
 
+// cholesky(a): a batch of square float matrices [..., n, n] and their
+// factors, of the same shape.
+Shape InferCholesky(const HloInstruction& instr) {
+  ExpectOperandCount(instr, 1);
+  const Shape& a = ArrayOperand(instr, 0);
+  WEFT_CHECK(a.rank() >= 2 && a.dimensions(a.rank() - 1) == a.dimensions(a.rank() - 2),
+             "cholesky needs square matrices [..., n, n], got {}", a.ToString());
+  WEFT_CHECK(IsFloatingPoint(a.element_type()) && a.element_type() != PrimitiveType::kC64,
+             "cholesky of {} is not supported (real floats only)",
+             PrimitiveTypeName(a.element_type()));
+  return a;
+}
+
+// triangular-solve(a, b): a [..., m, m] triangular, b [..., m, n]
+// (left_side: op(a) x = b) or [..., n, m] (x op(a) = b), the same batch
+// dims and element type; the solutions x take b's shape.
+Shape InferTriangularSolve(const HloInstruction& instr) {
+  ExpectOperandCount(instr, 2);
+  const Shape& a = ArrayOperand(instr, 0);
+  const Shape& b = ArrayOperand(instr, 1);
+  const int64_t r = a.rank();
+  WEFT_CHECK(r >= 2 && a.dimensions(r - 1) == a.dimensions(r - 2),
+             "triangular-solve needs square matrices a [..., m, m], got {}", a.ToString());
+  WEFT_CHECK(b.rank() == r && a.element_type() == b.element_type(),
+             "triangular-solve: b {} must have a's rank and element type ({})", b.ToString(),
+             a.ToString());
+  for (int64_t d = 0; d + 2 < r; ++d) {
+    WEFT_CHECK(a.dimensions(d) == b.dimensions(d),
+               "triangular-solve: batch dim {} of a {} and b {} differ", d, a.ToString(),
+               b.ToString());
+  }
+  const int64_t m = a.dimensions(r - 1);
+  const int64_t b_dim = instr.attrs().left_side ? r - 2 : r - 1;
+  WEFT_CHECK(b.dimensions(b_dim) == m,
+             "triangular-solve with left_side={}: dim {} of b {} must be a's {} ({})",
+             instr.attrs().left_side, b_dim, b.ToString(), m, a.ToString());
+  WEFT_CHECK(IsFloatingPoint(a.element_type()) && a.element_type() != PrimitiveType::kC64,
+             "triangular-solve of {} is not supported (real floats only)",
+             PrimitiveTypeName(a.element_type()));
+  return b;
+}
+
 namespace {
 
 // The dims of a window slid over `in` (XLA's reduce-window output shape).

@@ -49,6 +49,8 @@ Shape InferCollective(const HloInstruction& instr);
 Shape InferBitcastConvert(const HloInstruction& instr);
 Shape InferSort(const HloInstruction& instr);
 Shape InferTopK(const HloInstruction& instr);
+Shape InferCholesky(const HloInstruction& instr);
+Shape InferTriangularSolve(const HloInstruction& instr);
 Shape InferReduceWindow(const HloInstruction& instr);
 Shape InferSelectAndScatter(const HloInstruction& instr);
 

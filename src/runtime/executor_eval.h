@@ -291,6 +291,10 @@ Value EvalAllocateBuffer(const HloInstruction& instr, EvalArgs& args);
 // custom_call_target="Sharding" unpartitioned, and the memory-space moves
 // (IsMemorySpaceMoveTarget): the operand's value.
 Value EvalIdentity(const HloInstruction& instr, EvalArgs& args);
+// cholesky and triangular-solve (eval_linalg.cc).
+void CheckLinalg(const HloInstruction& instr);
+Value EvalCholesky(const HloInstruction& instr, EvalArgs& args);
+Value EvalTriangularSolve(const HloInstruction& instr, EvalArgs& args);
 void CheckDot(const HloInstruction& instr);
 Value EvalDot(const HloInstruction& instr, EvalArgs& args);
 // One binary post-op of a dot's GEMM (a step of an output fusion's chain):

@@ -109,6 +109,12 @@ EvalFn SelectEval(const HloInstruction& instr) {
     case HloOpcode::kPartitionId:
     case HloOpcode::kReplicaId:
       return &exec::EvalPartitionOrReplicaId;
+    case HloOpcode::kCholesky:
+      exec::CheckLinalg(instr);
+      return &exec::EvalCholesky;
+    case HloOpcode::kTriangularSolve:
+      exec::CheckLinalg(instr);
+      return &exec::EvalTriangularSolve;
     case HloOpcode::kCustomCall:
       if (instr.attrs().custom_call_target == kTopKTarget) {
         exec::CheckSort(instr);

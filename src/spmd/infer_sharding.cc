@@ -189,6 +189,8 @@ bool ReadsRuleLeafByLeaf(HloOpcode opcode) {
   switch (opcode) {
     case HloOpcode::kSort:
     case HloOpcode::kTopK:
+    case HloOpcode::kCholesky:
+    case HloOpcode::kTriangularSolve:
     case HloOpcode::kReduceWindow:
     case HloOpcode::kSelectAndScatter:
     case HloOpcode::kBitcastConvert:

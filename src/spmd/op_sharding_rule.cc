@@ -440,6 +440,16 @@ std::optional<OpShardingRule> TopKOpRule(const HloInstruction& instr) {
   return TopKRule(instr, OpName(instr));
 }
 
+// cholesky and triangular-solve: each matrix (the last two dims) whole, the
+// batch dims shared by operands and result (XLA partitions them so too).
+std::optional<OpShardingRule> MatrixRule(const HloInstruction& instr) {
+  const int64_t rank = instr.shape().rank();
+  if (rank < 2) return std::nullopt;
+  std::vector<bool> whole(rank, false);
+  whole[rank - 2] = whole[rank - 1] = true;
+  return DimwiseRule(instr, OpName(instr), whole);
+}
+
 // select-and-scatter: the window's moving dims stay whole. reduce-window,
 // as XLA propagates it: the inputs' and results' splits pass through, moving
 // dims included (the partitioner exchanges or gathers what the windows
@@ -547,6 +557,8 @@ OpcodeRuleTable MakeOpcodeRuleTable() {
       {HloOpcode::kReverse, ReverseRule},
       {HloOpcode::kSort, SortRule},
       {HloOpcode::kTopK, TopKOpRule},
+      {HloOpcode::kCholesky, MatrixRule},
+      {HloOpcode::kTriangularSolve, MatrixRule},
       {HloOpcode::kReduceWindow, WindowRule},
       {HloOpcode::kSelectAndScatter, WindowRule},
       {HloOpcode::kBitcastConvert, BitcastConvertRule},

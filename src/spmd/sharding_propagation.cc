@@ -252,6 +252,8 @@ bool Propagator::SupportsSpatialPartitioning(const HloInstruction* instr, bool a
     case HloOpcode::kConditional:
     case HloOpcode::kSort:
     case HloOpcode::kTopK:
+    case HloOpcode::kCholesky:
+    case HloOpcode::kTriangularSolve:
     case HloOpcode::kReduceWindow:
     case HloOpcode::kSelectAndScatter:
     case HloOpcode::kBitcastConvert:

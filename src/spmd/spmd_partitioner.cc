@@ -347,6 +347,8 @@ PartitionedValue ComputationPartitioner::Partition(const HloInstruction& instr,
       return HandleScatter(*this, instr, sharding);
     case HloOpcode::kSort:
     case HloOpcode::kTopK:
+    case HloOpcode::kCholesky:
+    case HloOpcode::kTriangularSolve:
     case HloOpcode::kReduceWindow:
     case HloOpcode::kSelectAndScatter:
     case HloOpcode::kBitcastConvert:

@@ -1,8 +1,9 @@
 // Handlers for ops whose operands and result correspond dim by dim but
 // compute along some dims as a whole: sort (its dimension), topk (the last
 // dim), reduce-window and select-and-scatter (the dims the window moves
-// along), and bitcast-convert between widths (the narrower side's last
-// dim). Those dims are made whole on every device (resharded to
+// along), bitcast-convert between widths (the narrower side's last dim),
+// and cholesky and triangular-solve (the matrices: the last two dims).
+// Those dims are made whole on every device (resharded to
 // replicated along them); the other dims keep the instruction's split, and
 // each device runs the op on its piece. Padding of uneven split dims stays
 // in padding: these ops never move elements across the split dims.
@@ -94,6 +95,11 @@ PartitionedValue HandleDimwise(ComputationPartitioner& p, const HloInstruction& 
       return HandleWithDimsWhole(p, instr, sharding, WindowedDims(instr));
     case HloOpcode::kBitcastConvert:
       return HandleBitcastConvert(p, instr, sharding);
+    case HloOpcode::kCholesky:
+    case HloOpcode::kTriangularSolve: {  // each matrix whole, the batch split
+      const int64_t rank = instr.shape().rank();
+      return HandleWithDimsWhole(p, instr, sharding, {rank - 2, rank - 1});
+    }
     default:
       FailInternal("HandleDimwise: {} is not a dimwise op", HloOpcodeString(instr.opcode()));
   }

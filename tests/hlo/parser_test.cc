@@ -170,6 +170,7 @@ TEST(ParserTest, EveryOpRoundTrips) {
 // Operations as XLA prints them: sort (several operands, stable),
 // topk, the TopK custom call, reduce-window (padding, both dilations,
 // variadic), select-and-scatter, bitcast-convert between widths,
+// cholesky and triangular-solve,
 // conditional (predicate and branch-index forms), tokens, and the element
 // types f64, u16 and c64.
 constexpr const char* kWindowAndSortModule = R"(HloModule more_ops
@@ -214,6 +215,9 @@ ENTRY e {
   i = s32[4,8] iota(), iota_dimension=1
   s = (f32[4,8], s32[4,8]) sort(x, i), dimensions={1}, is_stable=true, to_apply=lt
   k = (f32[4,3], s32[4,3]) topk(x), k=3, largest=false
+  sq = f32[4,4] slice(x), slice={[0:4], [0:4]}
+  ch = f32[4,4] cholesky(sq), lower=true
+  ts = f32[4,8] triangular-solve(ch, x), left_side=true, lower=true, unit_diagonal=false, transpose_a=ADJOINT
   kc = (f32[4,2], s32[4,2]) custom-call(x), custom_call_target="TopK", called_computations={gt}
   dd = f64[9,7] parameter(1)
   z = f64[] constant(0)
@@ -246,6 +250,9 @@ TEST(ParserTest, SortWindowAndControlOpsRoundTrip) {
   EXPECT_EQ(rd->attrs().window[1].padding_high, 2);
   EXPECT_TRUE(entry->GetInstruction("s")->attrs().is_stable);
   EXPECT_FALSE(entry->GetInstruction("k")->attrs().largest);
+  EXPECT_TRUE(entry->GetInstruction("ch")->attrs().lower);
+  EXPECT_TRUE(entry->GetInstruction("ts")->attrs().left_side);
+  EXPECT_EQ(entry->GetInstruction("ts")->attrs().transpose_a, TriangularTranspose::kAdjoint);
   EXPECT_EQ(entry->GetInstruction("ss")->called_computations()[0]->name(), "ge");
   EXPECT_EQ(entry->GetInstruction("c2")->called_computations().size(), 3u);
   EXPECT_EQ(entry->GetInstruction("cx")->shape().ByteSize(), 16);

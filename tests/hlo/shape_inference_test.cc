@@ -438,6 +438,29 @@ TEST(ShapeInferenceTest, SortTopKAndWindows) {
       "source f32[3,8] must be f32[3,7]"));
 }
 
+TEST(ShapeInferenceTest, CholeskyAndTriangularSolve) {
+  const std::string params =
+      "  a = f32[2,4,4] parameter(1)\n  b = f32[2,4,3] parameter(2)\n"
+      "  br = f32[2,3,4] parameter(3)\n  i = s32[4,4] parameter(4)\n";
+  EXPECT_EQ(ParseProblem(Entry(params + "  ROOT c = f32[2,4,4] cholesky(a), lower=true")), "");
+  EXPECT_EQ(ParseProblem(Entry(params + "  ROOT t = f32[2,4,3] triangular-solve(a, b), "
+                                        "left_side=true, lower=true, transpose_a=TRANSPOSE")),
+            "");
+  EXPECT_EQ(ParseProblem(Entry(params + "  ROOT t = f32[2,3,4] triangular-solve(a, br), "
+                                        "left_side=false, unit_diagonal=true")),
+            "");
+  EXPECT_TRUE(
+      Mentions(ParseProblem(Entry(params + "  ROOT c = f32[6,8] cholesky(x)")), "square matrices"));
+  EXPECT_TRUE(Mentions(ParseProblem(Entry(params + "  ROOT c = s32[4,4] cholesky(i)")),
+                       "cholesky of s32 is not supported"));
+  EXPECT_TRUE(Mentions(ParseProblem(Entry(params + "  ROOT t = f32[2,4,3] triangular-solve(a, b), "
+                                                   "left_side=false")),
+                       "dim 2 of b f32[2,4,3] must be a's 4"));
+  EXPECT_TRUE(Mentions(ParseProblem(Entry(params + "  ROOT t = f32[2,4,3] triangular-solve(a, b), "
+                                                   "left_side=true, transpose_a=CONJUGATE")),
+                       "transpose_a must be one of NO_TRANSPOSE, TRANSPOSE, ADJOINT"));
+}
+
 TEST(ShapeInferenceTest, BitcastConvertConditionalAndTokens) {
   EXPECT_EQ(ParseProblem(Entry("  ROOT b = u16[6,8,2] bitcast-convert(x)")), "");
   EXPECT_EQ(

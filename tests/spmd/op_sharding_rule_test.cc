@@ -218,6 +218,32 @@ ENTRY e {
   EXPECT_EQ(e->GetInstruction("bc")->sharding()->ToString(), "{devices=[2,2,1]<=[4]}");
 }
 
+// cholesky and triangular-solve keep each matrix whole and share the batch
+// dims; propagation carries a batch split through, never a matrix split.
+TEST(OpShardingRuleTest, CholeskyAndTriangularSolveKeepTheirMatricesWhole) {
+  auto m = ParseHloModule(R"(HloModule m
+ENTRY e {
+  a = f32[6,4,4] parameter(0), sharding={devices=[2,2,1]<=[4]}
+  b = f32[6,4,3] parameter(1)
+  c = f32[6,4,4] cholesky(a), lower=true
+  t = f32[6,4,3] triangular-solve(c, b), left_side=true, lower=true
+  ROOT out = (f32[6,4,3]) tuple(t)
+}
+)");
+  HloComputation* e = m->entry_computation();
+  EXPECT_EQ(GetOpShardingRule(*e->GetInstruction("c"))->ToString(),
+            "cholesky: ([f0, f1, f2]) -> ([f0, f3, f4]) {f1: need-replication, f2: "
+            "need-replication, f3: need-replication, f4: need-replication}");
+  EXPECT_EQ(GetOpShardingRule(*e->GetInstruction("t"))->ToString(),
+            "triangular-solve: ([f0, f1, f2], [f0, f3, f4]) -> ([f0, f5, f6]) {f1: "
+            "need-replication, f2: need-replication, f3: need-replication, f4: need-replication, "
+            "f5: need-replication, f6: need-replication}");
+  PropagateShardings(*m);
+  const std::string batch = "{devices=[2,1,1,2]<=[4] last_tile_dim_replicate}";
+  EXPECT_EQ(e->GetInstruction("c")->sharding()->ToString(), batch);
+  EXPECT_EQ(e->GetInstruction("t")->sharding()->ToString(), batch);
+}
+
 TEST(OpShardingRuleTest, CustomCallsRegisterTheirRule) {
   auto m = Parse(R"(
   p = f32[8,16] parameter(0)

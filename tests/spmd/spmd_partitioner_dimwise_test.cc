@@ -1,5 +1,5 @@
-// sort, topk, reduce-window, select-and-scatter and bitcast-convert
-// partitioned: the dims they compute along are made whole, the others stay
+// sort, topk, reduce-window, select-and-scatter, bitcast-convert, cholesky
+// and triangular-solve partitioned: the dims they compute along are made whole, the others stay
 // split. Each module is compiled for 2-8 devices (uneven dims, partial
 // replication, odd device orders), run on device threads with NaN padding
 // and compared with the unsharded module on one device (the executor's own
@@ -173,6 +173,65 @@ ENTRY e {
   for (uint64_t seed : {1, 2, 3}) {
     const auto program = ExpectShardedMatches(text, 4, seed);
     EXPECT_EQ(LocalOperandDims(program, HloOpcode::kBitcastConvert), (std::vector<int64_t>{5, 5}));
+  }
+}
+
+// f32[9,6,6] batches of matrices split along the batch and a matrix dim.
+const std::vector<Case> kMatrixCases = {
+    {2, "{devices=[1,2,1]<=[2]}", 9},                            // only a matrix dim split
+    {4, "{devices=[2,1,2]<=[4]}", 5},                            // 9 matrices over 2: uneven
+    {4, "{devices=[2,2,1]0,3,1,2}", 5},                          // odd device order
+    {8, "{devices=[4,1,1,2]<=[8] last_tile_dim_replicate}", 3},  // partial replication
+    {6, "{devices=[3,1,2]<=[6]}", 3},
+};
+
+TEST(SpmdDimwiseTest, CholeskyKeepsTheBatchSplitAndFactorsWholeMatrices) {
+  for (const Case& c : kMatrixCases) {
+    for (const char* lower : {"true", "false"}) {
+      SCOPED_TRACE(fmt::format("n={} {} lower={}", c.n, c.sharding, lower));
+      // a = x x^T + 6 I: positive definite, so every factor is finite.
+      const std::string text = fmt::format(R"(HloModule c
+ENTRY e {{
+  x = f32[9,6,6] parameter(0), sharding={0}
+  xxt = f32[9,6,6] dot(x, x), lhs_batch_dims={{0}}, rhs_batch_dims={{0}}, lhs_contracting_dims={{2}}, rhs_contracting_dims={{2}}
+  i = s32[6,6] iota(), iota_dimension=0
+  j = s32[6,6] iota(), iota_dimension=1
+  diag = pred[6,6] compare(i, j), direction=EQ
+  eye = f32[6,6] convert(diag)
+  six = f32[] constant(6)
+  sixes = f32[6,6] broadcast(six), dimensions={{}}
+  scaled = f32[6,6] multiply(eye, sixes)
+  shift = f32[9,6,6] broadcast(scaled), dimensions={{1,2}}
+  a = f32[9,6,6] add(xxt, shift), sharding={0}
+  ROOT l = f32[9,6,6] cholesky(a), lower={1}, sharding={0}
+}}
+)",
+                                           c.sharding, lower);
+      // x x^T sums in another order where a matrix dim is split: not bit
+      // for bit, so to a few float32 roundings.
+      const auto program = ExpectShardedMatches(text, c.n, 1, 1e-6);
+      EXPECT_EQ(LocalOperandDims(program, HloOpcode::kCholesky),
+                (std::vector<int64_t>{c.rows_per_device, 6, 6}));
+    }
+  }
+}
+
+TEST(SpmdDimwiseTest, TriangularSolveKeepsTheBatchSplitAndSolvesWholeMatrices) {
+  for (const Case& c : kMatrixCases) {
+    for (const char* left : {"true", "false"}) {
+      SCOPED_TRACE(fmt::format("n={} {} left_side={}", c.n, c.sharding, left));
+      const std::string text = fmt::format(R"(HloModule t
+ENTRY e {{
+  a = f32[9,6,6] parameter(0), sharding={0}
+  b = f32[9,6,6] parameter(1), sharding={0}
+  ROOT x = f32[9,6,6] triangular-solve(a, b), left_side={1}, lower=true, unit_diagonal=true, transpose_a=TRANSPOSE, sharding={0}
+}}
+)",
+                                           c.sharding, left);
+      const auto program = ExpectShardedMatches(text, c.n, 2);
+      EXPECT_EQ(LocalOperandDims(program, HloOpcode::kTriangularSolve, 1),
+                (std::vector<int64_t>{c.rows_per_device, 6, 6}));
+    }
   }
 }
 

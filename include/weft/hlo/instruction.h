@@ -49,6 +49,11 @@ enum class RngAlgorithm { kDefault, kThreeFry, kPhilox };
 std::string_view RngAlgorithmString(RngAlgorithm algorithm);  // "rng_philox"
 std::optional<RngAlgorithm> StringToRngAlgorithm(std::string_view name);
 enum class RngDistribution { kUniform, kNormal };
+// triangular-solve's transpose_a= (XLA's NO_TRANSPOSE, TRANSPOSE, ADJOINT;
+// the adjoint of a real matrix is its transpose).
+enum class TriangularTranspose { kNoTranspose, kTranspose, kAdjoint };
+std::string_view TriangularTransposeString(TriangularTranspose t);  // "NO_TRANSPOSE"
+std::optional<TriangularTranspose> StringToTriangularTranspose(std::string_view name);
 // rng's numbers are weft's own (XLA leaves them to the implementation): a
 // stream keyed by the name in its backend_config "rng_stream=NAME", or by
 // the instruction's own name without one. The partitioner writes the
@@ -185,6 +190,10 @@ struct HloAttributes {
   int64_t batch_group_count = 1;            // convolution
   RngAlgorithm rng_algorithm = RngAlgorithm::kDefault;           // rng-bit-generator
   RngDistribution rng_distribution = RngDistribution::kUniform;  // rng
+  bool lower = false;                                            // cholesky, triangular-solve
+  bool left_side = false;                                        // triangular-solve
+  bool unit_diagonal = false;                                    // triangular-solve
+  TriangularTranspose transpose_a = TriangularTranspose::kNoTranspose;  // triangular-solve
   // Collectives: device groups ({} = all), channel, global ids.
   std::vector<std::vector<int64_t>> replica_groups;
   std::optional<int64_t> channel_id;

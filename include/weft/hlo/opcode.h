@@ -22,6 +22,7 @@ namespace weft {
   X(kCallDone, "call-done")                      \
   X(kCallStart, "call-start")                    \
   X(kCeil, "ceil")                               \
+  X(kCholesky, "cholesky")                       \
   X(kClamp, "clamp")                             \
   X(kCollectivePermute, "collective-permute")    \
   X(kCompare, "compare")                         \
@@ -90,6 +91,7 @@ namespace weft {
   X(kTanh, "tanh")                               \
   X(kTopK, "topk")                               \
   X(kTranspose, "transpose")                     \
+  X(kTriangularSolve, "triangular-solve")        \
   X(kTuple, "tuple")                             \
   X(kWhile, "while")                             \
   X(kXor, "xor")
