@@ -16,7 +16,7 @@ struct TypeInfo {
   int64_t bytes;
 };
 
-constexpr std::array<TypeInfo, 12> kTypes = {{
+constexpr std::array<TypeInfo, 14> kTypes = {{
     {PrimitiveType::kPred, "pred", 1},
     {PrimitiveType::kS32, "s32", 4},
     {PrimitiveType::kS64, "s64", 8},
@@ -27,6 +27,8 @@ constexpr std::array<TypeInfo, 12> kTypes = {{
     {PrimitiveType::kBF16, "bf16", 2},
     {PrimitiveType::kF32, "f32", 4},
     {PrimitiveType::kF64, "f64", 8},
+    {PrimitiveType::kF8E4M3FN, "f8e4m3fn", 1},
+    {PrimitiveType::kF8E8M0FNU, "f8e8m0fnu", 1},
     {PrimitiveType::kC64, "c64", 8},
     {PrimitiveType::kToken, "token", 0},
 }};
@@ -49,12 +51,16 @@ std::optional<PrimitiveType> PrimitiveTypeFromName(std::string_view name) {
 }
 
 std::string_view SupportedPrimitiveTypeNames() {
-  return "pred, s32, s64, u16, u32, u64, f16, bf16, f32, f64, c64, token";
+  return "pred, s32, s64, u16, u32, u64, f16, bf16, f32, f64, f8e4m3fn, f8e8m0fnu, c64, token";
 }
 
 bool IsFloatingPoint(PrimitiveType type) {
   return type == PrimitiveType::kF32 || type == PrimitiveType::kBF16 ||
-         type == PrimitiveType::kF16 || type == PrimitiveType::kF64;
+         type == PrimitiveType::kF16 || type == PrimitiveType::kF64 || IsFloat8(type);
+}
+
+bool IsFloat8(PrimitiveType type) {
+  return type == PrimitiveType::kF8E4M3FN || type == PrimitiveType::kF8E8M0FNU;
 }
 
 bool IsInteger(PrimitiveType type) {

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "weft/base/error.h"
+#include "weft/compiler/block_scaled_dot.h"
 #include "weft/compiler/collective_cse.h"
 #include "weft/spmd/sharding_propagation.h"
 #include "weft/spmd/spmd_partitioner.h"
@@ -183,6 +184,7 @@ CompiledProgram CompileForDevices(HloModule& module, const CompileOptions& optio
   for (HloComputation* c : p.program->computations()) {
     p.dead_instructions_removed += c->RemoveDeadInstructions();
   }
+  ExpandBlockScaledDots(*p.program);
   p.simplifier = SimplifyAlgebra(*p.program);
   p.collective_cse = MergeCommonCollectives(*p.program);
   p.hierarchy = DecomposeCrossSliceCollectives(*p.program, num_devices, options.slices);

@@ -12,6 +12,7 @@
 
 #include "weft/base/algorithm.h"
 #include "weft/base/error.h"
+#include "weft/base/float8.h"
 
 namespace weft {
 
@@ -172,6 +173,10 @@ double RoundToType(double value, PrimitiveType type) {
       return RoundToF16(value);
     case PrimitiveType::kF64:
       return value;
+    case PrimitiveType::kF8E4M3FN:
+      return F8E4M3FNToDouble(DoubleToF8E4M3FN(value));
+    case PrimitiveType::kF8E8M0FNU:
+      return F8E8M0FNUToDouble(DoubleToF8E8M0FNU(value));
     default:
       return value;
   }

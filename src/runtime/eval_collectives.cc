@@ -38,7 +38,7 @@ class SelfCommunicator final : public Communicator {
 
 // The type a collective of `t` travels as: the communicator's own types as
 // they are, u32 and u64 as s32 and s64 (the same bits; sums wrap alike), f16
-// as 2-byte words (moved, never reduced).
+// as 2-byte words and the f8 types as 1-byte ones (moved, never reduced).
 PrimitiveType CommType(PrimitiveType t, bool reduces) {
   switch (t) {
     case PrimitiveType::kF32:
@@ -52,6 +52,11 @@ PrimitiveType CommType(PrimitiveType t, bool reduces) {
     case PrimitiveType::kF16:
       WEFT_CHECK(!reduces, "reductions of f16 are not supported; convert to f32 or bf16");
       return PrimitiveType::kBF16;
+    case PrimitiveType::kF8E4M3FN:
+    case PrimitiveType::kF8E8M0FNU:
+      WEFT_CHECK(!reduces, "reductions of {} are not supported; convert to f32 or bf16",
+                 PrimitiveTypeName(t));
+      return PrimitiveType::kPred;
     case PrimitiveType::kU32:
       return PrimitiveType::kS32;
     case PrimitiveType::kU64:

@@ -15,7 +15,9 @@
 #include "executor_eval.h"
 #include "weft/base/error.h"
 #include "weft/base/memory.h"
+#include "weft/compiler/block_scaled_dot.h"
 #include "weft/compiler/compile.h"
+#include "weft/hlo/block_scaled_dot.h"
 #include "weft/hlo/custom_call_targets.h"
 #include "weft/hlo/parser.h"
 #include "weft/runtime/comm_mpi.h"
@@ -135,11 +137,15 @@ int CheckAgainstUnsharded(std::ostream& out, const HloModule& module, const Comp
                           const ExecutorOptions& options) {
   // The unsharded module runs on one device: the partition and replica
   // counts XLA's SPMD modules declare describe the partitioned program.
+  // Block-scaled dots run as the compiler expands them (as in the sharded
+  // program).
   std::unique_ptr<HloModule> one_device;
-  if (module.num_partitions() != 1 || module.replica_count() != 1) {
+  const bool expand = HasBlockScaledDot(module);
+  if (module.num_partitions() != 1 || module.replica_count() != 1 || expand) {
     one_device = ParseHloModule(module.ToString());
     one_device->set_num_partitions(1);
     one_device->set_replica_count(1);
+    if (expand) compiler::ExpandBlockScaledDots(*one_device);
   }
   Executor reference(one_device ? *one_device : module, options);
   const std::vector<HostTensor> expected =

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <set>
@@ -180,7 +181,12 @@ std::vector<HostTensor> RandomInputs(std::span<const Shape> shapes, uint64_t see
                         static_cast<uint32_t>(block >> 32), 0x77656674u};
       std::mt19937_64 rng(seq);
       const int64_t begin = block * kRandomBlock, end = std::min(n, begin + kRandomBlock);
-      if (IsFloatingPoint(type)) {
+      if (type == PrimitiveType::kF8E8M0FNU) {  // MX block scales: powers of two, 2^-3..2^3
+        std::uniform_int_distribution<int> exponent(-3, 3);
+        for (int64_t k = begin; k < end; ++k) {
+          exec::StoreDouble(type, data, k, std::ldexp(1.0, exponent(rng)));
+        }
+      } else if (IsFloatingPoint(type)) {
         std::normal_distribution<double> normal(0.0, 1.0);
         for (int64_t k = begin; k < end; ++k) exec::StoreDouble(type, data, k, normal(rng));
       } else if (type == PrimitiveType::kPred) {

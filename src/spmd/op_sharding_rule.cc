@@ -12,6 +12,7 @@
 
 #include "gather_scatter_rule.h"
 #include "weft/base/error.h"
+#include "weft/hlo/block_scaled_dot.h"
 #include "weft/hlo/custom_call_targets.h"
 
 namespace weft {
@@ -82,10 +83,9 @@ std::optional<OpShardingRule> TransposeRule(const HloInstruction& instr) {
   return rule;
 }
 
-std::optional<OpShardingRule> DotRule(const HloInstruction& instr) {
+OpShardingRule DotRuleOf(const HloInstruction& instr, const DotDimensionNumbers& dn) {
   OpShardingRule rule;
   rule.name = "dot";
-  const DotDimensionNumbers& dn = instr.attrs().dot;
   const Shape& lhs = instr.operand(0)->shape();
   const Shape& rhs = instr.operand(1)->shape();
   TensorFactors l(lhs.rank()), r(rhs.rank()), out;
@@ -113,6 +113,51 @@ std::optional<OpShardingRule> DotRule(const HloInstruction& instr) {
   }
   rule.operands = {std::move(l), std::move(r)};
   rule.results = {std::move(out)};
+  return rule;
+}
+
+std::optional<OpShardingRule> DotRule(const HloInstruction& instr) {
+  return DotRuleOf(instr, instr.attrs().dot);
+}
+
+// XLA's block-scaled dot (hlo/block_scaled_dot.h): the dot it computes, each
+// scale sharing its operand's factors. The contracting dim K is the scale
+// count Ks (shared with the scale's minor dim) times the block, a factor
+// never split, so a split of K keeps whole blocks; padded scales (Ks *
+// block > K) share nothing on that dim.
+std::optional<OpShardingRule> BlockScaledDotRule(const HloInstruction& instr) {
+  CheckBlockScaledDot(instr);
+  const int64_t rank = instr.operand(0)->shape().rank();
+  OpShardingRule rule = DotRuleOf(instr, BlockScaledDotNumbers(rank));
+  rule.name = kBlockScaledDotTarget;
+  const int64_t k = instr.operand(0)->shape().dimensions(rank - 1);
+  const int64_t contracting = rule.operands[0][rank - 1][0];
+  bool whole_blocks = true;
+  for (int s = 0; s < 2; ++s) {
+    if (HasBlockScale(instr, s)) {
+      whole_blocks = whole_blocks && instr.operand(2 + s)->shape().dimensions(rank - 1) *
+                                             BlockScaledDotBlockSize(instr, s) ==
+                                         k;
+    }
+  }
+  const int64_t block = BlockScaledDotBlockSize(instr, 0);
+  if (whole_blocks && block > 1) {  // K = [Ks, block]: Ks in the contracting factor's place
+    rule.factor_sizes[contracting] = k / block;
+    const int64_t inner = rule.AddFactor(block, FactorKind::kNeedReplication);
+    rule.operands[0][rank - 1] = {contracting, inner};
+    rule.operands[1][rank - 1] = {contracting, inner};
+  }
+  for (int s = 0; s < 2; ++s) {
+    if (!HasBlockScale(instr, s)) continue;
+    OpShardingRule::TensorFactors scale = rule.operands[s];
+    if (!whole_blocks) {
+      scale[rank - 1] = {rule.AddFactor(instr.operand(2 + s)->shape().dimensions(rank - 1),
+                                        FactorKind::kNeedReplication)};
+    } else if (block > 1) {
+      scale[rank - 1] = {contracting};
+    }
+    rule.operands.push_back(std::move(scale));
+  }
   return rule;
 }
 
@@ -514,6 +559,7 @@ std::optional<OpShardingRule> CustomCallRule(const HloInstruction& instr) {
     return ElementwiseRule(target, instr.shape(), instr.operands());
   }
   if (target == kTopKTarget) return TopKRule(instr, target);
+  if (target == kBlockScaledDotTarget) return BlockScaledDotRule(instr);
   static std::once_flag once;
   std::call_once(once, RegisterAttentionShardingRules);
   OpShardingRuleBuilder builder;

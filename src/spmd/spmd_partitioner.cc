@@ -11,6 +11,7 @@
 #include "spmd_partitioner_handlers.h"
 #include "weft/base/algorithm.h"
 #include "weft/base/error.h"
+#include "weft/hlo/block_scaled_dot.h"
 #include "weft/hlo/custom_call_targets.h"
 #include "weft/hlo/verifier.h"
 
@@ -356,6 +357,10 @@ PartitionedValue ComputationPartitioner::Partition(const HloInstruction& instr,
     case HloOpcode::kCustomCall:
       if (instr.attrs().custom_call_target == kTopKTarget)
         return HandleDimwise(*this, instr, sharding);
+      if (IsBlockScaledDot(instr)) {
+        CheckBlockScaledDot(instr);
+        return HandleDot(*this, instr, sharding);
+      }
       if (instr.attrs().custom_call_target == "weft.flex_attention" ||
           instr.attrs().custom_call_target == "weft.flex_attention_backward") {
         return HandleAttention(*this, instr, sharding);

@@ -15,11 +15,16 @@
 // wins unless the dot is too small for its FLOPs to matter. A reshard that
 // several dots share (one activation gathered for the q, k and v projections)
 // is priced as a share of it (SharedReshardCost).
+// XLA's block-scaled dot (hlo/block_scaled_dot.h) is partitioned as the dot
+// it computes, each scale split as its operand is (XLA's HandleDotHelper
+// with PartitionedHloMX operands); a plan that splits the contraction needs
+// the split to fall on block boundaries.
 #include <algorithm>
 
 #include "spmd_partitioner_handlers.h"
 #include "weft/base/algorithm.h"
 #include "weft/base/error.h"
+#include "weft/hlo/block_scaled_dot.h"
 #include "weft/sharding/sharding_util.h"
 
 namespace weft::spmd {
@@ -44,7 +49,9 @@ struct DotDims {
   std::vector<int64_t> to_out[2], to_other[2], contracting[2], free[2];
 
   explicit DotDims(const HloInstruction& dot) {
-    const DotDimensionNumbers& dn = dot.attrs().dot;
+    const DotDimensionNumbers dn = IsBlockScaledDot(dot)
+                                       ? BlockScaledDotNumbers(dot.operand(0)->shape().rank())
+                                       : dot.attrs().dot;
     const std::vector<int64_t>* batch[2] = {&dn.lhs_batch_dims, &dn.rhs_batch_dims};
     const std::vector<int64_t>* contract[2] = {&dn.lhs_contracting_dims, &dn.rhs_contracting_dims};
     int64_t next_out = static_cast<int64_t>(dn.lhs_batch_dims.size());
@@ -89,15 +96,54 @@ struct DotDims {
   }
 };
 
-HloInstruction* LocalDot(ComputationPartitioner& p, const HloInstruction& instr,
-                         HloInstruction* lhs, HloInstruction* rhs) {
-  const DotDimensionNumbers& dn = instr.attrs().dot;
-  std::vector<int64_t> dims;
-  for (int64_t d : dn.lhs_batch_dims) dims.push_back(lhs->shape().dimensions(d));
+// The result shape of `instr` on local operands of these shapes.
+Shape LocalDotShape(const HloInstruction& instr, const Shape& lhs, const Shape& rhs) {
   const DotDims dd(instr);
-  for (int64_t d : dd.free[0]) dims.push_back(lhs->shape().dimensions(d));
-  for (int64_t d : dd.free[1]) dims.push_back(rhs->shape().dimensions(d));
-  return EmitLike(p, instr, {lhs, rhs}, instr.shape().WithDimensions(dims));
+  std::vector<int64_t> dims(static_cast<size_t>(dd.out_rank));
+  const Shape* shapes[2] = {&lhs, &rhs};
+  for (int s = 0; s < 2; ++s) {
+    for (size_t d = 0; d < dd.to_out[s].size(); ++d) {
+      if (dd.to_out[s][d] >= 0)
+        dims[dd.to_out[s][d]] = shapes[s]->dimensions(static_cast<int64_t>(d));
+    }
+  }
+  return instr.shape().WithDimensions(dims);
+}
+
+// The local dot of operands sharded `lhs` and `rhs` (and the block-scaled
+// dot's scales, each split as its operand).
+HloInstruction* LocalDot(ComputationPartitioner& p, const HloInstruction& instr,
+                         const HloSharding& lhs_sharding, const HloSharding& rhs_sharding) {
+  const HloSharding* shardings[2] = {&lhs_sharding, &rhs_sharding};
+  std::vector<HloInstruction*> operands;
+  for (int64_t i = 0; i < instr.operand_count(); ++i) {
+    operands.push_back(p.GetAs(instr.operand(i), *shardings[i % 2]).hlo);
+  }
+  const Shape shape = LocalDotShape(instr, operands[0]->shape(), operands[1]->shape());
+  return EmitLike(p, instr, std::move(operands), shape);
+}
+
+// What resharding operand s's block scale (if any) to `target` costs.
+int64_t ScaleReshardCost(ComputationPartitioner& p, const HloInstruction& instr, int s,
+                         const HloSharding& target) {
+  if (!IsBlockScaledDot(instr) || !HasBlockScale(instr, s)) return 0;
+  const HloInstruction* scale = instr.operand(2 + s);
+  return ReshardCost(p.context(), scale->shape(), p.Get(scale).sharding, target);
+}
+
+// Whether splitting operand s's contracting dims as `sharding` does keeps
+// whole blocks of a block-scaled dot on each device (always, for a dot).
+bool SplitsWholeBlocks(const HloInstruction& instr, const DotDims& dd, int s,
+                       const HloSharding& sharding) {
+  if (!IsBlockScaledDot(instr) || !HasBlockScale(instr, s)) return true;
+  const Shape& x = instr.operand(s)->shape();
+  const std::vector<int64_t> tiles = TilesPerDim(sharding, x.rank());
+  const int64_t block = BlockScaledDotBlockSize(instr, s);
+  for (int64_t d : dd.contracting[s]) {
+    const int64_t ks = instr.operand(2 + s)->shape().dimensions(d);
+    if (tiles[d] > 1 && (ks % tiles[d] != 0 || ks * block != x.dimensions(d))) return false;
+  }
+  return true;
 }
 
 struct DrivenPlan {
@@ -133,6 +179,8 @@ DrivenPlan PlanDriven(ComputationPartitioner& p, const HloInstruction& instr, co
            ? 0
            : ReshardCost(p.context(), other_op->shape(), p.Get(other_op).sharding,
                          plan.other_target)) +
+      ScaleReshardCost(p, instr, driver, ds) +
+      ScaleReshardCost(p, instr, other, plan.other_target) +
       WorkCost(partial_shape.ElementsCount(),
                Product(LocalShape(driver_op->shape(), ds).dimensions(), dd.contracting[driver]));
   ReshardCostCache cost(p.context());
@@ -154,6 +202,15 @@ PartitionedValue EmitDriven(ComputationPartitioner& p, const HloInstruction& ins
                             const DrivenPlan& plan, const HloSharding& sharding) {
   SpmdBuilder& b = p.b();
   const int driver = plan.driver, other = 1 - driver;
+  HloSharding shardings[2];
+  shardings[driver] = p.Get(instr.operand(driver)).sharding;
+  shardings[other] = plan.other_target;
+  if (IsBlockScaledDot(instr)) {  // whole blocks (SplitsWholeBlocks): no padding to mask
+    HloInstruction* result = LocalDot(p, instr, shardings[0], shardings[1]);
+    if (plan.split_contracting.empty())
+      return PartitionedValue{result, instr.shape(), plan.partial};
+    return PartitionedValue{EmitPartialSum(b, result, plan.sum), instr.shape(), plan.sum.result};
+  }
   PartitionedValue ops[2];
   ops[driver] = p.Get(instr.operand(driver));
   ops[other] = p.GetAs(instr.operand(other), plan.other_target);
@@ -170,7 +227,8 @@ PartitionedValue EmitDriven(ComputationPartitioner& p, const HloInstruction& ins
       locals[s] = MaskPadding(b, ops[s], dims, zero);
     }
   }
-  HloInstruction* result = LocalDot(p, instr, locals[0], locals[1]);
+  HloInstruction* result = EmitLike(p, instr, {locals[0], locals[1]},
+                                    LocalDotShape(instr, locals[0]->shape(), locals[1]->shape()));
   if (plan.split_contracting.empty()) return PartitionedValue{result, instr.shape(), plan.partial};
   return PartitionedValue{EmitPartialSum(p.b(), result, plan.sum), instr.shape(), plan.sum.result};
 }
@@ -243,19 +301,20 @@ PartitionedValue HandleDot(ComputationPartitioner& p, const HloInstruction& inst
   int64_t output_cost = 0;
   for (int s = 0; s < 2; ++s) {
     targets[s] = OutputDrivenTarget(instr, dd, s, sharding);
-    output_cost += SharedReshardCost(p, instr, s, targets[s]);
+    output_cost +=
+        SharedReshardCost(p, instr, s, targets[s]) + ScaleReshardCost(p, instr, s, targets[s]);
   }
   output_cost += WorkCost(LocalShape(instr.shape(), sharding).ElementsCount(),
                           Product(instr.operand(0)->shape().dimensions(), dd.contracting[0]));
   std::optional<DrivenPlan> best;
   for (int driver = 0; driver < 2; ++driver) {
+    if (!SplitsWholeBlocks(instr, dd, driver, p.Get(instr.operand(driver)).sharding)) continue;
     DrivenPlan plan = PlanDriven(p, instr, dd, driver, sharding);
+    if (!SplitsWholeBlocks(instr, dd, 1 - driver, plan.other_target)) continue;
     if (!best || plan.cost < best->cost) best = plan;
   }
-  if (best->cost < output_cost) return EmitDriven(p, instr, *best, sharding);
-  PartitionedValue lhs = p.GetAs(instr.operand(0), targets[0]);
-  PartitionedValue rhs = p.GetAs(instr.operand(1), targets[1]);
-  return PartitionedValue{LocalDot(p, instr, lhs.hlo, rhs.hlo), instr.shape(), sharding};
+  if (best && best->cost < output_cost) return EmitDriven(p, instr, *best, sharding);
+  return PartitionedValue{LocalDot(p, instr, targets[0], targets[1]), instr.shape(), sharding};
 }
 
 }  // namespace weft::spmd

@@ -13,7 +13,8 @@ TEST(PrimitiveTypeTest, NamesRoundTrip) {
   for (PrimitiveType t :
        {PrimitiveType::kPred, PrimitiveType::kS32, PrimitiveType::kS64, PrimitiveType::kU16,
         PrimitiveType::kU32, PrimitiveType::kU64, PrimitiveType::kF16, PrimitiveType::kBF16,
-        PrimitiveType::kF32, PrimitiveType::kF64, PrimitiveType::kC64, PrimitiveType::kToken}) {
+        PrimitiveType::kF32, PrimitiveType::kF64, PrimitiveType::kF8E4M3FN,
+        PrimitiveType::kF8E8M0FNU, PrimitiveType::kC64, PrimitiveType::kToken}) {
     EXPECT_EQ(PrimitiveTypeFromName(PrimitiveTypeName(t)), t) << PrimitiveTypeName(t);
     EXPECT_NE(std::string(SupportedPrimitiveTypeNames()).find(PrimitiveTypeName(t)),
               std::string::npos);
@@ -29,6 +30,10 @@ TEST(PrimitiveTypeTest, Classes) {
   EXPECT_TRUE(IsFloatingPoint(PrimitiveType::kF64));
   EXPECT_TRUE(IsFloatingPoint(PrimitiveType::kBF16));
   EXPECT_FALSE(IsFloatingPoint(PrimitiveType::kC64));
+  EXPECT_TRUE(IsFloatingPoint(PrimitiveType::kF8E4M3FN));
+  EXPECT_TRUE(IsFloat8(PrimitiveType::kF8E8M0FNU));
+  EXPECT_FALSE(IsFloat8(PrimitiveType::kBF16));
+  EXPECT_EQ(ByteWidth(PrimitiveType::kF8E4M3FN), 1);
   EXPECT_TRUE(IsComplex(PrimitiveType::kC64));
   EXPECT_TRUE(IsInteger(PrimitiveType::kU16));
   EXPECT_TRUE(IsInteger(PrimitiveType::kU32));

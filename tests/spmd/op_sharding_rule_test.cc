@@ -35,6 +35,36 @@ TEST(OpShardingRuleTest, DotHasBatchFreeAndReductionFactors) {
             "dot: ([f0, f2, f1], [f0, f1, f3]) -> ([f0, f2, f3]) {f1: reduction}");
 }
 
+// XLA's block-scaled dot: the dot it computes, each scale with its
+// operand's factors; K is the scale count (shared with the scales, split
+// like a contraction) times the block (never split); the lhs scaled alone
+// adds one scale; padded scales share nothing on K.
+TEST(OpShardingRuleTest, BlockScaledDotScalesShareTheirOperandsFactors) {
+  auto m = Parse(R"(
+  a = f8e4m3fn[2,8,64] parameter(0)
+  b = f8e4m3fn[2,4,64] parameter(1)
+  as = f8e8m0fnu[2,8,2] parameter(2)
+  bs = f8e8m0fnu[2,4,2] parameter(3)
+  d = f32[2,8,4] custom-call(a, b, as, bs), custom_call_target="__op$block_scaled_dot"
+  x = f8e4m3fn[8,40] parameter(4)
+  y = bf16[4,40] parameter(5)
+  xs = f8e8m0fnu[8,2] parameter(6)
+  e = f32[8,4] custom-call(x, y, xs), custom_call_target="__op$block_scaled_dot", backend_config={"block_scaled_dot_backend_config":{block_size:32}}
+  ROOT t = (f32[2,8,4], f32[8,4]) tuple(d, e)
+)");
+  const HloComputation* entry = m->entry_computation();
+  auto d = GetOpShardingRule(*entry->GetInstruction("d"));
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->ToString(),
+            "__op$block_scaled_dot: ([f0, f2, f1*f4], [f0, f3, f1*f4], [f0, f2, f1], [f0, f3, f1]) "
+            "-> ([f0, f2, f3]) {f1: reduction, f4: need-replication}");
+  auto e = GetOpShardingRule(*entry->GetInstruction("e"));
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->ToString(),
+            "__op$block_scaled_dot: ([f1, f0], [f2, f0], [f1, f3]) -> ([f1, f2]) "
+            "{f0: reduction, f3: need-replication}");
+}
+
 // convolution: batch with the result's batch, the input features contracted
 // with the kernel's, the kernel's output features with the result's, a
 // moving window's spatial dims a permutation, a still one's a pass-through;

@@ -168,6 +168,117 @@ TEST(SpmdDotTest, GradientWantedSplitOnTwoDimsReduceScattersAlongEach) {
   EXPECT_EQ(CountCollectives(*m), 3);
 }
 
+// XLA's block-scaled dot: out = dot(lhs * lhs_scale, rhs * rhs_scale), each
+// scale repeated over its block of the minor (contracting) dim, batch dim 0
+// at rank 3; computed here in double, independently of the compiler's
+// expansion.
+Value BlockScaledDotReference(const HloInstruction& instr, const std::vector<Value>& ops) {
+  const std::vector<int64_t> ld(ops[0].shape.dimensions().begin(), ops[0].shape.dimensions().end());
+  const std::vector<int64_t> rd(ops[1].shape.dimensions().begin(), ops[1].shape.dimensions().end());
+  const bool batched = ld.size() == 3;
+  const int64_t batch = batched ? ld[0] : 1, m = ld[ld.size() - 2], n = rd[rd.size() - 2];
+  const int64_t k = ld.back();
+  auto scaled = [&](int s, int64_t b, int64_t row, int64_t j) {
+    const Value& x = ops[s];
+    const int64_t rows = x.shape.dimensions(x.shape.rank() - 2);
+    double v = x.data[(b * rows + row) * k + j];
+    if (ops.size() > static_cast<size_t>(2 + s)) {
+      const Value& scale = ops[2 + s];
+      const int64_t ks = scale.shape.dimensions().back();
+      v *= scale.data[(b * rows + row) * ks + j / (k / ks)];
+    }
+    return v;
+  };
+  Value r = MakeArray(instr.shape());
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int64_t c = 0; c < k; ++c) acc += scaled(0, b, i, c) * scaled(1, b, j, c);
+        r.data[(b * m + i) * n + j] = acc;
+      }
+    }
+  }
+  return r;
+}
+
+std::unique_ptr<HloModule> BlockScaledDot(const std::string& lhs, const std::string& rhs,
+                                          const std::string& ls, const std::string& rs,
+                                          const std::string& out, const std::string& lsh,
+                                          const std::string& rsh, const std::string& osh,
+                                          int64_t n) {
+  return ExpectShardedEqualsUnsharded(fmt::format(R"(
+HloModule block_scaled
+ENTRY main {{
+  a = {} parameter(0), sharding={}
+  b = {} parameter(1), sharding={}
+  as = {} parameter(2), sharding={}
+  bs = {} parameter(3), sharding={}
+  ROOT d = {} custom-call(a, b, as, bs), custom_call_target="__op$block_scaled_dot", sharding={}
+}}
+)",
+                                                  lhs, lsh, rhs, rsh, ls, lsh, rs, rsh, out, osh),
+                                      n, 3, BlockScaledDotReference);
+}
+
+TEST(SpmdDotTest, BlockScaledDotSplitOnTheContractionSumsWholeBlocks) {
+  // K = 64 in 8 blocks of 8, split 4 ways: 2 blocks a device, partial sums
+  // reduce-scattered to the result's split; the scales travel with their
+  // operands, and the local call keeps the target.
+  auto m = BlockScaledDot("f8e4m3fn[12,64]", "f8e4m3fn[16,64]", "f8e8m0fnu[12,8]",
+                          "f8e8m0fnu[16,8]", "f32[12,16]", "{devices=[1,4]<=[4]}",
+                          "{devices=[1,4]<=[4]}", "{devices=[4,1]<=[4]}", 4);
+  const HloInstruction* local = FindNamed(*m, "d");
+  ASSERT_NE(local, nullptr);
+  const HloInstruction* call =
+      local->opcode() == HloOpcode::kCustomCall ? local : local->operand(0);
+  ASSERT_EQ(call->opcode(), HloOpcode::kCustomCall);
+  EXPECT_EQ(call->attrs().custom_call_target, "__op$block_scaled_dot");
+  EXPECT_EQ(call->operand(0)->shape(), ParseShape("f8e4m3fn[12,16]"));
+  EXPECT_EQ(call->operand(2)->shape(), ParseShape("f8e8m0fnu[12,2]"));
+  EXPECT_EQ(FindAll(*m, HloOpcode::kReduceScatter).size(), 1u);
+}
+
+TEST(SpmdDotTest, BlockScaledDotBatchAndNonContractingSplits) {
+  const char* l = "f8e4m3fn[4,6,32]";
+  const char* r = "f8e4m3fn[4,10,32]";
+  const char* lsc = "f8e8m0fnu[4,6,4]";
+  const char* rsc = "f8e8m0fnu[4,10,4]";
+  // Batch split alike: local, no collective.
+  auto m = BlockScaledDot(l, r, lsc, rsc, "f32[4,6,10]", "{devices=[4,1,1]<=[4]}",
+                          "{devices=[4,1,1]<=[4]}", "{devices=[4,1,1]<=[4]}", 4);
+  EXPECT_EQ(CountCollectives(*m), 0);
+  // Batch on the lhs, rows of rhs, the result split on rhs rows: resharded.
+  BlockScaledDot(l, r, lsc, rsc, "f32[4,6,10]", "{devices=[4,1,1]<=[4]}", "{devices=[1,4,1]<=[4]}",
+                 "{devices=[1,1,4]<=[4]}", 4);
+  // 2D: contraction over one axis, rows over the other, uneven rows.
+  BlockScaledDot("f8e4m3fn[7,32]", "f8e4m3fn[5,32]", "f8e8m0fnu[7,4]", "f8e8m0fnu[5,4]", "f32[7,5]",
+                 "{devices=[2,2]<=[4]}", "{devices=[2,2]<=[2,2]T(1,0)}", "{devices=[2,2]<=[4]}", 4);
+}
+
+TEST(SpmdDotTest, BlockScaledDotNeverSplitsABlock) {
+  // 3 blocks of 8 split 2 ways would cut a block: the contraction is
+  // gathered instead, and the numbers still agree.
+  auto m = BlockScaledDot("f8e4m3fn[6,24]", "f8e4m3fn[4,24]", "f8e8m0fnu[6,3]", "f8e8m0fnu[4,3]",
+                          "f32[6,4]", "{devices=[1,2]<=[2]}", "{devices=[1,2]<=[2]}",
+                          "{devices=[2,1]<=[2]}", 2);
+  EXPECT_TRUE(FindAll(*m, HloOpcode::kAllReduce).empty());
+  EXPECT_TRUE(FindAll(*m, HloOpcode::kReduceScatter).empty());
+}
+
+TEST(SpmdDotTest, BlockScaledDotWithTheLhsScaledOnly) {
+  ExpectShardedEqualsUnsharded(R"(
+HloModule lhs_scaled
+ENTRY main {
+  a = f8e4m3fn[8,32] parameter(0), sharding={devices=[2,2]<=[4]}
+  b = bf16[6,32] parameter(1), sharding={devices=[1,2,2]<=[4] last_tile_dim_replicate}
+  as = f8e8m0fnu[8,2] parameter(2), sharding={devices=[2,2]<=[4]}
+  ROOT d = f32[8,6] custom-call(a, b, as), custom_call_target="__op$block_scaled_dot", sharding={devices=[4,1]<=[4]}
+}
+)",
+                               4, 5, BlockScaledDotReference);
+}
+
 TEST(SpmdDotTest, RandomShardingsOnOneToEightDevices) {
   std::mt19937_64 rng(11);
   for (int trial = 0; trial < 60; ++trial) {

@@ -14,6 +14,9 @@ namespace weft {
 // c64 is parsed, printed and sized (two f32s) but no pass computes with it:
 // the executor refuses it by name. token (zero bytes, `token[]`) orders
 // side effects (after-all, infeed, outfeed) and carries no data.
+// f8e4m3fn and f8e8m0fnu (base/float8.h), the MX formats' elements and block
+// scales, are storage types: converted, moved, sliced and read by XLA's
+// block-scaled dot; elementwise arithmetic on them is refused.
 enum class PrimitiveType {
   kInvalid,
   kPred,
@@ -26,6 +29,8 @@ enum class PrimitiveType {
   kBF16,
   kF32,
   kF64,
+  kF8E4M3FN,
+  kF8E8M0FNU,
   kC64,
   kToken,
   kTuple
@@ -37,7 +42,8 @@ std::string_view PrimitiveTypeName(PrimitiveType type);
 std::optional<PrimitiveType> PrimitiveTypeFromName(std::string_view name);
 // The element type names weft supports, for error messages.
 std::string_view SupportedPrimitiveTypeNames();
-bool IsFloatingPoint(PrimitiveType type);  // f16, bf16, f32, f64
+bool IsFloatingPoint(PrimitiveType type);  // f16, bf16, f32, f64, the f8 types
+bool IsFloat8(PrimitiveType type);         // f8e4m3fn, f8e8m0fnu
 bool IsInteger(PrimitiveType type);        // s32, s64, u16, u32, u64
 bool IsComplex(PrimitiveType type);        // c64
 bool IsSignedInteger(PrimitiveType type);

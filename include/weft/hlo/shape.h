@@ -77,7 +77,7 @@ class Shape {
   std::vector<Shape> tuple_shapes_;
 };
 
-// Rounds a value to what the element type can hold (f32/bf16/f16 precision,
+// Rounds a value to what the element type can hold (f32/bf16/f16/f8 precision,
 // integer wrap-around is not applied: integers are returned unchanged).
 double RoundToType(double value, PrimitiveType type);
 

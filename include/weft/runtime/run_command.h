@@ -134,7 +134,8 @@ std::vector<IntegerRange> InputIntegerRanges(const HloModule& module);
 // Seeded inputs of the given shapes (see the file comment); integers over
 // `ranges[i]` (empty: [0, 3] for every leaf). Each block of kRandomBlock
 // elements of a leaf is its own stream (seed, leaf, block), drawn in
-// parallel.
+// parallel. Floats are standard normal (rounded to the type), f8e8m0fnu
+// block scales powers of two from 2^-3 to 2^3.
 inline constexpr int64_t kRandomBlock = int64_t{1} << 16;
 std::vector<HostTensor> RandomInputs(std::span<const Shape> shapes, uint64_t seed,
                                      std::span<const IntegerRange> ranges = {});
