@@ -7,6 +7,7 @@
 #include "weft/analysis/loops.h"
 #include "weft/base/error.h"
 #include "weft/hlo/custom_call_targets.h"
+#include "weft/hlo/ragged_dot.h"
 
 namespace weft::analysis {
 namespace {
@@ -77,6 +78,17 @@ void CountInstructionFlops(const HloInstruction& instr, double times, FlopCount&
     const DotDimensionNumbers& dn = instr.attrs().dot;
     const double contracted = Product(instr.operand(0)->shape(), dn.lhs_contracting_dims);
     f.dot += times * 2 * static_cast<double>(instr.shape().ElementsCount()) * contracted;
+  } else if (op == HloOpcode::kRaggedDot) {
+    // Each row meets one group (non-contracting mode), each contracted
+    // position one group's result (contracting mode): a dot's work, the
+    // contracting mode's result counted once, not per group.
+    const DotDimensionNumbers& dn = instr.attrs().dot;
+    const double contracted = Product(instr.operand(0)->shape(), dn.lhs_contracting_dims);
+    double results = static_cast<double>(instr.shape().ElementsCount());
+    if (RaggedDotModeOf(instr) == RaggedDotMode::kContracting) {
+      results /= static_cast<double>(std::max<int64_t>(1, instr.shape().dimensions(0)));
+    }
+    f.dot += times * 2 * results * contracted;
   } else if (op == HloOpcode::kConvolution) {
     // 2 x result elements x window elements x a group's input features (the
     // kernel's input feature dim); window positions over padding included,

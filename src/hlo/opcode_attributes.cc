@@ -43,11 +43,13 @@ const std::map<std::string_view, std::vector<Op>>& AttributeOpcodes() {
       {"calls", {Op::kFusion}},
       {"condition", {Op::kWhile}},
       {"body", {Op::kWhile}},
-      {"lhs_batch_dims", {Op::kDot}},
-      {"lhs_contracting_dims", {Op::kDot}},
-      {"rhs_batch_dims", {Op::kDot}},
-      {"rhs_contracting_dims", {Op::kDot}},
-      {"operand_precision", {Op::kDot, Op::kConvolution}},
+      {"lhs_batch_dims", {Op::kDot, Op::kRaggedDot}},
+      {"lhs_contracting_dims", {Op::kDot, Op::kRaggedDot}},
+      {"rhs_batch_dims", {Op::kDot, Op::kRaggedDot}},
+      {"rhs_contracting_dims", {Op::kDot, Op::kRaggedDot}},
+      {"operand_precision", {Op::kDot, Op::kRaggedDot, Op::kConvolution}},
+      {"lhs_ragged_dims", {Op::kRaggedDot}},
+      {"rhs_group_dims", {Op::kRaggedDot}},
       {"algorithm", {Op::kDot, Op::kRngBitGenerator}},
       {"distribution", {Op::kRng}},
       {"offset_dims", {Op::kGather}},
@@ -106,6 +108,8 @@ std::vector<std::string_view> RequiredAttributes(Op op) {
       return {"dimensions", "to_apply"};
     case Op::kTopK:
       return {"k"};
+    case Op::kRaggedDot:
+      return {"lhs_ragged_dims"};
     case Op::kReduceWindow:
       return {"window", "to_apply"};
     case Op::kSelectAndScatter:

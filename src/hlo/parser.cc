@@ -372,6 +372,10 @@ class HloTextParser {
       list(a.dot.rhs_batch_dims);
     } else if (key == "rhs_contracting_dims") {
       list(a.dot.rhs_contracting_dims);
+    } else if (key == "lhs_ragged_dims") {
+      list(a.lhs_ragged_dims);
+    } else if (key == "rhs_group_dims") {
+      list(a.rhs_group_dims);
     } else if (key == "offset_dims") {
       list(a.gather.offset_dims);
     } else if (key == "collapsed_slice_dims") {

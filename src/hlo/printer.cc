@@ -277,6 +277,12 @@ std::vector<std::string> Attributes(const HloInstruction& instr, const HloPrintO
     case HloOpcode::kDot:
       AddDotAttributes(a.dot, &l.out());
       break;
+    case HloOpcode::kRaggedDot:
+      AddDotAttributes(a.dot, &l.out());
+      l.Add(fmt::format("lhs_ragged_dims={}", IntList(a.lhs_ragged_dims)));
+      if (!a.rhs_group_dims.empty())
+        l.Add(fmt::format("rhs_group_dims={}", IntList(a.rhs_group_dims)));
+      break;
     case HloOpcode::kConvolution:
       AddConvolutionAttributes(a, l);
       break;

@@ -11,6 +11,7 @@
 #include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 #include "weft/hlo/computation.h"
+#include "weft/hlo/ragged_dot.h"
 
 namespace weft::hlo {
 
@@ -214,10 +215,10 @@ Shape InferReduce(const HloInstruction& instr) {
   return n == 1 ? results[0] : Shape::Tuple(results);
 }
 
-Shape InferDot(const HloInstruction& instr) {
-  ExpectOperandCount(instr, 2);
-  const Shape& lhs = ArrayOperand(instr, 0);
-  const Shape& rhs = ArrayOperand(instr, 1);
+// The dot of lhs and rhs by the instruction's dimension numbers; the rhs
+// dims `rhs_dropped` (a ragged-dot's group dims) are not in the result.
+Shape InferDotOf(const HloInstruction& instr, const Shape& lhs, const Shape& rhs,
+                 const Dims& rhs_dropped) {
   const DotDimensionNumbers& dn = instr.attrs().dot;
   WEFT_CHECK(lhs.element_type() == rhs.element_type(),
              "dot operands must have the same element type, got {} and {}", lhs.ToString(),
@@ -258,7 +259,8 @@ Shape InferDot(const HloInstruction& instr) {
     }
   }
   for (int64_t d = 0; d < rhs.rank(); ++d) {
-    if (!Contains(dn.rhs_batch_dims, d) && !Contains(dn.rhs_contracting_dims, d)) {
+    if (!Contains(dn.rhs_batch_dims, d) && !Contains(dn.rhs_contracting_dims, d) &&
+        !Contains(rhs_dropped, d)) {
       out.push_back(rhs.dimensions(d));
     }
   }
@@ -266,6 +268,56 @@ Shape InferDot(const HloInstruction& instr) {
   PrimitiveType type = lhs.element_type();
   if (instr.shape().IsArray()) type = instr.shape().element_type();
   return Shape(type, out);
+}
+
+Shape InferDot(const HloInstruction& instr) {
+  ExpectOperandCount(instr, 2);
+  return InferDotOf(instr, ArrayOperand(instr, 0), ArrayOperand(instr, 1), {});
+}
+
+// XLA's ragged-dot (hlo/ragged_dot.h, XLA's InferRaggedDotOpShape).
+Shape InferRaggedDot(const HloInstruction& instr) {
+  ExpectOperandCount(instr, 3);
+  const Shape& lhs = ArrayOperand(instr, 0);
+  const Shape& rhs = ArrayOperand(instr, 1);
+  const Shape& sizes = ArrayOperand(instr, 2);
+  const HloAttributes& a = instr.attrs();
+  WEFT_CHECK(a.lhs_ragged_dims.size() == 1, "ragged-dot needs exactly one lhs ragged dim, got {}",
+             a.lhs_ragged_dims.size());
+  CheckDims(a.lhs_ragged_dims, lhs.rank(), "ragged-dot lhs_ragged_dims");
+  WEFT_CHECK(IsInteger(sizes.element_type()) && sizes.rank() >= 1,
+             "ragged-dot group_sizes must be an integer array, got {}", sizes.ToString());
+  const RaggedDotMode mode = RaggedDotModeOf(instr);
+  const int64_t groups = sizes.dimensions(sizes.rank() - 1);
+  if (mode == RaggedDotMode::kNonContracting) {
+    WEFT_CHECK(a.rhs_group_dims.size() == 1,
+               "ragged-dot with a non-contracting ragged dim needs one rhs group dim, got {}",
+               a.rhs_group_dims.size());
+    CheckDims(a.rhs_group_dims, rhs.rank(), "ragged-dot rhs_group_dims");
+    const int64_t g = a.rhs_group_dims[0];
+    WEFT_CHECK(!Contains(a.dot.rhs_batch_dims, g) && !Contains(a.dot.rhs_contracting_dims, g),
+               "ragged-dot rhs group dim {} cannot be a batch or contracting dim", g);
+    WEFT_CHECK(rhs.dimensions(g) == groups,
+               "ragged-dot rhs group dim {} has {} groups but group_sizes {} has {}", g,
+               rhs.dimensions(g), sizes.ToString(), groups);
+  } else {
+    WEFT_CHECK(a.rhs_group_dims.empty(),
+               "ragged-dot with a {} ragged dim takes no rhs group dims, got {}",
+               mode == RaggedDotMode::kBatch ? "batch" : "contracting", a.rhs_group_dims.size());
+  }
+  if (sizes.rank() != 1) {
+    Dims want;
+    for (int64_t d : RaggedDotPrefix(instr)) want.push_back(lhs.dimensions(d));
+    want.push_back(groups);
+    WEFT_CHECK(Dims(sizes.dimensions().begin(), sizes.dimensions().end()) == want,
+               "ragged-dot group_sizes must be [{}] or [{}], got {}", groups, fmt::join(want, ","),
+               sizes.ToString());
+  }
+  Shape out = InferDotOf(instr, lhs, rhs, a.rhs_group_dims);
+  if (mode != RaggedDotMode::kContracting) return out;
+  Dims dims = {groups};
+  dims.insert(dims.end(), out.dimensions().begin(), out.dimensions().end());
+  return Shape(out.element_type(), dims);
 }
 Shape InferSlicing(const HloInstruction& instr) {
   const HloAttributes& a = instr.attrs();
@@ -691,6 +743,8 @@ Shape InferHloShape(const HloInstruction& instr) {
       return hlo::InferReduce(instr);
     case HloOpcode::kDot:
       return hlo::InferDot(instr);
+    case HloOpcode::kRaggedDot:
+      return hlo::InferRaggedDot(instr);
     case HloOpcode::kGather:
       return hlo::InferGather(instr);
     case HloOpcode::kScatter:

@@ -293,6 +293,9 @@ Value EvalAllocateBuffer(const HloInstruction& instr, EvalArgs& args);
 Value EvalIdentity(const HloInstruction& instr, EvalArgs& args);
 // cholesky and triangular-solve (eval_linalg.cc).
 void CheckLinalg(const HloInstruction& instr);
+// ragged-dot (eval_ragged_dot.cc).
+void CheckRaggedDot(const HloInstruction& instr);
+Value EvalRaggedDot(const HloInstruction& instr, EvalArgs& args);
 Value EvalCholesky(const HloInstruction& instr, EvalArgs& args);
 Value EvalTriangularSolve(const HloInstruction& instr, EvalArgs& args);
 void CheckDot(const HloInstruction& instr);

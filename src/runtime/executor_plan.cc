@@ -109,6 +109,9 @@ EvalFn SelectEval(const HloInstruction& instr) {
     case HloOpcode::kPartitionId:
     case HloOpcode::kReplicaId:
       return &exec::EvalPartitionOrReplicaId;
+    case HloOpcode::kRaggedDot:
+      exec::CheckRaggedDot(instr);
+      return &exec::EvalRaggedDot;
     case HloOpcode::kCholesky:
       exec::CheckLinalg(instr);
       return &exec::EvalCholesky;

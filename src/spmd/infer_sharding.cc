@@ -191,6 +191,7 @@ bool ReadsRuleLeafByLeaf(HloOpcode opcode) {
     case HloOpcode::kTopK:
     case HloOpcode::kCholesky:
     case HloOpcode::kTriangularSolve:
+    case HloOpcode::kRaggedDot:
     case HloOpcode::kReduceWindow:
     case HloOpcode::kSelectAndScatter:
     case HloOpcode::kBitcastConvert:

@@ -14,6 +14,7 @@
 #include "weft/base/error.h"
 #include "weft/hlo/block_scaled_dot.h"
 #include "weft/hlo/custom_call_targets.h"
+#include "weft/hlo/ragged_dot.h"
 
 namespace weft {
 
@@ -118,6 +119,42 @@ OpShardingRule DotRuleOf(const HloInstruction& instr, const DotDimensionNumbers&
 
 std::optional<OpShardingRule> DotRule(const HloInstruction& instr) {
   return DotRuleOf(instr, instr.attrs().dot);
+}
+
+// ragged-dot (hlo/ragged_dot.h): the dot's factors without the rhs group
+// dim. What a device must hold whole is never propagated: the ragged dim
+// (non-contracting mode: shared by the lhs and the result; contracting
+// mode: by both operands), the rhs group dim, the result's group dim and
+// group_sizes' group dim; group_sizes' prefix dims share the lhs's factors.
+std::optional<OpShardingRule> RaggedDotRule(const HloInstruction& instr) {
+  const HloAttributes& a = instr.attrs();
+  const RaggedDotMode mode = RaggedDotModeOf(instr);
+  OpShardingRule rule = DotRuleOf(instr, a.dot);
+  rule.name = "ragged-dot";
+  const int64_t ragged = a.lhs_ragged_dims[0];
+  TensorFactors& lhs = rule.operands[0];
+  TensorFactors& rhs = rule.operands[1];
+  TensorFactors& out = rule.results[0];
+  const int64_t ragged_factor = lhs[ragged][0];
+  if (mode != RaggedDotMode::kBatch)
+    rule.factor_kinds[ragged_factor] = FactorKind::kNeedReplication;
+  const Shape& sizes = instr.operand(2)->shape();
+  const int64_t groups = sizes.dimensions(sizes.rank() - 1);
+  for (int64_t g : a.rhs_group_dims) {  // DotRuleOf made it a free dim of the result: take it out
+    const int64_t f = rhs[g][0];
+    rule.factor_kinds[f] = FactorKind::kNeedReplication;
+    out.erase(std::find(out.begin(), out.end(), std::vector<int64_t>{f}));
+  }
+  if (mode == RaggedDotMode::kContracting) {
+    out.insert(out.begin(), {rule.AddFactor(groups, FactorKind::kNeedReplication)});
+  }
+  TensorFactors group_sizes;
+  if (sizes.rank() > 1) {
+    for (int64_t d : RaggedDotPrefix(instr)) group_sizes.push_back(lhs[d]);
+  }
+  group_sizes.push_back({rule.AddFactor(groups, FactorKind::kNeedReplication)});
+  rule.operands.push_back(std::move(group_sizes));
+  return rule;
 }
 
 // XLA's block-scaled dot (hlo/block_scaled_dot.h): the dot it computes, each
@@ -594,6 +631,7 @@ OpcodeRuleTable MakeOpcodeRuleTable() {
       {HloOpcode::kTranspose, TransposeRule},
       {HloOpcode::kReshape, ReshapeOpRule},
       {HloOpcode::kDot, DotRule},
+      {HloOpcode::kRaggedDot, RaggedDotRule},
       {HloOpcode::kConvolution, ConvolutionRule},
       {HloOpcode::kDynamicSlice, DynamicSliceRule},
       {HloOpcode::kDynamicUpdateSlice, DynamicSliceRule},

@@ -254,6 +254,7 @@ bool Propagator::SupportsSpatialPartitioning(const HloInstruction* instr, bool a
     case HloOpcode::kTopK:
     case HloOpcode::kCholesky:
     case HloOpcode::kTriangularSolve:
+    case HloOpcode::kRaggedDot:
     case HloOpcode::kReduceWindow:
     case HloOpcode::kSelectAndScatter:
     case HloOpcode::kBitcastConvert:

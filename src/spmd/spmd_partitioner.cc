@@ -340,6 +340,8 @@ PartitionedValue ComputationPartitioner::Partition(const HloInstruction& instr,
       return HandleReduce(*this, instr, sharding);
     case HloOpcode::kDot:
       return HandleDot(*this, instr, sharding);
+    case HloOpcode::kRaggedDot:
+      return HandleRaggedDot(*this, instr, sharding);
     case HloOpcode::kConvolution:
       return HandleConvolution(*this, instr, sharding);
     case HloOpcode::kGather:

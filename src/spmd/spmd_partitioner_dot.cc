@@ -25,6 +25,7 @@
 #include "weft/base/algorithm.h"
 #include "weft/base/error.h"
 #include "weft/hlo/block_scaled_dot.h"
+#include "weft/hlo/ragged_dot.h"
 #include "weft/sharding/sharding_util.h"
 
 namespace weft::spmd {
@@ -291,6 +292,71 @@ int64_t SharedReshardCost(ComputationPartitioner& p, const HloInstruction& dot, 
   }
   const int64_t cost = ReshardCost(p.context(), op->shape(), p.Get(op).sharding, target);
   return sharing > 1 ? cost / sharing : cost;
+}
+
+// ragged-dot (hlo/ragged_dot.h): output-driven, each operand split as the
+// result is on the dims it shares with it, the contraction whole. A
+// device's rows must see their groups whole, so the ragged dim is never
+// split (non-contracting mode: the result is computed whole on it and
+// resharded after) nor the groups of the result (contracting mode); the
+// group sizes are split on their prefix dims as the lhs is. (XLA's
+// HandleRaggedDot leaves the operands' shardings to Shardy; weft reshards
+// them itself, so any annotation partitions.)
+PartitionedValue HandleRaggedDot(ComputationPartitioner& p, const HloInstruction& instr,
+                                 const HloSharding& sharding) {
+  const HloAttributes& a = instr.attrs();
+  const DotDimensionNumbers& dn = a.dot;
+  const RaggedDotMode mode = RaggedDotModeOf(instr);
+  const Shape& lhs = instr.operand(0)->shape();
+  const Shape& rhs = instr.operand(1)->shape();
+  const Shape& sizes = instr.operand(2)->shape();
+  const int64_t lead = mode == RaggedDotMode::kContracting ? 1 : 0;
+  // Operand dim -> result dim (-1: contracted, or the rhs group dim).
+  std::vector<int64_t> lhs_to_out(lhs.rank(), -1), rhs_to_out(rhs.rank(), -1);
+  int64_t next = lead;
+  for (size_t i = 0; i < dn.lhs_batch_dims.size(); ++i, ++next) {
+    lhs_to_out[dn.lhs_batch_dims[i]] = next;
+    rhs_to_out[dn.rhs_batch_dims[i]] = next;
+  }
+  std::vector<int64_t> lhs_free_out, rhs_free_out;
+  for (int64_t d = 0; d < lhs.rank(); ++d) {
+    if (Contains(dn.lhs_batch_dims, d) || Contains(dn.lhs_contracting_dims, d)) continue;
+    lhs_free_out.push_back(next);
+    lhs_to_out[d] = next++;
+  }
+  for (int64_t d = 0; d < rhs.rank(); ++d) {
+    if (Contains(dn.rhs_batch_dims, d) || Contains(dn.rhs_contracting_dims, d) ||
+        Contains(a.rhs_group_dims, d)) {
+      continue;
+    }
+    rhs_free_out.push_back(next);
+    rhs_to_out[d] = next++;
+  }
+  std::vector<int64_t> whole;
+  if (mode == RaggedDotMode::kNonContracting) whole.push_back(lhs_to_out[a.lhs_ragged_dims[0]]);
+  if (mode == RaggedDotMode::kContracting) whole.push_back(0);
+  const HloSharding compute = NormalizeSharding(Unsplit(sharding, whole));
+  const HloSharding lhs_target =
+      NormalizeSharding(MapShardingDims(Unsplit(compute, rhs_free_out), lhs_to_out, lhs.rank()));
+  const HloSharding rhs_target =
+      NormalizeSharding(MapShardingDims(Unsplit(compute, lhs_free_out), rhs_to_out, rhs.rank()));
+  std::vector<int64_t> sizes_to_out(sizes.rank(), -1);
+  if (sizes.rank() > 1) {
+    const std::vector<int64_t> prefix = RaggedDotPrefix(instr);
+    for (size_t i = 0; i < prefix.size(); ++i) sizes_to_out[i] = lhs_to_out[prefix[i]];
+  }
+  std::vector<int64_t> not_in_sizes;  // result dims group_sizes has no dim for
+  for (int64_t d = 0; d < instr.shape().rank(); ++d) {
+    if (!Contains(sizes_to_out, d)) not_in_sizes.push_back(d);
+  }
+  const HloSharding sizes_target = NormalizeSharding(
+      MapShardingDims(Unsplit(compute, not_in_sizes), sizes_to_out, sizes.rank()));
+  std::vector<HloInstruction*> operands = {p.GetAs(instr.operand(0), lhs_target).hlo,
+                                           p.GetAs(instr.operand(1), rhs_target).hlo,
+                                           p.GetAs(instr.operand(2), sizes_target).hlo};
+  HloInstruction* local =
+      EmitLike(p, instr, std::move(operands), LocalShape(instr.shape(), compute));
+  return PartitionedValue{local, instr.shape(), compute};
 }
 
 PartitionedValue HandleDot(ComputationPartitioner& p, const HloInstruction& instr,

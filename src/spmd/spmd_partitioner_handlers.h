@@ -96,6 +96,8 @@ PartitionedValue HandleDynamicUpdateSlice(ComputationPartitioner& p, const HloIn
                                           const HloSharding& sharding);
 PartitionedValue HandleReduce(ComputationPartitioner& p, const HloInstruction& instr,
                               const HloSharding& sharding);
+PartitionedValue HandleRaggedDot(ComputationPartitioner& p, const HloInstruction& instr,
+                                 const HloSharding& sharding);
 PartitionedValue HandleDot(ComputationPartitioner& p, const HloInstruction& instr,
                            const HloSharding& sharding);
 // Convolution (spmd_partitioner_convolution.cc): batch, output-feature and

@@ -155,5 +155,23 @@ ENTRY e {
   EXPECT_DOUBLE_EQ(CountFlops(*m).dot, c + d);
 }
 
+TEST(CostModelTest, RaggedDotCountsEachRowOnce) {
+  std::unique_ptr<HloModule> m = ParseHloModule(R"(HloModule m
+ENTRY e {
+  x = f32[64,32] parameter(0)
+  w = f32[8,32,16] parameter(1)
+  s = s32[8] parameter(2)
+  n = f32[64,16] ragged-dot(x, w, s), lhs_contracting_dims={1}, rhs_contracting_dims={1}, lhs_ragged_dims={0}, rhs_group_dims={0}
+  y = f32[64,16] parameter(3)
+  c = f32[8,32,16] ragged-dot(x, y, s), lhs_contracting_dims={0}, rhs_contracting_dims={0}, lhs_ragged_dims={0}
+  ROOT t = tuple(n, c)
+})");
+  const HloComputation* e = m->entry_computation();
+  // Each of the 64 rows meets one expert's [32,16] weights; each of the 64
+  // contracted rows adds to one expert's gradient.
+  EXPECT_DOUBLE_EQ(InstructionFlops(*e->GetInstruction("n")).dot, 2.0 * 64 * 16 * 32);
+  EXPECT_DOUBLE_EQ(InstructionFlops(*e->GetInstruction("c")).dot, 2.0 * 32 * 16 * 64);
+}
+
 }  // namespace
 }  // namespace weft::analysis

@@ -170,7 +170,7 @@ TEST(ParserTest, EveryOpRoundTrips) {
 // Operations as XLA prints them: sort (several operands, stable),
 // topk, the TopK custom call, reduce-window (padding, both dilations,
 // variadic), select-and-scatter, bitcast-convert between widths,
-// cholesky and triangular-solve,
+// cholesky and triangular-solve, ragged-dot, f8 element types,
 // conditional (predicate and branch-index forms), tokens, and the element
 // types f64, u16 and c64.
 constexpr const char* kWindowAndSortModule = R"(HloModule more_ops
@@ -218,6 +218,12 @@ ENTRY e {
   sq = f32[4,4] slice(x), slice={[0:4], [0:4]}
   ch = f32[4,4] cholesky(sq), lower=true
   ts = f32[4,8] triangular-solve(ch, x), left_side=true, lower=true, unit_diagonal=false, transpose_a=ADJOINT
+  gs = u32[2] constant({3, 1})
+  z8 = f32[] constant(0.5)
+  we = f32[2,8,5] broadcast(z8), dimensions={}
+  rg = f32[4,5] ragged-dot(x, we, gs), lhs_contracting_dims={1}, rhs_contracting_dims={1}, lhs_ragged_dims={0}, rhs_group_dims={0}
+  q8 = f8e4m3fn[4,8] convert(x)
+  e8 = f8e8m0fnu[4,8] convert(x)
   kc = (f32[4,2], s32[4,2]) custom-call(x), custom_call_target="TopK", called_computations={gt}
   dd = f64[9,7] parameter(1)
   z = f64[] constant(0)
@@ -253,6 +259,9 @@ TEST(ParserTest, SortWindowAndControlOpsRoundTrip) {
   EXPECT_TRUE(entry->GetInstruction("ch")->attrs().lower);
   EXPECT_TRUE(entry->GetInstruction("ts")->attrs().left_side);
   EXPECT_EQ(entry->GetInstruction("ts")->attrs().transpose_a, TriangularTranspose::kAdjoint);
+  EXPECT_EQ(entry->GetInstruction("rg")->attrs().lhs_ragged_dims, std::vector<int64_t>{0});
+  EXPECT_EQ(entry->GetInstruction("rg")->attrs().rhs_group_dims, std::vector<int64_t>{0});
+  EXPECT_EQ(entry->GetInstruction("q8")->shape().ByteSize(), 32);
   EXPECT_EQ(entry->GetInstruction("ss")->called_computations()[0]->name(), "ge");
   EXPECT_EQ(entry->GetInstruction("c2")->called_computations().size(), 3u);
   EXPECT_EQ(entry->GetInstruction("cx")->shape().ByteSize(), 16);

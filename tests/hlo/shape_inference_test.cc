@@ -438,6 +438,51 @@ TEST(ShapeInferenceTest, SortTopKAndWindows) {
       "source f32[3,8] must be f32[3,7]"));
 }
 
+TEST(ShapeInferenceTest, RaggedDotModes) {
+  const std::string params =
+      "  a = f32[2,6,4] parameter(1)\n  w = f32[3,2,4,5] parameter(2)\n"
+      "  s = u32[2,3] parameter(3)\n  g = s32[3] parameter(4)\n  v = f32[2,4,5] parameter(5)\n"
+      "  f = f32[2,6,4] parameter(6)\n";
+  const std::string noncontracting =
+      "lhs_batch_dims={0}, rhs_batch_dims={1}, lhs_contracting_dims={2}, "
+      "rhs_contracting_dims={2}, lhs_ragged_dims={1}, rhs_group_dims={0}";
+  const std::string batched =
+      "lhs_batch_dims={0}, rhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_contracting_dims={1}";
+  EXPECT_EQ(
+      ParseProblem(Entry(params + "  ROOT d = f32[2,6,5] ragged-dot(a, w, s), " + noncontracting)),
+      "");
+  EXPECT_EQ(
+      ParseProblem(Entry(params + "  ROOT d = f32[2,6,5] ragged-dot(a, w, g), " + noncontracting)),
+      "");
+  // Contracting mode: the groups lead the result; sizes [b, g].
+  EXPECT_EQ(ParseProblem(Entry(params + "  ROOT d = f32[3,2,6,5] ragged-dot(a, v, s), " + batched +
+                               ", lhs_ragged_dims={2}")),
+            "");
+  // Batch mode: the dot's shape; sizes [g] (no batch dim comes before it).
+  EXPECT_EQ(ParseProblem(Entry(params + "  ROOT d = f32[2,6,5] ragged-dot(a, v, g), " + batched +
+                               ", lhs_ragged_dims={0}")),
+            "");
+  EXPECT_TRUE(Mentions(ParseProblem(Entry(params + "  ROOT d = f32[2,6,5] ragged-dot(a, v, g), " +
+                                          batched + ", lhs_ragged_dims={0}, rhs_group_dims={1}")),
+                       "takes no rhs group dims"));
+  EXPECT_TRUE(Mentions(
+      ParseProblem(Entry(params + "  ROOT d = f32[2,6,5] ragged-dot(a, w, f), " + noncontracting)),
+      "group_sizes must be an integer array"));
+  EXPECT_TRUE(Mentions(ParseProblem(Entry(params +
+                                          "  s2 = u32[3,3] parameter(7)\n  ROOT d = f32[2,6,5] "
+                                          "ragged-dot(a, w, s2), " +
+                                          noncontracting)),
+                       "group_sizes must be [3] or [2,3]"));
+  EXPECT_TRUE(Mentions(ParseProblem(Entry(params +
+                                          "  s4 = u32[2,4] parameter(7)\n  ROOT d = f32[2,6,5] "
+                                          "ragged-dot(a, w, s4), " +
+                                          noncontracting)),
+                       "has 3 groups but group_sizes"));
+  EXPECT_TRUE(Mentions(
+      ParseProblem(Entry(params + "  ROOT d = f32[2,6,5] ragged-dot(a, w, s), " + batched)),
+      "lhs_ragged_dims"));
+}
+
 TEST(ShapeInferenceTest, CholeskyAndTriangularSolve) {
   const std::string params =
       "  a = f32[2,4,4] parameter(1)\n  b = f32[2,4,3] parameter(2)\n"

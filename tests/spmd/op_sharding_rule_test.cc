@@ -35,6 +35,32 @@ TEST(OpShardingRuleTest, DotHasBatchFreeAndReductionFactors) {
             "dot: ([f0, f2, f1], [f0, f1, f3]) -> ([f0, f2, f3]) {f1: reduction}");
 }
 
+// ragged-dot: the dot's factors, what must stay whole never propagated:
+// the ragged dim and the rhs group dim (non-contracting), the result's
+// groups (contracting); group_sizes shares the lhs batch factor.
+TEST(OpShardingRuleTest, RaggedDotKeepsItsGroupsWhole) {
+  auto m = Parse(R"(
+  a = f32[2,6,4] parameter(0)
+  w = f32[3,2,4,5] parameter(1)
+  s = u32[2,3] parameter(2)
+  n = f32[2,6,5] ragged-dot(a, w, s), lhs_batch_dims={0}, rhs_batch_dims={1}, lhs_contracting_dims={2}, rhs_contracting_dims={2}, lhs_ragged_dims={1}, rhs_group_dims={0}
+  v = f32[2,4,5] parameter(3)
+  c = f32[3,2,6,5] ragged-dot(a, v, s), lhs_batch_dims={0}, rhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_contracting_dims={1}, lhs_ragged_dims={2}
+  ROOT t = (f32[2,6,5], f32[3,2,6,5]) tuple(n, c)
+)");
+  const HloComputation* entry = m->entry_computation();
+  auto n = GetOpShardingRule(*entry->GetInstruction("n"));
+  ASSERT_TRUE(n);
+  EXPECT_EQ(n->ToString(),
+            "ragged-dot: ([f0, f2, f1], [f3, f0, f1, f4], [f0, f5]) -> ([f0, f2, f4]) "
+            "{f1: reduction, f2: need-replication, f3: need-replication, f5: need-replication}");
+  auto c = GetOpShardingRule(*entry->GetInstruction("c"));
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->ToString(),
+            "ragged-dot: ([f0, f2, f1], [f0, f1, f3], [f0, f5]) -> ([f4, f0, f2, f3]) "
+            "{f1: need-replication, f4: need-replication, f5: need-replication}");
+}
+
 // XLA's block-scaled dot: the dot it computes, each scale with its
 // operand's factors; K is the scale count (shared with the scales, split
 // like a contraction) times the block (never split); the lhs scaled alone

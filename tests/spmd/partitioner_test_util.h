@@ -21,6 +21,7 @@
 #include "weft/hlo/module.h"
 #include "weft/hlo/parser.h"
 #include "weft/hlo/printer.h"
+#include "weft/hlo/ragged_dot.h"
 #include "weft/hlo/verifier.h"
 #include "weft/spmd/spmd_partitioner.h"
 
@@ -412,6 +413,8 @@ class Interpreter {
       }
       case HloOpcode::kDot:
         return Dot(instr, ops);
+      case HloOpcode::kRaggedDot:
+        return RaggedDot(instr, ops);
       case HloOpcode::kReduce: {
         const HloOpcode reducer = ReducerOp(instr.to_apply());
         std::fill(r.data.begin(), r.data.end(), ops[1].data[0]);
@@ -486,6 +489,73 @@ class Interpreter {
             ops[0].data[Flatten(li, ls.dimensions())] * ops[1].data[Flatten(ri, rs.dimensions())];
       }
       r.data[i] = acc;
+    }
+    return r;
+  }
+
+  // ragged-dot (hlo/ragged_dot.h): each lhs element's group from the running
+  // sums of its group_sizes row; the non-contracting mode reads that group's
+  // rhs (0 past the total), the contracting mode adds each product to its
+  // group's result, the batch mode is the dot.
+  Value RaggedDot(const HloInstruction& instr, const std::vector<Value>& ops) {
+    const HloAttributes& a = instr.attrs();
+    const DotDimensionNumbers& dn = a.dot;
+    const Shape& ls = ops[0].shape;
+    const Shape& rs = ops[1].shape;
+    const Value& sizes = ops[2];
+    const RaggedDotMode mode = RaggedDotModeOf(instr);
+    const int64_t ragged = a.lhs_ragged_dims[0];
+    const int64_t g = sizes.shape.dimensions().back();
+    const std::vector<int64_t> prefix =
+        sizes.shape.rank() == 1 ? std::vector<int64_t>{} : RaggedDotPrefix(instr);
+    auto group_of = [&](const std::vector<int64_t>& li) -> int64_t {
+      int64_t row = 0;
+      for (int64_t d : prefix) row = row * ls.dimensions(d) + li[d];
+      int64_t start = 0;
+      for (int64_t j = 0; j < g; ++j) {
+        const int64_t stop =
+            start + std::max<int64_t>(0, static_cast<int64_t>(sizes.data[row * g + j]));
+        if (li[ragged] >= start && li[ragged] < stop) return j;
+        start = stop;
+      }
+      return -1;
+    };
+    auto is = [](const std::vector<int64_t>& v, int64_t d) {
+      return std::find(v.begin(), v.end(), d) != v.end();
+    };
+    std::vector<int64_t> lf, rf;
+    for (int64_t d = 0; d < ls.rank(); ++d) {
+      if (!is(dn.lhs_batch_dims, d) && !is(dn.lhs_contracting_dims, d)) lf.push_back(d);
+    }
+    for (int64_t d = 0; d < rs.rank(); ++d) {
+      if (!is(dn.rhs_batch_dims, d) && !is(dn.rhs_contracting_dims, d) && !is(a.rhs_group_dims, d))
+        rf.push_back(d);
+    }
+    Value r = MakeArray(instr.shape());
+    const int64_t lead = mode == RaggedDotMode::kContracting ? 1 : 0;
+    const int64_t nb = static_cast<int64_t>(dn.lhs_batch_dims.size());
+    // Walk every (lhs element, rhs element) pair that a dot multiplies.
+    for (int64_t i = 0; i < ls.ElementsCount(); ++i) {
+      const std::vector<int64_t> li = Unflatten(i, ls.dimensions());
+      const int64_t group = group_of(li);
+      if (mode != RaggedDotMode::kBatch && group < 0) continue;
+      for (int64_t j = 0; j < rs.ElementsCount(); ++j) {
+        const std::vector<int64_t> ri = Unflatten(j, rs.dimensions());
+        bool pair = true;
+        for (int64_t k = 0; k < nb; ++k)
+          pair = pair && li[dn.lhs_batch_dims[k]] == ri[dn.rhs_batch_dims[k]];
+        for (size_t k = 0; k < dn.lhs_contracting_dims.size(); ++k) {
+          pair = pair && li[dn.lhs_contracting_dims[k]] == ri[dn.rhs_contracting_dims[k]];
+        }
+        if (mode == RaggedDotMode::kNonContracting) pair = pair && ri[a.rhs_group_dims[0]] == group;
+        if (!pair) continue;
+        std::vector<int64_t> o;
+        if (lead) o.push_back(group);
+        for (int64_t k = 0; k < nb; ++k) o.push_back(li[dn.lhs_batch_dims[k]]);
+        for (int64_t d : lf) o.push_back(li[d]);
+        for (int64_t d : rf) o.push_back(ri[d]);
+        r.data[Flatten(o, instr.shape().dimensions())] += ops[0].data[i] * ops[1].data[j];
+      }
     }
     return r;
   }

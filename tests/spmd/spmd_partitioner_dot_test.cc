@@ -279,6 +279,83 @@ ENTRY main {
                                4, 5, BlockScaledDotReference);
 }
 
+// ragged-dot: modules of each mode, with shardings of every operand drawn at
+// random on 1 to 8 devices (the ragged dim and the groups split included:
+// the partitioner must gather them), against the unsharded module.
+struct RaggedCase {
+  std::string lhs, rhs, sizes, out, dnums;
+};
+
+void ExpectRaggedDotPartitions(const RaggedCase& c, int trials, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < trials; ++trial) {
+    const int64_t n = std::uniform_int_distribution<int64_t>(1, 8)(rng);
+    auto sharding = [&](const std::string& shape) {
+      return RandomSharding(n, ParseShape(shape).rank(), rng).ToString();
+    };
+    const std::string ls = sharding(c.lhs), rs = sharding(c.rhs), ss = sharding(c.sizes),
+                      os = sharding(c.out);
+    const std::string hlo = fmt::format(R"(
+HloModule ragged
+ENTRY main {{
+  a = {} parameter(0), sharding={}
+  b = {} parameter(1), sharding={}
+  s = {} parameter(2), sharding={}
+  ROOT d = {} ragged-dot(a, b, s), {}, sharding={}
+}}
+)",
+                                        c.lhs, ls, c.rhs, rs, c.sizes, ss, c.out, c.dnums, os);
+    SCOPED_TRACE(hlo);
+    ExpectShardedEqualsUnsharded(hlo, n, seed + trial);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+TEST(SpmdDotTest, RaggedDotNonContractingModeKeepsEachRowsGroup) {
+  // [b,m,k] x [g,b,k,n], sizes [b,g] -> [b,m,n].
+  ExpectRaggedDotPartitions({"f32[2,6,4]", "f32[3,2,4,5]", "u32[2,3]", "f32[2,6,5]",
+                             "lhs_batch_dims={0}, rhs_batch_dims={1}, lhs_contracting_dims={2}, "
+                             "rhs_contracting_dims={2}, lhs_ragged_dims={1}, rhs_group_dims={0}"},
+                            40, 21);
+  // MoE's shape: tokens [m,k] x experts [g,k,n], sizes [g].
+  ExpectRaggedDotPartitions({"f32[8,6]", "f32[4,6,5]", "u32[4]", "f32[8,5]",
+                             "lhs_contracting_dims={1}, rhs_contracting_dims={1}, "
+                             "lhs_ragged_dims={0}, rhs_group_dims={0}"},
+                            40, 22);
+}
+
+TEST(SpmdDotTest, RaggedDotContractingModeKeepsTheGroupsWhole) {
+  // [b,m,k] x [b,k,n], sizes [b,g] -> [g,b,m,n] (a MoE weight gradient).
+  ExpectRaggedDotPartitions({"f32[2,3,8]", "f32[2,8,5]", "u32[2,4]", "f32[4,2,3,5]",
+                             "lhs_batch_dims={0}, rhs_batch_dims={0}, lhs_contracting_dims={2}, "
+                             "rhs_contracting_dims={1}, lhs_ragged_dims={2}"},
+                            40, 23);
+}
+
+TEST(SpmdDotTest, RaggedDotBatchModeIsTheDot) {
+  ExpectRaggedDotPartitions({"f32[5,3,4]", "f32[5,4,6]", "u32[3]", "f32[5,3,6]",
+                             "lhs_batch_dims={0}, rhs_batch_dims={0}, lhs_contracting_dims={2}, "
+                             "rhs_contracting_dims={1}, lhs_ragged_dims={0}"},
+                            30, 24);
+}
+
+TEST(SpmdDotTest, RaggedDotSplitOnItsRaggedDimIsComputedWhole) {
+  auto m = ExpectShardedEqualsUnsharded(R"(
+HloModule ragged
+ENTRY main {
+  a = f32[8,6] parameter(0), sharding={devices=[4,1]<=[4]}
+  b = f32[4,6,5] parameter(1), sharding={devices=[4,1,1]<=[4]}
+  s = u32[4] parameter(2), sharding={replicated}
+  ROOT d = f32[8,5] ragged-dot(a, b, s), lhs_contracting_dims={1}, rhs_contracting_dims={1}, lhs_ragged_dims={0}, rhs_group_dims={0}, sharding={devices=[4,1]<=[4]}
+}
+)",
+                                        4);
+  const std::vector<const HloInstruction*> dots = FindAll(*m, HloOpcode::kRaggedDot);
+  ASSERT_EQ(dots.size(), 1u);
+  EXPECT_EQ(dots[0]->operand(0)->shape(), ParseShape("f32[8,6]"));
+  EXPECT_EQ(dots[0]->operand(1)->shape(), ParseShape("f32[4,6,5]"));
+}
+
 TEST(SpmdDotTest, RandomShardingsOnOneToEightDevices) {
   std::mt19937_64 rng(11);
   for (int trial = 0; trial < 60; ++trial) {

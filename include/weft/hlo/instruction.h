@@ -175,15 +175,18 @@ struct HloAttributes {
   std::vector<PadDim> padding;                                          // pad
   ComparisonDirection comparison_direction = ComparisonDirection::kEq;  // compare
   std::string comparison_type;                                          // compare (type=, optional)
-  DotDimensionNumbers dot;                                              // dot
-  GatherDimensionNumbers gather;                                        // gather
-  std::vector<int64_t> gather_slice_sizes;                              // gather (slice_sizes=)
-  ScatterDimensionNumbers scatter;                                      // scatter
-  bool indices_are_sorted = false;                                      // gather, scatter
-  bool unique_indices = false;                                          // scatter
-  bool is_stable = false;                                               // sort
-  int64_t k = 0;                                                        // topk
-  bool largest = true;                                                  // topk
+  DotDimensionNumbers dot;                                              // dot, ragged-dot
+  // ragged-dot: the one lhs ragged dim and the rhs group dims (XLA's
+  // RaggedDotDimensionNumbers; hlo/ragged_dot.h).
+  std::vector<int64_t> lhs_ragged_dims, rhs_group_dims;
+  GatherDimensionNumbers gather;            // gather
+  std::vector<int64_t> gather_slice_sizes;  // gather (slice_sizes=)
+  ScatterDimensionNumbers scatter;          // scatter
+  bool indices_are_sorted = false;          // gather, scatter
+  bool unique_indices = false;              // scatter
+  bool is_stable = false;                   // sort
+  int64_t k = 0;                            // topk
+  bool largest = true;                      // topk
   std::vector<WindowDim> window;            // reduce-window, select-and-scatter, convolution
   ConvolutionDimensionNumbers convolution;  // convolution (dim_labels=)
   int64_t feature_group_count = 1;          // convolution

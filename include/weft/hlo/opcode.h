@@ -62,6 +62,7 @@ namespace weft {
   X(kPartitionId, "partition-id")                \
   X(kPopcnt, "popcnt")                           \
   X(kPower, "power")                             \
+  X(kRaggedDot, "ragged-dot")                    \
   X(kReduce, "reduce")                           \
   X(kReduceWindow, "reduce-window")              \
   X(kReduceScatter, "reduce-scatter")            \
