@@ -275,16 +275,49 @@ HloComputation* HloInstruction::fused_computation() const {
   return called_[0];
 }
 
+namespace {
+
+// How an outfeed's sharding is written: over (data, token), over the data
+// alone (XLA's usual form: a tuple of the data's leaves, or a tiled array
+// sharding of array data), or over the token.
+enum class OutfeedSharding { kDataAndToken, kData, kToken };
+
+OutfeedSharding OutfeedShardingForm(const HloSharding& s, const Shape& data) {
+  const int64_t leaves = data.LeafCount();
+  if (s.IsTuple()) {
+    const int64_t n = static_cast<int64_t>(s.tuple_elements().size());
+    if (n == leaves + 1) return OutfeedSharding::kDataAndToken;
+    return data.IsTuple() && n == leaves ? OutfeedSharding::kData : OutfeedSharding::kToken;
+  }
+  return data.IsArray() && s.IsTiled() ? OutfeedSharding::kData : OutfeedSharding::kToken;
+}
+
+}  // namespace
+
 Shape HloInstruction::ShardingShape() const {
-  if (opcode_ == HloOpcode::kOutfeed && sharding_ && sharding_->IsTuple() && !operands_.empty()) {
-    return Shape::Tuple({operands_[0]->shape(), shape_});
+  if (opcode_ == HloOpcode::kOutfeed && sharding_ && !operands_.empty()) {
+    switch (OutfeedShardingForm(*sharding_, operands_[0]->shape())) {
+      case OutfeedSharding::kDataAndToken:
+        return Shape::Tuple({operands_[0]->shape(), shape_});
+      case OutfeedSharding::kData:
+        return operands_[0]->shape();
+      case OutfeedSharding::kToken:
+        break;
+    }
   }
   return shape_;
 }
 
 std::optional<HloSharding> HloInstruction::ResultSharding() const {
-  if (opcode_ == HloOpcode::kOutfeed && sharding_ && sharding_->IsTuple()) {
-    return sharding_->tuple_elements().back();
+  if (opcode_ == HloOpcode::kOutfeed && sharding_ && !operands_.empty()) {
+    switch (OutfeedShardingForm(*sharding_, operands_[0]->shape())) {
+      case OutfeedSharding::kDataAndToken:
+        return sharding_->tuple_elements().back();
+      case OutfeedSharding::kData:
+        return std::nullopt;  // the token carries no data
+      case OutfeedSharding::kToken:
+        break;
+    }
   }
   return sharding_;
 }

@@ -106,8 +106,9 @@ std::optional<HloSharding> TupleOperandFromUser(const UserEdge& edge) {
   return best;
 }
 
-// An outfeed's data: the data part of its (data, token) sharding; a single
-// sharding applies to the data as a whole (a tiled one only to an array).
+// An outfeed's data: the data part of its (data, token) sharding, or the
+// whole of a data-only one; a single sharding applies to the data as a
+// whole (a tiled one only to an array).
 std::optional<HloSharding> OutfeedDataFromUser(const UserEdge& edge) {
   const Shape& data = edge.instr.shape();
   const HloSharding& s = edge.user_sharding;
@@ -118,6 +119,7 @@ std::optional<HloSharding> OutfeedDataFromUser(const UserEdge& edge) {
     return HloSharding::Tuple(std::vector<HloSharding>(n, s));
   }
   const std::vector<HloSharding>& elements = s.tuple_elements();
+  if (static_cast<int64_t>(elements.size()) == n && data.IsTuple()) return s;  // the data's alone
   if (static_cast<int64_t>(elements.size()) != n + 1) return std::nullopt;
   if (data.IsArray()) return elements[0];
   return HloSharding::Tuple(std::vector<HloSharding>(elements.begin(), elements.begin() + n));

@@ -275,6 +275,46 @@ PartitionedValue HandleReplicated(ComputationPartitioner& p, const HloInstructio
                           ReplicatedLike(instr.shape())};
 }
 
+// outfeed: each device outfeeds its tile of the data, as XLA does, under a
+// data sharding (a data-only or a (data, token) one, HloInstruction::
+// ShardingShape); data without one is outfed whole by every device. XLA
+// outfeeds an unevenly tiled leaf's unpadded piece through a conditional per
+// partition, which weft does not: such a leaf is refused by name.
+PartitionedValue HandleOutfeed(ComputationPartitioner& p, const HloInstruction& instr) {
+  const HloInstruction* data = instr.operand(0);
+  const Shape& shape = data->shape();
+  HloSharding data_sharding = ReplicatedLike(shape);
+  const Shape covered = instr.ShardingShape();
+  if (instr.has_sharding() && covered == shape) {
+    data_sharding = *instr.sharding();
+  } else if (instr.has_sharding() && covered.IsTuple() && covered != instr.shape()) {
+    const std::vector<HloSharding>& all = instr.sharding()->tuple_elements();
+    data_sharding = shape.IsArray() ? all[0]
+                                    : HloSharding::Tuple(std::vector<HloSharding>(
+                                          all.begin(), all.begin() + shape.LeafCount()));
+  }
+  const std::vector<Shape> leaves = shape.Leaves();
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    const HloSharding& leaf =
+        data_sharding.IsTuple() ? data_sharding.tuple_elements()[i] : data_sharding;
+    if (!leaf.IsTiled() || leaf.IsManualOrPartlyManual()) continue;
+    const std::vector<int64_t> tiles = leaf.TilesPerDim();
+    for (int64_t d = 0; d < leaves[i].rank(); ++d) {
+      WEFT_CHECK(leaves[i].dimensions(d) % tiles[d] == 0,
+                 "{}: leaf {} {} is tiled unevenly by {}; XLA outfeeds each device's unpadded "
+                 "piece, weft only even tiles: tile it evenly or replicate it",
+                 instr.Describe(), i, leaves[i].ToString(), leaf.ToString());
+    }
+  }
+  HloInstruction* local = p.GetAs(data, data_sharding).hlo;
+  HloInstruction* token = p.GetAs(instr.operand(1), HloSharding::Replicate()).hlo;
+  HloInstruction* out = EmitLike(p, instr, {local, token}, instr.shape());
+  for (auto& [key, value] : out->mutable_attrs().passthrough) {
+    if (key == "outfeed_shape") value = local->shape().ToString();
+  }
+  return PartitionedValue{out, instr.shape(), HloSharding::Replicate()};
+}
+
 PartitionedValue ComputationPartitioner::Partition(const HloInstruction& instr,
                                                    const HloSharding& sharding) {
   if (IsManualRegionOp(instr, sharding)) return HandleManualRegionOp(*this, instr, sharding);
@@ -290,6 +330,8 @@ PartitionedValue ComputationPartitioner::Partition(const HloInstruction& instr,
     case HloOpcode::kConstant:
       return PartitionedValue{EmitLike(*this, instr, {}, instr.shape()), instr.shape(),
                               HloSharding::Replicate()};
+    case HloOpcode::kOutfeed:
+      return HandleOutfeed(*this, instr);
     case HloOpcode::kIota:
       return HandleIota(*this, instr, sharding);
     case HloOpcode::kTuple: {

@@ -423,6 +423,47 @@ ENTRY main {
 // the identity in a module of one replica, so each device keeps its tile;
 // with one it sums whole values across partitions, so only a replicated
 // value may enter it, and a tiled one is refused by name.
+// An outfeed drains each device's tile of its data, as XLA's does, under a
+// sharding of the data alone or of (data, token); an unevenly tiled leaf is
+// refused by name (XLA outfeeds its unpadded pieces).
+TEST(SpmdPartitionerTest, OutfeedsEachDevicesTile) {
+  auto outfeed = [](const std::string& data, const std::string& sharding,
+                    const std::string& data_sharding) {
+    return ParseHloModule(R"(HloModule m
+ENTRY main {
+  p = )" + data + R"( parameter(0), sharding=)" +
+                          data_sharding + R"(
+  a = token[] after-all()
+  ROOT o = token[] outfeed(p, a), outfeed_shape=)" +
+                          data + R"(, sharding=)" + sharding + R"(
+}
+)");
+  };
+  PartitionOptions options;
+  options.num_partitions = 2;
+  for (const char* sharding :
+       {"{{devices=[2,1]0,1}, {replicated}}", "{{devices=[2,1]0,1}, {replicated}, {replicated}}"}) {
+    SCOPED_TRACE(sharding);
+    auto m = PartitionModule(
+        *outfeed("(f32[8,2], f32[3])", sharding, "{{devices=[2,1]0,1}, {replicated}}"), options);
+    const HloInstruction* root = m->entry_computation()->root_instruction();
+    ASSERT_EQ(root->opcode(), HloOpcode::kOutfeed);
+    EXPECT_EQ(root->operand(0)->opcode(), HloOpcode::kParameter);
+    EXPECT_EQ(root->operand(0)->shape(), ParseShape("(f32[4,2], f32[3])"));
+    EXPECT_EQ(CountCollectives(*m), 0);
+    EXPECT_NE(PrintModule(*m).find("outfeed_shape=(f32[4,2], f32[3])"), std::string::npos);
+  }
+  auto array = PartitionModule(*outfeed("f32[8]", "{devices=[2]0,1}", "{devices=[2]0,1}"), options);
+  EXPECT_EQ(array->entry_computation()->root_instruction()->operand(0)->shape(),
+            ParseShape("f32[4]"));
+  try {
+    PartitionModule(*outfeed("f32[7]", "{devices=[2]0,1}", "{devices=[2]0,1}"), options);
+    ADD_FAILURE() << "an uneven outfeed tile was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tiled unevenly"), std::string::npos) << e.what();
+  }
+}
+
 TEST(SpmdPartitionerTest, AllReducesOutsideManualRegionsFollowXlasRules) {
   auto cross_replica = ExpectShardedEqualsUnsharded(WithAdd(R"(
 ENTRY main {

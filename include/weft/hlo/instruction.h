@@ -268,11 +268,14 @@ class HloInstruction {
   bool has_sharding() const { return sharding_.has_value(); }
   void set_sharding(std::optional<HloSharding> sharding) { sharding_ = std::move(sharding); }
   // What sharding() describes: the result, except for an outfeed, whose
-  // tuple sharding (XLA's form) covers (data, token): the data it drains
-  // and its token result.
+  // sharding (XLA's forms) covers (data, token) when it is a tuple of one
+  // more element than the data has leaves, and the data it drains alone
+  // when it is a tuple of the data's leaves or a tiled sharding of array
+  // data; otherwise its token result.
   Shape ShardingShape() const;
   // The sharding of the value the instruction produces: sharding(), but an
-  // outfeed's token takes the last element of a (data, token) sharding.
+  // outfeed's token takes the last element of a (data, token) sharding and
+  // none of a data-only one.
   std::optional<HloSharding> ResultSharding() const;
 
   HloComputation* parent() const { return parent_; }
