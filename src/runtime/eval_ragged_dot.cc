@@ -6,8 +6,8 @@
 // row's group picks the rhs group, and rows past the groups' total give 0;
 // in the contracting mode, result j sums the contracting positions of group
 // j only; in the batch mode the groups do not matter. Negative sizes count
-// as 0. Loops over the index space, without a GEMM: XLA's tests and MoE
-// experiments sized to a CPU.
+// as 0; a size past 2^62 (u64) as 2^62, more than any dim holds. Loops over the index space,
+// without a GEMM: XLA's tests and MoE experiments sized to a CPU.
 #include <algorithm>
 #include <vector>
 
@@ -65,7 +65,9 @@ Value EvalRaggedDot(const HloInstruction& instr, EvalArgs& args) {
     for (int64_t d : prefix) row = row * ls.dimensions(d) + index[d];
     int64_t end = 0;
     for (int64_t j = 0; j < groups; ++j) {
-      end += std::max<int64_t>(0, static_cast<int64_t>(sizes[row * groups + j]));
+      // Clamped before the conversion: a u64 size past 2^63 is no int64.
+      const double size = std::clamp(sizes[row * groups + j], 0.0, 0x1p62);
+      end += static_cast<int64_t>(size);
       if (index[ragged] < end) return j;
     }
     return int64_t{-1};

@@ -148,6 +148,29 @@ ENTRY e {
   }
 }
 
+TEST(EvalRaggedDotTest, AHugeU64GroupTakesEveryRowLeft) {
+  // Group 0 takes 1 row, group 1 (2^64 - 1 rows) all the others.
+  HostTensor sizes = HostTensor::Uninitialized(ParseShape("u64[2]"));
+  sizes.mutable_data<uint64_t>()[0] = 1;
+  sizes.mutable_data<uint64_t>()[1] = ~uint64_t{0};
+  const std::vector<HostTensor> in = {
+      HostTensor::FromDoubles(ParseShape("f32[3,1]"), std::vector<double>{1, 2, 3}),
+      HostTensor::FromDoubles(ParseShape("f32[2,1,1]"), std::vector<double>{10, 100}), sizes};
+  const std::vector<double> got = testing::RunText(R"(
+HloModule m
+ENTRY e {
+  a = f32[3,1] parameter(0)
+  w = f32[2,1,1] parameter(1)
+  s = u64[2] parameter(2)
+  ROOT d = f32[3,1] ragged-dot(a, w, s), lhs_contracting_dims={1}, rhs_contracting_dims={1}, lhs_ragged_dims={0}, rhs_group_dims={0}
+}
+)",
+                                                   in)
+                                      .at(0)
+                                      .ToDoubles();
+  EXPECT_EQ(got, (std::vector<double>{10, 200, 300}));
+}
+
 TEST(EvalRaggedDotTest, IntegerOperandsAreRefusedByName) {
   const std::string error = ErrorOf([] {
     testing::RunText(R"(
