@@ -17,23 +17,6 @@
 #include "weft/hlo/ragged_dot.h"
 
 namespace weft::runtime::exec {
-namespace {
-
-std::vector<int64_t> StridesOf(const Shape& s) {
-  std::vector<int64_t> strides(static_cast<size_t>(s.rank()), 1);
-  for (int64_t d = s.rank() - 2; d >= 0; --d) strides[d] = strides[d + 1] * s.dimensions(d + 1);
-  return strides;
-}
-
-std::vector<double> Doubles(const HostTensor& t) {
-  std::vector<double> v(static_cast<size_t>(t.element_count()));
-  for (int64_t i = 0; i < t.element_count(); ++i)
-    v[i] = LoadAsDouble(t.element_type(), t.raw_data(), i);
-  return v;
-}
-
-}  // namespace
-
 void CheckRaggedDot(const HloInstruction& instr) {
   const PrimitiveType l = instr.operand(0)->shape().element_type();
   const PrimitiveType r = instr.operand(1)->shape().element_type();
@@ -56,8 +39,10 @@ Value EvalRaggedDot(const HloInstruction& instr, EvalArgs& args) {
   const int64_t groups = sizes_t.shape().dimensions(sizes_t.shape().rank() - 1);
   const std::vector<int64_t> prefix =
       sizes_t.shape().rank() == 1 ? std::vector<int64_t>{} : RaggedDotPrefix(instr);
-  const std::vector<double> lhs = Doubles(lhs_t), rhs = Doubles(rhs_t), sizes = Doubles(sizes_t);
-  const std::vector<int64_t> lstride = StridesOf(ls), rstride = StridesOf(rs);
+  const std::vector<double> lhs = lhs_t.ToDoubles(), rhs = rhs_t.ToDoubles(),
+                            sizes = sizes_t.ToDoubles();
+  const DimensionVector lstride = RowMajorStrides(ls.dimensions());
+  const DimensionVector rstride = RowMajorStrides(rs.dimensions());
 
   // The group of lhs position `index` along the ragged dim (-1: past the total).
   auto group_of = [&](const std::vector<int64_t>& index) {

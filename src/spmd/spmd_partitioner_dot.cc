@@ -203,35 +203,34 @@ PartitionedValue EmitDriven(ComputationPartitioner& p, const HloInstruction& ins
                             const DrivenPlan& plan, const HloSharding& sharding) {
   SpmdBuilder& b = p.b();
   const int driver = plan.driver, other = 1 - driver;
-  HloSharding shardings[2];
-  shardings[driver] = p.Get(instr.operand(driver)).sharding;
-  shardings[other] = plan.other_target;
+  HloInstruction* result = nullptr;
   if (IsBlockScaledDot(instr)) {  // whole blocks (SplitsWholeBlocks): no padding to mask
-    HloInstruction* result = LocalDot(p, instr, shardings[0], shardings[1]);
-    if (plan.split_contracting.empty())
-      return PartitionedValue{result, instr.shape(), plan.partial};
-    return PartitionedValue{EmitPartialSum(b, result, plan.sum), instr.shape(), plan.sum.result};
-  }
-  PartitionedValue ops[2];
-  ops[driver] = p.Get(instr.operand(driver));
-  ops[other] = p.GetAs(instr.operand(other), plan.other_target);
-  HloInstruction* locals[2] = {ops[0].hlo, ops[1].hlo};
-  if (!plan.split_contracting.empty()) {
-    // Padding along split contracting dims must add nothing: zero it on both.
-    const DotDims dd(instr);
-    for (int s = 0; s < 2; ++s) {
-      std::vector<int64_t> dims;
-      for (int64_t d : plan.split_contracting) {
-        dims.push_back(s == driver ? d : dd.to_other[driver][d]);
+    HloSharding shardings[2];
+    shardings[driver] = p.Get(instr.operand(driver)).sharding;
+    shardings[other] = plan.other_target;
+    result = LocalDot(p, instr, shardings[0], shardings[1]);
+  } else {
+    PartitionedValue ops[2];
+    ops[driver] = p.Get(instr.operand(driver));
+    ops[other] = p.GetAs(instr.operand(other), plan.other_target);
+    HloInstruction* locals[2] = {ops[0].hlo, ops[1].hlo};
+    if (!plan.split_contracting.empty()) {
+      // Padding along split contracting dims must add nothing: zero it on both.
+      const DotDims dd(instr);
+      for (int s = 0; s < 2; ++s) {
+        std::vector<int64_t> dims;
+        for (int64_t d : plan.split_contracting) {
+          dims.push_back(s == driver ? d : dd.to_other[driver][d]);
+        }
+        HloInstruction* zero = b.ConstantScalar(instr.operand(s)->shape().element_type(), 0);
+        locals[s] = MaskPadding(b, ops[s], dims, zero);
       }
-      HloInstruction* zero = b.ConstantScalar(instr.operand(s)->shape().element_type(), 0);
-      locals[s] = MaskPadding(b, ops[s], dims, zero);
     }
+    result = EmitLike(p, instr, {locals[0], locals[1]},
+                      LocalDotShape(instr, locals[0]->shape(), locals[1]->shape()));
   }
-  HloInstruction* result = EmitLike(p, instr, {locals[0], locals[1]},
-                                    LocalDotShape(instr, locals[0]->shape(), locals[1]->shape()));
   if (plan.split_contracting.empty()) return PartitionedValue{result, instr.shape(), plan.partial};
-  return PartitionedValue{EmitPartialSum(p.b(), result, plan.sum), instr.shape(), plan.sum.result};
+  return PartitionedValue{EmitPartialSum(b, result, plan.sum), instr.shape(), plan.sum.result};
 }
 
 }  // namespace
