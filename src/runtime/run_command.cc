@@ -293,8 +293,8 @@ int RunOnRank(const RunCommandOptions& options, Communicator& comm, std::ostream
   auto run_here = [&](const CompiledProgram& run, ExecutorStats* run_stats) {
     std::vector<HostTensor> mine;
     for (size_t i = 0; i < inputs.size(); ++i) {
-      mine.push_back(
-          ShardTensor(inputs[i], run.input_shardings[i], rank, run.local_input_shapes[i]));
+      mine.push_back(ShardTensor(inputs[i], run.input_shardings[i], rank, run.local_input_shapes[i],
+                                 /*pad=*/0, run.num_devices));
     }
     const std::vector<HostTensor> local =
         RunOnMpiRank(*run.program, std::move(mine), comm, run_stats, exec_options);

@@ -234,8 +234,50 @@ Shape WithLeadingOne(const Shape& shape) {
 
 }  // namespace
 
+namespace {
+
+// Device `device`'s place among the devices holding addends of one value
+// under a sharding with unreduced axes: (its index, the group's size).
+std::pair<int64_t, int64_t> AddendPosition(const HloSharding& sharding, int64_t device,
+                                           int64_t num_devices) {
+  if (sharding.IsUnreduced()) {
+    WEFT_CHECK(num_devices > 0, "internal: {{unreduced}} split without the device count");
+    return {device, num_devices};
+  }
+  const int64_t dim = sharding.SubgroupUnreducedDim();
+  const TileAssignment& ta = sharding.tile_assignment();
+  const std::optional<std::vector<int64_t>> index = ta.IndexOf(device);
+  WEFT_CHECK(index.has_value(), "device {} is not in sharding {}", device, sharding.ToString());
+  return {(*index)[dim], ta.dim(dim)};
+}
+
+}  // namespace
+
 HostTensor ShardTensor(const HostTensor& global, const HloSharding& sharding, int64_t device,
-                       const Shape& local_shape, double pad) {
+                       const Shape& local_shape, double pad, int64_t num_devices) {
+  if (sharding.HasUnreduced()) {
+    // Addends that are all needed: a float value split in g equal parts,
+    // an integer one in g quotients, the first device adding the remainder.
+    // (A copy: ShardTensor may return `global` itself, whose bytes are shared.)
+    HostTensor piece =
+        ShardTensor(global, sharding.WithoutUnreduced(), device, local_shape, pad).Clone();
+    const auto [k, g] = AddendPosition(sharding, device, num_devices);
+    const PrimitiveType type = local_shape.element_type();
+    WEFT_CHECK(type != PrimitiveType::kPred,
+               "a pred input of sharding {} has no addends; unreduced values are numbers",
+               sharding.ToString());
+    void* data = piece.mutable_raw_data();
+    for (int64_t i = 0; i < local_shape.ElementsCount(); ++i) {
+      const double x = exec::LoadAsDouble(type, data, i);
+      double part = x / static_cast<double>(g);
+      if (!IsFloatingPoint(type)) {
+        part = std::trunc(part);
+        if (k == 0) part = x - part * static_cast<double>(g - 1);
+      }
+      exec::StoreDouble(type, data, i, part);
+    }
+    return piece;
+  }
   if (sharding.IsManualOrPartlyManual()) {
     const HloSharding stacked = StackedSharding(
         sharding, sharding.IsManual() ? global.dimensions().at(0) : 0, global.rank());
@@ -280,7 +322,7 @@ std::vector<std::vector<HostTensor>> ShardInputs(const CompiledProgram& program,
                  i, program.input_names[i], program.input_shapes[i].ToString(),
                  inputs[i].shape().ToString());
       out[d].push_back(ShardTensor(inputs[i], program.input_shardings[i], d,
-                                   program.local_input_shapes[i], pad));
+                                   program.local_input_shapes[i], pad, program.num_devices));
     }
   }
   return out;
@@ -289,6 +331,44 @@ std::vector<std::vector<HostTensor>> ShardInputs(const CompiledProgram& program,
 HostTensor JoinTensor(std::span<const HostTensor> pieces, const HloSharding& sharding,
                       const Shape& global_shape) {
   const int64_t n = static_cast<int64_t>(pieces.size());
+  if (sharding.HasUnreduced()) {
+    // The sum over each group of addends: one device per (tile, addend
+    // index) adds its valid extent in.
+    const HloSharding summed = sharding.WithoutUnreduced();
+    const PrimitiveType type = global_shape.element_type();
+    const std::vector<int64_t>& dims = global_shape.dimensions();
+    const int64_t rank = global_shape.rank();
+    HostTensor global(global_shape);
+    for (int64_t i = 0; i < global_shape.ElementsCount(); ++i) {
+      exec::StoreDouble(type, global.mutable_raw_data(), i, 0);
+    }
+    std::set<std::vector<int64_t>> joined;
+    for (int64_t d = 0; d < n; ++d) {
+      std::vector<int64_t> key =
+          summed.IsTiled() ? summed.TileIndexForDevice(d) : std::vector<int64_t>{};
+      key.push_back(AddendPosition(sharding, d, n).first);
+      if (!joined.insert(key).second) continue;
+      const std::vector<int64_t> offset = summed.TileOffsetForDevice(dims, d);
+      const std::vector<int64_t> extent = summed.TileShapeForDevice(dims, d);
+      const std::vector<int64_t>& tile = pieces[d].dimensions();
+      if (std::find(extent.begin(), extent.end(), 0) != extent.end()) continue;
+      std::vector<int64_t> at(static_cast<size_t>(rank), 0);  // within the extent
+      while (true) {
+        int64_t src = 0, dst = 0;
+        for (int64_t k = 0; k < rank; ++k) {
+          src = src * tile[k] + at[k];
+          dst = dst * dims[k] + offset[k] + at[k];
+        }
+        const double sum = exec::LoadAsDouble(type, global.raw_data(), dst) +
+                           exec::LoadAsDouble(type, pieces[d].raw_data(), src);
+        exec::StoreDouble(type, global.mutable_raw_data(), dst, sum);
+        int64_t k = rank - 1;
+        while (k >= 0 && ++at[k] == extent[k]) at[k--] = 0;
+        if (k < 0) break;
+      }
+    }
+    return global;
+  }
   if (sharding.IsManualOrPartlyManual()) {
     std::vector<HostTensor> stacked_pieces;
     for (const HostTensor& piece : pieces) {

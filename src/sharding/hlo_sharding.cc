@@ -23,7 +23,15 @@ constexpr std::string_view kCsePreventionOpName = "_sharding_propagation_cse_pre
 // Small types
 
 std::string_view SubgroupTypeName(SubgroupType type) {
-  return type == SubgroupType::kManual ? "manual" : "replicated";
+  switch (type) {
+    case SubgroupType::kManual:
+      return "manual";
+    case SubgroupType::kUnreduced:
+      return "unreduced";
+    case SubgroupType::kReplicated:
+      break;
+  }
+  return "replicated";
 }
 
 std::string ShardGroup::ToString() const {
@@ -35,6 +43,7 @@ std::string ShardGroup::ToString() const {
 
 HloSharding HloSharding::Replicate() { return HloSharding(Kind::kReplicated); }
 HloSharding HloSharding::Manual() { return HloSharding(Kind::kManual); }
+HloSharding HloSharding::Unreduced() { return HloSharding(Kind::kUnreduced); }
 HloSharding HloSharding::Unknown() { return HloSharding(Kind::kUnknown); }
 
 HloSharding HloSharding::AssignDevice(int64_t device) {
@@ -73,13 +82,15 @@ HloSharding HloSharding::Subgroup(TileAssignment tiles, std::vector<SubgroupType
              "{} subgroup types for a tile assignment of rank {}", types.size(), tiles.num_dims());
   if (types.empty()) return Tile(std::move(tiles));
   const int64_t data_rank = tiles.num_dims() - static_cast<int64_t>(types.size());
-  // Order: data dims, manual dims, replicated dims, then size-1 subgroups (dropped).
+  // Order: data dims, manual, unreduced, replicated dims, then size-1
+  // subgroups (dropped).
   std::vector<int64_t> perm(data_rank);
   std::iota(perm.begin(), perm.end(), 0);
   std::vector<int64_t> new_dims(tiles.dims().begin(), tiles.dims().begin() + data_rank);
   std::vector<SubgroupType> new_types;
   std::vector<int64_t> trivial;
-  for (SubgroupType type : {SubgroupType::kManual, SubgroupType::kReplicated}) {
+  for (SubgroupType type :
+       {SubgroupType::kManual, SubgroupType::kUnreduced, SubgroupType::kReplicated}) {
     int64_t size = 1;
     for (size_t i = 0; i < types.size(); ++i) {
       const int64_t dim = data_rank + static_cast<int64_t>(i);
@@ -101,7 +112,14 @@ HloSharding HloSharding::Subgroup(TileAssignment tiles, std::vector<SubgroupType
   const int64_t data_tiles = Product(std::span(new_dims).first(data_rank));
   if (new_types.empty()) return Tile(std::move(normalized));
   if (data_tiles == 1 && new_types.size() == 1) {
-    return new_types[0] == SubgroupType::kManual ? Manual() : Replicate();
+    switch (new_types[0]) {
+      case SubgroupType::kManual:
+        return Manual();
+      case SubgroupType::kUnreduced:
+        return Unreduced();
+      case SubgroupType::kReplicated:
+        return Replicate();
+    }
   }
   if (new_types.size() == 1 && new_types[0] == SubgroupType::kReplicated) {
     return PartialTile(std::move(normalized));
@@ -161,6 +179,11 @@ bool HloSharding::IsManual() const {
   return kind_ == Kind::kManual;
 }
 
+bool HloSharding::IsUnreduced() const {
+  if (IsTuple()) return AllLeaves(tuple_elements_, [](auto& e) { return e.IsUnreduced(); });
+  return kind_ == Kind::kUnreduced;
+}
+
 bool HloSharding::IsUnknown() const {
   if (IsTuple()) return AllLeaves(tuple_elements_, [](auto& e) { return e.IsUnknown(); });
   return kind_ == Kind::kUnknown;
@@ -192,6 +215,38 @@ int64_t HloSharding::SubgroupManualDim() const {
     if (subgroup_types_[i] == SubgroupType::kManual) return TiledDataRank() + i;
   }
   return -1;
+}
+
+int64_t HloSharding::SubgroupUnreducedDim() const {
+  if (!IsTiled()) return -1;
+  for (size_t i = 0; i < subgroup_types_.size(); ++i) {
+    if (subgroup_types_[i] == SubgroupType::kUnreduced) return TiledDataRank() + i;
+  }
+  return -1;
+}
+
+bool HloSharding::HasUnreduced() const {
+  if (IsTuple()) {
+    return std::any_of(tuple_elements_.begin(), tuple_elements_.end(),
+                       [](const HloSharding& e) { return e.HasUnreduced(); });
+  }
+  return kind_ == Kind::kUnreduced || SubgroupUnreducedDim() >= 0;
+}
+
+HloSharding HloSharding::WithoutUnreduced() const {
+  if (IsTuple()) {
+    std::vector<HloSharding> elements;
+    for (const HloSharding& e : tuple_elements_) elements.push_back(e.WithoutUnreduced());
+    return Tuple(std::move(elements));
+  }
+  if (!HasUnreduced()) return *this;
+  HloSharding s = Replicate();
+  if (kind_ == Kind::kTiled) {
+    std::vector<SubgroupType> types = subgroup_types_;
+    std::replace(types.begin(), types.end(), SubgroupType::kUnreduced, SubgroupType::kReplicated);
+    s = Subgroup(tiles_, std::move(types));
+  }
+  return s.WithShardGroup(shard_group_).WithCsePrevention(cse_prevention_);
 }
 
 int64_t HloSharding::NumTiles() const {
@@ -343,6 +398,9 @@ std::string HloSharding::ToString() const {
     case Kind::kManual:
       body = "manual";
       break;
+    case Kind::kUnreduced:
+      body = "unreduced";
+      break;
     case Kind::kUnknown:
       body = "unknown";
       break;
@@ -447,7 +505,7 @@ class ShardingParser {
   }
 
   HloSharding ParseLeafRest() {
-    enum class LeafKind { kNone, kReplicated, kManual, kUnknown, kMaximal, kTiled };
+    enum class LeafKind { kNone, kReplicated, kManual, kUnreduced, kUnknown, kMaximal, kTiled };
     LeafKind kind = LeafKind::kNone;
     std::optional<int64_t> device;
     std::optional<TileAssignment> tiles;
@@ -459,7 +517,8 @@ class ShardingParser {
     auto set_kind = [&](LeafKind k, size_t at) {
       if (kind != LeafKind::kNone) {
         cur_.ExpectedAt(at,
-                        "a single sharding kind (replicated, manual, unknown, maximal, devices=)");
+                        "a single sharding kind (replicated, manual, unreduced, unknown, maximal, "
+                        "devices=)");
       }
       kind = k;
     };
@@ -469,6 +528,8 @@ class ShardingParser {
         set_kind(LeafKind::kReplicated, at);
       } else if (cur_.TryKeyword("manual")) {
         set_kind(LeafKind::kManual, at);
+      } else if (cur_.TryKeyword("unreduced")) {
+        set_kind(LeafKind::kUnreduced, at);
       } else if (cur_.TryKeyword("unknown")) {
         set_kind(LeafKind::kUnknown, at);
       } else if (cur_.TryKeyword("maximal")) {
@@ -500,12 +561,13 @@ class ShardingParser {
         cse_prevention = metadata == fmt::format("{{op_name=\"{}\"}}", kCsePreventionOpName);
       } else {
         cur_.Expected(
-            "a sharding attribute (replicated, manual, unknown, maximal, device=, devices=, "
-            "last_tile_dim_replicate, last_tile_dims=, shard_as, shard_like) or '}'");
+            "a sharding attribute (replicated, manual, unreduced, unknown, maximal, device=, "
+            "devices=, last_tile_dim_replicate, last_tile_dims=, shard_as, shard_like) or '}'");
       }
     }
     if (kind == LeafKind::kNone) {
-      cur_.ExpectedAt(tiles_at, "a sharding kind (replicated, manual, unknown, maximal, devices=)");
+      cur_.ExpectedAt(
+          tiles_at, "a sharding kind (replicated, manual, unreduced, unknown, maximal, devices=)");
     }
     if (kind == LeafKind::kMaximal && !device) {
       cur_.ExpectedAt(tiles_at, "device=N in a maximal sharding");
@@ -527,6 +589,9 @@ class ShardingParser {
           break;
         case LeafKind::kManual:
           s = HloSharding::Manual();
+          break;
+        case LeafKind::kUnreduced:
+          s = HloSharding::Unreduced();
           break;
         case LeafKind::kUnknown:
           s = HloSharding::Unknown();
@@ -597,8 +662,10 @@ class ShardingParser {
         types.push_back(SubgroupType::kManual);
       } else if (cur_.TryKeyword("replicated")) {
         types.push_back(SubgroupType::kReplicated);
+      } else if (cur_.TryKeyword("unreduced")) {
+        types.push_back(SubgroupType::kUnreduced);
       } else {
-        cur_.Expected("'manual' or 'replicated' in last_tile_dims");
+        cur_.Expected("'manual', 'unreduced' or 'replicated' in last_tile_dims");
       }
     } while (cur_.TryConsume(","));
     cur_.Expect("}", "',' or '}' in last_tile_dims");

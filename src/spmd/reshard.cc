@@ -246,11 +246,44 @@ PartitionedValue AllGatherDims(SpmdBuilder& b, const PartitionedValue& value,
   return v;
 }
 
+namespace {
+
+// Resharding from or to unreduced axes: addends are summed within their
+// groups (an all-reduce) before anything else; a value becomes addends by
+// staying on the first device of each group (index 0 along the unreduced
+// axes) and zeros elsewhere, so that the group's sum is the value.
+PartitionedValue ReshardAddends(SpmdBuilder& b, const PartitionedValue& value,
+                                const HloSharding& to) {
+  const PrimitiveType type = value.base.element_type();
+  const int64_t n = b.num_partitions();
+  if (value.sharding.HasUnreduced()) {
+    WEFT_CHECK(type != PrimitiveType::kPred,
+               "a pred value of sharding {} has no sum of addends; unreduced values are numbers",
+               value.sharding.ToString());
+    HloInstruction* sum = b.AllReduce(value.hlo, b.ScalarReducer(HloOpcode::kAdd, type),
+                                      UnreducedGroups(value.sharding, n));
+    return Reshard(b, PartitionedValue{sum, value.base, value.sharding.WithoutUnreduced()}, to);
+  }
+  PartitionedValue v = Reshard(b, value, to.WithoutUnreduced());
+  std::vector<int64_t> first(static_cast<size_t>(n), 0);
+  for (const std::vector<int64_t>& group : UnreducedGroups(to, n)) {
+    for (size_t k = 1; k < group.size(); ++k) first.at(group[k]) = 1;
+  }
+  const std::vector<int64_t>& dims = v.hlo->shape().dimensions();
+  HloInstruction* keep = b.BroadcastScalar(
+      b.Compare(b.DeviceValue(first), b.S32Constant(0), ComparisonDirection::kEq), dims);
+  HloInstruction* zero = b.BroadcastScalar(b.ConstantScalar(type, 0), dims);
+  return PartitionedValue{b.Select(keep, v.hlo, zero), value.base, to};
+}
+
+}  // namespace
+
 PartitionedValue Reshard(SpmdBuilder& b, const PartitionedValue& value, const HloSharding& target) {
   WEFT_CHECK(value.base.IsArray(), "internal: Reshard of a non-array {}", value.base.ToString());
   const HloSharding to = NormalizeSharding(target);
   const int64_t rank = value.base.rank();
   if (value.sharding == to) return value;
+  if (value.sharding.HasUnreduced() || to.HasUnreduced()) return ReshardAddends(b, value, to);
   WEFT_CHECK(!to.IsManual() && !value.sharding.IsManual(),
              "a value of sharding {} is used where {} is wanted: values enter and leave a "
              "manual region only through SPMDFullToShardShape and SPMDShardToFullShape",

@@ -688,9 +688,22 @@ void Propagator::Run() {
 }  // namespace spmd
 
 PropagationResult PropagateShardings(HloModule& module, const PropagationOptions& options) {
+  // Unreduced axes (devices holding addends) are the user's to place, as in
+  // XLA, where propagation sees them as replicated: propagation runs on the
+  // shardings with the addends summed, and the annotations get their
+  // unreduced axes back after it.
+  std::vector<std::pair<HloInstruction*, HloSharding>> unreduced;
+  for (HloComputation* computation : module.computations()) {
+    for (HloInstruction* instr : computation->instructions()) {
+      if (!instr->has_sharding() || !instr->sharding()->HasUnreduced()) continue;
+      unreduced.emplace_back(instr, *instr->sharding());
+      instr->set_sharding(instr->sharding()->WithoutUnreduced());
+    }
+  }
   PropagationResult result;
   Propagator propagator(module, options, &result);
   propagator.Run();
+  for (auto& [instr, sharding] : unreduced) instr->set_sharding(std::move(sharding));
   return result;
 }
 

@@ -481,8 +481,60 @@ void ComputationPartitioner::CheckRegionEdges(const HloInstruction& instr, bool 
   }
 }
 
+PartitionedValue ComputationPartitioner::PartitionOutsideRegions(const HloInstruction& instr,
+                                                                 const HloSharding& sharding) {
+  if (!sharding.HasUnreduced()) return ReshardAny(b_, Partition(instr, sharding), sharding);
+  switch (instr.opcode()) {
+    case HloOpcode::kParameter:  // addends as given
+    case HloOpcode::kTuple:
+    case HloOpcode::kGetTupleElement:
+      return ReshardAny(b_, Partition(instr, sharding), sharding);
+    case HloOpcode::kAdd:  // linear: the op of addends is an addend of the result
+    case HloOpcode::kSubtract:
+    case HloOpcode::kNegate:
+    case HloOpcode::kCopy:
+      if (instr.shape().IsArray()) return HandleElementwise(*this, instr, sharding);
+      break;
+    case HloOpcode::kDot:
+    case HloOpcode::kReduce: {
+      unreduced_target_ = &sharding;
+      PartitionedValue v;
+      try {
+        v = Partition(instr, sharding.WithoutUnreduced());
+      } catch (...) {
+        unreduced_target_ = nullptr;
+        throw;
+      }
+      unreduced_target_ = nullptr;
+      return ReshardAny(b_, v, sharding);
+    }
+    default:
+      break;
+  }
+  return ReshardAny(b_, Partition(instr, sharding.WithoutUnreduced()), sharding);
+}
+
+bool KeepsAddends(const ComputationPartitioner& p, const HloSharding& partial,
+                  const std::vector<std::vector<int64_t>>& groups) {
+  const HloSharding* target = p.unreduced_target();
+  if (target == nullptr || target->IsTuple() || groups.empty() || groups[0].size() < 2 ||
+      NormalizeSharding(target->WithoutUnreduced()) != NormalizeSharding(partial)) {
+    return false;
+  }
+  auto sorted = [](std::vector<std::vector<int64_t>> g) {
+    for (std::vector<int64_t>& group : g) std::sort(group.begin(), group.end());
+    std::sort(g.begin(), g.end());
+    return g;
+  };
+  return sorted(UnreducedGroups(*target, p.context()->num_partitions)) == sorted(groups);
+}
+
 PartitionedValue ComputationPartitioner::PartitionInRegion(const HloInstruction& instr,
                                                            const HloSharding& sharding) {
+  WEFT_CHECK(!sharding.HasUnreduced(),
+             "{}: sharding {} has both manual and unreduced axes; XLA refuses them together "
+             "too: sum the addends before the region or inside it",
+             instr.Describe(), sharding.ToString());
   const ManualGroups groups = ManualGroupsOf(sharding);
   if (!region_groups_) region_groups_ = groups;
   WEFT_CHECK(*region_groups_ == groups,
@@ -523,7 +575,7 @@ std::unique_ptr<HloComputation> ComputationPartitioner::Run() {
     try {
       CheckRegionEdges(*instr, in_region);
       v = in_region ? PartitionInRegion(*instr, sharding)
-                    : ReshardAny(b_, Partition(*instr, sharding), sharding);
+                    : PartitionOutsideRegions(*instr, sharding);
     } catch (const Error& e) {
       const std::string what = e.what();
       if (what.find(instr->name()) != std::string::npos) throw;

@@ -20,6 +20,9 @@
 // with PartitionedHloMX operands); a plan that splits the contraction needs
 // the split to fall on block boundaries.
 #include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
 
 #include "spmd_partitioner_handlers.h"
 #include "weft/base/algorithm.h"
@@ -193,8 +196,13 @@ DrivenPlan PlanDriven(ComputationPartitioner& p, const HloInstruction& instr, co
   // an all-reduce, or a reduce-scatter (over part of each group, then an
   // all-reduce over the rest: FSDP's gradient beside a data axis, HSDP)
   // when that leaves the wanted split.
-  plan.sum = PlanPartialSum(cost, instr.shape(), plan.partial, sharding,
-                            GroupsAlongTileDims(ds.tile_assignment(), plan.split_contracting));
+  const std::vector<std::vector<int64_t>> groups =
+      GroupsAlongTileDims(ds.tile_assignment(), plan.split_contracting);
+  if (KeepsAddends(p, plan.partial, groups)) {  // the result's addends: left unsummed
+    plan.sum.result = *p.unreduced_target();
+    return plan;
+  }
+  plan.sum = PlanPartialSum(cost, instr.shape(), plan.partial, sharding, groups);
   plan.cost += plan.sum.cost;
   return plan;
 }
@@ -283,7 +291,8 @@ int64_t SharedReshardCost(ComputationPartitioner& p, const HloInstruction& dot, 
     seen.push_back(user);
     const DotDims ud(*user);
     for (int k = 0; k < 2; ++k) {
-      if (user->operand(k) == op && OutputDrivenTarget(*user, ud, k, ShardingOf(*user)) == target) {
+      if (user->operand(k) == op &&
+          OutputDrivenTarget(*user, ud, k, ShardingOf(*user).WithoutUnreduced()) == target) {
         ++sharing;
         break;
       }
@@ -358,9 +367,74 @@ PartitionedValue HandleRaggedDot(ComputationPartitioner& p, const HloInstruction
   return PartitionedValue{local, instr.shape(), compute};
 }
 
+namespace {
+
+// A dot whose result has unreduced axes (ComputationPartitioner::
+// unreduced_target), when the local dot of both operands as they lie is
+// each device's addend of it: the operands split their contracting dims
+// alike, the result's tiles are the operands' batch and free tiles, and
+// each unreduced group holds every contracting piece once (XLA's dot of
+// lhs [M/x, K/y] and rhs [K/y, N/z] into [M/x, N/z] unreduced over y).
+std::optional<PartitionedValue> TryAddendsInPlace(ComputationPartitioner& p,
+                                                  const HloInstruction& instr, const DotDims& dd) {
+  const HloSharding* target = p.unreduced_target();
+  if (target == nullptr || IsBlockScaledDot(instr)) return std::nullopt;
+  const PartitionedValue ops[2] = {p.Get(instr.operand(0)), p.Get(instr.operand(1))};
+  const int64_t n = p.b().num_partitions();
+  const HloSharding summed = NormalizeSharding(target->WithoutUnreduced());
+  const std::vector<int64_t> out_tiles = TilesPerDim(summed, dd.out_rank);
+  std::vector<int64_t> tiles[2];
+  for (int s = 0; s < 2; ++s) tiles[s] = TilesPerDim(ops[s].sharding, ops[s].base.rank());
+  // Which contracting piece each device holds.
+  std::map<int64_t, std::vector<int64_t>> piece;
+  int64_t pieces = 1;
+  for (int64_t d : dd.contracting[0]) {
+    if (tiles[0][d] != tiles[1][dd.to_other[0][d]]) return std::nullopt;
+    pieces *= tiles[0][d];
+  }
+  for (int64_t device = 0; device < n; ++device) {
+    std::vector<int64_t> index[2];
+    for (int s = 0; s < 2; ++s) {
+      index[s] = ops[s].sharding.IsTiled() ? ops[s].sharding.TileIndexForDevice(device)
+                                           : std::vector<int64_t>(ops[s].base.rank(), 0);
+    }
+    const std::vector<int64_t> out =
+        summed.IsTiled() ? summed.TileIndexForDevice(device) : std::vector<int64_t>(dd.out_rank, 0);
+    for (int s = 0; s < 2; ++s) {
+      for (int64_t d = 0; d < ops[s].base.rank(); ++d) {
+        const int64_t o = dd.to_out[s][d];
+        if (o < 0) continue;
+        if (tiles[s][d] != out_tiles[o] || index[s][d] != out[o]) return std::nullopt;
+      }
+    }
+    for (int64_t d : dd.contracting[0]) {
+      if (index[0][d] != index[1][dd.to_other[0][d]]) return std::nullopt;
+      piece[device].push_back(index[0][d]);
+    }
+  }
+  for (const std::vector<int64_t>& group : UnreducedGroups(*target, n)) {
+    if (static_cast<int64_t>(group.size()) != pieces) return std::nullopt;
+    std::set<std::vector<int64_t>> seen;
+    for (int64_t device : group) seen.insert(piece[device]);
+    if (static_cast<int64_t>(seen.size()) != pieces) return std::nullopt;
+  }
+  // Padding along split contracting dims must add nothing.
+  HloInstruction* locals[2];
+  for (int s = 0; s < 2; ++s) {
+    HloInstruction* zero = p.b().ConstantScalar(ops[s].base.element_type(), 0);
+    locals[s] = MaskPadding(p.b(), ops[s], dd.contracting[s], zero);
+  }
+  HloInstruction* dot = EmitLike(p, instr, {locals[0], locals[1]},
+                                 LocalDotShape(instr, locals[0]->shape(), locals[1]->shape()));
+  return PartitionedValue{dot, instr.shape(), *target};
+}
+
+}  // namespace
+
 PartitionedValue HandleDot(ComputationPartitioner& p, const HloInstruction& instr,
                            const HloSharding& sharding) {
   const DotDims dd(instr);
+  if (auto addends = TryAddendsInPlace(p, instr, dd)) return *addends;
   // Output-driven targets.
   HloSharding targets[2];
   int64_t output_cost = 0;

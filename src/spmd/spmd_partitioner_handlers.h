@@ -44,9 +44,21 @@ class ComputationPartitioner {
   bool HasReshard(const HloInstruction* operand, const HloSharding& sharding) const;
   // A copy of a scalar computation (reducers), once per module.
   HloComputation* CloneCalled(const HloComputation* computation);
+  // While a dot or an add-reduce is partitioned for a result with unreduced
+  // axes (its handler gets the sharding without them): that result. Its
+  // local sums over split contracted dims are then kept unsummed where
+  // they are its addends (KeepsAddends).
+  const HloSharding* unreduced_target() const { return unreduced_target_; }
 
  private:
   PartitionedValue Partition(const HloInstruction& instr, const HloSharding& sharding);
+  // An instruction outside the partly manual regions: its handler, then a
+  // reshard to `sharding`. A result with unreduced axes (devices holding
+  // addends of it) is made by the handler for the summed layout and
+  // resharded, unless the op makes addends itself: linear elementwise ops
+  // on addends, and dots and add-reduces whose local sums are its addends.
+  PartitionedValue PartitionOutsideRegions(const HloInstruction& instr,
+                                           const HloSharding& sharding);
   // An instruction of a partly manual region (`sharding` has a manual
   // subgroup): partitioned within every manual group.
   PartitionedValue PartitionInRegion(const HloInstruction& instr, const HloSharding& sharding);
@@ -70,7 +82,15 @@ class ComputationPartitioner {
   // them).
   std::optional<ManualGroups> region_groups_;
   std::unordered_set<const HloInstruction*> group_local_;
+  const HloSharding* unreduced_target_ = nullptr;
 };
+
+// Whether local sums laid out by `partial`, each over its group of
+// `groups` (devices whose split contracted dims differ), are the addends
+// of p's unreduced target: its unreduced axes are exactly those groups and
+// its other dims as `partial`'s.
+bool KeepsAddends(const ComputationPartitioner& p, const HloSharding& partial,
+                  const std::vector<std::vector<int64_t>>& groups);
 
 // The sharding of `instr` (replicated when it has none), normalized.
 HloSharding ShardingOf(const HloInstruction& instr);

@@ -43,14 +43,6 @@ struct ScatterAddDims {
   std::vector<int64_t> idx_batch;         // indices dims other than the index vector dim
 };
 
-bool IsAddReducer(const HloComputation* c) {
-  const HloInstruction* root = c->root_instruction();
-  return root->opcode() == HloOpcode::kAdd && root->operand_count() == 2 &&
-         root->operand(0)->opcode() == HloOpcode::kParameter &&
-         root->operand(1)->opcode() == HloOpcode::kParameter &&
-         root->operand(0) != root->operand(1);
-}
-
 // The number of operands (and of updates) of a scatter.
 int64_t ScatterArity(const HloInstruction& instr) { return (instr.operand_count() - 1) / 2; }
 
@@ -97,7 +89,7 @@ std::optional<ScatterAddDims> AnalyzeScatterDims(const HloInstruction& instr) {
 // The dims of a single scatter-add (the partial-sum plans).
 std::optional<ScatterAddDims> AnalyzeScatter(const HloInstruction& instr) {
   if (instr.operand_count() != 3 || !instr.shape().IsArray() ||
-      instr.shape().element_type() == PrimitiveType::kPred || !IsAddReducer(instr.to_apply())) {
+      instr.shape().element_type() == PrimitiveType::kPred || !IsAddReducer(*instr.to_apply())) {
     return std::nullopt;
   }
   return AnalyzeScatterDims(instr);

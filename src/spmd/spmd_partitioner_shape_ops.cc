@@ -204,9 +204,15 @@ PartitionedValue HandleReduce(ComputationPartitioner& p, const HloInstruction& i
       sharding_util::RemoveShapeDimensions(Unsplit(in.sharding, split_reduced), reduced));
   const HloSharding b_operand =
       NormalizeSharding(MapShardingDims(sharding, in_to_out, in_shape.rank()));
+  const std::vector<std::vector<int64_t>> groups =
+      split_reduced.empty() ? std::vector<std::vector<int64_t>>{}
+                            : GroupsAlongTileDims(in.sharding.tile_assignment(), split_reduced);
+  // An add-reduce's local sums may be the addends its result wants.
+  const bool keep = IsAddReducer(*instr.to_apply()) && KeepsAddends(p, a_result, groups);
   const int64_t result_bytes = LocalShape(instr.shape(), a_result).ByteSize();
-  const int64_t cost_a = (split_reduced.empty() ? 0 : 2 * result_bytes) +
-                         ReshardCost(p.context(), instr.shape(), a_result, sharding);
+  const int64_t cost_a = keep ? 0
+                              : (split_reduced.empty() ? 0 : 2 * result_bytes) +
+                                    ReshardCost(p.context(), instr.shape(), a_result, sharding);
   const int64_t cost_b = ReshardCost(p.context(), in_shape, in.sharding, b_operand);
 
   HloInstruction* init = p.GetAs(instr.operand(1), HloSharding::Replicate()).hlo;
@@ -216,9 +222,9 @@ PartitionedValue HandleReduce(ComputationPartitioner& p, const HloInstruction& i
   }
   HloInstruction* x = MaskPadding(b, in, split_reduced, init);
   HloInstruction* partial = EmitLike(p, instr, {x, init}, Shape());
+  if (keep) return PartitionedValue{partial, instr.shape(), *p.unreduced_target()};
   if (!split_reduced.empty()) {
-    partial = b.AllReduce(partial, p.CloneCalled(instr.to_apply()),
-                          GroupsAlongTileDims(in.sharding.tile_assignment(), split_reduced));
+    partial = b.AllReduce(partial, p.CloneCalled(instr.to_apply()), groups);
   }
   return PartitionedValue{partial, instr.shape(), a_result};
 }

@@ -237,6 +237,26 @@ std::vector<std::vector<int64_t>> GroupsAlongTileDims(const TileAssignment& tile
   return result;
 }
 
+bool IsAddReducer(const HloComputation& c) {
+  const HloInstruction* root = c.root_instruction();
+  return root->opcode() == HloOpcode::kAdd && root->operand_count() == 2 &&
+         root->operand(0)->opcode() == HloOpcode::kParameter &&
+         root->operand(1)->opcode() == HloOpcode::kParameter &&
+         root->operand(0) != root->operand(1);
+}
+
+std::vector<std::vector<int64_t>> UnreducedGroups(const HloSharding& sharding,
+                                                  int64_t num_devices) {
+  if (sharding.IsUnreduced()) {
+    std::vector<int64_t> all(static_cast<size_t>(num_devices));
+    std::iota(all.begin(), all.end(), 0);
+    return {all};
+  }
+  const int64_t dim = sharding.SubgroupUnreducedDim();
+  WEFT_CHECK(dim >= 0, "internal: sharding {} has no unreduced axes", sharding.ToString());
+  return GroupsAlongTileDims(sharding.tile_assignment(), {dim});
+}
+
 HloInstruction* MaskPadding(SpmdBuilder& b, const PartitionedValue& v,
                             const std::vector<int64_t>& dims, HloInstruction* value) {
   if (!v.sharding.IsTiled()) return v.hlo;

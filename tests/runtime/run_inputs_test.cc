@@ -34,6 +34,34 @@ TEST(RunInputsTest, ShardAndJoinRoundTripUnevenPartialTiles) {
   EXPECT_EQ(ShardTensor(global, HloSharding::Replicate(), 3, shape).raw_data(), global.raw_data());
 }
 
+// Under unreduced axes each device holds an addend; joining sums them.
+TEST(RunInputsTest, UnreducedValuesSplitIntoAddendsThatSumBack) {
+  const Shape shape(PrimitiveType::kF32, {5, 4});
+  const HostTensor global = RandomInputs(std::vector<Shape>{shape}, 3)[0];
+  const HloSharding sub = HloSharding::Parse("{devices=[2,1,2]<=[4] last_tile_dims={unreduced}}");
+  const Shape local(PrimitiveType::kF32, {3, 4});
+  std::vector<HostTensor> pieces;
+  for (int64_t d = 0; d < 4; ++d) pieces.push_back(ShardTensor(global, sub, d, local, kNaN));
+  // Devices 0 and 1 hold addends of rows 0..2: half each.
+  EXPECT_EQ(pieces[0].GetDouble(5), global.GetDouble(5) / 2);
+  EXPECT_EQ(pieces[1].GetDouble(5), global.GetDouble(5) / 2);
+  EXPECT_EQ(pieces[0].ToDoubles(), pieces[1].ToDoubles());
+  EXPECT_NE(pieces[0].raw_data(), global.raw_data());  // the input is not written
+  EXPECT_EQ(JoinTensor(pieces, sub, shape).ToDoubles(), global.ToDoubles());
+
+  // Integers: quotients, the first device of the group adding the remainder.
+  const Shape ints(PrimitiveType::kS32, {7});
+  const HostTensor counts = RandomInputs(std::vector<Shape>{ints}, 4)[0];
+  const HloSharding all = HloSharding::Unreduced();
+  std::vector<HostTensor> addends;
+  for (int64_t d = 0; d < 3; ++d) addends.push_back(ShardTensor(counts, all, d, ints, 0, 3));
+  for (int64_t i = 0; i < 7; ++i) {
+    EXPECT_EQ(addends[1].GetDouble(i), std::trunc(counts.GetDouble(i) / 3));
+  }
+  EXPECT_EQ(JoinTensor(addends, all, ints).ToDoubles(), counts.ToDoubles());
+  EXPECT_THROW(ShardTensor(counts, all, 0, ints), Error);  // {unreduced} needs the device count
+}
+
 TEST(RunInputsTest, RandomInputsAreSeededPerParameter) {
   const std::vector<Shape> shapes = {Shape(PrimitiveType::kF32, {1000}),
                                      Shape(PrimitiveType::kS32, {64}),

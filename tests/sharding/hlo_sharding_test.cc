@@ -32,6 +32,10 @@ TEST(HloShardingTest, CanonicalFormsRoundTrip) {
       "{devices=[2,2]<=[4] last_tile_dims={manual}}",
       "{devices=[2,2,2]<=[8] last_tile_dims={manual, replicated}}",
       "{devices=[2,2,2]0,1,4,5,2,3,6,7 last_tile_dims={manual, replicated}}",
+      "{unreduced}",
+      "{devices=[1,2,2]<=[4] last_tile_dims={unreduced}}",
+      "{devices=[2,2,2,2]<=[2,2,2,2]T(0,2,1,3) last_tile_dims={unreduced, replicated}}",
+      "{unreduced shard_as 4}",
       "{unknown shard_as 0}",
       "{unknown shard_like 7}",
       "{replicated shard_as 1}",
@@ -86,6 +90,13 @@ TEST(HloShardingTest, ParseNormalizesLikeXla) {
        "{devices=[2,2,2]<=[2,2,2]T(0,2,1) last_tile_dims={manual, replicated}}"},
       {"{devices=[2,2,2]<=[8] last_tile_dims={manual, manual}}",
        "{devices=[2,4]<=[8] last_tile_dims={manual}}"},
+      // Unreduced subgroups go between manual and replicated ones (XLA's
+      // order); an all-unreduced one without data tiling is {unreduced}.
+      {"{devices=[2,2,2]<=[8] last_tile_dims={replicated, unreduced}}",
+       "{devices=[2,2,2]<=[2,2,2]T(0,2,1) last_tile_dims={unreduced, replicated}}"},
+      {"{devices=[1,4]<=[4] last_tile_dims={unreduced}}", "{unreduced}"},
+      {"{devices=[2,2,1]<=[4] last_tile_dims={unreduced, replicated}}",
+       "{devices=[2,2]<=[4] last_tile_dims={unreduced}}"},
       // Whitespace, comments and sharding metadata are tolerated.
       {"{ devices=[2]0,1  metadata={op_name=\"a{b}\"} }", "{devices=[2]0,1}"},
       // XLA's CSE-prevention mark is the metadata kept (and compared as none).
@@ -97,6 +108,49 @@ TEST(HloShardingTest, ParseNormalizesLikeXla) {
     SCOPED_TRACE(c.in);
     EXPECT_EQ(HloSharding::Parse(c.in).ToString(), c.out);
   }
+}
+
+// Unreduced axes (devices holding addends of the value) and the same layout
+// with the addends summed, as XLA's ConvertUnreducedSharding sums them.
+TEST(HloShardingTest, UnreducedAxesAndTheirSum) {
+  const HloSharding all = HloSharding::Parse("{unreduced shard_as 2}");
+  EXPECT_TRUE(all.IsUnreduced());
+  EXPECT_TRUE(all.HasUnreduced());
+  EXPECT_FALSE(all.IsReplicated());
+  EXPECT_FALSE(all.IsTileMaximal());
+  EXPECT_EQ(all.WithoutUnreduced().ToString(), "{replicated shard_as 2}");
+
+  const HloSharding sub =
+      HloSharding::Parse("{devices=[2,2,2]<=[2,2,2]T(0,2,1) last_tile_dims={unreduced}}");
+  EXPECT_FALSE(sub.IsUnreduced());
+  EXPECT_TRUE(sub.HasUnreduced());
+  EXPECT_EQ(sub.SubgroupUnreducedDim(), 2);
+  EXPECT_EQ(sub.TiledDataRank(), 2);
+  EXPECT_EQ(sub.SubgroupReplicationDim(), -1);
+  EXPECT_EQ(sub.WithoutUnreduced().ToString(),
+            "{devices=[2,2,2]<=[2,2,2]T(0,2,1) last_tile_dim_replicate}");
+
+  // With a replicated subgroup too, the two merge into one replicated dim.
+  const HloSharding both = HloSharding::Parse(
+      "{devices=[2,2,2,2]<=[2,2,2,2]T(0,2,1,3) last_tile_dims={unreduced, replicated}}");
+  EXPECT_EQ(both.SubgroupUnreducedDim(), 2);
+  EXPECT_EQ(both.SubgroupReplicationDim(), 3);
+  const HloSharding summed = both.WithoutUnreduced();
+  EXPECT_FALSE(summed.HasUnreduced());
+  EXPECT_EQ(summed.tile_assignment().dims(), (std::vector<int64_t>{2, 2, 4}));
+  for (int64_t device = 0; device < 16; ++device) {
+    EXPECT_EQ(summed.TileIndexForDevice(device), both.TileIndexForDevice(device)) << device;
+  }
+
+  const HloSharding tuple = HloSharding::Parse("{{replicated}, {unreduced}}");
+  EXPECT_TRUE(tuple.HasUnreduced());
+  EXPECT_FALSE(tuple.IsUnreduced());
+  EXPECT_EQ(tuple.WithoutUnreduced().ToString(), "{{replicated}, {replicated}}");
+  const HloSharding plain = HloSharding::Parse("{devices=[2,2]<=[4] last_tile_dim_replicate}");
+  EXPECT_FALSE(plain.HasUnreduced());
+  EXPECT_EQ(plain.WithoutUnreduced(), plain);
+  EXPECT_NE(HloSharding::Unreduced(), HloSharding::Replicate());
+  EXPECT_NE(HloSharding::Unreduced().Hash(), HloSharding::Replicate().Hash());
 }
 
 TEST(HloShardingTest, TheCsePreventionMarkIsKeptButNotCompared) {
@@ -268,7 +322,7 @@ TEST(HloShardingTest, ParseErrorsNameTheColumnAndTheExpectation) {
       {"{devices=[2]0,0}", 9, "device 0 twice"},
       {"{devices=[2,x]0,1}", 12, "an integer"},
       {"{devices=[4]<=[2,2]T(0,0)}", 9, "not a permutation"},
-      {"{devices=[2]0,1 last_tile_dims={bogus}}", 32, "'manual' or 'replicated'"},
+      {"{devices=[2]0,1 last_tile_dims={bogus}}", 32, "'manual', 'unreduced' or 'replicated'"},
       {"{replicated} x", 13, "end of sharding"},
       {"{{replicated} {manual}}", 14, "',' or '}'"},
   };

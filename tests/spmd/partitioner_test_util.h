@@ -13,7 +13,9 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "weft/base/error.h"
@@ -572,18 +574,46 @@ inline HloSharding LeafSharding(const HloSharding& s, int64_t i) {
   return s.IsTuple() ? s.tuple_elements().at(i) : s;
 }
 
+// Under unreduced axes: device's (index among the devices holding addends
+// of one value, their number); {unreduced} spans all n devices.
+inline std::pair<int64_t, int64_t> AddendPosition(const HloSharding& sharding, int64_t device,
+                                                  int64_t n) {
+  if (sharding.IsUnreduced()) return {device, n};
+  const int64_t dim = sharding.SubgroupUnreducedDim();
+  return {sharding.tile_assignment().IndexOf(device).value()[dim],
+          sharding.tile_assignment().dim(dim)};
+}
+
 // Device's padded local piece of `global`; padding is NaN (the partitioner
-// must never let it reach a result).
-inline Value ShardValue(const Value& global, const HloSharding& sharding, int64_t device) {
+// must never let it reach a result). Under unreduced axes (n devices) the
+// piece is the device's addend: unequal shares (k + 1) / (1 + ... + g) of
+// a float value, quotients of an integer one with the remainder on the
+// group's first device.
+inline Value ShardValue(const Value& global, const HloSharding& sharding, int64_t device,
+                        int64_t n = 0) {
   if (global.shape.IsTuple()) {
     Value t{global.shape, {}, {}};
     std::vector<Shape> shapes;
     for (size_t i = 0; i < global.elements.size(); ++i) {
-      t.elements.push_back(ShardValue(global.elements[i], LeafSharding(sharding, i), device));
+      t.elements.push_back(ShardValue(global.elements[i], LeafSharding(sharding, i), device, n));
       shapes.push_back(t.elements.back().shape);
     }
     t.shape = Shape::Tuple(shapes);
     return t;
+  }
+  if (sharding.HasUnreduced()) {
+    Value local = ShardValue(global, sharding.WithoutUnreduced(), device, n);
+    const auto [k, g] = AddendPosition(sharding, device, n);
+    for (double& x : local.data) {
+      if (std::isnan(x)) continue;
+      if (IsFloatingPoint(global.shape.element_type())) {
+        x *= 2.0 * static_cast<double>(k + 1) / static_cast<double>(g * (g + 1));
+      } else {
+        const double q = std::trunc(x / static_cast<double>(g));
+        x = k == 0 ? x - q * static_cast<double>(g - 1) : q;
+      }
+    }
+    return local;
   }
   const std::vector<int64_t>& dims = global.shape.dimensions();
   if (!sharding.IsTiled()) return global;
@@ -617,6 +647,31 @@ inline Value UnshardValue(const std::vector<Value>& locals, const HloSharding& s
     return t;
   }
   const std::vector<int64_t>& dims = global_shape.dimensions();
+  if (sharding.HasUnreduced()) {  // the sum of each group's addends
+    const HloSharding summed = sharding.WithoutUnreduced();
+    const int64_t n = static_cast<int64_t>(locals.size());
+    Value global = MakeArray(global_shape, 0);
+    std::set<std::vector<int64_t>> seen;
+    for (int64_t device = 0; device < n; ++device) {
+      std::vector<int64_t> index(dims.size(), 0);
+      if (summed.IsTiled()) index = summed.TileIndexForDevice(device);
+      std::vector<int64_t> key = index;
+      key.push_back(AddendPosition(sharding, device, n).first);
+      if (!seen.insert(key).second) continue;
+      const Value& local = locals[device];
+      const std::vector<int64_t> tile = local.shape.dimensions();
+      for (int64_t i = 0; i < static_cast<int64_t>(local.data.size()); ++i) {
+        std::vector<int64_t> idx = Unflatten(i, tile);
+        bool inside = true;
+        for (size_t k = 0; k < idx.size(); ++k) {
+          idx[k] += index[k] * tile[k];
+          inside = inside && idx[k] < dims[k];
+        }
+        if (inside) global.data[Flatten(idx, dims)] += local.data[i];
+      }
+    }
+    return global;
+  }
   Value global = MakeArray(global_shape, std::numeric_limits<double>::quiet_NaN());
   for (size_t device = 0; device < locals.size(); ++device) {
     const Value& local = locals[device];
@@ -716,7 +771,7 @@ inline std::unique_ptr<HloModule> ExpectShardedEqualsUnsharded(const HloModule& 
   for (int64_t d = 0; d < n; ++d) {
     for (size_t i = 0; i < inputs.size(); ++i) {
       args[d].push_back(
-          ShardValue(inputs[i], ShardingOrReplicated(entry->parameter_instruction(i)), d));
+          ShardValue(inputs[i], ShardingOrReplicated(entry->parameter_instruction(i)), d, n));
     }
   }
   std::vector<Value> locals = Interpreter(*reparsed, n, custom_call).Run(args);

@@ -38,6 +38,23 @@ TEST(ShardingPropagationTest, ElementwiseForwardAndBackward) {
   EXPECT_EQ(p.ShardingOf("t"), "(none)");   // nor the output
 }
 
+// Unreduced axes are the user's: propagation sees them as the summed
+// layout, so the data split spreads and the addends do not, and the
+// annotations keep them.
+TEST(ShardingPropagationTest, UnreducedAxesStayWhereTheUserPutThem) {
+  auto p = Propagate(Module(R"(
+  p0 = f32[8,16] parameter(0), sharding={devices=[2,1,2]<=[4] last_tile_dims={unreduced}}
+  p1 = f32[8,16] parameter(1), sharding={unreduced}
+  a = f32[8,16] add(p0, p0)
+  b = f32[8,16] multiply(p1, p1)
+  ROOT t = (f32[8,16], f32[8,16]) tuple(a, b)
+)"));
+  EXPECT_SHARDING(p, "p0", "{devices=[2,1,2]<=[4] last_tile_dims={unreduced}}");
+  EXPECT_SHARDING(p, "p1", "{unreduced}");
+  EXPECT_SHARDING(p, "a", "{devices=[2,1,2]<=[4] last_tile_dim_replicate}");
+  EXPECT_SHARDING(p, "b", "{replicated}");
+}
+
 // Dead code that reads live values (an unused multiply of a live add) is
 // propagated through like live code instead of breaking the engine.
 TEST(ShardingPropagationTest, DeadInstructionsUsingLiveOnesGetShardings) {

@@ -356,6 +356,80 @@ ENTRY main {
   EXPECT_EQ(dots[0]->operand(1)->shape(), ParseShape("f32[4,6,5]"));
 }
 
+// A result with unreduced axes (devices holding addends of it, the sum of
+// which is the value): the local sums over a split contraction are those
+// addends, and no all-reduce is made (XLA's UnreducedDot and
+// SubgroupUnreducedDot, in modules of this file's own).
+TEST(SpmdDotTest, UnreducedResultKeepsTheLocalSums) {
+  auto whole = ExpectShardedEqualsUnsharded(R"(
+HloModule unreduced
+ENTRY main {
+  a = f32[6,10] parameter(0), sharding={devices=[1,2]0,1}
+  b = f32[10,4] parameter(1), sharding={devices=[2,1]0,1}
+  d = f32[6,4] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={unreduced}
+  ROOT c = f32[6,4] copy(d), sharding={unreduced}
+}
+)",
+                                            2);
+  EXPECT_EQ(CountCollectives(*whole), 0);
+  const HloInstruction* root = whole->entry_computation()->root_instruction();
+  EXPECT_EQ(root->opcode(), HloOpcode::kCopy);
+  EXPECT_EQ(root->operand(0)->opcode(), HloOpcode::kDot);
+
+  // lhs [M/x, K/y], rhs [K/y, N/z] (each replicated over the other's free
+  // axis) into [M/x, N/z] unreduced over y; K = 11 is padded on y's
+  // second piece, which the dot must not add.
+  auto sub = ExpectShardedEqualsUnsharded(R"(
+HloModule subgroup
+ENTRY main {
+  a = f32[6,11] parameter(0), sharding={devices=[2,2,2]<=[8] last_tile_dim_replicate}
+  b = f32[11,10] parameter(1), sharding={devices=[2,2,2]<=[2,2,2]T(1,2,0) last_tile_dim_replicate}
+  ROOT d = f32[6,10] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[2,2,2]<=[2,2,2]T(0,2,1) last_tile_dims={unreduced}}
+}
+)",
+                                          8);
+  EXPECT_EQ(CountCollectives(*sub), 0);
+  EXPECT_EQ(FindAll(*sub, HloOpcode::kDot).size(), 1u);
+  // Unreduced and replicated axes together (16 devices, XLA's
+  // SubgroupUnreducedAndReplicated).
+  auto both = ExpectShardedEqualsUnsharded(R"(
+HloModule both
+ENTRY main {
+  a = f32[8,12] parameter(0), sharding={devices=[2,2,4]<=[2,2,4]T(0,1,2) last_tile_dim_replicate}
+  b = f32[12,6] parameter(1), sharding={devices=[2,2,4]<=[2,2,4]T(1,2,0) last_tile_dim_replicate}
+  ROOT d = f32[8,6] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[2,2,2,2]<=[2,2,2,2]T(0,2,1,3) last_tile_dims={unreduced,replicated}}
+}
+)",
+                                           16);
+  EXPECT_EQ(CountCollectives(*both), 0);
+}
+
+// Where the local sums are not the wanted addends (another grouping, or no
+// split contraction), the dot is summed as usual and its value made into
+// addends: the first device of each group keeps it, the others hold zeros.
+TEST(SpmdDotTest, UnreducedResultOtherwiseComesFromTheSum) {
+  ExpectShardedEqualsUnsharded(R"(
+HloModule nosplit
+ENTRY main {
+  a = f32[6,10] parameter(0), sharding={devices=[2,1]0,1}
+  b = f32[10,4] parameter(1), sharding={replicated}
+  ROOT d = f32[6,4] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={unreduced}
+}
+)",
+                               2);
+  // Contraction split over all four devices, addends wanted over pairs.
+  auto m = ExpectShardedEqualsUnsharded(R"(
+HloModule regroup
+ENTRY main {
+  a = f32[6,8] parameter(0), sharding={devices=[1,4]<=[4]}
+  b = f32[8,4] parameter(1), sharding={devices=[4,1]<=[4]}
+  ROOT d = f32[6,4] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[2,1,2]<=[4] last_tile_dims={unreduced}}
+}
+)",
+                                        4);
+  EXPECT_FALSE(FindAll(*m, HloOpcode::kAllReduce).empty());
+}
+
 TEST(SpmdDotTest, RandomShardingsOnOneToEightDevices) {
   std::mt19937_64 rng(11);
   for (int trial = 0; trial < 60; ++trial) {

@@ -464,6 +464,96 @@ ENTRY main {
   }
 }
 
+// Unreduced axes: devices hold addends of a value (XLA's and Shardy's
+// unreduced shardings). Parameters and results keep them; linear
+// elementwise ops work on the addends; other ops get the sum first; a value
+// wanted as addends stays on the first device of each group.
+TEST(SpmdPartitionerTest, UnreducedValuesAreAddends) {
+  const char* kLinear = R"(
+HloModule linear
+ENTRY main {
+  a = f32[4,6] parameter(0), sharding={unreduced}
+  b = f32[4,6] parameter(1), sharding={unreduced}
+  s = f32[4,6] subtract(a, b), sharding={unreduced}
+  n = f32[4,6] negate(s), sharding={unreduced}
+  ROOT c = f32[4,6] add(n, a), sharding={unreduced}
+}
+)";
+  auto linear = ExpectShardedEqualsUnsharded(kLinear, 4);
+  EXPECT_EQ(CountCollectives(*linear), 0);
+  for (const HloInstruction* param : linear->entry_computation()->parameter_instructions()) {
+    EXPECT_EQ(param->sharding()->ToString(), "{unreduced}");
+  }
+  EXPECT_EQ(linear->entry_computation()->root_instruction()->sharding()->ToString(), "{unreduced}");
+
+  // A product is not linear in both: the addends are summed first (over
+  // each pair of the subgroup), then the result made addends again.
+  auto product = ExpectShardedEqualsUnsharded(R"(
+HloModule product
+ENTRY main {
+  a = f32[4,6] parameter(0), sharding={devices=[2,1,2]<=[4] last_tile_dims={unreduced}}
+  b = f32[4,6] parameter(1), sharding={devices=[2,1,2]<=[4] last_tile_dims={unreduced}}
+  ROOT m = f32[4,6] multiply(a, b), sharding={devices=[2,1,2]<=[4] last_tile_dims={unreduced}}
+}
+)",
+                                              4);
+  EXPECT_EQ(FindAll(*product, HloOpcode::kAllReduce).size(), 2u);
+
+  // Used where no addends are wanted: summed. Integers split in quotients.
+  auto summed = ExpectShardedEqualsUnsharded(R"(
+HloModule summed
+ENTRY main {
+  a = s32[5,4] parameter(0), sharding={devices=[1,2,2]<=[4] last_tile_dims={unreduced}}
+  b = s32[5,4] parameter(1), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
+  ROOT e = s32[5,4] multiply(a, b), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
+}
+)",
+                                             4);
+  EXPECT_FALSE(FindAll(*summed, HloOpcode::kAllReduce).empty());
+
+  // A whole value (a constant on one device, a tiled parameter) made into
+  // addends, then a non-linear op wanted as addends.
+  ExpectShardedEqualsUnsharded(R"(
+HloModule populate
+ENTRY main {
+  k = f32[2,4] constant({{1,2,3,4},{5,6,7,8}}), sharding={maximal device=1}
+  a = f32[2,4] parameter(0), sharding={devices=[1,2]0,1}
+  s = f32[2,4] add(k, a), sharding={unreduced}
+  ROOT x = f32[2,4] exponential(s), sharding={unreduced}
+}
+)",
+                               2);
+
+  // An add-reduce over a split dim: its local sums are the addends.
+  auto reduce = ExpectShardedEqualsUnsharded(WithAdd(R"(
+ENTRY main {
+  p = f32[6,10] parameter(0), sharding={devices=[1,2]0,1}
+  z = f32[] constant(0)
+  ROOT r = f32[6] reduce(p, z), dimensions={1}, to_apply=add, sharding={unreduced}
+}
+)"),
+                                             2);
+  EXPECT_EQ(CountCollectives(*reduce), 0);
+}
+
+TEST(SpmdPartitionerTest, UnreducedAndManualAxesTogetherAreRefused) {
+  auto m = ParseHloModule(R"(HloModule m
+ENTRY main {
+  p = f32[4,4] parameter(0), sharding={devices=[1,1,2,2]<=[4] last_tile_dims={manual, unreduced}}
+  ROOT c = f32[4,4] copy(p), sharding={devices=[1,1,2,2]<=[4] last_tile_dims={manual, unreduced}}
+}
+)");
+  PartitionOptions options;
+  options.num_partitions = 4;
+  try {
+    PartitionModule(*m, options);
+    ADD_FAILURE() << "manual and unreduced axes together were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("both manual and unreduced"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(SpmdPartitionerTest, AllReducesOutsideManualRegionsFollowXlasRules) {
   auto cross_replica = ExpectShardedEqualsUnsharded(WithAdd(R"(
 ENTRY main {

@@ -145,8 +145,12 @@ std::vector<HostTensor> RandomInputs(std::span<const Shape> shapes, uint64_t see
 // {manual} the global value is the devices' own values stacked along a new
 // leading dim (CompiledProgram's shapes of a manual leaf), and the piece is
 // entry `device`.
+// Under unreduced axes the piece is the device's addend: a float value
+// split in equal parts over its group, an integer one in quotients with the
+// remainder on the group's first device ({unreduced}: a group of
+// `num_devices`).
 HostTensor ShardTensor(const HostTensor& global, const HloSharding& sharding, int64_t device,
-                       const Shape& local_shape, double pad = 0);
+                       const Shape& local_shape, double pad = 0, int64_t num_devices = 0);
 
 // The inputs of every device: inputs_per_device[d][i] = ShardTensor(inputs[i], ...).
 std::vector<std::vector<HostTensor>> ShardInputs(const compiler::CompiledProgram& program,
@@ -155,7 +159,7 @@ std::vector<std::vector<HostTensor>> ShardInputs(const compiler::CompiledProgram
 
 // Joins per-device pieces (pieces[d] from device d) into `global_shape`; a
 // tile held by several devices is taken from the lowest device id; {manual}
-// pieces are stacked.
+// pieces are stacked; addends (unreduced axes) are summed.
 HostTensor JoinTensor(std::span<const HostTensor> pieces, const HloSharding& sharding,
                       const Shape& global_shape);
 

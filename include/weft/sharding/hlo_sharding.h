@@ -7,6 +7,7 @@
 //   {devices=[4,2]<=[8]}  {devices=[4,2]<=[2,4]T(1,0)}   iota tile assignment
 //   {devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}
 //   {devices=[2,2,2]<=[8] last_tile_dims={manual, replicated}}
+//   {unreduced}  {devices=[1,2,2]<=[4] last_tile_dims={unreduced}}   partial sums
 //   {replicated shard_as 0}  {devices=[2]0,1 shard_like 1}   sharding groups
 //   {{replicated}, {devices=[2]0,1}}                  tuple
 #pragma once
@@ -26,7 +27,9 @@
 namespace weft {
 
 // The meaning of a trailing tile-assignment dimension that does not split data.
-enum class SubgroupType { kManual, kReplicated };
+// kUnreduced (XLA's and Shardy's unreduced axes): the devices along it hold
+// addends of the value, which is their sum.
+enum class SubgroupType { kManual, kReplicated, kUnreduced };
 std::string_view SubgroupTypeName(SubgroupType type);
 
 // A sharding group: every member of group `id` ends up with the same sharding
@@ -48,6 +51,8 @@ class HloSharding {
   static HloSharding Replicate();
   // The value is already per-device (inside a manually partitioned region).
   static HloSharding Manual();
+  // Every device holds an addend of the value: the value is their sum.
+  static HloSharding Unreduced();
   // No sharding decided yet; used with a shard group.
   static HloSharding Unknown();
   // The whole value lives on one device.
@@ -75,6 +80,7 @@ class HloSharding {
   bool IsTuple() const { return kind_ == Kind::kTuple; }
   bool IsReplicated() const;
   bool IsManual() const;
+  bool IsUnreduced() const;
   bool IsUnknown() const;
   // Single-device placement ({maximal device=N}).
   bool IsMaximal() const { return kind_ == Kind::kMaximal; }
@@ -93,6 +99,14 @@ class HloSharding {
   // Tile-assignment dim index of the replicated / manual subgroup, or -1.
   int64_t SubgroupReplicationDim() const;
   int64_t SubgroupManualDim() const;
+  int64_t SubgroupUnreducedDim() const;
+  // {unreduced} or an unreduced subgroup (on some leaf of a tuple): devices
+  // hold addends of the value, not the value.
+  bool HasUnreduced() const;
+  // The same layout with the addends summed: {unreduced} becomes
+  // {replicated}, an unreduced subgroup a replicated one (XLA's
+  // ConvertUnreducedSharding). Leaves without unreduced axes are unchanged.
+  HloSharding WithoutUnreduced() const;
   // Some devices hold the same tile (a replicated subgroup exists).
   bool HasPartialReplication() const { return SubgroupReplicationDim() >= 0; }
   // Each device's own value ({manual}) or each manual group's (a manual
@@ -157,7 +171,7 @@ class HloSharding {
   size_t Hash() const;
 
  private:
-  enum class Kind { kReplicated, kManual, kUnknown, kMaximal, kTiled, kTuple };
+  enum class Kind { kReplicated, kManual, kUnreduced, kUnknown, kMaximal, kTiled, kTuple };
   explicit HloSharding(Kind kind) : kind_(kind) {}
 
   Kind kind_ = Kind::kReplicated;

@@ -11,6 +11,9 @@
 //   same tiling, devices permuted  collective-permute
 //   otherwise                      all-gather the dims whose tiling differs
 //                                  (or everything), then slice locally
+//   from unreduced axes (addends)  all-reduce within each group, then as above
+//   to unreduced axes              as above to the summed layout, then zeros
+//                                  on all but the first device of each group
 //
 // Uneven dims are padded to the full tile shape (see spmd_partitioner_util.h).
 #pragma once

@@ -160,6 +160,14 @@ class SpmdBuilder : public HloComputationBuilder {
 std::vector<std::vector<int64_t>> GroupsAlongTileDims(const TileAssignment& tiles,
                                                       const std::vector<int64_t>& dims);
 
+// Whether a reducer computation adds its two parameters.
+bool IsAddReducer(const HloComputation& c);
+
+// The device groups whose members hold addends of one value under a
+// sharding with unreduced axes: all `num_devices` for {unreduced}, the
+// devices along the unreduced subgroup dim otherwise.
+std::vector<std::vector<int64_t>> UnreducedGroups(const HloSharding& sharding, int64_t num_devices);
+
 // Replaces the padding of the given dims (positions at or past the global
 // size) with `value`, so reductions over those dims see their identity.
 // Dims that are not padded under v.sharding are left alone.
