@@ -87,7 +87,8 @@ ComputationPartitioner::ComputationPartitioner(PartitionContext* context,
       b_(std::move(name), context),
       param_shardings_(std::move(param_shardings)),
       root_sharding_(std::move(root_sharding)),
-      is_entry_(is_entry) {}
+      is_entry_(is_entry),
+      called_in_region_(context->manual_groups != nullptr) {}
 
 const PartitionedValue& ComputationPartitioner::Get(const HloInstruction* operand) const {
   auto it = values_.find(operand);
@@ -201,7 +202,12 @@ PartitionedValue HandleConditional(ComputationPartitioner& p, const HloInstructi
   std::vector<HloComputation*> branches;
   for (size_t i = 0; i < instr.called_computations().size(); ++i) {
     const HloComputation& branch = *instr.called_computations()[i];
-    const HloSharding param = ShardingOf(*branch.parameter_instruction(0));
+    // In a partly manual region, as each manual group sees it.
+    HloSharding param = ShardingOf(*branch.parameter_instruction(0));
+    if (context->manual_groups != nullptr && IsPartlyManual(param)) {
+      param =
+          GroupLocalShardingOf(*branch.parameter_instruction(0), param, *context->manual_groups);
+    }
     operands.push_back(p.GetAs(instr.operand(i + 1), param).hlo);
     branches.push_back(context->module->AddComputation(
         ComputationPartitioner(context, branch, branch.name(), {param}, sharding, false).Run()));
@@ -544,11 +550,11 @@ PartitionedValue ComputationPartitioner::PartitionInRegion(const HloInstruction&
   if (IsTarget(instr, kFullToShardTarget)) {
     return HandleFullToShardInGroups(*this, instr, sharding, *region_groups_);
   }
-  CheckPartitionableInRegion(instr, is_entry_);
+  CheckPartitionableInRegion(instr, is_entry_ || called_in_region_);
   const HloSharding local = GroupLocalShardingOf(instr, sharding, *region_groups_);
   InManualGroups scope(context_, &*region_groups_);
-  if (instr.opcode() == HloOpcode::kAllReduce) {
-    return ReshardAny(b_, HandleAllReduceInRegion(*this, instr, local, *region_groups_), local);
+  if (instr.opcode() == HloOpcode::kAllReduce || instr.opcode() == HloOpcode::kCollectivePermute) {
+    return ReshardAny(b_, HandleCollectiveInRegion(*this, instr, local, *region_groups_), local);
   }
   return ReshardAny(b_, Partition(instr, local), local);
 }
@@ -590,7 +596,7 @@ std::unique_ptr<HloComputation> ComputationPartitioner::Run() {
   }
   // The entry's result may be each manual group's own value, as its
   // parameters may; a called computation's leaves through SPMDShardToFullShape.
-  WEFT_CHECK(is_entry_ || !group_local_.count(source_.root_instruction()),
+  WEFT_CHECK(is_entry_ || called_in_region_ || !group_local_.count(source_.root_instruction()),
              "{} of computation '{}' is a value of a partly manual region (sharding {}); values "
              "leave a region through SPMDShardToFullShape",
              source_.root_instruction()->Describe(), source_.name(),

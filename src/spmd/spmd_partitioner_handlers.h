@@ -72,6 +72,10 @@ class ComputationPartitioner {
   std::vector<HloSharding> param_shardings_;
   std::optional<HloSharding> root_sharding_;
   bool is_entry_;
+  // Called by a while or conditional of a partly manual region (built while
+  // its manual groups are set): the parameters and the root may be each
+  // group's own values.
+  bool called_in_region_;
   std::unordered_map<const HloInstruction*, PartitionedValue> values_;
   // The shardings GetAs resharded each operand to (outside manual regions).
   std::unordered_map<const HloInstruction*, std::vector<HloSharding>> reshards_;
@@ -168,14 +172,16 @@ HloSharding GroupLocalShardingOf(const HloInstruction& instr, const HloSharding&
 HloSharding ManualPiecesShardingOf(const HloInstruction& instr, const HloSharding& sharding,
                                    const Shape& full, const Shape& piece);
 // Refuses, by name, what the partitioner cannot do inside a partly manual
-// region.
+// region. `entry`: parameters may be group-local (the entry's, or those
+// of a computation a region calls).
 void CheckPartitionableInRegion(const HloInstruction& instr, bool entry);
-// An all-reduce written inside a partly manual region (a psum over manual
-// axes): copied as written on pieces laid out as `local` (as each group sees
-// it), once each of its replica groups is checked to join devices that hold
-// the same tile.
-PartitionedValue HandleAllReduceInRegion(ComputationPartitioner& p, const HloInstruction& instr,
-                                         const HloSharding& local, const ManualGroups& groups);
+// An all-reduce (a psum over manual axes) or a collective-permute (a
+// ppermute) written inside a partly manual region: copied as written on
+// pieces laid out as `local` (as each group sees it), once each of its
+// replica groups or source-target pairs is checked to join devices that
+// hold the same tile.
+PartitionedValue HandleCollectiveInRegion(ComputationPartitioner& p, const HloInstruction& instr,
+                                          const HloSharding& local, const ManualGroups& groups);
 
 // Whether reduce-scattering a value laid out by `partial` along dim e over
 // `groups` yields `target` (group member k gets chunk k of dim e).

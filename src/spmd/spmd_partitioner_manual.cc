@@ -128,14 +128,13 @@ PartitionedValue HandleFullToShardInGroups(ComputationPartitioner& p, const HloI
 void CheckPartitionableInRegion(const HloInstruction& instr, bool entry) {
   switch (instr.opcode()) {
     case HloOpcode::kParameter:
-      // An entry parameter holds each manual group's own value.
+      // An entry parameter holds each manual group's own value, and so does
+      // one of a loop or branch of a region.
       WEFT_CHECK(entry,
                  "{} is a parameter of partly manual sharding; values enter a region of a "
                  "called computation through SPMDFullToShardShape",
                  instr.Describe());
       break;
-    case HloOpcode::kWhile:
-    case HloOpcode::kConditional:
     case HloOpcode::kCall:
     case HloOpcode::kFusion:
     case HloOpcode::kRng:
@@ -144,7 +143,6 @@ void CheckPartitionableInRegion(const HloInstruction& instr, bool entry) {
     case HloOpcode::kReplicaId:
     case HloOpcode::kAllGather:
     case HloOpcode::kAllToAll:
-    case HloOpcode::kCollectivePermute:
     case HloOpcode::kReduceScatter:
       Fail(
           "{}: {} inside a partly manual region is not supported by the partitioner (it "
@@ -160,38 +158,46 @@ void CheckPartitionableInRegion(const HloInstruction& instr, bool entry) {
              instr.Describe());
 }
 
-PartitionedValue HandleAllReduceInRegion(ComputationPartitioner& p, const HloInstruction& instr,
-                                         const HloSharding& local, const ManualGroups& groups) {
+PartitionedValue HandleCollectiveInRegion(ComputationPartitioner& p, const HloInstruction& instr,
+                                          const HloSharding& local, const ManualGroups& groups) {
   const HloAttributes& attrs = instr.attrs();
+  const bool permute = instr.opcode() == HloOpcode::kCollectivePermute;
+  const std::string_view op = permute ? "a collective-permute" : "an all-reduce";
   WEFT_CHECK(instr.operand_count() == 1 && instr.shape().IsArray() && attrs.channel_id &&
-                 attrs.use_global_device_ids,
-             "{}: an all-reduce inside a partly manual region needs one array operand, a "
-             "channel_id and use_global_device_ids=true (replica groups of device ids)",
-             instr.Describe());
+                 (permute || attrs.use_global_device_ids),
+             "{}: {} inside a partly manual region needs one array operand, a channel_id{}",
+             instr.Describe(), op,
+             permute ? "" : " and use_global_device_ids=true (replica groups of device ids)");
   const PartitionedValue v = p.GetAs(instr.operand(0), local);
-  // Every replica group must sum pieces of the same tile.
-  std::vector<std::vector<int64_t>> replica_groups = attrs.replica_groups;
+  // Every replica group (source-target pair) must join pieces of one tile.
   const int64_t num_devices = static_cast<int64_t>(groups.local_id.size());
-  if (replica_groups.empty()) {
-    replica_groups.emplace_back(num_devices);
-    for (int64_t d = 0; d < num_devices; ++d) replica_groups[0][d] = d;
+  std::vector<std::vector<int64_t>> joined = attrs.replica_groups;
+  if (permute) {
+    joined.clear();
+    for (const auto& [source, target] : attrs.source_target_pairs) {
+      joined.push_back({source, target});
+    }
+  } else if (joined.empty()) {
+    joined.emplace_back(num_devices);
+    for (int64_t d = 0; d < num_devices; ++d) joined[0][d] = d;
   }
   if (local.IsTiled()) {
     const HloSharding::TileIndices table = local.TileIndexTable(groups.group_size());
     const int64_t rank = instr.shape().rank();
-    for (const std::vector<int64_t>& group : replica_groups) {
+    for (const std::vector<int64_t>& group : joined) {
       for (int64_t device : group) {
         WEFT_CHECK(device >= 0 && device < num_devices,
-                   "{}: replica group device {} is not one "
-                   "of the {} devices",
-                   instr.Describe(), device, num_devices);
+                   "{}: device {} is not one of the {} devices", instr.Describe(), device,
+                   num_devices);
         const int64_t* mine = table[groups.local_id[device]];
         const int64_t* first = table[groups.local_id[group[0]]];
         WEFT_CHECK(std::equal(mine, mine + rank, first),
-                   "{}: devices {} and {} of one replica group hold different tiles of the "
-                   "operand (sharding {} within each manual group); an all-reduce in a partly "
-                   "manual region sums the same tile across groups",
-                   instr.Describe(), group[0], device, local.ToString());
+                   "{}: devices {} and {} of one {} hold different tiles of the operand "
+                   "(sharding {} within each manual group); {} in a partly manual region {} the "
+                   "same tile across groups",
+                   instr.Describe(), group[0], device,
+                   permute ? "source-target pair" : "replica group", local.ToString(), op,
+                   permute ? "moves" : "sums");
       }
     }
   }

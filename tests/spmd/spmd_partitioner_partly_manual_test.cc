@@ -233,6 +233,136 @@ ENTRY main {
             "{devices=[2,1,2]<=[4] last_tile_dims={manual}}");
 }
 
+// A loop and a conditional inside a region (XLA's WhilePartialManual and
+// ConditionalPartialManual): their computations are partitioned within the
+// manual groups too, the columns split over y within each group.
+TEST(SpmdPartlyManualTest, LoopsAndConditionalsRunInsideARegion) {
+  const std::string whole0 = "{devices=[2,2]<=[4] last_tile_dims={manual, replicated}}";
+  const std::string cols = "{devices=[1,2,2]<=[2,2]T(1,0) last_tile_dims={manual}}";
+  const std::string pair = "{" + whole0 + ", " + cols + "}";
+  const std::string text =
+      fmt::format(R"(HloModule m, num_partitions=4
+again {{
+  t = (s32[], f32[2,6]) parameter(0), sharding={pair}
+  i = s32[] get-tuple-element(t), index=0, sharding={whole0}
+  k = s32[] constant(3), sharding={whole0}
+  ROOT lt = pred[] compare(i, k), direction=LT, sharding={whole0}
+}}
+step {{
+  t = (s32[], f32[2,6]) parameter(0), sharding={pair}
+  i = s32[] get-tuple-element(t), index=0, sharding={whole0}
+  x = f32[2,6] get-tuple-element(t), index=1, sharding={cols}
+  one = s32[] constant(1), sharding={whole0}
+  i1 = s32[] add(i, one), sharding={whole0}
+  sx = f32[2,6] sine(x), sharding={cols}
+  x1 = f32[2,6] add(sx, x), sharding={cols}
+  ROOT u = (s32[], f32[2,6]) tuple(i1, x1), sharding={pair}
+}}
+flip {{
+  a = f32[2,6] parameter(0), sharding={cols}
+  ROOT n = f32[2,6] negate(a), sharding={cols}
+}}
+keep {{
+  a = f32[2,6] parameter(0), sharding={cols}
+  ROOT c = f32[2,6] copy(a), sharding={cols}
+}}
+ENTRY main {{
+  p = f32[4,6] parameter(0), sharding={{devices=[2,1,2]<=[4] last_tile_dim_replicate}}
+  m = f32[2,6] custom-call(p), custom_call_target="SPMDFullToShardShape", sharding={{devices=[1,1,2,2]<=[4] last_tile_dims={{manual, replicated}}}}
+  c = f32[2,6] custom-call(m), custom_call_target="Sharding", sharding={cols}
+  zero = s32[] constant(0), sharding={whole0}
+  t = (s32[], f32[2,6]) tuple(zero, c), sharding={pair}
+  w = (s32[], f32[2,6]) while(t), condition=again, body=step, sharding={pair}
+  x = f32[2,6] get-tuple-element(w), index=1, sharding={cols}
+  yes = pred[] constant(true), sharding={whole0}
+  no = pred[] constant(false), sharding={whole0}
+  n = f32[2,6] conditional(yes, x, x), true_computation=flip, false_computation=keep, sharding={cols}
+  k = f32[2,6] conditional(no, n, n), true_computation=flip, false_computation=keep, sharding={cols}
+  o = f32[2,6] custom-call(k), custom_call_target="Sharding", sharding={{devices=[1,1,2,2]<=[4] last_tile_dims={{manual, replicated}}}}
+  ROOT f = f32[4,6] custom-call(o), custom_call_target="SPMDShardToFullShape", sharding={{devices=[2,1,2]<=[4] last_tile_dim_replicate}}
+}}
+)",
+                  fmt::arg("pair", pair), fmt::arg("whole0", whole0), fmt::arg("cols", cols));
+  const std::unique_ptr<HloModule> module = ParseHloModule(text);
+  const compiler::CompiledProgram program =
+      compiler::CompileForDevices(*module, {.num_devices = 4});
+  // The loop's value stays split by columns within each group.
+  int64_t loops = 0;
+  for (const HloComputation* c : program.program->computations()) {
+    for (const HloInstruction* i : c->instructions()) {
+      if (i->opcode() != HloOpcode::kWhile) continue;
+      ++loops;
+      EXPECT_EQ(i->while_body()->parameter_instruction(0)->shape().ToString(), "(s32[], f32[2,3])");
+    }
+  }
+  EXPECT_EQ(loops, 1);
+  const std::vector<runtime::HostTensor> inputs =
+      runtime::RandomInputs(program.input_shapes, 5, {});
+  runtime::LocalCluster cluster(4);
+  const std::vector<runtime::HostTensor> sharded = runtime::RunSharded(
+      program, inputs, cluster, nullptr, {}, std::numeric_limits<double>::quiet_NaN());
+  const std::unique_ptr<HloModule> plain_module = ParseHloModule(R"(HloModule plain
+ENTRY main {
+  p = f32[4,6] parameter(0)
+  s1 = f32[4,6] sine(p)
+  x1 = f32[4,6] add(s1, p)
+  s2 = f32[4,6] sine(x1)
+  x2 = f32[4,6] add(s2, x1)
+  s3 = f32[4,6] sine(x2)
+  x3 = f32[4,6] add(s3, x2)
+  ROOT n = f32[4,6] negate(x3)
+}
+)");
+  runtime::Executor plain(*plain_module);
+  const std::vector<runtime::HostTensor> want =
+      plain.Run(std::vector<runtime::HostTensor>(inputs.begin(), inputs.end()));
+  ASSERT_EQ(sharded.size(), 1u);
+  EXPECT_LE(runtime::MaxRelativeError(sharded[0], want[0]), 1e-6);
+}
+
+// A ppermute across the manual groups (XLA's PartitionCollectivePermute):
+// copied as written on each device's tile; here it swaps the groups' rows,
+// each group's columns split over y.
+TEST(SpmdPartlyManualTest, ACollectivePermuteMovesTilesBetweenGroups) {
+  const std::unique_ptr<HloModule> module = ParseHloModule(R"(HloModule m, num_partitions=4
+ENTRY main {
+  p = f32[4,6] parameter(0), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
+  m = f32[2,6] custom-call(p), custom_call_target="SPMDFullToShardShape", sharding={devices=[1,1,2,2]<=[4] last_tile_dims={manual, replicated}}
+  c = f32[2,6] exponential(m), sharding={devices=[1,2,2]<=[2,2]T(1,0) last_tile_dims={manual}}
+  x = f32[2,6] collective-permute(c), channel_id=1, source_target_pairs={{0,2},{2,0},{1,3},{3,1}}, sharding={devices=[1,2,2]<=[2,2]T(1,0) last_tile_dims={manual}}
+  o = f32[2,6] custom-call(x), custom_call_target="Sharding", sharding={devices=[1,1,2,2]<=[4] last_tile_dims={manual, replicated}}
+  ROOT f = f32[4,6] custom-call(o), custom_call_target="SPMDShardToFullShape", sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
+}
+)");
+  const compiler::CompiledProgram program =
+      compiler::CompileForDevices(*module, {.num_devices = 4});
+  int64_t permutes = 0;
+  for (const HloInstruction* i : program.program->entry_computation()->instructions()) {
+    if (i->opcode() != HloOpcode::kCollectivePermute) continue;
+    ++permutes;
+    EXPECT_EQ(i->shape().ToString(), "f32[2,3]");
+  }
+  EXPECT_EQ(permutes, 1);
+  const std::vector<runtime::HostTensor> inputs =
+      runtime::RandomInputs(program.input_shapes, 6, {});
+  runtime::LocalCluster cluster(4);
+  const std::vector<runtime::HostTensor> sharded = runtime::RunSharded(
+      program, inputs, cluster, nullptr, {}, std::numeric_limits<double>::quiet_NaN());
+  const std::unique_ptr<HloModule> plain_module = ParseHloModule(R"(HloModule plain
+ENTRY main {
+  p = f32[4,6] parameter(0)
+  e = f32[4,6] exponential(p)
+  lo = f32[2,6] slice(e), slice={[0:2], [0:6]}
+  hi = f32[2,6] slice(e), slice={[2:4], [0:6]}
+  ROOT s = f32[4,6] concatenate(hi, lo), dimensions={0}
+}
+)");
+  runtime::Executor plain(*plain_module);
+  const std::vector<runtime::HostTensor> want =
+      plain.Run(std::vector<runtime::HostTensor>(inputs.begin(), inputs.end()));
+  EXPECT_LE(runtime::MaxRelativeError(sharded[0], want[0]), 1e-6);
+}
+
 TEST(SpmdPartlyManualTest, WhatARegionCannotHoldIsRefusedByName) {
   auto refused = [](const std::string& text, const std::vector<std::string>& parts) {
     try {
@@ -273,12 +403,19 @@ ENTRY main {
               "use_global_device_ids=true, to_apply=add, " +
               cols + "\n" + tail,
           {"'x'", "devices 0 and 3", "different tiles"});
-  // Collectives other than all-reduce.
-  refused(head +
-              "  x = f32[2,6] collective-permute(m), channel_id=1, "
-              "source_target_pairs={{0,2},{2,0}}, " +
+  // A ppermute between devices that hold different columns.
+  refused(head + "  c = f32[2,6] negate(m), " + cols +
+              "\n  x = f32[2,6] collective-permute(c), channel_id=1, "
+              "source_target_pairs={{0,3},{3,0}}, " +
               cols + "\n" + tail,
-          {"'x'", "collective-permute inside a partly manual region"});
+          {"'x'", "devices 0 and 3", "source-target pair", "different tiles"});
+  // Collectives other than all-reduce and collective-permute.
+  refused(head +
+              "  x = f32[4,6] all-gather(m), channel_id=1, replica_groups={{0,2},{1,3}}, "
+              "dimensions={0}, use_global_device_ids=true, sharding={devices=[1,1,2,2]<=[4] "
+              "last_tile_dims={manual, replicated}}\n" +
+              tail,
+          {"'x'", "all-gather inside a partly manual region"});
   // Groups that lay their tiles out differently.
   refused(
       head +
