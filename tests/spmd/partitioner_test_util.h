@@ -574,6 +574,25 @@ inline HloSharding LeafSharding(const HloSharding& s, int64_t i) {
   return s.IsTuple() ? s.tuple_elements().at(i) : s;
 }
 
+// Calls fn(local flat index, global flat index) for each element of a
+// device's padded tile (tile shape `tile`, tile index `index`) that lies
+// inside the global `dims`.
+template <typename Fn>
+void ForEachTileElement(const std::vector<int64_t>& tile, const std::vector<int64_t>& index,
+                        const std::vector<int64_t>& dims, Fn fn) {
+  int64_t count = 1;
+  for (int64_t t : tile) count *= t;
+  for (int64_t i = 0; i < count; ++i) {
+    std::vector<int64_t> idx = Unflatten(i, tile);
+    bool inside = true;
+    for (size_t k = 0; k < idx.size(); ++k) {
+      idx[k] += index[k] * tile[k];
+      inside = inside && idx[k] < dims[k];
+    }
+    if (inside) fn(i, Flatten(idx, dims));
+  }
+}
+
 // Under unreduced axes: device's (index among the devices holding addends
 // of one value, their number); {unreduced} spans all n devices.
 inline std::pair<int64_t, int64_t> AddendPosition(const HloSharding& sharding, int64_t device,
@@ -621,15 +640,8 @@ inline Value ShardValue(const Value& global, const HloSharding& sharding, int64_
   const std::vector<int64_t> index = sharding.TileIndexForDevice(device);
   Value local =
       MakeArray(global.shape.WithDimensions(tile), std::numeric_limits<double>::quiet_NaN());
-  for (int64_t i = 0; i < static_cast<int64_t>(local.data.size()); ++i) {
-    std::vector<int64_t> idx = Unflatten(i, tile);
-    bool inside = true;
-    for (size_t k = 0; k < idx.size(); ++k) {
-      idx[k] += index[k] * tile[k];
-      inside = inside && idx[k] < dims[k];
-    }
-    if (inside) local.data[i] = global.data[Flatten(idx, dims)];
-  }
+  ForEachTileElement(tile, index, dims,
+                     [&](int64_t i, int64_t g) { local.data[i] = global.data[g]; });
   return local;
 }
 
@@ -659,40 +671,24 @@ inline Value UnshardValue(const std::vector<Value>& locals, const HloSharding& s
       key.push_back(AddendPosition(sharding, device, n).first);
       if (!seen.insert(key).second) continue;
       const Value& local = locals[device];
-      const std::vector<int64_t> tile = local.shape.dimensions();
-      for (int64_t i = 0; i < static_cast<int64_t>(local.data.size()); ++i) {
-        std::vector<int64_t> idx = Unflatten(i, tile);
-        bool inside = true;
-        for (size_t k = 0; k < idx.size(); ++k) {
-          idx[k] += index[k] * tile[k];
-          inside = inside && idx[k] < dims[k];
-        }
-        if (inside) global.data[Flatten(idx, dims)] += local.data[i];
-      }
+      ForEachTileElement(local.shape.dimensions(), index, dims,
+                         [&](int64_t i, int64_t g) { global.data[g] += local.data[i]; });
     }
     return global;
   }
   Value global = MakeArray(global_shape, std::numeric_limits<double>::quiet_NaN());
   for (size_t device = 0; device < locals.size(); ++device) {
     const Value& local = locals[device];
-    const std::vector<int64_t> tile = local.shape.dimensions();
     std::vector<int64_t> index(dims.size(), 0);
     if (sharding.IsTiled()) index = sharding.TileIndexForDevice(static_cast<int64_t>(device));
-    for (int64_t i = 0; i < static_cast<int64_t>(local.data.size()); ++i) {
-      std::vector<int64_t> idx = Unflatten(i, tile);
-      bool inside = true;
-      for (size_t k = 0; k < idx.size(); ++k) {
-        idx[k] += index[k] * tile[k];
-        inside = inside && idx[k] < dims[k];
-      }
-      if (!inside) continue;
-      double& g = global.data[Flatten(idx, dims)];
+    ForEachTileElement(local.shape.dimensions(), index, dims, [&](int64_t i, int64_t flat) {
+      double& g = global.data[flat];
       if (std::isnan(g)) {
         g = local.data[i];
       } else {
         EXPECT_NEAR(g, local.data[i], tolerance) << "devices disagree at flat " << i;
       }
-    }
+    });
   }
   return global;
 }

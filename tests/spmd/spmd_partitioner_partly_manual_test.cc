@@ -233,6 +233,23 @@ ENTRY main {
             "{devices=[2,1,2]<=[4] last_tile_dims={manual}}");
 }
 
+// Runs `program` on its devices on seeded inputs and expects its one output
+// to be `plain`'s (a module without regions, run unsharded).
+void ExpectRunMatchesPlain(const compiler::CompiledProgram& program, const std::string& plain,
+                           uint64_t seed) {
+  const std::vector<runtime::HostTensor> inputs =
+      runtime::RandomInputs(program.input_shapes, seed, {});
+  runtime::LocalCluster cluster(program.num_devices);
+  const std::vector<runtime::HostTensor> sharded = runtime::RunSharded(
+      program, inputs, cluster, nullptr, {}, std::numeric_limits<double>::quiet_NaN());
+  const std::unique_ptr<HloModule> plain_module = ParseHloModule(plain);
+  runtime::Executor reference(*plain_module);
+  const std::vector<runtime::HostTensor> want =
+      reference.Run(std::vector<runtime::HostTensor>(inputs.begin(), inputs.end()));
+  ASSERT_EQ(sharded.size(), 1u);
+  EXPECT_LE(runtime::MaxRelativeError(sharded[0], want[0]), 1e-6);
+}
+
 // A loop and a conditional inside a region (XLA's WhilePartialManual and
 // ConditionalPartialManual): their computations are partitioned within the
 // manual groups too, the columns split over y within each group.
@@ -296,12 +313,7 @@ ENTRY main {{
     }
   }
   EXPECT_EQ(loops, 1);
-  const std::vector<runtime::HostTensor> inputs =
-      runtime::RandomInputs(program.input_shapes, 5, {});
-  runtime::LocalCluster cluster(4);
-  const std::vector<runtime::HostTensor> sharded = runtime::RunSharded(
-      program, inputs, cluster, nullptr, {}, std::numeric_limits<double>::quiet_NaN());
-  const std::unique_ptr<HloModule> plain_module = ParseHloModule(R"(HloModule plain
+  ExpectRunMatchesPlain(program, R"(HloModule plain
 ENTRY main {
   p = f32[4,6] parameter(0)
   s1 = f32[4,6] sine(p)
@@ -312,12 +324,8 @@ ENTRY main {
   x3 = f32[4,6] add(s3, x2)
   ROOT n = f32[4,6] negate(x3)
 }
-)");
-  runtime::Executor plain(*plain_module);
-  const std::vector<runtime::HostTensor> want =
-      plain.Run(std::vector<runtime::HostTensor>(inputs.begin(), inputs.end()));
-  ASSERT_EQ(sharded.size(), 1u);
-  EXPECT_LE(runtime::MaxRelativeError(sharded[0], want[0]), 1e-6);
+)",
+                        5);
 }
 
 // A ppermute across the manual groups (XLA's PartitionCollectivePermute):
@@ -343,12 +351,7 @@ ENTRY main {
     EXPECT_EQ(i->shape().ToString(), "f32[2,3]");
   }
   EXPECT_EQ(permutes, 1);
-  const std::vector<runtime::HostTensor> inputs =
-      runtime::RandomInputs(program.input_shapes, 6, {});
-  runtime::LocalCluster cluster(4);
-  const std::vector<runtime::HostTensor> sharded = runtime::RunSharded(
-      program, inputs, cluster, nullptr, {}, std::numeric_limits<double>::quiet_NaN());
-  const std::unique_ptr<HloModule> plain_module = ParseHloModule(R"(HloModule plain
+  ExpectRunMatchesPlain(program, R"(HloModule plain
 ENTRY main {
   p = f32[4,6] parameter(0)
   e = f32[4,6] exponential(p)
@@ -356,11 +359,8 @@ ENTRY main {
   hi = f32[2,6] slice(e), slice={[2:4], [0:6]}
   ROOT s = f32[4,6] concatenate(hi, lo), dimensions={0}
 }
-)");
-  runtime::Executor plain(*plain_module);
-  const std::vector<runtime::HostTensor> want =
-      plain.Run(std::vector<runtime::HostTensor>(inputs.begin(), inputs.end()));
-  EXPECT_LE(runtime::MaxRelativeError(sharded[0], want[0]), 1e-6);
+)",
+                        6);
 }
 
 TEST(SpmdPartlyManualTest, WhatARegionCannotHoldIsRefusedByName) {
