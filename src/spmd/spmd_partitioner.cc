@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 
 #include "spmd_partitioner_handlers.h"
 #include "weft/base/algorithm.h"
@@ -281,12 +282,123 @@ PartitionedValue HandleReplicated(ComputationPartitioner& p, const HloInstructio
                           ReplicatedLike(instr.shape())};
 }
 
+// Devices grouped by the unpadded extents of their tiles of `leaves`
+// (each under its sharding): an uneven tile is fed or drained through a
+// conditional with one branch per extent, as XLA's partitioner does.
+struct FeedBranches {
+  std::vector<int64_t> branch_of_device;
+  std::vector<std::vector<Shape>> extents;  // per branch, per leaf
+};
+
+FeedBranches BranchesByExtent(const std::vector<Shape>& leaves,
+                              const std::vector<HloSharding>& shardings, int64_t n) {
+  FeedBranches out;
+  std::map<std::vector<std::vector<int64_t>>, int64_t> index;
+  for (int64_t device = 0; device < n; ++device) {
+    std::vector<std::vector<int64_t>> key;
+    std::vector<Shape> shapes;
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      const HloSharding& s = shardings[i];
+      const auto& dims = leaves[i].dimensions();
+      key.push_back(s.IsTiled() ? s.TileShapeForDevice(dims, device)
+                                : std::vector<int64_t>(dims.begin(), dims.end()));
+      shapes.push_back(leaves[i].WithDimensions(key.back()));
+    }
+    auto [it, added] = index.emplace(key, static_cast<int64_t>(out.extents.size()));
+    if (added) out.extents.push_back(std::move(shapes));
+    out.branch_of_device.push_back(it->second);
+  }
+  return out;
+}
+
+// The data leaves of an infeed or outfeed and their shardings (from a
+// sharding over (data leaves..., token) or over the data alone; none: whole
+// on every device). Manual leaves stay as written.
+std::vector<HloSharding> FeedLeafShardings(const HloInstruction& instr, const Shape& data) {
+  const size_t count = static_cast<size_t>(data.LeafCount());
+  std::vector<HloSharding> out(count, HloSharding::Replicate());
+  if (!instr.has_sharding()) return out;
+  const HloSharding& s = *instr.sharding();
+  if (!s.IsTuple()) {
+    if (data.IsArray()) out[0] = NormalizeSharding(s);
+    return out;
+  }
+  for (size_t i = 0; i < count && i < s.tuple_elements().size(); ++i) {
+    out[i] = NormalizeSharding(s.tuple_elements()[i]);
+  }
+  return out;
+}
+
+HloInstruction* DataTuple(SpmdBuilder& b, const std::vector<HloInstruction*>& leaves,
+                          bool is_tuple) {
+  return is_tuple ? b.Tuple(leaves) : leaves[0];
+}
+
+// infeed: each device infeeds its own tile of the data, as XLA does; an
+// uneven tile infeeds its unpadded piece (a branch per extent) and pads it.
+// A {manual} leaf is each device's own value, infed as written.
+PartitionedValue HandleInfeed(ComputationPartitioner& p, const HloInstruction& instr) {
+  WEFT_CHECK(p.context()->manual_groups == nullptr,
+             "{}: an infeed inside a partly manual region is not partitioned; infeed outside it "
+             "and enter the region through SPMDFullToShardShape",
+             instr.Describe());
+  SpmdBuilder& b = p.b();
+  const Shape& data = instr.shape().tuple_shapes(0);
+  const std::vector<Shape> leaves = data.Leaves();
+  const std::vector<HloSharding> shardings = FeedLeafShardings(instr, data);
+  std::vector<Shape> local;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    local.push_back(shardings[i].IsManual() ? leaves[i] : LocalShape(leaves[i], shardings[i]));
+  }
+  const Shape token_shape = Shape::Scalar(PrimitiveType::kToken);
+  auto data_shape = [&](const std::vector<Shape>& shapes) {
+    return data.IsTuple() ? Shape::Tuple(shapes) : shapes[0];
+  };
+  const Shape result = Shape::Tuple({data_shape(local), token_shape});
+  HloInstruction* token = p.GetAs(instr.operand(0), HloSharding::Replicate()).hlo;
+  const FeedBranches branches = BranchesByExtent(leaves, shardings, b.num_partitions());
+  HloInstruction* fed = nullptr;
+  if (branches.extents.size() == 1) {
+    fed = EmitLike(p, instr, {token}, result);
+  } else {
+    std::vector<HloComputation*> called;
+    for (size_t k = 0; k < branches.extents.size(); ++k) {
+      SpmdBuilder bb(fmt::format("{}.branch{}", instr.name(), k), p.context());
+      HloInstruction* t = bb.Parameter(0, token_shape, "token");
+      const std::vector<Shape>& extent = branches.extents[k];
+      HloInstruction* piece = bb.AddInstruction(HloOpcode::kInfeed, {t}, instr.attrs(),
+                                                Shape::Tuple({data_shape(extent), token_shape}));
+      HloInstruction* got = bb.GetTupleElement(piece, 0);
+      std::vector<HloInstruction*> padded;
+      for (size_t i = 0; i < leaves.size(); ++i) {
+        HloInstruction* leaf = data.IsTuple() ? bb.GetTupleElement(got, i) : got;
+        std::vector<int64_t> high;
+        for (int64_t d = 0; d < local[i].rank(); ++d) {
+          high.push_back(local[i].dimensions(d) - extent[i].dimensions(d));
+        }
+        padded.push_back(bb.PadHigh(leaf, high));
+      }
+      HloInstruction* root =
+          bb.Tuple({DataTuple(bb, padded, data.IsTuple()), bb.GetTupleElement(piece, 1)});
+      called.push_back(p.context()->module->AddComputation(bb.Build(root)));
+    }
+    std::vector<HloInstruction*> operands = {b.DeviceValue(branches.branch_of_device)};
+    operands.insert(operands.end(), called.size(), token);
+    fed = b.AddInstruction(HloOpcode::kConditional, std::move(operands), {}, result,
+                           std::move(called));
+  }
+  std::vector<HloSharding> out = shardings;
+  out.push_back(HloSharding::Replicate());
+  return PartitionedValue{fed, instr.shape(), HloSharding::Tuple(std::move(out))};
+}
+
 // outfeed: each device outfeeds its tile of the data, as XLA does, under a
 // data sharding (a data-only or a (data, token) one, HloInstruction::
-// ShardingShape); data without one is outfed whole by every device. XLA
-// outfeeds an unevenly tiled leaf's unpadded piece through a conditional per
-// partition, which weft does not: such a leaf is refused by name.
+// ShardingShape); data without one is outfed whole by every device. An
+// unevenly tiled leaf is outfed as its unpadded piece, through a
+// conditional with one branch per extent, as XLA does.
 PartitionedValue HandleOutfeed(ComputationPartitioner& p, const HloInstruction& instr) {
+  SpmdBuilder& b = p.b();
   const HloInstruction* data = instr.operand(0);
   const Shape& shape = data->shape();
   HloSharding data_sharding = ReplicatedLike(shape);
@@ -300,24 +412,60 @@ PartitionedValue HandleOutfeed(ComputationPartitioner& p, const HloInstruction& 
                                           all.begin(), all.begin() + shape.LeafCount()));
   }
   const std::vector<Shape> leaves = shape.Leaves();
+  std::vector<HloSharding> shardings;
   for (size_t i = 0; i < leaves.size(); ++i) {
     const HloSharding& leaf =
         data_sharding.IsTuple() ? data_sharding.tuple_elements()[i] : data_sharding;
-    if (!leaf.IsTiled() || leaf.IsManualOrPartlyManual()) continue;
-    const std::vector<int64_t> tiles = leaf.TilesPerDim();
-    for (int64_t d = 0; d < leaves[i].rank(); ++d) {
-      WEFT_CHECK(leaves[i].dimensions(d) % tiles[d] == 0,
-                 "{}: leaf {} {} is tiled unevenly by {}; XLA outfeeds each device's unpadded "
-                 "piece, weft only even tiles: tile it evenly or replicate it",
-                 instr.Describe(), i, leaves[i].ToString(), leaf.ToString());
-    }
+    shardings.push_back(leaf.IsManualOrPartlyManual() ? HloSharding::Replicate()
+                                                      : NormalizeSharding(leaf));
   }
   HloInstruction* local = p.GetAs(data, data_sharding).hlo;
   HloInstruction* token = p.GetAs(instr.operand(1), HloSharding::Replicate()).hlo;
-  HloInstruction* out = EmitLike(p, instr, {local, token}, instr.shape());
-  for (auto& [key, value] : out->mutable_attrs().passthrough) {
-    if (key == "outfeed_shape") value = local->shape().ToString();
+  const FeedBranches branches =
+      p.context()->manual_groups != nullptr
+          ? FeedBranches{std::vector<int64_t>(b.num_partitions(), 0), {leaves}}
+          : BranchesByExtent(leaves, shardings, b.num_partitions());
+  if (branches.extents.size() == 1) {
+    HloInstruction* out = EmitLike(p, instr, {local, token}, instr.shape());
+    for (auto& [key, value] : out->mutable_attrs().passthrough) {
+      if (key == "outfeed_shape") value = local->shape().ToString();
+    }
+    return PartitionedValue{out, instr.shape(), HloSharding::Replicate()};
   }
+  std::vector<HloInstruction*> local_leaves;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    local_leaves.push_back(shape.IsTuple() ? b.GetTupleElement(local, i) : local);
+  }
+  std::vector<Shape> carried;
+  for (HloInstruction* leaf : local_leaves) carried.push_back(leaf->shape());
+  carried.push_back(token->shape());
+  std::vector<HloInstruction*> packed = local_leaves;
+  packed.push_back(token);
+  HloInstruction* operand = b.Tuple(packed);
+  std::vector<HloComputation*> called;
+  for (size_t k = 0; k < branches.extents.size(); ++k) {
+    SpmdBuilder bb(fmt::format("{}.branch{}", instr.name(), k), p.context());
+    HloInstruction* param = bb.Parameter(0, Shape::Tuple(carried), "piece");
+    std::vector<HloInstruction*> pieces;
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      const Shape& extent = branches.extents[k][i];
+      pieces.push_back(bb.Slice(bb.GetTupleElement(param, i),
+                                std::vector<int64_t>(extent.rank(), 0), extent.dimensions()));
+    }
+    HloInstruction* piece = DataTuple(bb, pieces, shape.IsTuple());
+    HloAttributes attrs = instr.attrs();
+    for (auto& [key, value] : attrs.passthrough) {
+      if (key == "outfeed_shape") value = piece->shape().ToString();
+    }
+    HloInstruction* out =
+        bb.AddInstruction(HloOpcode::kOutfeed, {piece, bb.GetTupleElement(param, leaves.size())},
+                          std::move(attrs), instr.shape());
+    called.push_back(p.context()->module->AddComputation(bb.Build(out)));
+  }
+  std::vector<HloInstruction*> operands = {b.DeviceValue(branches.branch_of_device)};
+  operands.insert(operands.end(), called.size(), operand);
+  HloInstruction* out = b.AddInstruction(HloOpcode::kConditional, std::move(operands), {},
+                                         instr.shape(), std::move(called));
   return PartitionedValue{out, instr.shape(), HloSharding::Replicate()};
 }
 
@@ -338,6 +486,8 @@ PartitionedValue ComputationPartitioner::Partition(const HloInstruction& instr,
                               HloSharding::Replicate()};
     case HloOpcode::kOutfeed:
       return HandleOutfeed(*this, instr);
+    case HloOpcode::kInfeed:
+      return HandleInfeed(*this, instr);
     case HloOpcode::kIota:
       return HandleIota(*this, instr, sharding);
     case HloOpcode::kTuple: {

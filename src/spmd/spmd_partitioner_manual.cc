@@ -26,10 +26,16 @@ bool IsTarget(const HloInstruction& instr, const char* target) {
 }
 
 // An operand of an instruction in a manual region: a manual value, or a
-// replicated one (a constant the region reads: every device holds it whole).
+// replicated one (a constant the region reads: every device holds it whole),
+// or a tuple of such leaves (a manual infeed's (data, token)).
 HloInstruction* ManualOperand(ComputationPartitioner& p, const HloInstruction& instr, int64_t k) {
   const PartitionedValue& v = p.Get(instr.operand(k));
-  const bool whole = !v.base.IsTuple() && v.sharding.IsReplicated();
+  const auto& leaves = v.sharding.tuple_elements();
+  const bool whole =
+      v.base.IsTuple()
+          ? std::all_of(leaves.begin(), leaves.end(),
+                        [](const HloSharding& e) { return e.IsManual() || e.IsReplicated(); })
+          : v.sharding.IsReplicated();
   WEFT_CHECK(v.sharding.IsManual() || whole,
              "operand {} of {} has sharding {} inside a manual region; values enter a region "
              "through SPMDFullToShardShape",

@@ -456,12 +456,59 @@ ENTRY main {
   auto array = PartitionModule(*outfeed("f32[8]", "{devices=[2]0,1}", "{devices=[2]0,1}"), options);
   EXPECT_EQ(array->entry_computation()->root_instruction()->operand(0)->shape(),
             ParseShape("f32[4]"));
-  try {
-    PartitionModule(*outfeed("f32[7]", "{devices=[2]0,1}", "{devices=[2]0,1}"), options);
-    ADD_FAILURE() << "an uneven outfeed tile was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("tiled unevenly"), std::string::npos) << e.what();
+  // An uneven tile: each device outfeeds its unpadded piece, through a
+  // conditional on partition-id with a branch per extent (4 and 3).
+  auto uneven =
+      PartitionModule(*outfeed("f32[7]", "{devices=[2]0,1}", "{devices=[2]0,1}"), options);
+  const HloInstruction* cond = uneven->entry_computation()->root_instruction();
+  ASSERT_EQ(cond->opcode(), HloOpcode::kConditional);
+  ASSERT_EQ(cond->called_computations().size(), 2u);
+  for (int k = 0; k < 2; ++k) {
+    const HloInstruction* out = cond->called_computations()[k]->root_instruction();
+    ASSERT_EQ(out->opcode(), HloOpcode::kOutfeed);
+    EXPECT_EQ(out->operand(0)->shape(), ParseShape(k == 0 ? "f32[4]" : "f32[3]"));
   }
+}
+
+// infeed: each device infeeds its own tile, as XLA does; an uneven tile its
+// unpadded piece, padded (a branch per extent); a manual leaf as written.
+TEST(SpmdPartitionerTest, InfeedsEachDevicesTile) {
+  auto infeed = [](const std::string& data, const std::string& sharding) {
+    return ParseHloModule(R"(HloModule m
+ENTRY main {
+  t = token[] after-all()
+  i = ()" + data + R"(, token[]) infeed(t), sharding=)" +
+                          sharding + R"(
+  ROOT d = )" + data + R"( get-tuple-element(i), index=0, sharding=)" +
+                          sharding.substr(1, sharding.find('}')) + R"(
+}
+)");
+  };
+  PartitionOptions options;
+  options.num_partitions = 2;
+  auto even =
+      PartitionModule(*infeed("f32[8,2]", "{{devices=[2,1]0,1}, {maximal device=0}}"), options);
+  EXPECT_EQ(CountCollectives(*even), 0);
+  const std::vector<const HloInstruction*> fed = FindAll(*even, HloOpcode::kInfeed);
+  ASSERT_EQ(fed.size(), 1u);
+  EXPECT_EQ(fed[0]->shape(), ParseShape("(f32[4,2], token[])"));
+
+  auto uneven =
+      PartitionModule(*infeed("f32[9,2]", "{{devices=[2,1]0,1}, {maximal device=0}}"), options);
+  const HloInstruction* root = uneven->entry_computation()->root_instruction();
+  EXPECT_EQ(root->shape(), ParseShape("f32[5,2]"));
+  ASSERT_EQ(root->operand(0)->opcode(), HloOpcode::kConditional);
+  std::vector<std::string> pieces;
+  for (const HloComputation* branch : root->operand(0)->called_computations()) {
+    EXPECT_EQ(branch->root_instruction()->shape(), ParseShape("(f32[5,2], token[])"));
+    for (const HloInstruction* i : branch->instructions()) {
+      if (i->opcode() == HloOpcode::kInfeed) pieces.push_back(i->shape().ToString());
+    }
+  }
+  EXPECT_EQ(pieces, (std::vector<std::string>{"(f32[5,2], token[])", "(f32[4,2], token[])"}));
+
+  auto manual = PartitionModule(*infeed("f32[6]", "{{manual}, {maximal device=0}}"), options);
+  EXPECT_EQ(FindAll(*manual, HloOpcode::kInfeed).at(0)->shape(), ParseShape("(f32[6], token[])"));
 }
 
 // Unreduced axes: devices hold addends of a value (XLA's and Shardy's
