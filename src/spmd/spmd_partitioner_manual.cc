@@ -89,6 +89,19 @@ PartitionedValue HandleManualRegionOp(ComputationPartitioner& p, const HloInstru
     return p.GetAs(instr.operand(0), sharding);  // an annotation: the reshard is the op
   }
   if (IsTarget(instr, kShardingTarget)) return p.Get(instr.operand(0));
+  if (instr.opcode() == HloOpcode::kGetTupleElement) {
+    // Only the element taken enters the region (a tuple parameter may hold
+    // a manual leaf beside a tiled one).
+    const PartitionedValue& t = p.Get(instr.operand(0));
+    const HloSharding& leaf = t.sharding.tuple_elements().at(instr.tuple_index());
+    WEFT_CHECK(leaf.IsManual() || leaf.IsReplicated(),
+               "element {} of {}, taken by {} inside a manual region, has sharding {}; values "
+               "enter a region through SPMDFullToShardShape",
+               instr.tuple_index(), instr.operand(0)->Describe(), instr.Describe(),
+               leaf.ToString());
+    return PartitionedValue{p.b().GetTupleElement(t.hlo, instr.tuple_index()), instr.shape(),
+                            sharding};
+  }
   std::vector<HloInstruction*> operands;
   for (int64_t k = 0; k < instr.operand_count(); ++k)
     operands.push_back(ManualOperand(p, instr, k));

@@ -95,6 +95,38 @@ TEST(SpmdManualTest, AShardMapRegionRunsPerDeviceAndAgreesWithThePlainModule) {
   }
 }
 
+// A tuple parameter may hold a manual leaf beside a tiled one: only the
+// element a get-tuple-element takes enters the region (XLA's
+// MixWithManualPartitioning). The manual leaf is each device's own value,
+// stacked along a leading dim in the global input and output.
+TEST(SpmdManualTest, ATupleMayHoldAManualLeafBesideATiledOne) {
+  const std::unique_ptr<HloModule> module = ParseHloModule(R"(HloModule m
+ENTRY main {
+  t = (f32[8,2], f32[4,2]) parameter(0), sharding={{devices=[2,1]0,1}, {manual}}
+  p = f32[8,2] get-tuple-element(t), index=0, sharding={devices=[2,1]0,1}
+  m = f32[4,2] get-tuple-element(t), index=1, sharding={manual}
+  s = f32[4,2] custom-call(p), custom_call_target="SPMDFullToShardShape", sharding={manual}
+  a = f32[4,2] add(s, m), sharding={manual}
+  ROOT f = f32[8,2] custom-call(a), custom_call_target="SPMDShardToFullShape", sharding={devices=[2,1]0,1}
+}
+)");
+  const compiler::CompiledProgram program =
+      compiler::CompileForDevices(*module, {.num_devices = 2});
+  ASSERT_EQ(program.input_shapes.size(), 2u);
+  EXPECT_EQ(program.input_shapes[1].ToString(), "f32[2,4,2]");
+  const std::vector<runtime::HostTensor> inputs =
+      runtime::RandomInputs(program.input_shapes, 3, {});
+  runtime::LocalCluster cluster(2);
+  const std::vector<runtime::HostTensor> sharded = runtime::RunSharded(
+      program, inputs, cluster, nullptr, {}, std::numeric_limits<double>::quiet_NaN());
+  // Device d's rows of p plus its own m, joined back by rows.
+  const std::vector<double> p = inputs[0].ToDoubles(), m = inputs[1].ToDoubles();
+  const std::vector<double> got = sharded.at(0).ToDoubles();
+  ASSERT_EQ(got.size(), 16u);
+  for (size_t i = 0; i < 16; ++i)
+    EXPECT_EQ(got[i], static_cast<double>(static_cast<float>(p[i] + m[i])));
+}
+
 // A Sharding annotation outside a region reshards its operand (and runs
 // as an identity unsharded).
 TEST(SpmdManualTest, ShardingAnnotationsAreReshards) {
